@@ -1,0 +1,105 @@
+"""The one small interface every extractor implements, and the registry by name.
+
+Two kinds of extractor exist:
+
+* :class:`FrameExtractor` sees the sampled video frames of each role (a crop of the
+  full frame) through a per-role :class:`Track`, and returns :class:`~featurestore.store.Features`
+  for that role when the video ends.
+* :class:`AudioExtractor` sees the whole audio track once (mono float32, resampled) and
+  returns features per role (usually ``scene``).
+
+An extractor's configuration is a frozen dataclass: ``params()`` is what goes into the
+cache key and the shard's provenance, so what was computed is always known.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..store import Features
+
+
+class ExtractorUnavailable(RuntimeError):
+    """The extractor cannot run on this machine (missing extra or model weights); says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ExtractorConfig:
+    """Base of extractor configs; subclasses add fields."""
+
+
+class Extractor(ABC):
+    #: channel name in the store (``face_geom``, ``egemaps`` ...)
+    name: ClassVar[str]
+    #: bump whenever the output changes for the same input: invalidates cached channels
+    version: ClassVar[str]
+    config_class: ClassVar[type] = ExtractorConfig
+
+    def __init__(self, config: ExtractorConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_class()
+
+    def params(self) -> dict:
+        """Parameters recorded in provenance and hashed into the cache key."""
+        return asdict(self.config)
+
+    def check_available(self) -> None:
+        """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""
+
+
+class Track(ABC):
+    """Per-role state of a frame extractor over one video (e.g. a face tracker)."""
+
+    @abstractmethod
+    def add(self, time_s: float, image: np.ndarray) -> None:
+        """Process one RGB crop (H, W, 3 uint8) taken at ``time_s`` seconds."""
+
+    @abstractmethod
+    def result(self) -> Features:
+        """Features for every frame added, in order (invalid rows hold NaN)."""
+
+
+class FrameExtractor(Extractor):
+    kind: ClassVar[str] = "video"
+    #: roles whose crops this extractor wants
+    roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
+
+    @abstractmethod
+    def new_track(self, role: str) -> Track:
+        """A fresh per-role track for one video."""
+
+
+class AudioExtractor(Extractor):
+    kind: ClassVar[str] = "audio"
+
+    @abstractmethod
+    def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
+        """Features per role from a mono float32 signal at ``sampling_rate`` Hz."""
+
+
+_REGISTRY: dict[str, type[Extractor]] = {}
+
+
+def register(cls: type[Extractor]) -> type[Extractor]:
+    """Class decorator: make an extractor available by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_extractor(name: str) -> type[Extractor]:
+    from . import load_builtin  # noqa: F401  (registers the built-in extractors)
+
+    load_builtin()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown extractor {name!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def registry() -> dict[str, type[Extractor]]:
+    from . import load_builtin
+
+    load_builtin()
+    return dict(_REGISTRY)
