@@ -508,15 +508,21 @@ def _verify_shard(s: str, f: h5py.File, versions: Mapping[str, str], check_sourc
             continue
         for name in f[role]:
             key = f"{role}/{name}"
+            grp = f[role][name]
             try:
-                ch = _read_channel(f[role][name])
+                shapes = [grp[d].shape for d in ("data", "time", "valid")]
+            except KeyError as e:
+                out.append(Problem(s, f"{key}: missing dataset ({e})", "re-run `featurestore extract --force`"))
+                continue
+            if not (shapes[0][:1] == shapes[1] == shapes[2]):
+                out.append(Problem(s, f"{key}: {shapes[0][0]} data rows, {shapes[1][0]} times, {shapes[2][0]} valid flags", "re-run `featurestore extract --force`"))
+                continue
+            try:
+                ch = _read_channel(grp)
             except Exception as e:  # noqa: BLE001 - any read failure is a finding
                 out.append(Problem(s, f"{key} unreadable ({e})", "re-run `featurestore extract --force`"))
                 continue
             n = ch.data.shape[0]
-            if ch.time.shape != (n,) or ch.valid.shape != (n,):
-                out.append(Problem(s, f"{key}: {n} data rows, {len(ch.time)} times, {len(ch.valid)} valid flags"))
-                continue
             if ch.data.shape[1] != len(ch.columns):
                 out.append(Problem(s, f"{key}: {ch.data.shape[1]} columns but {len(ch.columns)} names"))
             if n:

@@ -1,0 +1,79 @@
+# omg-empathy-bench: make features -> make sweep -> make ui   (make help lists everything)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STORE  ?= features
+DATA   ?=
+DEMO   ?= demo_data
+JOBS   ?= 2
+CONFIG ?= experiments/configs/default.yaml
+PORT   ?= 5000
+TRACKING ?= sqlite:///mlruns/mlflow.db
+export MLFLOW_DISABLE_TELEMETRY ?= true
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo demo-data features sweep ablate ui test lint bench clean
+
+help: ## list the targets
+	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
+	@echo "make test          install and run the test suite"
+	@echo ""
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@echo ""
+	@echo "variables: DATA=<OMG-Empathy folder> (default: the demo corpus)  STORE=$(STORE)  JOBS=$(JOBS)  CONFIG=$(CONFIG)"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## create .venv and install the package with its dev extra
+
+demo: features sweep ## the main job on the embedded demo corpus: features, then the sweep
+
+$(DEMO)/.complete: | $(VENV)/.installed
+	$(BIN)/featurestore demo --out $(DEMO)
+	@touch $@
+
+demo-data: $(VENV)/.installed $(DEMO)/.complete ## build the embedded demo corpus into demo_data/
+
+ifeq ($(strip $(DATA)),)
+features: demo-data ## extract features into features/ (DATA=<folder> for your own corpus; default: the demo corpus)
+	$(BIN)/featurestore scan $(DEMO) --store $(STORE)
+	$(BIN)/featurestore extract $(DEMO) --store $(STORE) --jobs $(JOBS)
+	$(BIN)/featurestore verify --store $(STORE)
+else
+features: install
+	$(BIN)/featurestore scan $(DATA) --store $(STORE)
+	$(BIN)/featurestore extract $(DATA) --store $(STORE) --jobs $(JOBS)
+	$(BIN)/featurestore verify --store $(STORE)
+endif
+
+sweep: install ## run the experiment sweep (CONFIG=...) on the store and log it to MLflow
+	$(BIN)/experiments sweep --config $(CONFIG) --store $(STORE) --jobs $(JOBS)
+
+ablate: install ## speaker / listener / both table -> reports/ablation.{md,csv}
+	$(BIN)/experiments ablate --config experiments/configs/ablation.yaml --store $(STORE) --jobs $(JOBS)
+
+ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT))
+	@mkdir -p mlruns
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri $(TRACKING) \
+		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(PORT) --workers 1
+
+lint: install ## ruff
+	$(BIN)/ruff check featurestore experiments tests bench
+
+test: install ## lint and run the whole test suite
+	$(BIN)/ruff check featurestore experiments tests bench
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600
+
+bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
+	$(BIN)/python -m bench $(if $(QUICK),--quick,)
+
+clean: ## remove the store, demo corpus, reports and MLflow runs (keeps .venv)
+	rm -rf $(STORE) $(DEMO) reports/*.md reports/*.csv reports/*.png
+	find mlruns -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

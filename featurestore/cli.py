@@ -1,0 +1,348 @@
+"""``featurestore`` command line: scan, extract, import, labels, ls, inspect, verify, demo.
+
+Exit codes: 0 all good, 1 some sessions failed (a summary says which and why), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MANIFEST = "manifest.json"
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        return
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+def _load_cfg(args):
+    from .config import load_feature_config
+
+    cfg = load_feature_config(getattr(args, "config", None), getattr(args, "data_dir", None))
+    if getattr(args, "face_fps", None):
+        cfg.face_fps = args.face_fps
+    if getattr(args, "split_x", None):
+        cfg.split_x = args.split_x
+    return cfg
+
+
+def _scan(data_dir: Path, cfg):
+    from .manifest import scan
+
+    return scan(data_dir, cfg.story_speaker, cfg.splits)
+
+
+def cmd_scan(args) -> int:
+    from .manifest import write_manifest
+
+    cfg = _load_cfg(args)
+    report = _scan(Path(args.data_dir), cfg)
+    rows = [
+        {
+            "session": s.session,
+            "listener": s.listener,
+            "story": s.story,
+            "speaker": s.speaker,
+            "split": s.split,
+            "video": s.video.name if s.video else "-",
+            "labels": ",".join(sorted(s.annotations)) or "-",
+            "transcript": "yes" if s.transcript else "-",
+        }
+        for s in report.sessions
+    ]
+    _print_table(rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"])
+    print(f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} with video in {args.data_dir}")
+    for issue in report.issues:
+        print(f"  {issue}", file=sys.stderr)
+    out = write_manifest(report, Path(args.store) / MANIFEST)
+    print(f"manifest written to {out}")
+    serious = [i for i in report.issues if i.kind in ("duplicate", "unparsable")]
+    if not report.sessions:
+        print(f"no Subject_<L>_Story_<S> files found under {args.data_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if serious else EXIT_OK
+
+
+def _sessions_for_extract(args, cfg):
+    from .manifest import SessionFiles
+
+    if args.data_dir:
+        report = _scan(Path(args.data_dir), cfg)
+        return report.sessions, report.duplicates()
+    manifest = Path(args.store) / MANIFEST
+    if not manifest.exists():
+        raise SystemExit(f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first")
+    payload = json.loads(manifest.read_text())
+    sessions = []
+    for r in payload["sessions"]:
+        sessions.append(
+            SessionFiles(
+                session=r["session"], listener=r["listener"], story=r["story"], speaker=r["speaker"], split=r["split"],
+                video=Path(r["video"]) if r["video"] else None,
+                annotations={k: Path(v) for k, v in r["annotations"].items()},
+                transcript=Path(r["transcript"]) if r["transcript"] else None,
+            )
+        )
+    dups: dict[str, list[Path]] = {}
+    for i in payload["issues"]:
+        if i["kind"] == "duplicate":
+            from .store import parse_session, session_name
+
+            ls = parse_session(Path(i["path"]).name)
+            if ls:
+                dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
+    return sessions, dups
+
+
+def _summary(results, started: float) -> int:
+    from collections import Counter
+
+    counts = Counter(r.status for r in results)
+    print(f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
+          f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed")
+    for r in results:
+        if r.computed:
+            print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
+        for n in r.notes:
+            print(f"  {r.session}: note: {n}")
+    for r in results:
+        if r.failed:
+            print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
+    return EXIT_FAILED if counts.get("failed") else EXIT_OK
+
+
+def cmd_extract(args) -> int:
+    from .extract import SessionResult, extract_many
+    from .extractors import ExtractorUnavailable
+
+    started = time.perf_counter()
+    cfg = _load_cfg(args)
+    channels = args.channels or cfg.channels
+    sessions, dups = _sessions_for_extract(args, cfg)
+    if args.sessions:
+        wanted = set(args.sessions)
+        sessions = [s for s in sessions if s.session in wanted]
+    pre_failed = []
+    todo = []
+    for s in sessions:
+        if s.session in dups:
+            files = ", ".join(str(p) for p in [s.video, *dups[s.session]] if p)
+            pre_failed.append(SessionResult(s.session, status="failed", error=f"several files for one session ({files}); keep one and re-run"))
+        elif s.video is None:
+            continue  # annotation without video: reported by scan
+        else:
+            todo.append(s)
+    if not todo and not pre_failed:
+        print("nothing to extract: no sessions with a video", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)")
+    try:
+        if args.executor == "dask":
+            from .distributed import extract_many_dask
+
+            results = extract_many_dask(todo, args.store, channels, cfg, force=args.force, scheduler=args.scheduler, n_workers=args.jobs)
+        else:
+            results = extract_many(todo, args.store, channels, cfg, force=args.force, jobs=args.jobs)
+    except ExtractorUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished sessions are stored, no partial shard was left; re-run to resume", file=sys.stderr)
+        return 130
+    return _summary(pre_failed + results, started)
+
+
+def cmd_import(args) -> int:
+    from .imports import import_tables
+
+    report = import_tables(args.table_dir, args.store, role=args.role, channel=args.channel, fps=args.fps)
+    return _print_import(report)
+
+
+def cmd_labels(args) -> int:
+    from .imports import import_labels
+
+    report = import_labels(args.annotation_dir, args.store, target=args.target, fps=args.fps)
+    return _print_import(report)
+
+
+def _print_import(report) -> int:
+    print(report.summary() if hasattr(report, "summary") else report)
+    return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def cmd_ls(args) -> int:
+    from .store import Store
+
+    df = Store(args.store).sessions()
+    if df.empty:
+        print(f"no shards in {args.store}; run `featurestore extract` or `make features`", file=sys.stderr)
+        return EXIT_FAILED
+    rows = df.assign(channels=df.channels.map(lambda c: ",".join(c)), targets=df.targets.map(lambda t: ",".join(t))).to_dict("records")
+    _print_table(rows, ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"])
+    return EXIT_OK
+
+
+def cmd_inspect(args) -> int:
+    import numpy as np
+
+    from .store import Store, StoreError
+
+    store = Store(args.store)
+    try:
+        meta = store.meta(args.session)
+        keys = store.channel_keys(args.session)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{meta.session}: listener {meta.listener}, story {meta.story}, speaker {meta.speaker}, split {meta.split}, "
+          f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)")
+    for t in store.label_targets(args.session):
+        y = store.labels(args.session, t).to_numpy()
+        print(f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]")
+    for key in keys:
+        ch = store.read_channel(args.session, key)
+        rate = (len(ch.time) - 1) / (ch.time[-1] - ch.time[0]) if len(ch.time) > 1 and ch.time[-1] > ch.time[0] else float("nan")
+        print(f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, valid {ch.valid.mean() if len(ch.valid) else 0:.1%}")
+        print(f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, created {ch.created_utc}")
+        print(f"      params {json.dumps(ch.params, sort_keys=True)}")
+        src = ch.source.get("path") or ch.source.get("upstream", "")
+        print(f"      source {src}")
+        if args.columns:
+            print(f"      columns {', '.join(ch.columns)}")
+    return EXIT_OK
+
+
+def cmd_verify(args) -> int:
+    from .extractors import registry
+    from .store import Store
+
+    versions = {name: cls.version for name, cls in registry().items()}
+    from .extract import SPEAKING_RULE, SPEAKING_VERSION
+
+    versions[SPEAKING_RULE] = SPEAKING_VERSION
+    store = Store(args.store)
+    problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
+    n = len(store.list_sessions())
+    if problems:
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        print(f"verify: {len(problems)} problem(s) in {args.store} ({n} shards)", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"verify: {n} shards in {args.store} are readable, consistent and current")
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from .demo import build_demo
+
+    t0 = time.perf_counter()
+    info = build_demo(args.out, n_listeners=args.listeners, stories=tuple(args.stories), duration_s=args.duration, seed=args.seed)
+    print(f"demo corpus in {args.out} ({time.perf_counter() - t0:.1f} s): {info}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards")
+    p.add_argument("--version", action="version", version=f"featurestore {__version__}")
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def store_arg(sp):
+        sp.add_argument("--store", default="features", help="feature store folder (default: features/)")
+
+    sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
+    sp.add_argument("data_dir")
+    store_arg(sp)
+    sp.add_argument("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+    sp.set_defaults(func=cmd_scan)
+
+    sp = sub.add_parser("extract", help="compute missing or stale channels for every session")
+    sp.add_argument("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)")
+    store_arg(sp)
+    sp.add_argument("--channels", nargs="+", help="extractors to run (default: face_geom egemaps)")
+    sp.add_argument("--jobs", type=int, default=1, help="sessions in parallel processes")
+    sp.add_argument("--executor", choices=["local", "dask"], default="local")
+    sp.add_argument("--scheduler", help="address of an existing Dask scheduler (with --executor dask)")
+    sp.add_argument("--force", action="store_true", help="recompute even current channels")
+    sp.add_argument("--face-fps", type=float, help="face sampling rate in frames/s (default 5; 25 = every frame)")
+    sp.add_argument("--split-x", type=int, help="x where the listener crop starts (default 1080/2560 of the width)")
+    sp.add_argument("--sessions", nargs="+", help="only these session ids")
+    sp.add_argument("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+    sp.set_defaults(func=cmd_extract)
+
+    sp = sub.add_parser("import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel")
+    sp.add_argument("table_dir")
+    sp.add_argument("--role", required=True, choices=["speaker", "listener", "scene"])
+    sp.add_argument("--channel", required=True)
+    store_arg(sp)
+    sp.add_argument("--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)")
+    sp.set_defaults(func=cmd_import)
+
+    sp = sub.add_parser("labels", help="import valence annotation CSVs as a label target")
+    sp.add_argument("annotation_dir")
+    sp.add_argument("--target", required=True, help="label name, e.g. valence_self, valence_observer_listener")
+    store_arg(sp)
+    sp.add_argument("--fps", type=float, default=25.0)
+    sp.set_defaults(func=cmd_labels)
+
+    sp = sub.add_parser("ls", help="list the shards of a store")
+    store_arg(sp)
+    sp.set_defaults(func=cmd_ls)
+
+    sp = sub.add_parser("inspect", help="channels, shapes, valid fraction and provenance of a session")
+    sp.add_argument("session")
+    store_arg(sp)
+    sp.add_argument("--columns", action="store_true", help="also list column names")
+    sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("verify", help="check every shard; non-zero exit with the reasons")
+    store_arg(sp)
+    sp.add_argument("--no-sources", action="store_true", help="skip re-fingerprinting source videos")
+    sp.set_defaults(func=cmd_verify)
+
+    sp = sub.add_parser("demo", help="build the embedded demo corpus")
+    sp.add_argument("--out", default="demo_data")
+    sp.add_argument("--listeners", type=int, default=4)
+    sp.add_argument("--stories", type=int, nargs="+", default=[1, 2, 3, 4])
+    sp.add_argument("--duration", type=float, default=40.0, help="seconds per session")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    from .config import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(f"error: {e.code}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

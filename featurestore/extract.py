@@ -1,0 +1,339 @@
+"""Extraction of one session and of many: plan from cache keys, decode once, write atomically.
+
+For each session:
+
+1. the labels (if any) are read first: they define the frame count. A video whose length
+   differs from the labels by more than ``max_length_mismatch_s`` (1 s) is an error;
+2. every requested channel gets its expected cache key (source fingerprint + extractor
+   name, version and parameters, crop and face rate included); channels whose stored key
+   matches are skipped unless ``force``;
+3. the video is decoded once for all face channels that need work, the audio once for the
+   audio channels;
+4. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and the
+   faces' mouth movement (see :mod:`featurestore.speaking`);
+5. everything is written in one atomic shard update (temporary file + rename).
+
+A failure in one session is reported for that session; the others go on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import media
+from .config import FeatureConfig
+from .extractors import AudioExtractor, ExtractorUnavailable, FrameExtractor, get_extractor
+from .manifest import SessionFiles
+from .store import LABEL_FPS, Channel, Features, SessionMeta, Store, cache_key, file_fingerprint, utc_now
+
+#: rule name and version for the per-role voice channels (part of their cache key)
+SPEAKING_RULE = "speaking_from_faces"
+SPEAKING_VERSION = "1"
+
+
+class SessionError(RuntimeError):
+    """This session cannot be extracted; the message says why and what to do."""
+
+
+@dataclass
+class SessionResult:
+    session: str
+    status: str = "ok"  # ok | skipped | failed
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+def video_channel_keys(name: str) -> list[str]:
+    return [f"{r}/{name}" for r in ("speaker", "listener")]
+
+
+def _extractor(name: str, cfg: FeatureConfig):
+    cls = get_extractor(name)
+    return cls()
+
+
+def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
+    import h5py
+    import json
+
+    path = store.shard_path(session)
+    if not path.exists():
+        return not annotations
+    with h5py.File(path, "r") as f:
+        for target, p in annotations.items():
+            if "labels" not in f or target not in f["labels"]:
+                return False
+            src = json.loads(f["labels"][target].attrs.get("source", "{}"))
+            if src.get("fingerprint") != file_fingerprint(p)["fingerprint"]:
+                return False
+    return True
+
+
+def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    from .imports import read_annotation
+
+    labels, sources = {}, {}
+    for target, path in sorted(sf.annotations.items()):
+        labels[target] = read_annotation(path)
+        sources[target] = file_fingerprint(path)
+    lengths = {t: len(y) for t, y in labels.items()}
+    if len(set(lengths.values())) > 1:
+        raise SessionError(f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one")
+    return labels, sources
+
+
+def extract_session(
+    sf: SessionFiles,
+    store_root: str | os.PathLike,
+    channels: Sequence[str],
+    cfg: FeatureConfig,
+    force: bool = False,
+    position: int | None = None,
+    progress: bool = True,
+) -> SessionResult:
+    """Compute the missing or stale channels of one session and store them.
+
+    ``channels`` are extractor names (``face_geom``, ``face_au``, ``egemaps``). Never raises
+    for a bad input: the returned result carries ``status="failed"`` and the reason.
+    """
+    t0 = time.perf_counter()
+    res = SessionResult(sf.session)
+    try:
+        _extract_session(sf, Store(store_root, mode="a"), list(channels), cfg, force, position, progress, res)
+    except (SessionError, media.MediaError, ExtractorUnavailable, ValueError, OSError) as e:
+        res.status, res.error = "failed", str(e)
+    except Exception as e:  # noqa: BLE001 - report, never kill the other sessions
+        res.status = "failed"
+        res.error = f"unexpected {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, position, progress, res: SessionResult) -> None:
+    if sf.video is None:
+        raise SessionError(f"{sf.session}: no video found; `featurestore scan` lists what is there")
+    info = media.probe(sf.video)
+    source = file_fingerprint(sf.video)
+    labels, label_sources = _read_labels(sf)
+    if labels:
+        n_frames = len(next(iter(labels.values())))
+        video_s, label_s = info.n_frames / info.fps, n_frames / LABEL_FPS
+        if abs(video_s - label_s) > cfg.max_length_mismatch_s:
+            names = ", ".join(str(p) for p in sf.annotations.values())
+            raise SessionError(
+                f"{sf.session}: the annotation ({names}) has {n_frames} rows = {label_s:.2f} s but the video "
+                f"{sf.video} lasts {video_s:.2f} s; labels define the frame count and at most "
+                f"{cfg.max_length_mismatch_s:g} s of difference is tolerated - check that they belong together"
+            )
+    else:
+        n_frames = int(round(info.n_frames / info.fps * LABEL_FPS))
+    meta = SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames)
+
+    stored = store.cache_keys(sf.session)
+    regions = media.role_regions(info.width, cfg.split_x)
+    plan: dict[str, tuple[object, str, dict]] = {}  # key -> (extractor, cache key, params)
+    for name in channels:
+        ex = _extractor(name, cfg)
+        if isinstance(ex, FrameExtractor):
+            ex.check_available()
+            for role in ex.roles:
+                params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(regions[role])}
+                plan[f"{role}/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
+        elif isinstance(ex, AudioExtractor):
+            if not info.has_audio:
+                res.notes.append(f"no audio track in {sf.video}: {name} skipped")
+                continue
+            params = {**ex.params(), "audio_sampling_rate": cfg.audio_sampling_rate}
+            plan[f"scene/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
+        else:
+            raise SessionError(f"extractor {name!r} is neither a frame nor an audio extractor")
+
+    todo = {k: v for k, v in plan.items() if force or stored.get(k) != v[1]}
+    res.current = sorted(k for k in plan if k not in todo)
+    new: dict[str, Channel] = {}
+    created = utc_now()
+
+    def wrap(key: str, feats: Features) -> Channel:
+        ex, ck, params = plan[key]
+        return Channel.from_features(feats, extractor=ex.name, extractor_version=ex.version, params=params, cache_key=ck, source=source, created_utc=created)
+
+    # ---- video: one decode for every frame extractor that has work
+    frame_jobs: dict[str, dict] = {}
+    for key, (ex, _, _) in todo.items():
+        if isinstance(ex, FrameExtractor):
+            role = key.split("/")[0]
+            frame_jobs.setdefault(key, {"track": ex.new_track(role), "role": role})
+    if frame_jobs:
+        step = media.sample_mask_step(info.fps, cfg.face_fps)
+        total = int(np.ceil(info.n_frames / step)) if info.n_frames else None
+        bar = tqdm(total=total, desc=f"{sf.session} faces", unit="frame", position=position, leave=False, disable=not progress)
+        try:
+            for _, t, rgb in media.iter_frames(sf.video, cfg.face_fps):
+                for job in frame_jobs.values():
+                    x0, x1 = regions[job["role"]]
+                    job["track"].add(t, rgb[:, x0:x1])
+                bar.update(1)
+        finally:
+            bar.close()
+        for key, job in frame_jobs.items():
+            feats = job["track"].result()
+            if len(feats.valid) and not feats.valid.any():
+                x0, x1 = regions[job["role"]]
+                raise SessionError(
+                    f"{sf.session}: no face found in the {job['role']} region (x {x0}-{x1}) of {sf.video} in any of "
+                    f"{len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
+                )
+            new[key] = wrap(key, feats)
+            res.computed.append(key)
+            if len(feats.valid):
+                frac = float(feats.valid.mean())
+                if frac < 0.5:
+                    res.notes.append(f"{key}: face found in only {frac:.0%} of sampled frames")
+
+    # ---- audio: one decode at the configured rate
+    audio_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, AudioExtractor)]
+    if audio_keys:
+        try:
+            signal_ = media.read_audio(sf.video, cfg.audio_sampling_rate)
+        except media.NoAudioError as e:
+            res.notes.append(str(e))
+            audio_keys = []
+        for key in audio_keys:
+            ex = todo[key][0]
+            out = ex.process_signal(signal_, cfg.audio_sampling_rate)
+            new[key] = wrap(key, out["scene"])
+            res.computed.append(key)
+
+    # ---- per-role voice: scene LLDs attributed to whoever is talking
+    if "scene/egemaps" in plan:
+        _derive_role_voice(sf, store, plan, new, stored, force, res, created)
+
+    # ---- labels
+    write_labels = labels and (force or not _label_sources_current(store, sf.session, sf.annotations))
+    if new or write_labels or not store.shard_path(sf.session).exists():
+        store.write_session(meta, channels=new, labels=labels if write_labels else None, label_sources=label_sources)
+        if write_labels:
+            res.computed.extend(f"labels/{t}" for t in labels)
+    if not res.computed:
+        res.status = "skipped"
+
+
+def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: bool, res: SessionResult, created: str) -> None:
+    from .speaking import role_channels, speaking_from_faces
+
+    def current_key(key: str) -> str | None:
+        if key in new:
+            return new[key].cache_key
+        return stored.get(key)
+
+    scene_key = current_key("scene/egemaps")
+    face_keys = {r: current_key(f"{r}/face_geom") for r in ("speaker", "listener")}
+    if scene_key is None:
+        return
+    if None in face_keys.values():
+        res.notes.append("speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived")
+        return
+    upstream = f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};listener/face_geom={face_keys['listener']}"
+    params = {"rule": SPEAKING_RULE}
+    ck = cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params)
+    keys = ["speaker/egemaps", "listener/egemaps"]
+    if not force and all(stored.get(k) == ck and k not in new for k in keys):
+        res.current.extend(keys)
+        return
+
+    def load(key: str) -> Channel:
+        return new[key] if key in new else store.read_channel(sf.session, key)
+
+    scene = load("scene/egemaps")
+    mouth = {r: load(f"{r}/face_geom") for r in ("speaker", "listener")}
+    speaking = speaking_from_faces(scene, mouth)
+    for role, feats in role_channels(scene, speaking).items():
+        key = f"{role}/egemaps"
+        new[key] = Channel.from_features(
+            feats,
+            extractor=SPEAKING_RULE,
+            extractor_version=SPEAKING_VERSION,
+            params=params,
+            cache_key=ck,
+            source={"upstream": upstream, "rule": "faces"},
+            created_utc=created,
+        )
+        res.computed.append(key)
+
+
+# --------------------------------------------------------------------------- many sessions
+def _init_worker() -> None:
+    # A worker killed by Ctrl-C in the parent's process group cleans up through KeyboardInterrupt;
+    # SIGTERM does the same (write_session removes its temporary file on any exception).
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def _worker(args) -> SessionResult:
+    sf, root, channels, cfg, force, position = args
+    return extract_session(sf, root, channels, cfg, force, position=position)
+
+
+def extract_many(
+    sessions: Sequence[SessionFiles],
+    store_root: str | os.PathLike,
+    channels: Sequence[str],
+    cfg: FeatureConfig,
+    force: bool = False,
+    jobs: int = 1,
+    on_result: Callable[[SessionResult], None] | None = None,
+) -> list[SessionResult]:
+    """Extract many sessions, ``jobs`` at a time in separate processes, with progress bars.
+
+    Leftover temporary shards of killed runs are removed first. Results come back in the
+    order of ``sessions``.
+    """
+    store = Store(store_root, mode="a")
+    store.clean_temp_files()
+    for name in channels:  # fail fast, once, for an extractor that cannot run here
+        get_extractor(name)().check_available()
+    results: dict[str, SessionResult] = {}
+    overall = tqdm(total=len(sessions), desc="sessions", unit="session", position=0)
+
+    def done(r: SessionResult) -> None:
+        results[r.session] = r
+        overall.update(1)
+        overall.set_postfix_str(f"failed={sum(x.failed for x in results.values())}")
+        if on_result:
+            on_result(r)
+
+    try:
+        if jobs <= 1:
+            for sf in sessions:
+                done(extract_session(sf, store_root, channels, cfg, force, position=1))
+        else:
+            ctx = mp.get_context("spawn")
+            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
+                futs = [pool.submit(_worker, (sf, str(store_root), list(channels), cfg, force, 1 + i % jobs)) for i, sf in enumerate(sessions)]
+                try:
+                    for fut in cf.as_completed(futs):
+                        done(fut.result())
+                except BaseException:
+                    for f in futs:
+                        f.cancel()
+                    raise
+    finally:
+        overall.close()
+    return [results[s.session] for s in sessions if s.session in results]
