@@ -1,0 +1,122 @@
+"""eGeMAPSv02 low-level descriptors from openSMILE: 25 columns every 10 ms for the ``scene`` role.
+
+What ``time`` means. openSMILE indexes each LLD row by ``(start, end)``; ``start`` is
+``k * 0.01`` s and ``end`` is ``start + 0.02`` s (the last row's end is clipped to the end of
+the signal). eGeMAPS actually analyses each row with two frames that both *begin* at
+``start`` (``frameCenterSpecial = left`` in ``GeMAPSv01b_core.lld.conf.inc``):
+
+* a 20 ms Hamming frame for loudness, spectral slopes, alpha ratio, Hammarberg index,
+  spectral flux, MFCC 1-4 and the formant (LPC) frequencies and bandwidths;
+* a 60 ms Gaussian frame for F0, jitter, shimmer, HNR, H1-H2, H1-A3 and the formant
+  amplitudes relative to F0.
+
+Every column is then smoothed by a centred 3-frame moving average (``_sma3``; ``_sma3nz``
+averages only non-zero values, so unvoiced frames stay 0). We store ``time = start`` in
+seconds, so a row describes the audio from ``time`` to ``time + 0.02`` s (energy/spectral)
+or ``time + 0.06`` s (voice quality), i.e. its centre lies 10-30 ms after ``time``. With
+``n`` samples at 16 kHz openSMILE returns ``floor(n / 160) - 4`` rows; a signal shorter
+than one 60 ms frame yields a single all-NaN row, which is marked invalid.
+
+``valid`` is True where all 25 values are finite. Silence is *not* invalid here: it is a
+legitimate eGeMAPS observation (F0 = 0). Per-role channels, where ``valid`` marks who is
+talking, are derived in :mod:`featurestore.speaking`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import numpy as np
+
+from ..store import Features
+from .base import AudioExtractor, ExtractorConfig, ExtractorUnavailable, register
+
+HOP_S = 0.01
+
+
+@dataclass(frozen=True)
+class EgemapsConfig(ExtractorConfig):
+    """``feature_set``: openSMILE feature set name; ``sampling_rate``: analysis rate in Hz."""
+
+    feature_set: str = "eGeMAPSv02"
+    sampling_rate: int = 16000
+
+
+def resample(signal: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
+    """Polyphase resampling of a 1-D signal from ``from_hz`` to ``to_hz`` (returned as is when equal)."""
+    if from_hz == to_hz:
+        return signal
+    from scipy.signal import resample_poly
+
+    g = gcd(int(from_hz), int(to_hz))
+    return resample_poly(signal, int(to_hz) // g, int(from_hz) // g)
+
+
+@register
+class EgemapsExtractor(AudioExtractor):
+    """openSMILE eGeMAPSv02 LLDs of the shared microphone, returned as ``{"scene": Features}``.
+
+    >>> import numpy as np
+    >>> feats = EgemapsExtractor().process_signal(np.zeros(16000, np.float32), 16000)["scene"]
+    >>> feats.data.shape, float(feats.time[1] - feats.time[0])
+    ((96, 25), 0.01)
+    """
+
+    name = "egemaps"
+    version = "1"
+    config_class = EgemapsConfig
+
+    def __init__(self, config: EgemapsConfig | None = None) -> None:
+        super().__init__(config)
+        self._smile = None  # built on first use; not pickled (workers rebuild it)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_smile": None}
+
+    def check_available(self) -> None:
+        try:
+            import opensmile
+        except ImportError as exc:
+            raise ExtractorUnavailable(
+                "egemaps needs the 'opensmile' package: pip install opensmile"
+            ) from exc
+        if not hasattr(opensmile.FeatureSet, self.config.feature_set):
+            raise ExtractorUnavailable(
+                f"egemaps: unknown openSMILE feature set {self.config.feature_set!r}; "
+                f"choose one of {[f.name for f in opensmile.FeatureSet]}"
+            )
+
+    def smile(self):
+        """The ``opensmile.Smile`` LLD extractor (built once per extractor object)."""
+        if self._smile is None:
+            self.check_available()
+            import opensmile
+
+            self._smile = opensmile.Smile(
+                feature_set=getattr(opensmile.FeatureSet, self.config.feature_set),
+                feature_level=opensmile.FeatureLevel.LowLevelDescriptors,
+            )
+        return self._smile
+
+    def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
+        """LLDs every 10 ms of a mono signal at ``sampling_rate`` Hz (resampled to the config's rate).
+
+        ``time`` is each row's frame start in seconds (see the module docstring).
+        """
+        signal = np.asarray(signal, dtype=np.float32)
+        if signal.ndim != 1:
+            raise ValueError(
+                f"egemaps expects a mono 1-D signal, got shape {signal.shape}; "
+                "mix down first (media.read_audio does)"
+            )
+        rate = int(self.config.sampling_rate)
+        signal = resample(signal, int(sampling_rate), rate)
+        # openSMILE converts to int16 by x * 32768 without clipping: |x| >= 1 would wrap around
+        if signal.size and float(np.max(np.abs(signal))) >= 1.0:
+            signal = np.clip(signal, -1.0, 32767 / 32768)
+        df = self.smile().process_signal(signal, rate)
+        data = df.to_numpy(dtype=np.float32, copy=False)
+        time = df.index.get_level_values("start").total_seconds().to_numpy()
+        valid = np.isfinite(data).all(axis=1)
+        return {"scene": Features(data, time, valid, list(df.columns))}
