@@ -1,0 +1,215 @@
+"""Estimator factory: a model name and its hyperparameters -> a scikit-learn ``Pipeline``.
+
+Every pipeline ends in a step called ``model``, so a swept hyperparameter can also be set
+afterwards with ``pipeline.set_params(model__alpha=10)``.
+
+Preprocessing, decided per family:
+
+- ``ridge``, ``svr``, ``linear_svr``: ``SimpleImputer(median, keep_empty_features=True)`` then
+  ``StandardScaler``. Kernel and linear models need finite, comparably scaled inputs; a
+  column that is all NaN in training (e.g. a face channel never detected) becomes a
+  constant 0 instead of being dropped, so the column count never changes between fit and
+  predict.
+- ``xgboost``, ``hist_gb``: no imputer and no scaler. Both handle NaN natively by learning
+  a default branch for missing values, so "no face found" stays a signal instead of being
+  replaced by the median; scaling is irrelevant to trees. ``hist_gb`` alone gets
+  ``FillEmptyColumns`` first: scikit-learn's binning fails on a column that is all NaN in
+  training, so such a column becomes a constant 0 (it carries no information anyway).
+- ``dummy``: the model alone (it ignores the features).
+
+``svr`` is the exact RBF-kernel SVR, whose training cost grows about quadratically with
+the number of rows; beyond roughly 20,000 training rows use ``nystroem_components`` (for
+example 500-2000), which replaces the kernel by a Nystroem approximation of the same RBF
+kernel followed by ``LinearSVR``. The switch is explicit (never automatic) so that a
+configuration always means the same model whatever the size of the data.
+
+Example:
+
+>>> import numpy as np
+>>> pipe = make_model("ridge", {"alpha": 10})
+>>> [name for name, _ in pipe.steps]
+['impute', 'scale', 'model']
+>>> pipe.fit(np.eye(3), [0.0, 1.0, 2.0]).predict(np.eye(3)).shape
+(3,)
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.dummy import DummyRegressor
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.impute import SimpleImputer
+from sklearn.kernel_approximation import Nystroem
+from sklearn.linear_model import Ridge
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVR, LinearSVR
+from sklearn.utils.validation import check_is_fitted
+
+#: model name -> allowed hyperparameters with their defaults (what the config validator checks)
+MODEL_PARAMS: dict[str, dict[str, Any]] = {
+    "svr": {
+        "C": 1.0,
+        "gamma": "scale",  # float, "scale" or "auto"
+        "epsilon": 0.1,
+        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
+    },
+    "linear_svr": {
+        "C": 1.0,
+        "epsilon": 0.0,
+        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
+        "max_iter": 5000,
+    },
+    "xgboost": {
+        "n_estimators": 300,
+        "max_depth": 3,
+        "learning_rate": 0.05,
+        "subsample": 1.0,
+        "colsample_bytree": 1.0,
+        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
+    },
+    "hist_gb": {
+        "max_iter": 200,
+        "learning_rate": 0.1,
+        "max_depth": None,
+    },
+    "ridge": {
+        "alpha": 1.0,
+    },
+    "dummy": {},
+}
+
+
+def _suggest(word: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(word, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check a model name and its hyperparameters; return the defaults updated with ``params``.
+
+    A ``name`` key inside ``params`` (as in a config entry ``{name: ridge, alpha: 1}``) is
+    accepted when it agrees with ``name``.
+
+    Raises:
+        ValueError: unknown model name or hyperparameter; the message lists the valid ones.
+    """
+    if name not in MODEL_PARAMS:
+        valid = sorted(MODEL_PARAMS)
+        raise ValueError(
+            f"unknown model {name!r}{_suggest(name, valid)}; valid models: {', '.join(valid)}"
+        )
+    params = dict(params or {})
+    given_name = params.pop("name", name)
+    if given_name != name:
+        raise ValueError(f"model name {name!r} disagrees with params['name'] = {given_name!r}")
+    allowed = MODEL_PARAMS[name]
+    for key in params:
+        if key not in allowed:
+            valid = sorted(allowed)
+            raise ValueError(
+                f"unknown hyperparameter {key!r} for model {name!r}{_suggest(key, valid)}; "
+                f"valid: {', '.join(valid) if valid else '(none)'}"
+            )
+    return {**allowed, **params}
+
+
+class FillEmptyColumns(TransformerMixin, BaseEstimator):
+    """Sets the columns that were entirely NaN at fit to 0; other NaNs are left in place.
+
+    Row-preserving; for estimators that handle NaN natively but fail on a column without a
+    single observed value (``HistGradientBoostingRegressor``).
+
+    Attributes:
+        empty_: boolean mask, shape (n_features,), of the columns all NaN at fit.
+    """
+
+    def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
+        """Record which columns of ``X`` hold no value at all."""
+        X = np.asarray(X, dtype=float)
+        self.empty_ = np.isnan(X).all(axis=0)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Copy of ``X`` with the columns empty at fit set to 0."""
+        check_is_fitted(self)
+        X = np.array(X, dtype=float)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} columns, FillEmptyColumns was fitted with {self.n_features_in_}"
+            )
+        X[:, self.empty_] = 0.0
+        return X
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+
+def _linear_preprocessing() -> list[tuple[str, Any]]:
+    return [
+        ("impute", SimpleImputer(strategy="median", keep_empty_features=True)),
+        ("scale", StandardScaler()),
+    ]
+
+
+def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Pipeline:
+    """Build an unfitted pipeline for model ``name`` with hyperparameters ``params``.
+
+    Args:
+        name: one of ``MODEL_PARAMS`` (svr, linear_svr, xgboost, hist_gb, ridge, dummy).
+        params: hyperparameters; missing ones take the defaults in ``MODEL_PARAMS[name]``.
+        seed: random state of the stochastic parts (XGBoost subsampling, HistGradientBoosting,
+            Nystroem landmarks, LinearSVR's coordinate descent).
+
+    Returns:
+        A ``Pipeline`` whose last step is named ``model``.
+
+    Raises:
+        ValueError: unknown model name or hyperparameter (with a suggestion).
+    """
+    p = resolve_model_params(name, params)
+    if name == "ridge":
+        return Pipeline([*_linear_preprocessing(), ("model", Ridge(alpha=p["alpha"]))])
+    if name == "svr":
+        n_components = p["nystroem_components"]
+        if n_components is None:
+            model = SVR(kernel="rbf", C=p["C"], gamma=p["gamma"], epsilon=p["epsilon"])
+            return Pipeline([*_linear_preprocessing(), ("model", model)])
+        # after StandardScaler X.var() is about 1, so SVR's gamma="scale" (and "auto")
+        # is 1 / n_features: exactly Nystroem's gamma=None
+        gamma = None if p["gamma"] in ("scale", "auto") else p["gamma"]
+        kernel = Nystroem(kernel="rbf", gamma=gamma, n_components=int(n_components), random_state=seed)
+        model = LinearSVR(C=p["C"], epsilon=p["epsilon"], dual="auto", max_iter=5000, random_state=seed)
+        return Pipeline([*_linear_preprocessing(), ("kernel", kernel), ("model", model)])
+    if name == "linear_svr":
+        model = LinearSVR(
+            C=p["C"], epsilon=p["epsilon"], loss=p["loss"], dual="auto",
+            max_iter=p["max_iter"], random_state=seed,
+        )
+        return Pipeline([*_linear_preprocessing(), ("model", model)])
+    if name == "xgboost":
+        from xgboost import XGBRegressor  # imported here: loading libxgboost costs ~0.3 s
+
+        model = XGBRegressor(
+            n_estimators=p["n_estimators"], max_depth=p["max_depth"],
+            learning_rate=p["learning_rate"], subsample=p["subsample"],
+            colsample_bytree=p["colsample_bytree"], tree_method="hist",
+            n_jobs=p["n_jobs"], random_state=seed,
+        )
+        return Pipeline([("model", model)])
+    if name == "hist_gb":
+        # early_stopping=False: max_iter means what it says, whatever the number of rows
+        model = HistGradientBoostingRegressor(
+            max_iter=p["max_iter"], learning_rate=p["learning_rate"], max_depth=p["max_depth"],
+            early_stopping=False, random_state=seed,
+        )
+        return Pipeline([("fill_empty", FillEmptyColumns()), ("model", model)])
+    # resolve_model_params accepted the name, so only "dummy" is left
+    return Pipeline([("model", DummyRegressor(strategy="mean"))])

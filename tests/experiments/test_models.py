@@ -1,0 +1,120 @@
+"""experiments.models: every model fits with NaNs, learns a linear relation, rejects typos."""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.metrics import r2_score
+from sklearn.pipeline import Pipeline
+
+from experiments.models import MODEL_PARAMS, make_model, resolve_model_params
+
+# small settings keep the whole file fast on 2 shared cores
+FAST = {
+    "svr": {"C": 3.0},
+    "linear_svr": {"C": 1.0},
+    "xgboost": {"n_estimators": 150, "max_depth": 3, "learning_rate": 0.1},
+    "hist_gb": {"max_iter": 100},
+    "ridge": {"alpha": 1.0},
+    "dummy": {},
+}
+
+
+def linear_data(n: int, d: int = 4, seed: int = 0, noise: float = 0.1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    w = np.array([1.0, -0.5, 0.25, 0.0][:d])
+    return X, X @ w + noise * rng.normal(size=n)
+
+
+def test_every_name_has_params():
+    assert set(MODEL_PARAMS) == {"svr", "linear_svr", "xgboost", "hist_gb", "ridge", "dummy"}
+    assert set(FAST) == set(MODEL_PARAMS)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_PARAMS))
+def test_fits_and_predicts_with_nans(name):
+    X, y = linear_data(120)
+    X[::7, 1] = np.nan  # scattered missing values
+    X[:, 3] = np.nan  # a column never observed in training
+    pipe = make_model(name, FAST[name])
+    assert isinstance(pipe, Pipeline) and pipe.steps[-1][0] == "model"
+    pipe.fit(X, y)
+    X_new, _ = linear_data(30, seed=1)
+    X_new[::3, 0] = np.nan
+    pred = pipe.predict(X_new)
+    assert pred.shape == (30,)
+    assert np.isfinite(pred).all()
+
+
+@pytest.mark.parametrize("name", ["ridge", "svr", "xgboost", "hist_gb", "linear_svr"])
+def test_learns_linear_relation(name):
+    X, y = linear_data(400, seed=2)
+    X_test, y_test = linear_data(200, seed=3)
+    pred = make_model(name, FAST[name], seed=0).fit(X, y).predict(X_test)
+    assert r2_score(y_test, pred) > 0.5
+
+
+def test_dummy_predicts_training_mean():
+    X, y = linear_data(50)
+    pred = make_model("dummy", {}).fit(X, y).predict(X[:5])
+    np.testing.assert_allclose(pred, y.mean())
+
+
+def test_svr_nystroem_switch():
+    pipe = make_model("svr", {"nystroem_components": 100, "C": 3.0})
+    assert [name for name, _ in pipe.steps] == ["impute", "scale", "kernel", "model"]
+    X, y = linear_data(400, seed=4)
+    X_test, y_test = linear_data(200, seed=5)
+    assert r2_score(y_test, pipe.fit(X, y).predict(X_test)) > 0.5
+
+
+def test_trees_skip_imputation_and_xgboost_settings():
+    xgb = make_model("xgboost", {"n_jobs": 2}, seed=7)
+    assert [name for name, _ in xgb.steps] == ["model"]
+    params = xgb.named_steps["model"].get_params()
+    assert params["tree_method"] == "hist" and params["n_jobs"] == 2 and params["random_state"] == 7
+    assert make_model("xgboost", {}).named_steps["model"].get_params()["n_jobs"] == 1
+    assert [name for name, _ in make_model("hist_gb", {}).steps] == ["fill_empty", "model"]
+
+
+def test_defaults_and_overrides():
+    assert make_model("ridge", {}).named_steps["model"].alpha == MODEL_PARAMS["ridge"]["alpha"]
+    assert make_model("ridge", {"alpha": 10}).named_steps["model"].alpha == 10
+    # a config entry {name: ridge, alpha: 3} can be passed whole
+    assert resolve_model_params("ridge", {"name": "ridge", "alpha": 3}) == {"alpha": 3}
+    svr = make_model("linear_svr", {"C": 0.1}).named_steps["model"]
+    assert svr.C == 0.1 and svr.dual == "auto"
+
+
+def test_same_seed_same_model():
+    X, y = linear_data(200, seed=6)
+    params = {"n_estimators": 30, "subsample": 0.7, "colsample_bytree": 0.7}
+    a = make_model("xgboost", params, seed=1).fit(X, y).predict(X)
+    b = clone(make_model("xgboost", params, seed=1)).fit(X, y).predict(X)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_unknown_model_name():
+    with pytest.raises(ValueError, match=r"unknown model 'xgbost'.*did you mean 'xgboost'.*ridge"):
+        make_model("xgbost", {})
+
+
+def test_unknown_hyperparameter():
+    with pytest.raises(ValueError, match=r"unknown hyperparameter 'alhpa'.*'ridge'.*did you mean 'alpha'"):
+        make_model("ridge", {"alhpa": 1})
+    with pytest.raises(ValueError, match=r"'C'.*'dummy'.*valid: \(none\)"):
+        make_model("dummy", {"C": 1})
+    with pytest.raises(ValueError, match="disagrees"):
+        make_model("ridge", {"name": "svr"})
+
+
+def test_fill_empty_columns_keeps_other_nans():
+    from experiments.models import FillEmptyColumns
+
+    X = np.array([[1.0, np.nan, np.nan], [np.nan, np.nan, 2.0], [3.0, np.nan, 4.0]])
+    fill = FillEmptyColumns().fit(X)
+    out = fill.transform(np.array([[np.nan, 5.0, 1.0]]))
+    assert fill.empty_.tolist() == [False, True, False]
+    assert np.isnan(out[0, 0]) and out[0, 1] == 0.0 and out[0, 2] == 1.0
+    with pytest.raises(ValueError, match="3"):
+        fill.transform(np.ones((1, 2)))

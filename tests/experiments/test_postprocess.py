@@ -1,0 +1,139 @@
+"""experiments.postprocess: smoothing per session and rescaling to training statistics."""
+
+import numpy as np
+import pytest
+
+from experiments.postprocess import (
+    SMOOTH_METHODS,
+    Rescaler,
+    smooth,
+    smooth_per_session,
+    window_frames,
+)
+
+FPS = 25.0
+
+
+def test_window_frames_is_odd_and_in_frames():
+    assert window_frames(FPS, 1.0) == 25
+    assert window_frames(FPS, 4.0) == 101  # 100 frames -> 101, centred
+    assert window_frames(FPS, 0.0) == 1
+    with pytest.raises(ValueError):
+        window_frames(0.0, 1.0)
+
+
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+def test_zero_window_returns_input(method):
+    x = np.random.default_rng(0).normal(size=50)
+    np.testing.assert_array_equal(smooth(x, FPS, 0.0, method), x)
+
+
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+@pytest.mark.parametrize("n", [1, 2, 5, 40, 1000])
+def test_constant_stays_constant_and_length_is_kept(method, n):
+    x = np.full(n, 0.3)
+    out = smooth(x, FPS, 4.0, method)
+    assert out.shape == (n,)
+    np.testing.assert_allclose(out, 0.3, atol=1e-12)
+
+
+def test_moving_average_edges_shrink_the_window():
+    x = np.arange(10.0)
+    out = smooth(x, FPS, 0.2, "moving_average")  # 5 frames, 2 each side
+    assert out[0] == pytest.approx(np.mean([0, 1, 2]))
+    assert out[1] == pytest.approx(np.mean([0, 1, 2, 3]))
+    assert out[5] == pytest.approx(5.0)
+    assert out[-1] == pytest.approx(np.mean([7, 8, 9]))
+
+
+def test_moving_average_divides_white_noise_variance_by_window():
+    noise = np.random.default_rng(1).normal(size=50_000)
+    window = window_frames(FPS, 1.0)
+    out = smooth(noise, FPS, 1.0, "moving_average")
+    ratio = noise.var() / out[window:-window].var()
+    assert ratio == pytest.approx(window, rel=0.1)
+
+
+def test_butterworth_keeps_low_and_removes_high_frequencies():
+    t = np.arange(int(60 * FPS)) / FPS  # 60 s
+    slow = np.sin(2 * np.pi * 0.05 * t)  # 0.05 Hz, well below the 0.25 Hz cutoff
+    fast = np.sin(2 * np.pi * 3.0 * t)  # 3 Hz, far above it
+    out_slow = smooth(slow, FPS, 4.0, "butterworth")
+    out_fast = smooth(fast, FPS, 4.0, "butterworth")
+    inner = slice(100, -100)
+    assert np.abs(out_slow - slow)[inner].max() < 0.02
+    assert np.abs(out_fast[inner]).max() < 0.01
+    assert np.abs(out_fast).max() < 0.1  # edges too: no ringing from the padding
+
+
+def test_butterworth_short_session():
+    out = smooth(np.array([0.0, 1.0, 0.0]), FPS, 4.0, "butterworth")
+    assert out.shape == (3,) and np.isfinite(out).all()
+
+
+def test_median_removes_spikes_and_keeps_steps():
+    x = np.r_[np.zeros(50), np.ones(50)]
+    x[20] = 10.0
+    out = smooth(x, FPS, 0.2, "median")
+    np.testing.assert_array_equal(out, np.r_[np.zeros(50), np.ones(50)])
+
+
+def test_smooth_errors():
+    with pytest.raises(ValueError, match="did you mean 'median'"):
+        smooth(np.zeros(5), FPS, 1.0, "medain")
+    with pytest.raises(ValueError, match="1-D"):
+        smooth(np.zeros((5, 2)), FPS, 1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        smooth(np.array([0.0, np.nan, 1.0]), FPS, 1.0)
+
+
+def test_smooth_per_session_never_mixes_sessions():
+    pred = np.r_[np.zeros(30), np.ones(30)]
+    sessions = np.repeat(["a", "b"], 30)
+    out = smooth_per_session(pred, sessions, FPS, 1.0)
+    np.testing.assert_array_equal(out, pred)  # each session is constant
+    mixed = smooth(pred, FPS, 1.0)
+    assert not np.array_equal(mixed, pred)  # whereas smoothing across the boundary blurs it
+
+
+def test_rescaler_matches_training_mean_and_std():
+    rng = np.random.default_rng(2)
+    y = 0.3 + 0.4 * rng.normal(size=500)
+    pred = -0.1 + 0.05 * rng.normal(size=500) + 0.05 * y
+    out = Rescaler("train").fit(y, pred).transform(pred)
+    assert out.mean() == pytest.approx(y.mean()) and out.std() == pytest.approx(y.std())
+    assert np.corrcoef(out, pred)[0, 1] == pytest.approx(1.0)  # an affine map: CCC gains, r stays
+    bias = Rescaler("bias").fit(y, pred).transform(pred)
+    assert bias.mean() == pytest.approx(y.mean()) and bias.std() == pytest.approx(pred.std())
+    np.testing.assert_array_equal(Rescaler("none").fit(y, pred).transform(pred), pred)
+
+
+def test_rescaler_per_group_with_global_fallback():
+    rng = np.random.default_rng(3)
+    groups = np.repeat([1, 2], 200)
+    y = np.where(groups == 1, 1.0, -1.0) + np.where(groups == 1, 0.1, 0.5) * rng.normal(size=400)
+    pred = 0.01 * rng.normal(size=400)
+    r = Rescaler("train").fit(y, pred, groups)
+    for g in (1, 2):
+        rows = groups == g
+        out = r.transform(pred[rows], group=g)  # one group for a whole session
+        assert out.mean() == pytest.approx(y[rows].mean()) and out.std() == pytest.approx(y[rows].std())
+    # a row-wise group array gives the same numbers
+    rowwise = r.transform(pred, group=groups)
+    np.testing.assert_allclose(rowwise[groups == 2], r.transform(pred[groups == 2], group=2))
+    # unseen group -> statistics over all training rows
+    np.testing.assert_allclose(r.transform(pred, group=9), Rescaler("train").fit(y, pred).transform(pred))
+
+
+def test_rescaler_constant_predictions_shift_only():
+    r = Rescaler("train").fit([0.0, 1.0, 2.0], [5.0, 5.0, 5.0])
+    np.testing.assert_allclose(r.transform([5.0, 6.0]), [1.0, 2.0])
+
+
+def test_rescaler_errors():
+    with pytest.raises(ValueError, match="did you mean 'train'"):
+        Rescaler("trian")
+    with pytest.raises(RuntimeError, match="before fit"):
+        Rescaler("train").transform([1.0])
+    with pytest.raises(ValueError, match="rows"):
+        Rescaler().fit([1.0, 2.0], [1.0])
