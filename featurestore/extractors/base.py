@@ -47,7 +47,7 @@ class Extractor(ABC):
         return asdict(self.config)
 
     def check_available(self) -> None:
-        """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""
+        """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""  # noqa: B027 - optional hook
 
 
 class Track(ABC):

@@ -23,11 +23,11 @@ def _models():
 
 
 def _gray(rgb: np.ndarray) -> np.ndarray:
+    import cv2
+
     if rgb.ndim == 2:
         return np.ascontiguousarray(rgb, dtype=np.uint8)
-    # ITU-R 601 luma, as dlib and OpenCV use
-    g = rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114
-    return np.ascontiguousarray(g.astype(np.uint8))
+    return cv2.cvtColor(np.ascontiguousarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY)
 
 
 class DlibLandmarker:
