@@ -35,7 +35,16 @@ from . import media
 from .config import FeatureConfig
 from .extractors import AudioExtractor, ExtractorUnavailable, FrameExtractor, get_extractor
 from .manifest import SessionFiles
-from .store import LABEL_FPS, Channel, Features, SessionMeta, Store, cache_key, file_fingerprint, utc_now
+from .store import (
+    LABEL_FPS,
+    Channel,
+    Features,
+    SessionMeta,
+    Store,
+    cache_key,
+    file_fingerprint,
+    utc_now,
+)
 
 #: rule name and version for the per-role voice channels (part of their cache key)
 SPEAKING_RULE = "speaking_from_faces"
@@ -71,8 +80,9 @@ def _extractor(name: str, cfg: FeatureConfig):
 
 
 def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
-    import h5py
     import json
+
+    import h5py
 
     path = store.shard_path(session)
     if not path.exists():

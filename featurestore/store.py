@@ -58,7 +58,7 @@ def parse_session(text: str) -> tuple[int, int] | None:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 22) -> dict:

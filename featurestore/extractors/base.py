@@ -47,7 +47,8 @@ class Extractor(ABC):
         return asdict(self.config)
 
     def check_available(self) -> None:
-        """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""  # noqa: B027 - optional hook
+        """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""
+        return None
 
 
 class Track(ABC):
