@@ -235,6 +235,9 @@ def cmd_verify(args) -> int:
     store = Store(args.store)
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
     n = len(store.list_sessions())
+    for tmp in store.temp_files():
+        print(f"  note: {tmp.name} is a temporary file left by a killed writer (no shard is affected); "
+              "the next `featurestore extract` removes it")
     if problems:
         for p in problems:
             print(f"  {p}", file=sys.stderr)

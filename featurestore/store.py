@@ -457,11 +457,10 @@ class Store:
         non-decreasing and inside the session; labels have ``n_frames`` rows; the stored cache
         key matches its provenance; the extractor version is the current one
         (``current_versions``: extractor name -> version); the source file, where it still
-        exists, has the fingerprint the channel was computed from.
+        exists, has the fingerprint the channel was computed from. Leftover temporary files of
+        a killed writer are not problems (shards are never partial); see :meth:`temp_files`.
         """
         problems: list[Problem] = []
-        for p in self.temp_files():
-            problems.append(Problem(p.name, "leftover temporary shard", "a writer was killed; the next `featurestore extract` removes it"))
         sessions = self.list_sessions()
         if not sessions:
             problems.append(Problem(str(self.root), "no shards found", "run `featurestore extract` or `make features`"))
