@@ -1,0 +1,307 @@
+"""``experiments`` command line.
+
+Each verb is a pair of functions: ``add_<verb>(subparsers)`` declares its arguments and
+``cmd_<verb>(args) -> int`` runs it; :data:`VERBS` lists the ``add_*`` functions. A verb that
+works from an experiment config calls :func:`add_config_options`, and :func:`main` then loads
+the config (``--config``, every ``--set KEY=VALUE``) into ``args.cfg`` before the verb runs, and
+handles ``--print-config`` (print the resolved config, exit 0) for it.
+
+Exit codes: 0 all good, 1 some sessions or configurations failed (the message says which),
+2 usage error (bad arguments, bad config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line input; :func:`main` prints it and exits with code 2."""
+
+
+# --------------------------------------------------------------------- shared options
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    """``--config FILE``, repeatable ``--set KEY=VALUE`` and ``--print-config``."""
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="experiment config (YAML), or a packaged name: default, ablation, smoke "
+        "(default: experiments/configs/default.yaml)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
+        "(e.g. --set window.delay_s=[2] --set models.0.alpha=[1,10])",
+    )
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.set_defaults(takes_config=True)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`~experiments.config.ExperimentConfig` named by ``--config`` and ``--set``."""
+    from .config import load_config
+
+    return load_config(args.config or getattr(args, "config_default", None), overrides=args.overrides)
+
+
+# --------------------------------------------------------------------- score
+def add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="score challenge-format predictions against ground truth (both protocols)",
+        description="Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from "
+        "both folders, pair them by session, and print the per-session CCC (listeners x stories) "
+        "and the personalized and generalized protocol means, as the official challenge scorer does.",
+    )
+    p.add_argument("ground_truth_dir", type=Path, metavar="GROUND_TRUTH_DIR")
+    p.add_argument("prediction_dir", type=Path, metavar="PREDICTION_DIR")
+    p.add_argument("--csv", type=Path, default=None, metavar="FILE", help="also write session, listener, story, ccc to FILE")
+    p.set_defaults(func=cmd_score)
+
+
+def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
+    """(listener, story) -> CSV path; plus problems (duplicate sessions)."""
+    from featurestore.store import parse_session, session_name
+
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files")
+    found: dict[tuple[int, int], Path] = {}
+    problems: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() != ".csv" or path.name.startswith("."):
+            continue
+        ls = parse_session(path.stem)
+        if ls is None:
+            continue
+        if ls in found:
+            problems.append(f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one")
+            continue
+        found[ls] = path
+    return found, problems
+
+
+def _read_valence(path: Path):
+    """Values of one challenge-format CSV (validated by featurestore's annotation reader).
+
+    The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
+    """
+    from featurestore.imports import read_annotation
+
+    # predictions may leave [-1, 1]; the official scorer does not check the range either
+    return read_annotation(path, value_range=(-float("inf"), float("inf")))
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """Score a prediction folder against a ground-truth folder; exit 1 when files do not pair up."""
+    import pandas as pd
+
+    from featurestore.store import session_name
+
+    from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+
+    truth, problems = _session_csvs(args.ground_truth_dir)
+    preds, more = _session_csvs(args.prediction_dir)
+    problems += more
+    if not truth:
+        print(f"no Subject_<L>_Story_<S>.csv files in {args.ground_truth_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    missing = sorted(set(truth) - set(preds))
+    extra = sorted(set(preds) - set(truth))
+    if missing:
+        problems.append(
+            f"{len(missing)} predictions missing from {args.prediction_dir}: "
+            + ", ".join(f"{session_name(*k)}.csv" for k in missing)
+        )
+    if extra:
+        problems.append(
+            f"{len(extra)} predictions in {args.prediction_dir} have no ground truth in {args.ground_truth_dir}: "
+            + ", ".join(preds[k].name for k in extra)
+        )
+    rows = []
+    for key in sorted(set(truth) & set(preds)):
+        name = session_name(*key)
+        try:
+            y_true, y_pred = _read_valence(truth[key]), _read_valence(preds[key])
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        if len(y_true) != len(y_pred):
+            problems.append(
+                f"{name}: ground truth has {len(y_true)} frames ({truth[key]}) but the prediction has "
+                f"{len(y_pred)} ({preds[key]}); write one row per label frame"
+            )
+            continue
+        rows.append({"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)})
+    if problems:
+        print(f"cannot score: {len(problems)} problem(s)", file=sys.stderr)
+        for msg in problems:
+            print(f"  {msg}", file=sys.stderr)
+        return EXIT_FAILED
+
+    table = pd.DataFrame(rows)
+    matrix = ccc_matrix(table)
+    shown = matrix.copy()
+    shown["mean"] = ccc_per_listener(table)
+    shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
+    shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
+    protocols = ccc_protocols(table)
+    print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
+    print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
+    print()
+    print(f"personalized  {protocols['personalized']:.4f}   mean over listeners of each listener's mean over stories")
+    print(f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners")
+    if args.csv is not None:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+        print(f"per-session CCC written to {args.csv}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- sweep / ablate / export
+def _store_and_tracking(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri, mlruns/ -> sqlite:///mlruns/mlflow.db)")
+    p.add_argument("--jobs", type=int, default=1, help="configurations evaluated in parallel processes")
+    p.add_argument("--executor", choices=["local", "dask"], default="local", help="where configurations run")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (with --executor dask)")
+
+
+def _check_store(store: str) -> None:
+    from featurestore import Store
+
+    if not Store(store).list_sessions():
+        raise UsageError(f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first")
+
+
+def _print_sweep(res) -> int:
+    t = res.table
+    metric = res.selection_metric
+    done = int((t.status == "done").sum()) if not t.empty else 0
+    reused = int((t.status == "reused").sum()) if not t.empty else 0
+    print(f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed")
+    if not t.empty and metric in t:
+        cols = [c for c in ["label", metric, "test.ccc_personalized", "test.ccc_generalized"] if c in t]
+        top = t[t.status != "failed"].sort_values(metric, ascending=False).head(10)
+        with __import__("pandas").option_context("display.width", 200, "display.max_colwidth", 80):
+            print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id}")
+    for label, err in res.failed:
+        print(f"  FAILED {label}: {err}", file=sys.stderr)
+    return EXIT_FAILED if res.n_failed else EXIT_OK
+
+
+def add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run the config's grid on a feature store, log every configuration to MLflow")
+    add_config_options(p)
+    _store_and_tracking(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    _check_store(args.store)
+    if args.executor == "dask":
+        from .distributed import run_sweep_dask as run
+    else:
+        from .sweep import run_sweep as run
+    kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
+    res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, **kw)
+    return _print_sweep(res)
+
+
+def add_ablate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ablate", help="speaker / listener / both table -> reports/ablation.{md,csv,png}")
+    add_config_options(p)
+    _store_and_tracking(p)
+    p.add_argument("--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)")
+    p.set_defaults(func=cmd_ablate, config_default="ablation")
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from .ablation import ablate
+
+    _check_store(args.store)
+    df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out)
+    code = _print_sweep(res)
+    print()
+    print((Path(args.out) / "ablation.md").read_text())
+    print(f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, {Path(args.out) / 'ablation.png'}")
+    return code
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a run's predictions in challenge format")
+    p.add_argument("run_id")
+    p.add_argument("--split", choices=["val", "test", "loso"], required=True)
+    p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .tracking import export_predictions
+
+    try:
+        files = export_predictions(args.run_id, args.split, args.out, args.tracking_uri)
+    except FileNotFoundError as e:
+        print(f"experiments export: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{len(files)} prediction files written to {args.out}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- entry point
+#: one ``add_<verb>`` per verb; a new verb is one function pair and one entry here
+VERBS: list[Callable[[argparse._SubParsersAction], None]] = [add_sweep, add_ablate, add_export, add_score]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from featurestore import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="experiments",
+        description="Sweep, score and export empathy-prediction experiments on a feature store.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for add in VERBS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
+    from .config import ConfigError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help / --version exit 0, usage errors exit 2
+        return int(e.code or 0)
+    try:
+        if getattr(args, "takes_config", False):
+            args.cfg = config_from_args(args)
+            if args.print_config:
+                print(args.cfg.to_yaml(), end="")
+                return EXIT_OK
+        return int(args.func(args))
+    except (ConfigError, UsageError) as e:
+        print(f"experiments {args.verb}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"experiments {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

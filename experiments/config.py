@@ -1,0 +1,746 @@
+"""Experiment config: typed dataclasses, YAML loading with overrides, validation, grid expansion.
+
+A config file (see ``experiments/configs/*.yaml`` and DESIGN.md "Experiment config") describes
+a grid: every list is an axis, and every combination is one configuration (a :class:`Trial`,
+one nested MLflow child run). Missing keys take the defaults of the dataclasses below, so a
+config only needs to say what differs.
+
+Overrides use dotted keys and YAML values, as on the command line (``--set``)::
+
+    cfg = load_config("experiments/configs/default.yaml", overrides=["window.delay_s=[2]"])
+
+A model entry may narrow the grid for itself with ``only`` (dotted trial axes -> the values of
+the global grid to keep for that model), which keeps expensive models off the full cross
+product; see :func:`model_axes`::
+
+    models:
+      - {name: ridge, alpha: [1, 100]}
+      - {name: svr, C: [1], only: {window.lengths_s: [[2, 8]], personalization: [global]}}
+
+Errors are :class:`ConfigError`; each names the file (or the ``--set`` option) and the key
+path (``window.align``), and suggests the nearest valid key or value.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+#: the packaged configs (default.yaml, ablation.yaml, smoke.yaml)
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
+
+ROLES = ("speaker", "listener", "scene")
+PROTOCOLS = ("val", "loso")
+ALIGNS = ("centred", "causal")
+STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
+PERSONALIZATIONS = ("global", "per_listener", "global_calibrated", "listener_onehot")
+SMOOTH_METHODS = ("moving_average", "butterworth", "median")
+RESCALES = ("none", "train")
+SPLIT_NAMES = ("train", "val", "test")
+
+#: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
+ONLY_AXES = (
+    "feature_set",
+    "window.lengths_s",
+    "window.delay_s",
+    "window.align",
+    "personalization",
+    "postprocess.smooth_s",
+    "postprocess.smooth_method",
+    "postprocess.rescale",
+)
+
+
+class ConfigError(ValueError):
+    """A bad experiment config: the message names the file or ``--set`` option and the key path."""
+
+
+# --------------------------------------------------------------------------- dataclasses
+def _default_feature_sets() -> dict[str, list[str]]:
+    return {
+        "speaker": ["speaker/face_geom", "speaker/egemaps"],
+        "listener": ["listener/face_geom", "listener/egemaps"],
+        "both": ["speaker/face_geom", "speaker/egemaps", "listener/face_geom", "listener/egemaps"],
+    }
+
+
+@dataclass
+class WindowConfig:
+    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s)."""
+
+    lengths_s: list[list[float]] = field(default_factory=lambda: [[4.0], [2.0, 8.0]])
+    delay_s: list[float] = field(default_factory=lambda: [0.0, 2.0])
+    align: list[str] = field(default_factory=lambda: ["centred"])
+    stats: list[str] = field(default_factory=lambda: ["mean", "std", "slope"])
+    #: training rows are taken every ``train_hop_s`` seconds; predictions cover every frame
+    train_hop_s: float = 0.2
+
+
+@dataclass
+class ModelSpec:
+    """One ``models`` entry: a model name, a grid per hyperparameter, optional narrowed axes."""
+
+    name: str
+    params: dict[str, list[Any]] = field(default_factory=dict)
+    only: dict[str, list[Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, **{k: list(v) for k, v in self.params.items()}}
+        if self.only:
+            d["only"] = {k: list(v) for k, v in self.only.items()}
+        return d
+
+
+def _default_models() -> list[ModelSpec]:
+    return [
+        ModelSpec("ridge", {"alpha": [1.0, 10.0]}),
+        ModelSpec("linear_svr", {"C": [0.01, 0.1]}),
+        ModelSpec("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
+    ]
+
+
+@dataclass
+class PostprocessConfig:
+    """Prediction smoothing (window in seconds, 0 = none) and rescaling to training statistics."""
+
+    smooth_s: list[float] = field(default_factory=lambda: [0.0, 4.0])
+    smooth_method: list[str] = field(default_factory=lambda: ["moving_average"])
+    rescale: list[str] = field(default_factory=lambda: ["none", "train"])
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``."""
+
+    uri: str = "mlruns"
+    experiment: str = "omg-default"
+
+
+@dataclass
+class ExperimentConfig:
+    """A resolved, validated experiment config (see DESIGN.md "Experiment config")."""
+
+    target: str = "valence_self"
+    splits: dict[str, list[int]] = field(
+        default_factory=lambda: {"train": [2, 4, 5, 8], "val": [1], "test": [3, 6, 7]}
+    )
+    protocol: str = "val"
+    feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)
+    #: names of the feature sets to sweep (default: all of ``feature_sets``)
+    feature_set: list[str] = field(default_factory=list)
+    window: WindowConfig = field(default_factory=WindowConfig)
+    models: list[ModelSpec] = field(default_factory=_default_models)
+    personalization: list[str] = field(default_factory=lambda: ["global", "per_listener", "global_calibrated"])
+    postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 0
+    #: parallel configurations; None lets the sweep decide
+    jobs: int | None = None
+    #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
+    source: str = field(default="<defaults>", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.feature_set:
+            self.feature_set = list(self.feature_sets)
+
+    def to_dict(self) -> dict:
+        """The resolved config as plain YAML/JSON-dumpable types (every default filled in)."""
+        return {
+            "target": self.target,
+            "splits": {k: list(v) for k, v in self.splits.items()},
+            "protocol": self.protocol,
+            "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
+            "feature_set": list(self.feature_set),
+            "window": {
+                "lengths_s": [list(x) for x in self.window.lengths_s],
+                "delay_s": list(self.window.delay_s),
+                "align": list(self.window.align),
+                "stats": list(self.window.stats),
+                "train_hop_s": self.window.train_hop_s,
+            },
+            "models": [m.to_dict() for m in self.models],
+            "personalization": list(self.personalization),
+            "postprocess": {
+                "smooth_s": list(self.postprocess.smooth_s),
+                "smooth_method": list(self.postprocess.smooth_method),
+                "rescale": list(self.postprocess.rescale),
+            },
+            "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            "seed": self.seed,
+            "jobs": self.jobs,
+        }
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML text (what ``--print-config`` shows)."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+    def hash(self) -> str:
+        """Short stable hash of the resolved config."""
+        return config_hash(self.to_dict())
+
+
+def config_hash(d: Mapping | Sequence | Any, length: int = 12) -> str:
+    """Stable short hex hash of a JSON-able value (key order does not matter)."""
+    blob = json.dumps(d, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+# --------------------------------------------------------------------------- trials
+class WindowKey(NamedTuple):
+    """What determines the windowed features of a trial (compute once, share across models)."""
+
+    feature_set: str
+    channels: tuple[str, ...]
+    lengths_s: tuple[float, ...]
+    delay_s: float
+    align: str
+    stats: tuple[str, ...]
+
+
+def format_value(v: Any) -> str:
+    """A param value as MLflow text: ``2.0`` -> ``"2"``, ``[2, 8]`` -> ``"2,8"``, None -> ``"None"``."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return str(int(v))
+    if isinstance(v, list | tuple):
+        return ",".join(format_value(x) for x in v)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration of the grid: everything needed to train, post-process and score once."""
+
+    feature_set: str
+    channels: tuple[str, ...]
+    lengths_s: tuple[float, ...]
+    delay_s: float
+    align: str
+    stats: tuple[str, ...]
+    hop_s: float
+    model: str
+    model_params: tuple[tuple[str, Any], ...]
+    personalization: str
+    smooth_s: float
+    smooth_method: str
+    rescale: str
+    target: str = "valence_self"
+    protocol: str = "val"
+    seed: int = 0
+    splits: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def hyperparams(self) -> dict[str, Any]:
+        """Model hyperparameters of this trial (lists restored from tuples)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_params}
+
+    def params(self) -> dict[str, str]:
+        """Flat dotted params for MLflow (all values as text, see :func:`format_value`)."""
+        p = {
+            "features.set": self.feature_set,
+            "features.channels": ",".join(self.channels),
+            "window.lengths_s": format_value(self.lengths_s),
+            "window.delay_s": format_value(self.delay_s),
+            "window.align": self.align,
+            "window.stats": ",".join(self.stats),
+            "window.train_hop_s": format_value(self.hop_s),
+            "model.name": self.model,
+        }
+        p.update({f"model.{k}": format_value(v) for k, v in self.model_params})
+        p.update(
+            {
+                "personalization": self.personalization,
+                "postprocess.smooth_s": format_value(self.smooth_s),
+                "postprocess.smooth_method": self.smooth_method,
+                "postprocess.rescale": self.rescale,
+                "target": self.target,
+                "protocol": self.protocol,
+                "seed": format_value(self.seed),
+                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits),
+            }
+        )
+        return p
+
+    def hash(self) -> str:
+        """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
+        return config_hash(self.params())
+
+    def window_key(self) -> WindowKey:
+        """The part of the trial that determines its windowed features."""
+        return WindowKey(self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats)
+
+    def label(self) -> str:
+        """Short human-readable name, e.g. for a run name."""
+        hp = ",".join(f"{k}={format_value(v)}" for k, v in self.model_params)
+        return (
+            f"{self.model}{'(' + hp + ')' if hp else ''} {self.feature_set} "
+            f"w{format_value(self.lengths_s)}s d{format_value(self.delay_s)}s {self.personalization} "
+            f"smooth{format_value(self.smooth_s)}s rescale={self.rescale}"
+        )
+
+
+def _axis_values(cfg: ExperimentConfig) -> dict[str, list[Any]]:
+    return {
+        "feature_set": list(cfg.feature_set),
+        "window.lengths_s": [tuple(x) for x in cfg.window.lengths_s],
+        "window.delay_s": list(cfg.window.delay_s),
+        "window.align": list(cfg.window.align),
+        "personalization": list(cfg.personalization),
+        "postprocess.smooth_s": list(cfg.postprocess.smooth_s),
+        "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
+        "postprocess.rescale": list(cfg.postprocess.rescale),
+    }
+
+
+def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> dict[str, list[Any]]:
+    """The grid axes for one model: the global values, narrowed by the model's ``only``.
+
+    ``only`` keeps the grid values it lists; when it lists none of them (e.g. after
+    ``--set window.delay_s=[3]`` on a config whose model says ``only: {window.delay_s: [2]}``)
+    the model follows the whole grid on that axis instead of dropping out of the sweep.
+    """
+    axes = _axis_values(cfg)
+    for axis, wanted in spec.only.items():
+        wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
+        kept = [v for v in axes[axis] if v in wanted]
+        if kept:
+            axes[axis] = kept
+    return axes
+
+
+def expand(cfg: ExperimentConfig) -> list[Trial]:
+    """Every configuration of the grid, grouped by window key (features computed once per key).
+
+    A model's ``only`` narrows the axes for that model (see :func:`model_axes`). With
+    ``smooth_s`` 0 there is nothing to smooth, so only the first smoothing method is kept for
+    it. Duplicates (same params) are dropped, keeping the first.
+    """
+    glob = _axis_values(cfg)
+    per_model = [model_axes(cfg, spec) for spec in cfg.models]
+    splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
+    stats = tuple(cfg.window.stats)
+    out: list[Trial] = []
+    seen: set[str] = set()
+    window_axes = ("feature_set", "window.lengths_s", "window.delay_s", "window.align")
+    for key in itertools.product(*(glob[a] for a in window_axes)):
+        fs, lengths, delay, align = key
+        for spec, axes in zip(cfg.models, per_model, strict=True):
+            if any(v not in axes[a] for a, v in zip(window_axes, key, strict=True)):
+                continue
+            names = list(spec.params)
+            methods = axes["postprocess.smooth_method"]
+            for values in itertools.product(*(spec.params[n] for n in names)):
+                hp = tuple((n, tuple(v) if isinstance(v, list) else v) for n, v in zip(names, values, strict=True))
+                for pers, smooth, method, rescale in itertools.product(
+                    axes["personalization"], axes["postprocess.smooth_s"], methods, axes["postprocess.rescale"]
+                ):
+                    if smooth == 0 and method != methods[0]:
+                        continue
+                    trial = Trial(
+                        feature_set=fs,
+                        channels=tuple(cfg.feature_sets[fs]),
+                        lengths_s=tuple(lengths),
+                        delay_s=delay,
+                        align=align,
+                        stats=stats,
+                        hop_s=cfg.window.train_hop_s,
+                        model=spec.name,
+                        model_params=hp,
+                        personalization=pers,
+                        smooth_s=smooth,
+                        smooth_method=method,
+                        rescale=rescale,
+                        target=cfg.target,
+                        protocol=cfg.protocol,
+                        seed=cfg.seed,
+                        splits=splits,
+                    )
+                    h = trial.hash()
+                    if h not in seen:
+                        seen.add(h)
+                        out.append(trial)
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+def resolve_config_path(path: str | Path | None) -> Path:
+    """A config path; a bare name such as ``smoke`` means the packaged ``configs/smoke.yaml``."""
+    if path is None:
+        return DEFAULT_CONFIG
+    p = Path(path)
+    if p.exists():
+        return p
+    packaged = CONFIG_DIR / (p.name if p.suffix in (".yaml", ".yml") else f"{p.name}.yaml")
+    if p.parent == Path(".") and packaged.exists():
+        return packaged
+    names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+    raise ConfigError(
+        f"config file {p} does not exist; pass a YAML file or one of the packaged configs: {', '.join(names)}"
+    )
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Read, override and validate an experiment config.
+
+    Args:
+        path: a YAML file, a packaged config name (``default``, ``ablation``, ``smoke``), or
+            None for ``experiments/configs/default.yaml``.
+        overrides: ``KEY=VALUE`` strings with dotted keys and YAML values, applied in order
+            (``"window.delay_s=[2]"``, ``"models.0.alpha=[1, 10]"``, ``"window.align=causal"``).
+
+    Raises:
+        ConfigError: unreadable or malformed file, unknown key, bad value; the message names
+            the file (and line for YAML syntax errors) or ``--set`` option and the key path.
+    """
+    p = resolve_config_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot be read ({e})") from e
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}")
+    return from_dict(raw, source=str(p), overrides=overrides)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+    return key.split("."), parsed
+
+
+def apply_override(raw: dict, keys: list[str], value: Any, text: str = "") -> None:
+    """Set ``raw[k1][k2]... = value`` in place; integer keys index lists (``models.0.alpha``)."""
+    node: Any = raw
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not k.lstrip("-").isdigit() or not -len(node) <= int(k) < len(node):
+                raise ConfigError(
+                    f"--set {text}: {'.'.join(keys[: i + 1])}: index {k!r} is not in a list of {len(node)} entries"
+                )
+            if last:
+                node[int(k)] = value
+            else:
+                node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            else:
+                if not isinstance(node.get(k), dict | list):
+                    node[k] = {}
+                node = node[k]
+        else:
+            raise ConfigError(f"--set {text}: {'.'.join(keys[:i])} is a single value, it has no key {k!r}")
+
+
+def from_dict(raw: Mapping, source: str = "<dict>", overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Validate a config mapping (as read from YAML), after applying ``overrides``."""
+    raw = copy.deepcopy(dict(raw))
+    origins: dict[str, str] = {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(raw, keys, value, text)
+        origins[".".join(keys)] = f"--set {text}"
+    return _Validator(source, origins).config(raw)
+
+
+# --------------------------------------------------------------------------- validation
+def _suggest(word: Any, valid: Iterable[Any]) -> str:
+    valid = [str(v) for v in valid]
+    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class _Validator:
+    def __init__(self, source: str, origins: Mapping[str, str]) -> None:
+        self.source = source
+        self.origins = dict(origins)
+
+    def fail(self, key: str, msg: str) -> ConfigError:
+        where = self.source
+        dotted = re.sub(r"\[(\d+)\]", r".\1", key)  # models[0].alpha -> models.0.alpha, as --set writes it
+        for k, origin in self.origins.items():
+            if dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + "."):
+                where = f"{origin} (on {self.source})"
+                break
+        return ConfigError(f"{where}: {key}: {msg}")
+
+    # ---- helpers
+    def mapping(self, key: str, value: Any, allowed: Sequence[str] | None = None) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, got {type(value).__name__} {value!r}")
+        if allowed is not None:
+            for k in value:
+                if k not in allowed:
+                    raise self.fail(f"{key}.{k}" if key else str(k), f"unknown key{_suggest(k, allowed)}")
+        return value
+
+    def as_list(self, key: str, value: Any) -> list:
+        if isinstance(value, list | tuple):
+            if not value:
+                raise self.fail(key, "empty list; give at least one value")
+            return list(value)
+        if isinstance(value, dict):
+            raise self.fail(key, f"expected a value or a list of values, got a mapping {value!r}")
+        return [value]
+
+    def enum_list(self, key: str, value: Any, valid: Sequence[str]) -> list[str]:
+        out = []
+        for v in self.as_list(key, value):
+            if v not in valid:
+                raise self.fail(key, f"{v!r} is not one of {', '.join(valid)}{_suggest(v, valid)}")
+            if v not in out:
+                out.append(v)
+        return out
+
+    def number(self, key: str, v: Any, minimum: float | None = None, strict: bool = False) -> float:
+        if not _is_number(v):
+            raise self.fail(key, f"expected a number, got {v!r}")
+        if minimum is not None and (v < minimum or (strict and v == minimum)):
+            raise self.fail(key, f"{v!r} must be {'>' if strict else '>='} {minimum:g}")
+        return float(v)
+
+    def number_list(self, key: str, value: Any, minimum: float, strict: bool = False) -> list[float]:
+        out: list[float] = []
+        for v in self.as_list(key, value):
+            x = self.number(key, v, minimum, strict)
+            if x not in out:
+                out.append(x)
+        return out
+
+    def lengths(self, key: str, value: Any) -> list[list[float]]:
+        items = self.as_list(key, value)
+        if all(_is_number(x) for x in items) and len(items) > 1:
+            as_sets = ", ".join(f"[{format_value(x)}]" for x in items)
+            raise self.fail(
+                key,
+                f"{items!r} is ambiguous: each entry is one multi-scale set of window lengths; "
+                f"write [{as_sets}] for separate windows or [{items!r}] for one multi-scale set",
+            )
+        out: list[list[float]] = []
+        for i, entry in enumerate(items):
+            ls = self.number_list(f"{key}[{i}]", entry, 0.0, strict=True)
+            ls = sorted(ls)
+            if ls not in out:
+                out.append(ls)
+        return out
+
+    # ---- sections
+    def config(self, raw: dict) -> ExperimentConfig:
+        top = [
+            "target", "splits", "protocol", "feature_sets", "feature_set", "window", "models",
+            "personalization", "postprocess", "tracking", "seed", "jobs",
+        ]
+        self.mapping("", raw, top)
+        d = ExperimentConfig()
+        cfg = ExperimentConfig(source=self.source)
+
+        target = raw.get("target", d.target)
+        if not isinstance(target, str) or not target:
+            raise self.fail("target", f"expected a label target name such as valence_self, got {target!r}")
+        cfg.target = target
+
+        if isinstance(raw.get("protocol"), list):
+            raise self.fail("protocol", "expected one protocol (val or loso), not a list")
+        cfg.protocol = self.enum_list("protocol", raw.get("protocol", d.protocol), PROTOCOLS)[0]
+        cfg.splits = self.splits(raw.get("splits", d.splits), cfg.protocol)
+        cfg.feature_sets = self.feature_sets(raw.get("feature_sets", d.feature_sets))
+        cfg.feature_set = self.feature_set(raw.get("feature_set", "all"), cfg.feature_sets)
+        cfg.window = self.window(raw.get("window", {}))
+        cfg.personalization = self.enum_list(
+            "personalization", raw.get("personalization", d.personalization), PERSONALIZATIONS
+        )
+        cfg.postprocess = self.postprocess(raw.get("postprocess", {}))
+        cfg.tracking = self.tracking(raw.get("tracking", {}))
+        seed = raw.get("seed", d.seed)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise self.fail("seed", f"expected an integer, got {seed!r}")
+        cfg.seed = seed
+        jobs = raw.get("jobs", None)
+        if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+            raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
+        cfg.jobs = jobs
+        cfg.models = self.models(raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg)
+        return cfg
+
+    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
+        value = self.mapping("splits", value, SPLIT_NAMES)
+        out: dict[str, list[int]] = {}
+        owner: dict[int, str] = {}
+        for name in SPLIT_NAMES:
+            if name not in value or value[name] is None:
+                continue
+            stories = value[name] if isinstance(value[name], list) else [value[name]]
+            out[name] = []
+            for s in stories:
+                if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+                    raise self.fail(f"splits.{name}", f"expected story numbers (integers >= 1), got {s!r}")
+                if s in owner and owner[s] != name:
+                    raise self.fail(f"splits.{name}", f"story {s} is also in splits.{owner[s]}; a story belongs to one split")
+                owner[s] = name
+                if s not in out[name]:
+                    out[name].append(s)
+        if not out.get("train"):
+            raise self.fail("splits.train", "no training stories; list them, e.g. train: [2, 4, 5, 8]")
+        if protocol == "val" and not out.get("val"):
+            raise self.fail("splits.val", "protocol val needs validation stories, e.g. val: [1] (or use protocol: loso)")
+        return out
+
+    def feature_sets(self, value: Any) -> dict[str, list[str]]:
+        value = self.mapping("feature_sets", value)
+        if not value:
+            raise self.fail("feature_sets", "no feature sets; define at least one name -> [role/channel, ...]")
+        out: dict[str, list[str]] = {}
+        for name, keys in value.items():
+            key = f"feature_sets.{name}"
+            chans: list[str] = []
+            for ch in self.as_list(key, keys):
+                parts = str(ch).split("/")
+                if len(parts) != 2 or not parts[1]:
+                    raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
+                if parts[0] not in ROLES:
+                    raise self.fail(key, f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{_suggest(parts[0], ROLES)}")
+                if ch not in chans:
+                    chans.append(str(ch))
+            out[str(name)] = chans
+        return out
+
+    def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:
+        if value == "all" or value is None:
+            return list(sets)
+        names = []
+        for v in self.as_list("feature_set", value):
+            if v not in sets:
+                raise self.fail("feature_set", f"{v!r} is not defined in feature_sets ({', '.join(sets)}){_suggest(v, sets)}")
+            if v not in names:
+                names.append(v)
+        return names
+
+    def window(self, value: Any) -> WindowConfig:
+        allowed = ["lengths_s", "delay_s", "align", "stats", "train_hop_s"]
+        value = self.mapping("window", value, allowed)
+        d = WindowConfig()
+        w = WindowConfig()
+        w.lengths_s = self.lengths("window.lengths_s", value.get("lengths_s", d.lengths_s))
+        w.delay_s = self.number_list("window.delay_s", value.get("delay_s", d.delay_s), 0.0)
+        w.align = self.enum_list("window.align", value.get("align", d.align), ALIGNS)
+        w.stats = self.enum_list("window.stats", value.get("stats", d.stats), STATS)
+        hop = value.get("train_hop_s", d.train_hop_s)
+        w.train_hop_s = self.number("window.train_hop_s", hop, 0.0, strict=True)
+        return w
+
+    def postprocess(self, value: Any) -> PostprocessConfig:
+        value = self.mapping("postprocess", value, ["smooth_s", "smooth_method", "rescale"])
+        d = PostprocessConfig()
+        return PostprocessConfig(
+            smooth_s=self.number_list("postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0),
+            smooth_method=self.enum_list(
+                "postprocess.smooth_method", value.get("smooth_method", d.smooth_method), SMOOTH_METHODS
+            ),
+            rescale=self.enum_list("postprocess.rescale", value.get("rescale", d.rescale), RESCALES),
+        )
+
+    def tracking(self, value: Any) -> TrackingConfig:
+        value = self.mapping("tracking", value, ["uri", "experiment"])
+        d = TrackingConfig()
+        t = TrackingConfig(uri=value.get("uri", d.uri), experiment=value.get("experiment", d.experiment))
+        for k in ("uri", "experiment"):
+            if not isinstance(getattr(t, k), str) or not getattr(t, k):
+                raise self.fail(f"tracking.{k}", f"expected a non-empty string, got {getattr(t, k)!r}")
+        return t
+
+    def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelSpec]:
+        from .models import MODEL_PARAMS  # lazy: the estimator factory imports scikit-learn
+
+        if not isinstance(value, list) or not value:
+            raise self.fail("models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries")
+        out: list[ModelSpec] = []
+        for i, entry in enumerate(value):
+            key = f"models[{i}]"
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise self.fail(key, f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}")
+            name = entry["name"]
+            if name not in MODEL_PARAMS:
+                raise self.fail(f"{key}.name", f"unknown model {name!r}{_suggest(name, sorted(MODEL_PARAMS))}")
+            spec = ModelSpec(str(name))
+            allowed = list(MODEL_PARAMS[name])
+            for hp, grid in entry.items():
+                if hp in ("name", "only"):
+                    continue
+                if hp not in allowed:
+                    hint = _suggest(hp, allowed + ["only"]) if allowed else "; this model has no hyperparameters"
+                    raise self.fail(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
+                spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
+            spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
+            out.append(spec)
+        return out
+
+    def only(self, key: str, value: Any, cfg: ExperimentConfig) -> dict[str, list[Any]]:
+        flat: dict[str, Any] = {}
+
+        def walk(prefix: str, node: Any) -> None:
+            if isinstance(node, dict) and prefix not in ONLY_AXES:
+                for k, v in node.items():
+                    walk(f"{prefix}.{k}" if prefix else str(k), v)
+            else:
+                flat[prefix] = node
+
+        walk("", self.mapping(key, value))
+        enums = {
+            "feature_set": list(cfg.feature_sets),
+            "window.align": ALIGNS,
+            "personalization": PERSONALIZATIONS,
+            "postprocess.smooth_method": SMOOTH_METHODS,
+            "postprocess.rescale": RESCALES,
+        }
+        out: dict[str, list[Any]] = {}
+        for axis, vals in flat.items():
+            k = f"{key}.{axis}"
+            if axis not in ONLY_AXES:
+                raise self.fail(k, f"not a grid axis a model can narrow{_suggest(axis, ONLY_AXES)}")
+            if axis == "window.lengths_s":
+                out[axis] = self.lengths(k, vals)
+            elif axis in ("window.delay_s", "postprocess.smooth_s"):
+                out[axis] = self.number_list(k, vals, 0.0)
+            else:
+                out[axis] = self.enum_list(k, vals, enums[axis])
+        return out

@@ -1,0 +1,329 @@
+"""Per-session frame tables at the label rate (25 fps): features resampled onto label frames.
+
+Label frame ``i`` of a session is the instant ``t_i = i / fps`` (fps = 25). Every channel of
+the feature store is brought onto these instants:
+
+- channels sampled at the label rate or slower (face channels at 5 fps) are linearly
+  interpolated between *valid* samples, but never across a gap longer than ``max_gap_s``
+  (0.5 s); a frame outside such a span takes the nearest valid sample when it lies within
+  half a sample period, else it is missing;
+- channels sampled faster (eGeMAPS LLDs every 10 ms) are averaged over the valid samples
+  whose time is within half a frame period of ``t_i`` (the samples nearest to that frame).
+
+Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data.
+Everything is vectorised (``searchsorted``, a sparse pooling product); no loop runs over frames.
+
+>>> import numpy as np
+>>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
+>>> x, ok = resample_channel(np.arange(5.0)[:, None], t, np.ones(5, bool), n_frames=21)
+>>> [round(float(v), 2) for v in x[:6, 0]]                   # frames 0..5 at 0, 0.04, ... 0.2 s
+[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+from scipy.sparse import csr_matrix
+
+from featurestore.store import LABEL_FPS, ROLES, Store
+
+#: interpolation never bridges a gap between valid samples longer than this (seconds)
+MAX_GAP_S = 0.5
+
+
+class DatasetError(RuntimeError):
+    """A session lacks a channel or a label target, or its arrays disagree; names both and the fix."""
+
+
+@dataclass
+class SessionTable:
+    """One session's features and labels at the label rate.
+
+    Attributes:
+        X: (n_frames, d) float32 features, NaN where missing.
+        columns: d names ``role/channel/column``.
+        valid: (n_frames, n_channels) bool, one column per entry of ``channels``.
+        channels: the ``role/channel`` keys, in the order of ``valid``'s columns.
+        column_channel: (d,) int, the index into ``channels`` of each column of ``X``.
+        y: (n_frames,) float32 labels of ``target``.
+    """
+
+    session: str
+    listener: int
+    story: int
+    split: str
+    X: np.ndarray
+    columns: list[str]
+    valid: np.ndarray
+    channels: list[str]
+    column_channel: np.ndarray
+    y: np.ndarray
+    target: str = "valence_self"
+    speaker: int = 0
+    fps: float = LABEL_FPS
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def time(self) -> np.ndarray:
+        """Label frame times in seconds, ``i / fps``."""
+        return np.arange(self.n_frames) / self.fps
+
+    def column_valid(self) -> np.ndarray:
+        """(n_frames, d) bool: the channel validity broadcast to each column of ``X``."""
+        return self.valid[:, self.column_channel]
+
+
+def resample_channel(
+    data: np.ndarray,
+    time: np.ndarray,
+    valid: np.ndarray,
+    n_frames: int,
+    fps: float = LABEL_FPS,
+    max_gap_s: float = MAX_GAP_S,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bring one channel onto label frames ``t_i = i / fps`` (seconds), ``i < n_frames``.
+
+    Args:
+        data: (n, d) samples; rows with ``valid`` False are ignored.
+        time: (n,) sample times in seconds, non-decreasing.
+        valid: (n,) bool.
+        n_frames: number of label frames.
+        fps: label rate in frames per second.
+        max_gap_s: longest gap (seconds) between valid samples that interpolation bridges.
+
+    Returns:
+        (X, ok): (n_frames, d) float32 with NaN where there is no source data, and
+        (n_frames,) bool, True where the frame had valid source samples.
+    """
+    data = np.asarray(data, dtype=np.float32)
+    if data.ndim == 1:
+        data = data[:, None]
+    time = np.asarray(time, dtype=np.float64)
+    valid = np.asarray(valid, dtype=bool)
+    d = data.shape[1]
+    dt = np.diff(time)
+    if dt.size and dt.min() < 0:
+        order = np.argsort(time, kind="stable")
+        data, time, valid = data[order], time[order], valid[order]
+        dt = np.diff(time)
+    step = float(np.median(dt)) if dt.size else 1.0 / fps
+    tv, dv = time[valid], data[valid]
+    if tv.size == 0 or n_frames == 0:
+        return np.full((n_frames, d), np.nan, np.float32), np.zeros(n_frames, bool)
+    if step < 0.75 / fps:
+        return _pool(dv, tv, n_frames, fps)
+    return _interpolate(dv, tv, n_frames, fps, max_gap_s, hold_s=max(step, 1.0 / fps) / 2)
+
+
+def _pool(dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of the samples nearest to each frame (within half a frame period), NaN-aware."""
+    frame = np.floor(tv * fps + 0.5).astype(np.int64)
+    keep = (frame >= 0) & (frame < n_frames)
+    if not keep.all():
+        frame, dv = frame[keep], dv[keep]
+    # a sparse frames x samples 0/1 matrix sums each frame's samples in one product;
+    # times are sorted, so each frame's samples are one contiguous run of columns
+    indptr = np.searchsorted(frame, np.arange(n_frames + 1), side="left")
+    # float32 is exact enough here: each frame averages a handful of samples
+    ones = np.ones(frame.size, dtype=np.float32)
+    A = csr_matrix((ones, np.arange(frame.size), indptr), shape=(n_frames, frame.size))
+    finite = np.isfinite(dv)
+    if finite.all():
+        sums = A @ dv
+        counts = np.diff(indptr).astype(np.float32)[:, None]
+    else:
+        sums = A @ np.where(finite, dv, np.float32(0))
+        counts = A @ finite.astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.asarray(sums / counts, dtype=np.float32)  # 0/0 -> NaN where a frame has no value
+    return out, np.diff(indptr) > 0
+
+
+def _interpolate(
+    dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float, max_gap_s: float, hold_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Linear interpolation between valid samples not farther apart than ``max_gap_s``."""
+    m = tv.size
+    t = np.arange(n_frames) / fps
+    j = np.searchsorted(tv, t + 1e-9, side="right") - 1  # last valid sample at or before t
+    has_l, has_r = j >= 0, j + 1 < m
+    jl, jr = np.clip(j, 0, m - 1), np.clip(j + 1, 0, m - 1)
+    tl, tr = tv[jl], tv[jr]
+    gap = tr - tl
+    inside = has_l & has_r & (gap <= max_gap_s + 1e-9)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(inside & (gap > 0), (t - tl) / np.where(gap > 0, gap, 1.0), 0.0)
+    w = np.clip(w, 0.0, 1.0).astype(np.float32)[:, None]
+    out = dv[jl]
+    out *= 1.0 - w
+    out += dv[jr] * w
+    # outside an interpolation span: the nearest valid sample if it is within hold_s
+    dl = np.where(has_l, t - tl, np.inf)
+    dr = np.where(has_r, tr - t, np.inf)
+    use_l = ~inside & (dl <= hold_s + 1e-9) & (dl <= dr)
+    use_r = ~inside & ~use_l & (dr <= hold_s + 1e-9)
+    out[use_l] = dv[jl[use_l]]
+    out[use_r] = dv[jr[use_r]]
+    ok = inside | use_l | use_r
+    out[~ok] = np.nan
+    return out, ok
+
+
+def _as_store(store: Store | str | os.PathLike) -> Store:
+    return store if isinstance(store, Store) else Store(store)
+
+
+def story_splits(splits: Mapping[str, Sequence[int]]) -> dict[int, str]:
+    """Story -> split name from a ``{split: [stories]}`` mapping."""
+    return {int(s): str(name) for name, stories in splits.items() for s in stories}
+
+
+def load_sessions(
+    store: Store | str | os.PathLike,
+    feature_keys: Sequence[str],
+    target: str = "valence_self",
+    splits: Mapping[str, Sequence[int]] | None = None,
+    sessions: Sequence[str] | None = None,
+    max_gap_s: float = MAX_GAP_S,
+    threads: int = 2,
+) -> list[SessionTable]:
+    """Load aligned 25 fps frame tables for every session of the store (or ``sessions``).
+
+    Args:
+        store: a :class:`featurestore.Store` or its folder.
+        feature_keys: ``role/channel`` keys, e.g. ``["listener/face_geom", "listener/egemaps"]``.
+        target: label target (``valence_self``, ``valence_observer_listener``, ...).
+        splits: split name -> stories (the config's ``splits``); each session's split is looked
+            up from its story (not from the shard's stored attribute), and sessions whose story
+            is in no split are skipped. None keeps every session with the stored split.
+        sessions: restrict to these session ids.
+        max_gap_s: longest gap (seconds) interpolation bridges for channels at <= 25 fps.
+        threads: sessions loaded concurrently; HDF5 reads are serialised by h5py, but the
+            resampling of one session overlaps the reading of the next. 1 = sequential.
+
+    Returns:
+        One :class:`SessionTable` per session, ordered by listener then story.
+
+    Raises:
+        DatasetError: a session lacks a channel or the target (the message names both and the
+            ``featurestore`` command that adds it), or the store holds no sessions.
+    """
+    st = _as_store(store)
+    names = list(sessions) if sessions is not None else st.list_sessions()
+    if not names:
+        raise DatasetError(
+            f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
+        )
+    by_story = story_splits(splits) if splits is not None else None
+    keys = [str(k) for k in feature_keys]
+    def load(s: str) -> SessionTable | None:
+        return _load_session(st, s, keys, target, by_story, max_gap_s)
+
+    if threads > 1 and len(names) > 1:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            tables = list(pool.map(load, names))
+    else:
+        tables = [load(s) for s in names]
+    out: list[SessionTable] = []
+    for table in tables:
+        if table is None:
+            continue
+        if out and table.columns != out[0].columns:
+            _raise_column_mismatch(out[0], table)
+        out.append(table)
+    return out
+
+
+def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
+    for ci, key in enumerate(other.channels):
+        a = [c for c, k in zip(first.columns, first.column_channel, strict=True) if k == ci]
+        b = [c for c, k in zip(other.columns, other.column_channel, strict=True) if k == ci]
+        if a != b:
+            raise DatasetError(
+                f"channel {key} has {len(b)} columns in {other.session} but {len(a)} in {first.session} "
+                f"(first difference: {sorted(set(a) ^ set(b))[:3]}); the sessions were extracted with "
+                "different settings: re-run `featurestore extract --force` on the odd ones"
+            )
+
+
+def _load_session(
+    st: Store, s: str, keys: list[str], target: str, by_story: dict[int, str] | None, max_gap_s: float
+) -> SessionTable | None:
+    # one open per shard, reading whole datasets (the layout is the contract in store.py);
+    # Store.read_channel would reopen the file and parse provenance for every channel
+    path = st.shard_path(s)
+    if not path.exists():
+        raise DatasetError(f"no shard for session {s} in {st.root}; run `featurestore extract` or check the name")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise DatasetError(f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`") from e
+    with f:
+        a = f.attrs
+        lacking = [k for k in ("listener", "story", "n_frames") if k not in a]
+        if lacking:
+            raise DatasetError(f"{path} lacks root attributes {lacking}; rebuild it with `featurestore extract --force`")
+        listener, story, n = int(a["listener"]), int(a["story"]), int(a["n_frames"])
+        fps = float(a.get("fps", LABEL_FPS))
+        speaker = int(a.get("speaker", 0))
+        split = str(a.get("split", "")) if by_story is None else by_story.get(story)
+        if split is None:
+            return None
+        missing = [k for k in keys if k not in f or not isinstance(f[k], h5py.Group) or "data" not in f[k]]
+        if missing:
+            have = [f"{r}/{c}" for r in ROLES if r in f for c in f[r]]
+            raise DatasetError(
+                f"session {s} has no channel {', '.join(missing)} in {path} "
+                f"(it has: {', '.join(have) or 'none'}); compute it with `featurestore extract` "
+                "(or add it with `featurestore import`), or drop it from the feature set"
+            )
+        if "labels" not in f or target not in f["labels"]:
+            have = sorted(f["labels"]) if "labels" in f else []
+            raise DatasetError(
+                f"session {s} has no labels {target!r} in {path} (it has: {', '.join(have) or 'none'}); "
+                f"add them with `featurestore labels DIR --target {target}`"
+            )
+        y = f["labels"][target][()].astype(np.float32).reshape(-1)
+        if y.shape[0] != n:
+            raise DatasetError(
+                f"session {s}: labels {target!r} have {y.shape[0]} rows but the session has {n} frames; "
+                f"re-add them with `featurestore labels DIR --target {target}`"
+            )
+        blocks, columns, oks, col_ch = [], [], [], []
+        for ci, key in enumerate(keys):
+            g = f[key]
+            names = [str(c) for c in json.loads(g.attrs["columns"])]
+            x, ok = resample_channel(g["data"][()], g["time"][()], g["valid"][()], n, fps, max_gap_s)
+            if x.shape[1] != len(names):
+                raise DatasetError(f"{path}: {key} has {x.shape[1]} columns but {len(names)} names; run `featurestore verify`")
+            blocks.append(x)
+            oks.append(ok)
+            columns.extend(f"{key}/{c}" for c in names)
+            col_ch.extend([ci] * len(names))
+    X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
+    valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
+    return SessionTable(
+        session=s,
+        listener=listener,
+        story=story,
+        split=split,
+        X=X,
+        columns=columns,
+        valid=valid,
+        channels=list(keys),
+        column_channel=np.asarray(col_ch, dtype=np.int64),
+        y=y,
+        target=target,
+        speaker=speaker,
+        fps=fps,
+    )
