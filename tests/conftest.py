@@ -27,7 +27,7 @@ def make_video(path, n_frames=50, width=320, height=96, fps=25, audio=True, sr=1
         if audio:
             a = c.add_stream("aac", rate=sr)
             a.layout = "mono"
-        for i in range(n_frames):
+        for _ in range(n_frames):
             img = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
             for p in v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
                 c.mux(p)
