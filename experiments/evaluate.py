@@ -97,6 +97,7 @@ class TrialResult:
     truth: dict[str, np.ndarray] = field(default_factory=dict)
     fit_seconds: float = 0.0
     n_train_rows: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
 def _design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +155,21 @@ def _split_sessions(w: Windowed, splits: dict[str, tuple[int, ...]]) -> dict[str
 
 
 def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
-    """Fit, predict, post-process and score one configuration under its protocol."""
+    """Fit, predict, post-process and score one configuration under its protocol.
+
+    Warnings raised while fitting (e.g. a solver that did not converge) are collected in
+    ``TrialResult.warnings`` instead of flooding the console; the sweep logs them as a tag.
+    """
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _evaluate_trial(trial, w)
+    result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
+    return result
+
+
+def _evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
     import time
 
     t0 = time.perf_counter()

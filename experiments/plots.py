@@ -83,7 +83,7 @@ def plot_ablation(table: pd.DataFrame, path: str | Path, reference: Mapping[str,
     plt = _plt()
     sets = list(dict.fromkeys(table.feature_set))
     combos = [(s, p) for s in sorted(table.split.unique(), key=lambda v: {"val": 0, "loso": 1, "test": 2}.get(v, 3)) for p in ("personalized", "generalized")]
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
     width = 0.8 / len(combos)
     x = np.arange(len(sets))
     for i, (split, prot) in enumerate(combos):
@@ -99,7 +99,7 @@ def plot_ablation(table: pd.DataFrame, path: str | Path, reference: Mapping[str,
     ax.set_xlabel("feature set")
     ax.set_ylabel("CCC")
     ax.set_title("Speaker vs. listener vs. both (best configuration per set, chosen on validation)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = Path(path)

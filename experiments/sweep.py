@@ -59,7 +59,11 @@ def selection_metric(cfg: ExperimentConfig) -> str:
 
 
 def store_fingerprint(store) -> tuple[str, str]:
-    """(hash of every shard's channel cache keys and label targets, face backend name)."""
+    """(hash of every shard's channel cache keys and labels, face backend name).
+
+    Labels are hashed by content (they are small): re-imported or corrected ratings change the
+    scores, so runs on the old labels must not be reused.
+    """
     from featurestore import Store
 
     st = store if isinstance(store, Store) else Store(store)
@@ -67,7 +71,10 @@ def store_fingerprint(store) -> tuple[str, str]:
     backend = "none"
     for s in st.list_sessions():
         keys = st.cache_keys(s)
-        h.update(json.dumps([s, sorted(keys.items()), st.label_targets(s)]).encode())
+        targets = st.label_targets(s)
+        h.update(json.dumps([s, sorted(keys.items()), targets]).encode())
+        for target in targets:
+            h.update(np.ascontiguousarray(st.labels(s, target).to_numpy()).tobytes())
         if backend == "none" and "listener/face_geom" in keys:
             backend = str(st.read_channel(s, "listener/face_geom").params.get("backend", "unknown"))
     return h.hexdigest()[:16], backend
@@ -120,7 +127,7 @@ def run_sweep(
     cfg: ExperimentConfig,
     store="features",
     tracking_uri: str | None = None,
-    jobs: int = 1,
+    jobs: int | None = None,
     progress: bool = True,
     run_name: str | None = None,
     log_artifacts: bool = True,
@@ -128,17 +135,21 @@ def run_sweep(
 ) -> SweepResult:
     """Run every configuration of ``cfg`` (skipping finished ones) and log them to MLflow.
 
+    A configuration is reused when the experiment holds a FINISHED run with its hash computed
+    on a store with the same fingerprint. ``jobs`` None takes the config's ``jobs`` (default 1).
+
     Returns a :class:`SweepResult` whose ``table`` has one row per configuration with its
     run id, status (``done``, ``reused``, ``failed``), params and metrics.
     """
     from .dataset import load_sessions
 
+    jobs = int(jobs if jobs is not None else (cfg.jobs or 1))
     t_start = time.perf_counter()
     trials = _order(_ensure_baseline(expand(cfg)))
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     reaped = tracker.reap_stale()
-    finished = tracker.finished_by_hash()
     fingerprint, backend = store_fingerprint(store)
+    finished = tracker.finished_by_hash(store_fingerprint=fingerprint)
     cfg_dict = cfg.to_dict()
     metric = selection_metric(cfg)
 
@@ -190,7 +201,7 @@ def run_sweep(
                 m = dict(result.metrics)
                 m["fit_seconds"] = result.fit_seconds
                 m["n_train_rows"] = result.n_train_rows
-                tracker.log(run_id, params=params, metrics=m)
+                tracker.log(run_id, params=params, metrics=m, tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None)
                 if log_artifacts:
                     with tempfile.TemporaryDirectory() as tmp:
                         _artifacts(result, cfg_dict, Path(tmp))
@@ -222,8 +233,8 @@ def run_sweep(
                 with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
                     futs = {pool.submit(_evaluate_shared, t): t for t in group}
                     try:
-                        for fut in cf.as_completed(futs):
-                            t = futs[fut]
+                        # logged in submission order (not as completed): the dummy baseline stays first
+                        for fut, t in futs.items():
                             try:
                                 record(t, fut.result())
                             except Exception as e:  # noqa: BLE001
