@@ -171,7 +171,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default="features", help="feature store folder (default: features/)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri, mlruns/ -> sqlite:///mlruns/mlflow.db)")
-    p.add_argument("--jobs", type=int, default=1, help="configurations evaluated in parallel processes")
+    p.add_argument("--jobs", type=int, default=None, help="configurations evaluated in parallel processes (default: the config's jobs, else 1)")
     p.add_argument("--executor", choices=["local", "dask"], default="local", help="where configurations run")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (with --executor dask)")
 
@@ -213,8 +213,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from .distributed import run_sweep_dask as run
     else:
         from .sweep import run_sweep as run
+    from .dataset import DatasetError
+
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
-    res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, **kw)
+    try:
+        res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, **kw)
+    except DatasetError as e:  # the config asks for channels or labels the store lacks
+        raise UsageError(str(e)) from e
     return _print_sweep(res)
 
 
@@ -228,9 +233,13 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     from .ablation import ablate
+    from .dataset import DatasetError
 
     _check_store(args.store)
-    df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out)
+    try:
+        df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out)
+    except DatasetError as e:  # the config asks for channels or labels the store lacks
+        raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()
     print((Path(args.out) / "ablation.md").read_text())
@@ -281,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
+    from featurestore.interrupts import terminate_as_interrupt
+
     from .config import ConfigError
 
+    terminate_as_interrupt()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

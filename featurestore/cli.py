@@ -344,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .interrupts import terminate_as_interrupt
+
+    terminate_as_interrupt()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
