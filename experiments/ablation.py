@@ -83,7 +83,7 @@ def ablate(
     cfg: ExperimentConfig,
     store="features",
     tracking_uri: str | None = None,
-    jobs: int = 1,
+    jobs: int | None = None,
     out_dir: str | Path = "reports",
     progress: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:

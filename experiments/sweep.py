@@ -18,8 +18,10 @@ import concurrent.futures as cf
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -101,6 +103,17 @@ def _evaluate_shared(trial: Trial) -> TrialResult:
 
 def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    # a killed sweep (SIGKILL) cannot stop its pool: a worker leaves on its own once orphaned,
+    # instead of waiting forever on the task queue with a copy of the features
+    parent = os.getppid()
+
+    def leave_when_orphaned() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=leave_when_orphaned, name="orphan-watch", daemon=True).start()
 
 
 def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
@@ -116,7 +129,8 @@ def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     for sid, pred in result.predictions.items():
         d = folder / "predictions" / split_of[sid]
         d.mkdir(parents=True, exist_ok=True)
-        np.savetxt(d / f"{sid}.csv", pred, fmt="%.6f", header="valence", comments="")
+        # 9 decimals: `experiments export` + `score` then reproduce the logged CCC to ~1e-9
+        np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
     plots = folder / "plots"
     plots.mkdir()
     plot_predictions(result.predictions, result.truth, result.scores, plots / "predicted_vs_true.png", title=trial.label())

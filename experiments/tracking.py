@@ -93,7 +93,13 @@ def _file_lock(path: Path):
 
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str:
-    """Current git commit of the project (``unknown`` outside a checkout)."""
+    """Git commit of the checkout this package runs from (``unknown`` outside a checkout).
+
+    ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
+    names the code that ran even when a sweep is started from elsewhere.
+    """
+    if cwd is None:
+        cwd = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
         return out.stdout.strip() or "unknown"
@@ -179,10 +185,17 @@ class Tracker:
     def search(self, filter_string: str = "", max_results: int = 5000):
         return with_retry(lambda: self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=max_results))
 
-    def finished_by_hash(self) -> dict[str, Any]:
-        """config hash -> the most recent FINISHED run carrying it (for skipping on re-run)."""
+    def finished_by_hash(self, store_fingerprint: str | None = None) -> dict[str, Any]:
+        """config hash -> the most recent FINISHED run carrying it (for skipping on re-run).
+
+        With ``store_fingerprint``, only runs computed on that store (tag ``store_fingerprint``)
+        count: a run on other features or labels is no result for this store.
+        """
         out: dict[str, Any] = {}
-        runs = self.search(f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''")
+        query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
+        if store_fingerprint is not None:
+            query += f" and tags.store_fingerprint = '{store_fingerprint}'"
+        runs = self.search(query)
         for r in sorted(runs, key=lambda r: r.info.start_time):
             out[r.data.tags[CONFIG_HASH_TAG]] = r
         return out

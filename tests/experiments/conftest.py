@@ -1,0 +1,159 @@
+"""A small synthetic feature store (no video) with a planted listener -> valence relation.
+
+3 listeners x stories 1..4 (story 1 validation, 2 and 4 training, 3 test), 30 s each at
+25 fps. Channels ``speaker/face_geom`` and ``listener/face_geom`` (5 fps, 5 columns, some
+rows invalid and NaN), ``speaker/egemaps`` and ``listener/egemaps`` (100 Hz, 4 columns).
+The self-rated valence is the listener's hidden signal delayed by 1 s plus a little noise;
+the speaker channels are unrelated noise, so the listener feature set must win.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from featurestore.store import Channel, SessionMeta, Store, session_name
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+FPS = 25.0
+DURATION_S = 30.0
+N_FRAMES = int(DURATION_S * FPS)
+LISTENERS = (1, 2, 3)
+STORIES = (1, 2, 3, 4)
+SPLITS = {"train": [2, 4], "val": [1], "test": [3]}
+SPLIT_OF = {s: name for name, stories in SPLITS.items() for s in stories}
+DELAY_S = 1.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _smooth_signal(rng: np.random.Generator, t: np.ndarray, n_waves: int = 6) -> np.ndarray:
+    """A smooth random signal in about [-1, 1] (a sum of slow sines), evaluated at ``t`` seconds."""
+    freqs = rng.uniform(0.03, 0.25, n_waves)
+    phases = rng.uniform(0, 2 * np.pi, n_waves)
+    amps = rng.uniform(0.3, 1.0, n_waves)
+    x = sum(a * np.sin(2 * np.pi * f * t + p) for a, f, p in zip(amps, freqs, phases, strict=True))
+    return x / amps.sum() * 1.5
+
+
+def _channel(rng, t, signal, n_cols, noise, invalid_frac=0.0, key="") -> Channel:
+    data = np.empty((len(t), n_cols), np.float32)
+    data[:, 0] = signal + rng.normal(0, noise, len(t))
+    for j in range(1, n_cols):
+        data[:, j] = rng.normal(0, 1, len(t)) + (0.5 * signal if j == 1 else 0.0)
+    valid = np.ones(len(t), bool)
+    if invalid_frac:
+        bad = rng.random(len(t)) < invalid_frac
+        valid[bad] = False
+        data[bad] = np.nan
+    return Channel(
+        data, t, valid, [f"c{j}" for j in range(n_cols)], extractor="synthetic", extractor_version="1", cache_key=key
+    )
+
+
+def build_store(root: Path, seed: int = 0, labels_override=None) -> Store:
+    """Write the synthetic store into ``root``; ``labels_override(listener, story, y) -> y``."""
+    store = Store(root, mode="a")
+    for listener in LISTENERS:
+        for story in STORIES:
+            rng = np.random.default_rng(seed * 1000 + listener * 10 + story)
+            t_face = np.arange(0, DURATION_S, 0.2)
+            t_audio = np.arange(0, DURATION_S, 0.01)
+            t_label = np.arange(N_FRAMES) / FPS
+            grid = np.arange(-2.0, DURATION_S + 1, 0.01)
+            lsig = _smooth_signal(rng, grid)  # the listener's hidden state
+
+            def hidden(t, grid=grid, lsig=lsig):
+                return np.interp(t, grid, lsig)
+
+            y = np.clip(hidden(t_label - DELAY_S) + rng.normal(0, 0.05, N_FRAMES), -1, 1)
+            if labels_override is not None:
+                y = labels_override(listener, story, y)
+            ssig = _smooth_signal(rng, t_face)
+            ssig_a = _smooth_signal(rng, t_audio)
+            key = f"synthetic-{seed}-{listener}-{story}"  # stands for the content hash of a real cache key
+            channels = {
+                "listener/face_geom": _channel(rng, t_face, hidden(t_face), 5, 0.1, invalid_frac=0.1, key=key),
+                "listener/egemaps": _channel(rng, t_audio, hidden(t_audio), 4, 0.3, key=key),
+                "speaker/face_geom": _channel(rng, t_face, ssig, 5, 0.1, invalid_frac=0.1, key=key),
+                "speaker/egemaps": _channel(rng, t_audio, ssig_a, 4, 0.3, key=key),
+            }
+            meta = SessionMeta(
+                session=session_name(listener, story), listener=listener, story=story,
+                speaker=(story + 1) // 2, split=SPLIT_OF[story], n_frames=N_FRAMES,
+            )
+            store.write_session(meta, channels=channels, labels={"valence_self": y.astype(np.float32)})
+    return store
+
+
+def config_dict(uri: str, experiment: str = "test", **changes) -> dict:
+    """A small grid on the synthetic store: 2 feature sets x (dummy + ridge x 2 personalizations x 2 smoothings)."""
+    d = {
+        "target": "valence_self",
+        "splits": {k: list(v) for k, v in SPLITS.items()},
+        "protocol": "val",
+        "feature_sets": {
+            "speaker": ["speaker/face_geom", "speaker/egemaps"],
+            "listener": ["listener/face_geom", "listener/egemaps"],
+        },
+        "window": {"lengths_s": [[2]], "delay_s": [1], "align": "centred", "stats": ["mean", "std"], "train_hop_s": 0.4},
+        "models": [
+            {"name": "dummy", "only": {"personalization": ["global"], "postprocess.smooth_s": [0]}},
+            {"name": "ridge", "alpha": [10]},
+        ],
+        "personalization": ["global", "per_listener"],
+        "postprocess": {"smooth_s": [0, 2], "smooth_method": ["moving_average"], "rescale": ["none"]},
+        "tracking": {"uri": uri, "experiment": experiment},
+        "seed": 0,
+    }
+    d.update(changes)
+    return d
+
+
+def cli_env() -> dict:
+    """Environment for ``python -m experiments.cli`` subprocesses: the project importable, no telemetry."""
+    env = dict(os.environ)
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def cli_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "experiments.cli", *args]
+
+
+@pytest.fixture(scope="session")
+def planted_store(tmp_path_factory) -> Path:
+    """Folder of the synthetic store (read it only; build your own to change it)."""
+    root = tmp_path_factory.mktemp("planted_store")
+    build_store(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tracking_dir(tmp_path_factory) -> str:
+    """A tracking folder whose SQLite database exists already (creating one takes seconds).
+
+    Tests share it and keep apart by experiment name.
+    """
+    from experiments.tracking import Tracker
+
+    folder = str(tmp_path_factory.mktemp("mlruns_shared") / "mlruns")
+    Tracker(folder, "Default")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def sweep_once(planted_store, tracking_dir):
+    """One sweep of :func:`config_dict` on the planted store: (cfg, SweepResult, tracking URI)."""
+    from experiments.config import from_dict
+    from experiments.sweep import run_sweep
+    from experiments.tracking import resolve_tracking_uri
+
+    cfg = from_dict(config_dict(tracking_dir, "shared"))
+    res = run_sweep(cfg, store=planted_store, progress=False)
+    return cfg, res, resolve_tracking_uri(tracking_dir)

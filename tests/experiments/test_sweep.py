@@ -1,0 +1,189 @@
+"""run_sweep against a real MLflow SQLite store: nesting, params, metrics, tags, artifacts, resume, jobs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from experiments.config import expand, from_dict
+from experiments.sweep import run_sweep, store_fingerprint
+from experiments.tracking import CONFIG_HASH_TAG
+
+from .conftest import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
+
+
+def children(client, experiment_id, parent_id=None):
+    runs = client.search_runs([experiment_id], max_results=1000)
+    kids = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    if parent_id is not None:
+        kids = [r for r in kids if r.data.tags["mlflow.parentRunId"] == parent_id]
+    return kids
+
+
+@pytest.fixture(scope="module")
+def shared(sweep_once):
+    cfg, res, uri = sweep_once
+    client = MlflowClient(tracking_uri=uri)
+    return cfg, res, uri, client
+
+
+def test_children_nested_under_parent_dummy_first(shared):
+    cfg, res, uri, client = shared
+    n = len(expand(cfg))
+    assert n == 10
+    kids = children(client, res.experiment_id, res.parent_run_id)
+    assert len(kids) == n
+    assert all(k.info.status == "FINISHED" for k in kids)
+    assert (res.table.status == "done").sum() == n and res.n_failed == 0
+    first = min(kids, key=lambda r: (r.info.start_time, r.info.end_time))
+    assert first.data.params["model.name"] == "dummy"
+    parent = client.get_run(res.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert "mlflow.parentRunId" not in parent.data.tags
+    assert client.get_experiment(res.experiment_id).name == cfg.tracking.experiment
+
+
+def test_params_metrics_and_tags(shared, planted_store):
+    cfg, res, uri, client = shared
+    fingerprint, backend = store_fingerprint(planted_store)
+    hashes = {t.hash() for t in expand(cfg)}
+    seen = set()
+    for run in children(client, res.experiment_id, res.parent_run_id):
+        p, m, tags = run.data.params, run.data.metrics, run.data.tags
+        for key in ("model.name", "features.set", "window.lengths_s", "window.delay_s", "personalization", "postprocess.smooth_s"):
+            assert key in p, key
+        assert p["window.lengths_s"] == "2" and p["window.delay_s"] == "1"
+        assert p["features.set"] in ("speaker", "listener")
+        if p["model.name"] == "ridge":
+            assert p["model.alpha"] == "10"
+        for split in ("val", "test"):
+            for prot in ("personalized", "generalized"):
+                assert np.isfinite(m[f"{split}.ccc_{prot}"])
+            for listener in LISTENERS:
+                assert f"{split}.ccc_listener_{listener}" in m
+            for story in SPLITS[split]:
+                assert f"{split}.ccc_story_{story}" in m
+        assert tags[CONFIG_HASH_TAG] in hashes
+        seen.add(tags[CONFIG_HASH_TAG])
+        assert tags["store_fingerprint"] == fingerprint
+        assert tags["face_backend"] == backend
+        assert tags["git_commit"] and tags["git_commit"] != "unknown"
+    assert seen == hashes
+
+
+def test_child_artifacts(shared, tmp_path):
+    cfg, res, uri, client = shared
+    kids = children(client, res.experiment_id, res.parent_run_id)
+    best = next(k for k in kids if k.info.run_id == res.best_run_id)
+    for run in (best, min(kids, key=lambda r: r.info.start_time)):
+        rid = run.info.run_id
+        top = {a.path for a in client.list_artifacts(rid)}
+        assert {"config.yaml", "ccc_matrix.csv", "predictions", "plots"} <= top
+        plots = {a.path for a in client.list_artifacts(rid, "plots")}
+        assert {"plots/predicted_vs_true.png", "plots/ccc_per_listener.png"} <= plots
+        local = tmp_path / rid
+        client.download_artifacts(rid, "", str(local))
+        matrix = pd.read_csv(local / "ccc_matrix.csv")
+        assert {"session", "listener", "story", "split", "ccc"} <= set(matrix.columns)
+        assert len(matrix) == len(LISTENERS) * 2
+        for split in ("val", "test"):
+            files = sorted((local / "predictions" / split).glob("*.csv"))
+            assert [f.stem for f in files] == sorted(f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split])
+            for f in files:
+                lines = f.read_text().splitlines()
+                assert lines[0] == "valence"
+                assert len(lines) == N_FRAMES + 1
+                assert np.all(np.isfinite(np.array(lines[1:], dtype=float)))
+        text = (local / "config.yaml").read_text()
+        assert run.data.tags[CONFIG_HASH_TAG] in {t.hash() for t in expand(cfg)}
+        assert "trial:" in text and "config:" in text and "model.name" in text
+
+
+def test_parent_best_run_and_summary(shared, tmp_path):
+    cfg, res, uri, client = shared
+    parent = client.get_run(res.parent_run_id)
+    best_id = parent.data.tags["best_run_id"]
+    assert best_id == res.best_run_id
+    kids = {k.info.run_id: k for k in children(client, res.experiment_id, res.parent_run_id)}
+    assert best_id in kids
+    best_val = kids[best_id].data.metrics["val.ccc_personalized"]
+    assert best_val == max(k.data.metrics["val.ccc_personalized"] for k in kids.values())
+    assert kids[best_id].data.params["features.set"] == "listener"
+    assert parent.data.metrics["best.val.ccc_personalized"] == pytest.approx(best_val)
+    summary = pd.read_csv(client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path)))
+    assert len(summary) == len(kids) and set(summary.run_id) == set(kids)
+    assert summary["val.ccc_personalized"].is_monotonic_decreasing
+
+
+def test_rerun_of_same_config_reuses_every_run(shared, planted_store):
+    cfg, res, uri, client = shared
+    before = len(children(client, res.experiment_id))
+    again = run_sweep(cfg, store=planted_store, progress=False)
+    assert set(again.table.status) == {"reused"} and len(again.table) == len(expand(cfg))
+    assert len(children(client, res.experiment_id)) == before
+    assert children(client, res.experiment_id, again.parent_run_id) == []
+    assert set(again.table.run_id) == set(res.table.run_id)
+    assert again.best_run_id == res.best_run_id
+    assert client.get_run(again.parent_run_id).info.status == "FINISHED"
+
+
+def test_changed_config_runs_only_new_configurations(shared, planted_store):
+    cfg, res, uri, client = shared
+    raw = config_dict(cfg.tracking.uri, cfg.tracking.experiment)
+    raw["feature_set"] = ["listener"]
+    raw["postprocess"]["smooth_s"] = [0, 2, 4]
+    changed = from_dict(raw)
+    old = set(res.table[CONFIG_HASH_TAG])
+    new = {t.hash() for t in expand(changed)} - old
+    assert len(new) == 2  # ridge x (global, per_listener) with 4 s smoothing
+    before = len(children(client, res.experiment_id))
+    out = run_sweep(changed, store=planted_store, progress=False, log_artifacts=False)
+    done = out.table[out.table.status == "done"]
+    assert set(done[CONFIG_HASH_TAG]) == new
+    assert set(out.table[out.table.status == "reused"][CONFIG_HASH_TAG]) <= old
+    assert len(out.table) == len(expand(changed))
+    assert len(children(client, res.experiment_id)) == before + len(new)
+
+
+def test_changed_store_runs_everything_again(shared, planted_store, tmp_path):
+    """A store with other features (a re-extraction, another corpus) must not reuse old runs."""
+    cfg, res, uri, client = shared
+    other = tmp_path / "other_store"
+    build_store(other, seed=7)
+    assert store_fingerprint(other)[0] != store_fingerprint(planted_store)[0]
+    one = from_dict(config_dict(cfg.tracking.uri, cfg.tracking.experiment, feature_set=["listener"],
+                                models=[{"name": "dummy"}], personalization=["global"],
+                                postprocess={"smooth_s": [0], "rescale": ["none"]}))
+    assert {t.hash() for t in expand(one)} <= set(res.table[CONFIG_HASH_TAG])
+    out = run_sweep(one, store=other, progress=False, log_artifacts=False)
+    assert list(out.table.status) == ["done"]
+    run = client.get_run(out.table.run_id.iloc[0])
+    assert run.data.tags["store_fingerprint"] == store_fingerprint(other)[0]
+
+
+def test_parallel_jobs_match_serial_metrics(shared, planted_store):
+    cfg, res, uri, client = shared
+    par_cfg = from_dict(config_dict(cfg.tracking.uri, "jobs2", jobs=2))  # the config's jobs, no argument
+    out = run_sweep(par_cfg, store=planted_store, progress=False, log_artifacts=False)
+    assert set(out.table.status) == {"done"} and out.n_failed == 0
+    assert client.get_run(out.parent_run_id).data.params["jobs"] == "2"
+    kids = children(client, out.experiment_id, out.parent_run_id)
+    assert len(kids) == len(expand(par_cfg)) == len({k.data.tags[CONFIG_HASH_TAG] for k in kids})
+    assert min(kids, key=lambda r: r.info.start_time).data.params["model.name"] == "dummy"
+    serial = {r[CONFIG_HASH_TAG]: r for r in res.table.to_dict("records")}
+    for k in kids:
+        ref = serial[k.data.tags[CONFIG_HASH_TAG]]
+        for name, value in k.data.metrics.items():
+            if name.startswith(("val.", "test.")):
+                assert value == pytest.approx(ref[name], abs=1e-12), name
+
+
+def test_store_fingerprint_follows_label_content(planted_store, tmp_path):
+    relabelled = tmp_path / "relabelled"
+    build_store(relabelled, labels_override=lambda listener, story, y: -y if story == 2 else y)
+    same = tmp_path / "same"
+    build_store(same)
+    assert store_fingerprint(same) == store_fingerprint(planted_store)
+    assert store_fingerprint(relabelled)[0] != store_fingerprint(planted_store)[0]

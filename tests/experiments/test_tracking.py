@@ -1,0 +1,129 @@
+"""Tracking helpers: URI resolution, stale-run reaping, resume lookup, lock retries."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from experiments.tracking import (
+    CONFIG_HASH_TAG,
+    Tracker,
+    artifact_root_for,
+    git_commit,
+    resolve_tracking_uri,
+    with_retry,
+)
+
+
+def test_resolve_mlruns_and_folders(tmp_path, monkeypatch):
+    assert resolve_tracking_uri("mlruns", base=tmp_path) == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
+    assert (tmp_path / "mlruns").is_dir()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_tracking_uri(None) == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
+    assert resolve_tracking_uri("runs/here") == f"sqlite:///{(tmp_path / 'runs' / 'here' / 'mlflow.db').resolve()}"
+    folder = tmp_path / "abs folder"
+    assert resolve_tracking_uri(str(folder)) == f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+    assert folder.is_dir()
+
+
+def test_resolve_db_path_and_scheme_uris(tmp_path):
+    db = tmp_path / "nested" / "track.db"
+    uri = resolve_tracking_uri(str(db))
+    assert uri == f"sqlite:///{db.resolve()}"
+    assert db.parent.is_dir() and not db.exists()
+    assert artifact_root_for(uri) == (db.parent / "artifacts").resolve().as_uri()
+    for u in ("http://127.0.0.1:5000", "https://mlflow.example.org", "postgresql://u@h/db", uri):
+        assert resolve_tracking_uri(u) == u
+    assert artifact_root_for("http://127.0.0.1:5000") is None
+
+
+def test_git_commit_does_not_depend_on_working_directory(tmp_path, monkeypatch):
+    here = git_commit()
+    monkeypatch.chdir(tmp_path)  # not a checkout
+    assert git_commit() == here
+    assert git_commit(cwd=tmp_path) == "unknown"
+
+
+@pytest.fixture(scope="module")
+def tracker(tracking_dir):
+    return Tracker(tracking_dir, "tracking-unit")
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_reap_stale_kills_dead_runs_only(tracker):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = tracker.start_run("dead", tags={"pid": dead_pid()})
+        alive = tracker.start_run("alive", tags={"pid": sleeper.pid})
+        elsewhere = tracker.start_run("other host", tags={"pid": dead_pid(), "host": socket.gethostname() + "-other"})
+        done = tracker.start_run("done", tags={"pid": dead_pid()})
+        tracker.finish(done, "FINISHED")
+        reaped = tracker.reap_stale()
+        status = {r: tracker.client.get_run(r).info.status for r in (dead, alive, elsewhere, done)}
+        assert dead in reaped and status[dead] == "KILLED"
+        assert alive not in reaped and status[alive] == "RUNNING"
+        assert elsewhere not in reaped and status[elsewhere] == "RUNNING"
+        assert status[done] == "FINISHED"
+        assert tracker.reap_stale() == []  # idempotent while the sleeper lives
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert alive in tracker.reap_stale()
+    for r in (alive, elsewhere):
+        tracker.finish(r, "KILLED")
+
+
+def test_finished_by_hash_latest_finished_per_store(tracker):
+    runs = {}
+    for name, fp, status in (("a1", "fpA", "FINISHED"), ("a2", "fpA", "FINISHED"), ("b", "fpB", "FINISHED"), ("f", "fpA", "FAILED")):
+        runs[name] = tracker.start_run(name, tags={CONFIG_HASH_TAG: "h-" + ("x" if name != "b" else "y"), "store_fingerprint": fp})
+        tracker.finish(runs[name], status)
+    everything = tracker.finished_by_hash()
+    assert everything["h-x"].info.run_id == runs["a2"] and everything["h-y"].info.run_id == runs["b"]
+    only_a = tracker.finished_by_hash(store_fingerprint="fpA")
+    assert set(only_a) == {"h-x"} and only_a["h-x"].info.run_id == runs["a2"]
+    assert tracker.finished_by_hash(store_fingerprint="nothing") == {}
+
+
+def test_tracker_params_metrics_tags_batches(tracker):
+    rid = tracker.start_run("batch", parent_id=None)
+    params = {f"p{i:03d}": i for i in range(150)}
+    metrics = {"good": 0.5, "nan": float("nan"), "inf": float("inf"), "none": None}
+    tracker.log(rid, params=params, metrics=metrics, tags={"t": 1})
+    tracker.finish(rid)
+    run = tracker.client.get_run(rid)
+    assert len([k for k in run.data.params if k.startswith("p")]) == 150
+    assert run.data.metrics == {"good": 0.5}
+    assert run.data.tags["t"] == "1" and run.data.tags["pid"] == str(os.getpid())
+    assert run.info.status == "FINISHED"
+
+
+def test_with_retry_retries_locks_only():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return "ok"
+
+    assert with_retry(flaky, first_wait_s=0.001) == "ok" and len(calls) == 3
+
+    def broken():
+        calls.append(2)
+        raise ValueError("no such table")
+
+    with pytest.raises(ValueError):
+        with_retry(broken, first_wait_s=0.001)
+    assert calls.count(2) == 1
+    with pytest.raises(RuntimeError):
+        with_retry(lambda: (_ for _ in ()).throw(RuntimeError("database is locked")), attempts=2, first_wait_s=0.001)
