@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
-    from featurestore.interrupts import terminate_as_interrupt
+    from featurestore.processes import terminate_as_interrupt
 
     from .config import ConfigError
 

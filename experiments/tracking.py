@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from featurestore.processes import pid_alive
+
 T = TypeVar("T")
 
 DEFAULT_URI = "mlruns"
@@ -107,14 +109,6 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
         return "unknown"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Tracker:
@@ -207,7 +201,7 @@ class Tracker:
         for r in self.search("attributes.status = 'RUNNING'"):
             tags = r.data.tags
             pid = int(tags.get("pid", "0") or 0)
-            if tags.get("host") == host and pid and pid != os.getpid() and _pid_alive(pid):
+            if tags.get("host") == host and pid and pid != os.getpid() and pid_alive(pid):
                 continue
             if tags.get("host") not in (None, host):
                 continue  # another machine's run: not ours to judge

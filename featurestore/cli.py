@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .interrupts import terminate_as_interrupt
+    from .processes import terminate_as_interrupt
 
     terminate_as_interrupt()
     parser = build_parser()

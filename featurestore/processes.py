@@ -1,7 +1,8 @@
-"""Make SIGTERM unwind like Ctrl-C, so long commands close their runs and temporary files."""
+"""Process helpers shared by the command lines: SIGTERM as Ctrl-C, and whether a pid is alive."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 
@@ -19,3 +20,14 @@ def terminate_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread (e.g. inside a notebook worker)
         pass
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this machine (ours or another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
