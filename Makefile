@@ -8,11 +8,13 @@ DEMO   ?= demo_data
 JOBS   ?= 2
 CONFIG ?= experiments/configs/default.yaml
 PORT   ?= 5000
+MLFLOW_HOST ?= 127.0.0.1
+MLFLOW_PORT ?= 5001
 TRACKING ?= sqlite:///mlruns/mlflow.db
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-data features sweep ablate ui test lint bench clean
+.PHONY: help install demo demo-data features sweep ablate ui mlflow-server test lint bench clean
 
 help: ## list the targets
 	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
@@ -21,6 +23,7 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 	@echo ""
 	@echo "variables: DATA=<OMG-Empathy folder> (default: the demo corpus)  STORE=$(STORE)  JOBS=$(JOBS)  CONFIG=$(CONFIG)"
+	@echo "           TRACKING=$(TRACKING)  MLFLOW_HOST=$(MLFLOW_HOST)  MLFLOW_PORT=$(MLFLOW_PORT) (make mlflow-server)"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
@@ -63,6 +66,12 @@ ui: install ## open the MLflow UI on the project's tracking store (http://127.0.
 	@mkdir -p mlruns
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri $(TRACKING) \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(PORT) --workers 1
+
+mlflow-server: install ## MLflow tracking server for many writers (Dask workers): http://$(MLFLOW_HOST):$(MLFLOW_PORT)
+	@mkdir -p mlruns/artifacts
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri $(TRACKING) \
+		--serve-artifacts --artifacts-destination ./mlruns/artifacts \
+		--host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1
 
 lint: install ## ruff
 	$(BIN)/ruff check featurestore experiments tests bench

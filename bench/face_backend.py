@@ -8,7 +8,8 @@ For the speaker crop (1080x720) and the listener crop (1480x720), with the astro
 * ``tracked``: the face_geom track with default settings on a face drifting a few pixels per
   frame at 5 fps, features included (baseline: the same track detecting on every frame).
 
-Prints one JSON object per line (the bench/results.json format of DESIGN.md)::
+Prints one JSON object per line (the bench/results.json format of DESIGN.md, see
+:mod:`bench.harness`); ``python -m bench`` runs it with the other benchmarks::
 
     python -m bench.face_backend [--quick]
 """
@@ -17,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -29,20 +29,11 @@ from skimage import data
 from featurestore.extractors.face_geom import FaceGeomConfig, FaceGeomExtractor
 from featurestore.extractors.landmarks import DlibLandmarker
 
+from . import harness
+
 CROPS = {"speaker": (1080, 720), "listener": (1480, 720)}
 FACE_WIDTH_PX = 200  # landmark span of a face in OMG-Empathy's 720p crops, roughly
 FPS = 5.0  # the default face_fps of FeatureConfig
-
-
-def machine() -> str:
-    """CPU model, core count and Python version, for comparing runs across machines."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def crop_with_face(width: int, height: int) -> np.ndarray:
@@ -90,25 +81,12 @@ def tracked_fps(frames: list[np.ndarray], n: int, config: FaceGeomConfig) -> tup
 def measure(quick: bool = False) -> list[dict]:
     """The benchmark records (dicts of the bench/results.json format)."""
     n_single, n_track = (5, 25) if quick else (30, 150)
-    host = machine()
     config = FaceGeomConfig()
     marker = DlibLandmarker(detect_scale=config.detect_scale, upsample=config.detect_upsample)
     results = []
 
     def record(name, value, unit, baseline=None, baseline_value=None):
-        results.append(
-            {
-                "name": name,
-                "value": round(value, 2),
-                "unit": unit,
-                "baseline": baseline,
-                "baseline_value": None if baseline_value is None else round(baseline_value, 2),
-                "ratio": None if baseline_value is None else round(value / baseline_value, 2),
-                "goal": None,
-                "meets_goal": None,
-                "machine": host,
-            }
-        )
+        results.append(harness.record(name, value, unit, baseline=baseline, baseline_value=baseline_value))
 
     for role, (width, height) in CROPS.items():
         image = crop_with_face(width, height)
@@ -129,6 +107,11 @@ def measure(quick: bool = False) -> list[dict]:
         record(f"{prefix}.tracked", tracked, "frames/s", "detect on every frame", every)
         record(f"{prefix}.tracked_detections", n_det / n_track, "detections/frame")
     return results
+
+
+def run(work: Path, quick: bool = False) -> list[dict]:
+    """The records, for ``python -m bench`` (``work`` is unused: the crops are made in memory)."""
+    return measure(quick=quick)
 
 
 def main(argv: list[str] | None = None) -> None:

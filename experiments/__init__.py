@@ -29,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     "ablate": ".ablation",
     "export_predictions": ".tracking",
     "evaluate_trial": ".evaluate",
+    "agreement": ".agreement",
+    "agreement_table": ".agreement",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

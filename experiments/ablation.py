@@ -86,14 +86,28 @@ def ablate(
     jobs: int | None = None,
     out_dir: str | Path = "reports",
     progress: bool = True,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}``, log them to MLflow."""
+    """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}``, log them to MLflow.
+
+    ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
+    or on the cluster of ``scheduler`` (``tcp://host:8786``); see :func:`experiments.distributed.run_sweep_dask`.
+    """
     from .plots import plot_ablation
     from .tracking import Tracker
 
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
-    sweep = run_sweep(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name="ablation")
+    if executor == "dask":
+        from .distributed import run_sweep_dask
+
+        sweep = run_sweep_dask(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, scheduler=scheduler,
+                               progress=progress, run_name="ablation")
+    elif executor == "local":
+        sweep = run_sweep(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name="ablation")
+    else:
+        raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

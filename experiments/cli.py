@@ -218,7 +218,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
         res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, **kw)
-    except DatasetError as e:  # the config asks for channels or labels the store lacks
+    except (DatasetError, ConnectionError) as e:  # channels or labels the store lacks; no Dask scheduler
         raise UsageError(str(e)) from e
     return _print_sweep(res)
 
@@ -237,8 +237,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     _check_store(args.store)
     try:
-        df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out)
-    except DatasetError as e:  # the config asks for channels or labels the store lacks
+        df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out,
+                         executor=args.executor, scheduler=args.scheduler)
+    except (DatasetError, ConnectionError) as e:  # channels or labels the store lacks; no Dask scheduler
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()
@@ -268,9 +269,49 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------- agreement
+def add_agreement(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "agreement",
+        help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
+        description="Per session and by both protocols, the CCC between the self-rating and each observer "
+        "rating in the store (or the two --targets), plus a cross-target table: the config's first "
+        "non-baseline configuration trained on one target and scored on the other. Logged to MLflow "
+        "(run `agreement` in the config's experiment).",
+    )
+    add_config_options(p)
+    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    p.add_argument("--targets", nargs=2, metavar=("A", "B"), default=None,
+                   help="compare these two label targets (default: valence_self vs every other target)")
+    p.add_argument("--feature-set", default=None,
+                   help="feature set of the cross-target model (default: the config's largest set the sessions have)")
+    p.add_argument("--no-cross", action="store_true", help="skip the cross-target table (no model is trained)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri)")
+    p.add_argument("--out", default="reports", help="folder for agreement.md/.csv/.png (default: reports/)")
+    p.set_defaults(func=cmd_agreement, config_default="ablation")
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from .agreement import AgreementError, agreement
+    from .dataset import DatasetError
+
+    _check_store(args.store)
+    try:
+        res = agreement(args.cfg, store=args.store, targets=args.targets, out_dir=args.out, tracking_uri=args.tracking_uri,
+                        feature_set=args.feature_set, cross=not args.no_cross)
+    except AgreementError as e:  # a target the store lacks: nothing to compare
+        print(f"experiments agreement: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except DatasetError as e:  # the cross-target feature set needs channels the store lacks
+        raise UsageError(str(e)) from e
+    print(res.files[1].read_text())
+    print(f"written: {', '.join(str(f) for f in res.files)}; MLflow run {res.run_id}")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------- entry point
 #: one ``add_<verb>`` per verb; a new verb is one function pair and one entry here
-VERBS: list[Callable[[argparse._SubParsersAction], None]] = [add_sweep, add_ablate, add_export, add_score]
+VERBS: list[Callable[[argparse._SubParsersAction], None]] = [add_sweep, add_ablate, add_export, add_score, add_agreement]
 
 
 def build_parser() -> argparse.ArgumentParser:

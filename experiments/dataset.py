@@ -32,8 +32,10 @@ import h5py
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from featurestore.store import LABEL_FPS, ROLES, Store
+from featurestore.store import LABEL_FPS, ROLES, SCHEMA_VERSION, Store
 
+#: shard schema versions this reader understands (see featurestore.store)
+_SUPPORTED = "schema version 1" if SCHEMA_VERSION == 1 else f"schema versions 1 to {SCHEMA_VERSION}"
 #: interpolation never bridges a gap between valid samples longer than this (seconds)
 MAX_GAP_S = 0.5
 
@@ -273,6 +275,13 @@ def _load_session(
         lacking = [k for k in ("listener", "story", "n_frames") if k not in a]
         if lacking:
             raise DatasetError(f"{path} lacks root attributes {lacking}; rebuild it with `featurestore extract --force`")
+        version = a.get("schema_version")
+        if version is None or not 1 <= int(version) <= SCHEMA_VERSION:
+            found = "no schema version" if version is None else f"schema version {int(version)}"
+            raise DatasetError(
+                f"{path} has {found}; this tool reads {_SUPPORTED}. Move it aside and "
+                "rebuild it with `featurestore extract` (check the store with `featurestore verify`)"
+            )
         listener, story, n = int(a["listener"]), int(a["story"]), int(a["n_frames"])
         fps = float(a.get("fps", LABEL_FPS))
         speaker = int(a.get("speaker", 0))
@@ -282,10 +291,16 @@ def _load_session(
         missing = [k for k in keys if k not in f or not isinstance(f[k], h5py.Group) or "data" not in f[k]]
         if missing:
             have = [f"{r}/{c}" for r in ROLES if r in f for c in f[r]]
+            # speech and lexicon come from a transcript, which extraction alone may not have had
+            how = (
+                "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
+                "video and re-run `featurestore extract`)"
+                if any(k.split("/")[-1] in ("speech", "lexicon") for k in missing)
+                else "compute it with `featurestore extract` (or add it with `featurestore import`)"
+            )
             raise DatasetError(
                 f"session {s} has no channel {', '.join(missing)} in {path} "
-                f"(it has: {', '.join(have) or 'none'}); compute it with `featurestore extract` "
-                "(or add it with `featurestore import`), or drop it from the feature set"
+                f"(it has: {', '.join(have) or 'none'}); {how}, or drop it from the feature set"
             )
         if "labels" not in f or target not in f["labels"]:
             have = sorted(f["labels"]) if "labels" in f else []
@@ -300,10 +315,18 @@ def _load_session(
                 f"re-add them with `featurestore labels DIR --target {target}`"
             )
         blocks, columns, oks, col_ch = [], [], [], []
+        arrays: dict[h5py.h5d.DatasetID, np.ndarray] = {}
+
+        def read(ds: h5py.Dataset) -> np.ndarray:
+            # per-role channels hard-link the scene's data/time (Channel.shared_with): read once
+            if ds.id not in arrays:
+                arrays[ds.id] = ds[()]
+            return arrays[ds.id]
+
         for ci, key in enumerate(keys):
             g = f[key]
             names = [str(c) for c in json.loads(g.attrs["columns"])]
-            x, ok = resample_channel(g["data"][()], g["time"][()], g["valid"][()], n, fps, max_gap_s)
+            x, ok = resample_channel(read(g["data"]), read(g["time"]), g["valid"][()], n, fps, max_gap_s)
             if x.shape[1] != len(names):
                 raise DatasetError(f"{path}: {key} has {x.shape[1]} columns but {len(names)} names; run `featurestore verify`")
             blocks.append(x)

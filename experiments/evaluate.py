@@ -69,7 +69,7 @@ def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
         parts, part_names = [], []
         if stats:
             F, nm = window_stats(
-                t.X[:, cols], t.column_valid()[:, cols], fps=t.fps, lengths_s=key.lengths_s,
+                t.X[:, cols], t.valid[:, t.column_channel[cols]], fps=t.fps, lengths_s=key.lengths_s,
                 delay_s=key.delay_s, align=key.align, stats=stats, columns=[t.columns[i] for i in cols],
             )
             parts.append(F)
@@ -101,15 +101,24 @@ class TrialResult:
 
 
 def _design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Stack [listener id | features] rows (every ``hop``-th frame) and labels."""
-    Xs, ys = [], []
-    for s in sessions:
-        F = s.F[::hop]
-        Xs.append(np.hstack([np.full((len(F), 1), s.listener, np.float32), F]))
-        ys.append(s.y[::hop])
-    X, y = np.vstack(Xs), np.concatenate(ys)
+    """Stack [listener id | features] rows (every ``hop``-th frame) and labels.
+
+    Written into one preallocated array: the training matrix exists once, never as
+    per-session pieces plus their concatenation.
+    """
+    y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
-    return X[keep], y[keep]
+    p = sessions[0].F.shape[1] if sessions else 0
+    X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
+    row = start = 0
+    for s in sessions:
+        k = keep[start : start + len(s.y[::hop])]
+        start += len(k)
+        n = int(k.sum())
+        X[row : row + n, 0] = s.listener
+        X[row : row + n, 1:] = s.F[::hop][k]
+        row += n
+    return X, y[keep]
 
 
 def _predict(model, s: WindowedSession) -> np.ndarray:

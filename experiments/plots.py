@@ -1,12 +1,19 @@
-"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table."""
+"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+
+def _wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
+    chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 % of the width, ~0.6 em a character
+    return "\n".join(textwrap.wrap(text, chars)) if text else text
 
 
 def _plt():
@@ -40,13 +47,13 @@ def plot_predictions(
         ax.plot(t, y, color="black", lw=1.4, label="self-rated valence")
         ax.plot(t, p, color="tab:orange", lw=1.2, label="prediction")
         ax.set_title(f"{sid} ({row['split']}): CCC {row['ccc']:.3f}", fontsize=9)
-        ax.set_ylabel("valence [-1, 1]")
+        ax.set_ylabel("valence (-1 to 1)")
         ax.set_ylim(-1.05, 1.05)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time (s)")
     axes[0, 0].legend(loc="upper right", fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(_wrap(title, 9, 10), fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=90)
@@ -58,7 +65,8 @@ def plot_listener_ccc(scores: pd.DataFrame, path: str | Path, title: str = "") -
     """Bar chart of each listener's mean CCC over their stories, one bar group per split."""
     plt = _plt()
     table = scores.groupby(["listener", "split"])["ccc"].mean().unstack("split")
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.7 * len(table) + 2), 3.2))
+    width_in = max(5.5, 0.7 * len(table) + 2)
+    fig, ax = plt.subplots(figsize=(width_in, 3.4))
     splits = list(table.columns)
     width = 0.8 / max(1, len(splits))
     x = np.arange(len(table))
@@ -67,9 +75,9 @@ def plot_listener_ccc(scores: pd.DataFrame, path: str | Path, title: str = "") -
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, [f"L{v}" for v in table.index])
     ax.set_xlabel("listener")
-    ax.set_ylabel("mean CCC over stories")
-    ax.set_title(title or "CCC per listener", fontsize=10)
-    ax.legend(title="split", fontsize=8)
+    ax.set_ylabel("mean CCC over stories\n(-1 to 1)")
+    ax.set_title(_wrap(title or "CCC per listener", width_in, 9), fontsize=9)
+    ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = Path(path)
@@ -97,10 +105,60 @@ def plot_ablation(table: pd.DataFrame, path: str | Path, reference: Mapping[str,
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, sets)
     ax.set_xlabel("feature set")
-    ax.set_ylabel("CCC")
+    ax.set_ylabel("CCC (-1 to 1)")
     ax.set_title("Speaker vs. listener vs. both (best configuration per set, chosen on validation)", fontsize=9)
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_agreement(
+    table: pd.DataFrame,
+    summary: pd.DataFrame,
+    path: str | Path,
+    example: tuple[str, Mapping[str, np.ndarray]] | None = None,
+    fps: float = 25.0,
+) -> Path:
+    """Self vs. observer agreement: CCC per session for each pair of targets (bars, with the
+    personalized mean as a dashed line), and beside it the ratings of one example session."""
+    plt = _plt()
+    pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
+    sessions = table.sort_values(["listener", "story"]).session.drop_duplicates().tolist()
+    ncols = 2 if example else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 4.2), squeeze=False)
+    ax = axes[0, 0]
+    width = 0.8 / max(1, len(pairs))
+    x = np.arange(len(sessions))
+    for i, (a, b) in enumerate(pairs):
+        part = table[(table.target_a == a) & (table.target_b == b)].set_index("session")
+        vals = [part.ccc.get(s, np.nan) for s in sessions]
+        bars = ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=f"{a} vs {b}")
+        row = summary[(summary.target_a == a) & (summary.target_b == b) & (summary.split == "all")]
+        if len(row):
+            ax.axhline(float(row.ccc_personalized.iloc[0]), color=bars.patches[0].get_facecolor(), ls="--", lw=1)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, [s.replace("Subject_", "L").replace("_Story_", " S") for s in sessions], rotation=90, fontsize=7)
+    ax.set_xlabel("session (listener, story)")
+    ax.set_ylabel("CCC")
+    ax.set_ylim(min(-0.1, float(np.nanmin(table.ccc)) - 0.05), 1.0)
+    ax.set_title("CCC per session (dashed: personalized mean)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    if example:
+        session, series = example
+        ax = axes[0, 1]
+        for name, y in series.items():
+            ax.plot(np.arange(len(y)) / fps, y, lw=1.2 if name == "valence_self" else 1.0, label=name)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("valence [-1, 1]")
+        ax.set_title(f"ratings of {session}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Self-rating vs. observer ratings: concordance (CCC)", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=90)

@@ -6,6 +6,9 @@ child run per configuration, the ``dummy`` baseline first. Work is grouped by wi
 computed once per group in the parent process and shared with worker processes by
 ``fork`` (copy-on-write, never pickled per configuration). Workers only compute; the parent
 is the single MLflow writer, so parallel jobs never contend for the SQLite database.
+Another executor (``experiments.distributed`` runs configurations on Dask) plugs in at one
+seam: it takes the pending configurations and a :class:`SweepContext` and yields outcomes;
+resume, the parent run, the baseline-first order and the summary stay here.
 
 Resume: a configuration whose hash already has a FINISHED run in the experiment is not
 run again (its earlier run is reused in the summary); runs left RUNNING by a killed sweep
@@ -15,6 +18,7 @@ are marked KILLED when the next sweep starts.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
@@ -23,9 +27,10 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -101,8 +106,14 @@ def _evaluate_shared(trial: Trial) -> TrialResult:
     return evaluate_trial(trial, _SHARED[trial.window_key()])
 
 
-def _worker_init() -> None:
+def _worker_init(threads: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    if threads is not None:
+        # OpenMP (HistGradientBoosting) and BLAS would each start one thread per core in every
+        # worker; oversubscribed, OpenMP spins and a fit takes several times longer
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads)
     # a killed sweep (SIGKILL) cannot stop its pool: a worker leaves on its own once orphaned,
     # instead of waiting forever on the task queue with a copy of the features
     parent = os.getppid()
@@ -137,6 +148,188 @@ def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     plot_listener_ccc(result.scores, plots / "ccc_per_listener.png", title=f"CCC per listener: {trial.label()}")
 
 
+@dataclass(frozen=True)
+class SweepContext:
+    """What an executor needs to evaluate pending configurations (and to log them, if it does)."""
+
+    cfg: ExperimentConfig
+    store: Any  # a featurestore.Store or its folder
+    channels: tuple[str, ...]  # every role/channel the pending configurations read, sorted
+    store_fingerprint: str
+    jobs: int
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str
+    child_tags: dict[str, str]
+    log_artifacts: bool = True
+
+
+#: per configuration an executor yields (trial, TrialResult, "") or (trial, None, error text),
+#: or (trial, row, "") when its worker has logged the child run itself (see :func:`log_child`)
+Outcome = tuple[Trial, "TrialResult | dict | None", str]
+Executor = Callable[[Sequence[Trial], SweepContext], Iterator[Outcome]]
+
+
+def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+    """The local executor: windowed features once per window key in this process, configurations
+    evaluated here or, with ``ctx.jobs`` > 1, in forked worker processes; yielded in order."""
+    from .dataset import load_sessions
+
+    if not todo:
+        return
+    jobs = ctx.jobs
+    tables = load_sessions(ctx.store, list(ctx.channels), target=ctx.cfg.target, splits=ctx.cfg.splits)
+    groups: dict[WindowKey, list[Trial]] = {}
+    for t in todo:
+        groups.setdefault(t.window_key(), []).append(t)
+    if jobs > 1 and any(len(g) > 1 for g in groups.values()):
+        yield from _parallel_trials(tables, groups, jobs)
+        return
+    for key, group in groups.items():
+        _SHARED.clear()
+        try:
+            _SHARED[key] = window_sessions(tables, key)
+        except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
+            for t in group:
+                yield t, None, f"windowing failed: {type(e).__name__}: {e}"
+            continue
+        for t in group:
+            try:
+                result = _evaluate_shared(t)
+            except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
+                yield t, None, f"{type(e).__name__}: {e}"
+            else:
+                yield t, result, ""
+    _SHARED.clear()
+
+
+#: models whose fit takes much longer than a linear model's: submitted first within a group,
+#: so that the short ones fill the other workers meanwhile (longest-first scheduling)
+_SLOW_MODELS = ("hist_gb", "xgboost", "svr")
+
+
+def _expected_cost(trial: Trial) -> int:
+    return (trial.model != "dummy") + 2 * (trial.model in _SLOW_MODELS) + (trial.personalization == "per_listener")
+
+
+def _ready() -> None:
+    """A no-op task: submitting it makes a fork pool start all its workers now."""
+
+
+def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) -> Iterator[Outcome]:
+    """Configurations of every group in forked worker pools, the next group's windows meanwhile.
+
+    One pool per window key, forked right after that key's windowed features are computed, so
+    its workers share them copy-on-write; the parent then drops its reference, so the features
+    of a group live once, in the workers that use them (never copied per configuration).
+    While a group runs, a thread of this process computes the next group's features and its
+    pool is forked as soon as they are ready, so that when the current group is down to its
+    last long fits the next group's configurations use the free cores. At most ``jobs``
+    configurations run at a time over all pools, and at most two groups' features exist at a
+    time. Within a group the slowest models start first (longest-first scheduling). Each
+    worker runs ``cores // jobs`` BLAS / OpenMP threads. Results are yielded in the order of
+    the configurations.
+    """
+    keys = list(groups)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    fork = mp.get_context("fork")
+    windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
+    windows: dict[int, cf.Future] = {}
+    pools: dict[int, cf.ProcessPoolExecutor] = {}
+    waiting: dict[int, list[Trial]] = {}  # launched groups' configurations not yet submitted
+    futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: its futures, or why it failed
+    running: set[cf.Future] = set()
+
+    def start_windowing(i: int) -> None:
+        if i < len(keys) and i not in windows and i not in futures:
+            windows[i] = windowing.submit(window_sessions, tables, keys[i])
+
+    def launch(i: int) -> None:
+        try:
+            w = windows.pop(i).result()
+        except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
+            futures[i] = f"windowing failed: {type(e).__name__}: {e}"
+            return
+        group = groups[keys[i]]
+        _SHARED.clear()
+        _SHARED[keys[i]] = w
+        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(group)), mp_context=fork, initializer=_worker_init, initargs=(threads,))
+        pools[i].submit(_ready).result()  # with fork, every worker starts now, holding the features
+        _SHARED.clear()
+        del w
+        futures[i] = {}
+        waiting[i] = sorted(group, key=_expected_cost, reverse=True)
+
+    def submit_free() -> None:
+        running.difference_update([f for f in running if f.done()])
+        for i in sorted(waiting):
+            while waiting[i] and len(running) < jobs:
+                t = waiting[i].pop(0)
+                fut = pools[i].submit(_evaluate_shared, t)
+                futures[i][t] = fut
+                running.add(fut)
+
+    try:
+        start_windowing(0)
+        for i, key in enumerate(keys):
+            if i not in futures:
+                launch(i)
+            start_windowing(i + 1)
+            submit_free()
+            for t in groups[key]:
+                if isinstance(futures[i], str):
+                    yield t, None, futures[i]
+                    continue
+                while t not in futures[i] or not futures[i][t].done():
+                    nxt = windows.get(i + 1)
+                    cf.wait([*running, *([nxt] if nxt is not None else [])], return_when=cf.FIRST_COMPLETED)
+                    if nxt is not None and nxt.done():
+                        launch(i + 1)  # the next group's workers take the cores this one frees
+                    submit_free()
+                try:
+                    result = futures[i][t].result()
+                except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
+                    yield t, None, f"{type(e).__name__}: {e}"
+                else:
+                    yield t, result, ""
+            if i in pools:
+                pools.pop(i).shutdown(wait=True)
+                waiting.pop(i, None)
+            futures[i] = "done"  # the results were handed over: do not keep them
+    finally:
+        for i in list(waiting):
+            waiting[i].clear()
+        for f in running:
+            f.cancel()
+        for pool in pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+        windowing.shutdown(wait=True, cancel_futures=True)
+        _SHARED.clear()
+
+
+def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = "") -> dict:
+    """Create, fill and close one configuration's child run; returns its row of the sweep table.
+
+    ``result`` None logs a FAILED run carrying ``error`` as a tag.
+    """
+    run_id = tracker.start_run(trial.label()[:250], tags={CONFIG_HASH_TAG: trial.hash(), **ctx.child_tags}, parent_id=ctx.parent_run_id)
+    params = trial.params()
+    if result is None:
+        tracker.log(run_id, params=params, tags={"error": error[:5000]})
+        tracker.finish(run_id, "FAILED")
+        return {"run_id": run_id, "status": "failed", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, "error": error}
+    m = dict(result.metrics)
+    m["fit_seconds"] = result.fit_seconds
+    m["n_train_rows"] = result.n_train_rows
+    tracker.log(run_id, params=params, metrics=m, tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None)
+    if ctx.log_artifacts:
+        with tempfile.TemporaryDirectory() as tmp:
+            _artifacts(result, ctx.cfg.to_dict(), Path(tmp))
+            tracker.log_artifacts(run_id, tmp)
+    tracker.finish(run_id, "FINISHED")
+    return {"run_id": run_id, "status": "done", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, **m}
+
+
 def run_sweep(
     cfg: ExperimentConfig,
     store="features",
@@ -146,17 +339,20 @@ def run_sweep(
     run_name: str | None = None,
     log_artifacts: bool = True,
     on_result: Callable[[dict], None] | None = None,
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Run every configuration of ``cfg`` (skipping finished ones) and log them to MLflow.
 
     A configuration is reused when the experiment holds a FINISHED run with its hash computed
     on a store with the same fingerprint. ``jobs`` None takes the config's ``jobs`` (default 1).
 
+    ``executor`` None evaluates here (see :func:`local_trials`); another, such as the Dask
+    executor of ``experiments.distributed``, gets the pending configurations and a
+    :class:`SweepContext` and yields their outcomes.
+
     Returns a :class:`SweepResult` whose ``table`` has one row per configuration with its
     run id, status (``done``, ``reused``, ``failed``), params and metrics.
     """
-    from .dataset import load_sessions
-
     jobs = int(jobs if jobs is not None else (cfg.jobs or 1))
     t_start = time.perf_counter()
     trials = _order(_ensure_baseline(expand(cfg)))
@@ -164,7 +360,6 @@ def run_sweep(
     reaped = tracker.reap_stale()
     fingerprint, backend = store_fingerprint(store)
     finished = tracker.finished_by_hash(store_fingerprint=fingerprint)
-    cfg_dict = cfg.to_dict()
     metric = selection_metric(cfg)
 
     parent = tracker.start_run(
@@ -175,6 +370,7 @@ def run_sweep(
             "git_commit": git_commit(),
             "face_backend": backend,
             "sweep": "parent",
+            "executor": getattr(executor, "name", "local"),
         },
     )
     tracker.log(parent, params={"target": cfg.target, "protocol": cfg.protocol, "n_configurations": len(trials),
@@ -195,68 +391,27 @@ def run_sweep(
     status = "FAILED"
     bar = tqdm(total=len(todo), desc="configurations", unit="cfg", disable=not progress)
     try:
-        if todo:
-            channels = sorted({c for t in todo for c in t.channels})
-            tables = load_sessions(store, channels, target=cfg.target, splits=cfg.splits)
-        groups: dict[WindowKey, list[Trial]] = {}
-        for t in todo:
-            groups.setdefault(t.window_key(), []).append(t)
-        child_tags = {"store_fingerprint": fingerprint, "git_commit": git_commit(), "face_backend": backend}
+        ctx = SweepContext(
+            cfg=cfg, store=store, channels=tuple(sorted({c for t in todo for c in t.channels})),
+            store_fingerprint=fingerprint, jobs=jobs, tracking_uri=tracker.uri, experiment=cfg.tracking.experiment,
+            parent_run_id=parent, log_artifacts=log_artifacts,
+            child_tags={"store_fingerprint": fingerprint, "git_commit": git_commit(), "face_backend": backend},
+        )
 
-        def record(trial: Trial, result: TrialResult | None, error: str = "") -> None:
-            run_id = tracker.start_run(trial.label()[:250], tags={CONFIG_HASH_TAG: trial.hash(), **child_tags}, parent_id=parent)
-            params = trial.params()
-            if result is None:
-                tracker.log(run_id, params=params, tags={"error": error[:5000]})
-                tracker.finish(run_id, "FAILED")
-                failed.append((trial.label(), error))
-                rows.append({"run_id": run_id, "status": "failed", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, "error": error})
-            else:
-                m = dict(result.metrics)
-                m["fit_seconds"] = result.fit_seconds
-                m["n_train_rows"] = result.n_train_rows
-                tracker.log(run_id, params=params, metrics=m, tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None)
-                if log_artifacts:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        _artifacts(result, cfg_dict, Path(tmp))
-                        tracker.log_artifacts(run_id, tmp)
-                tracker.finish(run_id, "FINISHED")
-                rows.append({"run_id": run_id, "status": "done", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, **m})
+        def record(trial: Trial, result: TrialResult | dict | None, error: str = "") -> None:
+            row = result if isinstance(result, dict) else log_child(tracker, ctx, trial, result, error)
+            if row["status"] == "failed":
+                failed.append((trial.label(), row.get("error", error)))
+            rows.append(row)
             bar.update(1)
             best = max((r.get(metric, -np.inf) for r in rows if r["status"] != "failed"), default=np.nan)
             bar.set_postfix_str(f"best {metric}={best:.3f} failed={len(failed)}")
             if on_result:
                 on_result(rows[-1])
 
-        for key, group in groups.items():
-            _SHARED.clear()
-            try:
-                _SHARED[key] = window_sessions(tables, key)
-            except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
-                for t in group:
-                    record(t, None, f"windowing failed: {type(e).__name__}: {e}")
-                continue
-            if jobs <= 1 or len(group) == 1:
-                for t in group:
-                    try:
-                        record(t, _evaluate_shared(t))
-                    except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-                        record(t, None, f"{type(e).__name__}: {e}")
-            else:
-                ctx = mp.get_context("fork")
-                with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
-                    futs = {pool.submit(_evaluate_shared, t): t for t in group}
-                    try:
-                        # logged in submission order (not as completed): the dummy baseline stays first
-                        for fut, t in futs.items():
-                            try:
-                                record(t, fut.result())
-                            except Exception as e:  # noqa: BLE001
-                                record(t, None, f"{type(e).__name__}: {e}")
-                    except BaseException:
-                        for f in futs:
-                            f.cancel()
-                        raise
+        with contextlib.closing((executor or local_trials)(todo, ctx)) as outcomes:
+            for trial, result, error in outcomes:
+                record(trial, result, error)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -1,4 +1,4 @@
-"""``featurestore`` command line: scan, extract, import, labels, ls, inspect, verify, demo.
+"""``featurestore`` command line: scan, extract, import, labels, transcripts, ls, inspect, verify, demo.
 
 Exit codes: 0 all good, 1 some sessions failed (a summary says which and why), 2 usage error.
 """
@@ -105,21 +105,42 @@ def _sessions_for_extract(args, cfg):
     return sessions, dups
 
 
+#: per-session lines of the extraction summary before it groups them (one screen in all)
+SUMMARY_LINES = 12
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _summary(results, started: float) -> int:
     from collections import Counter
 
     counts = Counter(r.status for r in results)
     print(f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
           f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed")
-    for r in results:
-        if r.computed:
+    computed = [r for r in results if r.computed]
+    if len(computed) <= SUMMARY_LINES:
+        for r in computed:
             print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
-        for n in r.notes:
-            print(f"  {r.session}: note: {n}")
-    for r in results:
-        if r.failed:
-            print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
-    return EXIT_FAILED if counts.get("failed") else EXIT_OK
+    else:  # many sessions: one line per set of computed channels
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for r in computed:
+            groups.setdefault(tuple(r.computed), []).append(r.session)
+        for chans, names in groups.items():
+            print(f"  {len(names)} sessions computed {', '.join(chans)} ({_some(names)})")
+    notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
+    for line in notes[:SUMMARY_LINES]:
+        print(line)
+    if len(notes) > SUMMARY_LINES:
+        print(f"  ... and {len(notes) - SUMMARY_LINES} more notes")
+    failed = [r for r in results if r.failed]
+    for r in failed:
+        print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
+              "fix the inputs and re-run the same command to do only what is missing", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_extract(args) -> int:
@@ -154,7 +175,7 @@ def cmd_extract(args) -> int:
             results = extract_many_dask(todo, args.store, channels, cfg, force=args.force, scheduler=args.scheduler, n_workers=args.jobs)
         else:
             results = extract_many(todo, args.store, channels, cfg, force=args.force, jobs=args.jobs)
-    except ExtractorUnavailable as e:
+    except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no Dask scheduler at --scheduler
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -166,19 +187,49 @@ def cmd_extract(args) -> int:
 def cmd_import(args) -> int:
     from .imports import import_tables
 
-    report = import_tables(args.table_dir, args.store, role=args.role, channel=args.channel, fps=args.fps)
-    return _print_import(report)
+    try:
+        report = import_tables(args.table_dir, args.store, role=args.role, channel=args.channel, fps=args.fps, progress=True)
+    except ValueError as e:  # a bad --channel name
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
 
 
 def cmd_labels(args) -> int:
     from .imports import import_labels
 
-    report = import_labels(args.annotation_dir, args.store, target=args.target, fps=args.fps)
-    return _print_import(report)
+    try:
+        report = import_labels(args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True)
+    except ValueError as e:  # a bad --target name or --fps
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
-def _print_import(report) -> int:
-    print(report.summary() if hasattr(report, "summary") else report)
+def cmd_transcripts(args) -> int:
+    from .imports import import_transcripts
+
+    report = import_transcripts(args.transcript_dir, args.store, force=args.force, progress=True)
+    return _print_import(report, args.transcript_dir, "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass")
+
+
+def _print_import(report, folder: str, expected: str) -> int:
+    """Per-session lines (failures on stderr), then the one-line summary; returns the exit code."""
+    ok = report.succeeded
+    if len(ok) <= SUMMARY_LINES:
+        for r in ok:
+            print(r)
+    else:  # one screen: the failures matter, the successes are counted
+        print(f"ok     {len(ok)} sessions ({_some([r.session for r in ok])})")
+    for r in report.failed:
+        print(r, file=sys.stderr)
+    for p in report.skipped:
+        print(f"skipped {p}: name has no Subject_<L>_Story_<S>")
+    print(f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
+          + (" (their shards are unchanged; fix the files named above and re-run)" if report.failed else ""))
+    if not report.results:
+        print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
@@ -229,9 +280,15 @@ def cmd_verify(args) -> int:
     from .store import Store
 
     versions = {name: cls.version for name, cls in registry().items()}
-    from .extract import SPEAKING_RULE, SPEAKING_VERSION
+    from .extract import (
+        SPEAKING_RULE,
+        SPEAKING_VERSION,
+        TRANSCRIPT_SPEAKING_RULE,
+        TRANSCRIPT_SPEAKING_VERSION,
+    )
 
     versions[SPEAKING_RULE] = SPEAKING_VERSION
+    versions[TRANSCRIPT_SPEAKING_RULE] = TRANSCRIPT_SPEAKING_VERSION
     store = Store(args.store)
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
     n = len(store.list_sessions())
@@ -251,7 +308,11 @@ def cmd_demo(args) -> int:
     from .demo import build_demo
 
     t0 = time.perf_counter()
-    info = build_demo(args.out, n_listeners=args.listeners, stories=tuple(args.stories), duration_s=args.duration, seed=args.seed)
+    try:
+        info = build_demo(args.out, n_listeners=args.listeners, stories=tuple(args.stories), duration_s=args.duration, seed=args.seed)
+    except ValueError as e:  # --listeners, --stories or --duration out of range
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"demo corpus in {args.out} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 
@@ -285,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("extract", help="compute missing or stale channels for every session")
     sp.add_argument("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)")
     store_arg(sp)
-    sp.add_argument("--channels", nargs="+", help="extractors to run (default: face_geom egemaps)")
+    sp.add_argument("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech lexicon; "
+                    "speech and lexicon only where a session has a transcript)")
     sp.add_argument("--jobs", type=int, default=1, help="sessions in parallel processes")
     sp.add_argument("--executor", choices=["local", "dask"], default="local")
     sp.add_argument("--scheduler", help="address of an existing Dask scheduler (with --executor dask)")
@@ -310,6 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     store_arg(sp)
     sp.add_argument("--fps", type=float, default=25.0)
     sp.set_defaults(func=cmd_labels)
+
+    sp = sub.add_parser("transcripts", help="transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues")
+    sp.add_argument("transcript_dir")
+    store_arg(sp)
+    sp.add_argument("--force", action="store_true", help="recompute even current channels")
+    sp.set_defaults(func=cmd_transcripts)
 
     sp = sub.add_parser("ls", help="list the shards of a store")
     store_arg(sp)

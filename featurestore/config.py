@@ -32,7 +32,8 @@ class FeatureConfig:
     #: landmark model for face_geom (``dlib``)
     face_backend: str = "dlib"
     #: channels computed by ``featurestore extract`` when ``--channels`` is not given
-    channels: list[str] = field(default_factory=lambda: ["face_geom", "egemaps"])
+    #: (``speech`` and ``lexicon`` only for sessions with a transcript; the others skip them)
+    channels: list[str] = field(default_factory=lambda: ["face_geom", "egemaps", "speech", "lexicon"])
     #: story -> speaker
     story_speaker: dict[int, int] = field(default_factory=lambda: dict(STORY_SPEAKER))
     #: split -> stories
@@ -52,9 +53,16 @@ def load_feature_config(path: str | Path | None = None, data_dir: str | Path | N
         return FeatureConfig()
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot be read as YAML ({e})") from e
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e}); check the --config path") from e
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
     known = {f.name for f in fields(FeatureConfig)}

@@ -5,6 +5,9 @@ OMG-Empathy is licence-gated, so every part of the tool also runs on this corpus
 
     <out_dir>/Videos/Subject_<L>_Story_<S>.mp4       H.264 yuv420p, 25 fps, AAC 44.1 kHz mono
     <out_dir>/Annotations/Subject_<L>_Story_<S>.csv  header ``valence``, one row per video frame
+    <out_dir>/Transcripts/transcribed_subject_<L>_story_<S>.srt   [S]/[L]-tagged cues
+    <out_dir>/Observer_Listener/Subject_<L>_Story_<S>.csv       observer rating of the listener
+    <out_dir>/Observer_Speaker/Subject_<L>_Story_<S>.csv        observer rating of the speaker
     <out_dir>/README.md                              what was planted, with this build's numbers
     <out_dir>/demo_truth.json                        the seed and every latent signal's parameters
     <out_dir>/featurestore.yaml                      extraction settings for the folder
@@ -32,6 +35,19 @@ frame by frame, and the brows rise on accented syllables. The listener backchann
 in about a third of the later ones, opening the mouth and nodding meanwhile. Backchannels
 are random: they carry no label information.
 
+**Words.** Each phrase has an affect ``a_p`` in [-1, 1], a slowly drifting story arc
+(``a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1)``), and a sentence of about one word per
+1.5 syllables: neutral filler words (none of them in the VADER lexicon) of which
+``round(3 * |a_p|)`` are replaced by positive (``a_p > 0``) or negative VADER lexicon words
+(:data:`POSITIVE_WORDS`, :data:`NEGATIVE_WORDS`). The words are a word salad: only their
+sentiment is planted. The listener's backchannel is "wow" after a phrase with ``a_p > 0.35``,
+"oh no" after one with ``a_p < -0.35``, else "mm-hm". The transcript has one ``[S]`` cue per
+phrase and one ``[L]`` cue per backchannel at their synthesised times, written as Windows
+subtitle editors do (UTF-8 with a byte-order mark, CRLF), with two deliberate quirks: the
+first backchannel and the phrase before it share one cue carrying both tags, and the longest
+other phrase is split into two ``[S]`` cues that overlap by 0.4 s (:func:`transcript_cues`).
+The speaker's face and voice do not depend on ``a_p``: only the words carry it.
+
 **Labels (valence_self), the planted relations.** Each session has a latent listener smile
 ``smile(t)`` in [0, 1]: a per-listener baseline plus a few random smile events (raised-cosine
 rise, hold, decay; event rate and size per listener) plus slow noise. The listener's face
@@ -39,13 +55,26 @@ shows it (nearest of the 7 smile levels). The self-rated valence is::
 
     valence(t) = offset_L + gain_L * smile(t - 1.5 s)
                  + 0.05 * z(speaker loudness averaged over the last 3 s)
+                 + 0.2 * causal_smooth(affect(t), 2 s)
                  + slow noise (sd 0.03) + white noise (sd 0.01),   clipped to [-1, 1]
 
-so the listener's expression at time t shows in the valence 1.5 s later (a label delay,
-as in the challenge's well-known trick), the speaker's voice carries a weak signal, and
-``offset_L`` / ``gain_L`` differ per listener (personalisation helps). A model using
-listener features (mouth width, smile) should clearly beat one using speaker features.
-:func:`plan_session` regenerates every per-frame latent signal from the seed.
+where ``affect(t)`` is the affect ``a_p`` of the latest phrase the speaker has started (0
+before the first) and ``causal_smooth`` an exponential moving average with a 2 s time
+constant. So the listener's expression at time t shows in the valence 1.5 s later (a label
+delay, as in the challenge's well-known trick), the speaker's voice carries a weak signal,
+what the speaker says a moderate one that neither face nor voice shows (the lexical channel
+should add to them), and ``offset_L`` / ``gain_L`` differ per listener (personalisation
+helps). A model using listener features (mouth width, smile) should clearly beat one using
+speaker features. :func:`plan_session` regenerates every per-frame latent signal from the seed.
+
+**Observer ratings, the planted agreement.** ``valence_observer_listener`` is what a third
+person watching the listener would rate: the self-rating averaged over 2 s, 1 s later,
+rescaled per listener (``observer_scale`` 0.6-0.9, ``observer_offset`` -0.05-0.10) plus slow
+(sd 0.06) and white (sd 0.03) noise, so it agrees well but not perfectly with the
+self-rating (CCC about 0.5-0.8 per session; the build's README lists the numbers).
+``valence_observer_speaker`` rates the speaker: ``0.05 + 0.6 * affect`` smoothed over 1 s,
+0.5 s later, plus noise, so it agrees with the self-rating only through the text term (CCC
+about 0.05-0.5).
 
 **Determinism.** Everything random comes from ``numpy.random.SeedSequence([seed, ...])``
 keyed by listener, speaker and session, so one session's files do not depend on which
@@ -55,7 +84,7 @@ too with the same FFmpeg/x264 build (x264 runs single-threaded); another build o
 encoder may write different bytes that decode to nearly the same pictures.
 
 **Cost.** The default corpus (16 sessions x 40 s, 16,000 frames) takes 40-45 s on one
-core, two thirds of it in x264; ``build_demo(tmp, n_listeners=2, stories=(1, 2),
+core, two thirds of it in x264 (words, transcripts and observer ratings add milliseconds); ``build_demo(tmp, n_listeners=2, stories=(1, 2),
 duration_s=6)`` takes a few seconds (most of it loading dlib's landmark model once).
 """
 
@@ -77,7 +106,7 @@ from .media import role_regions
 from .store import session_name
 
 #: Bumped whenever the same seed would produce different files.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 AUDIO_RATE = 44100
 #: The listener's smile at time t shows in the valence at t + LABEL_DELAY_S.
 LABEL_DELAY_S = 1.5
@@ -85,6 +114,32 @@ SPEAKER_TERM_WEIGHT = 0.05
 SPEAKER_TERM_WINDOW_S = 3.0
 LABEL_SLOW_NOISE_SD = 0.03
 LABEL_WHITE_NOISE_SD = 0.01
+#: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed causally over TEXT_TERM_TAU_S).
+TEXT_TERM_WEIGHT = 0.2
+TEXT_TERM_TAU_S = 2.0
+#: Observer of the listener: their rating follows the self-rating smoothed over 2 s and 1 s later.
+OBSERVER_LISTENER_SMOOTH_S = 2.0
+OBSERVER_LISTENER_DELAY_S = 1.0
+OBSERVER_LISTENER_NOISE_SD = (0.06, 0.03)  # slow, white
+#: Observer of the speaker: their rating follows the affect of the speaker's words, smoothed over 1 s, 0.5 s later.
+OBSERVER_SPEAKER_TAU_S = 1.0
+OBSERVER_SPEAKER_DELAY_S = 0.5
+OBSERVER_SPEAKER_GAIN = 0.6
+OBSERVER_SPEAKER_NOISE_SD = (0.06, 0.02)
+
+#: Words of the speaker's phrases: every word in the first two lists is in the VADER lexicon
+#: (valence > 0 and < 0), no word of the third is, nor is it a VADER negation or booster.
+POSITIVE_WORDS = ("happy", "great", "love", "wonderful", "fun", "beautiful", "amazing", "laughed", "glad",
+                  "best", "funny", "proud", "lucky", "nice", "smiled")
+NEGATIVE_WORDS = ("sad", "terrible", "lost", "hurt", "cried", "awful", "bad", "angry", "lonely", "worried",
+                  "pain", "sick", "died", "scared", "alone")
+NEUTRAL_WORDS = ("then", "we", "went", "to", "the", "house", "and", "my", "brother", "it", "was", "a", "day",
+                 "at", "school", "in", "summer", "car", "walked", "home", "said", "that", "morning", "city",
+                 "old", "door", "after", "dinner", "mother", "train", "letter", "street", "her", "his",
+                 "window", "week", "father", "teacher", "village", "river", "told", "us", "one", "evening")
+#: The listener's backchannel word after a phrase of affect a: "wow" if a > 0.35, "oh no" if a < -0.35, else "mm-hm".
+BACKCHANNEL_WORDS = {"positive": "wow", "negative": "oh no", "neutral": "mm-hm"}
+BACKCHANNEL_AFFECT = 0.35
 
 #: Warp parameter of each rendered smile state: 0 is the photo (already smiling), -0.5 a weaker smile, 1.5 a broad one.
 SMILE_LEVELS = tuple(float(v) for v in np.linspace(-0.5, 1.5, 7))
@@ -395,6 +450,8 @@ class ListenerParams:
     backchannel_f0_hz: float
     backchannel_level: float  # peak amplitude of the backchannel audio
     tint: tuple[float, float, float]
+    observer_offset: float  # the observer of this listener rates offset + scale * (smoothed, delayed self-rating)
+    observer_scale: float
 
 
 @dataclass(frozen=True)
@@ -421,6 +478,8 @@ def listener_params(listener: int, seed: int = 0) -> ListenerParams:
         backchannel_f0_hz=round(float(r.uniform(200.0, 240.0)), 2),
         backchannel_level=round(float(r.uniform(0.25, 0.35)), 3),
         tint=tuple(round(float(v), 3) for v in r.uniform(0.88, 1.12, 3)),
+        observer_offset=round(float(r.uniform(-0.05, 0.10)), 4),
+        observer_scale=round(float(r.uniform(0.6, 0.9)), 4),
     )
 
 
@@ -511,6 +570,13 @@ class SessionPlan:
     offsets: dict[str, np.ndarray]  # role -> (n_frames, 2) int head translation, pixels
     audio: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.float32))
     audio_rate: int = AUDIO_RATE
+    phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase's words, -1..1
+    phrase_words: list[str] = field(default_factory=list)  # what the speaker says in each phrase
+    backchannel_words: list[str] = field(default_factory=list)  # what the listener says in each backchannel
+    affect: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # latest phrase's affect, held, per frame
+    text_term: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # the valence's text term per frame
+    observer_listener: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # per frame, [-1, 1]
+    observer_speaker: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # per frame, [-1, 1]
 
     @property
     def times(self) -> np.ndarray:
@@ -653,6 +719,62 @@ def _quantize_even(xy: np.ndarray, limit: tuple[int, int]) -> np.ndarray:
     return out.astype(np.int64)
 
 
+def _causal_smooth(x: np.ndarray, tau_s: float, fps: float) -> np.ndarray:
+    """First-order causal low-pass (exponential moving average, time constant ``tau_s`` seconds)."""
+    from scipy.signal import lfilter
+
+    if len(x) == 0:
+        return np.asarray(x, np.float64)
+    alpha = 1.0 - np.exp(-1.0 / (tau_s * fps))
+    y, _ = lfilter([alpha], [1.0, alpha - 1.0], x, zi=[(1.0 - alpha) * x[0]])  # starts at x[0]
+    return y
+
+
+def _delayed(x: np.ndarray, delay_s: float, fps: float) -> np.ndarray:
+    """``x(t - delay_s)`` per frame; the first value is held before the start."""
+    d = int(round(delay_s * fps))
+    return np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]]) if d else x.copy()
+
+
+def _phrase_words(rng: np.random.Generator, phrases, syllables) -> tuple[list[float], list[str]]:
+    """Per phrase an affect in [-1, 1] (a slowly drifting story arc) and a sentence: about one word per
+    1.5 syllables, of which round(3 * |affect|) are positive (affect > 0) or negative lexicon words."""
+    affects, texts = [], []
+    arc = 0.0
+    for p0, p1 in phrases:
+        arc = 0.6 * arc + float(rng.normal(0.0, 0.5))
+        a = float(np.clip(arc, -1.0, 1.0))
+        n_syl = sum(1 for syl in syllables if p0 <= syl["t0"] < p1)
+        n = max(2, int(round(n_syl / 1.5)))
+        sentence = [str(w) for w in rng.choice(NEUTRAL_WORDS, n)]
+        pool = POSITIVE_WORDS if a > 0 else NEGATIVE_WORDS
+        for _ in range(min(n - 1, int(round(3 * abs(a))))):
+            sentence[int(rng.integers(1, n))] = str(rng.choice(pool))
+        sentence[0] = sentence[0].capitalize()
+        affects.append(round(a, 4))
+        texts.append(" ".join(sentence) + ".")
+    return affects, texts
+
+
+def _backchannel_words(phrases, affects, backchannels) -> list[str]:
+    """The listener's word for each backchannel, from the affect of the phrase just before it."""
+    out = []
+    for b0, _ in backchannels:
+        before = [a for (p0, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
+        a = before[-1] if before else 0.0
+        kind = "positive" if a > BACKCHANNEL_AFFECT else "negative" if a < -BACKCHANNEL_AFFECT else "neutral"
+        out.append(BACKCHANNEL_WORDS[kind])
+    return out
+
+
+def _held_affect(t: np.ndarray, phrases, affects) -> np.ndarray:
+    """Per frame, the affect of the latest phrase that has started (0 before the first)."""
+    starts = np.array([p0 for p0, _ in phrases], dtype=np.float64)
+    idx = np.searchsorted(starts, t, side="right") - 1
+    values = np.append(np.asarray(affects, dtype=np.float64), 0.0)
+    return np.where(idx >= 0, values[idx], 0.0)
+
+
 def plan_session(
     listener: int,
     story: int,
@@ -724,7 +846,28 @@ def plan_session(
     sd = causal_mean.std()
     speaker_term = SPEAKER_TERM_WEIGHT * ((causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean)
     noise = LABEL_SLOW_NOISE_SD * _smooth_noise(rng, n, 1.0 * fps) + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
-    valence = np.clip(lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + noise, -1.0, 1.0)
+    # words: their own random stream, so adding them left every other signal as it was
+    text_rng = _rng(seed, 4, listener, story)
+    phrase_affect, phrase_words = _phrase_words(text_rng, phrases, syllables)
+    backchannel_words = _backchannel_words(phrases, phrase_affect, backchannels)
+    affect = _held_affect(t, phrases, phrase_affect)
+    text_term = TEXT_TERM_WEIGHT * _causal_smooth(affect, TEXT_TERM_TAU_S, fps)
+    valence = np.clip(lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise, -1.0, 1.0)
+
+    # observers: a third person rating the listener, another rating the speaker
+    obs_rng = _rng(seed, 5, listener, story)
+    win = max(1, int(round(OBSERVER_LISTENER_SMOOTH_S * fps)))
+    padded = np.concatenate([np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])])
+    seen = _delayed(np.convolve(padded, np.ones(win) / win, mode="valid"), OBSERVER_LISTENER_DELAY_S, fps)
+    slow_sd, white_sd = OBSERVER_LISTENER_NOISE_SD
+    observer_listener = np.clip(
+        lp.observer_offset + lp.observer_scale * seen
+        + slow_sd * _smooth_noise(obs_rng, n, 1.0 * fps) + white_sd * obs_rng.standard_normal(n), -1.0, 1.0)
+    told = _delayed(_causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps)
+    slow_sd, white_sd = OBSERVER_SPEAKER_NOISE_SD
+    observer_speaker = np.clip(
+        0.05 + OBSERVER_SPEAKER_GAIN * told
+        + slow_sd * _smooth_noise(obs_rng, n, 1.0 * fps) + white_sd * obs_rng.standard_normal(n), -1.0, 1.0)
 
     # --- faces ---
     blinks = {"speaker": _blink_onsets(rng, n / fps), "listener": _blink_onsets(rng, n / fps)}
@@ -766,6 +909,8 @@ def plan_session(
         phrases=phrases, syllables=syllables, backchannels=backchannels, smile_events=events,
         blinks=blinks, smile=smile, smile_delayed=smile_delayed, speech_envelope=envelope,
         speaker_term=speaker_term, valence=valence, states=states, offsets=offsets, audio=audio,
+        phrase_affect=phrase_affect, phrase_words=phrase_words, backchannel_words=backchannel_words,
+        affect=affect, text_term=text_term, observer_listener=observer_listener, observer_speaker=observer_speaker,
     )
 
 
@@ -781,6 +926,61 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 def valence_csv(valence: np.ndarray) -> str:
     """The official annotation format: header ``valence``, one ``%.6f`` row per frame."""
     return "valence\n" + "\n".join(f"{v:.6f}" for v in np.asarray(valence, dtype=np.float64)) + "\n"
+
+
+def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
+    """The session's transcript: (start_s, end_s, lines) per cue, sorted by start.
+
+    One ``[S]`` cue per phrase and one ``[L]`` cue per backchannel at their synthesised
+    times, except: the first backchannel and the phrase before it form one cue carrying both
+    tags (as subtitle editors merge a quick exchange), and the longest other phrase is split
+    into two ``[S]`` cues that overlap by 0.4 s.
+    """
+    cues: list[tuple[float, float, list[str]]] = []
+    merged_phrase = merged_bc = -1
+    if plan.backchannels:
+        b0 = plan.backchannels[0][0]
+        before = [i for i, (_, p1) in enumerate(plan.phrases) if p1 <= b0 + 1e-6]
+        if before:
+            merged_phrase, merged_bc = before[-1], 0
+    others = [i for i in range(len(plan.phrases)) if i != merged_phrase and len(plan.phrase_words[i].split()) >= 4]
+    split = max(others, key=lambda i: plan.phrases[i][1] - plan.phrases[i][0]) if others else -1
+    for i, ((p0, p1), text) in enumerate(zip(plan.phrases, plan.phrase_words, strict=True)):
+        if i == merged_phrase:
+            b0, b1 = plan.backchannels[merged_bc]
+            cues.append((p0, b1, [f"[S] {text}", f"[L] {plan.backchannel_words[merged_bc]}"]))
+        elif i == split:
+            words = text.split()
+            half, mid = len(words) // 2, (p0 + p1) / 2
+            cues.append((p0, mid + 0.2, ["[S] " + " ".join(words[:half])]))
+            cues.append((mid - 0.2, p1, ["[S] " + " ".join(words[half:])]))
+        else:
+            cues.append((p0, p1, [f"[S] {text}"]))
+    for j, ((b0, b1), word) in enumerate(zip(plan.backchannels, plan.backchannel_words, strict=True)):
+        if j != merged_bc:
+            cues.append((b0, b1, [f"[L] {word}"]))
+    return sorted(cues, key=lambda c: c[0])
+
+
+def _srt_time(t: float) -> str:
+    ms = int(round(t * 1000))
+    return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d},{ms % 1000:03d}"
+
+
+def transcript_srt(plan: SessionPlan) -> bytes:
+    """The session's transcript as SubRip bytes: UTF-8 with a byte-order mark and CRLF line
+    ends, as Windows subtitle editors write them."""
+    blocks = [f"{i}\r\n{_srt_time(a)} --> {_srt_time(b)}\r\n" + "\r\n".join(lines)
+              for i, (a, b, lines) in enumerate(transcript_cues(plan), start=1)]
+    return ("\ufeff" + "\r\n\r\n".join(blocks) + "\r\n").encode("utf-8")
+
+
+def _ccc(a: np.ndarray, b: np.ndarray) -> float:
+    """Lin's concordance correlation coefficient (population variances), for the build's README."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    cov = np.mean((a - a.mean()) * (b - b.mean()))
+    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
+    return float(2 * cov / den) if den > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -924,6 +1124,18 @@ class DemoInfo:
     def annotations(self) -> list[Path]:
         return [self.out_dir / "Annotations" / f"{s}.csv" for s in self.sessions]
 
+    @property
+    def transcripts(self) -> list[Path]:
+        return [self.out_dir / "Transcripts" / f"{s.lower().replace('subject', 'transcribed_subject')}.srt" for s in self.sessions]
+
+    @property
+    def observer_annotations(self) -> dict[str, list[Path]]:
+        """Target -> the observer rating files, per session."""
+        return {
+            "valence_observer_listener": [self.out_dir / "Observer_Listener" / f"{s}.csv" for s in self.sessions],
+            "valence_observer_speaker": [self.out_dir / "Observer_Speaker" / f"{s}.csv" for s in self.sessions],
+        }
+
     def __str__(self) -> str:
         return (
             f"{len(self.sessions)} session{'s' if len(self.sessions) != 1 else ''} of {self.duration_s:g} s, {self.width}x{self.height} at "
@@ -955,13 +1167,34 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         },
         "label": {
             "target": "valence_self",
-            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) + noise(t), -1, 1)",
+            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) + text_term(t) + noise(t), -1, 1)",
             "delay_s": LABEL_DELAY_S,
             "speaker_term": f"{SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS envelope over the last {SPEAKER_TERM_WINDOW_S:g} s)",
             "speaker_term_weight": SPEAKER_TERM_WEIGHT,
             "speaker_term_window_s": SPEAKER_TERM_WINDOW_S,
             "slow_noise_sd": LABEL_SLOW_NOISE_SD, "white_noise_sd": LABEL_WHITE_NOISE_SD,
             "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
+            "text_term": f"{TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {TEXT_TERM_TAU_S:g} s)",
+            "affect": "affect of the latest phrase the speaker has started, held until the next one (0 before the first)",
+        },
+        "words": {
+            "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
+            "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive (a_p > 0) or negative lexicon words",
+            "positive_words": list(POSITIVE_WORDS), "negative_words": list(NEGATIVE_WORDS),
+            "neutral_words": list(NEUTRAL_WORDS),
+            "backchannel_words": {**BACKCHANNEL_WORDS, "threshold": BACKCHANNEL_AFFECT},
+        },
+        "observers": {
+            "valence_observer_listener": (
+                f"clip(observer_offset + observer_scale * moving_average(valence_self, {OBSERVER_LISTENER_SMOOTH_S:g} s)"
+                f"(t - {OBSERVER_LISTENER_DELAY_S:g} s) + noise (slow sd {OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
+                f"{OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
+            ),
+            "valence_observer_speaker": (
+                f"clip(0.05 + {OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau {OBSERVER_SPEAKER_TAU_S:g} s)"
+                f"(t - {OBSERVER_SPEAKER_DELAY_S:g} s) + noise (slow sd {OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
+                f"{OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
+            ),
         },
         "listeners": {str(k): vars(v) for k, v in listeners.items()},
         "speakers": {str(k): vars(v) for k, v in speakers.items()},
@@ -974,6 +1207,10 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
                 "blink_onsets_s": p.blinks,
                 "valence_mean": round(float(p.valence.mean()), 4),
                 "valence_sd": round(float(p.valence.std()), 4),
+                "phrase_affect": p.phrase_affect,
+                "backchannel_words": p.backchannel_words,
+                "ccc_self_vs_observer_listener": round(_ccc(p.valence, p.observer_listener), 4),
+                "ccc_self_vs_observer_speaker": round(_ccc(p.valence, p.observer_speaker), 4),
             }
             for p in plans
         },
@@ -988,6 +1225,13 @@ def _readme(truth: dict, info_line: str) -> str:
         for k, v in truth["listeners"].items()
     )
     spk = "\n".join(f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |" for k, v in truth["speakers"].items())
+    words, obs = truth["words"], truth["observers"]
+    sessions = truth["sessions"]
+    agree = "\n".join(
+        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |" for k, v in sessions.items()
+    )
+    agree_l = float(np.mean([v["ccc_self_vs_observer_listener"] for v in sessions.values()]))
+    agree_s = float(np.mean([v["ccc_self_vs_observer_speaker"] for v in sessions.values()]))
     return f"""# Demo corpus (generated by `featurestore demo`)
 
 {info_line}. Built offline and deterministically from seed {truth['seed']} by
@@ -998,6 +1242,10 @@ rather than edit it. Layout as in OMG-Empathy:
   AAC mono {truth['audio_rate_hz']} Hz; speaker left of x={truth['split_x']}, listener right of it.
 - `Annotations/Subject_<L>_Story_<S>.csv`: header `valence`, one row per video frame, [-1, 1]
   (the listener's self-rating, target `valence_self`).
+- `Transcripts/transcribed_subject_<L>_story_<S>.srt`: cues tagged `[S]` (speaker) and `[L]`
+  (listener) at the synthesised speech and backchannel times (UTF-8 with BOM, CRLF).
+- `Observer_Listener/` and `Observer_Speaker/Subject_<L>_Story_<S>.csv`: observer ratings in
+  the same format (targets `valence_observer_listener`, `valence_observer_speaker`).
 - `demo_truth.json`: the seed and the parameters of every latent signal;
   `featurestore.demo.plan_session(L, S, duration_s=..., seed=...)` regenerates the per-frame signals.
 
@@ -1016,13 +1264,33 @@ opening the mouth and nodding. Backchannels carry no label information.
 
 Label:
 
-    valence(t) = valence_offset + valence_gain * smile(t - {lab['delay_s']:g} s) + speaker_term(t) + noise(t)
+    valence(t) = valence_offset + valence_gain * smile(t - {lab['delay_s']:g} s) + speaker_term(t) + text_term(t) + noise(t)
 
 clipped to [-1, 1], where `smile(t)` in [0, 1] is the listener's latent smile, which their
 face shows at time t (so it reaches the valence {lab['delay_s']:g} s later),
-`speaker_term` = {lab['speaker_term']} (weak), and the noise is slow (sd {lab['slow_noise_sd']})
+`speaker_term` = {lab['speaker_term']} (weak),
+`text_term` = {lab['text_term']}, with `affect(t)` the affect of the
+speaker's latest phrase (below), and the noise is slow (sd {lab['slow_noise_sd']})
 plus white (sd {lab['white_noise_sd']}). Listener features (mouth width, smile) with a label
-delay of about {lab['delay_s']:g} s should predict the valence well; speaker features only weakly.
+delay of about {lab['delay_s']:g} s should predict the valence well; speaker face and voice only
+weakly; the speaker's words (the `lexicon` channel) add what neither face nor voice shows.
+
+Words: each phrase has an affect a_p in [-1, 1] ({words['phrase_affect']}); its sentence has
+{words['phrase_words']}. Positive words: {', '.join(words['positive_words'])}. Negative words:
+{', '.join(words['negative_words'])}. The listener says "{words['backchannel_words']['positive']}" after a
+phrase with a_p > {words['backchannel_words']['threshold']}, "{words['backchannel_words']['negative']}" after
+one below -{words['backchannel_words']['threshold']}, else "{words['backchannel_words']['neutral']}". In each
+transcript the first backchannel shares one cue with the phrase before it (both tags) and
+the longest other phrase is split into two overlapping `[S]` cues.
+
+Observers: `valence_observer_listener` = {obs['valence_observer_listener']};
+`valence_observer_speaker` = {obs['valence_observer_speaker']}.
+Planted agreement with the self-rating (CCC per session, this build):
+
+| session | self vs observer of listener | self vs observer of speaker |
+|---|---|---|
+{agree}
+| mean | {agree_l:.3f} | {agree_s:.3f} |
 
 | listener | valence_offset | valence_gain | smile_baseline | smile events / s | event size | backchannel F0 (Hz) |
 |---|---|---|---|---|---|---|
@@ -1035,7 +1303,9 @@ delay of about {lab['delay_s']:g} s should predict the valence well; speaker fea
 ## Use
 
 Treat the folder like a copy of OMG-Empathy: `featurestore scan <folder>` then
-`featurestore extract <folder>` (what `make features` does with the demo corpus).
+`featurestore extract <folder>` (what `make features` does with the demo corpus): it reads
+the transcripts (channels `speech`, `lexicon`; who talks for the per-role voice channels)
+and the observer ratings (label targets) too. `experiments agreement` compares the ratings.
 Official split by story: train 2, 4, 5, 8; validation 1; test 3, 6, 7.
 
 Sources: the face photo is `skimage.data.astronaut()` (Eileen Collins, NASA, public domain);
@@ -1089,8 +1359,8 @@ def build_demo(
     rig = face_rig()
     layout = _layout(int(width), int(height), rig)
     out = Path(out_dir)
-    (out / "Videos").mkdir(parents=True, exist_ok=True)
-    (out / "Annotations").mkdir(parents=True, exist_ok=True)
+    for folder in ("Videos", "Annotations", "Transcripts", "Observer_Listener", "Observer_Speaker"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
     listeners = {L: listener_params(L, seed) for L in range(1, int(n_listeners) + 1)}
     speakers = {S: speaker_params(S, seed) for S in sorted({STORY_SPEAKER[s] for s in stories})}
     size = (layout.tile_h, layout.tile_w)
@@ -1106,6 +1376,9 @@ def build_demo(
         caches = {"speaker": speaker_caches[plan.speaker], "listener": _TileCache(rig, Look(False, listeners[L].tint), size)}
         _write_video(out / "Videos" / f"{sid}.mp4", _frames(plan, layout, caches), layout, fps, plan.audio, plan.audio_rate)
         _atomic_write_bytes(out / "Annotations" / f"{sid}.csv", valence_csv(plan.valence).encode())
+        _atomic_write_bytes(out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt", transcript_srt(plan))
+        _atomic_write_bytes(out / "Observer_Listener" / f"{sid}.csv", valence_csv(plan.observer_listener).encode())
+        _atomic_write_bytes(out / "Observer_Speaker" / f"{sid}.csv", valence_csv(plan.observer_speaker).encode())
         plan.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
 

@@ -9,9 +9,13 @@ For each session:
    matches are skipped unless ``force``;
 3. the video is decoded once for all face channels that need work, the audio once for the
    audio channels;
-4. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and the
-   faces' mouth movement (see :mod:`featurestore.speaking`);
-5. everything is written in one atomic shard update (temporary file + rename).
+4. transcript channels (``speech``, ``lexicon``) are computed from the session's transcript
+   when it has one (a session without one skips them with a note);
+5. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and who
+   is talking: from the transcript's cues when the session has a transcript, else from the
+   faces' mouth movement (see :mod:`featurestore.speaking`); the channel's extractor,
+   params ``rule`` and source say which rule was used, and both are in its cache key;
+6. everything is written in one atomic shard update (temporary file + rename).
 
 A failure in one session is reported for that session; the others go on.
 """
@@ -33,14 +37,22 @@ from tqdm.auto import tqdm
 
 from . import media
 from .config import FeatureConfig
-from .extractors import AudioExtractor, ExtractorUnavailable, FrameExtractor, get_extractor
+from .extractors import (
+    AudioExtractor,
+    ExtractorUnavailable,
+    FrameExtractor,
+    TranscriptExtractor,
+    get_extractor,
+)
 from .manifest import SessionFiles
 from .store import (
     LABEL_FPS,
+    SCHEMA_VERSION,
     Channel,
     Features,
     SessionMeta,
     Store,
+    StoreError,
     cache_key,
     file_fingerprint,
     utc_now,
@@ -49,6 +61,10 @@ from .store import (
 #: rule name and version for the per-role voice channels (part of their cache key)
 SPEAKING_RULE = "speaking_from_faces"
 SPEAKING_VERSION = "1"
+#: the same from a transcript's cues (replaces the face rule where a session has a transcript)
+TRANSCRIPT_SPEAKING_RULE = "speaking_from_transcript"
+TRANSCRIPT_SPEAKING_VERSION = "1"
+ROLE_VOICE_KEYS = ("speaker/egemaps", "listener/egemaps")
 
 
 class SessionError(RuntimeError):
@@ -77,6 +93,68 @@ def video_channel_keys(name: str) -> list[str]:
 def _extractor(name: str, cfg: FeatureConfig):
     cls = get_extractor(name)
     return cls()
+
+
+def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict) -> dict[str, tuple]:
+    """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
+    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint."""
+    plan = {}
+    for name in names:
+        ex = get_extractor(name)()
+        if not isinstance(ex, TranscriptExtractor):
+            raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
+        params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
+        for role in ex.roles:
+            plan[f"{role}/{name}"] = (ex, cache_key(transcript_source, ex.name, ex.version, params), params)
+    return plan
+
+
+def compute_transcript_channels(plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+    """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
+    out: dict[str, Channel] = {}
+    done: dict[str, dict[str, Features]] = {}
+    for key in keys:
+        ex, ck, params = plan[key]
+        if ex.name not in done:
+            done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
+        role = key.split("/")[0]
+        out[key] = Channel.from_features(
+            done[ex.name][role], extractor=ex.name, extractor_version=ex.version, params=params,
+            cache_key=ck, source=transcript_source, created_utc=created,
+        )
+    return out
+
+
+def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, str, dict]:
+    """(upstream, cache key, params) of the per-role egemaps channels derived with a transcript."""
+    upstream = f"scene/egemaps={scene_key};transcript={transcript_source['size']}:{transcript_source['fingerprint']}"
+    params = {"rule": TRANSCRIPT_SPEAKING_RULE}
+    return upstream, cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params), params
+
+
+def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+    """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
+    ``scene/egemaps``) with ``valid`` where that role's cues are on (see
+    :func:`featurestore.speaking.speaking_from_transcript`)."""
+    from .speaking import role_channels, speaking_from_transcript
+    from .transcripts import speaking_intervals
+
+    upstream, ck, params = transcript_voice_key(scene_key, transcript_source)
+    speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
+    return {
+        f"{role}/egemaps": Channel.from_features(
+            feats,
+            extractor=TRANSCRIPT_SPEAKING_RULE,
+            extractor_version=TRANSCRIPT_SPEAKING_VERSION,
+            params=params,
+            cache_key=ck,
+            # path + fingerprint: `featurestore verify` notices an edited transcript
+            source={"upstream": upstream, "rule": "transcript", **transcript_source},
+            created_utc=created,
+            shared_with="scene/egemaps",
+        )
+        for role, feats in role_channels(scene, speaking).items()
+    }
 
 
 def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
@@ -121,15 +199,17 @@ def extract_session(
 ) -> SessionResult:
     """Compute the missing or stale channels of one session and store them.
 
-    ``channels`` are extractor names (``face_geom``, ``face_au``, ``egemaps``). Never raises
+    ``channels`` are extractor names (``face_geom``, ``face_au``, ``egemaps``, ``speech``,
+    ``lexicon``; the last two need the session's transcript and are skipped with a note
+    without one). Never raises
     for a bad input: the returned result carries ``status="failed"`` and the reason.
     """
     t0 = time.perf_counter()
     res = SessionResult(sf.session)
     try:
         _extract_session(sf, Store(store_root, mode="a"), list(channels), cfg, force, position, progress, res)
-    except (SessionError, media.MediaError, ExtractorUnavailable, ValueError, OSError) as e:
-        res.status, res.error = "failed", str(e)
+    except (SessionError, StoreError, media.MediaError, ExtractorUnavailable, ValueError, OSError) as e:
+        res.status, res.error = "failed", str(e) or f"{type(e).__name__} while extracting {sf.session}"
     except Exception as e:  # noqa: BLE001 - report, never kill the other sessions
         res.status = "failed"
         res.error = f"unexpected {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
@@ -157,9 +237,12 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
         n_frames = int(round(info.n_frames / info.fps * LABEL_FPS))
     meta = SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames)
 
+    _check_schema(store, sf.session)
     stored = store.cache_keys(sf.session)
     regions = media.role_regions(info.width, cfg.split_x)
     plan: dict[str, tuple[object, str, dict]] = {}  # key -> (extractor, cache key, params)
+    sources: dict[str, dict] = {}  # key -> source, where it is not the video (transcript channels)
+    transcript = _Transcript(sf.transcript)
     for name in channels:
         ex = _extractor(name, cfg)
         if isinstance(ex, FrameExtractor):
@@ -173,17 +256,26 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
                 continue
             params = {**ex.params(), "audio_sampling_rate": cfg.audio_sampling_rate}
             plan[f"scene/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
+        elif isinstance(ex, TranscriptExtractor):
+            if sf.transcript is None:
+                res.notes.append(f"no transcript: {name} skipped")
+                continue
+            ex.check_available()
+            part = transcript_plan([name], n_frames, transcript.source)
+            plan.update(part)
+            sources.update(dict.fromkeys(part, transcript.source))
         else:
-            raise SessionError(f"extractor {name!r} is neither a frame nor an audio extractor")
+            raise SessionError(f"extractor {name!r} is neither a frame, an audio nor a transcript extractor")
 
     todo = {k: v for k, v in plan.items() if force or stored.get(k) != v[1]}
     res.current = sorted(k for k in plan if k not in todo)
     new: dict[str, Channel] = {}
+    channel_errors: list[str] = []  # channels that failed while others of the session succeed
     created = utc_now()
 
     def wrap(key: str, feats: Features) -> Channel:
         ex, ck, params = plan[key]
-        return Channel.from_features(feats, extractor=ex.name, extractor_version=ex.version, params=params, cache_key=ck, source=source, created_utc=created)
+        return Channel.from_features(feats, extractor=ex.name, extractor_version=ex.version, params=params, cache_key=ck, source=sources.get(key, source), created_utc=created)
 
     # ---- video: one decode for every frame extractor that has work
     frame_jobs: dict[str, dict] = {}
@@ -206,11 +298,13 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
         for key, job in frame_jobs.items():
             feats = job["track"].result()
             if len(feats.valid) and not feats.valid.any():
+                # this channel fails; the session's other channels (audio) are still stored
                 x0, x1 = regions[job["role"]]
-                raise SessionError(
-                    f"{sf.session}: no face found in the {job['role']} region (x {x0}-{x1}) of {sf.video} in any of "
-                    f"{len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
+                channel_errors.append(
+                    f"{sf.session}: {key} not stored: no face found in the {job['role']} region (x {x0}-{x1}) of "
+                    f"{sf.video} in any of {len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
                 )
+                continue
             new[key] = wrap(key, feats)
             res.computed.append(key)
             if len(feats.valid):
@@ -232,21 +326,90 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
             new[key] = wrap(key, out["scene"])
             res.computed.append(key)
 
+    # ---- transcript channels: computed from the cues, no media
+    transcript_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, TranscriptExtractor)]
+    if transcript_keys:
+        if transcript.cues is None:
+            channel_errors.append(f"{sf.session}: {', '.join(transcript_keys)} not stored: {transcript.error}")
+        else:
+            new.update(compute_transcript_channels(plan, transcript_keys, transcript.cues, transcript.source, created))
+            res.computed.extend(transcript_keys)
+
     # ---- per-role voice: scene LLDs attributed to whoever is talking
     if "scene/egemaps" in plan:
-        _derive_role_voice(sf, store, plan, new, stored, force, res, created)
+        if sf.transcript is not None and transcript.cues is None:
+            channel_errors.append(f"{sf.session}: speaker/listener egemaps not derived: {transcript.error}")
+        else:
+            _derive_role_voice(sf, store, plan, new, stored, force, res, created, transcript)
 
     # ---- labels
     write_labels = labels and (force or not _label_sources_current(store, sf.session, sf.annotations))
-    if new or write_labels or not store.shard_path(sf.session).exists():
-        store.write_session(meta, channels=new, labels=labels if write_labels else None, label_sources=label_sources)
+    if new or write_labels or (not channel_errors and not store.shard_path(sf.session).exists()):
+        try:
+            store.write_session(meta, channels=new, labels=labels if write_labels else None, label_sources=label_sources)
+        except OSError as e:  # full disk, read-only folder: write_session left the old shard as it was
+            raise SessionError(
+                f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
+                f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
+            ) from e
         if write_labels:
             res.computed.extend(f"labels/{t}" for t in labels)
-    if not res.computed:
+    if channel_errors:
+        res.status, res.error = "failed", "; ".join(channel_errors)
+    elif not res.computed:
         res.status = "skipped"
 
 
-def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: bool, res: SessionResult, created: str) -> None:
+def _check_schema(store: Store, session: str) -> None:
+    """Refuse, before any work, to update a shard written with another schema version."""
+    import h5py
+
+    path = store.shard_path(session)
+    if not path.exists():
+        return
+    try:
+        with h5py.File(path, "r") as f:
+            version = f.attrs.get("schema_version")
+    except OSError as e:
+        raise SessionError(f"{path} is not a readable HDF5 shard ({e}); move it aside and re-run `featurestore extract`") from e
+    if version is None or int(version) != SCHEMA_VERSION:
+        found = "no schema version" if version is None else f"schema version {int(version)}"
+        raise SessionError(
+            f"{path} has {found}, this tool reads and writes {SCHEMA_VERSION}; it was left as it is: "
+            "move it aside (keep it if you need its channels) and re-run `featurestore extract` to rebuild it"
+        )
+
+
+class _Transcript:
+    """A session's transcript, fingerprinted and parsed once, on first use (None when absent)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._source: dict | None = None
+        self._cues: list | None = None
+        self.error = ""
+
+    @property
+    def source(self) -> dict:
+        if self._source is None:
+            self._source = file_fingerprint(self.path)
+        return self._source
+
+    @property
+    def cues(self) -> list | None:
+        """The cues, or None when the file cannot be read (``error`` says why)."""
+        if self._cues is None and not self.error and self.path is not None:
+            from .transcripts import TranscriptError, read_transcript
+
+            try:
+                self._cues = read_transcript(self.path)
+            except (TranscriptError, OSError) as e:
+                self.error = f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+        return self._cues
+
+
+def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: bool, res: SessionResult, created: str,
+                       transcript: _Transcript | None = None) -> None:
     from .speaking import role_channels, speaking_from_faces
 
     def current_key(key: str) -> str | None:
@@ -257,6 +420,18 @@ def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: b
     scene_key = current_key("scene/egemaps")
     face_keys = {r: current_key(f"{r}/face_geom") for r in ("speaker", "listener")}
     if scene_key is None:
+        return
+    if transcript is not None and transcript.path is not None:
+        # the transcript says who talks: it replaces the face rule
+        _, ck, _ = transcript_voice_key(scene_key, transcript.source)
+        if not force and all(stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS):
+            res.current.extend(ROLE_VOICE_KEYS)
+            return
+        scene = new["scene/egemaps"] if "scene/egemaps" in new else store.read_channel(sf.session, "scene/egemaps")
+        new.update(role_voice_from_transcript(scene, scene_key, transcript.cues, transcript.source, created))
+        if not any(c.role is not None for c in transcript.cues):
+            res.notes.append(f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere")
+        res.computed.extend(ROLE_VOICE_KEYS)
         return
     if None in face_keys.values():
         res.notes.append("speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived")
@@ -285,6 +460,8 @@ def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: b
             cache_key=ck,
             source={"upstream": upstream, "rule": "faces"},
             created_utc=created,
+            # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
+            shared_with="scene/egemaps",
         )
         res.computed.append(key)
 

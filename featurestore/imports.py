@@ -399,6 +399,13 @@ def _frames_covering(end_s: float, fps: float) -> int:
     return int(math.floor(end_s * fps + 1e-6)) + 1
 
 
+def _over_sessions(files: Mapping[str, list[Path]], what: str, progress: bool):
+    """``files.items()``, with a tqdm bar (count, rate, ETA) when ``progress``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(files.items(), total=len(files), desc=what, unit="session", disable=not progress, leave=False)
+
+
 def _duplicate_error(paths: list[Path], what: str) -> str:
     return f"{len(paths)} {what} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
 
@@ -412,6 +419,7 @@ def import_tables(
     sessions_meta: Mapping[str, SessionMeta] | None = None,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     max_overrun_s: float = 1.0,
+    progress: bool = False,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
 
@@ -426,6 +434,7 @@ def import_tables(
 
     Errors in one session (unreadable table, two tables, overrun) are reported in the returned
     :class:`ImportReport`; the other sessions go on and the failed session's shard is untouched.
+    ``progress`` shows a bar over sessions (with an ETA).
     """
     if role not in ROLES:
         raise ValueError(f"role {role!r} is not one of {ROLES}")
@@ -435,7 +444,7 @@ def import_tables(
     store = Store(store_root, mode="a")
     report = ImportReport(what=f"import {role}/{channel}", skipped=skipped)
     key = f"{role}/{channel}"
-    for session, paths in files.items():
+    for session, paths in _over_sessions(files, report.what, progress):
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:
@@ -529,6 +538,7 @@ def import_labels(
     fps: float = LABEL_FPS,
     sessions_meta: Mapping[str, SessionMeta] | None = None,
     max_mismatch_s: float = 1.0,
+    progress: bool = False,
 ) -> ImportReport:
     """Import one annotation CSV per session as ``/labels/<target>``.
 
@@ -539,7 +549,7 @@ def import_labels(
     seconds: that is an error for the session and its shard is left untouched. Labels of
     another target with a different length are an error too (the store keeps one frame count
     per session). A session without a shard gets one, with metadata from ``sessions_meta``
-    or from its name.
+    or from its name. ``progress`` shows a bar over sessions (with an ETA).
     """
     if not target or "/" in target or target.strip() != target:
         raise ValueError(f"target name {target!r} must be one non-empty word without '/'")
@@ -548,7 +558,7 @@ def import_labels(
     files, skipped = _find_session_files(Path(annotation_dir), (".csv",))
     store = Store(store_root, mode="a")
     report = ImportReport(what=f"labels {target}", skipped=skipped)
-    for session, paths in files.items():
+    for session, paths in _over_sessions(files, report.what, progress):
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:
@@ -578,4 +588,72 @@ def import_labels(
             res.error = str(e)
             continue
         res.detail = f"{n} frames ({n / fps:.1f} s), mean {float(np.mean(y)):+.3f}"
+    return report
+
+
+# ------------------------------------------------------------- transcripts
+def import_transcripts(
+    transcript_dir: str | Path,
+    store_root: str | Path,
+    force: bool = False,
+    progress: bool = False,
+) -> ImportReport:
+    """Compute the ``speech`` and ``lexicon`` channels of every transcript into existing shards.
+
+    ``transcript_dir`` holds one ``.srt`` or ``.ass`` file per session, named with
+    ``Subject_<L>_Story_<S>`` in any case (``transcribed_subject_1_story_1.srt``,
+    ``Subject_1_Story_1.ass``), at any depth. Each session must already have a shard (its
+    frame count comes from there): run ``featurestore extract`` first. Where the shard holds
+    ``scene/egemaps``, ``speaker/egemaps`` and ``listener/egemaps`` are re-derived with the
+    transcript rule (:func:`featurestore.extract.role_voice_from_transcript`), replacing the
+    face rule. Channels whose cache key is current are skipped unless ``force``. Each session
+    is written in one atomic update; a bad transcript (unreadable time, two files for one
+    session, no shard) is reported for its session, whose shard stays untouched.
+    """
+    from .extract import (
+        ROLE_VOICE_KEYS,
+        compute_transcript_channels,
+        role_voice_from_transcript,
+        transcript_plan,
+        transcript_voice_key,
+    )
+    from .store import utc_now
+    from .transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
+
+    files, skipped = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    store = Store(store_root, mode="a")
+    report = ImportReport(what="transcripts", skipped=skipped)
+    for session, paths in _over_sessions(files, report.what, progress):
+        res = SessionResult(session, paths)
+        report.results.append(res)
+        if len(paths) > 1:
+            res.error = _duplicate_error(paths, "transcripts")
+            continue
+        try:
+            if not store.shard_path(session).exists():
+                raise DataImportError(
+                    f"no shard for {session} in {store.root}; run `featurestore extract` first (the transcript "
+                    "channels take the session's frame count from its shard)"
+                )
+            meta = store.meta(session)
+            cues = read_transcript(paths[0])
+            source = file_fingerprint(paths[0])
+            stored = store.cache_keys(session)
+            created = utc_now()
+            plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source)
+            todo = [k for k, (_, ck, _) in plan.items() if force or stored.get(k) != ck]
+            channels = compute_transcript_channels(plan, todo, cues, source, created)
+            scene_key = stored.get("scene/egemaps")
+            if scene_key:
+                _, voice_key, _ = transcript_voice_key(scene_key, source)
+                if force or any(stored.get(k) != voice_key for k in ROLE_VOICE_KEYS):
+                    scene = store.read_channel(session, "scene/egemaps")
+                    channels.update(role_voice_from_transcript(scene, scene_key, cues, source, created))
+            if channels:
+                store.write_session(meta, channels=channels)
+        except (TranscriptError, DataImportError, StoreError, OSError) as e:
+            res.error = str(e)
+            continue
+        done = sorted(channels)
+        res.detail = (f"computed {', '.join(done)}" if done else "all current") + f"; {describe(cues)}"
     return report

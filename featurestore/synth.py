@@ -30,7 +30,8 @@ channel                             cols   rate         columns
 ``speaker|listener/face_geom``      17     face_fps     :data:`featurestore.extractors.face_geom.COLUMNS`
 ``speaker|listener/face_au``        20     face_fps     :data:`AU_COLUMNS` (py-feat Detectorv1, xgb)
 ``scene/egemaps``                   25     100 Hz       openSMILE eGeMAPSv02 LLD names
-``speaker|listener/egemaps``        25     100 Hz       the scene rows; ``valid`` = that role talks
+``speaker|listener/egemaps``        25     100 Hz       the scene rows (HDF5 hard links, stored once);
+                                                        ``valid`` = that role talks
 ==================================  =====  ===========  ==============================================
 
 Face samples sit at the video frames :func:`featurestore.media.iter_frames` would sample at
@@ -73,7 +74,8 @@ its listener and story, and its length (for the default 80 sessions the lengths 
 jointly to meet the total). Same seed, same arrays.
 
 **Cost.** One session at a time is generated and written (a few MB in memory); the 80-session
-store takes well under a minute on one core, most of it compressing the eGeMAPS rows.
+store (about 310 MB: the per-role eGeMAPS channels link the scene's rows, see
+:class:`featurestore.store.Channel`) takes about 10 s on one core.
 """
 
 from __future__ import annotations
@@ -557,13 +559,14 @@ def synth_session(
     upstream = f"synth seed={int(seed)} session={session}"
     created = utc_now()
 
-    def channel(key: str, data, t, valid, columns) -> Channel:
+    def channel(key: str, data, t, valid, columns, shared_with: str | None = None) -> Channel:
         params = {"seed": int(seed), "channel": key, "n_frames": n, "face_fps": float(face_fps)}
         src = {"upstream": upstream}
         return Channel(
             data, t, valid, list(columns),
             extractor=SYNTH_EXTRACTOR, extractor_version=SYNTH_VERSION, params=params,
             cache_key=cache_key(upstream, SYNTH_EXTRACTOR, SYNTH_VERSION, params), source=src, created_utc=created,
+            shared_with=shared_with,
         )  # fmt: skip
 
     all_valid = np.ones(rows, bool)
@@ -573,9 +576,10 @@ def synth_session(
         "speaker/face_au": channel("speaker/face_au", au_s, face_t, ~invalid_s[gf], AU_COLUMNS),
         "listener/face_au": channel("listener/face_au", au_l, face_t, ~invalid_l[gf], AU_COLUMNS),
         "scene/egemaps": channel("scene/egemaps", ege, ege_t, all_valid, cols),
-        # the per-role rows are the scene rows (same array); valid: voiced frames of that role's talk
-        "speaker/egemaps": channel("speaker/egemaps", ege, ege_t, (voiced & talk_s)[ge], cols),
-        "listener/egemaps": channel("listener/egemaps", ege, ege_t, (voiced & talk_l)[ge], cols),
+        # the per-role rows are the scene rows (same array, stored once as HDF5 hard links);
+        # valid: voiced frames of that role's talk
+        "speaker/egemaps": channel("speaker/egemaps", ege, ege_t, (voiced & talk_s)[ge], cols, "scene/egemaps"),
+        "listener/egemaps": channel("listener/egemaps", ege, ege_t, (voiced & talk_l)[ge], cols, "scene/egemaps"),
     }
     meta = SessionMeta(session, int(listener), int(story), int(speaker), story_split(story, SPLITS), n)
     src = {"upstream": upstream, "extractor": SYNTH_EXTRACTOR, "version": SYNTH_VERSION}

@@ -7,12 +7,13 @@ from .base import (
     ExtractorUnavailable,
     FrameExtractor,
     Track,
+    TranscriptExtractor,
     get_extractor,
     register,
     registry,
 )
 
-_BUILTIN = ("face_geom", "face_au", "egemaps")
+_BUILTIN = ("face_geom", "face_au", "egemaps", "transcript")
 _loaded = False
 
 
@@ -35,6 +36,7 @@ __all__ = [
     "ExtractorUnavailable",
     "FrameExtractor",
     "Track",
+    "TranscriptExtractor",
     "get_extractor",
     "load_builtin",
     "register",

@@ -1,12 +1,14 @@
 """The one small interface every extractor implements, and the registry by name.
 
-Two kinds of extractor exist:
+Three kinds of extractor exist:
 
 * :class:`FrameExtractor` sees the sampled video frames of each role (a crop of the
   full frame) through a per-role :class:`Track`, and returns :class:`~featurestore.store.Features`
   for that role when the video ends.
 * :class:`AudioExtractor` sees the whole audio track once (mono float32, resampled) and
   returns features per role (usually ``scene``).
+* :class:`TranscriptExtractor` sees a session's transcript cues (see
+  :mod:`featurestore.transcripts`) and returns features per role at the label rate.
 
 An extractor's configuration is a frozen dataclass: ``params()`` is what goes into the
 cache key and the shard's provenance, so what was computed is always known.
@@ -15,6 +17,7 @@ cache key and the shard's provenance, so what was computed is always known.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -79,6 +82,19 @@ class AudioExtractor(Extractor):
     @abstractmethod
     def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
         """Features per role from a mono float32 signal at ``sampling_rate`` Hz."""
+
+
+class TranscriptExtractor(Extractor):
+    """Per-frame features of each role from a session's transcript cues (no media decoding)."""
+
+    kind: ClassVar[str] = "transcript"
+    #: roles this extractor writes a channel for
+    roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
+
+    @abstractmethod
+    def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
+        """Features per role at frame times ``i / fps`` seconds, ``i < n_frames``, from
+        :class:`featurestore.transcripts.Cue` objects."""
 
 
 _REGISTRY: dict[str, type[Extractor]] = {}

@@ -120,8 +120,9 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(planted_store, tr
         workers = child_pids(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        # the pool's workers notice they are orphaned and leave (within about a second)
-        assert len(workers) == 2
+        # the pools' workers notice they are orphaned and leave (within about a second); the next
+        # window group's pool may already be forked, so there are 2 to 4 of them
+        assert 2 <= len(workers) <= 4
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and any(alive(w) for w in workers):
             time.sleep(0.2)

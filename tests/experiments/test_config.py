@@ -29,7 +29,7 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
     assert default.tracking.experiment == "omg-default" and default.tracking.uri == "mlruns"
     ablation = load_config(CONFIG_DIR / "ablation.yaml")
     trials = expand(ablation)
-    assert {t.feature_set for t in trials} == {"speaker", "listener", "both"}
+    assert {t.feature_set for t in trials} == {"speaker", "listener", "both", "speaker_text", "speaker_with_text", "both_with_text"}
     assert len(trials) < n_default and ablation.tracking.experiment == "omg-ablation"
     smoke = load_config("smoke")
     assert len(expand(smoke)) <= 6 and len({t.window_key() for t in expand(smoke)}) == 1

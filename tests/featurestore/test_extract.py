@@ -27,6 +27,10 @@ pytestmark = pytest.mark.slow
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     build_demo(out, n_listeners=2, stories=(1, 2), duration_s=6, progress=False)
+    # these tests cover the face rule for the per-role voice and the self-ratings alone;
+    # test_transcripts.py and test_demo_text.py cover transcripts and observer ratings
+    for folder in ("Transcripts", "Observer_Listener", "Observer_Speaker"):
+        shutil.rmtree(out / folder)
     return out
 
 

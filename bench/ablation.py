@@ -1,0 +1,115 @@
+"""``experiments ablate`` on the full-size store with its default config: wall time and memory.
+
+Runs ``python -m experiments.cli ablate --config ablation --store <full-size synthetic store>
+--jobs 2 --set feature_set=[speaker,listener,both]`` (the speaker / listener / both table:
+the store has no transcripts for the config's text feature sets) in a subprocess, with a fresh MLflow tracking database each time (a reused one
+would skip every finished configuration), and samples the memory of the process tree (see
+:mod:`bench.processes`).
+
+Memory check of issue 5, item 4 (a sweep does not copy the feature matrix per
+configuration): the sweep forks its workers after computing a window key's features, so
+the workers read them in place, copy-on-write. ``ablation.worker_shared_memory`` is the
+largest memory a worker shared with other processes (``RSS - USS``) against the size of one
+copy of the largest windowed feature matrix: at least 1 means a worker used the matrix in
+place. ``ablation.worker_private_memory`` is the largest memory a worker held alone (USS):
+its training matrix and the model's fitting memory, which a copied feature matrix would
+add to.
+
+Goals (issue 5): under 3 minutes on 2 cores, peak memory under 4 GB.
+QUICK: 8 short sessions, one feature set, ridge + the dummy baseline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.config import expand, load_config
+from featurestore.store import Store
+
+from . import inputs
+from .harness import record
+from .processes import RunStats, run_measured
+
+#: the synthetic store has no transcripts, so the config's text feature sets (which need the
+#: ``lexicon`` channel) are left out, as ablation.yaml says to do on such a store
+WITHOUT_TRANSCRIPTS = "feature_set=[speaker,listener,both]"
+FULL = {"n_sessions": 80, "length_range": None, "set": [WITHOUT_TRANSCRIPTS]}
+QUICK = {
+    "n_sessions": 8,
+    "length_range": (500, 1000),
+    "set": ["feature_set=[listener]", "window.lengths_s=[[4]]", "models=[{name: ridge, alpha: [1]}]"],
+}
+JOBS = 2
+
+
+def ablate_command(store: Path, out: Path, overrides: list[str], jobs: int = JOBS) -> list[str]:
+    """The ``experiments ablate`` command line, tracking and reports inside ``out``."""
+    cmd = [sys.executable, "-m", "experiments.cli", "ablate", "--config", "ablation", "--store", str(store),
+           "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "--out", str(out / "reports"), "--jobs", str(jobs)]  # fmt: skip
+    for o in overrides:
+        cmd += ["--set", o]
+    return cmd
+
+
+def run_ablation(store: Path, out: Path, overrides: list[str], jobs: int = JOBS) -> RunStats:
+    """Run one ablation from scratch (fresh tracking store in ``out``); raises if it fails."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    log = out / "ablate.log"
+    stats = run_measured(ablate_command(store, out, overrides, jobs), log, env={"MLFLOW_DISABLE_TELEMETRY": "true"})
+    if stats.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"experiments ablate failed (exit {stats.returncode}); log {log}:\n{tail}")
+    return stats
+
+
+def largest_feature_matrix_gb(store: Path, overrides: list[str]) -> float:
+    """Size (GB, float32) of the largest windowed feature matrix of the config: the copy a
+    worker would hold if the sweep copied the features per configuration."""
+    cfg = load_config("ablation", overrides)
+    st = Store(store)
+    sessions = st.sessions()
+    stories = {int(s) for v in cfg.splits.values() for s in v}
+    frames = int(sessions[sessions.story.isin(stories)].n_frames.sum())
+    first = st.list_sessions()[0]
+    width = {k: len(st.read_channel(first, k).columns) for k in {c for t in expand(cfg) for c in t.channels}}
+    best = 0
+    for t in expand(cfg):
+        stats = [s for s in t.stats if s != "valid_frac"]
+        p = sum(width[c] for c in t.channels) * len(stats) * len(t.lengths_s)
+        p += len(t.channels) * len(t.lengths_s) * ("valid_frac" in t.stats)
+        best = max(best, p)
+    return frames * best * 4 / 1e9
+
+
+def run(work: Path, quick: bool = False) -> list[dict]:
+    """One measured ablation; returns the records."""
+    size = QUICK if quick else FULL
+    store = inputs.synth_store(work, size["n_sessions"], size["length_range"])
+    stats = run_ablation(store, work / "ablation_run", size["set"])
+    table = pd.read_csv(work / "ablation_run" / "reports" / "ablation.csv")
+    features_gb = largest_feature_matrix_gb(store, size["set"])
+    print(f"ablation: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU), peak PSS {stats.peak_pss_gb} GB, RSS sum {stats.peak_rss_gb} GB, "
+          f"largest process {stats.max_rss_gb:.2f} GB, largest worker USS {stats.peak_worker_uss_gb} GB, shared "
+          f"{stats.peak_worker_shared_gb} GB (one feature matrix: {features_gb:.2f} GB)\n"
+          f"{table.to_string(index=False)}")  # fmt: skip
+    out = [
+        record("ablation.wall_seconds", stats.wall_s, "s", goal="<= 180 s"),
+        record("ablation.cpu_seconds", stats.cpu_s, "s"),
+        record("ablation.max_rss_one_process", stats.max_rss_gb, "GB", goal="< 4 GB"),
+    ]
+    if stats.peak_pss_gb is not None:
+        out += [
+            record("ablation.peak_memory_pss", stats.peak_pss_gb, "GB", goal="< 4 GB"),
+            record("ablation.peak_memory_rss_sum", stats.peak_rss_gb, "GB"),
+            record("ablation.worker_shared_memory", stats.peak_worker_shared_gb, "GB",
+                   baseline="one copy of the largest windowed feature matrix", baseline_value=features_gb, goal=">= 1"),
+            record("ablation.worker_private_memory", stats.peak_worker_uss_gb, "GB",
+                   baseline="one copy of the largest windowed feature matrix", baseline_value=features_gb),
+        ]  # fmt: skip
+    return out

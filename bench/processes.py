@@ -1,0 +1,131 @@
+"""Run a command and measure its wall time and the peak memory of its whole process tree.
+
+Memory is sampled every ``interval_s`` seconds with psutil, summed over the process and all
+its descendants (forked sweep workers included):
+
+* ``peak_pss_gb``: proportional set size, each shared page divided among the processes that
+  map it. Forked workers share the parent's arrays copy-on-write, so this is the physical
+  memory the tree holds: the measure the memory goal is checked against.
+* ``peak_rss_gb``: resident set size summed over processes. Pages shared by fork are counted
+  once per process, so this over-counts; it is reported as an upper bound.
+* ``peak_worker_uss_gb``: the largest unique set size of any one child (memory that child
+  alone holds: what it computes, and anything it copied).
+* ``peak_worker_shared_gb``: the largest ``RSS - USS`` of any one child: pages it maps that
+  other processes map too. A forked sweep worker that reads the parent's feature matrix in
+  place shows at least the matrix here; one that copied it would show it in its USS instead.
+* ``max_rss_gb``: the largest peak RSS (``VmHWM`` of ``/proc/<pid>/status``, exact even for
+  a peak between two samples) of any one process of the tree.
+
+``cpu_s`` is the CPU time (user + system, seconds) of the whole tree, from the kernel: on a
+machine shared with other work it says what the command itself cost, where wall time also
+counts the waiting for the CPU.
+
+Without psutil only the times and ``max_rss_gb`` (then from ``getrusage(RUSAGE_CHILDREN)``:
+the largest RSS of any descendant of this process so far) are measured; the others are None.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class RunStats:
+    """Wall and CPU time (s) and peak memory (GB) of one command; see the module docstring."""
+
+    returncode: int
+    wall_s: float
+    peak_pss_gb: float | None
+    peak_rss_gb: float | None
+    peak_worker_uss_gb: float | None
+    peak_worker_shared_gb: float | None
+    max_rss_gb: float
+    cpu_s: float
+    samples: int
+
+
+def _peak_rss(pid: int) -> int:
+    """``VmHWM`` (peak RSS, bytes) of a process, 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tree_memory(proc) -> tuple[int, int, int, int, int]:
+    """(sum of PSS, sum of RSS, largest child USS, largest child RSS - USS, largest peak RSS),
+    bytes, over ``proc`` and its descendants."""
+    import psutil
+
+    pss = rss = worker_uss = worker_shared = hwm = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0, 0, 0, 0
+    for p in procs:
+        try:
+            mi = p.memory_full_info()
+        except psutil.Error:  # gone meanwhile
+            continue
+        pss += getattr(mi, "pss", mi.rss)
+        rss += mi.rss
+        hwm = max(hwm, _peak_rss(p.pid), mi.rss)
+        if p is not proc:
+            worker_uss = max(worker_uss, mi.uss)
+            worker_shared = max(worker_shared, mi.rss - mi.uss)
+    return pss, rss, worker_uss, worker_shared, hwm
+
+
+def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict | None = None, timeout_s: float = 7200) -> RunStats:
+    """Run ``cmd`` (stdout and stderr to ``log``), sampling its process tree's memory."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = usage.ru_utime + usage.ru_stime
+    t0 = time.perf_counter()
+    with open(log, "wb") as out:
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        peaks = [0, 0, 0, 0, 0]
+        samples = 0
+        proc = psutil.Process(child.pid) if psutil is not None else None
+        try:
+            while child.poll() is None:
+                if proc is not None:
+                    peaks = [max(a, b) for a, b in zip(peaks, _tree_memory(proc), strict=True)]
+                    samples += 1
+                if time.perf_counter() - t0 > timeout_s:
+                    child.kill()
+                    raise TimeoutError(f"{' '.join(cmd[:4])} ... ran longer than {timeout_s:.0f} s; see {log}")
+                time.sleep(interval_s)
+        except BaseException:
+            if child.poll() is None:
+                child.terminate()
+                child.wait(30)
+            raise
+    wall = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = proc is not None and samples > 0
+    # without psutil: the largest RSS any descendant of this process ever reached (KiB on Linux)
+    max_rss = peaks[4] / 1e9 if got else usage.ru_maxrss * 1024 / 1e9
+    return RunStats(
+        returncode=child.returncode,
+        wall_s=wall,
+        peak_pss_gb=peaks[0] / 1e9 if got else None,
+        peak_rss_gb=peaks[1] / 1e9 if got else None,
+        peak_worker_uss_gb=peaks[2] / 1e9 if got else None,
+        peak_worker_shared_gb=peaks[3] / 1e9 if got else None,
+        max_rss_gb=max_rss,
+        cpu_s=usage.ru_utime + usage.ru_stime - cpu0,
+        samples=samples,
+    )

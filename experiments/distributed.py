@@ -1,0 +1,283 @@
+"""Sweeps on a Dask cluster: one task per configuration, the same metrics as the local executor.
+
+``experiments sweep --executor dask`` starts a local cluster (processes, one thread each) or,
+with ``--scheduler tcp://host:8786``, uses an existing one. The sweep logic is the local
+sweep's (:func:`experiments.sweep.run_sweep`: resume by config hash, a parent run, the dummy
+baseline first, the summary and the best child); only the evaluation moves to the workers:
+
+* every worker reads the feature store itself (so on a real cluster the store must be on a
+  file system every worker mounts at the same path) and keeps the frame tables and the
+  windowed features of the last window keys in memory, so the configurations of one window
+  key that land on the same worker share them; nothing is shipped from the client but the
+  configuration;
+* MLflow: with a SQLite (or other file) tracking URI the client is the only writer, as in the
+  local sweep: workers return results and the client logs them in configuration order. With
+  an MLflow tracking server (``http://``/``https://``, e.g. ``make mlflow-server``) every
+  worker logs its own child runs (params, metrics, artifacts) through the server and returns
+  only the summary row, so logging and plotting scale with the workers.
+
+Baselines (``dummy``) are evaluated first; with worker logging the other configurations are
+submitted once the baselines are logged, so the baseline is the first child run either way.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from featurestore import Store
+from featurestore.distributed import dask_client, n_workers_of
+
+from .config import ExperimentConfig, Trial, WindowKey
+from .dataset import DatasetError, SessionTable, load_sessions
+from .evaluate import TrialResult, Windowed, evaluate_trial, window_sessions
+from .sweep import Outcome, SweepContext, SweepResult, log_child, run_sweep
+from .tracking import Tracker, resolve_tracking_uri
+
+#: windowed feature sets a worker keeps (least recently used dropped first)
+WINDOW_CACHE_SIZE = 2
+
+# per worker process: frame tables of one store/channel set, windowed features, MLflow clients
+_LOCK = threading.Lock()
+_TABLES: dict[tuple, list[SessionTable]] = {}
+_WINDOWED: OrderedDict[tuple, Windowed] = OrderedDict()
+_TRACKERS: dict[tuple[str, str], Tracker] = {}
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What every task of one sweep carries: the context (store as an absolute folder), the
+    sessions the client saw, and whether the worker logs its child runs itself."""
+
+    ctx: SweepContext
+    sessions: tuple[str, ...]
+    log_runs: bool
+
+    def tables_key(self) -> tuple:
+        c = self.ctx
+        splits = tuple((k, tuple(v)) for k, v in sorted(c.cfg.splits.items()))
+        return (str(c.store), c.channels, c.cfg.target, splits, c.store_fingerprint, self.sessions)
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _tables(job: WorkerJob) -> list[SessionTable]:
+    """The sweep's frame tables on this worker, loaded once per store fingerprint and channel set."""
+    key = job.tables_key()
+    with _LOCK:
+        if key not in _TABLES:
+            _TABLES.clear()
+            _WINDOWED.clear()
+            root = Path(job.ctx.store)
+            lacking = [s for s in job.sessions if not Store(root).shard_path(s).exists()]
+            if not root.is_dir() or lacking:
+                what = f"the folder {root}" if not root.is_dir() else f"{len(lacking)} shards (e.g. {root / lacking[0]}.h5)"
+                raise DatasetError(
+                    f"Dask worker {_worker_name()} cannot see {what} of the feature store; put the store on a "
+                    "file system every worker mounts at the same path as the client (see README, Scaling out)"
+                )
+            _TABLES[key] = load_sessions(
+                root, list(job.ctx.channels), target=job.ctx.cfg.target, splits=job.ctx.cfg.splits, sessions=list(job.sessions)
+            )
+        return _TABLES[key]
+
+
+def _windowed(job: WorkerJob, tables: list[SessionTable], key: WindowKey) -> Windowed:
+    cache_key = (job.tables_key(), key)
+    with _LOCK:
+        w = _WINDOWED.get(cache_key)
+        if w is None:
+            w = window_sessions(tables, key)
+            _WINDOWED[cache_key] = w
+            while len(_WINDOWED) > WINDOW_CACHE_SIZE:
+                _WINDOWED.popitem(last=False)
+        else:
+            _WINDOWED.move_to_end(cache_key)
+        return w
+
+
+def _tracker(ctx: SweepContext) -> Tracker:
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    key = (ctx.tracking_uri, ctx.experiment)
+    with _LOCK:
+        if key not in _TRACKERS:
+            _TRACKERS[key] = Tracker(*key)
+        return _TRACKERS[key]
+
+
+def evaluate_on_worker(trial: Trial, job: WorkerJob) -> tuple[TrialResult | dict | None, str]:
+    """A Dask task: window (cached), fit, score one configuration; log it too if ``job.log_runs``.
+
+    Returns ``(result, "")`` or ``(None, error)`` like the local executor, or ``(row, "")``
+    once the child run is logged here. Store problems raise :class:`DatasetError` (they stop
+    the sweep, as in the local executor).
+    """
+    tables = _tables(job)
+    result: TrialResult | None = None
+    try:
+        w = _windowed(job, tables, trial.window_key())
+    except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
+        error = f"windowing failed: {type(e).__name__}: {e}"
+    else:
+        try:
+            result, error = evaluate_trial(trial, w), ""
+        except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
+            error = f"{type(e).__name__}: {e}"
+    if job.log_runs:
+        return log_child(_tracker(job.ctx), job.ctx, trial, result, error), ""
+    return result, error
+
+
+def warm_up(plots: bool = False) -> None:
+    """On a worker: import what evaluating (and, with ``plots``, logging) a configuration needs."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    import importlib
+
+    for name in ("experiments.models", "experiments.personalization"):
+        importlib.import_module(name)
+    if plots:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        importlib.import_module("matplotlib.pyplot")
+
+
+def clear_worker_state() -> int:
+    """Drop this worker's cached tables, windowed features and MLflow clients; returns entries dropped."""
+    with _LOCK:
+        n = len(_TABLES) + len(_WINDOWED) + len(_TRACKERS)
+        _TABLES.clear()
+        _WINDOWED.clear()
+        _TRACKERS.clear()
+    return n
+
+
+class DaskTrials:
+    """The Dask executor for :func:`experiments.sweep.run_sweep` (see the module docstring).
+
+    Outcomes are yielded in the local executor's order (grouped by window key, a baseline
+    first), so the sweep table and the choice among equal scores are the same.
+    """
+
+    name = "dask"
+
+    def __init__(self, client, log_on_workers: bool = False) -> None:
+        self.client = client
+        self.log_on_workers = bool(log_on_workers)
+
+    def __call__(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+        if not todo:
+            return
+        store = ctx.store if isinstance(ctx.store, Store) else Store(ctx.store)
+        job = WorkerJob(replace(ctx, store=str(store.root.resolve())), tuple(store.list_sessions()), self.log_on_workers)
+        run = uuid.uuid4().hex[:8]
+        # the local executor's order: grouped by window key (first appearance), baseline first
+        groups: dict[WindowKey, list[Trial]] = {}
+        for t in todo:
+            groups.setdefault(t.window_key(), []).append(t)
+        order = [t for group in groups.values() for t in group]
+        futures: dict[int, object] = {}
+
+        def submit(indices: list[int]) -> list:
+            for i in indices:
+                futures[i] = self.client.submit(evaluate_on_worker, order[i], job, key=f"trial-{i}-{order[i].hash()}-{run}", pure=False)
+            return [futures[i] for i in indices]
+
+        try:
+            baselines = [i for i, t in enumerate(order) if t.model == "dummy"]
+            first = submit(baselines)
+            if self.log_on_workers:
+                from distributed import wait
+
+                wait(first)  # a worker-logged run appears when it finishes: baselines before the rest start
+            submit([i for i, t in enumerate(order) if t.model != "dummy"])
+            for i, t in enumerate(order):
+                yield self._outcome(t, futures[i])
+        finally:
+            self.client.cancel([f for f in futures.values() if not f.done()])
+            try:
+                self.client.run(clear_worker_state)
+            except Exception:  # noqa: BLE001 - best effort: a lost worker has no state left
+                pass
+
+    @staticmethod
+    def _outcome(t: Trial, fut) -> Outcome:
+        try:
+            result, error = fut.result()
+        except DatasetError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this configuration
+            result, error = None, f"on Dask: {type(e).__name__}: {e}"
+        fut.release()
+        return t, result, error
+
+
+def run_sweep_dask(
+    cfg: ExperimentConfig,
+    store="features",
+    tracking_uri: str | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    run_name: str | None = None,
+    log_artifacts: bool = True,
+    on_result: Callable[[dict], None] | None = None,
+    log_on_workers: bool | None = None,
+) -> SweepResult:
+    """Run the sweep of ``cfg`` on Dask; same runs, resume and summary as :func:`run_sweep`.
+
+    Args:
+        cfg: the experiment config (its grid is expanded into configurations).
+        store: the feature store folder (or a :class:`featurestore.Store`). With ``scheduler``
+            it must be on a shared file system at the same path on the client and every worker.
+        tracking_uri: MLflow tracking URI (default: the config's ``tracking.uri``). An
+            ``http(s)://`` MLflow server lets the workers log their own child runs.
+        jobs: worker processes of the local cluster (default: the config's ``jobs``, else 2);
+            ignored with ``scheduler``.
+        scheduler: address of a running Dask scheduler (``tcp://host:8786``); None starts a
+            local cluster.
+        progress: tqdm bar over configurations.
+        run_name: name of the parent run.
+        log_artifacts: log each child's config, CCC matrix, predictions and plots.
+        on_result: called with each configuration's table row as it is recorded.
+        log_on_workers: workers log their child runs; None = only for an ``http(s)://`` URI.
+            SQLite and file stores take one writer, so True is refused for them.
+
+    Returns:
+        The :class:`SweepResult` of :func:`run_sweep`.
+    """
+    uri = resolve_tracking_uri(tracking_uri or cfg.tracking.uri)
+    server = uri.startswith(("http://", "https://"))
+    if log_on_workers is None:
+        log_on_workers = server
+    elif log_on_workers and uri.startswith(("sqlite:", "file:")):
+        raise ValueError(
+            f"workers cannot log to {uri}: SQLite and file stores take a single writer; start an MLflow "
+            "server (`make mlflow-server`) and pass its http:// URI, or let the client log (log_on_workers=False)"
+        )
+    # MLflow prints two "View run" lines per run logged to a server: they would bury the progress bar
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    with dask_client(scheduler, jobs or cfg.jobs) as client:
+        # workers import the modelling stack while this process opens the tracking store
+        from distributed import fire_and_forget
+
+        for addr in client.nthreads():
+            fire_and_forget(client.submit(warm_up, log_on_workers and log_artifacts, workers=[addr], pure=False))
+        return run_sweep(
+            cfg, store=store, tracking_uri=tracking_uri, jobs=n_workers_of(client), progress=progress,
+            run_name=run_name, log_artifacts=log_artifacts, on_result=on_result,
+            executor=DaskTrials(client, log_on_workers=log_on_workers),
+        )

@@ -1,0 +1,59 @@
+"""``python -m bench --quick`` runs every benchmark end to end and writes well-formed results."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.__main__ import BENCHMARKS, merge
+from bench.harness import FIELDS, meets, record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
+    out = tmp_path / "results.json"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    names = [r["name"] for r in records]
+    assert len(names) == len(set(names))
+    for bench in BENCHMARKS:  # every benchmark contributed
+        prefix = "face_geom." if bench == "face_backend" else f"{bench}."
+        assert any(n.startswith(prefix) for n in names), bench
+    for r in records:
+        assert set(FIELDS) <= set(r), r
+        assert isinstance(r["value"], float) and math.isfinite(r["value"]), r
+        if r["baseline_value"] is not None:
+            assert r["baseline"] and r["ratio"] == r["value"] / r["baseline_value"], r
+        else:
+            assert r["ratio"] is None, r
+        assert (r["meets_goal"] is None) == (r["goal"] is None), r
+        if r["goal"] is not None:
+            assert isinstance(r["meets_goal"], bool), r
+        assert r["machine"]["cores"] >= 1 and r["machine"]["packages"]["numpy"], r
+    goals = {r["name"]: r["goal"] for r in records}
+    assert goals["egemaps.store_vs_opensmile"] == ">= 0.9"
+    assert goals["loading.vs_csv"] == ">= 20" and goals["windowing.vs_pandas_rolling"] == ">= 10"
+    assert goals["ablation.wall_seconds"] == "<= 180 s" and goals["ablation.peak_memory_pss"] == "< 4 GB"
+    assert goals["ablation.worker_shared_memory"] == ">= 1"
+    assert "loading.vs_csv" in proc.stdout and "ratio" in proc.stdout  # the table was printed
+
+
+def test_goals_apply_to_the_ratio_or_to_the_value_in_its_unit():
+    assert meets(">= 0.9", 5.0, 0.95, "x real time") is True
+    assert meets("< 4 GB", 3.9, None, "GB") is True and meets("< 4 GB", 4.0, None, "GB") is False
+    assert meets("<= 1.2", 10.0, 1.3, "s") is False
+    assert meets(None, 1.0, 1.0, "s") is None
+    r = record("x.y", 3.0, "frames/s", baseline="z", baseline_value=0.5, goal=">= 10")
+    assert r["ratio"] == 6.0 and r["meets_goal"] is False
+
+
+def test_only_keeps_the_other_benchmarks_results():
+    old = [{"name": "loading.vs_csv", "value": 1.0}, {"name": "face_geom.x", "value": 2.0}]
+    new = [{"name": "loading.vs_csv", "value": 3.0}]
+    assert merge(old, new, ["loading"]) == [{"name": "face_geom.x", "value": 2.0}, *new]

@@ -1,0 +1,168 @@
+"""Sweeps on a local Dask cluster: the same metrics as the local executor, through SQLite and an MLflow server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from experiments.config import expand, from_dict
+from experiments.dataset import DatasetError
+from experiments.distributed import run_sweep_dask
+from experiments.sweep import run_sweep
+from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
+
+from .conftest import config_dict
+
+pytestmark = pytest.mark.slow
+
+METRICS = ["val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tracking_dir, tmp_path_factory):
+    """An MLflow tracking server (SQLite backend, proxied artifacts) on a free localhost port.
+
+    Started first, so it boots while the other tests run; its database is a copy of the shared
+    test database (creating the tables takes seconds).
+    """
+    folder = tmp_path_factory.mktemp("mlflow_server")
+    src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
+    dst = sqlite3.connect(folder / "server.db")
+    src.backup(dst)
+    src.close()
+    dst.close()
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with open(folder / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+             "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+        )
+        yield proc, f"http://127.0.0.1:{port}", folder
+        # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait_healthy(proc, uri: str, folder, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited with {proc.returncode}: {(folder / 'server.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"mlflow server at {uri} not healthy after {timeout_s} s: {(folder / 'server.log').read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def cluster(mlflow_server):
+    """A 2-worker local Dask cluster shared by the tests (they reach it by its address).
+
+    It asks for the MLflow server only so that the server is started first and boots meanwhile.
+    """
+    from distributed import LocalCluster
+
+    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                     scheduler_kwargs={"dashboard_address": ":0"})
+    yield c.scheduler_address
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def local_reference(planted_store, tracking_dir):
+    """The local executor's metrics per config hash on the planted store."""
+    cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
+    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    assert res.n_failed == 0
+    return res.table.set_index(CONFIG_HASH_TAG)
+
+
+def _assert_same_metrics(table, reference) -> None:
+    t = table.set_index(CONFIG_HASH_TAG)
+    assert sorted(t.index) == sorted(reference.index)
+    cols = [c for c in reference.columns if c.startswith(("val.", "test.")) and c in t.columns]
+    assert set(METRICS) <= set(cols)
+    for h in t.index:
+        for c in cols:
+            a, b = t.at[h, c], reference.at[h, c]
+            assert (np.isnan(a) and np.isnan(b)) or a == b, (t.at[h, "label"], c, a, b)
+
+
+def test_dask_sweep_same_metrics_as_local_via_sqlite(planted_store, tracking_dir, cluster, local_reference):
+    cfg = from_dict(config_dict(tracking_dir, "dask-sqlite"))
+    res = run_sweep_dask(cfg, store=planted_store, scheduler=cluster, progress=False, log_artifacts=False)
+    assert res.n_failed == 0 and (res.table.status == "done").all()
+    _assert_same_metrics(res.table, local_reference)
+    # the table is in configuration order, baseline first, like the local executor's
+    assert list(res.table[CONFIG_HASH_TAG]) == list(local_reference.index)
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
+    parent = client.get_run(res.parent_run_id)
+    assert parent.data.tags["executor"] == "dask" and parent.data.params["jobs"] == "2"
+    assert parent.data.tags["best_run_id"] == res.best_run_id
+    kids = client.search_runs([res.experiment_id], f"tags.mlflow.parentRunId = '{res.parent_run_id}'", max_results=100)
+    assert len(kids) == len(res.table)
+    assert {k.data.tags["pid"] for k in kids} == {str(os.getpid())}  # the client is the only SQLite writer
+    first = min(kids, key=lambda r: r.info.start_time)
+    assert first.data.params["model.name"] == "dummy"
+
+
+def test_store_problems_stop_the_sweep_as_locally(planted_store, tracking_dir, cluster):
+    d = config_dict(tracking_dir, "dask-missing")
+    d["feature_sets"] = {"au": ["listener/face_au"]}
+    with pytest.raises(DatasetError, match="face_au"):
+        run_sweep_dask(from_dict(d), store=planted_store, scheduler=cluster, progress=False, log_artifacts=False)
+    with pytest.raises(ValueError, match="single writer"):
+        run_sweep_dask(from_dict(config_dict(tracking_dir, "x")), store=planted_store, log_on_workers=True)
+
+
+def test_workers_log_through_an_mlflow_server_once_each(planted_store, cluster, mlflow_server, local_reference):
+    proc, uri, folder = mlflow_server
+    _wait_healthy(proc, uri, folder)
+    d = config_dict(uri, "dask-server")
+    d["feature_set"] = ["listener"]
+    cfg = from_dict(d)
+    res = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False)
+    n = len(expand(cfg))
+    assert n >= 3 and res.n_failed == 0 and len(res.table) == n
+    _assert_same_metrics(res.table, local_reference.loc[res.table[CONFIG_HASH_TAG]])
+
+    client = MlflowClient(tracking_uri=uri)
+    kids = client.search_runs([res.experiment_id], "tags.mlflow.parentRunId != ''", max_results=100)
+    hashes = [k.data.tags[CONFIG_HASH_TAG] for k in kids]
+    assert sorted(hashes) == sorted(res.table[CONFIG_HASH_TAG]) and len(set(hashes)) == n  # once each
+    assert all(k.info.status == "FINISHED" and k.data.tags["mlflow.parentRunId"] == res.parent_run_id for k in kids)
+    assert str(os.getpid()) not in {k.data.tags["pid"] for k in kids}  # logged by the workers
+    assert min(kids, key=lambda r: r.info.start_time).data.params["model.name"] == "dummy"
+    best = client.get_run(res.parent_run_id)
+    assert best.data.tags["best_run_id"] == res.best_run_id and res.best_run_id in {k.info.run_id for k in kids}
+    # artifacts went through the server into its artifact destination
+    names = {a.path for a in client.list_artifacts(res.best_run_id)}
+    assert {"config.yaml", "ccc_matrix.csv", "predictions", "plots"} <= names
+    assert list((folder / "artifacts").rglob("ccc_matrix.csv"))
+
+    again = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False)
+    assert (again.table.status == "reused").all() and again.skipped == n
+    kids = client.search_runs([res.experiment_id], "tags.mlflow.parentRunId != ''", max_results=100)
+    assert len(kids) == n

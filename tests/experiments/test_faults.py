@@ -1,0 +1,127 @@
+"""Bad input for ``experiments`` and the exit codes of every verb (0 all good, 1 some failed, 2 usage).
+
+Kill-and-resume and two concurrent sweeps are in test_cli_sweep.py; an unknown config key in
+test_cli_sweep.py and test_config.py. Here: a malformed YAML file, an empty store for
+``ablate``, a shard of an older schema, and one usage error / partial failure / success per verb.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from experiments.cli import main
+from experiments.tracking import resolve_tracking_uri
+from featurestore.store import Store
+
+from .conftest import LISTENERS, SPLITS, config_dict
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("verb", ["sweep", "ablate"])
+def test_malformed_yaml_exits_2_naming_file_and_line(planted_store, tmp_path, capsys, verb):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: valence_self\nwindow:\n  lengths_s: [[4]\n  delay_s: [0]\nseed: 0\n")
+    code = main([verb, "--config", str(bad), "--store", str(planted_store), "--tracking-uri", str(tmp_path / "mlruns"),
+                 *(["--out", str(tmp_path / "reports")] if verb == "ablate" else [])])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:4: malformed YAML" in err and "fix the syntax on that line" in err and "Traceback" not in err
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "reports").exists()
+
+
+def test_empty_store_for_ablate_exits_2_and_writes_nothing(tmp_path, capsys):
+    empty = tmp_path / "features"
+    empty.mkdir()
+    for store in (empty, tmp_path / "missing"):
+        code = main(["ablate", "--config", "smoke", "--store", str(store), "--tracking-uri", str(tmp_path / "mlruns"),
+                     "--out", str(tmp_path / "reports")])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert f"no shards in {store}" in err and "make features" in err
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "reports").exists()
+
+
+def test_shard_of_an_older_schema_is_a_clear_sweep_error(planted_store, tracking_dir, tmp_path, capsys):
+    store = tmp_path / "features"
+    shutil.copytree(planted_store, store)
+    old = store / "Subject_2_Story_2.h5"
+    with h5py.File(old, "a") as f:
+        f.attrs["schema_version"] = 0
+    before = files_of(store)
+    code = main(["sweep", "--config", "smoke", "--store", str(store), "--tracking-uri", tracking_dir,
+                 "--set", "tracking.experiment=old-schema", "--set", "feature_set=[listener]",
+                 "--set", "feature_sets.listener=[listener/face_geom]"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{old} has schema version 0" in err and "featurestore extract" in err and "Traceback" not in err
+    assert files_of(store) == before
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
+    exp = client.get_experiment_by_name("old-schema")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+# ------------------------------------------------------------------ exit codes of every verb
+def write_config(path: Path, raw: dict) -> str:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def small_grid(uri: str, alphas: list[float]) -> dict:
+    """dummy + ridge(alpha) on the listener set, global, no smoothing: about a second per configuration."""
+    return config_dict(uri, "exit-codes", feature_set=["listener"], models=[{"name": "ridge", "alpha": alphas}],
+                       personalization=["global"], postprocess={"smooth_s": [0], "rescale": ["none"]})
+
+
+def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir, tmp_path, capsys):
+    opts = ["--store", str(planted_store)]
+    # sweep: a usage error, then a grid where one configuration fails (a negative ridge alpha)
+    assert main(["sweep", "--config", "smoke", *opts, "--set", "window.dealy_s=[1]"]) == 2
+    failing = write_config(tmp_path / "failing.yaml", small_grid(tracking_dir, [10, -1]))
+    assert main(["sweep", "--config", failing, *opts]) == 1
+    captured = capsys.readouterr()
+    assert "1 failed" in captured.out and "FAILED ridge(alpha=-1)" in captured.err and "alpha" in captured.err
+    good = write_config(tmp_path / "good.yaml", small_grid(tracking_dir, [10]))
+    assert main(["sweep", "--config", good, *opts]) == 0
+    out = capsys.readouterr().out
+    assert "0 configurations run, 2 reused from earlier runs, 0 failed" in out  # the resume keeps the good ones
+    best = out.split("best child ")[1].split()[0]
+
+    # ablate: same codes, reports written only when it ran
+    reports = tmp_path / "reports"
+    assert main(["ablate", "--config", good, *opts, "--out", str(reports), "--jobs", "0x"]) == 2
+    assert main(["ablate", "--config", failing, *opts, "--out", str(reports)]) == 1
+    assert main(["ablate", "--config", good, *opts, "--out", str(reports)]) == 0
+    assert (reports / "ablation.csv").exists()
+
+    # export: a bad --split is a usage error, an unknown run a failure
+    out_dir = tmp_path / "export"
+    assert main(["export", best, "--split", "train", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 2
+    assert main(["export", "f" * 32, "--split", "test", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 1
+    assert main(["export", best, "--split", "test", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 0
+
+    # score: a missing folder is a usage error, a missing prediction a failure
+    truth = tmp_path / "truth"
+    truth.mkdir()
+    st = Store(planted_store)
+    for listener in LISTENERS:
+        for story in SPLITS["test"]:
+            sid = f"Subject_{listener}_Story_{story}"
+            np.savetxt(truth / f"{sid}.csv", st.labels(sid).to_numpy(), fmt="%.9g", header="valence", comments="")
+    assert main(["score", str(truth), str(tmp_path / "nowhere")]) == 2
+    partial = tmp_path / "partial"
+    shutil.copytree(out_dir, partial)
+    next(partial.glob("*.csv")).unlink()
+    assert main(["score", str(truth), str(partial)]) == 1
+    assert "1 predictions missing" in capsys.readouterr().err
+    assert main(["score", str(truth), str(out_dir)]) == 0

@@ -1,0 +1,93 @@
+"""The figures are readable: labelled axes with units or ranges, a title, a legend, no text cut off.
+
+test_ablation.py opens each PNG (size, not blank); here the figure objects are checked as they
+are saved, with long run labels such as the sweep writes as titles.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from experiments.plots import plot_ablation, plot_listener_ccc, plot_predictions
+
+LONG = "xgboost(n_estimators=200,max_depth=3,learning_rate=0.05) both w2,8s d2s global_calibrated smooth4s rescale=train"
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """Figures passed to savefig, in order."""
+    figures: list[Figure] = []
+    real = Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
+def scores_and_series(listeners=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)):
+    rng = np.random.default_rng(3)
+    sessions = [f"Subject_{L}_Story_{S}" for L in listeners for S in (1, 3)]
+    truth = {s: np.clip(np.cumsum(rng.normal(size=400)) / 30, -1, 1) for s in sessions}
+    preds = {s: 0.5 * y + rng.normal(0, 0.1, len(y)) for s, y in truth.items()}
+    scores = pd.DataFrame([{"session": s, "listener": int(s.split("_")[1]), "story": int(s.split("_")[3]),
+                            "split": "val" if s.endswith("_1") else "test", "ccc": rng.uniform(-0.3, 0.8)}
+                           for s in sessions])
+    return scores, truth, preds
+
+
+def check_readable(fig: Figure, xlabel_has: str, ylabel_has: str) -> None:
+    canvas = FigureCanvasAgg(fig)  # the figure was closed after saving: draw it again, as saved
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.has_data()]
+    assert axes
+    assert any(xlabel_has in ax.get_xlabel() for ax in axes), [ax.get_xlabel() for ax in axes]
+    for ax in axes:
+        assert ylabel_has in ax.get_ylabel(), ax.get_ylabel()
+        assert ax.get_title() or (fig._suptitle is not None and fig._suptitle.get_text())
+    assert any(ax.get_legend() is not None for ax in axes), "no legend"
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in axes:
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
+        if ax.get_legend() is not None:
+            texts += [*ax.get_legend().get_texts(), ax.get_legend().get_title()]
+    width, height = fig.bbox.width, fig.bbox.height
+    for t in texts:
+        if not t.get_text() or not t.get_visible():
+            continue
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= -1 and box.x1 <= width + 1 and box.y0 >= -1 and box.y1 <= height + 1, \
+            f"text {t.get_text()!r} is cut off ({box} in a {width:.0f} x {height:.0f} figure)"
+
+
+def test_predictions_figure(saved, tmp_path):
+    scores, truth, preds = scores_and_series()
+    plot_predictions(preds, truth, scores, tmp_path / "p.png", title=LONG)
+    check_readable(saved[-1], "time (s)", "valence (-1 to 1)")
+
+
+@pytest.mark.parametrize("n_listeners", [1, 4, 10])
+def test_listener_ccc_figure(saved, tmp_path, n_listeners):
+    scores, _, _ = scores_and_series(tuple(range(1, n_listeners + 1)))
+    plot_listener_ccc(scores, tmp_path / "l.png", title=f"CCC per listener: {LONG}")
+    check_readable(saved[-1], "listener", "CCC")
+
+
+def test_ablation_figure(saved, tmp_path):
+    table = pd.DataFrame(
+        [{"feature_set": fs, "split": sp, "ccc_personalized": v, "ccc_generalized": v / 2, "run_id": "x"}
+         for fs, v in (("speaker", -0.05), ("listener", 0.7), ("both", 0.62)) for sp in ("val", "test")]
+    )
+    plot_ablation(table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13), "listener": (0.19, 0.23)})
+    check_readable(saved[-1], "feature set", "CCC (-1 to 1)")
