@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 import time
 import traceback
@@ -72,6 +73,10 @@ def merge(old: list[dict], new: list[dict], ran: list[str]) -> list[dict]:
     return [r for r in old if not str(r.get("name", "")).startswith(prefixes)] + new
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes, a smoke check (not the goals' sizes)")
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK, help="cache of inputs (default: bench/.work)")
     args = parser.parse_args(argv)
 
+    # a kill unwinds like Ctrl-C, so a running `experiments ablate` child is stopped too
+    signal.signal(signal.SIGTERM, _interrupt)
     names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
     args.work.mkdir(parents=True, exist_ok=True)
     records, failed = run_benchmarks(names, args.quick, args.work)

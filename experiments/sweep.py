@@ -216,6 +216,11 @@ def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
 
+#: compute the next group's windowed features while the current group runs (faster; holds
+#: two groups' features at a time instead of one)
+PREFETCH_WINDOWS = True
+
+
 def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) -> Iterator[Outcome]:
     """Configurations of every group in forked worker pools, the next group's windows meanwhile.
 
@@ -270,11 +275,12 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) ->
                 running.add(fut)
 
     try:
-        start_windowing(0)
         for i, key in enumerate(keys):
             if i not in futures:
+                start_windowing(i)
                 launch(i)
-            start_windowing(i + 1)
+            if PREFETCH_WINDOWS:
+                start_windowing(i + 1)
             submit_free()
             for t in groups[key]:
                 if isinstance(futures[i], str):
