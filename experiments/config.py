@@ -405,18 +405,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         ConfigError: unreadable or malformed file, unknown key, bad value; the message names
             the file (and line for YAML syntax errors) or ``--set`` option and the key path.
     """
+    from featurestore.config import read_yaml_file
+
     p = resolve_config_path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot be read ({e})") from e
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
+    raw = read_yaml_file(p, ConfigError)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -45,6 +46,21 @@ class FeatureConfig:
         return asdict(self)
 
 
+def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
+    """Parse a YAML file; failures raise ``error`` naming the file (and line for syntax errors)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e}){read_hint}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise error(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
+
+
 def load_feature_config(path: str | Path | None = None, data_dir: str | Path | None = None) -> FeatureConfig:
     """Config from ``path``, else from ``<data_dir>/featurestore.yaml`` if present, else defaults."""
     if path is None and data_dir is not None and (Path(data_dir) / CONFIG_NAME).exists():
@@ -52,17 +68,7 @@ def load_feature_config(path: str | Path | None = None, data_dir: str | Path | N
     if path is None:
         return FeatureConfig()
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e}); check the --config path") from e
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
+    raw = read_yaml_file(path, ConfigError, read_hint="; check the --config path") or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
     known = {f.name for f in fields(FeatureConfig)}
