@@ -41,7 +41,7 @@ import csv
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -399,15 +399,37 @@ def _frames_covering(end_s: float, fps: float) -> int:
     return int(math.floor(end_s * fps + 1e-6)) + 1
 
 
-def _over_sessions(files: Mapping[str, list[Path]], what: str, progress: bool):
-    """``files.items()``, with a tqdm bar (count, rate, ETA) when ``progress``."""
+def _import_each(
+    found: tuple[dict[str, list[Path]], list[Path]],
+    what: str,
+    files_are: str,
+    one: Callable[[str, Path], str],
+    progress: bool,
+    errors: tuple[type[BaseException], ...] = (DataImportError, StoreError, OSError),
+) -> ImportReport:
+    """Run ``one(session, path) -> detail`` for each session's file in ``found``.
+
+    The loop every import shares, over :func:`_find_session_files`' result (files whose
+    names carry no session are reported as skipped), a tqdm bar over sessions when ``progress``, two files for one
+    session an error for that session (``files_are`` names them, e.g. ``"tables"``), and an
+    exception of ``errors`` raised by ``one`` recorded for its session while the others go on
+    (``one`` writes a session's shard in a single atomic update, so a failed one is untouched).
+    """
     from tqdm.auto import tqdm
 
-    return tqdm(files.items(), total=len(files), desc=what, unit="session", disable=not progress, leave=False)
-
-
-def _duplicate_error(paths: list[Path], what: str) -> str:
-    return f"{len(paths)} {what} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
+    files, skipped = found
+    report = ImportReport(what=what, skipped=skipped)
+    for session, paths in tqdm(files.items(), total=len(files), desc=what, unit="session", disable=not progress, leave=False):
+        res = SessionResult(session, paths)
+        report.results.append(res)
+        if len(paths) > 1:
+            res.error = f"{len(paths)} {files_are} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
+            continue
+        try:
+            res.detail = one(session, paths[0])
+        except errors as e:
+            res.error = str(e)
+    return report
 
 
 def import_tables(
@@ -440,45 +462,37 @@ def import_tables(
         raise ValueError(f"role {role!r} is not one of {ROLES}")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
-    files, skipped = _find_session_files(Path(table_dir), TABLE_EXTS)
+    found = _find_session_files(Path(table_dir), TABLE_EXTS)  # a missing folder fails before the store is made
     store = Store(store_root, mode="a")
-    report = ImportReport(what=f"import {role}/{channel}", skipped=skipped)
     key = f"{role}/{channel}"
-    for session, paths in _over_sessions(files, report.what, progress):
-        res = SessionResult(session, paths)
-        report.results.append(res)
-        if len(paths) > 1:
-            res.error = _duplicate_error(paths, "tables")
-            continue
-        try:
-            table = read_table(paths[0], fps=fps, min_confidence=min_confidence)
-            if store.shard_path(session).exists():
-                meta = store.meta(session)
-                end = meta.n_frames / meta.fps
-                if table.end_s > end + max_overrun_s:
-                    raise DataImportError(
-                        f"{paths[0]} runs to {table.end_s:.2f} s but {session} lasts {end:.2f} s "
-                        f"({meta.n_frames} frames in its shard); check that the table belongs to this "
-                        "session and that --fps matches its frame rate"
-                    )
-            else:
-                meta = _meta_for_new_session(session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta)
-            source = file_fingerprint(paths[0])
-            ch = Channel.from_features(
-                table.features,
-                extractor=table.extractor,
-                extractor_version=IMPORT_VERSION,
-                params=table.params,
-                cache_key=cache_key(source, table.extractor, IMPORT_VERSION, table.params),
-                source=source,
-            )
-            store.write_session(meta, channels={key: ch})
-        except (DataImportError, StoreError, OSError) as e:
-            res.error = str(e)
-            continue
+
+    def one(session: str, path: Path) -> str:
+        table = read_table(path, fps=fps, min_confidence=min_confidence)
+        if store.shard_path(session).exists():
+            meta = store.meta(session)
+            end = meta.n_frames / meta.fps
+            if table.end_s > end + max_overrun_s:
+                raise DataImportError(
+                    f"{path} runs to {table.end_s:.2f} s but {session} lasts {end:.2f} s "
+                    f"({meta.n_frames} frames in its shard); check that the table belongs to this "
+                    "session and that --fps matches its frame rate"
+                )
+        else:
+            meta = _meta_for_new_session(session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta)
+        source = file_fingerprint(path)
+        ch = Channel.from_features(
+            table.features,
+            extractor=table.extractor,
+            extractor_version=IMPORT_VERSION,
+            params=table.params,
+            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, table.params),
+            source=source,
+        )
+        store.write_session(meta, channels={key: ch})
         f = table.features
-        res.detail = f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
-    return report
+        return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
+
+    return _import_each(found, f"import {key}", "tables", one, progress)
 
 
 # ------------------------------------------------------------- annotations
@@ -555,40 +569,30 @@ def import_labels(
         raise ValueError(f"target name {target!r} must be one non-empty word without '/'")
     if not fps or fps <= 0 or not math.isfinite(fps):
         raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
-    files, skipped = _find_session_files(Path(annotation_dir), (".csv",))
+    found = _find_session_files(Path(annotation_dir), (".csv",))
     store = Store(store_root, mode="a")
-    report = ImportReport(what=f"labels {target}", skipped=skipped)
-    for session, paths in _over_sessions(files, report.what, progress):
-        res = SessionResult(session, paths)
-        report.results.append(res)
-        if len(paths) > 1:
-            res.error = _duplicate_error(paths, "annotation files")
-            continue
-        try:
-            y = read_annotation(paths[0])
-            n = len(y)
-            label_end = (n - 1) / fps
-            if store.shard_path(session).exists():
-                meta = store.meta(session)
-                for key in store.channel_keys(session):
-                    t = store.read_channel(session, key).time
-                    if len(t) and abs(float(t[-1]) - label_end) > max_mismatch_s:
-                        raise DataImportError(
-                            f"{paths[0]} has {n} frames ({label_end:.2f} s) but channel {key} of {session} "
-                            f"spans to {float(t[-1]):.2f} s, more than {max_mismatch_s} s apart; check that the "
-                            "annotation and the features belong to the same session and frame rate"
-                        )
-                meta = replace(meta, n_frames=n, fps=float(fps))
-            else:
-                meta = _meta_for_new_session(session, n, fps, sessions_meta)
-                meta = replace(meta, n_frames=n)
-            source = file_fingerprint(paths[0])
-            store.write_session(meta, labels={target: y}, label_sources={target: source})
-        except (DataImportError, StoreError, OSError) as e:
-            res.error = str(e)
-            continue
-        res.detail = f"{n} frames ({n / fps:.1f} s), mean {float(np.mean(y)):+.3f}"
-    return report
+
+    def one(session: str, path: Path) -> str:
+        y = read_annotation(path)
+        n = len(y)
+        label_end = (n - 1) / fps
+        if store.shard_path(session).exists():
+            meta = store.meta(session)
+            for key in store.channel_keys(session):
+                t = store.read_channel(session, key).time
+                if len(t) and abs(float(t[-1]) - label_end) > max_mismatch_s:
+                    raise DataImportError(
+                        f"{path} has {n} frames ({label_end:.2f} s) but channel {key} of {session} "
+                        f"spans to {float(t[-1]):.2f} s, more than {max_mismatch_s} s apart; check that the "
+                        "annotation and the features belong to the same session and frame rate"
+                    )
+            meta = replace(meta, n_frames=n, fps=float(fps))
+        else:
+            meta = replace(_meta_for_new_session(session, n, fps, sessions_meta), n_frames=n)
+        store.write_session(meta, labels={target: y}, label_sources={target: file_fingerprint(path)})
+        return f"{n} frames ({n / fps:.1f} s), mean {float(np.mean(y)):+.3f}"
+
+    return _import_each(found, f"labels {target}", "annotation files", one, progress)
 
 
 # ------------------------------------------------------------- transcripts
@@ -620,40 +624,33 @@ def import_transcripts(
     from .store import utc_now
     from .transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 
-    files, skipped = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    found = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
     store = Store(store_root, mode="a")
-    report = ImportReport(what="transcripts", skipped=skipped)
-    for session, paths in _over_sessions(files, report.what, progress):
-        res = SessionResult(session, paths)
-        report.results.append(res)
-        if len(paths) > 1:
-            res.error = _duplicate_error(paths, "transcripts")
-            continue
-        try:
-            if not store.shard_path(session).exists():
-                raise DataImportError(
-                    f"no shard for {session} in {store.root}; run `featurestore extract` first (the transcript "
-                    "channels take the session's frame count from its shard)"
-                )
-            meta = store.meta(session)
-            cues = read_transcript(paths[0])
-            source = file_fingerprint(paths[0])
-            stored = store.cache_keys(session)
-            created = utc_now()
-            plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source)
-            todo = [k for k, (_, ck, _) in plan.items() if force or stored.get(k) != ck]
-            channels = compute_transcript_channels(plan, todo, cues, source, created)
-            scene_key = stored.get("scene/egemaps")
-            if scene_key:
-                _, voice_key, _ = transcript_voice_key(scene_key, source)
-                if force or any(stored.get(k) != voice_key for k in ROLE_VOICE_KEYS):
-                    scene = store.read_channel(session, "scene/egemaps")
-                    channels.update(role_voice_from_transcript(scene, scene_key, cues, source, created))
-            if channels:
-                store.write_session(meta, channels=channels)
-        except (TranscriptError, DataImportError, StoreError, OSError) as e:
-            res.error = str(e)
-            continue
+
+    def one(session: str, path: Path) -> str:
+        if not store.shard_path(session).exists():
+            raise DataImportError(
+                f"no shard for {session} in {store.root}; run `featurestore extract` first (the transcript "
+                "channels take the session's frame count from its shard)"
+            )
+        meta = store.meta(session)
+        cues = read_transcript(path)
+        source = file_fingerprint(path)
+        stored = store.cache_keys(session)
+        created = utc_now()
+        plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source)
+        todo = [k for k, (_, ck, _) in plan.items() if force or stored.get(k) != ck]
+        channels = compute_transcript_channels(plan, todo, cues, source, created)
+        scene_key = stored.get("scene/egemaps")
+        if scene_key:
+            _, voice_key, _ = transcript_voice_key(scene_key, source)
+            if force or any(stored.get(k) != voice_key for k in ROLE_VOICE_KEYS):
+                scene = store.read_channel(session, "scene/egemaps")
+                channels.update(role_voice_from_transcript(scene, scene_key, cues, source, created))
+        if channels:
+            store.write_session(meta, channels=channels)
         done = sorted(channels)
-        res.detail = (f"computed {', '.join(done)}" if done else "all current") + f"; {describe(cues)}"
-    return report
+        return (f"computed {', '.join(done)}" if done else "all current") + f"; {describe(cues)}"
+
+    errors = (TranscriptError, DataImportError, StoreError, OSError)
+    return _import_each(found, "transcripts", "transcripts", one, progress, errors)
