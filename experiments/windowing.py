@@ -1,4 +1,4 @@
-"""Multi-scale window statistics per frame, with a label delay, vectorised per session.
+"""Multi-scale window statistics per frame, with a label delay, one compiled pass per session.
 
 For frame ``t`` (label rate ``fps``), a window of ``L`` seconds spans ``w = round(L * fps)``
 frames (at least 1), positioned at ``c = t - delay``:
@@ -18,11 +18,28 @@ fraction per channel instead of per column, call it on the channel mask:
 ``window_stats(np.where(valid, 1.0, np.nan), stats=["valid_frac"], ...)`` (``mean`` of the 0/1
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
-Implementation: prefix sums (float64, columns centred first; counts and time sums once per
-distinct pattern of present values, i.e. once per channel) give mean, std, slope and
-valid_frac for every frame at once, each window a difference of two slices;
-running min and max come from one doubling table (``log2`` of the longest window passes) with
-missing values set to +/-inf. Python loops run only over window lengths and doubling levels.
+Implementation: two Numba kernels, compiled on first use (about 10 s) and cached on disk
+(``__pycache__``, loaded in well under a second), single-threaded, releasing the GIL, so a
+caller may window sessions in threads; no Numba threading layer is used, so forked workers
+are safe. This replaces whole-session NumPy prefix sums (DESIGN.md's "cumulative sums, strided
+views"): those made a dozen full passes over (frames x columns) float64 temporaries per window
+length, and took half the time pandas does; one compiled pass over the frames that writes each
+output row once is about 20x faster than pandas on the full-size store (``bench/windowing.py``).
+
+The first kernel copies the values with the missing ones as NaN and takes each column's mean;
+the second walks the frames once, every window length at once, row-major throughout (a
+frame's columns are contiguous in the input, the running state and the output, so every
+inner loop runs over contiguous columns and vectorises). Per window length and column it
+keeps running float64 sums of the present values' count, centred values (the session's column
+mean subtracted, which keeps the squares well conditioned) and their squares, and for
+``slope`` their frame index within the window, its square (integers: those sums are exact) and
+index times value; the frame entering a window is added, the one leaving it subtracted. Sums
+slid through a whole session carry rounding of about 1e-16 of the largest values that passed
+through the window, far below float32 (a constant stretch after values 1000x larger gives a
+std of exactly 0, where pandas' gives 3e-4). ``min`` and ``max`` are van Herk / Gil-Werman:
+blocks of ``w`` frames, the running extreme from each block's start and the suffix extremes of
+each block (once per block), any window the extreme of one suffix and one prefix: three
+comparisons per value whatever ``w``, exact as no arithmetic is involved.
 
 >>> import numpy as np
 >>> F, names = window_stats(np.arange(5.0)[:, None], fps=1.0, lengths_s=[3], stats=["mean", "slope"],
@@ -35,12 +52,19 @@ missing values set to +/-inf. Python loops run only over window lengths and doub
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
 ALIGNS = ("centred", "causal")
+_MEAN, _STD, _MIN, _MAX, _SLOPE, _VALID_FRAC = range(len(STATS))
+
+#: compiled once per argument type and cached in __pycache__; ``error_model="numpy"`` lets
+#: x / 0 give inf or NaN instead of a per-division check that stops the loops vectorising
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
 def window_frames(length_s: float, fps: float) -> int:
@@ -74,12 +98,17 @@ def window_stats(
     align: str = "centred",
     stats: Sequence[str] = ("mean", "std", "slope"),
     columns: Sequence[str] | None = None,
+    *,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """Window statistics of every column for every frame.
 
     Args:
-        X: (n_frames, d) values at ``fps``; NaN (or inf) = missing.
-        valid: optional (n_frames, d) or (n_frames,) bool; False also marks a value missing.
+        X: (n_frames, d) values at ``fps``; NaN (or inf) = missing. Any memory layout
+            (strided views such as ``X[:, ::2]`` are read in place); float32 is windowed as
+            float32 (sums in float64), other types as float64.
+        valid: optional (n_frames, d), (n_frames, 1) or (n_frames,) bool; False also marks a
+            value missing.
         fps: frame rate of ``X`` (frames per second).
         lengths_s: window lengths in seconds (one multi-scale set).
         delay_s: label delay in seconds (>= 0 looks into the past): frame ``t`` gets the
@@ -87,6 +116,8 @@ def window_stats(
         align: ``centred`` or ``causal`` (see the module docstring).
         stats: any of ``mean, std, min, max, slope, valid_frac``.
         columns: d column names (default ``c0, c1, ...``).
+        out: optional float32 array of the result's shape to write into, e.g. a column slice
+            of a larger feature matrix (saves a copy); returned as ``F``.
 
     Returns:
         (F, names): F is (n_frames, d * len(stats) * len(lengths_s)) float32, ordered by window
@@ -95,6 +126,10 @@ def window_stats(
     X = np.asarray(X)
     if X.ndim == 1:
         X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"X must be (n_frames, d), got shape {X.shape}")
+    if X.dtype != np.float32 and X.dtype != np.float64:
+        X = X.astype(np.float64)
     n, d = X.shape
     cols = [f"c{i}" for i in range(d)] if columns is None else [str(c) for c in columns]
     if len(cols) != d:
@@ -110,177 +145,268 @@ def window_stats(
     if not lengths or any(L <= 0 for L in lengths):
         raise ValueError(f"window lengths must be > 0 seconds, got {list(lengths_s)}")
 
-    x = X.astype(np.float64, copy=True)
-    present = np.isfinite(x)
-    if valid is not None:
-        v = np.asarray(valid, dtype=bool)
-        present &= v[:, None] if v.ndim == 1 else v
     names = [feature_name(c, s, L) for L in lengths for s in stats for c in cols]
-    out = np.empty((n, len(names)), dtype=np.float32)
-    if n == 0 or d == 0:
+    if out is None:
+        out = np.empty((n, len(names)), dtype=np.float32)
+    elif not isinstance(out, np.ndarray) or out.shape != (n, len(names)) or out.dtype != np.float32:
+        raise ValueError(f"out must be a float32 array of shape {(n, len(names))}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")  # fmt: skip
+    mode, V = _validity(valid, n, d)
+    if n == 0 or d == 0 or not len(stats):
         return out, names
 
-    bounds = [window_bounds(n, L, delay_s, fps, align) for L in lengths]
-    need_sums = any(s in stats for s in ("mean", "std", "slope", "valid_frac"))
-    if need_sums:
-        sums = _WindowSums(x, present, bounds, slope="slope" in stats, squares="std" in stats)
-    extremes = {
-        s: _RunningExtreme(x, present, bounds, op, fill)
-        for s, op, fill in (("min", np.minimum, np.inf), ("max", np.maximum, -np.inf))
-        if s in stats
-    }
-    del x
-
-    j = 0
-    for off, size in bounds:
-        res: dict[str, np.ndarray] = {}
-        if need_sums:
-            res.update(sums.stats(off, size, stats, fps))
-        for s, ext in extremes.items():
-            res[s] = ext.window(off, size)
-        for s in stats:
-            out[:, j : j + d] = res[s]
-            j += d
+    z = np.empty((n + 1, d), dtype=X.dtype)  # row n: a frame outside the session
+    centre = np.empty(d, dtype=np.float64)
+    _missing_as_nan(X, V, mode, z, centre)
+    bounds = np.array([window_bounds(n, L, delay_s, fps, align) for L in lengths], dtype=np.int64)
+    codes = np.array([STATS.index(s) for s in stats], dtype=np.int64)
+    parent, col0 = _column_block(out)
+    rows = np.empty(out.shape, dtype=np.float32) if parent is None else parent
+    _window_rows(z, centre, bounds, codes, float(fps), rows, col0)
+    if parent is None:  # another layout: written row-major, then copied
+        out[...] = rows
     return out, names
 
 
-class _WindowSums:
-    """Window sums of a column's present values (and their squares and times), by prefix sums.
+def _column_block(out: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(parent, first column) with ``out`` = ``parent[:, first : first + p]`` and ``parent`` a
+    C-contiguous float32 matrix, so the kernel writes contiguous rows; (None, 0) otherwise."""
+    if out.flags.c_contiguous:
+        return out, 0
+    base = out.base
+    if (isinstance(base, np.ndarray) and base.ndim == 2 and base.dtype == np.float32 and base.flags.c_contiguous
+            and base.shape[0] == out.shape[0] and base.strides == out.strides):  # fmt: skip
+        start = (out.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize
+        if 0 <= start <= base.shape[1] - out.shape[1]:
+            return base, start
+    return None, 0
 
-    Prefix sums are padded with their first and last rows so that every window of every
-    length is the difference of two row slices (views, no copies). Sums that depend only on
-    which values are present (count, sum of frame indices and of their squares) are computed
-    once per distinct presence pattern, not per column: the columns of one channel share it.
-    Columns are centred first, which keeps the squared sums well conditioned.
+
+def _validity(valid: np.ndarray | None, n: int, d: int) -> tuple[int, np.ndarray]:
+    """(mode, V) for the kernels: 0 no mask, 1 one flag per frame, 2 one per value."""
+    if valid is None:
+        return 0, np.ones((1, 1), dtype=np.bool_)
+    v = np.asarray(valid, dtype=np.bool_)
+    if v.ndim == 1:
+        v = v[:, None]
+    if v.ndim != 2 or v.shape[0] != n or v.shape[1] not in (1, d):
+        raise ValueError(f"valid must have shape ({n},), ({n}, 1) or ({n}, {d}) like X, got {v.shape}")
+    return (1 if v.shape[1] == 1 else 2), np.ascontiguousarray(v)
+
+
+@numba.njit(**_JIT)
+def _missing_as_nan(X, V, mode, z, centre):  # pragma: no cover - compiled
+    """``z[:n]`` = X with non-finite and invalid values as NaN, ``z[n]`` all NaN (a frame outside
+    the session); ``centre`` = each column's mean of its present values (0 if none)."""
+    n, d = X.shape
+    total = np.zeros(d)
+    count = np.zeros(d)
+    for t in range(n):
+        if mode == 2:  # one loop per mode, no branch inside: the loops vectorise
+            for c in range(d):
+                v = X[t, c]
+                ok = (abs(v) < np.inf) & V[t, c]  # abs(NaN) < inf is False
+                z[t, c] = v if ok else np.nan
+                total[c] += v if ok else 0.0
+                count[c] += 1.0 if ok else 0.0
+        else:
+            row_ok = mode == 0 or V[t, 0]
+            for c in range(d):
+                v = X[t, c]
+                ok = (abs(v) < np.inf) & row_ok
+                z[t, c] = v if ok else np.nan
+                total[c] += v if ok else 0.0
+                count[c] += 1.0 if ok else 0.0
+    for c in range(d):
+        z[n, c] = np.nan
+        centre[c] = total[c] / count[c] if count[c] > 0 else 0.0
+
+
+@numba.njit(**_JIT)
+def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover - compiled
+    """Every statistic ``codes`` of every window ``bounds`` (offset, size) for every frame.
+
+    ``z``: (n + 1, d) values, NaN = missing, row ``n`` all NaN; the results go to the
+    ``len(bounds) * len(codes) * d`` columns of ``out`` from ``col0`` on. Frames outside the
+    session are read as row ``n``. Each loop runs over the d columns of one row (contiguous
+    everywhere) and vectorises.
     """
+    n, d = z.shape[0] - 1, z.shape[1]
+    nl, ns = bounds.shape[0], codes.shape[0]
+    first = np.full(len(STATS), -1)  # statistic -> its first place in ``codes``
+    for k in range(ns):
+        if first[codes[k]] < 0:
+            first[codes[k]] = k
+    sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
+    extremes = first[_MIN] >= 0 or first[_MAX] >= 0
+    scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
+    # running sums per window length and column: count, centred value, its square; frame
+    # index u within the window (0 .. w - 1), its square, u times centred value
+    cnt, sx, sxx = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
+    su, suu, sux = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
+    # van Herk / Gil-Werman per length: prefix extremes g of the block of the window's last
+    # frame (two rows used in turn: rewriting a row in place compiles to slow masked stores)
+    # and suffix extremes h (rows hpos[l] .. hpos[l + 1]) of the block of its first frame
+    inf = z.dtype.type(np.inf)
+    glo, ghi = np.full((2 * nl, d), inf, dtype=z.dtype), np.full((2 * nl, d), -inf, dtype=z.dtype)
+    hpos = np.zeros(nl + 1, dtype=np.int64)
+    for li in range(nl):
+        hpos[li + 1] = hpos[li] + (bounds[li, 1] if extremes else 0)
+    hlo, hhi = np.empty((hpos[nl], d), dtype=z.dtype), np.empty((hpos[nl], d), dtype=z.dtype)
 
-    def __init__(self, x: np.ndarray, present: np.ndarray, bounds: list[tuple[int, int]], slope: bool, squares: bool) -> None:
-        n, d = x.shape
-        self.n = n
-        self.lo = max(0, max(-off for off, _ in bounds))
-        self.hi = max(0, max(off + size - 1 for off, size in bounds))
-        counts = present.sum(axis=0)
-        self.centre = np.where(counts > 0, np.where(present, x, 0.0).sum(axis=0) / np.maximum(counts, 1), 0.0)
-        xc = np.where(present, x - self.centre, 0.0)
-        patterns, self.inverse = _distinct_columns(present)
-        m = patterns.astype(np.float64)
-        idx = np.arange(n, dtype=np.float64)[:, None]
-        self.p_n = self._prefix(m)
-        self.p_x = self._prefix(xc)
-        self.p_xx = self._prefix(xc * xc) if squares else None
-        if slope:
-            self.p_i = self._prefix(idx * m)
-            self.p_ii = self._prefix(idx * idx * m)
-            xc *= idx
-            self.p_ix = self._prefix(xc)
+    if sums:  # the state of frame -1: its window, u counted from its first frame
+        for li in range(nl):
+            a = bounds[li, 0] - 1
+            for i in range(max(a, 0), min(a + bounds[li, 1], n)):
+                _add_frame(z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li])
 
-    def _prefix(self, a: np.ndarray) -> np.ndarray:
-        """Rows ``lo + k`` hold the sum of ``a[:clip(k, 0, n)]`` for ``k`` in ``-lo .. n + hi``."""
-        n = self.n
-        p = np.empty((self.lo + n + 1 + self.hi, a.shape[1]), dtype=np.float64)
-        p[: self.lo + 1] = 0.0
-        np.cumsum(a, axis=0, out=p[self.lo + 1 : self.lo + 1 + n])
-        p[self.lo + 1 + n :] = p[self.lo + n]
-        return p
-
-    def _window(self, p: np.ndarray, off: int, size: int) -> np.ndarray:
-        """(n, k) sums over frames ``t + off .. t + off + size - 1`` clipped to the session."""
-        a = self.lo + off
-        return p[a + size : a + size + self.n] - p[a : a + self.n]
-
-    def _columns(self, a: np.ndarray) -> np.ndarray:
-        """A per-pattern array as one column per data column."""
-        return a if self.inverse is None else a[:, self.inverse]
-
-    def stats(self, off: int, size: int, stats: Sequence[str], fps: float) -> dict[str, np.ndarray]:
-        """The requested sum-based statistics of one window position and size."""
-        res: dict[str, np.ndarray] = {}
-        cnt_p = self._window(self.p_n, off, size)
-        cnt = self._columns(cnt_p)
-        sx = self._window(self.p_x, off, size)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_c = sx / cnt  # NaN where the window holds no value
-            if "mean" in stats:
-                res["mean"] = mean_c + self.centre
-            if "std" in stats:
-                var = self._window(self.p_xx, off, size)
-                var /= cnt
-                var -= mean_c * mean_c
-                np.maximum(var, 0.0, out=var)  # keeps NaN, clips rounding below 0
-                res["std"] = np.sqrt(var, out=var)
-            if "slope" in stats:
-                si = self._window(self.p_i, off, size)
-                sii = self._window(self.p_ii, off, size)
-                scale = cnt_p * sii
-                den = scale - si * si
-                # den is exactly 0 for one value; guard against rounding near 0 too
-                den[(cnt_p < 2) | (den <= 1e-9 * np.maximum(scale, 1.0))] = np.nan
-                num = self._window(self.p_ix, off, size)
-                num *= cnt
-                num -= self._columns(si) * sx
-                num /= self._columns(den)
-                num *= fps
-                res["slope"] = num
-            if "valid_frac" in stats:
-                t = np.arange(self.n)
-                inside = (np.clip(t + off + size, 0, self.n) - np.clip(t + off, 0, self.n)).astype(np.float64)[:, None]
-                res["valid_frac"] = np.where(inside > 0, cnt / np.maximum(inside, 1.0), 0.0)
-        return res
+    for t in range(n):
+        for li in range(nl):
+            a, w = t + bounds[li, 0], bounds[li, 1]
+            row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
+            if sums:
+                leave = z[a - 1 if 0 <= a - 1 < n else n]
+                enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
+                k = first[_SLOPE]
+                if k >= 0:  # before the sums it reads move on
+                    _slope_step(leave, enter, centre, float(w - 1), fps, cnt[li], sx[li], su[li], suu[li],
+                                sux[li], row[k * d : (k + 1) * d])
+                k, k2 = first[_MEAN], first[_STD]
+                _sums_step(leave, enter, centre, cnt[li], sx[li], sxx[li],
+                           row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
+                           row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD])
+                k = first[_VALID_FRAC]
+                if k >= 0:
+                    inside = min(a + w, n) - min(max(a, 0), n)
+                    vf = row[k * d : (k + 1) * d]
+                    for c in range(d):
+                        vf[c] = cnt[li, c] / inside if inside > 0 else 0.0
+            if extremes:
+                p = t % w  # the window's first frame is the p-th of its block
+                if p == 0:
+                    _block_suffix(z, a, w, hlo[hpos[li] : hpos[li + 1]], hhi[hpos[li] : hpos[li + 1]])
+                b = a + w - 1
+                g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
+                k, k2 = first[_MIN], first[_MAX]
+                _extremes_step(z[b if 0 <= b < n else n], p == 1 or w == 1, glo[g0], ghi[g0], glo[g], ghi[g],
+                               hlo[hpos[li] + p], hhi[hpos[li] + p],
+                               row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
+                               row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX])
+            for k in range(ns):  # a statistic asked for twice
+                k1 = first[codes[k]]
+                if k1 != k:
+                    row[k * d : (k + 1) * d] = row[k1 * d : (k1 + 1) * d]
 
 
-def _distinct_columns(present: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(patterns, inverse): the distinct columns of a bool matrix and, per column, its pattern.
+@numba.njit(inline="always", **_JIT)
+def _add_frame(zr, centre, u, cnt, sx, sxx, su, suu, sux):  # pragma: no cover - compiled
+    """Add one frame ``zr`` at index ``u`` within the window to the running sums."""
+    for c in range(zr.shape[0]):
+        v = zr[c]
+        x = v - centre[c] if v == v else 0.0
+        m = 1.0 if v == v else 0.0
+        cnt[c] += m
+        sx[c] += x
+        sxx[c] += x * x
+        su[c] += u * m
+        suu[c] += u * u * m
+        sux[c] += u * x
 
-    ``inverse`` is None (use the columns as they are) when most columns are distinct anyway.
+
+# The loops below are written for LLVM's vectoriser: no calls (max() is one), no data-dependent
+# branches (conditional expressions become selects), no value kept or replaced in place by a
+# select (that compiles to masked stores, slow here: the running extremes go to another row).
+
+
+@numba.njit(inline="always", **_JIT)
+def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma: no cover - compiled
+    """Slide the count, sum and sum of squares by one frame (``leave`` out, ``enter`` in) and
+    write each column's mean and std, NaN for an empty window."""
+    for c in range(cnt.shape[0]):
+        vo, vi = leave[c], enter[c]
+        xo = vo - centre[c] if vo == vo else 0.0
+        xi = vi - centre[c] if vi == vi else 0.0
+        k = cnt[c] - (1.0 if vo == vo else 0.0) + (1.0 if vi == vi else 0.0)
+        s = sx[c] - xo + xi
+        ss = sxx[c] - xo * xo + xi * xi
+        cnt[c] = k
+        sx[c] = s
+        sxx[c] = ss
+        r = 1.0 / k if k > 0 else np.nan
+        m = s * r
+        var = ss * r - m * m
+        mean_row[c] = m + centre[c]
+        std_row[c] = math.sqrt(np.float32(var if not var < 0.0 else 0.0))  # clips rounding below 0
+
+
+@numba.njit(inline="always", **_JIT)
+def _slope_step(leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope_row):  # pragma: no cover - compiled
+    """Slide the index sums by one frame (``leave`` at u = 0, the rest u -> u - 1, ``enter`` at
+    ``u_enter``) and write each column's least-squares slope (units per second).
+
+    ``cnt`` and ``sx`` are read before :func:`_sums_step` moves them. The index sums are
+    integers, so exact, and the denominator is at least 1 with two values or more.
     """
-    d = present.shape[1]
-    if d < 2:
-        return present, None
-    packed = np.packbits(present, axis=0).T  # one row of bytes per column
-    first: dict[bytes, int] = {}
-    inverse = np.array([first.setdefault(row.tobytes(), len(first)) for row in packed], dtype=np.intp)
-    if len(first) > d // 2:
-        return present, None
-    _, columns = np.unique(inverse, return_index=True)  # the first column of each pattern
-    return present[:, columns], inverse
+    for c in range(cnt.shape[0]):
+        vo, vi = leave[c], enter[c]
+        xo = vo - centre[c] if vo == vo else 0.0
+        xi = vi - centre[c] if vi == vi else 0.0
+        mi = 1.0 if vi == vi else 0.0
+        k = cnt[c] - (1.0 if vo == vo else 0.0)
+        s = sx[c] - xo
+        u = su[c] - k + u_enter * mi
+        uu = suu[c] - 2.0 * su[c] + k + u_enter * u_enter * mi
+        ux = sux[c] - s + u_enter * xi
+        k += mi
+        s += xi
+        su[c] = u
+        suu[c] = uu
+        sux[c] = ux
+        scale = k * uu
+        den = scale - u * u
+        ok = (k >= 2.0) & (den > 0.5) & (den > 1e-12 * scale)
+        slope_row[c] = (k * ux - u * s) / den * fps if ok else np.nan
 
 
-class _RunningExtreme:
-    """Running minimum (or maximum) of present values for every window length at once.
+@numba.njit(inline="always", **_JIT)
+def _block_suffix(z, a, w, hlo, hhi):  # pragma: no cover - compiled
+    """Suffix minima and maxima of frames ``a .. a + w - 1`` (row ``k``: frames ``a + k ..``)."""
+    n, d = z.shape[0] - 1, z.shape[1]
+    inf = z.dtype.type(np.inf)
+    for k in range(w - 1, -1, -1):
+        zr, rlo, rhi = z[a + k if 0 <= a + k < n else n], hlo[k], hhi[k]
+        if k == w - 1:
+            for c in range(d):
+                v = zr[c]
+                rlo[c] = v if v == v else inf
+                rhi[c] = v if v == v else -inf
+        else:
+            plo, phi = hlo[k + 1], hhi[k + 1]
+            for c in range(d):
+                v = zr[c]
+                rlo[c] = v if v < plo[c] else plo[c]  # False for NaN: missing values are skipped
+                rhi[c] = v if v > phi[c] else phi[c]
 
-    Doubling: level ``k`` holds the extreme of ``k`` consecutive frames, level ``2k`` the
-    extreme of two level-``k`` values ``k`` apart; a window of ``size`` frames is the extreme
-    of two overlapping level-``k`` values, ``k`` the largest power of two not above ``size``.
-    That is ``log2(longest window)`` vectorised passes in all, shared by every length.
-    Missing values are ``fill`` (+inf for the minimum, -inf for the maximum), and so are the
-    frames outside the session (the padding), so windows are truncated to the session.
+
+@numba.njit(inline="always", **_JIT)
+def _extremes_step(zb, restart, glo0, ghi0, glo, ghi, hlo, hhi, min_row, max_row):  # pragma: no cover - compiled
+    """Van Herk / Gil-Werman step: ``g`` = ``g0`` with the window's last frame ``zb`` added (or
+    ``zb`` alone when it starts a block); each column's window minimum and maximum are those of
+    ``h`` (the first frame's block from that frame on) and ``g``; NaN where the window holds none.
+
+    Blocks of ``w`` frames start at the first window's first frame, so a window covers the end
+    of one block and the start of the next (or exactly one block: then ``h`` alone suffices).
     """
-
-    def __init__(self, x: np.ndarray, present: np.ndarray, bounds: list[tuple[int, int]], op, fill: float) -> None:
-        n, d = x.shape
-        self.n, self.op = n, op
-        self.lo = max(0, max(-off for off, _ in bounds))
-        hi = max(0, max(off + size - 1 for off, size in bounds))
-        level = np.full((self.lo + n + hi, d), fill, dtype=np.float64)
-        np.copyto(level[self.lo : self.lo + n], x, where=present)
-        need = {_power_of_two_below(size) for _, size in bounds}
-        self.levels = {1: level} if 1 in need else {}
-        k = 1
-        while 2 * k <= max(need):
-            level = op(level[:-k], level[k:])
-            k *= 2
-            if k in need:
-                self.levels[k] = level
-
-    def window(self, off: int, size: int) -> np.ndarray:
-        """(n, d) extremes over frames ``t + off .. t + off + size - 1``; NaN where none is present."""
-        k = _power_of_two_below(size)
-        level, a, n = self.levels[k], self.lo + off, self.n
-        r = self.op(level[a : a + n], level[a + size - k : a + size - k + n])
-        r[~np.isfinite(r)] = np.nan
-        return r
-
-
-def _power_of_two_below(size: int) -> int:
-    """The largest power of two not above ``size`` (>= 1)."""
-    return 1 << (int(size).bit_length() - 1)
+    inf = zb.dtype.type(np.inf)
+    for c in range(zb.shape[0]):
+        v = zb[c]
+        gl = inf if restart else glo0[c]
+        gh = -inf if restart else ghi0[c]
+        gl = v if v < gl else gl  # False for NaN: missing values are skipped
+        gh = v if v > gh else gh
+        glo[c] = gl
+        ghi[c] = gh
+        lo = hlo[c] if hlo[c] < gl else gl
+        hi = hhi[c] if hhi[c] > gh else gh
+        min_row[c] = lo if lo != inf else np.nan
+        max_row[c] = hi if hi != -inf else np.nan
