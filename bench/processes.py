@@ -13,6 +13,9 @@ its descendants (forked sweep workers included):
 * ``peak_worker_shared_gb``: the largest ``RSS - USS`` of any one child: pages it maps that
   other processes map too. A forked sweep worker that reads the parent's feature matrix in
   place shows at least the matrix here; one that copied it would show it in its USS instead.
+* ``peak_parent_pss_gb`` and ``peak_children_pss_gb``: the breakdown of ``peak_pss_gb``, the
+  largest PSS of the command's own process, and the largest PSS summed over its descendants
+  (each the peak of its own samples, so they may come from different moments).
 * ``max_rss_gb``: the largest peak RSS (``VmHWM`` of ``/proc/<pid>/status``, exact even for
   a peak between two samples) of any one process of the tree.
 
@@ -47,6 +50,8 @@ class RunStats:
     max_rss_gb: float
     cpu_s: float
     samples: int
+    peak_parent_pss_gb: float | None = None
+    peak_children_pss_gb: float | None = None
 
 
 def _peak_rss(pid: int) -> int:
@@ -61,16 +66,16 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
-def _tree_memory(proc) -> tuple[int, int, int, int, int]:
-    """(sum of PSS, sum of RSS, largest child USS, largest child RSS - USS, largest peak RSS),
-    bytes, over ``proc`` and its descendants."""
+def _tree_memory(proc) -> tuple[int, int, int, int, int, int, int]:
+    """(sum of PSS, sum of RSS, largest child USS, largest child RSS - USS, largest peak RSS,
+    PSS of ``proc``, sum of the descendants' PSS), bytes, over ``proc`` and its descendants."""
     import psutil
 
-    pss = rss = worker_uss = worker_shared = hwm = 0
+    pss = rss = worker_uss = worker_shared = hwm = parent_pss = 0
     try:
         procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
-        return 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0, 0
     for p in procs:
         try:
             mi = p.memory_full_info()
@@ -82,7 +87,9 @@ def _tree_memory(proc) -> tuple[int, int, int, int, int]:
         if p is not proc:
             worker_uss = max(worker_uss, mi.uss)
             worker_shared = max(worker_shared, mi.rss - mi.uss)
-    return pss, rss, worker_uss, worker_shared, hwm
+        else:
+            parent_pss = getattr(mi, "pss", mi.rss)
+    return pss, rss, worker_uss, worker_shared, hwm, parent_pss, pss - parent_pss
 
 
 def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict | None = None, timeout_s: float = 7200) -> RunStats:
@@ -96,7 +103,7 @@ def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict 
     t0 = time.perf_counter()
     with open(log, "wb") as out:
         child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        peaks = [0, 0, 0, 0, 0]
+        peaks = [0] * 7
         samples = 0
         proc = psutil.Process(child.pid) if psutil is not None else None
         try:
@@ -128,4 +135,6 @@ def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict 
         max_rss_gb=max_rss,
         cpu_s=usage.ru_utime + usage.ru_stime - cpu0,
         samples=samples,
+        peak_parent_pss_gb=peaks[5] / 1e9 if got else None,
+        peak_children_pss_gb=peaks[6] / 1e9 if got else None,
     )

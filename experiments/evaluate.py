@@ -55,7 +55,7 @@ def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
     """Windowed features of the channels in ``key`` for every session.
 
     ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
-    the other statistics per column.
+    the other statistics per column. Both are written into one float32 matrix per session.
     """
     out: list[WindowedSession] = []
     names: list[str] = []
@@ -66,22 +66,20 @@ def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
             raise KeyError(f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}")
         ch_idx = [t.channels.index(c) for c in key.channels]
         cols = np.flatnonzero(np.isin(t.column_channel, ch_idx))
-        parts, part_names = [], []
+        n_stats = len(cols) * len(stats) * len(key.lengths_s)
+        n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
+        F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
+        part_names: list[str] = []
+        window = {"fps": t.fps, "lengths_s": key.lengths_s, "delay_s": key.delay_s, "align": key.align}
         if stats:
-            F, nm = window_stats(
-                t.X[:, cols], t.valid[:, t.column_channel[cols]], fps=t.fps, lengths_s=key.lengths_s,
-                delay_s=key.delay_s, align=key.align, stats=stats, columns=[t.columns[i] for i in cols],
-            )
-            parts.append(F)
+            X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
+            _, nm = window_stats(X, t.valid[:, t.column_channel[cols]], stats=stats,
+                                 columns=[t.columns[i] for i in cols], out=F[:, :n_stats], **window)  # fmt: skip
             part_names += nm
-        if "valid_frac" in key.stats:
-            V, nm = window_stats(
-                np.where(t.valid[:, ch_idx], 1.0, np.nan), None, fps=t.fps, lengths_s=key.lengths_s,
-                delay_s=key.delay_s, align=key.align, stats=["valid_frac"], columns=list(key.channels),
-            )
-            parts.append(V)
+        if n_frac:
+            _, nm = window_stats(np.where(t.valid[:, ch_idx], 1.0, np.nan), None, stats=["valid_frac"],
+                                 columns=list(key.channels), out=F[:, n_stats:], **window)  # fmt: skip
             part_names += nm
-        F = np.hstack(parts).astype(np.float32, copy=False) if len(parts) > 1 else parts[0].astype(np.float32, copy=False)
         if not names:
             names = part_names
         out.append(WindowedSession(t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps))
@@ -144,6 +142,7 @@ def _fit_predict(trial: Trial, train: Sequence[WindowedSession], evaluate: Seque
         raise ValueError("no training rows with a finite label")
     model = make_personalizer(trial.personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
     model.fit(X, y)
+    del X  # the training matrix is not needed for predicting: free it before the per-session matrices
 
     column_major = trial.model in COLUMN_MAJOR_MODELS
 

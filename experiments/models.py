@@ -5,11 +5,13 @@ afterwards with ``pipeline.set_params(model__alpha=10)``.
 
 Preprocessing, decided per family:
 
-- ``ridge``, ``svr``, ``linear_svr``: ``SimpleImputer(median, keep_empty_features=True)`` then
-  ``StandardScaler``. Kernel and linear models need finite, comparably scaled inputs; a
-  column that is all NaN in training (e.g. a face channel never detected) becomes a
-  constant 0 instead of being dropped, so the column count never changes between fit and
-  predict.
+- ``ridge``, ``svr``, ``linear_svr``: :class:`MedianImputer` (the per-column median, as
+  ``SimpleImputer(strategy="median", keep_empty_features=True)`` with the same numbers, in a
+  fraction of its memory) then ``StandardScaler``. Kernel and linear models need finite,
+  comparably scaled inputs; a column that is all NaN in training (e.g. a face channel never
+  detected) becomes a constant 0 instead of being dropped, so the column count never changes
+  between fit and predict. The imputer's output is a fresh copy, so the scaler (and
+  ``Ridge``) work on it in place (``copy=False``) instead of copying the matrix again.
 - ``xgboost``, ``hist_gb``: no imputer and no scaler. Both handle NaN natively by learning
   a default branch for missing values, so "no face found" stays a signal instead of being
   replaced by the median; scaling is irrelevant to trees. ``hist_gb`` alone gets
@@ -39,16 +41,15 @@ import difflib
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.dummy import DummyRegressor
 from sklearn.ensemble import HistGradientBoostingRegressor
-from sklearn.impute import SimpleImputer
 from sklearn.kernel_approximation import Nystroem
 from sklearn.linear_model import Ridge
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVR, LinearSVR
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
 #: model name -> allowed hyperparameters with their defaults (what the config validator checks)
 MODEL_PARAMS: dict[str, dict[str, Any]] = {
@@ -118,11 +119,85 @@ def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dic
     return {**allowed, **params}
 
 
+class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Replaces NaN by the column's median at fit; a column all NaN at fit becomes 0.
+
+    The same statistics and output as ``SimpleImputer(strategy="median",
+    keep_empty_features=True)`` (float32 stays float32, other input becomes float64; the
+    median of an even count is the mean of the two middle values, computed in the input's
+    dtype), with a small memory footprint: ``fit`` sorts ``block_bytes`` worth of columns at
+    a time instead of a masked copy of the whole matrix (SimpleImputer needs several times
+    the matrix's size for its temporaries), and ``transform`` fills the copy it returns one
+    block of rows at a time. Infinite values are rejected, as by SimpleImputer.
+
+    Args:
+        block_bytes: size (bytes) of the column block sorted at once by ``fit``, and of the
+            row block filled at once by ``transform``; memory only, never the result.
+
+    Attributes:
+        statistics_: (n_features,) the fill value of each column, in the fitted dtype.
+        n_features_in_: number of columns seen at fit.
+
+    Example:
+
+    >>> import numpy as np
+    >>> X = np.array([[1.0, np.nan], [np.nan, np.nan], [4.0, np.nan], [5.0, np.nan]])
+    >>> MedianImputer().fit(X).transform([[np.nan, np.nan]]).tolist()
+    [[4.0, 0.0]]
+    """
+
+    def __init__(self, block_bytes: int = 32 * 2**20):
+        self.block_bytes = block_bytes
+
+    def _lines_per_block(self, line_length: int, itemsize: int) -> int:
+        """How many columns (or rows) of ``line_length`` values fit in ``block_bytes``."""
+        return max(1, int(self.block_bytes) // max(1, line_length * itemsize))
+
+    def fit(self, X: Any, y: Any = None) -> MedianImputer:
+        """Learn each column's median over its non-NaN rows (0 for a column without any)."""
+        X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
+        n, d = X.shape
+        stats = np.zeros(d, dtype=X.dtype)
+        step = self._lines_per_block(n, X.itemsize)
+        for a in range(0, d, step):
+            # one block of columns, each one contiguous row of the copy; NaN sorts last
+            block = np.array(X[:, a : a + step].T, order="C")
+            block.sort(axis=1)
+            count = n - np.isnan(block).sum(axis=1)
+            seen = np.flatnonzero(count > 0)
+            k = count[seen]
+            low = block[seen, (k - 1) // 2]
+            high = block[seen, k // 2]
+            # as numpy.ma.median: the sum of the two middle values (one value twice for an
+            # odd count), halved, in the input's dtype
+            stats[a + seen] = (low + high) / np.asarray(2, dtype=X.dtype)
+        self.statistics_ = stats
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Copy of ``X`` (float32 kept, else float64) with every NaN set to its column's fill value."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=False, copy=True)
+        fill = self.statistics_.astype(X.dtype, copy=False)
+        step = self._lines_per_block(X.shape[1], X.itemsize)
+        for a in range(0, X.shape[0], step):
+            rows = X[a : a + step]
+            np.copyto(rows, fill, where=np.isnan(rows))
+        return X
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+
 class FillEmptyColumns(TransformerMixin, BaseEstimator):
     """Sets the columns that were entirely NaN at fit to 0; other NaNs are left in place.
 
     Row-preserving; for estimators that handle NaN natively but fail on a column without a
-    single observed value (``HistGradientBoostingRegressor``).
+    single observed value (``HistGradientBoostingRegressor``). ``transform`` copies only
+    when there is a column to fill: with none, a float64 input is returned as it is (the
+    estimators after it only read it), which spares a copy of the training matrix.
 
     Attributes:
         empty_: boolean mask, shape (n_features,), of the columns all NaN at fit.
@@ -136,14 +211,16 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Copy of ``X`` with the columns empty at fit set to 0."""
+        """``X`` as float64 with the columns empty at fit set to 0 (a copy if any is)."""
         check_is_fitted(self)
-        X = np.array(X, dtype=float)
-        if X.shape[1] != self.n_features_in_:
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(
-                f"X has {X.shape[1]} columns, FillEmptyColumns was fitted with {self.n_features_in_}"
+                f"X has shape {X.shape}, FillEmptyColumns was fitted with {self.n_features_in_} columns"
             )
-        X[:, self.empty_] = 0.0
+        if self.empty_.any():
+            X = X.copy()
+            X[:, self.empty_] = 0.0
         return X
 
     def __sklearn_tags__(self):
@@ -153,9 +230,10 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
 
 
 def _linear_preprocessing() -> list[tuple[str, Any]]:
+    # the imputer returns a copy: the scaler standardises that copy in place
     return [
-        ("impute", SimpleImputer(strategy="median", keep_empty_features=True)),
-        ("scale", StandardScaler()),
+        ("impute", MedianImputer()),
+        ("scale", StandardScaler(copy=False)),
     ]
 
 
@@ -176,7 +254,8 @@ def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -
     """
     p = resolve_model_params(name, params)
     if name == "ridge":
-        return Pipeline([*_linear_preprocessing(), ("model", Ridge(alpha=p["alpha"]))])
+        # copy_X=False: Ridge centres the scaler's output (the pipeline's own copy) in place
+        return Pipeline([*_linear_preprocessing(), ("model", Ridge(alpha=p["alpha"], copy_X=False))])
     if name == "svr":
         n_components = p["nystroem_components"]
         if n_components is None:

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import ctypes
+import functools
+import gc
 import hashlib
 import json
 import multiprocessing as mp
@@ -102,11 +105,43 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     return [replace(t0, model="dummy", model_params=(), personalization="global", smooth_s=0.0, rescale="none"), *trials]
 
 
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Arrays of a few tens of MB (a session's windowed features, a fit's temporaries) come from
+    the heap, whose freed pages glibc keeps for reuse: hundreds of MB after a window key's
+    features or a fit are dropped, which forked workers would also map."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def _evaluate_shared(trial: Trial) -> TrialResult:
-    return evaluate_trial(trial, _SHARED[trial.window_key()])
+    try:
+        return evaluate_trial(trial, _SHARED[trial.window_key()])
+    finally:
+        release_free_memory()  # an idle worker does not keep the fit's memory
 
 
-def _worker_init(threads: int | None = None) -> None:
+def _worker_init(threads: int | None = None, release: list | None = None) -> None:
+    """Set up a forked worker: ``threads`` BLAS / OpenMP threads; ``release`` is emptied here,
+    so the worker stops mapping what its items hold (the parent's frame tables)."""
+    # the objects inherited from the parent are never garbage here: kept out of the collector,
+    # whose traversals would otherwise write to (and so copy) every page of the parent's heap
+    gc.freeze()
+    if release:
+        # the list is this process's copy: the parent keeps its tables; once the parent drops
+        # them, their memory is freed, not kept alive by a pool forked earlier
+        release.clear()
+        release_free_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
     if threads is not None:
         # OpenMP (HistGradientBoosting) and BLAS would each start one thread per core in every
@@ -183,16 +218,20 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
     for t in todo:
         groups.setdefault(t.window_key(), []).append(t)
     if jobs > 1 and any(len(g) > 1 for g in groups.values()):
-        yield from _parallel_trials(tables, groups, jobs)
+        yield from _parallel_trials(tables, groups, jobs)  # empties ``tables`` once it is done with them
         return
-    for key, group in groups.items():
+    for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
+        release_free_memory()  # the previous key's features
         try:
             _SHARED[key] = window_sessions(tables, key)
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             for t in group:
                 yield t, None, f"windowing failed: {type(e).__name__}: {e}"
             continue
+        finally:
+            if n == len(groups):
+                tables.clear()  # every key is windowed: the frame tables are not needed any more
         for t in group:
             try:
                 result = _evaluate_shared(t)
@@ -217,8 +256,38 @@ def _ready() -> None:
 
 
 #: compute the next group's windowed features while the current group runs (faster; holds
-#: two groups' features at a time instead of one)
+#: two groups' features at a time instead of one) ...
 PREFETCH_WINDOWS = True
+#: ... when their estimated size (see :func:`windowed_nbytes`) is at most this fraction of the
+#: memory available at that moment (the current group's fits still grow into the rest)
+PREFETCH_MEMORY_FRACTION = 0.25
+
+
+def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
+    """Estimated size (bytes) of ``window_sessions(tables, key)``: frames x output columns x 4
+    (float32); one column per statistic, window length and input column, and per channel
+    and window length for ``valid_frac``."""
+    if not tables:
+        return 0
+    first = tables[0]
+    idx = [first.channels.index(c) for c in key.channels if c in first.channels]
+    n_columns = int(np.isin(first.column_channel, idx).sum())
+    stats = [s for s in key.stats if s != "valid_frac"]
+    per_frame = len(key.lengths_s) * (n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats))
+    return sum(t.n_frames for t in tables) * per_frame * 4
+
+
+def available_memory() -> int | None:
+    """Memory (bytes) the system can give without swapping (psutil's ``available``; without
+    psutil, the free pages), or None when unknown."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return int(psutil.virtual_memory().available)
 
 
 def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) -> Iterator[Outcome]:
@@ -234,6 +303,13 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) ->
     time. Within a group the slowest models start first (longest-first scheduling). Each
     worker runs ``cores // jobs`` BLAS / OpenMP threads. Results are yielded in the order of
     the configurations.
+
+    Memory: the next group's features are computed ahead only when they fit
+    ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the current group is
+    done); a pool exits as soon as its configurations are done, not once their results have
+    been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
+    last pool is forked; the workers, which never read the tables, drop their copy-on-write
+    view of them at start, so no pool keeps them alive after that.
     """
     keys = list(groups)
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -249,24 +325,46 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) ->
         if i < len(keys) and i not in windows and i not in futures:
             windows[i] = windowing.submit(window_sessions, tables, keys[i])
 
+    def prefetch(i: int) -> None:
+        if not PREFETCH_WINDOWS or i >= len(keys) or i in windows or i in futures:
+            return
+        free = available_memory()
+        if free is None or windowed_nbytes(tables, keys[i]) <= PREFETCH_MEMORY_FRACTION * free:
+            start_windowing(i)
+
     def launch(i: int) -> None:
         try:
             w = windows.pop(i).result()
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             futures[i] = f"windowing failed: {type(e).__name__}: {e}"
             return
+        finally:
+            if i == len(keys) - 1:
+                tables.clear()  # keys are windowed in order: this was the last use of the tables
         group = groups[keys[i]]
         _SHARED.clear()
         _SHARED[keys[i]] = w
-        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(group)), mp_context=fork, initializer=_worker_init, initargs=(threads,))
+        release_free_memory()  # what the windowing freed: the workers would map it for nothing
+        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(group)), mp_context=fork, initializer=_worker_init, initargs=(threads, tables))
         pools[i].submit(_ready).result()  # with fork, every worker starts now, holding the features
         _SHARED.clear()
         del w
+        # the features now live in the workers only: their pages return to the system when the
+        # workers exit, instead of staying in this process's heap, mapped by the next pools too
+        release_free_memory()
         futures[i] = {}
         waiting[i] = sorted(group, key=_expected_cost, reverse=True)
 
+    def retire_finished() -> None:
+        # a pool whose configurations are all done exits now, not once their results have been
+        # handed over (logging them takes seconds): its workers still map a group's features
+        for j in [j for j in pools if not waiting.get(j) and all(f.done() for f in futures[j].values())]:
+            pools.pop(j).shutdown(wait=True)
+            waiting.pop(j, None)
+
     def submit_free() -> None:
         running.difference_update([f for f in running if f.done()])
+        retire_finished()
         for i in sorted(waiting):
             while waiting[i] and len(running) < jobs:
                 t = waiting[i].pop(0)
@@ -279,25 +377,30 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) ->
             if i not in futures:
                 start_windowing(i)
                 launch(i)
-            if PREFETCH_WINDOWS:
-                start_windowing(i + 1)
+            prefetch(i + 1)
             submit_free()
             for t in groups[key]:
                 if isinstance(futures[i], str):
                     yield t, None, futures[i]
                     continue
                 while t not in futures[i] or not futures[i][t].done():
+                    prefetch(i + 1)  # again: memory may have been freed since
                     nxt = windows.get(i + 1)
                     cf.wait([*running, *([nxt] if nxt is not None else [])], return_when=cf.FIRST_COMPLETED)
                     if nxt is not None and nxt.done():
                         launch(i + 1)  # the next group's workers take the cores this one frees
                     submit_free()
+                # before handing over (the caller logs for a while): start queued configurations,
+                # and let a pool whose configurations are all done exit
+                submit_free()
                 try:
                     result = futures[i][t].result()
                 except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
                     yield t, None, f"{type(e).__name__}: {e}"
                 else:
                     yield t, result, ""
+                result = None
+                release_free_memory()  # what the caller's logging (plots, artifacts) left in the heap
             if i in pools:
                 pools.pop(i).shutdown(wait=True)
                 waiting.pop(i, None)

@@ -327,8 +327,9 @@ def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma
         xo = vo - centre[c] if vo == vo else 0.0
         xi = vi - centre[c] if vi == vi else 0.0
         k = cnt[c] - (1.0 if vo == vo else 0.0) + (1.0 if vi == vi else 0.0)
-        s = sx[c] - xo + xi
-        ss = sxx[c] - xo * xo + xi * xi
+        # an empty window restarts its sums at exactly 0: no rounding carried across a gap
+        s = sx[c] - xo + xi if k > 0.5 else 0.0
+        ss = sxx[c] - xo * xo + xi * xi if k > 0.5 else 0.0
         cnt[c] = k
         sx[c] = s
         sxx[c] = ss
@@ -336,7 +337,8 @@ def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma
         m = s * r
         var = ss * r - m * m
         mean_row[c] = m + centre[c]
-        std_row[c] = math.sqrt(np.float32(var if not var < 0.0 else 0.0))  # clips rounding below 0
+        # one value has std 0 exactly (not the sums' rounding); clips rounding below 0
+        std_row[c] = math.sqrt(np.float32(var if (k > 1.5) & (var > 0.0) else var - var))  # NaN stays NaN
 
 
 @numba.njit(inline="always", **_JIT)
@@ -359,6 +361,7 @@ def _slope_step(leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope
         ux = sux[c] - s + u_enter * xi
         k += mi
         s += xi
+        ux = ux if k > 0.5 else 0.0  # as the sums in _sums_step: an empty window restarts at 0
         su[c] = u
         suu[c] = uu
         sux[c] = ux

@@ -118,3 +118,97 @@ def test_fill_empty_columns_keeps_other_nans():
     assert np.isnan(out[0, 0]) and out[0, 1] == 0.0 and out[0, 2] == 1.0
     with pytest.raises(ValueError, match="3"):
         fill.transform(np.ones((1, 2)))
+
+
+def test_fill_empty_columns_copies_only_when_it_fills():
+    from experiments.models import FillEmptyColumns
+
+    X = np.array([[1.0, np.nan], [np.nan, 2.0]])
+    assert FillEmptyColumns().fit(X).transform(X) is X  # nothing empty: read in place
+    Y = np.array([[1.0, np.nan], [np.nan, np.nan]])
+    out = FillEmptyColumns().fit(Y).transform(Y)
+    assert out is not Y and np.isnan(Y[:, 1]).all() and (out[:, 1] == 0).all()
+
+
+def nan_patterns(seed: int, dtype, n: int = 203, d: int = 9) -> np.ndarray:
+    """Random data with ties, scattered NaN, a mostly-NaN column, an all-NaN column, a single value."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(dtype)
+    X[:, 1] = np.round(X[:, 1])  # many ties
+    X[rng.random((n, d)) < 0.3] = np.nan
+    X[: n - 2, 2] = np.nan  # two values left: the median is their mean
+    X[:, 3] = np.nan  # empty
+    X[1:, 4] = np.nan  # one value left
+    X[:, 5] = 1e30 if dtype == np.float32 else 1e300  # large equal values (no NaN in this column)
+    return X
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("block_bytes", [1, 1000, 32 * 2**20])
+def test_median_imputer_equals_simple_imputer(dtype, seed, block_bytes):
+    from sklearn.impute import SimpleImputer
+
+    from experiments.models import MedianImputer
+
+    X = nan_patterns(seed, dtype, n=203 + seed)  # odd and even row counts
+    X_new = nan_patterns(seed + 10, dtype, n=57)
+    X_new[:, 0] = np.nan  # missing at transform in a column that was observed at fit
+    ref = SimpleImputer(strategy="median", keep_empty_features=True).fit(X)
+    ours = MedianImputer(block_bytes=block_bytes).fit(X)
+    assert ours.statistics_.dtype == ref.statistics_.dtype
+    np.testing.assert_array_equal(ours.statistics_, ref.statistics_)
+    assert ours.statistics_[3] == 0
+    for data in (X, X_new):
+        got, want = ours.transform(data), ref.transform(data)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert np.isfinite(got).all()
+
+
+def test_median_imputer_copies_and_clones():
+    from experiments.models import MedianImputer
+
+    X = nan_patterns(3, np.float64)
+    before = X.copy()
+    imp = MedianImputer(block_bytes=4096)
+    out = imp.fit_transform(X)
+    assert out is not X and not np.shares_memory(out, X)
+    np.testing.assert_array_equal(X, before)  # input untouched (NaN included)
+    twin = clone(imp)
+    assert twin.get_params() == {"block_bytes": 4096} and not hasattr(twin, "statistics_")
+    np.testing.assert_array_equal(twin.fit(X).statistics_, imp.statistics_)
+    assert MedianImputer().fit(np.array([[1, 2], [3, 4]])).transform([[1, 2]]).dtype == np.float64
+
+
+def test_median_imputer_rejects_infinity_and_wrong_width():
+    import pandas as pd
+
+    from experiments.models import MedianImputer
+
+    with pytest.raises(ValueError, match="infinity"):
+        MedianImputer().fit(np.array([[1.0, np.inf], [2.0, 3.0]]))
+    imp = MedianImputer().fit(pd.DataFrame({"a": [1.0, np.nan], "b": [np.nan, np.nan]}))
+    assert imp.get_feature_names_out().tolist() == ["a", "b"]
+    with pytest.raises(ValueError, match="2 features"):
+        MedianImputer().fit(np.ones((3, 2))).transform(np.ones((1, 3)))
+
+
+@pytest.mark.parametrize("name", ["ridge", "linear_svr"])
+def test_in_place_preprocessing_gives_the_copying_pipeline_results(name):
+    """Scaler and Ridge work in place on the imputer's copy: same predictions as SimpleImputer
+    + copying StandardScaler + default model, and the caller's matrix is left alone."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.preprocessing import StandardScaler
+
+    X = nan_patterns(4, np.float64, n=300, d=6)
+    X[:, 5] = np.linspace(0, 1, 300)
+    y = np.nan_to_num(X[:, 0]) - 0.5 * X[:, 5]
+    before = X.copy()
+    pipe = make_model(name, FAST[name], seed=0).fit(X, y)
+    np.testing.assert_array_equal(X, before)
+    model = clone(pipe.named_steps["model"]).set_params(**({"copy_X": True} if name == "ridge" else {}))
+    ref = Pipeline([("impute", SimpleImputer(strategy="median", keep_empty_features=True)),
+                    ("scale", StandardScaler()), ("model", model)]).fit(X, y)  # fmt: skip
+    np.testing.assert_array_equal(pipe.predict(X), ref.predict(X))
+    np.testing.assert_array_equal(X, before)

@@ -187,3 +187,69 @@ def test_store_fingerprint_follows_label_content(planted_store, tmp_path):
     build_store(same)
     assert store_fingerprint(same) == store_fingerprint(planted_store)
     assert store_fingerprint(relabelled)[0] != store_fingerprint(planted_store)[0]
+
+
+def _groups(cfg):
+    groups: dict = {}
+    for t in expand(cfg):
+        groups.setdefault(t.window_key(), []).append(t)
+    return groups
+
+
+def test_windowed_nbytes_is_the_features_size(planted_store):
+    from experiments.dataset import load_sessions
+    from experiments.evaluate import window_sessions
+    from experiments.sweep import windowed_nbytes
+
+    d = config_dict("mlruns", window={"lengths_s": [[2], [1, 4]], "delay_s": [1], "align": "centred",
+                                      "stats": ["mean", "valid_frac", "slope"], "train_hop_s": 0.4})  # fmt: skip
+    cfg = from_dict(d)
+    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
+    keys = list(_groups(cfg))
+    assert len(keys) == 4
+    for key in keys:
+        got = sum(s.F.nbytes for s in window_sessions(tables, key).sessions)
+        assert windowed_nbytes(tables, key) == got > 0
+
+
+@pytest.mark.parametrize("budget", ["none", "plenty"])
+def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch, budget):
+    """Prefetch refused by the memory budget (the next key is windowed only once the current
+    group is handed over) or granted: the same results as one process; the frame tables are
+    released once the last key is windowed."""
+    from experiments import sweep
+    from experiments.dataset import load_sessions
+    from experiments.evaluate import evaluate_trial, window_sessions
+
+    cfg = from_dict(config_dict("mlruns", personalization=["global"]))
+    groups = _groups(cfg)
+    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
+    expected = {t: evaluate_trial(t, window_sessions(tables, k)).metrics for k, g in groups.items() for t in g}
+    events: list[tuple[str, object]] = []
+
+    def windowing(tables_, key):
+        events.append(("window", key))
+        return window_sessions(tables_, key)
+
+    monkeypatch.setattr(sweep, "window_sessions", windowing)
+    monkeypatch.setattr(sweep, "available_memory", lambda: 0 if budget == "none" else 2**50)
+    got = {}
+    for trial, result, error in sweep._parallel_trials(tables, groups, jobs=2):
+        assert error == "" and result is not None
+        events.append(("result", trial.window_key()))
+        got[trial] = result.metrics
+    assert tables == []  # released after the last key was windowed
+    assert got.keys() == expected.keys()
+    for t, m in got.items():
+        assert m == pytest.approx(expected[t], abs=1e-12)
+    windowed = [k for kind, k in events if kind == "window"]
+    assert windowed == list(groups)  # each key once, in order
+    if budget == "none":  # no prefetch: a key is windowed after the previous group's results
+        second = events.index(("window", windowed[1]))
+        assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(groups[windowed[0]])
+
+
+def test_release_free_memory_runs():
+    from experiments.sweep import release_free_memory
+
+    release_free_memory()  # glibc: returns the heap's free pages; elsewhere a no-op

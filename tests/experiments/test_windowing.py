@@ -265,3 +265,22 @@ def test_running_sums_do_not_drift_after_large_values():
         assert F[t, 1] == pytest.approx(w.std(), rel=1e-5)
         assert F[t, 2] == pytest.approx(np.polyfit(np.arange(101) / fps, w, 1)[0], rel=1e-4, abs=1e-5)
     assert np.abs(F[25100:25200, 1]).max() < 1e-6 and np.abs(F[25100:25200, 2]).max() < 1e-6
+
+
+def test_one_value_or_none_after_a_gap_is_exact():
+    """Sparse columns (a voice channel valid only while its role talks): a window holding one
+    value has std 0 and slope NaN exactly, whatever rounding the running sums gathered before
+    the gap; the first windows after a gap match a fresh computation on that stretch alone."""
+    rng = np.random.default_rng(3)
+    n = 6000
+    x = rng.normal(1000.0, 400.0, size=(n, 3))
+    x[2000:2400] = np.nan  # a 16 s gap
+    x[2200] = [1313.77, -250.0, 7.0]  # one lone value inside it
+    F, names = window_stats(x, fps=25.0, lengths_s=[2.0], stats=["mean", "std", "slope"])
+    mean, std, slope = F[:, :3], F[:, 3:6], F[:, 6:9]
+    lone = slice(2200 - 25, 2200 + 26)  # every 2 s window (51 frames) around the lone value
+    np.testing.assert_array_equal(std[lone], 0.0)
+    assert np.isnan(slope[lone]).all()
+    np.testing.assert_allclose(mean[lone], np.repeat(x[2200:2201].astype(np.float32), 51, axis=0), rtol=1e-7)
+    fresh, _ = window_stats(x[2400:], fps=25.0, lengths_s=[2.0], stats=["mean", "std", "slope"])
+    np.testing.assert_allclose(F[2425:2600], fresh[25:200], rtol=1e-6, atol=1e-6)
