@@ -31,7 +31,7 @@ from importlib import metadata
 FIELDS = ("name", "value", "unit", "baseline", "baseline_value", "ratio", "goal", "meets_goal", "machine")
 _GOAL_RE = re.compile(r"^\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*(.*?)\s*$")
 _PACKAGES = ("numpy", "scipy", "pandas", "h5py", "av", "opensmile", "dlib-bin", "scikit-learn", "xgboost",
-             "mlflow", "pyarrow", "psutil")  # fmt: skip
+             "mlflow", "pyarrow", "psutil", "numba")  # fmt: skip
 
 
 class GoalError(ValueError):

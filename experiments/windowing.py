@@ -327,9 +327,8 @@ def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma
         xo = vo - centre[c] if vo == vo else 0.0
         xi = vi - centre[c] if vi == vi else 0.0
         k = cnt[c] - (1.0 if vo == vo else 0.0) + (1.0 if vi == vi else 0.0)
-        # an empty window restarts its sums at exactly 0: no rounding carried across a gap
-        s = sx[c] - xo + xi if k > 0.5 else 0.0
-        ss = sxx[c] - xo * xo + xi * xi if k > 0.5 else 0.0
+        s = sx[c] - xo + xi
+        ss = sxx[c] - xo * xo + xi * xi
         cnt[c] = k
         sx[c] = s
         sxx[c] = ss
@@ -361,7 +360,6 @@ def _slope_step(leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope
         ux = sux[c] - s + u_enter * xi
         k += mi
         s += xi
-        ux = ux if k > 0.5 else 0.0  # as the sums in _sums_step: an empty window restarts at 0
         su[c] = u
         suu[c] = uu
         sux[c] = ux
