@@ -30,19 +30,24 @@ def egemaps_channel(rng, n_frames=N, d=2):
     return Channel(data, t, valid, [f"e{k}" for k in range(d)])
 
 
-@pytest.fixture
-def store(tmp_path):
+def write_store(root, targets=("valence_self",)) -> Store:
+    """2 listeners x 4 stories of N frames: listener face_geom (5 fps) and egemaps (100 Hz), random labels."""
     rng = np.random.default_rng(0)
-    st = Store(tmp_path / "features", mode="a")
+    st = Store(root, mode="a")
     for listener in (1, 2):
         for story in (1, 2, 3, 4):
             meta = SessionMeta(f"Subject_{listener}_Story_{story}", listener, story, 1, "bogus", N)
             st.write_session(
                 meta,
                 channels={"listener/face_geom": face_channel(rng), "listener/egemaps": egemaps_channel(rng)},
-                labels={"valence_self": rng.uniform(-1, 1, N)},
+                labels={t: rng.uniform(-1, 1, N) for t in targets},
             )
     return st
+
+
+@pytest.fixture
+def store(tmp_path):
+    return write_store(tmp_path / "features")
 
 
 def test_tables_have_label_rate_shape_and_config_splits(store):

@@ -17,10 +17,10 @@ import pytest
 import experiments.dataset as dataset
 from experiments.dataset import DatasetError, load_sessions
 from experiments.frames_cache import CACHE_ENV, FOLDER_NAME, SUFFIX, FramesCache
-from featurestore.store import SessionMeta, Store
+from featurestore.store import Store
 
 from .conftest import ROOT
-from .test_dataset import SPLITS, N, egemaps_channel, face_channel
+from .test_dataset import SPLITS, N, face_channel, write_store
 
 KEYS = ["listener/face_geom", "listener/egemaps"]
 
@@ -28,17 +28,7 @@ KEYS = ["listener/face_geom", "listener/egemaps"]
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.delenv(CACHE_ENV, raising=False)
-    rng = np.random.default_rng(0)
-    st = Store(tmp_path / "features", mode="a")
-    for listener in (1, 2):
-        for story in (1, 2, 3, 4):
-            meta = SessionMeta(f"Subject_{listener}_Story_{story}", listener, story, 1, "bogus", N)
-            st.write_session(
-                meta,
-                channels={"listener/face_geom": face_channel(rng), "listener/egemaps": egemaps_channel(rng)},
-                labels={"valence_self": rng.uniform(-1, 1, N), "valence_observer_listener": rng.uniform(-1, 1, N)},
-            )
-    return st
+    return write_store(tmp_path / "features", targets=("valence_self", "valence_observer_listener"))
 
 
 def entries(store: Store, session: str | None = None) -> list[Path]:
