@@ -11,13 +11,19 @@ baseline first, the summary and the best child); only the evaluation moves to th
   key that land on the same worker share them; nothing is shipped from the client but the
   configuration;
 * MLflow: with a SQLite (or other file) tracking URI the client is the only writer, as in the
-  local sweep: workers return results and the client logs them in configuration order. With
+  local sweep: workers return results (with their figures drawn, as PNG bytes) and the client
+  logs them in configuration order. With
   an MLflow tracking server (``http://``/``https://``, e.g. ``make mlflow-server``) every
   worker logs its own child runs (params, metrics, artifacts) through the server and returns
   only the summary row, so logging and plotting scale with the workers.
 
 Baselines (``dummy``) are evaluated first; with worker logging the other configurations are
 submitted once the baselines are logged, so the baseline is the first child run either way.
+
+A worker that dies while it logs a child run leaves that run RUNNING; when the sweep ends (or
+the executor raises) the client marks every child of its parent run still RUNNING as KILLED
+with a ``worker_lost`` tag (:meth:`experiments.tracking.Tracker.reap_children`), so resume
+runs the configuration again unless Dask's retry of the task finished it.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from featurestore.distributed import dask_client, n_workers_of
 from .config import ExperimentConfig, Trial, WindowKey
 from .dataset import DatasetError, SessionTable, load_sessions
 from .evaluate import TrialResult, Windowed, evaluate_trial, window_sessions
-from .sweep import Outcome, SweepContext, SweepResult, log_child, run_sweep
+from .sweep import Outcome, SweepContext, SweepResult, log_child, run_sweep, with_figures
 from .tracking import Tracker, resolve_tracking_uri
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
@@ -133,8 +139,12 @@ def evaluate_on_worker(trial: Trial, job: WorkerJob) -> tuple[TrialResult | dict
     else:
         try:
             result, error = evaluate_trial(trial, w), ""
+            if job.ctx.log_artifacts:
+                # drawn here, before any run exists: the client only writes the bytes (or this
+                # worker logs them), and a worker-logged run stays RUNNING for the upload only
+                with_figures(result)
         except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-            error = f"{type(e).__name__}: {e}"
+            result, error = None, f"{type(e).__name__}: {e}"
     if job.log_runs:
         return log_child(_tracker(job.ctx), job.ctx, trial, result, error), ""
     return result, error
@@ -275,7 +285,7 @@ def run_sweep_dask(
         from distributed import fire_and_forget
 
         for addr in client.nthreads():
-            fire_and_forget(client.submit(warm_up, log_on_workers and log_artifacts, workers=[addr], pure=False))
+            fire_and_forget(client.submit(warm_up, log_artifacts, workers=[addr], pure=False))
         return run_sweep(
             cfg, store=store, tracking_uri=tracking_uri, jobs=n_workers_of(client), progress=progress,
             run_name=run_name, log_artifacts=log_artifacts, on_result=on_result,

@@ -96,6 +96,9 @@ class TrialResult:
     fit_seconds: float = 0.0
     n_train_rows: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: figures drawn where the configuration was evaluated (a worker process): PNG bytes by file
+    #: name under the run's ``plots/`` (see ``experiments.plots.trial_figures``); empty if not drawn
+    figures: dict[str, bytes] = field(default_factory=dict)
 
 
 def _design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:

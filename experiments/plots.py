@@ -1,10 +1,17 @@
-"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement."""
+"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement.
+
+Every ``plot_*`` function saves a PNG to a path or to a binary file object (``io.BytesIO``):
+a sweep's worker processes draw a configuration's figures into memory and hand the bytes to
+the process that logs the run (see :func:`trial_figures`).
+"""
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -25,16 +32,41 @@ def _plt():
     return plt
 
 
+def load_backend() -> None:
+    """Import matplotlib (Agg backend) and pyplot and load its fonts now, by drawing a tiny
+    figure: worker processes forked afterwards inherit them instead of each spending most of a
+    second on that before their first figure."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.set_title("warm-up", fontsize=9)
+    ax.plot([0, 1], label="x")
+    ax.legend(fontsize=8)
+    _save(fig, io.BytesIO())
+
+
+def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
+    """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it."""
+    import matplotlib.pyplot as plt
+
+    target = path if hasattr(path, "write") else Path(path)
+    fig.savefig(target, dpi=90, format="png")
+    plt.close(fig)
+    return target
+
+
 def plot_predictions(
     predictions: Mapping[str, np.ndarray],
     truth: Mapping[str, np.ndarray],
     scores: pd.DataFrame,
-    path: str | Path,
+    path: str | Path | BinaryIO,
     fps: float = 25.0,
     max_sessions: int = 4,
     title: str = "",
-) -> Path:
-    """Predicted vs. self-rated valence over time for a few sessions (best and worst CCC first)."""
+) -> Path | BinaryIO:
+    """Predicted vs. self-rated valence over time (s) for a few sessions (best and worst CCC first).
+
+    ``fps``: the label rate (Hz) of ``predictions`` and ``truth``. Returns where the PNG went.
+    """
     plt = _plt()
     df = scores.sort_values("ccc", ascending=False)
     pick = list(df.session[: max_sessions // 2]) + list(df.session[::-1][: max_sessions - max_sessions // 2])
@@ -55,13 +87,10 @@ def plot_predictions(
     if title:
         fig.suptitle(_wrap(title, 9, 10), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
-def plot_listener_ccc(scores: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+def plot_listener_ccc(scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "") -> Path | BinaryIO:
     """Bar chart of each listener's mean CCC over their stories, one bar group per split."""
     plt = _plt()
     table = scores.groupby(["listener", "split"])["ccc"].mean().unstack("split")
@@ -80,13 +109,12 @@ def plot_listener_ccc(scores: pd.DataFrame, path: str | Path, title: str = "") -
     ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
-def plot_ablation(table: pd.DataFrame, path: str | Path, reference: Mapping[str, Sequence[float]] | None = None) -> Path:
+def plot_ablation(
+    table: pd.DataFrame, path: str | Path | BinaryIO, reference: Mapping[str, Sequence[float]] | None = None
+) -> Path | BinaryIO:
     """Grouped bars: feature set x (split, protocol), with published test numbers as markers."""
     plt = _plt()
     sets = list(dict.fromkeys(table.feature_set))
@@ -110,19 +138,16 @@ def plot_ablation(table: pd.DataFrame, path: str | Path, reference: Mapping[str,
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_agreement(
     table: pd.DataFrame,
     summary: pd.DataFrame,
-    path: str | Path,
+    path: str | Path | BinaryIO,
     example: tuple[str, Mapping[str, np.ndarray]] | None = None,
     fps: float = 25.0,
-) -> Path:
+) -> Path | BinaryIO:
     """Self vs. observer agreement: CCC per session for each pair of targets (bars, with the
     personalized mean as a dashed line), and beside it the ratings of one example session."""
     plt = _plt()
@@ -160,7 +185,29 @@ def plot_agreement(
         ax.grid(alpha=0.3)
     fig.suptitle("Self-rating vs. observer ratings: concordance (CCC)", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+#: a sweep child run's figures: file name under the run's ``plots/`` artifact folder
+PREDICTIONS_FIGURE = "predicted_vs_true.png"
+LISTENER_CCC_FIGURE = "ccc_per_listener.png"
+
+
+def trial_figures(
+    predictions: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray], scores: pd.DataFrame, label: str, fps: float = 25.0
+) -> dict[str, bytes]:
+    """A configuration's two figures as PNG bytes, by file name (see ``PREDICTIONS_FIGURE``).
+
+    ``predictions`` / ``truth``: per-frame valence by session at ``fps`` (Hz); ``scores``: the
+    per-session CCC table; ``label``: the configuration's label, used in the titles. Drawn with
+    the Agg backend into memory, so a worker process can draw them and send the bytes.
+    """
+    out: dict[str, bytes] = {}
+    for name, draw in (
+        (PREDICTIONS_FIGURE, lambda buf: plot_predictions(predictions, truth, scores, buf, fps=fps, title=label)),
+        (LISTENER_CCC_FIGURE, lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}")),
+    ):
+        buf = io.BytesIO()
+        draw(buf)
+        out[name] = buf.getvalue()
+    return out

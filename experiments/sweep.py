@@ -4,15 +4,19 @@ One experiment per config (``tracking.experiment``), a parent run per sweep, one
 child run per configuration, the ``dummy`` baseline first. Work is grouped by window key
 (feature set, window lengths, delay, alignment, statistics): the windowed features are
 computed once per group in the parent process and shared with worker processes by
-``fork`` (copy-on-write, never pickled per configuration). Workers only compute; the parent
-is the single MLflow writer, so parallel jobs never contend for the SQLite database.
+``fork`` (copy-on-write, never pickled per configuration). Workers compute, and draw each
+configuration's figures (PNG bytes returned with the result); the parent is the single MLflow
+writer, so parallel jobs never contend for the SQLite database, and it only writes files.
 Another executor (``experiments.distributed`` runs configurations on Dask) plugs in at one
 seam: it takes the pending configurations and a :class:`SweepContext` and yields outcomes;
 resume, the parent run, the baseline-first order and the summary stay here.
 
 Resume: a configuration whose hash already has a FINISHED run in the experiment is not
 run again (its earlier run is reused in the summary); runs left RUNNING by a killed sweep
-are marked KILLED when the next sweep starts.
+are marked KILLED when the next sweep starts. When a sweep ends (or its executor raises),
+every child run of its parent still RUNNING is marked KILLED with a ``worker_lost`` tag: its
+writer (e.g. a Dask worker logging through an MLflow server, on any host) is gone, and the
+configuration runs again on resume unless another run of it finished.
 """
 
 from __future__ import annotations
@@ -124,9 +128,20 @@ def release_free_memory() -> None:
         trim(0)
 
 
-def _evaluate_shared(trial: Trial) -> TrialResult:
+def with_figures(result: TrialResult) -> TrialResult:
+    """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
+    from .plots import trial_figures
+
+    result.figures = trial_figures(result.predictions, result.truth, result.scores, result.trial.label())
+    return result
+
+
+def _evaluate_shared(trial: Trial, figures: bool = False) -> TrialResult:
+    """Evaluate ``trial`` on the shared windowed features; with ``figures``, draw its plots here
+    too (in a forked worker: the parent then only writes the bytes)."""
     try:
-        return evaluate_trial(trial, _SHARED[trial.window_key()])
+        result = evaluate_trial(trial, _SHARED[trial.window_key()])
+        return with_figures(result) if figures else result
     finally:
         release_free_memory()  # an idle worker does not keep the fit's memory
 
@@ -163,10 +178,9 @@ def _worker_init(threads: int | None = None, release: list | None = None) -> Non
 
 
 def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
-    """Write a child run's artifacts: config, CCC matrix, predictions, plots."""
+    """Write a child run's artifacts: config, CCC matrix, predictions, plots (the figures the
+    worker drew, ``result.figures``; drawn here if it drew none)."""
     import yaml
-
-    from .plots import plot_listener_ccc, plot_predictions
 
     trial = result.trial
     (folder / "config.yaml").write_text(yaml.safe_dump({"trial": trial.params(), "config": cfg_dict}, sort_keys=False))
@@ -179,8 +193,8 @@ def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
         np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
     plots = folder / "plots"
     plots.mkdir()
-    plot_predictions(result.predictions, result.truth, result.scores, plots / "predicted_vs_true.png", title=trial.label())
-    plot_listener_ccc(result.scores, plots / "ccc_per_listener.png", title=f"CCC per listener: {trial.label()}")
+    for name, png in (result.figures or with_figures(result).figures).items():
+        (plots / name).write_bytes(png)
 
 
 @dataclass(frozen=True)
@@ -217,8 +231,13 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
     groups: dict[WindowKey, list[Trial]] = {}
     for t in todo:
         groups.setdefault(t.window_key(), []).append(t)
+    figures = ctx.log_artifacts
+    if figures:
+        from .plots import load_backend
+
+        load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if jobs > 1 and any(len(g) > 1 for g in groups.values()):
-        yield from _parallel_trials(tables, groups, jobs)  # empties ``tables`` once it is done with them
+        yield from _parallel_trials(tables, groups, jobs, figures)  # empties ``tables`` once it is done with them
         return
     for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
@@ -234,7 +253,7 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
                 tables.clear()  # every key is windowed: the frame tables are not needed any more
         for t in group:
             try:
-                result = _evaluate_shared(t)
+                result = _evaluate_shared(t, figures)
             except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
                 yield t, None, f"{type(e).__name__}: {e}"
             else:
@@ -290,8 +309,11 @@ def available_memory() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) -> Iterator[Outcome]:
+def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False) -> Iterator[Outcome]:
     """Configurations of every group in forked worker pools, the next group's windows meanwhile.
+
+    With ``figures``, each worker also draws its configurations' plots (``TrialResult.figures``),
+    so the parent, which logs the results one at a time, does not keep the workers waiting.
 
     One pool per window key, forked right after that key's windowed features are computed, so
     its workers share them copy-on-write; the parent then drops its reference, so the features
@@ -368,7 +390,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int) ->
         for i in sorted(waiting):
             while waiting[i] and len(running) < jobs:
                 t = waiting[i].pop(0)
-                fut = pools[i].submit(_evaluate_shared, t)
+                fut = pools[i].submit(_evaluate_shared, t, figures)
                 futures[i][t] = fut
                 running.add(fut)
 
@@ -528,10 +550,30 @@ def run_sweep(
     finally:
         bar.close()
         _SHARED.clear()
+        _reap_lost_children(tracker, parent, rows)
         table = pd.DataFrame(rows)
         best_id = _summarise(tracker, parent, table, metric, time.perf_counter() - t_start, len(todo))
         tracker.finish(parent, status)
     return SweepResult(table, parent, best_id, tracker.experiment_id, metric, failed, skipped=len(trials) - len(todo))
+
+
+def _reap_lost_children(tracker: Tracker, parent: str, rows: list[dict]) -> list[str]:
+    """Mark this sweep's child runs still RUNNING as KILLED (their writer was lost; see
+    :meth:`Tracker.reap_children`) and list them on the parent (tag ``lost_runs``).
+
+    Best effort: it runs while the sweep ends, possibly on an error, which it must not hide.
+    """
+    finished = {r[CONFIG_HASH_TAG]: r["run_id"] for r in rows if r.get("status") == "done" and CONFIG_HASH_TAG in r}
+    try:
+        lost = tracker.reap_children(parent, finished)
+        if lost:
+            tracker.log(parent, tags={"lost_runs": ",".join(lost)})
+    except Exception as e:  # noqa: BLE001 - e.g. the tracking server is gone too
+        import warnings
+
+        warnings.warn(f"could not check the child runs of {parent} for lost workers: {type(e).__name__}: {e}", stacklevel=2)
+        return []
+    return lost
 
 
 def _summarise(tracker: Tracker, parent: str, table: pd.DataFrame, metric: str, seconds: float, n_new: int) -> str | None:

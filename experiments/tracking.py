@@ -10,7 +10,10 @@ Design choices (each against a failure seen in practice):
 * A sweep has a single writer: worker processes compute, the parent process logs. A child
   run is created, filled and terminated in one go, so it is RUNNING only for the moment it
   takes to log it; runs left RUNNING by a killed process (its pid is in the ``pid`` tag) are
-  marked KILLED at the next start.
+  marked KILLED at the next start. A child run whose writer is elsewhere (a Dask worker
+  logging through an MLflow server) cannot be judged by its pid: the sweep's driver marks its
+  own children still RUNNING when it ends as KILLED, tagged ``worker_lost``
+  (:meth:`Tracker.reap_children`).
 * Every client call retries on SQLite's ``database is locked`` (two sweeps on one store).
 """
 
@@ -32,6 +35,8 @@ T = TypeVar("T")
 
 DEFAULT_URI = "mlruns"
 CONFIG_HASH_TAG = "config_hash"
+#: tag of a child run marked KILLED because the process logging it was lost (its text says which)
+WORKER_LOST_TAG = "worker_lost"
 
 
 def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
@@ -208,6 +213,31 @@ class Tracker:
             self.finish(r.info.run_id, "KILLED")
             reaped.append(r.info.run_id)
         return reaped
+
+    def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED, tagged ``worker_lost``.
+
+        For the sweep's driver once it expects no more logging (the sweep ended or its executor
+        raised): a child still RUNNING then was being logged by a process that died, e.g. a
+        Dask worker logging through an MLflow server on another host, which
+        :meth:`reap_stale` cannot judge. ``finished`` maps config hash -> run id for the
+        configurations that did finish in this sweep (a task Dask ran again elsewhere); the
+        tag names that run, or says a resumed sweep runs the configuration again.
+        Returns the ids of the runs marked.
+        """
+        finished = finished or {}
+        marked = []
+        for r in self.search(f"attributes.status = 'RUNNING' and tags.mlflow.parentRunId = '{parent_id}'"):
+            tags = r.data.tags
+            h = tags.get(CONFIG_HASH_TAG, "")
+            writer = f"host {tags.get('host', '?')}, pid {tags.get('pid', '?')}"
+            after = (f"the configuration finished in run {finished[h]}" if h in finished
+                     else "a resumed sweep runs this configuration again")
+            text = f"the process logging this run ({writer}) was lost before it finished; {after}"
+            self.log(r.info.run_id, tags={WORKER_LOST_TAG: text})
+            self.finish(r.info.run_id, "KILLED")
+            marked.append(r.info.run_id)
+        return marked
 
 
 def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None) -> list[Path]:

@@ -166,3 +166,52 @@ def test_workers_log_through_an_mlflow_server_once_each(planted_store, cluster, 
     assert (again.table.status == "reused").all() and again.skipped == n
     kids = client.search_runs([res.experiment_id], "tags.mlflow.parentRunId != ''", max_results=100)
     assert len(kids) == n
+
+
+def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, cluster, mlflow_server):
+    """SIGKILL a Dask worker while its child run is RUNNING on the server: Dask runs the task
+    again elsewhere; when the sweep ends the orphan is KILLED with a worker_lost tag naming the
+    run that finished, and a resume reuses every configuration."""
+    import threading
+
+    from experiments.tracking import WORKER_LOST_TAG
+
+    proc, uri, folder = mlflow_server
+    _wait_healthy(proc, uri, folder)
+    d = config_dict(uri, "dask-lost-worker", feature_set=["listener"])
+    d["postprocess"]["smooth_s"] = [0, 1, 2]
+    cfg = from_dict(d)
+    client = MlflowClient(tracking_uri=uri)
+    outcome: dict = {}
+    sweep = threading.Thread(target=lambda: outcome.update(res=run_sweep_dask(cfg, store=planted_store, tracking_uri=uri,
+                                                                              scheduler=cluster, progress=False)))
+    sweep.start()
+    killed: dict[str, int] = {}  # run id -> pid of the worker killed while logging it
+    while sweep.is_alive() and len(killed) < 2:  # two at most: Dask gives up on a task after 3 lost workers
+        exp = client.get_experiment_by_name(cfg.tracking.experiment)
+        running = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING' and tags.mlflow.parentRunId != ''") if exp else []
+        for r in running:
+            pid = int(r.data.tags["pid"])
+            if r.info.run_id not in killed and pid not in killed.values() and pid != os.getpid():
+                os.kill(pid, signal.SIGKILL)
+                killed[r.info.run_id] = pid
+                break
+        time.sleep(0.02)
+    sweep.join(timeout=120)
+    res = outcome["res"]
+    assert res.n_failed == 0 and (res.table.status == "done").all() and len(res.table) == len(expand(cfg))
+    orphans = [client.get_run(r) for r in killed]
+    # a kill may land just after the run finished: then nothing is orphaned by it
+    lost = [r for r in orphans if r.info.status != "FINISHED"]
+    assert lost, "no worker was killed while its run was RUNNING"
+    done = dict(zip(res.table[CONFIG_HASH_TAG], res.table.run_id, strict=True))
+    for r in lost:
+        assert r.info.status == "KILLED"
+        assert f"pid {killed[r.info.run_id]}" in r.data.tags[WORKER_LOST_TAG]
+        assert f"finished in run {done[r.data.tags[CONFIG_HASH_TAG]]}" in r.data.tags[WORKER_LOST_TAG]
+    parent = client.get_run(res.parent_run_id)
+    assert set(parent.data.tags["lost_runs"].split(",")) == {r.info.run_id for r in lost}
+    kids = client.search_runs([res.experiment_id], f"tags.mlflow.parentRunId = '{res.parent_run_id}'", max_results=100)
+    assert not [k for k in kids if k.info.status == "RUNNING"]
+    again = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False, log_artifacts=False)
+    assert (again.table.status == "reused").all()

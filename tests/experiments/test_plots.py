@@ -91,3 +91,22 @@ def test_ablation_figure(saved, tmp_path):
     )
     plot_ablation(table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13), "listener": (0.19, 0.23)})
     check_readable(saved[-1], "feature set", "CCC (-1 to 1)")
+
+
+def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
+    """A worker draws into BytesIO and the parent writes the bytes: the same PNG as drawing to a path."""
+    import io
+
+    from experiments.plots import LISTENER_CCC_FIGURE, PREDICTIONS_FIGURE, trial_figures
+
+    scores, truth, preds = scores_and_series((1, 2, 3))
+    figures = trial_figures(preds, truth, scores, LONG)
+    assert set(figures) == {PREDICTIONS_FIGURE, LISTENER_CCC_FIGURE} == {"predicted_vs_true.png", "ccc_per_listener.png"}
+    on_disk = plot_predictions(preds, truth, scores, tmp_path / PREDICTIONS_FIGURE, title=LONG)
+    assert on_disk == tmp_path / PREDICTIONS_FIGURE and figures[PREDICTIONS_FIGURE] == on_disk.read_bytes()
+    plot_listener_ccc(scores, tmp_path / LISTENER_CCC_FIGURE, title=f"CCC per listener: {LONG}")
+    assert figures[LISTENER_CCC_FIGURE] == (tmp_path / LISTENER_CCC_FIGURE).read_bytes()
+    buf = io.BytesIO()
+    assert plot_ablation(pd.DataFrame([{"feature_set": "both", "split": "val", "ccc_personalized": 0.3,
+                                        "ccc_generalized": 0.2, "run_id": "x"}]), buf) is buf
+    assert buf.getvalue().startswith(b"\x89PNG\r\n\x1a\n") and len(buf.getvalue()) > 1000

@@ -253,3 +253,92 @@ def test_release_free_memory_runs():
     from experiments.sweep import release_free_memory
 
     release_free_memory()  # glibc: returns the heap's free pages; elsewhere a no-op
+
+
+def test_workers_draw_the_figures_the_parent_would(planted_store):
+    """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
+    from experiments import sweep
+    from experiments.dataset import load_sessions
+    from experiments.evaluate import evaluate_trial, window_sessions
+    from experiments.plots import trial_figures
+
+    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
+    groups = _groups(cfg)
+    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
+    windowed = {k: window_sessions(tables, k) for k in groups}
+    outcomes = list(sweep._parallel_trials(list(tables), groups, jobs=2, figures=True))  # it empties the list
+    assert len(outcomes) == len(expand(cfg)) >= 2
+    for trial, result, error in outcomes:
+        assert error == "" and set(result.figures) == {"predicted_vs_true.png", "ccc_per_listener.png"}
+        here = evaluate_trial(trial, windowed[trial.window_key()])
+        assert result.figures == trial_figures(here.predictions, here.truth, here.scores, trial.label())
+    plain = list(sweep._parallel_trials(tables, groups, jobs=2))  # no artifacts logged: nothing drawn
+    assert [e for _, _, e in plain] == [""] * len(outcomes) and all(r.figures == {} for _, r, _ in plain)
+
+
+def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, tmp_path):
+    cfg, res, uri, client = shared
+    par = from_dict(config_dict(cfg.tracking.uri, "jobs2-artifacts", jobs=2, feature_set=["listener"]))
+    out = run_sweep(par, store=planted_store, progress=False)
+    assert out.n_failed == 0 and set(out.table.status) == {"done"}
+    serial = dict(zip(res.table[CONFIG_HASH_TAG], res.table.run_id, strict=True))
+    for h, rid in zip(out.table[CONFIG_HASH_TAG], out.table.run_id, strict=True):
+        files = {}
+        for name, run_id in (("parallel", rid), ("serial", serial[h])):
+            local = tmp_path / name / h
+            client.download_artifacts(run_id, "", str(local))
+            files[name] = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+        assert {"plots/predicted_vs_true.png", "plots/ccc_per_listener.png", "config.yaml", "ccc_matrix.csv"} <= set(files["serial"])
+        assert files["parallel"].keys() == files["serial"].keys()
+        for name in files["serial"]:
+            if name != "config.yaml":  # it names the experiment and jobs
+                assert files["parallel"][name] == files["serial"][name], name
+
+
+def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_store, tracking_dir):
+    """A worker logging through a server (another host) dies with its child run RUNNING: when the
+    sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
+    from experiments.sweep import local_trials
+    from experiments.tracking import WORKER_LOST_TAG, Tracker
+
+    cfg = from_dict(config_dict(tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]))
+    trials = expand(cfg)
+    tracker = Tracker(tracking_dir, cfg.tracking.experiment)
+    remote = {"host": "worker-host-that-died", "pid": "999999"}
+    orphans: list[str] = []
+
+    def executor_losing_a_worker(todo, ctx):
+        """The local executor, plus what a remote worker killed mid-upload leaves: a RUNNING child
+        of the last configuration; then the executor raises, as when the cluster goes away."""
+        outcomes = local_trials(todo[:-1], ctx)
+        yield from outcomes
+        orphans.append(tracker.start_run(todo[-1].label(), parent_id=ctx.parent_run_id,
+                                         tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote}))
+        raise OSError("connection to the scheduler lost")
+
+    with pytest.raises(OSError, match="scheduler lost"):
+        run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, executor=executor_losing_a_worker)
+    client = tracker.client
+    (orphan,) = orphans
+    run = client.get_run(orphan)
+    assert run.info.status == "KILLED"
+    assert "worker-host-that-died" in run.data.tags[WORKER_LOST_TAG] and "runs this configuration again" in run.data.tags[WORKER_LOST_TAG]
+    parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FAILED" and parent.data.tags["lost_runs"] == orphan
+
+    # resume: only the configuration without a finished run is run again, and nothing is left RUNNING
+    seen: list[dict] = []
+
+    def leave_orphan(row):  # a worker elsewhere, lost while the sweep still runs
+        if not seen:
+            orphans.append(tracker.start_run("lost mid-sweep", parent_id=client.get_run(row["run_id"]).data.tags["mlflow.parentRunId"],
+                                             tags={CONFIG_HASH_TAG: row[CONFIG_HASH_TAG], **remote}))
+        seen.append(row)
+
+    again = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, on_result=leave_orphan)
+    assert list(again.table.status).count("done") == 1 and len(again.table) == len(trials)
+    redone = again.table[again.table.status == "done"].iloc[0]
+    assert redone[CONFIG_HASH_TAG] == trials[-1].hash() == run.data.tags[CONFIG_HASH_TAG]
+    late = client.get_run(orphans[1])
+    assert late.info.status == "KILLED" and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
+    assert not client.search_runs([again.experiment_id], "attributes.status = 'RUNNING'")

@@ -11,6 +11,7 @@ import pytest
 
 from experiments.tracking import (
     CONFIG_HASH_TAG,
+    WORKER_LOST_TAG,
     Tracker,
     artifact_root_for,
     git_commit,
@@ -79,6 +80,30 @@ def test_reap_stale_kills_dead_runs_only(tracker):
         sleeper.wait()
     assert alive in tracker.reap_stale()
     for r in (alive, elsewhere):
+        tracker.finish(r, "KILLED")
+
+
+def test_reap_children_marks_this_parents_running_children_only(tracker):
+    """Children whose writer is elsewhere (another host: reap_stale leaves them) are the driver's to close."""
+    other_host = {"host": socket.gethostname() + "-worker", "pid": "4242"}
+    parent, other_parent = tracker.start_run("parent", tags=other_host), tracker.start_run("other parent", tags=other_host)
+    retried = tracker.start_run("retried", tags={CONFIG_HASH_TAG: "h-retried", **other_host}, parent_id=parent)
+    lost = tracker.start_run("lost", tags={CONFIG_HASH_TAG: "h-lost", **other_host}, parent_id=parent)
+    done = tracker.start_run("done", tags={CONFIG_HASH_TAG: "h-done"}, parent_id=parent)
+    tracker.finish(done, "FINISHED")
+    elsewhere = tracker.start_run("running elsewhere", tags=other_host, parent_id=other_parent)
+    assert tracker.reap_stale() == []  # another host's runs: not judged by pid
+    marked = tracker.reap_children(parent, finished={"h-retried": done})
+    assert sorted(marked) == sorted([retried, lost])
+    runs = {r: tracker.client.get_run(r) for r in (retried, lost, done, elsewhere, parent)}
+    assert runs[retried].info.status == runs[lost].info.status == "KILLED"
+    assert f"run {done}" in runs[retried].data.tags[WORKER_LOST_TAG]
+    assert "resumed sweep runs this configuration again" in runs[lost].data.tags[WORKER_LOST_TAG]
+    assert "pid 4242" in runs[lost].data.tags[WORKER_LOST_TAG]
+    assert runs[done].info.status == "FINISHED" and WORKER_LOST_TAG not in runs[done].data.tags
+    assert runs[elsewhere].info.status == "RUNNING" and runs[parent].info.status == "RUNNING"
+    assert tracker.reap_children(parent) == []
+    for r in (elsewhere, parent, other_parent):
         tracker.finish(r, "KILLED")
 
 
