@@ -10,7 +10,11 @@ the speaker channels are unrelated noise, so the listener feature set must win.
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +128,32 @@ def cli_env() -> dict:
 
 def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "experiments.cli", *args]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0, log: Path | None = None) -> None:
+    """Wait until the MLflow server ``proc`` answers ``{url}/health``; fail the test (with the
+    tail of ``log``, its output, when given) if it exits or stays silent for ``timeout_s`` s."""
+    def tail() -> str:
+        return f": {log.read_text()[-2000:]}" if log is not None and log.exists() else ""
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited with {proc.returncode}{tail()}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"mlflow server at {url} not healthy after {timeout_s} s{tail()}")
 
 
 @pytest.fixture(scope="session")

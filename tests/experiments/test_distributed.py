@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -21,17 +19,11 @@ from experiments.distributed import run_sweep_dask
 from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
 
-from .conftest import config_dict
+from .conftest import config_dict, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 METRICS = ["val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +39,7 @@ def mlflow_server(tracking_dir, tmp_path_factory):
     src.backup(dst)
     src.close()
     dst.close()
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with open(folder / "server.log", "w") as log:
         proc = subprocess.Popen(
@@ -60,20 +52,6 @@ def mlflow_server(tracking_dir, tmp_path_factory):
         # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def _wait_healthy(proc, uri: str, folder, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"mlflow server exited with {proc.returncode}: {(folder / 'server.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"mlflow server at {uri} not healthy after {timeout_s} s: {(folder / 'server.log').read_text()[-2000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +117,7 @@ def test_store_problems_stop_the_sweep_as_locally(planted_store, tracking_dir, c
 
 def test_workers_log_through_an_mlflow_server_once_each(planted_store, cluster, mlflow_server, local_reference):
     proc, uri, folder = mlflow_server
-    _wait_healthy(proc, uri, folder)
+    wait_healthy(uri, proc, log=folder / "server.log")
     d = config_dict(uri, "dask-server")
     d["feature_set"] = ["listener"]
     cfg = from_dict(d)
@@ -177,7 +155,7 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     from experiments.tracking import WORKER_LOST_TAG
 
     proc, uri, folder = mlflow_server
-    _wait_healthy(proc, uri, folder)
+    wait_healthy(uri, proc, log=folder / "server.log")
     d = config_dict(uri, "dask-lost-worker", feature_set=["listener"])
     d["postprocess"]["smooth_s"] = [0, 1, 2]
     cfg = from_dict(d)

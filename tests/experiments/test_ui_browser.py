@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from experiments.cli import main
+
+from .conftest import free_port, wait_healthy
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +34,6 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ui_command(backend_uri: str, port: int) -> tuple[list[str], dict]:
     """The command and environment of the Makefile's ``ui`` target, for another store and port."""
     recipe = re.search(r"^ui:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
@@ -52,20 +45,6 @@ def ui_command(backend_uri: str, port: int) -> tuple[list[str], dict]:
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
     return cmd, env
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow ui exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"mlflow ui did not answer on {url} within {timeout_s} s")
 
 
 def chromium(width: int = 1600, height: int = 800):
@@ -139,7 +118,7 @@ def ui_server(planted_store, tmp_path):
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
+        wait_healthy(url, proc, timeout_s=60)
         yield url, MlflowClient(tracking_uri=uri)
     finally:
         if proc.poll() is None:

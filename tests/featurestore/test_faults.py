@@ -27,6 +27,7 @@ import pytest
 from featurestore.cli import main
 from featurestore.demo import build_demo
 from featurestore.store import Store
+from tests.conftest import make_video
 
 pytestmark = pytest.mark.slow
 
@@ -263,31 +264,9 @@ def test_write_error_keeps_the_previous_shard_and_no_temporary_file(corpus, extr
 
 
 # ------------------------------------------------------------------ bad input
-def write_black_video(path: Path, n_frames: int = 100, width: int = 320, height: int = 96, sr: int = 16000) -> Path:
-    """An all-black H.264 video (no face anywhere) with a tone on its audio track."""
-    import av
-
-    with av.open(str(path), "w") as c:
-        v = c.add_stream("libx264", rate=25)
-        v.width, v.height, v.pix_fmt = width, height, "yuv420p"
-        a = c.add_stream("aac", rate=sr)
-        a.layout = "mono"
-        black = np.zeros((height, width, 3), np.uint8)
-        for _ in range(n_frames):
-            for p in v.encode(av.VideoFrame.from_ndarray(black, format="rgb24")):
-                c.mux(p)
-        for p in v.encode():
-            c.mux(p)
-        t = np.arange(int(n_frames / 25 * sr)) / sr
-        tone = (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + np.sin(2 * np.pi * 0.5 * t))).astype(np.float32)
-        for start in range(0, len(tone), 1024):
-            fr = av.AudioFrame.from_ndarray(tone[None, start:start + 1024], format="flt", layout="mono")
-            fr.sample_rate = sr
-            for p in a.encode(fr):
-                c.mux(p)
-        for p in a.encode():
-            c.mux(p)
-    return path
+def write_black_video(path: Path, n_frames: int = 100, width: int = 320, height: int = 96) -> Path:
+    """An all-black H.264 video (no face anywhere) with a swelling tone on its audio track."""
+    return make_video(path, n_frames, width, height, image=np.zeros((height, width, 3), np.uint8), tremolo_hz=0.5)
 
 
 def test_all_black_video_fails_its_face_channels_but_stores_the_audio(tmp_path, capsys):
