@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 
 import h5py
@@ -41,7 +41,7 @@ from scipy.sparse import csr_matrix
 
 from featurestore.store import LABEL_FPS, ROLES, SCHEMA_VERSION, Store
 
-from .frames_cache import EntryKey, Frames, FramesCache, code_version
+from .frames_cache import EntryKey, FramesCache, code_version
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class _Pending:
     """Frames resampled from a shard, to be cached once the whole load has succeeded."""
 
     entry: EntryKey
-    frames: Frames
+    table: SessionTable
 
 
 def _load_session(
@@ -311,13 +311,13 @@ def _load_session(
     entry: EntryKey | None = None
     if frames_cache is not None:
         entry = frames_cache.key(s, st.shard_path(s), keys, target, max_gap_s)
-        frames = frames_cache.read(entry) if entry is not None else None
-        if frames is not None:
-            return _table(frames, target, by_story), None
-    frames = _read_shard(st, s, keys, target, by_story, max_gap_s)
-    if frames is None:
+        table = frames_cache.read(entry) if entry is not None else None
+        if table is not None:
+            return _with_split(table, by_story), None
+    table = _read_shard(st, s, keys, target, by_story, max_gap_s)
+    if table is None:
         return None, None
-    return _table(frames, target, by_story), (_Pending(entry, frames) if entry is not None else None)
+    return _with_split(table, by_story), (_Pending(entry, table) if entry is not None else None)
 
 
 def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
@@ -326,35 +326,21 @@ def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
     e = p.entry
     if frames_cache.key(e.session, st.shard_path(e.session), e.keys, e.target, e.max_gap_s) != e:
         return False
-    return frames_cache.write(e, p.frames) is not None
+    return frames_cache.write(e, p.table) is not None
 
 
-def _table(frames: Frames, target: str, by_story: dict[int, str] | None) -> SessionTable | None:
-    """The SessionTable of cached or fresh frames, with the config's split (None: skipped)."""
-    split = frames.split if by_story is None else by_story.get(frames.story)
-    if split is None:
-        return None
-    return SessionTable(
-        session=frames.session,
-        listener=frames.listener,
-        story=frames.story,
-        split=split,
-        X=frames.X,
-        columns=frames.columns,
-        valid=frames.valid,
-        channels=frames.channels,
-        column_channel=frames.column_channel,
-        y=frames.y,
-        target=target,
-        speaker=frames.speaker,
-        fps=frames.fps,
-    )
+def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> SessionTable | None:
+    """``table`` (cached or fresh, with the shard's split) under the config's split; None: skipped."""
+    if by_story is None:
+        return table
+    split = by_story.get(table.story)
+    return None if split is None else replace(table, split=split)
 
 
 def _read_shard(
     st: Store, s: str, keys: list[str], target: str, by_story: dict[int, str] | None, max_gap_s: float
-) -> Frames | None:
-    """Read and resample one shard; None (before any check) when its story is in no split."""
+) -> SessionTable | None:
+    """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
     # one open per shard, reading whole datasets (the layout is the contract in store.py);
     # Store.read_channel would reopen the file and parse provenance for every channel
     path = st.shard_path(s)
@@ -429,7 +415,7 @@ def _read_shard(
         stored_split = str(a.get("split", ""))
     X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
     valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
-    return Frames(
+    return SessionTable(
         session=s,
         listener=listener,
         story=story,
@@ -442,4 +428,5 @@ def _read_shard(
         X=X,
         valid=valid,
         y=y,
+        target=target,
     )

@@ -72,10 +72,14 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from featurestore.processes import pid_alive
+
+if TYPE_CHECKING:
+    from .dataset import SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -93,27 +97,6 @@ _ALIGN = 64
 _TMP_MARK = ".tmp-"
 #: arrays of an entry and their dtypes (a file naming others is not ours)
 _DTYPES = {"X": "<f4", "valid": "|b1", "y": "<f4", "column_channel": "<i8"}
-
-
-@dataclass
-class Frames:
-    """One session's frame table as cached: arrays plus the metadata a SessionTable needs.
-
-    ``split`` is the split stored in the shard; a config's splits are applied by the caller.
-    """
-
-    session: str
-    listener: int
-    story: int
-    speaker: int
-    split: str
-    fps: float
-    columns: list[str]
-    channels: list[str]
-    column_channel: np.ndarray  # (d,) int64
-    X: np.ndarray  # (n_frames, d) float32
-    valid: np.ndarray  # (n_frames, n_channels) bool
-    y: np.ndarray  # (n_frames,) float32
 
 
 @dataclass(frozen=True)
@@ -250,8 +233,8 @@ class FramesCache:
         return self.folder / key.file_name
 
     # ---------------------------------------------------------------- reading
-    def read(self, key: EntryKey) -> Frames | None:
-        """The cached frames of ``key``, or None when absent, unreadable or not a complete entry."""
+    def read(self, key: EntryKey) -> SessionTable | None:
+        """The cached table of ``key`` (with the split stored in the shard), or None when absent, unreadable or not a complete entry."""
         path = self.path(key)
         try:
             with open(path, "rb", buffering=0) as f:
@@ -266,7 +249,7 @@ class FramesCache:
             return None
 
     # ---------------------------------------------------------------- writing
-    def write(self, key: EntryKey, frames: Frames) -> Path | None:
+    def write(self, key: EntryKey, table: SessionTable) -> Path | None:
         """Write the entry atomically and drop the session's stale entries; None when the
         folder cannot be written (then caching stays off for this cache object)."""
         if self._writable is False:
@@ -276,7 +259,7 @@ class FramesCache:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                _write_entry(f, key, frames)
+                _write_entry(f, key, table)
             os.replace(tmp, final)
         except OSError as e:
             try:
@@ -333,12 +316,12 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _write_entry(f, key: EntryKey, frames: Frames) -> None:
+def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
     arrays = {
-        "X": np.ascontiguousarray(frames.X, dtype=np.float32),
-        "valid": np.ascontiguousarray(frames.valid, dtype=bool),
-        "y": np.ascontiguousarray(frames.y, dtype=np.float32),
-        "column_channel": np.ascontiguousarray(frames.column_channel, dtype=np.int64),
+        "X": np.ascontiguousarray(table.X, dtype=np.float32),
+        "valid": np.ascontiguousarray(table.valid, dtype=bool),
+        "y": np.ascontiguousarray(table.y, dtype=np.float32),
+        "column_channel": np.ascontiguousarray(table.column_channel, dtype=np.int64),
     }
     specs, offset = {}, 0
     for name, a in arrays.items():
@@ -351,13 +334,13 @@ def _write_entry(f, key: EntryKey, frames: Frames) -> None:
         offset = _aligned(offset + a.nbytes)
     header = {
         **key.describe(),
-        "listener": int(frames.listener),
-        "story": int(frames.story),
-        "speaker": int(frames.speaker),
-        "split": str(frames.split),
-        "fps": float(frames.fps),
-        "columns": list(frames.columns),
-        "channels": list(frames.channels),
+        "listener": int(table.listener),
+        "story": int(table.story),
+        "speaker": int(table.speaker),
+        "split": str(table.split),
+        "fps": float(table.fps),
+        "columns": list(table.columns),
+        "channels": list(table.channels),
         "arrays": specs,
     }
     blob = json.dumps(header, separators=(",", ":")).encode()
@@ -388,7 +371,9 @@ def _checksum(a: np.ndarray) -> str:
     return f"{total:016x}{xor:016x}"
 
 
-def _read_entry(f, key: EntryKey) -> Frames:
+def _read_entry(f, key: EntryKey) -> SessionTable:
+    from .dataset import SessionTable  # dataset imports this module
+
     size = os.fstat(f.fileno()).st_size
     prefix = f.read(_PREFIX)
     if len(prefix) != _PREFIX or prefix[:8] != _MAGIC:
@@ -409,7 +394,7 @@ def _read_entry(f, key: EntryKey) -> Frames:
         raise CorruptEntry(f"made from another shard or request ({', '.join(differ)} differ)")
     try:
         arrays = _read_arrays(f, h, _aligned(_PREFIX + n), size)
-        return Frames(
+        return SessionTable(
             session=str(h["session"]),
             listener=int(h["listener"]),
             story=int(h["story"]),
@@ -418,6 +403,7 @@ def _read_entry(f, key: EntryKey) -> Frames:
             fps=float(h["fps"]),
             columns=[str(c) for c in h["columns"]],
             channels=[str(c) for c in h["channels"]],
+            target=key.target,
             **arrays,
         )
     except (KeyError, TypeError, ValueError) as e:

@@ -266,13 +266,14 @@ while not (root.parent / "go").exists():
     time.sleep(0.002)
 tables = load_sessions(root, keys)
 # then hammer one 2 MB entry: write it again and again while the other process does the same
-from experiments.frames_cache import EntryKey, Frames
+from experiments.dataset import SessionTable
+from experiments.frames_cache import EntryKey
 cache = FramesCache(root.parent / "hammer", code="x")
 entry = EntryKey("Subject_9_Story_9", (1, 2, 3), tuple(keys), "valence_self", 0.5, "x")
 both = [np.random.default_rng(i).normal(size=(2500, 200)).astype(np.float32) for i in (0, 1)]
 X = both[int(me)]
-frames = Frames("Subject_9_Story_9", 9, 9, 1, "val", 25.0, [f"c{j}" for j in range(200)], ["a/b"],
-                np.zeros(200, np.int64), X, np.ones((2500, 1), bool), X[:, 0].copy())
+frames = SessionTable("Subject_9_Story_9", 9, 9, "val", X, [f"c{j}" for j in range(200)], np.ones((2500, 1), bool),
+                      ["a/b"], np.zeros(200, np.int64), X[:, 0].copy(), "valence_self", 1, 25.0)
 for _ in range(60):
     cache.write(entry, frames)
     got = cache.read(entry)
