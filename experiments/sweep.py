@@ -422,7 +422,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
                 else:
                     yield t, result, ""
                 result = None
-                release_free_memory()  # what the caller's logging (plots, artifacts) left in the heap
+                release_free_memory()  # what the caller's logging (result, artifact files) left in the heap
             if i in pools:
                 pools.pop(i).shutdown(wait=True)
                 waiting.pop(i, None)
