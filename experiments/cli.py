@@ -184,17 +184,32 @@ def _check_store(store: str) -> None:
 
 
 def _print_sweep(res) -> int:
+    import pandas as pd
+
+    from .sweep import summary_markdown, track_summary
+
     t = res.table
-    metric = res.selection_metric
     done = int((t.status == "done").sum()) if not t.empty else 0
     reused = int((t.status == "reused").sum()) if not t.empty else 0
     print(f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed")
-    if not t.empty and metric in t:
-        cols = [c for c in ["label", metric, "test.ccc_personalized", "test.ccc_generalized"] if c in t]
-        top = t[t.status != "failed"].sort_values(metric, ascending=False).head(10)
-        with __import__("pandas").option_context("display.width", 200, "display.max_colwidth", 80):
+    protocol = "loso" if res.selection_metric.startswith("loso.") else "val"
+    for track, metric in res.selection_metrics.items():
+        if t.empty or metric not in t or "track" not in t:
+            continue
+        cols = [c for c in ["label", metric, f"test.ccc_{track}", "test_unseen.ccc_generalized" if track == "generalized" else ""] if c in t]
+        top = t[(t.status != "failed") & (t.track == track)].sort_values(metric, ascending=False).head(5)
+        if top.empty:
+            continue
+        print(f"\n{track} track (chosen on {metric}):")
+        with pd.option_context("display.width", 200, "display.max_colwidth", 80):
             print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id}")
+    summary = track_summary(t, protocol)
+    if not summary.empty:
+        print()
+        print(summary_markdown(summary))
+    per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
+    print(f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id} "
+          f"(per track: {per_track})")
     for label, err in res.failed:
         print(f"  FAILED {label}: {err}", file=sys.stderr)
     return EXIT_FAILED if res.n_failed else EXIT_OK
@@ -251,7 +266,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a run's predictions in challenge format")
     p.add_argument("run_id")
-    p.add_argument("--split", choices=["val", "test", "loso"], required=True)
+    p.add_argument("--split", choices=["val", "test", "loso", "val_unseen", "test_unseen"], required=True,
+                   help="which predictions (*_unseen: listeners left out of training, generalized track)")
     p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
     p.set_defaults(func=cmd_export)

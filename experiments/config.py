@@ -31,24 +31,29 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 
+from .options import (
+    ALIGNS,
+    FIT_ON,
+    PERSONALIZATIONS,
+    PROTOCOLS,
+    RESCALES,
+    ROLES,
+    SMOOTH_METHODS,
+    SPLIT_NAMES,
+    STATS,
+)
+from .tracks import track_of
+
 #: the packaged configs (default.yaml, ablation.yaml, smoke.yaml)
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 
-ROLES = ("speaker", "listener", "scene")
-PROTOCOLS = ("val", "loso")
-ALIGNS = ("centred", "causal")
-STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
-PERSONALIZATIONS = ("global", "per_listener", "global_calibrated", "listener_onehot")
-SMOOTH_METHODS = ("moving_average", "butterworth", "median")
-RESCALES = ("none", "train")
-SPLIT_NAMES = ("train", "val", "test")
 
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
 ONLY_AXES = (
@@ -118,6 +123,8 @@ class PostprocessConfig:
     smooth_s: list[float] = field(default_factory=lambda: [0.0, 4.0])
     smooth_method: list[str] = field(default_factory=lambda: ["moving_average"])
     rescale: list[str] = field(default_factory=lambda: ["none", "train"])
+    #: what rescaling and per-listener calibration are fitted on (one of ``FIT_ON``)
+    fit_on: str = "out_of_fold"
 
 
 @dataclass
@@ -146,6 +153,9 @@ class ExperimentConfig:
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
+    #: score each feature set's chosen generalized-track configuration on listeners left out of
+    #: training too (one more child run per feature set, see :func:`experiments.sweep.run_sweep`)
+    unseen_listener: bool = True
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
@@ -176,9 +186,11 @@ class ExperimentConfig:
                 "smooth_s": list(self.postprocess.smooth_s),
                 "smooth_method": list(self.postprocess.smooth_method),
                 "rescale": list(self.postprocess.rescale),
+                "fit_on": self.postprocess.fit_on,
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
             "seed": self.seed,
+            "unseen_listener": self.unseen_listener,
             "jobs": self.jobs,
         }
 
@@ -241,6 +253,14 @@ class Trial:
     protocol: str = "val"
     seed: int = 0
     splits: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    fit_on: str = "out_of_fold"
+    #: also score this configuration on listeners left out of training (generalized track only)
+    unseen_listener: bool = False
+
+    @property
+    def track(self) -> str:
+        """``personalized`` when anything in this configuration uses who is listening, else ``generalized``."""
+        return track_of(self.personalization, self.rescale)
 
     @property
     def hyperparams(self) -> dict[str, Any]:
@@ -266,6 +286,9 @@ class Trial:
                 "postprocess.smooth_s": format_value(self.smooth_s),
                 "postprocess.smooth_method": self.smooth_method,
                 "postprocess.rescale": self.rescale,
+                "postprocess.fit_on": self.fit_on,
+                "track": self.track,
+                "unseen_listener": format_value(self.unseen_listener and self.track == "generalized"),
                 "target": self.target,
                 "protocol": self.protocol,
                 "seed": format_value(self.seed),
@@ -281,6 +304,12 @@ class Trial:
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
         return WindowKey(self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats)
+
+    def fit_key(self) -> Trial:
+        """The part of the trial that determines its fitted models: every field but the
+        post-processing (smoothing, rescaling), so configurations that differ only there share
+        one set of fits (see :func:`experiments.evaluate.evaluate_trials`)."""
+        return replace(self, smooth_s=0.0, smooth_method="", rescale="")
 
     def label(self) -> str:
         """Short human-readable name, e.g. for a run name."""
@@ -367,6 +396,7 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         protocol=cfg.protocol,
                         seed=cfg.seed,
                         splits=splits,
+                        fit_on=cfg.postprocess.fit_on,
                     )
                     h = trial.hash()
                     if h not in seen:
@@ -558,7 +588,7 @@ class _Validator:
     def config(self, raw: dict) -> ExperimentConfig:
         top = [
             "target", "splits", "protocol", "feature_sets", "feature_set", "window", "models",
-            "personalization", "postprocess", "tracking", "seed", "jobs",
+            "personalization", "postprocess", "tracking", "seed", "jobs", "unseen_listener",
         ]
         self.mapping("", raw, top)
         d = ExperimentConfig()
@@ -585,6 +615,10 @@ class _Validator:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise self.fail("seed", f"expected an integer, got {seed!r}")
         cfg.seed = seed
+        unseen = raw.get("unseen_listener", d.unseen_listener)
+        if not isinstance(unseen, bool):
+            raise self.fail("unseen_listener", f"expected true or false, got {unseen!r}")
+        cfg.unseen_listener = unseen
         jobs = raw.get("jobs", None)
         if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
             raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
@@ -659,9 +693,13 @@ class _Validator:
         return w
 
     def postprocess(self, value: Any) -> PostprocessConfig:
-        value = self.mapping("postprocess", value, ["smooth_s", "smooth_method", "rescale"])
+        value = self.mapping("postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"])
         d = PostprocessConfig()
+        fit_on = value.get("fit_on", d.fit_on)
+        if isinstance(fit_on, list):
+            raise self.fail("postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list")
         return PostprocessConfig(
+            fit_on=self.enum_list("postprocess.fit_on", fit_on, FIT_ON)[0],
             smooth_s=self.number_list("postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0),
             smooth_method=self.enum_list(
                 "postprocess.smooth_method", value.get("smooth_method", d.smooth_method), SMOOTH_METHODS

@@ -41,8 +41,16 @@ from featurestore.distributed import dask_client, n_workers_of
 
 from .config import ExperimentConfig, Trial, WindowKey
 from .dataset import DatasetError, SessionTable, load_sessions
-from .evaluate import TrialResult, Windowed, evaluate_trial, window_sessions
-from .sweep import Outcome, SweepContext, SweepResult, log_child, run_sweep, with_figures
+from .evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from .sweep import (
+    Outcome,
+    SweepContext,
+    SweepResult,
+    fit_groups,
+    log_child,
+    run_sweep,
+    with_figures,
+)
 from .tracking import Tracker, resolve_tracking_uri
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
@@ -123,31 +131,33 @@ def _tracker(ctx: SweepContext) -> Tracker:
         return _TRACKERS[key]
 
 
-def evaluate_on_worker(trial: Trial, job: WorkerJob) -> tuple[TrialResult | dict | None, str]:
-    """A Dask task: window (cached), fit, score one configuration; log it too if ``job.log_runs``.
+def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
+    """A Dask task: window (cached), fit and score one fit group (configurations that differ only
+    in post-processing, see :func:`experiments.sweep.fit_groups`); log them too if ``job.log_runs``.
 
-    Returns ``(result, "")`` or ``(None, error)`` like the local executor, or ``(row, "")``
-    once the child run is logged here. Store problems raise :class:`DatasetError` (they stop
-    the sweep, as in the local executor).
+    Returns, per configuration, ``(result, "")`` or ``(None, error)`` like the local executor,
+    or ``(row, "")`` once the child run is logged here. Store problems raise
+    :class:`DatasetError` (they stop the sweep, as in the local executor).
     """
     tables = _tables(job)
-    result: TrialResult | None = None
+    results: list[TrialResult | None] = [None] * len(trials)
     try:
-        w = _windowed(job, tables, trial.window_key())
+        w = _windowed(job, tables, trials[0].window_key())
     except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
         error = f"windowing failed: {type(e).__name__}: {e}"
     else:
         try:
-            result, error = evaluate_trial(trial, w), ""
+            results, error = list(evaluate_trials(trials, w)), ""
             if job.ctx.log_artifacts:
                 # drawn here, before any run exists: the client only writes the bytes (or this
                 # worker logs them), and a worker-logged run stays RUNNING for the upload only
-                with_figures(result)
-        except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-            result, error = None, f"{type(e).__name__}: {e}"
+                for r in results:
+                    with_figures(r)
+        except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
+            results, error = [None] * len(trials), f"{type(e).__name__}: {e}"
     if job.log_runs:
-        return log_child(_tracker(job.ctx), job.ctx, trial, result, error), ""
-    return result, error
+        return [(log_child(_tracker(job.ctx), job.ctx, t, r, error), "") for t, r in zip(trials, results, strict=True)]
+    return [(r, error) for r in results]
 
 
 def warm_up(plots: bool = False) -> None:
@@ -194,28 +204,30 @@ class DaskTrials:
         store = ctx.store if isinstance(ctx.store, Store) else Store(ctx.store)
         job = WorkerJob(replace(ctx, store=str(store.root.resolve())), tuple(store.list_sessions()), self.log_on_workers)
         run = uuid.uuid4().hex[:8]
-        # the local executor's order: grouped by window key (first appearance), baseline first
+        # the local executor's order: grouped by window key (first appearance), baseline first;
+        # one task per fit group
         groups: dict[WindowKey, list[Trial]] = {}
         for t in todo:
             groups.setdefault(t.window_key(), []).append(t)
-        order = [t for group in groups.values() for t in group]
+        order = [g for group in groups.values() for g in fit_groups(group)]
         futures: dict[int, object] = {}
 
         def submit(indices: list[int]) -> list:
             for i in indices:
-                futures[i] = self.client.submit(evaluate_on_worker, order[i], job, key=f"trial-{i}-{order[i].hash()}-{run}", pure=False)
+                futures[i] = self.client.submit(evaluate_on_worker, order[i], job, key=f"fit-group-{i}-{order[i][0].hash()}-{run}",
+                                                pure=False)
             return [futures[i] for i in indices]
 
         try:
-            baselines = [i for i, t in enumerate(order) if t.model == "dummy"]
+            baselines = [i for i, g in enumerate(order) if g[0].model == "dummy"]
             first = submit(baselines)
             if self.log_on_workers:
                 from distributed import wait
 
                 wait(first)  # a worker-logged run appears when it finishes: baselines before the rest start
-            submit([i for i, t in enumerate(order) if t.model != "dummy"])
-            for i, t in enumerate(order):
-                yield self._outcome(t, futures[i])
+            submit([i for i, g in enumerate(order) if g[0].model != "dummy"])
+            for i, group in enumerate(order):
+                yield from self._outcomes(group, futures[i])
         finally:
             self.client.cancel([f for f in futures.values() if not f.done()])
             try:
@@ -224,15 +236,15 @@ class DaskTrials:
                 pass
 
     @staticmethod
-    def _outcome(t: Trial, fut) -> Outcome:
+    def _outcomes(group: tuple[Trial, ...], fut) -> list[Outcome]:
         try:
-            result, error = fut.result()
+            pairs = fut.result()
         except DatasetError:
             raise
-        except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this configuration
-            result, error = None, f"on Dask: {type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this fit group
+            pairs = [(None, f"on Dask: {type(e).__name__}: {e}")] * len(group)
         fut.release()
-        return t, result, error
+        return [(t, result, error) for t, (result, error) in zip(group, pairs, strict=True)]
 
 
 def run_sweep_dask(

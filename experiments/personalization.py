@@ -38,8 +38,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
-#: strategy names accepted by ``make_personalizer`` (the config's ``personalization`` list)
-PERSONALIZATION_STRATEGIES = ("global", "per_listener", "global_calibrated", "listener_onehot")
+from .options import (
+    PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
+)
 
 
 def split_listener_column(X: Any, listener_column: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -73,6 +74,54 @@ def split_listener_column(X: Any, listener_column: int = 0) -> tuple[np.ndarray,
 def _listener_key(value: float) -> int | float:
     """Dictionary key of a listener id: an int when the id is integral (1.0 -> 1)."""
     return int(value) if float(value).is_integer() else float(value)
+
+
+def fit_listener_calibration(
+    listeners: Any, pred: Any, y: Any, shrinkage: float = 100.0
+) -> dict[int | float, tuple[float, float]]:
+    """Each listener's shrunk least-squares map ``y ~ a_L * pred + b_L`` (see :class:`CalibratedPerListener`).
+
+    Args:
+        listeners: listener id of each row.
+        pred: the global model's prediction of each row (out of fold, ideally).
+        y: the label of each row.
+        shrinkage: prior strength in rows: ``w = n / (n + shrinkage)`` pulls the map of a
+            listener with ``n`` rows towards the identity.
+
+    Returns:
+        listener id -> ``(a_L, b_L)``.
+    """
+    listeners = np.asarray(listeners, dtype=float).ravel()
+    pred = np.asarray(pred, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    out: dict[int | float, tuple[float, float]] = {}
+    for listener in np.unique(listeners):
+        rows = listeners == listener
+        p, t = pred[rows], y[rows]
+        n = len(p)
+        p_centred = p - p.mean()
+        spp = float(p_centred @ p_centred)
+        # a slope from (numerically) constant predictions is noise: keep a = 1
+        slope = float(p_centred @ (t - t.mean())) / spp if spp > 1e-12 * n else 1.0
+        intercept = float(t.mean() - slope * p.mean())
+        w = n / (n + shrinkage)
+        out[_listener_key(listener)] = (w * slope + (1.0 - w), w * intercept)
+    return out
+
+
+def apply_listener_calibration(
+    calibration: dict[int | float, tuple[float, float]], listeners: Any, pred: Any
+) -> np.ndarray:
+    """``a_L * pred + b_L`` per row, with the identity for a listener without a map."""
+    listeners = np.asarray(listeners, dtype=float).ravel()
+    pred = np.asarray(pred, dtype=float)
+    slope = np.ones_like(pred)
+    intercept = np.zeros_like(pred)
+    for listener in np.unique(listeners):
+        a, b = calibration.get(_listener_key(listener), (1.0, 0.0))
+        rows = listeners == listener
+        slope[rows], intercept[rows] = a, b
+    return slope * pred + intercept
 
 
 class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -192,9 +241,10 @@ class CalibratedPerListener(_ListenerMetaEstimator):
     training predictions are constant the slope is undefined and ``a = 1`` (bias only).
     A listener never seen at fit gets the identity.
 
-    The calibration uses in-sample predictions of the global model: for a flexible model
-    that fits the training rows closely they are optimistic, and ``a_L`` is then closer
-    to 1 than it would be on unseen data.
+    Given ``groups`` at fit (the sweep passes each row's story), the maps are fitted on
+    out-of-fold predictions of the global model (leave one group out). Without them they
+    use its in-sample predictions: for a flexible model that fits the training rows closely
+    those are optimistic, and ``a_L`` is then closer to 1 than it would be on unseen data.
 
     Args:
         estimator: any scikit-learn regressor (cloned at fit).
@@ -211,25 +261,28 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         self.listener_column = listener_column
         self.shrinkage = shrinkage
 
-    def fit(self, X: Any, y: Any) -> CalibratedPerListener:
-        """Fit the global model, then each listener's shrunk least-squares map."""
+    def fit(self, X: Any, y: Any, groups: Any = None) -> CalibratedPerListener:
+        """Fit the global model, then each listener's shrunk least-squares map.
+
+        Args:
+            X: ``[listener id, features...]`` rows.
+            y: labels, one per row.
+            groups: optional group of each row (e.g. its story). Given two or more groups,
+                the maps are fitted on out-of-fold predictions (leave one group out: each
+                group predicted by a global model fitted on the others), not on the global
+                model's in-sample predictions, which are optimistic for a flexible model.
+        """
         if self.shrinkage < 0:
             raise ValueError(f"shrinkage must be >= 0 rows, got {self.shrinkage}")
         listeners, features, y = self._split_fit(X, y)
         self.global_ = clone(self.estimator).fit(features, y)
-        pred = np.asarray(self.global_.predict(features), dtype=float)
-        self.calibration_ = {}
-        for listener in np.unique(listeners):
-            rows = listeners == listener
-            p, t = pred[rows], y[rows]
-            n = len(p)
-            p_centred = p - p.mean()
-            spp = float(p_centred @ p_centred)
-            # a slope from (numerically) constant predictions is noise: keep a = 1
-            slope = float(p_centred @ (t - t.mean())) / spp if spp > 1e-12 * n else 1.0
-            intercept = float(t.mean() - slope * p.mean())
-            w = n / (n + self.shrinkage)
-            self.calibration_[_listener_key(listener)] = (w * slope + (1.0 - w), w * intercept)
+        if groups is not None and len(np.unique(np.asarray(groups))) >= 2:
+            from sklearn.model_selection import LeaveOneGroupOut, cross_val_predict
+
+            pred = cross_val_predict(clone(self.estimator), features, y, groups=np.asarray(groups), cv=LeaveOneGroupOut())
+        else:
+            pred = np.asarray(self.global_.predict(features), dtype=float)
+        self.calibration_ = fit_listener_calibration(listeners, pred, y, self.shrinkage)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
@@ -238,13 +291,7 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         if len(features) == 0:
             return np.empty(0)
         pred = np.asarray(self.global_.predict(features), dtype=float)
-        slope = np.ones_like(pred)
-        intercept = np.zeros_like(pred)
-        for listener in np.unique(listeners):
-            a, b = self.calibration_.get(_listener_key(listener), (1.0, 0.0))
-            rows = listeners == listener
-            slope[rows], intercept[rows] = a, b
-        return slope * pred + intercept
+        return apply_listener_calibration(self.calibration_, listeners, pred)
 
 
 class ListenerOneHot(_ListenerMetaEstimator):

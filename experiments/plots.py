@@ -115,28 +115,65 @@ def plot_listener_ccc(scores: pd.DataFrame, path: str | Path | BinaryIO, title: 
 def plot_ablation(
     table: pd.DataFrame, path: str | Path | BinaryIO, reference: Mapping[str, Sequence[float]] | None = None
 ) -> Path | BinaryIO:
-    """Grouped bars: feature set x (split, protocol), with published test numbers as markers."""
+    """Left: each feature set's CCC per split and track (bars, 95 % intervals over listeners as error
+    bars), the unseen-listener score and the chance level; right, separately: published test numbers
+    on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
     plt = _plt()
     sets = list(dict.fromkeys(table.feature_set))
-    combos = [(s, p) for s in sorted(table.split.unique(), key=lambda v: {"val": 0, "loso": 1, "test": 2}.get(v, 3)) for p in ("personalized", "generalized")]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    width = 0.8 / len(combos)
+    order = {"val": 0, "loso": 1, "test": 2}
+    splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
+    combos = [(s, p) for s in splits for p in ("personalized", "generalized")]
+    last = splits[-1]
+    with_unseen = "ccc_unseen_listener" in table and table.ccc_unseen_listener.notna().any()
+    n_bars = len(combos) + with_unseen
+    ncols = 2 if reference else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(10.5 if reference else 7.5, 4.8), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1]} if reference else None)
+    ax = axes[0, 0]
+    width = 0.8 / n_bars
     x = np.arange(len(sets))
-    for i, (split, prot) in enumerate(combos):
-        vals = [table[(table.feature_set == s) & (table.split == split)][f"ccc_{prot}"].mean() for s in sets]
-        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=f"{split} {prot}")
-    if reference:
-        for j, s in enumerate(sets):
-            if s in reference:
-                ax.plot([j - 0.4, j + 0.4], [reference[s][0]] * 2, color="black", ls="--", lw=1)
-        ax.plot([], [], color="black", ls="--", lw=1, label="paper, test personalized")
+
+    def column(split: str, name: str) -> np.ndarray:
+        col = table[name] if name in table else pd.Series(np.nan, index=table.index)
+        return np.array([col[(table.feature_set == s) & (table.split == split)].mean() for s in sets], dtype=float)
+
+    def bars(i: int, split: str, name: str, label: str, **style) -> None:
+        vals = column(split, name)
+        lo, hi = column(split, name + "_ci_low"), column(split, name + "_ci_high")
+        err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
+        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=label,
+               yerr=np.where(np.isfinite(err), err, 0), capsize=2, error_kw={"lw": 0.8}, **style)
+
+    colours = {"personalized": "tab:blue", "generalized": "tab:orange"}
+    for i, (split, track) in enumerate(combos):
+        bars(i, split, f"ccc_{track}", f"{split}, {track} track", color=colours[track], alpha=0.4 if split != last else 1.0)
+    if with_unseen:
+        bars(len(combos), last, "ccc_unseen_listener", f"{last}, unseen listeners (generalized)", color="tab:gray", hatch="//")
+    chances = np.concatenate([column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")])
+    if np.isfinite(chances).any():
+        chance = float(np.nanmax(chances))
+        ax.axhline(chance, color="tab:red", ls=":", lw=1.2, label=f"chance, {last} (95th pct.)")
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(x, sets)
+    ax.set_xticks(x, sets, rotation=15 if max(len(s) for s in sets) > 10 else 0)
     ax.set_xlabel("feature set")
     ax.set_ylabel("CCC (-1 to 1)")
-    ax.set_title("Speaker vs. listener vs. both (best configuration per set, chosen on validation)", fontsize=9)
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    ax.set_title("Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
+                 fontsize=9)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.24), frameon=False)
     ax.grid(axis="y", alpha=0.3)
+    if reference:
+        ref = axes[0, 1]
+        names = list(reference)
+        xr = np.arange(len(names))
+        ref.bar(xr - 0.2, [reference[n][0] for n in names], 0.4, label="personalized", color="tab:blue")
+        ref.bar(xr + 0.2, [reference[n][1] for n in names], 0.4, label="generalized", color="tab:orange")
+        ref.set_xticks(xr, names)
+        ref.set_xlabel("feature set")
+        ref.set_ylabel("CCC (-1 to 1)")
+        ref.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
+        ref.set_title("Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8)
+        ref.legend(fontsize=7, loc="upper left")
+        ref.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -203,8 +240,10 @@ def trial_figures(
     the Agg backend into memory, so a worker process can draw them and send the bytes.
     """
     out: dict[str, bytes] = {}
+    # the time series are the configuration's own predictions; the bars show the unseen-listener splits too
+    own = scores[~scores.split.astype(str).str.endswith("_unseen")]
     for name, draw in (
-        (PREDICTIONS_FIGURE, lambda buf: plot_predictions(predictions, truth, scores, buf, fps=fps, title=label)),
+        (PREDICTIONS_FIGURE, lambda buf: plot_predictions(predictions, truth, own, buf, fps=fps, title=label)),
         (LISTENER_CCC_FIGURE, lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}")),
     ):
         buf = io.BytesIO()

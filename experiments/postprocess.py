@@ -23,10 +23,15 @@ import numpy as np
 from scipy.ndimage import median_filter
 from scipy.signal import butter, sosfiltfilt
 
-#: smoothing methods accepted by ``smooth``
-SMOOTH_METHODS = ("moving_average", "butterworth", "median")
-#: rescaling modes accepted by ``Rescaler``
+from .options import RESCALES, SMOOTH_METHODS
+
+#: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
+#: whether the statistics are per listener (see :func:`rescaler_for`)
 RESCALE_MODES = ("none", "train", "bias")
+#: config rescale name -> (Rescaler mode, statistics per listener)
+_RESCALE_PLAN = {"none": ("none", False), "train": ("train", False), "bias": ("bias", False),
+                 "listener": ("train", True), "listener_bias": ("bias", True)}
+assert set(_RESCALE_PLAN) == set(RESCALES), "every configurable rescale mode needs a plan"
 
 
 def _check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
@@ -134,6 +139,18 @@ def smooth_per_session(
         rows = np.flatnonzero(sessions == session)
         out[rows] = smooth(x[rows], fps, smooth_s, method)
     return out
+
+
+def rescaler_for(rescale: str) -> tuple[Rescaler, bool]:
+    """The unfitted :class:`Rescaler` of the config's ``postprocess.rescale`` value, and whether
+    it takes per-listener statistics (``listener``, ``listener_bias``: the personalized track).
+
+    >>> r, per_listener = rescaler_for("listener_bias"); (r.mode, per_listener)
+    ('bias', True)
+    """
+    _check_choice("rescale mode", rescale, RESCALES)
+    mode, per_listener = _RESCALE_PLAN[rescale]
+    return Rescaler(mode), per_listener
 
 
 def _moments(values: np.ndarray) -> tuple[float, float]:

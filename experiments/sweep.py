@@ -44,15 +44,24 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, Trial, WindowKey, expand
-from .evaluate import TrialResult, Windowed, evaluate_trial, window_sessions
+from .evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from .options import TRACKS
 from .tracking import CONFIG_HASH_TAG, Tracker, git_commit
+from .tracks import selection_metric as track_selection_metric
 
 _SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
 
 
 @dataclass
 class SweepResult:
-    """What a sweep did: one row per configuration, the parent run and the best child."""
+    """What a sweep did: one row per configuration, the parent run and the best child of each track.
+
+    ``best_run_ids`` / ``selection_metrics``: per track (``personalized``, ``generalized``)
+    its best child run, chosen by its own averaging on validation (or LOSO), and that metric.
+    ``best_run_id`` / ``selection_metric`` name the personalized track's (the generalized
+    track's when the sweep has no personalized configuration), as before tracks existed.
+    ``scores``: per-session CCC of the runs computed in this sweep, by run id.
+    """
 
     table: pd.DataFrame
     parent_run_id: str
@@ -61,15 +70,48 @@ class SweepResult:
     selection_metric: str
     failed: list[tuple[str, str]] = field(default_factory=list)  # (label, error)
     skipped: int = 0
+    best_run_ids: dict[str, str] = field(default_factory=dict)
+    selection_metrics: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def n_failed(self) -> int:
         return len(self.failed)
 
 
-def selection_metric(cfg: ExperimentConfig) -> str:
-    """The metric configurations are ranked by: validation (or LOSO) personalized CCC."""
-    return "loso.ccc_personalized" if cfg.protocol == "loso" else "val.ccc_personalized"
+def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
+    """The metric ``track``'s configurations are ranked by: its averaging on validation (or LOSO)."""
+    return track_selection_metric(track, cfg.protocol)
+
+
+#: tag (and sweep table column) of a chosen configuration's unseen-listener run: the config hash
+#: of the grid configuration it evaluates again (see :func:`run_sweep`)
+UNSEEN_OF_TAG = "unseen_of"
+
+
+def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
+    """Each track's best finished configuration of ``table`` (rows with a ``track`` column),
+    by the track's own selection metric; the first row wins a tie. Tracks without a scored
+    row are left out.
+
+    Only the grid's configurations compete; when the chosen one was also evaluated on unseen
+    listeners (a row whose ``unseen_of`` is its config hash, see :func:`run_sweep`), that row
+    is returned: the same configuration and scores, plus its ``*_unseen`` metrics.
+    """
+    out: dict[str, pd.Series] = {}
+    if table.empty or "track" not in table:
+        return out
+    ok = table["status"] != "failed"
+    twins = table[ok & table[UNSEEN_OF_TAG].notna()] if UNSEEN_OF_TAG in table else table.iloc[0:0]
+    grid = table[ok & ~table.index.isin(twins.index)]
+    for track in TRACKS:
+        metric = track_selection_metric(track, protocol)
+        part = grid[grid["track"] == track]
+        if metric in part and part[metric].notna().any():
+            best = part.loc[part[metric].idxmax()]
+            twin = twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)] if len(twins) else twins
+            out[track] = twin.iloc[0] if len(twin) else best
+    return out
 
 
 def store_fingerprint(store) -> tuple[str, str]:
@@ -95,11 +137,22 @@ def store_fingerprint(store) -> tuple[str, str]:
 
 
 def _order(trials: Sequence[Trial]) -> list[Trial]:
-    """Dummy baselines first, then grouped by window key (stable)."""
+    """Dummy baselines first, then grouped by window key, and within it by fit key (stable)."""
     keys: dict[WindowKey, int] = {}
+    fits: dict[Trial, int] = {}
     for t in trials:
         keys.setdefault(t.window_key(), len(keys))
-    return sorted(trials, key=lambda t: (t.model != "dummy", keys[t.window_key()]))
+        fits.setdefault(t.fit_key(), len(fits))
+    return sorted(trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()]))
+
+
+def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
+    """``trials`` grouped by :meth:`Trial.fit_key` (first appearance order): each group is
+    evaluated in one task, its fits shared (see :func:`experiments.evaluate.evaluate_trials`)."""
+    groups: dict[Trial, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(t.fit_key(), []).append(t)
+    return [tuple(g) for g in groups.values()]
 
 
 def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
@@ -136,12 +189,12 @@ def with_figures(result: TrialResult) -> TrialResult:
     return result
 
 
-def _evaluate_shared(trial: Trial, figures: bool = False) -> TrialResult:
-    """Evaluate ``trial`` on the shared windowed features; with ``figures``, draw its plots here
-    too (in a forked worker: the parent then only writes the bytes)."""
+def _evaluate_shared(trials: Sequence[Trial], figures: bool = False) -> list[TrialResult]:
+    """Evaluate one fit group on the shared windowed features; with ``figures``, draw their plots
+    here too (in a forked worker: the parent then only writes the bytes)."""
     try:
-        result = evaluate_trial(trial, _SHARED[trial.window_key()])
-        return with_figures(result) if figures else result
+        results = evaluate_trials(trials, _SHARED[trials[0].window_key()])
+        return [with_figures(r) for r in results] if figures else results
     finally:
         release_free_memory()  # an idle worker does not keep the fit's memory
 
@@ -185,12 +238,14 @@ def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     trial = result.trial
     (folder / "config.yaml").write_text(yaml.safe_dump({"trial": trial.params(), "config": cfg_dict}, sort_keys=False))
     result.scores.sort_values(["split", "listener", "story"]).to_csv(folder / "ccc_matrix.csv", index=False)
-    split_of = dict(zip(result.scores.session, result.scores.split, strict=False))
-    for sid, pred in result.predictions.items():
-        d = folder / "predictions" / split_of[sid]
-        d.mkdir(parents=True, exist_ok=True)
-        # 9 decimals: `experiments export` + `score` then reproduce the logged CCC to ~1e-9
-        np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
+    own = result.scores[~result.scores.split.str.endswith("_unseen")]
+    split_of = dict(zip(own.session, own.split, strict=False))
+    for suffix, predictions in (("", result.predictions), ("_unseen", result.unseen_predictions)):
+        for sid, pred in predictions.items():
+            d = folder / "predictions" / (split_of[sid] + suffix)
+            d.mkdir(parents=True, exist_ok=True)
+            # 9 decimals: `experiments export` + `score` then reproduce the logged CCC to ~1e-9
+            np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
     plots = folder / "plots"
     plots.mkdir()
     for name, png in (result.figures or with_figures(result).figures).items():
@@ -236,7 +291,7 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
         from .plots import load_backend
 
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
-    if jobs > 1 and any(len(g) > 1 for g in groups.values()):
+    if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
         yield from _parallel_trials(tables, groups, jobs, figures)  # empties ``tables`` once it is done with them
         return
     for n, (key, group) in enumerate(groups.items(), 1):
@@ -251,13 +306,14 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
         finally:
             if n == len(groups):
                 tables.clear()  # every key is windowed: the frame tables are not needed any more
-        for t in group:
+        for fit_group in fit_groups(group):
             try:
-                result = _evaluate_shared(t, figures)
+                results = _evaluate_shared(fit_group, figures)
             except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-                yield t, None, f"{type(e).__name__}: {e}"
+                for t in fit_group:
+                    yield t, None, f"{type(e).__name__}: {e}"
             else:
-                yield t, result, ""
+                yield from ((t, r, "") for t, r in zip(fit_group, results, strict=True))
     _SHARED.clear()
 
 
@@ -266,7 +322,8 @@ def local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
 _SLOW_MODELS = ("hist_gb", "xgboost", "svr")
 
 
-def _expected_cost(trial: Trial) -> int:
+def _expected_cost(group: Sequence[Trial]) -> int:
+    trial = group[0]
     return (trial.model != "dummy") + 2 * (trial.model in _SLOW_MODELS) + (trial.personalization == "per_listener")
 
 
@@ -339,8 +396,9 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
     windows: dict[int, cf.Future] = {}
     pools: dict[int, cf.ProcessPoolExecutor] = {}
-    waiting: dict[int, list[Trial]] = {}  # launched groups' configurations not yet submitted
-    futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: its futures, or why it failed
+    waiting: dict[int, list[tuple[Trial, ...]]] = {}  # launched groups' fit groups not yet submitted
+    futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: each configuration's future, or why it failed
+    slot: dict[Trial, int] = {}  # a configuration's place in the results of its fit group's future
     running: set[cf.Future] = set()
 
     def start_windowing(i: int) -> None:
@@ -375,7 +433,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         # workers exit, instead of staying in this process's heap, mapped by the next pools too
         release_free_memory()
         futures[i] = {}
-        waiting[i] = sorted(group, key=_expected_cost, reverse=True)
+        waiting[i] = sorted(fit_groups(group), key=_expected_cost, reverse=True)
 
     def retire_finished() -> None:
         # a pool whose configurations are all done exits now, not once their results have been
@@ -389,9 +447,11 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         retire_finished()
         for i in sorted(waiting):
             while waiting[i] and len(running) < jobs:
-                t = waiting[i].pop(0)
-                fut = pools[i].submit(_evaluate_shared, t, figures)
-                futures[i][t] = fut
+                fit_group = waiting[i].pop(0)
+                fut = pools[i].submit(_evaluate_shared, fit_group, figures)
+                for k, t in enumerate(fit_group):
+                    futures[i][t] = fut
+                    slot[t] = k
                 running.add(fut)
 
     try:
@@ -416,7 +476,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
                 # and let a pool whose configurations are all done exit
                 submit_free()
                 try:
-                    result = futures[i][t].result()
+                    result = futures[i][t].result()[slot[t]]
                 except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
                     yield t, None, f"{type(e).__name__}: {e}"
                 else:
@@ -443,12 +503,13 @@ def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialRe
 
     ``result`` None logs a FAILED run carrying ``error`` as a tag.
     """
-    run_id = tracker.start_run(trial.label()[:250], tags={CONFIG_HASH_TAG: trial.hash(), **ctx.child_tags}, parent_id=ctx.parent_run_id)
+    ident = _identity(trial)
+    run_id = tracker.start_run(trial.label()[:250], tags={**ident, "track": trial.track, **ctx.child_tags}, parent_id=ctx.parent_run_id)
     params = trial.params()
     if result is None:
         tracker.log(run_id, params=params, tags={"error": error[:5000]})
         tracker.finish(run_id, "FAILED")
-        return {"run_id": run_id, "status": "failed", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, "error": error}
+        return {"run_id": run_id, "status": "failed", "label": trial.label(), **ident, **params, "error": error}
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
@@ -458,7 +519,32 @@ def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialRe
             _artifacts(result, ctx.cfg.to_dict(), Path(tmp))
             tracker.log_artifacts(run_id, tmp)
     tracker.finish(run_id, "FINISHED")
-    return {"run_id": run_id, "status": "done", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(), **params, **m}
+    return {"run_id": run_id, "status": "done", "label": trial.label(), **ident, **params, **m}
+
+
+def _identity(trial: Trial) -> dict[str, str]:
+    """A configuration's identifying tags: its config hash and, for a chosen configuration's
+    unseen-listener run, the hash of the grid configuration it evaluates again."""
+    tags = {CONFIG_HASH_TAG: trial.hash()}
+    if trial.unseen_listener:
+        tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
+    return tags
+
+
+def unseen_listener_trials(table: pd.DataFrame, trials: Sequence[Trial], protocol: str) -> list[Trial]:
+    """For each feature set, its chosen generalized-track configuration with the unseen-listener
+    protocol on (see :func:`experiments.evaluate.evaluate_trials`); none for a set whose choice
+    already has its unseen-listener run in ``table``."""
+    by_hash = {t.hash(): t for t in trials}
+    out = []
+    if table.empty or "features.set" not in table:
+        return out
+    for _, part in table.groupby("features.set", sort=False):
+        best = best_per_track(part, protocol).get("generalized")
+        if best is None or pd.notna(best.get(UNSEEN_OF_TAG, np.nan)) or best[CONFIG_HASH_TAG] not in by_hash:
+            continue
+        out.append(replace(by_hash[best[CONFIG_HASH_TAG]], unseen_listener=True))
+    return out
 
 
 def run_sweep(
@@ -491,7 +577,7 @@ def run_sweep(
     reaped = tracker.reap_stale()
     fingerprint, backend = store_fingerprint(store)
     finished = tracker.finished_by_hash(store_fingerprint=fingerprint)
-    metric = selection_metric(cfg)
+    metrics_by_track = {track: selection_metric(cfg, track) for track in TRACKS}
 
     parent = tracker.start_run(
         run_name or f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",
@@ -510,12 +596,19 @@ def run_sweep(
         tracker.log(parent, tags={"reaped_runs": ",".join(reaped)})
 
     rows: list[dict] = []
+    scores: dict[str, pd.DataFrame] = {}
     failed: list[tuple[str, str]] = []
     todo: list[Trial] = []
-    for t in trials:
+    def reused(t: Trial) -> dict | None:
         old = finished.get(t.hash())
-        if old is not None:
-            rows.append({"run_id": old.info.run_id, "status": "reused", "label": t.label(), CONFIG_HASH_TAG: t.hash(), **t.params(), **old.data.metrics})
+        if old is None:
+            return None
+        return {"run_id": old.info.run_id, "status": "reused", "label": t.label(), **_identity(t), **t.params(), **old.data.metrics}
+
+    for t in trials:
+        row = reused(t)
+        if row is not None:
+            rows.append(row)
         else:
             todo.append(t)
 
@@ -534,15 +627,37 @@ def run_sweep(
             if row["status"] == "failed":
                 failed.append((trial.label(), row.get("error", error)))
             rows.append(row)
+            if isinstance(result, TrialResult) and row["status"] != "failed":
+                scores[row["run_id"]] = result.scores
             bar.update(1)
-            best = max((r.get(metric, -np.inf) for r in rows if r["status"] != "failed"), default=np.nan)
-            bar.set_postfix_str(f"best {metric}={best:.3f} failed={len(failed)}")
+            best = {track: max((r.get(m, -np.inf) for r in rows if r["status"] != "failed" and r.get("track") == track),
+                               default=np.nan) for track, m in metrics_by_track.items()}
+            bar.set_postfix_str(f"best {cfg.protocol} pers={best['personalized']:.3f} gen={best['generalized']:.3f} "
+                                f"failed={len(failed)}")
             if on_result:
                 on_result(rows[-1])
 
         with contextlib.closing((executor or local_trials)(todo, ctx)) as outcomes:
             for trial, result, error in outcomes:
                 record(trial, result, error)
+        if cfg.unseen_listener:
+            # each feature set's chosen generalized configuration, again, on listeners left out of
+            # training: chosen on validation first, so the costly protocol runs once per set
+            extra = []
+            for t in unseen_listener_trials(pd.DataFrame(rows), trials, cfg.protocol):
+                row = reused(t)
+                if row is not None:
+                    rows.append(row)
+                else:
+                    extra.append(t)
+            if extra:
+                bar.total += len(extra)
+                bar.set_description("unseen listeners")
+                ctx = replace(ctx, channels=tuple(sorted({c for t in extra for c in t.channels})))
+                with contextlib.closing((executor or local_trials)(extra, ctx)) as outcomes:
+                    for trial, result, error in outcomes:
+                        record(trial, result, error)
+                todo += extra
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -552,9 +667,11 @@ def run_sweep(
         _SHARED.clear()
         _reap_lost_children(tracker, parent, rows)
         table = pd.DataFrame(rows)
-        best_id = _summarise(tracker, parent, table, metric, time.perf_counter() - t_start, len(todo))
+        best_ids = _summarise(tracker, parent, table, cfg.protocol, time.perf_counter() - t_start, len(todo))
         tracker.finish(parent, status)
-    return SweepResult(table, parent, best_id, tracker.experiment_id, metric, failed, skipped=len(trials) - len(todo))
+    main_track = "personalized" if "personalized" in best_ids or "generalized" not in best_ids else "generalized"
+    return SweepResult(table, parent, best_ids.get(main_track), tracker.experiment_id, metrics_by_track[main_track], failed,
+                       skipped=len(trials) - len(todo), best_run_ids=best_ids, selection_metrics=metrics_by_track, scores=scores)
 
 
 def _reap_lost_children(tracker: Tracker, parent: str, rows: list[dict]) -> list[str]:
@@ -576,30 +693,80 @@ def _reap_lost_children(tracker: Tracker, parent: str, rows: list[dict]) -> list
     return lost
 
 
-def _summarise(tracker: Tracker, parent: str, table: pd.DataFrame, metric: str, seconds: float, n_new: int) -> str | None:
-    """Tag the parent with its best child and attach the summary table."""
-    best_id = None
+#: per track, the splits whose numbers the parent run and the summary report for its best child
+_REPORTED_SPLITS = {"personalized": ("val", "loso", "test"), "generalized": ("val", "loso", "test", "val_unseen", "test_unseen")}
+
+
+def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """One row per track: its best configuration (chosen on validation or LOSO under the track's own
+    averaging) with each split's CCC under that averaging, its 95 % interval over listeners and the
+    chance level (95th percentile of circularly shifted predictions)."""
+    rows = []
+    for track, best in best_per_track(table, protocol).items():
+        row = {"track": track, "run_id": str(best.run_id), "label": best.label,
+               "chosen_on": track_selection_metric(track, protocol)}
+        for split in _REPORTED_SPLITS[track]:
+            name = f"{split}.ccc_{track}"
+            if name in best and pd.notna(best[name]):
+                row[name] = float(best[name])
+                for suffix in (".ci_low", ".ci_high", ".chance_q95"):
+                    if name + suffix in best and pd.notna(best[name + suffix]):
+                        row[name + suffix] = float(best[name + suffix])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
+    lines = ["# Best configuration of each track", ""]
+    for row in summary.to_dict("records"):
+        lines += [f"## {row['track']} track", "", f"- configuration: {row['label']}", f"- run: `{row['run_id']}`",
+                  f"- chosen on: `{row['chosen_on']}`", "", "| split | CCC | 95 % interval (listeners) | chance (95th pct.) |",
+                  "|---|---|---|---|"]
+        for split in _REPORTED_SPLITS[row["track"]]:
+            name = f"{split}.ccc_{row['track']}"
+            if name in row and pd.notna(row[name]):
+                ci = f"[{row.get(name + '.ci_low', float('nan')):.3f}, {row.get(name + '.ci_high', float('nan')):.3f}]"
+                lines.append(f"| {split} | {row[name]:.3f} | {ci} | {row.get(name + '.chance_q95', float('nan')):.3f} |")
+        lines.append("")
+    lines += ["Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
+              "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
+              "each story's mean CCC. `*_unseen`: listeners left out of training (generalized track only)."]
+    return "\n".join(lines) + "\n"
+
+
+def _summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str, seconds: float, n_new: int) -> dict[str, str]:
+    """Tag the parent with the best child of each track and attach the summary tables; returns
+    track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
-    if not table.empty and metric in table and table[metric].notna().any():
-        best = table.loc[table[metric].idxmax()]
-        best_id = str(best.run_id)
-        tags = {"best_run_id": best_id, "best_label": best.label}
-        for k in ("val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized",
-                  "loso.ccc_personalized", "loso.ccc_generalized"):
-            if k in best and pd.notna(best[k]):
-                metrics[f"best.{k}"] = float(best[k])
-        tracker.log(parent, metrics=metrics, tags=tags)
-    else:
-        tracker.log(parent, metrics=metrics)
+    tags: dict[str, str] = {}
+    summary = track_summary(table, protocol)
+    best_ids: dict[str, str] = {}
+    for row in summary.to_dict("records"):
+        track = row["track"]
+        best_ids[track] = row["run_id"]
+        tags[f"best_run_id_{track}"] = row["run_id"]
+        tags[f"best_label_{track}"] = str(row["label"])[:5000]
+        metrics.update({f"best_{track}.{k}": v for k, v in row.items() if k.startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))})
+    main = best_ids.get("personalized") or best_ids.get("generalized")
+    if main:
+        # one name for the headline run, as before tracks existed: the personalized track's
+        tags["best_run_id"] = main
+        tags["best_label"] = tags.get("best_label_personalized", tags.get("best_label_generalized", ""))
+    tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
+        metric = track_selection_metric("personalized", protocol)
         with tempfile.TemporaryDirectory() as tmp:
-            cols = [c for c in ["run_id", "status", "label", metric, "val.ccc_generalized", "test.ccc_personalized",
-                                "test.ccc_generalized", "loso.ccc_generalized"] if c in table]
-            summary = table.sort_values(metric, ascending=False) if metric in table else table
-            summary.to_csv(Path(tmp) / "summary.csv", index=False)
-            (Path(tmp) / "summary.md").write_text(summary[cols].to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else summary[cols].to_string(index=False))
+            cols = [c for c in ["run_id", "status", "track", "label", metric, track_selection_metric("generalized", protocol),
+                                "test.ccc_personalized", "test.ccc_generalized", "test_unseen.ccc_generalized"] if c in table]
+            ordered = table.sort_values(metric, ascending=False) if metric in table else table
+            ordered.to_csv(Path(tmp) / "summary.csv", index=False)
+            listing = ordered[cols].to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else ordered[cols].to_string(index=False)
+            (Path(tmp) / "summary.md").write_text(summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n")
+            if not summary.empty:
+                summary.to_csv(Path(tmp) / "tracks.csv", index=False)
             tracker.log_artifacts(parent, tmp)
-    return best_id
+    return best_ids
 
 
 def _has_tabulate() -> bool:

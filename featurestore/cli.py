@@ -396,9 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("demo", help="build the embedded demo corpus")
     sp.add_argument("--out", default="demo_data")
-    sp.add_argument("--listeners", type=int, default=4)
-    sp.add_argument("--stories", type=int, nargs="+", default=[1, 2, 3, 4])
-    sp.add_argument("--duration", type=float, default=40.0, help="seconds per session")
+    sp.add_argument("--listeners", type=int, default=6)
+    sp.add_argument("--stories", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6],
+                    help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)")
+    sp.add_argument("--duration", type=float, default=24.0, help="seconds per session")
     sp.add_argument("--seed", type=int, default=0)
     sp.set_defaults(func=cmd_demo)
 

@@ -35,8 +35,16 @@ frame by frame, and the brows rise on accented syllables. The listener backchann
 in about a third of the later ones, opening the mouth and nodding meanwhile. Backchannels
 are random: they carry no label information.
 
-**Words.** Each phrase has an affect ``a_p`` in [-1, 1], a slowly drifting story arc
-(``a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1)``), and a sentence of about one word per
+**The story's common curve.** Each story has an affect curve ``c_S(t)`` in [-1, 1]
+(:func:`story_curve`: smooth noise with a 2.5 s time scale and sd 0.55, from the seed and the
+story alone), what every telling of the story carries whoever listens. The speaker's face
+tells it (their smile state moves two levels per unit of ``c_S``), their words carry it
+(below), and every listener feels it with their own sign (``story_sign``: -1 for listeners
+2, 7, ..., who feel against the story; +1 for the others).
+
+**Words.** Each phrase has an affect ``a_p`` in [-1, 1], the story's curve at the phrase's
+start plus the telling's own variation (``a_p = clip(0.8 * c_S(start) + N(0, 0.3), -1, 1)``),
+and a sentence of about one word per
 1.5 syllables: neutral filler words (none of them in the VADER lexicon) of which
 ``round(3 * |a_p|)`` are replaced by positive (``a_p > 0``) or negative VADER lexicon words
 (:data:`POSITIVE_WORDS`, :data:`NEGATIVE_WORDS`). The words are a word salad: only their
@@ -46,16 +54,17 @@ phrase and one ``[L]`` cue per backchannel at their synthesised times, written a
 subtitle editors do (UTF-8 with a byte-order mark, CRLF), with two deliberate quirks: the
 first backchannel and the phrase before it share one cue carrying both tags, and the longest
 other phrase is split into two ``[S]`` cues that overlap by 0.4 s (:func:`transcript_cues`).
-The speaker's face and voice do not depend on ``a_p``: only the words carry it.
+The speaker's voice does not depend on ``a_p``.
 
 **Labels (valence_self), the planted relations.** Each session has a latent listener smile
-``smile(t)`` in [0, 1]: a per-listener baseline plus a few random smile events (raised-cosine
-rise, hold, decay; event rate and size per listener) plus slow noise. The listener's face
-shows it (nearest of the 7 smile levels). The self-rated valence is::
+``smile(t)`` in [0, 1]: a per-listener baseline, plus the story as this listener feels it
+(``0.45 * story_sign_L * c_S(t)``), plus a few random smile events of their own
+(raised-cosine rise, hold, decay; event rate and size per listener) plus slow noise. The
+listener's face shows it (nearest of the 7 smile levels). The self-rated valence is::
 
     valence(t) = offset_L + gain_L * smile(t - 1.5 s)
                  + 0.05 * z(speaker loudness averaged over the last 3 s)
-                 + 0.2 * causal_smooth(affect(t), 2 s)
+                 + 0.2 * story_sign_L * causal_smooth(affect(t), 2 s)
                  + slow noise (sd 0.03) + white noise (sd 0.01),   clipped to [-1, 1]
 
 where ``affect(t)`` is the affect ``a_p`` of the latest phrase the speaker has started (0
@@ -63,9 +72,12 @@ before the first) and ``causal_smooth`` an exponential moving average with a 2 s
 constant. So the listener's expression at time t shows in the valence 1.5 s later (a label
 delay, as in the challenge's well-known trick), the speaker's voice carries a weak signal,
 what the speaker says a moderate one that neither face nor voice shows (the lexical channel
-should add to them), and ``offset_L`` / ``gain_L`` differ per listener (personalisation
-helps). A model using listener features (mouth width, smile) should clearly beat one using
-speaker features. :func:`plan_session` regenerates every per-frame latent signal from the seed.
+should add to them), and ``offset_L`` (-0.35 to 0.15), ``gain_L`` (0.6 to 1.2) and
+``story_sign_L`` differ per listener. So the two challenge tracks differ: a model that knows
+who listens can match each listener's level, scale and sign (the personalized track); one
+that does not is carried by what is common to a story (the generalized track). A model using
+listener features (mouth width, smile) should clearly beat one using speaker features.
+:func:`plan_session` regenerates every per-frame latent signal from the seed.
 
 **Observer ratings, the planted agreement.** ``valence_observer_listener`` is what a third
 person watching the listener would rate: the self-rating averaged over 2 s, 1 s later,
@@ -83,8 +95,8 @@ other sessions are built. The same seed and arguments give byte-identical CSVs,
 too with the same FFmpeg/x264 build (x264 runs single-threaded); another build of the
 encoder may write different bytes that decode to nearly the same pictures.
 
-**Cost.** The default corpus (16 sessions x 40 s, 16,000 frames) takes 40-45 s on one
-core, two thirds of it in x264 (words, transcripts and observer ratings add milliseconds); ``build_demo(tmp, n_listeners=2, stories=(1, 2),
+**Cost.** The default corpus (6 listeners x stories 1-6, so two test stories per listener,
+x 24 s: 36 sessions, 21,600 frames) takes about 47 s on one core, two thirds of it in x264 (words, transcripts and observer ratings add milliseconds); ``build_demo(tmp, n_listeners=2, stories=(1, 2),
 duration_s=6)`` takes a few seconds (most of it loading dlib's landmark model once).
 """
 
@@ -106,7 +118,7 @@ from .media import role_regions
 from .store import session_name
 
 #: Bumped whenever the same seed would produce different files.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 AUDIO_RATE = 44100
 #: The listener's smile at time t shows in the valence at t + LABEL_DELAY_S.
 LABEL_DELAY_S = 1.5
@@ -116,6 +128,14 @@ LABEL_SLOW_NOISE_SD = 0.03
 LABEL_WHITE_NOISE_SD = 0.01
 #: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed causally over TEXT_TERM_TAU_S).
 TEXT_TERM_WEIGHT = 0.2
+#: the story's common affect curve c_S(t): smooth noise (time scale in s) of this sd, clipped to [-1, 1]
+STORY_CURVE_SD = 0.55
+STORY_CURVE_TIME_S = 2.5
+#: how much a listener's smile follows the story curve (times the listener's story sign)
+STORY_SMILE_WEIGHT = 0.45
+#: how the speaker's phrase affect follows the story curve: a_p = clip(w * c_S(start) + N(0, sd))
+STORY_AFFECT_WEIGHT = 0.8
+PHRASE_AFFECT_SD = 0.3
 TEXT_TERM_TAU_S = 2.0
 #: Observer of the listener: their rating follows the self-rating smoothed over 2 s and 1 s later.
 OBSERVER_LISTENER_SMOOTH_S = 2.0
@@ -150,6 +170,7 @@ BLINK_LEVELS = (0.0, 0.5, 1.0)
 #: Brow raise of each rendered state (1 = up ~0.1 interocular).
 BROW_LEVELS = (0.0, 1.0)
 SPEAKER_SMILE_STATE = 2  # a = 0.17, close to the photo's own smile
+SPEAKER_STORY_SMILE_STATES = 2.0  # the speaker's smile state moves this many levels per unit of story curve
 BACKCHANNEL_MOUTH_STATE = 1
 
 # skimage.data.astronaut() rows/cols holding the head, and the upscaling factor
@@ -452,6 +473,7 @@ class ListenerParams:
     tint: tuple[float, float, float]
     observer_offset: float  # the observer of this listener rates offset + scale * (smoothed, delayed self-rating)
     observer_scale: float
+    story_sign: int = 1  # +1: feels with the story's common curve; -1: against it (planted for listeners 2, 7, ...)
 
 
 @dataclass(frozen=True)
@@ -470,9 +492,9 @@ def listener_params(listener: int, seed: int = 0) -> ListenerParams:
     r = _rng(seed, 1, listener)
     return ListenerParams(
         listener=int(listener),
-        valence_offset=round(float(r.uniform(-0.30, 0.0)), 4),
-        valence_gain=round(float(r.uniform(0.7, 1.1)), 4),
-        smile_baseline=round(float(r.uniform(0.10, 0.35)), 4),
+        valence_offset=round(float(r.uniform(-0.35, 0.15)), 4),
+        valence_gain=round(float(r.uniform(0.6, 1.2)), 4),
+        smile_baseline=round(float(r.uniform(0.35, 0.50)), 4),
         smile_event_rate_hz=round(float(r.uniform(1 / 9, 1 / 5)), 4),
         smile_event_size=round(float(r.uniform(0.6, 1.0)), 4),
         backchannel_f0_hz=round(float(r.uniform(200.0, 240.0)), 2),
@@ -480,7 +502,18 @@ def listener_params(listener: int, seed: int = 0) -> ListenerParams:
         tint=tuple(round(float(v), 3) for v in r.uniform(0.88, 1.12, 3)),
         observer_offset=round(float(r.uniform(-0.05, 0.10)), 4),
         observer_scale=round(float(r.uniform(0.6, 0.9)), 4),
+        story_sign=-1 if int(listener) % 5 == 2 else 1,
     )
+
+
+def story_curve(story: int, t: np.ndarray, seed: int = 0) -> np.ndarray:
+    """The story's common affect curve c_S(t) in [-1, 1] at times ``t`` (s): what every telling of
+    story ``story`` carries, whoever listens (smooth noise on a 10 Hz grid over 0-600 s)."""
+    r = _rng(seed, 6, story)
+    grid_fps = 10.0
+    grid = -5.0 + np.arange(int(605 * grid_fps)) / grid_fps
+    curve = np.clip(STORY_CURVE_SD * _smooth_noise(r, len(grid), STORY_CURVE_TIME_S * grid_fps), -1.0, 1.0)
+    return np.interp(t, grid, curve)
 
 
 def speaker_params(speaker: int, seed: int = 0) -> SpeakerParams:
@@ -736,14 +769,13 @@ def _delayed(x: np.ndarray, delay_s: float, fps: float) -> np.ndarray:
     return np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]]) if d else x.copy()
 
 
-def _phrase_words(rng: np.random.Generator, phrases, syllables) -> tuple[list[float], list[str]]:
-    """Per phrase an affect in [-1, 1] (a slowly drifting story arc) and a sentence: about one word per
-    1.5 syllables, of which round(3 * |affect|) are positive (affect > 0) or negative lexicon words."""
+def _phrase_words(rng: np.random.Generator, phrases, syllables, curve_at_start) -> tuple[list[float], list[str]]:
+    """Per phrase an affect in [-1, 1] (the story curve at the phrase's start plus the telling's own
+    variation) and a sentence: about one word per 1.5 syllables, of which round(3 * |affect|) are
+    positive (affect > 0) or negative lexicon words."""
     affects, texts = [], []
-    arc = 0.0
-    for p0, p1 in phrases:
-        arc = 0.6 * arc + float(rng.normal(0.0, 0.5))
-        a = float(np.clip(arc, -1.0, 1.0))
+    for (p0, p1), c in zip(phrases, curve_at_start, strict=True):
+        a = float(np.clip(STORY_AFFECT_WEIGHT * c + rng.normal(0.0, PHRASE_AFFECT_SD), -1.0, 1.0))
         n_syl = sum(1 for syl in syllables if p0 <= syl["t0"] < p1)
         n = max(2, int(round(n_syl / 1.5)))
         sentence = [str(w) for w in rng.choice(NEUTRAL_WORDS, n)]
@@ -821,7 +853,7 @@ def plan_session(
     while t_event < n / fps:
         events.append({
             "onset_s": round(t_event, 3),
-            "amplitude": round(float(rng.uniform(0.35, 0.7) * lp.smile_event_size), 4),
+            "amplitude": round(float(rng.uniform(0.25, 0.5) * lp.smile_event_size), 4),
             "rise_s": round(float(rng.uniform(0.6, 1.2)), 3),
             "hold_s": round(float(rng.uniform(0.8, 3.0)), 3),
             "decay_s": round(float(rng.uniform(1.2, 2.5)), 3),
@@ -833,7 +865,8 @@ def plan_session(
     slow = 0.04 * _smooth_noise(rng, len(grid), 1.5 * grid_fps)
 
     def smile_at(times: np.ndarray) -> np.ndarray:
-        return np.clip(lp.smile_baseline + _smile_curve(times, events) + np.interp(times, grid, slow), 0.0, 1.0)
+        felt = lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)  # the story, as this listener feels it
+        return np.clip(lp.smile_baseline + felt + _smile_curve(times, events) + np.interp(times, grid, slow), 0.0, 1.0)
 
     smile = smile_at(t)
     smile_delayed = smile_at(t - LABEL_DELAY_S)
@@ -848,10 +881,10 @@ def plan_session(
     noise = LABEL_SLOW_NOISE_SD * _smooth_noise(rng, n, 1.0 * fps) + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
     # words: their own random stream, so adding them left every other signal as it was
     text_rng = _rng(seed, 4, listener, story)
-    phrase_affect, phrase_words = _phrase_words(text_rng, phrases, syllables)
+    phrase_affect, phrase_words = _phrase_words(text_rng, phrases, syllables, story_curve(story, np.array([p0 for p0, _ in phrases]), seed))
     backchannel_words = _backchannel_words(phrases, phrase_affect, backchannels)
     affect = _held_affect(t, phrases, phrase_affect)
-    text_term = TEXT_TERM_WEIGHT * _causal_smooth(affect, TEXT_TERM_TAU_S, fps)
+    text_term = lp.story_sign * TEXT_TERM_WEIGHT * _causal_smooth(affect, TEXT_TERM_TAU_S, fps)
     valence = np.clip(lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise, -1.0, 1.0)
 
     # observers: a third person rating the listener, another rating the speaker
@@ -887,7 +920,9 @@ def plan_session(
         lmouth[(t >= b0) & (t < b1)] = BACKCHANNEL_MOUTH_STATE
     states["listener"]["mouth"] = lmouth
     states["listener"]["brow"] = np.zeros(n, np.int64)
-    states["speaker"]["smile"] = np.full(n, SPEAKER_SMILE_STATE, np.int64)
+    # the speaker's face tells the story's curve: smile states 0-4 around the neutral state
+    states["speaker"]["smile"] = np.clip(np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * story_curve(story, t, seed)),
+                                         0, len(SMILE_LEVELS) - 1).astype(np.int64)
     states["speaker"]["mouth"] = np.digitize(envelope, [0.08, 0.35, 0.65]).astype(np.int64)
     brow = np.zeros(n, np.int64)
     for syl in syllables:
@@ -1323,9 +1358,9 @@ audio_sampling_rate: 16000
 def build_demo(
     out_dir: str | os.PathLike,
     *,
-    n_listeners: int = 4,
-    stories: Sequence[int] = (1, 2, 3, 4),
-    duration_s: float = 40.0,
+    n_listeners: int = 6,
+    stories: Sequence[int] = (1, 2, 3, 4, 5, 6),
+    duration_s: float = 24.0,
     width: int = 1280,
     height: int = 360,
     fps: float = 25,

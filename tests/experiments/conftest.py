@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.config import expand, from_dict
+from experiments.dataset import load_sessions
 from featurestore.store import Channel, SessionMeta, Store, session_name
 
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
@@ -113,6 +115,8 @@ def config_dict(uri: str, experiment: str = "test", **changes) -> dict:
         "postprocess": {"smooth_s": [0, 2], "smooth_method": ["moving_average"], "rescale": ["none"]},
         "tracking": {"uri": uri, "experiment": experiment},
         "seed": 0,
+        # the chosen generalized configurations' unseen-listener runs: on where a test looks at them
+        "unseen_listener": False,
     }
     d.update(changes)
     return d
@@ -184,6 +188,46 @@ def sweep_once(planted_store, tracking_dir):
     from experiments.sweep import run_sweep
     from experiments.tracking import resolve_tracking_uri
 
-    cfg = from_dict(config_dict(tracking_dir, "shared"))
+    cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener=True))
     res = run_sweep(cfg, store=planted_store, progress=False)
     return cfg, res, resolve_tracking_uri(tracking_dir)
+
+
+# --------------------------------------------------------------- configurations and tables
+CHANNELS = ["listener/egemaps", "listener/face_geom", "speaker/egemaps", "speaker/face_geom"]
+
+
+def trials_for(**changes):
+    """Every configuration of :func:`config_dict` with ``changes``."""
+    return expand(from_dict(config_dict("unused", **changes)))
+
+
+def pick(trials, feature_set, model="ridge", personalization="global", smooth_s=0.0, rescale="none"):
+    """The configuration of ``trials`` with these settings."""
+    for t in trials:
+        if (t.feature_set, t.model, t.personalization, t.smooth_s, t.rescale) == (
+            feature_set, model, personalization, smooth_s, rescale,
+        ):
+            return t
+    raise LookupError((feature_set, model, personalization, smooth_s, rescale))
+
+
+@pytest.fixture(scope="module")
+def tables(planted_store):
+    """The planted store's 25 fps tables of every channel."""
+    return load_sessions(planted_store, CHANNELS, splits=SPLITS)
+
+
+@pytest.fixture(scope="module")
+def poisoned_tables(tmp_path_factory):
+    """The same store, but the test story's labels replaced by random numbers."""
+    rng = np.random.default_rng(123)
+
+    def poison(listener, story, y):
+        return rng.uniform(-1, 1, len(y)) if story in SPLITS["test"] else y
+
+    root = tmp_path_factory.mktemp("poisoned_store")
+    build_store(root, labels_override=poison)
+    return load_sessions(root, CHANNELS, splits=SPLITS)
+
+

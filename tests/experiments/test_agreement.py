@@ -118,9 +118,10 @@ def test_ablation_per_target(store, cfg_file, tmp_path, tracking_dir, capsys):
     assert rc == 0, capsys.readouterr().err
     assert f"({OBS_L}, protocol val)" in (out / "ablation.md").read_text()
     table = pd.read_csv(out / "ablation.csv")
-    assert list(table.feature_set) == ["listener", "listener"] and table.ccc_personalized.iloc[1] > 0.3
+    # global ridge without per-listener rescaling: the generalized track
+    assert list(table.feature_set) == ["listener", "listener"] and table.ccc_generalized.iloc[1] > 0.3
 
     from experiments.tracking import Tracker
 
-    run = Tracker(tracking_dir, "agreement-test").client.get_run(table.run_id.iloc[0])
+    run = Tracker(tracking_dir, "agreement-test").client.get_run(table.run_id_generalized.iloc[0])
     assert run.data.params["target"] == OBS_L

@@ -30,7 +30,14 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
     ablation = load_config(CONFIG_DIR / "ablation.yaml")
     trials = expand(ablation)
     assert {t.feature_set for t in trials} == {"speaker", "listener", "both", "speaker_text", "speaker_with_text", "both_with_text"}
-    assert len(trials) < n_default and ablation.tracking.experiment == "omg-ablation"
+    assert ablation.tracking.experiment == "omg-ablation"
+    # both challenge tracks in both packaged sweeps: for the ablation, in every feature set
+    assert {t.track for t in expand(default)} == {"personalized", "generalized"}
+    for fs in ablation.feature_set:
+        part = [t for t in trials if t.feature_set == fs]
+        assert {t.track for t in part} == {"personalized", "generalized"} and len(part) <= 15, fs
+    assert default.unseen_listener and ablation.unseen_listener
+    assert default.postprocess.fit_on == ablation.postprocess.fit_on == "out_of_fold"
     smoke = load_config("smoke")
     assert len(expand(smoke)) <= 6 and len({t.window_key() for t in expand(smoke)}) == 1
     assert smoke.tracking.experiment == "omg-smoke"

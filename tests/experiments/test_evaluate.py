@@ -2,47 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from experiments.config import expand, from_dict
-from experiments.dataset import load_sessions
 from experiments.evaluate import evaluate_trial, window_sessions
 
-from .conftest import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
-
-CHANNELS = ["listener/egemaps", "listener/face_geom", "speaker/egemaps", "speaker/face_geom"]
-
-
-def trials_for(**changes):
-    return expand(from_dict(config_dict("unused", **changes)))
-
-
-def pick(trials, feature_set, model="ridge", personalization="global", smooth_s=0.0, rescale="none"):
-    for t in trials:
-        if (t.feature_set, t.model, t.personalization, t.smooth_s, t.rescale) == (
-            feature_set, model, personalization, smooth_s, rescale,
-        ):
-            return t
-    raise LookupError((feature_set, model, personalization, smooth_s, rescale))
-
-
-@pytest.fixture(scope="module")
-def tables(planted_store):
-    return load_sessions(planted_store, CHANNELS, splits=SPLITS)
-
-
-@pytest.fixture(scope="module")
-def poisoned_tables(tmp_path_factory):
-    """The same store, but the test story's labels replaced by random numbers."""
-    rng = np.random.default_rng(123)
-
-    def poison(listener, story, y):
-        return rng.uniform(-1, 1, len(y)) if story in SPLITS["test"] else y
-
-    root = tmp_path_factory.mktemp("poisoned_store")
-    build_store(root, labels_override=poison)
-    return load_sessions(root, CHANNELS, splits=SPLITS)
+from .conftest import LISTENERS, N_FRAMES, SPLITS, pick, trials_for
 
 
 def run(trial, tables):
@@ -104,13 +71,17 @@ def test_test_labels_never_influence_predictions(tables, poisoned_tables, person
         postprocess={"smooth_s": [2], "smooth_method": ["moving_average"], "rescale": [rescale]},
     )
     trial = pick(trials, "listener", personalization=personalization, smooth_s=2.0, rescale=rescale)
+    trial = dataclasses.replace(trial, unseen_listener=True)  # a generalized configuration is scored on unseen listeners too
     clean, poisoned = run(trial, tables), run(trial, poisoned_tables)
     assert set(clean.predictions) == set(poisoned.predictions)
     for sid in clean.predictions:
         np.testing.assert_array_equal(clean.predictions[sid], poisoned.predictions[sid], err_msg=sid)
+    assert set(clean.unseen_predictions) == set(poisoned.unseen_predictions)
+    for sid in clean.unseen_predictions:
+        np.testing.assert_array_equal(clean.unseen_predictions[sid], poisoned.unseen_predictions[sid], err_msg=sid)
     # every metric not computed on the test story itself is unchanged
     for k, v in clean.metrics.items():
-        if not k.startswith("test."):
+        if not k.startswith(("test.", "test_unseen.")):
             assert poisoned.metrics[k] == v, k
     # and the test metrics did see the poison (the check is not vacuous)
     assert poisoned.metrics["test.ccc_personalized"] != clean.metrics["test.ccc_personalized"]
@@ -118,7 +89,7 @@ def test_test_labels_never_influence_predictions(tables, poisoned_tables, person
 
 def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
     trials = trials_for(protocol="loso")
-    res = run(pick(trials, "listener"), tables)
+    res = run(dataclasses.replace(pick(trials, "listener"), unseen_listener=True), tables)
     assert {"loso.ccc_personalized", "loso.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"} <= set(res.metrics)
     assert not any(k.startswith("val.") for k in res.metrics)
     loso_stories = sorted(SPLITS["train"] + SPLITS["val"])
@@ -127,6 +98,8 @@ def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
     scored = res.scores.groupby("split").story.unique()
     assert sorted(scored["loso"]) == loso_stories
     assert sorted(scored["test"]) == SPLITS["test"]
-    assert len(res.scores) == len(LISTENERS) * 4
+    # under LOSO the unseen-listener protocol scores the test story only
+    assert sorted(scored["test_unseen"]) == SPLITS["test"]
+    assert len(res.scores) == len(LISTENERS) * 5
     assert res.metrics["loso.ccc_personalized"] > 0.5
     assert all(len(p) == N_FRAMES for p in res.predictions.values())

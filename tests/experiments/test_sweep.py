@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -29,10 +31,18 @@ def shared(sweep_once):
     return cfg, res, uri, client
 
 
+def swept(cfg, res) -> list:
+    """Every configuration a sweep of ``cfg`` runs: the grid, then each feature set's chosen
+    generalized configuration again with the unseen-listener protocol."""
+    grid = expand(cfg)
+    chosen = set(res.table.get("unseen_of", pd.Series(dtype=str)).dropna())
+    return grid + [replace(t, unseen_listener=True) for t in grid if t.hash() in chosen]
+
+
 def test_children_nested_under_parent_dummy_first(shared):
     cfg, res, uri, client = shared
-    n = len(expand(cfg))
-    assert n == 10
+    n = len(swept(cfg, res))
+    assert n == len(expand(cfg)) + len(cfg.feature_set) == 12  # one unseen-listener run per feature set
     kids = children(client, res.experiment_id, res.parent_run_id)
     assert len(kids) == n
     assert all(k.info.status == "FINISHED" for k in kids)
@@ -48,7 +58,7 @@ def test_children_nested_under_parent_dummy_first(shared):
 def test_params_metrics_and_tags(shared, planted_store):
     cfg, res, uri, client = shared
     fingerprint, backend = store_fingerprint(planted_store)
-    hashes = {t.hash() for t in expand(cfg)}
+    hashes = {t.hash() for t in swept(cfg, res)}
     seen = set()
     for run in children(client, res.experiment_id, res.parent_run_id):
         p, m, tags = run.data.params, run.data.metrics, run.data.tags
@@ -87,7 +97,12 @@ def test_child_artifacts(shared, tmp_path):
         client.download_artifacts(rid, "", str(local))
         matrix = pd.read_csv(local / "ccc_matrix.csv")
         assert {"session", "listener", "story", "split", "ccc"} <= set(matrix.columns)
-        assert len(matrix) == len(LISTENERS) * 2
+        own = matrix[~matrix.split.str.endswith("_unseen")]
+        assert len(own) == len(LISTENERS) * 2
+        # a generalized-track configuration is also scored on listeners left out of training
+        unseen = run.data.params["unseen_listener"] == "true"
+        assert len(matrix) - len(own) == (len(own) if unseen else 0)
+        assert sorted(set(matrix.split)) == sorted({"val", "test"} | ({"val_unseen", "test_unseen"} if unseen else set()))
         for split in ("val", "test"):
             files = sorted((local / "predictions" / split).glob("*.csv"))
             assert [f.stem for f in files] == sorted(f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split])
@@ -104,24 +119,39 @@ def test_child_artifacts(shared, tmp_path):
 def test_parent_best_run_and_summary(shared, tmp_path):
     cfg, res, uri, client = shared
     parent = client.get_run(res.parent_run_id)
-    best_id = parent.data.tags["best_run_id"]
-    assert best_id == res.best_run_id
     kids = {k.info.run_id: k for k in children(client, res.experiment_id, res.parent_run_id)}
-    assert best_id in kids
-    best_val = kids[best_id].data.metrics["val.ccc_personalized"]
-    assert best_val == max(k.data.metrics["val.ccc_personalized"] for k in kids.values())
-    assert kids[best_id].data.params["features.set"] == "listener"
-    assert parent.data.metrics["best.val.ccc_personalized"] == pytest.approx(best_val)
+    assert parent.data.tags["best_run_id"] == res.best_run_id == res.best_run_ids["personalized"]
+    for track in ("personalized", "generalized"):
+        best_id = parent.data.tags[f"best_run_id_{track}"]
+        assert best_id == res.best_run_ids[track] and best_id in kids
+        # chosen among its own track, by its own averaging on validation
+        same_track = [k for k in kids.values() if k.data.params["track"] == track]
+        assert kids[best_id].data.params["track"] == track
+        best_val = kids[best_id].data.metrics[f"val.ccc_{track}"]
+        assert best_val == max(k.data.metrics[f"val.ccc_{track}"] for k in same_track)
+        assert kids[best_id].data.params["features.set"] == "listener"
+        assert parent.data.metrics[f"best_{track}.val.ccc_{track}"] == pytest.approx(best_val)
+        assert parent.data.metrics[f"best_{track}.test.ccc_{track}"] == pytest.approx(kids[best_id].data.metrics[f"test.ccc_{track}"])
+        low, high = (parent.data.metrics[f"best_{track}.test.ccc_{track}.ci_{end}"] for end in ("low", "high"))
+        assert low <= parent.data.metrics[f"best_{track}.test.ccc_{track}"] <= high
+    assert "best_generalized.test_unseen.ccc_generalized" in parent.data.metrics
+    # per_listener configurations are personalized, global ones without per-listener rescaling generalized
+    assert {k.data.params["personalization"]: k.data.params["track"] for k in kids.values()} == {
+        "global": "generalized", "per_listener": "personalized"}
     summary = pd.read_csv(client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path)))
     assert len(summary) == len(kids) and set(summary.run_id) == set(kids)
     assert summary["val.ccc_personalized"].is_monotonic_decreasing
+    tracks = pd.read_csv(client.download_artifacts(res.parent_run_id, "tracks.csv", str(tmp_path)))
+    assert dict(zip(tracks.track, tracks.run_id, strict=True)) == res.best_run_ids
+    md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
+    assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
 
 
 def test_rerun_of_same_config_reuses_every_run(shared, planted_store):
     cfg, res, uri, client = shared
     before = len(children(client, res.experiment_id))
     again = run_sweep(cfg, store=planted_store, progress=False)
-    assert set(again.table.status) == {"reused"} and len(again.table) == len(expand(cfg))
+    assert set(again.table.status) == {"reused"} and len(again.table) == len(swept(cfg, res))
     assert len(children(client, res.experiment_id)) == before
     assert children(client, res.experiment_id, again.parent_run_id) == []
     assert set(again.table.run_id) == set(res.table.run_id)

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from experiments.metrics import ccc
 from featurestore import demo, media
 from featurestore.config import load_feature_config
 from featurestore.extractors.landmarks import DlibLandmarker
@@ -222,6 +223,37 @@ def test_planted_relations():
     # the listener's mouth opens for every backchannel and nowhere else
     lis_open = plan.states["listener"]["mouth"] > 0
     assert lis_open.sum() == sum(int(((t >= a) & (t < b)).sum()) for a, b in plan.backchannels) > 0
+
+
+def test_planted_story_curve_and_listener_differences():
+    """The story has a common curve every listener's valence follows (with the listener's sign);
+    listeners differ by offset, gain and sign, so knowing who listens helps; the speaker's face tells
+    the story's curve."""
+    r = lambda a, b: float(np.corrcoef(a, b)[0, 1])  # noqa: E731
+    listeners = range(1, 7)
+    params = {L: demo.listener_params(L) for L in listeners}
+    assert [params[L].story_sign for L in listeners] == [1, -1, 1, 1, 1, 1]
+    assert np.ptp([params[L].valence_offset for L in listeners]) > 0.2
+    for story in (3, 6):
+        plans = {L: demo.plan_session(L, story, duration_s=24) for L in listeners}
+        t = plans[1].times
+        curve = demo.story_curve(story, t - demo.LABEL_DELAY_S)
+        for L, plan in plans.items():
+            assert params[L].story_sign * r(plan.valence, curve) > 0.3, (story, L)
+        # the common part: the valence averaged over the listeners who feel with the story follows it
+        with_story = np.mean([plans[L].valence for L in listeners if params[L].story_sign > 0], axis=0)
+        assert r(with_story, curve) > 0.8
+        # the speaker's smile follows the story's curve (not delayed: the listener answers later)
+        smile_state = plans[1].states["speaker"]["smile"]
+        assert r(smile_state, demo.story_curve(story, t)) > 0.9
+        # per-listener level and scale: an affine map per listener from the latent smile fits the
+        # valence better than one map for all, in CCC (what the personalized track can exploit)
+        X = np.concatenate([p.smile_delayed for p in plans.values()])
+        y = np.concatenate([p.valence for p in plans.values()])
+        a, b = np.polyfit(X, y, 1)
+        pooled = [ccc(p.valence, a * p.smile_delayed + b) for p in plans.values()]
+        own = [ccc(p.valence, np.polyval(np.polyfit(p.smile_delayed, p.valence, 1), p.smile_delayed)) for p in plans.values()]
+        assert np.mean(own) > np.mean(pooled) + 0.05
 
 
 def test_piecewise_affine_map_matches_skimage():

@@ -40,7 +40,7 @@ def test_files_and_scan(built):
     raw = info.transcripts[0].read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw  # BOM and CRLF, as subtitle editors write
     truth = json.loads((out / "demo_truth.json").read_text())
-    assert truth["generator_version"] == demo.GENERATOR_VERSION == 2
+    assert truth["generator_version"] == demo.GENERATOR_VERSION == 3
     assert "text_term" in truth["label"] and "valence_observer_listener" in truth["observers"]
     assert "self vs observer of listener" in (out / "README.md").read_text()
 
@@ -69,13 +69,17 @@ def test_transcript_cues_match_the_plan_with_both_tags_and_an_overlap(built):
 def test_planted_text_and_observer_relations():
     plan = demo.plan_session(2, 2, duration_s=40)
     r = lambda x, y: float(np.corrcoef(x, y)[0, 1])  # noqa: E731
-    # what the speaker says moves the valence, and the lexicon channel sees it
+    # what the speaker says moves the valence, and the lexicon channel sees it; listener 2 feels
+    # against the story, so the words move their valence the other way
+    sign = demo.listener_params(2).story_sign
+    assert sign == -1
     assert r(plan.valence, plan.text_term) > 0.2
+    assert r(plan.valence, sign * plan.affect) > 0.2
     cues = demo.transcript_cues(plan)
     parsed = parse_srt(demo.transcript_srt(plan).decode("utf-8-sig"))
     assert len(parsed) >= len(cues)
     lex = LexiconExtractor().process_cues(parsed, plan.n_frames, plan.fps)["speaker"].data[:, 0]
-    assert r(lex, plan.text_term) > 0.5
+    assert r(lex, sign * plan.text_term) > 0.5
     # planted agreement: the observer of the listener agrees with the self-rating far better than
     # the observer of the speaker does
     self_vs_listener_obs = ccc(plan.valence, plan.observer_listener)
