@@ -63,8 +63,9 @@ sweep: install ## run the experiment sweep (CONFIG=...) on the store and log it 
 ablate: install ## speaker / listener / both table -> reports/ablation.{md,csv}
 	$(BIN)/experiments ablate --config experiments/configs/ablation.yaml --store $(STORE) --jobs $(JOBS)
 
-ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT))
+ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT)); prints each experiment's runs link
 	@mkdir -p mlruns
+	-@$(BIN)/python -m experiments.ui --tracking-uri '$(TRACKING)' --url http://127.0.0.1:$(PORT)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri $(TRACKING) \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(PORT) --workers 1
 
