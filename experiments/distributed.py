@@ -23,7 +23,9 @@ submitted once the baselines are logged, so the baseline is the first child run 
 A worker that dies while it logs a child run leaves that run RUNNING; when the sweep ends (or
 the executor raises) the client marks every child of its parent run still RUNNING as KILLED
 with a ``worker_lost`` tag (:meth:`experiments.tracking.Tracker.reap_children`), so resume
-runs the configuration again unless Dask's retry of the task finished it.
+runs the configuration again unless Dask's retry of the task finished it. A dead worker also
+loses the results it held: Dask computes those tasks again, and a worker-logged task whose
+configuration this sweep already logged FINISHED returns that run instead of logging it twice.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .config import ExperimentConfig, Trial, WindowKey
 from .dataset import DatasetError, SessionTable, load_sessions
 from .evaluate import TrialResult, Windowed, evaluate_trial, window_sessions
 from .sweep import Outcome, SweepContext, SweepResult, log_child, run_sweep, with_figures
-from .tracking import Tracker, resolve_tracking_uri
+from .tracking import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
 WINDOW_CACHE_SIZE = 2
@@ -123,13 +125,28 @@ def _tracker(ctx: SweepContext) -> Tracker:
         return _TRACKERS[key]
 
 
+def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
+    """The sweep-table row of ``trial`` if this sweep logged it FINISHED already, else None.
+
+    Dask runs a task again when the worker holding its result dies before the client fetched
+    it; a task that logs its child run itself must then return that run, not log a second one.
+    """
+    run = _tracker(job.ctx).finished_child(job.ctx.parent_run_id, trial.hash())
+    if run is None:
+        return None
+    return {"run_id": run.info.run_id, "status": "done", "label": trial.label(), CONFIG_HASH_TAG: trial.hash(),
+            **trial.params(), **run.data.metrics}
+
+
 def evaluate_on_worker(trial: Trial, job: WorkerJob) -> tuple[TrialResult | dict | None, str]:
     """A Dask task: window (cached), fit, score one configuration; log it too if ``job.log_runs``.
 
     Returns ``(result, "")`` or ``(None, error)`` like the local executor, or ``(row, "")``
-    once the child run is logged here. Store problems raise :class:`DatasetError` (they stop
-    the sweep, as in the local executor).
+    once the child run is logged here (or was, by an earlier run of this task: :func:`logged_row`).
+    Store problems raise :class:`DatasetError` (they stop the sweep, as in the local executor).
     """
+    if job.log_runs and (row := logged_row(job, trial)) is not None:
+        return row, ""
     tables = _tables(job)
     result: TrialResult | None = None
     try:

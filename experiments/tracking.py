@@ -208,6 +208,17 @@ class Tracker:
             out[r.data.tags[CONFIG_HASH_TAG]] = r
         return out
 
+    def finished_child(self, parent_id: str, config_hash: str):
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None.
+
+        For a Dask task that logs its own child run and may be run twice: Dask computes a task
+        again when the worker holding its result dies before the client fetched it, and the
+        second run must not log the configuration again.
+        """
+        runs = self.search(f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
+                           f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'", max_results=1)
+        return runs[0] if runs else None
+
     def reap_stale(self) -> list[str]:
         """Mark runs left RUNNING by a process that no longer exists as KILLED; returns their ids."""
         host = socket.gethostname()

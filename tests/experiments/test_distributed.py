@@ -167,3 +167,31 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     again = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False, log_artifacts=False)
     assert (again.table.status == "reused").all()
 
+
+def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
+    """Dask computes a task again when the worker holding its result dies: a worker-logged
+    configuration must come back as the run already logged, not as a second child run."""
+    from experiments.distributed import WorkerJob, clear_worker_state, evaluate_on_worker
+    from experiments.sweep import SweepContext
+    from experiments.tracking import Tracker
+    from featurestore import Store
+
+    proc, uri, folder = mlflow_server
+    wait_healthy(uri, proc, log=folder / "server.log")
+    cfg = from_dict(config_dict(uri, "dask-task-twice", feature_set=["listener"]))
+    trial = expand(cfg)[-1]
+    tracker = Tracker(uri, cfg.tracking.experiment)
+    parent = tracker.start_run("parent")
+    ctx = SweepContext(cfg=cfg, store=str(planted_store), channels=tuple(sorted(trial.channels)), store_fingerprint="f",
+                       jobs=1, tracking_uri=uri, experiment=cfg.tracking.experiment, parent_run_id=parent,
+                       child_tags={"store_fingerprint": "f"}, log_artifacts=False)
+    job = WorkerJob(ctx, tuple(Store(planted_store).list_sessions()), log_runs=True)
+    try:
+        first, _ = evaluate_on_worker(trial, job)
+        again, _ = evaluate_on_worker(trial, job)
+    finally:
+        clear_worker_state()
+    assert first["status"] == again["status"] == "done" and again["run_id"] == first["run_id"]
+    assert again["val.ccc_personalized"] == first["val.ccc_personalized"]
+    kids = tracker.search(f"tags.mlflow.parentRunId = '{parent}'")
+    assert [k.info.run_id for k in kids] == [first["run_id"]]
