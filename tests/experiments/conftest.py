@@ -161,6 +161,23 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0, log:
     pytest.fail(f"mlflow server at {url} not healthy after {timeout_s} s{tail()}")
 
 
+def copy_tracking_db(tracking_dir: str, folder: Path) -> str:
+    """Copy the shared test tracking database into ``folder`` (``folder/mlflow.db``, the tables
+    made already: creating them takes seconds); returns its ``sqlite:///`` URI."""
+    import sqlite3
+
+    from experiments.tracking import resolve_tracking_uri
+
+    folder.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
+    dst = sqlite3.connect(folder / "mlflow.db")
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 @contextlib.contextmanager
 def process_group(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
     """Run ``cmd`` in a process group of its own (stdout discarded, stderr to ``log``); at exit

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import sys
 import time
 
@@ -19,6 +18,7 @@ from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
 from .conftest import (
     assert_same_metrics,
     config_dict,
+    copy_tracking_db,
     dask_cluster,
     free_port,
     process_group,
@@ -36,14 +36,10 @@ def mlflow_server(tracking_dir, tmp_path_factory):
     test database (creating the tables takes seconds).
     """
     folder = tmp_path_factory.mktemp("mlflow_server")
-    src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
-    dst = sqlite3.connect(folder / "server.db")
-    src.backup(dst)
-    src.close()
-    dst.close()
+    backend = copy_tracking_db(tracking_dir, folder)
     port = free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
            "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1"]
     # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
