@@ -208,7 +208,7 @@ class Tracker:
             out[r.data.tags[CONFIG_HASH_TAG]] = r
         return out
 
-    def finished_child(self, parent_id: str, config_hash: str):
+    def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
         """The FINISHED child run of ``parent_id`` with ``config_hash``, or None.
 
         For a Dask task that logs its own child run and may be run twice: Dask computes a task
