@@ -10,7 +10,10 @@ CONFIG ?= experiments/configs/default.yaml
 PORT   ?= 5000
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5001
+MLFLOW_WORKERS ?= 1
+MLFLOW_ALLOWED_HOSTS ?=
 TRACKING ?= sqlite:///mlruns/mlflow.db
+ARTIFACTS ?= ./mlruns/artifacts
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
 .DEFAULT_GOAL := help
@@ -23,7 +26,8 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 	@echo ""
 	@echo "variables: DATA=<OMG-Empathy folder> (default: the demo corpus)  STORE=$(STORE)  JOBS=$(JOBS)  CONFIG=$(CONFIG)"
-	@echo "           TRACKING=$(TRACKING)  MLFLOW_HOST=$(MLFLOW_HOST)  MLFLOW_PORT=$(MLFLOW_PORT) (make mlflow-server)"
+	@echo "           TRACKING=$(TRACKING)  ARTIFACTS=$(ARTIFACTS)  MLFLOW_HOST=$(MLFLOW_HOST)  MLFLOW_PORT=$(MLFLOW_PORT)"
+	@echo "           MLFLOW_WORKERS=$(MLFLOW_WORKERS)  MLFLOW_ALLOWED_HOSTS=<host names> (make mlflow-server)"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
@@ -63,16 +67,22 @@ sweep: install ## run the experiment sweep (CONFIG=...) on the store and log it 
 ablate: install ## speaker / listener / both table -> reports/ablation.{md,csv}
 	$(BIN)/experiments ablate --config experiments/configs/ablation.yaml --store $(STORE) --jobs $(JOBS)
 
-ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT))
+ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT)); prints each experiment's runs link
 	@mkdir -p mlruns
+	-@$(BIN)/python -m experiments.ui --tracking-uri '$(TRACKING)' --url http://127.0.0.1:$(PORT)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri $(TRACKING) \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(PORT) --workers 1
 
+# TRACKING=postgresql://USER@DBHOST/DB for a lab (password in ~/.pgpass or PGPASSWORD, not in the URI)
 mlflow-server: install ## MLflow tracking server for many writers (Dask workers): http://$(MLFLOW_HOST):$(MLFLOW_PORT)
-	@mkdir -p mlruns/artifacts
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri $(TRACKING) \
-		--serve-artifacts --artifacts-destination ./mlruns/artifacts \
-		--host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1
+	@case '$(TRACKING)' in postgresql*) $(BIN)/python -c 'import sys, sqlalchemy; \
+		sqlalchemy.engine.make_url(sys.argv[1]).get_dialect().import_dbapi()' '$(TRACKING)' 2>/dev/null || { \
+		echo "the database driver for TRACKING=$(TRACKING) is not installed: $(BIN)/pip install -e '.[lab]'" >&2; exit 2; } ;; esac
+	@case '$(ARTIFACTS)' in *://*) ;; *) mkdir -p '$(ARTIFACTS)' ;; esac
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri '$(TRACKING)' \
+		--serve-artifacts --artifacts-destination '$(ARTIFACTS)' \
+		--host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) \
+		$(if $(MLFLOW_ALLOWED_HOSTS),--allowed-hosts '$(MLFLOW_ALLOWED_HOSTS)')
 
 lint: install ## ruff
 	$(BIN)/ruff check featurestore experiments tests bench

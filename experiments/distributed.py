@@ -23,7 +23,9 @@ submitted once the baselines are logged, so the baseline is the first child run 
 A worker that dies while it logs a child run leaves that run RUNNING; when the sweep ends (or
 the executor raises) the client marks every child of its parent run still RUNNING as KILLED
 with a ``worker_lost`` tag (:meth:`experiments.tracking.Tracker.reap_children`), so resume
-runs the configuration again unless Dask's retry of the task finished it.
+runs the configuration again unless Dask's retry of the task finished it. A dead worker also
+loses the results it held: Dask computes those tasks again, and a worker-logged task whose
+configuration this sweep already logged FINISHED returns that run instead of logging it twice.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .sweep import (
     Outcome,
     SweepContext,
     SweepResult,
+    _identity,
     fit_groups,
     log_child,
     run_sweep,
@@ -131,14 +134,37 @@ def _tracker(ctx: SweepContext) -> Tracker:
         return _TRACKERS[key]
 
 
+def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
+    """The sweep-table row of ``trial`` if this sweep logged it FINISHED already, else None.
+
+    Dask runs a task again when the worker holding its result dies before the client fetched
+    it; a task that logs its child runs itself must then return those runs, not log second ones.
+    """
+    run = _tracker(job.ctx).finished_child(job.ctx.parent_run_id, trial.hash())
+    if run is None:
+        return None
+    return {"run_id": run.info.run_id, "status": "done", "label": trial.label(), **_identity(trial),
+            **trial.params(), **run.data.metrics}
+
+
 def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
     """A Dask task: window (cached), fit and score one fit group (configurations that differ only
     in post-processing, see :func:`experiments.sweep.fit_groups`); log them too if ``job.log_runs``.
 
     Returns, per configuration, ``(result, "")`` or ``(None, error)`` like the local executor,
-    or ``(row, "")`` once the child run is logged here. Store problems raise
-    :class:`DatasetError` (they stop the sweep, as in the local executor).
+    or ``(row, "")`` once the child run is logged here (or was, by an earlier run of this task:
+    :func:`logged_row`). Store problems raise :class:`DatasetError` (they stop the sweep, as in
+    the local executor).
     """
+    done = {t: logged_row(job, t) for t in trials} if job.log_runs else {}
+    pending = tuple(t for t in trials if done.get(t) is None)
+    if not pending:
+        return [(done[t], "") for t in trials]
+    fresh = _evaluate_and_log(pending, job)
+    return [(done[t], "") if done.get(t) is not None else fresh.pop(0) for t in trials]
+
+
+def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
     tables = _tables(job)
     results: list[TrialResult | None] = [None] * len(trials)
     try:

@@ -24,9 +24,15 @@ def _wrap(text: str, width_in: float, fontsize: float) -> str:
 
 
 def _plt():
+    import os
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg")
+    # headless processes draw with Agg; a notebook (pyplot or IPython loaded, MPLBACKEND set) keeps
+    # its backend, or its own figures would stop showing after a sweep
+    if not ({"matplotlib.pyplot", "IPython"} & set(sys.modules) or os.environ.get("MPLBACKEND")):
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt

@@ -15,6 +15,9 @@ Design choices (each against a failure seen in practice):
   own children still RUNNING when it ends as KILLED, tagged ``worker_lost``
   (:meth:`Tracker.reap_children`).
 * Every client call retries on SQLite's ``database is locked`` (two sweeps on one store).
+* Experiments carry MLflow 3's experiment kind (``mlflow.experimentKind``:
+  ``custom_model_development``) and a saved view of the runs table with the CCC columns, so
+  the UI opens on the runs (see :mod:`experiments.ui`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from featurestore.processes import pid_alive
+
+from .ui import experiment_tags
 
 T = TypeVar("T")
 
@@ -132,11 +137,15 @@ class Tracker:
             if exp is None:
                 root = artifact_root_for(self.uri)
                 loc = f"{root}/{experiment}" if root else None
-                self.experiment_id = with_retry(lambda: self.client.create_experiment(experiment, artifact_location=loc))
+                self.experiment_id = with_retry(lambda: self.client.create_experiment(
+                    experiment, artifact_location=loc, tags=experiment_tags()))
             else:
                 if exp.lifecycle_stage == "deleted":
                     with_retry(lambda: self.client.restore_experiment(exp.experiment_id))
                 self.experiment_id = exp.experiment_id
+                # experiments created before the tags existed (or by other tools) get them now
+                for key, value in experiment_tags(exp.tags).items():
+                    with_retry(lambda k=key, v=value: self.client.set_experiment_tag(self.experiment_id, k, v))
 
     # ------------------------------------------------------------------ runs
     def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -198,6 +207,17 @@ class Tracker:
         for r in sorted(runs, key=lambda r: r.info.start_time):
             out[r.data.tags[CONFIG_HASH_TAG]] = r
         return out
+
+    def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None.
+
+        For a Dask task that logs its own child run and may be run twice: Dask computes a task
+        again when the worker holding its result dies before the client fetched it, and the
+        second run must not log the configuration again.
+        """
+        runs = self.search(f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
+                           f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'", max_results=1)
+        return runs[0] if runs else None
 
     def reap_stale(self) -> list[str]:
         """Mark runs left RUNNING by a process that no longer exists as KILLED; returns their ids."""

@@ -9,12 +9,15 @@ the speaker channels are unrelated noise, so the listener feature set must win.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,8 @@ SPLITS = {"train": [2, 4], "val": [1], "test": [3]}
 SPLIT_OF = {s: name for name, stories in SPLITS.items() for s in stories}
 DELAY_S = 1.0
 ROOT = Path(__file__).resolve().parents[2]
+#: the protocol metrics every sweep logs per configuration
+METRICS = ["val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"]
 
 
 def _smooth_signal(rng: np.random.Generator, t: np.ndarray, n_waves: int = 6) -> np.ndarray:
@@ -158,6 +163,84 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0, log:
         except OSError:
             time.sleep(0.2)
     pytest.fail(f"mlflow server at {url} not healthy after {timeout_s} s{tail()}")
+
+
+def copy_tracking_db(tracking_dir: str, folder: Path) -> str:
+    """Copy the shared test tracking database into ``folder`` (``folder/mlflow.db``, the tables
+    made already: creating them takes seconds); returns its ``sqlite:///`` URI."""
+    import sqlite3
+
+    from experiments.tracking import resolve_tracking_uri
+
+    folder.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
+    dst = sqlite3.connect(folder / "mlflow.db")
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+@contextlib.contextmanager
+def process_group(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``cmd`` in a process group of its own (stdout discarded, stderr to ``log``); at exit
+    SIGKILL that group and nothing else (e.g. a server and the workers it started)."""
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def dask_cluster(n_workers: int = 2, allowed_failures: int | None = None):
+    """A local Dask cluster of ``n_workers`` single-threaded worker processes (restarted by their
+    nannies when they die). ``allowed_failures``: how many lost workers a task survives before
+    it fails with ``KilledWorker`` (Dask's default: 3)."""
+    import dask
+    from distributed import LocalCluster
+
+    settings = {} if allowed_failures is None else {"distributed.scheduler.allowed-failures": allowed_failures}
+    with dask.config.set(settings):
+        c = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                         scheduler_kwargs={"dashboard_address": ":0"})
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def assert_same_metrics(table, reference) -> None:
+    """Every val./test. metric of ``reference`` (indexed by config hash) equals ``table``'s, per configuration."""
+    import numpy as np
+
+    from experiments.tracking import CONFIG_HASH_TAG
+
+    t = table.set_index(CONFIG_HASH_TAG)
+    assert sorted(t.index) == sorted(reference.index)
+    cols = [c for c in reference.columns if c.startswith(("val.", "test.")) and c in t.columns]
+    assert set(METRICS) <= set(cols)
+    for h in t.index:
+        for c in cols:
+            a, b = t.at[h, c], reference.at[h, c]
+            assert (np.isnan(a) and np.isnan(b)) or a == b, (t.at[h, "label"], c, a, b)
+
+
+@pytest.fixture(scope="session")
+def local_reference(planted_store, tracking_dir):
+    """The local executor's metrics per config hash for :func:`config_dict` on the planted store."""
+    from experiments.config import from_dict
+    from experiments.sweep import run_sweep
+    from experiments.tracking import CONFIG_HASH_TAG
+
+    cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
+    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    assert res.n_failed == 0
+    return res.table.set_index(CONFIG_HASH_TAG)
 
 
 @pytest.fixture(scope="session")

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
-import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 from mlflow import MlflowClient
 
 from experiments.config import expand, from_dict
 from experiments.dataset import DatasetError
 from experiments.distributed import run_sweep_dask
-from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
 
-from .conftest import config_dict, free_port, wait_healthy
+from .conftest import (
+    assert_same_metrics,
+    config_dict,
+    copy_tracking_db,
+    dask_cluster,
+    free_port,
+    process_group,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.slow
-
-METRICS = ["val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"]
 
 
 @pytest.fixture(scope="module")
@@ -34,24 +36,15 @@ def mlflow_server(tracking_dir, tmp_path_factory):
     test database (creating the tables takes seconds).
     """
     folder = tmp_path_factory.mktemp("mlflow_server")
-    src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
-    dst = sqlite3.connect(folder / "server.db")
-    src.backup(dst)
-    src.close()
-    dst.close()
+    backend = copy_tracking_db(tracking_dir, folder)
     port = free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with open(folder / "server.log", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-             "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1"],
-            env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-        )
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+           "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1"]
+    # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
+    with process_group(cmd, folder / "server.log", env=env, cwd=folder) as proc:
         yield proc, f"http://127.0.0.1:{port}", folder
-        # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -60,39 +53,15 @@ def cluster(mlflow_server):
 
     It asks for the MLflow server only so that the server is started first and boots meanwhile.
     """
-    from distributed import LocalCluster
-
-    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                     scheduler_kwargs={"dashboard_address": ":0"})
-    yield c.scheduler_address
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def local_reference(planted_store, tracking_dir):
-    """The local executor's metrics per config hash on the planted store."""
-    cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
-    assert res.n_failed == 0
-    return res.table.set_index(CONFIG_HASH_TAG)
-
-
-def _assert_same_metrics(table, reference) -> None:
-    t = table.set_index(CONFIG_HASH_TAG)
-    assert sorted(t.index) == sorted(reference.index)
-    cols = [c for c in reference.columns if c.startswith(("val.", "test.")) and c in t.columns]
-    assert set(METRICS) <= set(cols)
-    for h in t.index:
-        for c in cols:
-            a, b = t.at[h, c], reference.at[h, c]
-            assert (np.isnan(a) and np.isnan(b)) or a == b, (t.at[h, "label"], c, a, b)
+    with dask_cluster(2) as c:
+        yield c.scheduler_address
 
 
 def test_dask_sweep_same_metrics_as_local_via_sqlite(planted_store, tracking_dir, cluster, local_reference):
     cfg = from_dict(config_dict(tracking_dir, "dask-sqlite"))
     res = run_sweep_dask(cfg, store=planted_store, scheduler=cluster, progress=False, log_artifacts=False)
     assert res.n_failed == 0 and (res.table.status == "done").all()
-    _assert_same_metrics(res.table, local_reference)
+    assert_same_metrics(res.table, local_reference)
     # the table is in configuration order, baseline first, like the local executor's
     assert list(res.table[CONFIG_HASH_TAG]) == list(local_reference.index)
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
@@ -124,7 +93,7 @@ def test_workers_log_through_an_mlflow_server_once_each(planted_store, cluster, 
     res = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False)
     n = len(expand(cfg))
     assert n >= 3 and res.n_failed == 0 and len(res.table) == n
-    _assert_same_metrics(res.table, local_reference.loc[res.table[CONFIG_HASH_TAG]])
+    assert_same_metrics(res.table, local_reference.loc[res.table[CONFIG_HASH_TAG]])
 
     client = MlflowClient(tracking_uri=uri)
     kids = client.search_runs([res.experiment_id], "tags.mlflow.parentRunId != ''", max_results=100)
@@ -193,3 +162,32 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     assert not [k for k in kids if k.info.status == "RUNNING"]
     again = run_sweep_dask(cfg, store=planted_store, tracking_uri=uri, scheduler=cluster, progress=False, log_artifacts=False)
     assert (again.table.status == "reused").all()
+
+
+def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
+    """Dask computes a task again when the worker holding its result dies: a worker-logged
+    configuration must come back as the run already logged, not as a second child run."""
+    from experiments.distributed import WorkerJob, clear_worker_state, evaluate_on_worker
+    from experiments.sweep import SweepContext
+    from experiments.tracking import Tracker
+    from featurestore import Store
+
+    proc, uri, folder = mlflow_server
+    wait_healthy(uri, proc, log=folder / "server.log")
+    cfg = from_dict(config_dict(uri, "dask-task-twice", feature_set=["listener"]))
+    trial = expand(cfg)[-1]
+    tracker = Tracker(uri, cfg.tracking.experiment)
+    parent = tracker.start_run("parent")
+    ctx = SweepContext(cfg=cfg, store=str(planted_store), channels=tuple(sorted(trial.channels)), store_fingerprint="f",
+                       jobs=1, tracking_uri=uri, experiment=cfg.tracking.experiment, parent_run_id=parent,
+                       child_tags={"store_fingerprint": "f"}, log_artifacts=False)
+    job = WorkerJob(ctx, tuple(Store(planted_store).list_sessions()), log_runs=True)
+    try:
+        first, _ = evaluate_on_worker(trial, job)
+        again, _ = evaluate_on_worker(trial, job)
+    finally:
+        clear_worker_state()
+    assert first["status"] == again["status"] == "done" and again["run_id"] == first["run_id"]
+    assert again["val.ccc_personalized"] == first["val.ccc_personalized"]
+    kids = tracker.search(f"tags.mlflow.parentRunId = '{parent}'")
+    assert [k.info.run_id for k in kids] == [first["run_id"]]

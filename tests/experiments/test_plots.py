@@ -110,3 +110,20 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
     assert plot_ablation(pd.DataFrame([{"feature_set": "both", "split": "val", "ccc_personalized": 0.3,
                                         "ccc_generalized": 0.2, "run_id": "x"}]), buf) is buf
     assert buf.getvalue().startswith(b"\x89PNG\r\n\x1a\n") and len(buf.getvalue()) > 1000
+
+
+@pytest.mark.parametrize(("setup", "backend"), [("pass", "agg"), ("import matplotlib.pyplot; matplotlib.use('svg')", "svg")])
+def test_drawing_keeps_a_notebooks_backend(setup, backend):
+    """A headless process draws with Agg; a session that chose its backend (a notebook's inline
+    one) keeps it, so its own figures still show after a sweep drew the runs' plots."""
+    import subprocess
+    import sys
+
+    from .conftest import cli_env
+
+    env = {k: v for k, v in cli_env().items() if k != "MPLBACKEND"}
+    code = (f"import matplotlib; {setup}; from experiments.plots import load_backend; load_backend(); "
+            "print(matplotlib.get_backend().lower())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == backend
