@@ -761,12 +761,27 @@ def _summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str
                                 "test.ccc_personalized", "test.ccc_generalized", "test_unseen.ccc_generalized"] if c in table]
             ordered = table.sort_values(metric, ascending=False) if metric in table else table
             ordered.to_csv(Path(tmp) / "summary.csv", index=False)
-            listing = ordered[cols].to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else ordered[cols].to_string(index=False)
+            listing = _with_intervals(ordered, cols)
+            listing = listing.to_markdown(index=False) if _has_tabulate() else listing.to_string(index=False)
             (Path(tmp) / "summary.md").write_text(summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n")
             if not summary.empty:
                 summary.to_csv(Path(tmp) / "tracks.csv", index=False)
             tracker.log_artifacts(parent, tmp)
     return best_ids
+
+
+def _with_intervals(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``table[cols]`` with every CCC written as ``value [ci_low, ci_high]`` (95 % over listeners)."""
+    out = table[cols].copy()
+    for c in cols:
+        if ".ccc_" not in c:
+            continue
+        low, high = table.get(f"{c}.ci_low"), table.get(f"{c}.ci_high")
+        out[c] = [
+            "" if pd.isna(v) else f"{v:.3f}" if low is None or pd.isna(lo) else f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
+            for v, lo, hi in zip(table[c], low if low is not None else table[c], high if high is not None else table[c], strict=True)
+        ]
+    return out
 
 
 def _has_tabulate() -> bool:

@@ -145,6 +145,9 @@ def test_parent_best_run_and_summary(shared, tmp_path):
     assert dict(zip(tracks.track, tracks.run_id, strict=True)) == res.best_run_ids
     md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
     assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
+    # every configuration listed with its CCC and the interval around it
+    rows = [line for line in md.split("# Every configuration")[1].splitlines() if line.startswith("| ") and "run_id" not in line]
+    assert len(rows) == len(kids) and all("[" in line for line in rows)
 
 
 def test_rerun_of_same_config_reuses_every_run(shared, planted_store):
