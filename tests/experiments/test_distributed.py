@@ -183,8 +183,8 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
                        child_tags={"store_fingerprint": "f"}, log_artifacts=False)
     job = WorkerJob(ctx, tuple(Store(planted_store).list_sessions()), log_runs=True)
     try:
-        first, _ = evaluate_on_worker(trial, job)
-        again, _ = evaluate_on_worker(trial, job)
+        [(first, _)] = evaluate_on_worker((trial,), job)
+        [(again, _)] = evaluate_on_worker((trial,), job)
     finally:
         clear_worker_state()
     assert first["status"] == again["status"] == "done" and again["run_id"] == first["run_id"]
