@@ -761,8 +761,7 @@ def _summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str
                                 "test.ccc_personalized", "test.ccc_generalized", "test_unseen.ccc_generalized"] if c in table]
             ordered = table.sort_values(metric, ascending=False) if metric in table else table
             ordered.to_csv(Path(tmp) / "summary.csv", index=False)
-            listing = _with_intervals(ordered, cols)
-            listing = listing.to_markdown(index=False) if _has_tabulate() else listing.to_string(index=False)
+            listing = _markdown_table(_with_intervals(ordered, cols))
             (Path(tmp) / "summary.md").write_text(summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n")
             if not summary.empty:
                 summary.to_csv(Path(tmp) / "tracks.csv", index=False)
@@ -784,9 +783,13 @@ def _with_intervals(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return out
 
 
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _markdown_table(table: pd.DataFrame) -> str:
+    """``table`` as a Markdown table (text cells as they are, numbers with 3 decimals)."""
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if pd.isna(v) else f"{v:.3f}"
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
