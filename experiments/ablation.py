@@ -219,6 +219,7 @@ def ablate(
     progress: bool = True,
     executor: str = "local",
     scheduler: str | None = None,
+    resume: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:
     """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}`` and
     ``reports/ablation_comparisons.csv``, and log them to MLflow.
@@ -235,9 +236,10 @@ def ablate(
         from .distributed import run_sweep_dask
 
         sweep = run_sweep_dask(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, scheduler=scheduler,
-                               progress=progress, run_name="ablation")
+                               progress=progress, run_name="ablation", resume=resume)
     elif executor == "local":
-        sweep = run_sweep(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name="ablation")
+        sweep = run_sweep(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name="ablation",
+                          resume=resume)
     else:
         raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)

@@ -284,8 +284,9 @@ def agreement(
     that every compared session has). ``cross`` False skips the cross-target table.
     """
     from .plots import plot_agreement
+    from .provenance import code_version
     from .sweep import store_fingerprint
-    from .tracking import Tracker, git_commit
+    from .tracking import Tracker
 
     st = _store(store)
     pairs = target_pairs(st, targets)
@@ -306,7 +307,7 @@ def agreement(
 
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     fingerprint, _ = store_fingerprint(st)
-    run_id = tracker.start_run("agreement", tags={"agreement": "true", "store_fingerprint": fingerprint, "git_commit": git_commit()})
+    run_id = tracker.start_run("agreement", tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()})
     params = {"pairs": ";".join(f"{a}~{b}" for a, b in pairs), "store": str(st.root)}
     if trial is not None:
         params.update({f"cross.{k}": v for k, v in trial.params().items() if k != "target"})

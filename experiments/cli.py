@@ -174,6 +174,8 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, help="configurations evaluated in parallel processes (default: the config's jobs, else 1)")
     p.add_argument("--executor", choices=["local", "dask"], default="local", help="where configurations run")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (with --executor dask)")
+    p.add_argument("--no-resume", "--rerun", dest="resume", action="store_false",
+                   help="run every configuration again, even those with a finished run by the same code on the same store")
 
 
 def _check_store(store: str) -> None:
@@ -232,10 +234,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
-        res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, **kw)
-    except (DatasetError, ConnectionError) as e:  # channels or labels the store lacks; no Dask scheduler
+        res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, resume=args.resume, **kw)
+    except (DatasetError, ConnectionError, *_dask_errors(args)) as e:  # the store lacks channels or labels; no Dask scheduler
         raise UsageError(str(e)) from e
     return _print_sweep(res)
+
+
+def _dask_errors(args: argparse.Namespace) -> tuple[type[Exception], ...]:
+    """Errors of the Dask executor that are the user's to fix (workers running other code)."""
+    if args.executor != "dask":
+        return ()
+    from .distributed import WorkerCodeMismatch
+
+    return (WorkerCodeMismatch,)
 
 
 def add_ablate(sub: argparse._SubParsersAction) -> None:
@@ -253,8 +264,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     _check_store(args.store)
     try:
         df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out,
-                         executor=args.executor, scheduler=args.scheduler)
-    except (DatasetError, ConnectionError) as e:  # channels or labels the store lacks; no Dask scheduler
+                         executor=args.executor, scheduler=args.scheduler, resume=args.resume)
+    except (DatasetError, ConnectionError, *_dask_errors(args)) as e:  # the store lacks channels or labels; no Dask scheduler
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()

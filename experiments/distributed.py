@@ -182,8 +182,44 @@ def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[T
         except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
             results, error = [None] * len(trials), f"{type(e).__name__}: {e}"
     if job.log_runs:
-        return [(log_child(_tracker(job.ctx), job.ctx, t, r, error), "") for t, r in zip(trials, results, strict=True)]
+        from .provenance import code_version
+
+        # the worker's own code version on the runs it logs (the sweep refused a worker whose code differs)
+        ctx = replace(job.ctx, child_tags={**job.ctx.child_tags, **code_version().tags()})
+        return [(log_child(_tracker(ctx), ctx, t, r, error), "") for t, r in zip(trials, results, strict=True)]
     return [(r, error) for r in results]
+
+
+def worker_code_fingerprint() -> str:
+    """On a worker: the code fingerprint of the package it imports (:mod:`experiments.provenance`)."""
+    from .provenance import code_version
+
+    return code_version().fingerprint
+
+
+class WorkerCodeMismatch(RuntimeError):
+    """A Dask worker runs other code than the client: its results would not be this code's."""
+
+
+def check_worker_code(client) -> None:
+    """Refuse a cluster whose workers import other code than this process (another checkout,
+    version or uncommitted change): their runs would carry results this code did not compute.
+
+    Raises:
+        WorkerCodeMismatch: naming each differing worker and its fingerprint.
+    """
+    from .provenance import code_version
+
+    mine = code_version().fingerprint
+    theirs = client.run(worker_code_fingerprint)
+    differ = {addr: fp for addr, fp in theirs.items() if fp != mine}
+    if differ:
+        listed = ", ".join(f"{addr} ({fp})" for addr, fp in sorted(differ.items()))
+        raise WorkerCodeMismatch(
+            f"Dask workers {listed} run other code than this client (code fingerprint {mine}); install the same "
+            "checkout of omg-empathy-bench on every worker (pip install -e . from it, uncommitted changes included) "
+            "and restart them, or start the sweep from the workers' version"
+        )
 
 
 def warm_up(plots: bool = False) -> None:
@@ -227,6 +263,7 @@ class DaskTrials:
     def __call__(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
         if not todo:
             return
+        check_worker_code(self.client)
         store = ctx.store if isinstance(ctx.store, Store) else Store(ctx.store)
         job = WorkerJob(replace(ctx, store=str(store.root.resolve())), tuple(store.list_sessions()), self.log_on_workers)
         run = uuid.uuid4().hex[:8]
@@ -284,6 +321,7 @@ def run_sweep_dask(
     log_artifacts: bool = True,
     on_result: Callable[[dict], None] | None = None,
     log_on_workers: bool | None = None,
+    resume: bool = True,
 ) -> SweepResult:
     """Run the sweep of ``cfg`` on Dask; same runs, resume and summary as :func:`run_sweep`.
 
@@ -303,6 +341,7 @@ def run_sweep_dask(
         on_result: called with each configuration's table row as it is recorded.
         log_on_workers: workers log their child runs; None = only for an ``http(s)://`` URI.
             SQLite and file stores take one writer, so True is refused for them.
+        resume: reuse finished runs of the same code (see :func:`experiments.sweep.run_sweep`).
 
     Returns:
         The :class:`SweepResult` of :func:`run_sweep`.
@@ -327,5 +366,5 @@ def run_sweep_dask(
         return run_sweep(
             cfg, store=store, tracking_uri=tracking_uri, jobs=n_workers_of(client), progress=progress,
             run_name=run_name, log_artifacts=log_artifacts, on_result=on_result,
-            executor=DaskTrials(client, log_on_workers=log_on_workers),
+            executor=DaskTrials(client, log_on_workers=log_on_workers), resume=resume,
         )

@@ -1,15 +1,16 @@
 """Every option list of the experiment bench, defined once.
 
-Config validation (:mod:`experiments.config`), the estimators and post-processing that
-implement the options, and the README's config reference all read these tuples; nothing
-else lists them. Importing this module is cheap (no NumPy, no scikit-learn), so the config
-can be validated before the modelling stack is loaded.
+Config validation (:mod:`experiments.config`), the estimators, windowing and post-processing
+that implement the options read these tuples, and a test checks that the README's config
+reference lists every value; nothing else lists them. Importing this module loads no
+scikit-learn, so the config can be validated before the modelling stack is loaded.
 """
 
 from __future__ import annotations
 
-#: feature roles of the store (``ROLE/CHANNEL`` in a feature set)
-ROLES = ("speaker", "listener", "scene")
+#: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
+from featurestore.store import ROLES  # noqa: F401 - re-exported
+
 #: selection protocols: ``val`` (fit on train, choose on val) or ``loso`` (leave one story
 #: out over train + val)
 PROTOCOLS = ("val", "loso")

@@ -46,7 +46,8 @@ from tqdm.auto import tqdm
 from .config import ExperimentConfig, Trial, WindowKey, expand
 from .evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
 from .options import TRACKS
-from .tracking import CONFIG_HASH_TAG, Tracker, git_commit
+from .provenance import code_version
+from .tracking import CONFIG_HASH_TAG, Tracker
 from .tracks import selection_metric as track_selection_metric
 
 _SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
@@ -236,7 +237,8 @@ def _artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     import yaml
 
     trial = result.trial
-    (folder / "config.yaml").write_text(yaml.safe_dump({"trial": trial.params(), "config": cfg_dict}, sort_keys=False))
+    resolved = {"trial": trial.params(), "resolved": resolved_params(trial), "code": code_version().tags(), "config": cfg_dict}
+    (folder / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     result.scores.sort_values(["split", "listener", "story"]).to_csv(folder / "ccc_matrix.csv", index=False)
     own = result.scores[~result.scores.split.str.endswith("_unseen")]
     split_of = dict(zip(own.session, own.split, strict=False))
@@ -522,6 +524,20 @@ def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialRe
     return {"run_id": run_id, "status": "done", "label": trial.label(), **ident, **params, **m}
 
 
+def resolved_params(trial: Trial) -> dict[str, str]:
+    """Every parameter of the configuration's estimator, defaults included (scikit-learn's
+    ``get_params(deep=True)`` of the personalization wrapper and its pipeline), plus the fixed
+    settings of the evaluation: what exactly ran, for a reader a year later."""
+    from .evaluate import CALIBRATION_SHRINKAGE
+    from .models import make_model
+    from .personalization import make_personalizer
+
+    model = make_personalizer(trial.personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
+    out = {k: repr(v) for k, v in model.get_params(deep=True).items() if not hasattr(v, "get_params")}
+    out["evaluate.calibration_shrinkage"] = repr(CALIBRATION_SHRINKAGE)
+    return dict(sorted(out.items()))
+
+
 def _identity(trial: Trial) -> dict[str, str]:
     """A configuration's identifying tags: its config hash and, for a chosen configuration's
     unseen-listener run, the hash of the grid configuration it evaluates again."""
@@ -557,11 +573,14 @@ def run_sweep(
     log_artifacts: bool = True,
     on_result: Callable[[dict], None] | None = None,
     executor: Executor | None = None,
+    resume: bool = True,
 ) -> SweepResult:
     """Run every configuration of ``cfg`` (skipping finished ones) and log them to MLflow.
 
     A configuration is reused when the experiment holds a FINISHED run with its hash computed
-    on a store with the same fingerprint. ``jobs`` None takes the config's ``jobs`` (default 1).
+    on a store with the same fingerprint by the same code (the code fingerprint of
+    :mod:`experiments.provenance`, which covers every default); ``resume`` False runs every
+    configuration again. ``jobs`` None takes the config's ``jobs`` (default 1).
 
     ``executor`` None evaluates here (see :func:`local_trials`); another, such as the Dask
     executor of ``experiments.distributed``, gets the pending configurations and a
@@ -576,7 +595,8 @@ def run_sweep(
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     reaped = tracker.reap_stale()
     fingerprint, backend = store_fingerprint(store)
-    finished = tracker.finished_by_hash(store_fingerprint=fingerprint)
+    code = code_version()
+    finished = tracker.finished_by_hash(store_fingerprint=fingerprint, code_fingerprint=code.fingerprint) if resume else {}
     metrics_by_track = {track: selection_metric(cfg, track) for track in TRACKS}
 
     parent = tracker.start_run(
@@ -584,8 +604,9 @@ def run_sweep(
         tags={
             CONFIG_HASH_TAG + "_sweep": cfg.hash(),
             "store_fingerprint": fingerprint,
-            "git_commit": git_commit(),
+            **code.tags(),
             "face_backend": backend,
+            "resume": str(bool(resume)).lower(),
             "sweep": "parent",
             "executor": getattr(executor, "name", "local"),
         },
@@ -619,7 +640,7 @@ def run_sweep(
             cfg=cfg, store=store, channels=tuple(sorted({c for t in todo for c in t.channels})),
             store_fingerprint=fingerprint, jobs=jobs, tracking_uri=tracker.uri, experiment=cfg.tracking.experiment,
             parent_run_id=parent, log_artifacts=log_artifacts,
-            child_tags={"store_fingerprint": fingerprint, "git_commit": git_commit(), "face_backend": backend},
+            child_tags={"store_fingerprint": fingerprint, **code.tags(), "face_backend": backend},
         )
 
         def record(trial: Trial, result: TrialResult | dict | None, error: str = "") -> None:

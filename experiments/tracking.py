@@ -193,16 +193,20 @@ class Tracker:
     def search(self, filter_string: str = "", max_results: int = 5000):
         return with_retry(lambda: self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=max_results))
 
-    def finished_by_hash(self, store_fingerprint: str | None = None) -> dict[str, Any]:
+    def finished_by_hash(self, store_fingerprint: str | None = None, code_fingerprint: str | None = None) -> dict[str, Any]:
         """config hash -> the most recent FINISHED run carrying it (for skipping on re-run).
 
         With ``store_fingerprint``, only runs computed on that store (tag ``store_fingerprint``)
-        count: a run on other features or labels is no result for this store.
+        count: a run on other features or labels is no result for this store. With
+        ``code_fingerprint``, only runs computed by that code (tag ``code_fingerprint``, see
+        :mod:`experiments.provenance`): a result of other code, or other defaults, is not reused.
         """
         out: dict[str, Any] = {}
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
         if store_fingerprint is not None:
             query += f" and tags.store_fingerprint = '{store_fingerprint}'"
+        if code_fingerprint is not None:
+            query += f" and tags.code_fingerprint = '{code_fingerprint}'"
         runs = self.search(query)
         for r in sorted(runs, key=lambda r: r.info.start_time):
             out[r.data.tags[CONFIG_HASH_TAG]] = r

@@ -58,8 +58,8 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
-ALIGNS = ("centred", "causal")
+from .options import ALIGNS, STATS  # defined once, in options.py
+
 _MEAN, _STD, _MIN, _MAX, _SLOPE, _VALID_FRAC = range(len(STATS))
 
 #: compiled once per argument type and cached in __pycache__; ``error_model="numpy"`` lets

@@ -1,4 +1,5 @@
 import itertools
+from pathlib import Path
 
 import pytest
 import yaml
@@ -206,3 +207,24 @@ def test_trial_params_are_flat_dotted_text():
     assert {x.hash() for x in other} != {x.hash() for x in trials}
     assert t.window_key() == (t.feature_set, t.channels, t.lengths_s, t.delay_s, t.align, t.stats)
     assert "xgboost" in t.label()
+
+
+def test_every_option_is_in_the_readme_reference():
+    """The option lists are defined once (experiments/options.py); the README's table follows them."""
+    from experiments import options
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("Options, each defined once in `experiments/options.py`:")[1].split("\n\n")[1]
+    for name in ("PERSONALIZATIONS", "RESCALES", "SMOOTH_METHODS", "FIT_ON", "STATS"):
+        for value in getattr(options, name):
+            assert f"`{value}`" in table, (name, value)
+    # and the code that implements them agrees
+    from experiments.personalization import PERSONALIZATION_STRATEGIES
+    from experiments.postprocess import RESCALES, SMOOTH_METHODS, rescaler_for
+    from experiments.windowing import STATS
+
+    assert PERSONALIZATION_STRATEGIES is options.PERSONALIZATIONS and STATS is options.STATS
+    assert RESCALES is options.RESCALES and SMOOTH_METHODS is options.SMOOTH_METHODS
+    for rescale in options.RESCALES:
+        _, per_listener = rescaler_for(rescale)
+        assert per_listener == (rescale in options.IDENTITY_RESCALES)
