@@ -99,3 +99,24 @@ def test_cli_reports_a_bad_setting_as_a_usage_error(tmp_path, capsys):
     assert main(["extract", str(tmp_path), "--store", str(store), "--channels", "face_goem"]) == 2
     assert "--channels: unknown extractor 'face_goem'; did you mean 'face_geom'?" in capsys.readouterr().err
     assert not store.exists()
+
+
+def test_readme_example_loads_and_its_table_lists_every_extractor_setting(tmp_path):
+    import re
+    from dataclasses import fields
+
+    from featurestore.extractors import registry
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    example = readme.split("can be changed in a `featurestore.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = load_feature_config(write(tmp_path, example))
+    assert cfg.extractor_config("face_au").batch_size == 8 and cfg.channels == ["face_geom", "egemaps"]
+    documented: dict[str, set[str]] = {}
+    name = None
+    for line in readme.split("| extractor | setting | default | meaning |", 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = cells[0].strip("`") or name
+        documented.setdefault(name, set()).update(re.findall(r"`(\w+)`", cells[1]))
+    assert documented == {n: {f.name for f in fields(cls.config_class)} for n, cls in registry().items()}
