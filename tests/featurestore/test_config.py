@@ -120,3 +120,14 @@ def test_readme_example_loads_and_its_table_lists_every_extractor_setting(tmp_pa
         name = cells[0].strip("`") or name
         documented.setdefault(name, set()).update(re.findall(r"`(\w+)`", cells[1]))
     assert documented == {n: {f.name for f in fields(cls.config_class)} for n, cls in registry().items()}
+
+
+def test_transcript_channels_take_their_settings_from_the_config():
+    from featurestore.extract import transcript_plan
+
+    source = {"size": 10, "fingerprint": "abc"}
+    default = transcript_plan(["speech"], 100, source)
+    capped = transcript_plan(["speech"], 100, source, load_feature_config(overrides=["speech.since_cap_s=30"]))
+    assert capped["speaker/speech"][2]["since_cap_s"] == 30.0 and default["speaker/speech"][2]["since_cap_s"] == 60.0
+    assert capped["speaker/speech"][1] != default["speaker/speech"][1]  # another cache key
+    assert capped["speaker/speech"][0].config.since_cap_s == 30.0  # the extractor that computes it
