@@ -29,12 +29,36 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 def _load_cfg(args):
     from .config import load_feature_config
 
-    cfg = load_feature_config(getattr(args, "config", None), getattr(args, "data_dir", None))
+    cfg = load_feature_config(getattr(args, "config", None), getattr(args, "data_dir", None),
+                              overrides=getattr(args, "set", None) or ())
     if getattr(args, "face_fps", None):
         cfg.face_fps = args.face_fps
     if getattr(args, "split_x", None):
         cfg.split_x = args.split_x
     return cfg
+
+
+def _check_channels(channels: list[str]) -> None:
+    """Unknown ``--channels`` names are a usage error naming the nearest extractor."""
+    from .config import ConfigError, _hint
+    from .extractors import registry
+
+    names = list(registry())
+    for c in channels:
+        if c not in names:
+            raise ConfigError(f"--channels: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
+
+
+def _settings_line(cfg, channels: list[str]) -> str:
+    """``name.setting=value`` for every extractor setting of ``channels`` that differs from its default."""
+    from dataclasses import asdict
+
+    parts = []
+    for name in channels:
+        config = cfg.extractor_config(name)
+        default = asdict(type(config)())
+        parts += [f"{name}.{k}={v}" for k, v in asdict(config).items() if default.get(k) != v]
+    return ", ".join(parts)
 
 
 def _scan(data_dir: Path, cfg):
@@ -150,6 +174,7 @@ def cmd_extract(args) -> int:
     started = time.perf_counter()
     cfg = _load_cfg(args)
     channels = args.channels or cfg.channels
+    _check_channels(channels)
     sessions, dups = _sessions_for_extract(args, cfg)
     if args.sessions:
         wanted = set(args.sessions)
@@ -168,6 +193,9 @@ def cmd_extract(args) -> int:
         print("nothing to extract: no sessions with a video", file=sys.stderr)
         return EXIT_FAILED
     print(f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)")
+    settings = _settings_line(cfg, channels)
+    if settings:
+        print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
             from .distributed import extract_many_dask
@@ -209,7 +237,8 @@ def cmd_labels(args) -> int:
 def cmd_transcripts(args) -> int:
     from .imports import import_transcripts
 
-    report = import_transcripts(args.transcript_dir, args.store, force=args.force, progress=True)
+    cfg = _load_cfg(args)
+    report = import_transcripts(args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg)
     return _print_import(report, args.transcript_dir, "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass")
 
 
@@ -337,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     def store_arg(sp):
         sp.add_argument("--store", default="features", help="feature store folder (default: features/)")
 
+    def set_arg(sp):
+        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting of the config (repeatable; VALUE is YAML): an extractor's "
+                        "(--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) or a top-level key "
+                        "(--set face_fps=10); it enters the channel's cache key")
+
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
     sp.add_argument("data_dir")
     store_arg(sp)
@@ -356,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--split-x", type=int, help="x where the listener crop starts (default 1080/2560 of the width)")
     sp.add_argument("--sessions", nargs="+", help="only these session ids")
     sp.add_argument("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+    set_arg(sp)
     sp.set_defaults(func=cmd_extract)
 
     sp = sub.add_parser("import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel")
@@ -377,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("transcript_dir")
     store_arg(sp)
     sp.add_argument("--force", action="store_true", help="recompute even current channels")
+    sp.add_argument("--config", help="featurestore YAML with the speech/lexicon settings (default: none, the defaults)")
+    set_arg(sp)
     sp.set_defaults(func=cmd_transcripts)
 
     sp = sub.add_parser("ls", help="list the shards of a store")

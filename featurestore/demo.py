@@ -1351,7 +1351,8 @@ all audio is synthetic.
 _FEATURESTORE_YAML = """\
 # featurestore settings for the demo corpus (read by `featurestore scan/extract DATA_DIR`)
 face_fps: 5.0
-audio_sampling_rate: 16000
+extractors:
+  egemaps: {sampling_rate: 16000}
 """
 
 

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .config import FeatureConfig
 from .extract import SessionResult, extract_session
-from .extractors import ExtractorUnavailable, get_extractor
+from .extractors import ExtractorUnavailable
 from .manifest import SessionFiles
 from .store import Store
 
@@ -105,18 +105,18 @@ def _absolute(sf: SessionFiles) -> SessionFiles:
                    annotations={k: absolute(p) for k, p in sf.annotations.items()})
 
 
-def _unavailable_here(channels: list[str]) -> str:
-    """On a worker: the reason an extractor cannot run there, or ''."""
+def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
+    """On a worker: the reason an extractor (with its settings in ``cfg``) cannot run there, or ''."""
     for name in channels:
         try:
-            get_extractor(name)().check_available()
+            cfg.extractor(name).check_available()
         except ExtractorUnavailable as e:
             return str(e)
     return ""
 
 
-def _check_workers(client, channels: list[str]) -> None:
-    problems = {addr: msg for addr, msg in client.run(_unavailable_here, list(channels)).items() if msg}
+def _check_workers(client, channels: list[str], cfg: FeatureConfig) -> None:
+    problems = {addr: msg for addr, msg in client.run(_unavailable_here, list(channels), cfg).items() if msg}
     if problems:
         addr, msg = next(iter(sorted(problems.items())))
         raise ExtractorUnavailable(
@@ -148,7 +148,7 @@ def extract_many_dask(
             and every worker (relative paths are made absolute here); over NFS, set
             ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
         channels: extractor names (``face_geom``, ``face_au``, ``egemaps``).
-        cfg: extraction settings (face rate in frames per second, audio rate in Hz, crop).
+        cfg: extraction settings (face rate in frames per second, crop, each extractor's settings).
         force: recompute channels whose cache key is current.
         scheduler: address of a running Dask scheduler (``tcp://host:8786``); None starts a
             local cluster of ``n_workers`` processes (default 2).
@@ -161,13 +161,13 @@ def extract_many_dask(
     store.clean_temp_files()
     channels = list(channels)
     for name in channels:  # fail fast, once, for an extractor that cannot run here
-        get_extractor(name)().check_available()
+        cfg.extractor(name).check_available()
     root = str(Path(store_root).resolve())
     # paths as the client sees them, absolute: a worker's working folder may be anywhere
     sessions = [_absolute(sf) for sf in sessions]
     results: dict[str, SessionResult] = {}
     with dask_client(scheduler, n_workers) as client:
-        _check_workers(client, channels)
+        _check_workers(client, channels, cfg)
         overall = tqdm(total=len(sessions), desc=f"sessions (dask, {n_workers_of(client)} workers)", unit="session",
                        disable=not progress)
         run = uuid.uuid4().hex[:8]

@@ -42,7 +42,6 @@ from .extractors import (
     ExtractorUnavailable,
     FrameExtractor,
     TranscriptExtractor,
-    get_extractor,
 )
 from .manifest import SessionFiles
 from .store import (
@@ -90,17 +89,15 @@ def video_channel_keys(name: str) -> list[str]:
     return [f"{r}/{name}" for r in ("speaker", "listener")]
 
 
-def _extractor(name: str, cfg: FeatureConfig):
-    cls = get_extractor(name)
-    return cls()
-
-
-def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict) -> dict[str, tuple]:
+def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict,
+                    cfg: FeatureConfig | None = None) -> dict[str, tuple]:
     """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
-    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint."""
+    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint;
+    the extractors' settings come from ``cfg`` (default: their defaults)."""
+    cfg = cfg if cfg is not None else FeatureConfig()
     plan = {}
     for name in names:
-        ex = get_extractor(name)()
+        ex = cfg.extractor(name)
         if not isinstance(ex, TranscriptExtractor):
             raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
         params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
@@ -244,7 +241,7 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
     sources: dict[str, dict] = {}  # key -> source, where it is not the video (transcript channels)
     transcript = _Transcript(sf.transcript)
     for name in channels:
-        ex = _extractor(name, cfg)
+        ex = cfg.extractor(name)
         if isinstance(ex, FrameExtractor):
             ex.check_available()
             for role in ex.roles:
@@ -254,14 +251,15 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
             if not info.has_audio:
                 res.notes.append(f"no audio track in {sf.video}: {name} skipped")
                 continue
-            params = {**ex.params(), "audio_sampling_rate": cfg.audio_sampling_rate}
+            # the track is decoded at the extractor's own rate (recorded as in older shards)
+            params = {**ex.params(), "audio_sampling_rate": ex.sampling_rate}
             plan[f"scene/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
         elif isinstance(ex, TranscriptExtractor):
             if sf.transcript is None:
                 res.notes.append(f"no transcript: {name} skipped")
                 continue
             ex.check_available()
-            part = transcript_plan([name], n_frames, transcript.source)
+            part = transcript_plan([name], n_frames, transcript.source, cfg)
             plan.update(part)
             sources.update(dict.fromkeys(part, transcript.source))
         else:
@@ -312,19 +310,21 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
                 if frac < 0.5:
                     res.notes.append(f"{key}: face found in only {frac:.0%} of sampled frames")
 
-    # ---- audio: one decode at the configured rate
+    # ---- audio: one decode per rate the audio extractors ask for
     audio_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, AudioExtractor)]
-    if audio_keys:
-        try:
-            signal_ = media.read_audio(sf.video, cfg.audio_sampling_rate)
-        except media.NoAudioError as e:
-            res.notes.append(str(e))
-            audio_keys = []
-        for key in audio_keys:
-            ex = todo[key][0]
-            out = ex.process_signal(signal_, cfg.audio_sampling_rate)
-            new[key] = wrap(key, out["scene"])
-            res.computed.append(key)
+    signals: dict[int, np.ndarray] = {}
+    for key in audio_keys:
+        ex = todo[key][0]
+        rate = ex.sampling_rate
+        if rate not in signals:
+            try:
+                signals[rate] = media.read_audio(sf.video, rate)
+            except media.NoAudioError as e:
+                res.notes.append(str(e))
+                break
+        out = ex.process_signal(signals[rate], rate)
+        new[key] = wrap(key, out["scene"])
+        res.computed.append(key)
 
     # ---- transcript channels: computed from the cues, no media
     transcript_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, TranscriptExtractor)]
@@ -495,7 +495,7 @@ def extract_many(
     store = Store(store_root, mode="a")
     store.clean_temp_files()
     for name in channels:  # fail fast, once, for an extractor that cannot run here
-        get_extractor(name)().check_available()
+        cfg.extractor(name).check_available()
     results: dict[str, SessionResult] = {}
     overall = tqdm(total=len(sessions), desc="sessions", unit="session", position=0)
 

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .config import FeatureConfig
 from .manifest import STORY_SPEAKER, story_split
 from .store import (
     LABEL_FPS,
@@ -601,6 +602,7 @@ def import_transcripts(
     store_root: str | Path,
     force: bool = False,
     progress: bool = False,
+    cfg: FeatureConfig | None = None,
 ) -> ImportReport:
     """Compute the ``speech`` and ``lexicon`` channels of every transcript into existing shards.
 
@@ -612,7 +614,8 @@ def import_transcripts(
     transcript rule (:func:`featurestore.extract.role_voice_from_transcript`), replacing the
     face rule. Channels whose cache key is current are skipped unless ``force``. Each session
     is written in one atomic update; a bad transcript (unreadable time, two files for one
-    session, no shard) is reported for its session, whose shard stays untouched.
+    session, no shard) is reported for its session, whose shard stays untouched. The
+    extractors' settings come from ``cfg`` (default: their defaults), as in ``extract``.
     """
     from .extract import (
         ROLE_VOICE_KEYS,
@@ -638,7 +641,7 @@ def import_transcripts(
         source = file_fingerprint(path)
         stored = store.cache_keys(session)
         created = utc_now()
-        plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source)
+        plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source, cfg)
         todo = [k for k, (_, ck, _) in plan.items() if force or stored.get(k) != ck]
         channels = compute_transcript_channels(plan, todo, cues, source, created)
         scene_key = stored.get("scene/egemaps")

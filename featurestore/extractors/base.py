@@ -11,7 +11,13 @@ Three kinds of extractor exist:
   :mod:`featurestore.transcripts`) and returns features per role at the label rate.
 
 An extractor's configuration is a frozen dataclass: ``params()`` is what goes into the
-cache key and the shard's provenance, so what was computed is always known.
+cache key and the shard's provenance, so what was computed is always known. Every field can
+be set in ``featurestore.yaml`` (``extractors: {name: {field: value}}``) or with
+``featurestore extract --set name.field=value`` (see :mod:`featurestore.config`); the
+constructor may refuse values with a :class:`ValueError` (the config loader reports it with
+the file and key). ``version`` must be bumped whenever the output can change for the same
+input and settings; ``tests/featurestore/test_extractor_fingerprints.py`` fails when an
+extractor's code changed without a bump.
 """
 
 from __future__ import annotations
@@ -77,7 +83,14 @@ class FrameExtractor(Extractor):
 
 
 class AudioExtractor(Extractor):
+    """Its config has a ``sampling_rate`` (Hz): the audio track is decoded at that rate."""
+
     kind: ClassVar[str] = "audio"
+
+    @property
+    def sampling_rate(self) -> int:
+        """Rate in Hz the audio track is decoded at for this extractor (``config.sampling_rate``)."""
+        return int(self.config.sampling_rate)
 
     @abstractmethod
     def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:

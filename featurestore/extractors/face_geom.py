@@ -322,8 +322,8 @@ class FaceGeomExtractor(FrameExtractor):
         super().__init__(config)
         if self.config.backend != "dlib":
             raise ValueError(
-                f"face_geom: unknown backend {self.config.backend!r} (config key face_backend); "
-                "only 'dlib' is available"
+                f"unknown face_geom backend {self.config.backend!r}; only 'dlib' is available "
+                "(featurestore.yaml: `extractors: {face_geom: {backend: dlib}}`)"
             )
 
     def check_available(self) -> None:

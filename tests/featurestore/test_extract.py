@@ -93,6 +93,41 @@ def test_rerun_skips_and_changed_params_redo_only_what_changed(extracted, corpus
     assert "computed speaker/face_geom" in capsys.readouterr().out
 
 
+def test_an_extractor_setting_reaches_the_channel_and_redoes_only_that_channel(extracted, corpus, tmp_path, capsys):
+    store, s = tmp_path / "store", "Subject_1_Story_1"
+    shutil.copytree(extracted, store)
+    old = Store(store).cache_keys(s)
+    before = Store(store).read_channel(s, "listener/face_geom")
+    run = ["extract", str(corpus), "--store", str(store), "--sessions", s]
+    assert main([*run, "--set", "face_geom.blink_threshold=1.0"]) == 0
+    out = capsys.readouterr().out
+    assert "extractor settings (not the defaults): face_geom.blink_threshold=1.0" in out
+    assert "computed speaker/face_geom, listener/face_geom, speaker/egemaps, listener/egemaps" in out
+    new = Store(store).cache_keys(s)
+    assert new["scene/egemaps"] == old["scene/egemaps"] and new["listener/face_geom"] != old["listener/face_geom"]
+    after = Store(store).read_channel(s, "listener/face_geom")
+    assert after.params["blink_threshold"] == 1.0
+    blink = after.columns.index("blink")
+    assert np.all(after.data[after.valid, blink] == 1.0) and not np.all(before.data[before.valid, blink] == 1.0)
+    others = [i for i in range(len(after.columns)) if i != blink]
+    np.testing.assert_array_equal(after.data[:, others], before.data[:, others])  # same landmarks, same numbers
+    assert main(["inspect", s, "--store", str(store)]) == 0
+    assert '"blink_threshold": 1.0' in capsys.readouterr().out
+    # the same setting from a featurestore.yaml is the same channel: nothing to redo
+    cfg = tmp_path / "featurestore.yaml"
+    cfg.write_text("face_fps: 5\nextractors:\n  face_geom: {blink_threshold: 1}\n")
+    assert main([*run, "--config", str(cfg)]) == 0
+    assert "0 extracted, 1 already current" in capsys.readouterr().out
+    # an audio setting redoes the audio channels only; the track is decoded at the new rate
+    assert main([*run, "--config", str(cfg), "--set", "egemaps.sampling_rate=8000"]) == 0
+    assert "computed scene/egemaps, speaker/egemaps, listener/egemaps" in capsys.readouterr().out
+    final = Store(store).cache_keys(s)
+    assert final["listener/face_geom"] == new["listener/face_geom"] and final["scene/egemaps"] != new["scene/egemaps"]
+    scene = Store(store).read_channel(s, "scene/egemaps")
+    assert scene.params["sampling_rate"] == 8000 and scene.params["audio_sampling_rate"] == 8000
+    assert main(["verify", "--store", str(store)]) == 0
+
+
 def _copy_corpus(corpus: Path, dst: Path) -> Path:
     shutil.copytree(corpus, dst)
     return dst
