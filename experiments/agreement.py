@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from .config import ExperimentConfig, Trial, expand
 from .metrics import ccc, ccc_protocols
@@ -323,6 +324,12 @@ def agreement(
         with tempfile.TemporaryDirectory() as tmp:
             for f in files:
                 (Path(tmp) / f.name).write_bytes(f.read_bytes())
+            resolved = {"config": cfg.to_dict(), "code": code_version().tags()}
+            if trial is not None:
+                from .sweep import resolved_params
+
+                resolved["cross"] = {"trial": trial.params(), "resolved": resolved_params(trial)}
+            (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
             tracker.log_artifacts(run_id, tmp, "agreement")
     except BaseException:
         tracker.finish(run_id, "FAILED")

@@ -613,6 +613,11 @@ def run_sweep(
     )
     tracker.log(parent, params={"target": cfg.target, "protocol": cfg.protocol, "n_configurations": len(trials),
                                 "feature_sets": ",".join(cfg.feature_set), "store": str(store), "jobs": jobs})
+    with tempfile.TemporaryDirectory() as tmp:  # the resolved config (every default filled in) and the code
+        import yaml
+
+        (Path(tmp) / "config.yaml").write_text(yaml.safe_dump({"config": cfg.to_dict(), "code": code.tags()}, sort_keys=False))
+        tracker.log_artifacts(parent, tmp)
     if reaped:
         tracker.log(parent, tags={"reaped_runs": ",".join(reaped)})
 

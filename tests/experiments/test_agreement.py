@@ -92,7 +92,14 @@ def test_agreement_verb_writes_reports_and_logs_to_mlflow(store, cfg_file, tmp_p
     assert m[f"cross.valence_self.on.{OBS_L}.test.ccc_personalized"] > 0.3
     assert abs(m[f"cross.valence_self.on.{OBS_S}.test.ccc_personalized"]) < 0.25
     arts = {a.path for a in tracker.client.list_artifacts(runs[0].info.run_id, "agreement")}
-    assert arts == {"agreement/agreement.csv", "agreement/agreement.md", "agreement/agreement.png"}
+    assert arts == {"agreement/agreement.csv", "agreement/agreement.md", "agreement/agreement.png", "agreement/config.yaml"}
+    # the code and every resolved setting of the run, as on the sweeps' runs
+    from experiments.provenance import code_version
+
+    assert {k: runs[0].data.tags[k] for k in code_version().tags()} == code_version().tags()
+    written = yaml.safe_load(open(tracker.client.download_artifacts(runs[0].info.run_id, "agreement/config.yaml", str(tmp_path))))
+    assert written["code"] == code_version().tags() and written["config"]["target"] == "valence_self"
+    assert "estimator__model__alpha" in written["cross"]["resolved"]
 
 
 def test_one_pair_and_errors(store, cfg_file, tmp_path, capsys):

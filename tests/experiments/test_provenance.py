@@ -85,6 +85,8 @@ def test_runs_record_the_code_and_every_resolved_parameter(sweep_once, tmp_path)
     mine = code_version().tags()
     parent = client.get_run(res.parent_run_id)
     assert {k: parent.data.tags[k] for k in mine} == mine
+    at_parent = yaml.safe_load(open(client.download_artifacts(parent.info.run_id, "config.yaml", str(tmp_path))))
+    assert at_parent["code"] == mine and at_parent["config"]["postprocess"]["fit_on"] == "out_of_fold"
     child = client.get_run(res.best_run_ids["personalized"])
     assert {k: child.data.tags[k] for k in mine} == mine
     written = yaml.safe_load(open(client.download_artifacts(child.info.run_id, "config.yaml", str(tmp_path))))
