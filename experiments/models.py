@@ -205,19 +205,15 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
         """Record which columns of ``X`` hold no value at all."""
-        X = np.asarray(X, dtype=float)
+        X = validate_data(self, X, dtype=np.float64, ensure_all_finite="allow-nan", reset=True)
         self.empty_ = np.isnan(X).all(axis=0)
-        self.n_features_in_ = X.shape[1]
         return self
 
     def transform(self, X: Any) -> np.ndarray:
         """``X`` as float64 with the columns empty at fit set to 0 (a copy if any is)."""
         check_is_fitted(self)
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has shape {X.shape}, FillEmptyColumns was fitted with {self.n_features_in_} columns"
-            )
+        # float64 input passes through without a copy (copy=False is validate_data's default)
+        X = validate_data(self, X, dtype=np.float64, ensure_all_finite="allow-nan", reset=False)
         if self.empty_.any():
             X = X.copy()
             X[:, self.empty_] = 0.0

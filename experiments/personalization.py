@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clone
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .options import (
     PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
@@ -130,24 +130,31 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
     _required_parameters = ["estimator"]
 
     def _split_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # scikit-learn's own input checks (2-D, numeric, no complex or sparse input, y given and
+        # 1-D, n_features_in_); features may hold NaN for a wrapped estimator that takes it.
+        # dtype "numeric" keeps a float32 matrix as it is: the one float copy is the split's
+        # (a large training matrix must not be copied twice)
+        X, y = validate_data(self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True)
+        self._check_width(X)
         listeners, features = split_listener_column(X, self.listener_column)
-        y = np.asarray(y, dtype=float).ravel()
-        if len(y) != len(listeners):
-            raise ValueError(f"X has {len(listeners)} rows but y has {len(y)}")
-        if len(y) == 0:
-            raise ValueError("cannot fit on 0 rows")
-        self.n_features_in_ = features.shape[1] + 1
-        return listeners, features, y
+        return listeners, features, np.asarray(y, dtype=float)
 
     def _split_predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         check_is_fitted(self)
-        listeners, features = split_listener_column(X, self.listener_column)
-        if features.shape[1] + 1 != self.n_features_in_:
+        X = validate_data(self, X, dtype="numeric", ensure_all_finite="allow-nan", reset=False)
+        return split_listener_column(X, self.listener_column)
+
+    def _check_width(self, X: np.ndarray) -> None:
+        if X.shape[1] < 2:
             raise ValueError(
-                f"X has {features.shape[1] + 1} columns (listener id included), "
-                f"but the model was fitted with {self.n_features_in_}"
+                f"X has {X.shape[1]} feature(s): the listener id column only; a personalization strategy needs "
+                "the id plus at least one feature column (np.column_stack([listener_ids, features]))"
             )
-        return listeners, features
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # in feature columns, if the wrapped estimator takes it
+        return tags
 
 
 class GlobalRegressor(_ListenerMetaEstimator):

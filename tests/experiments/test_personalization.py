@@ -76,7 +76,7 @@ def test_bad_listener_column():
     with pytest.raises(ValueError, match="listener_column=5"):
         GlobalRegressor(LinearRegression(), listener_column=5).fit(X, [0.0, 1.0])
     model = GlobalRegressor(LinearRegression()).fit(np.ones((3, 3)), [0.0, 1.0, 2.0])
-    with pytest.raises(ValueError, match="fitted with 3"):
+    with pytest.raises(ValueError, match="X has 4 features, but GlobalRegressor is expecting 3"):
         model.predict(np.ones((3, 4)))
 
 
