@@ -794,11 +794,7 @@ class _Validator:
         if storage is not None and (not isinstance(storage, str) or not storage):
             raise self.fail("search.storage", f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {storage!r}")
         out.storage = storage
-        if out.method == "grid":
-            extra = sorted(k for k in value if k != "method")
-            if extra:
-                raise self.fail(f"search.{extra[0]}", "only an Optuna search takes it; add search.method: optuna")
-        return out
+        return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
 
     def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
         value = self.mapping("splits", value, SPLIT_NAMES)

@@ -99,6 +99,7 @@ class ModelSpace:
     ``only`` and the track restriction of ``personalization``."""
 
     label: str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
+    index: int  # its place in ``models``
     spec: ModelSpec
     axes: dict[str, list[Any] | Range]
 
@@ -118,8 +119,8 @@ class SearchSpace:
 
         def add(name: str, choices: Any, key: str) -> None:
             if isinstance(choices, Range):
-                raise SearchSpaceError(key, "search.sampler grid walks lists of values; this is a range "
-                                       "(use sampler tpe or random, or list the values)")
+                raise SearchSpaceError("search.sampler", f"grid walks lists of values, but {key} is a range "
+                                       "(use sampler tpe or random, or list its values)")
             if len(choices) > 1:
                 out[name] = [_encode(c) for c in choices]
 
@@ -129,7 +130,7 @@ class SearchSpace:
                          "postprocess.smooth_s"):
                 add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
             for hp, values in m.spec.params.items():
-                add(f"{m.label}.{hp}", values, f"models.{m.label}.{hp}")
+                add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
             for pers in m.axes["personalization"]:
                 rescales = self.rescales(m, pers)
                 add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
@@ -200,7 +201,7 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
                 kept = [v for v in axes[axis] if v in wanted]
             if kept:
                 axes[axis] = kept
-        m = ModelSpace(label, spec, axes)
+        m = ModelSpace(label, i, spec, axes)
         if track == "generalized":
             pers = [p for p in axes["personalization"] if p not in IDENTITY_PERSONALIZATIONS]
         elif any(r in IDENTITY_RESCALES for r in axes["postprocess.rescale"]):
