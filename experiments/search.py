@@ -342,9 +342,17 @@ def _public_url(url: str) -> str:
 def _sampler(cfg: ExperimentConfig, space: SearchSpace):
     import optuna
 
+    class AskTellGridSampler(optuna.samplers.GridSampler):
+        """Optuna's GridSampler without its ``study.stop()`` after the last grid point, which raises
+        outside ``study.optimize`` (ask-and-tell; optuna/optuna#5141): :func:`run_search` stops
+        itself, at ``n_trials`` capped to the grid's size."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
     s = cfg.search
     if s.sampler == "grid":
-        return optuna.samplers.GridSampler(space.grid(), seed=s.seed)
+        return AskTellGridSampler(space.grid(), seed=s.seed)
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     # constant_liar: trials in flight count as bad results, so a batch of jobs samples apart
