@@ -31,7 +31,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         metavar="FILE",
-        help="experiment config (YAML), or a packaged name: default, ablation, smoke "
+        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search "
         "(default: experiments/configs/default.yaml)",
     )
     p.add_argument(
