@@ -31,7 +31,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         metavar="FILE",
-        help="experiment config (YAML), or a packaged name: default, ablation, smoke "
+        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search "
         "(default: experiments/configs/default.yaml)",
     )
     p.add_argument(
@@ -209,6 +209,8 @@ def _print_sweep(res) -> int:
     if not summary.empty:
         print()
         print(summary_markdown(summary))
+    if getattr(res, "study_name", ""):
+        print(f"optuna study {res.study_name} in {res.storage}: {len(res.trials)} trials")
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
     print(f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id} "
           f"(per track: {per_track})")
@@ -218,7 +220,7 @@ def _print_sweep(res) -> int:
 
 
 def add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run the config's grid on a feature store, log every configuration to MLflow")
+    p = sub.add_parser("sweep", help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow")
     add_config_options(p)
     _store_and_tracking(p)
     p.set_defaults(func=cmd_sweep)
@@ -226,7 +228,12 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     _check_store(args.store)
-    if args.executor == "dask":
+    if args.cfg.search.method == "optuna":
+        if args.executor == "dask":
+            raise UsageError("an Optuna search (search.method: optuna) runs its trials with the local executor: "
+                             "use --executor local --jobs N")
+        from .search import run_search as run
+    elif args.executor == "dask":
         from .distributed import run_sweep_dask as run
     else:
         from .sweep import run_sweep as run

@@ -17,6 +17,11 @@ product; see :func:`model_axes`::
       - {name: ridge, alpha: [1, 100]}
       - {name: svr, C: [1], only: {window.lengths_s: [[2, 8]], personalization: [global]}}
 
+With ``search: {method: optuna, ...}`` (see :class:`SearchConfig` and :mod:`experiments.search`)
+a model hyperparameter or a numeric window/postprocess axis may also be a :class:`Range`
+(``{low: 0.01, high: 10, log: true}``, ``{low: 1, high: 8, int: true}``); lists stay
+categorical choices. A range without ``search.method: optuna`` is an error.
+
 Errors are :class:`ConfigError`; each names the file (or the ``--set`` option) and the key
 path (``window.align``), and suggests the nearest valid key or value.
 """
@@ -47,6 +52,7 @@ from .options import (
     SMOOTH_METHODS,
     SPLIT_NAMES,
     STATS,
+    TRACKS,
 )
 from .tracks import track_of
 
@@ -81,12 +87,86 @@ def _default_feature_sets() -> dict[str, list[str]]:
     }
 
 
+#: keys of a range mapping (:class:`Range`)
+RANGE_KEYS = ("low", "high", "log", "int", "step")
+#: search methods: ``grid`` (every combination, :func:`experiments.sweep.run_sweep`) or ``optuna``
+SEARCH_METHODS = ("grid", "optuna")
+#: Optuna samplers a search may name (``grid``: Optuna's GridSampler over lists only)
+SEARCH_SAMPLERS = ("tpe", "random", "grid")
+
+
+@dataclass(frozen=True)
+class Range:
+    """A range an Optuna search samples from (see :mod:`experiments.search`), in the axis' units
+    (seconds for window and smoothing axes). ``int``: integers; ``log``: sampled uniformly in
+    log space; ``step``: a grid of ``low + k * step``."""
+
+    low: float
+    high: float
+    log: bool = False
+    int: bool = False
+    step: float | None = None
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.log:
+            d["log"] = True
+        if self.int:
+            d["int"] = True
+        if self.step is not None:
+            d["step"] = self.step
+        return d
+
+    def contains(self, x: Any) -> bool:
+        """Whether the number ``x`` lies in [low, high]."""
+        return _is_number(x) and self.low <= x <= self.high
+
+
+def _values(v: Any) -> Any:
+    """An axis as YAML: a list of values, or a range's mapping."""
+    return v.to_dict() if isinstance(v, Range) else list(v)
+
+
+def has_ranges(cfg: ExperimentConfig) -> bool:
+    """Whether any axis or hyperparameter of ``cfg`` is a :class:`Range` (a search space, not a grid)."""
+    axes = [cfg.window.lengths_s, cfg.window.delay_s, cfg.postprocess.smooth_s]
+    axes += [v for m in cfg.models for v in m.params.values()]
+    return any(isinstance(a, Range) for a in axes)
+
+
+@dataclass
+class SearchConfig:
+    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search.
+
+    An Optuna search runs ``n_trials`` configurations in all (a re-run continues the same study
+    up to that number), each sampled by ``sampler`` (seeded with ``seed``) to maximise the
+    validation (or LOSO) CCC of ``track``; ``startup_trials`` random trials come before TPE
+    models the results. ``storage`` is the Optuna storage URL (default: ``optuna.db`` beside a
+    SQLite tracking database; needed for any other tracking URI).
+    """
+
+    method: str = "grid"
+    n_trials: int = 20
+    sampler: str = "tpe"
+    seed: int = 0
+    track: str = "generalized"
+    startup_trials: int = 10
+    storage: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "n_trials": self.n_trials, "sampler": self.sampler, "seed": self.seed,
+                "track": self.track, "startup_trials": self.startup_trials, "storage": self.storage}
+
+
 @dataclass
 class WindowConfig:
-    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s)."""
+    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s).
 
-    lengths_s: list[list[float]] = field(default_factory=lambda: [[4.0], [2.0, 8.0]])
-    delay_s: list[float] = field(default_factory=lambda: [0.0, 2.0])
+    In an Optuna search ``lengths_s`` and ``delay_s`` may be a :class:`Range` (seconds); a
+    ``lengths_s`` range samples one window length (a single-scale set)."""
+
+    lengths_s: list[list[float]] | Range = field(default_factory=lambda: [[4.0], [2.0, 8.0]])
+    delay_s: list[float] | Range = field(default_factory=lambda: [0.0, 2.0])
     align: list[str] = field(default_factory=lambda: ["centred"])
     stats: list[str] = field(default_factory=lambda: ["mean", "std", "slope"])
     #: training rows are taken every ``train_hop_s`` seconds; predictions cover every frame
@@ -98,11 +178,12 @@ class ModelSpec:
     """One ``models`` entry: a model name, a grid per hyperparameter, optional narrowed axes."""
 
     name: str
-    params: dict[str, list[Any]] = field(default_factory=dict)
+    #: hyperparameter -> its grid (a list), or a :class:`Range` for an Optuna search
+    params: dict[str, list[Any] | Range] = field(default_factory=dict)
     only: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d: dict[str, Any] = {"name": self.name, **{k: list(v) for k, v in self.params.items()}}
+        d: dict[str, Any] = {"name": self.name, **{k: _values(v) for k, v in self.params.items()}}
         if self.only:
             d["only"] = {k: list(v) for k, v in self.only.items()}
         return d
@@ -118,9 +199,10 @@ def _default_models() -> list[ModelSpec]:
 
 @dataclass
 class PostprocessConfig:
-    """Prediction smoothing (window in seconds, 0 = none) and rescaling to training statistics."""
+    """Prediction smoothing (window in seconds, 0 = none; a :class:`Range` in an Optuna search)
+    and rescaling to training statistics."""
 
-    smooth_s: list[float] = field(default_factory=lambda: [0.0, 4.0])
+    smooth_s: list[float] | Range = field(default_factory=lambda: [0.0, 4.0])
     smooth_method: list[str] = field(default_factory=lambda: ["moving_average"])
     rescale: list[str] = field(default_factory=lambda: ["none", "train"])
     #: what rescaling and per-listener calibration are fitted on (one of ``FIT_ON``)
@@ -158,6 +240,8 @@ class ExperimentConfig:
     unseen_listener: bool = True
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
+    #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
+    search: SearchConfig = field(default_factory=SearchConfig)
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
     source: str = field(default="<defaults>", compare=False)
 
@@ -166,16 +250,20 @@ class ExperimentConfig:
             self.feature_set = list(self.feature_sets)
 
     def to_dict(self) -> dict:
-        """The resolved config as plain YAML/JSON-dumpable types (every default filled in)."""
-        return {
+        """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
+
+        ``search`` is included only for an Optuna search, so a grid config's hash is what it
+        was before searches existed."""
+        d = {
             "target": self.target,
             "splits": {k: list(v) for k, v in self.splits.items()},
             "protocol": self.protocol,
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
-                "lengths_s": [list(x) for x in self.window.lengths_s],
-                "delay_s": list(self.window.delay_s),
+                "lengths_s": _values(self.window.lengths_s) if isinstance(self.window.lengths_s, Range)
+                else [list(x) for x in self.window.lengths_s],
+                "delay_s": _values(self.window.delay_s),
                 "align": list(self.window.align),
                 "stats": list(self.window.stats),
                 "train_hop_s": self.window.train_hop_s,
@@ -183,7 +271,7 @@ class ExperimentConfig:
             "models": [m.to_dict() for m in self.models],
             "personalization": list(self.personalization),
             "postprocess": {
-                "smooth_s": list(self.postprocess.smooth_s),
+                "smooth_s": _values(self.postprocess.smooth_s),
                 "smooth_method": list(self.postprocess.smooth_method),
                 "rescale": list(self.postprocess.rescale),
                 "fit_on": self.postprocess.fit_on,
@@ -193,6 +281,9 @@ class ExperimentConfig:
             "unseen_listener": self.unseen_listener,
             "jobs": self.jobs,
         }
+        if self.search.method != "grid":
+            d["search"] = self.search.to_dict()
+        return d
 
     def to_yaml(self) -> str:
         """The resolved config as YAML text (what ``--print-config`` shows)."""
@@ -356,7 +447,13 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
     A model's ``only`` narrows the axes for that model (see :func:`model_axes`). With
     ``smooth_s`` 0 there is nothing to smooth, so only the first smoothing method is kept for
     it. Duplicates (same params) are dropped, keeping the first.
+
+    Raises:
+        ConfigError: ``cfg`` has ranges (an Optuna search space: see :mod:`experiments.search`).
     """
+    if has_ranges(cfg):
+        raise ConfigError(f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
+                          "a grid lists values. Run it with experiments.search.run_search (experiments sweep does)")
     glob = _axis_values(cfg)
     per_model = [model_axes(cfg, spec) for spec in cfg.models]
     splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
@@ -512,6 +609,7 @@ class _Validator:
     def __init__(self, source: str, origins: Mapping[str, str]) -> None:
         self.source = source
         self.origins = dict(origins)
+        self.search_method = "grid"  # set by :meth:`config` before any axis is read
 
     def fail(self, key: str, msg: str) -> ConfigError:
         where = self.source
@@ -567,6 +665,47 @@ class _Validator:
                 out.append(x)
         return out
 
+    def range(self, key: str, value: dict, minimum: float | None = None, strict: bool = False) -> Range:
+        """A range mapping ``{low, high[, log][, int][, step]}`` (only in an Optuna search)."""
+        if self.search_method != "optuna":
+            raise self.fail(key, f"a range {value!r} is sampled by an Optuna search, but search.method is "
+                            f"{self.search_method!r}; add `search: {{method: optuna, n_trials: 50, track: generalized}}` "
+                            "or list the values of a grid, e.g. [0.01, 0.1, 1]")
+        for k in value:
+            if k not in RANGE_KEYS:
+                raise self.fail(f"{key}.{k}", f"unknown key of a range{_suggest(k, RANGE_KEYS)}")
+        for k in ("low", "high"):
+            if k not in value:
+                raise self.fail(key, f"a range needs low and high, e.g. {{low: 0.01, high: 10, log: true}}; {k} is missing")
+        low = self.number(f"{key}.low", value["low"], minimum, strict)
+        high = self.number(f"{key}.high", value["high"], minimum, strict)
+        if not low < high:
+            raise self.fail(key, f"low {value['low']!r} must be below high {value['high']!r}")
+        flags = {}
+        for k in ("log", "int"):
+            flags[k] = value.get(k, False)
+            if not isinstance(flags[k], bool):
+                raise self.fail(f"{key}.{k}", f"expected true or false, got {flags[k]!r}")
+        step = value.get("step")
+        if step is not None:
+            step = self.number(f"{key}.step", step, 0.0, strict=True)
+            if flags["log"]:
+                raise self.fail(key, "a range takes log or step, not both (Optuna samples a log range continuously)")
+        if flags["log"] and low <= 0:
+            raise self.fail(f"{key}.low", f"a log range needs low > 0, got {value['low']!r}")
+        if flags["int"]:
+            for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
+                if v is not None and float(v) != int(v):
+                    raise self.fail(f"{key}.{k}", f"an integer range (int: true) needs integers, got {v!r}")
+            return Range(int(low), int(high), log=flags["log"], int=True, step=None if step is None else int(step))
+        return Range(low, high, log=flags["log"], step=step)
+
+    def number_axis(self, key: str, value: Any, minimum: float, strict: bool = False) -> list[float] | Range:
+        """A numeric grid axis (list of numbers), or a range in an Optuna search."""
+        if isinstance(value, dict):
+            return self.range(key, value, minimum, strict)
+        return self.number_list(key, value, minimum, strict)
+
     def lengths(self, key: str, value: Any) -> list[list[float]]:
         items = self.as_list(key, value)
         if all(_is_number(x) for x in items) and len(items) > 1:
@@ -588,11 +727,13 @@ class _Validator:
     def config(self, raw: dict) -> ExperimentConfig:
         top = [
             "target", "splits", "protocol", "feature_sets", "feature_set", "window", "models",
-            "personalization", "postprocess", "tracking", "seed", "jobs", "unseen_listener",
+            "personalization", "postprocess", "tracking", "seed", "jobs", "unseen_listener", "search",
         ]
         self.mapping("", raw, top)
         d = ExperimentConfig()
         cfg = ExperimentConfig(source=self.source)
+        cfg.search = self.search(raw.get("search"))
+        self.search_method = cfg.search.method
 
         target = raw.get("target", d.target)
         if not isinstance(target, str) or not target:
@@ -624,7 +765,36 @@ class _Validator:
             raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
         cfg.jobs = jobs
         cfg.models = self.models(raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg)
+        if cfg.search.method == "optuna":
+            # lazy: the search module loads the sweep's modelling stack
+            from .search import SearchSpaceError, search_space
+
+            try:
+                search_space(cfg)
+            except SearchSpaceError as e:
+                raise self.fail(e.key, str(e)) from None
         return cfg
+
+    def search(self, value: Any) -> SearchConfig:
+        value = self.mapping("search", value, list(SearchConfig().to_dict()))
+        d = SearchConfig()
+        out = SearchConfig()
+        for k in ("method", "sampler", "track"):
+            v = value.get(k, getattr(d, k))
+            if isinstance(v, list):
+                raise self.fail(f"search.{k}", f"expected one value, not a list {v!r}")
+            valid = {"method": SEARCH_METHODS, "sampler": SEARCH_SAMPLERS, "track": TRACKS}[k]
+            setattr(out, k, self.enum_list(f"search.{k}", v, valid)[0])
+        for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
+            v = value.get(k, getattr(d, k))
+            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+                raise self.fail(f"search.{k}", f"expected an integer >= {minimum}, got {v!r}")
+            setattr(out, k, v)
+        storage = value.get("storage")
+        if storage is not None and (not isinstance(storage, str) or not storage):
+            raise self.fail("search.storage", f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {storage!r}")
+        out.storage = storage
+        return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
 
     def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
         value = self.mapping("splits", value, SPLIT_NAMES)
@@ -684,8 +854,12 @@ class _Validator:
         value = self.mapping("window", value, allowed)
         d = WindowConfig()
         w = WindowConfig()
-        w.lengths_s = self.lengths("window.lengths_s", value.get("lengths_s", d.lengths_s))
-        w.delay_s = self.number_list("window.delay_s", value.get("delay_s", d.delay_s), 0.0)
+        lengths = value.get("lengths_s", d.lengths_s)
+        if isinstance(lengths, dict):
+            w.lengths_s = self.range("window.lengths_s", lengths, 0.0, strict=True)
+        else:
+            w.lengths_s = self.lengths("window.lengths_s", lengths)
+        w.delay_s = self.number_axis("window.delay_s", value.get("delay_s", d.delay_s), 0.0)
         w.align = self.enum_list("window.align", value.get("align", d.align), ALIGNS)
         w.stats = self.enum_list("window.stats", value.get("stats", d.stats), STATS)
         hop = value.get("train_hop_s", d.train_hop_s)
@@ -700,7 +874,7 @@ class _Validator:
             raise self.fail("postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list")
         return PostprocessConfig(
             fit_on=self.enum_list("postprocess.fit_on", fit_on, FIT_ON)[0],
-            smooth_s=self.number_list("postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0),
+            smooth_s=self.number_axis("postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0),
             smooth_method=self.enum_list(
                 "postprocess.smooth_method", value.get("smooth_method", d.smooth_method), SMOOTH_METHODS
             ),
@@ -739,7 +913,10 @@ class _Validator:
                 if hp not in allowed:
                     hint = _suggest(hp, allowed + ["only"]) if allowed else "; this model has no hyperparameters"
                     raise self.fail(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
-                spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
+                if isinstance(grid, dict):
+                    spec.params[hp] = self.range(f"{key}.{hp}", grid)
+                else:
+                    spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
             spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
             out.append(spec)
         return out

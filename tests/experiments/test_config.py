@@ -123,7 +123,7 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
     p = write(tmp_path, "target: valence_self\nwindow:\n  lengths_s: [[4], [2, 8]\n  delay_s: [0]\n")
     with pytest.raises(ConfigError, match=r"exp\.yaml:\d+: malformed YAML"):
         load_config(p)
-    with pytest.raises(ConfigError, match="does not exist.*default, smoke"):
+    with pytest.raises(ConfigError, match="does not exist.*default, search, smoke"):
         load_config(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="top level"):
         load_config(write(tmp_path, "- a\n- b\n", "list.yaml"))
