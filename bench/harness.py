@@ -8,7 +8,9 @@ Every benchmark returns records of the ``bench/results.json`` format (DESIGN.md,
 issue as text; it applies to ``ratio`` when it has no unit (``">= 0.9"``, ``">= 20"``) and to
 ``value`` when it names the record's unit (``"<= 180 s"``, ``"< 4 GB"``). ``meets_goal`` is a
 bool when there is a goal, else None. Throughputs are reported so that a ratio above 1 means
-the project's path is faster than the baseline.
+the project's path is faster than the baseline. A measure repeated to see through the noise
+of a shared machine has ``value`` = the median and two more keys: ``repeats`` (how many runs)
+and ``spread`` ([min, max] of the value over the runs).
 
 >>> r = record("x", 2.0, "frames/s", baseline="y", baseline_value=1.0, goal=">= 1.5")
 >>> r["ratio"], r["meets_goal"]
@@ -96,18 +98,21 @@ def record(
     baseline: str | None = None,
     baseline_value: float | None = None,
     goal: str | None = None,
+    spread: tuple[float, float] | None = None,
+    repeats: int | None = None,
 ) -> dict:
     """One result: ``value`` in ``unit`` against the ``baseline`` measured in the same run.
 
     Values are kept to 4 significant digits; ``ratio`` is computed from the rounded numbers
-    so that ``ratio == value / baseline_value`` holds for a reader of the JSON.
+    so that ``ratio == value / baseline_value`` holds for a reader of the JSON. ``spread``
+    ([min, max] over ``repeats`` runs, in ``unit``) is added only when given.
     """
     value = _round(value)
     baseline_value = _round(baseline_value)
     ratio = None
     if value is not None and baseline_value not in (None, 0.0):
         ratio = value / baseline_value
-    return {
+    out = {
         "name": name,
         "value": value,
         "unit": unit,
@@ -118,6 +123,10 @@ def record(
         "meets_goal": meets(goal, value, ratio, unit),
         "machine": machine(),
     }
+    if spread is not None:
+        out["spread"] = [_round(min(spread)), _round(max(spread))]
+        out["repeats"] = repeats
+    return out
 
 
 def best_time(fn: Callable[[], object], repeat: int = 3) -> tuple[float, object]:
@@ -157,7 +166,10 @@ def format_table(records: list[dict]) -> str:
         base = "" if r["baseline_value"] is None else f"{r['baseline_value']:g} ({r['baseline']})"
         ok = {True: "yes", False: "NO", None: ""}[r["meets_goal"]]
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.3g}"
-        rows.append((r["name"], f"{r['value']:g} {r['unit']}", base, ratio, r["goal"] or "", ok))
+        value = f"{r['value']:g} {r['unit']}"
+        if r.get("spread"):
+            value += f" ({r['spread'][0]:g}-{r['spread'][1]:g}, {r['repeats']} runs)"
+        rows.append((r["name"], value, base, ratio, r["goal"] or "", ok))
     widths = [min(max(len(row[i]) for row in rows), 60) for i in range(len(rows[0]))]
     lines = ["  ".join(cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -138,3 +138,24 @@ def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict 
         peak_parent_pss_gb=peaks[5] / 1e9 if got else None,
         peak_children_pss_gb=peaks[6] / 1e9 if got else None,
     )
+
+
+def machine_cpu_seconds() -> float | None:
+    """CPU time (seconds) every process of the machine has used since boot (``/proc/stat``:
+    all but idle and I/O wait), or None where that file does not exist.
+
+    The difference over a run, minus the run's own :attr:`RunStats.cpu_s`, is what other
+    processes used meanwhile: on a shared machine it says how much a wall time was disturbed.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    # guest time is already inside user and nice
+    busy = sum(ticks[:8]) - idle if len(ticks) >= 8 else sum(ticks) - idle
+    return busy / os.sysconf("SC_CLK_TCK")

@@ -2,20 +2,36 @@
 
 For each size a synthetic store (real session lengths; 160 sessions are 20 listeners x 8
 stories) is swept by the same ``experiments ablate`` run as :mod:`bench.ablation` (subprocess,
-fresh tracking database, 2 jobs). Time is compared with two references:
+fresh tracking database, 2 jobs). Each store is first warmed up, untimed, by the same ablation
+with only the dummy model (it writes the store's frames cache and compiles the windowing
+kernels once, costs a first run would otherwise pay alone). The sizes are then run
+``repeat`` times (3; QUICK 2), the order
+reversed every other round so that a drift of the machine's load does not favour one end;
+each record's value is the median over the rounds, ``spread`` the [min, max].
 
-* per size, the least-squares line ``a + b * frames`` through all sizes (``a`` is the fixed
-  cost: interpreter and MLflow start-up, the dummy baseline ...); a point far above the line
-  means the cost grows faster than linearly there;
+On a machine shared with other work, wall time also counts the waiting for a core. Each run
+measures the CPU other processes used meanwhile (``/proc/stat`` minus the run's own); a run
+during which they averaged more than :data:`BUSY_CORES` cores is run again, up to
+:data:`RETRIES` times, and the least disturbed attempt is kept.
+``scaling.background_cores`` reports the median over the kept runs of that load. Time is
+compared with two references:
+
+* per size, the least-squares line ``a + b * frames`` through the medians of all sizes
+  (``a`` is the fixed cost: interpreter and MLflow start-up, the dummy baseline ...); a point
+  far above the line means the cost grows faster than linearly there;
 * ``scaling.marginal_cost``: seconds per million frames added from 80 to 160 sessions
-  against the same from 10 to 80 (fixed costs cancel). Above 1 means growing cost per frame.
+  against the same from 10 to 80 (fixed costs cancel), each the median over the rounds of
+  that round's marginal cost. Above 1 means growing cost per frame.
+  ``scaling.marginal_cost_cpu`` is the same for the CPU time of the process tree (user +
+  system), which waiting for a core on a shared machine does not inflate.
 
-Goal (issue 5): within 1.2x of linear. QUICK: 10 and 20 short sessions, a tiny grid; the
-marginal cost from 10 to 20 sessions is compared with the average cost at 10.
+Goal (issues 5 and 15): within 1.2x of linear. QUICK: 10 and 20 short sessions, a tiny grid;
+the marginal cost from 10 to 20 sessions is compared with the average cost at 10.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -27,37 +43,80 @@ from .ablation import FULL as ABLATION_FULL
 from .ablation import QUICK as ABLATION_QUICK
 from .ablation import run_ablation
 from .harness import record
+from .processes import RunStats, machine_cpu_seconds
 
-FULL = {"sizes": (10, 20, 40, 80, 160), "length_range": None, "set": ABLATION_FULL["set"]}
-QUICK = {"sizes": (10, 20), "length_range": (500, 1000), "set": ABLATION_QUICK["set"]}
+FULL = {"sizes": (10, 20, 40, 80, 160), "length_range": None, "set": ABLATION_FULL["set"], "repeat": 3}
+QUICK = {"sizes": (10, 20), "length_range": (500, 1000), "set": ABLATION_QUICK["set"], "repeat": 2}
+#: a run during which other processes used more cores than this on average is repeated ...
+BUSY_CORES = 0.5
+#: ... at most this many times (the least disturbed attempt is kept)
+RETRIES = 2
+#: the untimed warm-up's grid: the same feature sets and windows, the dummy model only
+WARM_UP = "models=[{name: dummy}]"
+
+
+def marginal_costs(sizes: list[int], seconds: np.ndarray, mframes: np.ndarray) -> tuple[float, float, str]:
+    """(late, early, what early is): seconds per million frames added, see the module docstring."""
+    if len(sizes) >= 3 and 80 in sizes:
+        i0, i80, last = 0, sizes.index(80), len(sizes) - 1
+        late = (seconds[last] - seconds[i80]) / (mframes[last] - mframes[i80])
+        early = (seconds[i80] - seconds[i0]) / (mframes[i80] - mframes[i0])
+        return late, early, f"marginal cost from {sizes[i0]} to 80 sessions"
+    late = (seconds[-1] - seconds[0]) / (mframes[-1] - mframes[0])
+    return late, seconds[0] / mframes[0], f"average cost at {sizes[0]} sessions"
+
+
+def quiet_run(store: Path, out: Path, overrides: list[str]) -> tuple[RunStats, float]:
+    """An ablation and the cores other processes used during it (mean), repeated while that
+    exceeds :data:`BUSY_CORES` (at most :data:`RETRIES` times); the least disturbed attempt."""
+    best: tuple[RunStats, float] | None = None
+    for _ in range(1 + RETRIES):
+        before = machine_cpu_seconds()
+        stats = run_ablation(store, out, overrides)
+        after = machine_cpu_seconds()
+        others = 0.0 if before is None or after is None else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
+        if best is None or others < best[1]:
+            best = (stats, others)
+        if others <= BUSY_CORES:
+            break
+        print(f"scaling: other processes used {others:.2f} cores meanwhile ({stats.wall_s:.1f} s): run again", flush=True)
+    return best
 
 
 def run(work: Path, quick: bool = False) -> list[dict]:
-    """One measured ablation per size; returns the records."""
+    """``repeat`` measured ablations per size; returns the records."""
     plan = QUICK if quick else FULL
-    sizes, seconds, frames = [], [], []
-    for n in plan["sizes"]:
-        store = inputs.synth_store(work, n, plan["length_range"])
-        stats = run_ablation(store, work / f"scaling_run_{n}", plan["set"])
-        sizes.append(n)
-        seconds.append(stats.wall_s)
-        frames.append(int(Store(store).sessions().n_frames.sum()))
-        print(f"scaling: {n} sessions, {frames[-1]:,} frames: {stats.wall_s:.1f} s")
-    t, f = np.array(seconds), np.array(frames, dtype=float) / 1e6
-    b, a = np.polyfit(f, t, 1)
+    sizes = list(plan["sizes"])
+    stores = {n: inputs.synth_store(work, n, plan["length_range"]) for n in sizes}
+    mframes = np.array([Store(stores[n]).sessions().n_frames.sum() for n in sizes], dtype=float) / 1e6
+    for size in sizes:
+        stats = run_ablation(stores[size], work / f"scaling_run_{size}", [*plan["set"], WARM_UP])
+        print(f"scaling: warm-up of {size} sessions: {stats.wall_s:.1f} s", flush=True)
+    wall = np.full((plan["repeat"], len(sizes)), np.nan)
+    cpu, busy = np.full_like(wall, np.nan), np.full_like(wall, np.nan)
+    for r in range(plan["repeat"]):
+        order = range(len(sizes)) if r % 2 == 0 else reversed(range(len(sizes)))
+        for i in order:
+            stats, busy[r, i] = quiet_run(stores[sizes[i]], work / f"scaling_run_{sizes[i]}", plan["set"])
+            wall[r, i], cpu[r, i] = stats.wall_s, stats.cpu_s
+            print(f"scaling: round {r + 1}, {sizes[i]} sessions, {mframes[i] * 1e6:,.0f} frames: {stats.wall_s:.1f} s "
+                  f"({stats.cpu_s:.0f} s of CPU; other processes: {busy[r, i]:.2f} cores)", flush=True)  # fmt: skip
+    n = plan["repeat"]
+    med = np.median(wall, axis=0)
+    b, a = np.polyfit(mframes, med, 1)
     out = [
-        record(f"scaling.ablation_{n}_sessions", s, "s", baseline="least-squares line a + b * frames over all sizes",
-               baseline_value=a + b * x, goal="<= 1.2")
-        for n, s, x in zip(sizes, t, f, strict=True)
+        record(f"scaling.ablation_{size}_sessions", med[i], "s", baseline="least-squares line a + b * frames over all sizes",
+               baseline_value=a + b * mframes[i], goal="<= 1.2", spread=(wall[:, i].min(), wall[:, i].max()), repeats=n)
+        for i, size in enumerate(sizes)
     ]  # fmt: skip
-    if len(sizes) >= 3 and 80 in sizes:
-        i10, i80, ilast = 0, sizes.index(80), len(sizes) - 1
-        late = (t[ilast] - t[i80]) / (f[ilast] - f[i80])
-        early = (t[i80] - t[i10]) / (f[i80] - f[i10])
-        what = f"marginal cost from {sizes[i10]} to 80 sessions"
-        out.append(record("scaling.marginal_cost", late, "s per million frames", baseline=what, baseline_value=early, goal="<= 1.2"))
-    else:
-        late = (t[-1] - t[0]) / (f[-1] - f[0])
-        out.append(record("scaling.marginal_cost", late, "s per million frames",
-                          baseline=f"average cost at {sizes[0]} sessions", baseline_value=t[0] / f[0], goal="<= 1.2"))  # fmt: skip
+    for name, times in (("scaling.marginal_cost", wall), ("scaling.marginal_cost_cpu", cpu)):
+        per_round = [marginal_costs(sizes, times[r], mframes) for r in range(n)]
+        late = [x[0] for x in per_round]
+        early = statistics.median(x[1] for x in per_round)
+        ratios = ", ".join(f"{x[0] / x[1]:.2f}" for x in per_round)
+        print(f"{name}: per round {ratios} (late / early)")
+        out.append(record(name, statistics.median(late), "s per million frames", baseline=per_round[0][2],
+                          baseline_value=early, goal="<= 1.2", spread=(min(late), max(late)), repeats=n))  # fmt: skip
+    out.append(record("scaling.background_cores", float(np.median(busy)), "cores",
+                      spread=(float(busy.min()), float(busy.max())), repeats=busy.size))  # fmt: skip
     return out

@@ -28,7 +28,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from .extractors import (
     FrameExtractor,
     TranscriptExtractor,
 )
+from .extractors.base import Track
 from .manifest import SessionFiles
 from .store import (
     LABEL_FPS,
@@ -152,6 +153,42 @@ def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript
         )
         for role, feats in role_channels(scene, speaking).items()
     }
+
+
+@dataclass
+class FrameJob:
+    """One frame extractor's track over one role's crops, fed frames in ``pixel_format``."""
+
+    track: Track
+    role: str
+    pixel_format: str = "rgb24"
+
+
+#: sampled frames decoded ahead of the face work, in a background thread (a few MB each)
+PREFETCH_FRAMES = 4
+
+
+def run_frame_jobs(
+    video: Path,
+    jobs: Iterable[FrameJob],
+    regions: dict[str, tuple[int, int]],
+    sample_fps: float | None,
+    on_frame: Callable[[], object] | None = None,
+) -> None:
+    """Decode ``video`` once and feed each job's track its role's crop of every frame sampled at
+    ``sample_fps`` (Hz); ``regions`` are the roles' pixel columns ``[x0, x1)``.
+
+    Decoding runs ahead in a background thread (:data:`PREFETCH_FRAMES`), overlapping the
+    tracks' work; each pixel format a job asks for is made once per frame.
+    """
+    jobs = list(jobs)
+    formats = tuple(sorted({job.pixel_format for job in jobs}))
+    for _, t, images in media.iter_frames(video, sample_fps, pixel_format=formats, prefetch=PREFETCH_FRAMES):
+        for job in jobs:
+            x0, x1 = regions[job.role]
+            job.track.add(t, images[job.pixel_format][:, x0:x1])
+        if on_frame is not None:
+            on_frame()
 
 
 def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
@@ -276,30 +313,26 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
         return Channel.from_features(feats, extractor=ex.name, extractor_version=ex.version, params=params, cache_key=ck, source=sources.get(key, source), created_utc=created)
 
     # ---- video: one decode for every frame extractor that has work
-    frame_jobs: dict[str, dict] = {}
+    frame_jobs: dict[str, FrameJob] = {}
     for key, (ex, _, _) in todo.items():
         if isinstance(ex, FrameExtractor):
             role = key.split("/")[0]
-            frame_jobs.setdefault(key, {"track": ex.new_track(role), "role": role})
+            frame_jobs.setdefault(key, FrameJob(ex.new_track(role), role, ex.pixel_format))
     if frame_jobs:
         step = media.sample_mask_step(info.fps, cfg.face_fps)
         total = int(np.ceil(info.n_frames / step)) if info.n_frames else None
         bar = tqdm(total=total, desc=f"{sf.session} faces", unit="frame", position=position, leave=False, disable=not progress)
         try:
-            for _, t, rgb in media.iter_frames(sf.video, cfg.face_fps):
-                for job in frame_jobs.values():
-                    x0, x1 = regions[job["role"]]
-                    job["track"].add(t, rgb[:, x0:x1])
-                bar.update(1)
+            run_frame_jobs(sf.video, frame_jobs.values(), regions, cfg.face_fps, on_frame=lambda: bar.update(1))
         finally:
             bar.close()
         for key, job in frame_jobs.items():
-            feats = job["track"].result()
+            feats = job.track.result()
             if len(feats.valid) and not feats.valid.any():
                 # this channel fails; the session's other channels (audio) are still stored
-                x0, x1 = regions[job["role"]]
+                x0, x1 = regions[job.role]
                 channel_errors.append(
-                    f"{sf.session}: {key} not stored: no face found in the {job['role']} region (x {x0}-{x1}) of "
+                    f"{sf.session}: {key} not stored: no face found in the {job.role} region (x {x0}-{x1}) of "
                     f"{sf.video} in any of {len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
                 )
                 continue

@@ -1,8 +1,9 @@
 """Video decoding, speaker/listener crops, and the audio track as mono PCM (PyAV).
 
-A video is decoded once per extraction; frames are converted to RGB arrays only when a
-face extractor wants them (the face sampling rate, 5 fps by default), which is where most
-of the decoding cost would otherwise go.
+A video is decoded once per extraction; frames are converted to arrays only when a face
+extractor wants them (the face sampling rate, 5 fps by default), which is where most of the
+decoding cost would otherwise go, and only to the pixel formats the extractors ask for
+(``face_geom`` reads the decoded luma plane directly, no colour conversion).
 """
 
 from __future__ import annotations
@@ -105,20 +106,68 @@ def sample_mask_step(video_fps: float, target_fps: float | None) -> float:
     return video_fps / target_fps
 
 
+#: pixel formats :func:`iter_frames` gives: (H, W, 3) RGB, or (H, W) luma in full range
+PIXEL_FORMATS = ("rgb24", "gray")
+#: 8-bit YUV layouts whose first plane is the luma (Y) at full resolution
+_YUV8 = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "nv21"})
+#: limited-range ("TV", 16-235) luma -> full range (0-255), what FFmpeg's own gray conversion does
+_LIMITED_TO_FULL = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
+_COLOR_RANGE_JPEG = 2  # AVCOL_RANGE_JPEG: full range
+
+
+def luma(frame) -> np.ndarray:
+    """(H, W) uint8 grey image of a decoded PyAV video frame, full range (0-255).
+
+    For 8-bit YUV video it is the decoded Y plane itself (limited range stretched to full with
+    a table), equal to FFmpeg's ``gray`` conversion and about 10x cheaper; it differs from
+    OpenCV's RGB-to-grey of the RGB frame by 1-2 levels (rounding through RGB). Other pixel
+    layouts are converted by FFmpeg.
+    """
+    name = frame.format.name
+    if name not in _YUV8:
+        return frame.to_ndarray(format="gray")
+    plane = frame.planes[0]
+    y = np.frombuffer(plane, np.uint8).reshape(frame.height, plane.line_size)[:, : frame.width]
+    if name.startswith("yuvj") or frame.color_range == _COLOR_RANGE_JPEG:
+        return y.copy()
+    import cv2
+
+    return cv2.LUT(y, _LIMITED_TO_FULL)
+
+
+def _convert(frame, pixel_format: str) -> np.ndarray:
+    return luma(frame) if pixel_format == "gray" else frame.to_ndarray(format="rgb24")
+
+
 def iter_frames(
     path: str | Path,
     sample_fps: float | None = None,
     threads: bool = True,
-) -> Iterator[tuple[int, float, np.ndarray]]:
-    """Yield ``(frame_index, time_s, rgb)`` for frames sampled at ``sample_fps`` (all when None).
+    *,
+    pixel_format: str | tuple[str, ...] = "rgb24",
+    prefetch: int = 0,
+) -> Iterator[tuple[int, float, np.ndarray | dict[str, np.ndarray]]]:
+    """Yield ``(frame_index, time_s, image)`` for frames sampled at ``sample_fps`` (all when None).
 
     Time stamps are ``frame_index / fps`` (frame-accurate at constant frame rate, like the
     labels). Every frame is decoded (inter-frame codecs need it) but only sampled frames are
-    converted to RGB. A decoding error mid-file raises :class:`MediaError` naming the file.
+    converted. ``pixel_format`` is ``"rgb24"`` ((H, W, 3) RGB), ``"gray"`` ((H, W) luma, see
+    :func:`luma`), or a tuple of them: then ``image`` is a dict format -> array. With
+    ``prefetch`` > 0, a background thread decodes and converts up to that many sampled frames
+    ahead (FFmpeg runs without the GIL, so decoding overlaps the caller's work). A decoding
+    error mid-file raises :class:`MediaError` naming the file.
     """
+    formats = (pixel_format,) if isinstance(pixel_format, str) else tuple(pixel_format)
+    unknown = [f for f in formats if f not in PIXEL_FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"pixel format {pixel_format!r}: use one or more of {PIXEL_FORMATS}")
+    frames = _decode_sampled(Path(path), sample_fps, threads, formats, isinstance(pixel_format, str))
+    return _prefetched(frames, prefetch) if prefetch > 0 else frames
+
+
+def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, ...], single: bool):
     import av
 
-    path = Path(path)
     c = _open(path)
     try:
         if not c.streams.video:
@@ -136,13 +185,60 @@ def iter_frames(
                 if i + 1e-9 < next_sample:
                     continue
                 next_sample += step
-                yield i, i / fps, frame.to_ndarray(format="rgb24")
+                if single:
+                    yield i, i / fps, _convert(frame, formats[0])
+                else:
+                    yield i, i / fps, {f: _convert(frame, f) for f in formats}
         except av.error.FFmpegError as e:
             raise MediaError(f"{path}: decoding failed after {i + 1} frames ({e}); the file is corrupt or truncated - re-copy or re-encode it") from e
         if i < 0:
             raise MediaError(f"{path}: no frame could be decoded; the file is corrupt or empty - re-copy or re-encode it")
     finally:
         c.close()
+
+
+def _prefetched(items: Iterator, size: int) -> Iterator:
+    """``items`` produced by a background thread up to ``size`` ahead, in order; an exception
+    raised there is raised here. Closing this iterator early stops and joins the thread."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=size)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            put(("error", e))
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="iter_frames-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
 
 
 def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:

@@ -65,7 +65,8 @@ class Track(ABC):
 
     @abstractmethod
     def add(self, time_s: float, image: np.ndarray) -> None:
-        """Process one RGB crop (H, W, 3 uint8) taken at ``time_s`` seconds."""
+        """Process one crop taken at ``time_s`` seconds, in its extractor's ``pixel_format``
+        (RGB: (H, W, 3) uint8; grey: (H, W) uint8)."""
 
     @abstractmethod
     def result(self) -> Features:
@@ -76,6 +77,9 @@ class FrameExtractor(Extractor):
     kind: ClassVar[str] = "video"
     #: roles whose crops this extractor wants
     roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
+    #: what extraction decodes the frames to for its tracks: ``rgb24`` or ``gray`` (full-range
+    #: luma, see :func:`featurestore.media.luma`)
+    pixel_format: ClassVar[str] = "rgb24"
 
     @abstractmethod
     def new_track(self, role: str) -> Track:

@@ -11,6 +11,9 @@ from functools import lru_cache
 
 import numpy as np
 
+#: side of a HOG cell of dlib's frontal face detector (pixels of the image it scans)
+HOG_CELL_PX = 8
+
 
 @lru_cache(maxsize=1)
 def _models():
@@ -34,34 +37,71 @@ class DlibLandmarker:
     """Face detection (HOG) and 68-point landmark prediction.
 
     ``detect_scale`` shrinks the image before the (slow) HOG detector; landmarks are always
-    predicted at full resolution.
+    predicted at full resolution. The dlib models are shared by every instance of a process
+    and must not be called from two threads at once (the detector releases the GIL and is
+    not thread-safe).
     """
 
     def __init__(self, detect_scale: float = 0.5, upsample: int = 0) -> None:
         self.detect_scale = float(detect_scale)
         self.upsample = int(upsample)
 
-    def detect_box(self, rgb: np.ndarray) -> tuple[int, int, int, int] | None:
-        """Largest face as (left, top, right, bottom) in pixels of ``rgb``, or None."""
+    def detect_box(
+        self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None
+    ) -> tuple[int, int, int, int] | None:
+        """Largest face as (left, top, right, bottom) in pixels of ``rgb``, or None.
+
+        ``region`` (left, top, right, bottom, pixels) limits the search to that part of the
+        image (clipped to it); the box is still in the whole image's pixels. The region's
+        origin is moved down to a multiple of the HOG cell (8 px of the scaled image), so the
+        finest pyramid level sees the whole image's cells; a face found at a coarser level
+        may come out a few pixels off its whole-image box (the landmark model absorbs it:
+        ``bench/video.py`` compares the landmarks).
+        """
         import cv2
 
         detector, _ = _models()
         gray = _gray(rgb)
         s = self.detect_scale
+        x0 = y0 = 0
+        if region is not None:
+            h, w = gray.shape
+            cell = max(1, round(HOG_CELL_PX / s))
+            x0 = max(0, int(region[0])) // cell * cell
+            y0 = max(0, int(region[1])) // cell * cell
+            x1, y1 = min(w, int(region[2])), min(h, int(region[3]))
+            if x1 - x0 < cell or y1 - y0 < cell:
+                return None
+            gray = gray[y0:y1, x0:x1]
         small = gray if s == 1.0 else cv2.resize(gray, None, fx=s, fy=s, interpolation=cv2.INTER_AREA)
-        rects = detector(small, self.upsample)
+        rects = detector(np.ascontiguousarray(small), self.upsample)
         if len(rects) == 0:
             return None
         r = max(rects, key=lambda r: r.width() * r.height())
-        return (int(r.left() / s), int(r.top() / s), int(r.right() / s), int(r.bottom() / s))
+        return (
+            x0 + int(r.left() / s),
+            y0 + int(r.top() / s),
+            x0 + int(r.right() / s),
+            y0 + int(r.bottom() / s),
+        )
 
     def landmarks_in_box(self, rgb: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-        """(68, 2) float landmark coordinates (x, y) given a face box."""
+        """(68, 2) float landmark coordinates (x, y) in pixels of ``rgb`` given a face box.
+
+        The model reads pixels near the box only, so it is given a contiguous copy of the box
+        grown by half its side (a few hundred kB instead of the whole crop; same landmarks).
+        """
         import dlib
 
         _, predictor = _models()
-        shape = predictor(_gray(rgb), dlib.rectangle(*[int(v) for v in box]))
-        return np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float64)
+        left, top, right, bottom = (int(v) for v in box)
+        pad = max(right - left, bottom - top) // 2 + 1
+        h, w = rgb.shape[:2]
+        x0, y0 = min(max(0, left - pad), w), min(max(0, top - pad), h)
+        x1, y1 = max(min(w, right + pad), x0), max(min(h, bottom + pad), y0)
+        patch = _gray(rgb[y0:y1, x0:x1])
+        shape = predictor(patch, dlib.rectangle(left - x0, top - y0, right - x0, bottom - y0))
+        return np.array([(p.x + x0, p.y + y0) for p in shape.parts()], dtype=np.float64)
 
     def detect(self, rgb: np.ndarray) -> np.ndarray | None:
         """(68, 2) landmarks of the largest face, or None when no face is found."""

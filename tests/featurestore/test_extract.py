@@ -190,3 +190,31 @@ def test_kill_mid_extraction_leaves_no_partial_shard_and_resumes(corpus, tmp_pat
     assert len(Store(store).list_sessions()) == 4
     assert Store(store).temp_files() == []
     assert main(["verify", "--store", str(store)]) == 0
+
+
+def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
+    from featurestore import media
+    from featurestore.extract import FrameJob, run_frame_jobs
+    from featurestore.extractors import get_extractor
+    from featurestore.extractors.base import Track
+
+    class Recorder(Track):
+        def __init__(self):
+            self.seen = []
+
+        def add(self, time_s, image):
+            self.seen.append((time_s, image.copy()))
+
+        def result(self):
+            raise NotImplementedError
+
+    video = make_video(tmp_path / "v.mp4", n_frames=20, width=320, height=96)
+    regions = {"speaker": (0, 120), "listener": (120, 320)}
+    jobs = [FrameJob(Recorder(), "speaker", "gray"), FrameJob(Recorder(), "listener", "rgb24")]
+    run_frame_jobs(video, jobs, regions, sample_fps=5)
+    frames = list(media.iter_frames(video, 5, pixel_format=("gray", "rgb24")))
+    assert [t for t, _ in jobs[0].track.seen] == [t for _, t, _ in frames] == [0.0, 0.2, 0.4, 0.6]
+    for (_, gray), (_, rgb), (_, _, images) in zip(jobs[0].track.seen, jobs[1].track.seen, frames, strict=True):
+        np.testing.assert_array_equal(gray, images["gray"][:, :120])
+        np.testing.assert_array_equal(rgb, images["rgb24"][:, 120:])
+    assert get_extractor("face_geom").pixel_format == "gray"  # extraction hands face_geom the decoder's luma

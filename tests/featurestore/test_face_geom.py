@@ -204,6 +204,7 @@ def test_track_follows_a_moving_face_and_redetects_only_as_configured(face_image
     feats = track.result()
     assert feats.valid.all() and track.n_frames == 10
     assert track.n_detections == 2  # t = 0 and t = 1.0 s
+    assert track.n_full_detections == 1  # at t = 1.0 s the face is searched near the last one only
     assert np.diff(feats.data[:, COL["face_x"]]).min() > 0  # follows the face to the right
     # tracked frames measure the same face as a fresh detection on that frame
     detected = features_of(frames[-1][1])
@@ -222,6 +223,7 @@ def test_track_follows_a_moderate_jump_and_redetects_a_lost_face(face_image):
     assert track.n_detections == 1
     track.add(0.4, np.roll(face_image, 225, axis=1))  # ~1.7 IOD: track lost, detect again
     assert track.n_detections == 2
+    assert track.n_full_detections == 2  # too far for the search near the last face
     track.add(0.6, np.zeros_like(face_image))  # the face is gone
     feats = track.result()
     assert feats.valid.tolist() == [True, True, True, False]
@@ -251,3 +253,39 @@ def test_registered_by_name():
         "listener",
     )
     assert base.get_extractor("face_geom") is FaceGeomExtractor
+
+
+def test_whole_crop_detection_when_due_and_no_local_search_when_off(face_image):
+    frames = [(0.2 * i, np.roll(face_image, 2 * i, axis=1)) for i in range(6)]
+    config = FaceGeomConfig(redetect_every_s=0.2, full_detect_every_s=0.6)
+    track = FaceGeomExtractor(config).new_track("speaker")
+    for t, img in frames:
+        track.add(t, img)
+    assert track.n_detections == 6 and track.n_full_detections == 2  # t = 0 and 0.6 s
+    off = FaceGeomExtractor(FaceGeomConfig(redetect_every_s=0.2, search_margin=0.0)).new_track("speaker")
+    for t, img in frames:
+        off.add(t, img)
+    assert off.n_full_detections == 6
+    # the local search finds the same face: landmarks within a small fraction of the IOD
+    err = np.linalg.norm(track.landmarks() - off.landmarks(), axis=-1).mean(axis=1)
+    assert err.max() < 0.02 * iod(off.landmarks()[0])
+
+
+def test_detection_in_a_region_and_landmarks_on_a_view(face_image):
+    gray = cv2.cvtColor(face_image, cv2.COLOR_RGB2GRAY)
+    marker = DlibLandmarker(detect_scale=0.5)
+    box = marker.detect_box(gray)
+    side = box[2] - box[0]
+    near = marker.detect_box(gray, region=(box[0] - 40, box[1] - 40, box[2] + 40, box[3] + 40))
+    assert near is not None and np.abs(np.subtract(near, box)).max() < 0.1 * side
+    assert marker.detect_box(gray, region=(0, 0, 110, 600)) is None  # left of the face
+    assert marker.detect_box(gray, region=(700, 0, 900, 600)) is None  # outside the image
+    # a strided view (a crop of a wider frame) gives the landmarks of the contiguous crop
+    wide = np.zeros((600, 1000), np.uint8)
+    wide[:, 200:920] = gray
+    view = wide[:, 200:920]
+    assert not view.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(marker.landmarks_in_box(view, box), marker.landmarks_in_box(gray, box))
+    np.testing.assert_array_equal(
+        marker.landmarks_in_box(view, box), marker.landmarks_in_box(wide, np.add(box, (200, 0, 200, 0))) - (200, 0)
+    )

@@ -52,3 +52,57 @@ def test_role_regions():
     assert media.role_regions(1000, split_x=400)["listener"] == (400, 1000)
     with pytest.raises(ValueError, match="outside"):
         media.role_regions(100, split_x=200)
+
+
+def test_gray_frames_are_ffmpegs_luma_and_close_to_rgb_grey(tmp_path):
+    import av
+    import cv2
+
+    p = make_video(tmp_path / "v.mp4", n_frames=20, width=330, height=96)  # a row pitch wider than 330
+    gray = list(media.iter_frames(p, sample_fps=5, pixel_format="gray"))
+    both = list(media.iter_frames(p, sample_fps=5, pixel_format=("gray", "rgb24")))
+    assert [i for i, _, _ in gray] == [i for i, _, _ in both] == [0, 5, 10, 15]
+    with av.open(str(p)) as c:
+        ffmpeg_gray = [f.to_ndarray(format="gray") for i, f in enumerate(c.decode(video=0)) if i % 5 == 0]
+    for (_, _, g), (_, _, images), want in zip(gray, both, ffmpeg_gray, strict=True):
+        assert g.shape == (96, 330) and g.dtype == np.uint8
+        np.testing.assert_array_equal(g, want)
+        np.testing.assert_array_equal(images["gray"], g)
+        grey_of_rgb = cv2.cvtColor(images["rgb24"], cv2.COLOR_RGB2GRAY).astype(int)
+        assert np.abs(g.astype(int) - grey_of_rgb).mean() < 3
+    with pytest.raises(ValueError, match="pixel format"):
+        media.iter_frames(p, pixel_format="bgr24")
+
+
+def test_limited_range_luma_is_stretched_to_full_range():
+    import av
+
+    frame = av.VideoFrame.from_ndarray(np.zeros((8, 6, 3), np.uint8), format="rgb24").reformat(format="yuv420p")
+    plane = frame.planes[0]
+    row = np.zeros(plane.line_size, np.uint8)  # rows are padded beyond the 6 pixels
+    row[:6] = [0, 16, 126, 235, 255, 100]
+    plane.update(np.tile(row, 8))
+    assert media.luma(frame).shape == (8, 6)
+    assert media.luma(frame)[0].tolist() == [0, 0, 128, 255, 255, 98]
+
+
+def test_prefetch_gives_the_same_frames_and_raises_decoding_errors(tmp_path):
+    import threading
+
+    p = make_video(tmp_path / "v.mp4", n_frames=40)
+    plain = list(media.iter_frames(p, sample_fps=5))
+    ahead = list(media.iter_frames(p, sample_fps=5, prefetch=2))
+    assert [(i, t) for i, t, _ in ahead] == [(i, t) for i, t, _ in plain]
+    for (_, _, a), (_, _, b) in zip(ahead, plain, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    before = threading.active_count()
+    frames = media.iter_frames(p, prefetch=1)
+    next(frames)
+    frames.close()  # stops the decoding thread, which closes the file
+    assert threading.active_count() == before
+
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(p.read_bytes()[:3000])
+    with pytest.raises(media.MediaError, match="cut.mp4"):
+        list(media.iter_frames(cut, prefetch=2))
