@@ -50,9 +50,10 @@ def test_code_changed_without_a_version_bump_fails_and_says_what_to_do():
     assert f"`{fp.UPDATE_COMMAND}`" in msg and f"`{fp.UPDATE_COMMAND} --same-output face_geom`" in msg
     # bumping the version turns it into "record the new code"
     bumped = copy.deepcopy(now)
-    bumped["face_geom"]["version"] = "2"
+    old = now["face_geom"]["version"]
+    bumped["face_geom"]["version"] = new = f"{old}.1"
     [msg] = fp.problems(bumped, record)
-    assert "version 1 -> 2" in msg and fp.UPDATE_COMMAND in msg
+    assert f"version {old} -> {new}" in msg and fp.UPDATE_COMMAND in msg
     # a new extractor without a record, and a record without an extractor
     del record["egemaps"]
     record["old_one"] = now["speech"]
