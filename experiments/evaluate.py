@@ -40,14 +40,11 @@ from .config import Trial, WindowKey
 from .dataset import SessionTable
 from .metrics import ccc, ccc_protocols
 from .models import make_model
-from .options import IDENTITY_PERSONALIZATIONS
 from .personalization import apply_listener_calibration, fit_listener_calibration, make_personalizer
 from .postprocess import rescaler_for, smooth
 from .uncertainty import bootstrap_protocols, chance_level
 from .windowing import window_stats
 
-#: personalization strategies that use who is listening (kept for older imports)
-PERSONALIZED = IDENTITY_PERSONALIZATIONS
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
 CALIBRATION_SHRINKAGE = 100.0
 
@@ -383,7 +380,7 @@ def _evaluate_group(trials: list[Trial], w: Windowed) -> list[TrialResult]:
                              "split": split_of[sid] + suffix, "ccc": ccc(s.y[ok], pred[ok])})
         scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
         truth = {sid: by_session[sid].y for sid in p}
-        metrics = score_metrics(scores, predictions={**p, **{f"{sid}\0unseen": v for sid, v in u.items()}}, truth=truth, seed=t.seed)
+        metrics = score_metrics(scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u)
         results.append(TrialResult(t, metrics, scores, p, truth, u, fit_seconds=seconds, n_train_rows=n_rows,
                                    warnings=sorted(set(notes))))
     return results
@@ -394,6 +391,7 @@ def score_metrics(
     predictions: dict[str, np.ndarray] | None = None,
     truth: dict[str, np.ndarray] | None = None,
     seed: int = 0,
+    unseen_predictions: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
@@ -402,8 +400,8 @@ def score_metrics(
     interval over listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high``
     (:func:`~experiments.uncertainty.bootstrap_protocols`), and, given ``predictions`` and
     ``truth``, the chance level ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95``
-    (:func:`~experiments.uncertainty.chance_level`; unseen-listener predictions are keyed
-    ``"<session>\\0unseen"``). Per listener and story: ``<split>.ccc_listener_<L>``,
+    (:func:`~experiments.uncertainty.chance_level`; the ``*_unseen`` splits take theirs from
+    ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
     ``<split>.ccc_story_<S>``.
     """
     metrics: dict[str, float] = {}
@@ -412,8 +410,8 @@ def score_metrics(
         intervals = bootstrap_protocols(df, seed=seed)
         chance = None
         if predictions is not None and truth is not None:
-            key = (lambda sid: f"{sid}\0unseen") if str(split).endswith("_unseen") else (lambda sid: sid)
-            chance = chance_level(truth, {sid: predictions[key(sid)] for sid in df.session}, df, seed=seed)
+            source = unseen_predictions if str(split).endswith("_unseen") else predictions
+            chance = chance_level(truth, {sid: source[sid] for sid in df.session}, df, seed=seed)
         for p in ("personalized", "generalized"):
             name = f"{split}.ccc_{p}"
             metrics[name] = float(prot[p])

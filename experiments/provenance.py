@@ -77,7 +77,8 @@ def source_fingerprint(root: Path = ROOT, version: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def _git(*args: str, root: Path = ROOT) -> str | None:
+def git(*args: str, root: Path = ROOT) -> str | None:
+    """Output of ``git ARGS`` run in ``root``; None outside a checkout or without git."""
     try:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -88,6 +89,6 @@ def _git(*args: str, root: Path = ROOT) -> str | None:
 @functools.cache
 def code_version() -> CodeVersion:
     """The :class:`CodeVersion` of this process (computed once: the code does not change under it)."""
-    commit = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
-    status = _git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
+    commit = (git("rev-parse", "HEAD") or "").strip() or "unknown"
+    status = git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
     return CodeVersion(source_fingerprint(), package_version(), commit, None if status is None else bool(status.strip()))

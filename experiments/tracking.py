@@ -26,7 +26,6 @@ import contextlib
 import fcntl
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -110,13 +109,9 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
     ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
     names the code that ran even when a sweep is started from elsewhere.
     """
-    if cwd is None:
-        cwd = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    from .provenance import git
+
+    return (git("rev-parse", "HEAD", root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent) or "").strip() or "unknown"
 
 
 

@@ -49,10 +49,3 @@ def selection_metric(track: str, protocol: str = "val") -> str:
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
     return f"{'loso' if protocol == 'loso' else 'val'}.ccc_{track}"
-
-
-def report_metric(track: str, split: str = "test") -> str:
-    """The metric a track reports on ``split`` (``val``, ``test``, ``loso``, ``test_unseen``...)."""
-    if track not in TRACKS:
-        raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
-    return f"{split}.ccc_{track}"

@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -76,27 +77,13 @@ def bootstrap_protocols(
         raise ValueError("no sessions to bootstrap")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_listeners, size=(n_boot, n_listeners))
-    with np.errstate(invalid="ignore"), _quiet_nanmean():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice (a story no drawn listener has) is NaN
         listener_means = np.nanmean(m, axis=1)
         personalized = listener_means[idx].mean(axis=1)
         story_means = np.nanmean(m[idx], axis=1)  # (n_boot, stories): NaN if no drawn listener has it
         generalized = np.nanmean(story_means, axis=1)
     return {"personalized": _interval(personalized, level), "generalized": _interval(generalized, level)}
-
-
-class _quiet_nanmean:
-    """Silence NumPy's "Mean of empty slice" (an all-NaN slice is expected and gives NaN)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return self
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
 
 
 def paired_comparison(
