@@ -39,7 +39,7 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     goals = {r["name"]: r["goal"] for r in records}
     assert goals["egemaps.store_vs_opensmile"] == ">= 0.9"
     assert goals["loading.vs_csv"] == ">= 20" and goals["windowing.vs_pandas_rolling"] == ">= 10"
-    assert goals["ablation.wall_seconds"] == "<= 180 s" and goals["ablation.peak_memory_pss"] == "< 4 GB"
+    assert goals["ablation.grid_seconds"] == "<= 180 s" and goals["ablation.peak_memory_pss"] == "< 4 GB"
     assert goals["ablation.worker_shared_memory"] == ">= 1"
     assert goals["video.face_path"] == ">= 0.5" and goals["video.landmark_error"] == "< 0.02 IOD"
     assert goals["video.face_found"] == ">= 1" and goals["scaling.marginal_cost"] == "<= 1.2"
@@ -47,6 +47,10 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     assert {"scaling.marginal_cost", "scaling.marginal_cost_cpu", "scaling.ablation_10_sessions"} <= set(repeated)
     for r in repeated.values():  # the value is the median of the runs: inside their range
         assert r["repeats"] >= 2 and r["spread"][0] <= r["value"] <= r["spread"][1], r
+    by_name = {r["name"]: r for r in records}  # the two phases of the quick ablation add up to its run
+    phases = by_name["ablation.grid_seconds"]["value"] + by_name["ablation.unseen_listener_seconds"]["value"]
+    assert by_name["ablation.unseen_listener_seconds"]["value"] > 0
+    assert math.isclose(phases, by_name["ablation.wall_seconds"]["value"], rel_tol=1e-9)
     assert "loading.vs_csv" in proc.stdout and "ratio" in proc.stdout  # the table was printed
 
 
