@@ -50,7 +50,7 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     by_name = {r["name"]: r for r in records}  # the two phases of the quick ablation add up to its run
     phases = by_name["ablation.grid_seconds"]["value"] + by_name["ablation.unseen_listener_seconds"]["value"]
     assert by_name["ablation.unseen_listener_seconds"]["value"] > 0
-    assert math.isclose(phases, by_name["ablation.wall_seconds"]["value"], rel_tol=1e-9)
+    assert math.isclose(phases, by_name["ablation.wall_seconds"]["value"], rel_tol=2e-3)  # values keep 4 digits
     assert "loading.vs_csv" in proc.stdout and "ratio" in proc.stdout  # the table was printed
 
 
