@@ -1,6 +1,6 @@
 """A lab's MLflow setup for real: PostgreSQL behind ``make mlflow-server``, Dask workers logging through it.
 
-What the README's "MLflow with many writers" section tells a lab to do, on one machine: a
+What docs/scaling.md's "MLflow with many writers" section tells a lab to do, on one machine: a
 throw-away PostgreSQL cluster (Debian's ``postgresql`` package: ``initdb`` + ``pg_ctl`` on a
 free local port, as a non-root user because PostgreSQL refuses root; password authentication,
 the password given to the server as ``PGPASSWORD``, never in the URI), ``make mlflow-server

@@ -101,19 +101,20 @@ def test_cli_reports_a_bad_setting_as_a_usage_error(tmp_path, capsys):
     assert not store.exists()
 
 
-def test_readme_example_loads_and_its_table_lists_every_extractor_setting(tmp_path):
+def test_config_reference_example_loads_and_its_table_lists_every_extractor_setting(tmp_path):
+    """docs/config.md: its featurestore.yaml example loads, and its table names every setting of every extractor."""
     import re
     from dataclasses import fields
 
     from featurestore.extractors import registry
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    example = readme.split("can be changed in a `featurestore.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
+    example = reference.split("can be changed in a `featurestore.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     cfg = load_feature_config(write(tmp_path, example))
     assert cfg.extractor_config("face_au").batch_size == 8 and cfg.channels == ["face_geom", "egemaps"]
     documented: dict[str, set[str]] = {}
     name = None
-    for line in readme.split("| extractor | setting | default | meaning |", 1)[1].splitlines()[2:]:
+    for line in reference.split("| extractor | setting | default | meaning |", 1)[1].splitlines()[2:]:
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
