@@ -35,7 +35,7 @@ WAIT_FOR_WORKERS_S = 60.0
 
 def _import_distributed():
     try:
-        import distributed
+        import distributed  # lazily: 0.5 s to import, only the Dask executor needs it
     except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
         raise ImportError(
             "the Dask executor needs dask.distributed: pip install 'dask[distributed]>=2024.1'"

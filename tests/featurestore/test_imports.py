@@ -9,15 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from featurestore.imports import (
-    AnnotationError,
-    TableError,
-    import_labels,
-    import_tables,
-    read_annotation,
-    read_table,
-)
+from featurestore.annotations import AnnotationError, read_annotation
+from featurestore.imports import import_labels, import_tables
 from featurestore.store import Channel, SessionMeta, Store, cache_key
+from featurestore.tables import TableError, read_table
 
 NAN = float("nan")
 
