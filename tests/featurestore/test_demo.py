@@ -16,6 +16,7 @@ import pytest
 from experiments.metrics import ccc
 from featurestore import demo, media
 from featurestore.config import load_feature_config
+from featurestore.demo.face import border_points
 from featurestore.extractors.landmarks import DlibLandmarker
 from featurestore.manifest import STORY_SPEAKER, scan
 
@@ -261,7 +262,7 @@ def test_piecewise_affine_map_matches_skimage():
 
     rng = np.random.default_rng(3)
     h, w = 60, 80
-    ring = demo._border_points(w, h, spacing=15)
+    ring = border_points(w, h, spacing=15)
     inner = rng.uniform([10, 10], [w - 10, h - 10], (12, 2))
     moved = inner + rng.uniform(-3, 3, inner.shape)
     out_pts, in_pts = np.vstack([moved, ring]), np.vstack([inner, ring])
