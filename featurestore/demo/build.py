@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from ..manifest import STORY_SPEAKER
 from ..store import session_name
+from . import model
 from .face import PHOTO_COLS, PHOTO_ROWS, PHOTO_SCALE, Look, TileCache, face_rig
 from .files import (
     frame_layout,
@@ -27,37 +28,7 @@ from .files import (
     write_bytes_atomic,
     write_video,
 )
-from .model import (
-    AUDIO_RATE,
-    BACKCHANNEL_AFFECT,
-    BACKCHANNEL_MOUTH_STATE,
-    BACKCHANNEL_WORDS,
-    BLINK_LEVELS,
-    BROW_LEVELS,
-    GENERATOR_VERSION,
-    LABEL_DELAY_S,
-    LABEL_SLOW_NOISE_SD,
-    LABEL_WHITE_NOISE_SD,
-    MOUTH_LEVELS,
-    NEGATIVE_WORDS,
-    NEUTRAL_WORDS,
-    OBSERVER_LISTENER_DELAY_S,
-    OBSERVER_LISTENER_NOISE_SD,
-    OBSERVER_LISTENER_SMOOTH_S,
-    OBSERVER_SPEAKER_DELAY_S,
-    OBSERVER_SPEAKER_GAIN,
-    OBSERVER_SPEAKER_NOISE_SD,
-    OBSERVER_SPEAKER_TAU_S,
-    POSITIVE_WORDS,
-    SMILE_LEVELS,
-    SPEAKER_SMILE_STATE,
-    SPEAKER_TERM_WEIGHT,
-    SPEAKER_TERM_WINDOW_S,
-    TEXT_TERM_TAU_S,
-    TEXT_TERM_WEIGHT,
-    listener_params,
-    speaker_params,
-)
+from .model import listener_params, speaker_params
 from .plan import SessionPlan, plan_session
 
 
@@ -113,54 +84,54 @@ class DemoInfo:
 def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
     return {
         "generator": "featurestore.demo",
-        "generator_version": GENERATOR_VERSION,
+        "generator_version": model.GENERATOR_VERSION,
         "seed": int(seed),
         "fps": float(fps),
         "duration_s": float(duration_s),
         "width": layout.width,
         "height": layout.height,
         "split_x": layout.split_x,
-        "audio_rate_hz": AUDIO_RATE,
+        "audio_rate_hz": model.AUDIO_RATE,
         "face": {
             "photo": "skimage.data.astronaut() (public domain, NASA)",
             "photo_rows": list(PHOTO_ROWS), "photo_cols": list(PHOTO_COLS), "scale": PHOTO_SCALE,
             "tile_size": [layout.tile_w, layout.tile_h],
             "tile_origin": {r: list(v) for r, v in layout.origin.items()},
-            "smile_levels": list(SMILE_LEVELS), "mouth_levels": list(MOUTH_LEVELS),
-            "blink_levels": list(BLINK_LEVELS), "brow_levels": list(BROW_LEVELS),
-            "listener_smile_state": "round(smile * 6)", "speaker_smile_state": SPEAKER_SMILE_STATE,
+            "smile_levels": list(model.SMILE_LEVELS), "mouth_levels": list(model.MOUTH_LEVELS),
+            "blink_levels": list(model.BLINK_LEVELS), "brow_levels": list(model.BROW_LEVELS),
+            "listener_smile_state": "round(smile * 6)", "speaker_smile_state": model.SPEAKER_SMILE_STATE,
             "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
-            "backchannel_mouth_state": BACKCHANNEL_MOUTH_STATE,
+            "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
         },
         "label": {
             "target": "valence_self",
             "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) + text_term(t) + noise(t), -1, 1)",
-            "delay_s": LABEL_DELAY_S,
-            "speaker_term": f"{SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS envelope over the last {SPEAKER_TERM_WINDOW_S:g} s)",
-            "speaker_term_weight": SPEAKER_TERM_WEIGHT,
-            "speaker_term_window_s": SPEAKER_TERM_WINDOW_S,
-            "slow_noise_sd": LABEL_SLOW_NOISE_SD, "white_noise_sd": LABEL_WHITE_NOISE_SD,
+            "delay_s": model.LABEL_DELAY_S,
+            "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
+            "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
+            "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
+            "slow_noise_sd": model.LABEL_SLOW_NOISE_SD, "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
             "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
-            "text_term": f"{TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {TEXT_TERM_TAU_S:g} s)",
+            "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
             "affect": "affect of the latest phrase the speaker has started, held until the next one (0 before the first)",
         },
         "words": {
             "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
             "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive (a_p > 0) or negative lexicon words",
-            "positive_words": list(POSITIVE_WORDS), "negative_words": list(NEGATIVE_WORDS),
-            "neutral_words": list(NEUTRAL_WORDS),
-            "backchannel_words": {**BACKCHANNEL_WORDS, "threshold": BACKCHANNEL_AFFECT},
+            "positive_words": list(model.POSITIVE_WORDS), "negative_words": list(model.NEGATIVE_WORDS),
+            "neutral_words": list(model.NEUTRAL_WORDS),
+            "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
         },
         "observers": {
             "valence_observer_listener": (
-                f"clip(observer_offset + observer_scale * moving_average(valence_self, {OBSERVER_LISTENER_SMOOTH_S:g} s)"
-                f"(t - {OBSERVER_LISTENER_DELAY_S:g} s) + noise (slow sd {OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
-                f"{OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
+                f"clip(observer_offset + observer_scale * moving_average(valence_self, {model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
+                f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise (slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
+                f"{model.OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
             ),
             "valence_observer_speaker": (
-                f"clip(0.05 + {OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau {OBSERVER_SPEAKER_TAU_S:g} s)"
-                f"(t - {OBSERVER_SPEAKER_DELAY_S:g} s) + noise (slow sd {OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
-                f"{OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
+                f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
+                f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise (slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
+                f"{model.OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
             ),
         },
         "listeners": {str(k): vars(v) for k, v in listeners.items()},
