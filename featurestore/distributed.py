@@ -1,4 +1,4 @@
-"""Extraction on a Dask cluster: one task per session, the same results as :func:`extract_many`.
+"""Extraction on a Dask cluster: one task per session, the same results as :func:`featurestore.pool.extract_many`.
 
 ``featurestore extract --executor dask`` starts a local cluster (processes, one thread each)
 or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker runs

@@ -1,4 +1,4 @@
-"""Extraction of one session and of many: plan from cache keys, decode once, write atomically.
+"""Extraction of one session: plan from cache keys, decode once, write atomically.
 
 For each session:
 
@@ -13,11 +13,14 @@ For each session:
    when it has one (a session without one skips them with a note);
 5. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and who
    is talking: from the transcript's cues when the session has a transcript, else from the
-   faces' mouth movement (see :mod:`featurestore.speaking`); the channel's extractor,
+   faces' mouth movement (see :mod:`featurestore.derived`); the channel's extractor,
    params ``rule`` and source say which rule was used, and both are in its cache key;
-6. everything is written in one atomic shard update (temporary file + rename).
+6. everything is written in one atomic shard update (temporary file + rename) through
+   :meth:`featurestore.store.Store.write_session`; the shard is read through the store only.
 
-A failure in one session is reported for that session; the others go on.
+A failure in a session is reported in its :class:`SessionResult`, never raised. Many
+sessions run in local processes (:func:`featurestore.pool.extract_many`) or on Dask
+(:func:`featurestore.distributed.extract_many_dask`).
 """
 
 from __future__ import annotations

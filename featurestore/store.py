@@ -56,10 +56,8 @@ import numpy as np
 import pandas as pd
 
 from .processes import pid_alive
-
-# the layout's names and the provenance helpers are part of the store's API (notebooks, bench/)
-from .provenance import cache_key, file_fingerprint, utc_now  # noqa: F401 - re-exported
-from .shard import (  # noqa: F401 - LABEL_FPS, ROLES, SCHEMA_VERSION, MissingChannelError re-exported
+from .provenance import cache_key, file_fingerprint, utc_now
+from .shard import (
     LABEL_FPS,
     ROLES,
     SCHEMA_VERSION,
@@ -79,8 +77,10 @@ from .verify import Problem, verify_shard
 SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
 _TMP_MARK = ".tmp-"
 
-__all__ = ["Channel", "Problem", "SessionData", "SessionMeta", "Store", "StoreError", "parse_session",
-           "session_name"]
+# the layout's names and the provenance helpers are part of the store's API (notebooks, bench/, experiments/)
+__all__ = ["LABEL_FPS", "ROLES", "SCHEMA_VERSION", "Channel", "MissingChannelError", "Problem", "SessionData",
+           "SessionMeta", "Store", "StoreError", "cache_key", "file_fingerprint", "parse_session", "session_name",
+           "utc_now"]
 
 
 def session_name(listener: int, story: int) -> str:
