@@ -42,8 +42,8 @@ install: $(VENV)/.installed ## create .venv and install the package with its dev
 
 demo: features sweep ## the main job on the embedded demo corpus: features, then the sweep
 
-# rebuilt when the generator changes (its GENERATOR_VERSION lives in featurestore/demo.py)
-$(DEMO)/.complete: featurestore/demo.py | $(VENV)/.installed
+# rebuilt when the generator changes (its GENERATOR_VERSION lives in featurestore/demo/model.py)
+$(DEMO)/.complete: $(wildcard featurestore/demo/*.py) | $(VENV)/.installed
 	$(BIN)/featurestore demo --out $(DEMO)
 	@touch $@
 

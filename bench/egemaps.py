@@ -5,7 +5,7 @@ AAC) is decoded once to 16 kHz mono (what ``featurestore extract`` does, timed s
 ``egemaps.audio_decode``). Then, best of 3 each (calls interleaved), on the same samples:
 
 * the store path: :class:`featurestore.extractors.egemaps.EgemapsExtractor` ``process_signal``
-  (openSMILE plus the conversion to a :class:`~featurestore.store.Features` table), the
+  (openSMILE plus the conversion to a :class:`~featurestore.features.Features` table), the
   channel's provenance, and the atomic write of ``scene/egemaps`` into a shard: what
   ``featurestore extract --channels egemaps`` does per session after decoding, minus the fixed
   cost of building the openSMILE object (done once, before timing, on both sides);

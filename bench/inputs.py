@@ -22,7 +22,8 @@ _STAMP = ".bench_stamp.json"
 
 
 def _source_hash(*modules: str) -> str:
-    """Hash of the source files of ``modules`` (dotted names), so a code change invalidates a cache."""
+    """Hash of the source files of ``modules`` (dotted names; a package counts with all its
+    modules), so a code change invalidates a cache."""
     import importlib.util
 
     h = hashlib.sha256()
@@ -30,7 +31,10 @@ def _source_hash(*modules: str) -> str:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             raise RuntimeError(f"cannot find module {name} to stamp a cached benchmark input")
-        h.update(Path(spec.origin).read_bytes())
+        origin = Path(spec.origin)
+        files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
+        for path in files:
+            h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -62,7 +66,7 @@ def synth_store(work: Path, n_sessions: int = 80, length_range: tuple[int, int] 
     folder = Path(work) / f"synth_{n_sessions}_{lengths[0]}-{lengths[1]}_seed{seed}"
     stamp = {
         "what": "synth_store",
-        "code": _source_hash("featurestore.synth", "featurestore.store"),
+        "code": _source_hash("featurestore.synth", "featurestore.store", "featurestore.shard"),
         "n_sessions": int(n_sessions),
         "length_range": list(lengths),
         "seed": int(seed),

@@ -27,7 +27,6 @@ rewrite of a shard, or an edit of the resampling code below, invalidates its ent
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -35,18 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache, partial
 
-import h5py
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from featurestore.store import LABEL_FPS, ROLES, SCHEMA_VERSION, Store
+from featurestore.store import LABEL_FPS, MissingChannelError, Store, StoreError
 
 from .frames_cache import EntryKey, FramesCache, code_version
 
 log = logging.getLogger(__name__)
 
-#: shard schema versions this reader understands (see featurestore.store)
-_SUPPORTED = "schema version 1" if SCHEMA_VERSION == 1 else f"schema versions 1 to {SCHEMA_VERSION}"
 #: interpolation never bridges a gap between valid samples longer than this (seconds)
 MAX_GAP_S = 0.5
 
@@ -341,92 +337,42 @@ def _read_shard(
     st: Store, s: str, keys: list[str], target: str, by_story: dict[int, str] | None, max_gap_s: float
 ) -> SessionTable | None:
     """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
-    # one open per shard, reading whole datasets (the layout is the contract in store.py);
-    # Store.read_channel would reopen the file and parse provenance for every channel
-    path = st.shard_path(s)
-    if not path.exists():
-        raise DatasetError(f"no shard for session {s} in {st.root}; run `featurestore extract` or check the name")
+    # one open per shard through the store's reader, which checks the schema, the channels and
+    # the labels, and reads the scene rows that per-role channels hard-link only once
     try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise DatasetError(f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`") from e
-    with f:
-        a = f.attrs
-        lacking = [k for k in ("listener", "story", "n_frames") if k not in a]
-        if lacking:
-            raise DatasetError(f"{path} lacks root attributes {lacking}; rebuild it with `featurestore extract --force`")
-        version = a.get("schema_version")
-        if version is None or not 1 <= int(version) <= SCHEMA_VERSION:
-            found = "no schema version" if version is None else f"schema version {int(version)}"
-            raise DatasetError(
-                f"{path} has {found}; this tool reads {_SUPPORTED}. Move it aside and "
-                "rebuild it with `featurestore extract` (check the store with `featurestore verify`)"
-            )
-        listener, story, n = int(a["listener"]), int(a["story"]), int(a["n_frames"])
-        fps = float(a.get("fps", LABEL_FPS))
-        speaker = int(a.get("speaker", 0))
-        if by_story is not None and story not in by_story:
-            return None
-        missing = [k for k in keys if k not in f or not isinstance(f[k], h5py.Group) or "data" not in f[k]]
-        if missing:
-            have = [f"{r}/{c}" for r in ROLES if r in f for c in f[r]]
-            # speech and lexicon come from a transcript, which extraction alone may not have had
-            how = (
-                "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
-                "video and re-run `featurestore extract`)"
-                if any(k.split("/")[-1] in ("speech", "lexicon") for k in missing)
-                else "compute it with `featurestore extract` (or add it with `featurestore import`)"
-            )
-            raise DatasetError(
-                f"session {s} has no channel {', '.join(missing)} in {path} "
-                f"(it has: {', '.join(have) or 'none'}); {how}, or drop it from the feature set"
-            )
-        if "labels" not in f or target not in f["labels"]:
-            have = sorted(f["labels"]) if "labels" in f else []
-            raise DatasetError(
-                f"session {s} has no labels {target!r} in {path} (it has: {', '.join(have) or 'none'}); "
-                f"add them with `featurestore labels DIR --target {target}`"
-            )
-        y = f["labels"][target][()].astype(np.float32).reshape(-1)
-        if y.shape[0] != n:
-            raise DatasetError(
-                f"session {s}: labels {target!r} have {y.shape[0]} rows but the session has {n} frames; "
-                f"re-add them with `featurestore labels DIR --target {target}`"
-            )
-        blocks, columns, oks, col_ch = [], [], [], []
-        arrays: dict[h5py.h5d.DatasetID, np.ndarray] = {}
-
-        def read(ds: h5py.Dataset) -> np.ndarray:
-            # per-role channels hard-link the scene's data/time (Channel.shared_with): read once
-            if ds.id not in arrays:
-                arrays[ds.id] = ds[()]
-            return arrays[ds.id]
-
-        for ci, key in enumerate(keys):
-            g = f[key]
-            names = [str(c) for c in json.loads(g.attrs["columns"])]
-            x, ok = resample_channel(read(g["data"]), read(g["time"]), g["valid"][()], n, fps, max_gap_s)
-            if x.shape[1] != len(names):
-                raise DatasetError(f"{path}: {key} has {x.shape[1]} columns but {len(names)} names; run `featurestore verify`")
-            blocks.append(x)
-            oks.append(ok)
-            columns.extend(f"{key}/{c}" for c in names)
-            col_ch.extend([ci] * len(names))
-        stored_split = str(a.get("split", ""))
+        with st.open_session(s) as shard:
+            shard.check_schema()
+            meta = shard.meta
+            if by_story is not None and meta.story not in by_story:
+                return None
+            data = shard.read(keys, target)
+    except MissingChannelError as e:
+        raise DatasetError(f"{e}, or drop it from the feature set") from e
+    except StoreError as e:
+        raise DatasetError(str(e)) from e
+    n, fps = meta.n_frames, meta.fps
+    blocks, columns, oks, col_ch = [], [], [], []
+    for ci, key in enumerate(keys):
+        ch = data.channels[key]
+        x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, max_gap_s)
+        blocks.append(x)
+        oks.append(ok)
+        columns.extend(f"{key}/{c}" for c in ch.columns)
+        col_ch.extend([ci] * len(ch.columns))
     X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
     valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
     return SessionTable(
         session=s,
-        listener=listener,
-        story=story,
-        speaker=speaker,
-        split=stored_split,
+        listener=meta.listener,
+        story=meta.story,
+        speaker=meta.speaker,
+        split=meta.split,
         fps=fps,
         columns=columns,
         channels=list(keys),
         column_channel=np.asarray(col_ch, dtype=np.int64),
         X=X,
         valid=valid,
-        y=y,
+        y=data.labels,
         target=target,
     )

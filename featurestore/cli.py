@@ -9,9 +9,25 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__
+from .config import ConfigError, _hint, load_feature_config
+from .demo import build_demo
+from .derived import RULE_VERSIONS
+from .distributed import extract_many_dask
+from .extract import SessionResult
+from .extractors import ExtractorUnavailable, registry
+from .imports import import_labels, import_tables, import_transcripts
+from .manifest import SessionFiles, scan, write_manifest
+from .pool import extract_many
+from .processes import terminate_as_interrupt
+from .store import Store, StoreError, parse_session, session_name
+from .synth import synth_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MANIFEST = "manifest.json"
@@ -27,8 +43,6 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def _load_cfg(args):
-    from .config import load_feature_config
-
     cfg = load_feature_config(getattr(args, "config", None), getattr(args, "data_dir", None),
                               overrides=getattr(args, "set", None) or ())
     if getattr(args, "face_fps", None):
@@ -40,9 +54,6 @@ def _load_cfg(args):
 
 def _check_channels(channels: list[str]) -> None:
     """Unknown ``--channels`` names are a usage error naming the nearest extractor."""
-    from .config import ConfigError, _hint
-    from .extractors import registry
-
     names = list(registry())
     for c in channels:
         if c not in names:
@@ -51,8 +62,6 @@ def _check_channels(channels: list[str]) -> None:
 
 def _settings_line(cfg, channels: list[str]) -> str:
     """``name.setting=value`` for every extractor setting of ``channels`` that differs from its default."""
-    from dataclasses import asdict
-
     parts = []
     for name in channels:
         config = cfg.extractor_config(name)
@@ -62,14 +71,10 @@ def _settings_line(cfg, channels: list[str]) -> str:
 
 
 def _scan(data_dir: Path, cfg):
-    from .manifest import scan
-
     return scan(data_dir, cfg.story_speaker, cfg.splits)
 
 
 def cmd_scan(args) -> int:
-    from .manifest import write_manifest
-
     cfg = _load_cfg(args)
     report = _scan(Path(args.data_dir), cfg)
     rows = [
@@ -99,8 +104,6 @@ def cmd_scan(args) -> int:
 
 
 def _sessions_for_extract(args, cfg):
-    from .manifest import SessionFiles
-
     if args.data_dir:
         report = _scan(Path(args.data_dir), cfg)
         return report.sessions, report.duplicates()
@@ -121,8 +124,6 @@ def _sessions_for_extract(args, cfg):
     dups: dict[str, list[Path]] = {}
     for i in payload["issues"]:
         if i["kind"] == "duplicate":
-            from .store import parse_session, session_name
-
             ls = parse_session(Path(i["path"]).name)
             if ls:
                 dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
@@ -138,8 +139,6 @@ def _some(names: list[str], shown: int = 4) -> str:
 
 
 def _summary(results, started: float) -> int:
-    from collections import Counter
-
     counts = Counter(r.status for r in results)
     print(f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
           f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed")
@@ -168,9 +167,6 @@ def _summary(results, started: float) -> int:
 
 
 def cmd_extract(args) -> int:
-    from .extract import SessionResult, extract_many
-    from .extractors import ExtractorUnavailable
-
     started = time.perf_counter()
     cfg = _load_cfg(args)
     channels = args.channels or cfg.channels
@@ -198,8 +194,6 @@ def cmd_extract(args) -> int:
         print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
-            from .distributed import extract_many_dask
-
             results = extract_many_dask(todo, args.store, channels, cfg, force=args.force, scheduler=args.scheduler, n_workers=args.jobs)
         else:
             results = extract_many(todo, args.store, channels, cfg, force=args.force, jobs=args.jobs)
@@ -213,8 +207,6 @@ def cmd_extract(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from .imports import import_tables
-
     try:
         report = import_tables(args.table_dir, args.store, role=args.role, channel=args.channel, fps=args.fps, progress=True)
     except ValueError as e:  # a bad --channel name
@@ -224,8 +216,6 @@ def cmd_import(args) -> int:
 
 
 def cmd_labels(args) -> int:
-    from .imports import import_labels
-
     try:
         report = import_labels(args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True)
     except ValueError as e:  # a bad --target name or --fps
@@ -235,8 +225,6 @@ def cmd_labels(args) -> int:
 
 
 def cmd_transcripts(args) -> int:
-    from .imports import import_transcripts
-
     cfg = _load_cfg(args)
     report = import_transcripts(args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg)
     return _print_import(report, args.transcript_dir, "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass")
@@ -263,8 +251,6 @@ def _print_import(report, folder: str, expected: str) -> int:
 
 
 def cmd_ls(args) -> int:
-    from .store import Store
-
     df = Store(args.store).sessions()
     if df.empty:
         print(f"no shards in {args.store}; run `featurestore extract` or `make features`", file=sys.stderr)
@@ -275,10 +261,6 @@ def cmd_ls(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    import numpy as np
-
-    from .store import Store, StoreError
-
     store = Store(args.store)
     try:
         meta = store.meta(args.session)
@@ -305,19 +287,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .extractors import registry
-    from .store import Store
-
-    versions = {name: cls.version for name, cls in registry().items()}
-    from .extract import (
-        SPEAKING_RULE,
-        SPEAKING_VERSION,
-        TRANSCRIPT_SPEAKING_RULE,
-        TRANSCRIPT_SPEAKING_VERSION,
-    )
-
-    versions[SPEAKING_RULE] = SPEAKING_VERSION
-    versions[TRANSCRIPT_SPEAKING_RULE] = TRANSCRIPT_SPEAKING_VERSION
+    versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
     n = len(store.list_sessions())
@@ -334,8 +304,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import build_demo
-
     t0 = time.perf_counter()
     try:
         info = build_demo(args.out, n_listeners=args.listeners, stories=tuple(args.stories), duration_s=args.duration, seed=args.seed)
@@ -347,8 +315,6 @@ def cmd_demo(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from .synth import synth_store
-
     try:
         info = synth_store(args.store, n_sessions=args.sessions, seed=args.seed, face_fps=args.face_fps)
     except ValueError as e:
@@ -451,16 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .processes import terminate_as_interrupt
-
     terminate_as_interrupt()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
-    from .config import ConfigError
-
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from .extractors import get_extractor, registry
 from .manifest import SPLITS, STORY_SPEAKER
 
 CONFIG_NAME = "featurestore.yaml"
@@ -73,16 +74,12 @@ class FeatureConfig:
 
     def extractor_config(self, name: str):
         """The settings of extractor ``name``: the configured ones, else its defaults."""
-        from .extractors import get_extractor
-
         cls = get_extractor(name)
         config = self.extractors.get(name)
         return config if config is not None else cls.config_class()
 
     def extractor(self, name: str):
         """Extractor ``name`` built with its settings from this config."""
-        from .extractors import get_extractor
-
         return get_extractor(name)(self.extractor_config(name))
 
 
@@ -107,8 +104,6 @@ def _hint(key: str, known: Sequence[str], what: str) -> str:
 
 
 def _extractor_classes() -> dict:
-    from .extractors import registry
-
     return registry()
 
 

@@ -1,4 +1,4 @@
-"""Extraction on a Dask cluster: one task per session, the same results as :func:`extract_many`.
+"""Extraction on a Dask cluster: one task per session, the same results as :func:`featurestore.pool.extract_many`.
 
 ``featurestore extract --executor dask`` starts a local cluster (processes, one thread each)
 or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker runs
@@ -35,7 +35,7 @@ WAIT_FOR_WORKERS_S = 60.0
 
 def _import_distributed():
     try:
-        import distributed
+        import distributed  # lazily: 0.5 s to import, only the Dask executor needs it
     except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
         raise ImportError(
             "the Dask executor needs dask.distributed: pip install 'dask[distributed]>=2024.1'"

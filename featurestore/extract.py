@@ -1,4 +1,4 @@
-"""Extraction of one session and of many: plan from cache keys, decode once, write atomically.
+"""Extraction of one session: plan from cache keys, decode once, write atomically.
 
 For each session:
 
@@ -13,19 +13,19 @@ For each session:
    when it has one (a session without one skips them with a note);
 5. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and who
    is talking: from the transcript's cues when the session has a transcript, else from the
-   faces' mouth movement (see :mod:`featurestore.speaking`); the channel's extractor,
+   faces' mouth movement (see :mod:`featurestore.derived`); the channel's extractor,
    params ``rule`` and source say which rule was used, and both are in its cache key;
-6. everything is written in one atomic shard update (temporary file + rename).
+6. everything is written in one atomic shard update (temporary file + rename) through
+   :meth:`featurestore.store.Store.write_session`; the shard is read through the store only.
 
-A failure in one session is reported for that session; the others go on.
+A failure in a session is reported in its :class:`SessionResult`, never raised. Many
+sessions run in local processes (:func:`featurestore.pool.extract_many`) or on Dask
+(:func:`featurestore.distributed.extract_many_dask`).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
 import os
-import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +36,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import media
+from .annotations import read_annotation
 from .config import FeatureConfig
+from .derived import (
+    ROLE_VOICE_KEYS,
+    compute_transcript_channels,
+    face_voice_key,
+    role_voice_from_faces,
+    role_voice_from_transcript,
+    transcript_plan,
+    transcript_voice_key,
+)
 from .extractors import (
     AudioExtractor,
     ExtractorUnavailable,
@@ -44,27 +54,12 @@ from .extractors import (
     TranscriptExtractor,
 )
 from .extractors.base import Track
+from .features import Features
 from .manifest import SessionFiles
-from .store import (
-    LABEL_FPS,
-    SCHEMA_VERSION,
-    Channel,
-    Features,
-    SessionMeta,
-    Store,
-    StoreError,
-    cache_key,
-    file_fingerprint,
-    utc_now,
-)
-
-#: rule name and version for the per-role voice channels (part of their cache key)
-SPEAKING_RULE = "speaking_from_faces"
-SPEAKING_VERSION = "1"
-#: the same from a transcript's cues (replaces the face rule where a session has a transcript)
-TRANSCRIPT_SPEAKING_RULE = "speaking_from_transcript"
-TRANSCRIPT_SPEAKING_VERSION = "1"
-ROLE_VOICE_KEYS = ("speaker/egemaps", "listener/egemaps")
+from .provenance import cache_key, file_fingerprint, utc_now
+from .shard import LABEL_FPS
+from .store import Channel, SessionMeta, Store, StoreError
+from .transcripts import TranscriptError, read_transcript
 
 
 class SessionError(RuntimeError):
@@ -84,75 +79,6 @@ class SessionResult:
     @property
     def failed(self) -> bool:
         return self.status == "failed"
-
-
-def video_channel_keys(name: str) -> list[str]:
-    return [f"{r}/{name}" for r in ("speaker", "listener")]
-
-
-def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict,
-                    cfg: FeatureConfig | None = None) -> dict[str, tuple]:
-    """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
-    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint;
-    the extractors' settings come from ``cfg`` (default: their defaults)."""
-    cfg = cfg if cfg is not None else FeatureConfig()
-    plan = {}
-    for name in names:
-        ex = cfg.extractor(name)
-        if not isinstance(ex, TranscriptExtractor):
-            raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
-        params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
-        for role in ex.roles:
-            plan[f"{role}/{name}"] = (ex, cache_key(transcript_source, ex.name, ex.version, params), params)
-    return plan
-
-
-def compute_transcript_channels(plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str) -> dict[str, Channel]:
-    """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
-    out: dict[str, Channel] = {}
-    done: dict[str, dict[str, Features]] = {}
-    for key in keys:
-        ex, ck, params = plan[key]
-        if ex.name not in done:
-            done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
-        role = key.split("/")[0]
-        out[key] = Channel.from_features(
-            done[ex.name][role], extractor=ex.name, extractor_version=ex.version, params=params,
-            cache_key=ck, source=transcript_source, created_utc=created,
-        )
-    return out
-
-
-def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, str, dict]:
-    """(upstream, cache key, params) of the per-role egemaps channels derived with a transcript."""
-    upstream = f"scene/egemaps={scene_key};transcript={transcript_source['size']}:{transcript_source['fingerprint']}"
-    params = {"rule": TRANSCRIPT_SPEAKING_RULE}
-    return upstream, cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params), params
-
-
-def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript_source: dict, created: str) -> dict[str, Channel]:
-    """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
-    ``scene/egemaps``) with ``valid`` where that role's cues are on (see
-    :func:`featurestore.speaking.speaking_from_transcript`)."""
-    from .speaking import role_channels, speaking_from_transcript
-    from .transcripts import speaking_intervals
-
-    upstream, ck, params = transcript_voice_key(scene_key, transcript_source)
-    speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
-    return {
-        f"{role}/egemaps": Channel.from_features(
-            feats,
-            extractor=TRANSCRIPT_SPEAKING_RULE,
-            extractor_version=TRANSCRIPT_SPEAKING_VERSION,
-            params=params,
-            cache_key=ck,
-            # path + fingerprint: `featurestore verify` notices an edited transcript
-            source={"upstream": upstream, "rule": "transcript", **transcript_source},
-            created_utc=created,
-            shared_with="scene/egemaps",
-        )
-        for role, feats in role_channels(scene, speaking).items()
-    }
 
 
 @dataclass
@@ -192,26 +118,17 @@ def run_frame_jobs(
 
 
 def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
-    import json
-
-    import h5py
-
-    path = store.shard_path(session)
-    if not path.exists():
+    """True when every annotation of ``annotations`` (target -> file) is stored, from the same file content."""
+    if not store.shard_path(session).exists():
         return not annotations
-    with h5py.File(path, "r") as f:
-        for target, p in annotations.items():
-            if "labels" not in f or target not in f["labels"]:
-                return False
-            src = json.loads(f["labels"][target].attrs.get("source", "{}"))
-            if src.get("fingerprint") != file_fingerprint(p)["fingerprint"]:
-                return False
-    return True
+    stored = store.label_sources(session)
+    return all(
+        target in stored and stored[target].get("fingerprint") == file_fingerprint(p)["fingerprint"]
+        for target, p in annotations.items()
+    )
 
 
 def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-    from .imports import read_annotation
-
     labels, sources = {}, {}
     for target, path in sorted(sf.annotations.items()):
         labels[target] = read_annotation(path)
@@ -271,7 +188,7 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
         n_frames = int(round(info.n_frames / info.fps * LABEL_FPS))
     meta = SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames)
 
-    _check_schema(store, sf.session)
+    store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
     stored = store.cache_keys(sf.session)
     regions = media.role_regions(info.width, cfg.split_x)
     plan: dict[str, tuple[object, str, dict]] = {}  # key -> (extractor, cache key, params)
@@ -393,26 +310,6 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
         res.status = "skipped"
 
 
-def _check_schema(store: Store, session: str) -> None:
-    """Refuse, before any work, to update a shard written with another schema version."""
-    import h5py
-
-    path = store.shard_path(session)
-    if not path.exists():
-        return
-    try:
-        with h5py.File(path, "r") as f:
-            version = f.attrs.get("schema_version")
-    except OSError as e:
-        raise SessionError(f"{path} is not a readable HDF5 shard ({e}); move it aside and re-run `featurestore extract`") from e
-    if version is None or int(version) != SCHEMA_VERSION:
-        found = "no schema version" if version is None else f"schema version {int(version)}"
-        raise SessionError(
-            f"{path} has {found}, this tool reads and writes {SCHEMA_VERSION}; it was left as it is: "
-            "move it aside (keep it if you need its channels) and re-run `featurestore extract` to rebuild it"
-        )
-
-
 class _Transcript:
     """A session's transcript, fingerprinted and parsed once, on first use (None when absent)."""
 
@@ -432,8 +329,6 @@ class _Transcript:
     def cues(self) -> list | None:
         """The cues, or None when the file cannot be read (``error`` says why)."""
         if self._cues is None and not self.error and self.path is not None:
-            from .transcripts import TranscriptError, read_transcript
-
             try:
                 self._cues = read_transcript(self.path)
             except (TranscriptError, OSError) as e:
@@ -443,12 +338,16 @@ class _Transcript:
 
 def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: bool, res: SessionResult, created: str,
                        transcript: _Transcript | None = None) -> None:
-    from .speaking import role_channels, speaking_from_faces
-
     def current_key(key: str) -> str | None:
         if key in new:
             return new[key].cache_key
         return stored.get(key)
+
+    def is_current(ck: str) -> bool:
+        return not force and all(stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS)
+
+    def load(key: str) -> Channel:
+        return new[key] if key in new else store.read_channel(sf.session, key)
 
     scene_key = current_key("scene/egemaps")
     face_keys = {r: current_key(f"{r}/face_geom") for r in ("speaker", "listener")}
@@ -457,11 +356,10 @@ def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: b
     if transcript is not None and transcript.path is not None:
         # the transcript says who talks: it replaces the face rule
         _, ck, _ = transcript_voice_key(scene_key, transcript.source)
-        if not force and all(stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS):
+        if is_current(ck):
             res.current.extend(ROLE_VOICE_KEYS)
             return
-        scene = new["scene/egemaps"] if "scene/egemaps" in new else store.read_channel(sf.session, "scene/egemaps")
-        new.update(role_voice_from_transcript(scene, scene_key, transcript.cues, transcript.source, created))
+        new.update(role_voice_from_transcript(load("scene/egemaps"), scene_key, transcript.cues, transcript.source, created))
         if not any(c.role is not None for c in transcript.cues):
             res.notes.append(f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere")
         res.computed.extend(ROLE_VOICE_KEYS)
@@ -469,91 +367,11 @@ def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: b
     if None in face_keys.values():
         res.notes.append("speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived")
         return
-    upstream = f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};listener/face_geom={face_keys['listener']}"
-    params = {"rule": SPEAKING_RULE}
-    ck = cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params)
-    keys = ["speaker/egemaps", "listener/egemaps"]
-    if not force and all(stored.get(k) == ck and k not in new for k in keys):
-        res.current.extend(keys)
+    _, ck, _ = face_voice_key(scene_key, face_keys)
+    if is_current(ck):
+        res.current.extend(ROLE_VOICE_KEYS)
         return
-
-    def load(key: str) -> Channel:
-        return new[key] if key in new else store.read_channel(sf.session, key)
-
-    scene = load("scene/egemaps")
-    mouth = {r: load(f"{r}/face_geom") for r in ("speaker", "listener")}
-    speaking = speaking_from_faces(scene, mouth)
-    for role, feats in role_channels(scene, speaking).items():
-        key = f"{role}/egemaps"
-        new[key] = Channel.from_features(
-            feats,
-            extractor=SPEAKING_RULE,
-            extractor_version=SPEAKING_VERSION,
-            params=params,
-            cache_key=ck,
-            source={"upstream": upstream, "rule": "faces"},
-            created_utc=created,
-            # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
-            shared_with="scene/egemaps",
-        )
-        res.computed.append(key)
-
-
-# --------------------------------------------------------------------------- many sessions
-def _init_worker() -> None:
-    # A worker killed by Ctrl-C in the parent's process group cleans up through KeyboardInterrupt;
-    # SIGTERM does the same (write_session removes its temporary file on any exception).
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-
-
-def _worker(args) -> SessionResult:
-    sf, root, channels, cfg, force, position = args
-    return extract_session(sf, root, channels, cfg, force, position=position)
-
-
-def extract_many(
-    sessions: Sequence[SessionFiles],
-    store_root: str | os.PathLike,
-    channels: Sequence[str],
-    cfg: FeatureConfig,
-    force: bool = False,
-    jobs: int = 1,
-    on_result: Callable[[SessionResult], None] | None = None,
-) -> list[SessionResult]:
-    """Extract many sessions, ``jobs`` at a time in separate processes, with progress bars.
-
-    Leftover temporary shards of killed runs are removed first. Results come back in the
-    order of ``sessions``.
-    """
-    store = Store(store_root, mode="a")
-    store.clean_temp_files()
-    for name in channels:  # fail fast, once, for an extractor that cannot run here
-        cfg.extractor(name).check_available()
-    results: dict[str, SessionResult] = {}
-    overall = tqdm(total=len(sessions), desc="sessions", unit="session", position=0)
-
-    def done(r: SessionResult) -> None:
-        results[r.session] = r
-        overall.update(1)
-        overall.set_postfix_str(f"failed={sum(x.failed for x in results.values())}")
-        if on_result:
-            on_result(r)
-
-    try:
-        if jobs <= 1:
-            for sf in sessions:
-                done(extract_session(sf, store_root, channels, cfg, force, position=1))
-        else:
-            ctx = mp.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
-                futs = [pool.submit(_worker, (sf, str(store_root), list(channels), cfg, force, 1 + i % jobs)) for i, sf in enumerate(sessions)]
-                try:
-                    for fut in cf.as_completed(futs):
-                        done(fut.result())
-                except BaseException:
-                    for f in futs:
-                        f.cancel()
-                    raise
-    finally:
-        overall.close()
-    return [results[s.session] for s in sessions if s.session in results]
+    faces = {r: load(f"{r}/face_geom") for r in ("speaker", "listener")}
+    derived = role_voice_from_faces(load("scene/egemaps"), scene_key, faces, face_keys, created)
+    new.update(derived)
+    res.computed.extend(derived)

@@ -8,6 +8,8 @@ decoding cost would otherwise go, and only to the pixel formats the extractors a
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,7 +43,7 @@ class VideoInfo:
 
 
 def _open(path: Path):
-    import av
+    import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     if not path.exists():
         raise MediaError(f"{path}: file not found")
@@ -130,7 +132,7 @@ def luma(frame) -> np.ndarray:
     y = np.frombuffer(plane, np.uint8).reshape(frame.height, plane.line_size)[:, : frame.width]
     if name.startswith("yuvj") or frame.color_range == _COLOR_RANGE_JPEG:
         return y.copy()
-    import cv2
+    import cv2  # lazily: OpenCV takes 0.1 s to import, needed for limited-range video only
 
     return cv2.LUT(y, _LIMITED_TO_FULL)
 
@@ -166,7 +168,7 @@ def iter_frames(
 
 
 def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, ...], single: bool):
-    import av
+    import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     c = _open(path)
     try:
@@ -200,9 +202,6 @@ def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, .
 def _prefetched(items: Iterator, size: int) -> Iterator:
     """``items`` produced by a background thread up to ``size`` ahead, in order; an exception
     raised there is raised here. Closing this iterator early stops and joins the thread."""
-    import queue
-    import threading
-
     q: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
 
@@ -246,7 +245,7 @@ def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
 
     Raises :class:`NoAudioError` when the file has no audio stream.
     """
-    import av
+    import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     path = Path(path)
     c = _open(path)

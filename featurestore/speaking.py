@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .store import Features
+from .features import Features
 
 TALKING_ROLES = ("speaker", "listener")
 F0_COLUMN = "F0semitoneFrom27.5Hz_sma3nz"

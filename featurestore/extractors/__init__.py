@@ -1,5 +1,12 @@
-"""Extractors, one module each; importing this package registers none (imports are lazy)."""
+"""Extractors, one module each; importing this package registers the built-in ones by name.
 
+The interface (:class:`Extractor` and its three kinds) and the registry live in
+:mod:`featurestore.extractors.base`; each built-in module registers its extractors when
+imported, which this package does below. None of them imports its heavy third-party library
+(openSMILE, dlib, py-feat) before it is used.
+"""
+
+from . import egemaps, face_au, face_geom, transcript  # noqa: F401 - registers the built-in extractors
 from .base import (
     AudioExtractor,
     Extractor,
@@ -13,22 +20,6 @@ from .base import (
     registry,
 )
 
-_BUILTIN = ("face_geom", "face_au", "egemaps", "transcript")
-_loaded = False
-
-
-def load_builtin() -> None:
-    """Import the built-in extractor modules so they register themselves (idempotent)."""
-    global _loaded
-    if _loaded:
-        return
-    import importlib
-
-    for mod in _BUILTIN:
-        importlib.import_module(f"{__name__}.{mod}")
-    _loaded = True
-
-
 __all__ = [
     "AudioExtractor",
     "Extractor",
@@ -38,7 +29,6 @@ __all__ = [
     "Track",
     "TranscriptExtractor",
     "get_extractor",
-    "load_builtin",
     "register",
     "registry",
 ]

@@ -3,7 +3,7 @@
 Three kinds of extractor exist:
 
 * :class:`FrameExtractor` sees the sampled video frames of each role (a crop of the
-  full frame) through a per-role :class:`Track`, and returns :class:`~featurestore.store.Features`
+  full frame) through a per-role :class:`Track`, and returns :class:`~featurestore.features.Features`
   for that role when the video ends.
 * :class:`AudioExtractor` sees the whole audio track once (mono float32, resampled) and
   returns features per role (usually ``scene``).
@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..store import Features
+from ..features import Features
 
 
 class ExtractorUnavailable(RuntimeError):
@@ -124,16 +124,13 @@ def register(cls: type[Extractor]) -> type[Extractor]:
 
 
 def get_extractor(name: str) -> type[Extractor]:
-    from . import load_builtin  # noqa: F401  (registers the built-in extractors)
-
-    load_builtin()
+    """The extractor class registered as ``name`` (the built-in ones register when
+    :mod:`featurestore.extractors` is imported)."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown extractor {name!r}; known: {sorted(_REGISTRY)}")
     return _REGISTRY[name]
 
 
 def registry() -> dict[str, type[Extractor]]:
-    from . import load_builtin
-
-    load_builtin()
+    """Name -> extractor class of every registered extractor."""
     return dict(_REGISTRY)

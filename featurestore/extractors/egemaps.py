@@ -29,7 +29,7 @@ from math import gcd
 
 import numpy as np
 
-from ..store import Features
+from ..features import Features
 from .base import AudioExtractor, ExtractorConfig, ExtractorUnavailable, register
 
 HOP_S = 0.01
@@ -47,7 +47,7 @@ def resample(signal: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
     """Polyphase resampling of a 1-D signal from ``from_hz`` to ``to_hz`` (returned as is when equal)."""
     if from_hz == to_hz:
         return signal
-    from scipy.signal import resample_poly
+    from scipy.signal import resample_poly  # lazily: scipy.signal takes 0.8 s to import
 
     g = gcd(int(from_hz), int(to_hz))
     return resample_poly(signal, int(to_hz) // g, int(from_hz) // g)
@@ -76,7 +76,7 @@ class EgemapsExtractor(AudioExtractor):
 
     def check_available(self) -> None:
         try:
-            import opensmile
+            import opensmile  # lazily: openSMILE loads its native library; a missing one is reported
         except ImportError as exc:
             raise ExtractorUnavailable(
                 "egemaps needs the 'opensmile' package: pip install opensmile"
@@ -91,7 +91,7 @@ class EgemapsExtractor(AudioExtractor):
         """The ``opensmile.Smile`` LLD extractor (built once per extractor object)."""
         if self._smile is None:
             self.check_available()
-            import opensmile
+            import opensmile  # lazily, as in check_available
 
             self._smile = opensmile.Smile(
                 feature_set=getattr(opensmile.FeatureSet, self.config.feature_set),

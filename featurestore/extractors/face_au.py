@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..store import Features
+from ..features import Features
 from .base import ExtractorConfig, ExtractorUnavailable, FrameExtractor, Track, register
 
 #: py-feat AU column names: ``AU01`` ... (OpenFace's ``AU01_r``/``AU01_c`` are not matched)
@@ -130,7 +130,7 @@ def _import_feat():
     """Import py-feat, translating every failure into :class:`ExtractorUnavailable`."""
     try:
         with _hub_offline():
-            import feat
+            import feat  # lazily: optional extra (pyfeat); it pulls in torch
     except ImportError as e:
         raise ExtractorUnavailable(
             f"face_au needs py-feat, which is not installed ({e}); {_INSTALL_HINT}"

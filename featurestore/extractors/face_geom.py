@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..store import Features
+from ..features import Features
 from .base import ExtractorConfig, ExtractorUnavailable, FrameExtractor, Track, register
 from .landmarks import DlibLandmarker
 
@@ -126,7 +126,7 @@ def head_pose(landmarks: np.ndarray, frame_size: np.ndarray) -> np.ndarray:
     ``frame_size`` is (width, height) in pixels, one pair or one per frame; rows with NaN
     landmarks, or where the pose cannot be solved, are NaN.
     """
-    import cv2
+    import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
     lm = np.asarray(landmarks, dtype=np.float64).reshape(-1, 68, 2)
     size = np.broadcast_to(np.asarray(frame_size, dtype=np.float64), (len(lm), 2))
@@ -196,7 +196,7 @@ def face_geometry(
 
 def _face_patch(gray: np.ndarray, lm: np.ndarray, side: int = 16) -> np.ndarray | None:
     """Zero-mean, unit-norm thumbnail of the landmarks' bounding box (None when off-image)."""
-    import cv2
+    import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
     h, w = gray.shape
     x0, y0 = np.clip(np.floor(lm.min(0)).astype(int), 0, (w, h))
@@ -248,7 +248,7 @@ class FaceGeomTrack(Track):
         Extraction passes the decoder's luma (:func:`featurestore.media.luma`); an RGB crop is
         converted with OpenCV, whose grey levels differ from the luma by 1-2.
         """
-        import cv2
+        import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
         # a grey view is used as it is: the detector and the landmark model copy what they read
         gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY) if image.ndim == 3 else image
@@ -365,8 +365,8 @@ class FaceGeomExtractor(FrameExtractor):
     def check_available(self) -> None:
         """Raise :class:`ExtractorUnavailable` when dlib or its landmark model is missing."""
         try:
-            import dlib  # noqa: F401
-            import face_recognition_models  # noqa: F401
+            import dlib  # noqa: F401 - lazily: only to report a missing package
+            import face_recognition_models  # noqa: F401 - likewise
         except ImportError as e:
             raise ExtractorUnavailable(
                 f"face_geom needs dlib and its 68-point model ({e}); "

@@ -17,8 +17,8 @@ HOG_CELL_PX = 8
 
 @lru_cache(maxsize=1)
 def _models():
-    import dlib
-    import face_recognition_models
+    import dlib  # lazily: dlib and its models load only when faces are processed
+    import face_recognition_models  # lazily, with dlib
 
     detector = dlib.get_frontal_face_detector()
     predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
@@ -26,7 +26,7 @@ def _models():
 
 
 def _gray(rgb: np.ndarray) -> np.ndarray:
-    import cv2
+    import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
     if rgb.ndim == 2:
         return np.ascontiguousarray(rgb, dtype=np.uint8)
@@ -58,7 +58,7 @@ class DlibLandmarker:
         may come out a few pixels off its whole-image box (the landmark model absorbs it:
         ``bench/video.py`` compares the landmarks).
         """
-        import cv2
+        import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
         detector, _ = _models()
         gray = _gray(rgb)
@@ -91,7 +91,7 @@ class DlibLandmarker:
         The model reads pixels near the box only, so it is given a contiguous copy of the box
         grown by half its side (a few hundred kB instead of the whole crop; same landmarks).
         """
-        import dlib
+        import dlib  # lazily: dlib and its models load only when faces are processed
 
         _, predictor = _models()
         left, top, right, bottom = (int(v) for v in box)

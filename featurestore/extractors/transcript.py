@@ -48,10 +48,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
-from ..store import Features
+from ..features import Features
+from ..speaking import speaking_from_transcript
+from ..transcripts import normalise_word, words
 from .base import ExtractorConfig, ExtractorUnavailable, TranscriptExtractor, register
 
 SPEECH_COLUMNS = ["talking", "words_per_s", "since_spoke_s"]
@@ -101,8 +104,6 @@ class SpeechExtractor(TranscriptExtractor):
     config_class = SpeechConfig
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
-        from ..speaking import speaking_from_transcript
-
         cfg: SpeechConfig = self.config
         t = frame_times(n_frames, fps)
         valid = coverage(cues, t, cfg.coverage_tail_s)
@@ -143,15 +144,13 @@ class LexiconConfig(ExtractorConfig):
 @lru_cache(maxsize=1)
 def vader_analyzer():
     """VADER's analyser, built once per process (reads the lexicon file inside the package)."""
-    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer  # lazily: loads a lexicon
 
     return SentimentIntensityAnalyzer()
 
 
 def vader_version() -> str:
     """Installed ``vaderSentiment`` version (part of the lexicon channel's parameters)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("vaderSentiment")
     except PackageNotFoundError:
@@ -166,8 +165,6 @@ def prefix_scores(text: str) -> np.ndarray:
     >>> rows.shape, bool(rows[3, 0] > 0), float(rows[4, 4])
     ((5, 5), True, 0.25)
     """
-    from ..transcripts import normalise_word, words
-
     analyzer = vader_analyzer()
     tokens = words(text)
     out = np.zeros((len(tokens) + 1, 5))
@@ -199,7 +196,7 @@ class LexiconExtractor(TranscriptExtractor):
         if self.config.lexicon != "vader":
             raise ExtractorUnavailable(f"lexicon {self.config.lexicon!r} is not supported; use 'vader'")
         try:
-            import vaderSentiment  # noqa: F401
+            import vaderSentiment  # noqa: F401 - lazily: only to report a missing package
         except ImportError as exc:
             raise ExtractorUnavailable(
                 "the lexicon channel needs the vaderSentiment package (its lexicon ships inside the wheel): "

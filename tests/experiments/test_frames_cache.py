@@ -54,7 +54,7 @@ def no_shard_opens(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(f"the shard was opened: {args[:1]}")
 
-    monkeypatch.setattr(dataset.h5py, "File", refuse)
+    monkeypatch.setattr(Store, "open_session", refuse)  # the store is the only door to the shards
 
 
 def test_cached_tables_equal_uncached_and_warm_load_never_opens_a_shard(store, monkeypatch):

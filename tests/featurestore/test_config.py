@@ -124,7 +124,7 @@ def test_config_reference_example_loads_and_its_table_lists_every_extractor_sett
 
 
 def test_transcript_channels_take_their_settings_from_the_config():
-    from featurestore.extract import transcript_plan
+    from featurestore.derived import transcript_plan
 
     source = {"size": 10, "fingerprint": "abc"}
     default = transcript_plan(["speech"], 100, source)

@@ -16,6 +16,7 @@ import pytest
 from experiments.metrics import ccc
 from featurestore import demo, media
 from featurestore.config import load_feature_config
+from featurestore.demo.face import border_points
 from featurestore.extractors.landmarks import DlibLandmarker
 from featurestore.manifest import STORY_SPEAKER, scan
 
@@ -57,20 +58,22 @@ def test_layout(built):
     out, info = built
     names = [f"Subject_{L}_Story_{S}" for L in (1, 2) for S in (1, 2)]
     assert list(info.sessions) == names
+    truth = json.loads((out / "demo_truth.json").read_text())
     for n in names:
         assert (out / "Videos" / f"{n}.mp4").stat().st_size > 10_000
-        assert (out / "Annotations" / f"{n}.csv").is_file()
-    for extra in ("README.md", "demo_truth.json", "featurestore.yaml"):
-        assert (out / extra).is_file()
+        listener, story = (int(v) for v in n.split("_")[1::2])
+        plan = demo.plan_session(listener, story, duration_s=6)
+        # the labels are the plan's, to the CSV's 6 decimals; the truth lists the plan's speech
+        np.testing.assert_allclose(read_valence(out / "Annotations" / f"{n}.csv"), plan.valence, atol=6e-7)
+        assert truth["sessions"][n]["speech_phrases_s"] == [list(p) for p in plan.phrases] != []
+        assert truth["sessions"][n]["backchannels_s"] == [list(b) for b in plan.backchannels] != []
     assert not [p for p in out.rglob(".*")], "temporary files left behind"
-    truth = json.loads((out / "demo_truth.json").read_text())
     assert truth["seed"] == 0 and truth["label"]["delay_s"] == 1.5 and truth["split_x"] == 540
     assert sorted(truth["sessions"]) == sorted(names)
-    for s in truth["sessions"].values():
-        assert s["speech_phrases_s"] and s["backchannels_s"]
     readme = (out / "README.md").read_text()
     assert "smile(t - 1.5 s)" in readme and "valence_gain" in readme
-    assert load_feature_config(data_dir=out).face_fps == 5.0
+    settings = load_feature_config(data_dir=out)
+    assert settings.face_fps == 5.0 and settings.extractor_config("egemaps").sampling_rate == 16000
     assert "4 sessions of 6 s" in str(info)
 
 
@@ -80,7 +83,13 @@ def test_scan_finds_every_session(built):
     assert report.issues == []
     assert [s.session for s in report.sessions] == list(info.sessions)
     for s in report.sessions:
-        assert s.video is not None and "valence_self" in s.annotations
+        assert s.video == out / "Videos" / f"{s.session}.mp4"
+        assert s.annotations == {
+            "valence_self": out / "Annotations" / f"{s.session}.csv",
+            "valence_observer_listener": out / "Observer_Listener" / f"{s.session}.csv",
+            "valence_observer_speaker": out / "Observer_Speaker" / f"{s.session}.csv",
+        }
+        assert s.transcript == out / "Transcripts" / f"transcribed_subject_{s.listener}_story_{s.story}.srt"
         assert s.speaker == STORY_SPEAKER[s.story]
 
 
@@ -261,7 +270,7 @@ def test_piecewise_affine_map_matches_skimage():
 
     rng = np.random.default_rng(3)
     h, w = 60, 80
-    ring = demo._border_points(w, h, spacing=15)
+    ring = border_points(w, h, spacing=15)
     inner = rng.uniform([10, 10], [w - 10, h - 10], (12, 2))
     moved = inner + rng.uniform(-3, 3, inner.shape)
     out_pts, in_pts = np.vstack([moved, ring]), np.vstack([inner, ring])

@@ -10,8 +10,8 @@ import pytest
 
 from experiments.metrics import ccc
 from featurestore import demo
+from featurestore.annotations import read_annotation
 from featurestore.extractors.transcript import LexiconExtractor
-from featurestore.imports import read_annotation
 from featurestore.manifest import scan
 from featurestore.transcripts import parse_srt, read_transcript
 
@@ -35,8 +35,12 @@ def test_files_and_scan(built):
         for target in ("valence_observer_listener", "valence_observer_speaker"):
             y = read_annotation(sf.annotations[target])
             assert len(y) == n and y.std() > 0.005
-    for target, paths in info.observer_annotations.items():
-        assert all(p.is_file() for p in paths), target
+    for (target, paths), attr in zip(info.observer_annotations.items(), ("observer_listener", "observer_speaker"),
+                                     strict=True):
+        for sid, path in zip(info.sessions, paths, strict=True):  # the plan's ratings, to the CSV's 6 decimals
+            listener, story = (int(v) for v in sid.split("_")[1::2])
+            want = getattr(demo.plan_session(listener, story, duration_s=8), attr)
+            np.testing.assert_allclose(read_annotation(path), want, atol=6e-7, err_msg=f"{target} {sid}")
     raw = info.transcripts[0].read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw  # BOM and CRLF, as subtitle editors write
     truth = json.loads((out / "demo_truth.json").read_text())
@@ -77,7 +81,7 @@ def test_planted_text_and_observer_relations():
     assert r(plan.valence, sign * plan.affect) > 0.2
     cues = demo.transcript_cues(plan)
     parsed = parse_srt(demo.transcript_srt(plan).decode("utf-8-sig"))
-    assert len(parsed) >= len(cues)
+    assert len(parsed) == sum(len(lines) for _, _, lines in cues)  # one per tagged line; a merged cue has two
     lex = LexiconExtractor().process_cues(parsed, plan.n_frames, plan.fps)["speaker"].data[:, 0]
     assert r(lex, sign * plan.text_term) > 0.5
     # planted agreement: the observer of the listener agrees with the self-rating far better than

@@ -10,8 +10,8 @@ from featurestore.cli import main
 from featurestore.config import FeatureConfig
 from featurestore.demo import build_demo
 from featurestore.distributed import dask_client, extract_many_dask
-from featurestore.extract import extract_many
 from featurestore.manifest import scan
+from featurestore.pool import extract_many
 from featurestore.store import Store
 
 pytestmark = pytest.mark.slow

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import h5py
@@ -17,6 +18,8 @@ import pytest
 
 from featurestore.cli import main
 from featurestore.demo import build_demo
+from featurestore.extractors import get_extractor
+from featurestore.provenance import cache_key, file_fingerprint
 from featurestore.store import Store
 from tests.conftest import make_video
 
@@ -66,10 +69,15 @@ def test_extract_shapes_validity_provenance(extracted, corpus):
     assert not np.any(spk.valid & ~scene.valid)
     y = st.labels(s, "valence_self")
     assert len(y) == 150 and np.all(np.abs(y) <= 1)
+    face = st.read_channel(s, "listener/face_geom")
     with h5py.File(st.shard_path(s)) as f:
-        for attr in ("columns", "extractor", "extractor_version", "params", "cache_key", "source", "created_utc"):
-            assert attr in f["listener/face_geom"].attrs
-        json.loads(f["listener/face_geom"].attrs["params"])
+        a = f["listener/face_geom"].attrs
+        assert json.loads(a["columns"]) == face.columns and json.loads(a["params"]) == face.params
+        assert (a["extractor"], a["extractor_version"]) == ("face_geom", get_extractor("face_geom").version)
+        video = corpus / "Videos" / f"{s}.mp4"
+        assert json.loads(a["source"]) == file_fingerprint(video)
+        assert a["cache_key"] == cache_key(file_fingerprint(video), "face_geom", a["extractor_version"], face.params)
+        assert datetime.fromisoformat(a["created_utc"]).utcoffset() == timedelta(0)
     assert main(["verify", "--store", str(extracted)]) == 0
 
 

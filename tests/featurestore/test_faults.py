@@ -42,7 +42,7 @@ import os, sys, time
 from pathlib import Path
 
 import featurestore.media as media
-import featurestore.store as store
+import featurestore.shard as shard
 
 signal_file, at, delay = Path(os.environ["FAULT_SIGNAL"]), os.environ["FAULT_AT"], float(os.environ["FAULT_DELAY"])
 
@@ -64,14 +64,14 @@ if at == "decode":
 
     media.iter_frames = iter_frames
 elif at == "write":
-    real_write_channel = store._write_channel
+    real_write_channel = shard.write_channel
 
-    def _write_channel(parent, name, *args, **kwargs):
+    def write_channel(parent, name, *args, **kwargs):
         real_write_channel(parent, name, *args, **kwargs)
         say(f"writing {parent.file.filename}")  # the temporary file, before its rename
         time.sleep(delay)
 
-    store._write_channel = _write_channel
+    shard.write_channel = write_channel
 
 from featurestore.cli import main
 

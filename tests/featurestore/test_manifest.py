@@ -24,7 +24,7 @@ def test_scan_finds_sessions_any_depth_and_case(tmp_path):
     s = by["Subject_1_Story_1"]
     assert (s.speaker, s.split) == (1, "val")
     assert set(s.annotations) == {"valence_self", "valence_observer_listener"}
-    assert s.transcript.name.endswith(".srt")
+    assert s.transcript == tmp_path / "Transcripts" / "transcribed_subject_1_story_1.srt"
     t = by["Subject_2_Story_5"]
     assert (t.speaker, t.split, t.video.suffix) == (3, "train", ".MKV")
     assert r.issues == []
@@ -69,4 +69,5 @@ def test_missing_folder_and_manifest_file(tmp_path):
     _touch(tmp_path / "d" / "Subject_1_Story_2.mp4")
     out = write_manifest(scan(tmp_path / "d"), tmp_path / "store" / "manifest.json")
     data = json.loads(out.read_text())
-    assert data["sessions"][0]["session"] == "Subject_1_Story_2"
+    assert [s["session"] for s in data["sessions"]] == ["Subject_1_Story_2"]
+    assert data["sessions"][0]["video"] == str(tmp_path / "d" / "Subject_1_Story_2.mp4")

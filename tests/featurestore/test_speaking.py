@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from featurestore.features import Features
 from featurestore.speaking import (
     F0_COLUMN,
     LOUDNESS_COLUMN,
@@ -13,7 +14,6 @@ from featurestore.speaking import (
     speaking_from_faces,
     speaking_from_transcript,
 )
-from featurestore.store import Features
 
 DURATION_S = 10.0
 FACE_FPS = 5.0

@@ -72,7 +72,8 @@ def test_channels_have_real_widths_rates_and_names(store8):
     info, store = store8
     assert store.verify() == []
     assert info.sessions == store.list_sessions() and len(info.sessions) == 8
-    assert info.n_frames == sum(info.lengths.values()) and info.size_bytes > 0
+    assert info.n_frames == sum(info.lengths.values())
+    assert info.size_bytes == sum(store.shard_path(s).stat().st_size for s in info.sessions)
     egemaps_names = list(EgemapsExtractor().smile().feature_names)
     for s in info.sessions:
         meta = store.meta(s)

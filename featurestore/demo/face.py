@@ -1,0 +1,290 @@
+"""The demo's face: one photo's 68 landmarks, expression states rendered by piecewise-affine warps.
+
+One real face, the public-domain NASA portrait in ``skimage.data.astronaut()``, cropped around
+the head and upscaled 2x. :class:`FaceRig` renders each expression state once (smile, mouth
+opening, blink, brow raise at the levels of :mod:`featurestore.demo.model`) by warping the
+upper and the lower face separately (:func:`piecewise_affine_map`); :class:`TileCache` dresses
+a rendered state for one person (mirroring, tint, feathered into the background) as I420
+planes, once per state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..extractors.landmarks import DlibLandmarker
+from .model import BLINK_LEVELS, BROW_LEVELS, MOUTH_LEVELS, SMILE_LEVELS, SPEAKER_SMILE_STATE
+
+# skimage.data.astronaut() rows/cols holding the head, and the upscaling factor
+PHOTO_ROWS = (30, 200)
+PHOTO_COLS = (125, 335)
+PHOTO_SCALE = 2
+_FEATHER_PX = 20
+
+
+def piecewise_affine_map(out_points: np.ndarray, in_points: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse map of a piecewise-affine warp, for ``cv2.remap``: output pixel -> input (x, y).
+
+    The model of ``skimage.transform.PiecewiseAffineTransform`` (a Delaunay triangulation of
+    ``out_points``, one affine map per triangle onto ``in_points``), evaluated for all pixels of
+    a ``shape`` = (height, width) image in one vectorised pass instead of one pass per
+    triangle (tens of milliseconds per state instead of about half a second); the tests check
+    that both give the same map. Pixels outside the triangulation map to themselves.
+    """
+    import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
+    from scipy.spatial import Delaunay  # lazily: scipy takes 0.3-0.8 s to import
+
+    h, w = shape
+    out_points = np.asarray(out_points, np.float64)
+    in_points = np.asarray(in_points, np.float64)
+    simplices = Delaunay(out_points).simplices
+    corners = np.concatenate([out_points[simplices], np.ones((len(simplices), 3, 1))], axis=2)
+    # barycentric coordinates of (x, y, 1) in triangle k: (x, y, 1) @ to_bary[k]
+    to_bary = np.linalg.inv(corners)
+    # each pixel's triangle, by rasterising the triangles, the largest last (painting is far
+    # faster than a point location per pixel); pixels a thin triangle's outline claimed
+    # wrongly are re-assigned below
+    area = np.abs(np.linalg.det(corners))
+    label = np.full((h, w), -1, np.int32)
+    for k in np.argsort(area, kind="stable"):
+        cv2.fillConvexPoly(label, np.round(out_points[simplices[k]] * 16).astype(np.int32), int(k), cv2.LINE_8, 4)
+    yy, xx = np.mgrid[0:h, 0:w]
+    xy1 = np.c_[xx.ravel(), yy.ravel(), np.ones(h * w)]
+    tri = label.ravel()
+    inside = tri >= 0
+    bary = np.zeros((h * w, 3))
+    bary[inside] = np.einsum("ni,nij->nj", xy1[inside], to_bary[tri[inside]])
+    bad = np.flatnonzero(inside & (bary.min(axis=1) < -1e-6))
+    if len(bad):
+        all_bary = np.einsum("ni,kij->nkj", xy1[bad], to_bary)  # (n_bad, n_triangles, 3)
+        best = all_bary.min(axis=2).argmax(axis=1)
+        tri[bad] = best
+        bary[bad] = all_bary[np.arange(len(bad)), best]
+    src = xy1[:, :2].copy()  # pixels outside every triangle map to themselves
+    src[inside] = np.einsum("nj,njc->nc", bary[inside], in_points[simplices[tri[inside]]])
+    return src[:, 0].reshape(h, w).astype(np.float32), src[:, 1].reshape(h, w).astype(np.float32)
+
+
+def border_points(width: int, height: int, spacing: float = 20.0) -> np.ndarray:
+    """Points along the border of a ``width`` x ``height`` box (pixel centres), corners included."""
+    nx = max(2, int(np.ceil((width - 1) / spacing)) + 1)
+    ny = max(2, int(np.ceil((height - 1) / spacing)) + 1)
+    xs = np.linspace(0, width - 1, nx)
+    ys = np.linspace(0, height - 1, ny)[1:-1]
+    return np.concatenate([
+        np.c_[xs, np.zeros(nx)], np.c_[xs, np.full(nx, height - 1.0)],
+        np.c_[np.zeros(len(ys)), ys], np.c_[np.full(len(ys), width - 1.0), ys],
+    ])
+
+
+def even(v: float) -> int:
+    return int(2 * round(v / 2))
+
+
+class FaceRig:
+    """Expression states of one face photo, each rendered once by a piecewise-affine warp.
+
+    ``landmarks`` are the 68 dlib points of ``tile`` (x, y in pixels). The upper band
+    (brows, eyes; above the nose tip) and the lower band (nose tip down: mouth, jaw,
+    cheeks) are warped separately, each with a ring of fixed points on its border, so the
+    two bands always join seamlessly and :meth:`render` combines any upper and lower state.
+    """
+
+    def __init__(self, tile: np.ndarray, landmarks: np.ndarray) -> None:
+        self.tile = np.ascontiguousarray(tile, dtype=np.uint8)
+        p = np.asarray(landmarks, dtype=np.float64)
+        if p.shape != (68, 2):
+            raise ValueError(f"demo face: expected (68, 2) landmarks, got {p.shape}")
+        self.landmarks = p
+        h, w = self.tile.shape[:2]
+        self.iod = float(np.linalg.norm(p[45] - p[36]))
+        self.mouth_width = float(np.linalg.norm(p[54] - p[48]))
+        # cheek control points, halfway between the jaw and the lip corners
+        cheeks = np.array([(p[3] + p[48]) / 2, (p[13] + p[54]) / 2])
+        self.control = np.vstack([p, cheeks])
+        cut = even(p[30, 1])
+        x0 = max(0, even(p[:, 0].min() - 0.35 * self.iod))
+        x1 = min(w, even(p[:, 0].max() + 0.35 * self.iod))
+        y0 = max(0, even(p[17:27, 1].min() - 0.5 * self.iod))
+        self.upper_region = (x0, y0, x1, cut)
+        self.lower_region = (x0, cut, x1, h)
+        self._upper: dict[tuple[int, int], np.ndarray] = {}
+        self._lower: dict[tuple[int, int], np.ndarray] = {}
+
+    @classmethod
+    def from_photo(cls) -> FaceRig:
+        """The rig of the astronaut portrait in scikit-image (public domain, NASA)."""
+        import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
+        from skimage import data  # lazily: the photo is read only to build the rig
+
+        crop = data.astronaut()[slice(*PHOTO_ROWS), slice(*PHOTO_COLS)]
+        tile = cv2.resize(crop, None, fx=PHOTO_SCALE, fy=PHOTO_SCALE, interpolation=cv2.INTER_CUBIC)
+        points = DlibLandmarker(detect_scale=0.5).detect(tile)
+        if points is None:
+            raise RuntimeError(
+                "demo face: dlib found no face in skimage.data.astronaut(); check the dlib and "
+                "face-recognition-models installation (pip install dlib-bin face-recognition-models)"
+            )
+        return cls(tile, points)
+
+    # --- deformations (targets of the control points) ---
+
+    def lower_targets(self, smile: float, mouth: float) -> np.ndarray:
+        """Control points moved for a smile (0 = the photo, > 0 broader, < 0 weaker) and a mouth opening (0..1)."""
+        d = self.control.copy()
+        sx, sy = smile * 0.11 * self.mouth_width, -smile * 0.09 * self.mouth_width
+        weights = {48: 1.0, 49: 0.5, 59: 0.5, 60: 0.6, 50: 0.2, 58: 0.2, 61: 0.25, 67: 0.25}
+        for left, w in weights.items():
+            right = {48: 54, 49: 53, 59: 55, 60: 64, 50: 52, 58: 56, 61: 63, 67: 65}[left]
+            d[left] += (-sx * w, sy * w)
+            d[right] += (sx * w, sy * w)
+        d[68] += (-0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
+        d[69] += (0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
+        jaw = mouth * 0.22 * self.iod
+        drop = {65: 1.0, 66: 1.0, 67: 1.0, 56: 1.0, 57: 1.0, 58: 1.0, 55: 0.6, 59: 0.6,
+                48: 0.15, 54: 0.15, 60: 0.1, 64: 0.1, 8: 0.55, 7: 0.5, 9: 0.5, 6: 0.35,
+                10: 0.35, 5: 0.2, 11: 0.2, 4: 0.08, 12: 0.08}
+        for i, w in drop.items():
+            d[i, 1] += w * jaw
+        return d
+
+    def upper_targets(self, brow: float, blink: float) -> np.ndarray:
+        """Control points moved for a brow raise (0..1) and an eye closure (0..1)."""
+        p = self.control
+        d = p.copy()
+        d[17:27, 1] -= brow * 0.10 * self.iod
+        d[[37, 38, 43, 44], 1] -= brow * 0.02 * self.iod
+        for upper, lower in ((37, 41), (38, 40), (43, 47), (44, 46)):
+            d[upper] += blink * 0.85 * (p[lower] - d[upper])
+            d[lower, 1] -= blink * 0.1 * (p[lower, 1] - p[upper, 1])
+        return d
+
+    def _warp(self, region: tuple[int, int, int, int], targets: np.ndarray) -> np.ndarray:
+        import cv2  # lazily, as above
+
+        x0, y0, x1, y1 = region
+        sub = self.tile[y0:y1, x0:x1]
+        off = np.array([x0, y0], dtype=np.float64)
+        src = self.control - off
+        dst = targets - off
+        w, h = x1 - x0, y1 - y0
+        margin = 3.0
+        inside = (
+            (src[:, 0] > margin) & (src[:, 0] < w - 1 - margin)
+            & (src[:, 1] > margin) & (src[:, 1] < h - 1 - margin)
+        )
+        ring = border_points(w, h)
+        dst_in = np.clip(dst[inside], margin, [w - 1 - margin, h - 1 - margin])
+        # the inverse map: output (deformed) coordinates -> input (photo) coordinates
+        mx, my = piecewise_affine_map(np.vstack([dst_in, ring]), np.vstack([src[inside], ring]), (h, w))
+        return cv2.remap(np.ascontiguousarray(sub), mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+    def upper(self, brow: int, blink: int) -> np.ndarray:
+        """The upper band for state indices into :data:`BROW_LEVELS` and :data:`BLINK_LEVELS`."""
+        key = (int(brow), int(blink))
+        if key not in self._upper:
+            x0, y0, x1, y1 = self.upper_region
+            if key == (0, 0):
+                self._upper[key] = self.tile[y0:y1, x0:x1].copy()
+            else:
+                targets = self.upper_targets(BROW_LEVELS[key[0]], BLINK_LEVELS[key[1]])
+                self._upper[key] = self._warp(self.upper_region, targets)
+        return self._upper[key]
+
+    def lower(self, smile: int, mouth: int) -> np.ndarray:
+        """The lower band for state indices into :data:`SMILE_LEVELS` and :data:`MOUTH_LEVELS`."""
+        key = (int(smile), int(mouth))
+        if key not in self._lower:
+            x0, y0, x1, y1 = self.lower_region
+            targets = self.lower_targets(SMILE_LEVELS[key[0]], MOUTH_LEVELS[key[1]])
+            if np.allclose(targets, self.control):
+                self._lower[key] = self.tile[y0:y1, x0:x1].copy()
+            else:
+                band = self._warp(self.lower_region, targets)
+                if MOUTH_LEVELS[key[1]] > 0:
+                    closed = self.lower_targets(SMILE_LEVELS[key[0]], 0.0)
+                    band = self._paint_mouth_cavity(band, closed, targets, (x0, y0))
+                self._lower[key] = band
+        return self._lower[key]
+
+    @staticmethod
+    def _paint_mouth_cavity(band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin) -> np.ndarray:
+        """Darken what the lower lip uncovered (the warp alone would stretch the teeth)."""
+        import cv2  # lazily, as above
+
+        inner_lower = [60, 67, 66, 65, 64]
+        poly = np.vstack([opened[inner_lower], closed[inner_lower[::-1]]]) - np.asarray(origin, float)
+        mask = np.zeros(band.shape[:2], np.float32)
+        cv2.fillPoly(mask, [np.round(poly * 4).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=2)
+        mask = cv2.GaussianBlur(mask, (5, 5), 1.0)[..., None]
+        cavity = np.array([62, 24, 28], np.float32)  # dark red-brown of an open mouth
+        return np.clip(band * (1 - 0.9 * mask) + cavity * 0.9 * mask + 0.5, 0, 255).astype(np.uint8)
+
+    def render(self, smile: int = SPEAKER_SMILE_STATE, mouth: int = 0, blink: int = 0, brow: int = 0) -> np.ndarray:
+        """The whole face tile (RGB uint8) in one expression state (indices into the *_LEVELS)."""
+        out = self.tile.copy()
+        x0, y0, x1, y1 = self.upper_region
+        out[y0:y1, x0:x1] = self.upper(brow, blink)
+        x0, y0, x1, y1 = self.lower_region
+        out[y0:y1, x0:x1] = self.lower(smile, mouth)
+        return out
+
+
+@lru_cache(maxsize=1)
+def face_rig() -> FaceRig:
+    """The astronaut rig, built once per process (landmark detection, then warps on demand)."""
+    return FaceRig.from_photo()
+
+
+@dataclass(frozen=True)
+class Look:
+    """How one person's copy of the face appears: mirroring, colour gains, background."""
+
+    mirror: bool
+    gain: tuple[float, float, float]  # per RGB channel
+
+    def background(self, tile: np.ndarray) -> np.ndarray:
+        """Background colour (RGB uint8): the photo's wall colour, tinted like the face."""
+        border = np.concatenate([tile[:8].reshape(-1, 3), tile[:, :8].reshape(-1, 3), tile[:, -8:].reshape(-1, 3)])
+        return np.clip(np.median(border, axis=0) * np.array(self.gain), 0, 255).astype(np.uint8)
+
+
+class TileCache:
+    """Dressed tiles (mirrored, tinted, feathered into the background) as I420 planes, per state."""
+
+    def __init__(self, rig: FaceRig, look: Look, size: tuple[int, int]) -> None:
+        self.rig, self.look = rig, look
+        self.h, self.w = size
+        self.bg = look.background(rig.tile)
+        th, tw = rig.tile.shape[:2]
+        ay = np.clip(np.minimum(np.arange(self.h), self.h - 1 - np.arange(self.h)) / _FEATHER_PX, 0, 1)
+        ax = np.clip(np.minimum(np.arange(self.w), self.w - 1 - np.arange(self.w)) / _FEATHER_PX, 0, 1)
+        a = (ay[:, None] * ax[None, :]) ** 1.5
+        self.alpha = (a * a * (3 - 2 * a))[..., None].astype(np.float32)  # smoothstep
+        self._tiles: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._resize = (th, tw) != (self.h, self.w)
+
+    def get(self, state: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        planes = self._tiles.get(state)
+        if planes is None:
+            import cv2  # lazily, as above
+
+            rgb = self.rig.render(*state)
+            if self._resize:
+                rgb = cv2.resize(rgb, (self.w, self.h), interpolation=cv2.INTER_AREA)
+            if self.look.mirror:
+                rgb = rgb[:, ::-1]
+            tinted = rgb.astype(np.float32) * np.array(self.look.gain, dtype=np.float32)
+            dressed = self.alpha * tinted + (1 - self.alpha) * self.bg.astype(np.float32)
+            dressed = np.ascontiguousarray(np.clip(dressed + 0.5, 0, 255).astype(np.uint8))
+            i420 = cv2.cvtColor(dressed, cv2.COLOR_RGB2YUV_I420)
+            h, w = self.h, self.w
+            y = i420[:h]
+            u = i420[h : h + h // 4].reshape(h // 2, w // 2)
+            v = i420[h + h // 4 :].reshape(h // 2, w // 2)
+            planes = (y.copy(), u.copy(), v.copy())
+            self._tiles[state] = planes
+        return planes

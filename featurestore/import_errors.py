@@ -1,0 +1,7 @@
+"""The error every importer raises for a file it cannot use (tables, annotations, transcripts' shards)."""
+
+from __future__ import annotations
+
+
+class DataImportError(ValueError):
+    """A file given to an importer cannot be used; the message names it and says what to do."""
