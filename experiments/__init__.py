@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "ccc_protocols": ".metrics",
     "ccc_matrix": ".metrics",
     "load_sessions": ".dataset",
-    "SessionTable": ".dataset",
+    "SessionTable": ".session_table",
     "window_stats": ".windowing",
     "run_sweep": ".sweep",
     "ablate": ".ablation",

@@ -72,14 +72,12 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from featurestore.processes import pid_alive
 
-if TYPE_CHECKING:
-    from .dataset import SessionTable
+from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -372,8 +370,6 @@ def _checksum(a: np.ndarray) -> str:
 
 
 def _read_entry(f, key: EntryKey) -> SessionTable:
-    from .dataset import SessionTable  # dataset imports this module
-
     size = os.fstat(f.fileno()).st_size
     prefix = f.read(_PREFIX)
     if len(prefix) != _PREFIX or prefix[:8] != _MAGIC:
