@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 #: public name -> module that defines it (add an entry to export another function)
 _EXPORTS: dict[str, str] = {
     "load_config": ".config",
-    "ExperimentConfig": ".config",
-    "ConfigError": ".config",
-    "expand": ".config",
+    "ExperimentConfig": ".config_schema",
+    "ConfigError": ".config_schema",
+    "expand": ".grid",
     "ccc": ".metrics",
     "ccc_protocols": ".metrics",
     "ccc_matrix": ".metrics",

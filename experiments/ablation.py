@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import ExperimentConfig
+from .config_schema import ExperimentConfig
 from .sweep import SweepResult, best_per_track, run_sweep
 from .uncertainty import paired_comparison
 

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .config import ExperimentConfig, Trial, expand
+from .config_schema import ExperimentConfig
+from .grid import Trial, expand
 from .metrics import ccc, ccc_protocols
 
 SELF_TARGET = "valence_self"

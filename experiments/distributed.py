@@ -41,9 +41,10 @@ from pathlib import Path
 from featurestore import Store
 from featurestore.distributed import dask_client, n_workers_of
 
-from .config import ExperimentConfig, Trial, WindowKey
+from .config_schema import ExperimentConfig
 from .dataset import DatasetError, SessionTable, load_sessions
 from .evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from .grid import Trial, WindowKey
 from .sweep import (
     Outcome,
     SweepContext,

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .config import Trial, WindowKey
 from .dataset import SessionTable
+from .grid import Trial, WindowKey
 from .metrics import ccc, ccc_protocols
 from .models import make_model
 from .personalization import apply_listener_calibration, fit_listener_calibration, make_personalizer

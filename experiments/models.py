@@ -51,38 +51,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVR, LinearSVR
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-#: model name -> allowed hyperparameters with their defaults (what the config validator checks)
-MODEL_PARAMS: dict[str, dict[str, Any]] = {
-    "svr": {
-        "C": 1.0,
-        "gamma": "scale",  # float, "scale" or "auto"
-        "epsilon": 0.1,
-        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
-    },
-    "linear_svr": {
-        "C": 1.0,
-        "epsilon": 0.0,
-        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
-        "max_iter": 5000,
-    },
-    "xgboost": {
-        "n_estimators": 300,
-        "max_depth": 3,
-        "learning_rate": 0.05,
-        "subsample": 1.0,
-        "colsample_bytree": 1.0,
-        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
-    },
-    "hist_gb": {
-        "max_iter": 200,
-        "learning_rate": 0.1,
-        "max_depth": None,
-    },
-    "ridge": {
-        "alpha": 1.0,
-    },
-    "dummy": {},
-}
+from .options import MODEL_PARAMS
 
 
 def _suggest(word: str, valid: list[str]) -> str:

@@ -43,8 +43,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .config import ExperimentConfig, Trial, WindowKey, expand
+from .config_schema import ExperimentConfig
 from .evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from .grid import Trial, WindowKey, expand
 from .options import TRACKS
 from .provenance import code_version
 from .tracking import CONFIG_HASH_TAG, Tracker

@@ -10,7 +10,8 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.config import ConfigError, Range, expand, from_dict, load_config
-from experiments.search import run_search, sample_trial, search_space, study_name, trial_sequence
+from experiments.search import run_search, study_name, trial_sequence
+from experiments.search_space import sample_trial, search_space
 from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
 
