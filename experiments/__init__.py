@@ -37,6 +37,8 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    # PEP 562: each public name's module is imported on first use, so `import experiments` loads
+    # no scikit-learn, MLflow or h5py (not to break an import cycle: the modules have none)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'experiments' has no attribute {name!r}")

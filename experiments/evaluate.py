@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .dataset import SessionTable
 from .grid import Trial, WindowKey
 from .metrics import ccc, ccc_protocols
 from .models import make_model
 from .personalization import apply_listener_calibration, fit_listener_calibration, make_personalizer
 from .postprocess import rescaler_for, smooth
+from .session_table import SessionTable
 from .uncertainty import bootstrap_protocols, chance_level
 from .windowing import window_stats
 

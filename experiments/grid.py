@@ -25,14 +25,15 @@ from .tracks import track_of
 
 
 class WindowKey(NamedTuple):
-    """What determines the windowed features of a trial (compute once, share across models)."""
+    """What determines the windowed features of a trial (compute once, share across models):
+    the first six fields of a :class:`Trial`."""
 
-    feature_set: str
-    channels: tuple[str, ...]
-    lengths_s: tuple[float, ...]
-    delay_s: float
-    align: str
-    stats: tuple[str, ...]
+    feature_set: str  # a name of the config's feature_sets
+    channels: tuple[str, ...]  # its role/channel keys
+    lengths_s: tuple[float, ...]  # one multi-scale set of window lengths (seconds)
+    delay_s: float  # label delay (seconds): features at t predict the label at t + delay
+    align: str  # centred on the frame, or causal (ending at it)
+    stats: tuple[str, ...]  # per-window statistics (experiments.options.STATS)
 
 
 def format_value(v: Any) -> str:
@@ -48,7 +49,10 @@ def format_value(v: Any) -> str:
 
 @dataclass(frozen=True)
 class Trial:
-    """One configuration of the grid: everything needed to train, post-process and score once."""
+    """One configuration of the grid: everything needed to train, post-process and score once.
+
+    Its window fields (``feature_set`` to ``stats``) are described in :class:`WindowKey`;
+    ``hop_s`` is the training rows' hop and ``smooth_s`` the smoothing window (seconds)."""
 
     feature_set: str
     channels: tuple[str, ...]

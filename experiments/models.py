@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import numpy as np
@@ -51,12 +50,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVR, LinearSVR
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
+from .choices import check_choice
 from .options import MODEL_PARAMS
-
-
-def _suggest(word: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(word, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -68,23 +63,14 @@ def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dic
     Raises:
         ValueError: unknown model name or hyperparameter; the message lists the valid ones.
     """
-    if name not in MODEL_PARAMS:
-        valid = sorted(MODEL_PARAMS)
-        raise ValueError(
-            f"unknown model {name!r}{_suggest(name, valid)}; valid models: {', '.join(valid)}"
-        )
+    check_choice("model", name, sorted(MODEL_PARAMS))
     params = dict(params or {})
     given_name = params.pop("name", name)
     if given_name != name:
         raise ValueError(f"model name {name!r} disagrees with params['name'] = {given_name!r}")
     allowed = MODEL_PARAMS[name]
     for key in params:
-        if key not in allowed:
-            valid = sorted(allowed)
-            raise ValueError(
-                f"unknown hyperparameter {key!r} for model {name!r}{_suggest(key, valid)}; "
-                f"valid: {', '.join(valid) if valid else '(none)'}"
-            )
+        check_choice("hyperparameter", key, sorted(allowed), context=f" for model {name!r}")
     return {**allowed, **params}
 
 

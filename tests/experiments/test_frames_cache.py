@@ -346,6 +346,7 @@ def test_two_processes_writing_the_same_entries_both_load_correctly(store, tmp_p
     assert len(entries(store)) == 8
     assert not [p for p in (store.root / FOLDER_NAME).iterdir() if p.name.startswith(".")]  # no temporary files left
     cache = FramesCache.for_store(store.root, True, dataset._resampling_code())
-    for s in store.list_sessions():
-        entry = cache.key(s, store.shard_path(s), KEYS, "valence_self", dataset.MAX_GAP_S)
-        assert cache.read(entry) is not None
+    fresh = load_sessions(store, KEYS, cache=False)
+    for table in fresh:  # every entry the racers left is complete and current
+        entry = cache.key(table.session, store.shard_path(table.session), KEYS, "valence_self", dataset.MAX_GAP_S)
+        assert_same([table], [cache.read(entry)])

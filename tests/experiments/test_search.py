@@ -170,8 +170,8 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(plan
 
 
 def _fingerprints(store):
+    from experiments.parent_run import store_fingerprint
     from experiments.provenance import code_version
-    from experiments.sweep import store_fingerprint
 
     return store_fingerprint(store)[0], code_version().fingerprint
 
