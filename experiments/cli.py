@@ -78,7 +78,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config.ExperimentConfig` named by ``--config`` and ``--set``."""
+    """The :class:`~experiments.config_schema.ExperimentConfig` named by ``--config`` and ``--set``."""
     return load_config(args.config or getattr(args, "config_default", None), overrides=args.overrides)
 
 

@@ -1,6 +1,6 @@
 """Every option list of the experiment bench, defined once.
 
-Config validation (:mod:`experiments.config`), the estimators, windowing and post-processing
+Config validation (:mod:`experiments.config_validation`), the estimators, windowing and post-processing
 that implement the options read these tuples, and a test checks that the README's config
 reference lists every value; nothing else lists them. Importing this module loads no
 scikit-learn, so the config can be validated before the modelling stack is loaded.

@@ -19,8 +19,8 @@ of the other one (:func:`experiments.search_space.search_space`).
 
 **Trials are child runs.** Each trial becomes an :class:`experiments.grid.Trial`, evaluated by
 an executor (:mod:`experiments.executors`; the local one unless another is given) and logged
-by :class:`experiments.parent_run.ParentRun`, as a grid's configurations are: the same params (``track`` included), metrics, artifacts
-and tags as a grid configuration, plus the tags ``optuna_study`` and ``optuna_trial``, so the
+by :class:`experiments.parent_run.ParentRun`, as a grid's configurations are: the same params
+(``track`` included), metrics, artifacts and tags, plus the tags ``optuna_study`` and ``optuna_trial``, so the
 ablation, the summary and the MLflow UI read a search like a grid. Optuna's own MLflow
 integration (``optuna_integration.MLflowCallback``) is not used: it opens its own run per trial
 through MLflow's global fluent state, names params after Optuna's parameter names and logs

@@ -121,7 +121,7 @@ def _global_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
 def search_space(cfg: ExperimentConfig) -> SearchSpace:
     """The search space of ``cfg`` for its ``search.track``.
 
-    A model's ``only`` narrows an axis as in the grid (:func:`experiments.config.model_axes`):
+    A model's ``only`` narrows an axis as in the grid (:func:`experiments.grid.model_axes`):
     it keeps the listed values of a list, and the listed values inside a range (which then
     become that model's choices). Then the track: a generalized search keeps the
     personalizations and rescalings that do not use the listener's identity; a personalized
