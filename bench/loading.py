@@ -12,7 +12,8 @@ It is timed three ways:
 * ``loading.uncached_seconds``: ``cache=False``, reading and resampling only.
 
 The three results are checked equal, array for array; ``loading.frames_cache_size`` is the
-cache's size on disk against the shards'.
+cache's size on disk against the shards'; ``loading.frames_cache_format`` reads every cache
+entry against the cache's old binary layout (:mod:`bench.frames_format`).
 
 The baselines hold the same data as the files a researcher would otherwise keep: one table
 per session and channel with a ``time`` column, a ``valid`` column and the feature columns
@@ -47,7 +48,7 @@ from experiments.dataset import load_sessions, resample_channel
 from experiments.frames_cache import FOLDER_NAME
 from featurestore.store import LABEL_FPS, ROLES, Store
 
-from . import inputs
+from . import frames_format, inputs
 from .harness import best_time, record
 
 FULL = {"n_sessions": 80, "length_range": None}
@@ -247,6 +248,7 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     t_store, tables = best_time(lambda: load_sessions(store, keys), repeat=5)
     _same_tables(fresh, tables, "cached vs. uncached")
     del fresh
+    cache_format = frames_format.records(store, keys, work, repeat=3 if quick else 7)
     cache_mb = _size_mb_all(store_dir / FOLDER_NAME)
 
     t0 = time.perf_counter()
@@ -276,6 +278,7 @@ def run(work: Path, quick: bool = False) -> list[dict]:
         record("loading.first_load_seconds", t_first, "s"),
         record("loading.first_load_vs_csv", n_frames / t_first, "frames/s", baseline=csv, baseline_value=n_frames / t_csv),
         record("loading.uncached_seconds", t_uncached, "s"),
+        *cache_format,
         record("loading.frames_cache_size", cache_mb, "MB", baseline="the store's shards", baseline_value=store_mb),
         record("loading.store_size", store_mb, "MB", baseline="CSV files", baseline_value=_size_mb(csv_dir)),
         record("loading.store_size_vs_parquet", store_mb, "MB", baseline="Parquet files (snappy)",

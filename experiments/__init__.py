@@ -16,14 +16,14 @@ __version__ = "0.1.0"
 #: public name -> module that defines it (add an entry to export another function)
 _EXPORTS: dict[str, str] = {
     "load_config": ".config",
-    "ExperimentConfig": ".config",
-    "ConfigError": ".config",
-    "expand": ".config",
+    "ExperimentConfig": ".config_schema",
+    "ConfigError": ".config_schema",
+    "expand": ".grid",
     "ccc": ".metrics",
     "ccc_protocols": ".metrics",
     "ccc_matrix": ".metrics",
     "load_sessions": ".dataset",
-    "SessionTable": ".dataset",
+    "SessionTable": ".session_table",
     "window_stats": ".windowing",
     "run_sweep": ".sweep",
     "ablate": ".ablation",
@@ -37,6 +37,8 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    # PEP 562: each public name's module is imported on first use, so `import experiments` loads
+    # no scikit-learn, MLflow or h5py (not to break an import cycle: the modules have none)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'experiments' has no attribute {name!r}")

@@ -27,8 +27,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import ExperimentConfig
-from .sweep import SweepResult, best_per_track, run_sweep
+from . import markdown
+from .config_schema import ExperimentConfig
+from .distributed import run_sweep_dask
+from .parent_run import SweepResult
+from .plots import plot_ablation
+from .summary import best_per_track
+from .sweep import run_sweep
+from .tracking import Tracker, resolve_tracking_uri
 from .uncertainty import paired_comparison
 
 #: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
@@ -92,9 +98,7 @@ def run_scores(sweep: SweepResult, run_id: str, tracking_uri: str | None) -> pd.
         return None
     if run_id in sweep.scores:
         return sweep.scores[run_id]
-    from mlflow import MlflowClient
-
-    from .tracking import resolve_tracking_uri
+    from mlflow import MlflowClient  # heavy: loaded only when an earlier sweep's run is read back
 
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,8 +160,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         head += [f"{s} personalized", f"{s} generalized"]
     head += [f"{splits[-1]} unseen listeners", f"chance {splits[-1]} (pers. / gen.)"]
     lines = [f"# {title or 'Speaker / listener / both ablation'}", "",
-             "CCC of each track's best configuration (chosen on validation), [95 % interval over listeners].", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             "CCC of each track's best configuration (chosen on validation), [95 % interval over listeners].", ""]
+    rows = []
     for fs in dict.fromkeys(df.feature_set):
         part = df[df.feature_set == fs].set_index("split")
         cells = [fs]
@@ -169,7 +173,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         cells.append(_cell(last.ccc_unseen_listener, last.ccc_unseen_listener_ci_low, last.ccc_unseen_listener_ci_high))
         cells.append(f"{last.chance_personalized_q95:.3f} / {last.chance_generalized_q95:.3f}"
                      if pd.notna(last.chance_personalized_q95) or pd.notna(last.chance_generalized_q95) else "n/a")
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines += markdown.table(head, rows)
     lines += [
         "",
         "- **personalized**: the best configuration that may use who is listening (per-listener models, calibration",
@@ -188,11 +193,11 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         lines += ["", "## Paired comparisons", "",
                   "Mean over sessions of the per-session CCC difference (first minus second), [95 % interval, listeners",
                   "resampled], and a two-sided sign-flip permutation p-value that flips all of a listener's sessions",
-                  "together (smallest possible p = 2 / 2^listeners).", "",
-                  "| comparison | track | split | mean difference [95 % interval] | p | sessions | listeners |", "|---|---|---|---|---|---|---|"]
-        for r in pairs.itertuples():
-            lines.append(f"| {r.comparison} | {r.track} | {r.split} | {_cell(r.mean_diff, r.ci_low, r.ci_high)} | "
-                         f"{r.p_value:.3f} | {r.n_sessions} | {r.n_listeners} |")
+                  "together (smallest possible p = 2 / 2^listeners).", ""]
+        lines += markdown.table(
+            ["comparison", "track", "split", "mean difference [95 % interval]", "p", "sessions", "listeners"],
+            ([r.comparison, r.track, r.split, _cell(r.mean_diff, r.ci_low, r.ci_high), f"{r.p_value:.3f}", r.n_sessions,
+              r.n_listeners] for r in pairs.itertuples()))  # fmt: skip
     lines += ["", "## Chosen configurations", ""]
     for fs, part in df.groupby("feature_set", sort=False):
         first = part.iloc[0]
@@ -202,10 +207,9 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
                 lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`)")
     lines += ["", "## Reference: published results (real OMG-Empathy test set)", "",
               "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
-              "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.", "",
-              "| features | personalized | generalized |", "|---|---|---|"]
-    for fs, (p, g) in PAPER_TEST_CCC.items():
-        lines.append(f"| {fs} | {p:.2f} | {g:.2f} |")
+              "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.", ""]
+    lines += markdown.table(["features", "personalized", "generalized"],
+                            ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items()))
     lines += ["", "The best challenge entries reached 0.14-0.17 on the same test set."]
     return "\n".join(lines) + "\n"
 
@@ -227,14 +231,9 @@ def ablate(
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
     or on the cluster of ``scheduler`` (``tcp://host:8786``); see :func:`experiments.distributed.run_sweep_dask`.
     """
-    from .plots import plot_ablation
-    from .tracking import Tracker
-
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
     if executor == "dask":
-        from .distributed import run_sweep_dask
-
         sweep = run_sweep_dask(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, scheduler=scheduler,
                                progress=progress, run_name="ablation", resume=resume)
     elif executor == "local":

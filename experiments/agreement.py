@@ -34,8 +34,19 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .config import ExperimentConfig, Trial, expand
+from featurestore import Store
+
+from . import markdown
+from .child_runs import resolved_params
+from .config_schema import ExperimentConfig
+from .dataset import load_sessions
+from .evaluate import evaluate_trial, window_sessions
+from .grid import Trial, expand
 from .metrics import ccc, ccc_protocols
+from .parent_run import store_fingerprint
+from .plots import plot_agreement
+from .provenance import code_version
+from .tracking import Tracker
 
 SELF_TARGET = "valence_self"
 #: columns of ``agreement.csv`` (a contract, see DESIGN.md)
@@ -49,8 +60,6 @@ class AgreementError(ValueError):
 
 
 def _store(store):
-    from featurestore import Store
-
     return store if isinstance(store, Store) else Store(store)
 
 
@@ -174,9 +183,6 @@ def cross_target_table(
     (``CROSS_COLUMNS``, one row per trained-on x scored-against x split) and the trial used
     (None, with an empty table, when no feature set is complete in those sessions).
     """
-    from .dataset import load_sessions
-    from .evaluate import evaluate_trial, window_sessions
-
     st = _store(store)
     rows: list[dict] = []
     seen: set[tuple[str, str, str]] = set()
@@ -226,18 +232,16 @@ def agreement_markdown(table: pd.DataFrame, summary: pd.DataFrame, cross: pd.Dat
     lines = ["# Self vs. observer agreement", "",
              "Lin's CCC between two label targets of the same session (population variance, Pearson r 0 when",
              "undefined); personalized = mean over listeners of each listener's mean over stories, generalized =",
-             "mean over stories of each story's mean over listeners.", "",
-             "| target A | target B | sessions | split | CCC pers. | CCC gen. | min | max |", "|---|---|---|---|---|---|---|---|"]
-    for r in summary.itertuples():
-        lines.append(f"| {r.target_a} | {r.target_b} | {r.n_sessions} | {r.split} | {_fmt(r.ccc_personalized)} | "
-                     f"{_fmt(r.ccc_generalized)} | {_fmt(r.ccc_min)} | {_fmt(r.ccc_max)} |")
+             "mean over stories of each story's mean over listeners.", ""]
+    lines += markdown.table(["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"],
+                            ([r.target_a, r.target_b, r.n_sessions, r.split, _fmt(r.ccc_personalized), _fmt(r.ccc_generalized),
+                              _fmt(r.ccc_min), _fmt(r.ccc_max)] for r in summary.itertuples()))  # fmt: skip
     lines += ["", "## Per session", ""]
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
-    head = ["session", "split"] + [f"{a} vs {b}" for a, b in pairs]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     wide = table.pivot_table(index=["listener", "story", "session", "split"], columns=["target_a", "target_b"], values="ccc")
-    for (_, _, session, split), row in wide.sort_index().iterrows():
-        lines.append("| " + " | ".join([session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]) + " |")
+    lines += markdown.table(["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
+                            ([session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]
+                             for (_, _, session, split), row in wide.sort_index().iterrows()))  # fmt: skip
     lines += ["", "## Cross-target: a model trained for one target, scored on the other", ""]
     if trial is None or cross.empty:
         lines.append(note or "Not computed: no feature set of the config is complete in the sessions holding both targets.")
@@ -246,13 +250,12 @@ def agreement_markdown(table: pd.DataFrame, summary: pd.DataFrame, cross: pd.Dat
                   f"feature set `{trial.feature_set}` ({', '.join(trial.channels)}). Trained on the training stories "
                   "of one target, its validation and test predictions are scored against each target.", ""]
         splits = list(dict.fromkeys(cross.split))
-        head = ["trained on", "scored against"] + [f"{s} {p}" for s in splits for p in ("pers.", "gen.")]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        rows = []
         for (t, sa), g in cross.groupby(["trained_on", "scored_against"], sort=False):
             g = g.set_index("split")
-            cells = [t, sa] + [_fmt(g.loc[s, c]) if s in g.index else "n/a" for s in splits
-                               for c in ("ccc_personalized", "ccc_generalized")]
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append([t, sa] + [_fmt(g.loc[s, c]) if s in g.index else "n/a" for s in splits
+                                   for c in ("ccc_personalized", "ccc_generalized")])
+        lines += markdown.table(["trained on", "scored against"] + [f"{s} {p}" for s in splits for p in ("pers.", "gen.")], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -284,11 +287,6 @@ def agreement(
     ``feature_set``: the cross-target model's feature set (default: the config's largest set
     that every compared session has). ``cross`` False skips the cross-target table.
     """
-    from .plots import plot_agreement
-    from .provenance import code_version
-    from .sweep import store_fingerprint
-    from .tracking import Tracker
-
     st = _store(store)
     pairs = target_pairs(st, targets)
     table = agreement_table(st, pairs, cfg.splits)
@@ -326,8 +324,6 @@ def agreement(
                 (Path(tmp) / f.name).write_bytes(f.read_bytes())
             resolved = {"config": cfg.to_dict(), "code": code_version().tags()}
             if trial is not None:
-                from .sweep import resolved_params
-
                 resolved["cross"] = {"trial": trial.params(), "resolved": resolved_params(trial)}
             (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
             tracker.log_artifacts(run_id, tmp, "agreement")

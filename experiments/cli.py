@@ -1,7 +1,8 @@
 """``experiments`` command line.
 
 Each verb is a pair of functions: ``add_<verb>(subparsers)`` declares its arguments and
-``cmd_<verb>(args) -> int`` runs it; :data:`VERBS` lists the ``add_*`` functions. A verb that
+``cmd_<verb>(args) -> int`` runs it (:func:`add_verb` names the verb after ``cmd_<verb>``, whose
+docstring is the verb's ``--help`` description); :data:`VERBS` lists the ``add_*`` functions. A verb that
 works from an experiment config calls :func:`add_config_options`, and :func:`main` then loads
 the config (``--config``, every ``--set KEY=VALUE``) into ``args.cfg`` before the verb runs, and
 handles ``--print-config`` (print the resolved config, exit 0) for it.
@@ -13,9 +14,29 @@ Exit codes: 0 all good, 1 some sessions or configurations failed (the message sa
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import pandas as pd
+
+from featurestore import Store, __version__
+from featurestore.imports import read_annotation
+from featurestore.processes import terminate_as_interrupt
+from featurestore.store import parse_session, session_name
+
+from .ablation import ablate
+from .agreement import AgreementError, agreement
+from .config import ConfigError, load_config
+from .dataset import DatasetError
+from .distributed import run_sweep_dask
+from .executors.dask import WorkerCodeMismatch
+from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+from .search import run_search
+from .summary import summary_markdown, track_summary
+from .sweep import run_sweep
+from .tracking import export_predictions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -25,6 +46,15 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------- shared options
+def add_verb(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int], help: str,
+             **defaults: object) -> argparse.ArgumentParser:  # fmt: skip
+    """The parser of the verb ``func`` runs (``cmd_score`` -> ``score``), described in its ``--help``
+    by ``func``'s docstring; ``defaults`` are set on its arguments."""
+    p = sub.add_parser(func.__name__.removeprefix("cmd_"), help=help, description=inspect.getdoc(func))
+    p.set_defaults(func=func, **defaults)
+    return p
+
+
 def add_config_options(p: argparse.ArgumentParser) -> None:
     """``--config FILE``, repeatable ``--set KEY=VALUE`` and ``--print-config``."""
     p.add_argument(
@@ -48,31 +78,20 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config.ExperimentConfig` named by ``--config`` and ``--set``."""
-    from .config import load_config
-
+    """The :class:`~experiments.config_schema.ExperimentConfig` named by ``--config`` and ``--set``."""
     return load_config(args.config or getattr(args, "config_default", None), overrides=args.overrides)
 
 
 # --------------------------------------------------------------------- score
 def add_score(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "score",
-        help="score challenge-format predictions against ground truth (both protocols)",
-        description="Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from "
-        "both folders, pair them by session, and print the per-session CCC (listeners x stories) "
-        "and the personalized and generalized protocol means, as the official challenge scorer does.",
-    )
+    p = add_verb(sub, cmd_score, help="score challenge-format predictions against ground truth (both protocols)")
     p.add_argument("ground_truth_dir", type=Path, metavar="GROUND_TRUTH_DIR")
     p.add_argument("prediction_dir", type=Path, metavar="PREDICTION_DIR")
     p.add_argument("--csv", type=Path, default=None, metavar="FILE", help="also write session, listener, story, ccc to FILE")
-    p.set_defaults(func=cmd_score)
 
 
 def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
     """(listener, story) -> CSV path; plus problems (duplicate sessions)."""
-    from featurestore.store import parse_session, session_name
-
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files")
     found: dict[tuple[int, int], Path] = {}
@@ -95,20 +114,15 @@ def _read_valence(path: Path):
 
     The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
     """
-    from featurestore.imports import read_annotation
-
     # predictions may leave [-1, 1]; the official scorer does not check the range either
     return read_annotation(path, value_range=(-float("inf"), float("inf")))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    """Score a prediction folder against a ground-truth folder; exit 1 when files do not pair up."""
-    import pandas as pd
-
-    from featurestore.store import session_name
-
-    from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
-
+    """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
+    pair them by session, and print the per-session CCC (listeners x stories) and the
+    personalized and generalized protocol means, as the official challenge scorer does.
+    Exit 1 when the files do not pair up."""
     truth, problems = _session_csvs(args.ground_truth_dir)
     preds, more = _session_csvs(args.prediction_dir)
     problems += more
@@ -179,17 +193,11 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
 
 
 def _check_store(store: str) -> None:
-    from featurestore import Store
-
     if not Store(store).list_sessions():
         raise UsageError(f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first")
 
 
 def _print_sweep(res) -> int:
-    import pandas as pd
-
-    from .sweep import summary_markdown, track_summary
-
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
     reused = int((t.status == "reused").sum()) if not t.empty else 0
@@ -220,10 +228,9 @@ def _print_sweep(res) -> int:
 
 
 def add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow")
+    p = add_verb(sub, cmd_sweep, help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow")
     add_config_options(p)
     _store_and_tracking(p)
-    p.set_defaults(func=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -232,47 +239,38 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.executor == "dask":
             raise UsageError("an Optuna search (search.method: optuna) runs its trials with the local executor: "
                              "use --executor local --jobs N")
-        from .search import run_search as run
+        run = run_search
     elif args.executor == "dask":
-        from .distributed import run_sweep_dask as run
+        run = run_sweep_dask
     else:
-        from .sweep import run_sweep as run
-    from .dataset import DatasetError
-
+        run = run_sweep
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
         res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, resume=args.resume, **kw)
-    except (DatasetError, ConnectionError, *_dask_errors(args)) as e:  # the store lacks channels or labels; no Dask scheduler
+    except _USER_ERRORS as e:
         raise UsageError(str(e)) from e
     return _print_sweep(res)
 
 
-def _dask_errors(args: argparse.Namespace) -> tuple[type[Exception], ...]:
-    """Errors of the Dask executor that are the user's to fix (workers running other code)."""
-    if args.executor != "dask":
-        return ()
-    from .distributed import WorkerCodeMismatch
-
-    return (WorkerCodeMismatch,)
+#: errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
+#: scheduler answers, Dask workers run other code than this process
+_USER_ERRORS = (DatasetError, ConnectionError, WorkerCodeMismatch)
 
 
 def add_ablate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ablate", help="speaker / listener / both table -> reports/ablation.{md,csv,png}")
+    p = add_verb(sub, cmd_ablate, help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
+                 config_default="ablation")
     add_config_options(p)
     _store_and_tracking(p)
     p.add_argument("--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)")
-    p.set_defaults(func=cmd_ablate, config_default="ablation")
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from .ablation import ablate
-    from .dataset import DatasetError
-
     _check_store(args.store)
     try:
         df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out,
                          executor=args.executor, scheduler=args.scheduler, resume=args.resume)
-    except (DatasetError, ConnectionError, *_dask_errors(args)) as e:  # the store lacks channels or labels; no Dask scheduler
+    except _USER_ERRORS as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()
@@ -282,18 +280,15 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write a run's predictions in challenge format")
+    p = add_verb(sub, cmd_export, help="write a run's predictions in challenge format")
     p.add_argument("run_id")
     p.add_argument("--split", choices=["val", "test", "loso", "val_unseen", "test_unseen"], required=True,
                    help="which predictions (*_unseen: listeners left out of training, generalized track)")
     p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
-    p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .tracking import export_predictions
-
     try:
         files = export_predictions(args.run_id, args.split, args.out, args.tracking_uri)
     except FileNotFoundError as e:
@@ -305,14 +300,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------- agreement
 def add_agreement(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "agreement",
-        help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
-        description="Per session and by both protocols, the CCC between the self-rating and each observer "
-        "rating in the store (or the two --targets), plus a cross-target table: the config's first "
-        "non-baseline configuration trained on one target and scored on the other. Logged to MLflow "
-        "(run `agreement` in the config's experiment).",
-    )
+    p = add_verb(sub, cmd_agreement, help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
+                 config_default="ablation")
     add_config_options(p)
     p.add_argument("--store", default="features", help="feature store folder (default: features/)")
     p.add_argument("--targets", nargs=2, metavar=("A", "B"), default=None,
@@ -322,13 +311,13 @@ def add_agreement(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cross", action="store_true", help="skip the cross-target table (no model is trained)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri)")
     p.add_argument("--out", default="reports", help="folder for agreement.md/.csv/.png (default: reports/)")
-    p.set_defaults(func=cmd_agreement, config_default="ablation")
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
-    from .agreement import AgreementError, agreement
-    from .dataset import DatasetError
-
+    """Per session and by both protocols, the CCC between the self-rating and each observer rating
+    in the store (or the two --targets), plus a cross-target table: the config's first
+    non-baseline configuration trained on one target and scored on the other. Logged to MLflow
+    (run `agreement` in the config's experiment)."""
     _check_store(args.store)
     try:
         res = agreement(args.cfg, store=args.store, targets=args.targets, out_dir=args.out, tracking_uri=args.tracking_uri,
@@ -349,8 +338,6 @@ VERBS: list[Callable[[argparse._SubParsersAction], None]] = [add_sweep, add_abla
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from featurestore import __version__
-
     parser = argparse.ArgumentParser(
         prog="experiments",
         description="Sweep, score and export empathy-prediction experiments on a feature store.",
@@ -365,10 +352,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
-    from featurestore.processes import terminate_as_interrupt
-
-    from .config import ConfigError
-
     terminate_as_interrupt()
     parser = build_parser()
     try:

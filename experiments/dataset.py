@@ -40,6 +40,7 @@ from scipy.sparse import csr_matrix
 from featurestore.store import LABEL_FPS, MissingChannelError, Store, StoreError
 
 from .frames_cache import EntryKey, FramesCache, code_version
+from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -49,47 +50,6 @@ MAX_GAP_S = 0.5
 
 class DatasetError(RuntimeError):
     """A session lacks a channel or a label target, or its arrays disagree; names both and the fix."""
-
-
-@dataclass
-class SessionTable:
-    """One session's features and labels at the label rate.
-
-    Attributes:
-        X: (n_frames, d) float32 features, NaN where missing.
-        columns: d names ``role/channel/column``.
-        valid: (n_frames, n_channels) bool, one column per entry of ``channels``.
-        channels: the ``role/channel`` keys, in the order of ``valid``'s columns.
-        column_channel: (d,) int, the index into ``channels`` of each column of ``X``.
-        y: (n_frames,) float32 labels of ``target``.
-    """
-
-    session: str
-    listener: int
-    story: int
-    split: str
-    X: np.ndarray
-    columns: list[str]
-    valid: np.ndarray
-    channels: list[str]
-    column_channel: np.ndarray
-    y: np.ndarray
-    target: str = "valence_self"
-    speaker: int = 0
-    fps: float = LABEL_FPS
-
-    @property
-    def n_frames(self) -> int:
-        return int(self.y.shape[0])
-
-    @property
-    def time(self) -> np.ndarray:
-        """Label frame times in seconds, ``i / fps``."""
-        return np.arange(self.n_frames) / self.fps
-
-    def column_valid(self) -> np.ndarray:
-        """(n_frames, d) bool: the channel validity broadcast to each column of ``X``."""
-        return self.valid[:, self.column_channel]
 
 
 def resample_channel(

@@ -20,7 +20,7 @@ of a flexible model are optimistic (too close to the labels, too wide), which sk
 rescaling; ``postprocess.fit_on: in_sample`` keeps the old behaviour to show the difference.
 
 Configurations that differ only in post-processing (smoothing, rescaling) share their fits:
-:func:`evaluate_trials` fits once per :meth:`~experiments.config.Trial.fit_key` and
+:func:`evaluate_trials` fits once per :meth:`~experiments.grid.Trial.fit_key` and
 post-processes for each.
 
 Test stories never reach ``fit``, the rescaler, or any choice made from data.
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .config import Trial, WindowKey
-from .dataset import SessionTable
+from .grid import Trial, WindowKey
 from .metrics import ccc, ccc_protocols
 from .models import make_model
 from .personalization import apply_listener_calibration, fit_listener_calibration, make_personalizer
 from .postprocess import rescaler_for, smooth
+from .session_table import SessionTable
 from .uncertainty import bootstrap_protocols, chance_level
 from .windowing import window_stats
 
@@ -304,7 +304,7 @@ def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
 
 
 def evaluate_trials(trials: Sequence[Trial], w: Windowed) -> list[TrialResult]:
-    """Evaluate configurations that share one :meth:`~experiments.config.Trial.fit_key`, fitting once.
+    """Evaluate configurations that share one :meth:`~experiments.grid.Trial.fit_key`, fitting once.
 
     Each result is what :func:`evaluate_trial` gives for that configuration alone; only the
     fits are shared. ``fit_seconds`` of each result is the group's time divided among them.

@@ -23,35 +23,48 @@ one debug line is logged.
 - the request tag hashes the channel keys (in order), the target and ``max_gap_s``:
   different requests of one session have their own entries.
 
-**File layout** (little-endian)::
+**File layout**: standard formats only, one file per entry, readable without this module::
 
-    0    8 bytes   magic b"OMGFRAME"
-    8    uint64    header length h
-    16   uint32    CRC-32 of the header
-    20   uint32    0
-    24   h bytes   JSON: what the entry was made from, the session's metadata (listener,
-                   story, speaker, stored split, fps, columns, channels) and, per array
-                   (X, valid, y, column_channel), dtype, shape, offset and checksum
-    ...            the arrays, C order, each at a 64-byte aligned offset after the header
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())["header"]             # line 1: a JSON object
+        y, valid, column_channel, X = (np.load(f) for _ in range(4))   # then four .npy arrays
 
-Measured on the full-size synthetic store (80 sessions, 633,850 frames, 149 columns, 385 MB
-of tables, page cache warm, 2 shared cores): this layout read with ``readinto`` into
-preallocated arrays 0.06-0.11 s; ``np.fromfile`` on it about the same; one ``.npy`` per array
-plus a JSON file 0.08-0.17 s; one HDF5 file per session 0.13 s; one uncompressed ``.npz``
-0.22-0.34 s (zipfile's CRC and copies). A whole warm ``load_sessions`` of every channel took
-0.08 s (best of 5 in one process; 0.2-0.3 s as the first load of a new process, which also
-pays for faulting in 385 MB of fresh memory) against 1.6 s resampling from the shards. The
-entries take 385 MB on disk, 1.17x the shards (25 fps rows of every column, against 5 fps
-face rows and eGeMAPS rows stored once). Memory-mapping the entries would skip the copy, but
-a mapped table changes (or faults) if anyone rewrites the file in place after it was checked.
+Line 1 is ``{"crc32": "<8 hex digits>", "header": {...}}``, padded with spaces: the CRC-32
+of the header object's bytes as written, and the header, which says what the entry was made
+from (the fields of :meth:`EntryKey.describe`), holds the session's metadata (``meta``:
+frames, listener, story, speaker, stored split, fps, columns, channels) and a checksum per
+array. The arrays follow in ``.npy`` format (version 1.0, C order): y (n,) float32, valid
+(n, channels) bool, column_channel (d,) int64, X (n, d) float32. The padding puts X's data
+at a multiple of 64 bytes in the file (unaligned, reading it took 1.1x longer).
 
-An entry is trusted only when the magic, the header's CRC-32, the header's description of
-the shard and request, the exact file size and every array's checksum all agree; anything
-else is a miss, and the entry is rebuilt from the shard. The array checksum is the 64-bit
-wrapping sum and the XOR of the array's 8-byte words (numpy, 0.03 s for 385 MB): it catches
-truncation, zeroed or overwritten blocks and any flipped bit, which is what crashes and disk
-faults do, though not two words swapped in place. ``zlib.crc32`` of the payload took 0.09 s,
-and made warm loads 1.5-2x slower (0.22-0.56 s against 0.14-0.22 s, 2 threads, busy machine).
+An entry is trusted only when the header's CRC-32 agrees, the header describes this shard
+and request, each array's ``.npy`` header is the one written for the dtype and shape the
+metadata implies (compared before anything is allocated), every array's checksum agrees
+and nothing follows the last array; anything else is a miss, and the entry is rebuilt from
+the shard. The array checksum is the 64-bit wrapping sum and the XOR of the array's 8-byte
+words (numpy, 0.03 s for 385 MB): it catches truncation, zeroed or overwritten blocks and
+any flipped bit, which is what crashes and disk faults do, though not two words swapped in
+place. ``zlib.crc32`` of the payload took 0.09 s, and made warm loads 1.5-2x slower.
+
+**Why this format.** Until ``FRAMES_VERSION`` 2 the cache had its own binary layout (a
+magic number, the header's length and CRC-32, a JSON header, the arrays as raw bytes at
+64-byte aligned offsets). Measured on the full-size synthetic store (80 sessions, 633,850
+frames, 149 columns, 378 MB of tables, page cache warm, 2 shared cores), reading every
+entry back, checksums checked, median of 15 interleaved rounds: the old layout 0.132 s;
+a JSON line + ``.npy`` arrays read with :func:`numpy.lib.format.read_array` 0.148 s; one
+folder per entry holding a ``.npy`` file per array and a JSON file 0.158 s; Arrow IPC (X
+and valid as fixed-size lists, the metadata in the schema) 0.166 s. Most of the ``.npy``
+reader's lead was ``read_array``'s header parsing (``ast.literal_eval``) and unaligned
+data: comparing each ``.npy`` header with the expected bytes and reading the data with
+``readinto`` into preallocated arrays, as here, reads the JSON + ``.npy`` file as fast as
+the old layout (0.056 s against 0.055-0.057 s, best of 7, interleaved).
+``bench/loading.py`` measures this on every ``make bench`` (``loading.frames_cache_format``,
+the old layout as baseline, goal: at least 0.9 of its speed). Entries of the old layout
+have another version in their name: they are misses, and deleted as stale when the session
+is cached again. The entries take 385 MB on disk, 1.17x the shards (25 fps rows of every
+column, against 5 fps face rows and eGeMAPS rows stored once). Memory-mapping the entries
+would skip the copy, but a mapped table changes (or faults) if anyone rewrites the file in
+place after it was checked.
 
 **Concurrency.** An entry is written to a hidden temporary file in the same folder and
 renamed into place: two processes writing the same entry each leave a complete file (the
@@ -60,8 +73,10 @@ last rename wins; both are identical), and a reader sees the old file or the new
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import io
 import json
 import logging
 import os
@@ -72,31 +87,31 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy
+from numpy.lib import format as npy
 
 from featurestore.processes import pid_alive
 
-if TYPE_CHECKING:
-    from .dataset import SessionTable
+from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
 
 #: bump when what an entry holds, or how it is computed outside the hashed functions, changes
-FRAMES_VERSION = 1
+FRAMES_VERSION = 2
 #: environment variable: a folder for every store's frames cache, or ``off``
 CACHE_ENV = "OMG_FRAMES_CACHE"
 #: the cache folder inside a store
 FOLDER_NAME = ".frames"
 SUFFIX = ".frames"
 
-_MAGIC = b"OMGFRAME"
-_PREFIX = 24
-_ALIGN = 64
 _TMP_MARK = ".tmp-"
-#: arrays of an entry and their dtypes (a file naming others is not ours)
-_DTYPES = {"X": "<f4", "valid": "|b1", "y": "<f4", "column_channel": "<i8"}
+#: the arrays of an entry, in file order, and their dtypes
+_DTYPES = {"y": np.dtype("<f4"), "valid": np.dtype("|b1"), "column_channel": np.dtype("<i8"), "X": np.dtype("<f4")}
+#: the longest header line a reader accepts (bytes): a damaged file is not read whole looking for a newline
+_MAX_HEADER = 1 << 22
+_HEADER_CHUNK = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -145,8 +160,6 @@ def code_version(functions: Sequence[Callable]) -> str:
     Editing the resampling invalidates every entry without anyone remembering to bump
     :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too.
     """
-    import scipy
-
     h = hashlib.sha256(f"{np.__version__};{scipy.__version__}".encode())
     for fn in functions:
         try:
@@ -167,10 +180,6 @@ def shard_identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
 
 
 class CorruptEntry(ValueError):
@@ -316,48 +325,37 @@ def _unlink(path: Path) -> None:
         pass
 
 
+def _meta(table: SessionTable) -> dict:
+    return {"n_frames": table.n_frames, "listener": int(table.listener), "story": int(table.story),
+            "speaker": int(table.speaker), "split": str(table.split), "fps": float(table.fps),
+            "columns": list(table.columns), "channels": list(table.channels)}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The ``.npy`` (version 1.0) header :func:`numpy.lib.format.write_array` writes for such an array."""
+    buf = io.BytesIO()
+    npy.write_array_header_1_0(buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
+    n, d, c = int(meta["n_frames"]), len(meta["columns"]), len(meta["channels"])
+    return {"y": (n,), "valid": (n, c), "column_channel": (d,), "X": (n, d)}
+
+
 def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
-    arrays = {
-        "X": np.ascontiguousarray(table.X, dtype=np.float32),
-        "valid": np.ascontiguousarray(table.valid, dtype=bool),
-        "y": np.ascontiguousarray(table.y, dtype=np.float32),
-        "column_channel": np.ascontiguousarray(table.column_channel, dtype=np.int64),
-    }
-    specs, offset = {}, 0
-    for name, a in arrays.items():
-        specs[name] = {
-            "dtype": a.dtype.str,
-            "shape": list(a.shape),
-            "offset": offset,
-            "checksum": _checksum(a),
-        }
-        offset = _aligned(offset + a.nbytes)
-    header = {
-        **key.describe(),
-        "listener": int(table.listener),
-        "story": int(table.story),
-        "speaker": int(table.speaker),
-        "split": str(table.split),
-        "fps": float(table.fps),
-        "columns": list(table.columns),
-        "channels": list(table.channels),
-        "arrays": specs,
-    }
+    """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
+    arrays = {name: np.ascontiguousarray(getattr(table, name), dtype=dtype) for name, dtype in _DTYPES.items()}
+    header = {**key.describe(), "meta": _meta(table), "checksums": {name: _checksum(a) for name, a in arrays.items()}}
     blob = json.dumps(header, separators=(",", ":")).encode()
-    start = _aligned(_PREFIX + len(blob))
-    f.write(_MAGIC + len(blob).to_bytes(8, "little") + zlib.crc32(blob).to_bytes(4, "little") + bytes(4))
-    f.write(blob)
-    pos = _PREFIX + len(blob)
-    for name, a in arrays.items():
-        at = start + specs[name]["offset"]
-        f.write(bytes(at - pos))
-        f.write(_bytes(a))
-        pos = at + a.nbytes
-
-
-def _bytes(a: np.ndarray) -> memoryview:
-    """The bytes of a C-contiguous array, without a copy (empty arrays cannot be cast)."""
-    return memoryview(a).cast("B") if a.size else memoryview(b"")
+    line = b'{"crc32":"%08x","header":%s}' % (zlib.crc32(blob), blob)
+    # padded with spaces (JSON allows them) so that X, the last and largest array, starts at a
+    # multiple of 64 bytes (.npy pads its own header to 64): unaligned, reads took 1.1x longer
+    before_x = len(line) + 1 + sum(len(_npy_header(a.shape, a.dtype)) + a.nbytes for a in list(arrays.values())[:-1])
+    f.write(line + b" " * (-before_x % 64) + b"\n")
+    for a in arrays.values():
+        npy.write_array(f, a, version=(1, 0), allow_pickle=False)
 
 
 def _checksum(a: np.ndarray) -> str:
@@ -372,37 +370,29 @@ def _checksum(a: np.ndarray) -> str:
 
 
 def _read_entry(f, key: EntryKey) -> SessionTable:
-    from .dataset import SessionTable  # dataset imports this module
-
     size = os.fstat(f.fileno()).st_size
-    prefix = f.read(_PREFIX)
-    if len(prefix) != _PREFIX or prefix[:8] != _MAGIC:
-        raise CorruptEntry("not a frames cache file")
-    n = int.from_bytes(prefix[8:16], "little")
-    if n > size - _PREFIX:
-        raise CorruptEntry(f"header of {n} bytes in a file of {size}")
-    blob = f.read(n)
-    if len(blob) != n or zlib.crc32(blob) != int.from_bytes(prefix[16:20], "little"):
-        raise CorruptEntry("header checksum mismatch")
-    try:
-        h = json.loads(blob)
-    except ValueError as e:
-        raise CorruptEntry(f"header is not JSON ({e})") from None
+    h = _read_header(f)
     expect = key.describe()
     differ = [k for k, v in expect.items() if h.get(k) != v]
     if differ:
         raise CorruptEntry(f"made from another shard or request ({', '.join(differ)} differ)")
     try:
-        arrays = _read_arrays(f, h, _aligned(_PREFIX + n), size)
+        meta, checksums = h["meta"], h["checksums"]
+        arrays = {name: _read_array(f, name, shape, size) for name, shape in _shapes(meta).items()}
+        for name, a in arrays.items():
+            if _checksum(a) != checksums[name]:
+                raise CorruptEntry(f"{name} checksum mismatch")
+        if f.tell() != size:
+            raise CorruptEntry(f"{size - f.tell()} bytes after the arrays")
         return SessionTable(
-            session=str(h["session"]),
-            listener=int(h["listener"]),
-            story=int(h["story"]),
-            speaker=int(h["speaker"]),
-            split=str(h["split"]),
-            fps=float(h["fps"]),
-            columns=[str(c) for c in h["columns"]],
-            channels=[str(c) for c in h["channels"]],
+            session=key.session,
+            listener=int(meta["listener"]),
+            story=int(meta["story"]),
+            speaker=int(meta["speaker"]),
+            split=str(meta["split"]),
+            fps=float(meta["fps"]),
+            columns=list(meta["columns"]),  # the header's CRC-32 vouches for them
+            channels=list(meta["channels"]),
             target=key.target,
             **arrays,
         )
@@ -410,38 +400,46 @@ def _read_entry(f, key: EntryKey) -> SessionTable:
         raise CorruptEntry(f"header does not describe the arrays ({e})") from None
 
 
-def _read_arrays(f, h: dict, start: int, size: int) -> dict[str, np.ndarray]:
-    specs = h["arrays"]
-    if set(specs) != set(_DTYPES):
-        raise CorruptEntry(f"arrays {sorted(specs)}")
-    d = len(h["columns"])
-    shapes = {name: tuple(int(x) for x in specs[name]["shape"]) for name in _DTYPES}
-    n = shapes["y"][0] if len(shapes["y"]) == 1 else -1
-    want = {"X": (n, d), "valid": (n, len(h["channels"])), "y": (n,), "column_channel": (d,)}
-    if shapes != want or n < 0:
-        raise CorruptEntry(f"array shapes {shapes}")
-    out, end = {}, start
-    for name, dtype in _DTYPES.items():
-        spec = specs[name]
-        if spec["dtype"] != dtype:
-            raise CorruptEntry(f"{name} has dtype {spec['dtype']}")
-        nbytes = int(np.prod(shapes[name])) * np.dtype(dtype).itemsize
-        at = start + int(spec["offset"])
-        if at < end or at + nbytes > size:  # checked before allocating what the header claims
-            raise CorruptEntry(f"{name} at bytes {at}-{at + nbytes} of a file of {size}")
-        a = np.empty(shapes[name], dtype=dtype)
-        if a.nbytes:
-            f.seek(at)
-            view, got = _bytes(a), 0
-            while got < a.nbytes:
-                k = f.readinto(view[got:])
-                if not k:
-                    raise CorruptEntry(f"{name} is truncated")
-                got += k
-        if _checksum(a) != spec["checksum"]:
-            raise CorruptEntry(f"{name} checksum mismatch")
-        out[name] = a
-        end = at + a.nbytes
-    if end != size:
-        raise CorruptEntry(f"{size - end} bytes after the arrays")
-    return out
+def _read_header(f) -> dict:
+    """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
+    at the first array."""
+    head = f.read(_HEADER_CHUNK)
+    while b"\n" not in head and len(head) < _MAX_HEADER:
+        more = f.read(_HEADER_CHUNK)
+        if not more:
+            break
+        head += more
+    end = head.find(b"\n")
+    if end < 0 or not head.startswith(b'{"crc32":"'):
+        raise CorruptEntry("no header line")
+    f.seek(end + 1)
+    blob = head[29 : head.rindex(b"}", 0, end)]  # the header object, between '..."header":' and the last '}'
+    try:
+        if int(head[10:18], 16) != zlib.crc32(blob):
+            raise CorruptEntry("header checksum mismatch")
+        h = json.loads(blob)
+    except ValueError as e:
+        raise CorruptEntry(f"header is not JSON ({e})") from None
+    if not isinstance(h, dict):
+        raise CorruptEntry("header is not a JSON object")
+    return h
+
+
+def _read_array(f, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
+    """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
+    ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
+    dtype = _DTYPES[name]
+    want = _npy_header(shape, dtype)
+    if f.read(len(want)) != want:
+        raise CorruptEntry(f"{name} is not a .npy array of {dtype} {shape}")
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if f.tell() + nbytes > size:
+        raise CorruptEntry(f"{name} of {nbytes} bytes does not fit in a file of {size}")
+    a = np.empty(shape, dtype=dtype)
+    view, got = memoryview(a).cast("B") if a.size else memoryview(b""), 0
+    while got < a.nbytes:
+        k = f.readinto(view[got:])
+        if not k:
+            raise CorruptEntry(f"{name} is truncated")
+        got += k
+    return a

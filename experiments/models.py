@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import numpy as np
@@ -51,43 +50,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVR, LinearSVR
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-#: model name -> allowed hyperparameters with their defaults (what the config validator checks)
-MODEL_PARAMS: dict[str, dict[str, Any]] = {
-    "svr": {
-        "C": 1.0,
-        "gamma": "scale",  # float, "scale" or "auto"
-        "epsilon": 0.1,
-        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
-    },
-    "linear_svr": {
-        "C": 1.0,
-        "epsilon": 0.0,
-        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
-        "max_iter": 5000,
-    },
-    "xgboost": {
-        "n_estimators": 300,
-        "max_depth": 3,
-        "learning_rate": 0.05,
-        "subsample": 1.0,
-        "colsample_bytree": 1.0,
-        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
-    },
-    "hist_gb": {
-        "max_iter": 200,
-        "learning_rate": 0.1,
-        "max_depth": None,
-    },
-    "ridge": {
-        "alpha": 1.0,
-    },
-    "dummy": {},
-}
-
-
-def _suggest(word: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(word, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+from .choices import check_choice
+from .options import MODEL_PARAMS
 
 
 def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -99,23 +63,14 @@ def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dic
     Raises:
         ValueError: unknown model name or hyperparameter; the message lists the valid ones.
     """
-    if name not in MODEL_PARAMS:
-        valid = sorted(MODEL_PARAMS)
-        raise ValueError(
-            f"unknown model {name!r}{_suggest(name, valid)}; valid models: {', '.join(valid)}"
-        )
+    check_choice("model", name, sorted(MODEL_PARAMS))
     params = dict(params or {})
     given_name = params.pop("name", name)
     if given_name != name:
         raise ValueError(f"model name {name!r} disagrees with params['name'] = {given_name!r}")
     allowed = MODEL_PARAMS[name]
     for key in params:
-        if key not in allowed:
-            valid = sorted(allowed)
-            raise ValueError(
-                f"unknown hyperparameter {key!r} for model {name!r}{_suggest(key, valid)}; "
-                f"valid: {', '.join(valid) if valid else '(none)'}"
-            )
+        check_choice("hyperparameter", key, sorted(allowed), context=f" for model {name!r}")
     return {**allowed, **params}
 
 

@@ -1,12 +1,14 @@
 """Every option list of the experiment bench, defined once.
 
-Config validation (:mod:`experiments.config`), the estimators, windowing and post-processing
+Config validation (:mod:`experiments.config_validation`), the estimators, windowing and post-processing
 that implement the options read these tuples, and a test checks that the README's config
 reference lists every value; nothing else lists them. Importing this module loads no
 scikit-learn, so the config can be validated before the modelling stack is loaded.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 #: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
 from featurestore.store import ROLES  # noqa: F401 - re-exported
@@ -40,3 +42,37 @@ TRACKS = ("personalized", "generalized")
 IDENTITY_PERSONALIZATIONS = ("per_listener", "global_calibrated", "listener_onehot")
 #: rescaling modes that use the listener's identity (per-listener statistics)
 IDENTITY_RESCALES = ("listener", "listener_bias")
+
+#: model name -> allowed hyperparameters with their defaults (:func:`experiments.models.make_model`
+#: builds them; the config validator checks names against them)
+MODEL_PARAMS: dict[str, dict[str, Any]] = {
+    "svr": {
+        "C": 1.0,
+        "gamma": "scale",  # float, "scale" or "auto"
+        "epsilon": 0.1,
+        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
+    },
+    "linear_svr": {
+        "C": 1.0,
+        "epsilon": 0.0,
+        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
+        "max_iter": 5000,
+    },
+    "xgboost": {
+        "n_estimators": 300,
+        "max_depth": 3,
+        "learning_rate": 0.05,
+        "subsample": 1.0,
+        "colsample_bytree": 1.0,
+        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
+    },
+    "hist_gb": {
+        "max_iter": 200,
+        "learning_rate": 0.1,
+        "max_depth": None,
+    },
+    "ridge": {
+        "alpha": 1.0,
+    },
+    "dummy": {},
+}

@@ -31,13 +31,14 @@ True
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, RegressorMixin, clone
+from sklearn.model_selection import LeaveOneGroupOut, cross_val_predict
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .choices import check_choice
 from .options import (
     PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
 )
@@ -284,8 +285,6 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         listeners, features, y = self._split_fit(X, y)
         self.global_ = clone(self.estimator).fit(features, y)
         if groups is not None and len(np.unique(np.asarray(groups))) >= 2:
-            from sklearn.model_selection import LeaveOneGroupOut, cross_val_predict
-
             pred = cross_val_predict(clone(self.estimator), features, y, groups=np.asarray(groups), cv=LeaveOneGroupOut())
         else:
             pred = np.asarray(self.global_.predict(features), dtype=float)
@@ -368,21 +367,9 @@ def make_personalizer(strategy: str, estimator: Any, **params: Any) -> _Listener
     Raises:
         ValueError: unknown strategy or option (with a suggestion).
     """
-    if strategy not in _STRATEGY_CLASSES:
-        close = difflib.get_close_matches(strategy, PERSONALIZATION_STRATEGIES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"unknown personalization strategy {strategy!r}{hint}; "
-            f"valid: {', '.join(PERSONALIZATION_STRATEGIES)}"
-        )
+    check_choice("personalization strategy", strategy, PERSONALIZATION_STRATEGIES)
     cls = _STRATEGY_CLASSES[strategy]
     valid = [name for name in cls._get_param_names() if name != "estimator"]
     for key in params:
-        if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(
-                f"unknown option {key!r} for personalization {strategy!r}{hint}; "
-                f"valid: {', '.join(valid)}"
-            )
+        check_choice("option", key, valid, context=f" for personalization {strategy!r}")
     return cls(estimator=estimator, **params)

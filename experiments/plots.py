@@ -8,6 +8,8 @@ the process that logs the run (see :func:`trial_figures`).
 from __future__ import annotations
 
 import io
+import os
+import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,16 +26,13 @@ def _wrap(text: str, width_in: float, fontsize: float) -> str:
 
 
 def _plt():
-    import os
-    import sys
-
-    import matplotlib
+    import matplotlib  # heavy (a second with its fonts): loaded when a figure is drawn, not on import
 
     # headless processes draw with Agg; a notebook (pyplot or IPython loaded, MPLBACKEND set) keeps
     # its backend, or its own figures would stop showing after a sweep
     if not ({"matplotlib.pyplot", "IPython"} & set(sys.modules) or os.environ.get("MPLBACKEND")):
         matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (heavy, as above)
 
     return plt
 
@@ -52,8 +51,7 @@ def load_backend() -> None:
 
 def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
     """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it."""
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     target = path if hasattr(path, "write") else Path(path)
     fig.savefig(target, dpi=90, format="png")
     plt.close(fig)

@@ -16,13 +16,13 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import numpy as np
 from scipy.ndimage import median_filter
 from scipy.signal import butter, sosfiltfilt
 
+from .choices import check_choice
 from .options import RESCALES, SMOOTH_METHODS
 
 #: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
@@ -32,13 +32,6 @@ RESCALE_MODES = ("none", "train", "bias")
 _RESCALE_PLAN = {"none": ("none", False), "train": ("train", False), "bias": ("bias", False),
                  "listener": ("train", True), "listener_bias": ("bias", True)}
 assert set(_RESCALE_PLAN) == set(RESCALES), "every configurable rescale mode needs a plan"
-
-
-def _check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        close = difflib.get_close_matches(value, valid, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown {kind} {value!r}{hint}; valid: {', '.join(valid)}")
 
 
 def window_frames(fps: float, smooth_s: float) -> int:
@@ -97,7 +90,7 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
     Raises:
         ValueError: unknown method, ``pred`` not 1-D, or non-finite values.
     """
-    _check_choice("smoothing method", method, SMOOTH_METHODS)
+    check_choice("smoothing method", method, SMOOTH_METHODS)
     x = np.asarray(pred, dtype=float)
     if x.ndim != 1:
         raise ValueError(f"smooth() takes one session's predictions as a 1-D array, got shape {x.shape}")
@@ -148,7 +141,7 @@ def rescaler_for(rescale: str) -> tuple[Rescaler, bool]:
     >>> r, per_listener = rescaler_for("listener_bias"); (r.mode, per_listener)
     ('bias', True)
     """
-    _check_choice("rescale mode", rescale, RESCALES)
+    check_choice("rescale mode", rescale, RESCALES)
     mode, per_listener = _RESCALE_PLAN[rescale]
     return Rescaler(mode), per_listener
 
@@ -181,7 +174,7 @@ class Rescaler:
     """
 
     def __init__(self, mode: str = "train", min_samples: int = 2):
-        _check_choice("rescale mode", mode, RESCALE_MODES)
+        check_choice("rescale mode", mode, RESCALE_MODES)
         self.mode = mode
         self.min_samples = min_samples
 

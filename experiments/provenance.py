@@ -24,6 +24,7 @@ import functools
 import hashlib
 import subprocess
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 #: the packages whose source makes up the fingerprint
@@ -51,8 +52,6 @@ class CodeVersion:
 
 def package_version() -> str:
     """The installed version of the distribution (``unknown`` when not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("omg-empathy-bench")
     except PackageNotFoundError:

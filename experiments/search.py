@@ -1,9 +1,9 @@
 """Optuna search beside the grid: the same configurations, child runs and summary, sampled.
 
 A config with ``search: {method: optuna, n_trials: N, sampler: tpe, seed: S, track: T}``
-(see :class:`experiments.config.SearchConfig`) is a search space instead of a grid: every
-list stays a set of categorical choices and an axis or hyperparameter may be a range
-(:class:`experiments.config.Range`)::
+(see :class:`experiments.config_schema.SearchConfig`) is a search space instead of a grid
+(:mod:`experiments.search_space`): every list stays a set of categorical choices and an axis
+or hyperparameter may be a range (:class:`experiments.config_schema.Range`)::
 
     search: {method: optuna, n_trials: 40, sampler: tpe, seed: 0, track: generalized}
     window: {lengths_s: [[4], [2, 8]], delay_s: {low: 0, high: 4}}
@@ -15,12 +15,12 @@ list stays a set of categorical choices and an axis or hyperparameter may be a r
 (``val.ccc_<track>``, or ``loso.ccc_<track>`` under protocol loso:
 :func:`experiments.tracks.selection_metric`), never a test metric. The personalization and
 rescaling choices are restricted to the track, so the sampler cannot propose a configuration
-of the other one (:func:`search_space`).
+of the other one (:func:`experiments.search_space.search_space`).
 
-**Trials are child runs.** Each trial becomes an :class:`experiments.config.Trial`, evaluated by
-the sweep's executor (:func:`experiments.sweep.local_trials`) and logged by
-:func:`experiments.sweep.log_child`: the same params (``track`` included), metrics, artifacts
-and tags as a grid configuration, plus the tags ``optuna_study`` and ``optuna_trial``, so the
+**Trials are child runs.** Each trial becomes an :class:`experiments.grid.Trial`, evaluated by
+an executor (:mod:`experiments.executors`; the local one unless another is given) and logged
+by :class:`experiments.parent_run.ParentRun`, as a grid's configurations are: the same params
+(``track`` included), metrics, artifacts and tags, plus the tags ``optuna_study`` and ``optuna_trial``, so the
 ablation, the summary and the MLflow UI read a search like a grid. Optuna's own MLflow
 integration (``optuna_integration.MLflowCallback``) is not used: it opens its own run per trial
 through MLflow's global fluent state, names params after Optuna's parameter names and logs
@@ -57,239 +57,26 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .config import (
-    ConfigError,
-    ExperimentConfig,
-    ModelSpec,
-    Range,
-    Trial,
-    config_hash,
-    format_value,
-)
-from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
-from .sweep import SweepResult
+from featurestore.processes import pid_alive
+
+from .config_schema import ConfigError, ExperimentConfig, config_hash
+from .grid import Trial
+from .parent_run import ParentRun, RunOptions, SweepResult
+from .search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from .tracks import selection_metric
 
 #: tags of a search's child runs and parent run
 STUDY_TAG = "optuna_study"
 TRIAL_TAG = "optuna_trial"
-
-
-class SearchSpaceError(ValueError):
-    """A config whose search space is empty or unusable; ``key`` is the config key to fix."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-# --------------------------------------------------------------------------- the space
-@dataclass
-class ModelSpace:
-    """One ``models`` entry in a search: its choices per axis (lists or ranges), after its
-    ``only`` and the track restriction of ``personalization``."""
-
-    label: str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
-    index: int  # its place in ``models``
-    spec: ModelSpec
-    axes: dict[str, list[Any] | Range]
-
-
-@dataclass
-class SearchSpace:
-    """What a search samples: a model entry, then each axis and hyperparameter of it."""
-
-    track: str
-    models: list[ModelSpace]
-    full: dict[str, list[Any] | Range]  # the global axes, before any narrowing
-
-    def grid(self) -> dict[str, list[Any]]:
-        """Every Optuna parameter a trial may suggest -> its (encoded) choices, for Optuna's
-        ``GridSampler``; raises :class:`SearchSpaceError` when a parameter is a range."""
-        out: dict[str, list[Any]] = {}
-
-        def add(name: str, choices: Any, key: str) -> None:
-            if isinstance(choices, Range):
-                raise SearchSpaceError("search.sampler", f"grid walks lists of values, but {key} is a range "
-                                       "(use sampler tpe or random, or list its values)")
-            if len(choices) > 1:
-                out[name] = [_encode(c) for c in choices]
-
-        add("model", [m.label for m in self.models], "models")
-        for m in self.models:
-            for axis in ("feature_set", "window.lengths_s", "window.delay_s", "window.align", "personalization",
-                         "postprocess.smooth_s"):
-                add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
-            for hp, values in m.spec.params.items():
-                add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
-            for pers in m.axes["personalization"]:
-                rescales = self.rescales(m, pers)
-                add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
-            if any(s != 0 for s in m.axes["postprocess.smooth_s"]):
-                add(self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
-                    m.axes["postprocess.smooth_method"], "postprocess.smooth_method")
-        return out
-
-    def name(self, axis: str, choices: list[Any] | Range) -> str:
-        """The Optuna parameter of ``axis`` with these choices: the axis itself when they are
-        the config's, else the axis with its choices (``personalization[per_listener]``), so a
-        parameter name always means one distribution, as Optuna requires."""
-        if isinstance(choices, Range) or choices == self.full[axis]:
-            return axis
-        return f"{axis}[{'|'.join(format_value(c) for c in choices)}]"
-
-    def rescales(self, m: ModelSpace, personalization: str) -> list[str]:
-        """The rescaling choices that keep a configuration with ``personalization`` on the track."""
-        rescales = list(m.axes["postprocess.rescale"])
-        if self.track == "generalized":
-            return [r for r in rescales if r not in IDENTITY_RESCALES]
-        if personalization in IDENTITY_PERSONALIZATIONS:
-            return rescales
-        return [r for r in rescales if r in IDENTITY_RESCALES]
-
-
-def _global_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
-    lengths = cfg.window.lengths_s
-    return {
-        "feature_set": list(cfg.feature_set),
-        "window.lengths_s": lengths if isinstance(lengths, Range) else [tuple(x) for x in lengths],
-        "window.delay_s": cfg.window.delay_s if isinstance(cfg.window.delay_s, Range) else list(cfg.window.delay_s),
-        "window.align": list(cfg.window.align),
-        "personalization": list(cfg.personalization),
-        "postprocess.rescale": list(cfg.postprocess.rescale),
-        "postprocess.smooth_s": cfg.postprocess.smooth_s if isinstance(cfg.postprocess.smooth_s, Range)
-        else list(cfg.postprocess.smooth_s),
-        "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
-    }
-
-
-def search_space(cfg: ExperimentConfig) -> SearchSpace:
-    """The search space of ``cfg`` for its ``search.track``.
-
-    A model's ``only`` narrows an axis as in the grid (:func:`experiments.config.model_axes`):
-    it keeps the listed values of a list, and the listed values inside a range (which then
-    become that model's choices). Then the track: a generalized search keeps the
-    personalizations and rescalings that do not use the listener's identity; a personalized
-    search keeps the configurations that do (a non-identity personalization only with an
-    identity rescaling). A model left without a choice on the track drops out of the search.
-
-    Raises:
-        SearchSpaceError: no model has a configuration on the track.
-    """
-    track = cfg.search.track
-    full = _global_axes(cfg)
-    labels = [m.name for m in cfg.models]
-    models: list[ModelSpace] = []
-    dropped: list[str] = []
-    for i, spec in enumerate(cfg.models):
-        label = spec.name if labels.count(spec.name) == 1 else f"{spec.name}#{i}"
-        axes = dict(full)
-        for axis, wanted in spec.only.items():
-            wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
-            if isinstance(axes[axis], Range):
-                kept = [float(v) for v in wanted if axes[axis].contains(v)]
-            else:
-                kept = [v for v in axes[axis] if v in wanted]
-            if kept:
-                axes[axis] = kept
-        m = ModelSpace(label, i, spec, axes)
-        if track == "generalized":
-            pers = [p for p in axes["personalization"] if p not in IDENTITY_PERSONALIZATIONS]
-        elif any(r in IDENTITY_RESCALES for r in axes["postprocess.rescale"]):
-            pers = list(axes["personalization"])
-        else:
-            pers = [p for p in axes["personalization"] if p in IDENTITY_PERSONALIZATIONS]
-        axes["personalization"] = pers
-        if not pers or not any(SearchSpace(track, [], full).rescales(m, p) for p in pers):
-            dropped.append(label)
-            continue
-        models.append(m)
-    if not models:
-        ident = ", ".join(IDENTITY_PERSONALIZATIONS + IDENTITY_RESCALES)
-        what = (f"every configuration uses the listener's identity ({ident})" if track == "generalized"
-                else f"no configuration uses the listener's identity (add one of {ident})")
-        other = TRACKS[1 - TRACKS.index(track)]
-        raise SearchSpaceError("search.track", f"nothing to search on the {track} track: {what} in personalization "
-                               f"{list(cfg.personalization)} x postprocess.rescale {list(cfg.postprocess.rescale)} "
-                               f"(models {', '.join(dropped)}); change them or use track {other}")
-    space = SearchSpace(track, models, full)
-    if cfg.search.sampler == "grid":
-        space.grid()  # raises on a range
-    return space
-
-
-def _encode(v: Any) -> Any:
-    """A choice as an Optuna categorical value (None, bool, int, float or str)."""
-    return v if v is None or isinstance(v, bool | int | float | str) else format_value(v)
-
-
-def _pick(ot: Any, name: str, choices: list[Any] | Range, as_float: bool = False) -> Any:
-    """Suggest one value of ``choices`` (a list, or a range) from the Optuna trial ``ot``."""
-    if isinstance(choices, Range):
-        if choices.int:
-            v = ot.suggest_int(name, int(choices.low), int(choices.high), step=int(choices.step or 1), log=choices.log)
-        else:
-            v = ot.suggest_float(name, choices.low, choices.high, log=choices.log, step=choices.step)
-        return float(v) if as_float else v
-    if len(choices) == 1:
-        return choices[0]
-    encoded = [_encode(c) for c in choices]
-    return choices[encoded.index(ot.suggest_categorical(name, encoded))]
-
-
-def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
-    """The configuration an Optuna trial ``ot`` (``optuna.trial.Trial`` or ``FixedTrial``)
-    samples from ``space``: the model entry, then every axis and hyperparameter of it."""
-    m = space.models[0] if len(space.models) == 1 else next(
-        x for x in space.models if x.label == ot.suggest_categorical("model", [x.label for x in space.models]))
-    a = m.axes
-    fs = _pick(ot, space.name("feature_set", a["feature_set"]), a["feature_set"])
-    lengths = _pick(ot, space.name("window.lengths_s", a["window.lengths_s"]), a["window.lengths_s"], as_float=True)
-    delay = _pick(ot, space.name("window.delay_s", a["window.delay_s"]), a["window.delay_s"], as_float=True)
-    align = _pick(ot, space.name("window.align", a["window.align"]), a["window.align"])
-    hp = tuple((n, tuple(v) if isinstance(v, list) else v)
-               for n, v in ((n, _pick(ot, f"{m.label}.{n}", values)) for n, values in m.spec.params.items()))
-    pers = _pick(ot, space.name("personalization", a["personalization"]), a["personalization"])
-    rescales = space.rescales(m, pers)
-    rescale = _pick(ot, space.name("postprocess.rescale", rescales), rescales)
-    smooth = _pick(ot, space.name("postprocess.smooth_s", a["postprocess.smooth_s"]), a["postprocess.smooth_s"], as_float=True)
-    methods = a["postprocess.smooth_method"]
-    method = methods[0] if smooth == 0 else _pick(ot, space.name("postprocess.smooth_method", methods), methods)
-    return _trial(cfg, fs, lengths if isinstance(lengths, tuple) else (lengths,), delay, align, m.spec.name, hp,
-                  pers, smooth, method, rescale)
-
-
-def _trial(cfg: ExperimentConfig, fs, lengths, delay, align, model, hp, pers, smooth, method, rescale) -> Trial:
-    return Trial(
-        feature_set=fs, channels=tuple(cfg.feature_sets[fs]), lengths_s=tuple(float(x) for x in lengths),
-        delay_s=float(delay), align=align, stats=tuple(cfg.window.stats), hop_s=cfg.window.train_hop_s,
-        model=model, model_params=hp, personalization=pers, smooth_s=float(smooth), smooth_method=method,
-        rescale=rescale, target=cfg.target, protocol=cfg.protocol, seed=cfg.seed,
-        splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()), fit_on=cfg.postprocess.fit_on,
-    )
-
-
-def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
-    """The ``dummy`` baseline logged before the first trial (not a trial of the study): the first
-    value of every window list (the low end of a range), global, no smoothing, no rescaling, as
-    the grid's baseline."""
-    def first(axis: str) -> Any:
-        v = space.full[axis]
-        return v.low if isinstance(v, Range) else v[0]
-
-    lengths = first("window.lengths_s")
-    return _trial(cfg, first("feature_set"), lengths if isinstance(lengths, tuple) else (lengths,),
-                  first("window.delay_s"), first("window.align"), "dummy", (), "global", 0.0,
-                  first("postprocess.smooth_method"), "none")
 
 
 # --------------------------------------------------------------------------- the study
@@ -332,6 +119,7 @@ def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: 
 def _public_url(url: str) -> str:
     """``url`` without its password (for tags and messages)."""
     try:
+        # third-party, loaded with optuna: only when a search runs
         from sqlalchemy.engine import make_url
 
         return make_url(url).render_as_string(hide_password=True)
@@ -340,7 +128,7 @@ def _public_url(url: str) -> str:
 
 
 def _sampler(cfg: ExperimentConfig, space: SearchSpace):
-    import optuna
+    import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     class AskTellGridSampler(optuna.samplers.GridSampler):
         """Optuna's GridSampler without its ``study.stop()`` after the last grid point, which raises
@@ -361,7 +149,7 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
 
 def open_study(cfg: ExperimentConfig, name: str, storage: str):
     """Create or load the study ``name`` (maximising the objective) in the RDB ``storage``."""
-    import optuna
+    import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress bar says what happens
     kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
@@ -373,8 +161,6 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str):
 def _owned_elsewhere(t) -> bool:
     """Whether a RUNNING trial belongs to a search still running (another live process on this
     host, or another host): it is then left alone."""
-    from featurestore.processes import pid_alive
-
     host, pid = t.user_attrs.get("host"), int(t.user_attrs.get("pid", 0) or 0)
     if host not in (None, socket.gethostname()):
         return True
@@ -383,7 +169,7 @@ def _owned_elsewhere(t) -> bool:
 
 @dataclass
 class SearchResult(SweepResult):
-    """A :class:`experiments.sweep.SweepResult` plus the study: its name, its storage (without
+    """A :class:`experiments.parent_run.SweepResult` plus the study: its name, its storage (without
     password) and its trials table (``study.trials_dataframe()``: number, params, value, state)."""
 
     study_name: str = ""
@@ -391,110 +177,63 @@ class SearchResult(SweepResult):
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def run_search(
-    cfg: ExperimentConfig,
-    store="features",
-    tracking_uri: str | None = None,
-    jobs: int | None = None,
-    progress: bool = True,
-    run_name: str | None = None,
-    log_artifacts: bool = True,
-    on_result: Callable[[dict], None] | None = None,
-    executor=None,
-    resume: bool = True,
-) -> SearchResult:
+class _SearchRun(ParentRun):
+    """The parent run of a search: the sweep's, plus the study's trials table in its summary."""
+
+    study: Any = None
+
+    def summarise(self, table: pd.DataFrame) -> dict[str, str]:
+        best_ids = super().summarise(table)
+        with contextlib.suppress(Exception):  # best effort while ending, possibly on an error
+            trials_table = self.study.trials_dataframe()
+            self.tracker.log(self.id, metrics={"n_trials": len(trials_table), "n_trials_complete":
+                                               int((trials_table.get("state") == "COMPLETE").sum())})
+            with tempfile.TemporaryDirectory() as tmp:
+                trials_table.to_csv(Path(tmp) / "optuna_trials.csv", index=False)
+                self.tracker.log_artifacts(self.id, tmp)
+        return best_ids
+
+
+def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> SearchResult:
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow.
 
-    Same arguments, parent run, child runs and summary as :func:`experiments.sweep.run_sweep`;
-    the parent is tagged ``search=optuna`` and ``optuna_study``. ``jobs`` configurations are
-    evaluated at a time (default: the config's ``jobs``, else 1). ``executor`` None evaluates
-    with :func:`experiments.sweep.local_trials`; another executor of the same signature (e.g.
-    Dask's) may be passed. Returns a :class:`SearchResult` (the sweep's fields, plus the study).
+    Same keyword arguments (:class:`experiments.parent_run.RunOptions`), parent run, child runs
+    and summary as :func:`experiments.sweep.run_sweep`; the parent is tagged ``search=optuna``
+    and ``optuna_study``. ``jobs`` configurations are evaluated at a time (default: the
+    config's ``jobs``, else 1), by the local executor unless ``executor`` names another.
+    Returns a :class:`SearchResult` (the sweep's fields, plus the study).
     """
-    try:
-        import optuna
-    except ImportError as e:  # pragma: no cover - optuna is in install_requires
-        raise ConfigError("search.method optuna needs the optuna package: pip install 'optuna>=3.6'") from e
-    from optuna.trial import TrialState
-
-    from .provenance import code_version
-    from .sweep import (
-        SweepContext,
-        _identity,
-        _reap_lost_children,
-        _summarise,
-        local_trials,
-        log_child,
-        store_fingerprint,
-        unseen_listener_trials,
-    )
-    from .tracking import Tracker
-
     if cfg.search.method != "optuna":
         raise ConfigError(f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
                           "(search.method: optuna); a grid runs with experiments.sweep.run_sweep")
-    jobs = int(jobs if jobs is not None else (cfg.jobs or 1))
-    t_start = time.perf_counter()
+    try:
+        import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
+        from optuna.trial import TrialState
+    except ImportError as e:  # pragma: no cover - optuna is in install_requires
+        raise ConfigError("search.method optuna needs the optuna package: pip install 'optuna>=3.6'") from e
     space = search_space(cfg)
+    run = _SearchRun(cfg, store, RunOptions(**options))
     track = cfg.search.track
     metric = selection_metric(track, cfg.protocol)
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
-    storage = storage_url(cfg.search.storage) if cfg.search.storage else default_storage(tracker.uri)
-    reaped = tracker.reap_stale()
-    fingerprint, backend = store_fingerprint(store)
-    code = code_version()
-    finished = tracker.finished_by_hash(store_fingerprint=fingerprint, code_fingerprint=code.fingerprint) if resume else {}
-    name = study_name(cfg, fingerprint, code.fingerprint) + ("" if resume else time.strftime(".rerun-%Y%m%d-%H%M%S"))
-    study = open_study(cfg, name, storage)
+    storage = storage_url(cfg.search.storage) if cfg.search.storage else default_storage(run.tracker.uri)
+    name = study_name(cfg, run.fingerprint, run.code.fingerprint) + ("" if run.options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S"))
+    study = run.study = open_study(cfg, name, storage)
     n_trials = cfg.search.n_trials
     if cfg.search.sampler == "grid":
         n_trials = min(n_trials, int(np.prod([len(v) for v in space.grid().values()])))  # GridSampler's grid, once
-
-    parent = tracker.start_run(
-        run_name or f"search {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        tags={"config_hash_sweep": cfg.hash(), "store_fingerprint": fingerprint, **code.tags(), "face_backend": backend,
-              "resume": str(bool(resume)).lower(), "sweep": "parent", "executor": getattr(executor, "name", "local"),
-              "search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
-    )
-    tracker.log(parent, params={"target": cfg.target, "protocol": cfg.protocol, "n_trials": n_trials,
-                                "search.sampler": cfg.search.sampler, "search.seed": cfg.search.seed,
-                                "search.track": track, "search.objective": metric,
-                                "feature_sets": ",".join(cfg.feature_set), "store": str(store), "jobs": jobs})
-    if reaped:
-        tracker.log(parent, tags={"reaped_runs": ",".join(reaped)})
-
-    rows: list[dict] = []
+    run.start("search", tags={"search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
+              params={"n_trials": n_trials, "search.sampler": cfg.search.sampler, "search.seed": cfg.search.seed,
+                      "search.track": track, "search.objective": metric},
+              child_tags={STUDY_TAG: name}, progress={"total": n_trials, "desc": f"optuna {track}", "unit": "trial"})  # fmt: skip
     known: dict[str, dict] = {}  # config hash -> its row in this search
     trials: dict[str, Trial] = {}  # config hash -> configuration, every one this search met
-    failed: list[tuple[str, str]] = []
-    scores: dict[str, pd.DataFrame] = {}
-    n_new = 0
-    status = "FAILED"
-    ctx = SweepContext(
-        cfg=cfg, store=store, channels=(), store_fingerprint=fingerprint, jobs=jobs, tracking_uri=tracker.uri,
-        experiment=cfg.tracking.experiment, parent_run_id=parent, log_artifacts=log_artifacts,
-        child_tags={"store_fingerprint": fingerprint, **code.tags(), "face_backend": backend, STUDY_TAG: name},
-    )
-
-    def add_row(row: dict) -> None:
-        rows.append(row)
-        if row["status"] == "failed":
-            failed.append((row["label"], row.get("error", "")))
-        if on_result:
-            on_result(row)
 
     def known_row(t: Trial) -> dict | None:
         """The row of a configuration this search has, or one reused from a finished run."""
         h = t.hash()
-        if h in known:
-            return known[h]
-        old = finished.get(h)
-        if old is None:
-            return None
-        known[h] = {"run_id": old.info.run_id, "status": "reused", "label": t.label(), **_identity(t), **t.params(),
-                    **old.data.metrics}
-        add_row(known[h])
-        return known[h]
+        if h not in known and (row := run.reused(t)) is not None:
+            known[h] = row
+        return known.get(h)
 
     def tell(number: int, row: dict) -> None:
         value = row.get(metric, np.nan) if row["status"] != "failed" else np.nan
@@ -503,36 +242,26 @@ def run_search(
 
     def evaluate(todo: dict[str, Trial], numbers: dict[str, list[int]], opened: dict[int, Any]) -> None:
         """Evaluate ``todo`` (hash -> configuration), log each, tell the trials waiting on it."""
-        nonlocal n_new
-        if not todo:
-            return
-        run_ctx = replace(ctx, channels=tuple(sorted({c for t in todo.values() for c in t.channels})))
-        with contextlib.closing((executor or local_trials)(list(todo.values()), run_ctx)) as outcomes:
-            for t, result, error in outcomes:
-                waiting = numbers.get(t.hash(), [])
-                tags = {**run_ctx.child_tags, TRIAL_TAG: ",".join(map(str, waiting))} if waiting else run_ctx.child_tags
-                row = result if isinstance(result, dict) else log_child(tracker, replace(run_ctx, child_tags=tags), t, result, error)
-                n_new += 1
-                if hasattr(result, "scores") and row["status"] != "failed":
-                    scores[row["run_id"]] = result.scores
-                known[t.hash()] = row
-                for number in waiting:
-                    opened[number].set_user_attr("mlflow_run_id", row["run_id"])
-                    tell(number, row)
-                bar.update(len(waiting))
-                add_row(row)
 
-    from tqdm.auto import tqdm
+        def record(t: Trial, result, error: str) -> None:
+            waiting = numbers.get(t.hash(), [])
+            row = known[t.hash()] = run.record(t, result, error, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None)
+            for number in waiting:
+                opened[number].set_user_attr("mlflow_run_id", row["run_id"])
+                tell(number, row)
+            run.bar.update(len(waiting))
+            run.notify(row)
+
+        run.evaluate(list(todo.values()), record)
 
     def n_told() -> int:
         return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in study.get_trials(deepcopy=False))
 
-    bar = tqdm(total=n_trials, desc=f"optuna {track}", unit="trial", disable=not progress)
-    try:
+    with run.closing():
         # trials asked but never told by a killed search: evaluated now, with their sampled parameters
         stale = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if not _owned_elsewhere(t)]
         told = n_told()
-        bar.update(min(told, n_trials))
+        run.bar.update(min(told, n_trials))
         base = baseline_trial(space, cfg)
         trials[base.hash()] = base
         todo: dict[str, Trial] = {} if known_row(base) is not None else {base.hash(): base}  # the baseline first
@@ -540,12 +269,9 @@ def run_search(
             numbers: dict[str, list[int]] = {}  # config hash -> the trials waiting for it
             opened: dict[int, Any] = {}
             pending = 0
-            while len(todo) < jobs + (base.hash() in todo) and (stale or told + pending < n_trials):
-                if stale:
-                    # the stored trial: its suggest_* calls return the parameters it was given
-                    ot = optuna.trial.Trial(study, stale.pop(0)._trial_id)
-                else:
-                    ot = study.ask()
+            while len(todo) < run.jobs + (base.hash() in todo) and (stale or told + pending < n_trials):
+                # a stale trial is the stored one: its suggest_* calls return the parameters it was given
+                ot = optuna.trial.Trial(study, stale.pop(0)._trial_id) if stale else study.ask()
                 ot.set_user_attr("host", socket.gethostname())
                 ot.set_user_attr("pid", os.getpid())
                 t = sample_trial(space, cfg, ot)
@@ -557,7 +283,7 @@ def run_search(
                     ot.set_user_attr("mlflow_run_id", row["run_id"])
                     tell(ot.number, row)
                     told += 1
-                    bar.update(1)
+                    run.bar.update(1)
                     continue
                 todo.setdefault(t.hash(), t)
                 numbers.setdefault(t.hash(), []).append(ot.number)
@@ -569,42 +295,11 @@ def run_search(
             todo = {}
         if cfg.unseen_listener and track == "generalized":
             # each feature set's chosen configuration, again, on listeners left out of training
-            extra = {}
-            for t in unseen_listener_trials(pd.DataFrame(rows), list(trials.values()), cfg.protocol):
-                if known_row(t) is None:
-                    extra[t.hash()] = t
-            bar.set_description("unseen listeners")
-            evaluate(extra, {}, {})
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        bar.close()
-        _reap_lost_children(tracker, parent, rows)
-        table = pd.DataFrame(rows)
-        best_ids = _summarise(tracker, parent, table, cfg.protocol, time.perf_counter() - t_start, n_new)
-        with contextlib.suppress(Exception):  # best effort while ending, possibly on an error
-            trials_table = study.trials_dataframe()
-            tracker.log(parent, metrics={"n_trials": len(trials_table), "n_trials_complete":
-                                         int((trials_table.get("state") == "COMPLETE").sum())})
-            _log_table(tracker, parent, trials_table)
-        tracker.finish(parent, status)
-    metrics_by_track = {t: selection_metric(t, cfg.protocol) for t in TRACKS}
-    main = "personalized" if "personalized" in best_ids or "generalized" not in best_ids else "generalized"
-    return SearchResult(table, parent, best_ids.get(main), tracker.experiment_id, metrics_by_track[main], failed,
-                        skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()),
-                        best_run_ids=best_ids, selection_metrics=metrics_by_track, scores=scores,
-                        study_name=name, storage=_public_url(storage), trials=study.trials_dataframe())
-
-
-def _log_table(tracker, run_id: str, trials_table: pd.DataFrame) -> None:
-    """Attach the study's trials table to the parent run as ``optuna_trials.csv``."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        trials_table.to_csv(Path(tmp) / "optuna_trials.csv", index=False)
-        tracker.log_artifacts(run_id, tmp)
+            run.bar.set_description("unseen listeners")
+            evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
+    table = pd.DataFrame(run.rows)
+    return run.result(skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()), cls=SearchResult,
+                      study_name=name, storage=_public_url(storage), trials=study.trials_dataframe())
 
 
 def trial_sequence(study) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@ Design choices (each against a failure seen in practice):
   own children still RUNNING when it ends as KILLED, tagged ``worker_lost``
   (:meth:`Tracker.reap_children`).
 * Every client call retries on SQLite's ``database is locked`` (two sweeps on one store).
+* MLflow is imported where a run is logged or read (a second or more of import time), so
+  that importing this module, as every sweep module does, stays light.
 * Experiments carry MLflow 3's experiment kind (``mlflow.experimentKind``:
   ``custom_model_development``) and a saved view of the runs table with the CCC columns, so
   the UI opens on the runs (see :mod:`experiments.ui`).
@@ -24,8 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,7 +38,8 @@ from typing import Any, TypeVar
 
 from featurestore.processes import pid_alive
 
-from .ui import experiment_tags
+from .provenance import git
+from .ui_view import experiment_tags
 
 T = TypeVar("T")
 
@@ -109,8 +115,6 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
     ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
     names the code that ran even when a sweep is started from elsewhere.
     """
-    from .provenance import git
-
     return (git("rev-parse", "HEAD", root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent) or "").strip() or "unknown"
 
 
@@ -121,7 +125,7 @@ class Tracker:
 
     def __init__(self, uri: str | None, experiment: str) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient  # mlflow: see the module docstring
 
         self.uri = resolve_tracking_uri(uri)
         self.experiment = experiment
@@ -164,9 +168,7 @@ class Tracker:
         tags: Mapping[str, Any] | None = None,
     ) -> None:
         """Log params (as strings), finite metrics and tags in batches."""
-        import math
-
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
 
         now = int(time.time() * 1000)
         p = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
@@ -265,10 +267,8 @@ def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, trac
     Files are in challenge format: ``Subject_<L>_Story_<S>.csv``, header ``valence``, one row
     per label frame. Raises ``FileNotFoundError`` naming the run when it has none for the split.
     """
-    import shutil
-
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # mlflow: see the module docstring
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
@@ -278,8 +278,6 @@ def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, trac
         raise FileNotFoundError(f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI") from e
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = Path(client.download_artifacts(run_id, f"predictions/{split}", tmp))

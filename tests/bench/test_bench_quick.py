@@ -38,6 +38,7 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
         assert r["machine"]["cores"] >= 1 and r["machine"]["packages"]["numpy"], r
     goals = {r["name"]: r["goal"] for r in records}
     assert goals["egemaps.store_vs_opensmile"] == ">= 0.9"
+    assert goals["loading.frames_cache_format"] == ">= 0.9"  # the cache's format against its old layout
     assert goals["loading.vs_csv"] == ">= 20" and goals["windowing.vs_pandas_rolling"] == ">= 10"
     assert goals["ablation.grid_seconds"] == "<= 180 s" and goals["ablation.peak_memory_pss"] == "< 4 GB"
     assert goals["ablation.worker_shared_memory"] == ">= 1"

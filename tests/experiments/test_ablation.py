@@ -49,15 +49,22 @@ def test_ablation_reports_written(ablation):
         (fs, split) for fs in ("speaker", "listener") for split in ("val", "test")
     )
     md = (out / "ablation.md").read_text()
-    assert md.startswith("# ")
+    assert md.startswith("# Speaker / listener / both (valence_self, protocol val)\n")
     ours, reference = md.split("## Reference", 1)
+    by_split = df.set_index(["feature_set", "split"])
     for fs in ("speaker", "listener"):
         row = next(line for line in ours.splitlines() if line.startswith(f"| {fs} |"))
-        # both tracks on both splits, each with its interval, then unseen listeners and chance
-        assert row.count("[") == 5 and "n/a" not in row, row
-    # the paper's numbers stand apart, in their own table, never in a row of ours
-    assert "| listener | 0.19 | 0.23 |" in reference
-    assert "0.19" not in ours.split("## Paired comparisons")[0]
+        # both tracks on both splits, each with its interval, then unseen listeners and chance:
+        # the numbers of ablation.csv, not of the paper
+        cells = [c.strip() for c in row.strip("| ").split(" | ")]
+        assert len(cells) == 7 and all("[" in c for c in cells[1:6]), row
+        want = [by_split.loc[(fs, s), f"ccc_{t}"] for s in ("val", "test") for t in ("personalized", "generalized")]
+        want.append(by_split.loc[(fs, "test"), "ccc_unseen_listener"])
+        assert [float(c.split(" [")[0]) for c in cells[1:6]] == pytest.approx(want, abs=5e-4), row
+    # the paper's numbers (Barros et al. 2019, Table IV, test set) stand apart, in their own table
+    published = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in reference.splitlines()
+                 if line.startswith("| ") and not line.startswith("| features")}
+    assert published == {"speaker": ["0.11", "0.13"], "listener": ["0.19", "0.23"], "both": ["0.17", "0.19"]}
     pairs = pd.read_csv(out / "ablation_comparisons.csv")
     assert list(pairs.columns) == COMPARISON_COLUMNS
     assert set(pairs.comparison) == {"listener vs speaker", "personalized vs generalized (listener)",
@@ -121,7 +128,9 @@ def test_ablation_markdown_handles_a_set_without_results():
     md = ablation_markdown(df)
     speaker = next(line for line in md.splitlines() if line.startswith("| speaker |"))
     assert speaker.count("n/a") == 6
-    assert "`abcdef0123`" in md
+    # the chosen configurations: one line per track of the set that has runs, none for the other
+    chosen = md.split("## Chosen configurations")[1].split("## Reference")[0].strip().splitlines()
+    assert chosen == [f"- **listener**, {track}: ridge (run `abcdef0123`)" for track in ("personalized", "generalized")]
 
 
 # ------------------------------------------------------------------ run figures

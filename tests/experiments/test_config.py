@@ -84,8 +84,8 @@ def test_overrides(tmp_path):
 @pytest.mark.parametrize(
     "text, pattern",
     [
-        ("window: {algin: causal}", r"exp\.yaml: window\.algin: unknown key; did you mean 'align'\?"),
-        ("window: {align: centered}", r"exp\.yaml: window\.align: 'centered' is not one of centred, causal; did you mean 'centred'\?"),
+        ("window: {algin: causal}", r"exp\.yaml:1: window\.algin: unknown key; did you mean 'align'\?"),
+        ("window: {align: centered}", r"exp\.yaml:1: window\.align: 'centered' is not one of centred, causal; did you mean 'centred'\?"),
         ("personalisation: [global]", r"personalisation: unknown key; did you mean 'personalization'\?"),
         ("personalization: [per_listner]", r"personalization: 'per_listner' .*did you mean 'per_listener'\?"),
         ("window: {stats: [mean, slop]}", r"window\.stats: 'slop' .*did you mean 'slope'\?"),
@@ -108,8 +108,24 @@ def test_overrides(tmp_path):
     ],
 )
 def test_validation_errors_name_file_key_and_suggestion(tmp_path, text, pattern):
-    with pytest.raises(ConfigError, match=pattern):
+    with pytest.raises(ConfigError, match=pattern) as err:
         load_config(write(tmp_path, text))
+    assert str(err.value).startswith(f"{tmp_path / 'exp.yaml'}:1: ")  # the file and the line of the key
+
+
+def test_validation_errors_name_the_line_of_the_key(tmp_path):
+    text = "target: valence_self\nwindow:\n  delay_s: [0, 2]\n  align: [causal,\n    middle]\nmodels:\n  - {name: ridge, alpha: [1]}\n  - name: svr\n    C: [1]\n    gama: [0.1]\n"
+    cases = [
+        (text, r"exp\.yaml:4: window\.align: 'middle' is not one of"),  # a value: the line of its key
+        (text.replace("middle", "causal"), r"exp\.yaml:10: models\[1\]\.gama: unknown hyperparameter of svr; did you mean 'gamma'\?"),
+        ("window:\n  delay_s: [0]\nsplits:\n  train: [1]\n", r"exp\.yaml:3: splits\.val: protocol val needs validation stories"),  # missing: the line of its parent
+    ]
+    for body, pattern in cases:
+        with pytest.raises(ConfigError, match=pattern):
+            load_config(write(tmp_path, body))
+    # a mapping given in code has no lines: its source alone
+    with pytest.raises(ConfigError, match=r"^<dict>: window\.align: 'middle'"):
+        from_dict({"window": {"align": "middle"}})
 
 
 def test_errors_from_set_name_the_option(tmp_path):

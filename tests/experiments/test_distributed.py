@@ -167,8 +167,8 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
 def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     """Dask computes a task again when the worker holding its result dies: a worker-logged
     configuration must come back as the run already logged, not as a second child run."""
-    from experiments.distributed import WorkerJob, clear_worker_state, evaluate_on_worker
-    from experiments.sweep import SweepContext
+    from experiments.executors.base import SweepContext
+    from experiments.executors.dask import WorkerJob, clear_worker_state, evaluate_on_worker
     from experiments.tracking import Tracker
     from featurestore import Store
 

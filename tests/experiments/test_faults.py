@@ -12,6 +12,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -100,9 +101,12 @@ def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir
     # ablate: same codes, reports written only when it ran
     reports = tmp_path / "reports"
     assert main(["ablate", "--config", good, *opts, "--out", str(reports), "--jobs", "0x"]) == 2
+    assert not reports.exists()  # a usage error writes nothing
     assert main(["ablate", "--config", failing, *opts, "--out", str(reports)]) == 1
     assert main(["ablate", "--config", good, *opts, "--out", str(reports)]) == 0
-    assert (reports / "ablation.csv").exists()
+    table = pd.read_csv(reports / "ablation.csv")
+    assert sorted(zip(table.feature_set, table.split, strict=True)) == [("listener", "test"), ("listener", "val")]
+    assert table.ccc_generalized.notna().all()
 
     # export: a bad --split is a usage error, an unknown run a failure
     out_dir = tmp_path / "export"

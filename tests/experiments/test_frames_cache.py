@@ -137,6 +137,37 @@ def test_new_resampling_code_or_version_replaces_entries(store, monkeypatch):
     assert not first & second and not second & third and not first & third
 
 
+def test_an_entry_is_a_json_line_and_npy_arrays(store):
+    """The standard formats the module docstring promises: readable with json and numpy alone."""
+    import json
+
+    s = "Subject_2_Story_3"
+    (fresh,) = load_sessions(store, KEYS, sessions=[s], cache=False)
+    load_sessions(store, KEYS, sessions=[s])
+    (path,) = entries(store, s)
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())["header"]
+        arrays = [np.load(f) for _ in range(4)]
+        assert f.read() == b""
+    assert header["session"] == s and header["keys"] == KEYS and header["target"] == "valence_self"
+    assert header["meta"]["columns"] == fresh.columns and header["meta"]["listener"] == fresh.listener
+    for got, name in zip(arrays, ("y", "valid", "column_channel", "X"), strict=True):
+        want = getattr(fresh, name)
+        assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), name
+
+
+def test_an_entry_of_the_old_layout_is_a_miss_and_replaced(store):
+    s = "Subject_1_Story_1"
+    (fresh,) = load_sessions(store, KEYS, sessions=[s], cache=False)
+    load_sessions(store, KEYS, sessions=[s])
+    (path,) = entries(store, s)
+    old = path.with_name(f"{s}.{'0' * 16}.{path.name.split('.')[2]}{SUFFIX}")  # a version-1 entry's name
+    old.write_bytes(b"OMGFRAME" + bytes(100))
+    path.unlink()
+    assert_same([fresh], load_sessions(store, KEYS, sessions=[s]))
+    assert entries(store, s) == [path]  # rebuilt; the old-layout file is dropped as stale
+
+
 def _damage(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
     size = len(data)
@@ -148,6 +179,8 @@ def _damage(path: Path, how: str) -> None:
         data[0] ^= 0xFF
     elif how == "garbled header":
         data[40] ^= 0x01
+    elif how == "garbled column name":  # the header still parses: its checksum must catch it
+        data[data.index(b"listener/egemaps/") + 3] ^= 0x01
     elif how == "flipped bit in X":
         data[size // 2] ^= 0x10
     elif how == "flipped bit in the last array":
@@ -161,7 +194,7 @@ def _damage(path: Path, how: str) -> None:
 
 @pytest.mark.parametrize(
     "how",
-    ["truncated", "empty", "bad magic", "garbled header", "flipped bit in X", "flipped bit in the last array",
+    ["truncated", "empty", "bad magic", "garbled header", "garbled column name", "flipped bit in X", "flipped bit in the last array",
      "zeroed block", "extra bytes"],
 )  # fmt: skip
 def test_damaged_entry_is_detected_and_rebuilt(store, how, caplog):
@@ -313,6 +346,7 @@ def test_two_processes_writing_the_same_entries_both_load_correctly(store, tmp_p
     assert len(entries(store)) == 8
     assert not [p for p in (store.root / FOLDER_NAME).iterdir() if p.name.startswith(".")]  # no temporary files left
     cache = FramesCache.for_store(store.root, True, dataset._resampling_code())
-    for s in store.list_sessions():
-        entry = cache.key(s, store.shard_path(s), KEYS, "valence_self", dataset.MAX_GAP_S)
-        assert cache.read(entry) is not None
+    fresh = load_sessions(store, KEYS, cache=False)
+    for table in fresh:  # every entry the racers left is complete and current
+        entry = cache.key(table.session, store.shard_path(table.session), KEYS, "valence_self", dataset.MAX_GAP_S)
+        assert_same([table], [cache.read(entry)])

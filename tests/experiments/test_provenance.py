@@ -103,7 +103,7 @@ def test_dask_workers_with_other_code_are_refused(tmp_path):
     pytest.importorskip("distributed")
     from distributed import Client, LocalCluster
 
-    from experiments.distributed import WorkerCodeMismatch, check_worker_code
+    from experiments.executors.dask import WorkerCodeMismatch, check_worker_code
 
     root = copy_packages(tmp_path)
     change_default(root)

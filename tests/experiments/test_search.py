@@ -10,7 +10,8 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.config import ConfigError, Range, expand, from_dict, load_config
-from experiments.search import run_search, sample_trial, search_space, study_name, trial_sequence
+from experiments.search import run_search, study_name, trial_sequence
+from experiments.search_space import sample_trial, search_space
 from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
 
@@ -169,8 +170,8 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(plan
 
 
 def _fingerprints(store):
+    from experiments.parent_run import store_fingerprint
     from experiments.provenance import code_version
-    from experiments.sweep import store_fingerprint
 
     return store_fingerprint(store)[0], code_version().fingerprint
 

@@ -7,10 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from mlflow import MlflowClient
 
 from experiments.config import expand, from_dict
-from experiments.sweep import run_sweep, store_fingerprint
+from experiments.parent_run import store_fingerprint
+from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG
 
 from .conftest import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
@@ -111,9 +113,16 @@ def test_child_artifacts(shared, tmp_path):
                 assert lines[0] == "valence"
                 assert len(lines) == N_FRAMES + 1
                 assert np.all(np.isfinite(np.array(lines[1:], dtype=float)))
-        text = (local / "config.yaml").read_text()
+        logged = yaml.safe_load((local / "config.yaml").read_text())
         assert run.data.tags[CONFIG_HASH_TAG] in {t.hash() for t in expand(cfg)}
-        assert "trial:" in text and "config:" in text and "model.name" in text
+        # what exactly ran: the run's params, every estimator parameter, the code and the whole config
+        assert logged["trial"] == run.data.params and logged["config"] == cfg.to_dict()
+        assert logged["code"]["code_fingerprint"] == run.data.tags["code_fingerprint"]
+        model = run.data.params["model.name"]
+        if model in ("ridge", "linear_svr"):
+            hp = "alpha" if model == "ridge" else "C"
+            estimator = next(k for k in logged["resolved"] if k.endswith(f"model__{hp}"))
+            assert float(logged["resolved"][estimator]) == float(run.data.params[f"model.{hp}"])
 
 
 def test_parent_best_run_and_summary(shared, tmp_path):
@@ -232,7 +241,7 @@ def _groups(cfg):
 def test_windowed_nbytes_is_the_features_size(planted_store):
     from experiments.dataset import load_sessions
     from experiments.evaluate import window_sessions
-    from experiments.sweep import windowed_nbytes
+    from experiments.executors.local import windowed_nbytes
 
     d = config_dict("mlruns", window={"lengths_s": [[2], [1, 4]], "delay_s": [1], "align": "centred",
                                       "stats": ["mean", "valid_frac", "slope"], "train_hop_s": 0.4})  # fmt: skip
@@ -250,9 +259,9 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
     """Prefetch refused by the memory budget (the next key is windowed only once the current
     group is handed over) or granted: the same results as one process; the frame tables are
     released once the last key is windowed."""
-    from experiments import sweep
     from experiments.dataset import load_sessions
     from experiments.evaluate import evaluate_trial, window_sessions
+    from experiments.executors import local
 
     cfg = from_dict(config_dict("mlruns", personalization=["global"]))
     groups = _groups(cfg)
@@ -264,10 +273,10 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
         events.append(("window", key))
         return window_sessions(tables_, key)
 
-    monkeypatch.setattr(sweep, "window_sessions", windowing)
-    monkeypatch.setattr(sweep, "available_memory", lambda: 0 if budget == "none" else 2**50)
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
     got = {}
-    for trial, result, error in sweep._parallel_trials(tables, groups, jobs=2):
+    for trial, result, error in local._parallel_trials(tables, groups, jobs=2):
         assert error == "" and result is not None
         events.append(("result", trial.window_key()))
         got[trial] = result.metrics
@@ -282,30 +291,36 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
         assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(groups[windowed[0]])
 
 
-def test_release_free_memory_runs():
-    from experiments.sweep import release_free_memory
+def test_release_free_memory_finds_glibc_malloc_trim():
+    """The sweep's memory measures rely on glibc's malloc_trim: on glibc it must be found, not
+    silently skipped; elsewhere releasing is a no-op."""
+    import platform
 
-    release_free_memory()  # glibc: returns the heap's free pages; elsewhere a no-op
+    from experiments.executors.local import _malloc_trim, release_free_memory
+
+    if platform.libc_ver()[0] == "glibc":
+        assert _malloc_trim() is not None
+    release_free_memory()
 
 
 def test_workers_draw_the_figures_the_parent_would(planted_store):
     """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
-    from experiments import sweep
     from experiments.dataset import load_sessions
     from experiments.evaluate import evaluate_trial, window_sessions
+    from experiments.executors import local
     from experiments.plots import trial_figures
 
     cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
     groups = _groups(cfg)
     tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
     windowed = {k: window_sessions(tables, k) for k in groups}
-    outcomes = list(sweep._parallel_trials(list(tables), groups, jobs=2, figures=True))  # it empties the list
+    outcomes = list(local._parallel_trials(list(tables), groups, jobs=2, figures=True))  # it empties the list
     assert len(outcomes) == len(expand(cfg)) >= 2
     for trial, result, error in outcomes:
         assert error == "" and set(result.figures) == {"predicted_vs_true.png", "ccc_per_listener.png"}
         here = evaluate_trial(trial, windowed[trial.window_key()])
         assert result.figures == trial_figures(here.predictions, here.truth, here.scores, trial.label())
-    plain = list(sweep._parallel_trials(tables, groups, jobs=2))  # no artifacts logged: nothing drawn
+    plain = list(local._parallel_trials(tables, groups, jobs=2))  # no artifacts logged: nothing drawn
     assert [e for _, _, e in plain] == [""] * len(outcomes) and all(r.figures == {} for _, r, _ in plain)
 
 
@@ -331,7 +346,7 @@ def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, 
 def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_store, tracking_dir):
     """A worker logging through a server (another host) dies with its child run RUNNING: when the
     sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
-    from experiments.sweep import local_trials
+    from experiments.executors.local import LocalExecutor
     from experiments.tracking import WORKER_LOST_TAG, Tracker
 
     cfg = from_dict(config_dict(tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]))
@@ -340,17 +355,18 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
     remote = {"host": "worker-host-that-died", "pid": "999999"}
     orphans: list[str] = []
 
-    def executor_losing_a_worker(todo, ctx):
+    class LosingAWorker(LocalExecutor):
         """The local executor, plus what a remote worker killed mid-upload leaves: a RUNNING child
         of the last configuration; then the executor raises, as when the cluster goes away."""
-        outcomes = local_trials(todo[:-1], ctx)
-        yield from outcomes
-        orphans.append(tracker.start_run(todo[-1].label(), parent_id=ctx.parent_run_id,
-                                         tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote}))
-        raise OSError("connection to the scheduler lost")
+
+        def run(self, todo, ctx):
+            yield from super().run(todo[:-1], ctx)
+            orphans.append(tracker.start_run(todo[-1].label(), parent_id=ctx.parent_run_id,
+                                             tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote}))
+            raise OSError("connection to the scheduler lost")
 
     with pytest.raises(OSError, match="scheduler lost"):
-        run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, executor=executor_losing_a_worker)
+        run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, executor=LosingAWorker())
     client = tracker.client
     (orphan,) = orphans
     run = client.get_run(orphan)

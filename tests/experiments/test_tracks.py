@@ -18,13 +18,15 @@ from experiments.evaluate import (
     evaluate_trials,
     window_sessions,
 )
+from experiments.executors.base import fit_groups
 from experiments.options import (
     IDENTITY_PERSONALIZATIONS,
     IDENTITY_RESCALES,
     PERSONALIZATIONS,
     RESCALES,
 )
-from experiments.sweep import best_per_track, fit_groups, run_sweep
+from experiments.summary import best_per_track
+from experiments.sweep import run_sweep
 from experiments.tracks import track_of
 
 from .conftest import SPLITS, build_store, config_dict, pick, trials_for

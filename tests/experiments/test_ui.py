@@ -7,14 +7,14 @@ import json
 from mlflow import MlflowClient
 
 from experiments.tracking import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
-from experiments.ui import (
+from experiments.ui import main
+from experiments.ui_view import (
     CCC_METRICS,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     VIEW_TAG,
     ccc_view,
     experiment_tags,
-    main,
     runs_url,
     ui_base_url,
 )
@@ -75,13 +75,3 @@ def test_make_ui_helper_tags_sweeps_and_prints_their_links(tmp_path, capsys):
     assert "someone-else" not in out
     assert client.get_experiment(sweep_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     assert EXPERIMENT_KIND_TAG not in client.get_experiment(other_id).tags  # not ours: left alone
-
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    import experiments.ui as ui
-
-    result = doctest.testmod(ui)
-    assert result.attempted > 0 and result.failed == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from experiments.cli import main
-from experiments.ui import CCC_METRICS, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+from experiments.ui_view import CCC_METRICS, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
 from .conftest import cli_env, free_port, wait_healthy
 

@@ -1,0 +1,298 @@
+"""The Dask executor: one task per fit group on a Dask cluster, the same outcomes as the local executor.
+
+:func:`experiments.distributed.run_sweep_dask` (``experiments sweep --executor dask``) starts a
+local cluster or joins one and hands :class:`DaskExecutor` to the sweep; only the evaluation
+moves to the workers (resume, the parent run, the baseline first and the summary stay with
+the sweep):
+
+* every worker reads the feature store itself (so on a real cluster the store must be on a
+  file system every worker mounts at the same path) and keeps the frame tables and the
+  windowed features of the last window keys in memory, so the configurations of one window
+  key that land on the same worker share them; nothing is shipped from the client but the
+  configuration;
+* MLflow: with a SQLite (or other file) tracking URI the client is the only writer, as in the
+  local sweep: workers return results (with their figures drawn, as PNG bytes) and the client
+  logs them in configuration order. With an MLflow tracking server (``http://``/``https://``,
+  e.g. ``make mlflow-server``) every worker logs its own child runs (params, metrics,
+  artifacts) through the server and returns only the summary row, so logging and plotting
+  scale with the workers.
+
+Baselines (``dummy``) are evaluated first; with worker logging the other configurations are
+submitted once the baselines are logged, so the baseline is the first child run either way.
+
+Before any task, the workers' code is compared with the client's (:func:`check_worker_code`):
+a worker importing another checkout, version or uncommitted change is refused
+(:class:`WorkerCodeMismatch`), as its runs would carry results this code did not compute.
+
+A worker that dies while it logs a child run leaves that run RUNNING; when the sweep ends (or
+the executor raises) the client marks every child of its parent run still RUNNING as KILLED
+with a ``worker_lost`` tag (:meth:`experiments.tracking.Tracker.reap_children`), so resume
+runs the configuration again unless Dask's retry of the task finished it. A dead worker also
+loses the results it held: Dask computes those tasks again, and a worker-logged task whose
+configuration this sweep already logged FINISHED returns that run instead of logging it twice.
+
+Dask's ``distributed`` package is imported only where a cluster is used (a second or more of
+import time), so that importing this module, as the command line does, stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from featurestore import Store
+
+from ..child_runs import log_child, run_row
+from ..dataset import DatasetError, load_sessions
+from ..evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from ..grid import Trial, WindowKey
+from ..plots import load_backend
+from ..provenance import code_version
+from ..session_table import SessionTable
+from ..tracking import Tracker
+from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
+
+#: windowed feature sets a worker keeps (least recently used dropped first)
+WINDOW_CACHE_SIZE = 2
+
+# per worker process: frame tables of one store/channel set, windowed features, MLflow clients
+_LOCK = threading.Lock()
+_TABLES: dict[tuple, list[SessionTable]] = {}
+_WINDOWED: OrderedDict[tuple, Windowed] = OrderedDict()
+_TRACKERS: dict[tuple[str, str], Tracker] = {}
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What every task of one sweep carries: the context (store as an absolute folder), the
+    sessions the client saw, and whether the worker logs its child runs itself."""
+
+    ctx: SweepContext
+    sessions: tuple[str, ...]
+    log_runs: bool
+
+    def tables_key(self) -> tuple:
+        c = self.ctx
+        splits = tuple((k, tuple(v)) for k, v in sorted(c.cfg.splits.items()))
+        return (str(c.store), c.channels, c.cfg.target, splits, c.store_fingerprint, self.sessions)
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker  # dask: see the module docstring
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _tables(job: WorkerJob) -> list[SessionTable]:
+    """The sweep's frame tables on this worker, loaded once per store fingerprint and channel set."""
+    key = job.tables_key()
+    with _LOCK:
+        if key not in _TABLES:
+            _TABLES.clear()
+            _WINDOWED.clear()
+            root = Path(job.ctx.store)
+            lacking = [s for s in job.sessions if not Store(root).shard_path(s).exists()]
+            if not root.is_dir() or lacking:
+                what = f"the folder {root}" if not root.is_dir() else f"{len(lacking)} shards (e.g. {root / lacking[0]}.h5)"
+                raise DatasetError(
+                    f"Dask worker {_worker_name()} cannot see {what} of the feature store; put the store on a "
+                    "file system every worker mounts at the same path as the client (see README, Scaling out)"
+                )
+            _TABLES[key] = load_sessions(
+                root, list(job.ctx.channels), target=job.ctx.cfg.target, splits=job.ctx.cfg.splits, sessions=list(job.sessions)
+            )
+        return _TABLES[key]
+
+
+def _windowed(job: WorkerJob, tables: list[SessionTable], key: WindowKey) -> Windowed:
+    cache_key = (job.tables_key(), key)
+    with _LOCK:
+        w = _WINDOWED.get(cache_key)
+        if w is None:
+            w = window_sessions(tables, key)
+            _WINDOWED[cache_key] = w
+            while len(_WINDOWED) > WINDOW_CACHE_SIZE:
+                _WINDOWED.popitem(last=False)
+        else:
+            _WINDOWED.move_to_end(cache_key)
+        return w
+
+
+def _tracker(ctx: SweepContext) -> Tracker:
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    key = (ctx.tracking_uri, ctx.experiment)
+    with _LOCK:
+        if key not in _TRACKERS:
+            _TRACKERS[key] = Tracker(*key)
+        return _TRACKERS[key]
+
+
+def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
+    """The sweep-table row of ``trial`` if this sweep logged it FINISHED already, else None.
+
+    Dask runs a task again when the worker holding its result dies before the client fetched
+    it; a task that logs its child runs itself must then return those runs, not log second ones.
+    """
+    run = _tracker(job.ctx).finished_child(job.ctx.parent_run_id, trial.hash())
+    return None if run is None else run_row(trial, run, "done")
+
+
+def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
+    """A Dask task: window (cached), fit and score one fit group (configurations that differ only
+    in post-processing, see :func:`experiments.executors.base.fit_groups`); log them too if ``job.log_runs``.
+
+    Returns, per configuration, ``(result, "")`` or ``(None, error)`` like the local executor,
+    or ``(row, "")`` once the child run is logged here (or was, by an earlier run of this task:
+    :func:`logged_row`). Store problems raise :class:`DatasetError` (they stop the sweep, as in
+    the local executor).
+    """
+    done = {t: logged_row(job, t) for t in trials} if job.log_runs else {}
+    pending = tuple(t for t in trials if done.get(t) is None)
+    if not pending:
+        return [(done[t], "") for t in trials]
+    fresh = _evaluate_and_log(pending, job)
+    return [(done[t], "") if done.get(t) is not None else fresh.pop(0) for t in trials]
+
+
+def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
+    tables = _tables(job)
+    results: list[TrialResult | None] = [None] * len(trials)
+    try:
+        w = _windowed(job, tables, trials[0].window_key())
+    except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
+        error = f"windowing failed: {type(e).__name__}: {e}"
+    else:
+        try:
+            results, error = list(evaluate_trials(trials, w)), ""
+            if job.ctx.log_artifacts:
+                # drawn here, before any run exists: the client only writes the bytes (or this
+                # worker logs them), and a worker-logged run stays RUNNING for the upload only
+                for r in results:
+                    with_figures(r)
+        except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
+            results, error = [None] * len(trials), f"{type(e).__name__}: {e}"
+    if job.log_runs:
+        # the worker's own code version on the runs it logs (the sweep refused a worker whose code differs)
+        ctx = replace(job.ctx, child_tags={**job.ctx.child_tags, **code_version().tags()})
+        return [(log_child(_tracker(ctx), ctx, t, r, error), "") for t, r in zip(trials, results, strict=True)]
+    return [(r, error) for r in results]
+
+
+def worker_code_fingerprint() -> str:
+    """On a worker: the code fingerprint of the package it imports (:mod:`experiments.provenance`)."""
+    return code_version().fingerprint
+
+
+class WorkerCodeMismatch(RuntimeError):
+    """A Dask worker runs other code than the client: its results would not be this code's."""
+
+
+def check_worker_code(client) -> None:
+    """Refuse a cluster whose workers import other code than this process (another checkout,
+    version or uncommitted change): their runs would carry results this code did not compute.
+
+    Raises:
+        WorkerCodeMismatch: naming each differing worker and its fingerprint.
+    """
+    mine = code_version().fingerprint
+    theirs = client.run(worker_code_fingerprint)
+    differ = {addr: fp for addr, fp in theirs.items() if fp != mine}
+    if differ:
+        listed = ", ".join(f"{addr} ({fp})" for addr, fp in sorted(differ.items()))
+        raise WorkerCodeMismatch(
+            f"Dask workers {listed} run other code than this client (code fingerprint {mine}); install the same "
+            "checkout of omg-empathy-bench on every worker (pip install -e . from it, uncommitted changes included) "
+            "and restart them, or start the sweep from the workers' version"
+        )
+
+
+def warm_up(plots: bool = False) -> None:
+    """On a worker: import what evaluating (and, with ``plots``, logging) a configuration needs."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name in ("experiments.models", "experiments.personalization"):
+        importlib.import_module(name)
+    if plots:
+        load_backend()
+
+
+def clear_worker_state() -> int:
+    """Drop this worker's cached tables, windowed features and MLflow clients; returns entries dropped."""
+    with _LOCK:
+        n = len(_TABLES) + len(_WINDOWED) + len(_TRACKERS)
+        _TABLES.clear()
+        _WINDOWED.clear()
+        _TRACKERS.clear()
+    return n
+
+
+
+class DaskExecutor(Executor):
+    """Evaluates configurations on the Dask cluster of ``client`` (see the module docstring).
+
+    Outcomes are yielded in the local executor's order (grouped by window key, a baseline
+    first), so the sweep table and the choice among equal scores are the same.
+    """
+
+    name = "dask"
+
+    def __init__(self, client, log_on_workers: bool = False) -> None:
+        self.client = client
+        self.log_on_workers = bool(log_on_workers)
+
+    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+        if not todo:
+            return
+        check_worker_code(self.client)
+        store = ctx.store if isinstance(ctx.store, Store) else Store(ctx.store)
+        job = WorkerJob(replace(ctx, store=str(store.root.resolve())), tuple(store.list_sessions()), self.log_on_workers)
+        run = uuid.uuid4().hex[:8]
+        # the local executor's order: grouped by window key (first appearance), baseline first;
+        # one task per fit group
+        order = [g for group in window_groups(todo).values() for g in fit_groups(group)]
+        futures: dict[int, object] = {}
+
+        def submit(indices: list[int]) -> list:
+            for i in indices:
+                futures[i] = self.client.submit(evaluate_on_worker, order[i], job, key=f"fit-group-{i}-{order[i][0].hash()}-{run}",
+                                                pure=False)
+            return [futures[i] for i in indices]
+
+        try:
+            baselines = [i for i, g in enumerate(order) if g[0].model == "dummy"]
+            first = submit(baselines)
+            if self.log_on_workers:
+                from distributed import wait  # dask: see the module docstring
+
+                wait(first)  # a worker-logged run appears when it finishes: baselines before the rest start
+            submit([i for i, g in enumerate(order) if g[0].model != "dummy"])
+            for i, group in enumerate(order):
+                yield from self._outcomes(group, futures[i])
+        finally:
+            self.client.cancel([f for f in futures.values() if not f.done()])
+            try:
+                self.client.run(clear_worker_state)
+            except Exception:  # noqa: BLE001 - best effort: a lost worker has no state left
+                pass
+
+
+    @staticmethod
+    def _outcomes(group: tuple[Trial, ...], fut) -> list[Outcome]:
+        try:
+            pairs = fut.result()
+        except DatasetError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this fit group
+            pairs = [(None, f"on Dask: {type(e).__name__}: {e}")] * len(group)
+        fut.release()
+        return [(t, result, error) for t, (result, error) in zip(group, pairs, strict=True)]
+
