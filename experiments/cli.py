@@ -26,16 +26,12 @@ from featurestore.imports import read_annotation
 from featurestore.processes import terminate_as_interrupt
 from featurestore.store import parse_session, session_name
 
-from .ablation import ablate
-from .agreement import AgreementError, agreement
+# the verbs that train models import them when they run (scikit-learn, XGBoost, MLflow: about 2 s),
+# so that `experiments --help` and `score` start at once; tests/test_layout.py still counts these
+# imports when it looks for cycles
 from .config import ConfigError, load_config
 from .dataset import DatasetError
-from .distributed import run_sweep_dask
-from .executors.dask import WorkerCodeMismatch
 from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
-from .search import run_search
-from .summary import summary_markdown, track_summary
-from .sweep import run_sweep
 from .tracking import export_predictions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -198,6 +194,8 @@ def _check_store(store: str) -> None:
 
 
 def _print_sweep(res) -> int:
+    from .summary import summary_markdown, track_summary  # startup: see the imports above
+
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
     reused = int((t.status == "reused").sum()) if not t.empty else 0
@@ -234,6 +232,10 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .distributed import run_sweep_dask  # startup: see the imports above
+    from .search import run_search
+    from .sweep import run_sweep
+
     _check_store(args.store)
     if args.cfg.search.method == "optuna":
         if args.executor == "dask":
@@ -247,14 +249,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
         res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, resume=args.resume, **kw)
-    except _USER_ERRORS as e:
+    except user_errors() as e:
         raise UsageError(str(e)) from e
     return _print_sweep(res)
 
 
-#: errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-#: scheduler answers, Dask workers run other code than this process
-_USER_ERRORS = (DatasetError, ConnectionError, WorkerCodeMismatch)
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
+    scheduler answers, Dask workers run other code than this process."""
+    from .executors.dask import WorkerCodeMismatch  # startup: see the imports above
+
+    return (DatasetError, ConnectionError, WorkerCodeMismatch)
 
 
 def add_ablate(sub: argparse._SubParsersAction) -> None:
@@ -266,11 +271,13 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
+    from .ablation import ablate  # startup: see the imports above
+
     _check_store(args.store)
     try:
         df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out,
                          executor=args.executor, scheduler=args.scheduler, resume=args.resume)
-    except _USER_ERRORS as e:
+    except user_errors() as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()
@@ -318,6 +325,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     in the store (or the two --targets), plus a cross-target table: the config's first
     non-baseline configuration trained on one target and scored on the other. Logged to MLflow
     (run `agreement` in the config's experiment)."""
+    from .agreement import AgreementError, agreement  # startup: see the imports above
+
     _check_store(args.store)
     try:
         res = agreement(args.cfg, store=args.store, targets=args.targets, out_dir=args.out, tracking_uri=args.tracking_uri,
