@@ -196,7 +196,9 @@ def estimator(name: str, p: dict, seed: int):
 
 def fit(cfg: dict, train: list[dict], features: dict[str, pd.DataFrame]) -> dict:
     """Fitted models: ``{None: model}`` (global) or one per listener (``per_listener``), on every
-    ``hop_s``-th frame of the training sessions with a finite label."""
+    ``hop_s``-th frame of the training sessions with a finite label. (The package's per-listener
+    model also fits a global one, for listeners with under 50 training rows; every listener here
+    has hundreds, so the loop leaves it out.)"""
     hop = max(1, round(cfg["hop_s"] * FPS))
     # float64, as scikit-learn would make it anyway (the feature tables are float32)
     X = pd.concat([features[s["session"]].iloc[::hop] for s in train]).to_numpy(np.float64)
