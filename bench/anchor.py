@@ -75,7 +75,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import Trial, expand, load_config
+from experiments.config import load_config
+from experiments.grid import Trial, expand
 from experiments.models import resolve_model_params
 
 from . import handwritten, inputs
