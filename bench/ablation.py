@@ -74,13 +74,14 @@ def ablate_command(store: Path, out: Path, overrides: list[str], jobs: int = JOB
     return cmd
 
 
-def run_ablation(store: Path, out: Path, overrides: list[str], jobs: int = JOBS) -> RunStats:
-    """Run one ablation from scratch (fresh tracking store in ``out``); raises if it fails."""
+def run_ablation(store: Path, out: Path, overrides: list[str], jobs: int = JOBS, env: dict | None = None) -> RunStats:
+    """Run one ablation from scratch (fresh tracking store in ``out``; ``env``: more environment
+    variables); raises if it fails."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     log = out / "ablate.log"
-    stats = run_measured(ablate_command(store, out, overrides, jobs), log, env={"MLFLOW_DISABLE_TELEMETRY": "true"})
+    stats = run_measured(ablate_command(store, out, overrides, jobs), log, env={"MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})})
     if stats.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"experiments ablate failed (exit {stats.returncode}); log {log}:\n{tail}")

@@ -52,6 +52,11 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     phases = by_name["ablation.grid_seconds"]["value"] + by_name["ablation.unseen_listener_seconds"]["value"]
     assert by_name["ablation.unseen_listener_seconds"]["value"] > 0
     assert math.isclose(phases, by_name["ablation.wall_seconds"]["value"], rel_tol=2e-3)  # values keep 4 digits
+    # the whole-job anchor: the hand-written loop and the package give the same CCC (to 1e-6) on every
+    # configuration but the trees', and on those too when the loop fits on the package's features
+    assert goals["anchor.vs_handwritten_loop"] == ">= 5" and by_name["anchor.vs_handwritten_loop"]["baseline_value"] > 0
+    for name in ("anchor.metric_difference", "anchor.tree_metric_difference_same_features"):
+        assert goals[name] == "<= 1e-6 CCC" and by_name[name]["meets_goal"] is True, by_name[name]
     assert "loading.vs_csv" in proc.stdout and "ratio" in proc.stdout  # the table was printed
 
 
