@@ -83,7 +83,7 @@ from . import handwritten, inputs
 from .ablation import WITHOUT_TRANSCRIPTS, run_ablation
 from .harness import record
 from .loading import export_tables
-from .processes import RunStats, machine_cpu_seconds, run_measured
+from .processes import RunStats, run_measured, with_load
 from .scaling import GRID_ONLY, WARM_UP
 
 FULL = {"n_sessions": 80, "length_range": None, "set": [WITHOUT_TRANSCRIPTS, GRID_ONLY], "package_rounds": 3,
@@ -121,15 +121,6 @@ def plan(overrides: list[str]) -> tuple[dict, dict[str, Trial]]:
 def spread_of(values: list[float]) -> dict:
     """``record``'s spread arguments for a measure repeated ``len(values)`` times (none for one run)."""
     return {"spread": (min(values), max(values)), "repeats": len(values)} if len(values) > 1 else {}
-
-
-def with_load(run) -> tuple[RunStats, float]:
-    """``run()``'s stats and the cores other processes used meanwhile (mean over its wall time)."""
-    before = machine_cpu_seconds()
-    stats = run()
-    after = machine_cpu_seconds()
-    others = 0.0 if before is None or after is None else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
-    return stats, others
 
 
 def run_loop(tables: Path, plan_file: Path, out: Path) -> RunStats:

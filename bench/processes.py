@@ -33,6 +33,7 @@ import os
 import resource
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +160,13 @@ def machine_cpu_seconds() -> float | None:
     # guest time is already inside user and nice
     busy = sum(ticks[:8]) - idle if len(ticks) >= 8 else sum(ticks) - idle
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+def with_load(run: Callable[[], RunStats]) -> tuple[RunStats, float]:
+    """``run()``'s stats and the cores other processes used meanwhile (mean over its wall time;
+    0 where :func:`machine_cpu_seconds` cannot tell)."""
+    before = machine_cpu_seconds()
+    stats = run()
+    after = machine_cpu_seconds()
+    others = 0.0 if before is None or after is None else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
+    return stats, others

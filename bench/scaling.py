@@ -46,7 +46,7 @@ from .ablation import FULL as ABLATION_FULL
 from .ablation import QUICK as ABLATION_QUICK
 from .ablation import run_ablation
 from .harness import record
-from .processes import RunStats, machine_cpu_seconds
+from .processes import RunStats, with_load
 
 #: the grid of the ablation, without the unseen-listener runs (see the module docstring)
 GRID_ONLY = "unseen_listener=false"
@@ -76,10 +76,7 @@ def quiet_run(store: Path, out: Path, overrides: list[str]) -> tuple[RunStats, f
     exceeds :data:`BUSY_CORES` (at most :data:`RETRIES` times); the least disturbed attempt."""
     best: tuple[RunStats, float] | None = None
     for _ in range(1 + RETRIES):
-        before = machine_cpu_seconds()
-        stats = run_ablation(store, out, overrides)
-        after = machine_cpu_seconds()
-        others = 0.0 if before is None or after is None else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
+        stats, others = with_load(lambda: run_ablation(store, out, overrides))
         if best is None or others < best[1]:
             best = (stats, others)
         if others <= BUSY_CORES:
