@@ -19,20 +19,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import pandas as pd
-
 from featurestore import Store, __version__
-from featurestore.imports import read_annotation
 from featurestore.processes import terminate_as_interrupt
 from featurestore.store import parse_session, session_name
 
-# the verbs that train models import them when they run (scikit-learn, XGBoost, MLflow: about 2 s),
-# so that `experiments --help` and `score` start at once; tests/test_layout.py still counts these
-# imports when it looks for cycles
+# Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
+# about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
+# imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config import ConfigError, load_config
-from .dataset import DatasetError
-from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
-from .tracking import export_predictions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -111,6 +105,8 @@ def _read_valence(path: Path):
     The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
     """
     # predictions may leave [-1, 1]; the official scorer does not check the range either
+    from featurestore.imports import read_annotation  # startup: see the imports above
+
     return read_annotation(path, value_range=(-float("inf"), float("inf")))
 
 
@@ -119,6 +115,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     pair them by session, and print the per-session CCC (listeners x stories) and the
     personalized and generalized protocol means, as the official challenge scorer does.
     Exit 1 when the files do not pair up."""
+    import pandas as pd  # startup: see the imports above
+
+    from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+
     truth, problems = _session_csvs(args.ground_truth_dir)
     preds, more = _session_csvs(args.prediction_dir)
     problems += more
@@ -194,7 +194,9 @@ def _check_store(store: str) -> None:
 
 
 def _print_sweep(res) -> int:
-    from .summary import summary_markdown, track_summary  # startup: see the imports above
+    import pandas as pd  # startup: see the imports above
+
+    from .summary import summary_markdown, track_summary
 
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
@@ -257,7 +259,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
     scheduler answers, Dask workers run other code than this process."""
-    from .executors.dask import WorkerCodeMismatch  # startup: see the imports above
+    from .dataset import DatasetError  # startup: see the imports above
+    from .executors.dask import WorkerCodeMismatch
 
     return (DatasetError, ConnectionError, WorkerCodeMismatch)
 
@@ -296,6 +299,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .tracking import export_predictions  # startup: see the imports above
+
     try:
         files = export_predictions(args.run_id, args.split, args.out, args.tracking_uri)
     except FileNotFoundError as e:
@@ -326,6 +331,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     non-baseline configuration trained on one target and scored on the other. Logged to MLflow
     (run `agreement` in the config's experiment)."""
     from .agreement import AgreementError, agreement  # startup: see the imports above
+    from .dataset import DatasetError
 
     _check_store(args.store)
     try:
