@@ -37,6 +37,8 @@ from functools import cache, partial
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from featurestore.features import Features
+from featurestore.shard import ShardReader, read_channel_group
 from featurestore.store import LABEL_FPS, MissingChannelError, Store, StoreError
 
 from .frames_cache import EntryKey, FramesCache, code_version
@@ -242,8 +244,10 @@ def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
 
 @cache
 def _resampling_code() -> str:
-    """Hash of the code that turns a shard into frames: any edit invalidates cached entries."""
-    return code_version([resample_channel, _pool, _interpolate, _read_shard])
+    """Hash of the code that turns a shard into frames: any edit invalidates cached entries (the
+    shard reader in featurestore included: it decides which arrays and labels are read)."""
+    return code_version([resample_channel, _pool, _interpolate, _read_shard, ShardReader.read, ShardReader.labels,
+                         read_channel_group, Features.__post_init__])  # fmt: skip
 
 
 @dataclass

@@ -137,6 +137,16 @@ def test_new_resampling_code_or_version_replaces_entries(store, monkeypatch):
     assert not first & second and not second & third and not first & third
 
 
+@pytest.mark.parametrize("name", ["ShardReader", "Features"])
+def test_the_resampling_code_covers_the_shard_reader(monkeypatch, name):
+    # the shard reader in featurestore decides which arrays and labels a frame table holds: an edit
+    # there must invalidate the cache like an edit of the resampling (a subclass has other source)
+    before = dataset._resampling_code.__wrapped__()
+    edited = type(name, (getattr(dataset, name),), {"read": lambda self: None, "__post_init__": lambda self: None})
+    monkeypatch.setattr(dataset, name, edited)
+    assert dataset._resampling_code.__wrapped__() != before
+
+
 def test_an_entry_is_a_json_line_and_npy_arrays(store):
     """The standard formats the module docstring promises: readable with json and numpy alone."""
     import json
