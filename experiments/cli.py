@@ -105,7 +105,7 @@ def _read_valence(path: Path):
     The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
     """
     # predictions may leave [-1, 1]; the official scorer does not check the range either
-    from featurestore.imports import read_annotation  # startup: see the imports above
+    from featurestore.annotations import read_annotation  # startup: see the imports above
 
     return read_annotation(path, value_range=(-float("inf"), float("inf")))
 

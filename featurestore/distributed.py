@@ -135,7 +135,7 @@ def extract_many_dask(
     on_result: Callable[[SessionResult], None] | None = None,
     progress: bool = True,
 ) -> list[SessionResult]:
-    """Extract many sessions on Dask, one task per session; same semantics as :func:`extract_many`.
+    """Extract many sessions on Dask, one task per session; same semantics as :func:`featurestore.pool.extract_many`.
 
     Leftover temporary shards of killed runs are removed first, every extractor is checked
     once (here and on every worker), and results come back in the order of ``sessions``.

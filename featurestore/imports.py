@@ -49,8 +49,7 @@ from .store import Channel, SessionMeta, Store, StoreError, parse_session, sessi
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 from .transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 
-__all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts",
-           "read_annotation"]  # read_annotation: imported from here by experiments' `score`
+__all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
 
 
 @dataclass
