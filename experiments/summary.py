@@ -170,6 +170,6 @@ def markdown_table(table: pd.DataFrame) -> str:
     def cell(v) -> str:
         if isinstance(v, float):
             return "" if pd.isna(v) else f"{v:.3f}"
-        return str(v).replace("|", "\\|")
+        return str(v)
 
     return "\n".join(markdown.table(list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))))
