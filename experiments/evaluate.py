@@ -36,72 +36,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .grid import Trial, WindowKey
+from .fitting import (
+    CALIBRATION_SHRINKAGE,
+    FitPart,
+    Fitted,
+    PartResult,
+    fit_group,
+    fit_part,
+    fit_parts,
+)
+from .grid import Trial
 from .metrics import ccc, ccc_protocols
-from .models import make_model
-from .personalization import apply_listener_calibration, fit_listener_calibration, make_personalizer
 from .postprocess import rescaler_for, smooth
-from .session_table import SessionTable
 from .uncertainty import bootstrap_protocols, chance_level
-from .windowing import window_stats
+from .windowed import Windowed, WindowedSession, window_sessions
 
-#: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
-CALIBRATION_SHRINKAGE = 100.0
-
-
-@dataclass
-class WindowedSession:
-    """A session's windowed features for one :class:`WindowKey`."""
-
-    session: str
-    listener: int
-    story: int
-    split: str
-    F: np.ndarray  # (n_frames, p) float32
-    y: np.ndarray  # (n_frames,) float32
-    fps: float
-
-
-@dataclass
-class Windowed:
-    key: WindowKey
-    sessions: list[WindowedSession]
-    names: list[str]
-
-
-def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
-    """Windowed features of the channels in ``key`` for every session.
-
-    ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
-    the other statistics per column. Both are written into one float32 matrix per session.
-    """
-    out: list[WindowedSession] = []
-    names: list[str] = []
-    stats = [s for s in key.stats if s != "valid_frac"]
-    for t in tables:
-        missing = [c for c in key.channels if c not in t.channels]
-        if missing:
-            raise KeyError(f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}")
-        ch_idx = [t.channels.index(c) for c in key.channels]
-        cols = np.flatnonzero(np.isin(t.column_channel, ch_idx))
-        n_stats = len(cols) * len(stats) * len(key.lengths_s)
-        n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
-        F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
-        part_names: list[str] = []
-        window = {"fps": t.fps, "lengths_s": key.lengths_s, "delay_s": key.delay_s, "align": key.align}
-        if stats:
-            X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
-            _, nm = window_stats(X, t.valid[:, t.column_channel[cols]], stats=stats,
-                                 columns=[t.columns[i] for i in cols], out=F[:, :n_stats], **window)  # fmt: skip
-            part_names += nm
-        if n_frac:
-            _, nm = window_stats(np.where(t.valid[:, ch_idx], 1.0, np.nan), None, stats=["valid_frac"],
-                                 columns=list(key.channels), out=F[:, n_stats:], **window)  # fmt: skip
-            part_names += nm
-        if not names:
-            names = part_names
-        out.append(WindowedSession(t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps))
-    return Windowed(key, out, names)
+#: re-exported: the sweep, the agreement study and the tests take them from here
+__all__ = ["CALIBRATION_SHRINKAGE", "TrialResult", "Windowed", "WindowedSession", "evaluate_part", "evaluate_trial",
+           "evaluate_trials", "group_fit_parts", "score_metrics", "window_sessions"]  # fmt: skip
 
 
 @dataclass
@@ -121,137 +73,7 @@ class TrialResult:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
-def _design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Stack [listener id | features] rows (every ``hop``-th frame) and labels.
-
-    Written into one preallocated array: the training matrix exists once, never as
-    per-session pieces plus their concatenation.
-    """
-    y = np.concatenate([s.y[::hop] for s in sessions])
-    keep = np.isfinite(y)
-    p = sessions[0].F.shape[1] if sessions else 0
-    X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
-    row = start = 0
-    for s in sessions:
-        k = keep[start : start + len(s.y[::hop])]
-        start += len(k)
-        n = int(k.sum())
-        X[row : row + n, 0] = s.listener
-        X[row : row + n, 1:] = s.F[::hop][k]
-        row += n
-    return X, y[keep]
-
-
-#: models that predict faster from a column-major float64 matrix: a tree reads one feature
-#: per node for every row, which is sequential in that layout (a hist_gb configuration of the
-#: full-size ablation took 40 % less CPU, same predictions); the others get row-major float32
-COLUMN_MAJOR_MODELS = ("hist_gb",)
-
-
-def _predict(model, s: WindowedSession, column_major: bool = False) -> np.ndarray:
-    if column_major:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float64, order="F")
-    else:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float32)
-    X[:, 0] = s.listener
-    X[:, 1:] = s.F
-    return np.asarray(model.predict(X), dtype=np.float64)
-
-
-@dataclass
-class _Fitted:
-    """Predictions of one fit group on one training set, before post-processing.
-
-    ``evaluated``: the evaluated sessions; ``fit_on``: the training sessions, out of fold (or
-    in sample), for fitting the post-processing; ``unseen``: evaluated sessions predicted by
-    models that never saw their listener; ``unseen_fit_on``: per held-out listener, the other
-    listeners' training sessions predicted (out of fold, or in sample) by models that never saw
-    the held-out listener either, for fitting that listener's post-processing.
-    """
-
-    evaluated: dict[str, np.ndarray]
-    fit_on: dict[str, np.ndarray]
-    unseen: dict[str, np.ndarray]
-    n_rows: int
-    notes: list[str]
-    unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-
-
-def _fit(trial: Trial, train: Sequence[WindowedSession], personalization: str):
-    """Fit ``trial``'s model with ``personalization`` on ``train``; returns (model, label mean, rows)."""
-    hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = _design(train, hop)
-    if len(y) == 0:
-        raise ValueError("no training rows with a finite label")
-    model = make_personalizer(personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
-    model.fit(X, y)
-    return model, float(np.mean(y)), len(y)
-
-
-def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
-    model, y_mean, _ = fitted
-    p = _predict(model, s, trial.model in COLUMN_MAJOR_MODELS)
-    return np.where(np.isfinite(p), p, y_mean)
-
-
-def _fit_group(
-    trial: Trial, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession], need_post_fit: bool, need_unseen: bool
-) -> _Fitted:
-    """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training set."""
-    notes: list[str] = []
-    calibrated = trial.personalization == "global_calibrated"
-    base = "global" if calibrated else trial.personalization
-    main = _fit(trial, train, base)
-    evaluated = {s.session: _predict_filled(trial, main, s) for s in evaluate}
-
-    fit_on: dict[str, np.ndarray] = {}
-    if need_post_fit or calibrated:
-        fit_on = _fit_on_predictions(trial, train, base, main, notes)
-    if calibrated:
-        listeners = np.concatenate([np.full(len(s.y), s.listener, float) for s in train])
-        pred = np.concatenate([fit_on[s.session] for s in train])
-        y = np.concatenate([s.y for s in train])
-        ok = np.isfinite(y)
-        maps = fit_listener_calibration(listeners[ok], pred[ok], y[ok], CALIBRATION_SHRINKAGE)
-        evaluated = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), evaluated[s.session]) for s in evaluate}
-        fit_on = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), fit_on[s.session]) for s in train}
-    n_rows = main[2]
-    del main
-
-    unseen: dict[str, np.ndarray] = {}
-    unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
-    if need_unseen and base == "global" and not calibrated:
-        for listener in sorted({s.listener for s in evaluate}):
-            others = [s for s in train if s.listener != listener]
-            if not others:
-                notes.append(f"listener {listener}: no other listener to train on, no unseen-listener score")
-                continue
-            fold = _fit(trial, others, "global")
-            unseen.update({s.session: _predict_filled(trial, fold, s) for s in evaluate if s.listener == listener})
-            if need_post_fit:  # the held-out listener's rescaling must not see them either
-                unseen_fit_on[listener] = _fit_on_predictions(trial, others, "global", fold, [])
-            del fold
-    return _Fitted(evaluated, fit_on, unseen, n_rows, notes, unseen_fit_on)
-
-
-def _fit_on_predictions(trial: Trial, train: Sequence[WindowedSession], personalization: str, fitted, notes: list[str]) -> dict[str, np.ndarray]:
-    """Predictions of the training sessions to fit post-processing on: out of fold (each training
-    story predicted by a model fitted on the other training stories) or, with ``fit_on:
-    in_sample`` or a single training story, by ``fitted`` (the model fitted on all of them)."""
-    stories = sorted({s.story for s in train})
-    if trial.fit_on == "out_of_fold" and len(stories) >= 2:
-        out: dict[str, np.ndarray] = {}
-        for story in stories:
-            fold = _fit(trial, [s for s in train if s.story != story], personalization)
-            out.update({s.session: _predict_filled(trial, fold, s) for s in train if s.story == story})
-            del fold
-        return out
-    if trial.fit_on == "out_of_fold":
-        notes.append(f"one training story ({stories}): post-processing fitted in sample")
-    return {s.session: _predict_filled(trial, fitted, s) for s in train}
-
-
-def _postprocess(trial: Trial, fitted: _Fitted, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession]):
+def _postprocess(trial: Trial, fitted: Fitted, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession]):
     """``trial``'s smoothing and rescaling of the group's predictions: (predictions, unseen predictions)."""
 
     def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
@@ -303,38 +125,78 @@ def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
     return evaluate_trials([trial], w)[0]
 
 
-def evaluate_trials(trials: Sequence[Trial], w: Windowed) -> list[TrialResult]:
+def evaluate_trials(trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None) -> list[TrialResult]:
     """Evaluate configurations that share one :meth:`~experiments.grid.Trial.fit_key`, fitting once.
 
     Each result is what :func:`evaluate_trial` gives for that configuration alone; only the
     fits are shared. ``fit_seconds`` of each result is the group's time divided among them.
+    ``done``: fit parts already fitted elsewhere (:func:`group_fit_parts`,
+    :func:`evaluate_part`; protocol ``val`` only); the same results as without them.
 
     Raises:
-        ValueError: the configurations do not share a fit key, or there is nothing to fit or score.
+        ValueError: the configurations do not share a fit key, or there is nothing to fit or
+            score, or ``done`` is given for the ``loso`` protocol.
     """
     trials = list(trials)
     if not trials:
         return []
-    keys = {t.fit_key() for t in trials}
-    if len(keys) != 1:
-        raise ValueError(f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones")
+    _check_group(trials)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = _evaluate_group(trials, w)
+        results = _evaluate_group(trials, w, dict(done or {}))
     messages = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
     for r in results:
         r.warnings = sorted({*messages, *r.warnings})
     return results
 
 
-def _evaluate_group(trials: list[Trial], w: Windowed) -> list[TrialResult]:
-    t0 = time.perf_counter()
+def _check_group(trials: Sequence[Trial]) -> None:
+    keys = {t.fit_key() for t in trials}
+    if len(keys) != 1:
+        raise ValueError(f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones")
+
+
+def _group_sets(trials: Sequence[Trial], w: Windowed) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
+    """(sessions by split, need_post_fit, need_unseen) of a fit group."""
     first = trials[0]
     parts = _split_sessions(w, dict(first.splits))
     if not parts["train"]:
         raise ValueError(f"no training sessions (stories {dict(first.splits).get('train')}) in the store")
+    if first.protocol != "loso" and not parts["val"] + parts["test"]:
+        raise ValueError("no validation or test sessions to score")
     need_post_fit = any(t.rescale != "none" for t in trials)
     need_unseen = any(t.track == "generalized" and t.unseen_listener for t in trials)
+    return parts, need_post_fit, need_unseen
+
+
+def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
+    """The fits (:class:`~experiments.fitting.FitPart`) of a fit group under protocol ``val``,
+    which :func:`evaluate_part` can make apart (in other processes) and :func:`evaluate_trials`
+    then uses; ``[]`` under ``loso`` (several training sets: the group is fitted as a whole)."""
+    trials = list(trials)
+    _check_group(trials)
+    if trials[0].protocol == "loso":
+        return []
+    sets, need_post_fit, need_unseen = _group_sets(trials, w)
+    return fit_parts(trials[0], sets["train"], sets["val"] + sets["test"], need_post_fit, need_unseen)
+
+
+def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartResult:
+    """Fit and predict one part of a fit group (protocol ``val``), see :func:`group_fit_parts`."""
+    trials = list(trials)
+    _check_group(trials)
+    if trials[0].protocol == "loso":
+        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+    sets, need_post_fit, _ = _group_sets(trials, w)
+    return fit_part(trials[0], part, sets["train"], sets["val"] + sets["test"], need_post_fit)
+
+
+def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]) -> list[TrialResult]:
+    t0 = time.perf_counter()
+    first = trials[0]
+    parts, need_post_fit, need_unseen = _group_sets(trials, w)
+    if done and first.protocol == "loso":
+        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
     preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
     unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
     split_of: dict[str, str] = {}
@@ -343,8 +205,8 @@ def _evaluate_group(trials: list[Trial], w: Windowed) -> list[TrialResult]:
 
     def run(train: list[WindowedSession], evaluate: list[WindowedSession], split: dict[str, str], with_unseen: bool) -> None:
         nonlocal n_rows
-        fitted = _fit_group(first, train, evaluate, need_post_fit, need_unseen and with_unseen)
-        notes.extend(fitted.notes)
+        fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and with_unseen, done)
+        notes.extend([*fitted.notes, *fitted.warnings])
         n_rows = max(n_rows, fitted.n_rows)
         for i, t in enumerate(trials):
             p, u = _postprocess(t, fitted, train, evaluate)
@@ -363,12 +225,11 @@ def _evaluate_group(trials: list[Trial], w: Windowed) -> list[TrialResult]:
             run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
     else:
         evaluate = parts["val"] + parts["test"]
-        if not evaluate:
-            raise ValueError("no validation or test sessions to score")
         run(parts["train"], evaluate, {s.session: name for name in ("val", "test") for s in parts[name]}, with_unseen=True)
 
     by_session = {s.session: s for s in w.sessions}
-    seconds = (time.perf_counter() - t0) / len(trials)
+    # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
+    seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
     results = []
     for t, p, u in zip(trials, preds, unseen, strict=True):
         rows = []

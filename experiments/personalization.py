@@ -198,22 +198,28 @@ class PerListenerRegressor(_ListenerMetaEstimator):
         estimator: any scikit-learn regressor (cloned at fit).
         listener_column: index of the listener-id column in ``X``.
         min_samples: fewest training rows for a listener to get their own model.
+        fallback: fit the global model (``True``). With ``False`` it is not fitted, which
+            saves a fit on all rows when the caller knows every listener it will predict has
+            a model of their own (the sweep checks this); ``predict`` then refuses a
+            listener without one instead of guessing.
 
     Attributes:
         estimators_: dict listener id -> fitted clone (listeners with enough rows).
-        global_: the fallback clone fitted on all rows.
+        global_: the fallback clone fitted on all rows (``None`` with ``fallback=False``).
         fallback_listeners_: sorted ids seen at fit with fewer than ``min_samples`` rows.
     """
 
-    def __init__(self, estimator: Any, listener_column: int = 0, min_samples: int = 50):
+    def __init__(self, estimator: Any, listener_column: int = 0, min_samples: int = 50, fallback: bool = True):
         self.estimator = estimator
         self.listener_column = listener_column
         self.min_samples = min_samples
+        self.fallback = fallback
 
     def fit(self, X: Any, y: Any) -> PerListenerRegressor:
-        """Fit the global model and one model per listener with at least ``min_samples`` rows."""
+        """Fit one model per listener with at least ``min_samples`` rows, and (with
+        ``fallback``) the global model."""
         listeners, features, y = self._split_fit(X, y)
-        self.global_ = clone(self.estimator).fit(features, y)
+        self.global_ = clone(self.estimator).fit(features, y) if self.fallback else None
         self.estimators_ = {}
         fallback = []
         ids, counts = np.unique(listeners, return_counts=True)
@@ -233,6 +239,12 @@ class PerListenerRegressor(_ListenerMetaEstimator):
         for listener in np.unique(listeners):
             rows = listeners == listener
             model = self.estimators_.get(_listener_key(listener), self.global_)
+            if model is None:
+                raise ValueError(
+                    f"listener {_listener_key(listener)} has no model of their own (unseen at fit, or under "
+                    f"min_samples={self.min_samples} training rows) and this PerListenerRegressor was fitted with "
+                    "fallback=False: refit with fallback=True to predict them with the global model"
+                )
             out[rows] = model.predict(features[rows])
         return out
 

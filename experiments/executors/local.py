@@ -9,8 +9,8 @@ database. With one job, or a single task, everything runs in this process.
 
 Scheduling (:func:`_parallel_trials`): one fork pool per window key, the next key's features
 computed while the current key's configurations run (when they fit in memory), the slowest
-models first within a key, at most ``jobs`` configurations at a time over all pools, and each
-worker limited to ``cores // jobs`` BLAS / OpenMP threads.
+models first within a key and split into their separate fits, at most ``jobs`` tasks at a
+time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP threads.
 
 >>> LocalExecutor().name
 'local'
@@ -33,7 +33,15 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..dataset import load_sessions
-from ..evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from ..evaluate import (
+    TrialResult,
+    Windowed,
+    evaluate_part,
+    evaluate_trials,
+    group_fit_parts,
+    window_sessions,
+)
+from ..fitting import FitPart, PartResult
 from ..grid import Trial, WindowKey
 from ..plots import load_backend
 from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
@@ -61,14 +69,23 @@ def release_free_memory() -> None:
 
 
 
-def _evaluate_shared(trials: Sequence[Trial], figures: bool = False) -> list[TrialResult]:
-    """Evaluate one fit group on the shared windowed features; with ``figures``, draw their plots
-    here too (in a forked worker: the parent then only writes the bytes)."""
+def _evaluate_shared(trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None) -> list[TrialResult]:
+    """Evaluate one fit group on the shared windowed features (``done``: its parts fitted in other
+    tasks); with ``figures``, draw their plots here too (in a forked worker: the parent then
+    only writes the bytes)."""
     try:
-        results = evaluate_trials(trials, _SHARED[trials[0].window_key()])
+        results = evaluate_trials(trials, _SHARED[trials[0].window_key()], done)
         return [with_figures(r) for r in results] if figures else results
     finally:
         release_free_memory()  # an idle worker does not keep the fit's memory
+
+
+def _evaluate_part_shared(trials: Sequence[Trial], part: FitPart) -> PartResult:
+    """One fit part of a fit group on the shared windowed features (see :func:`_parallel_trials`)."""
+    try:
+        return evaluate_part(trials, _SHARED[trials[0].window_key()], part)
+    finally:
+        release_free_memory()
 
 
 def _worker_init(threads: int | None = None, release: list | None = None) -> None:
@@ -160,6 +177,13 @@ def _expected_cost(group: Sequence[Trial]) -> int:
     return (trial.model != "dummy") + 2 * (trial.model in _SLOW_MODELS) + (trial.personalization == "per_listener")
 
 
+def _split(group: Sequence[Trial]) -> bool:
+    """Whether a fit group's fits run as separate tasks: a slow model's (its main fit, each
+    out-of-fold and unseen-listener fit, spread over the workers instead of one after another
+    in one; a fast model's parts would cost more to hand around than they save)."""
+    return group[0].model in _SLOW_MODELS
+
+
 def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
@@ -212,7 +236,13 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     pool is forked as soon as they are ready, so that when the current group is down to its
     last long fits the next group's configurations use the free cores. At most ``jobs``
     configurations run at a time over all pools, and at most two groups' features exist at a
-    time. Within a group the slowest models start first (longest-first scheduling). Each
+    time. Within a group the slowest models start first (longest-first scheduling), and a slow
+    model's fit group is split into its fits (:func:`experiments.evaluate.group_fit_parts`:
+    the main fit, each out-of-fold and unseen-listener fit), which run as separate tasks on
+    any worker; once they are all done, one more task post-processes and scores the group
+    from their predictions (the same numbers as one task fitting them in turn). A group of
+    five gradient-boosting fits then takes the time of three instead of five on two workers,
+    and its last fits no longer leave the other worker idle at the end of a sweep. Each
     worker runs ``cores // jobs`` BLAS / OpenMP threads. Results are yielded in the order of
     the configurations.
 
@@ -229,10 +259,14 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
     windows: dict[int, cf.Future] = {}
     pools: dict[int, cf.ProcessPoolExecutor] = {}
-    waiting: dict[int, list[tuple[Trial, ...]]] = {}  # launched groups' fit groups not yet submitted
+    # launched groups' tasks not yet submitted: (fit group, None) evaluates a fit group whole;
+    # (fit group, part) fits one part of a split group; (fit group, {part: result}) evaluates it
+    # from its parts once they are all done
+    waiting: dict[int, list[tuple[tuple[Trial, ...], FitPart | dict | None]]] = {}
     futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: each configuration's future, or why it failed
     slot: dict[Trial, int] = {}  # a configuration's place in the results of its fit group's future
     running: set[cf.Future] = set()
+    parts: dict[int, dict[tuple[Trial, ...], dict[FitPart, cf.Future]]] = {}  # split fit groups not yet evaluated
 
     def start_windowing(i: int) -> None:
         if i < len(keys) and i not in windows and i not in futures:
@@ -244,6 +278,17 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         free = available_memory()
         if free is None or windowed_nbytes(tables, keys[i]) <= PREFETCH_MEMORY_FRACTION * free:
             start_windowing(i)
+
+    def plan_tasks(i: int, group: list[Trial], w: Windowed) -> None:
+        futures[i] = {}
+        waiting[i], parts[i] = [], {}
+        for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
+            split = group_fit_parts(fit_group, w) if jobs > 1 and _split(fit_group) else []
+            if len(split) > 1:
+                parts[i][fit_group] = {}
+                waiting[i] += [(fit_group, part) for part in split]
+            else:
+                waiting[i].append((fit_group, None))
 
     def launch(i: int) -> None:
         try:
@@ -258,33 +303,55 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         _SHARED.clear()
         _SHARED[keys[i]] = w
         release_free_memory()  # what the windowing freed: the workers would map it for nothing
-        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(group)), mp_context=fork, initializer=_worker_init, initargs=(threads, tables))
+        plan_tasks(i, group, w)
+        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(waiting[i])), mp_context=fork, initializer=_worker_init, initargs=(threads, tables))
         pools[i].submit(_ready).result()  # with fork, every worker starts now, holding the features
         _SHARED.clear()
         del w
         # the features now live in the workers only: their pages return to the system when the
         # workers exit, instead of staying in this process's heap, mapped by the next pools too
         release_free_memory()
-        futures[i] = {}
-        waiting[i] = sorted(fit_groups(group), key=_expected_cost, reverse=True)
 
     def retire_finished() -> None:
         # a pool whose configurations are all done exits now, not once their results have been
         # handed over (logging them takes seconds): its workers still map a group's features
-        for j in [j for j in pools if not waiting.get(j) and all(f.done() for f in futures[j].values())]:
+        for j in [j for j in pools if not waiting.get(j) and not parts.get(j) and all(f.done() for f in futures[j].values())]:
             pools.pop(j).shutdown(wait=True)
             waiting.pop(j, None)
 
+    def evaluate_split_groups() -> None:
+        # a split fit group whose parts are all done is evaluated from them next (the front of
+        # its pool's queue); a failed part fails the group's configurations
+        for i, split in parts.items():
+            for fit_group, done in list(split.items()):
+                queued = any(g == fit_group for g, _ in waiting.get(i, []))
+                if queued or not all(f.done() for f in done.values()):
+                    continue
+                del split[fit_group]
+                failed = next((f.exception() for f in done.values() if f.exception() is not None), None)
+                if failed is None:
+                    waiting[i].insert(0, (fit_group, {part: f.result() for part, f in done.items()}))
+                    continue
+                for t in fit_group:
+                    futures[i][t] = cf.Future()
+                    futures[i][t].set_exception(failed)
+                    slot[t] = 0
+
     def submit_free() -> None:
         running.difference_update([f for f in running if f.done()])
+        evaluate_split_groups()
         retire_finished()
         for i in sorted(waiting):
             while waiting[i] and len(running) < jobs:
-                fit_group = waiting[i].pop(0)
-                fut = pools[i].submit(_evaluate_shared, fit_group, figures)
-                for k, t in enumerate(fit_group):
-                    futures[i][t] = fut
-                    slot[t] = k
+                fit_group, task = waiting[i].pop(0)
+                if isinstance(task, FitPart):
+                    fut = pools[i].submit(_evaluate_part_shared, fit_group, task)
+                    parts[i][fit_group][task] = fut
+                else:
+                    fut = pools[i].submit(_evaluate_shared, fit_group, figures, task)
+                    for k, t in enumerate(fit_group):
+                        futures[i][t] = fut
+                        slot[t] = k
                 running.add(fut)
 
     try:

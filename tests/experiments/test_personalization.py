@@ -105,6 +105,20 @@ def test_per_listener_fallbacks():
     assert pred[2] == pytest.approx(0.3, abs=0.05) and pred[3] == pytest.approx(-0.3, abs=0.05)
 
 
+def test_per_listener_without_fallback_fits_no_global_model_and_refuses_others():
+    X, y = opposite_listeners(n_per=60)
+    X = np.vstack([X, [[3.0, 0.5], [3.0, -0.5]]])  # listener 3: too few rows for a model
+    y = np.concatenate([y, [5.0, 5.0]])
+    with_fallback = PerListenerRegressor(LinearRegression(), min_samples=10).fit(X, y)
+    model = PerListenerRegressor(LinearRegression(), min_samples=10, fallback=False).fit(X, y)
+    assert model.global_ is None and sorted(model.estimators_) == [1, 2] and model.fallback_listeners_ == [3]
+    own = X[X[:, 0] != 3]
+    np.testing.assert_array_equal(model.predict(own), with_fallback.predict(own))
+    for who in (3.0, 9.0):  # too few rows at fit; never seen
+        with pytest.raises(ValueError, match=rf"listener {int(who)} has no model of their own.*fallback=True"):
+            model.predict(np.array([[1.0, 0.3], [who, 0.3]]))
+
+
 def test_calibration_recovers_listener_scale_and_offset():
     rng = np.random.default_rng(0)
     n = 300

@@ -391,3 +391,76 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
     late = client.get_run(orphans[1])
     assert late.info.status == "KILLED" and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
     assert not client.search_runs([again.experiment_id], "attributes.status = 'RUNNING'")
+
+
+def _slow_model_groups(planted_store):
+    """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
+    into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
+    import dataclasses
+
+    from experiments.dataset import load_sessions
+
+    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"],
+                                models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
+                                postprocess={"smooth_s": [2], "rescale": ["none", "train"]}))  # fmt: skip
+    trials = [dataclasses.replace(t, unseen_listener=True) for t in expand(cfg)]
+    groups: dict = {}
+    for t in trials:
+        groups.setdefault(t.window_key(), []).append(t)
+    tables = load_sessions(planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits)
+    return trials, groups, tables
+
+
+def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(planted_store, tmp_path, monkeypatch):
+    from experiments.evaluate import evaluate_trials, group_fit_parts, window_sessions
+    from experiments.executors import local
+    from experiments.executors.base import fit_groups
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    (key,) = groups
+    w = window_sessions(tables, key)
+    serial = {t: r for g in fit_groups(trials) for t, r in zip(g, evaluate_trials(g, w), strict=True)}
+    log = tmp_path / "parts.txt"
+    real = local.evaluate_part
+
+    def logged(fit_group, w, part):  # runs in a forked worker (which inherits the patch): a line in a file
+        with open(log, "a") as f:
+            f.write(f"{fit_group[0].model} {part}\n")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", logged)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials and all(e == "" for _, _, e in got)
+    for t, result, _ in got:
+        ref = serial[t]
+        assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
+        for sid in ref.predictions:
+            np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
+        for sid in ref.unseen_predictions:
+            np.testing.assert_array_equal(result.unseen_predictions[sid], ref.unseen_predictions[sid])
+        assert result.fit_seconds > 0
+    slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
+    expected = sorted(f"hist_gb {p}" for p in group_fit_parts(slow, w))
+    assert len(expected) > 10  # main, folds, and per listener: unseen and its folds
+    assert sorted(log.read_text().splitlines()) == expected  # each part once, the ridge groups whole
+
+
+def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monkeypatch):
+    from experiments.executors import local
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    real = local.evaluate_part
+
+    def broken(fit_group, w, part):
+        if part.kind == "fold":
+            raise RuntimeError(f"no memory for {part}")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", broken)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials
+    for t, result, error in got:
+        if t.model == "hist_gb":
+            assert result is None and error.startswith("RuntimeError: no memory for FitPart(kind='fold'"), error
+        else:
+            assert error == "" and result is not None

@@ -12,13 +12,15 @@ import pytest
 
 from experiments.config import from_dict
 from experiments.evaluate import (
-    _fit_group,
     _split_sessions,
+    evaluate_part,
     evaluate_trial,
     evaluate_trials,
+    group_fit_parts,
     window_sessions,
 )
 from experiments.executors.base import fit_groups
+from experiments.fitting import FitPart, fit_group
 from experiments.options import (
     IDENTITY_PERSONALIZATIONS,
     IDENTITY_RESCALES,
@@ -100,8 +102,8 @@ def test_post_processing_is_fitted_out_of_fold(tables):
     evaluate = parts["val"] + parts["test"]
     for fit_on, should_change in (("out_of_fold", False), ("in_sample", True)):
         t = dataclasses.replace(trial, fit_on=fit_on)
-        clean = _fit_group(t, parts["train"], evaluate, need_post_fit=True, need_unseen=False)
-        bad = _fit_group(t, poisoned_train, evaluate, need_post_fit=True, need_unseen=False)
+        clean = fit_group(t, parts["train"], evaluate, need_post_fit=True, need_unseen=False)
+        bad = fit_group(t, poisoned_train, evaluate, need_post_fit=True, need_unseen=False)
         held = [s.session for s in parts["train"] if s.story == story]
         changed = [not np.array_equal(clean.fit_on[sid], bad.fit_on[sid]) for sid in held]
         assert all(changed) if should_change else not any(changed), fit_on
@@ -124,6 +126,51 @@ def test_a_fit_group_gives_what_each_configuration_gives_alone(tables):
             np.testing.assert_array_equal(r.predictions[sid], alone.predictions[sid])
     with pytest.raises(ValueError, match="one fit key"):
         evaluate_trials([group[0], dataclasses.replace(group[0], model_params=(("alpha", 1),))], w)
+
+
+@pytest.mark.parametrize(("personalization", "fit_on", "unseen_listener"), [
+    ("global", "out_of_fold", True), ("per_listener", "out_of_fold", False),
+    ("global_calibrated", "out_of_fold", False), ("global", "in_sample", True),
+])
+def test_fit_parts_made_apart_give_what_the_group_gives(tables, personalization, fit_on, unseen_listener):
+    """The local executor fits a slow model's parts (main, folds, unseen listeners) in different
+    workers and combines them: every prediction, metric and warning must be what one process gives."""
+    trials = trials_for(personalization=[personalization],
+                        postprocess={"smooth_s": [2], "rescale": ["none", "train", "listener"], "fit_on": fit_on})
+    # as the sweep's unseen-listener runs are made: the chosen configuration with the protocol on
+    group = [dataclasses.replace(t, unseen_listener=unseen_listener) for t in trials
+             if t.feature_set == "listener" and t.model == "ridge"]
+    assert len(fit_groups(group)) == 1 and len(group) == 3
+    w = window_sessions(tables, group[0].window_key())
+    parts = group_fit_parts(group, w)
+    kinds = [p.kind for p in parts]
+    n_train = len(SPLITS["train"])
+    assert kinds.count("main") == 1 and kinds.count("fold") == (n_train if fit_on == "out_of_fold" else 0)
+    with_unseen = unseen_listener and personalization == "global"
+    assert ("unseen" in kinds) == with_unseen and ("unseen_fold" in kinds) == (with_unseen and fit_on == "out_of_fold")
+    whole = evaluate_trials(group, w)
+    done = {p: evaluate_part(group, w, p) for p in reversed(parts)}  # any order, any process
+    for given in (done, dict(list(done.items())[: len(done) // 2])):  # all parts given, or half (the rest fitted here)
+        apart = evaluate_trials(group, w, given)
+        for a, b in zip(whole, apart, strict=True):
+            assert a.trial == b.trial and a.metrics == b.metrics and a.warnings == b.warnings
+            assert a.n_train_rows == b.n_train_rows
+            for mine, theirs in ((a.predictions, b.predictions), (a.unseen_predictions, b.unseen_predictions)):
+                assert mine.keys() == theirs.keys()
+                for sid in mine:
+                    np.testing.assert_array_equal(mine[sid], theirs[sid])
+    if with_unseen:
+        assert any(k.endswith("_unseen") for k in whole[0].scores.split)
+
+
+def test_fit_parts_are_for_the_val_protocol_only(tables):
+    group = [pick(trials_for(protocol="loso"), "listener")]
+    w = window_sessions(tables, group[0].window_key())
+    assert group_fit_parts(group, w) == []
+    with pytest.raises(ValueError, match="protocol val only"):
+        evaluate_part(group, w, FitPart("main"))
+    with pytest.raises(ValueError, match="protocol val only"):
+        evaluate_trials(group, w, {FitPart("main"): evaluate_part([pick(trials_for(), "listener")], w, FitPart("main"))})
 
 
 def test_best_per_track_reads_validation_only():
