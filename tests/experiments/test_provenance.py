@@ -16,7 +16,7 @@ from experiments.provenance import PACKAGES, code_version, source_fingerprint
 
 from .conftest import ROOT, cli_env, config_dict
 
-DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/evaluate.py
+DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/fitting.py
 
 
 def copy_packages(dest: Path) -> Path:
@@ -27,9 +27,9 @@ def copy_packages(dest: Path) -> Path:
 
 
 def change_default(root: Path) -> None:
-    path = root / "experiments" / "evaluate.py"
+    path = root / "experiments" / "fitting.py"
     text = path.read_text()
-    assert DEFAULT_LINE in text, "the test's default moved: pick another line of experiments/evaluate.py"
+    assert DEFAULT_LINE in text, "the test's default moved: pick another line of experiments/fitting.py"
     path.write_text(text.replace(DEFAULT_LINE, "CALIBRATION_SHRINKAGE = 50.0"))
 
 
