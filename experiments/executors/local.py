@@ -283,7 +283,10 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         futures[i] = {}
         waiting[i], parts[i] = [], {}
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
-            split = group_fit_parts(fit_group, w) if jobs > 1 and _split(fit_group) else []
+            try:
+                split = group_fit_parts(fit_group, w) if jobs > 1 and _split(fit_group) else []
+            except ValueError:  # e.g. no training sessions: the whole group's task reports it, per configuration
+                split = []
             if len(split) > 1:
                 parts[i][fit_group] = {}
                 waiting[i] += [(fit_group, part) for part in split]

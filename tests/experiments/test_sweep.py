@@ -464,3 +464,26 @@ def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monke
             assert result is None and error.startswith("RuntimeError: no memory for FitPart(kind='fold'"), error
         else:
             assert error == "" and result is not None
+
+
+def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
+    """No training sessions (the train stories are not in the store): listing the parts fails in
+    the parent, which then runs the group whole, so each configuration reports the error and the
+    other groups still run."""
+    import dataclasses
+
+    from experiments.executors import local
+
+    trials, _, tables = _slow_model_groups(planted_store)
+    nowhere = (("train", (99,)), ("val", (1, 2, 4)), ("test", (3,)))  # the store's training stories validate
+    trials = [dataclasses.replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
+    groups: dict = {}
+    for t in trials:
+        groups.setdefault(t.window_key(), []).append(t)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials
+    for t, result, error in got:
+        if t.model == "hist_gb":
+            assert result is None and error == "ValueError: no training sessions (stories (99,)) in the store", error
+        else:
+            assert error == "" and result is not None
