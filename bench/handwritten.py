@@ -25,7 +25,8 @@ each a flat dict: ``id``, ``channels``, ``lengths_s``, ``delay_s``, ``align``, `
 **Output** (``--out``, CSV): one row per configuration, its ``id`` and
 ``<split>.ccc_<averaging>`` for split val and test, averaging personalized (per listener, then
 over listeners) and generalized (per story, then over stories); ``--seconds`` (JSON): the time
-spent reading, windowing, in the models (fit and predict) and in scoring.
+spent reading, windowing, in the models (fit and predict; ``models.<name>`` per model) and in
+scoring.
 
 The loop is nested the way such a script is: windows once per feature set and window lengths,
 a model fitted once for the post-processing variants that share it (smoothing and rescaling do
@@ -324,6 +325,8 @@ def run(tables: Path, plan: dict, log=print) -> tuple[pd.DataFrame, dict[str, fl
             t3 = time.perf_counter()
             rows += [{"id": cfg["id"], **scores(cfg, sessions, raw)} for cfg in same_fit]
             seconds["models"] += t3 - t2
+            model = f"models.{same_fit[0]['model']}"  # the same per model, to see where the time goes
+            seconds[model] = seconds.get(model, 0.0) + t3 - t2
             seconds["scores"] += time.perf_counter() - t3
             log(f"handwritten: {same_fit[0]['model']} {same_fit[0]['personalization']}, {len(same_fit)} "
                 f"configurations in {time.perf_counter() - t2:.1f} s")  # fmt: skip

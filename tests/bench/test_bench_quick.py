@@ -57,6 +57,9 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     assert goals["anchor.vs_handwritten_loop"] == ">= 5" and by_name["anchor.vs_handwritten_loop"]["baseline_value"] > 0
     for name in ("anchor.metric_difference", "anchor.tree_metric_difference_same_features"):
         assert goals[name] == "<= 1e-6 CCC" and by_name[name]["meets_goal"] is True, by_name[name]
+    # the ceiling: the loop's run over its time in the trees, which any tool must fit the same way
+    ceiling = by_name["anchor.ceiling"]
+    assert ceiling["value"] > 1 and "gradient-boosting" in ceiling["baseline"], ceiling
     assert "loading.vs_csv" in proc.stdout and "ratio" in proc.stdout  # the table was printed
 
 
