@@ -142,8 +142,7 @@ class Fitted:
     n_rows: int
     notes: list[str]
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-    #: the parts' fitting time (s) and warnings
-    seconds: float = 0.0
+    #: the warnings raised while fitting the parts
     warnings: list[str] = field(default_factory=list)
 
 
@@ -226,9 +225,19 @@ def combine_parts(
     need_unseen: bool,
 ) -> Fitted:
     """The group's :class:`Fitted` from its parts' results (every part of :func:`fit_parts`)."""
-    missing = [p for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen) if p not in done]
+    parts = fit_parts(trial, train, evaluate, need_post_fit, need_unseen)
+    missing = [p for p in parts if p not in done]
     if missing:
         raise ValueError(f"fit parts missing for {trial.label()}: {missing}")
+
+    def predictions(kind: str, listener: int | None = None) -> dict[str, np.ndarray]:
+        """The predictions of every part of ``kind`` (of ``listener``), in the order of ``parts``."""
+        out: dict[str, np.ndarray] = {}
+        for p in parts:
+            if p.kind == kind and p.listener == listener:
+                out.update(done[p].predictions)
+        return out
+
     notes: list[str] = []
     base, calibrated = _base(trial)
     main = done[FitPart("main")]
@@ -237,8 +246,7 @@ def combine_parts(
     fit_on: dict[str, np.ndarray] = {}
     if need_post_fit or calibrated:
         if _out_of_fold(trial, train):
-            for st in sorted({s.story for s in train}):
-                fit_on.update(done[FitPart("fold", story=st)].predictions)
+            fit_on = predictions("fold")
         else:
             if trial.fit_on == "out_of_fold":
                 notes.append(f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample")
@@ -264,14 +272,11 @@ def combine_parts(
             unseen.update(part.predictions)
             if need_post_fit:  # the held-out listener's rescaling must not see them either
                 if _out_of_fold(trial, others):
-                    unseen_fit_on[listener] = {}
-                    for st in sorted({s.story for s in others}):
-                        unseen_fit_on[listener].update(done[FitPart("unseen_fold", listener=listener, story=st)].predictions)
+                    unseen_fit_on[listener] = predictions("unseen_fold", listener)
                 else:
                     unseen_fit_on[listener] = dict(part.in_sample)
-    used = [done[p] for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen)]
     return Fitted(evaluated, fit_on, unseen, main.n_rows, notes, unseen_fit_on,
-                  seconds=sum(r.seconds for r in used), warnings=sorted({w for r in used for w in r.warnings}))  # fmt: skip
+                  warnings=sorted({w for p in parts for w in done[p].warnings}))  # fmt: skip
 
 
 def fit_group(
