@@ -266,7 +266,8 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: each configuration's future, or why it failed
     slot: dict[Trial, int] = {}  # a configuration's place in the results of its fit group's future
     running: set[cf.Future] = set()
-    parts: dict[int, dict[tuple[Trial, ...], dict[FitPart, cf.Future]]] = {}  # split fit groups not yet evaluated
+    # split fit groups not yet evaluated: each part's future (None while the part is queued)
+    parts: dict[int, dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]]] = {}
 
     def start_windowing(i: int) -> None:
         if i < len(keys) and i not in windows and i not in futures:
@@ -288,7 +289,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
             except ValueError:  # e.g. no training sessions: the whole group's task reports it, per configuration
                 split = []
             if len(split) > 1:
-                parts[i][fit_group] = {}
+                parts[i][fit_group] = dict.fromkeys(split)
                 waiting[i] += [(fit_group, part) for part in split]
             else:
                 waiting[i].append((fit_group, None))
@@ -327,18 +328,17 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         # its pool's queue); a failed part fails the group's configurations
         for i, split in parts.items():
             for fit_group, done in list(split.items()):
-                queued = any(g == fit_group for g, _ in waiting.get(i, []))
-                if queued or not all(f.done() for f in done.values()):
-                    continue
+                if not all(f is not None and f.done() for f in done.values()):
+                    continue  # a part is still queued or running
                 del split[fit_group]
                 failed = next((f.exception() for f in done.values() if f.exception() is not None), None)
                 if failed is None:
                     waiting[i].insert(0, (fit_group, {part: f.result() for part, f in done.items()}))
                     continue
+                lost = cf.Future()  # what the group's task would have raised
+                lost.set_exception(failed)
                 for t in fit_group:
-                    futures[i][t] = cf.Future()
-                    futures[i][t].set_exception(failed)
-                    slot[t] = 0
+                    futures[i][t] = lost
 
     def submit_free() -> None:
         running.difference_update([f for f in running if f.done()])
