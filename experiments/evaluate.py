@@ -156,6 +156,11 @@ def _check_group(trials: Sequence[Trial]) -> None:
         raise ValueError(f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones")
 
 
+def _refuse_loso(trial: Trial) -> None:
+    if trial.protocol == "loso":
+        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+
+
 def _group_sets(trials: Sequence[Trial], w: Windowed) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
     """(sessions by split, need_post_fit, need_unseen) of a fit group."""
     first = trials[0]
@@ -185,8 +190,7 @@ def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartRe
     """Fit and predict one part of a fit group (protocol ``val``), see :func:`group_fit_parts`."""
     trials = list(trials)
     _check_group(trials)
-    if trials[0].protocol == "loso":
-        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+    _refuse_loso(trials[0])
     sets, need_post_fit, _ = _group_sets(trials, w)
     return fit_part(trials[0], part, sets["train"], sets["val"] + sets["test"], need_post_fit)
 
@@ -195,8 +199,8 @@ def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartRe
     t0 = time.perf_counter()
     first = trials[0]
     parts, need_post_fit, need_unseen = _group_sets(trials, w)
-    if done and first.protocol == "loso":
-        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+    if done:
+        _refuse_loso(first)
     preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
     unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
     split_of: dict[str, str] = {}
