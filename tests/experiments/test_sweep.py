@@ -11,6 +11,7 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.config import expand, from_dict
+from experiments.executors.base import window_groups
 from experiments.parent_run import store_fingerprint
 from experiments.sweep import run_sweep
 from experiments.tracking import CONFIG_HASH_TAG
@@ -232,10 +233,7 @@ def test_store_fingerprint_follows_label_content(planted_store, tmp_path):
 
 
 def _groups(cfg):
-    groups: dict = {}
-    for t in expand(cfg):
-        groups.setdefault(t.window_key(), []).append(t)
-    return groups
+    return window_groups(expand(cfg))
 
 
 def test_windowed_nbytes_is_the_features_size(planted_store):
@@ -396,17 +394,13 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
 def _slow_model_groups(planted_store):
     """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
     into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
-    import dataclasses
-
     from experiments.dataset import load_sessions
 
     cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"],
                                 models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
                                 postprocess={"smooth_s": [2], "rescale": ["none", "train"]}))  # fmt: skip
-    trials = [dataclasses.replace(t, unseen_listener=True) for t in expand(cfg)]
-    groups: dict = {}
-    for t in trials:
-        groups.setdefault(t.window_key(), []).append(t)
+    trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
+    groups = window_groups(trials)
     tables = load_sessions(planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits)
     return trials, groups, tables
 
@@ -470,16 +464,12 @@ def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
     """No training sessions (the train stories are not in the store): listing the parts fails in
     the parent, which then runs the group whole, so each configuration reports the error and the
     other groups still run."""
-    import dataclasses
-
     from experiments.executors import local
 
     trials, _, tables = _slow_model_groups(planted_store)
     nowhere = (("train", (99,)), ("val", (1, 2, 4)), ("test", (3,)))  # the store's training stories validate
-    trials = [dataclasses.replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
-    groups: dict = {}
-    for t in trials:
-        groups.setdefault(t.window_key(), []).append(t)
+    trials = [replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
+    groups = window_groups(trials)
     got = list(local._parallel_trials(list(tables), groups, jobs=2))
     assert [t for t, _, _ in got] == trials
     for t, result, error in got:
