@@ -69,7 +69,7 @@ ablate: install ## speaker / listener / both table -> reports/ablation.{md,csv}
 
 ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT)); prints each experiment's runs link
 	@mkdir -p mlruns
-	-@$(BIN)/python -m experiments.ui --tracking-uri '$(TRACKING)' --url http://127.0.0.1:$(PORT)
+	-@$(BIN)/python -m experiments.tracking.ui --tracking-uri '$(TRACKING)' --url http://127.0.0.1:$(PORT)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri $(TRACKING) \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(PORT) --workers 1
 

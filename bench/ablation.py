@@ -46,8 +46,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.config import expand, load_config
-from featurestore.store import Store
+from experiments.config.loading import expand, load_config
+from featurestore.storage.store import Store
 
 from . import inputs
 from .harness import record
@@ -96,7 +96,7 @@ def phase_seconds(out: Path, started: float, wall_s: float) -> tuple[float, floa
     """
     import mlflow
 
-    from experiments.sweep import UNSEEN_OF_TAG
+    from experiments.studies.sweep import UNSEEN_OF_TAG
 
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=10000)]

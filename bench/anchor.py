@@ -80,9 +80,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import load_config
-from experiments.grid import Trial, expand
-from experiments.models import resolve_model_params
+from experiments.config.grid import Trial, expand
+from experiments.config.loading import load_config
+from experiments.models.factory import resolve_model_params
 
 from . import handwritten, inputs
 from .ablation import WITHOUT_TRANSCRIPTS, run_ablation
@@ -148,7 +148,7 @@ def package_scores(out: Path) -> pd.DataFrame:
     configurations of a fit)."""
     import mlflow
 
-    from experiments.tracking import CONFIG_HASH_TAG
+    from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=10000)]
@@ -172,8 +172,8 @@ def same_features_difference(store: Path, the_plan: dict, trials: dict[str, Tria
     """The loop's fits, post-processing and scores of the tree configurations (of the first ``n_sets``
     feature sets) on the package's own windowed features: their largest metric difference with the
     package's, and the ids compared."""
-    from experiments.dataset import load_sessions
-    from experiments.evaluate import window_sessions
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import window_sessions
 
     trees = [c for c in the_plan["configurations"] if c["model"] in TREES]
     sets = list(dict.fromkeys(trials[c["id"]].feature_set for c in trees))[:n_sets]

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from featurestore import media
 from featurestore.extractors.egemaps import EgemapsExtractor
-from featurestore.store import Channel, SessionMeta, Store, cache_key, utc_now
+from featurestore.sources import media
+from featurestore.storage.store import Channel, SessionMeta, Store, cache_key, utc_now
 
 from . import inputs
 from .harness import best_times, record

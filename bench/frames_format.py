@@ -1,6 +1,6 @@
 """The frames cache's file format: JSON line + ``.npy`` arrays against the layout it replaced.
 
-Until ``FRAMES_VERSION`` 2 the frames cache (:mod:`experiments.frames_cache`) wrote its own
+Until ``FRAMES_VERSION`` 2 the frames cache (:mod:`experiments.data.frames_cache`) wrote its own
 binary layout: an 8-byte magic, the header length and its CRC-32, a JSON header, then the
 arrays as raw bytes at 64-byte aligned offsets, read with ``readinto`` into preallocated
 arrays. This module keeps that layout's writer and reader as the baseline, and times reading
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.dataset import MAX_GAP_S, _resampling_code
-from experiments.frames_cache import EntryKey, FramesCache, _checksum
-from experiments.session_table import SessionTable
-from featurestore.store import Store
+from experiments.data.dataset import MAX_GAP_S, _resampling_code
+from experiments.data.frames_cache import EntryKey, FramesCache, _checksum
+from experiments.data.session_table import SessionTable
+from featurestore.storage.store import Store
 
 from .harness import best_times, record
 

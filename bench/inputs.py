@@ -6,7 +6,7 @@
 
 Each input sits in its own folder with a stamp file naming what made it (the generator's
 source hash and arguments). A folder whose stamp differs, e.g. after a change of the store
-layout in ``featurestore/store.py``, is deleted and rebuilt, so cached inputs never measure
+layout in ``featurestore/storage/store.py``, is deleted and rebuilt, so cached inputs never measure
 old code. The default work folder is ``bench/.work/`` (git-ignored).
 """
 
@@ -66,7 +66,7 @@ def synth_store(work: Path, n_sessions: int = 80, length_range: tuple[int, int] 
     folder = Path(work) / f"synth_{n_sessions}_{lengths[0]}-{lengths[1]}_seed{seed}"
     stamp = {
         "what": "synth_store",
-        "code": _source_hash("featurestore.synth", "featurestore.store", "featurestore.shard"),
+        "code": _source_hash("featurestore.synth", "featurestore.storage.store", "featurestore.storage.shard"),
         "n_sessions": int(n_sessions),
         "length_range": list(lengths),
         "seed": int(seed),

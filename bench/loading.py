@@ -1,12 +1,12 @@
 """Loading every channel of the full-size store into the experiment tables vs. CSV and Parquet.
 
-The project path is :func:`experiments.dataset.load_sessions` on the full-size synthetic
+The project path is :func:`experiments.data.dataset.load_sessions` on the full-size synthetic
 store (80 sessions, 633,850 frames; every channel: face_geom and face_au per role at 5 fps,
 eGeMAPS at 100 Hz for scene, speaker and listener), giving one 25 fps table per session.
 It is timed three ways:
 
 * ``loading.store_seconds`` / ``loading.vs_csv`` / ``loading.vs_parquet``: a load with the
-  frames cache in place (:mod:`experiments.frames_cache`), as every load after the first;
+  frames cache in place (:mod:`experiments.data.frames_cache`), as every load after the first;
 * ``loading.first_load_seconds`` / ``loading.first_load_vs_csv``: the cache emptied first, so
   the load reads the shards, resamples and writes the cache;
 * ``loading.uncached_seconds``: ``cache=False``, reading and resampling only.
@@ -21,13 +21,13 @@ per session and channel with a ``time`` column, a ``valid`` column and the featu
 ``valid`` column per role, as the store keeps them once), plus ``labels.csv``. They are
 written once in the run (cached) and read with ``pandas.read_csv`` (default engine) and
 ``pandas.read_parquet`` (pyarrow), then resampled by the same
-:func:`experiments.dataset.resample_channel`; the resulting tables are checked equal to the
+:func:`experiments.data.dataset.resample_channel`; the resulting tables are checked equal to the
 store's. All timings are with the files in the page cache (each format is read once before
 it is timed, the CSV files are timed once: they are slow).
 
 ``loading.read_time_<codec>`` and ``loading.size_<codec>``: the ``data`` datasets of 8 shards
 (linked rows once) written with lzf + shuffle and gzip level 1 + shuffle, against the
-store's uncompressed contiguous layout (the choice documented in ``featurestore/store.py``).
+store's uncompressed contiguous layout (the choice documented in ``featurestore/storage/store.py``).
 
 Goals (issue 5): >= 20x faster than CSV, under 2 s.
 """
@@ -44,9 +44,9 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from experiments.dataset import load_sessions, resample_channel
-from experiments.frames_cache import FOLDER_NAME
-from featurestore.store import LABEL_FPS, ROLES, Store
+from experiments.data.dataset import load_sessions, resample_channel
+from experiments.data.frames_cache import FOLDER_NAME
+from featurestore.storage.store import LABEL_FPS, ROLES, Store
 
 from . import frames_format, inputs
 from .harness import best_time, record

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from featurestore.store import Store
+from featurestore.storage.store import Store
 
 from . import inputs
 from .ablation import FULL as ABLATION_FULL

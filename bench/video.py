@@ -4,7 +4,7 @@ On a 2560x720 H.264 demo-corpus video made in the run (the astronaut face at abo
 the size of a face in OMG-Empathy's frames; 60 s, QUICK 6 s), frames per second of video of:
 
 * the video path of ``featurestore extract --channels face_geom`` with the default settings
-  (:func:`featurestore.extract.run_frame_jobs`): every frame decoded, the frames at the
+  (:func:`featurestore.extraction.extract.run_frame_jobs`): every frame decoded, the frames at the
   default face rate (5 fps) taken as luma, decoded ahead in a background thread, the speaker
   and listener crops, and a face_geom track per role (dlib detection near the previous face,
   tracking, 68 landmarks, geometry features);
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from featurestore import media
-from featurestore.config import FeatureConfig
-from featurestore.extract import FrameJob, run_frame_jobs
+from featurestore.extraction.config import FeatureConfig
+from featurestore.extraction.extract import FrameJob, run_frame_jobs
 from featurestore.extractors import get_extractor
 from featurestore.extractors.face_geom import EYE_CORNER_L, EYE_CORNER_R
 from featurestore.extractors.landmarks import DlibLandmarker
+from featurestore.sources import media
 
 from . import inputs
 from .harness import best_times, record

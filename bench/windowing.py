@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import load_config
-from experiments.dataset import load_sessions
-from experiments.windowing import window_frames, window_stats
+from experiments.config.loading import load_config
+from experiments.data.dataset import load_sessions
+from experiments.windowing.stats import window_frames, window_stats
 
 from . import inputs
 from .harness import best_time, best_times, record

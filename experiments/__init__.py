@@ -11,26 +11,28 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) keep importing
+
 __version__ = "0.1.0"
 
 #: public name -> module that defines it (add an entry to export another function)
 _EXPORTS: dict[str, str] = {
-    "load_config": ".config",
-    "ExperimentConfig": ".config_schema",
-    "ConfigError": ".config_schema",
-    "expand": ".grid",
-    "ccc": ".metrics",
-    "ccc_protocols": ".metrics",
-    "ccc_matrix": ".metrics",
-    "load_sessions": ".dataset",
-    "SessionTable": ".session_table",
-    "window_stats": ".windowing",
-    "run_sweep": ".sweep",
-    "ablate": ".ablation",
-    "export_predictions": ".tracking",
-    "evaluate_trial": ".evaluate",
-    "agreement": ".agreement",
-    "agreement_table": ".agreement",
+    "load_config": ".config.loading",
+    "ExperimentConfig": ".config.schema",
+    "ConfigError": ".config.schema",
+    "expand": ".config.grid",
+    "ccc": ".evaluation.metrics",
+    "ccc_protocols": ".evaluation.metrics",
+    "ccc_matrix": ".evaluation.metrics",
+    "load_sessions": ".data.dataset",
+    "SessionTable": ".data.session_table",
+    "window_stats": ".windowing.stats",
+    "run_sweep": ".studies.sweep",
+    "ablate": ".studies.ablation",
+    "export_predictions": ".tracking.tracker",
+    "evaluate_trial": ".evaluation.evaluate",
+    "agreement": ".studies.agreement",
+    "agreement_table": ".studies.agreement",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

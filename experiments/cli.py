@@ -21,12 +21,12 @@ from pathlib import Path
 
 from featurestore import Store, __version__
 from featurestore.processes import terminate_as_interrupt
-from featurestore.store import parse_session, session_name
+from featurestore.storage.store import parse_session, session_name
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
-from .config import ConfigError, load_config
+from .config.loading import ConfigError, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -68,7 +68,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config_schema.ExperimentConfig` named by ``--config`` and ``--set``."""
+    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``."""
     return load_config(args.config or getattr(args, "config_default", None), overrides=args.overrides)
 
 
@@ -105,7 +105,7 @@ def _read_valence(path: Path):
     The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
     """
     # predictions may leave [-1, 1]; the official scorer does not check the range either
-    from featurestore.annotations import read_annotation  # startup: see the imports above
+    from featurestore.sources.annotations import read_annotation  # startup: see the imports above
 
     return read_annotation(path, value_range=(-float("inf"), float("inf")))
 
@@ -117,7 +117,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     Exit 1 when the files do not pair up."""
     import pandas as pd  # startup: see the imports above
 
-    from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+    from .evaluation.metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
 
     truth, problems = _session_csvs(args.ground_truth_dir)
     preds, more = _session_csvs(args.prediction_dir)
@@ -196,7 +196,7 @@ def _check_store(store: str) -> None:
 def _print_sweep(res) -> int:
     import pandas as pd  # startup: see the imports above
 
-    from .summary import summary_markdown, track_summary
+    from .tracking.summary import summary_markdown, track_summary
 
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
@@ -234,9 +234,9 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .distributed import run_sweep_dask  # startup: see the imports above
-    from .search import run_search
-    from .sweep import run_sweep
+    from .studies.distributed import run_sweep_dask  # startup: see the imports above
+    from .studies.search import run_search
+    from .studies.sweep import run_sweep
 
     _check_store(args.store)
     if args.cfg.search.method == "optuna":
@@ -259,7 +259,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
     scheduler answers, Dask workers run other code than this process."""
-    from .dataset import DatasetError  # startup: see the imports above
+    from .data.dataset import DatasetError  # startup: see the imports above
     from .executors.dask import WorkerCodeMismatch
 
     return (DatasetError, ConnectionError, WorkerCodeMismatch)
@@ -274,7 +274,7 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from .ablation import ablate  # startup: see the imports above
+    from .studies.ablation import ablate  # startup: see the imports above
 
     _check_store(args.store)
     try:
@@ -299,7 +299,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .tracking import export_predictions  # startup: see the imports above
+    from .tracking.tracker import export_predictions  # startup: see the imports above
 
     try:
         files = export_predictions(args.run_id, args.split, args.out, args.tracking_uri)
@@ -330,8 +330,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     in the store (or the two --targets), plus a cross-target table: the config's first
     non-baseline configuration trained on one target and scored on the other. Logged to MLflow
     (run `agreement` in the config's experiment)."""
-    from .agreement import AgreementError, agreement  # startup: see the imports above
-    from .dataset import DatasetError
+    from .data.dataset import DatasetError  # startup: see the imports above
+    from .studies.agreement import AgreementError, agreement
 
     _check_store(args.store)
     try:

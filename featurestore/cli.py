@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .config import ConfigError, _hint, load_feature_config
 from .demo import build_demo
-from .derived import RULE_VERSIONS
-from .distributed import extract_many_dask
-from .extract import SessionResult
+from .extraction.config import ConfigError, _hint, load_feature_config
+from .extraction.derived import RULE_VERSIONS
+from .extraction.distributed import extract_many_dask
+from .extraction.extract import SessionResult
+from .extraction.imports import import_labels, import_tables, import_transcripts
+from .extraction.pool import extract_many
 from .extractors import ExtractorUnavailable, registry
-from .imports import import_labels, import_tables, import_transcripts
-from .manifest import SessionFiles, scan, write_manifest
-from .pool import extract_many
 from .processes import terminate_as_interrupt
-from .store import Store, StoreError, parse_session, session_name
+from .sources.manifest import SessionFiles, scan, write_manifest
+from .storage.store import Store, StoreError, parse_session, session_name
 from .synth import synth_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -1,7 +1,7 @@
 """What an extractor or an importer computes for one role: per-sample values, times and validity.
 
 :class:`Features` is the result type of the computing side (extractors, importers, the
-per-role voice rule); the store subclasses it (:class:`featurestore.store.Channel` adds the
+per-role voice rule); the store subclasses it (:class:`featurestore.storage.store.Channel` adds the
 provenance) and writes it, so storage depends on computing and never the reverse.
 
 >>> f = Features([[1.0], [2.0]], time=[0.0, 0.2], valid=[True, False], columns=["mouth_open"])

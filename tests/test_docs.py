@@ -1,6 +1,7 @@
 """The README and docs/ pages against the code: links resolve, the command line and the module map are complete.
 
-The README's module map is read as lines of the form ``- `featurestore/store.py` what it does``
+The README's module map is read as lines of the form ``- `featurestore/storage/store.py` what it does``
+(indented under its sub-package's line or not)
 (a package or a data folder ends in ``/``); it must name every module of ``featurestore/`` and
 ``experiments/`` exactly once and nothing that does not exist.
 """
@@ -21,7 +22,7 @@ PACKAGES = ("featurestore", "experiments")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-MAP_LINE = re.compile(r"^- `((?:featurestore|experiments)/[^`]*)`", re.M)
+MAP_LINE = re.compile(r"^\s*- `((?:featurestore|experiments)/[^`]*)`", re.M)
 
 
 def prose(text: str) -> str:

@@ -1,5 +1,8 @@
 """The house rules of ``featurestore/`` and ``experiments/``, read from their source.
 
+- each package is a stack of layers (:data:`LAYERS`, the sub-packages in pipeline order): a
+  module imports only from its own layer or the layers below it, and ``featurestore`` never
+  imports ``experiments``;
 - no module over 500 lines (one job per module);
 - no import cycle between modules of either package. The source is read as text (``ast``), so an
   import inside a function counts like one at the top: a cycle cannot hide in a function body.
@@ -23,6 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("featurestore", "experiments")
 #: the longest a module may be (lines)
 MAX_LINES = 500
+#: each package's layers, bottom first: a sub-package (or top-level module) and the rank of its
+#: layer; a module may import from its own rank or lower. The packages' ``__init__`` (the public
+#: door, which imports lazily or from the storage layer) and ``cli`` sit on top.
+LAYERS: dict[str, dict[str, int]] = {
+    "featurestore": {
+        "features": 0, "processes": 0, "moved": 0,  # shared by every layer; import no layer
+        "storage": 1, "sources": 2, "extractors": 3, "extraction": 4,
+        "demo": 5, "synth": 5, "cli": 6,
+    },
+    "experiments": {
+        "moved": 0, "config": 1, "data": 2, "windowing": 3, "models": 4, "evaluation": 5,
+        "tracking": 6, "executors": 7, "studies": 8, "cli": 9,
+    },
+}  # fmt: skip
 #: modules that may import the packages inside functions (see the docstring)
 LAZY_PACKAGE_IMPORTS = {"featurestore.cli", "experiments.cli"}
 
@@ -150,6 +167,51 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
     assert _cycles(graph) == [["experiments.a", "experiments.b"]]
 
 
+def _layer(module: str) -> tuple[str, int]:
+    """``module``'s package and layer rank; a package's own ``__init__`` is above every layer."""
+    top, _, rest = module.partition(".")
+    if not rest:
+        return top, max(LAYERS[top].values()) + 1
+    first = rest.split(".")[0]
+    if first not in LAYERS[top]:
+        raise AssertionError(f"{module} is in no layer: add {first!r} to LAYERS[{top!r}] in {__file__}")
+    return top, LAYERS[top][first]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a higher layer (or of ``experiments`` by ``featurestore``)."""
+    out = []
+    for a in sorted(graph):
+        pa, la = _layer(a)
+        for b in sorted(graph[a]):
+            pb, lb = _layer(b)
+            if pa == "featurestore" and pb == "experiments":
+                out.append(f"{a} imports {b} (featurestore never imports experiments)")
+            elif pa == pb and lb > la:
+                out.append(f"{a} (layer {la}) imports {b} (layer {lb})")
+    return out
+
+
+def test_layers_import_only_downwards():
+    bad = upward_imports(import_graph())
+    assert not bad, "imports that run up a layer (move the shared code down, see LAYERS): " + "; ".join(bad)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"experiments.config.grid": {"experiments.evaluation.metrics"},
+             "experiments.studies.sweep": {"experiments.config.grid"},
+             "featurestore.storage.store": {"experiments.config.grid", "featurestore.features"}}  # fmt: skip
+    assert upward_imports(graph) == [
+        "experiments.config.grid (layer 1) imports experiments.evaluation.metrics (layer 5)",
+        "featurestore.storage.store imports experiments.config.grid (featurestore never imports experiments)",
+    ]
+
+
+def test_every_module_is_in_a_layer():
+    for name in _modules():
+        _layer(name)
+
+
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_module_size(name):
     n = len(_modules()[name].read_text().splitlines())
@@ -185,12 +247,12 @@ def test_lazy_imports_are_third_party_and_say_why():
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_only_the_store_opens_hdf5_files(package):
-    allowed = {"featurestore/store.py"}
+    allowed = {"featurestore/storage/store.py"}
     opening = sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py")
         if "h5py.File(" in p.read_text() and str(p.relative_to(ROOT)) not in allowed
     )  # fmt: skip
-    assert not opening, f"{opening} open HDF5 files; read shards through featurestore.store.Store"
+    assert not opening, f"{opening} open HDF5 files; read shards through featurestore.storage.store.Store"
 
 
 def test_every_docstring_example_runs_in_make_test():
@@ -200,5 +262,5 @@ def test_every_docstring_example_runs_in_make_test():
     assert "--doctest-modules" in options["addopts"].split()
     assert set(PACKAGES) <= set(options["testpaths"])
     with_examples = {n for n, p in _modules().items() if ">>> " in p.read_text()}
-    assert {"experiments.ui_view", "experiments.frames_cache", "experiments.config", "experiments.grid",
-            "experiments.executors.base", "experiments.config_validation", "featurestore.store"} <= with_examples
+    assert {"experiments.tracking.ui_view", "experiments.data.frames_cache", "experiments.config.loading", "experiments.config.grid",
+            "experiments.executors.base", "experiments.config.validation", "featurestore.storage.store"} <= with_examples

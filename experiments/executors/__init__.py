@@ -1,4 +1,4 @@
-"""Executors: where the configurations of a sweep or a search are evaluated.
+"""Layer 7, the executors: where the configurations of a sweep or a search are evaluated.
 
 :mod:`.base` defines the interface (:class:`~experiments.executors.base.Executor`), with the
 local executor (:mod:`.local`, this machine's forked processes) and the Dask executor

@@ -1,11 +1,11 @@
 """The executor interface: where the configurations of a sweep or a search are evaluated.
 
-An :class:`Executor` takes the pending configurations (:class:`experiments.grid.Trial`) and a
+An :class:`Executor` takes the pending configurations (:class:`experiments.config.grid.Trial`) and a
 :class:`SweepContext`, and yields one :data:`Outcome` per configuration as it finishes, in
 the order of the configurations (so the sweep table, and the choice among equal scores, do
-not depend on where or how fast they ran). The sweep (:func:`experiments.sweep.run_sweep`)
-and the Optuna search (:func:`experiments.search.run_search`) hand their configurations to
-an executor through :meth:`experiments.parent_run.ParentRun.evaluate` and log what comes
+not depend on where or how fast they ran). The sweep (:func:`experiments.studies.sweep.run_sweep`)
+and the Optuna search (:func:`experiments.studies.search.run_search`) hand their configurations to
+an executor through :meth:`experiments.studies.parent_run.ParentRun.evaluate` and log what comes
 back; two executors exist side by side:
 
 * :class:`experiments.executors.local.LocalExecutor`: this machine; windowed features once
@@ -30,34 +30,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from ..config_schema import ExperimentConfig
-from ..evaluate import TrialResult
-from ..grid import Trial, WindowKey
-from ..plots import trial_figures
+from ..config.grid import Trial, WindowKey
+from ..evaluation.evaluate import TrialResult
+from ..evaluation.plots import with_figures
+from ..tracking.context import SweepContext
 
-
-@dataclass(frozen=True)
-class SweepContext:
-    """What an executor needs to evaluate pending configurations (and to log them, if it does)."""
-
-    cfg: ExperimentConfig
-    store: Any  # a featurestore.Store or its folder
-    channels: tuple[str, ...]  # every role/channel the pending configurations read, sorted
-    store_fingerprint: str
-    jobs: int
-    tracking_uri: str
-    experiment: str
-    parent_run_id: str
-    child_tags: dict[str, str]
-    log_artifacts: bool = True
+#: defined in the layers below (the child runs log with them); importable from here as before
+__all__ = ["Executor", "Outcome", "SweepContext", "fit_groups", "window_groups", "with_figures"]
 
 
 #: per configuration an executor yields (trial, TrialResult, "") or (trial, None, error text),
 #: or (trial, row, "") when its worker has logged the child run itself (see
-#: :func:`experiments.child_runs.log_child`)
+#: :func:`experiments.tracking.child_runs.log_child`)
 Outcome = tuple[Trial, "TrialResult | dict | None", str]
 
 
@@ -73,7 +58,7 @@ class Executor(abc.ABC):
         as soon as it and those before it are done.
 
         A failed configuration is an outcome with its error text, not an exception; a problem
-        of the store (:class:`experiments.dataset.DatasetError`) raises. Closing the iterator
+        of the store (:class:`experiments.data.dataset.DatasetError`) raises. Closing the iterator
         early (the sweep was interrupted) stops the work that is still running.
         """
 
@@ -88,14 +73,8 @@ def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:
 
 def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
     """``trials`` grouped by :meth:`Trial.fit_key` (first appearance order): each group is
-    evaluated in one task, its fits shared (see :func:`experiments.evaluate.evaluate_trials`)."""
+    evaluated in one task, its fits shared (see :func:`experiments.evaluation.evaluate.evaluate_trials`)."""
     groups: dict[Trial, list[Trial]] = {}
     for t in trials:
         groups.setdefault(t.fit_key(), []).append(t)
     return [tuple(g) for g in groups.values()]
-
-
-def with_figures(result: TrialResult) -> TrialResult:
-    """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
-    result.figures = trial_figures(result.predictions, result.truth, result.scores, result.trial.label())
-    return result

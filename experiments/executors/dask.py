@@ -1,6 +1,6 @@
 """The Dask executor: one task per fit group on a Dask cluster, the same outcomes as the local executor.
 
-:func:`experiments.distributed.run_sweep_dask` (``experiments sweep --executor dask``) starts a
+:func:`experiments.studies.distributed.run_sweep_dask` (``experiments sweep --executor dask``) starts a
 local cluster or joins one and hands :class:`DaskExecutor` to the sweep; only the evaluation
 moves to the workers (resume, the parent run, the baseline first and the summary stay with
 the sweep):
@@ -48,14 +48,14 @@ from pathlib import Path
 
 from featurestore import Store
 
-from ..child_runs import log_child, run_row
-from ..dataset import DatasetError, load_sessions
-from ..evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
-from ..grid import Trial, WindowKey
-from ..plots import load_backend
-from ..provenance import code_version
-from ..session_table import SessionTable
-from ..tracking import Tracker
+from ..config.grid import Trial, WindowKey
+from ..data.dataset import DatasetError, load_sessions
+from ..data.session_table import SessionTable
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from ..evaluation.plots import load_backend
+from ..tracking.child_runs import log_child, run_row
+from ..tracking.provenance import code_version
+from ..tracking.tracker import Tracker
 from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
@@ -188,7 +188,7 @@ def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[T
 
 
 def worker_code_fingerprint() -> str:
-    """On a worker: the code fingerprint of the package it imports (:mod:`experiments.provenance`)."""
+    """On a worker: the code fingerprint of the package it imports (:mod:`experiments.tracking.provenance`)."""
     return code_version().fingerprint
 
 
@@ -219,7 +219,7 @@ def warm_up(plots: bool = False) -> None:
     """On a worker: import what evaluating (and, with ``plots``, logging) a configuration needs."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    for name in ("experiments.models", "experiments.personalization"):
+    for name in ("experiments.models", "experiments.models.personalization"):
         importlib.import_module(name)
     if plots:
         load_backend()

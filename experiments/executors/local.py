@@ -32,8 +32,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..dataset import load_sessions
-from ..evaluate import (
+from ..config.grid import Trial, WindowKey
+from ..data.dataset import load_sessions
+from ..evaluation.evaluate import (
     TrialResult,
     Windowed,
     evaluate_part,
@@ -41,9 +42,8 @@ from ..evaluate import (
     group_fit_parts,
     window_sessions,
 )
-from ..fitting import FitPart, PartResult
-from ..grid import Trial, WindowKey
-from ..plots import load_backend
+from ..evaluation.fitting import FitPart, PartResult
+from ..evaluation.plots import load_backend
 from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
 
 _SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
@@ -237,7 +237,7 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     last long fits the next group's configurations use the free cores. At most ``jobs``
     configurations run at a time over all pools, and at most two groups' features exist at a
     time. Within a group the slowest models start first (longest-first scheduling), and a slow
-    model's fit group is split into its fits (:func:`experiments.evaluate.group_fit_parts`:
+    model's fit group is split into its fits (:func:`experiments.evaluation.evaluate.group_fit_parts`:
     the main fit, each out-of-fold and unseen-listener fit), which run as separate tasks on
     any worker; once they are all done, one more task post-processes and scores the group
     from their predictions (the same numbers as one task fitting them in turn). A group of

@@ -14,7 +14,7 @@ OMG-Empathy is licence-gated, so every part of the tool also runs on this corpus
 
 **Faces.** One real face, the public-domain NASA portrait in ``skimage.data.astronaut()``,
 cropped around the head and upscaled 2x (about 180 px from brow to chin). The speaker (left
-of x = 1080/2560 of the width, as :func:`featurestore.media.role_regions` splits) is a
+of x = 1080/2560 of the width, as :func:`featurestore.sources.media.role_regions` splits) is a
 mirrored, colour-shifted copy; each listener (right) has their own tint. Expressions are
 piecewise-affine warps (the model of ``skimage.transform.PiecewiseAffineTransform``,
 evaluated in one vectorised pass by :func:`piecewise_affine_map`) of the 68 dlib landmarks

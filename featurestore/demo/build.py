@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..manifest import STORY_SPEAKER
-from ..store import session_name
+from ..sources.manifest import STORY_SPEAKER
+from ..storage.store import session_name
 from . import model
 from .face import PHOTO_COLS, PHOTO_ROWS, PHOTO_SCALE, Look, TileCache, face_rig
 from .files import (

@@ -2,7 +2,7 @@
 
 Every file is written to a temporary name and renamed into place. The frame layout
 (:func:`frame_layout`) puts the speaker left and the listener right of the split that
-:func:`featurestore.media.role_regions` uses, each face tile centred in its half.
+:func:`featurestore.sources.media.role_regions` uses, each face tile centred in its half.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..media import role_regions
+from ..sources.media import role_regions
 from .face import FaceRig, TileCache, even
 from .plan import SessionPlan
 

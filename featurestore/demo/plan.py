@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..manifest import STORY_SPEAKER
+from ..sources.manifest import STORY_SPEAKER
 from .model import (
     AUDIO_RATE,
     BACKCHANNEL_AFFECT,

@@ -8,12 +8,12 @@ Three kinds of extractor exist:
 * :class:`AudioExtractor` sees the whole audio track once (mono float32, resampled) and
   returns features per role (usually ``scene``).
 * :class:`TranscriptExtractor` sees a session's transcript cues (see
-  :mod:`featurestore.transcripts`) and returns features per role at the label rate.
+  :mod:`featurestore.sources.transcripts`) and returns features per role at the label rate.
 
 An extractor's configuration is a frozen dataclass: ``params()`` is what goes into the
 cache key and the shard's provenance, so what was computed is always known. Every field can
 be set in ``featurestore.yaml`` (``extractors: {name: {field: value}}``) or with
-``featurestore extract --set name.field=value`` (see :mod:`featurestore.config`); the
+``featurestore extract --set name.field=value`` (see :mod:`featurestore.extraction.config`); the
 constructor may refuse values with a :class:`ValueError` (the config loader reports it with
 the file and key). ``version`` must be bumped whenever the output can change for the same
 input and settings; ``tests/featurestore/test_extractor_fingerprints.py`` fails when an
@@ -78,7 +78,7 @@ class FrameExtractor(Extractor):
     #: roles whose crops this extractor wants
     roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
     #: what extraction decodes the frames to for its tracks: ``rgb24`` or ``gray`` (full-range
-    #: luma, see :func:`featurestore.media.luma`)
+    #: luma, see :func:`featurestore.sources.media.luma`)
     pixel_format: ClassVar[str] = "rgb24"
 
     @abstractmethod
@@ -111,7 +111,7 @@ class TranscriptExtractor(Extractor):
     @abstractmethod
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
         """Features per role at frame times ``i / fps`` seconds, ``i < n_frames``, from
-        :class:`featurestore.transcripts.Cue` objects."""
+        :class:`featurestore.sources.transcripts.Cue` objects."""
 
 
 _REGISTRY: dict[str, type[Extractor]] = {}

@@ -19,7 +19,7 @@ than one 60 ms frame yields a single all-NaN row, which is marked invalid.
 
 ``valid`` is True where all 25 values are finite. Silence is *not* invalid here: it is a
 legitimate eGeMAPS observation (F0 = 0). Per-role channels, where ``valid`` marks who is
-talking, are derived in :mod:`featurestore.speaking`.
+talking, are derived in :mod:`featurestore.sources.speaking`.
 """
 
 from __future__ import annotations

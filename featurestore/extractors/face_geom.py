@@ -245,7 +245,7 @@ class FaceGeomTrack(Track):
     def add(self, time_s: float, image: np.ndarray) -> None:
         """Landmarks of one grey (H, W) or RGB (H, W, 3) uint8 crop taken at ``time_s`` seconds.
 
-        Extraction passes the decoder's luma (:func:`featurestore.media.luma`); an RGB crop is
+        Extraction passes the decoder's luma (:func:`featurestore.sources.media.luma`); an RGB crop is
         converted with OpenCV, whose grey levels differ from the luma by 1-2.
         """
         import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it

@@ -1,9 +1,9 @@
 """Per-frame features of each role from transcript cues: ``speech`` and ``lexicon``.
 
 Both run at the label rate (frames ``t_i = i / fps`` seconds, 25 fps) on the cues of
-:func:`featurestore.transcripts.read_transcript`; cues without a role are ignored, cues of
+:func:`featurestore.sources.transcripts.read_transcript`; cues without a role are ignored, cues of
 one role may overlap (their contributions add up). A frame is inside a cue when
-``start_s <= t < end_s``, the rule of :func:`featurestore.speaking.speaking_from_transcript`.
+``start_s <= t < end_s``, the rule of :func:`featurestore.sources.speaking.speaking_from_transcript`.
 
 ``valid`` (both channels) is True where the transcript covers the session: from 0 to the
 end of its last cue (any role, untagged too) plus ``coverage_tail_s`` (5 s: a pause after
@@ -53,8 +53,8 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from ..features import Features
-from ..speaking import speaking_from_transcript
-from ..transcripts import normalise_word, words
+from ..sources.speaking import speaking_from_transcript
+from ..sources.transcripts import normalise_word, words
 from .base import ExtractorConfig, ExtractorUnavailable, TranscriptExtractor, register
 
 SPEECH_COLUMNS = ["talking", "words_per_s", "since_spoke_s"]
@@ -93,7 +93,7 @@ class SpeechConfig(ExtractorConfig):
 class SpeechExtractor(TranscriptExtractor):
     """Is talking, words per second and time since the role last spoke, per label frame.
 
-    >>> from featurestore.transcripts import Cue
+    >>> from featurestore.sources.transcripts import Cue
     >>> out = SpeechExtractor().process_cues([Cue(0.2, 0.6, "speaker", "one two")], 10, 10.0)
     >>> out["speaker"].data[:, 0].tolist()
     [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
@@ -179,7 +179,7 @@ def prefix_scores(text: str) -> np.ndarray:
 class LexiconExtractor(TranscriptExtractor):
     """VADER sentiment of each role's current and recent words, per label frame (see the module docstring).
 
-    >>> from featurestore.transcripts import Cue
+    >>> from featurestore.sources.transcripts import Cue
     >>> out = LexiconExtractor().process_cues([Cue(0.0, 1.0, "speaker", "what a great day")], 20, 10.0)
     >>> bool(out["speaker"].data[12, 0] > 0.5), float(out["listener"].data[12, 0])
     (True, 0.0)

@@ -10,7 +10,7 @@ find the listener, the delay and the per-listener scaling).
 **Sessions.** ``n_sessions`` sessions, 8 stories per listener: session ``i`` is listener
 ``i // 8 + 1``, story ``i % 8 + 1`` (``Subject_<L>_Story_<S>``); the default 80 are the real
 10 listeners x 8 stories, 160 are 20 listeners. The speaker comes from
-:data:`featurestore.manifest.STORY_SPEAKER`, the split from :data:`~featurestore.manifest.SPLITS`.
+:data:`featurestore.sources.manifest.STORY_SPEAKER`, the split from :data:`~featurestore.sources.manifest.SPLITS`.
 
 **Lengths** (:func:`session_lengths`). Frames at 25 fps, multiples of 25, between 4,700 and
 11,925. Each length is ``4700 + 7225 * Beta(2.5, b)``, ``b`` chosen so the mean is the real
@@ -34,13 +34,13 @@ channel                             cols   rate         columns
                                                         ``valid`` = that role talks
 ==================================  =====  ===========  ==============================================
 
-Face samples sit at the video frames :func:`featurestore.media.iter_frames` would sample at
+Face samples sit at the video frames :func:`featurestore.sources.media.iter_frames` would sample at
 ``face_fps`` (time = frame / 25 s); eGeMAPS rows at ``k * 0.01`` s, ``4 * n_frames - 4`` of them
 (what openSMILE returns for the session's audio). About 3 % of each role's face samples are
 invalid (no face: NaN, ``valid`` False) in bursts of about a second. The speaker talks in
 phrases of 1.2-3.5 s with 0.35-1.5 s pauses (about 70 % of the time), the listener
 backchannels now and then (about 5 %); per-role eGeMAPS ``valid`` marks voiced frames of
-that role's talk, as :mod:`featurestore.speaking` does. Unvoiced frames hold 0 in the
+that role's talk, as :mod:`featurestore.sources.speaking` does. Unvoiced frames hold 0 in the
 voice-quality ``*_sma3nz`` columns and -201 in the formant amplitudes, as openSMILE writes.
 
 **Latent signals** (100 Hz, Gaussian noise low-pass filtered with a 2nd-order Butterworth
@@ -75,7 +75,7 @@ jointly to meet the total). Same seed, same arrays.
 
 **Cost.** One session at a time is generated and written (a few MB in memory); the 80-session
 store (about 310 MB: the per-role eGeMAPS channels link the scene's rows, see
-:class:`featurestore.store.Channel`) takes about 10 s on one core.
+:class:`featurestore.storage.store.Channel`) takes about 10 s on one core.
 
 **Modules.** :mod:`~featurestore.synth.lengths` (session lengths),
 :mod:`~featurestore.synth.model` (latents, planted parameters),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..manifest import STORY_SPEAKER
-from ..store import LABEL_FPS, Store, session_name
+from ..sources.manifest import STORY_SPEAKER
+from ..storage.store import LABEL_FPS, Store, session_name
 from .lengths import CORPUS_SESSIONS, LENGTH_RANGE, session_lengths, session_plan
 from .model import (
     AFFECT_HZ,

@@ -13,9 +13,9 @@ import numpy as np
 
 from ..extractors.egemaps import EgemapsExtractor
 from ..extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
-from ..manifest import SPLITS, STORY_SPEAKER, story_split
-from ..media import sample_mask_step
-from ..store import LABEL_FPS, Channel, SessionMeta, cache_key, session_name, utc_now
+from ..sources.manifest import SPLITS, STORY_SPEAKER, story_split
+from ..sources.media import sample_mask_step
+from ..storage.store import LABEL_FPS, Channel, SessionMeta, cache_key, session_name, utc_now
 from .model import (
     AFFECT_HZ,
     DRIFT_HZ,
@@ -159,7 +159,7 @@ class SynthSession:
 
 
 def face_sample_frames(n_frames: int, face_fps: float, video_fps: float = LABEL_FPS) -> np.ndarray:
-    """Video frame indices sampled at ``face_fps`` (as :func:`featurestore.media.iter_frames` picks them).
+    """Video frame indices sampled at ``face_fps`` (as :func:`featurestore.sources.media.iter_frames` picks them).
 
     >>> face_sample_frames(12, 5.0).tolist()
     [0, 5, 10]

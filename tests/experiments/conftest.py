@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.config import expand, from_dict
-from experiments.dataset import load_sessions
-from featurestore.store import Channel, SessionMeta, Store, session_name
+from experiments.config.loading import expand, from_dict
+from experiments.data.dataset import load_sessions
+from featurestore.storage.store import Channel, SessionMeta, Store, session_name
 
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 
@@ -170,7 +170,7 @@ def copy_tracking_db(tracking_dir: str, folder: Path) -> str:
     made already: creating them takes seconds); returns its ``sqlite:///`` URI."""
     import sqlite3
 
-    from experiments.tracking import resolve_tracking_uri
+    from experiments.tracking.tracker import resolve_tracking_uri
 
     folder.mkdir(parents=True, exist_ok=True)
     src = sqlite3.connect(resolve_tracking_uri(tracking_dir)[len("sqlite:///") :])
@@ -218,7 +218,7 @@ def assert_same_metrics(table, reference) -> None:
     """Every val./test. metric of ``reference`` (indexed by config hash) equals ``table``'s, per configuration."""
     import numpy as np
 
-    from experiments.tracking import CONFIG_HASH_TAG
+    from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     t = table.set_index(CONFIG_HASH_TAG)
     assert sorted(t.index) == sorted(reference.index)
@@ -233,9 +233,9 @@ def assert_same_metrics(table, reference) -> None:
 @pytest.fixture(scope="session")
 def local_reference(planted_store, tracking_dir):
     """The local executor's metrics per config hash for :func:`config_dict` on the planted store."""
-    from experiments.config import from_dict
-    from experiments.sweep import run_sweep
-    from experiments.tracking import CONFIG_HASH_TAG
+    from experiments.config.loading import from_dict
+    from experiments.studies.sweep import run_sweep
+    from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
     res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
@@ -257,7 +257,7 @@ def tracking_dir(tmp_path_factory) -> str:
 
     Tests share it and keep apart by experiment name.
     """
-    from experiments.tracking import Tracker
+    from experiments.tracking.tracker import Tracker
 
     folder = str(tmp_path_factory.mktemp("mlruns_shared") / "mlruns")
     Tracker(folder, "Default")
@@ -267,9 +267,9 @@ def tracking_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def sweep_once(planted_store, tracking_dir):
     """One sweep of :func:`config_dict` on the planted store: (cfg, SweepResult, tracking URI)."""
-    from experiments.config import from_dict
-    from experiments.sweep import run_sweep
-    from experiments.tracking import resolve_tracking_uri
+    from experiments.config.loading import from_dict
+    from experiments.studies.sweep import run_sweep
+    from experiments.tracking.tracker import resolve_tracking_uri
 
     cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener=True))
     res = run_sweep(cfg, store=planted_store, progress=False)

@@ -9,9 +9,9 @@ import yaml
 from mlflow import MlflowClient
 from PIL import Image
 
-from experiments.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
 from experiments.cli import main
-from experiments.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.studies.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
 
 from .conftest import config_dict
 
@@ -167,8 +167,8 @@ def test_plot_functions_on_their_own(tmp_path):
 
 
 def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tmp_path):
-    from experiments.ablation import ablate
-    from experiments.config import from_dict
+    from experiments.config.loading import from_dict
+    from experiments.studies.ablation import ablate
 
     cfg = from_dict(config_dict(
         tracking_dir, "ablation-loso", protocol="loso", models=[{"name": "ridge", "alpha": [10]}],

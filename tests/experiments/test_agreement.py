@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.agreement import COLUMNS, agreement_summary, agreement_table, target_pairs
 from experiments.cli import main
-from experiments.metrics import ccc, ccc_protocols
-from featurestore.store import Store
+from experiments.evaluation.metrics import ccc, ccc_protocols
+from experiments.studies.agreement import COLUMNS, agreement_summary, agreement_table, target_pairs
+from featurestore.storage.store import Store
 from tests.experiments.conftest import SPLITS, build_store, config_dict
 
 OBS_L, OBS_S = "valence_observer_listener", "valence_observer_speaker"
@@ -81,7 +81,7 @@ def test_agreement_verb_writes_reports_and_logs_to_mlflow(store, cfg_file, tmp_p
     cross = {tuple(line.split(" | ")[:2]): line for line in md.splitlines() if line.startswith("| valence_")}
     assert ("| valence_self", "valence_observer_listener") in cross and ("| valence_observer_speaker", "valence_self") in cross
 
-    from experiments.tracking import Tracker
+    from experiments.tracking.tracker import Tracker
 
     tracker = Tracker(tracking_dir, "agreement-test")
     runs = tracker.search("attributes.run_name = 'agreement'")
@@ -94,7 +94,7 @@ def test_agreement_verb_writes_reports_and_logs_to_mlflow(store, cfg_file, tmp_p
     arts = {a.path for a in tracker.client.list_artifacts(runs[0].info.run_id, "agreement")}
     assert arts == {"agreement/agreement.csv", "agreement/agreement.md", "agreement/agreement.png", "agreement/config.yaml"}
     # the code and every resolved setting of the run, as on the sweeps' runs
-    from experiments.provenance import code_version
+    from experiments.tracking.provenance import code_version
 
     assert {k: runs[0].data.tags[k] for k in code_version().tags()} == code_version().tags()
     written = yaml.safe_load(open(tracker.client.download_artifacts(runs[0].info.run_id, "agreement/config.yaml", str(tmp_path))))
@@ -128,7 +128,7 @@ def test_ablation_per_target(store, cfg_file, tmp_path, tracking_dir, capsys):
     # global ridge without per-listener rescaling: the generalized track
     assert list(table.feature_set) == ["listener", "listener"] and table.ccc_generalized.iloc[1] > 0.3
 
-    from experiments.tracking import Tracker
+    from experiments.tracking.tracker import Tracker
 
     run = Tracker(tracking_dir, "agreement-test").client.get_run(table.run_id_generalized.iloc[0])
     assert run.data.params["target"] == OBS_L

@@ -15,11 +15,11 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.cli import main
-from experiments.config import expand, from_dict
-from experiments.metrics import ccc_protocols
-from experiments.sweep import run_sweep
-from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
-from featurestore.store import Store
+from experiments.config.loading import expand, from_dict
+from experiments.evaluation.metrics import ccc_protocols
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
+from featurestore.storage.store import Store
 
 from .conftest import LISTENERS, N_FRAMES, SPLITS, cli_cmd, cli_env, config_dict
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.config import (
+from experiments.config.loading import (
     CONFIG_DIR,
     ConfigError,
     ExperimentConfig,
@@ -226,18 +226,18 @@ def test_trial_params_are_flat_dotted_text():
 
 
 def test_every_option_is_in_the_config_reference():
-    """The option lists are defined once (experiments/options.py); the table of docs/config.md follows them."""
-    from experiments import options
+    """The option lists are defined once (experiments/config/options.py); the table of docs/config.md follows them."""
+    from experiments.config import options
 
     reference = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
-    table = reference.split("Options, each defined once in `experiments/options.py`:")[1].split("\n\n")[1]
+    table = reference.split("Options, each defined once in `experiments/config/options.py`:")[1].split("\n\n")[1]
     for name in ("PERSONALIZATIONS", "RESCALES", "SMOOTH_METHODS", "FIT_ON", "STATS"):
         for value in getattr(options, name):
             assert f"`{value}`" in table, (name, value)
     # and the code that implements them agrees
-    from experiments.personalization import PERSONALIZATION_STRATEGIES
-    from experiments.postprocess import RESCALES, SMOOTH_METHODS, rescaler_for
-    from experiments.windowing import STATS
+    from experiments.models.personalization import PERSONALIZATION_STRATEGIES
+    from experiments.models.postprocess import RESCALES, SMOOTH_METHODS, rescaler_for
+    from experiments.windowing.stats import STATS
 
     assert PERSONALIZATION_STRATEGIES is options.PERSONALIZATIONS and STATS is options.STATS
     assert RESCALES is options.RESCALES and SMOOTH_METHODS is options.SMOOTH_METHODS

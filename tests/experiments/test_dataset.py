@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from experiments.dataset import DatasetError, load_sessions, resample_channel
-from featurestore.store import Channel, SessionMeta, Store
+from experiments.data.dataset import DatasetError, load_sessions, resample_channel
+from featurestore.storage.store import Channel, SessionMeta, Store
 
 SPLITS = {"train": [2], "val": [1], "test": [3]}
 N = 250  # 10 s at 25 fps

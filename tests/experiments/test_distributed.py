@@ -10,10 +10,10 @@ import time
 import pytest
 from mlflow import MlflowClient
 
-from experiments.config import expand, from_dict
-from experiments.dataset import DatasetError
-from experiments.distributed import run_sweep_dask
-from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
+from experiments.config.loading import expand, from_dict
+from experiments.data.dataset import DatasetError
+from experiments.studies.distributed import run_sweep_dask
+from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 
 from .conftest import (
     assert_same_metrics,
@@ -121,7 +121,7 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     run that finished, and a resume reuses every configuration."""
     import threading
 
-    from experiments.tracking import WORKER_LOST_TAG
+    from experiments.tracking.tracker import WORKER_LOST_TAG
 
     proc, uri, folder = mlflow_server
     wait_healthy(uri, proc, log=folder / "server.log")
@@ -169,7 +169,7 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     configuration must come back as the run already logged, not as a second child run."""
     from experiments.executors.base import SweepContext
     from experiments.executors.dask import WorkerJob, clear_worker_state, evaluate_on_worker
-    from experiments.tracking import Tracker
+    from experiments.tracking.tracker import Tracker
     from featurestore import Store
 
     proc, uri, folder = mlflow_server

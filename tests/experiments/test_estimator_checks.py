@@ -11,14 +11,14 @@ import pkgutil
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import experiments
-from experiments.models import FillEmptyColumns, MedianImputer, make_model
-from experiments.personalization import (
+from experiments.models.factory import FillEmptyColumns, MedianImputer, make_model
+from experiments.models.personalization import (
     CalibratedPerListener,
     GlobalRegressor,
     ListenerOneHot,
     PerListenerRegressor,
 )
-from experiments.postprocess import Rescaler
+from experiments.models.postprocess import Rescaler
 
 #: why a check cannot pass, by estimator class
 _LISTENER_ID_NOT_NAN = (
@@ -34,7 +34,7 @@ NOT_ESTIMATORS = {
     Rescaler: "post-processing of predictions, not a model of X: fit(y_train, pred_train, groups) learns label "
     "and prediction statistics, transform(pred, group) rescales predictions by the group known at prediction "
     "time; scikit-learn's checks call fit(X, y) on feature matrices and expect transform to keep X's columns, "
-    "which is not this contract (experiments/evaluate.py applies it after the model, per listener or overall)",
+    "which is not this contract (experiments/evaluation/evaluate.py applies it after the model, per listener or overall)",
 }
 
 

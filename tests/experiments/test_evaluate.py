@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from experiments.evaluate import evaluate_trial, window_sessions
+from experiments.evaluation.evaluate import evaluate_trial, window_sessions
 
 from .conftest import LISTENERS, N_FRAMES, SPLITS, pick, trials_for
 

@@ -18,8 +18,8 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.cli import main
-from experiments.tracking import resolve_tracking_uri
-from featurestore.store import Store
+from experiments.tracking.tracker import resolve_tracking_uri
+from featurestore.storage.store import Store
 
 from .conftest import LISTENERS, SPLITS, config_dict
 

@@ -14,10 +14,10 @@ import h5py
 import numpy as np
 import pytest
 
-import experiments.dataset as dataset
-from experiments.dataset import DatasetError, load_sessions
-from experiments.frames_cache import CACHE_ENV, FOLDER_NAME, SUFFIX, FramesCache
-from featurestore.store import Store
+import experiments.data.dataset as dataset
+from experiments.data.dataset import DatasetError, load_sessions
+from experiments.data.frames_cache import CACHE_ENV, FOLDER_NAME, SUFFIX, FramesCache
+from featurestore.storage.store import Store
 
 from .conftest import ROOT
 from .test_dataset import SPLITS, N, face_channel, write_store
@@ -122,7 +122,7 @@ def test_each_request_has_its_own_entry(store):
 
 
 def test_new_resampling_code_or_version_replaces_entries(store, monkeypatch):
-    import experiments.frames_cache as frames_cache
+    import experiments.data.frames_cache as frames_cache
 
     load_sessions(store, KEYS)
     first = {p.name for p in entries(store)}
@@ -299,8 +299,8 @@ RACER = r"""
 import sys, time, hashlib
 from pathlib import Path
 import numpy as np
-from experiments.dataset import load_sessions
-from experiments.frames_cache import FramesCache
+from experiments.data.dataset import load_sessions
+from experiments.data.frames_cache import FramesCache
 root, me, keys = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
 (root.parent / f"ready-{me}").touch()
 deadline = time.time() + 60
@@ -309,8 +309,8 @@ while not (root.parent / "go").exists():
     time.sleep(0.002)
 tables = load_sessions(root, keys)
 # then hammer one 2 MB entry: write it again and again while the other process does the same
-from experiments.dataset import SessionTable
-from experiments.frames_cache import EntryKey
+from experiments.data.dataset import SessionTable
+from experiments.data.frames_cache import EntryKey
 cache = FramesCache(root.parent / "hammer", code="x")
 entry = EntryKey("Subject_9_Story_9", (1, 2, 3), tuple(keys), "valence_self", 0.5, "x")
 both = [np.random.default_rng(i).normal(size=(2500, 200)).astype(np.float32) for i in (0, 1)]

@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import pearsonr
 
-from experiments.metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+from experiments.evaluation.metrics import (
+    ccc,
+    ccc_matrix,
+    ccc_per_listener,
+    ccc_per_story,
+    ccc_protocols,
+)
 
 
 def official_ccc(y_true, y_pred):

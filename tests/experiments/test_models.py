@@ -6,7 +6,7 @@ from sklearn.base import clone
 from sklearn.metrics import r2_score
 from sklearn.pipeline import Pipeline
 
-from experiments.models import MODEL_PARAMS, make_model, resolve_model_params
+from experiments.models.factory import MODEL_PARAMS, make_model, resolve_model_params
 
 # small settings keep the whole file fast on 2 shared cores
 FAST = {
@@ -109,7 +109,7 @@ def test_unknown_hyperparameter():
 
 
 def test_fill_empty_columns_keeps_other_nans():
-    from experiments.models import FillEmptyColumns
+    from experiments.models.factory import FillEmptyColumns
 
     X = np.array([[1.0, np.nan, np.nan], [np.nan, np.nan, 2.0], [3.0, np.nan, 4.0]])
     fill = FillEmptyColumns().fit(X)
@@ -121,7 +121,7 @@ def test_fill_empty_columns_keeps_other_nans():
 
 
 def test_fill_empty_columns_copies_only_when_it_fills():
-    from experiments.models import FillEmptyColumns
+    from experiments.models.factory import FillEmptyColumns
 
     X = np.array([[1.0, np.nan], [np.nan, 2.0]])
     assert FillEmptyColumns().fit(X).transform(X) is X  # nothing empty: read in place
@@ -149,7 +149,7 @@ def nan_patterns(seed: int, dtype, n: int = 203, d: int = 9) -> np.ndarray:
 def test_median_imputer_equals_simple_imputer(dtype, seed, block_bytes):
     from sklearn.impute import SimpleImputer
 
-    from experiments.models import MedianImputer
+    from experiments.models.factory import MedianImputer
 
     X = nan_patterns(seed, dtype, n=203 + seed)  # odd and even row counts
     X_new = nan_patterns(seed + 10, dtype, n=57)
@@ -167,7 +167,7 @@ def test_median_imputer_equals_simple_imputer(dtype, seed, block_bytes):
 
 
 def test_median_imputer_copies_and_clones():
-    from experiments.models import MedianImputer
+    from experiments.models.factory import MedianImputer
 
     X = nan_patterns(3, np.float64)
     before = X.copy()
@@ -184,7 +184,7 @@ def test_median_imputer_copies_and_clones():
 def test_median_imputer_rejects_infinity_and_wrong_width():
     import pandas as pd
 
-    from experiments.models import MedianImputer
+    from experiments.models.factory import MedianImputer
 
     with pytest.raises(ValueError, match="infinity"):
         MedianImputer().fit(np.array([[1.0, np.inf], [2.0, 3.0]]))

@@ -1,4 +1,4 @@
-"""experiments.personalization: the estimator contract and what each strategy learns."""
+"""experiments.models.personalization: the estimator contract and what each strategy learns."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ from sklearn.base import clone
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_squared_error
 
-from experiments.models import make_model
-from experiments.personalization import (
+from experiments.models.factory import make_model
+from experiments.models.personalization import (
     PERSONALIZATION_STRATEGIES,
     CalibratedPerListener,
     GlobalRegressor,

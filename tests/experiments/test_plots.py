@@ -16,7 +16,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
 
 LONG = "xgboost(n_estimators=200,max_depth=3,learning_rate=0.05) both w2,8s d2s global_calibrated smooth4s rescale=train"
 
@@ -97,7 +97,7 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
     """A worker draws into BytesIO and the parent writes the bytes: the same PNG as drawing to a path."""
     import io
 
-    from experiments.plots import LISTENER_CCC_FIGURE, PREDICTIONS_FIGURE, trial_figures
+    from experiments.evaluation.plots import LISTENER_CCC_FIGURE, PREDICTIONS_FIGURE, trial_figures
 
     scores, truth, preds = scores_and_series((1, 2, 3))
     figures = trial_figures(preds, truth, scores, LONG)
@@ -122,7 +122,7 @@ def test_drawing_keeps_a_notebooks_backend(setup, backend):
     from .conftest import cli_env
 
     env = {k: v for k, v in cli_env().items() if k != "MPLBACKEND"}
-    code = (f"import matplotlib; {setup}; from experiments.plots import load_backend; load_backend(); "
+    code = (f"import matplotlib; {setup}; from experiments.evaluation.plots import load_backend; load_backend(); "
             "print(matplotlib.get_backend().lower())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

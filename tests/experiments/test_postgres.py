@@ -38,8 +38,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.config import expand, from_dict
-from experiments.tracking import CONFIG_HASH_TAG, WORKER_LOST_TAG
+from experiments.config.loading import expand, from_dict
+from experiments.tracking.tracker import CONFIG_HASH_TAG, WORKER_LOST_TAG
 
 from .conftest import (
     ROOT,

@@ -1,9 +1,9 @@
-"""experiments.postprocess: smoothing per session and rescaling to training statistics."""
+"""experiments.models.postprocess: smoothing per session and rescaling to training statistics."""
 
 import numpy as np
 import pytest
 
-from experiments.postprocess import (
+from experiments.models.postprocess import (
     SMOOTH_METHODS,
     Rescaler,
     smooth,

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from experiments.cli import main
-from experiments.metrics import ccc
-from experiments.windowing import STATS, window_stats
+from experiments.evaluation.metrics import ccc
+from experiments.windowing.stats import STATS, window_stats
 
 from .test_metrics import official_ccc
 from .test_windowing import naive_window_stats, random_data

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.provenance import PACKAGES, code_version, source_fingerprint
+from experiments.tracking.provenance import PACKAGES, code_version, source_fingerprint
 
 from .conftest import ROOT, cli_env, config_dict
 
-DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/fitting.py
+DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/evaluation/fitting.py
 
 
 def copy_packages(dest: Path) -> Path:
@@ -27,9 +27,9 @@ def copy_packages(dest: Path) -> Path:
 
 
 def change_default(root: Path) -> None:
-    path = root / "experiments" / "fitting.py"
+    path = root / "experiments" / "evaluation" / "fitting.py"
     text = path.read_text()
-    assert DEFAULT_LINE in text, "the test's default moved: pick another line of experiments/fitting.py"
+    assert DEFAULT_LINE in text, "the test's default moved: pick another line of experiments/evaluation/fitting.py"
     path.write_text(text.replace(DEFAULT_LINE, "CALIBRATION_SHRINKAGE = 50.0"))
 
 
@@ -114,7 +114,7 @@ def test_dask_workers_with_other_code_are_refused(tmp_path):
                                   env={**cli_env(), "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             client.wait_for_workers(1, timeout=60)
-            (fingerprint,) = client.run(lambda: __import__("experiments.provenance").provenance.code_version().fingerprint).values()
+            (fingerprint,) = client.run(lambda: __import__("experiments.tracking.provenance").tracking.provenance.code_version().fingerprint).values()
             assert fingerprint == source_fingerprint(root) != code_version().fingerprint
             with pytest.raises(WorkerCodeMismatch, match="run other code than this client"):
                 check_worker_code(client)

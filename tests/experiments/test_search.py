@@ -1,4 +1,4 @@
-"""Optuna search (experiments/search.py): config validation, track restriction, objective on
+"""Optuna search (experiments/studies/search.py): config validation, track restriction, objective on
 validation only, resume of a killed study, parallel trials, and a categorical search equal to the grid."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.config import ConfigError, Range, expand, from_dict, load_config
-from experiments.search import run_search, study_name, trial_sequence
-from experiments.search_space import sample_trial, search_space
-from experiments.sweep import run_sweep
-from experiments.tracking import CONFIG_HASH_TAG, resolve_tracking_uri
+from experiments.config.loading import ConfigError, Range, expand, from_dict, load_config
+from experiments.config.search_space import sample_trial, search_space
+from experiments.studies.search import run_search, study_name, trial_sequence
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 
 from .conftest import SPLITS, assert_same_metrics, build_store, config_dict
 
@@ -170,8 +170,8 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(plan
 
 
 def _fingerprints(store):
-    from experiments.parent_run import store_fingerprint
-    from experiments.provenance import code_version
+    from experiments.studies.parent_run import store_fingerprint
+    from experiments.tracking.provenance import code_version
 
     return store_fingerprint(store)[0], code_version().fingerprint
 

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.config import expand, from_dict
+from experiments.config.loading import expand, from_dict
 from experiments.executors.base import window_groups
-from experiments.parent_run import store_fingerprint
-from experiments.sweep import run_sweep
-from experiments.tracking import CONFIG_HASH_TAG
+from experiments.studies.parent_run import store_fingerprint
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.tracker import CONFIG_HASH_TAG
 
 from .conftest import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
 
@@ -237,8 +237,8 @@ def _groups(cfg):
 
 
 def test_windowed_nbytes_is_the_features_size(planted_store):
-    from experiments.dataset import load_sessions
-    from experiments.evaluate import window_sessions
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import window_sessions
     from experiments.executors.local import windowed_nbytes
 
     d = config_dict("mlruns", window={"lengths_s": [[2], [1, 4]], "delay_s": [1], "align": "centred",
@@ -257,8 +257,8 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
     """Prefetch refused by the memory budget (the next key is windowed only once the current
     group is handed over) or granted: the same results as one process; the frame tables are
     released once the last key is windowed."""
-    from experiments.dataset import load_sessions
-    from experiments.evaluate import evaluate_trial, window_sessions
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import evaluate_trial, window_sessions
     from experiments.executors import local
 
     cfg = from_dict(config_dict("mlruns", personalization=["global"]))
@@ -303,10 +303,10 @@ def test_release_free_memory_finds_glibc_malloc_trim():
 
 def test_workers_draw_the_figures_the_parent_would(planted_store):
     """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
-    from experiments.dataset import load_sessions
-    from experiments.evaluate import evaluate_trial, window_sessions
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+    from experiments.evaluation.plots import trial_figures
     from experiments.executors import local
-    from experiments.plots import trial_figures
 
     cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
     groups = _groups(cfg)
@@ -345,7 +345,7 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
     """A worker logging through a server (another host) dies with its child run RUNNING: when the
     sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
     from experiments.executors.local import LocalExecutor
-    from experiments.tracking import WORKER_LOST_TAG, Tracker
+    from experiments.tracking.tracker import WORKER_LOST_TAG, Tracker
 
     cfg = from_dict(config_dict(tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]))
     trials = expand(cfg)
@@ -394,7 +394,7 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
 def _slow_model_groups(planted_store):
     """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
     into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
-    from experiments.dataset import load_sessions
+    from experiments.data.dataset import load_sessions
 
     cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"],
                                 models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
@@ -406,7 +406,7 @@ def _slow_model_groups(planted_store):
 
 
 def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(planted_store, tmp_path, monkeypatch):
-    from experiments.evaluate import evaluate_trials, group_fit_parts, window_sessions
+    from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts, window_sessions
     from experiments.executors import local
     from experiments.executors.base import fit_groups
 

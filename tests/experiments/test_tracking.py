@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from experiments.tracking import (
+from experiments.tracking.tracker import (
     CONFIG_HASH_TAG,
     WORKER_LOST_TAG,
     Tracker,

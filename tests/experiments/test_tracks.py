@@ -10,8 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.config import from_dict
-from experiments.evaluate import (
+from experiments.config.loading import from_dict
+from experiments.config.options import (
+    IDENTITY_PERSONALIZATIONS,
+    IDENTITY_RESCALES,
+    PERSONALIZATIONS,
+    RESCALES,
+)
+from experiments.config.tracks import track_of
+from experiments.evaluation.evaluate import (
     _split_sessions,
     evaluate_part,
     evaluate_trial,
@@ -19,17 +26,10 @@ from experiments.evaluate import (
     group_fit_parts,
     window_sessions,
 )
+from experiments.evaluation.fitting import FitPart, fit_group
 from experiments.executors.base import fit_groups
-from experiments.fitting import FitPart, fit_group
-from experiments.options import (
-    IDENTITY_PERSONALIZATIONS,
-    IDENTITY_RESCALES,
-    PERSONALIZATIONS,
-    RESCALES,
-)
-from experiments.summary import best_per_track
-from experiments.sweep import run_sweep
-from experiments.tracks import track_of
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.summary import best_per_track
 
 from .conftest import SPLITS, build_store, config_dict, pick, trials_for
 

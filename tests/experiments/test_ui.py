@@ -6,9 +6,9 @@ import json
 
 from mlflow import MlflowClient
 
-from experiments.tracking import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
-from experiments.ui import main
-from experiments.ui_view import (
+from experiments.tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
+from experiments.tracking.ui import main
+from experiments.tracking.ui_view import (
     CCC_METRICS,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,

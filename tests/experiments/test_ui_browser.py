@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from experiments.cli import main
-from experiments.ui_view import CCC_METRICS, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+from experiments.tracking.ui_view import CCC_METRICS, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
 from .conftest import cli_env, free_port, wait_healthy
 
@@ -58,8 +58,8 @@ def ui_command(backend_uri: str, port: int) -> tuple[list[str], dict]:
 
 def ui_links(backend_uri: str, url: str) -> dict[str, str]:
     """Experiment name -> runs link, as the ``ui`` target prints them before starting the UI."""
-    assert "-m experiments.ui --tracking-uri" in ui_recipe(), "the Makefile's ui target no longer prints the links"
-    out = subprocess.run([sys.executable, "-m", "experiments.ui", "--tracking-uri", backend_uri, "--url", url],
+    assert "-m experiments.tracking.ui --tracking-uri" in ui_recipe(), "the Makefile's ui target no longer prints the links"
+    out = subprocess.run([sys.executable, "-m", "experiments.tracking.ui", "--tracking-uri", backend_uri, "--url", url],
                          env=cli_env(), capture_output=True, text=True, timeout=120, check=True).stdout
     return dict(re.findall(r"^(\S+): (http://\S+)$", out, re.M))
 
@@ -95,7 +95,7 @@ def ui_server(planted_store, tmp_path):
     ``mlflow ui`` on a free port: (UI address, MLflow client, experiment name -> link)."""
     from mlflow import MlflowClient
 
-    from experiments.tracking import resolve_tracking_uri
+    from experiments.tracking.tracker import resolve_tracking_uri
 
     folder = tmp_path / "mlruns"
     assert main(["sweep", "--config", "smoke", "--store", str(planted_store), "--tracking-uri", str(folder)]) == 0

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.metrics import ccc, ccc_protocols
-from experiments.uncertainty import (
+from experiments.evaluation.metrics import ccc, ccc_protocols
+from experiments.evaluation.uncertainty import (
     bootstrap_protocols,
     chance_level,
     paired_comparison,

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments.windowing import STATS, window_bounds, window_frames, window_stats
+from experiments.windowing.stats import STATS, window_bounds, window_frames, window_stats
 
 
 def naive_window_stats(X, fps, lengths_s, delay_s, align, stats):

@@ -3,7 +3,7 @@
 A shard's cache key covers the extractor's name, ``version`` and parameters, not its code: a
 change to what an extractor computes that does not bump ``version`` leaves stale channels in
 every store, and ``featurestore extract`` reports them as current. This module records, for
-every extractor (and the per-role voice rules of :mod:`featurestore.derived`), a hash of the
+every extractor (and the per-role voice rules of :mod:`featurestore.extraction.derived`), a hash of the
 code it computes with, next to its version, in ``extractor_fingerprints.json``;
 ``test_extractor_fingerprints.py`` fails when the code changed and the version did not.
 
@@ -36,7 +36,7 @@ PACKAGE = "featurestore"
 RECORD = Path(__file__).with_name("extractor_fingerprints.json")
 UPDATE_COMMAND = "python -m tests.featurestore.extractor_fingerprints"
 #: modules that hold data or the interface, not what an extractor computes
-NOT_CODE = frozenset({"featurestore.store", "featurestore.shard", "featurestore.features", "featurestore.extractors.base",
+NOT_CODE = frozenset({"featurestore.storage.store", "featurestore.storage.shard", "featurestore.features", "featurestore.extractors.base",
                       "featurestore.extractors"})
 
 
@@ -107,18 +107,18 @@ def code_modules(*modules: str) -> list[str]:
 def versioned_code() -> dict[str, tuple[str, tuple[str, ...], str]]:
     """Name -> (version, modules, where the version constant is) of every versioned computation
     whose output lands in a shard: the registered extractors and the per-role voice rules of
-    :mod:`featurestore.derived`."""
-    from featurestore import derived
+    :mod:`featurestore.extraction.derived`."""
+    from featurestore.extraction import derived
     from featurestore.extractors import registry
 
     out = {
         name: (str(cls.version), (cls.__module__,), f"`version` of {cls.__name__} in {_module_path(cls.__module__).relative_to(ROOT).as_posix()}")
         for name, cls in registry().items()
     }
-    where = "featurestore/derived.py"
-    out[derived.SPEAKING_RULE] = (derived.SPEAKING_VERSION, ("featurestore.speaking",), f"SPEAKING_VERSION in {where}")
+    where = "featurestore/extraction/derived.py"
+    out[derived.SPEAKING_RULE] = (derived.SPEAKING_VERSION, ("featurestore.sources.speaking",), f"SPEAKING_VERSION in {where}")
     out[derived.TRANSCRIPT_SPEAKING_RULE] = (
-        derived.TRANSCRIPT_SPEAKING_VERSION, ("featurestore.speaking", "featurestore.transcripts"),
+        derived.TRANSCRIPT_SPEAKING_VERSION, ("featurestore.sources.speaking", "featurestore.sources.transcripts"),
         f"TRANSCRIPT_SPEAKING_VERSION in {where}",
     )
     return out

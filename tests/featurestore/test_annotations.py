@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from featurestore.annotations import AnnotationError, read_annotation
+from featurestore.sources.annotations import AnnotationError, read_annotation
 
 
 def write_valence(path, n, seed=0, header="valence"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from featurestore.cli import main
-from featurestore.config import ConfigError, FeatureConfig, load_feature_config
-from featurestore.store import cache_key
+from featurestore.extraction.config import ConfigError, FeatureConfig, load_feature_config
+from featurestore.storage.store import cache_key
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -124,7 +124,7 @@ def test_config_reference_example_loads_and_its_table_lists_every_extractor_sett
 
 
 def test_transcript_channels_take_their_settings_from_the_config():
-    from featurestore.derived import transcript_plan
+    from featurestore.extraction.derived import transcript_plan
 
     source = {"size": 10, "fingerprint": "abc"}
     default = transcript_plan(["speech"], 100, source)

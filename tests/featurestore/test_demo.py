@@ -13,12 +13,13 @@ import json
 import numpy as np
 import pytest
 
-from experiments.metrics import ccc
-from featurestore import demo, media
-from featurestore.config import load_feature_config
+from experiments.evaluation.metrics import ccc
+from featurestore import demo
 from featurestore.demo.face import border_points
+from featurestore.extraction.config import load_feature_config
 from featurestore.extractors.landmarks import DlibLandmarker
-from featurestore.manifest import STORY_SPEAKER, scan
+from featurestore.sources import media
+from featurestore.sources.manifest import STORY_SPEAKER, scan
 
 TINY = {"n_listeners": 2, "stories": (1, 2), "duration_s": 6}
 

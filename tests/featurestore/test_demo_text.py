@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from experiments.metrics import ccc
+from experiments.evaluation.metrics import ccc
 from featurestore import demo
-from featurestore.annotations import read_annotation
 from featurestore.extractors.transcript import LexiconExtractor
-from featurestore.manifest import scan
-from featurestore.transcripts import parse_srt, read_transcript
+from featurestore.sources.annotations import read_annotation
+from featurestore.sources.manifest import scan
+from featurestore.sources.transcripts import parse_srt, read_transcript
 
 
 @pytest.fixture(scope="module")

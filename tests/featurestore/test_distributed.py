@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from featurestore.cli import main
-from featurestore.config import FeatureConfig
 from featurestore.demo import build_demo
-from featurestore.distributed import dask_client, extract_many_dask
-from featurestore.manifest import scan
-from featurestore.pool import extract_many
-from featurestore.store import Store
+from featurestore.extraction.config import FeatureConfig
+from featurestore.extraction.distributed import dask_client, extract_many_dask
+from featurestore.extraction.pool import extract_many
+from featurestore.sources.manifest import scan
+from featurestore.storage.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 
 from featurestore.extractors.base import _REGISTRY
 from featurestore.extractors.egemaps import EgemapsConfig, EgemapsExtractor
-from featurestore.speaking import F0_COLUMN
+from featurestore.sources.speaking import F0_COLUMN
 
 F0_HZ = 150.0
 DURATION_S = 3.0

@@ -19,8 +19,8 @@ import pytest
 from featurestore.cli import main
 from featurestore.demo import build_demo
 from featurestore.extractors import get_extractor
-from featurestore.provenance import cache_key, file_fingerprint
-from featurestore.store import Store
+from featurestore.storage.provenance import cache_key, file_fingerprint
+from featurestore.storage.store import Store
 from tests.conftest import make_video
 
 pytestmark = pytest.mark.slow
@@ -201,10 +201,10 @@ def test_kill_mid_extraction_leaves_no_partial_shard_and_resumes(corpus, tmp_pat
 
 
 def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
-    from featurestore import media
-    from featurestore.extract import FrameJob, run_frame_jobs
+    from featurestore.extraction.extract import FrameJob, run_frame_jobs
     from featurestore.extractors import get_extractor
     from featurestore.extractors.base import Track
+    from featurestore.sources import media
 
     class Recorder(Track):
         def __init__(self):

@@ -35,8 +35,8 @@ def test_an_extractor_covers_the_modules_it_computes_with():
     assert fp.code_modules("featurestore.extractors.face_geom") == [
         "featurestore.extractors.face_geom", "featurestore.extractors.landmarks"]
     speech = fp.code_modules("featurestore.extractors.transcript")
-    assert "featurestore.speaking" in speech and "featurestore.transcripts" in speech
-    assert not {"featurestore.store", "featurestore.extractors.base"} & set(speech)
+    assert "featurestore.sources.speaking" in speech and "featurestore.sources.transcripts" in speech
+    assert not {"featurestore.storage.store", "featurestore.extractors.base"} & set(speech)
     assert {"face_geom", "face_au", "egemaps", "speech", "lexicon", "speaking_from_faces"} <= set(fp.current())
 
 

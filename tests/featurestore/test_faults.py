@@ -26,7 +26,7 @@ import pytest
 
 from featurestore.cli import main
 from featurestore.demo import build_demo
-from featurestore.store import Store
+from featurestore.storage.store import Store
 from tests.conftest import make_video
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,8 @@ FAULTY = '''
 import os, sys, time
 from pathlib import Path
 
-import featurestore.media as media
-import featurestore.shard as shard
+import featurestore.sources.media as media
+import featurestore.storage.shard as shard
 
 signal_file, at, delay = Path(os.environ["FAULT_SIGNAL"]), os.environ["FAULT_AT"], float(os.environ["FAULT_DELAY"])
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from featurestore.imports import import_labels, import_tables
-from featurestore.provenance import cache_key, file_fingerprint
-from featurestore.store import Channel, SessionMeta, Store
+from featurestore.extraction.imports import import_labels, import_tables
+from featurestore.storage.provenance import cache_key, file_fingerprint
+from featurestore.storage.store import Channel, SessionMeta, Store
 
 from .test_annotations import write_valence
 from .test_tables import write_openface, write_pyfeat

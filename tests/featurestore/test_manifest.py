@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from featurestore.manifest import annotation_target, scan, story_split, write_manifest
+from featurestore.sources.manifest import annotation_target, scan, story_split, write_manifest
 
 
 def _touch(path, text=""):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from featurestore import media
+from featurestore.sources import media
 from tests.conftest import make_video
 
 

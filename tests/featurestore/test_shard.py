@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from featurestore.features import Features
-from featurestore.shard import MissingChannelError
-from featurestore.store import Channel, SessionMeta, Store, StoreError
+from featurestore.storage.shard import MissingChannelError
+from featurestore.storage.store import Channel, SessionMeta, Store, StoreError
 
 META = SessionMeta("Subject_1_Story_1", 1, 1, 1, "val", n_frames=100)
 COLUMNS = ["a", "b", "c"]

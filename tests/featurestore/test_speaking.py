@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from featurestore.features import Features
-from featurestore.speaking import (
+from featurestore.sources.speaking import (
     F0_COLUMN,
     LOUDNESS_COLUMN,
     MOUTH_COLUMN,

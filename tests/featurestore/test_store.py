@@ -5,7 +5,7 @@ import h5py
 import numpy as np
 import pytest
 
-from featurestore.store import (
+from featurestore.storage.store import (
     Channel,
     SessionMeta,
     Store,

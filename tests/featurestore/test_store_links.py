@@ -6,8 +6,8 @@ import h5py
 import numpy as np
 import pytest
 
-from experiments.dataset import load_sessions
-from featurestore.store import Channel, SessionMeta, Store, StoreError
+from experiments.data.dataset import load_sessions
+from featurestore.storage.store import Channel, SessionMeta, Store, StoreError
 
 META = SessionMeta("Subject_1_Story_1", 1, 1, 1, "val", n_frames=100)
 COLUMNS = [f"lld{i}" for i in range(25)]

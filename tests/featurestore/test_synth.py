@@ -6,8 +6,8 @@ import pytest
 from featurestore.cli import main
 from featurestore.extractors.egemaps import EgemapsExtractor
 from featurestore.extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
-from featurestore.manifest import STORY_SPEAKER, story_split
-from featurestore.store import Store
+from featurestore.sources.manifest import STORY_SPEAKER, story_split
+from featurestore.storage.store import Store
 from featurestore.synth import (
     AU_COLUMNS,
     CHANNEL_KEYS,

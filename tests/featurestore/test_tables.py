@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from featurestore.tables import TableError, read_table
+from featurestore.extraction.tables import TableError, read_table
 
 NAN = float("nan")
 

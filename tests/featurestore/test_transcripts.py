@@ -16,8 +16,14 @@ from featurestore.extractors.transcript import (
     LexiconExtractor,
     SpeechExtractor,
 )
-from featurestore.store import Channel, SessionMeta, Store
-from featurestore.transcripts import Cue, TranscriptError, parse_ass, parse_srt, read_transcript
+from featurestore.sources.transcripts import (
+    Cue,
+    TranscriptError,
+    parse_ass,
+    parse_srt,
+    read_transcript,
+)
+from featurestore.storage.store import Channel, SessionMeta, Store
 from tests.conftest import make_video
 
 
@@ -297,7 +303,7 @@ def test_transcripts_verb_writes_channels_and_rederives_voice(tmp_path, capsys):
 
 
 def test_feature_sets_without_lexicon_name_the_transcripts_verb(tmp_path):
-    from experiments.dataset import DatasetError, load_sessions
+    from experiments.data.dataset import DatasetError, load_sessions
 
     st = _tiny_store(tmp_path / "features", sessions=("Subject_1_Story_1",))
     with pytest.raises(DatasetError, match=r"no channel speaker/lexicon .*featurestore transcripts TRANSCRIPT_DIR"):
@@ -308,7 +314,7 @@ def test_docstring_examples_run():
     import doctest
 
     import featurestore.extractors.transcript as extractors
-    import featurestore.transcripts as transcripts
+    import featurestore.sources.transcripts as transcripts
 
     for module in (transcripts, extractors):
         result = doctest.testmod(module)

@@ -1,0 +1,230 @@
+"""The configurations of a config: :class:`Trial` (one child run each) and the grid's expansion.
+
+Every list of a config is an axis; :func:`expand` crosses them into trials, grouped by
+:class:`WindowKey` (the windowed features are computed once per key), a model's ``only``
+narrowing the axes for that model (:func:`model_axes`)::
+
+    models:
+      - {name: ridge, alpha: [1, 100]}
+      - {name: svr, C: [1], only: {window.lengths_s: [[2, 8]], personalization: [global]}}
+
+>>> trials = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))
+>>> len(trials), trials[0].params()["window.lengths_s"], trials[0].track
+(48, '4', 'generalized')
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from .schema import ConfigError, ExperimentConfig, ModelSpec, config_hash, has_ranges
+from .tracks import track_of
+
+
+class WindowKey(NamedTuple):
+    """What determines the windowed features of a trial (compute once, share across models):
+    the first six fields of a :class:`Trial`."""
+
+    feature_set: str  # a name of the config's feature_sets
+    channels: tuple[str, ...]  # its role/channel keys
+    lengths_s: tuple[float, ...]  # one multi-scale set of window lengths (seconds)
+    delay_s: float  # label delay (seconds): features at t predict the label at t + delay
+    align: str  # centred on the frame, or causal (ending at it)
+    stats: tuple[str, ...]  # per-window statistics (experiments.config.options.STATS)
+
+
+def format_value(v: Any) -> str:
+    """A param value as MLflow text: ``2.0`` -> ``"2"``, ``[2, 8]`` -> ``"2,8"``, None -> ``"None"``."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return str(int(v))
+    if isinstance(v, list | tuple):
+        return ",".join(format_value(x) for x in v)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration of the grid: everything needed to train, post-process and score once.
+
+    Its window fields (``feature_set`` to ``stats``) are described in :class:`WindowKey`;
+    ``hop_s`` is the training rows' hop and ``smooth_s`` the smoothing window (seconds)."""
+
+    feature_set: str
+    channels: tuple[str, ...]
+    lengths_s: tuple[float, ...]
+    delay_s: float
+    align: str
+    stats: tuple[str, ...]
+    hop_s: float
+    model: str
+    model_params: tuple[tuple[str, Any], ...]
+    personalization: str
+    smooth_s: float
+    smooth_method: str
+    rescale: str
+    target: str = "valence_self"
+    protocol: str = "val"
+    seed: int = 0
+    splits: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    fit_on: str = "out_of_fold"
+    #: also score this configuration on listeners left out of training (generalized track only)
+    unseen_listener: bool = False
+
+    @property
+    def track(self) -> str:
+        """``personalized`` when anything in this configuration uses who is listening, else ``generalized``."""
+        return track_of(self.personalization, self.rescale)
+
+    @property
+    def hyperparams(self) -> dict[str, Any]:
+        """Model hyperparameters of this trial (lists restored from tuples)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_params}
+
+    def params(self) -> dict[str, str]:
+        """Flat dotted params for MLflow (all values as text, see :func:`format_value`)."""
+        p = {
+            "features.set": self.feature_set,
+            "features.channels": ",".join(self.channels),
+            "window.lengths_s": format_value(self.lengths_s),
+            "window.delay_s": format_value(self.delay_s),
+            "window.align": self.align,
+            "window.stats": ",".join(self.stats),
+            "window.train_hop_s": format_value(self.hop_s),
+            "model.name": self.model,
+        }
+        p.update({f"model.{k}": format_value(v) for k, v in self.model_params})
+        p.update(
+            {
+                "personalization": self.personalization,
+                "postprocess.smooth_s": format_value(self.smooth_s),
+                "postprocess.smooth_method": self.smooth_method,
+                "postprocess.rescale": self.rescale,
+                "postprocess.fit_on": self.fit_on,
+                "track": self.track,
+                "unseen_listener": format_value(self.unseen_listener and self.track == "generalized"),
+                "target": self.target,
+                "protocol": self.protocol,
+                "seed": format_value(self.seed),
+                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits),
+            }
+        )
+        return p
+
+    def hash(self) -> str:
+        """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
+        return config_hash(self.params())
+
+    def window_key(self) -> WindowKey:
+        """The part of the trial that determines its windowed features."""
+        return WindowKey(self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats)
+
+    def fit_key(self) -> Trial:
+        """The part of the trial that determines its fitted models: every field but the
+        post-processing (smoothing, rescaling), so configurations that differ only there share
+        one set of fits (see :func:`experiments.evaluation.evaluate.evaluate_trials`)."""
+        return replace(self, smooth_s=0.0, smooth_method="", rescale="")
+
+    def label(self) -> str:
+        """Short human-readable name, e.g. for a run name."""
+        hp = ",".join(f"{k}={format_value(v)}" for k, v in self.model_params)
+        return (
+            f"{self.model}{'(' + hp + ')' if hp else ''} {self.feature_set} "
+            f"w{format_value(self.lengths_s)}s d{format_value(self.delay_s)}s {self.personalization} "
+            f"smooth{format_value(self.smooth_s)}s rescale={self.rescale}"
+        )
+
+
+def _axis_values(cfg: ExperimentConfig) -> dict[str, list[Any]]:
+    return {
+        "feature_set": list(cfg.feature_set),
+        "window.lengths_s": [tuple(x) for x in cfg.window.lengths_s],
+        "window.delay_s": list(cfg.window.delay_s),
+        "window.align": list(cfg.window.align),
+        "personalization": list(cfg.personalization),
+        "postprocess.smooth_s": list(cfg.postprocess.smooth_s),
+        "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
+        "postprocess.rescale": list(cfg.postprocess.rescale),
+    }
+
+
+def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> dict[str, list[Any]]:
+    """The grid axes for one model: the global values, narrowed by the model's ``only``.
+
+    ``only`` keeps the grid values it lists; when it lists none of them (e.g. after
+    ``--set window.delay_s=[3]`` on a config whose model says ``only: {window.delay_s: [2]}``)
+    the model follows the whole grid on that axis instead of dropping out of the sweep.
+    """
+    axes = _axis_values(cfg)
+    for axis, wanted in spec.only.items():
+        wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
+        kept = [v for v in axes[axis] if v in wanted]
+        if kept:
+            axes[axis] = kept
+    return axes
+
+
+def expand(cfg: ExperimentConfig) -> list[Trial]:
+    """Every configuration of the grid, grouped by window key (features computed once per key).
+
+    A model's ``only`` narrows the axes for that model (see :func:`model_axes`). With
+    ``smooth_s`` 0 there is nothing to smooth, so only the first smoothing method is kept for
+    it. Duplicates (same params) are dropped, keeping the first.
+
+    Raises:
+        ConfigError: ``cfg`` has ranges (an Optuna search space: see :mod:`experiments.studies.search`).
+    """
+    if has_ranges(cfg):
+        raise ConfigError(f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
+                          "a grid lists values. Run it with experiments.studies.search.run_search (experiments sweep does)")
+    glob = _axis_values(cfg)
+    per_model = [model_axes(cfg, spec) for spec in cfg.models]
+    splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
+    stats = tuple(cfg.window.stats)
+    out: list[Trial] = []
+    seen: set[str] = set()
+    window_axes = ("feature_set", "window.lengths_s", "window.delay_s", "window.align")
+    for key in itertools.product(*(glob[a] for a in window_axes)):
+        fs, lengths, delay, align = key
+        for spec, axes in zip(cfg.models, per_model, strict=True):
+            if any(v not in axes[a] for a, v in zip(window_axes, key, strict=True)):
+                continue
+            names = list(spec.params)
+            methods = axes["postprocess.smooth_method"]
+            for values in itertools.product(*(spec.params[n] for n in names)):
+                hp = tuple((n, tuple(v) if isinstance(v, list) else v) for n, v in zip(names, values, strict=True))
+                for pers, smooth, method, rescale in itertools.product(
+                    axes["personalization"], axes["postprocess.smooth_s"], methods, axes["postprocess.rescale"]
+                ):
+                    if smooth == 0 and method != methods[0]:
+                        continue
+                    trial = Trial(
+                        feature_set=fs,
+                        channels=tuple(cfg.feature_sets[fs]),
+                        lengths_s=tuple(lengths),
+                        delay_s=delay,
+                        align=align,
+                        stats=stats,
+                        hop_s=cfg.window.train_hop_s,
+                        model=spec.name,
+                        model_params=hp,
+                        personalization=pers,
+                        smooth_s=smooth,
+                        smooth_method=method,
+                        rescale=rescale,
+                        target=cfg.target,
+                        protocol=cfg.protocol,
+                        seed=cfg.seed,
+                        splits=splits,
+                        fit_on=cfg.postprocess.fit_on,
+                    )
+                    h = trial.hash()
+                    if h not in seen:
+                        seen.add(h)
+                        out.append(trial)
+    return out
+

@@ -1,0 +1,167 @@
+"""Reading an experiment config: a YAML file (or a packaged name) plus ``--set`` overrides.
+
+This is the config's front door: :func:`load_config` reads the file, applies the overrides
+and validates the result (:mod:`experiments.config.validation`) into the typed config of
+:mod:`experiments.config.schema`, whose grid :mod:`experiments.config.grid` expands. The names a
+notebook needs are importable from here::
+
+    from experiments.config import load_config, expand
+    cfg = load_config("experiments/configs/default.yaml", overrides=["window.delay_s=[2]"])
+    trials = expand(cfg)
+
+Overrides use dotted keys and YAML values, as on the command line (``--set``); list items
+are addressed by index (``models.0.alpha=[1, 10]``).
+
+With ``search: {method: optuna, ...}`` (see :class:`experiments.config.schema.SearchConfig`
+and :mod:`experiments.studies.search`) a model hyperparameter or a numeric window/postprocess axis
+may also be a :class:`Range` (``{low: 0.01, high: 10, log: true}``, ``{low: 1, high: 8, int:
+true}``); lists stay categorical choices. A range without ``search.method: optuna`` is an error.
+
+Errors are :class:`ConfigError`; each names the file and the line of the key (or the
+``--set`` option) and the key path (``window.align``), and suggests the nearest valid key or value.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from featurestore.extraction.config import read_yaml_file
+
+from .grid import expand
+from .schema import ConfigError, ExperimentConfig, Range, config_hash
+from .validation import validate
+
+#: the names outside code imports from here (defined in the modules above)
+__all__ = ["CONFIG_DIR", "ConfigError", "ExperimentConfig", "Range", "config_hash", "expand", "from_dict",
+           "load_config", "resolve_config_path"]
+
+#: the packaged configs (default.yaml, ablation.yaml, smoke.yaml, search.yaml)
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
+
+
+def resolve_config_path(path: str | Path | None) -> Path:
+    """A config path; a bare name such as ``smoke`` means the packaged ``configs/smoke.yaml``."""
+    if path is None:
+        return DEFAULT_CONFIG
+    p = Path(path)
+    if p.exists():
+        return p
+    packaged = CONFIG_DIR / (p.name if p.suffix in (".yaml", ".yml") else f"{p.name}.yaml")
+    if p.parent == Path(".") and packaged.exists():
+        return packaged
+    names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+    raise ConfigError(
+        f"config file {p} does not exist; pass a YAML file or one of the packaged configs: {', '.join(names)}"
+    )
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Read, override and validate an experiment config.
+
+    Args:
+        path: a YAML file, a packaged config name (``default``, ``ablation``, ``smoke``), or
+            None for ``experiments/configs/default.yaml``.
+        overrides: ``KEY=VALUE`` strings with dotted keys and YAML values, applied in order
+            (``"window.delay_s=[2]"``, ``"models.0.alpha=[1, 10]"``, ``"window.align=causal"``).
+
+    Raises:
+        ConfigError: unreadable or malformed file, unknown key, bad value; the message names
+            the file and line (of the syntax error, or of the key) or the ``--set`` option, and
+            the key path.
+    """
+    p = resolve_config_path(path)
+    raw = read_yaml_file(p, ConfigError)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}")
+    return from_dict(raw, source=str(p), overrides=overrides, lines=key_lines(p.read_text(encoding="utf-8")))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+    return key.split("."), parsed
+
+
+def apply_override(raw: dict, keys: list[str], value: Any, text: str = "") -> None:
+    """Set ``raw[k1][k2]... = value`` in place; integer keys index lists (``models.0.alpha``)."""
+    node: Any = raw
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not k.lstrip("-").isdigit() or not -len(node) <= int(k) < len(node):
+                raise ConfigError(
+                    f"--set {text}: {'.'.join(keys[: i + 1])}: index {k!r} is not in a list of {len(node)} entries"
+                )
+            if last:
+                node[int(k)] = value
+            else:
+                node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            else:
+                if not isinstance(node.get(k), dict | list):
+                    node[k] = {}
+                node = node[k]
+        else:
+            raise ConfigError(f"--set {text}: {'.'.join(keys[:i])} is a single value, it has no key {k!r}")
+
+
+def from_dict(
+    raw: Mapping, source: str = "<dict>", overrides: Iterable[str] = (), lines: Mapping[str, int] | None = None
+) -> ExperimentConfig:
+    """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
+    (see :func:`key_lines`) lets errors name the line of the key in ``source``."""
+    raw = copy.deepcopy(dict(raw))
+    origins: dict[str, str] = {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(raw, keys, value, text)
+        origins[".".join(keys)] = f"--set {text}"
+    return validate(raw, source, origins, lines)
+
+
+def key_lines(text: str) -> dict[str, int]:
+    r"""Dotted key path -> line (1-based) of a YAML document's keys and list items.
+
+    >>> key_lines("target: valence_self\nwindow:\n  align: causal\nmodels:\n  - {name: ridge}\n")
+    {'target': 1, 'window': 2, 'window.align': 3, 'models': 4, 'models.0': 5, 'models.0.name': 5}
+    """
+    out: dict[str, int] = {}
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = f"{path}.{k.value}" if path else str(k.value)
+                out.setdefault(key, k.start_mark.line + 1)
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out.setdefault(f"{path}.{i}", item.start_mark.line + 1)
+                walk(item, f"{path}.{i}")
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:  # the file's reader reports it, with its line
+        return out
+    if root is not None:
+        walk(root, "")
+    return out
+

@@ -1,0 +1,78 @@
+"""Every option list of the experiment bench, defined once.
+
+Config validation (:mod:`experiments.config.validation`), the estimators, windowing and post-processing
+that implement the options read these tuples, and a test checks that the README's config
+reference lists every value; nothing else lists them. Importing this module loads no
+scikit-learn, so the config can be validated before the modelling stack is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
+from featurestore.storage.store import ROLES  # noqa: F401 - re-exported
+
+#: selection protocols: ``val`` (fit on train, choose on val) or ``loso`` (leave one story
+#: out over train + val)
+PROTOCOLS = ("val", "loso")
+#: window alignment: ``centred`` on the frame or ``causal`` (ending at it)
+ALIGNS = ("centred", "causal")
+#: per-window statistics of :func:`experiments.windowing.window_stats`
+STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
+#: personalization strategies (:func:`experiments.models.personalization.make_personalizer`)
+PERSONALIZATIONS = ("global", "per_listener", "global_calibrated", "listener_onehot")
+#: smoothing methods of :func:`experiments.models.postprocess.smooth`
+SMOOTH_METHODS = ("moving_average", "butterworth", "median")
+#: rescaling of predictions (:mod:`experiments.models.postprocess`): ``train`` matches the training
+#: labels' mean and std, ``bias`` their mean only, both from statistics over all training
+#: listeners; ``listener`` / ``listener_bias`` do the same with each listener's own statistics
+RESCALES = ("none", "train", "bias", "listener", "listener_bias")
+#: what rescaling and per-listener calibration are fitted on: predictions of the training
+#: stories made out of fold (leave one training story out), or the in-sample predictions of
+#: the model fitted on them (optimistic; kept to show what out-of-fold fitting changes)
+FIT_ON = ("out_of_fold", "in_sample")
+#: split names of a config's ``splits``
+SPLIT_NAMES = ("train", "val", "test")
+
+#: the challenge's two tracks: ``personalized`` models may use who is listening,
+#: ``generalized`` models may not (see :mod:`experiments.config.tracks`)
+TRACKS = ("personalized", "generalized")
+#: personalization strategies that use the listener's identity
+IDENTITY_PERSONALIZATIONS = ("per_listener", "global_calibrated", "listener_onehot")
+#: rescaling modes that use the listener's identity (per-listener statistics)
+IDENTITY_RESCALES = ("listener", "listener_bias")
+
+#: model name -> allowed hyperparameters with their defaults (:func:`experiments.models.make_model`
+#: builds them; the config validator checks names against them)
+MODEL_PARAMS: dict[str, dict[str, Any]] = {
+    "svr": {
+        "C": 1.0,
+        "gamma": "scale",  # float, "scale" or "auto"
+        "epsilon": 0.1,
+        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
+    },
+    "linear_svr": {
+        "C": 1.0,
+        "epsilon": 0.0,
+        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
+        "max_iter": 5000,
+    },
+    "xgboost": {
+        "n_estimators": 300,
+        "max_depth": 3,
+        "learning_rate": 0.05,
+        "subsample": 1.0,
+        "colsample_bytree": 1.0,
+        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
+    },
+    "hist_gb": {
+        "max_iter": 200,
+        "learning_rate": 0.1,
+        "max_depth": None,
+    },
+    "ridge": {
+        "alpha": 1.0,
+    },
+    "dummy": {},
+}

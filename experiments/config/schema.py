@@ -1,0 +1,268 @@
+"""The experiment config's schema: typed dataclasses with their defaults, and the config hash.
+
+A config file (see ``experiments/configs/*.yaml`` and DESIGN.md "Experiment config") describes
+a grid: every list is an axis, and every combination is one configuration (see
+:mod:`experiments.config.grid`). Missing keys take the defaults of the dataclasses below, so a
+config only needs to say what differs. :mod:`experiments.config` reads a file into these
+classes, :mod:`experiments.config.validation` checks every value on the way.
+
+>>> cfg = ExperimentConfig()
+>>> cfg.feature_set, cfg.window.align, len(cfg.hash())
+(['speaker', 'listener', 'both'], ['centred'], 12)
+>>> Range(0.01, 10, log=True).to_dict(), Range(1, 8).contains(9)
+({'low': 0.01, 'high': 10, 'log': True}, False)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+#: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
+ONLY_AXES = (
+    "feature_set",
+    "window.lengths_s",
+    "window.delay_s",
+    "window.align",
+    "personalization",
+    "postprocess.smooth_s",
+    "postprocess.smooth_method",
+    "postprocess.rescale",
+)
+
+
+class ConfigError(ValueError):
+    """A bad experiment config: the message names the file or ``--set`` option and the key path."""
+
+
+def _default_feature_sets() -> dict[str, list[str]]:
+    return {
+        "speaker": ["speaker/face_geom", "speaker/egemaps"],
+        "listener": ["listener/face_geom", "listener/egemaps"],
+        "both": ["speaker/face_geom", "speaker/egemaps", "listener/face_geom", "listener/egemaps"],
+    }
+
+
+#: keys of a range mapping (:class:`Range`)
+RANGE_KEYS = ("low", "high", "log", "int", "step")
+#: search methods: ``grid`` (every combination, :func:`experiments.studies.sweep.run_sweep`) or ``optuna``
+SEARCH_METHODS = ("grid", "optuna")
+#: Optuna samplers a search may name (``grid``: Optuna's GridSampler over lists only)
+SEARCH_SAMPLERS = ("tpe", "random", "grid")
+
+
+@dataclass(frozen=True)
+class Range:
+    """A range an Optuna search samples from (see :mod:`experiments.studies.search`), in the axis' units
+    (seconds for window and smoothing axes). ``int``: integers; ``log``: sampled uniformly in
+    log space; ``step``: a grid of ``low + k * step``."""
+
+    low: float
+    high: float
+    log: bool = False
+    int: bool = False
+    step: float | None = None
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.log:
+            d["log"] = True
+        if self.int:
+            d["int"] = True
+        if self.step is not None:
+            d["step"] = self.step
+        return d
+
+    def contains(self, x: Any) -> bool:
+        """Whether the number ``x`` lies in [low, high]."""
+        return is_number(x) and self.low <= x <= self.high
+
+
+
+def is_number(x: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+def _values(v: Any) -> Any:
+    """An axis as YAML: a list of values, or a range's mapping."""
+    return v.to_dict() if isinstance(v, Range) else list(v)
+
+
+def has_ranges(cfg: ExperimentConfig) -> bool:
+    """Whether any axis or hyperparameter of ``cfg`` is a :class:`Range` (a search space, not a grid)."""
+    axes = [cfg.window.lengths_s, cfg.window.delay_s, cfg.postprocess.smooth_s]
+    axes += [v for m in cfg.models for v in m.params.values()]
+    return any(isinstance(a, Range) for a in axes)
+
+
+@dataclass
+class SearchConfig:
+    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search.
+
+    An Optuna search runs ``n_trials`` configurations in all (a re-run continues the same study
+    up to that number), each sampled by ``sampler`` (seeded with ``seed``) to maximise the
+    validation (or LOSO) CCC of ``track``; ``startup_trials`` random trials come before TPE
+    models the results. ``storage`` is the Optuna storage URL (default: ``optuna.db`` beside a
+    SQLite tracking database; needed for any other tracking URI).
+    """
+
+    method: str = "grid"
+    n_trials: int = 20
+    sampler: str = "tpe"
+    seed: int = 0
+    track: str = "generalized"
+    startup_trials: int = 10
+    storage: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "n_trials": self.n_trials, "sampler": self.sampler, "seed": self.seed,
+                "track": self.track, "startup_trials": self.startup_trials, "storage": self.storage}
+
+
+@dataclass
+class WindowConfig:
+    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s).
+
+    In an Optuna search ``lengths_s`` and ``delay_s`` may be a :class:`Range` (seconds); a
+    ``lengths_s`` range samples one window length (a single-scale set)."""
+
+    lengths_s: list[list[float]] | Range = field(default_factory=lambda: [[4.0], [2.0, 8.0]])
+    delay_s: list[float] | Range = field(default_factory=lambda: [0.0, 2.0])
+    align: list[str] = field(default_factory=lambda: ["centred"])
+    stats: list[str] = field(default_factory=lambda: ["mean", "std", "slope"])
+    #: training rows are taken every ``train_hop_s`` seconds; predictions cover every frame
+    train_hop_s: float = 0.2
+
+
+@dataclass
+class ModelSpec:
+    """One ``models`` entry: a model name, a grid per hyperparameter, optional narrowed axes."""
+
+    name: str
+    #: hyperparameter -> its grid (a list), or a :class:`Range` for an Optuna search
+    params: dict[str, list[Any] | Range] = field(default_factory=dict)
+    only: dict[str, list[Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, **{k: _values(v) for k, v in self.params.items()}}
+        if self.only:
+            d["only"] = {k: list(v) for k, v in self.only.items()}
+        return d
+
+
+def _default_models() -> list[ModelSpec]:
+    return [
+        ModelSpec("ridge", {"alpha": [1.0, 10.0]}),
+        ModelSpec("linear_svr", {"C": [0.01, 0.1]}),
+        ModelSpec("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
+    ]
+
+
+@dataclass
+class PostprocessConfig:
+    """Prediction smoothing (window in seconds, 0 = none; a :class:`Range` in an Optuna search)
+    and rescaling to training statistics."""
+
+    smooth_s: list[float] | Range = field(default_factory=lambda: [0.0, 4.0])
+    smooth_method: list[str] = field(default_factory=lambda: ["moving_average"])
+    rescale: list[str] = field(default_factory=lambda: ["none", "train"])
+    #: what rescaling and per-listener calibration are fitted on (one of ``FIT_ON``)
+    fit_on: str = "out_of_fold"
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``."""
+
+    uri: str = "mlruns"
+    experiment: str = "omg-default"
+
+
+@dataclass
+class ExperimentConfig:
+    """A resolved, validated experiment config (see DESIGN.md "Experiment config")."""
+
+    target: str = "valence_self"
+    splits: dict[str, list[int]] = field(
+        default_factory=lambda: {"train": [2, 4, 5, 8], "val": [1], "test": [3, 6, 7]}
+    )
+    protocol: str = "val"
+    feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)
+    #: names of the feature sets to sweep (default: all of ``feature_sets``)
+    feature_set: list[str] = field(default_factory=list)
+    window: WindowConfig = field(default_factory=WindowConfig)
+    models: list[ModelSpec] = field(default_factory=_default_models)
+    personalization: list[str] = field(default_factory=lambda: ["global", "per_listener", "global_calibrated"])
+    postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 0
+    #: score each feature set's chosen generalized-track configuration on listeners left out of
+    #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
+    unseen_listener: bool = True
+    #: parallel configurations; None lets the sweep decide
+    jobs: int | None = None
+    #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
+    source: str = field(default="<defaults>", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.feature_set:
+            self.feature_set = list(self.feature_sets)
+
+    def to_dict(self) -> dict:
+        """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
+
+        ``search`` is included only for an Optuna search, so a grid config's hash is what it
+        was before searches existed."""
+        d = {
+            "target": self.target,
+            "splits": {k: list(v) for k, v in self.splits.items()},
+            "protocol": self.protocol,
+            "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
+            "feature_set": list(self.feature_set),
+            "window": {
+                "lengths_s": _values(self.window.lengths_s) if isinstance(self.window.lengths_s, Range)
+                else [list(x) for x in self.window.lengths_s],
+                "delay_s": _values(self.window.delay_s),
+                "align": list(self.window.align),
+                "stats": list(self.window.stats),
+                "train_hop_s": self.window.train_hop_s,
+            },
+            "models": [m.to_dict() for m in self.models],
+            "personalization": list(self.personalization),
+            "postprocess": {
+                "smooth_s": _values(self.postprocess.smooth_s),
+                "smooth_method": list(self.postprocess.smooth_method),
+                "rescale": list(self.postprocess.rescale),
+                "fit_on": self.postprocess.fit_on,
+            },
+            "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            "seed": self.seed,
+            "unseen_listener": self.unseen_listener,
+            "jobs": self.jobs,
+        }
+        if self.search.method != "grid":
+            d["search"] = self.search.to_dict()
+        return d
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML text (what ``--print-config`` shows)."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+    def hash(self) -> str:
+        """Short stable hash of the resolved config."""
+        return config_hash(self.to_dict())
+
+
+def config_hash(d: Mapping | Sequence | Any, length: int = 12) -> str:
+    """Stable short hex hash of a JSON-able value (key order does not matter)."""
+    blob = json.dumps(d, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+

@@ -1,0 +1,51 @@
+"""The OMG-Empathy challenge's two tracks: which configuration competes in which, and how each is scored.
+
+The challenge (Barros et al., ACII 2019, section V) has two tracks that differ by the
+*model*, not by the averaging:
+
+* **personalized**: a model of how the stories affect *a specific person*; it may use who
+  is listening (one model per listener, per-listener calibration or rescaling, the
+  listener's identity as a feature);
+* **generalized**: a model of a story's impact on listeners *in general*; it does not know
+  who is listening.
+
+A configuration belongs to the personalized track as soon as anything in it uses the
+listener's identity (:data:`~experiments.config.options.IDENTITY_PERSONALIZATIONS`,
+:data:`~experiments.config.options.IDENTITY_RESCALES`); smoothing is a fixed filter and never
+does. Each track is chosen on validation (or LOSO) under its own averaging of per-session
+CCC, and reported once on test under the same averaging:
+
+* personalized: for each listener the mean over their stories, then the mean over listeners;
+* generalized: for each story the mean over listeners, then the mean over stories.
+
+On a complete listener x story table the two averages are the same number; the tracks then
+differ only by their models, which is the point of the comparison.
+
+>>> track_of("global", "train")
+'generalized'
+>>> track_of("global", "listener")
+'personalized'
+>>> selection_metric("generalized", "val")
+'val.ccc_generalized'
+"""
+
+from __future__ import annotations
+
+from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
+
+
+def track_of(personalization: str, rescale: str) -> str:
+    """The track of a configuration with this personalization strategy and rescaling mode."""
+    if personalization in IDENTITY_PERSONALIZATIONS or rescale in IDENTITY_RESCALES:
+        return "personalized"
+    return "generalized"
+
+
+def selection_metric(track: str, protocol: str = "val") -> str:
+    """The metric a track's configurations are ranked by: its own averaging on validation or LOSO.
+
+    ``protocol`` is the config's protocol (``val`` or ``loso``).
+    """
+    if track not in TRACKS:
+        raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
+    return f"{'loso' if protocol == 'loso' else 'val'}.ccc_{track}"

@@ -1,0 +1,342 @@
+"""Per-session frame tables at the label rate (25 fps): features resampled onto label frames.
+
+Label frame ``i`` of a session is the instant ``t_i = i / fps`` (fps = 25). Every channel of
+the feature store is brought onto these instants:
+
+- channels sampled at the label rate or slower (face channels at 5 fps) are linearly
+  interpolated between *valid* samples, but never across a gap longer than ``max_gap_s``
+  (0.5 s); a frame outside such a span takes the nearest valid sample when it lies within
+  half a sample period, else it is missing;
+- channels sampled faster (eGeMAPS LLDs every 10 ms) are averaged over the valid samples
+  whose time is within half a frame period of ``t_i`` (the samples nearest to that frame).
+
+Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data.
+Everything is vectorised (``searchsorted``, a sparse pooling product); no loop runs over frames.
+
+The tables are cached inside the store (``<store>/.frames/``, see :mod:`experiments.data.frames_cache`)
+per shard file, channel keys, target and ``max_gap_s``: a second load reads them back without
+opening a shard (full-size store, every channel: 0.08-0.3 s instead of 1.3-1.6 s), and any
+rewrite of a shard, or an edit of the resampling code below, invalidates its entries.
+
+>>> import numpy as np
+>>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
+>>> x, ok = resample_channel(np.arange(5.0)[:, None], t, np.ones(5, bool), n_frames=21)
+>>> [round(float(v), 2) for v in x[:6, 0]]                   # frames 0..5 at 0, 0.04, ... 0.2 s
+[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cache, partial
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+from featurestore.features import Features
+from featurestore.storage.shard import ShardReader, read_channel_group
+from featurestore.storage.store import LABEL_FPS, MissingChannelError, Store, StoreError
+
+from .frames_cache import EntryKey, FramesCache, code_version
+from .session_table import SessionTable
+
+log = logging.getLogger(__name__)
+
+#: interpolation never bridges a gap between valid samples longer than this (seconds)
+MAX_GAP_S = 0.5
+
+
+class DatasetError(RuntimeError):
+    """A session lacks a channel or a label target, or its arrays disagree; names both and the fix."""
+
+
+def resample_channel(
+    data: np.ndarray,
+    time: np.ndarray,
+    valid: np.ndarray,
+    n_frames: int,
+    fps: float = LABEL_FPS,
+    max_gap_s: float = MAX_GAP_S,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bring one channel onto label frames ``t_i = i / fps`` (seconds), ``i < n_frames``.
+
+    Args:
+        data: (n, d) samples; rows with ``valid`` False are ignored.
+        time: (n,) sample times in seconds, non-decreasing.
+        valid: (n,) bool.
+        n_frames: number of label frames.
+        fps: label rate in frames per second.
+        max_gap_s: longest gap (seconds) between valid samples that interpolation bridges.
+
+    Returns:
+        (X, ok): (n_frames, d) float32 with NaN where there is no source data, and
+        (n_frames,) bool, True where the frame had valid source samples.
+    """
+    data = np.asarray(data, dtype=np.float32)
+    if data.ndim == 1:
+        data = data[:, None]
+    time = np.asarray(time, dtype=np.float64)
+    valid = np.asarray(valid, dtype=bool)
+    d = data.shape[1]
+    dt = np.diff(time)
+    if dt.size and dt.min() < 0:
+        order = np.argsort(time, kind="stable")
+        data, time, valid = data[order], time[order], valid[order]
+        dt = np.diff(time)
+    step = float(np.median(dt)) if dt.size else 1.0 / fps
+    tv, dv = time[valid], data[valid]
+    if tv.size == 0 or n_frames == 0:
+        return np.full((n_frames, d), np.nan, np.float32), np.zeros(n_frames, bool)
+    if step < 0.75 / fps:
+        return _pool(dv, tv, n_frames, fps)
+    return _interpolate(dv, tv, n_frames, fps, max_gap_s, hold_s=max(step, 1.0 / fps) / 2)
+
+
+def _pool(dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of the samples nearest to each frame (within half a frame period), NaN-aware."""
+    frame = np.floor(tv * fps + 0.5).astype(np.int64)
+    keep = (frame >= 0) & (frame < n_frames)
+    if not keep.all():
+        frame, dv = frame[keep], dv[keep]
+    # a sparse frames x samples 0/1 matrix sums each frame's samples in one product;
+    # times are sorted, so each frame's samples are one contiguous run of columns
+    indptr = np.searchsorted(frame, np.arange(n_frames + 1), side="left")
+    # float32 is exact enough here: each frame averages a handful of samples
+    ones = np.ones(frame.size, dtype=np.float32)
+    A = csr_matrix((ones, np.arange(frame.size), indptr), shape=(n_frames, frame.size))
+    finite = np.isfinite(dv)
+    if finite.all():
+        sums = A @ dv
+        counts = np.diff(indptr).astype(np.float32)[:, None]
+    else:
+        sums = A @ np.where(finite, dv, np.float32(0))
+        counts = A @ finite.astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.asarray(sums / counts, dtype=np.float32)  # 0/0 -> NaN where a frame has no value
+    return out, np.diff(indptr) > 0
+
+
+def _interpolate(
+    dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float, max_gap_s: float, hold_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Linear interpolation between valid samples not farther apart than ``max_gap_s``."""
+    m = tv.size
+    t = np.arange(n_frames) / fps
+    j = np.searchsorted(tv, t + 1e-9, side="right") - 1  # last valid sample at or before t
+    has_l, has_r = j >= 0, j + 1 < m
+    jl, jr = np.clip(j, 0, m - 1), np.clip(j + 1, 0, m - 1)
+    tl, tr = tv[jl], tv[jr]
+    gap = tr - tl
+    inside = has_l & has_r & (gap <= max_gap_s + 1e-9)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(inside & (gap > 0), (t - tl) / np.where(gap > 0, gap, 1.0), 0.0)
+    w = np.clip(w, 0.0, 1.0).astype(np.float32)[:, None]
+    out = dv[jl]
+    out *= 1.0 - w
+    out += dv[jr] * w
+    # outside an interpolation span: the nearest valid sample if it is within hold_s
+    dl = np.where(has_l, t - tl, np.inf)
+    dr = np.where(has_r, tr - t, np.inf)
+    use_l = ~inside & (dl <= hold_s + 1e-9) & (dl <= dr)
+    use_r = ~inside & ~use_l & (dr <= hold_s + 1e-9)
+    out[use_l] = dv[jl[use_l]]
+    out[use_r] = dv[jr[use_r]]
+    ok = inside | use_l | use_r
+    out[~ok] = np.nan
+    return out, ok
+
+
+def _as_store(store: Store | str | os.PathLike) -> Store:
+    return store if isinstance(store, Store) else Store(store)
+
+
+def story_splits(splits: Mapping[str, Sequence[int]]) -> dict[int, str]:
+    """Story -> split name from a ``{split: [stories]}`` mapping."""
+    return {int(s): str(name) for name, stories in splits.items() for s in stories}
+
+
+def load_sessions(
+    store: Store | str | os.PathLike,
+    feature_keys: Sequence[str],
+    target: str = "valence_self",
+    splits: Mapping[str, Sequence[int]] | None = None,
+    sessions: Sequence[str] | None = None,
+    max_gap_s: float = MAX_GAP_S,
+    threads: int = 2,
+    cache: bool | str | os.PathLike = True,
+) -> list[SessionTable]:
+    """Load aligned 25 fps frame tables for every session of the store (or ``sessions``).
+
+    Args:
+        store: a :class:`featurestore.Store` or its folder.
+        feature_keys: ``role/channel`` keys, e.g. ``["listener/face_geom", "listener/egemaps"]``.
+        target: label target (``valence_self``, ``valence_observer_listener``, ...).
+        splits: split name -> stories (the config's ``splits``); each session's split is looked
+            up from its story (not from the shard's stored attribute), and sessions whose story
+            is in no split are skipped. None keeps every session with the stored split.
+        sessions: restrict to these session ids.
+        max_gap_s: longest gap (seconds) interpolation bridges for channels at <= 25 fps.
+        threads: sessions loaded concurrently; HDF5 reads are serialised by h5py, but the
+            resampling of one session overlaps the reading of the next. 1 = sequential.
+        cache: True reads and writes the frames cache (``<store>/.frames/``, or the folder in
+            ``$OMG_FRAMES_CACHE``; see :mod:`experiments.data.frames_cache`), False bypasses it, a
+            folder puts it there. An unwritable cache folder only means no caching. Cached
+            tables are equal to freshly resampled ones, array for array.
+
+    Returns:
+        One :class:`SessionTable` per session, ordered by listener then story.
+
+    Raises:
+        DatasetError: a session lacks a channel or the target (the message names both and the
+            ``featurestore`` command that adds it), or the store holds no sessions.
+    """
+    st = _as_store(store)
+    names = list(sessions) if sessions is not None else st.list_sessions()
+    if not names:
+        raise DatasetError(
+            f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
+        )
+    by_story = story_splits(splits) if splits is not None else None
+    keys = [str(k) for k in feature_keys]
+    frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
+
+    def load(s: str) -> tuple[SessionTable | None, _Pending | None]:
+        return _load_session(st, s, keys, target, by_story, max_gap_s, frames_cache)
+
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 and len(names) > 1 else None
+    try:
+        loaded = list(pool.map(load, names)) if pool else [load(s) for s in names]
+        out: list[SessionTable] = []
+        for table, _ in loaded:
+            if table is None:
+                continue
+            if out and table.columns != out[0].columns:
+                _raise_column_mismatch(out[0], table)
+            out.append(table)
+        # only a load that succeeded writes to the cache: a failing one leaves the store as it was
+        pending = [p for _, p in loaded if p is not None]
+        write = partial(_write_entry, frames_cache, st)
+        written = sum(pool.map(write, pending) if pool else map(write, pending))
+    finally:
+        if pool:
+            pool.shutdown()
+    if frames_cache is not None:
+        log.debug("frames cache %s: %d of %d sessions resampled, %d cached", frames_cache.folder, len(pending),
+                  len(names), written)  # fmt: skip
+    return out
+
+
+def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
+    for ci, key in enumerate(other.channels):
+        a = [c for c, k in zip(first.columns, first.column_channel, strict=True) if k == ci]
+        b = [c for c, k in zip(other.columns, other.column_channel, strict=True) if k == ci]
+        if a != b:
+            raise DatasetError(
+                f"channel {key} has {len(b)} columns in {other.session} but {len(a)} in {first.session} "
+                f"(first difference: {sorted(set(a) ^ set(b))[:3]}); the sessions were extracted with "
+                "different settings: re-run `featurestore extract --force` on the odd ones"
+            )
+
+
+@cache
+def _resampling_code() -> str:
+    """Hash of the code that turns a shard into frames: any edit invalidates cached entries (the
+    shard reader in featurestore included: it decides which arrays and labels are read)."""
+    return code_version([resample_channel, _pool, _interpolate, _read_shard, ShardReader.read, ShardReader.labels,
+                         read_channel_group, Features.__post_init__])  # fmt: skip
+
+
+@dataclass
+class _Pending:
+    """Frames resampled from a shard, to be cached once the whole load has succeeded."""
+
+    entry: EntryKey
+    table: SessionTable
+
+
+def _load_session(
+    st: Store,
+    s: str,
+    keys: list[str],
+    target: str,
+    by_story: dict[int, str] | None,
+    max_gap_s: float,
+    frames_cache: FramesCache | None,
+) -> tuple[SessionTable | None, _Pending | None]:
+    """(the session's table, or None when its story is in no split; what to cache, if anything)."""
+    entry: EntryKey | None = None
+    if frames_cache is not None:
+        entry = frames_cache.key(s, st.shard_path(s), keys, target, max_gap_s)
+        table = frames_cache.read(entry) if entry is not None else None
+        if table is not None:
+            return _with_split(table, by_story), None
+    table = _read_shard(st, s, keys, target, by_story, max_gap_s)
+    if table is None:
+        return None, None
+    return _with_split(table, by_story), (_Pending(entry, table) if entry is not None else None)
+
+
+def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
+    """Cache ``p``'s frames; False when the folder is unwritable or the shard changed meanwhile."""
+    # the shard may have been replaced since it was read: cache only what is still current
+    e = p.entry
+    if frames_cache.key(e.session, st.shard_path(e.session), e.keys, e.target, e.max_gap_s) != e:
+        return False
+    return frames_cache.write(e, p.table) is not None
+
+
+def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> SessionTable | None:
+    """``table`` (cached or fresh, with the shard's split) under the config's split; None: skipped."""
+    if by_story is None:
+        return table
+    split = by_story.get(table.story)
+    return None if split is None else replace(table, split=split)
+
+
+def _read_shard(
+    st: Store, s: str, keys: list[str], target: str, by_story: dict[int, str] | None, max_gap_s: float
+) -> SessionTable | None:
+    """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
+    # one open per shard through the store's reader, which checks the schema, the channels and
+    # the labels, and reads the scene rows that per-role channels hard-link only once
+    try:
+        with st.open_session(s) as shard:
+            shard.check_schema()
+            meta = shard.meta
+            if by_story is not None and meta.story not in by_story:
+                return None
+            data = shard.read(keys, target)
+    except MissingChannelError as e:
+        raise DatasetError(f"{e}, or drop it from the feature set") from e
+    except StoreError as e:
+        raise DatasetError(str(e)) from e
+    n, fps = meta.n_frames, meta.fps
+    blocks, columns, oks, col_ch = [], [], [], []
+    for ci, key in enumerate(keys):
+        ch = data.channels[key]
+        x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, max_gap_s)
+        blocks.append(x)
+        oks.append(ok)
+        columns.extend(f"{key}/{c}" for c in ch.columns)
+        col_ch.extend([ci] * len(ch.columns))
+    X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
+    valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
+    return SessionTable(
+        session=s,
+        listener=meta.listener,
+        story=meta.story,
+        speaker=meta.speaker,
+        split=meta.split,
+        fps=fps,
+        columns=columns,
+        channels=list(keys),
+        column_channel=np.asarray(col_ch, dtype=np.int64),
+        X=X,
+        valid=valid,
+        y=data.labels,
+        target=target,
+    )

@@ -1,0 +1,445 @@
+"""A cache of the 25 fps frame tables that :func:`experiments.data.dataset.load_sessions` builds.
+
+Resampling every channel onto label frames (100 Hz eGeMAPS pooled, 5 fps face channels
+interpolated) is most of a load's time, and every load repeated it. The cache keeps each
+session's result, written once per (shard file, channel keys, target, ``max_gap_s``,
+resampling code) and read back without opening the HDF5 shard.
+
+**Where.** ``<store>/.frames/`` by default: a hidden folder, which
+:meth:`featurestore.Store.list_sessions`, ``featurestore verify`` and ``featurestore scan``
+do not look into. The environment variable ``OMG_FRAMES_CACHE`` names another folder (each
+store gets a subfolder there, named after the store's path), or ``off`` to turn caching
+off; ``load_sessions(..., cache=FOLDER)`` does the same for one call. When the folder
+cannot be written (a read-only store on a cluster), tables are built without caching and
+one debug line is logged.
+
+**Entries.** One file per session and request, ``<session>.<shard tag>.<request tag>.frames``:
+
+- the shard tag hashes the shard file's inode, size and modification time (ns), with
+  :data:`FRAMES_VERSION` and a hash of the resampling code: every rewrite of a shard
+  (``extract --force``, ``featurestore labels``, ``transcripts``, ``import``: all rename a
+  new file into place) changes it. Writing an entry deletes the session's entries with
+  another shard tag, so stale entries are replaced, not accumulated;
+- the request tag hashes the channel keys (in order), the target and ``max_gap_s``:
+  different requests of one session have their own entries.
+
+**File layout**: standard formats only, one file per entry, readable without this module::
+
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())["header"]             # line 1: a JSON object
+        y, valid, column_channel, X = (np.load(f) for _ in range(4))   # then four .npy arrays
+
+Line 1 is ``{"crc32": "<8 hex digits>", "header": {...}}``, padded with spaces: the CRC-32
+of the header object's bytes as written, and the header, which says what the entry was made
+from (the fields of :meth:`EntryKey.describe`), holds the session's metadata (``meta``:
+frames, listener, story, speaker, stored split, fps, columns, channels) and a checksum per
+array. The arrays follow in ``.npy`` format (version 1.0, C order): y (n,) float32, valid
+(n, channels) bool, column_channel (d,) int64, X (n, d) float32. The padding puts X's data
+at a multiple of 64 bytes in the file (unaligned, reading it took 1.1x longer).
+
+An entry is trusted only when the header's CRC-32 agrees, the header describes this shard
+and request, each array's ``.npy`` header is the one written for the dtype and shape the
+metadata implies (compared before anything is allocated), every array's checksum agrees
+and nothing follows the last array; anything else is a miss, and the entry is rebuilt from
+the shard. The array checksum is the 64-bit wrapping sum and the XOR of the array's 8-byte
+words (numpy, 0.03 s for 385 MB): it catches truncation, zeroed or overwritten blocks and
+any flipped bit, which is what crashes and disk faults do, though not two words swapped in
+place. ``zlib.crc32`` of the payload took 0.09 s, and made warm loads 1.5-2x slower.
+
+**Why this format.** Until ``FRAMES_VERSION`` 2 the cache had its own binary layout (a
+magic number, the header's length and CRC-32, a JSON header, the arrays as raw bytes at
+64-byte aligned offsets). Measured on the full-size synthetic store (80 sessions, 633,850
+frames, 149 columns, 378 MB of tables, page cache warm, 2 shared cores), reading every
+entry back, checksums checked, median of 15 interleaved rounds: the old layout 0.132 s;
+a JSON line + ``.npy`` arrays read with :func:`numpy.lib.format.read_array` 0.148 s; one
+folder per entry holding a ``.npy`` file per array and a JSON file 0.158 s; Arrow IPC (X
+and valid as fixed-size lists, the metadata in the schema) 0.166 s. Most of the ``.npy``
+reader's lead was ``read_array``'s header parsing (``ast.literal_eval``) and unaligned
+data: comparing each ``.npy`` header with the expected bytes and reading the data with
+``readinto`` into preallocated arrays, as here, reads the JSON + ``.npy`` file as fast as
+the old layout (0.056 s against 0.055-0.057 s, best of 7, interleaved).
+``bench/loading.py`` measures this on every ``make bench`` (``loading.frames_cache_format``,
+the old layout as baseline, goal: at least 0.9 of its speed). Entries of the old layout
+have another version in their name: they are misses, and deleted as stale when the session
+is cached again. The entries take 385 MB on disk, 1.17x the shards (25 fps rows of every
+column, against 5 fps face rows and eGeMAPS rows stored once). Memory-mapping the entries
+would skip the copy, but a mapped table changes (or faults) if anyone rewrites the file in
+place after it was checked.
+
+**Concurrency.** An entry is written to a hidden temporary file in the same folder and
+renamed into place: two processes writing the same entry each leave a complete file (the
+last rename wins; both are identical), and a reader sees the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import io
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy
+from numpy.lib import format as npy
+
+from featurestore.processes import pid_alive
+
+from .session_table import SessionTable
+
+log = logging.getLogger(__name__)
+
+#: bump when what an entry holds, or how it is computed outside the hashed functions, changes
+FRAMES_VERSION = 2
+#: environment variable: a folder for every store's frames cache, or ``off``
+CACHE_ENV = "OMG_FRAMES_CACHE"
+#: the cache folder inside a store
+FOLDER_NAME = ".frames"
+SUFFIX = ".frames"
+
+_TMP_MARK = ".tmp-"
+#: the arrays of an entry, in file order, and their dtypes
+_DTYPES = {"y": np.dtype("<f4"), "valid": np.dtype("|b1"), "column_channel": np.dtype("<i8"), "X": np.dtype("<f4")}
+#: the longest header line a reader accepts (bytes): a damaged file is not read whole looking for a newline
+_MAX_HEADER = 1 << 22
+_HEADER_CHUNK = 1 << 14
+
+
+@dataclass(frozen=True)
+class EntryKey:
+    """What one entry is made from: the shard file's identity and the request."""
+
+    session: str
+    shard: tuple[int, int, int]  # inode, size (bytes), modification time (ns)
+    keys: tuple[str, ...]
+    target: str
+    max_gap_s: float
+    code: str
+
+    @property
+    def shard_tag(self) -> str:
+        return _digest([FRAMES_VERSION, self.code, *self.shard])
+
+    @property
+    def request_tag(self) -> str:
+        return _digest([list(self.keys), self.target, repr(float(self.max_gap_s))])
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.session}.{self.shard_tag}.{self.request_tag}{SUFFIX}"
+
+    def describe(self) -> dict:
+        """The header fields a reader compares with what it asked for."""
+        return {
+            "frames_version": FRAMES_VERSION,
+            "code": self.code,
+            "shard": {"inode": self.shard[0], "size": self.shard[1], "mtime_ns": self.shard[2]},
+            "session": self.session,
+            "keys": list(self.keys),
+            "target": self.target,
+            "max_gap_s": float(self.max_gap_s),
+        }
+
+
+def _digest(parts: list) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def code_version(functions: Sequence[Callable]) -> str:
+    """Hash of the source of ``functions`` (the resampling code) and of numpy's and scipy's versions.
+
+    Editing the resampling invalidates every entry without anyone remembering to bump
+    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too.
+    """
+    h = hashlib.sha256(f"{np.__version__};{scipy.__version__}".encode())
+    for fn in functions:
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):  # no source shipped: the bytecode still tells versions apart
+            text = fn.__code__.co_code.hex()
+        h.update(text.encode())
+    return h.hexdigest()[:16]
+
+
+def shard_identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size in bytes, modification time in ns) of a shard file, None when it is missing.
+
+    The device number is left out: it differs between machines mounting one shared store.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
+
+
+class CorruptEntry(ValueError):
+    """A cache file that is not a complete entry for the request (never raised to callers)."""
+
+
+class FramesCache:
+    """The frames cache folder of one store.
+
+    >>> import tempfile
+    >>> cache = FramesCache(Path(tempfile.mkdtemp()) / ".frames", code="x")
+    >>> cache.read(EntryKey("Subject_1_Story_1", (1, 2, 3), ("listener/egemaps",), "valence_self", 0.5, "x")) is None
+    True
+    """
+
+    def __init__(self, folder: str | os.PathLike, code: str) -> None:
+        self.folder = Path(folder)
+        self.code = code
+        self._writable: bool | None = None  # None until the first write tells
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_store(
+        cls, root: str | os.PathLike, location: bool | str | os.PathLike, code: str
+    ) -> FramesCache | None:
+        """The cache of the store at ``root``, or None when caching is off.
+
+        Args:
+            root: the store folder.
+            location: True for the default (``$OMG_FRAMES_CACHE`` or ``<root>/.frames``),
+                False for no cache, or a folder holding the caches of any number of stores.
+            code: :func:`code_version` of the resampling code.
+        """
+        if location is False or location is None:
+            return None
+        if location is True:
+            env = os.environ.get(CACHE_ENV, "").strip()
+            if env.lower() in ("off", "0", "false", "no"):
+                return None
+            if not env:
+                return cls(Path(root) / FOLDER_NAME, code)
+            location = env
+        resolved = Path(root).resolve()
+        sub = f"{resolved.name}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:12]}"
+        return cls(Path(location) / sub, code)
+
+    def key(
+        self, session: str, shard_path: Path, keys: Sequence[str], target: str, max_gap_s: float
+    ) -> EntryKey | None:
+        """The entry for this request of the shard as it is now; None when the shard is missing
+        or the session id cannot name a file."""
+        if not session or session.startswith(".") or Path(session).name != session:
+            return None
+        shard = shard_identity(shard_path)
+        if shard is None:
+            return None
+        return EntryKey(session, shard, tuple(keys), str(target), float(max_gap_s), self.code)
+
+    def path(self, key: EntryKey) -> Path:
+        return self.folder / key.file_name
+
+    # ---------------------------------------------------------------- reading
+    def read(self, key: EntryKey) -> SessionTable | None:
+        """The cached table of ``key`` (with the split stored in the shard), or None when absent, unreadable or not a complete entry."""
+        path = self.path(key)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                return _read_entry(f, key)
+        except FileNotFoundError:
+            return None
+        except CorruptEntry as e:
+            log.debug("frames cache entry %s is damaged (%s); rebuilding it from the shard", path, e)
+            return None
+        except OSError as e:
+            log.debug("frames cache entry %s is unreadable (%s); loading from the shard", path, e)
+            return None
+
+    # ---------------------------------------------------------------- writing
+    def write(self, key: EntryKey, table: SessionTable) -> Path | None:
+        """Write the entry atomically and drop the session's stale entries; None when the
+        folder cannot be written (then caching stays off for this cache object)."""
+        if self._writable is False:
+            return None
+        final = self.path(key)
+        tmp = self.folder / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                _write_entry(f, key, table)
+            os.replace(tmp, final)
+        except OSError as e:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            with self._lock:
+                if self._writable is None:
+                    log.debug(
+                        "frames cache folder %s is not writable (%s); loading without caching "
+                        "(set %s to a writable folder to cache elsewhere)", self.folder, e, CACHE_ENV,
+                    )  # fmt: skip
+                self._writable = False
+            return None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._writable = True
+        self._drop_stale(key)
+        return final
+
+    def _drop_stale(self, key: EntryKey) -> None:
+        """Delete the session's entries made from another shard file (or older code), and
+        temporary files left by writers that are gone."""
+        prefix = f"{key.session}."
+        tmp_re = re.compile(rf"^\.{re.escape(key.session)}\..*{re.escape(_TMP_MARK)}(\d+)-")
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(prefix) and name.endswith(SUFFIX):
+                parts = name[len(prefix) : -len(SUFFIX)].split(".")
+                if len(parts) == 2 and parts[0] != key.shard_tag:
+                    _unlink(self.folder / name)
+            elif (m := tmp_re.match(name)) and not pid_alive(int(m.group(1))):
+                _unlink(self.folder / name)
+
+    def entries(self) -> list[Path]:
+        """Every entry file in the folder."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(p for p in self.folder.iterdir() if p.name.endswith(SUFFIX) and not p.name.startswith("."))
+
+    def size_bytes(self) -> int:
+        """Bytes on disk of all entries."""
+        return sum(p.stat().st_size for p in self.entries())
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _meta(table: SessionTable) -> dict:
+    return {"n_frames": table.n_frames, "listener": int(table.listener), "story": int(table.story),
+            "speaker": int(table.speaker), "split": str(table.split), "fps": float(table.fps),
+            "columns": list(table.columns), "channels": list(table.channels)}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The ``.npy`` (version 1.0) header :func:`numpy.lib.format.write_array` writes for such an array."""
+    buf = io.BytesIO()
+    npy.write_array_header_1_0(buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
+    n, d, c = int(meta["n_frames"]), len(meta["columns"]), len(meta["channels"])
+    return {"y": (n,), "valid": (n, c), "column_channel": (d,), "X": (n, d)}
+
+
+def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
+    """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
+    arrays = {name: np.ascontiguousarray(getattr(table, name), dtype=dtype) for name, dtype in _DTYPES.items()}
+    header = {**key.describe(), "meta": _meta(table), "checksums": {name: _checksum(a) for name, a in arrays.items()}}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    line = b'{"crc32":"%08x","header":%s}' % (zlib.crc32(blob), blob)
+    # padded with spaces (JSON allows them) so that X, the last and largest array, starts at a
+    # multiple of 64 bytes (.npy pads its own header to 64): unaligned, reads took 1.1x longer
+    before_x = len(line) + 1 + sum(len(_npy_header(a.shape, a.dtype)) + a.nbytes for a in list(arrays.values())[:-1])
+    f.write(line + b" " * (-before_x % 64) + b"\n")
+    for a in arrays.values():
+        npy.write_array(f, a, version=(1, 0), allow_pickle=False)
+
+
+def _checksum(a: np.ndarray) -> str:
+    """64-bit wrapping sum and XOR of a C-contiguous array's 8-byte words (the tail zero-padded)."""
+    b = a.reshape(-1).view(np.uint8)
+    k = b.size - b.size % 8
+    words = b[:k].view(np.uint64)
+    tail = int.from_bytes(b[k:].tobytes(), "little")
+    total = (int(np.add.reduce(words, dtype=np.uint64)) + tail) & 0xFFFFFFFFFFFFFFFF
+    xor = int(np.bitwise_xor.reduce(words)) ^ tail
+    return f"{total:016x}{xor:016x}"
+
+
+def _read_entry(f, key: EntryKey) -> SessionTable:
+    size = os.fstat(f.fileno()).st_size
+    h = _read_header(f)
+    expect = key.describe()
+    differ = [k for k, v in expect.items() if h.get(k) != v]
+    if differ:
+        raise CorruptEntry(f"made from another shard or request ({', '.join(differ)} differ)")
+    try:
+        meta, checksums = h["meta"], h["checksums"]
+        arrays = {name: _read_array(f, name, shape, size) for name, shape in _shapes(meta).items()}
+        for name, a in arrays.items():
+            if _checksum(a) != checksums[name]:
+                raise CorruptEntry(f"{name} checksum mismatch")
+        if f.tell() != size:
+            raise CorruptEntry(f"{size - f.tell()} bytes after the arrays")
+        return SessionTable(
+            session=key.session,
+            listener=int(meta["listener"]),
+            story=int(meta["story"]),
+            speaker=int(meta["speaker"]),
+            split=str(meta["split"]),
+            fps=float(meta["fps"]),
+            columns=list(meta["columns"]),  # the header's CRC-32 vouches for them
+            channels=list(meta["channels"]),
+            target=key.target,
+            **arrays,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptEntry(f"header does not describe the arrays ({e})") from None
+
+
+def _read_header(f) -> dict:
+    """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
+    at the first array."""
+    head = f.read(_HEADER_CHUNK)
+    while b"\n" not in head and len(head) < _MAX_HEADER:
+        more = f.read(_HEADER_CHUNK)
+        if not more:
+            break
+        head += more
+    end = head.find(b"\n")
+    if end < 0 or not head.startswith(b'{"crc32":"'):
+        raise CorruptEntry("no header line")
+    f.seek(end + 1)
+    blob = head[29 : head.rindex(b"}", 0, end)]  # the header object, between '..."header":' and the last '}'
+    try:
+        if int(head[10:18], 16) != zlib.crc32(blob):
+            raise CorruptEntry("header checksum mismatch")
+        h = json.loads(blob)
+    except ValueError as e:
+        raise CorruptEntry(f"header is not JSON ({e})") from None
+    if not isinstance(h, dict):
+        raise CorruptEntry("header is not a JSON object")
+    return h
+
+
+def _read_array(f, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
+    """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
+    ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
+    dtype = _DTYPES[name]
+    want = _npy_header(shape, dtype)
+    if f.read(len(want)) != want:
+        raise CorruptEntry(f"{name} is not a .npy array of {dtype} {shape}")
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if f.tell() + nbytes > size:
+        raise CorruptEntry(f"{name} of {nbytes} bytes does not fit in a file of {size}")
+    a = np.empty(shape, dtype=dtype)
+    view, got = memoryview(a).cast("B") if a.size else memoryview(b""), 0
+    while got < a.nbytes:
+        k = f.readinto(view[got:])
+        if not k:
+            raise CorruptEntry(f"{name} is truncated")
+        got += k
+    return a

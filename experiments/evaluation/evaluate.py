@@ -1,0 +1,290 @@
+"""One configuration, start to finish: windowed features -> fit -> predict -> post-process -> CCC.
+
+Protocols:
+
+* ``val``: fit on the training stories, predict every frame of the validation and test
+  stories; both are scored (selection uses validation only).
+* ``loso``: leave one story out over train + val: for each of those stories, fit on the
+  others and predict it (scored as split ``loso``); test is predicted by a model fitted on
+  all train + val stories.
+* **unseen listeners** (generalized-track configurations, ``unseen_listener`` on): for each
+  listener, a model fitted on the *other* listeners' training sessions predicts that
+  listener's evaluated sessions (splits ``val_unseen`` / ``test_unseen``, ``loso`` ->
+  ``test_unseen`` only): how well the model predicts a person it has never seen.
+
+Post-processing that is fitted (rescaling, and the per-listener maps of
+``global_calibrated``) is fitted on **out-of-fold** predictions of the training stories:
+each training story predicted by a model fitted on the other training stories (leave one
+training story out), smoothed like the predictions it will transform. In-sample predictions
+of a flexible model are optimistic (too close to the labels, too wide), which skews the
+rescaling; ``postprocess.fit_on: in_sample`` keeps the old behaviour to show the difference.
+
+Configurations that differ only in post-processing (smoothing, rescaling) share their fits:
+:func:`evaluate_trials` fits once per :meth:`~experiments.config.grid.Trial.fit_key` and
+post-processes for each.
+
+Test stories never reach ``fit``, the rescaler, or any choice made from data.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..config.grid import Trial
+from ..models.postprocess import rescaler_for, smooth
+from ..windowing.windowed import Windowed, WindowedSession, window_sessions
+from .fitting import (
+    CALIBRATION_SHRINKAGE,
+    FitPart,
+    Fitted,
+    PartResult,
+    fit_group,
+    fit_part,
+    fit_parts,
+)
+from .metrics import ccc, ccc_protocols
+from .uncertainty import bootstrap_protocols, chance_level
+
+#: re-exported: the sweep, the agreement study and the tests take them from here
+__all__ = ["CALIBRATION_SHRINKAGE", "TrialResult", "Windowed", "WindowedSession", "evaluate_part", "evaluate_trial",
+           "evaluate_trials", "group_fit_parts", "score_metrics", "window_sessions"]  # fmt: skip
+
+
+@dataclass
+class TrialResult:
+    trial: Trial
+    metrics: dict[str, float]
+    scores: pd.DataFrame  # session, listener, story, split, ccc (a session twice: its split and <split>_unseen)
+    predictions: dict[str, np.ndarray] = field(default_factory=dict)  # session -> per-frame prediction
+    truth: dict[str, np.ndarray] = field(default_factory=dict)
+    #: session -> prediction of a model fitted without that session's listener (generalized track)
+    unseen_predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    fit_seconds: float = 0.0
+    n_train_rows: int = 0
+    warnings: list[str] = field(default_factory=list)
+    #: figures drawn where the configuration was evaluated (a worker process): PNG bytes by file
+    #: name under the run's ``plots/`` (see ``experiments.evaluation.plots.trial_figures``); empty if not drawn
+    figures: dict[str, bytes] = field(default_factory=dict)
+
+
+def _postprocess(trial: Trial, fitted: Fitted, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession]):
+    """``trial``'s smoothing and rescaling of the group's predictions: (predictions, unseen predictions)."""
+
+    def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
+        return smooth(p, s.fps, trial.smooth_s, trial.smooth_method) if trial.smooth_s else p
+
+    preds = {s.session: post(s, fitted.evaluated[s.session]) for s in evaluate}
+    unseen = {s.session: post(s, fitted.unseen[s.session]) for s in evaluate if s.session in fitted.unseen} \
+        if trial.track == "generalized" and trial.unseen_listener else {}
+    if trial.rescale == "none":
+        return preds, unseen
+    def fitted_rescaler(sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]):
+        rescaler, per_listener = rescaler_for(trial.rescale)
+        y = np.concatenate([s.y for s in sessions])
+        p = np.concatenate([post(s, predictions[s.session]) for s in sessions])
+        groups = np.concatenate([np.full(len(s.y), s.listener) for s in sessions]) if per_listener else None
+        ok = np.isfinite(y)
+        return rescaler.fit(y[ok], p[ok], groups=None if groups is None else groups[ok]), per_listener
+
+    rescaler, per_listener = fitted_rescaler(train, fitted.fit_on)
+    preds = {sid: rescaler.transform(p, group=by.listener if per_listener else None)
+             for (sid, p), by in zip(preds.items(), evaluate, strict=True)}
+    # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
+    by_listener: dict[int, object] = {}
+    for s in evaluate:
+        if s.session in unseen:
+            if s.listener not in by_listener:
+                others = [t for t in train if t.listener != s.listener]
+                by_listener[s.listener] = fitted_rescaler(others, fitted.unseen_fit_on[s.listener])[0]
+            unseen[s.session] = by_listener[s.listener].transform(unseen[s.session])
+    return preds, unseen
+
+
+def _split_sessions(w: Windowed, splits: dict[str, tuple[int, ...]]) -> dict[str, list[WindowedSession]]:
+    by_story = {int(st): name for name, stories in splits.items() for st in stories}
+    out: dict[str, list[WindowedSession]] = {"train": [], "val": [], "test": []}
+    for s in w.sessions:
+        name = by_story.get(s.story, s.split)
+        if name in out:
+            out[name].append(s)
+    return out
+
+
+def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
+    """Fit, predict, post-process and score one configuration under its protocol.
+
+    Warnings raised while fitting (e.g. a solver that did not converge) are collected in
+    ``TrialResult.warnings`` instead of flooding the console; the sweep logs them as a tag.
+    """
+    return evaluate_trials([trial], w)[0]
+
+
+def evaluate_trials(trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None) -> list[TrialResult]:
+    """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`, fitting once.
+
+    Each result is what :func:`evaluate_trial` gives for that configuration alone; only the
+    fits are shared. ``fit_seconds`` of each result is the group's time divided among them.
+    ``done``: fit parts already fitted elsewhere (:func:`group_fit_parts`,
+    :func:`evaluate_part`; protocol ``val`` only); the same results as without them.
+
+    Raises:
+        ValueError: the configurations do not share a fit key, or there is nothing to fit or
+            score, or ``done`` is given for the ``loso`` protocol.
+    """
+    trials = list(trials)
+    if not trials:
+        return []
+    _check_group(trials)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = _evaluate_group(trials, w, dict(done or {}))
+    messages = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
+    for r in results:
+        r.warnings = sorted({*messages, *r.warnings})
+    return results
+
+
+def _check_group(trials: Sequence[Trial]) -> None:
+    keys = {t.fit_key() for t in trials}
+    if len(keys) != 1:
+        raise ValueError(f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones")
+
+
+def _refuse_loso(trial: Trial) -> None:
+    if trial.protocol == "loso":
+        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+
+
+def _group_sets(trials: Sequence[Trial], w: Windowed) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
+    """(sessions by split, need_post_fit, need_unseen) of a fit group."""
+    first = trials[0]
+    parts = _split_sessions(w, dict(first.splits))
+    if not parts["train"]:
+        raise ValueError(f"no training sessions (stories {dict(first.splits).get('train')}) in the store")
+    if first.protocol != "loso" and not parts["val"] + parts["test"]:
+        raise ValueError("no validation or test sessions to score")
+    need_post_fit = any(t.rescale != "none" for t in trials)
+    need_unseen = any(t.track == "generalized" and t.unseen_listener for t in trials)
+    return parts, need_post_fit, need_unseen
+
+
+def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
+    """The fits (:class:`~experiments.evaluation.fitting.FitPart`) of a fit group under protocol ``val``,
+    which :func:`evaluate_part` can make apart (in other processes) and :func:`evaluate_trials`
+    then uses; ``[]`` under ``loso`` (several training sets: the group is fitted as a whole)."""
+    trials = list(trials)
+    _check_group(trials)
+    if trials[0].protocol == "loso":
+        return []
+    sets, need_post_fit, need_unseen = _group_sets(trials, w)
+    return fit_parts(trials[0], sets["train"], sets["val"] + sets["test"], need_post_fit, need_unseen)
+
+
+def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartResult:
+    """Fit and predict one part of a fit group (protocol ``val``), see :func:`group_fit_parts`."""
+    trials = list(trials)
+    _check_group(trials)
+    _refuse_loso(trials[0])
+    sets, need_post_fit, _ = _group_sets(trials, w)
+    return fit_part(trials[0], part, sets["train"], sets["val"] + sets["test"], need_post_fit)
+
+
+def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]) -> list[TrialResult]:
+    t0 = time.perf_counter()
+    first = trials[0]
+    parts, need_post_fit, need_unseen = _group_sets(trials, w)
+    if done:
+        _refuse_loso(first)
+    preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
+    unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
+    split_of: dict[str, str] = {}
+    notes: list[str] = []
+    n_rows = 0
+
+    def run(train: list[WindowedSession], evaluate: list[WindowedSession], split: dict[str, str], with_unseen: bool) -> None:
+        nonlocal n_rows
+        fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and with_unseen, done)
+        notes.extend([*fitted.notes, *fitted.warnings])
+        n_rows = max(n_rows, fitted.n_rows)
+        for i, t in enumerate(trials):
+            p, u = _postprocess(t, fitted, train, evaluate)
+            preds[i].update(p)
+            unseen[i].update(u)
+        split_of.update(split)
+
+    if first.protocol == "loso":
+        pool = parts["train"] + parts["val"]
+        for story in sorted({s.story for s in pool}):
+            held = [s for s in pool if s.story == story]
+            rest = [s for s in pool if s.story != story]
+            if rest:
+                run(rest, held, {s.session: "loso" for s in held}, with_unseen=False)
+        if parts["test"]:
+            run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
+    else:
+        evaluate = parts["val"] + parts["test"]
+        run(parts["train"], evaluate, {s.session: name for name in ("val", "test") for s in parts[name]}, with_unseen=True)
+
+    by_session = {s.session: s for s in w.sessions}
+    # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
+    seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
+    results = []
+    for t, p, u in zip(trials, preds, unseen, strict=True):
+        rows = []
+        for suffix, source in (("", p), ("_unseen", u)):
+            for sid, pred in source.items():
+                s = by_session[sid]
+                ok = np.isfinite(s.y)
+                rows.append({"session": sid, "listener": s.listener, "story": s.story,
+                             "split": split_of[sid] + suffix, "ccc": ccc(s.y[ok], pred[ok])})
+        scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
+        truth = {sid: by_session[sid].y for sid in p}
+        metrics = score_metrics(scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u)
+        results.append(TrialResult(t, metrics, scores, p, truth, u, fit_seconds=seconds, n_train_rows=n_rows,
+                                   warnings=sorted(set(notes))))
+    return results
+
+
+def score_metrics(
+    scores: pd.DataFrame,
+    predictions: dict[str, np.ndarray] | None = None,
+    truth: dict[str, np.ndarray] | None = None,
+    seed: int = 0,
+    unseen_predictions: dict[str, np.ndarray] | None = None,
+) -> dict[str, float]:
+    """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
+
+    Per split (``val``, ``test``, ``loso``, ``val_unseen``, ``test_unseen``) and protocol
+    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % bootstrap
+    interval over listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high``
+    (:func:`~experiments.evaluation.uncertainty.bootstrap_protocols`), and, given ``predictions`` and
+    ``truth``, the chance level ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95``
+    (:func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs from
+    ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
+    ``<split>.ccc_story_<S>``.
+    """
+    metrics: dict[str, float] = {}
+    for split, df in scores.groupby("split"):
+        prot = ccc_protocols(df)
+        intervals = bootstrap_protocols(df, seed=seed)
+        chance = None
+        if predictions is not None and truth is not None:
+            source = unseen_predictions if str(split).endswith("_unseen") else predictions
+            chance = chance_level(truth, {sid: source[sid] for sid in df.session}, df, seed=seed)
+        for p in ("personalized", "generalized"):
+            name = f"{split}.ccc_{p}"
+            metrics[name] = float(prot[p])
+            metrics[f"{name}.ci_low"], metrics[f"{name}.ci_high"] = intervals[p]
+            if chance is not None:
+                metrics[f"{name}.chance_mean"], metrics[f"{name}.chance_q95"] = chance[p]
+        for listener, g in df.groupby("listener"):
+            metrics[f"{split}.ccc_listener_{listener}"] = float(g["ccc"].mean())
+        for story, g in df.groupby("story"):
+            metrics[f"{split}.ccc_story_{story}"] = float(g["ccc"].mean())
+    return metrics

@@ -1,0 +1,300 @@
+"""The fits of one fit group, as independent parts that can run apart and be put together.
+
+A group of configurations that share a :meth:`~experiments.config.grid.Trial.fit_key` needs, on
+one training set, several model fits (:func:`fit_parts` lists them):
+
+* ``main``: the model on every training session; predicts the evaluated sessions (and the
+  training sessions in sample, when the post-processing is fitted in sample);
+* ``fold`` (one per training story): the model on the other training stories; predicts the
+  held-out story, the out-of-fold predictions that rescaling (or calibration) is fitted on;
+* ``unseen`` (one per evaluated listener, generalized track): a global model on the other
+  listeners' sessions; predicts that listener's evaluated sessions;
+* ``unseen_fold`` (per evaluated listener and training story): the same without that story,
+  for the held-out listener's own out-of-fold rescaling.
+
+Each part depends only on the windowed features, never on another part, so
+:func:`fit_part` can run them in any order and in different processes (the local executor
+spreads a slow model's parts over its workers); :func:`combine_parts` puts their
+predictions together into the :class:`Fitted` that post-processing reads. :func:`fit_group`
+does both in this process. The result does not depend on where or in which order the parts
+ran: each is the same fit on the same rows.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config.grid import Trial
+from ..models.factory import make_model
+from ..models.personalization import (
+    apply_listener_calibration,
+    fit_listener_calibration,
+    make_personalizer,
+)
+from ..windowing.windowed import WindowedSession
+
+#: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
+CALIBRATION_SHRINKAGE = 100.0
+
+#: models that predict faster from a column-major float64 matrix: a tree reads one feature
+#: per node for every row, which is sequential in that layout (a hist_gb configuration of the
+#: full-size ablation took 40 % less CPU, same predictions); the others get row-major float32
+COLUMN_MAJOR_MODELS = ("hist_gb",)
+
+
+def design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Stack [listener id | features] rows (every ``hop``-th frame) and labels.
+
+    Written into one preallocated array: the training matrix exists once, never as
+    per-session pieces plus their concatenation.
+    """
+    y = np.concatenate([s.y[::hop] for s in sessions])
+    keep = np.isfinite(y)
+    p = sessions[0].F.shape[1] if sessions else 0
+    X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
+    row = start = 0
+    for s in sessions:
+        k = keep[start : start + len(s.y[::hop])]
+        start += len(k)
+        n = int(k.sum())
+        X[row : row + n, 0] = s.listener
+        X[row : row + n, 1:] = s.F[::hop][k]
+        row += n
+    return X, y[keep]
+
+
+def _predict(model, s: WindowedSession, column_major: bool = False) -> np.ndarray:
+    if column_major:
+        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float64, order="F")
+    else:
+        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float32)
+    X[:, 0] = s.listener
+    X[:, 1:] = s.F
+    return np.asarray(model.predict(X), dtype=np.float64)
+
+
+def _fit(trial: Trial, train: Sequence[WindowedSession], personalization: str, predicted: Sequence[WindowedSession]):
+    """Fit ``trial``'s model with ``personalization`` on ``train``, to predict the sessions
+    ``predicted``; returns (model, label mean, rows).
+
+    A per-listener model fits its global fallback only when one of ``predicted``'s listeners
+    lacks a model of their own (too few training rows): otherwise that fit, as costly as a
+    global model's, would never be used.
+    """
+    hop = max(1, int(round(trial.hop_s * train[0].fps)))
+    X, y = design(train, hop)
+    if len(y) == 0:
+        raise ValueError("no training rows with a finite label")
+    model = make_personalizer(personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
+    if personalization == "per_listener":
+        ids, counts = np.unique(X[:, 0], return_counts=True)
+        rows = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+        model.set_params(fallback=any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted))
+    model.fit(X, y)
+    return model, float(np.mean(y)), len(y)
+
+
+def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
+    model, y_mean, _ = fitted
+    p = _predict(model, s, trial.model in COLUMN_MAJOR_MODELS)
+    return np.where(np.isfinite(p), p, y_mean)
+
+
+@dataclass(frozen=True)
+class FitPart:
+    """One model fit of a fit group (see the module docstring); hashable, picklable."""
+
+    kind: str  # "main", "fold", "unseen" or "unseen_fold"
+    story: int | None = None  # fold, unseen_fold: the held-out training story
+    listener: int | None = None  # unseen, unseen_fold: the held-out listener
+
+
+@dataclass
+class PartResult:
+    """What one part predicted (session -> per-frame predictions) and what it cost.
+
+    ``in_sample``: training sessions predicted by the part's own model (``main`` and
+    ``unseen`` when the post-processing is fitted in sample); ``warnings``: those raised
+    while fitting, as text."""
+
+    predictions: dict[str, np.ndarray]
+    in_sample: dict[str, np.ndarray] = field(default_factory=dict)
+    n_rows: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Fitted:
+    """Predictions of one fit group on one training set, before post-processing.
+
+    ``evaluated``: the evaluated sessions; ``fit_on``: the training sessions, out of fold (or
+    in sample), for fitting the post-processing; ``unseen``: evaluated sessions predicted by
+    models that never saw their listener; ``unseen_fit_on``: per held-out listener, the other
+    listeners' training sessions predicted (out of fold, or in sample) by models that never saw
+    the held-out listener either, for fitting that listener's post-processing.
+    """
+
+    evaluated: dict[str, np.ndarray]
+    fit_on: dict[str, np.ndarray]
+    unseen: dict[str, np.ndarray]
+    n_rows: int
+    notes: list[str]
+    unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: the warnings raised while fitting the parts
+    warnings: list[str] = field(default_factory=list)
+
+
+def _base(trial: Trial) -> tuple[str, bool]:
+    """(the personalization the models are fitted with, whether calibration follows)."""
+    calibrated = trial.personalization == "global_calibrated"
+    return ("global" if calibrated else trial.personalization), calibrated
+
+
+def _out_of_fold(trial: Trial, train: Sequence[WindowedSession]) -> bool:
+    return trial.fit_on == "out_of_fold" and len({s.story for s in train}) >= 2
+
+
+def _others(train: Sequence[WindowedSession], listener: int) -> list[WindowedSession]:
+    return [s for s in train if s.listener != listener]
+
+
+def fit_parts(
+    trial: Trial, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession], need_post_fit: bool, need_unseen: bool
+) -> list[FitPart]:
+    """Every fit the group of ``trial`` needs on ``train``, the costliest kinds first."""
+    base, calibrated = _base(trial)
+    parts = [FitPart("main")]
+    if (need_post_fit or calibrated) and _out_of_fold(trial, train):
+        parts += [FitPart("fold", story=st) for st in sorted({s.story for s in train})]
+    if need_unseen and base == "global" and not calibrated:
+        for listener in sorted({s.listener for s in evaluate}):
+            others = _others(train, listener)
+            if not others:
+                continue  # combine_parts notes it
+            parts.append(FitPart("unseen", listener=listener))
+            if need_post_fit and _out_of_fold(trial, others):
+                parts += [FitPart("unseen_fold", listener=listener, story=st) for st in sorted({s.story for s in others})]
+    return parts
+
+
+def fit_part(
+    trial: Trial, part: FitPart, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession], need_post_fit: bool
+) -> PartResult:
+    """Fit and predict one part (see the module docstring)."""
+    t0 = time.perf_counter()
+    base, calibrated = _base(trial)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        in_sample: list[WindowedSession] = []
+        if part.kind == "main":
+            fit_on, predicted = train, list(evaluate)
+            personalization = base
+            if (need_post_fit or calibrated) and not _out_of_fold(trial, train):
+                in_sample = list(train)
+        elif part.kind == "fold":
+            fit_on = [s for s in train if s.story != part.story]
+            predicted, personalization = [s for s in train if s.story == part.story], base
+        elif part.kind == "unseen":
+            fit_on, personalization = _others(train, part.listener), "global"
+            predicted = [s for s in evaluate if s.listener == part.listener]
+            if need_post_fit and not _out_of_fold(trial, fit_on):
+                in_sample = list(fit_on)
+        elif part.kind == "unseen_fold":
+            others = _others(train, part.listener)
+            fit_on, personalization = [s for s in others if s.story != part.story], "global"
+            predicted = [s for s in others if s.story == part.story]
+        else:
+            raise ValueError(f"unknown fit part {part.kind!r}: main, fold, unseen or unseen_fold")
+        fitted = _fit(trial, fit_on, personalization, [*predicted, *in_sample])
+        result = PartResult({s.session: _predict_filled(trial, fitted, s) for s in predicted},
+                            {s.session: _predict_filled(trial, fitted, s) for s in in_sample}, n_rows=fitted[2])  # fmt: skip
+        del fitted
+    result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def combine_parts(
+    trial: Trial,
+    done: Mapping[FitPart, PartResult],
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+    need_post_fit: bool,
+    need_unseen: bool,
+) -> Fitted:
+    """The group's :class:`Fitted` from its parts' results (every part of :func:`fit_parts`)."""
+    parts = fit_parts(trial, train, evaluate, need_post_fit, need_unseen)
+    missing = [p for p in parts if p not in done]
+    if missing:
+        raise ValueError(f"fit parts missing for {trial.label()}: {missing}")
+
+    def predictions(kind: str, listener: int | None = None) -> dict[str, np.ndarray]:
+        """The predictions of every part of ``kind`` (of ``listener``), in the order of ``parts``."""
+        out: dict[str, np.ndarray] = {}
+        for p in parts:
+            if p.kind == kind and p.listener == listener:
+                out.update(done[p].predictions)
+        return out
+
+    notes: list[str] = []
+    base, calibrated = _base(trial)
+    main = done[FitPart("main")]
+    evaluated = dict(main.predictions)
+
+    fit_on: dict[str, np.ndarray] = {}
+    if need_post_fit or calibrated:
+        if _out_of_fold(trial, train):
+            fit_on = predictions("fold")
+        else:
+            if trial.fit_on == "out_of_fold":
+                notes.append(f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample")
+            fit_on = dict(main.in_sample)
+    if calibrated:
+        listeners = np.concatenate([np.full(len(s.y), s.listener, float) for s in train])
+        pred = np.concatenate([fit_on[s.session] for s in train])
+        y = np.concatenate([s.y for s in train])
+        ok = np.isfinite(y)
+        maps = fit_listener_calibration(listeners[ok], pred[ok], y[ok], CALIBRATION_SHRINKAGE)
+        evaluated = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), evaluated[s.session]) for s in evaluate}
+        fit_on = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), fit_on[s.session]) for s in train}
+
+    unseen: dict[str, np.ndarray] = {}
+    unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
+    if need_unseen and base == "global" and not calibrated:
+        for listener in sorted({s.listener for s in evaluate}):
+            others = _others(train, listener)
+            if not others:
+                notes.append(f"listener {listener}: no other listener to train on, no unseen-listener score")
+                continue
+            part = done[FitPart("unseen", listener=listener)]
+            unseen.update(part.predictions)
+            if need_post_fit:  # the held-out listener's rescaling must not see them either
+                if _out_of_fold(trial, others):
+                    unseen_fit_on[listener] = predictions("unseen_fold", listener)
+                else:
+                    unseen_fit_on[listener] = dict(part.in_sample)
+    return Fitted(evaluated, fit_on, unseen, main.n_rows, notes, unseen_fit_on,
+                  warnings=sorted({w for p in parts for w in done[p].warnings}))  # fmt: skip
+
+
+def fit_group(
+    trial: Trial,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+    need_post_fit: bool,
+    need_unseen: bool,
+    done: Mapping[FitPart, PartResult] | None = None,
+) -> Fitted:
+    """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training
+    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here."""
+    done = dict(done or {})
+    for part in fit_parts(trial, train, evaluate, need_post_fit, need_unseen):
+        if part not in done:
+            done[part] = fit_part(trial, part, train, evaluate, need_post_fit)
+    return combine_parts(trial, done, train, evaluate, need_post_fit, need_unseen)

@@ -1,0 +1,265 @@
+"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement.
+
+Every ``plot_*`` function saves a PNG to a path or to a binary file object (``io.BytesIO``):
+a sweep's worker processes draw a configuration's figures into memory and hand the bytes to
+the process that logs the run (see :func:`trial_figures`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from .evaluate import TrialResult
+
+
+def _wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
+    chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 % of the width, ~0.6 em a character
+    return "\n".join(textwrap.wrap(text, chars)) if text else text
+
+
+def _plt():
+    import matplotlib  # heavy (a second with its fonts): loaded when a figure is drawn, not on import
+
+    # headless processes draw with Agg; a notebook (pyplot or IPython loaded, MPLBACKEND set) keeps
+    # its backend, or its own figures would stop showing after a sweep
+    if not ({"matplotlib.pyplot", "IPython"} & set(sys.modules) or os.environ.get("MPLBACKEND")):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # (heavy, as above)
+
+    return plt
+
+
+def load_backend() -> None:
+    """Import matplotlib (Agg backend) and pyplot and load its fonts now, by drawing a tiny
+    figure: worker processes forked afterwards inherit them instead of each spending most of a
+    second on that before their first figure."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.set_title("warm-up", fontsize=9)
+    ax.plot([0, 1], label="x")
+    ax.legend(fontsize=8)
+    _save(fig, io.BytesIO())
+
+
+def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
+    """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it."""
+    plt = _plt()
+    target = path if hasattr(path, "write") else Path(path)
+    fig.savefig(target, dpi=90, format="png")
+    plt.close(fig)
+    return target
+
+
+def plot_predictions(
+    predictions: Mapping[str, np.ndarray],
+    truth: Mapping[str, np.ndarray],
+    scores: pd.DataFrame,
+    path: str | Path | BinaryIO,
+    fps: float = 25.0,
+    max_sessions: int = 4,
+    title: str = "",
+) -> Path | BinaryIO:
+    """Predicted vs. self-rated valence over time (s) for a few sessions (best and worst CCC first).
+
+    ``fps``: the label rate (Hz) of ``predictions`` and ``truth``. Returns where the PNG went.
+    """
+    plt = _plt()
+    df = scores.sort_values("ccc", ascending=False)
+    pick = list(df.session[: max_sessions // 2]) + list(df.session[::-1][: max_sessions - max_sessions // 2])
+    pick = list(dict.fromkeys(s for s in pick if s in predictions))[:max_sessions]
+    fig, axes = plt.subplots(len(pick), 1, figsize=(9, 2.2 * max(1, len(pick))), squeeze=False, sharey=True)
+    for ax, sid in zip(axes[:, 0], pick, strict=False):
+        y, p = truth[sid], predictions[sid]
+        t = np.arange(len(y)) / fps
+        row = scores.set_index("session").loc[sid]
+        ax.plot(t, y, color="black", lw=1.4, label="self-rated valence")
+        ax.plot(t, p, color="tab:orange", lw=1.2, label="prediction")
+        ax.set_title(f"{sid} ({row['split']}): CCC {row['ccc']:.3f}", fontsize=9)
+        ax.set_ylabel("valence (-1 to 1)")
+        ax.set_ylim(-1.05, 1.05)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("time (s)")
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    if title:
+        fig.suptitle(_wrap(title, 9, 10), fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_listener_ccc(scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "") -> Path | BinaryIO:
+    """Bar chart of each listener's mean CCC over their stories, one bar group per split."""
+    plt = _plt()
+    table = scores.groupby(["listener", "split"])["ccc"].mean().unstack("split")
+    width_in = max(5.5, 0.7 * len(table) + 2)
+    fig, ax = plt.subplots(figsize=(width_in, 3.4))
+    splits = list(table.columns)
+    width = 0.8 / max(1, len(splits))
+    x = np.arange(len(table))
+    for i, split in enumerate(splits):
+        ax.bar(x + i * width - 0.4 + width / 2, table[split].to_numpy(), width, label=split)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, [f"L{v}" for v in table.index])
+    ax.set_xlabel("listener")
+    ax.set_ylabel("mean CCC over stories\n(-1 to 1)")
+    ax.set_title(_wrap(title or "CCC per listener", width_in, 9), fontsize=9)
+    ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_ablation(
+    table: pd.DataFrame, path: str | Path | BinaryIO, reference: Mapping[str, Sequence[float]] | None = None
+) -> Path | BinaryIO:
+    """Left: each feature set's CCC per split and track (bars, 95 % intervals over listeners as error
+    bars), the unseen-listener score and the chance level; right, separately: published test numbers
+    on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
+    plt = _plt()
+    sets = list(dict.fromkeys(table.feature_set))
+    order = {"val": 0, "loso": 1, "test": 2}
+    splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
+    combos = [(s, p) for s in splits for p in ("personalized", "generalized")]
+    last = splits[-1]
+    with_unseen = "ccc_unseen_listener" in table and table.ccc_unseen_listener.notna().any()
+    n_bars = len(combos) + with_unseen
+    ncols = 2 if reference else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(10.5 if reference else 7.5, 4.8), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1]} if reference else None)
+    ax = axes[0, 0]
+    width = 0.8 / n_bars
+    x = np.arange(len(sets))
+
+    def column(split: str, name: str) -> np.ndarray:
+        col = table[name] if name in table else pd.Series(np.nan, index=table.index)
+        return np.array([col[(table.feature_set == s) & (table.split == split)].mean() for s in sets], dtype=float)
+
+    def bars(i: int, split: str, name: str, label: str, **style) -> None:
+        vals = column(split, name)
+        lo, hi = column(split, name + "_ci_low"), column(split, name + "_ci_high")
+        err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
+        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=label,
+               yerr=np.where(np.isfinite(err), err, 0), capsize=2, error_kw={"lw": 0.8}, **style)
+
+    colours = {"personalized": "tab:blue", "generalized": "tab:orange"}
+    for i, (split, track) in enumerate(combos):
+        bars(i, split, f"ccc_{track}", f"{split}, {track} track", color=colours[track], alpha=0.4 if split != last else 1.0)
+    if with_unseen:
+        bars(len(combos), last, "ccc_unseen_listener", f"{last}, unseen listeners (generalized)", color="tab:gray", hatch="//")
+    chances = np.concatenate([column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")])
+    if np.isfinite(chances).any():
+        chance = float(np.nanmax(chances))
+        ax.axhline(chance, color="tab:red", ls=":", lw=1.2, label=f"chance, {last} (95th pct.)")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, sets, rotation=15 if max(len(s) for s in sets) > 10 else 0)
+    ax.set_xlabel("feature set")
+    ax.set_ylabel("CCC (-1 to 1)")
+    ax.set_title("Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
+                 fontsize=9)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.24), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    if reference:
+        ref = axes[0, 1]
+        names = list(reference)
+        xr = np.arange(len(names))
+        ref.bar(xr - 0.2, [reference[n][0] for n in names], 0.4, label="personalized", color="tab:blue")
+        ref.bar(xr + 0.2, [reference[n][1] for n in names], 0.4, label="generalized", color="tab:orange")
+        ref.set_xticks(xr, names)
+        ref.set_xlabel("feature set")
+        ref.set_ylabel("CCC (-1 to 1)")
+        ref.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
+        ref.set_title("Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8)
+        ref.legend(fontsize=7, loc="upper left")
+        ref.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_agreement(
+    table: pd.DataFrame,
+    summary: pd.DataFrame,
+    path: str | Path | BinaryIO,
+    example: tuple[str, Mapping[str, np.ndarray]] | None = None,
+    fps: float = 25.0,
+) -> Path | BinaryIO:
+    """Self vs. observer agreement: CCC per session for each pair of targets (bars, with the
+    personalized mean as a dashed line), and beside it the ratings of one example session."""
+    plt = _plt()
+    pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
+    sessions = table.sort_values(["listener", "story"]).session.drop_duplicates().tolist()
+    ncols = 2 if example else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 4.2), squeeze=False)
+    ax = axes[0, 0]
+    width = 0.8 / max(1, len(pairs))
+    x = np.arange(len(sessions))
+    for i, (a, b) in enumerate(pairs):
+        part = table[(table.target_a == a) & (table.target_b == b)].set_index("session")
+        vals = [part.ccc.get(s, np.nan) for s in sessions]
+        bars = ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=f"{a} vs {b}")
+        row = summary[(summary.target_a == a) & (summary.target_b == b) & (summary.split == "all")]
+        if len(row):
+            ax.axhline(float(row.ccc_personalized.iloc[0]), color=bars.patches[0].get_facecolor(), ls="--", lw=1)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, [s.replace("Subject_", "L").replace("_Story_", " S") for s in sessions], rotation=90, fontsize=7)
+    ax.set_xlabel("session (listener, story)")
+    ax.set_ylabel("CCC")
+    ax.set_ylim(min(-0.1, float(np.nanmin(table.ccc)) - 0.05), 1.0)
+    ax.set_title("CCC per session (dashed: personalized mean)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    if example:
+        session, series = example
+        ax = axes[0, 1]
+        for name, y in series.items():
+            ax.plot(np.arange(len(y)) / fps, y, lw=1.2 if name == "valence_self" else 1.0, label=name)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("valence [-1, 1]")
+        ax.set_title(f"ratings of {session}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Self-rating vs. observer ratings: concordance (CCC)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+#: a sweep child run's figures: file name under the run's ``plots/`` artifact folder
+PREDICTIONS_FIGURE = "predicted_vs_true.png"
+LISTENER_CCC_FIGURE = "ccc_per_listener.png"
+
+
+def trial_figures(
+    predictions: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray], scores: pd.DataFrame, label: str, fps: float = 25.0
+) -> dict[str, bytes]:
+    """A configuration's two figures as PNG bytes, by file name (see ``PREDICTIONS_FIGURE``).
+
+    ``predictions`` / ``truth``: per-frame valence by session at ``fps`` (Hz); ``scores``: the
+    per-session CCC table; ``label``: the configuration's label, used in the titles. Drawn with
+    the Agg backend into memory, so a worker process can draw them and send the bytes.
+    """
+    out: dict[str, bytes] = {}
+    # the time series are the configuration's own predictions; the bars show the unseen-listener splits too
+    own = scores[~scores.split.astype(str).str.endswith("_unseen")]
+    for name, draw in (
+        (PREDICTIONS_FIGURE, lambda buf: plot_predictions(predictions, truth, own, buf, fps=fps, title=label)),
+        (LISTENER_CCC_FIGURE, lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}")),
+    ):
+        buf = io.BytesIO()
+        draw(buf)
+        out[name] = buf.getvalue()
+    return out
+
+
+def with_figures(result: TrialResult) -> TrialResult:
+    """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
+    result.figures = trial_figures(result.predictions, result.truth, result.scores, result.trial.label())
+    return result

@@ -1,0 +1,115 @@
+"""Sweep a config's grid over a feature store and log every configuration to MLflow.
+
+One experiment per config (``tracking.experiment``), a parent run per sweep, one nested
+child run per configuration, the ``dummy`` baseline first. The configurations are ordered
+so that the windowed features are computed once per window key and the fits once per fit
+group; an executor evaluates them (:mod:`experiments.executors`: on this machine in forked
+worker processes by default, on a Dask cluster with :func:`experiments.studies.distributed.run_sweep_dask`),
+and this process logs each as its child run as it comes (:mod:`experiments.studies.parent_run`).
+
+Resume: a configuration whose hash already has a FINISHED run in the experiment is not
+run again (its earlier run is reused in the summary); runs left RUNNING by a killed sweep
+are marked KILLED when the next sweep starts. When a sweep ends (or its executor raises),
+every child run of its parent still RUNNING is marked KILLED with a ``worker_lost`` tag: its
+writer (e.g. a Dask worker logging through an MLflow server, on any host) is gone, and the
+configuration runs again on resume unless another run of it finished.
+
+>>> from experiments.config import load_config
+>>> [t.model for t in _order(_ensure_baseline(expand(load_config("smoke"))))][:2]
+['dummy', 'ridge']
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from ..config.grid import Trial, WindowKey, expand
+from ..config.schema import ExperimentConfig
+from ..config.tracks import selection_metric as track_selection_metric
+from ..executors.base import Executor
+from ..tracking.child_runs import UNSEEN_OF_TAG
+from .parent_run import ParentRun, RunOptions, SweepResult
+
+#: names outside code imports from here (defined in the modules above)
+__all__ = ["UNSEEN_OF_TAG", "SweepResult", "run_sweep", "selection_metric"]
+
+
+def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
+    """The metric ``track``'s configurations are ranked by: its averaging on validation (or LOSO)."""
+    return track_selection_metric(track, cfg.protocol)
+
+
+def _order(trials: Sequence[Trial]) -> list[Trial]:
+    """Dummy baselines first, then grouped by window key, and within it by fit key (stable)."""
+    keys: dict[WindowKey, int] = {}
+    fits: dict[Trial, int] = {}
+    for t in trials:
+        keys.setdefault(t.window_key(), len(keys))
+        fits.setdefault(t.fit_key(), len(fits))
+    return sorted(trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()]))
+
+
+def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
+    if any(t.model == "dummy" for t in trials) or not trials:
+        return trials
+    t0 = trials[0]
+    return [replace(t0, model="dummy", model_params=(), personalization="global", smooth_s=0.0, rescale="none"), *trials]
+
+
+def run_sweep(
+    cfg: ExperimentConfig,
+    store="features",
+    tracking_uri: str | None = None,
+    jobs: int | None = None,
+    progress: bool = True,
+    run_name: str | None = None,
+    log_artifacts: bool = True,
+    on_result: Callable[[dict], None] | None = None,
+    executor: Executor | None = None,
+    resume: bool = True,
+) -> SweepResult:
+    """Run every configuration of ``cfg`` (skipping finished ones) and log them to MLflow.
+
+    A configuration is reused when the experiment holds a FINISHED run with its hash computed
+    on a store with the same fingerprint by the same code (the code fingerprint of
+    :mod:`experiments.tracking.provenance`, which covers every default); ``resume`` False runs every
+    configuration again. ``jobs`` None takes the config's ``jobs`` (default 1). The other
+    arguments are described in :class:`experiments.studies.parent_run.RunOptions`; ``executor`` None
+    evaluates on this machine (:class:`experiments.executors.local.LocalExecutor`).
+
+    Returns a :class:`SweepResult` whose ``table`` has one row per configuration with its
+    run id, status (``done``, ``reused``, ``failed``), params and metrics.
+    """
+    options = RunOptions(tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name=run_name,
+                         log_artifacts=log_artifacts, on_result=on_result, executor=executor, resume=resume)  # fmt: skip
+    trials = _order(_ensure_baseline(expand(cfg)))
+    run = ParentRun(cfg, store, options)
+    todo = [t for t in trials if run.finished.get(t.hash()) is None]
+    run.start("sweep", tags={}, params={"n_configurations": len(trials)},
+              progress={"total": len(todo), "desc": "configurations", "unit": "cfg"})  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:  # the resolved config (every default filled in) and the code
+        (Path(tmp) / "config.yaml").write_text(yaml.safe_dump({"config": cfg.to_dict(), "code": run.code.tags()}, sort_keys=False))
+        run.tracker.log_artifacts(run.id, tmp)
+    for t in trials:
+        run.reused(t)
+
+    def record(trial: Trial, result, error: str) -> None:
+        row = run.record(trial, result, error)
+        run.bar.update(1)
+        run.notify(row)
+
+    with run.closing():
+        run.evaluate(todo, record)
+        if cfg.unseen_listener:
+            extra = run.unseen_listener_todo(trials)
+            if extra:
+                run.bar.total += len(extra)
+                run.bar.set_description("unseen listeners")
+                run.evaluate(extra, record)
+                todo += extra
+    return run.result(skipped=len(trials) - len(todo))

@@ -1,0 +1,104 @@
+"""One configuration's MLflow child run: its identity tags, params, metrics, artifacts and table row.
+
+A child run is created, filled and closed in one go (:func:`log_child`) by the process that
+logs the sweep, or by a Dask worker logging through a tracking server. Its artifacts are the
+resolved config (every estimator parameter included, :func:`resolved_params`), the
+per-session CCC matrix, the predictions in the challenge's CSV format and the two figures.
+Each child run's row of the sweep table (:func:`run_row`) carries its run id, status, the
+configuration's params and its metrics.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..config.grid import Trial
+from ..evaluation.evaluate import CALIBRATION_SHRINKAGE, TrialResult
+from ..evaluation.plots import with_figures
+from ..models.factory import make_model
+from ..models.personalization import make_personalizer
+from .context import SweepContext
+from .provenance import code_version
+from .tracker import CONFIG_HASH_TAG, Tracker
+
+#: tag (and sweep table column) of a chosen configuration's unseen-listener run: the config hash
+#: of the grid configuration it evaluates again (see :func:`run_sweep`)
+UNSEEN_OF_TAG = "unseen_of"
+
+
+def identity_tags(trial: Trial) -> dict[str, str]:
+    """A configuration's identifying tags: its config hash and, for a chosen configuration's
+    unseen-listener run, the hash of the grid configuration it evaluates again."""
+    tags = {CONFIG_HASH_TAG: trial.hash()}
+    if trial.unseen_listener:
+        tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
+    return tags
+
+
+def run_row(trial: Trial, run: Any, status: str) -> dict:
+    """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``status``: ``reused``
+    for a run of an earlier sweep, ``done`` for one of this sweep)."""
+    return {"run_id": run.info.run_id, "status": status, "label": trial.label(), **identity_tags(trial),
+            **trial.params(), **run.data.metrics}
+
+
+def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = "") -> dict:
+    """Create, fill and close one configuration's child run; returns its row of the sweep table.
+
+    ``result`` None logs a FAILED run carrying ``error`` as a tag.
+    """
+    ident = identity_tags(trial)
+    run_id = tracker.start_run(trial.label()[:250], tags={**ident, "track": trial.track, **ctx.child_tags}, parent_id=ctx.parent_run_id)
+    params = trial.params()
+    if result is None:
+        tracker.log(run_id, params=params, tags={"error": error[:5000]})
+        tracker.finish(run_id, "FAILED")
+        return {"run_id": run_id, "status": "failed", "label": trial.label(), **ident, **params, "error": error}
+    m = dict(result.metrics)
+    m["fit_seconds"] = result.fit_seconds
+    m["n_train_rows"] = result.n_train_rows
+    tracker.log(run_id, params=params, metrics=m, tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None)
+    if ctx.log_artifacts:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_artifacts(result, ctx.cfg.to_dict(), Path(tmp))
+            tracker.log_artifacts(run_id, tmp)
+    tracker.finish(run_id, "FINISHED")
+    return {"run_id": run_id, "status": "done", "label": trial.label(), **ident, **params, **m}
+
+
+def resolved_params(trial: Trial) -> dict[str, str]:
+    """Every parameter of the configuration's estimator, defaults included (scikit-learn's
+    ``get_params(deep=True)`` of the personalization wrapper and its pipeline), plus the fixed
+    settings of the evaluation: what exactly ran, for a reader a year later."""
+    model = make_personalizer(trial.personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
+    out = {k: repr(v) for k, v in model.get_params(deep=True).items() if not hasattr(v, "get_params")}
+    out["evaluate.calibration_shrinkage"] = repr(CALIBRATION_SHRINKAGE)
+    return dict(sorted(out.items()))
+
+
+def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
+    """Write a child run's artifacts: config, CCC matrix, predictions, plots (the figures the
+    worker drew, ``result.figures``; drawn here if it drew none)."""
+    trial = result.trial
+    resolved = {"trial": trial.params(), "resolved": resolved_params(trial), "code": code_version().tags(), "config": cfg_dict}
+    (folder / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    result.scores.sort_values(["split", "listener", "story"]).to_csv(folder / "ccc_matrix.csv", index=False)
+    own = result.scores[~result.scores.split.str.endswith("_unseen")]
+    split_of = dict(zip(own.session, own.split, strict=False))
+    for suffix, predictions in (("", result.predictions), ("_unseen", result.unseen_predictions)):
+        for sid, pred in predictions.items():
+            d = folder / "predictions" / (split_of[sid] + suffix)
+            d.mkdir(parents=True, exist_ok=True)
+            # 9 decimals: `experiments export` + `score` then reproduce the logged CCC to ~1e-9
+            np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
+    plots = folder / "plots"
+    plots.mkdir()
+    for name, png in (result.figures or with_figures(result).figures).items():
+        (plots / name).write_bytes(png)
+

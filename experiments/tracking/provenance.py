@@ -1,0 +1,93 @@
+"""Which code computed a result: the code fingerprint that every run records and that resume keys on.
+
+A sweep reuses a finished run only when it was computed by the same code (see
+:func:`experiments.studies.sweep.run_sweep`). "The same code" is the **code fingerprint**: a SHA-256
+of the installed package version and of every source file of the two packages
+(``experiments/`` and ``featurestore/``: Python modules and the packaged configs), path and
+bytes. It is what a git commit plus a hash of the uncommitted changes to the package would
+identify, computed the same way with or without git (an sdist, a copied folder), and it
+ignores edits outside the package (README, tests). Every default lives in that source (model
+defaults, ``min_samples``, ``shrinkage``, interpolation limits), so changing one changes the
+fingerprint and the next sweep recomputes instead of reusing.
+
+Runs also record the git commit and whether the package's files differed from it
+(``git_dirty``), for a reader who wants to check out what ran.
+
+>>> v = code_version()
+>>> len(v.fingerprint), sorted(v.tags())
+(16, ['code_fingerprint', 'code_version', 'git_commit', 'git_dirty'])
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+#: the packages whose source makes up the fingerprint
+PACKAGES = ("experiments", "featurestore")
+#: file patterns of a package's source
+SOURCE_PATTERNS = ("*.py", "configs/*.yaml")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    """The code this process runs: its fingerprint, the package version and the git state."""
+
+    fingerprint: str
+    version: str
+    git_commit: str  # "unknown" outside a git checkout
+    git_dirty: bool | None  # the package's files differ from the commit; None without git
+
+    def tags(self) -> dict[str, str]:
+        """MLflow tags: ``code_fingerprint``, ``code_version``, ``git_commit``, ``git_dirty``."""
+        dirty = "unknown" if self.git_dirty is None else str(self.git_dirty).lower()
+        return {"code_fingerprint": self.fingerprint, "code_version": self.version,
+                "git_commit": self.git_commit, "git_dirty": dirty}
+
+
+def package_version() -> str:
+    """The installed version of the distribution (``unknown`` when not installed)."""
+    try:
+        return version("omg-empathy-bench")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def source_files(root: Path = ROOT) -> list[Path]:
+    """Every source file of :data:`PACKAGES` under ``root``, in a stable order."""
+    files: set[Path] = set()
+    for package in PACKAGES:
+        for pattern in SOURCE_PATTERNS:
+            files.update(p for p in (root / package).rglob(pattern) if "__pycache__" not in p.parts)
+    return sorted(files)
+
+
+def source_fingerprint(root: Path = ROOT, version: str | None = None) -> str:
+    """16 hex digits of SHA-256 over the package version and each source file's path and bytes."""
+    h = hashlib.sha256((version if version is not None else package_version()).encode())
+    for path in source_files(root):
+        h.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def git(*args: str, root: Path = ROOT) -> str | None:
+    """Output of ``git ARGS`` run in ``root``; None outside a checkout or without git."""
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+@functools.cache
+def code_version() -> CodeVersion:
+    """The :class:`CodeVersion` of this process (computed once: the code does not change under it)."""
+    commit = (git("rev-parse", "HEAD") or "").strip() or "unknown"
+    status = git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
+    return CodeVersion(source_fingerprint(), package_version(), commit, None if status is None else bool(status.strip()))

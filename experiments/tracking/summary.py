@@ -1,0 +1,175 @@
+"""Choosing each track's best configuration, and the summary a sweep's parent run carries.
+
+Each challenge track is chosen on validation (or LOSO) under its own averaging
+(:func:`experiments.config.tracks.selection_metric`) among the grid's configurations
+(:func:`best_per_track`); :func:`summarise` tags the parent run with each track's best child
+and attaches ``summary.md`` / ``summary.csv`` / ``tracks.csv``.
+
+>>> import pandas as pd
+>>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
+...                       "val.ccc_generalized": [0.2, 0.4], "run_id": ["a", "b"], "label": ["x", "y"]})
+>>> best_per_track(table, "val")["generalized"].run_id
+'b'
+>>> print(markdown_table(pd.DataFrame({"run": ["a|b"], "ccc": [0.12345]})))
+| run | ccc |
+|---|---|
+| a\\|b | 0.123 |
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..config.grid import Trial
+from ..config.options import TRACKS
+from ..config.tracks import selection_metric
+from ..evaluation import markdown
+from .child_runs import UNSEEN_OF_TAG
+from .tracker import CONFIG_HASH_TAG, Tracker
+
+
+def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
+    """Each track's best finished configuration of ``table`` (rows with a ``track`` column),
+    by the track's own selection metric; the first row wins a tie. Tracks without a scored
+    row are left out.
+
+    Only the grid's configurations compete; when the chosen one was also evaluated on unseen
+    listeners (a row whose ``unseen_of`` is its config hash, see :func:`experiments.studies.sweep.run_sweep`), that row
+    is returned: the same configuration and scores, plus its ``*_unseen`` metrics.
+    """
+    out: dict[str, pd.Series] = {}
+    if table.empty or "track" not in table:
+        return out
+    ok = table["status"] != "failed"
+    twins = table[ok & table[UNSEEN_OF_TAG].notna()] if UNSEEN_OF_TAG in table else table.iloc[0:0]
+    grid = table[ok & ~table.index.isin(twins.index)]
+    for track in TRACKS:
+        metric = selection_metric(track, protocol)
+        part = grid[grid["track"] == track]
+        if metric in part and part[metric].notna().any():
+            best = part.loc[part[metric].idxmax()]
+            twin = twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)] if len(twins) else twins
+            out[track] = twin.iloc[0] if len(twin) else best
+    return out
+
+
+def unseen_listener_trials(table: pd.DataFrame, trials: Sequence[Trial], protocol: str) -> list[Trial]:
+    """For each feature set, its chosen generalized-track configuration with the unseen-listener
+    protocol on (see :func:`experiments.evaluation.evaluate.evaluate_trials`); none for a set whose choice
+    already has its unseen-listener run in ``table``."""
+    by_hash = {t.hash(): t for t in trials}
+    out = []
+    if table.empty or "features.set" not in table:
+        return out
+    for _, part in table.groupby("features.set", sort=False):
+        best = best_per_track(part, protocol).get("generalized")
+        if best is None or pd.notna(best.get(UNSEEN_OF_TAG, np.nan)) or best[CONFIG_HASH_TAG] not in by_hash:
+            continue
+        out.append(replace(by_hash[best[CONFIG_HASH_TAG]], unseen_listener=True))
+    return out
+
+
+#: per track, the splits whose numbers the parent run and the summary report for its best child
+_REPORTED_SPLITS = {"personalized": ("val", "loso", "test"), "generalized": ("val", "loso", "test", "val_unseen", "test_unseen")}
+
+
+def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """One row per track: its best configuration (chosen on validation or LOSO under the track's own
+    averaging) with each split's CCC under that averaging, its 95 % interval over listeners and the
+    chance level (95th percentile of circularly shifted predictions)."""
+    rows = []
+    for track, best in best_per_track(table, protocol).items():
+        row = {"track": track, "run_id": str(best.run_id), "label": best.label,
+               "chosen_on": selection_metric(track, protocol)}
+        for split in _REPORTED_SPLITS[track]:
+            name = f"{split}.ccc_{track}"
+            if name in best and pd.notna(best[name]):
+                row[name] = float(best[name])
+                for suffix in (".ci_low", ".ci_high", ".chance_q95"):
+                    if name + suffix in best and pd.notna(best[name + suffix]):
+                        row[name + suffix] = float(best[name + suffix])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
+    lines = ["# Best configuration of each track", ""]
+    for row in summary.to_dict("records"):
+        lines += [f"## {row['track']} track", "", f"- configuration: {row['label']}", f"- run: `{row['run_id']}`",
+                  f"- chosen on: `{row['chosen_on']}`", ""]
+        cells = []
+        for split in _REPORTED_SPLITS[row["track"]]:
+            name = f"{split}.ccc_{row['track']}"
+            if name in row and pd.notna(row[name]):
+                ci = f"[{row.get(name + '.ci_low', float('nan')):.3f}, {row.get(name + '.ci_high', float('nan')):.3f}]"
+                cells.append([split, f"{row[name]:.3f}", ci, f"{row.get(name + '.chance_q95', float('nan')):.3f}"])
+        lines += [*markdown.table(["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"], cells), ""]
+    lines += ["Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
+              "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
+              "each story's mean CCC. `*_unseen`: listeners left out of training (generalized track only)."]
+    return "\n".join(lines) + "\n"
+
+
+def summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str, seconds: float, n_new: int) -> dict[str, str]:
+    """Tag the parent with the best child of each track and attach the summary tables; returns
+    track -> best run id."""
+    metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
+    tags: dict[str, str] = {}
+    summary = track_summary(table, protocol)
+    best_ids: dict[str, str] = {}
+    for row in summary.to_dict("records"):
+        track = row["track"]
+        best_ids[track] = row["run_id"]
+        tags[f"best_run_id_{track}"] = row["run_id"]
+        tags[f"best_label_{track}"] = str(row["label"])[:5000]
+        metrics.update({f"best_{track}.{k}": v for k, v in row.items() if k.startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))})
+    main = best_ids.get("personalized") or best_ids.get("generalized")
+    if main:
+        # one name for the headline run, as before tracks existed: the personalized track's
+        tags["best_run_id"] = main
+        tags["best_label"] = tags.get("best_label_personalized", tags.get("best_label_generalized", ""))
+    tracker.log(parent, metrics=metrics, tags=tags or None)
+    if not table.empty:
+        metric = selection_metric("personalized", protocol)
+        with tempfile.TemporaryDirectory() as tmp:
+            cols = [c for c in ["run_id", "status", "track", "label", metric, selection_metric("generalized", protocol),
+                                "test.ccc_personalized", "test.ccc_generalized", "test_unseen.ccc_generalized"] if c in table]
+            ordered = table.sort_values(metric, ascending=False) if metric in table else table
+            ordered.to_csv(Path(tmp) / "summary.csv", index=False)
+            listing = markdown_table(_with_intervals(ordered, cols))
+            (Path(tmp) / "summary.md").write_text(summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n")
+            if not summary.empty:
+                summary.to_csv(Path(tmp) / "tracks.csv", index=False)
+            tracker.log_artifacts(parent, tmp)
+    return best_ids
+
+
+def _with_intervals(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``table[cols]`` with every CCC written as ``value [ci_low, ci_high]`` (95 % over listeners)."""
+    out = table[cols].copy()
+    for c in cols:
+        if ".ccc_" not in c:
+            continue
+        low, high = table.get(f"{c}.ci_low"), table.get(f"{c}.ci_high")
+        out[c] = [
+            "" if pd.isna(v) else f"{v:.3f}" if low is None or pd.isna(lo) else f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
+            for v, lo, hi in zip(table[c], low if low is not None else table[c], high if high is not None else table[c], strict=True)
+        ]
+    return out
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """``table`` as a Markdown table (text cells as they are, numbers with 3 decimals)."""
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if pd.isna(v) else f"{v:.3f}"
+        return str(v)
+
+    return "\n".join(markdown.table(list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))))

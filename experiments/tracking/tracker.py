@@ -1,0 +1,293 @@
+"""MLflow tracking: explicit URI, one experiment per config, parent + nested child runs, resume.
+
+Design choices (each against a failure seen in practice):
+
+* The tracking URI is always set explicitly. ``mlruns`` (the default) means the SQLite
+  database ``mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts/<experiment>``;
+  MLflow 3 refuses the plain ``./mlruns`` file store.
+* The database is created under a file lock before anything else writes: two writers on a
+  brand-new SQLite database crash one of them.
+* A sweep has a single writer: worker processes compute, the parent process logs. A child
+  run is created, filled and terminated in one go, so it is RUNNING only for the moment it
+  takes to log it; runs left RUNNING by a killed process (its pid is in the ``pid`` tag) are
+  marked KILLED at the next start. A child run whose writer is elsewhere (a Dask worker
+  logging through an MLflow server) cannot be judged by its pid: the sweep's driver marks its
+  own children still RUNNING when it ends as KILLED, tagged ``worker_lost``
+  (:meth:`Tracker.reap_children`).
+* Every client call retries on SQLite's ``database is locked`` (two sweeps on one store).
+* MLflow is imported where a run is logged or read (a second or more of import time), so
+  that importing this module, as every sweep module does, stays light.
+* Experiments carry MLflow 3's experiment kind (``mlflow.experimentKind``:
+  ``custom_model_development``) and a saved view of the runs table with the CCC columns, so
+  the UI opens on the runs (see :mod:`experiments.tracking.ui`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from featurestore.processes import pid_alive
+
+from .provenance import git
+from .ui_view import experiment_tags
+
+T = TypeVar("T")
+
+DEFAULT_URI = "mlruns"
+CONFIG_HASH_TAG = "config_hash"
+#: tag of a child run marked KILLED because the process logging it was lost (its text says which)
+WORKER_LOST_TAG = "worker_lost"
+
+
+def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
+    """Turn the config's ``tracking.uri`` into a URI MLflow accepts.
+
+    ``mlruns`` or any plain folder -> ``sqlite:///<folder>/mlflow.db`` (folder created);
+    a path ending in ``.db`` -> that SQLite file; URIs with a scheme (``sqlite://``,
+    ``http://``, ``postgresql://`` ...) are returned unchanged.
+
+    >>> resolve_tracking_uri("http://127.0.0.1:5000")
+    'http://127.0.0.1:5000'
+    """
+    uri = uri or DEFAULT_URI
+    if "://" in uri:
+        return uri
+    path = Path(uri)
+    if not path.is_absolute():
+        path = Path(base or Path.cwd()) / path
+    if path.suffix != ".db":
+        path = path / "mlflow.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def artifact_root_for(uri: str) -> str | None:
+    """Artifact folder beside a SQLite database (``<folder>/artifacts``); None for servers."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        return (db.parent / "artifacts").resolve().as_uri()
+    return None
+
+
+def _is_locked_error(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.05) -> T:
+    """Call ``fn``, retrying with backoff (up to ~60 s in all) while SQLite reports a lock."""
+    wait = first_wait_s
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - MlflowException or SQLAlchemy OperationalError
+            if not _is_locked_error(e) or i == attempts - 1:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 1.5, 2.0)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str:
+    """Git commit of the checkout this package runs from (``unknown`` outside a checkout).
+
+    ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
+    names the code that ran even when a sweep is started from elsewhere.
+    """
+    return (git("rev-parse", "HEAD", root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent) or "").strip() or "unknown"
+
+
+
+
+class Tracker:
+    """One MLflow experiment on one tracking store, used by a single writer process."""
+
+    def __init__(self, uri: str | None, experiment: str) -> None:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        from mlflow import MlflowClient  # mlflow: see the module docstring
+
+        self.uri = resolve_tracking_uri(uri)
+        self.experiment = experiment
+        lock = Path(self.uri[len("sqlite:///") :]).with_suffix(".lock") if self.uri.startswith("sqlite:///") else None
+        with _file_lock(lock) if lock else contextlib.nullcontext():
+            self.client = MlflowClient(tracking_uri=self.uri)
+            exp = with_retry(lambda: self.client.get_experiment_by_name(experiment))
+            if exp is None:
+                root = artifact_root_for(self.uri)
+                loc = f"{root}/{experiment}" if root else None
+                self.experiment_id = with_retry(lambda: self.client.create_experiment(
+                    experiment, artifact_location=loc, tags=experiment_tags()))
+            else:
+                if exp.lifecycle_stage == "deleted":
+                    with_retry(lambda: self.client.restore_experiment(exp.experiment_id))
+                self.experiment_id = exp.experiment_id
+                # experiments created before the tags existed (or by other tools) get them now
+                for key, value in experiment_tags(exp.tags).items():
+                    with_retry(lambda k=key, v=value: self.client.set_experiment_tag(self.experiment_id, k, v))
+
+    # ------------------------------------------------------------------ runs
+    def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+        tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
+        tags.update({k: str(v) for k, v in (extra or {}).items()})
+        return tags
+
+    def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_id: str | None = None) -> str:
+        """Create a RUNNING run; returns its id."""
+        tags = self._tags(tags)
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run = with_retry(lambda: self.client.create_run(self.experiment_id, run_name=name, tags=tags))
+        return run.info.run_id
+
+    def log(
+        self,
+        run_id: str,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Log params (as strings), finite metrics and tags in batches."""
+        from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
+
+        now = int(time.time() * 1000)
+        p = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        m = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))]
+        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        # MLflow's batch limits: 100 params, 100 tags, 1000 metrics per call
+        for i in range(0, max(len(p), len(t)), 100):
+            with_retry(lambda i=i: self.client.log_batch(run_id, params=p[i : i + 100], tags=t[i : i + 100]))
+        for j in range(0, len(m), 1000):
+            with_retry(lambda j=j: self.client.log_batch(run_id, metrics=m[j : j + 1000]))
+
+    def log_artifacts(self, run_id: str, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
+        with_retry(lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        with_retry(lambda: self.client.set_terminated(run_id, status))
+
+    # ---------------------------------------------------------------- resume
+    def search(self, filter_string: str = "", max_results: int = 5000):
+        return with_retry(lambda: self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=max_results))
+
+    def finished_by_hash(self, store_fingerprint: str | None = None, code_fingerprint: str | None = None) -> dict[str, Any]:
+        """config hash -> the most recent FINISHED run carrying it (for skipping on re-run).
+
+        With ``store_fingerprint``, only runs computed on that store (tag ``store_fingerprint``)
+        count: a run on other features or labels is no result for this store. With
+        ``code_fingerprint``, only runs computed by that code (tag ``code_fingerprint``, see
+        :mod:`experiments.tracking.provenance`): a result of other code, or other defaults, is not reused.
+        """
+        out: dict[str, Any] = {}
+        query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
+        if store_fingerprint is not None:
+            query += f" and tags.store_fingerprint = '{store_fingerprint}'"
+        if code_fingerprint is not None:
+            query += f" and tags.code_fingerprint = '{code_fingerprint}'"
+        runs = self.search(query)
+        for r in sorted(runs, key=lambda r: r.info.start_time):
+            out[r.data.tags[CONFIG_HASH_TAG]] = r
+        return out
+
+    def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None.
+
+        For a Dask task that logs its own child run and may be run twice: Dask computes a task
+        again when the worker holding its result dies before the client fetched it, and the
+        second run must not log the configuration again.
+        """
+        runs = self.search(f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
+                           f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'", max_results=1)
+        return runs[0] if runs else None
+
+    def reap_stale(self) -> list[str]:
+        """Mark runs left RUNNING by a process that no longer exists as KILLED; returns their ids."""
+        host = socket.gethostname()
+        reaped = []
+        for r in self.search("attributes.status = 'RUNNING'"):
+            tags = r.data.tags
+            pid = int(tags.get("pid", "0") or 0)
+            if tags.get("host") == host and pid and pid != os.getpid() and pid_alive(pid):
+                continue
+            if tags.get("host") not in (None, host):
+                continue  # another machine's run: not ours to judge
+            self.finish(r.info.run_id, "KILLED")
+            reaped.append(r.info.run_id)
+        return reaped
+
+    def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED, tagged ``worker_lost``.
+
+        For the sweep's driver once it expects no more logging (the sweep ended or its executor
+        raised): a child still RUNNING then was being logged by a process that died, e.g. a
+        Dask worker logging through an MLflow server on another host, which
+        :meth:`reap_stale` cannot judge. ``finished`` maps config hash -> run id for the
+        configurations that did finish in this sweep (a task Dask ran again elsewhere); the
+        tag names that run, or says a resumed sweep runs the configuration again.
+        Returns the ids of the runs marked.
+        """
+        finished = finished or {}
+        marked = []
+        for r in self.search(f"attributes.status = 'RUNNING' and tags.mlflow.parentRunId = '{parent_id}'"):
+            tags = r.data.tags
+            h = tags.get(CONFIG_HASH_TAG, "")
+            writer = f"host {tags.get('host', '?')}, pid {tags.get('pid', '?')}"
+            after = (f"the configuration finished in run {finished[h]}" if h in finished
+                     else "a resumed sweep runs this configuration again")
+            text = f"the process logging this run ({writer}) was lost before it finished; {after}"
+            self.log(r.info.run_id, tags={WORKER_LOST_TAG: text})
+            self.finish(r.info.run_id, "KILLED")
+            marked.append(r.info.run_id)
+        return marked
+
+
+def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None) -> list[Path]:
+    """Copy a run's predictions of ``split`` (``val``, ``test`` or ``loso``) into ``out_dir``.
+
+    Files are in challenge format: ``Subject_<L>_Story_<S>.csv``, header ``valence``, one row
+    per label frame. Raises ``FileNotFoundError`` naming the run when it has none for the split.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from mlflow import MlflowClient  # mlflow: see the module docstring
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    try:
+        client.get_run(run_id)
+    except MlflowException as e:
+        raise FileNotFoundError(f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI") from e
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = Path(client.download_artifacts(run_id, f"predictions/{split}", tmp))
+        except (MlflowException, OSError) as e:
+            raise FileNotFoundError(f"run {run_id} has no predictions for split {split!r} (artifacts predictions/{split}/)") from e
+        files = sorted(local.glob("*.csv"))
+        if not files:
+            raise FileNotFoundError(f"run {run_id} has no predictions for split {split!r}")
+        written = []
+        for f in files:
+            shutil.copyfile(f, out / f.name)
+            written.append(out / f.name)
+    return written

@@ -1,0 +1,82 @@
+"""What the MLflow UI shows first for this package's experiments: the runs table with the CCC columns.
+
+MLflow 3 may open an experiment on its GenAI overview (traces, judges) instead of its runs.
+What decides, read in the UI bundle MLflow ships (``mlflow/server/js/build``, MLflow 3.17):
+
+* the experiment tag ``mlflow.experimentKind`` (experiment kinds came with MLflow 3.4): the kind
+  ``custom_model_development`` ("Machine learning") opens the runs table, ``genai_development``
+  the GenAI overview. :func:`experiments.tracking.ui_view.experiment_tags` gives it, and :class:`~experiments.tracking.Tracker`
+  sets it on every experiment it creates or opens that lacks it;
+* since the sidebar's "GenAI / Model training" switch (MLflow 3.17 has it) the switch decides
+  instead, for every experiment. A browser remembers it (local storage ``mlflow.workflowType``,
+  GenAI until changed); a link sets it with ``workflowType=machine_learning``.
+
+So the package does both, and the links :func:`experiments.tracking.ui_view.runs_url` builds (``make ui`` prints one per
+experiment) carry the switch and a saved view: an experiment tag
+``mlflow.sharedViewState.<key>`` holds a runs-table view as JSON (sort order, columns), and the
+runs page opens it with ``?viewStateShareKey=<key>``; it is what the UI's own "Share" button
+writes. The view :func:`experiments.tracking.ui_view.ccc_view` lists the child runs best validation CCC first, with the four
+CCC metrics and the main parameters as columns.
+
+``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` tags this package's experiments
+(those with sweep runs) and prints their links; ``make ui`` runs it before starting the UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
+from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
+
+
+def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
+    """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id) of each.
+
+    With ``only_with_sweeps`` an experiment counts when one of its runs carries a
+    ``config_hash`` tag (a sweep's child run); others are left alone and not listed.
+    """
+    out = []
+    for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
+        if only_with_sweeps and not with_retry(lambda exp=exp: client.search_runs(
+                [exp.experiment_id], f"tags.{CONFIG_HASH_TAG} != ''", max_results=1)):
+            continue
+        for key, value in experiment_tags(exp.tags).items():
+            with_retry(lambda k=key, v=value, exp=exp: client.set_experiment_tag(exp.experiment_id, k, v))
+        out.append((exp.name, exp.experiment_id))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m experiments.tracking.ui``: tag this package's experiments and print a link to each one's runs."""
+    p = argparse.ArgumentParser(prog="python -m experiments.tracking.ui", description=main.__doc__)
+    p.add_argument("--tracking-uri", default="mlruns", help="MLflow tracking URI or folder (default: mlruns/)")
+    p.add_argument("--url", default=None, help=f"where the UI is served (default: the tracking server, else {DEFAULT_UI_URL})")
+    args = p.parse_args(argv)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = args.tracking_uri
+    if "://" not in uri:
+        uri = resolve_tracking_uri(uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+        print(f"no MLflow database at {uri[len('sqlite:///') :]} yet: run `make sweep` first")
+        return 0
+    from mlflow import MlflowClient  # heavy: loaded once there is a database to read
+
+    base = args.url or ui_base_url(uri)
+    found = prepare_experiments(MlflowClient(tracking_uri=uri))
+    if not found:
+        print(f"no sweeps in {uri} yet: run `make sweep` first")
+    for name, eid in found:
+        print(f"{name}: {runs_url(eid, base)}")
+    if found:
+        print("(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
+              "of the sidebar opens every experiment on its runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs.
+
+Why these tags, and how MLflow 3 reads them: see :mod:`experiments.tracking.ui`. The tracking code
+(:class:`experiments.tracking.Tracker`) sets :func:`experiment_tags` on every experiment it
+opens; ``python -m experiments.tracking.ui`` sets them on existing ones and prints :func:`runs_url` links.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from urllib.parse import quote
+
+#: experiment tag MLflow 3's UI reads for the experiment's kind
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+#: the kind whose experiments open on the runs table ("Machine learning" in the UI)
+EXPERIMENT_KIND = "custom_model_development"
+#: prefix of the experiment tags that hold shared runs-table views (the UI's "Share" button)
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+#: key of this package's view: ``...?viewStateShareKey=ccc``
+VIEW_KEY = "ccc"
+VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
+#: metric columns of the view; the first sorts it (best first)
+CCC_METRICS = ("val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized")
+#: parameter columns of the view
+VIEW_PARAMS = ("model.name", "features.set", "personalization", "window.lengths_s", "window.delay_s", "postprocess.smooth_s")
+#: the runs table's column id of the run names
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+#: where ``make ui`` serves the UI
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+
+
+def ccc_view() -> dict:
+    """The runs-table view of :data:`VIEW_TAG`: child runs by validation CCC, CCC and main params as columns.
+
+    Keys are the UI's own (its search facets and UI state); column ids are
+    ``metrics.`<name>``` and ``params.`<name>```. The UI's default columns (source, models,
+    dataset) are left out: they are empty for these runs.
+    """
+    metrics = [f"metrics.`{m}`" for m in CCC_METRICS]
+    params = [f"params.`{p}`" for p in VIEW_PARAMS]
+    return {
+        "orderByKey": metrics[0],
+        "orderByAsc": False,
+        "searchFilter": "",
+        "selectedColumns": [*metrics, *params],
+        # widths (pixels) apply to the columns listed in the order only
+        "columnOrder": [RUN_NAME_COLUMN, *metrics, *params],
+        "columnWidths": {RUN_NAME_COLUMN: 300, **{m: 155 for m in metrics}, **{p: 120 for p in params}},
+    }
+
+
+def experiment_tags(current: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The experiment tags this package sets that ``current`` (an experiment's tags) lacks or has stale.
+
+    The kind is only added when missing (a kind someone chose in the UI stays); the view is
+    rewritten when it differs from :func:`ccc_view`, so it follows the package.
+    """
+    current = current or {}
+    want = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: json.dumps(ccc_view(), separators=(",", ":"))}
+    out = {}
+    if EXPERIMENT_KIND_TAG not in current:
+        out[EXPERIMENT_KIND_TAG] = want[EXPERIMENT_KIND_TAG]
+    if current.get(VIEW_TAG) != want[VIEW_TAG]:
+        out[VIEW_TAG] = want[VIEW_TAG]
+    return out
+
+
+def ui_base_url(tracking_uri: str | None, default: str = DEFAULT_UI_URL) -> str:
+    """Where the UI of ``tracking_uri`` is served: the server itself for ``http(s)://``, else ``default``."""
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/")
+    return default.rstrip("/")
+
+
+def runs_url(experiment_id: str, base_url: str = DEFAULT_UI_URL) -> str:
+    """Link that opens an experiment's runs table with the CCC view, in any browser.
+
+    >>> runs_url("3")
+    'http://127.0.0.1:5000/#/experiments/3/runs?viewStateShareKey=ccc&workflowType=machine_learning'
+    """
+    # no sort or filter parameters here: with any of them the UI ignores the shared view
+    return (f"{base_url.rstrip('/')}/#/experiments/{quote(str(experiment_id))}/runs"
+            f"?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning")

@@ -1,0 +1,72 @@
+"""The windowed features of one window key: a float32 matrix and the labels per session.
+
+:func:`window_sessions` turns the frame tables of :mod:`experiments.data.dataset` into the
+window statistics of :mod:`experiments.windowing` for every session; :mod:`experiments.evaluation.fitting`
+fits on them and :mod:`experiments.evaluation.evaluate` scores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.grid import WindowKey
+from ..data.session_table import SessionTable
+from .stats import window_stats
+
+
+@dataclass
+class WindowedSession:
+    """A session's windowed features for one :class:`WindowKey`."""
+
+    session: str
+    listener: int
+    story: int
+    split: str
+    F: np.ndarray  # (n_frames, p) float32
+    y: np.ndarray  # (n_frames,) float32
+    fps: float
+
+
+@dataclass
+class Windowed:
+    key: WindowKey
+    sessions: list[WindowedSession]
+    names: list[str]
+
+
+def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
+    """Windowed features of the channels in ``key`` for every session.
+
+    ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
+    the other statistics per column. Both are written into one float32 matrix per session.
+    """
+    out: list[WindowedSession] = []
+    names: list[str] = []
+    stats = [s for s in key.stats if s != "valid_frac"]
+    for t in tables:
+        missing = [c for c in key.channels if c not in t.channels]
+        if missing:
+            raise KeyError(f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}")
+        ch_idx = [t.channels.index(c) for c in key.channels]
+        cols = np.flatnonzero(np.isin(t.column_channel, ch_idx))
+        n_stats = len(cols) * len(stats) * len(key.lengths_s)
+        n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
+        F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
+        part_names: list[str] = []
+        window = {"fps": t.fps, "lengths_s": key.lengths_s, "delay_s": key.delay_s, "align": key.align}
+        if stats:
+            X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
+            _, nm = window_stats(X, t.valid[:, t.column_channel[cols]], stats=stats,
+                                 columns=[t.columns[i] for i in cols], out=F[:, :n_stats], **window)  # fmt: skip
+            part_names += nm
+        if n_frac:
+            _, nm = window_stats(np.where(t.valid[:, ch_idx], 1.0, np.nan), None, stats=["valid_frac"],
+                                 columns=list(key.channels), out=F[:, n_stats:], **window)  # fmt: skip
+            part_names += nm
+        if not names:
+            names = part_names
+        out.append(WindowedSession(t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps))
+    return Windowed(key, out, names)

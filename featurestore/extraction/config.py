@@ -1,0 +1,277 @@
+"""Extraction settings: defaults, YAML file, and command-line overrides.
+
+A data folder may carry a ``featurestore.yaml`` next to its videos (the demo corpus does);
+``featurestore scan/extract`` read it when no ``--config`` is given. Top-level keys are the
+settings of the extraction run (face rate, crop, channels, splits); ``extractors`` holds the
+settings of each extractor, checked against its frozen config dataclass (see
+:mod:`featurestore.extractors`)::
+
+    face_fps: 5
+    extractors:
+      face_geom: {redetect_every_s: 1.0, blink_threshold: 0.2}
+      face_au: {device: cpu, batch_size: 8}
+      egemaps: {sampling_rate: 16000}
+
+On the command line, ``featurestore extract --set face_au.device=cuda`` (repeatable; the
+value is parsed as YAML) overrides the file. Every extractor setting is part of that
+extractor's parameters: it enters the channel's cache key (changing it recomputes that
+channel) and its ``params`` attribute (``featurestore inspect``).
+
+Files written before the ``extractors`` section keep working: the top-level
+``audio_sampling_rate`` means ``extractors.egemaps.sampling_rate`` and ``face_backend`` means
+``extractors.face_geom.backend`` (see :data:`LEGACY_KEYS`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..extractors import get_extractor, registry
+from ..sources.manifest import SPLITS, STORY_SPEAKER
+
+CONFIG_NAME = "featurestore.yaml"
+
+#: top-level keys of older files -> (extractor, setting) they now stand for
+LEGACY_KEYS = {
+    "audio_sampling_rate": ("egemaps", "sampling_rate"),
+    "face_backend": ("face_geom", "backend"),
+}
+
+
+class ConfigError(ValueError):
+    """A bad key or value in a featurestore config; names the key and the file."""
+
+
+@dataclass
+class FeatureConfig:
+    #: face channels are computed at this rate (frames per second); 25 takes every frame
+    face_fps: float = 5.0
+    #: x where the speaker crop ends and the listener crop starts; None = 1080/2560 of the width
+    split_x: int | None = None
+    #: channels computed by ``featurestore extract`` when ``--channels`` is not given
+    #: (``speech`` and ``lexicon`` only for sessions with a transcript; the others skip them)
+    channels: list[str] = field(default_factory=lambda: ["face_geom", "egemaps", "speech", "lexicon"])
+    #: story -> speaker
+    story_speaker: dict[int, int] = field(default_factory=lambda: dict(STORY_SPEAKER))
+    #: split -> stories
+    splits: dict[str, list[int]] = field(default_factory=lambda: {k: list(v) for k, v in SPLITS.items()})
+    #: largest tolerated difference between label rows and video length, seconds
+    max_length_mismatch_s: float = 1.0
+    #: extractor name -> its settings (that extractor's frozen config dataclass); an extractor
+    #: not listed runs with its defaults
+    extractors: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def extractor_config(self, name: str):
+        """The settings of extractor ``name``: the configured ones, else its defaults."""
+        cls = get_extractor(name)
+        config = self.extractors.get(name)
+        return config if config is not None else cls.config_class()
+
+    def extractor(self, name: str):
+        """Extractor ``name`` built with its settings from this config."""
+        return get_extractor(name)(self.extractor_config(name))
+
+
+def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
+    """Parse a YAML file; failures raise ``error`` naming the file (and line for syntax errors)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e}){read_hint}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise error(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
+
+
+def _hint(key: str, known: Sequence[str], what: str) -> str:
+    near = difflib.get_close_matches(str(key), sorted(known), n=1)
+    return f"; did you mean {near[0]!r}?" if near else f"; {what}: {', '.join(sorted(known))}"
+
+
+def _extractor_classes() -> dict:
+    return registry()
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """``value`` checked against a config field's type; ints become floats where floats are due
+    (so ``1`` and ``1.0`` give the same cache key)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = set(typing.get_args(annotation)) if union else set()
+    kinds = args - {type(None)} if union else {annotation}
+    if value is None and type(None) in args:
+        return None
+    if float in kinds and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if int in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    if bool in kinds and isinstance(value, bool):
+        return value
+    if str in kinds and isinstance(value, str):
+        return value
+    if not kinds & {float, int, bool, str}:
+        return value  # a structured setting: the dataclass and the extractor check it
+    names = " or ".join(sorted({float: "a number", int: "an integer", bool: "true/false", str: "a string"}[k]
+                               for k in kinds if k in (float, int, bool, str)))
+    raise ConfigError(f"{where}: expected {names}, got {value!r}")
+
+
+def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]):
+    """The frozen config of extractor ``name`` from ``setting -> (value, where it was set)``.
+
+    Unknown settings, values of the wrong type and values the extractor refuses (its
+    constructor checks them, e.g. ``face_geom``'s ``backend``) raise :class:`ConfigError`
+    naming where the value came from and the key.
+    """
+    cls = _extractor_classes()[name]
+    config_class = cls.config_class
+    hints = typing.get_type_hints(config_class)
+    known = [f.name for f in fields(config_class)]
+    values = {}
+    for key, (value, where) in settings.items():
+        if key not in known:
+            what = f"settings of {name}" if known else f"{name} has no settings"
+            raise ConfigError(f"{where}: extractors.{name}.{key}: unknown setting{_hint(key, known, what)}")
+        values[key] = _coerce(value, hints[key], f"{where}: extractors.{name}.{key}")
+    config = config_class(**values)
+    try:
+        cls(config)  # constructors check values beyond their type
+    except (ValueError, TypeError) as e:
+        wheres = sorted({w for _, w in settings.values()})
+        raise ConfigError(f"{', '.join(wheres)}: extractors.{name}: {e}") from e
+    return config
+
+
+class _Collected:
+    """Settings gathered from the file and the ``--set`` options, each with where it was set."""
+
+    def __init__(self) -> None:
+        self.top: dict[str, tuple[Any, str]] = {}
+        self.extractors: dict[str, dict[str, tuple[Any, str]]] = {}
+
+    def add(self, raw: Mapping, where: str) -> None:
+        top_keys = [f.name for f in fields(FeatureConfig) if f.name != "extractors"]
+        names = _extractor_classes()
+        for key, value in raw.items():
+            if key == "extractors":
+                if value is None:
+                    continue
+                if not isinstance(value, Mapping):
+                    raise ConfigError(f"{where}: extractors: expected a mapping of extractor name -> settings, "
+                                      f"got {type(value).__name__}")
+                for name, settings in value.items():
+                    self.add_extractor(str(name), settings, where, names)
+            elif key in LEGACY_KEYS:
+                name, setting = LEGACY_KEYS[key]
+                new = (raw.get("extractors") or {}).get(name) or {}
+                if isinstance(new, Mapping) and setting in new and new[setting] != value:
+                    raise ConfigError(f"{where}: {key}: {value!r} contradicts extractors.{name}.{setting}: "
+                                      f"{new[setting]!r}; keep only extractors.{name}.{setting}")
+                self.add_extractor(name, {setting: value}, f"{where} ({key}, now extractors.{name}.{setting})", names)
+            elif key in top_keys:
+                self.top[key] = (value, where)
+            elif key in names:
+                how = (f"--set {key}.SETTING=VALUE" if where.startswith("--set")
+                       else f"put its settings under `extractors:` ({{extractors: {{{key}: {{...}}}}}})")
+                raise ConfigError(f"{where}: {key!r} is an extractor: {how}")
+            else:
+                raise ConfigError(f"{where}: unknown key {key!r}{_hint(key, [*top_keys, 'extractors'], 'known keys')}")
+
+    def add_extractor(self, name: str, settings: Any, where: str, names: Mapping) -> None:
+        if name not in names:
+            raise ConfigError(f"{where}: extractors: unknown extractor {name!r}{_hint(name, list(names), 'extractors')}")
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"{where}: extractors.{name}: expected a mapping of settings "
+                              f"(e.g. {{{', '.join(f.name + ': ...' for f in fields(names[name].config_class)[:2])}}}), "
+                              f"got {settings!r}")
+        section = self.extractors.setdefault(name, {})
+        for key, value in settings.items():
+            section[str(key)] = (value, where)
+
+
+def parse_override(text: str) -> dict:
+    """``--set KEY=VALUE`` as the mapping a YAML file would hold; VALUE is parsed as YAML.
+
+    ``EXTRACTOR.SETTING=VALUE`` (``face_au.device=cuda``) and ``extractors.EXTRACTOR.SETTING=VALUE``
+    set an extractor's setting; a top-level key (``face_fps=10``) sets that key.
+    """
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected KEY=VALUE, e.g. --set face_au.device=cpu")
+    key, value = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError(f"--set {text}: empty key; expected KEY=VALUE, e.g. --set face_au.device=cpu")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+    if parts[0] == "extractors":
+        parts = parts[1:]
+        if len(parts) != 2:
+            raise ConfigError(f"--set {text}: expected extractors.EXTRACTOR.SETTING=VALUE, e.g. extractors.face_au.device=cpu")
+    if len(parts) == 1:
+        return {parts[0]: parsed}
+    if len(parts) == 2 and parts[0] in _extractor_classes():
+        return {"extractors": {parts[0]: {parts[1]: parsed}}}
+    if parts[0] in {f.name for f in fields(FeatureConfig)}:
+        raise ConfigError(f"--set {text}: {parts[0]} is set as a whole: --set {parts[0]}=VALUE")
+    names = list(_extractor_classes())
+    raise ConfigError(f"--set {text}: unknown extractor {parts[0]!r}{_hint(parts[0], names, 'extractors')}")
+
+
+def load_feature_config(
+    path: str | Path | None = None, data_dir: str | Path | None = None, overrides: Sequence[str] = ()
+) -> FeatureConfig:
+    """Config from ``path``, else from ``<data_dir>/featurestore.yaml`` if present, else defaults;
+    then each ``--set`` override (``face_au.device=cuda``, ``face_fps=10``) in order.
+
+    Unknown keys, extractors and settings raise :class:`ConfigError` naming the file (or the
+    ``--set`` option), the key and the nearest valid name.
+    """
+    if path is None and data_dir is not None and (Path(data_dir) / CONFIG_NAME).exists():
+        path = Path(data_dir) / CONFIG_NAME
+    collected = _Collected()
+    if path is not None:
+        path = Path(path)
+        raw = read_yaml_file(path, ConfigError, read_hint="; check the --config path") or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
+        collected.add(raw, str(path))
+    for text in overrides:
+        collected.add(parse_override(text), f"--set {text}")
+    hints = typing.get_type_hints(FeatureConfig)
+    cfg = FeatureConfig(**{k: _coerce(v, hints[k], f"{where}: {k}") for k, (v, where) in collected.top.items()})
+    try:
+        cfg.story_speaker = {int(k): int(v) for k, v in cfg.story_speaker.items()}
+        cfg.splits = {str(k): [int(s) for s in v] for k, v in cfg.splits.items()}
+    except (AttributeError, TypeError, ValueError) as e:
+        bad = "story_speaker" if not isinstance(cfg.story_speaker, dict) or "story_speaker" in str(e) else "splits"
+        where = collected.top.get(bad, (None, str(path)))[1]
+        raise ConfigError(f"{where}: {bad}: expected a mapping of integers ({e})") from e
+    names = _extractor_classes()
+    for key in ("channels",):
+        if key in collected.top:
+            value, where = collected.top[key]
+            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+                raise ConfigError(f"{where}: channels: expected a list of extractor names, got {value!r}")
+            for c in value:
+                if c not in names:
+                    raise ConfigError(f"{where}: channels: unknown extractor {c!r}{_hint(c, list(names), 'extractors')}")
+    cfg.extractors = {name: build_extractor_config(name, settings) for name, settings in sorted(collected.extractors.items())}
+    return cfg

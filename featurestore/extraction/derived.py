@@ -1,0 +1,121 @@
+"""Channels computed from other inputs than the media: a session's transcript, and who is talking.
+
+Both ``featurestore extract`` (:mod:`featurestore.extraction.extract`) and ``featurestore transcripts``
+(:func:`featurestore.extraction.imports.import_transcripts`) make them, with the same cache keys:
+
+* **transcript channels** (``speech``, ``lexicon`` per role): :func:`transcript_plan` gives
+  each its extractor, cache key (transcript fingerprint, extractor name, version, params with
+  the label rate and frame count) and params; :func:`compute_transcript_channels` computes them
+  from the parsed cues;
+* **per-role voice** (``speaker/egemaps``, ``listener/egemaps``): the ``scene/egemaps`` rows
+  (stored once, as HDF5 hard links) with ``valid`` where that role talks, by one of two rules
+  (see :mod:`featurestore.sources.speaking`): from the transcript's cues where the session has a
+  transcript (:func:`role_voice_from_transcript`), else from the faces' mouth movement
+  (:func:`role_voice_from_faces`). A rule's name and version are the channel's extractor and
+  version; its cache key hashes the cache keys of the channels (or the transcript) it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..extractors import TranscriptExtractor
+from ..features import Features
+from ..sources.speaking import role_channels, speaking_from_faces, speaking_from_transcript
+from ..sources.transcripts import speaking_intervals
+from ..storage.provenance import cache_key
+from ..storage.shard import LABEL_FPS, Channel
+from .config import FeatureConfig
+
+#: rule name and version for the per-role voice channels (part of their cache key)
+SPEAKING_RULE = "speaking_from_faces"
+SPEAKING_VERSION = "1"
+#: the same from a transcript's cues (replaces the face rule where a session has a transcript)
+TRANSCRIPT_SPEAKING_RULE = "speaking_from_transcript"
+TRANSCRIPT_SPEAKING_VERSION = "1"
+ROLE_VOICE_KEYS = ("speaker/egemaps", "listener/egemaps")
+#: rule -> current version, for ``featurestore verify``
+RULE_VERSIONS = {SPEAKING_RULE: SPEAKING_VERSION, TRANSCRIPT_SPEAKING_RULE: TRANSCRIPT_SPEAKING_VERSION}
+
+
+def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict,
+                    cfg: FeatureConfig | None = None) -> dict[str, tuple]:
+    """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
+    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint;
+    the extractors' settings come from ``cfg`` (default: their defaults)."""
+    cfg = cfg if cfg is not None else FeatureConfig()
+    plan = {}
+    for name in names:
+        ex = cfg.extractor(name)
+        if not isinstance(ex, TranscriptExtractor):
+            raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
+        params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
+        for role in ex.roles:
+            plan[f"{role}/{name}"] = (ex, cache_key(transcript_source, ex.name, ex.version, params), params)
+    return plan
+
+
+def compute_transcript_channels(plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+    """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
+    out: dict[str, Channel] = {}
+    done: dict[str, dict[str, Features]] = {}
+    for key in keys:
+        ex, ck, params = plan[key]
+        if ex.name not in done:
+            done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
+        role = key.split("/")[0]
+        out[key] = Channel.from_features(
+            done[ex.name][role], extractor=ex.name, extractor_version=ex.version, params=params,
+            cache_key=ck, source=transcript_source, created_utc=created,
+        )
+    return out
+
+
+def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, str, dict]:
+    """(upstream, cache key, params) of the per-role egemaps channels derived with a transcript."""
+    upstream = f"scene/egemaps={scene_key};transcript={transcript_source['size']}:{transcript_source['fingerprint']}"
+    params = {"rule": TRANSCRIPT_SPEAKING_RULE}
+    return upstream, cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params), params
+
+
+def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, str, dict]:
+    """(upstream, cache key, params) of the per-role egemaps channels derived from the faces;
+    ``face_keys``: role -> cache key of its ``face_geom``."""
+    upstream = f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};listener/face_geom={face_keys['listener']}"
+    params = {"rule": SPEAKING_RULE}
+    return upstream, cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params), params
+
+
+def _role_voice(scene: Features, speaking, rule: str, version: str, key: tuple[str, str, dict], source: dict,
+                created: str) -> dict[str, Channel]:
+    _, ck, params = key
+    return {
+        f"{role}/egemaps": Channel.from_features(
+            feats, extractor=rule, extractor_version=version, params=params, cache_key=ck, source=source,
+            created_utc=created,
+            # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
+            shared_with="scene/egemaps",
+        )
+        for role, feats in role_channels(scene, speaking).items()
+    }
+
+
+def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+    """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
+    ``scene/egemaps``) with ``valid`` where that role's cues are on (see
+    :func:`featurestore.sources.speaking.speaking_from_transcript`)."""
+    key = transcript_voice_key(scene_key, transcript_source)
+    speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
+    # path + fingerprint: `featurestore verify` notices an edited transcript
+    source = {"upstream": key[0], "rule": "transcript", **transcript_source}
+    return _role_voice(scene, speaking, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, key, source, created)
+
+
+def role_voice_from_faces(scene: Channel, scene_key: str, faces: Mapping[str, Channel], face_keys: Mapping[str, str],
+                          created: str) -> dict[str, Channel]:
+    """``speaker/egemaps`` and ``listener/egemaps`` from who moves their mouth (see
+    :func:`featurestore.sources.speaking.speaking_from_faces`); ``faces``: role -> its ``face_geom``,
+    ``face_keys``: role -> that channel's cache key."""
+    key = face_voice_key(scene_key, face_keys)
+    speaking = speaking_from_faces(scene, faces)
+    return _role_voice(scene, speaking, SPEAKING_RULE, SPEAKING_VERSION, key, {"upstream": key[0], "rule": "faces"}, created)

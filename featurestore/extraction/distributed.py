@@ -1,0 +1,197 @@
+"""Extraction on a Dask cluster: one task per session, the same results as :func:`featurestore.extraction.pool.extract_many`.
+
+``featurestore extract --executor dask`` starts a local cluster (processes, one thread each)
+or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker runs
+:func:`featurestore.extraction.extract.extract_session` for its sessions and writes its shards itself,
+so on a real cluster the store folder must be on a file system every worker mounts at the
+same path (see the README, "Scaling out"). The client only removes stale temporary files,
+checks the extractors, shows progress and collects the per-session results.
+
+:func:`dask_client` is also what ``experiments sweep --executor dask`` connects with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..extractors import ExtractorUnavailable
+from ..sources.manifest import SessionFiles
+from ..storage.store import Store
+from .config import FeatureConfig
+from .extract import SessionResult, extract_session
+
+#: worker processes of the local cluster when no number is given
+DEFAULT_LOCAL_WORKERS = 2
+#: how long (seconds) to wait for a first worker on an existing scheduler
+WAIT_FOR_WORKERS_S = 60.0
+
+
+def _import_distributed():
+    try:
+        import distributed  # lazily: 0.5 s to import, only the Dask executor needs it
+    except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
+        raise ImportError(
+            "the Dask executor needs dask.distributed: pip install 'dask[distributed]>=2024.1'"
+        ) from e
+    return distributed
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None = None, n_workers: int | None = None, connect_timeout_s: float = 30.0) -> Iterator:
+    """A ``distributed.Client`` for the duration of a ``with`` block.
+
+    Args:
+        scheduler: address of a running scheduler (``tcp://host:8786``, as printed by
+            ``dask scheduler``); the cluster is left running afterwards. None starts a
+            :class:`distributed.LocalCluster` of ``n_workers`` processes with one thread each
+            and no dashboard, closed at the end of the block.
+        n_workers: worker processes of the local cluster (default 2); ignored with ``scheduler``.
+        connect_timeout_s: how long to try reaching ``scheduler`` (seconds).
+    """
+    distributed = _import_distributed()
+    if scheduler:
+        try:
+            client = distributed.Client(scheduler, timeout=f"{connect_timeout_s}s")
+        except OSError as e:
+            raise ConnectionError(
+                f"cannot reach the Dask scheduler at {scheduler} ({e}); start one with `dask scheduler` "
+                "and workers with `dask worker <address>`, or drop --scheduler for a local cluster"
+            ) from e
+        try:
+            try:
+                client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
+            except TimeoutError as e:
+                raise ConnectionError(
+                    f"no Dask worker joined the scheduler at {scheduler} within {WAIT_FOR_WORKERS_S:g} s; "
+                    f"start some with `dask worker {scheduler}`"
+                ) from e
+            yield client
+        finally:
+            client.close()
+        return
+    n = int(n_workers or DEFAULT_LOCAL_WORKERS)
+    if n < 1:
+        raise ValueError(f"a local Dask cluster needs at least 1 worker, got {n}")
+    # no dashboard; the scheduler's small HTTP endpoint (health, metrics) takes a free port, not 8787
+    cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       scheduler_kwargs={"dashboard_address": ":0"})
+    try:
+        client = distributed.Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def n_workers_of(client) -> int:
+    """Number of workers currently connected to the client's scheduler."""
+    return len(client.nthreads())  # scheduler_info() lists only 5 workers in some Dask versions
+
+
+def _absolute(sf: SessionFiles) -> SessionFiles:
+    def absolute(p):
+        return Path(p).resolve() if p else p
+
+    return replace(sf, video=absolute(sf.video), transcript=absolute(sf.transcript),
+                   annotations={k: absolute(p) for k, p in sf.annotations.items()})
+
+
+def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
+    """On a worker: the reason an extractor (with its settings in ``cfg``) cannot run there, or ''."""
+    for name in channels:
+        try:
+            cfg.extractor(name).check_available()
+        except ExtractorUnavailable as e:
+            return str(e)
+    return ""
+
+
+def _check_workers(client, channels: list[str], cfg: FeatureConfig) -> None:
+    problems = {addr: msg for addr, msg in client.run(_unavailable_here, list(channels), cfg).items() if msg}
+    if problems:
+        addr, msg = next(iter(sorted(problems.items())))
+        raise ExtractorUnavailable(
+            f"on Dask worker {addr} (and {len(problems) - 1} more): {msg}; install the same environment on every worker"
+        )
+
+
+def extract_many_dask(
+    sessions: Sequence[SessionFiles],
+    store_root: str | os.PathLike,
+    channels: Sequence[str],
+    cfg: FeatureConfig,
+    force: bool = False,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    on_result: Callable[[SessionResult], None] | None = None,
+    progress: bool = True,
+) -> list[SessionResult]:
+    """Extract many sessions on Dask, one task per session; same semantics as :func:`featurestore.extraction.pool.extract_many`.
+
+    Leftover temporary shards of killed runs are removed first, every extractor is checked
+    once (here and on every worker), and results come back in the order of ``sessions``.
+    A session whose worker died is reported as failed; the others go on.
+
+    Args:
+        sessions: sessions to extract (from :func:`featurestore.sources.manifest.scan`).
+        store_root: the store folder. With ``scheduler``, it and the videos must be on a
+            shared file system (NFS, CephFS, Lustre) at the same absolute path on the client
+            and every worker (relative paths are made absolute here); over NFS, set
+            ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
+        channels: extractor names (``face_geom``, ``face_au``, ``egemaps``).
+        cfg: extraction settings (face rate in frames per second, crop, each extractor's settings).
+        force: recompute channels whose cache key is current.
+        scheduler: address of a running Dask scheduler (``tcp://host:8786``); None starts a
+            local cluster of ``n_workers`` processes (default 2).
+        n_workers: local cluster size; ignored with ``scheduler``.
+        on_result: called with each session's result as it completes.
+        progress: show an overall tqdm bar over sessions.
+    """
+    distributed = _import_distributed()
+    store = Store(store_root, mode="a")
+    store.clean_temp_files()
+    channels = list(channels)
+    for name in channels:  # fail fast, once, for an extractor that cannot run here
+        cfg.extractor(name).check_available()
+    root = str(Path(store_root).resolve())
+    # paths as the client sees them, absolute: a worker's working folder may be anywhere
+    sessions = [_absolute(sf) for sf in sessions]
+    results: dict[str, SessionResult] = {}
+    with dask_client(scheduler, n_workers) as client:
+        _check_workers(client, channels, cfg)
+        overall = tqdm(total=len(sessions), desc=f"sessions (dask, {n_workers_of(client)} workers)", unit="session",
+                       disable=not progress)
+        run = uuid.uuid4().hex[:8]
+        futures = {
+            client.submit(extract_session, sf, root, channels, cfg, force, None, False,
+                          key=f"extract-{sf.session}-{run}", pure=False): sf
+            for sf in sessions
+        }
+        try:
+            for fut in distributed.as_completed(futures):
+                sf = futures[fut]
+                try:
+                    r = fut.result()
+                except Exception as e:  # noqa: BLE001 - extract_session never raises: the worker was lost
+                    r = SessionResult(sf.session, status="failed",
+                                      error=f"Dask could not run this session ({type(e).__name__}: {e}); re-run to resume")
+                results[r.session] = r
+                overall.update(1)
+                overall.set_postfix_str(f"failed={sum(x.failed for x in results.values())}")
+                if on_result:
+                    on_result(r)
+        except BaseException:
+            client.cancel(list(futures))
+            raise
+        finally:
+            overall.close()
+    return [results[s.session] for s in sessions if s.session in results]

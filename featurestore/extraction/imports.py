@@ -1,0 +1,331 @@
+"""Bring features and labels computed elsewhere into the store: the three importers.
+
+``featurestore import`` (:func:`import_tables`)
+    One per-frame table per session (CSV or Parquet: OpenFace, py-feat or generic, read by
+    :mod:`featurestore.extraction.tables`, where the kinds and the missing-value policy are described),
+    named ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` (the name may carry more text; any
+    depth under the folder; any case), stored as ``/<role>/<channel>``.
+
+``featurestore labels`` (:func:`import_labels`)
+    The official per-frame valence CSVs (read by :mod:`featurestore.sources.annotations`) as
+    ``/labels/<target>``.
+
+``featurestore transcripts`` (:func:`import_transcripts`)
+    ``.srt``/``.ass`` transcripts (parsed by :mod:`featurestore.sources.transcripts`) -> the
+    ``speech`` and ``lexicon`` channels and the per-role voice channels
+    (:mod:`featurestore.extraction.derived`), into existing shards.
+
+Every importer writes through :meth:`featurestore.storage.store.Store.write_session`, which replaces
+a shard atomically: whatever a shard held before is kept, and a failed session leaves its
+shard exactly as it was. Each session is handled on its own: a bad file is reported in the
+:class:`ImportReport` and the other sessions go on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..sources.annotations import read_annotation
+from ..sources.import_errors import DataImportError
+from ..sources.manifest import STORY_SPEAKER, story_split
+from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
+from ..storage.provenance import cache_key, file_fingerprint, utc_now
+from ..storage.shard import LABEL_FPS, ROLES
+from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session, session_name
+from .config import FeatureConfig
+from .derived import (
+    ROLE_VOICE_KEYS,
+    compute_transcript_channels,
+    role_voice_from_transcript,
+    transcript_plan,
+    transcript_voice_key,
+)
+from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
+
+__all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
+
+
+@dataclass
+class SessionResult:
+    """Outcome of one session in an import: ``error`` is None when it was written."""
+
+    session: str
+    paths: list[Path]
+    error: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def __str__(self) -> str:
+        where = ", ".join(str(p) for p in self.paths)
+        if self.ok:
+            return f"ok     {self.session}: {self.detail} ({where})"
+        return f"FAILED {self.session}: {self.error}"
+
+
+@dataclass
+class ImportReport:
+    """What an import did, per session, plus files whose names carry no session."""
+
+    what: str
+    results: list[SessionResult] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[SessionResult]:
+        """Sessions that were not written (their shards are unchanged)."""
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def succeeded(self) -> list[SessionResult]:
+        return [r for r in self.results if r.ok]
+
+    def __str__(self) -> str:
+        lines = [str(r) for r in self.results]
+        lines += [f"skipped {p}: name has no Subject_<L>_Story_<S>" for p in self.skipped]
+        lines.append(f"{self.what}: {len(self.succeeded)} session(s) written, {len(self.failed)} failed")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------ file discovery
+def _find_session_files(root: Path, exts: tuple[str, ...]) -> tuple[dict[str, list[Path]], list[Path]]:
+    if not root.is_dir():
+        raise FileNotFoundError(f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files")
+    found: dict[str, list[Path]] = defaultdict(list)
+    skipped: list[Path] = []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.suffix.lower() not in exts:
+            continue
+        if any(part.startswith(".") for part in p.relative_to(root).parts):
+            continue
+        ls = parse_session(p.stem)
+        if ls is None:
+            skipped.append(p)
+        else:
+            found[session_name(*ls)].append(p)
+    return dict(sorted(found.items(), key=lambda kv: parse_session(kv[0]))), skipped
+
+
+def _meta_for_new_session(session: str, n_frames: int, fps: float, sessions_meta: Mapping[str, SessionMeta] | None) -> SessionMeta:
+    given = (sessions_meta or {}).get(session)
+    if given is not None:
+        return replace(given, n_frames=int(given.n_frames) if given.n_frames > 0 else int(n_frames), fps=float(fps))
+    listener, story = parse_session(session)
+    if story not in STORY_SPEAKER:
+        raise DataImportError(
+            f"story {story} of {session} has no speaker in the OMG-Empathy story->speaker map; "
+            "pass sessions_meta (e.g. from a scan with your story_speaker config)"
+        )
+    return SessionMeta(session, listener, story, STORY_SPEAKER[story], story_split(story), int(n_frames), float(fps))
+
+
+def _frames_covering(end_s: float, fps: float) -> int:
+    """Number of frames at ``fps`` whose start time is at or before ``end_s`` seconds."""
+    return int(math.floor(end_s * fps + 1e-6)) + 1
+
+
+def _import_each(
+    found: tuple[dict[str, list[Path]], list[Path]],
+    what: str,
+    files_are: str,
+    one: Callable[[str, Path], str],
+    progress: bool,
+    errors: tuple[type[BaseException], ...] = (DataImportError, StoreError, OSError),
+) -> ImportReport:
+    """Run ``one(session, path) -> detail`` for each session's file in ``found``.
+
+    The loop every import shares, over :func:`_find_session_files`' result (files whose
+    names carry no session are reported as skipped), a tqdm bar over sessions when ``progress``, two files for one
+    session an error for that session (``files_are`` names them, e.g. ``"tables"``), and an
+    exception of ``errors`` raised by ``one`` recorded for its session while the others go on
+    (``one`` writes a session's shard in a single atomic update, so a failed one is untouched).
+    """
+    files, skipped = found
+    report = ImportReport(what=what, skipped=skipped)
+    for session, paths in tqdm(files.items(), total=len(files), desc=what, unit="session", disable=not progress, leave=False):
+        res = SessionResult(session, paths)
+        report.results.append(res)
+        if len(paths) > 1:
+            res.error = f"{len(paths)} {files_are} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
+            continue
+        try:
+            res.detail = one(session, paths[0])
+        except errors as e:
+            res.error = str(e)
+    return report
+
+
+def import_tables(
+    table_dir: str | Path,
+    store_root: str | Path,
+    role: str,
+    channel: str,
+    fps: float = LABEL_FPS,
+    sessions_meta: Mapping[str, SessionMeta] | None = None,
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+    max_overrun_s: float = 1.0,
+    progress: bool = False,
+) -> ImportReport:
+    """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
+
+    ``table_dir`` holds ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` files (any depth, any
+    case). ``fps`` converts ``frame`` columns to seconds. A session with a shard keeps its
+    metadata and every other channel and label; a table whose last row lies more than
+    ``max_overrun_s`` seconds past that session's end (``n_frames / fps``) is an error for the
+    session. A session without a shard gets its metadata from ``sessions_meta`` when given,
+    else from its name (speaker and split from the OMG-Empathy maps), with ``n_frames`` the
+    number of 25 fps frames the table spans. Each channel records its provenance (extractor
+    ``import:<kind>``, :data:`IMPORT_VERSION`, read options, source file fingerprint, cache key).
+
+    Errors in one session (unreadable table, two tables, overrun) are reported in the returned
+    :class:`ImportReport`; the other sessions go on and the failed session's shard is untouched.
+    ``progress`` shows a bar over sessions (with an ETA).
+    """
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {ROLES}")
+    if not channel or "/" in channel or channel.strip() != channel:
+        raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
+    found = _find_session_files(Path(table_dir), TABLE_EXTS)  # a missing folder fails before the store is made
+    store = Store(store_root, mode="a")
+    key = f"{role}/{channel}"
+
+    def one(session: str, path: Path) -> str:
+        table = read_table(path, fps=fps, min_confidence=min_confidence)
+        if store.shard_path(session).exists():
+            meta = store.meta(session)
+            end = meta.n_frames / meta.fps
+            if table.end_s > end + max_overrun_s:
+                raise DataImportError(
+                    f"{path} runs to {table.end_s:.2f} s but {session} lasts {end:.2f} s "
+                    f"({meta.n_frames} frames in its shard); check that the table belongs to this "
+                    "session and that --fps matches its frame rate"
+                )
+        else:
+            meta = _meta_for_new_session(session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta)
+        source = file_fingerprint(path)
+        ch = Channel.from_features(
+            table.features,
+            extractor=table.extractor,
+            extractor_version=IMPORT_VERSION,
+            params=table.params,
+            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, table.params),
+            source=source,
+        )
+        store.write_session(meta, channels={key: ch})
+        f = table.features
+        return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
+
+    return _import_each(found, f"import {key}", "tables", one, progress)
+
+
+def import_labels(
+    annotation_dir: str | Path,
+    store_root: str | Path,
+    target: str,
+    fps: float = LABEL_FPS,
+    sessions_meta: Mapping[str, SessionMeta] | None = None,
+    max_mismatch_s: float = 1.0,
+    progress: bool = False,
+) -> ImportReport:
+    """Import one annotation CSV per session as ``/labels/<target>``.
+
+    Length policy: labels define the session's frame count. The shard's ``n_frames`` becomes
+    the number of label rows (at ``fps`` frames per second, 25 in the corpus), except when the
+    shard already holds a channel whose time span (its last time stamp) differs from the
+    label duration (the time of the last label frame) by more than ``max_mismatch_s``
+    seconds: that is an error for the session and its shard is left untouched. Labels of
+    another target with a different length are an error too (the store keeps one frame count
+    per session). A session without a shard gets one, with metadata from ``sessions_meta``
+    or from its name. ``progress`` shows a bar over sessions (with an ETA).
+    """
+    if not target or "/" in target or target.strip() != target:
+        raise ValueError(f"target name {target!r} must be one non-empty word without '/'")
+    if not fps or fps <= 0 or not math.isfinite(fps):
+        raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
+    found = _find_session_files(Path(annotation_dir), (".csv",))
+    store = Store(store_root, mode="a")
+
+    def one(session: str, path: Path) -> str:
+        y = read_annotation(path)
+        n = len(y)
+        label_end = (n - 1) / fps
+        if store.shard_path(session).exists():
+            with store.open_session(session) as shard:
+                meta = shard.meta
+                ends = {key: shard.channel(key).time[-1:] for key in shard.channel_keys()}
+            for key, end in ends.items():
+                if len(end) and abs(float(end[0]) - label_end) > max_mismatch_s:
+                    raise DataImportError(
+                        f"{path} has {n} frames ({label_end:.2f} s) but channel {key} of {session} "
+                        f"spans to {float(end[0]):.2f} s, more than {max_mismatch_s} s apart; check that the "
+                        "annotation and the features belong to the same session and frame rate"
+                    )
+            meta = replace(meta, n_frames=n, fps=float(fps))
+        else:
+            meta = replace(_meta_for_new_session(session, n, fps, sessions_meta), n_frames=n)
+        store.write_session(meta, labels={target: y}, label_sources={target: file_fingerprint(path)})
+        return f"{n} frames ({n / fps:.1f} s), mean {float(np.mean(y)):+.3f}"
+
+    return _import_each(found, f"labels {target}", "annotation files", one, progress)
+
+
+# ------------------------------------------------------------- transcripts
+def import_transcripts(
+    transcript_dir: str | Path,
+    store_root: str | Path,
+    force: bool = False,
+    progress: bool = False,
+    cfg: FeatureConfig | None = None,
+) -> ImportReport:
+    """Compute the ``speech`` and ``lexicon`` channels of every transcript into existing shards.
+
+    ``transcript_dir`` holds one ``.srt`` or ``.ass`` file per session, named with
+    ``Subject_<L>_Story_<S>`` in any case (``transcribed_subject_1_story_1.srt``,
+    ``Subject_1_Story_1.ass``), at any depth. Each session must already have a shard (its
+    frame count comes from there): run ``featurestore extract`` first. Where the shard holds
+    ``scene/egemaps``, ``speaker/egemaps`` and ``listener/egemaps`` are re-derived with the
+    transcript rule (:func:`featurestore.extraction.derived.role_voice_from_transcript`), replacing the
+    face rule. Channels whose cache key is current are skipped unless ``force``. Each session
+    is written in one atomic update; a bad transcript (unreadable time, two files for one
+    session, no shard) is reported for its session, whose shard stays untouched. The
+    extractors' settings come from ``cfg`` (default: their defaults), as in ``extract``.
+    """
+    found = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    store = Store(store_root, mode="a")
+
+    def one(session: str, path: Path) -> str:
+        if not store.shard_path(session).exists():
+            raise DataImportError(
+                f"no shard for {session} in {store.root}; run `featurestore extract` first (the transcript "
+                "channels take the session's frame count from its shard)"
+            )
+        meta = store.meta(session)
+        cues = read_transcript(path)
+        source = file_fingerprint(path)
+        stored = store.cache_keys(session)
+        created = utc_now()
+        plan = transcript_plan(("speech", "lexicon"), meta.n_frames, source, cfg)
+        todo = [k for k, (_, ck, _) in plan.items() if force or stored.get(k) != ck]
+        channels = compute_transcript_channels(plan, todo, cues, source, created)
+        scene_key = stored.get("scene/egemaps")
+        if scene_key:
+            _, voice_key, _ = transcript_voice_key(scene_key, source)
+            if force or any(stored.get(k) != voice_key for k in ROLE_VOICE_KEYS):
+                scene = store.read_channel(session, "scene/egemaps")
+                channels.update(role_voice_from_transcript(scene, scene_key, cues, source, created))
+        if channels:
+            store.write_session(meta, channels=channels)
+        done = sorted(channels)
+        return (f"computed {', '.join(done)}" if done else "all current") + f"; {describe(cues)}"
+
+    errors = (TranscriptError, DataImportError, StoreError, OSError)
+    return _import_each(found, "transcripts", "transcripts", one, progress, errors)

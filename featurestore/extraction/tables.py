@@ -1,0 +1,287 @@
+"""Per-frame feature tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet), read as :class:`Features`.
+
+One CSV or Parquet file per session (``featurestore import``, :func:`featurestore.extraction.imports.import_tables`).
+Three kinds are recognised from the columns:
+
+* **OpenFace 2.x** (``FeatureExtraction`` output; header names may start with a space):
+  the ``AUnn_r`` intensity (0-5) and ``AUnn_c`` presence (0/1) columns are kept; time is
+  ``timestamp`` (seconds); a frame is valid when ``success == 1`` and ``confidence >=
+  min_confidence``. Stored with extractor ``import:openface``.
+* **py-feat** (``Fex.to_csv`` output: ``FaceRectX`` ... ``FaceScore``, ``AU01`` ...,
+  ``frame``): the ``AUnn`` columns are kept, time is ``frame / fps``; of several faces in
+  a frame the largest box is kept; a frame without a face is invalid. ``import:pyfeat``.
+* **generic**: a ``time`` column (seconds) or a ``frame`` column (index at ``fps``), an
+  optional ``valid`` column (0/1 or bool), and every other column is a numeric feature.
+  ``import:table``.
+
+Missing-value policy
+    A generic table must be complete: a non-numeric value, NaN or inf in a feature column is a
+    :class:`TableError` naming the file, the column and the first bad row (clean the values or
+    drop the column), except in rows whose ``valid`` column is 0. In OpenFace and py-feat
+    tables, a row where *every* kept feature is NaN is a frame the tool could not analyse: it
+    is stored as ``valid=False`` (like a failed OpenFace frame or a py-feat frame without a
+    face), not reported. A partly NaN row, or inf anywhere, means a damaged file and is a
+    :class:`TableError`. Invalid rows always hold NaN in the store.
+
+>>> table_kind(["frame", "timestamp", "confidence", "success", "AU01_r"]), table_kind(["time", "x"])
+('openface', 'table')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..extractors.face_au import face_present, fex_to_features
+from ..features import Features
+from ..sources.import_errors import DataImportError
+from ..storage.shard import LABEL_FPS
+
+#: bump when the conversion of an imported table changes (invalidates imported channels)
+IMPORT_VERSION = "1"
+TABLE_EXTS = (".csv", ".parquet", ".pq")
+#: OpenFace frames below this tracking confidence are invalid (0-1)
+DEFAULT_MIN_CONFIDENCE = 0.8
+
+_OPENFACE_AU_RE = re.compile(r"^AU\d+_[rc]$")
+_PYFEAT_AU_RE = re.compile(r"^AU\d+$")
+_PYFEAT_MARKERS = ("FaceRectX", "FaceRectY", "FaceRectWidth", "FaceRectHeight", "FaceScore")
+
+
+class TableError(DataImportError):
+    """A per-frame table is malformed: names the file, the column(s), the first bad row, the fix."""
+
+
+@dataclass
+class ImportedTable:
+    """One per-frame table after reading: features, its kind, and the options that shaped it."""
+
+    path: Path
+    kind: str  # openface | pyfeat | table
+    features: Features
+    params: dict = field(default_factory=dict)
+
+    @property
+    def extractor(self) -> str:
+        """Provenance name: ``import:openface``, ``import:pyfeat`` or ``import:table``."""
+        return f"import:{self.kind}"
+
+    @property
+    def end_s(self) -> float:
+        """Time of the last row in seconds (0 for an empty table)."""
+        return float(self.features.time[-1]) if len(self.features.time) else 0.0
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            df = pd.read_parquet(path)
+        else:
+            # OpenFace pads both header names and values with a space after each comma
+            df = pd.read_csv(path, skipinitialspace=True, encoding="utf-8-sig", low_memory=False)
+    except (OSError, ValueError, ImportError) as e:
+        raise TableError(f"{path}: cannot be read as {'Parquet' if suffix != '.csv' else 'CSV'} ({e})") from e
+    df.columns = [str(c).strip() for c in df.columns]
+    dup = sorted({c for c in df.columns if list(df.columns).count(c) > 1})
+    if dup:
+        raise TableError(f"{path}: columns {dup} appear more than once; rename or drop the copies")
+    if df.empty:
+        raise TableError(f"{path}: the table has no rows; re-export it or remove the file")
+    return df
+
+
+def table_kind(columns: Iterable[str]) -> str:
+    """``openface``, ``pyfeat`` or ``table`` from a table's (stripped) column names."""
+    cols = set(columns)
+    if {"success", "confidence", "timestamp"} <= cols and any(_OPENFACE_AU_RE.match(c) for c in cols):
+        return "openface"
+    if "frame" in cols and any(c in cols for c in _PYFEAT_MARKERS) and any(_PYFEAT_AU_RE.match(c) for c in cols):
+        return "pyfeat"
+    return "table"
+
+
+def _row_ref(path: Path, i: int) -> str:
+    """Human row reference: data row number (1-based) and, for CSV, the line in the file."""
+    if path.suffix.lower() == ".csv":
+        return f"row {i + 1} (line {i + 2} of the file)"
+    return f"row {i + 1}"
+
+
+def _numeric(df: pd.DataFrame, cols: list[str], path: Path, check: np.ndarray | None = None) -> np.ndarray:
+    """Columns as float64; a value that is not a number is a TableError naming column and row."""
+    out = np.empty((len(df), len(cols)), dtype=np.float64)
+    bad: list[tuple[int, str, object]] = []
+    for j, c in enumerate(cols):
+        s = df[c]
+        if pd.api.types.is_bool_dtype(s):
+            out[:, j] = s.to_numpy(dtype=np.float64)
+            continue
+        if pd.api.types.is_numeric_dtype(s):
+            out[:, j] = s.to_numpy(dtype=np.float64, na_value=np.nan)
+            continue
+        conv = pd.to_numeric(s, errors="coerce")
+        wrong = conv.isna().to_numpy() & s.notna().to_numpy()
+        if check is not None:
+            wrong &= check
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            bad.append((i, c, s.iloc[i]))
+        out[:, j] = conv.to_numpy(dtype=np.float64, na_value=np.nan)
+    if bad:
+        names = [c for _, c, _ in bad]
+        i, c, v = min(bad)
+        raise TableError(
+            f"{path}: column(s) {names} are not numeric; first bad value {v!r} in column {c!r} at "
+            f"{_row_ref(path, i)}. Clean the values or drop the column(s) before importing"
+        )
+    return out
+
+
+def _check_finite(values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str) -> None:
+    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values``."""
+    bad = ~np.isfinite(values) & rows[:, None]
+    if not bad.any():
+        return
+    bad_cols = [cols[j] for j in np.flatnonzero(bad.any(axis=0))]
+    i = int(np.flatnonzero(bad.any(axis=1))[0])
+    j = int(np.flatnonzero(bad[i])[0])
+    raise TableError(
+        f"{path}: NaN or inf in column(s) {bad_cols} ({what}); first at {_row_ref(path, i)}, "
+        f"column {cols[j]!r} = {values[i, j]}. Clean the values (or mark those rows with valid=0) "
+        "or drop the column(s) before importing"
+    )
+
+
+def _check_times(t: np.ndarray, path: Path, column: str) -> None:
+    if not np.all(np.isfinite(t)):
+        i = int(np.flatnonzero(~np.isfinite(t))[0])
+        raise TableError(f"{path}: column {column!r} has a missing or infinite value at {_row_ref(path, i)}; every row needs a time")
+    if len(t) and t[0] < 0:
+        raise TableError(f"{path}: column {column!r} starts at {t[0]} (negative); times are seconds from the session start")
+    step = np.diff(t)
+    if np.any(step <= 0):
+        i = int(np.flatnonzero(step <= 0)[0]) + 1
+        raise TableError(
+            f"{path}: column {column!r} does not increase at {_row_ref(path, i)} ({t[i - 1]} then {t[i]}); "
+            "sort the table by time and keep one row per frame"
+        )
+
+
+def _read_openface(df: pd.DataFrame, path: Path, min_confidence: float) -> tuple[Features, dict]:
+    cols = [c for c in df.columns if c.endswith("_r") and _OPENFACE_AU_RE.match(c)]
+    cols += [c for c in df.columns if c.endswith("_c") and _OPENFACE_AU_RE.match(c)]
+    meta = _numeric(df, ["timestamp", "success", "confidence"], path)
+    if "frame" in df.columns and df["frame"].duplicated().any():
+        # multi-face output (FaceLandmarkVidMulti): keep the most confident face per frame
+        frame = _numeric(df, ["frame"], path)[:, 0]
+        order = np.lexsort((-np.nan_to_num(meta[:, 2], nan=-1.0), frame))
+        _, first = np.unique(frame[order], return_index=True)
+        keep = np.sort(order[first])
+        df = df.iloc[keep].reset_index(drop=True)
+        meta = meta[keep]
+    values = _numeric(df, cols, path)
+    t, success, conf = meta[:, 0], meta[:, 1], meta[:, 2]
+    time_col = "timestamp"
+    if len(t) > 1 and not np.all(np.diff(t) > 0) and "frame" in df.columns:
+        # image sequences carry timestamp 0 on every row; OpenFace frames count from 1
+        frame = _numeric(df, ["frame"], path)[:, 0]
+        if np.all(np.diff(frame) > 0):
+            t, time_col = (frame - 1.0) / LABEL_FPS, "frame"
+    _check_times(t, path, time_col)
+    all_nan = np.all(np.isnan(values), axis=1)
+    tracked = (success == 1) & (conf >= min_confidence) & ~all_nan
+    _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully")
+    if np.isinf(values).any():
+        _check_finite(values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker")
+    values[~tracked] = np.nan
+    return Features(values, t, tracked, cols), {"min_confidence": float(min_confidence), "time_column": time_col}
+
+
+def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
+    cols = [c for c in df.columns if _PYFEAT_AU_RE.match(c)]
+    values = _numeric(df, cols, path)
+    frame = _numeric(df, ["frame"], path)[:, 0]
+    if not np.all(np.isfinite(frame)) or np.any(frame != np.round(frame)) or np.any(frame < 0):
+        i = int(np.flatnonzero(~np.isfinite(frame) | (frame != np.round(frame)) | (frame < 0))[0])
+        raise TableError(f"{path}: column 'frame' holds {frame[i]} at {_row_ref(path, i)}; frames are whole numbers from 0")
+    markers = [c for c in _PYFEAT_MARKERS if c in df.columns]
+    clean = pd.DataFrame(
+        {
+            **dict(zip(markers, _numeric(df, markers, path).T, strict=True)),
+            **dict(zip(cols, values.T, strict=True)),
+            "frame": frame.astype(np.int64),
+        }
+    )
+    has_face = face_present(clean) & ~np.all(np.isnan(values), axis=1)
+    _check_finite(values, cols, has_face, path, "in rows where py-feat found a face")
+    if np.isinf(values).any():
+        _check_finite(values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker")
+    frames = np.unique(clean["frame"].to_numpy())
+    feats = fex_to_features(clean, times=frames / float(fps), frames=frames, au_columns=cols)
+    return feats, {}
+
+
+def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
+    lower = {c.lower(): c for c in df.columns}
+    if "time" in lower:
+        time_col = lower["time"]
+        t = _numeric(df, [time_col], path)[:, 0]
+    elif "frame" in lower:
+        time_col = lower["frame"]
+        t = _numeric(df, [time_col], path)[:, 0] / float(fps)
+    else:
+        raise TableError(
+            f"{path}: no 'time' column (seconds) or 'frame' column (frame index at --fps) among "
+            f"{list(df.columns)[:10]}; add one so rows can be placed in time"
+        )
+    _check_times(t, path, time_col)
+    valid_col = lower.get("valid")
+    if valid_col is not None:
+        v = _numeric(df, [valid_col], path)[:, 0]
+        if not np.all(np.isin(v, (0.0, 1.0))):
+            i = int(np.flatnonzero(~np.isin(v, (0.0, 1.0)))[0])
+            raise TableError(f"{path}: column {valid_col!r} holds {v[i]} at {_row_ref(path, i)}; use 0/1 or true/false")
+        valid = v == 1.0
+    else:
+        valid = np.ones(len(df), dtype=bool)
+    skip = {time_col, valid_col, lower.get("frame"), lower.get("time")}
+    cols = [c for c in df.columns if c not in skip]
+    if not cols:
+        raise TableError(f"{path}: no feature columns besides {sorted(c for c in skip if c)}; nothing to import")
+    values = _numeric(df, cols, path, check=valid)
+    _check_finite(values, cols, valid, path, "a generic table must be complete")
+    values[~valid] = np.nan
+    return Features(values, t, valid, cols), {"time_column": time_col}
+
+
+def read_table(
+    path: str | Path,
+    fps: float = LABEL_FPS,
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+) -> ImportedTable:
+    """Read one per-frame CSV or Parquet table (OpenFace, py-feat or generic, see the module doc).
+
+    ``fps`` (frames per second) converts a ``frame`` column to seconds; ``min_confidence``
+    (0-1) is the OpenFace tracking confidence below which a frame is invalid. Raises
+    :class:`TableError` naming the file, column and first bad row when the table cannot be used.
+    """
+    path = Path(path)
+    if not fps or fps <= 0 or not math.isfinite(fps):
+        raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
+    df = _read_frame(path)
+    kind = table_kind(df.columns)
+    if kind == "openface":
+        feats, extra = _read_openface(df, path, min_confidence)
+    elif kind == "pyfeat":
+        feats, extra = _read_pyfeat(df, path, fps)
+    else:
+        feats, extra = _read_generic(df, path, fps)
+    params = {"kind": kind, "fps": float(fps), "columns": list(feats.columns), **extra}
+    return ImportedTable(path=path, kind=kind, features=feats, params=params)

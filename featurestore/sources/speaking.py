@@ -1,0 +1,184 @@
+"""Who is talking, per 10 ms eGeMAPS frame, and the per-role audio channels built from it.
+
+OMG-Empathy has one centre microphone, so the ``scene/egemaps`` LLDs mix both people.
+``speaker/egemaps`` and ``listener/egemaps`` hold the *same* rows; only ``valid`` differs:
+it is True where the scene frame is valid and that role is talking.
+
+From faces (:func:`speaking_from_faces`), for each scene frame at time ``t`` (frame start, s):
+
+1. **Voiced**: the frame is valid, ``F0semitoneFrom27.5Hz_sma3nz > 0`` (openSMILE found a
+   pitch) and ``Loudness_sma3 > min_loudness`` (default 0.05, well above digital silence
+   but below speech, to reject faint tonal hum).
+2. **Mouth activity** of each role: the ``mouth_open`` column of its ``face_geom`` channel
+   (mouth opening / interocular distance, so comparable across the two faces), set to NaN
+   where ``valid`` is False (no face), then its standard deviation over a centred window of
+   ``window_s`` seconds (default 0.6 s, about one syllable or three samples at 5 fps),
+   ignoring NaN and needing at least 2 finite samples. A moving mouth talks; an open but
+   still mouth (a smile, a yawn) does not. The activity is interpolated linearly onto the
+   scene times; a scene frame whose nearest mouth sample has no activity (no face), or
+   which lies more than one sample period outside the face track, gets NaN ("unknown").
+3. **Attribution**: on a voiced frame, a role is marked as talking when its activity is
+   known, at least ``min_activity`` (default 0.02 interocular distances, above dlib's
+   landmark jitter on a still face) and not clearly smaller than the other role's:
+   ``activity * tie_ratio >= other activity`` (default ``tie_ratio`` 1.25), or the other
+   face is not visible. So the clearly more active mouth wins, both are marked when they
+   are within 25 % of each other (overlapping talk, or no way to tell), and a visible
+   moving mouth is credited even when the other face is lost.
+4. A role whose face is not visible is **never** marked, and when neither face is visible
+   no one is. Why: ``valid`` gates which frames feed that role's audio statistics; a
+   wrong "talking" pours the other person's voice into the role's features, whereas a
+   missed frame only lowers the fraction of valid frames, which windowing already reports.
+
+Unvoiced frames (pauses, most consonants) are never marked: eGeMAPS' own voice features
+are zero there, as in its ``*_sma3nz`` functionals. The defaults are reasoned guesses;
+sessions with transcripts (:func:`speaking_from_transcript`) give ground truth to tune them.
+
+From a transcript (:func:`speaking_from_transcript`): a frame at time ``t`` is talking for a
+role when ``start_s <= t < end_s`` for one of that role's cues; voicing is not required.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..features import Features
+
+TALKING_ROLES = ("speaker", "listener")
+F0_COLUMN = "F0semitoneFrom27.5Hz_sma3nz"
+LOUDNESS_COLUMN = "Loudness_sma3"
+MOUTH_COLUMN = "mouth_open"
+
+
+@dataclass(frozen=True)
+class SpeakingRule:
+    """Parameters of :func:`speaking_from_faces` (see the module docstring).
+
+    ``min_loudness``: eGeMAPS loudness (sone-like units); ``window_s``: seconds;
+    ``min_activity``: std of ``mouth_open`` (interocular distances); ``tie_ratio``: >= 1.
+    """
+
+    min_loudness: float = 0.05
+    window_s: float = 0.6
+    min_activity: float = 0.02
+    tie_ratio: float = 1.25
+
+
+def _column(feats: Features, name: str, what: str) -> np.ndarray:
+    if name not in feats.columns:
+        raise ValueError(
+            f"{what} has no column {name!r} (columns: {feats.columns[:8]}...); "
+            "re-extract it with the current extractor"
+        )
+    return feats.data[:, feats.columns.index(name)]
+
+
+def voiced_frames(scene: Features, min_loudness: float = SpeakingRule.min_loudness) -> np.ndarray:
+    """Bool per scene frame: valid, F0 > 0 and loudness > ``min_loudness``."""
+    f0 = _column(scene, F0_COLUMN, "scene/egemaps")
+    loud = _column(scene, LOUDNESS_COLUMN, "scene/egemaps")
+    with np.errstate(invalid="ignore"):
+        return scene.valid & (f0 > 0) & (loud > min_loudness)
+
+
+def mouth_activity(track: Features, times: np.ndarray, window_s: float = 0.6) -> np.ndarray:
+    """Rolling std of ``mouth_open`` over ``window_s`` seconds, at ``times`` (s); NaN = unknown."""
+    times = np.asarray(times, dtype=np.float64)
+    x = _column(track, MOUTH_COLUMN, "face_geom").astype(np.float64)
+    x[~track.valid] = np.nan
+    if x.size == 0:
+        return np.full(times.shape, np.nan)
+    series = pd.Series(x, index=pd.to_timedelta(track.time, unit="s"))
+    act = series.rolling(pd.Timedelta(seconds=window_s), center=True, min_periods=2).std()
+    # a sample without a face is unknown even if its neighbours had one
+    act = np.where(np.isnan(x), np.nan, act.to_numpy())
+
+    t = track.time
+    i1 = np.clip(np.searchsorted(t, times), 0, t.size - 1)
+    i0 = np.clip(i1 - 1, 0, t.size - 1)
+    span = t[i1] - t[i0]
+    w = np.clip(np.divide(times - t[i0], span, out=np.zeros_like(times), where=span > 0), 0, 1)
+    a0, a1 = act[i0], act[i1]
+    out = a0 + w * (a1 - a0)  # NaN when either neighbour is unknown ...
+    nearest = np.where(w < 0.5, i0, i1)
+    out = np.where(np.isnan(out), act[nearest], out)  # ... then the nearest one decides
+    period = float(np.median(np.diff(t))) if t.size > 1 else window_s
+    out[np.abs(times - t[nearest]) > period] = np.nan
+    return out
+
+
+def speaking_from_faces(
+    scene: Features, mouth: Mapping[str, Features], *, rule: SpeakingRule | None = None
+) -> dict[str, np.ndarray]:
+    """Bool per scene frame for ``speaker`` and ``listener``: voiced and that role's mouth moving.
+
+    ``scene`` is the ``scene/egemaps`` channel (10 ms frames); ``mouth`` maps a role to its
+    ``face_geom`` channel (any rate, e.g. 5 fps); a missing role counts as never visible.
+    """
+    rule = rule or SpeakingRule()
+    unknown = set(mouth) - set(TALKING_ROLES)
+    if unknown:
+        raise ValueError(f"mouth tracks for unknown roles {sorted(unknown)}; use {TALKING_ROLES}")
+    voiced = voiced_frames(scene, rule.min_loudness)
+    act = {
+        role: mouth_activity(mouth[role], scene.time, rule.window_s)
+        if role in mouth
+        else np.full(scene.time.shape, np.nan)
+        for role in TALKING_ROLES
+    }
+    out = {}
+    for role, other in (TALKING_ROLES, TALKING_ROLES[::-1]):
+        a, b = act[role], act[other]
+        with np.errstate(invalid="ignore"):
+            not_dominated = np.isnan(b) | (a * rule.tie_ratio >= b)
+            out[role] = voiced & (a >= rule.min_activity) & not_dominated
+    return out
+
+
+def speaking_from_transcript(
+    cues: Iterable[tuple[float, float, str]], times: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Bool per time for ``speaker`` and ``listener``: inside one of that role's cues.
+
+    ``cues`` are ``(start_s, end_s, role)`` with role ``"speaker"`` or ``"listener"`` (a cue
+    tagged with both becomes two tuples); ``times`` are sorted frame times in seconds.
+    A frame at ``t`` is inside a cue when ``start_s <= t < end_s``.
+    """
+    times = np.asarray(times, dtype=np.float64)
+    if np.any(np.diff(times) < 0):
+        raise ValueError("speaking_from_transcript: times must be sorted ascending (seconds)")
+    bounds: dict[str, list[tuple[float, float]]] = {role: [] for role in TALKING_ROLES}
+    for cue in cues:
+        start, end, role = cue
+        if role not in bounds:
+            raise ValueError(f"transcript cue {cue!r}: role must be one of {TALKING_ROLES}")
+        if not end >= start:
+            raise ValueError(f"transcript cue {cue!r}: end is before start")
+        bounds[role].append((float(start), float(end)))
+    out = {}
+    for role, pairs in bounds.items():
+        edges = np.array(pairs, dtype=np.float64).reshape(-1, 2)
+        # +1 at each cue's first frame, -1 after its last: overlapping cues simply add up
+        depth = np.zeros(times.size + 1, dtype=np.int64)
+        np.add.at(depth, np.searchsorted(times, edges[:, 0], side="left"), 1)
+        np.add.at(depth, np.searchsorted(times, edges[:, 1], side="left"), -1)
+        out[role] = np.cumsum(depth[:-1]) > 0
+    return out
+
+
+def role_channels(scene: Features, speaking: Mapping[str, np.ndarray]) -> dict[str, Features]:
+    """Per-role egemaps Features: the scene's data and time (shared, not copied), ``valid`` =
+    scene valid & that role talking (one bool per scene frame)."""
+    out = {}
+    for role, talking in speaking.items():
+        talking = np.asarray(talking, dtype=bool)
+        if talking.shape != scene.valid.shape:
+            raise ValueError(
+                f"speaking[{role!r}] has shape {talking.shape} but scene/egemaps has "
+                f"{scene.valid.shape[0]} frames; compute it on the scene's times"
+            )
+        out[role] = Features(scene.data, scene.time, scene.valid & talking, scene.columns)
+    return out

@@ -1,0 +1,403 @@
+"""One shard's HDF5 layout, read from and written to an open file (:class:`featurestore.storage.store.Store` opens it).
+
+The layout is a contract (DESIGN.md; the module docstring of :mod:`featurestore.storage.store`
+draws it). This module holds its types (:class:`Channel`, :class:`SessionMeta`,
+:class:`SessionData`), the :class:`ShardReader` of an open shard with the store's read
+errors, and the functions that write root attributes, channel groups and labels. It never
+opens, copies or renames a file: that, and the atomic replace, is the store's job.
+
+>>> split_key("listener/face_geom")
+('listener', 'face_geom')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from ..features import Features
+from .provenance import utc_now
+
+SCHEMA_VERSION = 1
+#: shard schema versions this tool reads (it writes :data:`SCHEMA_VERSION` only)
+READABLE_SCHEMAS = range(1, SCHEMA_VERSION + 1)
+LABEL_FPS = 25.0
+ROLES = ("speaker", "listener", "scene")
+#: HDF5 storage of ``data`` datasets; see "Compression" in :mod:`featurestore.storage.store`. An empty
+#: dict means uncompressed and contiguous.
+DATA_STORAGE: dict = {}
+#: channels computed from a session's transcript (a missing one gets the transcript hint)
+TRANSCRIPT_CHANNELS = ("speech", "lexicon")
+
+
+class StoreError(RuntimeError):
+    """A shard is missing, unreadable or inconsistent; the message names the file."""
+
+
+class MissingChannelError(StoreError):
+    """A shard lacks channels that were asked for; ``keys`` lists them, the message says how to add them."""
+
+    def __init__(self, message: str, keys: Sequence[str]) -> None:
+        super().__init__(message)
+        self.keys = list(keys)
+
+
+@dataclass
+class Channel(Features):
+    """Features plus the provenance stored with them.
+
+    ``shared_with`` (``role/channel`` or None): this channel's ``data`` and ``time`` are
+    exactly that channel's (e.g. ``speaker/egemaps`` repeats ``scene/egemaps`` with its own
+    ``valid``), so :meth:`Store.write_session` stores them once, as HDF5 hard links to that
+    channel's datasets. The other channel must be written in the same call or already be in
+    the shard, with equal data and time; otherwise the write fails. Channels read back from a
+    shard carry None (their arrays are their own copies).
+    """
+
+    extractor: str = ""
+    extractor_version: str = ""
+    params: dict = field(default_factory=dict)
+    cache_key: str = ""
+    source: dict = field(default_factory=dict)
+    created_utc: str = ""
+    shared_with: str | None = None
+
+    @classmethod
+    def from_features(cls, feats: Features, **provenance) -> Channel:
+        return cls(feats.data, feats.time, feats.valid, feats.columns, **provenance)
+
+    def to_frame(self) -> pd.DataFrame:
+        """DataFrame indexed by time (s) with one column per feature plus ``valid``."""
+        df = pd.DataFrame(self.data, columns=self.columns, index=pd.Index(self.time, name="time"))
+        df["valid"] = self.valid
+        return df
+
+
+@dataclass(frozen=True)
+class SessionMeta:
+    """Root attributes of a shard."""
+
+    session: str
+    listener: int
+    story: int
+    speaker: int
+    split: str
+    n_frames: int
+    fps: float = LABEL_FPS
+
+
+@dataclass
+class SessionData:
+    """Several channels and one label target of a session, read in one open of its shard.
+
+    ``channels``: ``role/channel`` -> :class:`~featurestore.features.Features` (a
+    :class:`Channel` with its provenance when it was asked for); per-role channels that
+    hard-link the scene's rows share its arrays. ``labels``: (n_frames,) float32 of
+    ``target``, or None when no target was asked for.
+    """
+
+    meta: SessionMeta
+    channels: dict[str, Features]
+    labels: np.ndarray | None = None
+    target: str | None = None
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(role, channel) of a ``role/channel`` key; :class:`StoreError` when it is not one."""
+    parts = key.strip("/").split("/")
+    if len(parts) != 2 or parts[0] not in ROLES or not parts[1]:
+        raise StoreError(f"channel {key!r} is not of the form ROLE/CHANNEL with ROLE in {ROLES}")
+    return parts[0], parts[1]
+
+
+def how_to_add(keys: Sequence[str]) -> str:
+    """The command that adds the channels ``keys`` to a store (transcript channels need a transcript)."""
+    # speech and lexicon come from a transcript, which extraction alone may not have had
+    if any(k.split("/")[-1] in TRANSCRIPT_CHANNELS for k in keys):
+        return ("add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
+                "video and re-run `featurestore extract`)")
+    return "compute it with `featurestore extract` (or add it with `featurestore import`)"
+
+
+def _schema_name(version) -> str:
+    return "no schema version" if version is None else f"schema version {int(version)}"
+
+
+class ShardReader:
+    """Reads the layout of one open shard ``f`` (at ``path``, named in every error).
+
+    Obtained from :meth:`featurestore.storage.store.Store.open_session`; valid while that block is open.
+    """
+
+    def __init__(self, f: h5py.File, path: Path) -> None:
+        self.file = f
+        self.path = Path(path)
+        self._meta: SessionMeta | None = None
+
+    @property
+    def session(self) -> str:
+        return self.path.stem
+
+    @property
+    def meta(self) -> SessionMeta:
+        """The root attributes; :class:`StoreError` when some are missing."""
+        if self._meta is None:
+            a = self.file.attrs
+            missing = [k for k in ("session", "listener", "story", "n_frames", "schema_version") if k not in a]
+            if missing:
+                raise StoreError(f"{self.path} lacks root attributes {missing}; rebuild it with `featurestore extract --force`")
+            self._meta = SessionMeta(
+                session=str(a["session"]),
+                listener=int(a["listener"]),
+                story=int(a["story"]),
+                speaker=int(a.get("speaker", 0)),
+                split=str(a.get("split", "")),
+                n_frames=int(a["n_frames"]),
+                fps=float(a.get("fps", LABEL_FPS)),
+            )
+        return self._meta
+
+    def check_schema(self, write: bool = False) -> None:
+        """:class:`StoreError` unless this tool reads (``write``: and writes) the shard's schema version."""
+        version = self.file.attrs.get("schema_version")
+        if write and (version is None or int(version) != SCHEMA_VERSION):
+            raise StoreError(
+                f"{self.path} has {_schema_name(version)}, this tool reads and writes {SCHEMA_VERSION}; it was left as "
+                "it is: move it aside (keep it if you need its channels) and re-run `featurestore extract` to rebuild it"
+            )
+        if version is None or int(version) not in READABLE_SCHEMAS:
+            readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
+            raise StoreError(
+                f"{self.path} has {_schema_name(version)}; this tool reads schema version {readable}. Move it aside and "
+                "rebuild it with `featurestore extract` (check the store with `featurestore verify`)"
+            )
+
+    # ---------------------------------------------------------------- channels
+    def channel_keys(self) -> list[str]:
+        """``role/channel`` keys stored, role by role in :data:`ROLES` order."""
+        f = self.file
+        return [f"{r}/{c}" for r in ROLES if r in f for c in f[r] if isinstance(f[r][c], h5py.Group)]
+
+    def cache_keys(self) -> dict[str, str]:
+        """``role/channel`` -> stored cache key."""
+        f = self.file
+        return {f"{r}/{c}": str(f[r][c].attrs.get("cache_key", "")) for r in ROLES if r in f for c in f[r]}
+
+    def has_channel(self, key: str) -> bool:
+        role, name = split_key(key)
+        f = self.file
+        return role in f and name in f[role] and isinstance(f[role][name], h5py.Group) and "data" in f[role][name]
+
+    def require_channels(self, keys: Sequence[str]) -> None:
+        """:class:`MissingChannelError` naming the missing ones, what the shard has and how to add them."""
+        missing = [k for k in keys if not self.has_channel(k)]
+        if missing:
+            have = ", ".join(self.channel_keys()) or "none"
+            raise MissingChannelError(
+                f"session {self.session} has no channel {', '.join(missing)} in {self.path} "
+                f"(it has: {have}); {how_to_add(missing)}",
+                missing,
+            )
+
+    def channel(self, key: str) -> Channel:
+        """The stored :class:`Channel` ``role/channel`` with its provenance."""
+        self.require_channels([key])
+        return read_channel_group(self.file[key], self.path)
+
+    # ------------------------------------------------------------------ labels
+    def label_targets(self) -> list[str]:
+        return sorted(self.file["labels"]) if "labels" in self.file else []
+
+    def label_sources(self) -> dict[str, dict]:
+        """Label target -> the source (annotation file fingerprint) recorded with it."""
+        f = self.file
+        return {t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()}
+
+    def labels(self, target: str) -> np.ndarray:
+        """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
+        f = self.file
+        if "labels" not in f or target not in f["labels"]:
+            have = ", ".join(self.label_targets()) or "none"
+            raise StoreError(
+                f"session {self.session} has no labels {target!r} in {self.path} (it has: {have}); "
+                f"add them with `featurestore labels DIR --target {target}`"
+            )
+        return f["labels"][target][()].astype(np.float32).reshape(-1)
+
+    # ----------------------------------------------------- several channels at once
+    def read(self, keys: Sequence[str], target: str | None = None, provenance: bool = False) -> SessionData:
+        """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first.
+
+        Errors (:class:`StoreError`) name the shard: a schema version this tool does not read,
+        missing root attributes, missing channels (:class:`MissingChannelError`, with what the
+        shard has and the command that adds them), a missing target, labels whose length is
+        not ``n_frames``, a channel whose column names do not match its data. A dataset that
+        several channels hard-link (per-role rows of the scene's) is read once.
+        ``provenance``: return :class:`Channel` objects with their provenance attributes
+        (about 0.25 ms more per channel), else plain :class:`Features`.
+        """
+        self.check_schema()
+        meta = self.meta
+        keys = list(keys)
+        self.require_channels(keys)
+        y = None
+        if target is not None:
+            y = self.labels(target)
+            if y.shape[0] != meta.n_frames:
+                raise StoreError(
+                    f"session {self.session}: labels {target!r} have {y.shape[0]} rows but the session has "
+                    f"{meta.n_frames} frames; re-add them with `featurestore labels DIR --target {target}`"
+                )
+        arrays: dict[h5py.h5d.DatasetID, np.ndarray] = {}
+
+        def once(ds: h5py.Dataset) -> np.ndarray:
+            # per-role channels hard-link the scene's data/time (Channel.shared_with): read once
+            if ds.id not in arrays:
+                arrays[ds.id] = ds[()]
+            return arrays[ds.id]
+
+        channels: dict[str, Features] = {}
+        for key in keys:
+            g = self.file[key]
+            if provenance:
+                channels[key] = read_channel_group(g, self.path, once)
+                continue
+            columns = json.loads(g.attrs["columns"])
+            try:
+                channels[key] = Features(once(g["data"]), once(g["time"]), g["valid"][()], columns)
+            except ValueError as e:
+                raise StoreError(f"{self.path}: {key}: {e}; run `featurestore verify`") from e
+        return SessionData(meta, channels, y, target)
+
+
+def read_channel_group(grp: h5py.Group, path: Path | None = None, read=None) -> Channel:
+    """The :class:`Channel` of one channel group, with provenance (``read(dataset)`` reads data/time)."""
+    a = grp.attrs
+    read = read if read is not None else (lambda ds: ds[()])
+    try:
+        return Channel(
+            data=read(grp["data"]),
+            time=read(grp["time"]),
+            valid=grp["valid"][()],
+            columns=[str(c) for c in json.loads(a["columns"])],
+            extractor=str(a.get("extractor", "")),
+            extractor_version=str(a.get("extractor_version", "")),
+            params=json.loads(a.get("params", "{}")),
+            cache_key=str(a.get("cache_key", "")),
+            source=json.loads(a.get("source", "{}")),
+            created_utc=str(a.get("created_utc", "")),
+        )
+    except ValueError as e:  # column names and data disagree
+        raise StoreError(f"{path or grp.file.filename}: {grp.name.strip('/')}: {e}; run `featurestore verify`") from e
+
+
+# ----------------------------------------------------------------------- writing
+def write_meta(f: h5py.File, meta: SessionMeta) -> None:
+    """The root attributes of ``meta`` and the current :data:`SCHEMA_VERSION`."""
+    f.attrs["session"] = meta.session
+    f.attrs["listener"] = int(meta.listener)
+    f.attrs["story"] = int(meta.story)
+    f.attrs["speaker"] = int(meta.speaker)
+    f.attrs["split"] = str(meta.split)
+    f.attrs["fps"] = float(meta.fps)
+    f.attrs["n_frames"] = int(meta.n_frames)
+    f.attrs["schema_version"] = SCHEMA_VERSION
+
+
+def write_channel(parent: h5py.Group, name: str, ch: Channel, shared: h5py.Group | None = None) -> None:
+    """Write one channel group; with ``shared``, ``data`` and ``time`` are hard links to its datasets."""
+    if name in parent:
+        del parent[name]
+    grp = parent.create_group(name)
+    if shared is None:
+        grp.create_dataset("data", data=ch.data, **DATA_STORAGE)
+        grp.create_dataset("time", data=ch.time)
+    else:
+        grp["data"] = shared["data"]  # assigning a dataset object makes a hard link
+        grp["time"] = shared["time"]
+        grp.attrs["shared_with"] = shared.name.strip("/")
+    grp.create_dataset("valid", data=ch.valid)
+    grp.attrs["columns"] = json.dumps(ch.columns)
+    grp.attrs["extractor"] = ch.extractor
+    grp.attrs["extractor_version"] = ch.extractor_version
+    grp.attrs["params"] = json.dumps(ch.params, sort_keys=True, default=str)
+    grp.attrs["cache_key"] = ch.cache_key
+    grp.attrs["source"] = json.dumps(ch.source, sort_keys=True, default=str)
+    grp.attrs["created_utc"] = ch.created_utc or utc_now()
+
+
+def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) -> None:
+    """Write ``channels`` into ``f``: those with their own rows first, then those that link to them."""
+    for key, ch in sorted(channels.items(), key=lambda kv: kv[1].shared_with is not None):
+        role, name = split_key(key)
+        holder = channels.get(ch.shared_with) if ch.shared_with is not None else None
+        if holder is not None and holder.shared_with is not None:
+            raise StoreError(
+                f"{session}: channel {key} shares the rows of {ch.shared_with}, which itself "
+                "shares another channel's; name the channel that holds the rows"
+            )
+        shared = _shared_target(f, session, key, ch, channels) if ch.shared_with is not None else None
+        write_channel(f.require_group(role), name, ch, shared)
+
+
+def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shape and values (NaN equal to NaN); the same memory is equal without a scan."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a is b or (a.__array_interface__["data"] == b.__array_interface__["data"] and a.strides == b.strides):
+        return True
+    return bool(np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.floating)))
+
+
+def _shared_target(f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]) -> h5py.Group:
+    """The group whose datasets ``key`` links to, after checking its rows equal ``ch``'s."""
+    target = ch.shared_with
+    role, name = split_key(target)
+    if target == key:
+        raise StoreError(f"{session}: channel {key} cannot share its rows with itself; set shared_with=None")
+    if role not in f or name not in f[role] or "data" not in f[role][name]:
+        raise StoreError(
+            f"{session}: channel {key} says its rows are {target}'s (shared_with), but {target} is neither "
+            "written in the same call nor stored in the shard; write both together or set shared_with=None"
+        )
+    grp = f[role][name]
+    other = channels.get(target)
+    if other is not None:
+        same = _same_rows(ch.data, other.data) and _same_rows(ch.time, other.time)
+    else:
+        same = ch.data.shape == grp["data"].shape and ch.time.shape == grp["time"].shape
+        same = same and _same_rows(ch.data, grp["data"][()]) and _same_rows(ch.time, grp["time"][()])
+    if not same:
+        raise StoreError(
+            f"{session}: channel {key} says its data and time are {target}'s (shared_with), but they differ; "
+            "set shared_with=None to store its own copy"
+        )
+    return grp
+
+
+def write_labels(f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]) -> None:
+    """Add or replace label targets, then check every stored target has ``meta.n_frames`` rows."""
+    if labels:
+        grp = f.require_group("labels")
+        for target, y in labels.items():
+            y = np.asarray(y, dtype=np.float32).reshape(-1)
+            if len(y) != meta.n_frames:
+                raise StoreError(f"labels {target!r} of {meta.session} have {len(y)} rows, the session has {meta.n_frames} frames")
+            if target in grp:
+                del grp[target]
+            ds = grp.create_dataset(target, data=y)
+            ds.attrs["source"] = json.dumps(sources.get(target, {}), default=str)
+            ds.attrs["created_utc"] = utc_now()
+    if "labels" in f:
+        for target in f["labels"]:
+            if len(f["labels"][target]) != meta.n_frames:
+                raise StoreError(
+                    f"{meta.session}: stored labels {target!r} have {len(f['labels'][target])} "
+                    f"rows but the session now has {meta.n_frames} frames"
+                )
