@@ -61,7 +61,9 @@ def run_benchmarks(names: list[str], quick: bool, work: Path) -> tuple[list[dict
         for r in got:
             missing = [f for f in FIELDS if f not in r]
             if missing or not r["name"].startswith(prefix(name)):
-                raise RuntimeError(f"benchmark {name} returned a malformed record {r.get('name')!r} (missing {missing})")
+                raise RuntimeError(
+                    f"benchmark {name} returned a malformed record {r.get('name')!r} (missing {missing})"
+                )
             print(json.dumps(r), flush=True)
         records += got
         print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -80,11 +82,22 @@ def _interrupt(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="reduced sizes, a smoke check (not the goals' sizes)")
-    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
-                        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file (default: bench/results.json)")
-    parser.add_argument("--work", type=Path, default=WORK, help="cache of inputs (default: bench/.work)")
+    parser.add_argument(
+        "--quick", action="store_true", help="reduced sizes, a smoke check (not the goals' sizes)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="results file (default: bench/results.json)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=WORK, help="cache of inputs (default: bench/.work)"
+    )
     args = parser.parse_args(argv)
 
     # a kill unwinds like Ctrl-C, so a running `experiments ablate` child is stopped too
@@ -103,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(args.out)
     print()
     print(format_table(records))
-    print(f"\n{len(records)} results in {args.out}" + (f"; FAILED to run: {', '.join(failed)}" if failed else ""))
+    print(
+        f"\n{len(records)} results in {args.out}"
+        + (f"; FAILED to run: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

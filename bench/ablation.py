@@ -60,31 +60,57 @@ FULL = {"n_sessions": 80, "length_range": None, "set": [WITHOUT_TRANSCRIPTS]}
 QUICK = {
     "n_sessions": 8,
     "length_range": (500, 1000),
-    "set": ["feature_set=[listener]", "window.lengths_s=[[4]]", "models=[{name: ridge, alpha: [1]}]"],
+    "set": [
+        "feature_set=[listener]",
+        "window.lengths_s=[[4]]",
+        "models=[{name: ridge, alpha: [1]}]",
+    ],
 }
 JOBS = 2
 
 
 def ablate_command(store: Path, out: Path, overrides: list[str], jobs: int = JOBS) -> list[str]:
     """The ``experiments ablate`` command line, tracking and reports inside ``out``."""
-    cmd = [sys.executable, "-m", "experiments.cli", "ablate", "--config", "ablation", "--store", str(store),
-           "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "--out", str(out / "reports"), "--jobs", str(jobs)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "ablate",
+        "--config",
+        "ablation",
+        "--store",
+        str(store),
+        "--tracking-uri",
+        f"sqlite:///{out / 'mlflow.db'}",
+        "--out",
+        str(out / "reports"),
+        "--jobs",
+        str(jobs),
+    ]
     for o in overrides:
         cmd += ["--set", o]
     return cmd
 
 
-def run_ablation(store: Path, out: Path, overrides: list[str], jobs: int = JOBS, env: dict | None = None) -> RunStats:
+def run_ablation(
+    store: Path, out: Path, overrides: list[str], jobs: int = JOBS, env: dict | None = None
+) -> RunStats:
     """Run one ablation from scratch (fresh tracking store in ``out``; ``env``: more environment
     variables); raises if it fails."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     log = out / "ablate.log"
-    stats = run_measured(ablate_command(store, out, overrides, jobs), log, env={"MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})})
+    stats = run_measured(
+        ablate_command(store, out, overrides, jobs),
+        log,
+        env={"MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})},
+    )
     if stats.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"experiments ablate failed (exit {stats.returncode}); log {log}:\n{tail}")
+        raise RuntimeError(
+            f"experiments ablate failed (exit {stats.returncode}); log {log}:\n{tail}"
+        )
     return stats
 
 
@@ -99,9 +125,15 @@ def phase_seconds(out: Path, started: float, wall_s: float) -> tuple[float, floa
     from experiments.studies.sweep import UNSEEN_OF_TAG
 
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=10000)]
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id], max_results=10000)
+    ]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    grid = [r.info.end_time for r in children if UNSEEN_OF_TAG not in r.data.tags and r.info.end_time]
+    grid = [
+        r.info.end_time for r in children if UNSEEN_OF_TAG not in r.data.tags and r.info.end_time
+    ]
     if not grid or not any(UNSEEN_OF_TAG in r.data.tags for r in children):
         return wall_s, 0.0
     grid_s = min(max(grid) / 1000 - started, wall_s)
@@ -117,7 +149,10 @@ def largest_feature_matrix_gb(store: Path, overrides: list[str]) -> float:
     stories = {int(s) for v in cfg.splits.values() for s in v}
     frames = int(sessions[sessions.story.isin(stories)].n_frames.sum())
     first = st.list_sessions()[0]
-    width = {k: len(st.read_channel(first, k).columns) for k in {c for t in expand(cfg) for c in t.channels}}
+    width = {
+        k: len(st.read_channel(first, k).columns)
+        for k in {c for t in expand(cfg) for c in t.channels}
+    }
     best = 0
     for t in expand(cfg):
         stats = [s for s in t.stats if s != "valid_frac"]
@@ -136,12 +171,14 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     grid_s, unseen_s = phase_seconds(work / "ablation_run", started, stats.wall_s)
     table = pd.read_csv(work / "ablation_run" / "reports" / "ablation.csv")
     features_gb = largest_feature_matrix_gb(store, size["set"])
-    print(f"ablation: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU; grid {grid_s:.1f} s, unseen listeners "
-          f"{unseen_s:.1f} s), peak PSS {stats.peak_pss_gb} GB (parent alone "
-          f"{stats.peak_parent_pss_gb} GB, workers together {stats.peak_children_pss_gb} GB), RSS sum {stats.peak_rss_gb} GB, "
-          f"largest process {stats.max_rss_gb:.2f} GB, largest worker USS {stats.peak_worker_uss_gb} GB, shared "
-          f"{stats.peak_worker_shared_gb} GB (one feature matrix: {features_gb:.2f} GB)\n"
-          f"{table.to_string(index=False)}")  # fmt: skip
+    print(
+        f"ablation: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU; grid {grid_s:.1f} s, unseen listeners "
+        f"{unseen_s:.1f} s), peak PSS {stats.peak_pss_gb} GB (parent alone "
+        f"{stats.peak_parent_pss_gb} GB, workers together {stats.peak_children_pss_gb} GB), RSS sum {stats.peak_rss_gb} GB, "
+        f"largest process {stats.max_rss_gb:.2f} GB, largest worker USS {stats.peak_worker_uss_gb} GB, shared "
+        f"{stats.peak_worker_shared_gb} GB (one feature matrix: {features_gb:.2f} GB)\n"
+        f"{table.to_string(index=False)}"
+    )
     out = [
         record("ablation.grid_seconds", grid_s, "s", goal="<= 180 s"),
         record("ablation.unseen_listener_seconds", unseen_s, "s"),
@@ -155,9 +192,20 @@ def run(work: Path, quick: bool = False) -> list[dict]:
             record("ablation.peak_memory_parent_pss", stats.peak_parent_pss_gb, "GB"),
             record("ablation.peak_memory_workers_pss", stats.peak_children_pss_gb, "GB"),
             record("ablation.peak_memory_rss_sum", stats.peak_rss_gb, "GB"),
-            record("ablation.worker_shared_memory", stats.peak_worker_shared_gb, "GB",
-                   baseline="one copy of the largest windowed feature matrix", baseline_value=features_gb, goal=">= 1"),
-            record("ablation.worker_private_memory", stats.peak_worker_uss_gb, "GB",
-                   baseline="one copy of the largest windowed feature matrix", baseline_value=features_gb),
-        ]  # fmt: skip
+            record(
+                "ablation.worker_shared_memory",
+                stats.peak_worker_shared_gb,
+                "GB",
+                baseline="one copy of the largest windowed feature matrix",
+                baseline_value=features_gb,
+                goal=">= 1",
+            ),
+            record(
+                "ablation.worker_private_memory",
+                stats.peak_worker_uss_gb,
+                "GB",
+                baseline="one copy of the largest windowed feature matrix",
+                baseline_value=features_gb,
+            ),
+        ]
     return out

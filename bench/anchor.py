@@ -91,18 +91,36 @@ from .loading import export_tables
 from .processes import RunStats, run_measured, with_load
 from .scaling import GRID_ONLY, WARM_UP
 
-FULL = {"n_sessions": 80, "length_range": None, "set": [WITHOUT_TRANSCRIPTS, GRID_ONLY], "package_rounds": 3,
-        "loop_rounds": 1, "same_features_sets": 1}  # fmt: skip
+FULL = {
+    "n_sessions": 80,
+    "length_range": None,
+    "set": [WITHOUT_TRANSCRIPTS, GRID_ONLY],
+    "package_rounds": 3,
+    "loop_rounds": 1,
+    "same_features_sets": 1,
+}
 #: QUICK: the listener set on 16 short sessions (2 listeners), the gradient boosting with 20 trees, not 200
-QUICK_MODELS = ("models=[{name: dummy, only: {window.lengths_s: [[4]], postprocess.rescale: [none]}}, "
-                "{name: ridge, alpha: [100], only: {postprocess.rescale: [train, listener]}}, "
-                "{name: hist_gb, max_iter: [20], learning_rate: [0.05], max_depth: [3], "
-                "only: {window.lengths_s: [[2, 8]], personalization: [global], postprocess.rescale: [train, listener]}}]")
-QUICK = {"n_sessions": 16, "length_range": (500, 1000), "set": ["feature_set=[listener]", QUICK_MODELS, GRID_ONLY],
-         "package_rounds": 1, "loop_rounds": 1, "same_features_sets": None}  # fmt: skip
+QUICK_MODELS = (
+    "models=[{name: dummy, only: {window.lengths_s: [[4]], postprocess.rescale: [none]}}, "
+    "{name: ridge, alpha: [100], only: {postprocess.rescale: [train, listener]}}, "
+    "{name: hist_gb, max_iter: [20], learning_rate: [0.05], max_depth: [3], "
+    "only: {window.lengths_s: [[2, 8]], personalization: [global], postprocess.rescale: [train, listener]}}]"
+)
+QUICK = {
+    "n_sessions": 16,
+    "length_range": (500, 1000),
+    "set": ["feature_set=[listener]", QUICK_MODELS, GRID_ONLY],
+    "package_rounds": 1,
+    "loop_rounds": 1,
+    "same_features_sets": None,
+}
 #: models whose predictions jump where a feature crosses a split (see the module docstring)
 TREES = ("hist_gb", "xgboost")
-METRICS = [f"{split}.ccc_{averaging}" for split in ("val", "test") for averaging in ("personalized", "generalized")]
+METRICS = [
+    f"{split}.ccc_{averaging}"
+    for split in ("val", "test")
+    for averaging in ("personalized", "generalized")
+]
 LOOP = "hand-written pandas + scikit-learn loop (bench/handwritten.py)"
 
 
@@ -110,15 +128,30 @@ def plan(overrides: list[str]) -> tuple[dict, dict[str, Trial]]:
     """The loop's plan (JSON-able) for ablation.yaml with ``overrides``, and its trials by id."""
     cfg = load_config("ablation", overrides)
     if cfg.protocol != "val" or cfg.unseen_listener:
-        raise ValueError("the hand-written loop writes the validation protocol without unseen listeners only")
+        raise ValueError(
+            "the hand-written loop writes the validation protocol without unseen listeners only"
+        )
     trials = {t.hash(): t for t in expand(cfg)}
     configurations = [
-        {"id": h, "channels": list(t.channels), "lengths_s": list(t.lengths_s), "delay_s": t.delay_s, "align": t.align,
-         "stats": list(t.stats), "hop_s": t.hop_s, "model": t.model, "params": resolve_model_params(t.model, t.hyperparams),
-         "personalization": t.personalization, "smooth_s": t.smooth_s, "smooth_method": t.smooth_method,
-         "rescale": t.rescale, "fit_on": t.fit_on, "seed": t.seed}
+        {
+            "id": h,
+            "channels": list(t.channels),
+            "lengths_s": list(t.lengths_s),
+            "delay_s": t.delay_s,
+            "align": t.align,
+            "stats": list(t.stats),
+            "hop_s": t.hop_s,
+            "model": t.model,
+            "params": resolve_model_params(t.model, t.hyperparams),
+            "personalization": t.personalization,
+            "smooth_s": t.smooth_s,
+            "smooth_method": t.smooth_method,
+            "rescale": t.rescale,
+            "fit_on": t.fit_on,
+            "seed": t.seed,
+        }
         for h, t in trials.items()
-    ]  # fmt: skip
+    ]
     splits = {name: [int(s) for s in stories] for name, stories in cfg.splits.items()}
     return {"target": cfg.target, "splits": splits, "configurations": configurations}, trials
 
@@ -132,13 +165,28 @@ def run_loop(tables: Path, plan_file: Path, out: Path) -> RunStats:
     """The hand-written loop in a subprocess: ``out/scores.csv``, ``out/seconds.json``; raises if it fails."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "handwritten.log"
-    cmd = [sys.executable, "-m", "bench.handwritten", "--tables", str(tables), "--plan", str(plan_file),
-           "--out", str(out / "scores.csv"), "--seconds", str(out / "seconds.json")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.handwritten",
+        "--tables",
+        str(tables),
+        "--plan",
+        str(plan_file),
+        "--out",
+        str(out / "scores.csv"),
+        "--seconds",
+        str(out / "seconds.json"),
+    ]
     # the project's root on the path, so that ``-m bench.handwritten`` is found from any folder
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])
+    )
     stats = run_measured(cmd, log, env={"PYTHONPATH": path})
     if stats.returncode != 0:
-        raise RuntimeError(f"the hand-written loop failed (exit {stats.returncode}); log {log}:\n{log.read_text()[-2000:]}")
+        raise RuntimeError(
+            f"the hand-written loop failed (exit {stats.returncode}); log {log}:\n{log.read_text()[-2000:]}"
+        )
     return stats
 
 
@@ -151,9 +199,19 @@ def package_scores(out: Path) -> pd.DataFrame:
     from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=10000)]
-    rows = [{"id": r.data.tags[CONFIG_HASH_TAG], **{m: r.data.metrics.get(m, np.nan) for m in [*METRICS, "fit_seconds"]}}
-            for r in runs if CONFIG_HASH_TAG in r.data.tags]  # fmt: skip
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id], max_results=10000)
+    ]
+    rows = [
+        {
+            "id": r.data.tags[CONFIG_HASH_TAG],
+            **{m: r.data.metrics.get(m, np.nan) for m in [*METRICS, "fit_seconds"]},
+        }
+        for r in runs
+        if CONFIG_HASH_TAG in r.data.tags
+    ]
     return pd.DataFrame(rows).set_index("id")
 
 
@@ -163,12 +221,21 @@ def difference(loop: pd.DataFrame, package: pd.DataFrame, ids: list[str]) -> flo
         return float("nan")
     missing = [i for i in ids if i not in loop.index or i not in package.index]
     if missing:
-        raise RuntimeError(f"configurations {missing[:3]} have no scores from {'the loop' if missing[0] not in loop.index else 'the package'}")
-    return float(np.max(np.abs(loop.loc[ids, METRICS].to_numpy(float) - package.loc[ids, METRICS].to_numpy(float))))
+        raise RuntimeError(
+            f"configurations {missing[:3]} have no scores from {'the loop' if missing[0] not in loop.index else 'the package'}"
+        )
+    return float(
+        np.max(
+            np.abs(
+                loop.loc[ids, METRICS].to_numpy(float) - package.loc[ids, METRICS].to_numpy(float)
+            )
+        )
+    )
 
 
-def same_features_difference(store: Path, the_plan: dict, trials: dict[str, Trial], package: pd.DataFrame,
-                             n_sets: int | None) -> tuple[float, list[str]]:  # fmt: skip
+def same_features_difference(
+    store: Path, the_plan: dict, trials: dict[str, Trial], package: pd.DataFrame, n_sets: int | None
+) -> tuple[float, list[str]]:
     """The loop's fits, post-processing and scores of the tree configurations (of the first ``n_sets``
     feature sets) on the package's own windowed features: their largest metric difference with the
     package's, and the ids compared."""
@@ -181,14 +248,30 @@ def same_features_difference(store: Path, the_plan: dict, trials: dict[str, Tria
     rows = []
     for group in handwritten.grouped(trees, handwritten.WINDOW):
         key = trials[group[0]["id"]].window_key()
-        tables = load_sessions(store, sorted(key.channels), target=the_plan["target"], splits=the_plan["splits"], cache=False)
+        tables = load_sessions(
+            store,
+            sorted(key.channels),
+            target=the_plan["target"],
+            splits=the_plan["splits"],
+            cache=False,
+        )
         windowed = window_sessions(tables, key)
         del tables
         features = {s.session: pd.DataFrame(s.F, copy=False) for s in windowed.sessions}
-        sessions = [{"session": s.session, "listener": s.listener, "story": s.story, "split": s.split, "y": s.y}
-                    for s in windowed.sessions]  # fmt: skip
+        sessions = [
+            {
+                "session": s.session,
+                "listener": s.listener,
+                "story": s.story,
+                "split": s.split,
+                "y": s.y,
+            }
+            for s in windowed.sessions
+        ]
         for same_fit in handwritten.grouped(group, handwritten.FIT):
-            raw = handwritten.predictions(same_fit[0], sessions, features, any(c["rescale"] != "none" for c in same_fit))
+            raw = handwritten.predictions(
+                same_fit[0], sessions, features, any(c["rescale"] != "none" for c in same_fit)
+            )
             rows += [{"id": c["id"], **handwritten.scores(c, sessions, raw)} for c in same_fit]
         del windowed, features
     loop = pd.DataFrame(rows).set_index("id") if rows else pd.DataFrame(columns=METRICS)
@@ -210,29 +293,48 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     store = inputs.synth_store(work, size["n_sessions"], size["length_range"])
     tables = export_tables(store, work / f"{store.name}_tables", "parquet")
     the_plan, trials = plan(size["set"])
-    out = work / ("anchor_run_quick" if quick else "anchor_run")  # a quick run does not clobber a full one
+    out = work / (
+        "anchor_run_quick" if quick else "anchor_run"
+    )  # a quick run does not clobber a full one
     out.mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
     plan_file.write_text(json.dumps(the_plan))
     n = len(the_plan["configurations"])
 
     # untimed: Numba's kernels compiled (once per installation), the shards and tables in the page cache
-    run_ablation(store, out / "warm_up", [*size["set"], WARM_UP], env={"OMG_FRAMES_CACHE": str(out / "warm_up" / "frames")})
+    run_ablation(
+        store,
+        out / "warm_up",
+        [*size["set"], WARM_UP],
+        env={"OMG_FRAMES_CACHE": str(out / "warm_up" / "frames")},
+    )
     warm_page_cache(tables)
 
     package_runs, loop_runs = [], []
     for r in range(max(size["package_rounds"], size["loop_rounds"])):
         if r < size["package_rounds"]:
             run_dir = out / "package"
-            package_runs.append(with_load(lambda d=run_dir: run_ablation(store, d, size["set"], env={"OMG_FRAMES_CACHE": str(d / "frames")})))
+            package_runs.append(
+                with_load(
+                    lambda d=run_dir: run_ablation(
+                        store, d, size["set"], env={"OMG_FRAMES_CACHE": str(d / "frames")}
+                    )
+                )
+            )
             stats, others = package_runs[-1]
-            print(f"anchor: package, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak PSS "
-                  f"{stats.peak_pss_gb} GB; other processes: {others:.2f} cores)", flush=True)  # fmt: skip
+            print(
+                f"anchor: package, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak PSS "
+                f"{stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
+                flush=True,
+            )
         if r < size["loop_rounds"]:
             loop_runs.append(with_load(lambda: run_loop(tables, plan_file, out / "handwritten")))
             stats, others = loop_runs[-1]
-            print(f"anchor: hand-written loop, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak "
-                  f"PSS {stats.peak_pss_gb} GB; other processes: {others:.2f} cores)", flush=True)  # fmt: skip
+            print(
+                f"anchor: hand-written loop, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak "
+                f"PSS {stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
+                flush=True,
+            )
 
     loop = pd.read_csv(out / "handwritten" / "scores.csv", index_col="id")
     loop_seconds = json.loads((out / "handwritten" / "seconds.json").read_text())
@@ -240,7 +342,9 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     tree_ids = [c["id"] for c in the_plan["configurations"] if c["model"] in TREES]
     other_ids = [c["id"] for c in the_plan["configurations"] if c["model"] not in TREES]
     diff, tree_diff = difference(loop, package, other_ids), difference(loop, package, tree_ids)
-    same_diff, same_ids = same_features_difference(store, the_plan, trials, package, size["same_features_sets"])
+    same_diff, same_ids = same_features_difference(
+        store, the_plan, trials, package, size["same_features_sets"]
+    )
 
     wall = [s.wall_s for s, _ in package_runs]
     cpu = [s.cpu_s for s, _ in package_runs]
@@ -249,31 +353,76 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     busy = [o for _, o in package_runs + loop_runs]
     per_min = [60 * n / w for w in wall]
     model_s = float(package["fit_seconds"].sum())
-    print(f"anchor: {n} configurations; package {statistics.median(wall):.1f} s (rounds {', '.join(f'{w:.1f}' for w in wall)}; "
-          f"{statistics.median(cpu):.0f} s of CPU; fits, predictions and scores {model_s:.0f} s of worker time), "
-          f"hand-written loop {statistics.median(loop_wall):.1f} s ({statistics.median(loop_cpu):.0f} s of CPU; "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in loop_seconds.items()) + "); "
-          f"CCC difference {diff:.2g} over {len(other_ids)} configurations, {tree_diff:.2g} over the {len(tree_ids)} "
-          f"tree configurations ({same_diff:.2g} over {len(same_ids)} on the package's features)")  # fmt: skip
+    print(
+        f"anchor: {n} configurations; package {statistics.median(wall):.1f} s (rounds {', '.join(f'{w:.1f}' for w in wall)}; "
+        f"{statistics.median(cpu):.0f} s of CPU; fits, predictions and scores {model_s:.0f} s of worker time), "
+        f"hand-written loop {statistics.median(loop_wall):.1f} s ({statistics.median(loop_cpu):.0f} s of CPU; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in loop_seconds.items())
+        + "); "
+        f"CCC difference {diff:.2g} over {len(other_ids)} configurations, {tree_diff:.2g} over the {len(tree_ids)} "
+        f"tree configurations ({same_diff:.2g} over {len(same_ids)} on the package's features)"
+    )
     loop_name = f"{LOOP}, {n} configurations"
     # the loop's trees, fitted by scikit-learn on both cores: no tool that fits the same trees is faster
     trees_s = sum(loop_seconds.get(f"models.{name}", 0.0) for name in TREES)
     return [
-        record("anchor.vs_handwritten_loop", statistics.median(per_min), "configurations/min", baseline=loop_name,
-               baseline_value=60 * n / statistics.median(loop_wall), goal=">= 5", **spread_of(per_min)),
-        record("anchor.cpu_vs_handwritten_loop", 60 * n / statistics.median(cpu), "configurations/CPU-min",
-               baseline=loop_name, baseline_value=60 * n / statistics.median(loop_cpu)),
+        record(
+            "anchor.vs_handwritten_loop",
+            statistics.median(per_min),
+            "configurations/min",
+            baseline=loop_name,
+            baseline_value=60 * n / statistics.median(loop_wall),
+            goal=">= 5",
+            **spread_of(per_min),
+        ),
+        record(
+            "anchor.cpu_vs_handwritten_loop",
+            60 * n / statistics.median(cpu),
+            "configurations/CPU-min",
+            baseline=loop_name,
+            baseline_value=60 * n / statistics.median(loop_cpu),
+        ),
         record("anchor.package_seconds", statistics.median(wall), "s", **spread_of(wall)),
-        record("anchor.handwritten_seconds", statistics.median(loop_wall), "s", **spread_of(loop_wall)),
-        record("anchor.handwritten_model_seconds", loop_seconds["models"], "s", baseline="the loop's whole run",
-               baseline_value=loop_seconds["total"]),
-        record("anchor.metric_difference", diff, "CCC", goal="<= 1e-6 CCC",
-               baseline=f"{LOOP} vs. experiments ablate, {len(other_ids)} configurations (all but the trees')"),
-        record("anchor.tree_metric_difference", tree_diff, "CCC",
-               baseline=f"{LOOP} vs. experiments ablate, the {len(tree_ids)} gradient-boosting configurations"),
-        record("anchor.tree_metric_difference_same_features", same_diff, "CCC", goal="<= 1e-6 CCC",
-               baseline=f"the loop's models on the package's windowed features, {len(same_ids)} configurations"),
+        record(
+            "anchor.handwritten_seconds", statistics.median(loop_wall), "s", **spread_of(loop_wall)
+        ),
+        record(
+            "anchor.handwritten_model_seconds",
+            loop_seconds["models"],
+            "s",
+            baseline="the loop's whole run",
+            baseline_value=loop_seconds["total"],
+        ),
+        record(
+            "anchor.metric_difference",
+            diff,
+            "CCC",
+            goal="<= 1e-6 CCC",
+            baseline=f"{LOOP} vs. experiments ablate, {len(other_ids)} configurations (all but the trees')",
+        ),
+        record(
+            "anchor.tree_metric_difference",
+            tree_diff,
+            "CCC",
+            baseline=f"{LOOP} vs. experiments ablate, the {len(tree_ids)} gradient-boosting configurations",
+        ),
+        record(
+            "anchor.tree_metric_difference_same_features",
+            same_diff,
+            "CCC",
+            goal="<= 1e-6 CCC",
+            baseline=f"the loop's models on the package's windowed features, {len(same_ids)} configurations",
+        ),
         record("anchor.background_cores", float(np.median(busy)), "cores", **spread_of(busy)),
-    ] + ([record("anchor.ceiling", loop_seconds["total"] / trees_s, "x",
-                 baseline=f"the loop's whole run against its gradient-boosting fits and predictions ({trees_s:.1f} s)")]
-         if trees_s > 0 else [])  # fmt: skip
+    ] + (
+        [
+            record(
+                "anchor.ceiling",
+                loop_seconds["total"] / trees_s,
+                "x",
+                baseline=f"the loop's whole run against its gradient-boosting fits and predictions ({trees_s:.1f} s)",
+            )
+        ]
+        if trees_s > 0
+        else []
+    )

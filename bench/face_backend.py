@@ -87,7 +87,9 @@ def measure(quick: bool = False) -> list[dict]:
     results = []
 
     def record(name, value, unit, baseline=None, baseline_value=None):
-        results.append(harness.record(name, value, unit, baseline=baseline, baseline_value=baseline_value))
+        results.append(
+            harness.record(name, value, unit, baseline=baseline, baseline_value=baseline_value)
+        )
 
     for role, (width, height) in CROPS.items():
         image = crop_with_face(width, height)
@@ -106,7 +108,9 @@ def measure(quick: bool = False) -> list[dict]:
         prefix = f"face_geom.{role}_{width}x{height}"
         record(f"{prefix}.detect", detect, "frames/s")
         record(f"{prefix}.landmarks", landmarks, "frames/s", "detection only", detect)
-        record(f"{prefix}.tracked", tracked, "frames/s", "whole-crop detection on every frame", every)
+        record(
+            f"{prefix}.tracked", tracked, "frames/s", "whole-crop detection on every frame", every
+        )
         record(f"{prefix}.tracked_detections", n_det / n_track, "detections/frame")
     return results
 

@@ -44,18 +44,39 @@ def _bytes(a: np.ndarray) -> memoryview:
 
 def write_old(path: Path, key: EntryKey, table: SessionTable) -> None:
     """One entry in the old layout."""
-    arrays = {name: np.ascontiguousarray(getattr(table, name), dtype=dtype) for name, dtype in _DTYPES.items()}
+    arrays = {
+        name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
+        for name, dtype in _DTYPES.items()
+    }
     specs, offset = {}, 0
     for name, a in arrays.items():
-        specs[name] = {"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset, "checksum": _checksum(a)}
+        specs[name] = {
+            "dtype": a.dtype.str,
+            "shape": list(a.shape),
+            "offset": offset,
+            "checksum": _checksum(a),
+        }
         offset = _aligned(offset + a.nbytes)
-    header = {**key.describe(), "listener": int(table.listener), "story": int(table.story),
-              "speaker": int(table.speaker), "split": str(table.split), "fps": float(table.fps),
-              "columns": list(table.columns), "channels": list(table.channels), "arrays": specs}  # fmt: skip
+    header = {
+        **key.describe(),
+        "listener": int(table.listener),
+        "story": int(table.story),
+        "speaker": int(table.speaker),
+        "split": str(table.split),
+        "fps": float(table.fps),
+        "columns": list(table.columns),
+        "channels": list(table.channels),
+        "arrays": specs,
+    }
     blob = json.dumps(header, separators=(",", ":")).encode()
     start = _aligned(_PREFIX + len(blob))
     with open(path, "wb") as f:
-        f.write(_MAGIC + len(blob).to_bytes(8, "little") + zlib.crc32(blob).to_bytes(4, "little") + bytes(4))
+        f.write(
+            _MAGIC
+            + len(blob).to_bytes(8, "little")
+            + zlib.crc32(blob).to_bytes(4, "little")
+            + bytes(4)
+        )
         f.write(blob)
         pos = _PREFIX + len(blob)
         for name, a in arrays.items():
@@ -95,12 +116,23 @@ def read_old(path: Path, key: EntryKey) -> SessionTable:
             if _checksum(a) != spec["checksum"]:
                 raise ValueError(f"{path}: {name} checksum mismatch")
             out[name] = a
-    return SessionTable(session=key.session, listener=h["listener"], story=h["story"], speaker=h["speaker"],
-                        split=h["split"], fps=h["fps"], columns=h["columns"], channels=h["channels"], target=key.target,
-                        **out)  # fmt: skip
+    return SessionTable(
+        session=key.session,
+        listener=h["listener"],
+        story=h["story"],
+        speaker=h["speaker"],
+        split=h["split"],
+        fps=h["fps"],
+        columns=h["columns"],
+        channels=h["channels"],
+        target=key.target,
+        **out,
+    )
 
 
-def records(store: Store, keys: list[str], work: Path, target: str = "valence_self", repeat: int = 7) -> list[dict]:
+def records(
+    store: Store, keys: list[str], work: Path, target: str = "valence_self", repeat: int = 7
+) -> list[dict]:
     """Time reading every session's frames cache entry in the current format and in the old layout.
 
     The store's cache must be warm (a ``load_sessions(store, keys)`` ran). The old-layout
@@ -108,7 +140,9 @@ def records(store: Store, keys: list[str], work: Path, target: str = "valence_se
     ``repeat`` times, interleaved; the best of each is kept and the tables are checked equal.
     """
     cache = FramesCache.for_store(store.root, True, _resampling_code())
-    entries = [cache.key(s, store.shard_path(s), keys, target, MAX_GAP_S) for s in store.list_sessions()]
+    entries = [
+        cache.key(s, store.shard_path(s), keys, target, MAX_GAP_S) for s in store.list_sessions()
+    ]
     folder = Path(work) / "frames_old_layout"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -118,19 +152,37 @@ def records(store: Store, keys: list[str], work: Path, target: str = "valence_se
         if table is None:
             raise RuntimeError(f"no frames cache entry for {e.session}: load the store once first")
         write_old(old.path(e), e, table)
-    times = best_times({
-        "current": lambda: [cache.read(e) for e in entries],
-        "old": lambda: [read_old(old.path(e), e) for e in entries],
-    }, repeat=repeat)  # fmt: skip
+    times = best_times(
+        {
+            "current": lambda: [cache.read(e) for e in entries],
+            "old": lambda: [read_old(old.path(e), e) for e in entries],
+        },
+        repeat=repeat,
+    )
     (t_new, new), (t_old, from_old) = times["current"], times["old"]
     for a, b in zip(new, from_old, strict=True):
-        if a is None or not all(np.array_equal(getattr(a, k).view(np.uint8), getattr(b, k).view(np.uint8))
-                                for k in _DTYPES) or a.columns != b.columns:  # fmt: skip
+        if (
+            a is None
+            or not all(
+                np.array_equal(getattr(a, k).view(np.uint8), getattr(b, k).view(np.uint8))
+                for k in _DTYPES
+            )
+            or a.columns != b.columns
+        ):
             raise AssertionError(f"{b.session}: the two formats hold different tables")
     n_frames = sum(t.n_frames for t in new)
     mb = old.size_bytes() / 1e6
     shutil.rmtree(folder, ignore_errors=True)
-    print(f"frames cache format: {len(entries)} entries, {mb:.0f} MB; JSON + .npy {t_new:.3f} s, old layout {t_old:.3f} s")
-    return [record("loading.frames_cache_format", n_frames / t_new, "frames/s",
-                   baseline="the frames cache's old binary layout (magic, header CRC-32, aligned raw arrays)",
-                   baseline_value=n_frames / t_old, goal=">= 0.9")]  # fmt: skip
+    print(
+        f"frames cache format: {len(entries)} entries, {mb:.0f} MB; JSON + .npy {t_new:.3f} s, old layout {t_old:.3f} s"
+    )
+    return [
+        record(
+            "loading.frames_cache_format",
+            n_frames / t_new,
+            "frames/s",
+            baseline="the frames cache's old binary layout (magic, header CRC-32, aligned raw arrays)",
+            baseline_value=n_frames / t_old,
+            goal=">= 0.9",
+        )
+    ]

@@ -64,6 +64,7 @@ FIT = (*WINDOW, "hop_s", "model", "params", "personalization", "fit_on", "seed")
 
 # --- 1. features onto the label frames ------------------------------------------------------
 
+
 def channel_frames(table: pd.DataFrame, valid: str, columns: list[str], n: int) -> pd.DataFrame:
     """One channel on label frames ``0 .. n - 1`` (frame ``i`` at ``i / FPS`` s), NaN where it has no data."""
     ok = table[valid].to_numpy(bool)
@@ -98,7 +99,9 @@ def interpolated(samples: pd.DataFrame, n: int, hold_s: float) -> pd.DataFrame:
     return pd.DataFrame(out, columns=samples.columns)
 
 
-def read_sessions(tables: Path, channels: list[str], target: str, splits: dict[str, list[int]]) -> list[dict]:
+def read_sessions(
+    tables: Path, channels: list[str], target: str, splits: dict[str, list[int]]
+) -> list[dict]:
     """Every session of a split: its frame table (columns ``role/channel/name``), labels and ids,
     ordered by listener then story."""
     manifest = json.loads((tables / "manifest.json").read_text())
@@ -118,14 +121,25 @@ def read_sessions(tables: Path, channels: list[str], target: str, splits: dict[s
                 read[entry["file"]] = pd.read_parquet(folder / entry["file"])
             part = channel_frames(read[entry["file"]], entry["valid"], entry["columns"], len(y))
             parts.append(part.set_axis([f"{key}/{c}" for c in entry["columns"]], axis=1))
-        sessions.append({"session": name, "listener": listener, "story": story, "split": split_of[story],
-                         "frames": pd.concat(parts, axis=1).astype(np.float32), "y": y})  # fmt: skip
+        sessions.append(
+            {
+                "session": name,
+                "listener": listener,
+                "story": story,
+                "split": split_of[story],
+                "frames": pd.concat(parts, axis=1).astype(np.float32),
+                "y": y,
+            }
+        )
     return sorted(sessions, key=lambda s: (s["listener"], s["story"]))
 
 
 # --- 2. windows ------------------------------------------------------------------------------
 
-def windowed(frames: pd.DataFrame, lengths_s: list[float], delay_s: float, align: str, stats: list[str]) -> pd.DataFrame:
+
+def windowed(
+    frames: pd.DataFrame, lengths_s: list[float], delay_s: float, align: str, stats: list[str]
+) -> pd.DataFrame:
     """Window statistics of every column for every frame (columns ordered length, statistic, column).
 
     Frame ``t`` gets the window placed at ``t - delay`` (centred on it, or ending there). Windows
@@ -172,26 +186,52 @@ def slope(x: pd.DataFrame, size: int, centred: bool) -> pd.DataFrame:
 
 # --- 3. models -------------------------------------------------------------------------------
 
+
 def estimator(name: str, p: dict, seed: int):
     """A fresh scikit-learn (or XGBoost) regressor: linear models get median imputation and
     standardisation; trees take NaN as it is."""
     if name == "dummy":
         return DummyRegressor(strategy="mean")
     if name == "ridge":
-        return make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True), StandardScaler(), Ridge(alpha=p["alpha"]))
+        return make_pipeline(
+            SimpleImputer(strategy="median", keep_empty_features=True),
+            StandardScaler(),
+            Ridge(alpha=p["alpha"]),
+        )
     if name == "linear_svr":
-        return make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True), StandardScaler(),
-                             LinearSVR(C=p["C"], epsilon=p["epsilon"], loss=p["loss"], dual="auto", max_iter=p["max_iter"],
-                                       random_state=seed))  # fmt: skip
+        return make_pipeline(
+            SimpleImputer(strategy="median", keep_empty_features=True),
+            StandardScaler(),
+            LinearSVR(
+                C=p["C"],
+                epsilon=p["epsilon"],
+                loss=p["loss"],
+                dual="auto",
+                max_iter=p["max_iter"],
+                random_state=seed,
+            ),
+        )
     if name == "hist_gb":
-        return HistGradientBoostingRegressor(max_iter=p["max_iter"], learning_rate=p["learning_rate"], max_depth=p["max_depth"],
-                                             early_stopping=False, random_state=seed)  # fmt: skip
+        return HistGradientBoostingRegressor(
+            max_iter=p["max_iter"],
+            learning_rate=p["learning_rate"],
+            max_depth=p["max_depth"],
+            early_stopping=False,
+            random_state=seed,
+        )
     if name == "xgboost":
         from xgboost import XGBRegressor
 
-        return XGBRegressor(n_estimators=p["n_estimators"], max_depth=p["max_depth"], learning_rate=p["learning_rate"],
-                            subsample=p["subsample"], colsample_bytree=p["colsample_bytree"], tree_method="hist",
-                            n_jobs=p["n_jobs"], random_state=seed)  # fmt: skip
+        return XGBRegressor(
+            n_estimators=p["n_estimators"],
+            max_depth=p["max_depth"],
+            learning_rate=p["learning_rate"],
+            subsample=p["subsample"],
+            colsample_bytree=p["colsample_bytree"],
+            tree_method="hist",
+            n_jobs=p["n_jobs"],
+            random_state=seed,
+        )
     raise ValueError(f"model {name!r} is not written by hand here")
 
 
@@ -210,8 +250,12 @@ def fit(cfg: dict, train: list[dict], features: dict[str, pd.DataFrame]) -> dict
     if cfg["personalization"] == "global":
         return {None: estimator(cfg["model"], cfg["params"], cfg["seed"]).fit(X, y)}
     if cfg["personalization"] == "per_listener":
-        return {who: estimator(cfg["model"], cfg["params"], cfg["seed"]).fit(X[listener == who], y[listener == who])
-                for who in np.unique(listener)}  # fmt: skip
+        return {
+            who: estimator(cfg["model"], cfg["params"], cfg["seed"]).fit(
+                X[listener == who], y[listener == who]
+            )
+            for who in np.unique(listener)
+        }
     raise ValueError(f"personalization {cfg['personalization']!r} is not written by hand here")
 
 
@@ -220,7 +264,9 @@ def predict(models: dict, session: dict, features: dict[str, pd.DataFrame]) -> n
     return model.predict(features[session["session"]].to_numpy(np.float64))
 
 
-def predictions(cfg: dict, sessions: list[dict], features: dict[str, pd.DataFrame], out_of_fold: bool) -> dict[str, np.ndarray]:
+def predictions(
+    cfg: dict, sessions: list[dict], features: dict[str, pd.DataFrame], out_of_fold: bool
+) -> dict[str, np.ndarray]:
     """Per session, its raw predictions: validation and test by the model fitted on the training
     stories; with ``out_of_fold``, each training story by a model fitted on the other ones (what
     rescaling is fitted on)."""
@@ -230,18 +276,23 @@ def predictions(cfg: dict, sessions: list[dict], features: dict[str, pd.DataFram
     if out_of_fold:
         for story in sorted({s["story"] for s in train}):
             models = fit(cfg, [s for s in train if s["story"] != story], features)
-            out.update({s["session"]: predict(models, s, features) for s in train if s["story"] == story})
+            out.update(
+                {s["session"]: predict(models, s, features) for s in train if s["story"] == story}
+            )
     return out
 
 
 # --- 4. post-processing and scores -------------------------------------------------------------
+
 
 def smoothed(pred: np.ndarray, smooth_s: float, method: str) -> np.ndarray:
     """Centred moving average over an odd number of frames, shrinking at the session's ends."""
     if method != "moving_average":
         raise ValueError(f"smoothing {method!r} is not written by hand here")
     w = 2 * (round(smooth_s * FPS) // 2) + 1
-    return pred if w == 1 else pd.Series(pred).rolling(w, center=True, min_periods=1).mean().to_numpy()
+    return (
+        pred if w == 1 else pd.Series(pred).rolling(w, center=True, min_periods=1).mean().to_numpy()
+    )
 
 
 def rescaled(pred: np.ndarray, listener: int, fitted: pd.DataFrame, mode: str) -> np.ndarray:
@@ -271,16 +322,27 @@ def scores(cfg: dict, sessions: list[dict], raw: dict[str, np.ndarray]) -> dict[
     train = [s for s in sessions if s["split"] == "train"]
     fitted = None
     if cfg["rescale"] != "none":
-        fitted = pd.DataFrame({"listener": np.concatenate([np.full(len(s["y"]), s["listener"]) for s in train]),
-                               "y": np.concatenate([s["y"] for s in train]),
-                               "p": np.concatenate([post[s["session"]] for s in train])}).dropna(subset=["y"])  # fmt: skip
+        fitted = pd.DataFrame(
+            {
+                "listener": np.concatenate([np.full(len(s["y"]), s["listener"]) for s in train]),
+                "y": np.concatenate([s["y"] for s in train]),
+                "p": np.concatenate([post[s["session"]] for s in train]),
+            }
+        ).dropna(subset=["y"])
     rows = []
     for s in sessions:
         if s["split"] == "train":
             continue
         p = rescaled(post[s["session"]], s["listener"], fitted, cfg["rescale"])
         ok = np.isfinite(s["y"])
-        rows.append({"listener": s["listener"], "story": s["story"], "split": s["split"], "ccc": ccc(s["y"][ok], p[ok])})
+        rows.append(
+            {
+                "listener": s["listener"],
+                "story": s["story"],
+                "split": s["split"],
+                "ccc": ccc(s["y"][ok], p[ok]),
+            }
+        )
     table = pd.DataFrame(rows)
     out = {}
     for split, part in table.groupby("split"):
@@ -290,6 +352,7 @@ def scores(cfg: dict, sessions: list[dict], raw: dict[str, np.ndarray]) -> dict[
 
 
 # --- the loop ------------------------------------------------------------------------------------
+
 
 def grouped(configs: list[dict], keys: tuple[str, ...]) -> list[list[dict]]:
     """``configs`` grouped by the values of ``keys`` (first appearance order)."""
@@ -314,22 +377,37 @@ def run(tables: Path, plan: dict, log=print) -> tuple[pd.DataFrame, dict[str, fl
         first = group[0]
         t1 = time.perf_counter()
         wanted = tuple(f"{c}/" for c in first["channels"])
-        features = {s["session"]: windowed(s["frames"].loc[:, s["frames"].columns.str.startswith(wanted)],
-                                           first["lengths_s"], first["delay_s"], first["align"], first["stats"])
-                    for s in sessions}  # fmt: skip
+        features = {
+            s["session"]: windowed(
+                s["frames"].loc[:, s["frames"].columns.str.startswith(wanted)],
+                first["lengths_s"],
+                first["delay_s"],
+                first["align"],
+                first["stats"],
+            )
+            for s in sessions
+        }
         seconds["windows"] += time.perf_counter() - t1
-        log(f"handwritten: windows {first['channels']} {first['lengths_s']} s in {time.perf_counter() - t1:.1f} s")
+        log(
+            f"handwritten: windows {first['channels']} {first['lengths_s']} s in {time.perf_counter() - t1:.1f} s"
+        )
         for same_fit in grouped(group, FIT):
             t2 = time.perf_counter()
-            raw = predictions(same_fit[0], sessions, features, any(c["rescale"] != "none" for c in same_fit))
+            raw = predictions(
+                same_fit[0], sessions, features, any(c["rescale"] != "none" for c in same_fit)
+            )
             t3 = time.perf_counter()
             rows += [{"id": cfg["id"], **scores(cfg, sessions, raw)} for cfg in same_fit]
             seconds["models"] += t3 - t2
-            model = f"models.{same_fit[0]['model']}"  # the same per model, to see where the time goes
+            model = (
+                f"models.{same_fit[0]['model']}"  # the same per model, to see where the time goes
+            )
             seconds[model] = seconds.get(model, 0.0) + t3 - t2
             seconds["scores"] += time.perf_counter() - t3
-            log(f"handwritten: {same_fit[0]['model']} {same_fit[0]['personalization']}, {len(same_fit)} "
-                f"configurations in {time.perf_counter() - t2:.1f} s")  # fmt: skip
+            log(
+                f"handwritten: {same_fit[0]['model']} {same_fit[0]['personalization']}, {len(same_fit)} "
+                f"configurations in {time.perf_counter() - t2:.1f} s"
+            )
         del features
     seconds["total"] = time.perf_counter() - t0
     log(f"handwritten: {len(rows)} configurations in {seconds['total']:.1f} s")
@@ -337,13 +415,27 @@ def run(tables: Path, plan: dict, log=print) -> tuple[pd.DataFrame, dict[str, fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.handwritten", description=__doc__.split("\n")[0])
-    parser.add_argument("--tables", type=Path, required=True, help="per-session Parquet tables and manifest.json")
-    parser.add_argument("--plan", type=Path, required=True, help="JSON: target, splits, configurations")
-    parser.add_argument("--out", type=Path, required=True, help="CSV of scores, one row per configuration")
-    parser.add_argument("--seconds", type=Path, help="JSON of the seconds spent per step (read, windows, models, scores)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.handwritten", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--tables", type=Path, required=True, help="per-session Parquet tables and manifest.json"
+    )
+    parser.add_argument(
+        "--plan", type=Path, required=True, help="JSON: target, splits, configurations"
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="CSV of scores, one row per configuration"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=Path,
+        help="JSON of the seconds spent per step (read, windows, models, scores)",
+    )
     args = parser.parse_args(argv)
-    table, seconds = run(args.tables, json.loads(args.plan.read_text()), log=lambda m: print(m, flush=True))
+    table, seconds = run(
+        args.tables, json.loads(args.plan.read_text()), log=lambda m: print(m, flush=True)
+    )
     table.to_csv(args.out, index=False, float_format="%.17g")
     if args.seconds:
         args.seconds.write_text(json.dumps(seconds))

@@ -30,10 +30,33 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
 
-FIELDS = ("name", "value", "unit", "baseline", "baseline_value", "ratio", "goal", "meets_goal", "machine")
+FIELDS = (
+    "name",
+    "value",
+    "unit",
+    "baseline",
+    "baseline_value",
+    "ratio",
+    "goal",
+    "meets_goal",
+    "machine",
+)
 _GOAL_RE = re.compile(r"^\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*(.*?)\s*$")
-_PACKAGES = ("numpy", "scipy", "pandas", "h5py", "av", "opensmile", "dlib-bin", "scikit-learn", "xgboost",
-             "mlflow", "pyarrow", "psutil", "numba")  # fmt: skip
+_PACKAGES = (
+    "numpy",
+    "scipy",
+    "pandas",
+    "h5py",
+    "av",
+    "opensmile",
+    "dlib-bin",
+    "scikit-learn",
+    "xgboost",
+    "mlflow",
+    "pyarrow",
+    "psutil",
+    "numba",
+)
 
 
 class GoalError(ValueError):
@@ -61,7 +84,13 @@ def machine() -> dict:
         except metadata.PackageNotFoundError:
             packages[name] = None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "ram_gb": ram, "python": platform.python_version(), "packages": packages}
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "ram_gb": ram,
+        "python": platform.python_version(),
+        "packages": packages,
+    }
 
 
 def meets(goal: str | None, value: float | None, ratio: float | None, unit: str) -> bool | None:
@@ -70,7 +99,9 @@ def meets(goal: str | None, value: float | None, ratio: float | None, unit: str)
         return None
     m = _GOAL_RE.match(goal)
     if not m:
-        raise GoalError(f"goal {goal!r} is not of the form '<op> <number> [unit]' with op one of <=, >=, <, >")
+        raise GoalError(
+            f"goal {goal!r} is not of the form '<op> <number> [unit]' with op one of <=, >=, <, >"
+        )
     op, threshold, goal_unit = m.group(1), float(m.group(2)), m.group(3)
     if goal_unit in ("", "x"):
         x = ratio
@@ -144,7 +175,9 @@ def best_time(fn: Callable[[], object], repeat: int = 3) -> tuple[float, object]
     return best, out
 
 
-def best_times(fns: dict[str, Callable[[], object]], repeat: int = 3) -> dict[str, tuple[float, object]]:
+def best_times(
+    fns: dict[str, Callable[[], object]], repeat: int = 3
+) -> dict[str, tuple[float, object]]:
     """:func:`best_time` of several functions, their calls interleaved (a, b, a, b, ...).
 
     On a machine shared with other work, interleaving exposes every contender to the same
@@ -171,6 +204,9 @@ def format_table(records: list[dict]) -> str:
             value += f" ({r['spread'][0]:g}-{r['spread'][1]:g}, {r['repeats']} runs)"
         rows.append((r["name"], value, base, ratio, r["goal"] or "", ok))
     widths = [min(max(len(row[i]) for row in rows), 60) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = [
+        "  ".join(cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -57,7 +57,9 @@ def mark_done(folder: Path, stamp: dict) -> None:
     (folder / _STAMP).write_text(json.dumps(stamp, sort_keys=True))
 
 
-def synth_store(work: Path, n_sessions: int = 80, length_range: tuple[int, int] | None = None, seed: int = 0) -> Path:
+def synth_store(
+    work: Path, n_sessions: int = 80, length_range: tuple[int, int] | None = None, seed: int = 0
+) -> Path:
     """A synthetic store of ``n_sessions`` sessions (real lengths unless ``length_range``, frames)."""
     from featurestore.synth import LENGTH_RANGE
     from featurestore.synth import synth_store as write
@@ -66,7 +68,9 @@ def synth_store(work: Path, n_sessions: int = 80, length_range: tuple[int, int] 
     folder = Path(work) / f"synth_{n_sessions}_{lengths[0]}-{lengths[1]}_seed{seed}"
     stamp = {
         "what": "synth_store",
-        "code": _source_hash("featurestore.synth", "featurestore.storage.store", "featurestore.storage.shard"),
+        "code": _source_hash(
+            "featurestore.synth", "featurestore.storage.store", "featurestore.storage.shard"
+        ),
         "n_sessions": int(n_sessions),
         "length_range": list(lengths),
         "seed": int(seed),
@@ -82,9 +86,22 @@ def demo_video(work: Path, duration_s: float = 60.0, width: int = 2560, height: 
     from featurestore.demo import GENERATOR_VERSION, build_demo
 
     folder = Path(work) / f"demo_{width}x{height}_{duration_s:g}s"
-    stamp = {"what": "demo_video", "generator": GENERATOR_VERSION, "duration_s": float(duration_s),
-             "width": int(width), "height": int(height)}  # fmt: skip
+    stamp = {
+        "what": "demo_video",
+        "generator": GENERATOR_VERSION,
+        "duration_s": float(duration_s),
+        "width": int(width),
+        "height": int(height),
+    }
     if not cached(folder, stamp):
-        build_demo(folder, n_listeners=1, stories=(1,), duration_s=duration_s, width=width, height=height, progress=False)
+        build_demo(
+            folder,
+            n_listeners=1,
+            stories=(1,),
+            duration_s=duration_s,
+            width=width,
+            height=height,
+            progress=False,
+        )
         mark_done(folder, stamp)
     return folder / "Videos" / "Subject_1_Story_1.mp4"

@@ -67,7 +67,10 @@ def export_tables(store_dir: Path, out: Path, fmt: str) -> Path:
     valid column.
     """
     folder = out / fmt
-    stamp = {"what": f"tables.{fmt}", "store": json.loads((store_dir / ".bench_stamp.json").read_text())}
+    stamp = {
+        "what": f"tables.{fmt}",
+        "store": json.loads((store_dir / ".bench_stamp.json").read_text()),
+    }
     if inputs.cached(folder, stamp):
         return folder
     import pyarrow as pa
@@ -97,8 +100,11 @@ def export_tables(store_dir: Path, out: Path, fmt: str) -> Path:
                         tables[fname].update({c: data[:, j] for j, c in enumerate(cols)})
                     fname = files_by_rows[g["data"].id]
                     tables[fname][valid_col] = g["valid"][()]
-                    manifest.setdefault(s, {})[key] = {"file": fname, "valid": valid_col,
-                                                       "columns": json.loads(g.attrs["columns"])}  # fmt: skip
+                    manifest.setdefault(s, {})[key] = {
+                        "file": fname,
+                        "valid": valid_col,
+                        "columns": json.loads(g.attrs["columns"]),
+                    }
             tables["labels." + fmt] = {t: f["labels"][t][()] for t in f["labels"]}
         for fname, cols in tables.items():
             table = pa.table(cols)
@@ -111,7 +117,9 @@ def export_tables(store_dir: Path, out: Path, fmt: str) -> Path:
     return folder
 
 
-def load_tables(folder: Path, keys: list[str], fmt: str, target: str = "valence_self") -> list[dict]:
+def load_tables(
+    folder: Path, keys: list[str], fmt: str, target: str = "valence_self"
+) -> list[dict]:
     """The baseline loader: read each session's tables with pandas, resample as the store loader does."""
     read = pd.read_csv if fmt == "csv" else pd.read_parquet
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -127,11 +135,22 @@ def load_tables(folder: Path, keys: list[str], fmt: str, target: str = "valence_
                 frames[m["file"]] = read(folder / s / m["file"])
             df = frames[m["file"]]
             x, ok = resample_channel(
-                df[m["columns"]].to_numpy(np.float32), df["time"].to_numpy(), df[m["valid"]].to_numpy(bool), n, LABEL_FPS
+                df[m["columns"]].to_numpy(np.float32),
+                df["time"].to_numpy(),
+                df[m["valid"]].to_numpy(bool),
+                n,
+                LABEL_FPS,
             )
             blocks.append(x)
             oks.append(ok)
-        out.append({"session": s, "X": np.concatenate(blocks, axis=1), "valid": np.stack(oks, axis=1), "y": y})
+        out.append(
+            {
+                "session": s,
+                "X": np.concatenate(blocks, axis=1),
+                "valid": np.stack(oks, axis=1),
+                "y": y,
+            }
+        )
     return out
 
 
@@ -176,10 +195,24 @@ def compression_records(store_dir: Path, n_sessions: int = 8) -> list[dict]:
     t_none, mb_none = results.pop("none")
     out = []
     for codec, (t, mb) in results.items():
-        out.append(record(f"loading.read_time_{codec}", t, "s", baseline="uncompressed, contiguous (the store's choice)",
-                          baseline_value=t_none))  # fmt: skip
-        out.append(record(f"loading.size_{codec}", mb, "MB", baseline="uncompressed, contiguous (the store's choice)",
-                          baseline_value=mb_none))  # fmt: skip
+        out.append(
+            record(
+                f"loading.read_time_{codec}",
+                t,
+                "s",
+                baseline="uncompressed, contiguous (the store's choice)",
+                baseline_value=t_none,
+            )
+        )
+        out.append(
+            record(
+                f"loading.size_{codec}",
+                mb,
+                "MB",
+                baseline="uncompressed, contiguous (the store's choice)",
+                baseline_value=mb_none,
+            )
+        )
     return out
 
 
@@ -189,7 +222,11 @@ def _same(store_tables, file_tables) -> None:
         raise AssertionError(f"{len(by)} sessions from files, {len(store_tables)} from the store")
     for t in store_tables:
         o = by[t.session]
-        if not (np.array_equal(t.X, o["X"], equal_nan=True) and np.array_equal(t.valid, o["valid"]) and np.array_equal(t.y, o["y"])):
+        if not (
+            np.array_equal(t.X, o["X"], equal_nan=True)
+            and np.array_equal(t.valid, o["valid"])
+            and np.array_equal(t.y, o["y"])
+        ):
             raise AssertionError(f"{t.session}: the tables from files differ from the store's")
 
 
@@ -209,10 +246,14 @@ def _same_tables(a, b, what: str) -> None:
 
 def _size_mb(folder: Path) -> float:
     """MB of the files in ``folder``, leaving out hidden files and folders (stamps, the frames cache)."""
-    return sum(
-        p.stat().st_size for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    ) / 1e6  # fmt: skip
+    return (
+        sum(
+            p.stat().st_size
+            for p in folder.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        )
+        / 1e6
+    )
 
 
 def _size_mb_all(folder: Path) -> float:
@@ -266,22 +307,59 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     del from_pq, tables
 
     what = f"{len(store.list_sessions())} sessions, {n_frames:,} frames, {len(keys)} channels"
-    print(f"loading: {what}; store {t_store:.2f} s (first load {t_first:.2f} s, uncached {t_uncached:.2f} s), "
-          f"CSV {t_csv:.1f} s, Parquet {t_pq:.2f} s (tables written in {export_s:.0f} s)")  # fmt: skip
+    print(
+        f"loading: {what}; store {t_store:.2f} s (first load {t_first:.2f} s, uncached {t_uncached:.2f} s), "
+        f"CSV {t_csv:.1f} s, Parquet {t_pq:.2f} s (tables written in {export_s:.0f} s)"
+    )
     csv = "per-frame CSV files, pandas.read_csv + the same resampling"
     store_mb = _size_mb(store_dir)
     return [
         record("loading.store_seconds", t_store, "s", goal="< 2 s"),
-        record("loading.vs_csv", n_frames / t_store, "frames/s", baseline=csv, baseline_value=n_frames / t_csv, goal=">= 20"),
-        record("loading.vs_parquet", n_frames / t_store, "frames/s",
-               baseline="Parquet files, pandas.read_parquet + the same resampling", baseline_value=n_frames / t_pq),
+        record(
+            "loading.vs_csv",
+            n_frames / t_store,
+            "frames/s",
+            baseline=csv,
+            baseline_value=n_frames / t_csv,
+            goal=">= 20",
+        ),
+        record(
+            "loading.vs_parquet",
+            n_frames / t_store,
+            "frames/s",
+            baseline="Parquet files, pandas.read_parquet + the same resampling",
+            baseline_value=n_frames / t_pq,
+        ),
         record("loading.first_load_seconds", t_first, "s"),
-        record("loading.first_load_vs_csv", n_frames / t_first, "frames/s", baseline=csv, baseline_value=n_frames / t_csv),
+        record(
+            "loading.first_load_vs_csv",
+            n_frames / t_first,
+            "frames/s",
+            baseline=csv,
+            baseline_value=n_frames / t_csv,
+        ),
         record("loading.uncached_seconds", t_uncached, "s"),
         *cache_format,
-        record("loading.frames_cache_size", cache_mb, "MB", baseline="the store's shards", baseline_value=store_mb),
-        record("loading.store_size", store_mb, "MB", baseline="CSV files", baseline_value=_size_mb(csv_dir)),
-        record("loading.store_size_vs_parquet", store_mb, "MB", baseline="Parquet files (snappy)",
-               baseline_value=_size_mb(pq_dir)),
+        record(
+            "loading.frames_cache_size",
+            cache_mb,
+            "MB",
+            baseline="the store's shards",
+            baseline_value=store_mb,
+        ),
+        record(
+            "loading.store_size",
+            store_mb,
+            "MB",
+            baseline="CSV files",
+            baseline_value=_size_mb(csv_dir),
+        ),
+        record(
+            "loading.store_size_vs_parquet",
+            store_mb,
+            "MB",
+            baseline="Parquet files (snappy)",
+            baseline_value=_size_mb(pq_dir),
+        ),
         *compression_records(store_dir, n_sessions=2 if quick else 8),
-    ]  # fmt: skip
+    ]

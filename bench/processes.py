@@ -93,7 +93,13 @@ def _tree_memory(proc) -> tuple[int, int, int, int, int, int, int]:
     return pss, rss, worker_uss, worker_shared, hwm, parent_pss, pss - parent_pss
 
 
-def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict | None = None, timeout_s: float = 7200) -> RunStats:
+def run_measured(
+    cmd: list[str],
+    log: Path,
+    interval_s: float = 0.25,
+    env: dict | None = None,
+    timeout_s: float = 7200,
+) -> RunStats:
     """Run ``cmd`` (stdout and stderr to ``log``), sampling its process tree's memory."""
     try:
         import psutil
@@ -103,7 +109,9 @@ def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict 
     cpu0 = usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
     with open(log, "wb") as out:
-        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        child = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         peaks = [0] * 7
         samples = 0
         proc = psutil.Process(child.pid) if psutil is not None else None
@@ -114,7 +122,9 @@ def run_measured(cmd: list[str], log: Path, interval_s: float = 0.25, env: dict 
                     samples += 1
                 if time.perf_counter() - t0 > timeout_s:
                     child.kill()
-                    raise TimeoutError(f"{' '.join(cmd[:4])} ... ran longer than {timeout_s:.0f} s; see {log}")
+                    raise TimeoutError(
+                        f"{' '.join(cmd[:4])} ... ran longer than {timeout_s:.0f} s; see {log}"
+                    )
                 time.sleep(interval_s)
         except BaseException:
             if child.poll() is None:
@@ -168,5 +178,9 @@ def with_load(run: Callable[[], RunStats]) -> tuple[RunStats, float]:
     before = machine_cpu_seconds()
     stats = run()
     after = machine_cpu_seconds()
-    others = 0.0 if before is None or after is None else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
+    others = (
+        0.0
+        if before is None or after is None
+        else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
+    )
     return stats, others

@@ -50,8 +50,18 @@ from .processes import RunStats, with_load
 
 #: the grid of the ablation, without the unseen-listener runs (see the module docstring)
 GRID_ONLY = "unseen_listener=false"
-FULL = {"sizes": (10, 20, 40, 80, 160), "length_range": None, "set": [*ABLATION_FULL["set"], GRID_ONLY], "repeat": 3}
-QUICK = {"sizes": (10, 20), "length_range": (500, 1000), "set": [*ABLATION_QUICK["set"], GRID_ONLY], "repeat": 2}
+FULL = {
+    "sizes": (10, 20, 40, 80, 160),
+    "length_range": None,
+    "set": [*ABLATION_FULL["set"], GRID_ONLY],
+    "repeat": 3,
+}
+QUICK = {
+    "sizes": (10, 20),
+    "length_range": (500, 1000),
+    "set": [*ABLATION_QUICK["set"], GRID_ONLY],
+    "repeat": 2,
+}
 #: a run during which other processes used more cores than this on average is repeated ...
 BUSY_CORES = 0.5
 #: ... at most this many times (the least disturbed attempt is kept)
@@ -60,7 +70,9 @@ RETRIES = 2
 WARM_UP = "models=[{name: dummy}]"
 
 
-def marginal_costs(sizes: list[int], seconds: np.ndarray, mframes: np.ndarray) -> tuple[float, float, str]:
+def marginal_costs(
+    sizes: list[int], seconds: np.ndarray, mframes: np.ndarray
+) -> tuple[float, float, str]:
     """(late, early, what early is): seconds per million frames added, see the module docstring."""
     if len(sizes) >= 3 and 80 in sizes:
         i0, i80, last = 0, sizes.index(80), len(sizes) - 1
@@ -81,7 +93,10 @@ def quiet_run(store: Path, out: Path, overrides: list[str]) -> tuple[RunStats, f
             best = (stats, others)
         if others <= BUSY_CORES:
             break
-        print(f"scaling: other processes used {others:.2f} cores meanwhile ({stats.wall_s:.1f} s): run again", flush=True)
+        print(
+            f"scaling: other processes used {others:.2f} cores meanwhile ({stats.wall_s:.1f} s): run again",
+            flush=True,
+        )
     return best
 
 
@@ -90,7 +105,9 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     plan = QUICK if quick else FULL
     sizes = list(plan["sizes"])
     stores = {n: inputs.synth_store(work, n, plan["length_range"]) for n in sizes}
-    mframes = np.array([Store(stores[n]).sessions().n_frames.sum() for n in sizes], dtype=float) / 1e6
+    mframes = (
+        np.array([Store(stores[n]).sessions().n_frames.sum() for n in sizes], dtype=float) / 1e6
+    )
     for size in sizes:
         stats = run_ablation(stores[size], work / f"scaling_run_{size}", [*plan["set"], WARM_UP])
         print(f"scaling: warm-up of {size} sessions: {stats.wall_s:.1f} s", flush=True)
@@ -99,26 +116,56 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     for r in range(plan["repeat"]):
         order = range(len(sizes)) if r % 2 == 0 else reversed(range(len(sizes)))
         for i in order:
-            stats, busy[r, i] = quiet_run(stores[sizes[i]], work / f"scaling_run_{sizes[i]}", plan["set"])
+            stats, busy[r, i] = quiet_run(
+                stores[sizes[i]], work / f"scaling_run_{sizes[i]}", plan["set"]
+            )
             wall[r, i], cpu[r, i] = stats.wall_s, stats.cpu_s
-            print(f"scaling: round {r + 1}, {sizes[i]} sessions, {mframes[i] * 1e6:,.0f} frames: {stats.wall_s:.1f} s "
-                  f"({stats.cpu_s:.0f} s of CPU; other processes: {busy[r, i]:.2f} cores)", flush=True)  # fmt: skip
+            print(
+                f"scaling: round {r + 1}, {sizes[i]} sessions, {mframes[i] * 1e6:,.0f} frames: {stats.wall_s:.1f} s "
+                f"({stats.cpu_s:.0f} s of CPU; other processes: {busy[r, i]:.2f} cores)",
+                flush=True,
+            )
     n = plan["repeat"]
     med = np.median(wall, axis=0)
     b, a = np.polyfit(mframes, med, 1)
     out = [
-        record(f"scaling.ablation_{size}_sessions", med[i], "s", baseline="least-squares line a + b * frames over all sizes",
-               baseline_value=a + b * mframes[i], goal="<= 1.2", spread=(wall[:, i].min(), wall[:, i].max()), repeats=n)
+        record(
+            f"scaling.ablation_{size}_sessions",
+            med[i],
+            "s",
+            baseline="least-squares line a + b * frames over all sizes",
+            baseline_value=a + b * mframes[i],
+            goal="<= 1.2",
+            spread=(wall[:, i].min(), wall[:, i].max()),
+            repeats=n,
+        )
         for i, size in enumerate(sizes)
-    ]  # fmt: skip
+    ]
     for name, times in (("scaling.marginal_cost", wall), ("scaling.marginal_cost_cpu", cpu)):
         per_round = [marginal_costs(sizes, times[r], mframes) for r in range(n)]
         late = [x[0] for x in per_round]
         early = statistics.median(x[1] for x in per_round)
         ratios = ", ".join(f"{x[0] / x[1]:.2f}" for x in per_round)
         print(f"{name}: per round {ratios} (late / early)")
-        out.append(record(name, statistics.median(late), "s per million frames", baseline=per_round[0][2],
-                          baseline_value=early, goal="<= 1.2", spread=(min(late), max(late)), repeats=n))  # fmt: skip
-    out.append(record("scaling.background_cores", float(np.median(busy)), "cores",
-                      spread=(float(busy.min()), float(busy.max())), repeats=busy.size))  # fmt: skip
+        out.append(
+            record(
+                name,
+                statistics.median(late),
+                "s per million frames",
+                baseline=per_round[0][2],
+                baseline_value=early,
+                goal="<= 1.2",
+                spread=(min(late), max(late)),
+                repeats=n,
+            )
+        )
+    out.append(
+        record(
+            "scaling.background_cores",
+            float(np.median(busy)),
+            "cores",
+            spread=(float(busy.min()), float(busy.max())),
+            repeats=busy.size,
+        )
+    )
     return out

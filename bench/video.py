@@ -130,21 +130,46 @@ def run(work: Path, quick: bool = False) -> list[dict]:
         raise AssertionError(f"the faces were found in too few sampled frames: {found}")
     t0 = time.perf_counter()
     acc = landmark_accuracy(video, cfg)
-    print(f"video: {info.width}x{info.height}, {n} frames ({n / info.fps:.0f} s); decode {t_decode:.2f} s, "
-          f"decode + sample {t_sample:.2f} s, face path {t_face:.2f} s (best of {size['repeat']}, interleaved); "
-          f"landmarks vs full-resolution detection on {acc['n_crops']} crops: mean error {acc['error_iod']:.4f} IOD "
-          f"(p95 {acc['error_iod_p95']:.4f}), faces found {acc['found']:.3f} vs {acc['found_reference']:.3f} "
-          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(
+        f"video: {info.width}x{info.height}, {n} frames ({n / info.fps:.0f} s); decode {t_decode:.2f} s, "
+        f"decode + sample {t_sample:.2f} s, face path {t_face:.2f} s (best of {size['repeat']}, interleaved); "
+        f"landmarks vs full-resolution detection on {acc['n_crops']} crops: mean error {acc['error_iod']:.4f} IOD "
+        f"(p95 {acc['error_iod_p95']:.4f}), faces found {acc['found']:.3f} vs {acc['found_reference']:.3f} "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
     face_fps = n / t_face
     sample = "decode + sample (every frame decoded, RGB at the face rate)"
     return [
-        record("video.face_path", face_fps, "frames/s", baseline=sample, baseline_value=n / t_sample, goal=">= 0.5"),
-        record("video.decode_and_sample", n / t_sample, "frames/s", baseline="decoding alone (PyAV, thread_type AUTO)",
-               baseline_value=n / t_decode),
+        record(
+            "video.face_path",
+            face_fps,
+            "frames/s",
+            baseline=sample,
+            baseline_value=n / t_sample,
+            goal=">= 0.5",
+        ),
+        record(
+            "video.decode_and_sample",
+            n / t_sample,
+            "frames/s",
+            baseline="decoding alone (PyAV, thread_type AUTO)",
+            baseline_value=n / t_decode,
+        ),
         record("video.face_path_real_time", n / info.fps / t_face, "x real time"),
         record("video.corpus_extraction_estimate", CORPUS_FRAMES / face_fps / 3600, "h"),
-        record("video.landmark_error", acc["error_iod"], "IOD", baseline="detection on every frame at full resolution",
-               goal="< 0.02 IOD"),
-        record("video.face_found", acc["found"], "fraction of crops", baseline="detection on every frame at full resolution",
-               baseline_value=acc["found_reference"], goal=">= 1"),
-    ]  # fmt: skip
+        record(
+            "video.landmark_error",
+            acc["error_iod"],
+            "IOD",
+            baseline="detection on every frame at full resolution",
+            goal="< 0.02 IOD",
+        ),
+        record(
+            "video.face_found",
+            acc["found"],
+            "fraction of crops",
+            baseline="detection on every frame at full resolution",
+            baseline_value=acc["found_reference"],
+            goal=">= 1",
+        ),
+    ]

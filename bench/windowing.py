@@ -71,20 +71,26 @@ def with_windowing(tables, lengths: list[float], keep: bool = True) -> list[np.n
     """The project's windowing of every session (results kept, or each dropped after its session)."""
     out = []
     for t in tables:
-        F, _ = window_stats(t.X, t.column_valid(), fps=t.fps, lengths_s=lengths, stats=STATS, align="centred")
+        F, _ = window_stats(
+            t.X, t.column_valid(), fps=t.fps, lengths_s=lengths, stats=STATS, align="centred"
+        )
         if keep:
             out.append(F)
     return out
 
 
-def with_pandas(frames: list[pd.DataFrame], lengths: list[float], fps: float, keep: bool = True) -> list[np.ndarray]:
+def with_pandas(
+    frames: list[pd.DataFrame], lengths: list[float], fps: float, keep: bool = True
+) -> list[np.ndarray]:
     """pandas rolling windows, in the column order of :func:`window_stats` (length, stat, column)."""
     out = []
     for df in frames:
         parts = []
         for L in lengths:
             w = window_frames(L, fps)
-            r = df.rolling(2 * (w // 2) + 1, center=True, min_periods=1)  # window_stats' centred size
+            r = df.rolling(
+                2 * (w // 2) + 1, center=True, min_periods=1
+            )  # window_stats' centred size
             parts += [r.mean(), r.std(ddof=0), r.min(), r.max()]
         F = np.hstack([p.to_numpy(np.float32) for p in parts])
         if keep:
@@ -108,7 +114,9 @@ def first_call_seconds(cache_dir: Path) -> float:
     """Seconds of window_stats' first call in a new process whose Numba cache is ``cache_dir``."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
     root = Path(__file__).resolve().parent.parent
-    res = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, cwd=root, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL], env=env, cwd=root, capture_output=True, text=True
+    )
     if res.returncode != 0:
         raise RuntimeError(f"window_stats failed in a fresh process:\n{res.stderr[-2000:]}")
     return float(res.stdout.strip().splitlines()[-1])
@@ -132,48 +140,84 @@ def run(work: Path, quick: bool = False) -> list[dict]:
         if a.shape != b.shape or not np.all(np.isclose(a, b, rtol=1e-4, atol=atol, equal_nan=True)):
             raise AssertionError(f"{t.session}: window_stats and pandas rolling disagree")
 
-    times = best_times({"ours": lambda: with_windowing(tables, lengths, keep=False),
-                        "pandas": lambda: with_pandas(frames, lengths, fps, keep=False)}, repeat=2)  # fmt: skip
+    times = best_times(
+        {
+            "ours": lambda: with_windowing(tables, lengths, keep=False),
+            "pandas": lambda: with_pandas(frames, lengths, fps, keep=False),
+        },
+        repeat=2,
+    )
     t_ours, t_pandas = times["ours"][0], times["pandas"][0]
     del times
-    kept = best_times({"ours": lambda: with_windowing(tables, lengths), "pandas": lambda: with_pandas(frames, lengths, fps)},
-                      repeat=1)  # fmt: skip
+    kept = best_times(
+        {
+            "ours": lambda: with_windowing(tables, lengths),
+            "pandas": lambda: with_pandas(frames, lengths, fps),
+        },
+        repeat=1,
+    )
     k_ours, k_pandas = kept["ours"][0], kept["pandas"][0]
     del kept
     with tempfile.TemporaryDirectory() as cache:
         t_compile = first_call_seconds(Path(cache))
         t_cached = first_call_seconds(Path(cache))
     n_out = len(lengths) * len(STATS) * tables[0].X.shape[1]
-    print(f"windowing: {len(tables)} sessions, {n_frames:,} frames x {n_out} features; each result dropped: "
-          f"window_stats {t_ours:.2f} s, pandas rolling {t_pandas:.2f} s ({t_pandas / t_ours:.1f}x); all kept: "
-          f"{k_ours:.2f} s, {k_pandas:.2f} s ({k_pandas / k_ours:.1f}x); first call {t_compile:.1f} s compiling, "
-          f"{t_cached:.2f} s from the cache")  # fmt: skip
+    print(
+        f"windowing: {len(tables)} sessions, {n_frames:,} frames x {n_out} features; each result dropped: "
+        f"window_stats {t_ours:.2f} s, pandas rolling {t_pandas:.2f} s ({t_pandas / t_ours:.1f}x); all kept: "
+        f"{k_ours:.2f} s, {k_pandas:.2f} s ({k_pandas / k_ours:.1f}x); first call {t_compile:.1f} s compiling, "
+        f"{t_cached:.2f} s from the cache"
+    )
 
     # slope, which pandas has no rolling method for: rolling.apply on a subset of columns
     t = tables[0]
     sub = frames[0].iloc[: SLOPE_FRAMES[quick], :SLOPE_COLUMNS]
     w = window_frames(4.0, fps)
     t0 = time.perf_counter()
-    theirs = sub.rolling(2 * (w // 2) + 1, center=True, min_periods=1).apply(_slope, raw=True, kwargs={"fps": fps})
+    theirs = sub.rolling(2 * (w // 2) + 1, center=True, min_periods=1).apply(
+        _slope, raw=True, kwargs={"fps": fps}
+    )
     t_apply = (time.perf_counter() - t0) / sub.size
     ours, _ = window_stats(sub.to_numpy(), fps=fps, lengths_s=[4.0], stats=["slope"])
     if not np.allclose(ours, theirs.to_numpy(np.float32), rtol=1e-4, atol=1e-6, equal_nan=True):
         raise AssertionError(f"{t.session}: window_stats slope and pandas rolling.apply disagree")
     n_slopes = n_frames * t.X.shape[1] * len(lengths)
-    t_slope, _ = best_time(lambda: [window_stats(x.X, x.column_valid(), fps=fps, lengths_s=lengths, stats=["slope"])[0].shape
-                                    for x in tables], repeat=2)  # fmt: skip
+    t_slope, _ = best_time(
+        lambda: [
+            window_stats(x.X, x.column_valid(), fps=fps, lengths_s=lengths, stats=["slope"])[
+                0
+            ].shape
+            for x in tables
+        ],
+        repeat=2,
+    )
     return [
-        record("windowing.vs_pandas_rolling", n_frames / t_ours, "frames/s",
-               baseline="pandas DataFrame.rolling (mean, std, min, max; centred; one thread each)",
-               baseline_value=n_frames / t_pandas, goal=">= 10"),
-        record("windowing.retained_vs_pandas_rolling", n_frames / k_ours, "frames/s",
-               baseline=f"pandas DataFrame.rolling, all {len(tables)} results kept ({n_frames * n_out * 4e-9:.1f} GB each side)",
-               baseline_value=n_frames / k_pandas),
-        record("windowing.compile_seconds", t_compile, "s"),  # no baseline: the cached load is printed
-        record("windowing.slope_vs_pandas_apply", n_slopes / t_slope, "values/s",
-               baseline=f"pandas rolling.apply (least-squares slope; {sub.size:,} values timed)",
-               baseline_value=1.0 / t_apply),
-    ]  # fmt: skip
+        record(
+            "windowing.vs_pandas_rolling",
+            n_frames / t_ours,
+            "frames/s",
+            baseline="pandas DataFrame.rolling (mean, std, min, max; centred; one thread each)",
+            baseline_value=n_frames / t_pandas,
+            goal=">= 10",
+        ),
+        record(
+            "windowing.retained_vs_pandas_rolling",
+            n_frames / k_ours,
+            "frames/s",
+            baseline=f"pandas DataFrame.rolling, all {len(tables)} results kept ({n_frames * n_out * 4e-9:.1f} GB each side)",
+            baseline_value=n_frames / k_pandas,
+        ),
+        record(
+            "windowing.compile_seconds", t_compile, "s"
+        ),  # no baseline: the cached load is printed
+        record(
+            "windowing.slope_vs_pandas_apply",
+            n_slopes / t_slope,
+            "values/s",
+            baseline=f"pandas rolling.apply (least-squares slope; {sub.size:,} values timed)",
+            baseline_value=1.0 / t_apply,
+        ),
+    ]
 
 
 def _slope(w: np.ndarray, fps: float) -> float:

@@ -36,11 +36,17 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------- shared options
-def add_verb(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int], help: str,
-             **defaults: object) -> argparse.ArgumentParser:  # fmt: skip
+def add_verb(
+    sub: argparse._SubParsersAction,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    **defaults: object,
+) -> argparse.ArgumentParser:
     """The parser of the verb ``func`` runs (``cmd_score`` -> ``score``), described in its ``--help``
     by ``func``'s docstring; ``defaults`` are set on its arguments."""
-    p = sub.add_parser(func.__name__.removeprefix("cmd_"), help=help, description=inspect.getdoc(func))
+    p = sub.add_parser(
+        func.__name__.removeprefix("cmd_"), help=help, description=inspect.getdoc(func)
+    )
     p.set_defaults(func=func, **defaults)
     return p
 
@@ -69,21 +75,35 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``."""
-    return load_config(args.config or getattr(args, "config_default", None), overrides=args.overrides)
+    return load_config(
+        args.config or getattr(args, "config_default", None), overrides=args.overrides
+    )
 
 
 # --------------------------------------------------------------------- score
 def add_score(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(sub, cmd_score, help="score challenge-format predictions against ground truth (both protocols)")
+    p = add_verb(
+        sub,
+        cmd_score,
+        help="score challenge-format predictions against ground truth (both protocols)",
+    )
     p.add_argument("ground_truth_dir", type=Path, metavar="GROUND_TRUTH_DIR")
     p.add_argument("prediction_dir", type=Path, metavar="PREDICTION_DIR")
-    p.add_argument("--csv", type=Path, default=None, metavar="FILE", help="also write session, listener, story, ccc to FILE")
+    p.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write session, listener, story, ccc to FILE",
+    )
 
 
 def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
     """(listener, story) -> CSV path; plus problems (duplicate sessions)."""
     if not folder.is_dir():
-        raise UsageError(f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files")
+        raise UsageError(
+            f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files"
+        )
     found: dict[tuple[int, int], Path] = {}
     problems: list[str] = []
     for path in sorted(folder.iterdir()):
@@ -93,7 +113,9 @@ def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]
         if ls is None:
             continue
         if ls in found:
-            problems.append(f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one")
+            problems.append(
+                f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one"
+            )
             continue
         found[ls] = path
     return found, problems
@@ -151,7 +173,9 @@ def cmd_score(args: argparse.Namespace) -> int:
                 f"{len(y_pred)} ({preds[key]}); write one row per label frame"
             )
             continue
-        rows.append({"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)})
+        rows.append(
+            {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
+        )
     if problems:
         print(f"cannot score: {len(problems)} problem(s)", file=sys.stderr)
         for msg in problems:
@@ -168,8 +192,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
     print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
     print()
-    print(f"personalized  {protocols['personalized']:.4f}   mean over listeners of each listener's mean over stories")
-    print(f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners")
+    print(
+        f"personalized  {protocols['personalized']:.4f}   mean over listeners of each listener's mean over stories"
+    )
+    print(
+        f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners"
+    )
     if args.csv is not None:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
@@ -180,17 +208,39 @@ def cmd_score(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------- sweep / ablate / export
 def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default="features", help="feature store folder (default: features/)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri, mlruns/ -> sqlite:///mlruns/mlflow.db)")
-    p.add_argument("--jobs", type=int, default=None, help="configurations evaluated in parallel processes (default: the config's jobs, else 1)")
-    p.add_argument("--executor", choices=["local", "dask"], default="local", help="where configurations run")
-    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (with --executor dask)")
-    p.add_argument("--no-resume", "--rerun", dest="resume", action="store_false",
-                   help="run every configuration again, even those with a finished run by the same code on the same store")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: the config's tracking.uri, mlruns/ -> sqlite:///mlruns/mlflow.db)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
+    )
+    p.add_argument(
+        "--executor", choices=["local", "dask"], default="local", help="where configurations run"
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="address of an existing Dask scheduler (with --executor dask)",
+    )
+    p.add_argument(
+        "--no-resume",
+        "--rerun",
+        dest="resume",
+        action="store_false",
+        help="run every configuration again, even those with a finished run by the same code on the same store",
+    )
 
 
 def _check_store(store: str) -> None:
     if not Store(store).list_sessions():
-        raise UsageError(f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first")
+        raise UsageError(
+            f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first"
+        )
 
 
 def _print_sweep(res) -> int:
@@ -201,13 +251,28 @@ def _print_sweep(res) -> int:
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
     reused = int((t.status == "reused").sum()) if not t.empty else 0
-    print(f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed")
+    print(
+        f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
+    )
     protocol = "loso" if res.selection_metric.startswith("loso.") else "val"
     for track, metric in res.selection_metrics.items():
         if t.empty or metric not in t or "track" not in t:
             continue
-        cols = [c for c in ["label", metric, f"test.ccc_{track}", "test_unseen.ccc_generalized" if track == "generalized" else ""] if c in t]
-        top = t[(t.status != "failed") & (t.track == track)].sort_values(metric, ascending=False).head(5)
+        cols = [
+            c
+            for c in [
+                "label",
+                metric,
+                f"test.ccc_{track}",
+                "test_unseen.ccc_generalized" if track == "generalized" else "",
+            ]
+            if c in t
+        ]
+        top = (
+            t[(t.status != "failed") & (t.track == track)]
+            .sort_values(metric, ascending=False)
+            .head(5)
+        )
         if top.empty:
             continue
         print(f"\n{track} track (chosen on {metric}):")
@@ -220,15 +285,21 @@ def _print_sweep(res) -> int:
     if getattr(res, "study_name", ""):
         print(f"optuna study {res.study_name} in {res.storage}: {len(res.trials)} trials")
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
-    print(f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id} "
-          f"(per track: {per_track})")
+    print(
+        f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id} "
+        f"(per track: {per_track})"
+    )
     for label, err in res.failed:
         print(f"  FAILED {label}: {err}", file=sys.stderr)
     return EXIT_FAILED if res.n_failed else EXIT_OK
 
 
 def add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(sub, cmd_sweep, help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow")
+    p = add_verb(
+        sub,
+        cmd_sweep,
+        help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow",
+    )
     add_config_options(p)
     _store_and_tracking(p)
 
@@ -241,8 +312,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_store(args.store)
     if args.cfg.search.method == "optuna":
         if args.executor == "dask":
-            raise UsageError("an Optuna search (search.method: optuna) runs its trials with the local executor: "
-                             "use --executor local --jobs N")
+            raise UsageError(
+                "an Optuna search (search.method: optuna) runs its trials with the local executor: "
+                "use --executor local --jobs N"
+            )
         run = run_search
     elif args.executor == "dask":
         run = run_sweep_dask
@@ -250,7 +323,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         run = run_sweep
     kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
-        res = run(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, resume=args.resume, **kw)
+        res = run(
+            args.cfg,
+            store=args.store,
+            tracking_uri=args.tracking_uri,
+            jobs=args.jobs,
+            resume=args.resume,
+            **kw,
+        )
     except user_errors() as e:
         raise UsageError(str(e)) from e
     return _print_sweep(res)
@@ -266,11 +346,17 @@ def user_errors() -> tuple[type[Exception], ...]:
 
 
 def add_ablate(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(sub, cmd_ablate, help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
-                 config_default="ablation")
+    p = add_verb(
+        sub,
+        cmd_ablate,
+        help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
+        config_default="ablation",
+    )
     add_config_options(p)
     _store_and_tracking(p)
-    p.add_argument("--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)")
+    p.add_argument(
+        "--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)"
+    )
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -278,22 +364,36 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     _check_store(args.store)
     try:
-        df, res = ablate(args.cfg, store=args.store, tracking_uri=args.tracking_uri, jobs=args.jobs, out_dir=args.out,
-                         executor=args.executor, scheduler=args.scheduler, resume=args.resume)
+        df, res = ablate(
+            args.cfg,
+            store=args.store,
+            tracking_uri=args.tracking_uri,
+            jobs=args.jobs,
+            out_dir=args.out,
+            executor=args.executor,
+            scheduler=args.scheduler,
+            resume=args.resume,
+        )
     except user_errors() as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
     print()
     print((Path(args.out) / "ablation.md").read_text())
-    print(f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, {Path(args.out) / 'ablation.png'}")
+    print(
+        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, {Path(args.out) / 'ablation.png'}"
+    )
     return code
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = add_verb(sub, cmd_export, help="write a run's predictions in challenge format")
     p.add_argument("run_id")
-    p.add_argument("--split", choices=["val", "test", "loso", "val_unseen", "test_unseen"], required=True,
-                   help="which predictions (*_unseen: listeners left out of training, generalized track)")
+    p.add_argument(
+        "--split",
+        choices=["val", "test", "loso", "val_unseen", "test_unseen"],
+        required=True,
+        help="which predictions (*_unseen: listeners left out of training, generalized track)",
+    )
     p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
 
@@ -312,17 +412,37 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------- agreement
 def add_agreement(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(sub, cmd_agreement, help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
-                 config_default="ablation")
+    p = add_verb(
+        sub,
+        cmd_agreement,
+        help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
+        config_default="ablation",
+    )
     add_config_options(p)
     p.add_argument("--store", default="features", help="feature store folder (default: features/)")
-    p.add_argument("--targets", nargs=2, metavar=("A", "B"), default=None,
-                   help="compare these two label targets (default: valence_self vs every other target)")
-    p.add_argument("--feature-set", default=None,
-                   help="feature set of the cross-target model (default: the config's largest set the sessions have)")
-    p.add_argument("--no-cross", action="store_true", help="skip the cross-target table (no model is trained)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the config's tracking.uri)")
-    p.add_argument("--out", default="reports", help="folder for agreement.md/.csv/.png (default: reports/)")
+    p.add_argument(
+        "--targets",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="compare these two label targets (default: valence_self vs every other target)",
+    )
+    p.add_argument(
+        "--feature-set",
+        default=None,
+        help="feature set of the cross-target model (default: the config's largest set the sessions have)",
+    )
+    p.add_argument(
+        "--no-cross", action="store_true", help="skip the cross-target table (no model is trained)"
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: the config's tracking.uri)",
+    )
+    p.add_argument(
+        "--out", default="reports", help="folder for agreement.md/.csv/.png (default: reports/)"
+    )
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
@@ -335,8 +455,15 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
     _check_store(args.store)
     try:
-        res = agreement(args.cfg, store=args.store, targets=args.targets, out_dir=args.out, tracking_uri=args.tracking_uri,
-                        feature_set=args.feature_set, cross=not args.no_cross)
+        res = agreement(
+            args.cfg,
+            store=args.store,
+            targets=args.targets,
+            out_dir=args.out,
+            tracking_uri=args.tracking_uri,
+            feature_set=args.feature_set,
+            cross=not args.no_cross,
+        )
     except AgreementError as e:  # a target the store lacks: nothing to compare
         print(f"experiments agreement: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -349,7 +476,13 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------- entry point
 #: one ``add_<verb>`` per verb; a new verb is one function pair and one entry here
-VERBS: list[Callable[[argparse._SubParsersAction], None]] = [add_sweep, add_ablate, add_export, add_score, add_agreement]
+VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_sweep,
+    add_ablate,
+    add_export,
+    add_score,
+    add_agreement,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,8 +43,11 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def _load_cfg(args):
-    cfg = load_feature_config(getattr(args, "config", None), getattr(args, "data_dir", None),
-                              overrides=getattr(args, "set", None) or ())
+    cfg = load_feature_config(
+        getattr(args, "config", None),
+        getattr(args, "data_dir", None),
+        overrides=getattr(args, "set", None) or (),
+    )
     if getattr(args, "face_fps", None):
         cfg.face_fps = args.face_fps
     if getattr(args, "split_x", None):
@@ -90,8 +93,12 @@ def cmd_scan(args) -> int:
         }
         for s in report.sessions
     ]
-    _print_table(rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"])
-    print(f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} with video in {args.data_dir}")
+    _print_table(
+        rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
+    )
+    print(
+        f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} with video in {args.data_dir}"
+    )
     for issue in report.issues:
         print(f"  {issue}", file=sys.stderr)
     out = write_manifest(report, Path(args.store) / MANIFEST)
@@ -109,13 +116,19 @@ def _sessions_for_extract(args, cfg):
         return report.sessions, report.duplicates()
     manifest = Path(args.store) / MANIFEST
     if not manifest.exists():
-        raise SystemExit(f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first")
+        raise SystemExit(
+            f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
+        )
     payload = json.loads(manifest.read_text())
     sessions = []
     for r in payload["sessions"]:
         sessions.append(
             SessionFiles(
-                session=r["session"], listener=r["listener"], story=r["story"], speaker=r["speaker"], split=r["split"],
+                session=r["session"],
+                listener=r["listener"],
+                story=r["story"],
+                speaker=r["speaker"],
+                split=r["split"],
                 video=Path(r["video"]) if r["video"] else None,
                 annotations={k: Path(v) for k, v in r["annotations"].items()},
                 transcript=Path(r["transcript"]) if r["transcript"] else None,
@@ -135,13 +148,17 @@ SUMMARY_LINES = 12
 
 
 def _some(names: list[str], shown: int = 4) -> str:
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return ", ".join(names[:shown]) + (
+        f" and {len(names) - shown} more" if len(names) > shown else ""
+    )
 
 
 def _summary(results, started: float) -> int:
     counts = Counter(r.status for r in results)
-    print(f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
-          f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed")
+    print(
+        f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
+        f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
+    )
     computed = [r for r in results if r.computed]
     if len(computed) <= SUMMARY_LINES:
         for r in computed:
@@ -161,8 +178,11 @@ def _summary(results, started: float) -> int:
     for r in failed:
         print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
     if failed:
-        print(f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
-              "fix the inputs and re-run the same command to do only what is missing", file=sys.stderr)
+        print(
+            f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
+            "fix the inputs and re-run the same command to do only what is missing",
+            file=sys.stderr,
+        )
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -180,7 +200,13 @@ def cmd_extract(args) -> int:
     for s in sessions:
         if s.session in dups:
             files = ", ".join(str(p) for p in [s.video, *dups[s.session]] if p)
-            pre_failed.append(SessionResult(s.session, status="failed", error=f"several files for one session ({files}); keep one and re-run"))
+            pre_failed.append(
+                SessionResult(
+                    s.session,
+                    status="failed",
+                    error=f"several files for one session ({files}); keep one and re-run",
+                )
+            )
         elif s.video is None:
             continue  # annotation without video: reported by scan
         else:
@@ -188,27 +214,52 @@ def cmd_extract(args) -> int:
     if not todo and not pre_failed:
         print("nothing to extract: no sessions with a video", file=sys.stderr)
         return EXIT_FAILED
-    print(f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)")
+    print(
+        f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
+    )
     settings = _settings_line(cfg, channels)
     if settings:
         print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
-            results = extract_many_dask(todo, args.store, channels, cfg, force=args.force, scheduler=args.scheduler, n_workers=args.jobs)
+            results = extract_many_dask(
+                todo,
+                args.store,
+                channels,
+                cfg,
+                force=args.force,
+                scheduler=args.scheduler,
+                n_workers=args.jobs,
+            )
         else:
-            results = extract_many(todo, args.store, channels, cfg, force=args.force, jobs=args.jobs)
-    except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no Dask scheduler at --scheduler
+            results = extract_many(
+                todo, args.store, channels, cfg, force=args.force, jobs=args.jobs
+            )
+    except (
+        ExtractorUnavailable,
+        ConnectionError,
+    ) as e:  # ConnectionError: no Dask scheduler at --scheduler
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("\ninterrupted: finished sessions are stored, no partial shard was left; re-run to resume", file=sys.stderr)
+        print(
+            "\ninterrupted: finished sessions are stored, no partial shard was left; re-run to resume",
+            file=sys.stderr,
+        )
         return 130
     return _summary(pre_failed + results, started)
 
 
 def cmd_import(args) -> int:
     try:
-        report = import_tables(args.table_dir, args.store, role=args.role, channel=args.channel, fps=args.fps, progress=True)
+        report = import_tables(
+            args.table_dir,
+            args.store,
+            role=args.role,
+            channel=args.channel,
+            fps=args.fps,
+            progress=True,
+        )
     except ValueError as e:  # a bad --channel name
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -217,7 +268,9 @@ def cmd_import(args) -> int:
 
 def cmd_labels(args) -> int:
     try:
-        report = import_labels(args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True)
+        report = import_labels(
+            args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True
+        )
     except ValueError as e:  # a bad --target name or --fps
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -226,8 +279,14 @@ def cmd_labels(args) -> int:
 
 def cmd_transcripts(args) -> int:
     cfg = _load_cfg(args)
-    report = import_transcripts(args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg)
-    return _print_import(report, args.transcript_dir, "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass")
+    report = import_transcripts(
+        args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg
+    )
+    return _print_import(
+        report,
+        args.transcript_dir,
+        "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass",
+    )
 
 
 def _print_import(report, folder: str, expected: str) -> int:
@@ -242,8 +301,14 @@ def _print_import(report, folder: str, expected: str) -> int:
         print(r, file=sys.stderr)
     for p in report.skipped:
         print(f"skipped {p}: name has no Subject_<L>_Story_<S>")
-    print(f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
-          + (" (their shards are unchanged; fix the files named above and re-run)" if report.failed else ""))
+    print(
+        f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
+        + (
+            " (their shards are unchanged; fix the files named above and re-run)"
+            if report.failed
+            else ""
+        )
+    )
     if not report.results:
         print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
         return EXIT_FAILED
@@ -253,10 +318,19 @@ def _print_import(report, folder: str, expected: str) -> int:
 def cmd_ls(args) -> int:
     df = Store(args.store).sessions()
     if df.empty:
-        print(f"no shards in {args.store}; run `featurestore extract` or `make features`", file=sys.stderr)
+        print(
+            f"no shards in {args.store}; run `featurestore extract` or `make features`",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
-    rows = df.assign(channels=df.channels.map(lambda c: ",".join(c)), targets=df.targets.map(lambda t: ",".join(t))).to_dict("records")
-    _print_table(rows, ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"])
+    rows = df.assign(
+        channels=df.channels.map(lambda c: ",".join(c)),
+        targets=df.targets.map(lambda t: ",".join(t)),
+    ).to_dict("records")
+    _print_table(
+        rows,
+        ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"],
+    )
     return EXIT_OK
 
 
@@ -268,16 +342,28 @@ def cmd_inspect(args) -> int:
     except StoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{meta.session}: listener {meta.listener}, story {meta.story}, speaker {meta.speaker}, split {meta.split}, "
-          f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)")
+    print(
+        f"{meta.session}: listener {meta.listener}, story {meta.story}, speaker {meta.speaker}, split {meta.split}, "
+        f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
+    )
     for t in store.label_targets(args.session):
         y = store.labels(args.session, t).to_numpy()
-        print(f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]")
+        print(
+            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
+        )
     for key in keys:
         ch = store.read_channel(args.session, key)
-        rate = (len(ch.time) - 1) / (ch.time[-1] - ch.time[0]) if len(ch.time) > 1 and ch.time[-1] > ch.time[0] else float("nan")
-        print(f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, valid {ch.valid.mean() if len(ch.valid) else 0:.1%}")
-        print(f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, created {ch.created_utc}")
+        rate = (
+            (len(ch.time) - 1) / (ch.time[-1] - ch.time[0])
+            if len(ch.time) > 1 and ch.time[-1] > ch.time[0]
+            else float("nan")
+        )
+        print(
+            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, valid {ch.valid.mean() if len(ch.valid) else 0:.1%}"
+        )
+        print(
+            f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, created {ch.created_utc}"
+        )
         print(f"      params {json.dumps(ch.params, sort_keys=True)}")
         src = ch.source.get("path") or ch.source.get("upstream", "")
         print(f"      source {src}")
@@ -292,8 +378,10 @@ def cmd_verify(args) -> int:
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
     n = len(store.list_sessions())
     for tmp in store.temp_files():
-        print(f"  note: {tmp.name} is a temporary file left by a killed writer (no shard is affected); "
-              "the next `featurestore extract` removes it")
+        print(
+            f"  note: {tmp.name} is a temporary file left by a killed writer (no shard is affected); "
+            "the next `featurestore extract` removes it"
+        )
     if problems:
         for p in problems:
             print(f"  {p}", file=sys.stderr)
@@ -306,7 +394,13 @@ def cmd_verify(args) -> int:
 def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     try:
-        info = build_demo(args.out, n_listeners=args.listeners, stories=tuple(args.stories), duration_s=args.duration, seed=args.seed)
+        info = build_demo(
+            args.out,
+            n_listeners=args.listeners,
+            stories=tuple(args.stories),
+            duration_s=args.duration,
+            seed=args.seed,
+        )
     except ValueError as e:  # --listeners, --stories or --duration out of range
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -316,7 +410,9 @@ def cmd_demo(args) -> int:
 
 def cmd_synth(args) -> int:
     try:
-        info = synth_store(args.store, n_sessions=args.sessions, seed=args.seed, face_fps=args.face_fps)
+        info = synth_store(
+            args.store, n_sessions=args.sessions, seed=args.seed, face_fps=args.face_fps
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -325,61 +421,102 @@ def cmd_synth(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards")
+    p = argparse.ArgumentParser(
+        prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards"
+    )
     p.add_argument("--version", action="version", version=f"featurestore {__version__}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def store_arg(sp):
-        sp.add_argument("--store", default="features", help="feature store folder (default: features/)")
+        sp.add_argument(
+            "--store", default="features", help="feature store folder (default: features/)"
+        )
 
     def set_arg(sp):
-        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting of the config (repeatable; VALUE is YAML): an extractor's "
-                        "(--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) or a top-level key "
-                        "(--set face_fps=10); it enters the channel's cache key")
+        sp.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a setting of the config (repeatable; VALUE is YAML): an extractor's "
+            "(--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) or a top-level key "
+            "(--set face_fps=10); it enters the channel's cache key",
+        )
 
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
     sp.add_argument("data_dir")
     store_arg(sp)
-    sp.add_argument("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+    sp.add_argument(
+        "--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)"
+    )
     sp.set_defaults(func=cmd_scan)
 
     sp = sub.add_parser("extract", help="compute missing or stale channels for every session")
-    sp.add_argument("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)")
+    sp.add_argument(
+        "data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"
+    )
     store_arg(sp)
-    sp.add_argument("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech lexicon; "
-                    "speech and lexicon only where a session has a transcript)")
+    sp.add_argument(
+        "--channels",
+        nargs="+",
+        help="extractors to run (default: face_geom egemaps speech lexicon; "
+        "speech and lexicon only where a session has a transcript)",
+    )
     sp.add_argument("--jobs", type=int, default=1, help="sessions in parallel processes")
     sp.add_argument("--executor", choices=["local", "dask"], default="local")
-    sp.add_argument("--scheduler", help="address of an existing Dask scheduler (with --executor dask)")
+    sp.add_argument(
+        "--scheduler", help="address of an existing Dask scheduler (with --executor dask)"
+    )
     sp.add_argument("--force", action="store_true", help="recompute even current channels")
-    sp.add_argument("--face-fps", type=float, help="face sampling rate in frames/s (default 5; 25 = every frame)")
-    sp.add_argument("--split-x", type=int, help="x where the listener crop starts (default 1080/2560 of the width)")
+    sp.add_argument(
+        "--face-fps",
+        type=float,
+        help="face sampling rate in frames/s (default 5; 25 = every frame)",
+    )
+    sp.add_argument(
+        "--split-x",
+        type=int,
+        help="x where the listener crop starts (default 1080/2560 of the width)",
+    )
     sp.add_argument("--sessions", nargs="+", help="only these session ids")
-    sp.add_argument("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+    sp.add_argument(
+        "--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)"
+    )
     set_arg(sp)
     sp.set_defaults(func=cmd_extract)
 
-    sp = sub.add_parser("import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel")
+    sp = sub.add_parser(
+        "import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel"
+    )
     sp.add_argument("table_dir")
     sp.add_argument("--role", required=True, choices=["speaker", "listener", "scene"])
     sp.add_argument("--channel", required=True)
     store_arg(sp)
-    sp.add_argument("--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)")
+    sp.add_argument(
+        "--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"
+    )
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("labels", help="import valence annotation CSVs as a label target")
     sp.add_argument("annotation_dir")
-    sp.add_argument("--target", required=True, help="label name, e.g. valence_self, valence_observer_listener")
+    sp.add_argument(
+        "--target", required=True, help="label name, e.g. valence_self, valence_observer_listener"
+    )
     store_arg(sp)
     sp.add_argument("--fps", type=float, default=25.0)
     sp.set_defaults(func=cmd_labels)
 
-    sp = sub.add_parser("transcripts", help="transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues")
+    sp = sub.add_parser(
+        "transcripts",
+        help="transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues",
+    )
     sp.add_argument("transcript_dir")
     store_arg(sp)
     sp.add_argument("--force", action="store_true", help="recompute even current channels")
-    sp.add_argument("--config", help="featurestore YAML with the speech/lexicon settings (default: none, the defaults)")
+    sp.add_argument(
+        "--config",
+        help="featurestore YAML with the speech/lexicon settings (default: none, the defaults)",
+    )
     set_arg(sp)
     sp.set_defaults(func=cmd_transcripts)
 
@@ -387,7 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     store_arg(sp)
     sp.set_defaults(func=cmd_ls)
 
-    sp = sub.add_parser("inspect", help="channels, shapes, valid fraction and provenance of a session")
+    sp = sub.add_parser(
+        "inspect", help="channels, shapes, valid fraction and provenance of a session"
+    )
     sp.add_argument("session")
     store_arg(sp)
     sp.add_argument("--columns", action="store_true", help="also list column names")
@@ -395,23 +534,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("verify", help="check every shard; non-zero exit with the reasons")
     store_arg(sp)
-    sp.add_argument("--no-sources", action="store_true", help="skip re-fingerprinting source videos")
+    sp.add_argument(
+        "--no-sources", action="store_true", help="skip re-fingerprinting source videos"
+    )
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("demo", help="build the embedded demo corpus")
     sp.add_argument("--out", default="demo_data")
     sp.add_argument("--listeners", type=int, default=6)
-    sp.add_argument("--stories", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6],
-                    help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)")
+    sp.add_argument(
+        "--stories",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3, 4, 5, 6],
+        help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)",
+    )
     sp.add_argument("--duration", type=float, default=24.0, help="seconds per session")
     sp.add_argument("--seed", type=int, default=0)
     sp.set_defaults(func=cmd_demo)
 
-    sp = sub.add_parser("synth", help="write a full-size synthetic store (no media) with planted label structure")
+    sp = sub.add_parser(
+        "synth", help="write a full-size synthetic store (no media) with planted label structure"
+    )
     store_arg(sp)
-    sp.add_argument("--sessions", type=int, default=80, help="sessions, 8 stories per listener (default 80 = 10 x 8)")
+    sp.add_argument(
+        "--sessions",
+        type=int,
+        default=80,
+        help="sessions, 8 stories per listener (default 80 = 10 x 8)",
+    )
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--face-fps", type=float, default=5.0, help="face channel rate in frames/s (default 5; 25 = every frame)")
+    sp.add_argument(
+        "--face-fps",
+        type=float,
+        default=5.0,
+        help="face channel rate in frames/s (default 5; 25 = every frame)",
+    )
     sp.set_defaults(func=cmd_synth)
     return p
 

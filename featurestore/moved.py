@@ -30,15 +30,25 @@ from types import ModuleType
 MOVED: dict[str, str] = {
     f"featurestore.{old}": f"featurestore.{new}"
     for old, new in {
-        "provenance": "storage.provenance", "shard": "storage.shard", "verify": "storage.verify",
-        "store": "storage.store", "manifest": "sources.manifest", "media": "sources.media",
-        "annotations": "sources.annotations", "import_errors": "sources.import_errors",
-        "transcripts": "sources.transcripts", "speaking": "sources.speaking",
-        "config": "extraction.config", "derived": "extraction.derived", "extract": "extraction.extract",
-        "pool": "extraction.pool", "distributed": "extraction.distributed",
-        "imports": "extraction.imports", "tables": "extraction.tables",
+        "provenance": "storage.provenance",
+        "shard": "storage.shard",
+        "verify": "storage.verify",
+        "store": "storage.store",
+        "manifest": "sources.manifest",
+        "media": "sources.media",
+        "annotations": "sources.annotations",
+        "import_errors": "sources.import_errors",
+        "transcripts": "sources.transcripts",
+        "speaking": "sources.speaking",
+        "config": "extraction.config",
+        "derived": "extraction.derived",
+        "extract": "extraction.extract",
+        "pool": "extraction.pool",
+        "distributed": "extraction.distributed",
+        "imports": "extraction.imports",
+        "tables": "extraction.tables",
     }.items()
-}  # fmt: skip
+}
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -47,15 +57,21 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, moved: Mapping[str, str]) -> None:
         self.moved = dict(moved)
 
-    def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path=None, target=None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.moved:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = self.moved[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; import it from there (the old name goes in the "
-                      "next release)", FutureWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{spec.name} moved to {new}; import it from there (the old name goes in the "
+            "next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module: ModuleType) -> None:

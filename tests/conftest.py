@@ -15,7 +15,18 @@ def rng():
     return np.random.default_rng(0)
 
 
-def make_video(path, n_frames=50, width=320, height=96, fps=25, audio=True, sr=16000, seed=0, image=None, tremolo_hz=0.0):
+def make_video(
+    path,
+    n_frames=50,
+    width=320,
+    height=96,
+    fps=25,
+    audio=True,
+    sr=16000,
+    seed=0,
+    image=None,
+    tremolo_hz=0.0,
+):
     """Write a small H.264 video with moving noise and, optionally, a tone on the audio track.
 
     ``image``: one (height, width, 3) uint8 frame shown throughout instead of the noise;
@@ -32,7 +43,9 @@ def make_video(path, n_frames=50, width=320, height=96, fps=25, audio=True, sr=1
             a = c.add_stream("aac", rate=sr)
             a.layout = "mono"
         for _ in range(n_frames):
-            img = rng.integers(0, 255, (height, width, 3), dtype=np.uint8) if image is None else image
+            img = (
+                rng.integers(0, 255, (height, width, 3), dtype=np.uint8) if image is None else image
+            )
             for p in v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
                 c.mux(p)
         for p in v.encode():

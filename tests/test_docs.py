@@ -53,7 +53,9 @@ def anchors(page: Path) -> set[str]:
     """Every heading anchor of a page, with GitHub's -1, -2 ... for repeated headings."""
     seen: dict[str, int] = {}
     out = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M):
+    for heading in re.findall(
+        r"^#{1,6} (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M
+    ):
         base = slug(heading)
         n = seen.get(base, 0)
         out.add(base if n == 0 else f"{base}-{n}")
@@ -70,14 +72,19 @@ def test_every_relative_link_points_to_an_existing_file_and_anchor(page):
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
         if not dest.exists():
-            broken.append(f"{target}: no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+            broken.append(
+                f"{target}: no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}"
+            )
         elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest)):
             broken.append(f"{target}: no heading with the anchor #{anchor} in {dest.name}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
 
 
 def test_every_docs_page_is_linked_from_the_readme():
-    linked = {(ROOT / t.partition("#")[0]).resolve() for t in LINK.findall(prose(README.read_text(encoding="utf-8")))}
+    linked = {
+        (ROOT / t.partition("#")[0]).resolve()
+        for t in LINK.findall(prose(README.read_text(encoding="utf-8")))
+    }
     orphans = [p.name for p in PAGES[1:] if p.resolve() not in linked]
     assert not orphans, f"docs pages the README does not link to: {orphans}"
 
@@ -88,7 +95,9 @@ def _verbs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
-    return {o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    return {
+        o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"
+    }
 
 
 @pytest.mark.parametrize("program", PACKAGES)
@@ -99,8 +108,12 @@ def test_the_command_line_section_lists_every_verb_and_option(program):
     text = section(README.read_text(encoding="utf-8"), "Command line")
     listed = set(re.findall(rf"^{program} (\w+)", text, re.M))
     verbs = _verbs(parser)
-    assert set(verbs) - listed == set(), f"verbs of `{program}` missing from the README's command line"
-    assert listed - set(verbs) == set(), f"the README's command line lists verbs `{program}` does not have"
+    assert set(verbs) - listed == set(), (
+        f"verbs of `{program}` missing from the README's command line"
+    )
+    assert listed - set(verbs) == set(), (
+        f"the README's command line lists verbs `{program}` does not have"
+    )
     missing = {f"{program} {v} {o}" for v, p in verbs.items() for o in _options(p) if o not in text}
     assert not missing, f"options missing from the README's command line: {sorted(missing)}"
 
@@ -124,7 +137,9 @@ def test_the_module_map_names_every_module_once_and_nothing_else():
     entries = MAP_LINE.findall(section(README.read_text(encoding="utf-8"), "Module map"))
     twice = sorted({e for e in entries if entries.count(e) > 1})
     assert not twice, f"modules with more than one line in the module map: {twice}"
-    gone = sorted(e for e in entries if not (ROOT / e).exists() or (ROOT / e).is_dir() != e.endswith("/"))
+    gone = sorted(
+        e for e in entries if not (ROOT / e).exists() or (ROOT / e).is_dir() != e.endswith("/")
+    )
     assert not gone, f"the module map names what does not exist (a folder ends in /): {gone}"
     missing = sorted(_modules() - set(entries))
     assert not missing, f"modules without a line in the README's module map: {missing}"

@@ -3,7 +3,7 @@
 - each package is a stack of layers (:data:`LAYERS`, the sub-packages in pipeline order): a
   module imports only from its own layer or the layers below it, and ``featurestore`` never
   imports ``experiments``;
-- no module over 500 lines (one job per module);
+- no module over 600 formatted lines (one job per module);
 - no import cycle between modules of either package. The source is read as text (``ast``), so an
   import inside a function counts like one at the top: a cycle cannot hide in a function body.
   Imports under ``if TYPE_CHECKING:`` do not run and do not count;
@@ -24,22 +24,38 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("featurestore", "experiments")
-#: the longest a module may be (lines)
-MAX_LINES = 500
+#: the longest a module may be (lines, as ``ruff format`` writes them: formatting made the same
+#: code about 18 % longer than the hand-packed 500 lines this limit was set for)
+MAX_LINES = 600
 #: each package's layers, bottom first: a sub-package (or top-level module) and the rank of its
 #: layer; a module may import from its own rank or lower. The packages' ``__init__`` (the public
 #: door, which imports lazily or from the storage layer) and ``cli`` sit on top.
 LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
-        "features": 0, "processes": 0, "moved": 0,  # shared by every layer; import no layer
-        "storage": 1, "sources": 2, "extractors": 3, "extraction": 4,
-        "demo": 5, "synth": 5, "cli": 6,
+        "features": 0,
+        "processes": 0,
+        "moved": 0,  # shared by every layer; import no layer
+        "storage": 1,
+        "sources": 2,
+        "extractors": 3,
+        "extraction": 4,
+        "demo": 5,
+        "synth": 5,
+        "cli": 6,
     },
     "experiments": {
-        "moved": 0, "config": 1, "data": 2, "windowing": 3, "models": 4, "evaluation": 5,
-        "tracking": 6, "executors": 7, "studies": 8, "cli": 9,
+        "moved": 0,
+        "config": 1,
+        "data": 2,
+        "windowing": 3,
+        "models": 4,
+        "evaluation": 5,
+        "tracking": 6,
+        "executors": 7,
+        "studies": 8,
+        "cli": 9,
     },
-}  # fmt: skip
+}
 #: modules that may import the packages inside functions (see the docstring)
 LAZY_PACKAGE_IMPORTS = {"featurestore.cli", "experiments.cli"}
 
@@ -150,7 +166,10 @@ def test_no_import_cycle():
     graph = import_graph()
     cycles = _cycles(graph)
     detail = "; ".join(
-        " <-> ".join(c) + " (" + ", ".join(f"{a} imports {b}" for a in c for b in sorted(graph[a] & set(c))) + ")"
+        " <-> ".join(c)
+        + " ("
+        + ", ".join(f"{a} imports {b}" for a in c for b in sorted(graph[a] & set(c)))
+        + ")"
         for c in cycles
     )
     assert not cycles, f"import cycles between modules: {detail}"
@@ -174,7 +193,9 @@ def _layer(module: str) -> tuple[str, int]:
         return top, max(LAYERS[top].values()) + 1
     first = rest.split(".")[0]
     if first not in LAYERS[top]:
-        raise AssertionError(f"{module} is in no layer: add {first!r} to LAYERS[{top!r}] in {__file__}")
+        raise AssertionError(
+            f"{module} is in no layer: add {first!r} to LAYERS[{top!r}] in {__file__}"
+        )
     return top, LAYERS[top][first]
 
 
@@ -194,13 +215,17 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_layers_import_only_downwards():
     bad = upward_imports(import_graph())
-    assert not bad, "imports that run up a layer (move the shared code down, see LAYERS): " + "; ".join(bad)
+    assert not bad, (
+        "imports that run up a layer (move the shared code down, see LAYERS): " + "; ".join(bad)
+    )
 
 
 def test_the_layer_check_finds_an_upward_import():
-    graph = {"experiments.config.grid": {"experiments.evaluation.metrics"},
-             "experiments.studies.sweep": {"experiments.config.grid"},
-             "featurestore.storage.store": {"experiments.config.grid", "featurestore.features"}}  # fmt: skip
+    graph = {
+        "experiments.config.grid": {"experiments.evaluation.metrics"},
+        "experiments.studies.sweep": {"experiments.config.grid"},
+        "featurestore.storage.store": {"experiments.config.grid", "featurestore.features"},
+    }
     assert upward_imports(graph) == [
         "experiments.config.grid (layer 1) imports experiments.evaluation.metrics (layer 5)",
         "featurestore.storage.store imports experiments.config.grid (featurestore never imports experiments)",
@@ -215,13 +240,20 @@ def test_every_module_is_in_a_layer():
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_module_size(name):
     n = len(_modules()[name].read_text().splitlines())
-    assert n <= MAX_LINES, f"{_modules()[name].relative_to(ROOT)} has {n} lines; split it by job (<= {MAX_LINES})"
+    assert n <= MAX_LINES, (
+        f"{_modules()[name].relative_to(ROOT)} has {n} lines; split it by job (<= {MAX_LINES})"
+    )
 
 
 def _function_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     """Import statements inside functions (at any depth)."""
-    return [node for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
-            for node in ast.walk(fn) if isinstance(node, ast.Import | ast.ImportFrom)]  # fmt: skip
+    return [
+        node
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    ]
 
 
 def _names_a_package(node: ast.Import | ast.ImportFrom) -> bool:
@@ -241,7 +273,9 @@ def test_lazy_imports_are_third_party_and_say_why():
             # the comment may sit on the line, the one above, or the first import of a group above
             elif not any("#" in lines[i] for i in range(max(0, node.lineno - 4), node.lineno)):
                 silent.append(where)
-    assert not hidden, f"imports of the packages inside functions (import them at the top): {hidden}"
+    assert not hidden, (
+        f"imports of the packages inside functions (import them at the top): {hidden}"
+    )
     assert not silent, f"lazy imports without a comment saying why: {silent}"
 
 
@@ -249,10 +283,13 @@ def test_lazy_imports_are_third_party_and_say_why():
 def test_only_the_store_opens_hdf5_files(package):
     allowed = {"featurestore/storage/store.py"}
     opening = sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py")
+        str(p.relative_to(ROOT))
+        for p in (ROOT / package).rglob("*.py")
         if "h5py.File(" in p.read_text() and str(p.relative_to(ROOT)) not in allowed
-    )  # fmt: skip
-    assert not opening, f"{opening} open HDF5 files; read shards through featurestore.storage.store.Store"
+    )
+    assert not opening, (
+        f"{opening} open HDF5 files; read shards through featurestore.storage.store.Store"
+    )
 
 
 def test_every_docstring_example_runs_in_make_test():
@@ -262,5 +299,12 @@ def test_every_docstring_example_runs_in_make_test():
     assert "--doctest-modules" in options["addopts"].split()
     assert set(PACKAGES) <= set(options["testpaths"])
     with_examples = {n for n, p in _modules().items() if ">>> " in p.read_text()}
-    assert {"experiments.tracking.ui_view", "experiments.data.frames_cache", "experiments.config.loading", "experiments.config.grid",
-            "experiments.executors.base", "experiments.config.validation", "featurestore.storage.store"} <= with_examples
+    assert {
+        "experiments.tracking.ui_view",
+        "experiments.data.frames_cache",
+        "experiments.config.loading",
+        "experiments.config.grid",
+        "experiments.executors.base",
+        "experiments.config.validation",
+        "featurestore.storage.store",
+    } <= with_examples

@@ -22,5 +22,15 @@ from .loading import (
     resolve_config_path,
 )
 
-__all__ = ["CONFIG_DIR", "DEFAULT_CONFIG", "ConfigError", "ExperimentConfig", "Range", "config_hash",
-           "expand", "from_dict", "load_config", "resolve_config_path"]
+__all__ = [
+    "CONFIG_DIR",
+    "DEFAULT_CONFIG",
+    "ConfigError",
+    "ExperimentConfig",
+    "Range",
+    "config_hash",
+    "expand",
+    "from_dict",
+    "load_config",
+    "resolve_config_path",
+]

@@ -22,4 +22,6 @@ def check_choice(kind: str, value: str, valid: Sequence[str], context: str = "")
         return
     close = difflib.get_close_matches(str(value), [str(v) for v in valid], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"unknown {kind} {value!r}{context}{hint}; valid: {', '.join(map(str, valid)) or '(none)'}")
+    raise ValueError(
+        f"unknown {kind} {value!r}{context}{hint}; valid: {', '.join(map(str, valid)) or '(none)'}"
+    )

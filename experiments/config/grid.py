@@ -106,7 +106,9 @@ class Trial:
                 "postprocess.rescale": self.rescale,
                 "postprocess.fit_on": self.fit_on,
                 "track": self.track,
-                "unseen_listener": format_value(self.unseen_listener and self.track == "generalized"),
+                "unseen_listener": format_value(
+                    self.unseen_listener and self.track == "generalized"
+                ),
                 "target": self.target,
                 "protocol": self.protocol,
                 "seed": format_value(self.seed),
@@ -121,7 +123,9 @@ class Trial:
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
-        return WindowKey(self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats)
+        return WindowKey(
+            self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats
+        )
 
     def fit_key(self) -> Trial:
         """The part of the trial that determines its fitted models: every field but the
@@ -179,8 +183,10 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
         ConfigError: ``cfg`` has ranges (an Optuna search space: see :mod:`experiments.studies.search`).
     """
     if has_ranges(cfg):
-        raise ConfigError(f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
-                          "a grid lists values. Run it with experiments.studies.search.run_search (experiments sweep does)")
+        raise ConfigError(
+            f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
+            "a grid lists values. Run it with experiments.studies.search.run_search (experiments sweep does)"
+        )
     glob = _axis_values(cfg)
     per_model = [model_axes(cfg, spec) for spec in cfg.models]
     splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
@@ -196,9 +202,15 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
             names = list(spec.params)
             methods = axes["postprocess.smooth_method"]
             for values in itertools.product(*(spec.params[n] for n in names)):
-                hp = tuple((n, tuple(v) if isinstance(v, list) else v) for n, v in zip(names, values, strict=True))
+                hp = tuple(
+                    (n, tuple(v) if isinstance(v, list) else v)
+                    for n, v in zip(names, values, strict=True)
+                )
                 for pers, smooth, method, rescale in itertools.product(
-                    axes["personalization"], axes["postprocess.smooth_s"], methods, axes["postprocess.rescale"]
+                    axes["personalization"],
+                    axes["postprocess.smooth_s"],
+                    methods,
+                    axes["postprocess.rescale"],
                 ):
                     if smooth == 0 and method != methods[0]:
                         continue
@@ -227,4 +239,3 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         seen.add(h)
                         out.append(trial)
     return out
-

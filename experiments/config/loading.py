@@ -37,8 +37,17 @@ from .schema import ConfigError, ExperimentConfig, Range, config_hash
 from .validation import validate
 
 #: the names outside code imports from here (defined in the modules above)
-__all__ = ["CONFIG_DIR", "ConfigError", "ExperimentConfig", "Range", "config_hash", "expand", "from_dict",
-           "load_config", "resolve_config_path"]
+__all__ = [
+    "CONFIG_DIR",
+    "ConfigError",
+    "ExperimentConfig",
+    "Range",
+    "config_hash",
+    "expand",
+    "from_dict",
+    "load_config",
+    "resolve_config_path",
+]
 
 #: the packaged configs (default.yaml, ablation.yaml, smoke.yaml, search.yaml)
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -80,22 +89,32 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}")
-    return from_dict(raw, source=str(p), overrides=overrides, lines=key_lines(p.read_text(encoding="utf-8")))
+        raise ConfigError(
+            f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}"
+        )
+    return from_dict(
+        raw, source=str(p), overrides=overrides, lines=key_lines(p.read_text(encoding="utf-8"))
+    )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML."""
     if "=" not in text:
-        raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+        raise ConfigError(
+            f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]"
+        )
     key, value = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]")
+        raise ConfigError(
+            f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]"
+        )
     try:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+        raise ConfigError(
+            f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})"
+        ) from e
     return key.split("."), parsed
 
 
@@ -121,11 +140,16 @@ def apply_override(raw: dict, keys: list[str], value: Any, text: str = "") -> No
                     node[k] = {}
                 node = node[k]
         else:
-            raise ConfigError(f"--set {text}: {'.'.join(keys[:i])} is a single value, it has no key {k!r}")
+            raise ConfigError(
+                f"--set {text}: {'.'.join(keys[:i])} is a single value, it has no key {k!r}"
+            )
 
 
 def from_dict(
-    raw: Mapping, source: str = "<dict>", overrides: Iterable[str] = (), lines: Mapping[str, int] | None = None
+    raw: Mapping,
+    source: str = "<dict>",
+    overrides: Iterable[str] = (),
+    lines: Mapping[str, int] | None = None,
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
     (see :func:`key_lines`) lets errors name the line of the key in ``source``."""
@@ -164,4 +188,3 @@ def key_lines(text: str) -> dict[str, int]:
     if root is not None:
         walk(root, "")
     return out
-

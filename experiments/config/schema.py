@@ -84,10 +84,10 @@ class Range:
         return is_number(x) and self.low <= x <= self.high
 
 
-
 def is_number(x: Any) -> bool:
     """A finite int or float (not a bool)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
 
 def _values(v: Any) -> Any:
     """An axis as YAML: a list of values, or a range's mapping."""
@@ -121,8 +121,15 @@ class SearchConfig:
     storage: str | None = None
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "n_trials": self.n_trials, "sampler": self.sampler, "seed": self.seed,
-                "track": self.track, "startup_trials": self.startup_trials, "storage": self.storage}
+        return {
+            "method": self.method,
+            "n_trials": self.n_trials,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "track": self.track,
+            "startup_trials": self.startup_trials,
+            "storage": self.storage,
+        }
 
 
 @dataclass
@@ -198,7 +205,9 @@ class ExperimentConfig:
     feature_set: list[str] = field(default_factory=list)
     window: WindowConfig = field(default_factory=WindowConfig)
     models: list[ModelSpec] = field(default_factory=_default_models)
-    personalization: list[str] = field(default_factory=lambda: ["global", "per_listener", "global_calibrated"])
+    personalization: list[str] = field(
+        default_factory=lambda: ["global", "per_listener", "global_calibrated"]
+    )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
@@ -228,7 +237,8 @@ class ExperimentConfig:
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
-                "lengths_s": _values(self.window.lengths_s) if isinstance(self.window.lengths_s, Range)
+                "lengths_s": _values(self.window.lengths_s)
+                if isinstance(self.window.lengths_s, Range)
                 else [list(x) for x in self.window.lengths_s],
                 "delay_s": _values(self.window.delay_s),
                 "align": list(self.window.align),
@@ -265,4 +275,3 @@ def config_hash(d: Mapping | Sequence | Any, length: int = 12) -> str:
     """Stable short hex hash of a JSON-able value (key order does not matter)."""
     blob = json.dumps(d, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
-

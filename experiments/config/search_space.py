@@ -44,7 +44,9 @@ class ModelSpace:
     """One ``models`` entry in a search: its choices per axis (lists or ranges), after its
     ``only`` and the track restriction of ``personalization``."""
 
-    label: str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
+    label: (
+        str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
+    )
     index: int  # its place in ``models``
     spec: ModelSpec
     axes: dict[str, list[Any] | Range]
@@ -65,15 +67,24 @@ class SearchSpace:
 
         def add(name: str, choices: Any, key: str) -> None:
             if isinstance(choices, Range):
-                raise SearchSpaceError("search.sampler", f"grid walks lists of values, but {key} is a range "
-                                       "(use sampler tpe or random, or list its values)")
+                raise SearchSpaceError(
+                    "search.sampler",
+                    f"grid walks lists of values, but {key} is a range "
+                    "(use sampler tpe or random, or list its values)",
+                )
             if len(choices) > 1:
                 out[name] = [_encode(c) for c in choices]
 
         add("model", [m.label for m in self.models], "models")
         for m in self.models:
-            for axis in ("feature_set", "window.lengths_s", "window.delay_s", "window.align", "personalization",
-                         "postprocess.smooth_s"):
+            for axis in (
+                "feature_set",
+                "window.lengths_s",
+                "window.delay_s",
+                "window.align",
+                "personalization",
+                "postprocess.smooth_s",
+            ):
                 add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
             for hp, values in m.spec.params.items():
                 add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
@@ -81,8 +92,11 @@ class SearchSpace:
                 rescales = self.rescales(m, pers)
                 add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
             if any(s != 0 for s in m.axes["postprocess.smooth_s"]):
-                add(self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
-                    m.axes["postprocess.smooth_method"], "postprocess.smooth_method")
+                add(
+                    self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
+                    m.axes["postprocess.smooth_method"],
+                    "postprocess.smooth_method",
+                )
         return out
 
     def name(self, axis: str, choices: list[Any] | Range) -> str:
@@ -108,11 +122,14 @@ def _global_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
     return {
         "feature_set": list(cfg.feature_set),
         "window.lengths_s": lengths if isinstance(lengths, Range) else [tuple(x) for x in lengths],
-        "window.delay_s": cfg.window.delay_s if isinstance(cfg.window.delay_s, Range) else list(cfg.window.delay_s),
+        "window.delay_s": cfg.window.delay_s
+        if isinstance(cfg.window.delay_s, Range)
+        else list(cfg.window.delay_s),
         "window.align": list(cfg.window.align),
         "personalization": list(cfg.personalization),
         "postprocess.rescale": list(cfg.postprocess.rescale),
-        "postprocess.smooth_s": cfg.postprocess.smooth_s if isinstance(cfg.postprocess.smooth_s, Range)
+        "postprocess.smooth_s": cfg.postprocess.smooth_s
+        if isinstance(cfg.postprocess.smooth_s, Range)
         else list(cfg.postprocess.smooth_s),
         "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
     }
@@ -161,12 +178,18 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
         models.append(m)
     if not models:
         ident = ", ".join(IDENTITY_PERSONALIZATIONS + IDENTITY_RESCALES)
-        what = (f"every configuration uses the listener's identity ({ident})" if track == "generalized"
-                else f"no configuration uses the listener's identity (add one of {ident})")
+        what = (
+            f"every configuration uses the listener's identity ({ident})"
+            if track == "generalized"
+            else f"no configuration uses the listener's identity (add one of {ident})"
+        )
         other = TRACKS[1 - TRACKS.index(track)]
-        raise SearchSpaceError("search.track", f"nothing to search on the {track} track: {what} in personalization "
-                               f"{list(cfg.personalization)} x postprocess.rescale {list(cfg.postprocess.rescale)} "
-                               f"(models {', '.join(dropped)}); change them or use track {other}")
+        raise SearchSpaceError(
+            "search.track",
+            f"nothing to search on the {track} track: {what} in personalization "
+            f"{list(cfg.personalization)} x postprocess.rescale {list(cfg.postprocess.rescale)} "
+            f"(models {', '.join(dropped)}); change them or use track {other}",
+        )
     space = SearchSpace(track, models, full)
     if cfg.search.sampler == "grid":
         space.grid()  # raises on a range
@@ -182,9 +205,17 @@ def _pick(ot: Any, name: str, choices: list[Any] | Range, as_float: bool = False
     """Suggest one value of ``choices`` (a list, or a range) from the Optuna trial ``ot``."""
     if isinstance(choices, Range):
         if choices.int:
-            v = ot.suggest_int(name, int(choices.low), int(choices.high), step=int(choices.step or 1), log=choices.log)
+            v = ot.suggest_int(
+                name,
+                int(choices.low),
+                int(choices.high),
+                step=int(choices.step or 1),
+                log=choices.log,
+            )
         else:
-            v = ot.suggest_float(name, choices.low, choices.high, log=choices.log, step=choices.step)
+            v = ot.suggest_float(
+                name, choices.low, choices.high, log=choices.log, step=choices.step
+            )
         return float(v) if as_float else v
     if len(choices) == 1:
         return choices[0]
@@ -195,32 +226,85 @@ def _pick(ot: Any, name: str, choices: list[Any] | Range, as_float: bool = False
 def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
     """The configuration an Optuna trial ``ot`` (``optuna.trial.Trial`` or ``FixedTrial``)
     samples from ``space``: the model entry, then every axis and hyperparameter of it."""
-    m = space.models[0] if len(space.models) == 1 else next(
-        x for x in space.models if x.label == ot.suggest_categorical("model", [x.label for x in space.models]))
+    m = (
+        space.models[0]
+        if len(space.models) == 1
+        else next(
+            x
+            for x in space.models
+            if x.label == ot.suggest_categorical("model", [x.label for x in space.models])
+        )
+    )
     a = m.axes
     fs = _pick(ot, space.name("feature_set", a["feature_set"]), a["feature_set"])
-    lengths = _pick(ot, space.name("window.lengths_s", a["window.lengths_s"]), a["window.lengths_s"], as_float=True)
-    delay = _pick(ot, space.name("window.delay_s", a["window.delay_s"]), a["window.delay_s"], as_float=True)
+    lengths = _pick(
+        ot,
+        space.name("window.lengths_s", a["window.lengths_s"]),
+        a["window.lengths_s"],
+        as_float=True,
+    )
+    delay = _pick(
+        ot, space.name("window.delay_s", a["window.delay_s"]), a["window.delay_s"], as_float=True
+    )
     align = _pick(ot, space.name("window.align", a["window.align"]), a["window.align"])
-    hp = tuple((n, tuple(v) if isinstance(v, list) else v)
-               for n, v in ((n, _pick(ot, f"{m.label}.{n}", values)) for n, values in m.spec.params.items()))
+    hp = tuple(
+        (n, tuple(v) if isinstance(v, list) else v)
+        for n, v in (
+            (n, _pick(ot, f"{m.label}.{n}", values)) for n, values in m.spec.params.items()
+        )
+    )
     pers = _pick(ot, space.name("personalization", a["personalization"]), a["personalization"])
     rescales = space.rescales(m, pers)
     rescale = _pick(ot, space.name("postprocess.rescale", rescales), rescales)
-    smooth = _pick(ot, space.name("postprocess.smooth_s", a["postprocess.smooth_s"]), a["postprocess.smooth_s"], as_float=True)
+    smooth = _pick(
+        ot,
+        space.name("postprocess.smooth_s", a["postprocess.smooth_s"]),
+        a["postprocess.smooth_s"],
+        as_float=True,
+    )
     methods = a["postprocess.smooth_method"]
-    method = methods[0] if smooth == 0 else _pick(ot, space.name("postprocess.smooth_method", methods), methods)
-    return _trial(cfg, fs, lengths if isinstance(lengths, tuple) else (lengths,), delay, align, m.spec.name, hp,
-                  pers, smooth, method, rescale)
+    method = (
+        methods[0]
+        if smooth == 0
+        else _pick(ot, space.name("postprocess.smooth_method", methods), methods)
+    )
+    return _trial(
+        cfg,
+        fs,
+        lengths if isinstance(lengths, tuple) else (lengths,),
+        delay,
+        align,
+        m.spec.name,
+        hp,
+        pers,
+        smooth,
+        method,
+        rescale,
+    )
 
 
-def _trial(cfg: ExperimentConfig, fs, lengths, delay, align, model, hp, pers, smooth, method, rescale) -> Trial:
+def _trial(
+    cfg: ExperimentConfig, fs, lengths, delay, align, model, hp, pers, smooth, method, rescale
+) -> Trial:
     return Trial(
-        feature_set=fs, channels=tuple(cfg.feature_sets[fs]), lengths_s=tuple(float(x) for x in lengths),
-        delay_s=float(delay), align=align, stats=tuple(cfg.window.stats), hop_s=cfg.window.train_hop_s,
-        model=model, model_params=hp, personalization=pers, smooth_s=float(smooth), smooth_method=method,
-        rescale=rescale, target=cfg.target, protocol=cfg.protocol, seed=cfg.seed,
-        splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()), fit_on=cfg.postprocess.fit_on,
+        feature_set=fs,
+        channels=tuple(cfg.feature_sets[fs]),
+        lengths_s=tuple(float(x) for x in lengths),
+        delay_s=float(delay),
+        align=align,
+        stats=tuple(cfg.window.stats),
+        hop_s=cfg.window.train_hop_s,
+        model=model,
+        model_params=hp,
+        personalization=pers,
+        smooth_s=float(smooth),
+        smooth_method=method,
+        rescale=rescale,
+        target=cfg.target,
+        protocol=cfg.protocol,
+        seed=cfg.seed,
+        splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()),
+        fit_on=cfg.postprocess.fit_on,
     )
 
 
@@ -228,11 +312,22 @@ def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
     """The ``dummy`` baseline logged before the first trial (not a trial of the study): the first
     value of every window list (the low end of a range), global, no smoothing, no rescaling, as
     the grid's baseline."""
+
     def first(axis: str) -> Any:
         v = space.full[axis]
         return v.low if isinstance(v, Range) else v[0]
 
     lengths = first("window.lengths_s")
-    return _trial(cfg, first("feature_set"), lengths if isinstance(lengths, tuple) else (lengths,),
-                  first("window.delay_s"), first("window.align"), "dummy", (), "global", 0.0,
-                  first("postprocess.smooth_method"), "none")
+    return _trial(
+        cfg,
+        first("feature_set"),
+        lengths if isinstance(lengths, tuple) else (lengths,),
+        first("window.delay_s"),
+        first("window.align"),
+        "dummy",
+        (),
+        "global",
+        0.0,
+        first("postprocess.smooth_method"),
+        "none",
+    )

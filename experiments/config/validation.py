@@ -90,7 +90,10 @@ def _suggest(word: Any, valid: Iterable[Any]) -> str:
 
 
 def validate(
-    raw: dict, source: str = "<dict>", origins: Mapping[str, str] | None = None, lines: Mapping[str, int] | None = None
+    raw: dict,
+    source: str = "<dict>",
+    origins: Mapping[str, str] | None = None,
+    lines: Mapping[str, int] | None = None,
 ) -> ExperimentConfig:
     """Check a config mapping (as read from YAML, overrides applied) and fill in the defaults.
 
@@ -116,13 +119,22 @@ class _Validator:
 
     def fail(self, key: str, msg: str) -> ConfigError:
         where = self.source
-        dotted = re.sub(r"\[(\d+)\]", r".\1", key)  # models[0].alpha -> models.0.alpha, as --set writes it
+        dotted = re.sub(
+            r"\[(\d+)\]", r".\1", key
+        )  # models[0].alpha -> models.0.alpha, as --set writes it
         for k, origin in self.origins.items():
             if dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + "."):
                 return ConfigError(f"{origin} (on {self.source}): {key}: {msg}")
         # the line of the key, or of its nearest enclosing key the file has (a default has none)
         parts = dotted.split(".") if dotted else []
-        line = next((self.lines[p] for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if p in self.lines), None)
+        line = next(
+            (
+                self.lines[p]
+                for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+                if p in self.lines
+            ),
+            None,
+        )
         if line is not None:
             where = f"{where}:{line}"
         return ConfigError(f"{where}: {key}: {msg}")
@@ -136,7 +148,9 @@ class _Validator:
         if allowed is not None:
             for k in value:
                 if k not in allowed:
-                    raise self.fail(f"{key}.{k}" if key else str(k), f"unknown key{_suggest(k, allowed)}")
+                    raise self.fail(
+                        f"{key}.{k}" if key else str(k), f"unknown key{_suggest(k, allowed)}"
+                    )
         return value
 
     def as_list(self, key: str, value: Any) -> list:
@@ -164,7 +178,9 @@ class _Validator:
             raise self.fail(key, f"{v!r} must be {'>' if strict else '>='} {minimum:g}")
         return float(v)
 
-    def number_list(self, key: str, value: Any, minimum: float, strict: bool = False) -> list[float]:
+    def number_list(
+        self, key: str, value: Any, minimum: float, strict: bool = False
+    ) -> list[float]:
         out: list[float] = []
         for v in self.as_list(key, value):
             x = self.number(key, v, minimum, strict)
@@ -172,18 +188,26 @@ class _Validator:
                 out.append(x)
         return out
 
-    def range(self, key: str, value: dict, minimum: float | None = None, strict: bool = False) -> Range:
+    def range(
+        self, key: str, value: dict, minimum: float | None = None, strict: bool = False
+    ) -> Range:
         """A range mapping ``{low, high[, log][, int][, step]}`` (only in an Optuna search)."""
         if self.search_method != "optuna":
-            raise self.fail(key, f"a range {value!r} is sampled by an Optuna search, but search.method is "
-                            f"{self.search_method!r}; add `search: {{method: optuna, n_trials: 50, track: generalized}}` "
-                            "or list the values of a grid, e.g. [0.01, 0.1, 1]")
+            raise self.fail(
+                key,
+                f"a range {value!r} is sampled by an Optuna search, but search.method is "
+                f"{self.search_method!r}; add `search: {{method: optuna, n_trials: 50, track: generalized}}` "
+                "or list the values of a grid, e.g. [0.01, 0.1, 1]",
+            )
         for k in value:
             if k not in RANGE_KEYS:
                 raise self.fail(f"{key}.{k}", f"unknown key of a range{_suggest(k, RANGE_KEYS)}")
         for k in ("low", "high"):
             if k not in value:
-                raise self.fail(key, f"a range needs low and high, e.g. {{low: 0.01, high: 10, log: true}}; {k} is missing")
+                raise self.fail(
+                    key,
+                    f"a range needs low and high, e.g. {{low: 0.01, high: 10, log: true}}; {k} is missing",
+                )
         low = self.number(f"{key}.low", value["low"], minimum, strict)
         high = self.number(f"{key}.high", value["high"], minimum, strict)
         if not low < high:
@@ -197,17 +221,30 @@ class _Validator:
         if step is not None:
             step = self.number(f"{key}.step", step, 0.0, strict=True)
             if flags["log"]:
-                raise self.fail(key, "a range takes log or step, not both (Optuna samples a log range continuously)")
+                raise self.fail(
+                    key,
+                    "a range takes log or step, not both (Optuna samples a log range continuously)",
+                )
         if flags["log"] and low <= 0:
             raise self.fail(f"{key}.low", f"a log range needs low > 0, got {value['low']!r}")
         if flags["int"]:
             for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
                 if v is not None and float(v) != int(v):
-                    raise self.fail(f"{key}.{k}", f"an integer range (int: true) needs integers, got {v!r}")
-            return Range(int(low), int(high), log=flags["log"], int=True, step=None if step is None else int(step))
+                    raise self.fail(
+                        f"{key}.{k}", f"an integer range (int: true) needs integers, got {v!r}"
+                    )
+            return Range(
+                int(low),
+                int(high),
+                log=flags["log"],
+                int=True,
+                step=None if step is None else int(step),
+            )
         return Range(low, high, log=flags["log"], step=step)
 
-    def number_axis(self, key: str, value: Any, minimum: float, strict: bool = False) -> list[float] | Range:
+    def number_axis(
+        self, key: str, value: Any, minimum: float, strict: bool = False
+    ) -> list[float] | Range:
         """A numeric grid axis (list of numbers), or a range in an Optuna search."""
         if isinstance(value, dict):
             return self.range(key, value, minimum, strict)
@@ -233,8 +270,20 @@ class _Validator:
     # ---- sections
     def config(self, raw: dict) -> ExperimentConfig:
         top = [
-            "target", "splits", "protocol", "feature_sets", "feature_set", "window", "models",
-            "personalization", "postprocess", "tracking", "seed", "jobs", "unseen_listener", "search",
+            "target",
+            "splits",
+            "protocol",
+            "feature_sets",
+            "feature_set",
+            "window",
+            "models",
+            "personalization",
+            "postprocess",
+            "tracking",
+            "seed",
+            "jobs",
+            "unseen_listener",
+            "search",
         ]
         self.mapping("", raw, top)
         d = ExperimentConfig()
@@ -244,7 +293,9 @@ class _Validator:
 
         target = raw.get("target", d.target)
         if not isinstance(target, str) or not target:
-            raise self.fail("target", f"expected a label target name such as valence_self, got {target!r}")
+            raise self.fail(
+                "target", f"expected a label target name such as valence_self, got {target!r}"
+            )
         cfg.target = target
 
         if isinstance(raw.get("protocol"), list):
@@ -271,7 +322,9 @@ class _Validator:
         if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
             raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
         cfg.jobs = jobs
-        cfg.models = self.models(raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg)
+        cfg.models = self.models(
+            raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg
+        )
         if cfg.search.method == "optuna":
             try:
                 search_space(cfg)
@@ -296,7 +349,10 @@ class _Validator:
             setattr(out, k, v)
         storage = value.get("storage")
         if storage is not None and (not isinstance(storage, str) or not storage):
-            raise self.fail("search.storage", f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {storage!r}")
+            raise self.fail(
+                "search.storage",
+                f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {storage!r}",
+            )
         out.storage = storage
         return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
 
@@ -311,22 +367,34 @@ class _Validator:
             out[name] = []
             for s in stories:
                 if not isinstance(s, int) or isinstance(s, bool) or s < 1:
-                    raise self.fail(f"splits.{name}", f"expected story numbers (integers >= 1), got {s!r}")
+                    raise self.fail(
+                        f"splits.{name}", f"expected story numbers (integers >= 1), got {s!r}"
+                    )
                 if s in owner and owner[s] != name:
-                    raise self.fail(f"splits.{name}", f"story {s} is also in splits.{owner[s]}; a story belongs to one split")
+                    raise self.fail(
+                        f"splits.{name}",
+                        f"story {s} is also in splits.{owner[s]}; a story belongs to one split",
+                    )
                 owner[s] = name
                 if s not in out[name]:
                     out[name].append(s)
         if not out.get("train"):
-            raise self.fail("splits.train", "no training stories; list them, e.g. train: [2, 4, 5, 8]")
+            raise self.fail(
+                "splits.train", "no training stories; list them, e.g. train: [2, 4, 5, 8]"
+            )
         if protocol == "val" and not out.get("val"):
-            raise self.fail("splits.val", "protocol val needs validation stories, e.g. val: [1] (or use protocol: loso)")
+            raise self.fail(
+                "splits.val",
+                "protocol val needs validation stories, e.g. val: [1] (or use protocol: loso)",
+            )
         return out
 
     def feature_sets(self, value: Any) -> dict[str, list[str]]:
         value = self.mapping("feature_sets", value)
         if not value:
-            raise self.fail("feature_sets", "no feature sets; define at least one name -> [role/channel, ...]")
+            raise self.fail(
+                "feature_sets", "no feature sets; define at least one name -> [role/channel, ...]"
+            )
         out: dict[str, list[str]] = {}
         for name, keys in value.items():
             key = f"feature_sets.{name}"
@@ -336,7 +404,10 @@ class _Validator:
                 if len(parts) != 2 or not parts[1]:
                     raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
                 if parts[0] not in ROLES:
-                    raise self.fail(key, f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{_suggest(parts[0], ROLES)}")
+                    raise self.fail(
+                        key,
+                        f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{_suggest(parts[0], ROLES)}",
+                    )
                 if ch not in chans:
                     chans.append(str(ch))
             out[str(name)] = chans
@@ -348,7 +419,10 @@ class _Validator:
         names = []
         for v in self.as_list("feature_set", value):
             if v not in sets:
-                raise self.fail("feature_set", f"{v!r} is not defined in feature_sets ({', '.join(sets)}){_suggest(v, sets)}")
+                raise self.fail(
+                    "feature_set",
+                    f"{v!r} is not defined in feature_sets ({', '.join(sets)}){_suggest(v, sets)}",
+                )
             if v not in names:
                 names.append(v)
         return names
@@ -371,49 +445,74 @@ class _Validator:
         return w
 
     def postprocess(self, value: Any) -> PostprocessConfig:
-        value = self.mapping("postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"])
+        value = self.mapping(
+            "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
+        )
         d = PostprocessConfig()
         fit_on = value.get("fit_on", d.fit_on)
         if isinstance(fit_on, list):
-            raise self.fail("postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list")
+            raise self.fail(
+                "postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list"
+            )
         return PostprocessConfig(
             fit_on=self.enum_list("postprocess.fit_on", fit_on, FIT_ON)[0],
-            smooth_s=self.number_axis("postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0),
-            smooth_method=self.enum_list(
-                "postprocess.smooth_method", value.get("smooth_method", d.smooth_method), SMOOTH_METHODS
+            smooth_s=self.number_axis(
+                "postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0
             ),
-            rescale=self.enum_list("postprocess.rescale", value.get("rescale", d.rescale), RESCALES),
+            smooth_method=self.enum_list(
+                "postprocess.smooth_method",
+                value.get("smooth_method", d.smooth_method),
+                SMOOTH_METHODS,
+            ),
+            rescale=self.enum_list(
+                "postprocess.rescale", value.get("rescale", d.rescale), RESCALES
+            ),
         )
 
     def tracking(self, value: Any) -> TrackingConfig:
         value = self.mapping("tracking", value, ["uri", "experiment"])
         d = TrackingConfig()
-        t = TrackingConfig(uri=value.get("uri", d.uri), experiment=value.get("experiment", d.experiment))
+        t = TrackingConfig(
+            uri=value.get("uri", d.uri), experiment=value.get("experiment", d.experiment)
+        )
         for k in ("uri", "experiment"):
             if not isinstance(getattr(t, k), str) or not getattr(t, k):
-                raise self.fail(f"tracking.{k}", f"expected a non-empty string, got {getattr(t, k)!r}")
+                raise self.fail(
+                    f"tracking.{k}", f"expected a non-empty string, got {getattr(t, k)!r}"
+                )
         return t
 
     def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelSpec]:
         if not isinstance(value, list) or not value:
-            raise self.fail("models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries")
+            raise self.fail(
+                "models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
+            )
         out: list[ModelSpec] = []
         for i, entry in enumerate(value):
             key = f"models[{i}]"
             if isinstance(entry, str):
                 entry = {"name": entry}
             if not isinstance(entry, dict) or "name" not in entry:
-                raise self.fail(key, f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}")
+                raise self.fail(
+                    key,
+                    f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}",
+                )
             name = entry["name"]
             if name not in MODEL_PARAMS:
-                raise self.fail(f"{key}.name", f"unknown model {name!r}{_suggest(name, sorted(MODEL_PARAMS))}")
+                raise self.fail(
+                    f"{key}.name", f"unknown model {name!r}{_suggest(name, sorted(MODEL_PARAMS))}"
+                )
             spec = ModelSpec(str(name))
             allowed = list(MODEL_PARAMS[name])
             for hp, grid in entry.items():
                 if hp in ("name", "only"):
                     continue
                 if hp not in allowed:
-                    hint = _suggest(hp, allowed + ["only"]) if allowed else "; this model has no hyperparameters"
+                    hint = (
+                        _suggest(hp, allowed + ["only"])
+                        if allowed
+                        else "; this model has no hyperparameters"
+                    )
                     raise self.fail(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
                 if isinstance(grid, dict):
                     spec.params[hp] = self.range(f"{key}.{hp}", grid)

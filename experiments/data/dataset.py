@@ -96,7 +96,9 @@ def resample_channel(
     return _interpolate(dv, tv, n_frames, fps, max_gap_s, hold_s=max(step, 1.0 / fps) / 2)
 
 
-def _pool(dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
+def _pool(
+    dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples nearest to each frame (within half a frame period), NaN-aware."""
     frame = np.floor(tv * fps + 0.5).astype(np.int64)
     keep = (frame >= 0) & (frame < n_frames)
@@ -225,8 +227,13 @@ def load_sessions(
         if pool:
             pool.shutdown()
     if frames_cache is not None:
-        log.debug("frames cache %s: %d of %d sessions resampled, %d cached", frames_cache.folder, len(pending),
-                  len(names), written)  # fmt: skip
+        log.debug(
+            "frames cache %s: %d of %d sessions resampled, %d cached",
+            frames_cache.folder,
+            len(pending),
+            len(names),
+            written,
+        )
     return out
 
 
@@ -246,8 +253,18 @@ def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
 def _resampling_code() -> str:
     """Hash of the code that turns a shard into frames: any edit invalidates cached entries (the
     shard reader in featurestore included: it decides which arrays and labels are read)."""
-    return code_version([resample_channel, _pool, _interpolate, _read_shard, ShardReader.read, ShardReader.labels,
-                         read_channel_group, Features.__post_init__])  # fmt: skip
+    return code_version(
+        [
+            resample_channel,
+            _pool,
+            _interpolate,
+            _read_shard,
+            ShardReader.read,
+            ShardReader.labels,
+            read_channel_group,
+            Features.__post_init__,
+        ]
+    )
 
 
 @dataclass
@@ -298,7 +315,12 @@ def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> Session
 
 
 def _read_shard(
-    st: Store, s: str, keys: list[str], target: str, by_story: dict[int, str] | None, max_gap_s: float
+    st: Store,
+    s: str,
+    keys: list[str],
+    target: str,
+    by_story: dict[int, str] | None,
+    max_gap_s: float,
 ) -> SessionTable | None:
     """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
     # one open per shard through the store's reader, which checks the schema, the channels and

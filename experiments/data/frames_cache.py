@@ -108,7 +108,12 @@ SUFFIX = ".frames"
 
 _TMP_MARK = ".tmp-"
 #: the arrays of an entry, in file order, and their dtypes
-_DTYPES = {"y": np.dtype("<f4"), "valid": np.dtype("|b1"), "column_channel": np.dtype("<i8"), "X": np.dtype("<f4")}
+_DTYPES = {
+    "y": np.dtype("<f4"),
+    "valid": np.dtype("|b1"),
+    "column_channel": np.dtype("<i8"),
+    "X": np.dtype("<f4"),
+}
 #: the longest header line a reader accepts (bytes): a damaged file is not read whole looking for a newline
 _MAX_HEADER = 1 << 22
 _HEADER_CHUNK = 1 << 14
@@ -251,7 +256,9 @@ class FramesCache:
         except FileNotFoundError:
             return None
         except CorruptEntry as e:
-            log.debug("frames cache entry %s is damaged (%s); rebuilding it from the shard", path, e)
+            log.debug(
+                "frames cache entry %s is damaged (%s); rebuilding it from the shard", path, e
+            )
             return None
         except OSError as e:
             log.debug("frames cache entry %s is unreadable (%s); loading from the shard", path, e)
@@ -279,8 +286,11 @@ class FramesCache:
                 if self._writable is None:
                     log.debug(
                         "frames cache folder %s is not writable (%s); loading without caching "
-                        "(set %s to a writable folder to cache elsewhere)", self.folder, e, CACHE_ENV,
-                    )  # fmt: skip
+                        "(set %s to a writable folder to cache elsewhere)",
+                        self.folder,
+                        e,
+                        CACHE_ENV,
+                    )
                 self._writable = False
             return None
         except BaseException:
@@ -311,7 +321,11 @@ class FramesCache:
         """Every entry file in the folder."""
         if not self.folder.is_dir():
             return []
-        return sorted(p for p in self.folder.iterdir() if p.name.endswith(SUFFIX) and not p.name.startswith("."))
+        return sorted(
+            p
+            for p in self.folder.iterdir()
+            if p.name.endswith(SUFFIX) and not p.name.startswith(".")
+        )
 
     def size_bytes(self) -> int:
         """Bytes on disk of all entries."""
@@ -326,16 +340,25 @@ def _unlink(path: Path) -> None:
 
 
 def _meta(table: SessionTable) -> dict:
-    return {"n_frames": table.n_frames, "listener": int(table.listener), "story": int(table.story),
-            "speaker": int(table.speaker), "split": str(table.split), "fps": float(table.fps),
-            "columns": list(table.columns), "channels": list(table.channels)}  # fmt: skip
+    return {
+        "n_frames": table.n_frames,
+        "listener": int(table.listener),
+        "story": int(table.story),
+        "speaker": int(table.speaker),
+        "split": str(table.split),
+        "fps": float(table.fps),
+        "columns": list(table.columns),
+        "channels": list(table.channels),
+    }
 
 
 @functools.lru_cache(maxsize=4096)
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     """The ``.npy`` (version 1.0) header :func:`numpy.lib.format.write_array` writes for such an array."""
     buf = io.BytesIO()
-    npy.write_array_header_1_0(buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    npy.write_array_header_1_0(
+        buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
     return buf.getvalue()
 
 
@@ -346,13 +369,24 @@ def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
 
 def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
     """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
-    arrays = {name: np.ascontiguousarray(getattr(table, name), dtype=dtype) for name, dtype in _DTYPES.items()}
-    header = {**key.describe(), "meta": _meta(table), "checksums": {name: _checksum(a) for name, a in arrays.items()}}
+    arrays = {
+        name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
+        for name, dtype in _DTYPES.items()
+    }
+    header = {
+        **key.describe(),
+        "meta": _meta(table),
+        "checksums": {name: _checksum(a) for name, a in arrays.items()},
+    }
     blob = json.dumps(header, separators=(",", ":")).encode()
     line = b'{"crc32":"%08x","header":%s}' % (zlib.crc32(blob), blob)
     # padded with spaces (JSON allows them) so that X, the last and largest array, starts at a
     # multiple of 64 bytes (.npy pads its own header to 64): unaligned, reads took 1.1x longer
-    before_x = len(line) + 1 + sum(len(_npy_header(a.shape, a.dtype)) + a.nbytes for a in list(arrays.values())[:-1])
+    before_x = (
+        len(line)
+        + 1
+        + sum(len(_npy_header(a.shape, a.dtype)) + a.nbytes for a in list(arrays.values())[:-1])
+    )
     f.write(line + b" " * (-before_x % 64) + b"\n")
     for a in arrays.values():
         npy.write_array(f, a, version=(1, 0), allow_pickle=False)
@@ -413,7 +447,9 @@ def _read_header(f) -> dict:
     if end < 0 or not head.startswith(b'{"crc32":"'):
         raise CorruptEntry("no header line")
     f.seek(end + 1)
-    blob = head[29 : head.rindex(b"}", 0, end)]  # the header object, between '..."header":' and the last '}'
+    blob = head[
+        29 : head.rindex(b"}", 0, end)
+    ]  # the header object, between '..."header":' and the last '}'
     try:
         if int(head[10:18], 16) != zlib.crc32(blob):
             raise CorruptEntry("header checksum mismatch")

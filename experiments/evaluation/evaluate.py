@@ -52,16 +52,30 @@ from .metrics import ccc, ccc_protocols
 from .uncertainty import bootstrap_protocols, chance_level
 
 #: re-exported: the sweep, the agreement study and the tests take them from here
-__all__ = ["CALIBRATION_SHRINKAGE", "TrialResult", "Windowed", "WindowedSession", "evaluate_part", "evaluate_trial",
-           "evaluate_trials", "group_fit_parts", "score_metrics", "window_sessions"]  # fmt: skip
+__all__ = [
+    "CALIBRATION_SHRINKAGE",
+    "TrialResult",
+    "Windowed",
+    "WindowedSession",
+    "evaluate_part",
+    "evaluate_trial",
+    "evaluate_trials",
+    "group_fit_parts",
+    "score_metrics",
+    "window_sessions",
+]
 
 
 @dataclass
 class TrialResult:
     trial: Trial
     metrics: dict[str, float]
-    scores: pd.DataFrame  # session, listener, story, split, ccc (a session twice: its split and <split>_unseen)
-    predictions: dict[str, np.ndarray] = field(default_factory=dict)  # session -> per-frame prediction
+    scores: (
+        pd.DataFrame
+    )  # session, listener, story, split, ccc (a session twice: its split and <split>_unseen)
+    predictions: dict[str, np.ndarray] = field(
+        default_factory=dict
+    )  # session -> per-frame prediction
     truth: dict[str, np.ndarray] = field(default_factory=dict)
     #: session -> prediction of a model fitted without that session's listener (generalized track)
     unseen_predictions: dict[str, np.ndarray] = field(default_factory=dict)
@@ -73,40 +87,65 @@ class TrialResult:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
-def _postprocess(trial: Trial, fitted: Fitted, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession]):
+def _postprocess(
+    trial: Trial,
+    fitted: Fitted,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+):
     """``trial``'s smoothing and rescaling of the group's predictions: (predictions, unseen predictions)."""
 
     def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
         return smooth(p, s.fps, trial.smooth_s, trial.smooth_method) if trial.smooth_s else p
 
     preds = {s.session: post(s, fitted.evaluated[s.session]) for s in evaluate}
-    unseen = {s.session: post(s, fitted.unseen[s.session]) for s in evaluate if s.session in fitted.unseen} \
-        if trial.track == "generalized" and trial.unseen_listener else {}
+    unseen = (
+        {
+            s.session: post(s, fitted.unseen[s.session])
+            for s in evaluate
+            if s.session in fitted.unseen
+        }
+        if trial.track == "generalized" and trial.unseen_listener
+        else {}
+    )
     if trial.rescale == "none":
         return preds, unseen
+
     def fitted_rescaler(sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]):
         rescaler, per_listener = rescaler_for(trial.rescale)
         y = np.concatenate([s.y for s in sessions])
         p = np.concatenate([post(s, predictions[s.session]) for s in sessions])
-        groups = np.concatenate([np.full(len(s.y), s.listener) for s in sessions]) if per_listener else None
+        groups = (
+            np.concatenate([np.full(len(s.y), s.listener) for s in sessions])
+            if per_listener
+            else None
+        )
         ok = np.isfinite(y)
-        return rescaler.fit(y[ok], p[ok], groups=None if groups is None else groups[ok]), per_listener
+        return rescaler.fit(
+            y[ok], p[ok], groups=None if groups is None else groups[ok]
+        ), per_listener
 
     rescaler, per_listener = fitted_rescaler(train, fitted.fit_on)
-    preds = {sid: rescaler.transform(p, group=by.listener if per_listener else None)
-             for (sid, p), by in zip(preds.items(), evaluate, strict=True)}
+    preds = {
+        sid: rescaler.transform(p, group=by.listener if per_listener else None)
+        for (sid, p), by in zip(preds.items(), evaluate, strict=True)
+    }
     # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
     by_listener: dict[int, object] = {}
     for s in evaluate:
         if s.session in unseen:
             if s.listener not in by_listener:
                 others = [t for t in train if t.listener != s.listener]
-                by_listener[s.listener] = fitted_rescaler(others, fitted.unseen_fit_on[s.listener])[0]
+                by_listener[s.listener] = fitted_rescaler(others, fitted.unseen_fit_on[s.listener])[
+                    0
+                ]
             unseen[s.session] = by_listener[s.listener].transform(unseen[s.session])
     return preds, unseen
 
 
-def _split_sessions(w: Windowed, splits: dict[str, tuple[int, ...]]) -> dict[str, list[WindowedSession]]:
+def _split_sessions(
+    w: Windowed, splits: dict[str, tuple[int, ...]]
+) -> dict[str, list[WindowedSession]]:
     by_story = {int(st): name for name, stories in splits.items() for st in stories}
     out: dict[str, list[WindowedSession]] = {"train": [], "val": [], "test": []}
     for s in w.sessions:
@@ -125,7 +164,9 @@ def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
     return evaluate_trials([trial], w)[0]
 
 
-def evaluate_trials(trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None) -> list[TrialResult]:
+def evaluate_trials(
+    trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None
+) -> list[TrialResult]:
     """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`, fitting once.
 
     Each result is what :func:`evaluate_trial` gives for that configuration alone; only the
@@ -153,20 +194,28 @@ def evaluate_trials(trials: Sequence[Trial], w: Windowed, done: dict[FitPart, Pa
 def _check_group(trials: Sequence[Trial]) -> None:
     keys = {t.fit_key() for t in trials}
     if len(keys) != 1:
-        raise ValueError(f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones")
+        raise ValueError(
+            f"evaluate_trials takes configurations with one fit key; got {len(keys)} different ones"
+        )
 
 
 def _refuse_loso(trial: Trial) -> None:
     if trial.protocol == "loso":
-        raise ValueError("fit parts are made apart under protocol val only; loso groups are fitted whole")
+        raise ValueError(
+            "fit parts are made apart under protocol val only; loso groups are fitted whole"
+        )
 
 
-def _group_sets(trials: Sequence[Trial], w: Windowed) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
+def _group_sets(
+    trials: Sequence[Trial], w: Windowed
+) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
     """(sessions by split, need_post_fit, need_unseen) of a fit group."""
     first = trials[0]
     parts = _split_sessions(w, dict(first.splits))
     if not parts["train"]:
-        raise ValueError(f"no training sessions (stories {dict(first.splits).get('train')}) in the store")
+        raise ValueError(
+            f"no training sessions (stories {dict(first.splits).get('train')}) in the store"
+        )
     if first.protocol != "loso" and not parts["val"] + parts["test"]:
         raise ValueError("no validation or test sessions to score")
     need_post_fit = any(t.rescale != "none" for t in trials)
@@ -183,7 +232,9 @@ def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
     if trials[0].protocol == "loso":
         return []
     sets, need_post_fit, need_unseen = _group_sets(trials, w)
-    return fit_parts(trials[0], sets["train"], sets["val"] + sets["test"], need_post_fit, need_unseen)
+    return fit_parts(
+        trials[0], sets["train"], sets["val"] + sets["test"], need_post_fit, need_unseen
+    )
 
 
 def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartResult:
@@ -195,7 +246,9 @@ def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartRe
     return fit_part(trials[0], part, sets["train"], sets["val"] + sets["test"], need_post_fit)
 
 
-def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]) -> list[TrialResult]:
+def _evaluate_group(
+    trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]
+) -> list[TrialResult]:
     t0 = time.perf_counter()
     first = trials[0]
     parts, need_post_fit, need_unseen = _group_sets(trials, w)
@@ -207,7 +260,12 @@ def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartRe
     notes: list[str] = []
     n_rows = 0
 
-    def run(train: list[WindowedSession], evaluate: list[WindowedSession], split: dict[str, str], with_unseen: bool) -> None:
+    def run(
+        train: list[WindowedSession],
+        evaluate: list[WindowedSession],
+        split: dict[str, str],
+        with_unseen: bool,
+    ) -> None:
         nonlocal n_rows
         fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and with_unseen, done)
         notes.extend([*fitted.notes, *fitted.warnings])
@@ -229,7 +287,12 @@ def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartRe
             run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
     else:
         evaluate = parts["val"] + parts["test"]
-        run(parts["train"], evaluate, {s.session: name for name in ("val", "test") for s in parts[name]}, with_unseen=True)
+        run(
+            parts["train"],
+            evaluate,
+            {s.session: name for name in ("val", "test") for s in parts[name]},
+            with_unseen=True,
+        )
 
     by_session = {s.session: s for s in w.sessions}
     # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
@@ -241,13 +304,33 @@ def _evaluate_group(trials: list[Trial], w: Windowed, done: dict[FitPart, PartRe
             for sid, pred in source.items():
                 s = by_session[sid]
                 ok = np.isfinite(s.y)
-                rows.append({"session": sid, "listener": s.listener, "story": s.story,
-                             "split": split_of[sid] + suffix, "ccc": ccc(s.y[ok], pred[ok])})
+                rows.append(
+                    {
+                        "session": sid,
+                        "listener": s.listener,
+                        "story": s.story,
+                        "split": split_of[sid] + suffix,
+                        "ccc": ccc(s.y[ok], pred[ok]),
+                    }
+                )
         scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
         truth = {sid: by_session[sid].y for sid in p}
-        metrics = score_metrics(scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u)
-        results.append(TrialResult(t, metrics, scores, p, truth, u, fit_seconds=seconds, n_train_rows=n_rows,
-                                   warnings=sorted(set(notes))))
+        metrics = score_metrics(
+            scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u
+        )
+        results.append(
+            TrialResult(
+                t,
+                metrics,
+                scores,
+                p,
+                truth,
+                u,
+                fit_seconds=seconds,
+                n_train_rows=n_rows,
+                warnings=sorted(set(notes)),
+            )
+        )
     return results
 
 

@@ -78,7 +78,12 @@ def _predict(model, s: WindowedSession, column_major: bool = False) -> np.ndarra
     return np.asarray(model.predict(X), dtype=np.float64)
 
 
-def _fit(trial: Trial, train: Sequence[WindowedSession], personalization: str, predicted: Sequence[WindowedSession]):
+def _fit(
+    trial: Trial,
+    train: Sequence[WindowedSession],
+    personalization: str,
+    predicted: Sequence[WindowedSession],
+):
     """Fit ``trial``'s model with ``personalization`` on ``train``, to predict the sessions
     ``predicted``; returns (model, label mean, rows).
 
@@ -90,11 +95,15 @@ def _fit(trial: Trial, train: Sequence[WindowedSession], personalization: str, p
     X, y = design(train, hop)
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
-    model = make_personalizer(personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
+    model = make_personalizer(
+        personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed)
+    )
     if personalization == "per_listener":
         ids, counts = np.unique(X[:, 0], return_counts=True)
         rows = dict(zip(ids.tolist(), counts.tolist(), strict=True))
-        model.set_params(fallback=any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted))
+        model.set_params(
+            fallback=any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted)
+        )
     model.fit(X, y)
     return model, float(np.mean(y)), len(y)
 
@@ -165,7 +174,11 @@ def _others(train: Sequence[WindowedSession], listener: int) -> list[WindowedSes
 
 
 def fit_parts(
-    trial: Trial, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession], need_post_fit: bool, need_unseen: bool
+    trial: Trial,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+    need_post_fit: bool,
+    need_unseen: bool,
 ) -> list[FitPart]:
     """Every fit the group of ``trial`` needs on ``train``, the costliest kinds first."""
     base, calibrated = _base(trial)
@@ -179,12 +192,19 @@ def fit_parts(
                 continue  # combine_parts notes it
             parts.append(FitPart("unseen", listener=listener))
             if need_post_fit and _out_of_fold(trial, others):
-                parts += [FitPart("unseen_fold", listener=listener, story=st) for st in sorted({s.story for s in others})]
+                parts += [
+                    FitPart("unseen_fold", listener=listener, story=st)
+                    for st in sorted({s.story for s in others})
+                ]
     return parts
 
 
 def fit_part(
-    trial: Trial, part: FitPart, train: Sequence[WindowedSession], evaluate: Sequence[WindowedSession], need_post_fit: bool
+    trial: Trial,
+    part: FitPart,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+    need_post_fit: bool,
 ) -> PartResult:
     """Fit and predict one part (see the module docstring)."""
     t0 = time.perf_counter()
@@ -212,8 +232,11 @@ def fit_part(
         else:
             raise ValueError(f"unknown fit part {part.kind!r}: main, fold, unseen or unseen_fold")
         fitted = _fit(trial, fit_on, personalization, [*predicted, *in_sample])
-        result = PartResult({s.session: _predict_filled(trial, fitted, s) for s in predicted},
-                            {s.session: _predict_filled(trial, fitted, s) for s in in_sample}, n_rows=fitted[2])  # fmt: skip
+        result = PartResult(
+            {s.session: _predict_filled(trial, fitted, s) for s in predicted},
+            {s.session: _predict_filled(trial, fitted, s) for s in in_sample},
+            n_rows=fitted[2],
+        )
         del fitted
     result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
     result.seconds = time.perf_counter() - t0
@@ -253,7 +276,9 @@ def combine_parts(
             fit_on = predictions("fold")
         else:
             if trial.fit_on == "out_of_fold":
-                notes.append(f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample")
+                notes.append(
+                    f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample"
+                )
             fit_on = dict(main.in_sample)
     if calibrated:
         listeners = np.concatenate([np.full(len(s.y), s.listener, float) for s in train])
@@ -261,8 +286,18 @@ def combine_parts(
         y = np.concatenate([s.y for s in train])
         ok = np.isfinite(y)
         maps = fit_listener_calibration(listeners[ok], pred[ok], y[ok], CALIBRATION_SHRINKAGE)
-        evaluated = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), evaluated[s.session]) for s in evaluate}
-        fit_on = {s.session: apply_listener_calibration(maps, np.full(len(s.y), s.listener), fit_on[s.session]) for s in train}
+        evaluated = {
+            s.session: apply_listener_calibration(
+                maps, np.full(len(s.y), s.listener), evaluated[s.session]
+            )
+            for s in evaluate
+        }
+        fit_on = {
+            s.session: apply_listener_calibration(
+                maps, np.full(len(s.y), s.listener), fit_on[s.session]
+            )
+            for s in train
+        }
 
     unseen: dict[str, np.ndarray] = {}
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
@@ -270,7 +305,9 @@ def combine_parts(
         for listener in sorted({s.listener for s in evaluate}):
             others = _others(train, listener)
             if not others:
-                notes.append(f"listener {listener}: no other listener to train on, no unseen-listener score")
+                notes.append(
+                    f"listener {listener}: no other listener to train on, no unseen-listener score"
+                )
                 continue
             part = done[FitPart("unseen", listener=listener)]
             unseen.update(part.predictions)
@@ -279,8 +316,15 @@ def combine_parts(
                     unseen_fit_on[listener] = predictions("unseen_fold", listener)
                 else:
                     unseen_fit_on[listener] = dict(part.in_sample)
-    return Fitted(evaluated, fit_on, unseen, main.n_rows, notes, unseen_fit_on,
-                  warnings=sorted({w for p in parts for w in done[p].warnings}))  # fmt: skip
+    return Fitted(
+        evaluated,
+        fit_on,
+        unseen,
+        main.n_rows,
+        notes,
+        unseen_fit_on,
+        warnings=sorted({w for p in parts for w in done[p].warnings}),
+    )
 
 
 def fit_group(

@@ -46,7 +46,9 @@ def ccc(y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[floa
     for name, a in (("ground truth", t), ("prediction", p)):
         bad = ~np.isfinite(a)
         if bad.any():
-            raise ValueError(f"ccc: {name} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})")
+            raise ValueError(
+                f"ccc: {name} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})"
+            )
     mt, mp = t.mean(), p.mean()
     dt, dp = t - mt, p - mp
     vt, vp = float(np.mean(dt * dt)), float(np.mean(dp * dp))
@@ -68,11 +70,15 @@ def _protocol_frame(df: pd.DataFrame | Iterable[Mapping]) -> pd.DataFrame:
     frame = df if isinstance(df, pd.DataFrame) else pd.DataFrame(list(df))
     missing = [c for c in ("listener", "story", "ccc") if c not in frame.columns]
     if missing:
-        raise ValueError(f"CCC table lacks columns {missing}; expected listener, story, ccc (one row per session)")
+        raise ValueError(
+            f"CCC table lacks columns {missing}; expected listener, story, ccc (one row per session)"
+        )
     frame = frame[["listener", "story", "ccc"]].astype({"ccc": float})
     dup = frame.duplicated(["listener", "story"], keep=False)
     if dup.any():
-        pairs = sorted({(int(a), int(b)) for a, b in frame.loc[dup, ["listener", "story"]].to_numpy()})
+        pairs = sorted(
+            {(int(a), int(b)) for a, b in frame.loc[dup, ["listener", "story"]].to_numpy()}
+        )
         raise ValueError(f"CCC table has more than one row for (listener, story) {pairs[:5]}")
     # a fixed row order makes every mean bit-for-bit independent of the input order
     return frame.sort_values(["listener", "story"], kind="stable").reset_index(drop=True)

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 def _wrap(text: str, width_in: float, fontsize: float) -> str:
     """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
-    chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 % of the width, ~0.6 em a character
+    chars = max(
+        20, int(0.8 * width_in * 72 / (0.62 * fontsize))
+    )  # axes ~80 % of the width, ~0.6 em a character
     return "\n".join(textwrap.wrap(text, chars)) if text else text
 
 
@@ -76,9 +78,13 @@ def plot_predictions(
     """
     plt = _plt()
     df = scores.sort_values("ccc", ascending=False)
-    pick = list(df.session[: max_sessions // 2]) + list(df.session[::-1][: max_sessions - max_sessions // 2])
+    pick = list(df.session[: max_sessions // 2]) + list(
+        df.session[::-1][: max_sessions - max_sessions // 2]
+    )
     pick = list(dict.fromkeys(s for s in pick if s in predictions))[:max_sessions]
-    fig, axes = plt.subplots(len(pick), 1, figsize=(9, 2.2 * max(1, len(pick))), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        len(pick), 1, figsize=(9, 2.2 * max(1, len(pick))), squeeze=False, sharey=True
+    )
     for ax, sid in zip(axes[:, 0], pick, strict=False):
         y, p = truth[sid], predictions[sid]
         t = np.arange(len(y)) / fps
@@ -97,7 +103,9 @@ def plot_predictions(
     return _save(fig, path)
 
 
-def plot_listener_ccc(scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "") -> Path | BinaryIO:
+def plot_listener_ccc(
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = ""
+) -> Path | BinaryIO:
     """Bar chart of each listener's mean CCC over their stories, one bar group per split."""
     plt = _plt()
     table = scores.groupby(["listener", "split"])["ccc"].mean().unstack("split")
@@ -120,7 +128,9 @@ def plot_listener_ccc(scores: pd.DataFrame, path: str | Path | BinaryIO, title: 
 
 
 def plot_ablation(
-    table: pd.DataFrame, path: str | Path | BinaryIO, reference: Mapping[str, Sequence[float]] | None = None
+    table: pd.DataFrame,
+    path: str | Path | BinaryIO,
+    reference: Mapping[str, Sequence[float]] | None = None,
 ) -> Path | BinaryIO:
     """Left: each feature set's CCC per split and track (bars, 95 % intervals over listeners as error
     bars), the unseen-listener score and the chance level; right, separately: published test numbers
@@ -134,29 +144,61 @@ def plot_ablation(
     with_unseen = "ccc_unseen_listener" in table and table.ccc_unseen_listener.notna().any()
     n_bars = len(combos) + with_unseen
     ncols = 2 if reference else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(10.5 if reference else 7.5, 4.8), squeeze=False,
-                             gridspec_kw={"width_ratios": [3, 1]} if reference else None)
+    fig, axes = plt.subplots(
+        1,
+        ncols,
+        figsize=(10.5 if reference else 7.5, 4.8),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [3, 1]} if reference else None,
+    )
     ax = axes[0, 0]
     width = 0.8 / n_bars
     x = np.arange(len(sets))
 
     def column(split: str, name: str) -> np.ndarray:
         col = table[name] if name in table else pd.Series(np.nan, index=table.index)
-        return np.array([col[(table.feature_set == s) & (table.split == split)].mean() for s in sets], dtype=float)
+        return np.array(
+            [col[(table.feature_set == s) & (table.split == split)].mean() for s in sets],
+            dtype=float,
+        )
 
     def bars(i: int, split: str, name: str, label: str, **style) -> None:
         vals = column(split, name)
         lo, hi = column(split, name + "_ci_low"), column(split, name + "_ci_high")
         err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
-        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=label,
-               yerr=np.where(np.isfinite(err), err, 0), capsize=2, error_kw={"lw": 0.8}, **style)
+        ax.bar(
+            x + i * width - 0.4 + width / 2,
+            vals,
+            width,
+            label=label,
+            yerr=np.where(np.isfinite(err), err, 0),
+            capsize=2,
+            error_kw={"lw": 0.8},
+            **style,
+        )
 
     colours = {"personalized": "tab:blue", "generalized": "tab:orange"}
     for i, (split, track) in enumerate(combos):
-        bars(i, split, f"ccc_{track}", f"{split}, {track} track", color=colours[track], alpha=0.4 if split != last else 1.0)
+        bars(
+            i,
+            split,
+            f"ccc_{track}",
+            f"{split}, {track} track",
+            color=colours[track],
+            alpha=0.4 if split != last else 1.0,
+        )
     if with_unseen:
-        bars(len(combos), last, "ccc_unseen_listener", f"{last}, unseen listeners (generalized)", color="tab:gray", hatch="//")
-    chances = np.concatenate([column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")])
+        bars(
+            len(combos),
+            last,
+            "ccc_unseen_listener",
+            f"{last}, unseen listeners (generalized)",
+            color="tab:gray",
+            hatch="//",
+        )
+    chances = np.concatenate(
+        [column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")]
+    )
     if np.isfinite(chances).any():
         chance = float(np.nanmax(chances))
         ax.axhline(chance, color="tab:red", ls=":", lw=1.2, label=f"chance, {last} (95th pct.)")
@@ -164,21 +206,30 @@ def plot_ablation(
     ax.set_xticks(x, sets, rotation=15 if max(len(s) for s in sets) > 10 else 0)
     ax.set_xlabel("feature set")
     ax.set_ylabel("CCC (-1 to 1)")
-    ax.set_title("Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
-                 fontsize=9)
+    ax.set_title(
+        "Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.24), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     if reference:
         ref = axes[0, 1]
         names = list(reference)
         xr = np.arange(len(names))
-        ref.bar(xr - 0.2, [reference[n][0] for n in names], 0.4, label="personalized", color="tab:blue")
-        ref.bar(xr + 0.2, [reference[n][1] for n in names], 0.4, label="generalized", color="tab:orange")
+        ref.bar(
+            xr - 0.2, [reference[n][0] for n in names], 0.4, label="personalized", color="tab:blue"
+        )
+        ref.bar(
+            xr + 0.2, [reference[n][1] for n in names], 0.4, label="generalized", color="tab:orange"
+        )
         ref.set_xticks(xr, names)
         ref.set_xlabel("feature set")
         ref.set_ylabel("CCC (-1 to 1)")
         ref.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
-        ref.set_title("Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8)
+        ref.set_title(
+            "Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only",
+            fontsize=8,
+        )
         ref.legend(fontsize=7, loc="upper left")
         ref.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -208,9 +259,19 @@ def plot_agreement(
         bars = ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=f"{a} vs {b}")
         row = summary[(summary.target_a == a) & (summary.target_b == b) & (summary.split == "all")]
         if len(row):
-            ax.axhline(float(row.ccc_personalized.iloc[0]), color=bars.patches[0].get_facecolor(), ls="--", lw=1)
+            ax.axhline(
+                float(row.ccc_personalized.iloc[0]),
+                color=bars.patches[0].get_facecolor(),
+                ls="--",
+                lw=1,
+            )
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(x, [s.replace("Subject_", "L").replace("_Story_", " S") for s in sessions], rotation=90, fontsize=7)
+    ax.set_xticks(
+        x,
+        [s.replace("Subject_", "L").replace("_Story_", " S") for s in sessions],
+        rotation=90,
+        fontsize=7,
+    )
     ax.set_xlabel("session (listener, story)")
     ax.set_ylabel("CCC")
     ax.set_ylim(min(-0.1, float(np.nanmin(table.ccc)) - 0.05), 1.0)
@@ -221,7 +282,9 @@ def plot_agreement(
         session, series = example
         ax = axes[0, 1]
         for name, y in series.items():
-            ax.plot(np.arange(len(y)) / fps, y, lw=1.2 if name == "valence_self" else 1.0, label=name)
+            ax.plot(
+                np.arange(len(y)) / fps, y, lw=1.2 if name == "valence_self" else 1.0, label=name
+            )
         ax.set_xlabel("time (s)")
         ax.set_ylabel("valence [-1, 1]")
         ax.set_title(f"ratings of {session}", fontsize=9)
@@ -238,7 +301,11 @@ LISTENER_CCC_FIGURE = "ccc_per_listener.png"
 
 
 def trial_figures(
-    predictions: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray], scores: pd.DataFrame, label: str, fps: float = 25.0
+    predictions: Mapping[str, np.ndarray],
+    truth: Mapping[str, np.ndarray],
+    scores: pd.DataFrame,
+    label: str,
+    fps: float = 25.0,
 ) -> dict[str, bytes]:
     """A configuration's two figures as PNG bytes, by file name (see ``PREDICTIONS_FIGURE``).
 
@@ -250,8 +317,14 @@ def trial_figures(
     # the time series are the configuration's own predictions; the bars show the unseen-listener splits too
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
     for name, draw in (
-        (PREDICTIONS_FIGURE, lambda buf: plot_predictions(predictions, truth, own, buf, fps=fps, title=label)),
-        (LISTENER_CCC_FIGURE, lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}")),
+        (
+            PREDICTIONS_FIGURE,
+            lambda buf: plot_predictions(predictions, truth, own, buf, fps=fps, title=label),
+        ),
+        (
+            LISTENER_CCC_FIGURE,
+            lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}"),
+        ),
     ):
         buf = io.BytesIO()
         draw(buf)
@@ -261,5 +334,7 @@ def trial_figures(
 
 def with_figures(result: TrialResult) -> TrialResult:
     """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
-    result.figures = trial_figures(result.predictions, result.truth, result.scores, result.trial.label())
+    result.figures = trial_figures(
+        result.predictions, result.truth, result.scores, result.trial.label()
+    )
     return result

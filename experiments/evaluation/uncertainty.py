@@ -57,7 +57,10 @@ def _matrix(scores: pd.DataFrame | Iterable[Mapping]) -> np.ndarray:
 
 
 def bootstrap_protocols(
-    scores: pd.DataFrame | Iterable[Mapping], n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
+    scores: pd.DataFrame | Iterable[Mapping],
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = 0,
 ) -> dict[str, tuple[float, float]]:
     """Percentile intervals of both protocol means, listeners resampled with replacement.
 
@@ -78,12 +81,19 @@ def bootstrap_protocols(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_listeners, size=(n_boot, n_listeners))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice (a story no drawn listener has) is NaN
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # an all-NaN slice (a story no drawn listener has) is NaN
         listener_means = np.nanmean(m, axis=1)
         personalized = listener_means[idx].mean(axis=1)
-        story_means = np.nanmean(m[idx], axis=1)  # (n_boot, stories): NaN if no drawn listener has it
+        story_means = np.nanmean(
+            m[idx], axis=1
+        )  # (n_boot, stories): NaN if no drawn listener has it
         generalized = np.nanmean(story_means, axis=1)
-    return {"personalized": _interval(personalized, level), "generalized": _interval(generalized, level)}
+    return {
+        "personalized": _interval(personalized, level),
+        "generalized": _interval(generalized, level),
+    }
 
 
 def paired_comparison(
@@ -139,8 +149,14 @@ def paired_comparison(
         signs[0] = 1.0  # the observed pattern is one of the draws
     null = signs @ sums / n_total
     p = float(np.mean(np.abs(null) >= abs(observed) - 1e-12))
-    return {"mean_diff": observed, "ci_low": low, "ci_high": high, "p_value": p,
-            "n_sessions": int(n_total), "n_listeners": int(n_listeners)}
+    return {
+        "mean_diff": observed,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p,
+        "n_sessions": int(n_total),
+        "n_listeners": int(n_listeners),
+    }
 
 
 def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -157,7 +173,9 @@ def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
     p = np.asarray(pred, dtype=np.float64)
     n = len(t)
     if n == 0 or len(p) != n:
-        raise ValueError(f"shifted_ccc needs two equally long, non-empty series, got {len(t)} and {len(p)}")
+        raise ValueError(
+            f"shifted_ccc needs two equally long, non-empty series, got {len(t)} and {len(p)}"
+        )
     if t.min() == t.max() or p.min() == p.max():
         return np.zeros(n)  # the official scorer's r = 0 for a constant series
     dt, dp = t - t.mean(), p - p.mean()
@@ -220,7 +238,9 @@ def chance_level(
     for i, (t, _) in enumerate(series):
         others = [j for j in range(len(rows)) if j != i] or [i]
         # another story and another listener first: the closest to unrelated predictions
-        others.sort(key=lambda j: (stories[j] == stories[i], listeners[j] == listeners[i], rng.random()))
+        others.sort(
+            key=lambda j: (stories[j] == stories[i], listeners[j] == listeners[i], rng.random())
+        )
         curves = []
         for j in others[:partners]:
             m = min(len(t), len(series[j][1]))

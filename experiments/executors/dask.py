@@ -102,13 +102,21 @@ def _tables(job: WorkerJob) -> list[SessionTable]:
             root = Path(job.ctx.store)
             lacking = [s for s in job.sessions if not Store(root).shard_path(s).exists()]
             if not root.is_dir() or lacking:
-                what = f"the folder {root}" if not root.is_dir() else f"{len(lacking)} shards (e.g. {root / lacking[0]}.h5)"
+                what = (
+                    f"the folder {root}"
+                    if not root.is_dir()
+                    else f"{len(lacking)} shards (e.g. {root / lacking[0]}.h5)"
+                )
                 raise DatasetError(
                     f"Dask worker {_worker_name()} cannot see {what} of the feature store; put the store on a "
                     "file system every worker mounts at the same path as the client (see README, Scaling out)"
                 )
             _TABLES[key] = load_sessions(
-                root, list(job.ctx.channels), target=job.ctx.cfg.target, splits=job.ctx.cfg.splits, sessions=list(job.sessions)
+                root,
+                list(job.ctx.channels),
+                target=job.ctx.cfg.target,
+                splits=job.ctx.cfg.splits,
+                sessions=list(job.sessions),
             )
         return _TABLES[key]
 
@@ -146,7 +154,9 @@ def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
     return None if run is None else run_row(trial, run, "done")
 
 
-def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
+def evaluate_on_worker(
+    trials: tuple[Trial, ...], job: WorkerJob
+) -> list[tuple[TrialResult | dict | None, str]]:
     """A Dask task: window (cached), fit and score one fit group (configurations that differ only
     in post-processing, see :func:`experiments.executors.base.fit_groups`); log them too if ``job.log_runs``.
 
@@ -163,7 +173,9 @@ def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[
     return [(done[t], "") if done.get(t) is not None else fresh.pop(0) for t in trials]
 
 
-def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[TrialResult | dict | None, str]]:
+def _evaluate_and_log(
+    trials: tuple[Trial, ...], job: WorkerJob
+) -> list[tuple[TrialResult | dict | None, str]]:
     tables = _tables(job)
     results: list[TrialResult | None] = [None] * len(trials)
     try:
@@ -183,7 +195,10 @@ def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[tuple[T
     if job.log_runs:
         # the worker's own code version on the runs it logs (the sweep refused a worker whose code differs)
         ctx = replace(job.ctx, child_tags={**job.ctx.child_tags, **code_version().tags()})
-        return [(log_child(_tracker(ctx), ctx, t, r, error), "") for t, r in zip(trials, results, strict=True)]
+        return [
+            (log_child(_tracker(ctx), ctx, t, r, error), "")
+            for t, r in zip(trials, results, strict=True)
+        ]
     return [(r, error) for r in results]
 
 
@@ -235,7 +250,6 @@ def clear_worker_state() -> int:
     return n
 
 
-
 class DaskExecutor(Executor):
     """Evaluates configurations on the Dask cluster of ``client`` (see the module docstring).
 
@@ -254,7 +268,11 @@ class DaskExecutor(Executor):
             return
         check_worker_code(self.client)
         store = ctx.store if isinstance(ctx.store, Store) else Store(ctx.store)
-        job = WorkerJob(replace(ctx, store=str(store.root.resolve())), tuple(store.list_sessions()), self.log_on_workers)
+        job = WorkerJob(
+            replace(ctx, store=str(store.root.resolve())),
+            tuple(store.list_sessions()),
+            self.log_on_workers,
+        )
         run = uuid.uuid4().hex[:8]
         # the local executor's order: grouped by window key (first appearance), baseline first;
         # one task per fit group
@@ -263,8 +281,13 @@ class DaskExecutor(Executor):
 
         def submit(indices: list[int]) -> list:
             for i in indices:
-                futures[i] = self.client.submit(evaluate_on_worker, order[i], job, key=f"fit-group-{i}-{order[i][0].hash()}-{run}",
-                                                pure=False)
+                futures[i] = self.client.submit(
+                    evaluate_on_worker,
+                    order[i],
+                    job,
+                    key=f"fit-group-{i}-{order[i][0].hash()}-{run}",
+                    pure=False,
+                )
             return [futures[i] for i in indices]
 
         try:
@@ -273,7 +296,9 @@ class DaskExecutor(Executor):
             if self.log_on_workers:
                 from distributed import wait  # dask: see the module docstring
 
-                wait(first)  # a worker-logged run appears when it finishes: baselines before the rest start
+                wait(
+                    first
+                )  # a worker-logged run appears when it finishes: baselines before the rest start
             submit([i for i, g in enumerate(order) if g[0].model != "dummy"])
             for i, group in enumerate(order):
                 yield from self._outcomes(group, futures[i])
@@ -283,7 +308,6 @@ class DaskExecutor(Executor):
                 self.client.run(clear_worker_state)
             except Exception:  # noqa: BLE001 - best effort: a lost worker has no state left
                 pass
-
 
     @staticmethod
     def _outcomes(group: tuple[Trial, ...], fut) -> list[Outcome]:
@@ -295,4 +319,3 @@ class DaskExecutor(Executor):
             pairs = [(None, f"on Dask: {type(e).__name__}: {e}")] * len(group)
         fut.release()
         return [(t, result, error) for t, (result, error) in zip(group, pairs, strict=True)]
-

@@ -68,8 +68,9 @@ def release_free_memory() -> None:
         trim(0)
 
 
-
-def _evaluate_shared(trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None) -> list[TrialResult]:
+def _evaluate_shared(
+    trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None
+) -> list[TrialResult]:
     """Evaluate one fit group on the shared windowed features (``done``: its parts fitted in other
     tasks); with ``figures``, draw their plots here too (in a forked worker: the parent then
     only writes the bytes)."""
@@ -117,7 +118,6 @@ def _worker_init(threads: int | None = None, release: list | None = None) -> Non
     threading.Thread(target=leave_when_orphaned, name="orphan-watch", daemon=True).start()
 
 
-
 class LocalExecutor(Executor):
     """Evaluates configurations here or, with ``ctx.jobs`` > 1, in forked worker processes."""
 
@@ -136,13 +136,17 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
     if not todo:
         return
     jobs = ctx.jobs
-    tables = load_sessions(ctx.store, list(ctx.channels), target=ctx.cfg.target, splits=ctx.cfg.splits)
+    tables = load_sessions(
+        ctx.store, list(ctx.channels), target=ctx.cfg.target, splits=ctx.cfg.splits
+    )
     groups = window_groups(todo)
     figures = ctx.log_artifacts
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
-        yield from _parallel_trials(tables, groups, jobs, figures)  # empties ``tables`` once it is done with them
+        yield from _parallel_trials(
+            tables, groups, jobs, figures
+        )  # empties ``tables`` once it is done with them
         return
     for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
@@ -174,7 +178,11 @@ _SLOW_MODELS = ("hist_gb", "xgboost", "svr")
 
 def _expected_cost(group: Sequence[Trial]) -> int:
     trial = group[0]
-    return (trial.model != "dummy") + 2 * (trial.model in _SLOW_MODELS) + (trial.personalization == "per_listener")
+    return (
+        (trial.model != "dummy")
+        + 2 * (trial.model in _SLOW_MODELS)
+        + (trial.personalization == "per_listener")
+    )
 
 
 def _split(group: Sequence[Trial]) -> bool:
@@ -206,7 +214,9 @@ def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
     idx = [first.channels.index(c) for c in key.channels if c in first.channels]
     n_columns = int(np.isin(first.column_channel, idx).sum())
     stats = [s for s in key.stats if s != "valid_frac"]
-    per_frame = len(key.lengths_s) * (n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats))
+    per_frame = len(key.lengths_s) * (
+        n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats)
+    )
     return sum(t.n_frames for t in tables) * per_frame * 4
 
 
@@ -223,7 +233,9 @@ def available_memory() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False) -> Iterator[Outcome]:
+def _parallel_trials(
+    tables, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False
+) -> Iterator[Outcome]:
     """Configurations of every group in forked worker pools, the next group's windows meanwhile.
 
     With ``figures``, each worker also draws its configurations' plots (``TrialResult.figures``),
@@ -263,7 +275,9 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     # (fit group, part) fits one part of a split group; (fit group, {part: result}) evaluates it
     # from its parts once they are all done
     waiting: dict[int, list[tuple[tuple[Trial, ...], FitPart | dict | None]]] = {}
-    futures: dict[int, dict[Trial, cf.Future] | str] = {}  # per group: each configuration's future, or why it failed
+    futures: dict[
+        int, dict[Trial, cf.Future] | str
+    ] = {}  # per group: each configuration's future, or why it failed
     slot: dict[Trial, int] = {}  # a configuration's place in the results of its fit group's future
     running: set[cf.Future] = set()
     # split fit groups not yet evaluated: each part's future (None while the part is queued)
@@ -286,7 +300,9 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
             try:
                 split = group_fit_parts(fit_group, w) if jobs > 1 and _split(fit_group) else []
-            except ValueError:  # e.g. no training sessions: the whole group's task reports it, per configuration
+            except (
+                ValueError
+            ):  # e.g. no training sessions: the whole group's task reports it, per configuration
                 split = []
             if len(split) > 1:
                 parts[i][fit_group] = dict.fromkeys(split)
@@ -308,7 +324,12 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
         _SHARED[keys[i]] = w
         release_free_memory()  # what the windowing freed: the workers would map it for nothing
         plan_tasks(i, group, w)
-        pools[i] = cf.ProcessPoolExecutor(max_workers=min(jobs, len(waiting[i])), mp_context=fork, initializer=_worker_init, initargs=(threads, tables))
+        pools[i] = cf.ProcessPoolExecutor(
+            max_workers=min(jobs, len(waiting[i])),
+            mp_context=fork,
+            initializer=_worker_init,
+            initargs=(threads, tables),
+        )
         pools[i].submit(_ready).result()  # with fork, every worker starts now, holding the features
         _SHARED.clear()
         del w
@@ -319,7 +340,13 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
     def retire_finished() -> None:
         # a pool whose configurations are all done exits now, not once their results have been
         # handed over (logging them takes seconds): its workers still map a group's features
-        for j in [j for j in pools if not waiting.get(j) and not parts.get(j) and all(f.done() for f in futures[j].values())]:
+        for j in [
+            j
+            for j in pools
+            if not waiting.get(j)
+            and not parts.get(j)
+            and all(f.done() for f in futures[j].values())
+        ]:
             pools.pop(j).shutdown(wait=True)
             waiting.pop(j, None)
 
@@ -331,9 +358,13 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
                 if not all(f is not None and f.done() for f in done.values()):
                     continue  # a part is still queued or running
                 del split[fit_group]
-                failed = next((f.exception() for f in done.values() if f.exception() is not None), None)
+                failed = next(
+                    (f.exception() for f in done.values() if f.exception() is not None), None
+                )
                 if failed is None:
-                    waiting[i].insert(0, (fit_group, {part: f.result() for part, f in done.items()}))
+                    waiting[i].insert(
+                        0, (fit_group, {part: f.result() for part, f in done.items()})
+                    )
                     continue
                 lost = cf.Future()  # what the group's task would have raised
                 lost.set_exception(failed)
@@ -371,7 +402,10 @@ def _parallel_trials(tables, groups: dict[WindowKey, list[Trial]], jobs: int, fi
                 while t not in futures[i] or not futures[i][t].done():
                     prefetch(i + 1)  # again: memory may have been freed since
                     nxt = windows.get(i + 1)
-                    cf.wait([*running, *([nxt] if nxt is not None else [])], return_when=cf.FIRST_COMPLETED)
+                    cf.wait(
+                        [*running, *([nxt] if nxt is not None else [])],
+                        return_when=cf.FIRST_COMPLETED,
+                    )
                     if nxt is not None and nxt.done():
                         launch(i + 1)  # the next group's workers take the cores this one frees
                     submit_free()

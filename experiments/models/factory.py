@@ -138,7 +138,9 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     def transform(self, X: Any) -> np.ndarray:
         """Copy of ``X`` (float32 kept, else float64) with every NaN set to its column's fill value."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=False, copy=True)
+        X = validate_data(
+            self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=False, copy=True
+        )
         fill = self.statistics_.astype(X.dtype, copy=False)
         step = self._lines_per_block(X.shape[1], X.itemsize)
         for a in range(0, X.shape[0], step):
@@ -212,7 +214,9 @@ def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -
     p = resolve_model_params(name, params)
     if name == "ridge":
         # copy_X=False: Ridge centres the scaler's output (the pipeline's own copy) in place
-        return Pipeline([*_linear_preprocessing(), ("model", Ridge(alpha=p["alpha"], copy_X=False))])
+        return Pipeline(
+            [*_linear_preprocessing(), ("model", Ridge(alpha=p["alpha"], copy_X=False))]
+        )
     if name == "svr":
         n_components = p["nystroem_components"]
         if n_components is None:
@@ -221,30 +225,45 @@ def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -
         # after StandardScaler X.var() is about 1, so SVR's gamma="scale" (and "auto")
         # is 1 / n_features: exactly Nystroem's gamma=None
         gamma = None if p["gamma"] in ("scale", "auto") else p["gamma"]
-        kernel = Nystroem(kernel="rbf", gamma=gamma, n_components=int(n_components), random_state=seed)
-        model = LinearSVR(C=p["C"], epsilon=p["epsilon"], dual="auto", max_iter=5000, random_state=seed)
+        kernel = Nystroem(
+            kernel="rbf", gamma=gamma, n_components=int(n_components), random_state=seed
+        )
+        model = LinearSVR(
+            C=p["C"], epsilon=p["epsilon"], dual="auto", max_iter=5000, random_state=seed
+        )
         return Pipeline([*_linear_preprocessing(), ("kernel", kernel), ("model", model)])
     if name == "linear_svr":
         model = LinearSVR(
-            C=p["C"], epsilon=p["epsilon"], loss=p["loss"], dual="auto",
-            max_iter=p["max_iter"], random_state=seed,
+            C=p["C"],
+            epsilon=p["epsilon"],
+            loss=p["loss"],
+            dual="auto",
+            max_iter=p["max_iter"],
+            random_state=seed,
         )
         return Pipeline([*_linear_preprocessing(), ("model", model)])
     if name == "xgboost":
         from xgboost import XGBRegressor  # imported here: loading libxgboost costs ~0.3 s
 
         model = XGBRegressor(
-            n_estimators=p["n_estimators"], max_depth=p["max_depth"],
-            learning_rate=p["learning_rate"], subsample=p["subsample"],
-            colsample_bytree=p["colsample_bytree"], tree_method="hist",
-            n_jobs=p["n_jobs"], random_state=seed,
+            n_estimators=p["n_estimators"],
+            max_depth=p["max_depth"],
+            learning_rate=p["learning_rate"],
+            subsample=p["subsample"],
+            colsample_bytree=p["colsample_bytree"],
+            tree_method="hist",
+            n_jobs=p["n_jobs"],
+            random_state=seed,
         )
         return Pipeline([("model", model)])
     if name == "hist_gb":
         # early_stopping=False: max_iter means what it says, whatever the number of rows
         model = HistGradientBoostingRegressor(
-            max_iter=p["max_iter"], learning_rate=p["learning_rate"], max_depth=p["max_depth"],
-            early_stopping=False, random_state=seed,
+            max_iter=p["max_iter"],
+            learning_rate=p["learning_rate"],
+            max_depth=p["max_depth"],
+            early_stopping=False,
+            random_state=seed,
         )
         return Pipeline([("fill_empty", FillEmptyColumns()), ("model", model)])
     # resolve_model_params accepted the name, so only "dummy" is left

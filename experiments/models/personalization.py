@@ -62,7 +62,9 @@ def split_listener_column(X: Any, listener_column: int = 0) -> tuple[np.ndarray,
     try:
         listeners = listeners.astype(float)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"listener column {listener_column} of X must hold numeric ids ({e})") from e
+        raise ValueError(
+            f"listener column {listener_column} of X must hold numeric ids ({e})"
+        ) from e
     if np.isnan(listeners).any():
         raise ValueError(
             f"listener column {listener_column} of X holds NaN in "
@@ -135,7 +137,9 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         # 1-D, n_features_in_); features may hold NaN for a wrapped estimator that takes it.
         # dtype "numeric" keeps a float32 matrix as it is: the one float copy is the split's
         # (a large training matrix must not be copied twice)
-        X, y = validate_data(self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True)
+        X, y = validate_data(
+            self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True
+        )
         self._check_width(X)
         listeners, features = split_listener_column(X, self.listener_column)
         return listeners, features, np.asarray(y, dtype=float)
@@ -209,7 +213,9 @@ class PerListenerRegressor(_ListenerMetaEstimator):
         fallback_listeners_: sorted ids seen at fit with fewer than ``min_samples`` rows.
     """
 
-    def __init__(self, estimator: Any, listener_column: int = 0, min_samples: int = 50, fallback: bool = True):
+    def __init__(
+        self, estimator: Any, listener_column: int = 0, min_samples: int = 50, fallback: bool = True
+    ):
         self.estimator = estimator
         self.listener_column = listener_column
         self.min_samples = min_samples
@@ -228,7 +234,9 @@ class PerListenerRegressor(_ListenerMetaEstimator):
                 fallback.append(_listener_key(listener))
                 continue
             rows = listeners == listener
-            self.estimators_[_listener_key(listener)] = clone(self.estimator).fit(features[rows], y[rows])
+            self.estimators_[_listener_key(listener)] = clone(self.estimator).fit(
+                features[rows], y[rows]
+            )
         self.fallback_listeners_ = fallback
         return self
 
@@ -297,7 +305,9 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         listeners, features, y = self._split_fit(X, y)
         self.global_ = clone(self.estimator).fit(features, y)
         if groups is not None and len(np.unique(np.asarray(groups))) >= 2:
-            pred = cross_val_predict(clone(self.estimator), features, y, groups=np.asarray(groups), cv=LeaveOneGroupOut())
+            pred = cross_val_predict(
+                clone(self.estimator), features, y, groups=np.asarray(groups), cv=LeaveOneGroupOut()
+            )
         else:
             pred = np.asarray(self.global_.predict(features), dtype=float)
         self.calibration_ = fit_listener_calibration(listeners, pred, y, self.shrinkage)

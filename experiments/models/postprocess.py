@@ -29,8 +29,13 @@ from ..config.options import RESCALES, SMOOTH_METHODS
 #: whether the statistics are per listener (see :func:`rescaler_for`)
 RESCALE_MODES = ("none", "train", "bias")
 #: config rescale name -> (Rescaler mode, statistics per listener)
-_RESCALE_PLAN = {"none": ("none", False), "train": ("train", False), "bias": ("bias", False),
-                 "listener": ("train", True), "listener_bias": ("bias", True)}
+_RESCALE_PLAN = {
+    "none": ("none", False),
+    "train": ("train", False),
+    "bias": ("bias", False),
+    "listener": ("train", True),
+    "listener_bias": ("bias", True),
+}
 assert set(_RESCALE_PLAN) == set(RESCALES), "every configurable rescale mode needs a plan"
 
 
@@ -93,7 +98,9 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
     check_choice("smoothing method", method, SMOOTH_METHODS)
     x = np.asarray(pred, dtype=float)
     if x.ndim != 1:
-        raise ValueError(f"smooth() takes one session's predictions as a 1-D array, got shape {x.shape}")
+        raise ValueError(
+            f"smooth() takes one session's predictions as a 1-D array, got shape {x.shape}"
+        )
     window = window_frames(fps, smooth_s)
     if smooth_s == 0 or window == 1 or len(x) == 0:
         return x

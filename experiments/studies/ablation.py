@@ -41,16 +41,41 @@ from .sweep import run_sweep
 PAPER_TEST_CCC = {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
 #: the contract columns first (DESIGN.md), then intervals, unseen listeners and chance
 COLUMNS = [
-    "feature_set", "split", "ccc_personalized", "ccc_generalized", "run_id_personalized", "run_id_generalized",
+    "feature_set",
+    "split",
+    "ccc_personalized",
+    "ccc_generalized",
+    "run_id_personalized",
+    "run_id_generalized",
     "run_id",  # alias of run_id_personalized, kept for one release
-    "ccc_personalized_ci_low", "ccc_personalized_ci_high", "ccc_generalized_ci_low", "ccc_generalized_ci_high",
-    "ccc_unseen_listener", "ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high",
-    "chance_personalized_q95", "chance_generalized_q95",
+    "ccc_personalized_ci_low",
+    "ccc_personalized_ci_high",
+    "ccc_generalized_ci_low",
+    "ccc_generalized_ci_high",
+    "ccc_unseen_listener",
+    "ccc_unseen_listener_ci_low",
+    "ccc_unseen_listener_ci_high",
+    "chance_personalized_q95",
+    "chance_generalized_q95",
 ]
-COMPARISON_COLUMNS = ["comparison", "track", "split", "mean_diff", "ci_low", "ci_high", "p_value", "n_sessions",
-                      "n_listeners", "run_id_a", "run_id_b"]
+COMPARISON_COLUMNS = [
+    "comparison",
+    "track",
+    "split",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "n_sessions",
+    "n_listeners",
+    "run_id_a",
+    "run_id_b",
+]
 #: (name, feature set a, feature set b) of the paired comparisons between feature sets
-SET_COMPARISONS = (("listener vs speaker", "listener", "speaker"), ("both vs listener", "both", "listener"))
+SET_COMPARISONS = (
+    ("listener vs speaker", "listener", "speaker"),
+    ("both vs listener", "both", "listener"),
+)
 
 
 def _get(row: pd.Series | None, name: str) -> float:
@@ -67,15 +92,22 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
     splits = (protocol, "test")
     rows = []
     for fs in feature_sets:
-        part = table[table["features.set"] == fs] if not table.empty and "features.set" in table else table.iloc[0:0]
+        part = (
+            table[table["features.set"] == fs]
+            if not table.empty and "features.set" in table
+            else table.iloc[0:0]
+        )
         best = best_per_track(part, protocol)
         pers, gen = best.get("personalized"), best.get("generalized")
         for split in splits:
-            row = {"feature_set": fs, "split": split,
-                   "ccc_personalized": _get(pers, f"{split}.ccc_personalized"),
-                   "ccc_generalized": _get(gen, f"{split}.ccc_generalized"),
-                   "run_id_personalized": "" if pers is None else str(pers.run_id),
-                   "run_id_generalized": "" if gen is None else str(gen.run_id)}
+            row = {
+                "feature_set": fs,
+                "split": split,
+                "ccc_personalized": _get(pers, f"{split}.ccc_personalized"),
+                "ccc_generalized": _get(gen, f"{split}.ccc_generalized"),
+                "run_id_personalized": "" if pers is None else str(pers.run_id),
+                "run_id_generalized": "" if gen is None else str(gen.run_id),
+            }
             row["run_id"] = row["run_id_personalized"]
             for track, chosen in (("personalized", pers), ("generalized", gen)):
                 for end in ("ci_low", "ci_high"):
@@ -109,7 +141,9 @@ def run_scores(sweep: SweepResult, run_id: str, tracking_uri: str | None) -> pd.
         return pd.read_csv(path)
 
 
-def comparisons(sweep: SweepResult, df: pd.DataFrame, tracking_uri: str | None = None, seed: int = 0) -> pd.DataFrame:
+def comparisons(
+    sweep: SweepResult, df: pd.DataFrame, tracking_uri: str | None = None, seed: int = 0
+) -> pd.DataFrame:
     """Paired comparisons of the chosen configurations on each reported split (see the module docstring).
 
     A positive ``mean_diff`` favours the first named (``listener vs speaker``: the listener set).
@@ -131,24 +165,49 @@ def comparisons(sweep: SweepResult, df: pd.DataFrame, tracking_uri: str | None =
             r = paired_comparison(a, b, seed=seed)
         except ValueError:  # no shared session
             return
-        out.append({"comparison": name, "track": track, "split": split, **r, "run_id_a": run_a, "run_id_b": run_b})
+        out.append(
+            {
+                "comparison": name,
+                "track": track,
+                "split": split,
+                **r,
+                "run_id_a": run_a,
+                "run_id_b": run_b,
+            }
+        )
 
     by = df.set_index(["feature_set", "split"])
     for split in dict.fromkeys(df.split):
         for track in ("personalized", "generalized"):
             for name, fa, fb in SET_COMPARISONS:
                 if (fa, split) in by.index and (fb, split) in by.index:
-                    add(name, track, split, by.loc[(fa, split), f"run_id_{track}"], by.loc[(fb, split), f"run_id_{track}"])
+                    add(
+                        name,
+                        track,
+                        split,
+                        by.loc[(fa, split), f"run_id_{track}"],
+                        by.loc[(fb, split), f"run_id_{track}"],
+                    )
         for fs in dict.fromkeys(df.feature_set):
             row = by.loc[(fs, split)]
-            add(f"personalized vs generalized ({fs})", "both", split, row.run_id_personalized, row.run_id_generalized)
+            add(
+                f"personalized vs generalized ({fs})",
+                "both",
+                split,
+                row.run_id_personalized,
+                row.run_id_generalized,
+            )
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
 def _cell(value: float, low: float = float("nan"), high: float = float("nan")) -> str:
     if pd.isna(value):
         return "n/a"
-    return f"{value:.3f} [{low:.2f}, {high:.2f}]" if pd.notna(low) and pd.notna(high) else f"{value:.3f}"
+    return (
+        f"{value:.3f} [{low:.2f}, {high:.2f}]"
+        if pd.notna(low) and pd.notna(high)
+        else f"{value:.3f}"
+    )
 
 
 def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | None = None) -> str:
@@ -159,20 +218,37 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
     for s in splits:
         head += [f"{s} personalized", f"{s} generalized"]
     head += [f"{splits[-1]} unseen listeners", f"chance {splits[-1]} (pers. / gen.)"]
-    lines = [f"# {title or 'Speaker / listener / both ablation'}", "",
-             "CCC of each track's best configuration (chosen on validation), [95 % interval over listeners].", ""]
+    lines = [
+        f"# {title or 'Speaker / listener / both ablation'}",
+        "",
+        "CCC of each track's best configuration (chosen on validation), [95 % interval over listeners].",
+        "",
+    ]
     rows = []
     for fs in dict.fromkeys(df.feature_set):
         part = df[df.feature_set == fs].set_index("split")
         cells = [fs]
         for s in splits:
             r = part.loc[s]
-            cells.append(_cell(r.ccc_personalized, r.ccc_personalized_ci_low, r.ccc_personalized_ci_high))
-            cells.append(_cell(r.ccc_generalized, r.ccc_generalized_ci_low, r.ccc_generalized_ci_high))
+            cells.append(
+                _cell(r.ccc_personalized, r.ccc_personalized_ci_low, r.ccc_personalized_ci_high)
+            )
+            cells.append(
+                _cell(r.ccc_generalized, r.ccc_generalized_ci_low, r.ccc_generalized_ci_high)
+            )
         last = part.loc[splits[-1]]
-        cells.append(_cell(last.ccc_unseen_listener, last.ccc_unseen_listener_ci_low, last.ccc_unseen_listener_ci_high))
-        cells.append(f"{last.chance_personalized_q95:.3f} / {last.chance_generalized_q95:.3f}"
-                     if pd.notna(last.chance_personalized_q95) or pd.notna(last.chance_generalized_q95) else "n/a")
+        cells.append(
+            _cell(
+                last.ccc_unseen_listener,
+                last.ccc_unseen_listener_ci_low,
+                last.ccc_unseen_listener_ci_high,
+            )
+        )
+        cells.append(
+            f"{last.chance_personalized_q95:.3f} / {last.chance_generalized_q95:.3f}"
+            if pd.notna(last.chance_personalized_q95) or pd.notna(last.chance_generalized_q95)
+            else "n/a"
+        )
         rows.append(cells)
     lines += markdown.table(head, rows)
     lines += [
@@ -190,14 +266,38 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         "  construction: a baseline, not the chance level.",
     ]
     if pairs is not None and not pairs.empty:
-        lines += ["", "## Paired comparisons", "",
-                  "Mean over sessions of the per-session CCC difference (first minus second), [95 % interval, listeners",
-                  "resampled], and a two-sided sign-flip permutation p-value that flips all of a listener's sessions",
-                  "together (smallest possible p = 2 / 2^listeners).", ""]
+        lines += [
+            "",
+            "## Paired comparisons",
+            "",
+            "Mean over sessions of the per-session CCC difference (first minus second), [95 % interval, listeners",
+            "resampled], and a two-sided sign-flip permutation p-value that flips all of a listener's sessions",
+            "together (smallest possible p = 2 / 2^listeners).",
+            "",
+        ]
         lines += markdown.table(
-            ["comparison", "track", "split", "mean difference [95 % interval]", "p", "sessions", "listeners"],
-            ([r.comparison, r.track, r.split, _cell(r.mean_diff, r.ci_low, r.ci_high), f"{r.p_value:.3f}", r.n_sessions,
-              r.n_listeners] for r in pairs.itertuples()))  # fmt: skip
+            [
+                "comparison",
+                "track",
+                "split",
+                "mean difference [95 % interval]",
+                "p",
+                "sessions",
+                "listeners",
+            ],
+            (
+                [
+                    r.comparison,
+                    r.track,
+                    r.split,
+                    _cell(r.mean_diff, r.ci_low, r.ci_high),
+                    f"{r.p_value:.3f}",
+                    r.n_sessions,
+                    r.n_listeners,
+                ]
+                for r in pairs.itertuples()
+            ),
+        )
     lines += ["", "## Chosen configurations", ""]
     for fs, part in df.groupby("feature_set", sort=False):
         first = part.iloc[0]
@@ -205,11 +305,18 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
             run = first[f"run_id_{track}"]
             if run:
                 lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`)")
-    lines += ["", "## Reference: published results (real OMG-Empathy test set)", "",
-              "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
-              "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.", ""]
-    lines += markdown.table(["features", "personalized", "generalized"],
-                            ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items()))
+    lines += [
+        "",
+        "## Reference: published results (real OMG-Empathy test set)",
+        "",
+        "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
+        "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.",
+        "",
+    ]
+    lines += markdown.table(
+        ["features", "personalized", "generalized"],
+        ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items()),
+    )
     lines += ["", "The best challenge entries reached 0.14-0.17 on the same test set."]
     return "\n".join(lines) + "\n"
 
@@ -234,11 +341,26 @@ def ablate(
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
     if executor == "dask":
-        sweep = run_sweep_dask(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, scheduler=scheduler,
-                               progress=progress, run_name="ablation", resume=resume)
+        sweep = run_sweep_dask(
+            cfg,
+            store=store,
+            tracking_uri=tracking_uri,
+            jobs=jobs,
+            scheduler=scheduler,
+            progress=progress,
+            run_name="ablation",
+            resume=resume,
+        )
     elif executor == "local":
-        sweep = run_sweep(cfg, store=store, tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name="ablation",
-                          resume=resume)
+        sweep = run_sweep(
+            cfg,
+            store=store,
+            tracking_uri=tracking_uri,
+            jobs=jobs,
+            progress=progress,
+            run_name="ablation",
+            resume=resume,
+        )
     else:
         raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)
@@ -247,7 +369,9 @@ def ablate(
     out.mkdir(parents=True, exist_ok=True)
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
-    md = ablation_markdown(df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs)
+    md = ablation_markdown(
+        df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
+    )
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
@@ -264,6 +388,13 @@ def ablate(
                     metrics[f"ablation.{r['feature_set']}.{r['split']}.{name}{suffix}"] = float(v)
     for r in pairs.to_dict("records"):
         key = f"ablation.compare.{r['comparison'].replace(' ', '_').replace('(', '').replace(')', '')}.{r['track']}.{r['split']}"
-        metrics[f"{key}.mean_diff"], metrics[f"{key}.p_value"] = float(r["mean_diff"]), float(r["p_value"])
-    tracker.log(sweep.parent_run_id, metrics={k: v for k, v in metrics.items() if np.isfinite(v)}, tags={"ablation": "true"})
+        metrics[f"{key}.mean_diff"], metrics[f"{key}.p_value"] = (
+            float(r["mean_diff"]),
+            float(r["p_value"]),
+        )
+    tracker.log(
+        sweep.parent_run_id,
+        metrics={k: v for k, v in metrics.items() if np.isfinite(v)},
+        tags={"ablation": "true"},
+    )
     return df, sweep

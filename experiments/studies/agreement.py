@@ -51,8 +51,24 @@ from .parent_run import store_fingerprint
 SELF_TARGET = "valence_self"
 #: columns of ``agreement.csv`` (a contract, see DESIGN.md)
 COLUMNS = ["session", "listener", "story", "target_a", "target_b", "ccc"]
-SUMMARY_COLUMNS = ["target_a", "target_b", "split", "n_sessions", "ccc_personalized", "ccc_generalized", "ccc_min", "ccc_max"]
-CROSS_COLUMNS = ["trained_on", "scored_against", "feature_set", "split", "ccc_personalized", "ccc_generalized"]
+SUMMARY_COLUMNS = [
+    "target_a",
+    "target_b",
+    "split",
+    "n_sessions",
+    "ccc_personalized",
+    "ccc_generalized",
+    "ccc_min",
+    "ccc_max",
+]
+CROSS_COLUMNS = [
+    "trained_on",
+    "scored_against",
+    "feature_set",
+    "split",
+    "ccc_personalized",
+    "ccc_generalized",
+]
 
 
 class AgreementError(ValueError):
@@ -103,7 +119,9 @@ def target_pairs(store, targets: Sequence[str] | None = None) -> list[tuple[str,
     return [(SELF_TARGET, t) for t in others]
 
 
-def agreement_table(store, pairs: Sequence[tuple[str, str]], splits: dict[str, list[int]] | None = None) -> pd.DataFrame:
+def agreement_table(
+    store, pairs: Sequence[tuple[str, str]], splits: dict[str, list[int]] | None = None
+) -> pd.DataFrame:
     """One row per session and pair holding both targets: ``COLUMNS`` plus ``split``.
 
     ``splits`` (split -> stories) names each session's split from its story; None keeps the
@@ -118,8 +136,17 @@ def agreement_table(store, pairs: Sequence[tuple[str, str]], splits: dict[str, l
         for a, b in pairs:
             if a in targets and b in targets:
                 ya, yb = st.labels(s, a).to_numpy(), st.labels(s, b).to_numpy()
-                rows.append({"session": s, "listener": meta.listener, "story": meta.story, "target_a": a,
-                             "target_b": b, "ccc": ccc(ya, yb), "split": split})
+                rows.append(
+                    {
+                        "session": s,
+                        "listener": meta.listener,
+                        "story": meta.story,
+                        "target_a": a,
+                        "target_b": b,
+                        "ccc": ccc(ya, yb),
+                        "split": split,
+                    }
+                )
     table = pd.DataFrame(rows, columns=[*COLUMNS, "split"])
     if table.empty:
         names = ", ".join(f"{a} and {b}" for a, b in pairs)
@@ -136,9 +163,18 @@ def agreement_summary(table: pd.DataFrame) -> pd.DataFrame:
         groups = [("all", part)] + [(str(k), g) for k, g in part.groupby("split", sort=True)]
         for split, g in groups:
             prot = ccc_protocols(g)
-            rows.append({"target_a": a, "target_b": b, "split": split, "n_sessions": len(g),
-                         "ccc_personalized": prot["personalized"], "ccc_generalized": prot["generalized"],
-                         "ccc_min": float(g.ccc.min()), "ccc_max": float(g.ccc.max())})
+            rows.append(
+                {
+                    "target_a": a,
+                    "target_b": b,
+                    "split": split,
+                    "n_sessions": len(g),
+                    "ccc_personalized": prot["personalized"],
+                    "ccc_generalized": prot["generalized"],
+                    "ccc_min": float(g.ccc.min()),
+                    "ccc_max": float(g.ccc.max()),
+                }
+            )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -169,7 +205,9 @@ def cross_target_trial(cfg: ExperimentConfig, feature_set: str) -> Trial:
     """The fixed configuration of the cross-target table: the first non-baseline configuration
     of ``cfg``'s grid on ``feature_set`` (the baseline itself when the grid has nothing else)."""
     if feature_set not in cfg.feature_sets:
-        raise AgreementError(f"feature set {feature_set!r} is not defined in the config ({', '.join(cfg.feature_sets)})")
+        raise AgreementError(
+            f"feature set {feature_set!r} is not defined in the config ({', '.join(cfg.feature_sets)})"
+        )
     trials = expand(replace(cfg, feature_set=[feature_set]))
     return next((t for t in trials if t.model != "dummy"), trials[0])
 
@@ -186,7 +224,9 @@ def cross_target_table(
     st = _store(store)
     rows: list[dict] = []
     seen: set[tuple[str, str, str]] = set()
-    results: dict[tuple, object] = {}  # (target, sessions) -> TrialResult: the self model is fitted once
+    results: dict[
+        tuple, object
+    ] = {}  # (target, sessions) -> TrialResult: the self model is fitted once
     used: Trial | None = None
     for a, b in pairs:
         sessions = _sessions_with(st, (a, b), cfg.splits)
@@ -201,7 +241,9 @@ def cross_target_table(
             used = used or trial
             key = (trial, tuple(sessions))
             if key not in results:
-                tables = load_sessions(st, list(trial.channels), target=train_on, splits=cfg.splits, sessions=sessions)
+                tables = load_sessions(
+                    st, list(trial.channels), target=train_on, splits=cfg.splits, sessions=sessions
+                )
                 results[key] = evaluate_trial(trial, window_sessions(tables, trial.window_key()))
             result = results[key]
             scored = result.scores.copy()
@@ -211,13 +253,21 @@ def cross_target_table(
                 seen.update((train_on, scored_against, split) for split in scored.split)
                 if scored_against != train_on:
                     scored["ccc"] = [
-                        ccc(st.labels(s, other).to_numpy(), result.predictions[s]) for s in scored.session
+                        ccc(st.labels(s, other).to_numpy(), result.predictions[s])
+                        for s in scored.session
                     ]
                 for split, g in scored.groupby("split", sort=False):
                     prot = ccc_protocols(g)
-                    rows.append({"trained_on": train_on, "scored_against": scored_against, "feature_set": fs,
-                                 "split": split, "ccc_personalized": prot["personalized"],
-                                 "ccc_generalized": prot["generalized"]})
+                    rows.append(
+                        {
+                            "trained_on": train_on,
+                            "scored_against": scored_against,
+                            "feature_set": fs,
+                            "split": split,
+                            "ccc_personalized": prot["personalized"],
+                            "ccc_generalized": prot["generalized"],
+                        }
+                    )
     return pd.DataFrame(rows, columns=CROSS_COLUMNS), used
 
 
@@ -226,36 +276,82 @@ def _fmt(v: float) -> str:
     return "n/a" if pd.isna(v) else f"{v:.3f}"
 
 
-def agreement_markdown(table: pd.DataFrame, summary: pd.DataFrame, cross: pd.DataFrame, trial: Trial | None,
-                       note: str = "") -> str:
+def agreement_markdown(
+    table: pd.DataFrame,
+    summary: pd.DataFrame,
+    cross: pd.DataFrame,
+    trial: Trial | None,
+    note: str = "",
+) -> str:
     """``agreement.md``: the protocol summary, the per-session CCC, and the cross-target table."""
-    lines = ["# Self vs. observer agreement", "",
-             "Lin's CCC between two label targets of the same session (population variance, Pearson r 0 when",
-             "undefined); personalized = mean over listeners of each listener's mean over stories, generalized =",
-             "mean over stories of each story's mean over listeners.", ""]
-    lines += markdown.table(["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"],
-                            ([r.target_a, r.target_b, r.n_sessions, r.split, _fmt(r.ccc_personalized), _fmt(r.ccc_generalized),
-                              _fmt(r.ccc_min), _fmt(r.ccc_max)] for r in summary.itertuples()))  # fmt: skip
+    lines = [
+        "# Self vs. observer agreement",
+        "",
+        "Lin's CCC between two label targets of the same session (population variance, Pearson r 0 when",
+        "undefined); personalized = mean over listeners of each listener's mean over stories, generalized =",
+        "mean over stories of each story's mean over listeners.",
+        "",
+    ]
+    lines += markdown.table(
+        ["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"],
+        (
+            [
+                r.target_a,
+                r.target_b,
+                r.n_sessions,
+                r.split,
+                _fmt(r.ccc_personalized),
+                _fmt(r.ccc_generalized),
+                _fmt(r.ccc_min),
+                _fmt(r.ccc_max),
+            ]
+            for r in summary.itertuples()
+        ),
+    )
     lines += ["", "## Per session", ""]
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
-    wide = table.pivot_table(index=["listener", "story", "session", "split"], columns=["target_a", "target_b"], values="ccc")
-    lines += markdown.table(["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
-                            ([session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]
-                             for (_, _, session, split), row in wide.sort_index().iterrows()))  # fmt: skip
+    wide = table.pivot_table(
+        index=["listener", "story", "session", "split"],
+        columns=["target_a", "target_b"],
+        values="ccc",
+    )
+    lines += markdown.table(
+        ["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
+        (
+            [session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]
+            for (_, _, session, split), row in wide.sort_index().iterrows()
+        ),
+    )
     lines += ["", "## Cross-target: a model trained for one target, scored on the other", ""]
     if trial is None or cross.empty:
-        lines.append(note or "Not computed: no feature set of the config is complete in the sessions holding both targets.")
+        lines.append(
+            note
+            or "Not computed: no feature set of the config is complete in the sessions holding both targets."
+        )
     else:
-        lines += [f"Configuration (fixed, the config's first non-baseline one): {trial.label()}; "
-                  f"feature set `{trial.feature_set}` ({', '.join(trial.channels)}). Trained on the training stories "
-                  "of one target, its validation and test predictions are scored against each target.", ""]
+        lines += [
+            f"Configuration (fixed, the config's first non-baseline one): {trial.label()}; "
+            f"feature set `{trial.feature_set}` ({', '.join(trial.channels)}). Trained on the training stories "
+            "of one target, its validation and test predictions are scored against each target.",
+            "",
+        ]
         splits = list(dict.fromkeys(cross.split))
         rows = []
         for (t, sa), g in cross.groupby(["trained_on", "scored_against"], sort=False):
             g = g.set_index("split")
-            rows.append([t, sa] + [_fmt(g.loc[s, c]) if s in g.index else "n/a" for s in splits
-                                   for c in ("ccc_personalized", "ccc_generalized")])
-        lines += markdown.table(["trained on", "scored against"] + [f"{s} {p}" for s in splits for p in ("pers.", "gen.")], rows)
+            rows.append(
+                [t, sa]
+                + [
+                    _fmt(g.loc[s, c]) if s in g.index else "n/a"
+                    for s in splits
+                    for c in ("ccc_personalized", "ccc_generalized")
+                ]
+            )
+        lines += markdown.table(
+            ["trained on", "scored against"]
+            + [f"{s} {p}" for s in splits for p in ("pers.", "gen.")],
+            rows,
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -291,32 +387,47 @@ def agreement(
     pairs = target_pairs(st, targets)
     table = agreement_table(st, pairs, cfg.splits)
     summary = agreement_summary(table)
-    cross_df, trial = (cross_target_table(cfg, st, pairs, feature_set) if cross
-                       else (pd.DataFrame(columns=CROSS_COLUMNS), None))
+    cross_df, trial = (
+        cross_target_table(cfg, st, pairs, feature_set)
+        if cross
+        else (pd.DataFrame(columns=CROSS_COLUMNS), None)
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "agreement.csv", out / "agreement.md", out / "agreement.png"]
-    table.sort_values(["target_b", "listener", "story"], kind="stable")[COLUMNS].to_csv(files[0], index=False)
+    table.sort_values(["target_b", "listener", "story"], kind="stable")[COLUMNS].to_csv(
+        files[0], index=False
+    )
     note = "" if cross else "Not computed (--no-cross)."
     files[1].write_text(agreement_markdown(table, summary, cross_df, trial, note))
     example = table.sort_values(["listener", "story"]).session.iloc[0]
-    series = {t: st.labels(example, t).to_numpy() for t in dict.fromkeys([p for ab in pairs for p in ab])
-              if t in st.label_targets(example)}
+    series = {
+        t: st.labels(example, t).to_numpy()
+        for t in dict.fromkeys([p for ab in pairs for p in ab])
+        if t in st.label_targets(example)
+    }
     plot_agreement(table, summary, files[2], example=(example, series))
 
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     fingerprint, _ = store_fingerprint(st)
-    run_id = tracker.start_run("agreement", tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()})
+    run_id = tracker.start_run(
+        "agreement",
+        tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()},
+    )
     params = {"pairs": ";".join(f"{a}~{b}" for a, b in pairs), "store": str(st.root)}
     if trial is not None:
         params.update({f"cross.{k}": v for k, v in trial.params().items() if k != "target"})
     metrics = {}
     for r in summary.itertuples():
         for p in ("personalized", "generalized"):
-            metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(r, f"ccc_{p}")
+            metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
+                r, f"ccc_{p}"
+            )
     for r in cross_df.itertuples():
         for p in ("personalized", "generalized"):
-            metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(r, f"ccc_{p}")
+            metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(
+                r, f"ccc_{p}"
+            )
     try:
         tracker.log(run_id, params=params, metrics=metrics)
         with tempfile.TemporaryDirectory() as tmp:

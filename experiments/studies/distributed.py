@@ -24,7 +24,10 @@ from .sweep import run_sweep
 
 
 def run_sweep_dask(
-    cfg: ExperimentConfig, store="features", scheduler: str | None = None, log_on_workers: bool | None = None,
+    cfg: ExperimentConfig,
+    store="features",
+    scheduler: str | None = None,
+    log_on_workers: bool | None = None,
     **options: Any,
 ) -> SweepResult:
     """Run the sweep of ``cfg`` on Dask; same runs, resume and summary as :func:`run_sweep`.
@@ -61,6 +64,15 @@ def run_sweep_dask(
         from distributed import fire_and_forget  # dask: imported once a cluster is used
 
         for addr in client.nthreads():
-            fire_and_forget(client.submit(warm_up, options.get("log_artifacts", True), workers=[addr], pure=False))
+            fire_and_forget(
+                client.submit(
+                    warm_up, options.get("log_artifacts", True), workers=[addr], pure=False
+                )
+            )
         options["jobs"] = n_workers_of(client)
-        return run_sweep(cfg, store=store, executor=DaskExecutor(client, log_on_workers=log_on_workers), **options)
+        return run_sweep(
+            cfg,
+            store=store,
+            executor=DaskExecutor(client, log_on_workers=log_on_workers),
+            **options,
+        )

@@ -141,8 +141,13 @@ class ParentRun:
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
         self.code = code_version()
-        self.finished = (self.tracker.finished_by_hash(store_fingerprint=self.fingerprint, code_fingerprint=self.code.fingerprint)
-                         if options.resume else {})  # fmt: skip
+        self.finished = (
+            self.tracker.finished_by_hash(
+                store_fingerprint=self.fingerprint, code_fingerprint=self.code.fingerprint
+            )
+            if options.resume
+            else {}
+        )
         self.metrics_by_track = {track: selection_metric(track, cfg.protocol) for track in TRACKS}
         self.rows: list[dict] = []
         self.failed: list[tuple[str, str]] = []  # (label, error)
@@ -153,28 +158,61 @@ class ParentRun:
         self.bar: Any = None
         self.best_ids: dict[str, str] = {}  # track -> best run id, once finished
 
-    def start(self, kind: str, tags: dict[str, str], params: dict[str, Any], child_tags: dict[str, str] | None = None,
-              progress: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def start(
+        self,
+        kind: str,
+        tags: dict[str, str],
+        params: dict[str, Any],
+        child_tags: dict[str, str] | None = None,
+        progress: dict[str, Any] | None = None,
+    ) -> str:
         """Start the parent run named ``<kind> <time>`` (or the run name of the options) with the
         common tags and params plus ``tags`` and ``params``; ``child_tags`` go on every child run,
         ``progress`` are the tqdm bar's arguments. Returns the parent's run id."""
         cfg, o = self.cfg, self.options
         self.id = self.tracker.start_run(
             o.run_name or f"{kind} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-            tags={CONFIG_HASH_TAG + "_sweep": cfg.hash(), "store_fingerprint": self.fingerprint, **self.code.tags(),
-                  "face_backend": self.backend, "resume": str(bool(o.resume)).lower(), "sweep": "parent",
-                  "executor": self.executor.name, **tags},
-        )  # fmt: skip
-        self.tracker.log(self.id, params={"target": cfg.target, "protocol": cfg.protocol, **params,
-                                          "feature_sets": ",".join(cfg.feature_set), "store": str(self.store), "jobs": self.jobs})  # fmt: skip
+            tags={
+                CONFIG_HASH_TAG + "_sweep": cfg.hash(),
+                "store_fingerprint": self.fingerprint,
+                **self.code.tags(),
+                "face_backend": self.backend,
+                "resume": str(bool(o.resume)).lower(),
+                "sweep": "parent",
+                "executor": self.executor.name,
+                **tags,
+            },
+        )
+        self.tracker.log(
+            self.id,
+            params={
+                "target": cfg.target,
+                "protocol": cfg.protocol,
+                **params,
+                "feature_sets": ",".join(cfg.feature_set),
+                "store": str(self.store),
+                "jobs": self.jobs,
+            },
+        )
         if self.reaped:
             self.tracker.log(self.id, tags={"reaped_runs": ",".join(self.reaped)})
         self.ctx = SweepContext(
-            cfg=cfg, store=self.store, channels=(), store_fingerprint=self.fingerprint, jobs=self.jobs,
-            tracking_uri=self.tracker.uri, experiment=cfg.tracking.experiment, parent_run_id=self.id,
+            cfg=cfg,
+            store=self.store,
+            channels=(),
+            store_fingerprint=self.fingerprint,
+            jobs=self.jobs,
+            tracking_uri=self.tracker.uri,
+            experiment=cfg.tracking.experiment,
+            parent_run_id=self.id,
             log_artifacts=o.log_artifacts,
-            child_tags={"store_fingerprint": self.fingerprint, **self.code.tags(), "face_backend": self.backend, **(child_tags or {})},
-        )  # fmt: skip
+            child_tags={
+                "store_fingerprint": self.fingerprint,
+                **self.code.tags(),
+                "face_backend": self.backend,
+                **(child_tags or {}),
+            },
+        )
         self.bar = tqdm(**(progress or {}), disable=not o.progress)
         return self.id
 
@@ -189,7 +227,9 @@ class ParentRun:
         self._add(row)
         return row
 
-    def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Trial, Any, str], None]) -> None:
+    def evaluate(
+        self, todo: Sequence[Trial], on_outcome: Callable[[Trial, Any, str], None]
+    ) -> None:
         """Evaluate ``todo`` with the executor and hand each outcome (trial, result, error) to
         ``on_outcome`` as it comes; the executor's work stops however this ends."""
         if not todo:
@@ -199,13 +239,24 @@ class ParentRun:
             for trial, result, error in outcomes:
                 on_outcome(trial, result, error)
 
-    def record(self, trial: Trial, result: TrialResult | dict | None, error: str = "",
-               tags: dict[str, str] | None = None) -> dict:  # fmt: skip
+    def record(
+        self,
+        trial: Trial,
+        result: TrialResult | dict | None,
+        error: str = "",
+        tags: dict[str, str] | None = None,
+    ) -> dict:
         """Log an outcome as a child run with ``tags`` besides the usual ones (a row from a worker
         that logged it is taken as it is), add its row and return it; :meth:`notify` then tells
         the caller's ``on_result``."""
-        ctx = self.ctx if not tags else replace(self.ctx, child_tags={**self.ctx.child_tags, **tags})
-        row = result if isinstance(result, dict) else log_child(self.tracker, ctx, trial, result, error)
+        ctx = (
+            self.ctx if not tags else replace(self.ctx, child_tags={**self.ctx.child_tags, **tags})
+        )
+        row = (
+            result
+            if isinstance(result, dict)
+            else log_child(self.tracker, ctx, trial, result, error)
+        )
         if isinstance(result, TrialResult) and row["status"] != "failed":
             self.scores[row["run_id"]] = result.scores
         self.n_new += 1
@@ -223,17 +274,32 @@ class ParentRun:
         if row["status"] == "failed":
             self.failed.append((row["label"], row.get("error", "")))
         self.rows.append(row)
-        best = {track: max((r.get(m, -np.inf) for r in self.rows if r["status"] != "failed" and r.get("track") == track),
-                           default=np.nan) for track, m in self.metrics_by_track.items()}  # fmt: skip
-        self.bar.set_postfix_str(f"best {self.cfg.protocol} pers={best['personalized']:.3f} gen={best['generalized']:.3f} "
-                                 f"failed={len(self.failed)}")  # fmt: skip
+        best = {
+            track: max(
+                (
+                    r.get(m, -np.inf)
+                    for r in self.rows
+                    if r["status"] != "failed" and r.get("track") == track
+                ),
+                default=np.nan,
+            )
+            for track, m in self.metrics_by_track.items()
+        }
+        self.bar.set_postfix_str(
+            f"best {self.cfg.protocol} pers={best['personalized']:.3f} gen={best['generalized']:.3f} "
+            f"failed={len(self.failed)}"
+        )
 
     def unseen_listener_todo(self, trials: Sequence[Trial]) -> list[Trial]:
         """Each feature set's chosen generalized configuration with the unseen-listener protocol on
         (:func:`experiments.tracking.summary.unseen_listener_trials`), chosen on validation first so the
         costly protocol runs once per set; those with a finished run are reused here, the
         others returned to be evaluated."""
-        return [t for t in unseen_listener_trials(pd.DataFrame(self.rows), trials, self.cfg.protocol) if self.reused(t) is None]
+        return [
+            t
+            for t in unseen_listener_trials(pd.DataFrame(self.rows), trials, self.cfg.protocol)
+            if self.reused(t) is None
+        ]
 
     # ------------------------------------------------------------ the end
     @contextlib.contextmanager
@@ -262,7 +328,14 @@ class ParentRun:
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
         """Tag the parent with each track's best child and attach the summary tables."""
-        return summarise(self.tracker, self.id, table, self.cfg.protocol, time.perf_counter() - self.t_start, self.n_new)
+        return summarise(
+            self.tracker,
+            self.id,
+            table,
+            self.cfg.protocol,
+            time.perf_counter() - self.t_start,
+            self.n_new,
+        )
 
     def _reap_lost_children(self) -> list[str]:
         """Mark this sweep's child runs still RUNNING as KILLED (their writer was lost; see
@@ -270,21 +343,43 @@ class ParentRun:
 
         Best effort: it runs while the sweep ends, possibly on an error, which it must not hide.
         """
-        finished = {r[CONFIG_HASH_TAG]: r["run_id"] for r in self.rows if r.get("status") == "done" and CONFIG_HASH_TAG in r}
+        finished = {
+            r[CONFIG_HASH_TAG]: r["run_id"]
+            for r in self.rows
+            if r.get("status") == "done" and CONFIG_HASH_TAG in r
+        }
         try:
             lost = self.tracker.reap_children(self.id, finished)
             if lost:
                 self.tracker.log(self.id, tags={"lost_runs": ",".join(lost)})
         except Exception as e:  # noqa: BLE001 - e.g. the tracking server is gone too
-            warnings.warn(f"could not check the child runs of {self.id} for lost workers: {type(e).__name__}: {e}",
-                          stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"could not check the child runs of {self.id} for lost workers: {type(e).__name__}: {e}",
+                stacklevel=3,
+            )
             return []
         return lost
 
-    def result(self, skipped: int, cls: type[SweepResult] = SweepResult, **extra: Any) -> SweepResult:
+    def result(
+        self, skipped: int, cls: type[SweepResult] = SweepResult, **extra: Any
+    ) -> SweepResult:
         """The :class:`SweepResult` (or ``cls``, with ``extra`` fields) of the finished sweep."""
         best_ids = self.best_ids
-        main = "personalized" if "personalized" in best_ids or "generalized" not in best_ids else "generalized"
-        return cls(pd.DataFrame(self.rows), self.id, best_ids.get(main), self.tracker.experiment_id,
-                   self.metrics_by_track[main], self.failed, skipped=skipped, best_run_ids=best_ids,
-                   selection_metrics=self.metrics_by_track, scores=self.scores, **extra)  # fmt: skip
+        main = (
+            "personalized"
+            if "personalized" in best_ids or "generalized" not in best_ids
+            else "generalized"
+        )
+        return cls(
+            pd.DataFrame(self.rows),
+            self.id,
+            best_ids.get(main),
+            self.tracker.experiment_id,
+            self.metrics_by_track[main],
+            self.failed,
+            skipped=skipped,
+            best_run_ids=best_ids,
+            selection_metrics=self.metrics_by_track,
+            scores=self.scores,
+            **extra,
+        )

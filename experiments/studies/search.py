@@ -88,10 +88,12 @@ def default_storage(tracking_uri: str) -> str:
             config must name the storage (``search.storage``).
     """
     if tracking_uri.startswith("sqlite:///"):
-        return f"sqlite:///{Path(tracking_uri[len('sqlite:///'):]).with_name('optuna.db')}"
-    raise ConfigError(f"tracking URI {tracking_uri} is not a SQLite file: say where the Optuna study lives with "
-                      "search.storage, e.g. --set search.storage=postgresql://USER@DBHOST/optuna "
-                      "(a database of its own) or sqlite:///mlruns/optuna.db on a local disk")
+        return f"sqlite:///{Path(tracking_uri[len('sqlite:///') :]).with_name('optuna.db')}"
+    raise ConfigError(
+        f"tracking URI {tracking_uri} is not a SQLite file: say where the Optuna study lives with "
+        "search.storage, e.g. --set search.storage=postgresql://USER@DBHOST/optuna "
+        "(a database of its own) or sqlite:///mlruns/optuna.db on a local disk"
+    )
 
 
 def storage_url(storage: str) -> str:
@@ -144,18 +146,27 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     # constant_liar: trials in flight count as bad results, so a batch of jobs samples apart
-    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.startup_trials, constant_liar=True)
+    return optuna.samplers.TPESampler(
+        seed=s.seed, n_startup_trials=s.startup_trials, constant_liar=True
+    )
 
 
 def open_study(cfg: ExperimentConfig, name: str, storage: str):
     """Create or load the study ``name`` (maximising the objective) in the RDB ``storage``."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress bar says what happens
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # the sweep's progress bar says what happens
     kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
     rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs)
-    return optuna.create_study(study_name=name, storage=rdb, sampler=_sampler(cfg, search_space(cfg)),
-                               direction="maximize", load_if_exists=True)
+    return optuna.create_study(
+        study_name=name,
+        storage=rdb,
+        sampler=_sampler(cfg, search_space(cfg)),
+        direction="maximize",
+        load_if_exists=True,
+    )
 
 
 def _owned_elsewhere(t) -> bool:
@@ -186,8 +197,13 @@ class _SearchRun(ParentRun):
         best_ids = super().summarise(table)
         with contextlib.suppress(Exception):  # best effort while ending, possibly on an error
             trials_table = self.study.trials_dataframe()
-            self.tracker.log(self.id, metrics={"n_trials": len(trials_table), "n_trials_complete":
-                                               int((trials_table.get("state") == "COMPLETE").sum())})
+            self.tracker.log(
+                self.id,
+                metrics={
+                    "n_trials": len(trials_table),
+                    "n_trials_complete": int((trials_table.get("state") == "COMPLETE").sum()),
+                },
+            )
             with tempfile.TemporaryDirectory() as tmp:
                 trials_table.to_csv(Path(tmp) / "optuna_trials.csv", index=False)
                 self.tracker.log_artifacts(self.id, tmp)
@@ -204,27 +220,46 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
     Returns a :class:`SearchResult` (the sweep's fields, plus the study).
     """
     if cfg.search.method != "optuna":
-        raise ConfigError(f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
-                          "(search.method: optuna); a grid runs with experiments.studies.sweep.run_sweep")
+        raise ConfigError(
+            f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
+            "(search.method: optuna); a grid runs with experiments.studies.sweep.run_sweep"
+        )
     try:
         import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
         from optuna.trial import TrialState
     except ImportError as e:  # pragma: no cover - optuna is in install_requires
-        raise ConfigError("search.method optuna needs the optuna package: pip install 'optuna>=3.6'") from e
+        raise ConfigError(
+            "search.method optuna needs the optuna package: pip install 'optuna>=3.6'"
+        ) from e
     space = search_space(cfg)
     run = _SearchRun(cfg, store, RunOptions(**options))
     track = cfg.search.track
     metric = selection_metric(track, cfg.protocol)
-    storage = storage_url(cfg.search.storage) if cfg.search.storage else default_storage(run.tracker.uri)
-    name = study_name(cfg, run.fingerprint, run.code.fingerprint) + ("" if run.options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S"))
+    storage = (
+        storage_url(cfg.search.storage) if cfg.search.storage else default_storage(run.tracker.uri)
+    )
+    name = study_name(cfg, run.fingerprint, run.code.fingerprint) + (
+        "" if run.options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
+    )
     study = run.study = open_study(cfg, name, storage)
     n_trials = cfg.search.n_trials
     if cfg.search.sampler == "grid":
-        n_trials = min(n_trials, int(np.prod([len(v) for v in space.grid().values()])))  # GridSampler's grid, once
-    run.start("search", tags={"search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
-              params={"n_trials": n_trials, "search.sampler": cfg.search.sampler, "search.seed": cfg.search.seed,
-                      "search.track": track, "search.objective": metric},
-              child_tags={STUDY_TAG: name}, progress={"total": n_trials, "desc": f"optuna {track}", "unit": "trial"})  # fmt: skip
+        n_trials = min(
+            n_trials, int(np.prod([len(v) for v in space.grid().values()]))
+        )  # GridSampler's grid, once
+    run.start(
+        "search",
+        tags={"search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
+        params={
+            "n_trials": n_trials,
+            "search.sampler": cfg.search.sampler,
+            "search.seed": cfg.search.seed,
+            "search.track": track,
+            "search.objective": metric,
+        },
+        child_tags={STUDY_TAG: name},
+        progress={"total": n_trials, "desc": f"optuna {track}", "unit": "trial"},
+    )
     known: dict[str, dict] = {}  # config hash -> its row in this search
     trials: dict[str, Trial] = {}  # config hash -> configuration, every one this search met
 
@@ -238,14 +273,22 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
     def tell(number: int, row: dict) -> None:
         value = row.get(metric, np.nan) if row["status"] != "failed" else np.nan
         ok = value is not None and np.isfinite(value)
-        study.tell(number, float(value) if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL)
+        study.tell(
+            number,
+            float(value) if ok else None,
+            state=TrialState.COMPLETE if ok else TrialState.FAIL,
+        )
 
-    def evaluate(todo: dict[str, Trial], numbers: dict[str, list[int]], opened: dict[int, Any]) -> None:
+    def evaluate(
+        todo: dict[str, Trial], numbers: dict[str, list[int]], opened: dict[int, Any]
+    ) -> None:
         """Evaluate ``todo`` (hash -> configuration), log each, tell the trials waiting on it."""
 
         def record(t: Trial, result, error: str) -> None:
             waiting = numbers.get(t.hash(), [])
-            row = known[t.hash()] = run.record(t, result, error, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None)
+            row = known[t.hash()] = run.record(
+                t, result, error, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None
+            )
             for number in waiting:
                 opened[number].set_user_attr("mlflow_run_id", row["run_id"])
                 tell(number, row)
@@ -255,21 +298,32 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
         run.evaluate(list(todo.values()), record)
 
     def n_told() -> int:
-        return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in study.get_trials(deepcopy=False))
+        return sum(
+            t.state in (TrialState.COMPLETE, TrialState.FAIL)
+            for t in study.get_trials(deepcopy=False)
+        )
 
     with run.closing():
         # trials asked but never told by a killed search: evaluated now, with their sampled parameters
-        stale = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if not _owned_elsewhere(t)]
+        stale = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if not _owned_elsewhere(t)
+        ]
         told = n_told()
         run.bar.update(min(told, n_trials))
         base = baseline_trial(space, cfg)
         trials[base.hash()] = base
-        todo: dict[str, Trial] = {} if known_row(base) is not None else {base.hash(): base}  # the baseline first
+        todo: dict[str, Trial] = (
+            {} if known_row(base) is not None else {base.hash(): base}
+        )  # the baseline first
         while True:
             numbers: dict[str, list[int]] = {}  # config hash -> the trials waiting for it
             opened: dict[int, Any] = {}
             pending = 0
-            while len(todo) < run.jobs + (base.hash() in todo) and (stale or told + pending < n_trials):
+            while len(todo) < run.jobs + (base.hash() in todo) and (
+                stale or told + pending < n_trials
+            ):
                 # a stale trial is the stored one: its suggest_* calls return the parameters it was given
                 ot = optuna.trial.Trial(study, stale.pop(0)._trial_id) if stale else study.ask()
                 ot.set_user_attr("host", socket.gethostname())
@@ -298,11 +352,17 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
             run.bar.set_description("unseen listeners")
             evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
     table = pd.DataFrame(run.rows)
-    return run.result(skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()), cls=SearchResult,
-                      study_name=name, storage=_public_url(storage), trials=study.trials_dataframe())
+    return run.result(
+        skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()),
+        cls=SearchResult,
+        study_name=name,
+        storage=_public_url(storage),
+        trials=study.trials_dataframe(),
+    )
 
 
 def trial_sequence(study) -> list[dict[str, Any]]:
     """The parameters of a study's trials in trial order (what the sampler proposed)."""
-    return [dict(t.params) for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)]
-
+    return [
+        dict(t.params) for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    ]

@@ -51,14 +51,26 @@ def _order(trials: Sequence[Trial]) -> list[Trial]:
     for t in trials:
         keys.setdefault(t.window_key(), len(keys))
         fits.setdefault(t.fit_key(), len(fits))
-    return sorted(trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()]))
+    return sorted(
+        trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()])
+    )
 
 
 def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     if any(t.model == "dummy" for t in trials) or not trials:
         return trials
     t0 = trials[0]
-    return [replace(t0, model="dummy", model_params=(), personalization="global", smooth_s=0.0, rescale="none"), *trials]
+    return [
+        replace(
+            t0,
+            model="dummy",
+            model_params=(),
+            personalization="global",
+            smooth_s=0.0,
+            rescale="none",
+        ),
+        *trials,
+    ]
 
 
 def run_sweep(
@@ -85,15 +97,31 @@ def run_sweep(
     Returns a :class:`SweepResult` whose ``table`` has one row per configuration with its
     run id, status (``done``, ``reused``, ``failed``), params and metrics.
     """
-    options = RunOptions(tracking_uri=tracking_uri, jobs=jobs, progress=progress, run_name=run_name,
-                         log_artifacts=log_artifacts, on_result=on_result, executor=executor, resume=resume)  # fmt: skip
+    options = RunOptions(
+        tracking_uri=tracking_uri,
+        jobs=jobs,
+        progress=progress,
+        run_name=run_name,
+        log_artifacts=log_artifacts,
+        on_result=on_result,
+        executor=executor,
+        resume=resume,
+    )
     trials = _order(_ensure_baseline(expand(cfg)))
     run = ParentRun(cfg, store, options)
     todo = [t for t in trials if run.finished.get(t.hash()) is None]
-    run.start("sweep", tags={}, params={"n_configurations": len(trials)},
-              progress={"total": len(todo), "desc": "configurations", "unit": "cfg"})  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:  # the resolved config (every default filled in) and the code
-        (Path(tmp) / "config.yaml").write_text(yaml.safe_dump({"config": cfg.to_dict(), "code": run.code.tags()}, sort_keys=False))
+    run.start(
+        "sweep",
+        tags={},
+        params={"n_configurations": len(trials)},
+        progress={"total": len(todo), "desc": "configurations", "unit": "cfg"},
+    )
+    with (
+        tempfile.TemporaryDirectory() as tmp
+    ):  # the resolved config (every default filled in) and the code
+        (Path(tmp) / "config.yaml").write_text(
+            yaml.safe_dump({"config": cfg.to_dict(), "code": run.code.tags()}, sort_keys=False)
+        )
         run.tracker.log_artifacts(run.id, tmp)
     for t in trials:
         run.reused(t)

@@ -21,5 +21,14 @@ from .tracker import (
     with_retry,
 )
 
-__all__ = ["CONFIG_HASH_TAG", "DEFAULT_URI", "WORKER_LOST_TAG", "Tracker", "artifact_root_for",
-           "export_predictions", "git_commit", "resolve_tracking_uri", "with_retry"]
+__all__ = [
+    "CONFIG_HASH_TAG",
+    "DEFAULT_URI",
+    "WORKER_LOST_TAG",
+    "Tracker",
+    "artifact_root_for",
+    "export_predictions",
+    "git_commit",
+    "resolve_tracking_uri",
+    "with_retry",
+]

@@ -44,26 +44,50 @@ def identity_tags(trial: Trial) -> dict[str, str]:
 def run_row(trial: Trial, run: Any, status: str) -> dict:
     """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``status``: ``reused``
     for a run of an earlier sweep, ``done`` for one of this sweep)."""
-    return {"run_id": run.info.run_id, "status": status, "label": trial.label(), **identity_tags(trial),
-            **trial.params(), **run.data.metrics}
+    return {
+        "run_id": run.info.run_id,
+        "status": status,
+        "label": trial.label(),
+        **identity_tags(trial),
+        **trial.params(),
+        **run.data.metrics,
+    }
 
 
-def log_child(tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = "") -> dict:
+def log_child(
+    tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = ""
+) -> dict:
     """Create, fill and close one configuration's child run; returns its row of the sweep table.
 
     ``result`` None logs a FAILED run carrying ``error`` as a tag.
     """
     ident = identity_tags(trial)
-    run_id = tracker.start_run(trial.label()[:250], tags={**ident, "track": trial.track, **ctx.child_tags}, parent_id=ctx.parent_run_id)
+    run_id = tracker.start_run(
+        trial.label()[:250],
+        tags={**ident, "track": trial.track, **ctx.child_tags},
+        parent_id=ctx.parent_run_id,
+    )
     params = trial.params()
     if result is None:
         tracker.log(run_id, params=params, tags={"error": error[:5000]})
         tracker.finish(run_id, "FAILED")
-        return {"run_id": run_id, "status": "failed", "label": trial.label(), **ident, **params, "error": error}
+        return {
+            "run_id": run_id,
+            "status": "failed",
+            "label": trial.label(),
+            **ident,
+            **params,
+            "error": error,
+        }
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
-    tracker.log(run_id, params=params, metrics=m, tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None)
+    tracker.log(
+        run_id,
+        params=params,
+        metrics=m,
+        tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None,
+    )
     if ctx.log_artifacts:
         with tempfile.TemporaryDirectory() as tmp:
             write_artifacts(result, ctx.cfg.to_dict(), Path(tmp))
@@ -76,8 +100,12 @@ def resolved_params(trial: Trial) -> dict[str, str]:
     """Every parameter of the configuration's estimator, defaults included (scikit-learn's
     ``get_params(deep=True)`` of the personalization wrapper and its pipeline), plus the fixed
     settings of the evaluation: what exactly ran, for a reader a year later."""
-    model = make_personalizer(trial.personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed))
-    out = {k: repr(v) for k, v in model.get_params(deep=True).items() if not hasattr(v, "get_params")}
+    model = make_personalizer(
+        trial.personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed)
+    )
+    out = {
+        k: repr(v) for k, v in model.get_params(deep=True).items() if not hasattr(v, "get_params")
+    }
     out["evaluate.calibration_shrinkage"] = repr(CALIBRATION_SHRINKAGE)
     return dict(sorted(out.items()))
 
@@ -86,9 +114,16 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     """Write a child run's artifacts: config, CCC matrix, predictions, plots (the figures the
     worker drew, ``result.figures``; drawn here if it drew none)."""
     trial = result.trial
-    resolved = {"trial": trial.params(), "resolved": resolved_params(trial), "code": code_version().tags(), "config": cfg_dict}
+    resolved = {
+        "trial": trial.params(),
+        "resolved": resolved_params(trial),
+        "code": code_version().tags(),
+        "config": cfg_dict,
+    }
     (folder / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    result.scores.sort_values(["split", "listener", "story"]).to_csv(folder / "ccc_matrix.csv", index=False)
+    result.scores.sort_values(["split", "listener", "story"]).to_csv(
+        folder / "ccc_matrix.csv", index=False
+    )
     own = result.scores[~result.scores.split.str.endswith("_unseen")]
     split_of = dict(zip(own.session, own.split, strict=False))
     for suffix, predictions in (("", result.predictions), ("_unseen", result.unseen_predictions)):
@@ -101,4 +136,3 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     plots.mkdir()
     for name, png in (result.figures or with_figures(result).figures).items():
         (plots / name).write_bytes(png)
-

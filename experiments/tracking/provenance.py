@@ -46,8 +46,12 @@ class CodeVersion:
     def tags(self) -> dict[str, str]:
         """MLflow tags: ``code_fingerprint``, ``code_version``, ``git_commit``, ``git_dirty``."""
         dirty = "unknown" if self.git_dirty is None else str(self.git_dirty).lower()
-        return {"code_fingerprint": self.fingerprint, "code_version": self.version,
-                "git_commit": self.git_commit, "git_dirty": dirty}
+        return {
+            "code_fingerprint": self.fingerprint,
+            "code_version": self.version,
+            "git_commit": self.git_commit,
+            "git_dirty": dirty,
+        }
 
 
 def package_version() -> str:
@@ -89,5 +93,12 @@ def git(*args: str, root: Path = ROOT) -> str | None:
 def code_version() -> CodeVersion:
     """The :class:`CodeVersion` of this process (computed once: the code does not change under it)."""
     commit = (git("rev-parse", "HEAD") or "").strip() or "unknown"
-    status = git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
-    return CodeVersion(source_fingerprint(), package_version(), commit, None if status is None else bool(status.strip()))
+    status = (
+        git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
+    )
+    return CodeVersion(
+        source_fingerprint(),
+        package_version(),
+        commit,
+        None if status is None else bool(status.strip()),
+    )

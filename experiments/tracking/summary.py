@@ -59,7 +59,9 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
     return out
 
 
-def unseen_listener_trials(table: pd.DataFrame, trials: Sequence[Trial], protocol: str) -> list[Trial]:
+def unseen_listener_trials(
+    table: pd.DataFrame, trials: Sequence[Trial], protocol: str
+) -> list[Trial]:
     """For each feature set, its chosen generalized-track configuration with the unseen-listener
     protocol on (see :func:`experiments.evaluation.evaluate.evaluate_trials`); none for a set whose choice
     already has its unseen-listener run in ``table``."""
@@ -69,14 +71,21 @@ def unseen_listener_trials(table: pd.DataFrame, trials: Sequence[Trial], protoco
         return out
     for _, part in table.groupby("features.set", sort=False):
         best = best_per_track(part, protocol).get("generalized")
-        if best is None or pd.notna(best.get(UNSEEN_OF_TAG, np.nan)) or best[CONFIG_HASH_TAG] not in by_hash:
+        if (
+            best is None
+            or pd.notna(best.get(UNSEEN_OF_TAG, np.nan))
+            or best[CONFIG_HASH_TAG] not in by_hash
+        ):
             continue
         out.append(replace(by_hash[best[CONFIG_HASH_TAG]], unseen_listener=True))
     return out
 
 
 #: per track, the splits whose numbers the parent run and the summary report for its best child
-_REPORTED_SPLITS = {"personalized": ("val", "loso", "test"), "generalized": ("val", "loso", "test", "val_unseen", "test_unseen")}
+_REPORTED_SPLITS = {
+    "personalized": ("val", "loso", "test"),
+    "generalized": ("val", "loso", "test", "val_unseen", "test_unseen"),
+}
 
 
 def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
@@ -85,8 +94,12 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
     chance level (95th percentile of circularly shifted predictions)."""
     rows = []
     for track, best in best_per_track(table, protocol).items():
-        row = {"track": track, "run_id": str(best.run_id), "label": best.label,
-               "chosen_on": selection_metric(track, protocol)}
+        row = {
+            "track": track,
+            "run_id": str(best.run_id),
+            "label": best.label,
+            "chosen_on": selection_metric(track, protocol),
+        }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
             if name in best and pd.notna(best[name]):
@@ -102,22 +115,44 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
     lines = ["# Best configuration of each track", ""]
     for row in summary.to_dict("records"):
-        lines += [f"## {row['track']} track", "", f"- configuration: {row['label']}", f"- run: `{row['run_id']}`",
-                  f"- chosen on: `{row['chosen_on']}`", ""]
+        lines += [
+            f"## {row['track']} track",
+            "",
+            f"- configuration: {row['label']}",
+            f"- run: `{row['run_id']}`",
+            f"- chosen on: `{row['chosen_on']}`",
+            "",
+        ]
         cells = []
         for split in _REPORTED_SPLITS[row["track"]]:
             name = f"{split}.ccc_{row['track']}"
             if name in row and pd.notna(row[name]):
                 ci = f"[{row.get(name + '.ci_low', float('nan')):.3f}, {row.get(name + '.ci_high', float('nan')):.3f}]"
-                cells.append([split, f"{row[name]:.3f}", ci, f"{row.get(name + '.chance_q95', float('nan')):.3f}"])
-        lines += [*markdown.table(["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"], cells), ""]
-    lines += ["Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
-              "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
-              "each story's mean CCC. `*_unseen`: listeners left out of training (generalized track only)."]
+                cells.append(
+                    [
+                        split,
+                        f"{row[name]:.3f}",
+                        ci,
+                        f"{row.get(name + '.chance_q95', float('nan')):.3f}",
+                    ]
+                )
+        lines += [
+            *markdown.table(
+                ["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"], cells
+            ),
+            "",
+        ]
+    lines += [
+        "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
+        "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
+        "each story's mean CCC. `*_unseen`: listeners left out of training (generalized track only).",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str, seconds: float, n_new: int) -> dict[str, str]:
+def summarise(
+    tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str, seconds: float, n_new: int
+) -> dict[str, str]:
     """Tag the parent with the best child of each track and attach the summary tables; returns
     track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
@@ -129,22 +164,45 @@ def summarise(tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str,
         best_ids[track] = row["run_id"]
         tags[f"best_run_id_{track}"] = row["run_id"]
         tags[f"best_label_{track}"] = str(row["label"])[:5000]
-        metrics.update({f"best_{track}.{k}": v for k, v in row.items() if k.startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))})
+        metrics.update(
+            {
+                f"best_{track}.{k}": v
+                for k, v in row.items()
+                if k.startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
+            }
+        )
     main = best_ids.get("personalized") or best_ids.get("generalized")
     if main:
         # one name for the headline run, as before tracks existed: the personalized track's
         tags["best_run_id"] = main
-        tags["best_label"] = tags.get("best_label_personalized", tags.get("best_label_generalized", ""))
+        tags["best_label"] = tags.get(
+            "best_label_personalized", tags.get("best_label_generalized", "")
+        )
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
         metric = selection_metric("personalized", protocol)
         with tempfile.TemporaryDirectory() as tmp:
-            cols = [c for c in ["run_id", "status", "track", "label", metric, selection_metric("generalized", protocol),
-                                "test.ccc_personalized", "test.ccc_generalized", "test_unseen.ccc_generalized"] if c in table]
+            cols = [
+                c
+                for c in [
+                    "run_id",
+                    "status",
+                    "track",
+                    "label",
+                    metric,
+                    selection_metric("generalized", protocol),
+                    "test.ccc_personalized",
+                    "test.ccc_generalized",
+                    "test_unseen.ccc_generalized",
+                ]
+                if c in table
+            ]
             ordered = table.sort_values(metric, ascending=False) if metric in table else table
             ordered.to_csv(Path(tmp) / "summary.csv", index=False)
             listing = markdown_table(_with_intervals(ordered, cols))
-            (Path(tmp) / "summary.md").write_text(summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n")
+            (Path(tmp) / "summary.md").write_text(
+                summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n"
+            )
             if not summary.empty:
                 summary.to_csv(Path(tmp) / "tracks.csv", index=False)
             tracker.log_artifacts(parent, tmp)
@@ -159,17 +217,31 @@ def _with_intervals(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
             continue
         low, high = table.get(f"{c}.ci_low"), table.get(f"{c}.ci_high")
         out[c] = [
-            "" if pd.isna(v) else f"{v:.3f}" if low is None or pd.isna(lo) else f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
-            for v, lo, hi in zip(table[c], low if low is not None else table[c], high if high is not None else table[c], strict=True)
+            ""
+            if pd.isna(v)
+            else f"{v:.3f}"
+            if low is None or pd.isna(lo)
+            else f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
+            for v, lo, hi in zip(
+                table[c],
+                low if low is not None else table[c],
+                high if high is not None else table[c],
+                strict=True,
+            )
         ]
     return out
 
 
 def markdown_table(table: pd.DataFrame) -> str:
     """``table`` as a Markdown table (text cells as they are, numbers with 3 decimals)."""
+
     def cell(v) -> str:
         if isinstance(v, float):
             return "" if pd.isna(v) else f"{v:.3f}"
         return str(v)
 
-    return "\n".join(markdown.table(list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))))
+    return "\n".join(
+        markdown.table(
+            list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))
+        )
+    )

@@ -115,9 +115,14 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
     ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
     names the code that ran even when a sweep is started from elsewhere.
     """
-    return (git("rev-parse", "HEAD", root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent) or "").strip() or "unknown"
-
-
+    return (
+        git(
+            "rev-parse",
+            "HEAD",
+            root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent,
+        )
+        or ""
+    ).strip() or "unknown"
 
 
 class Tracker:
@@ -129,22 +134,33 @@ class Tracker:
 
         self.uri = resolve_tracking_uri(uri)
         self.experiment = experiment
-        lock = Path(self.uri[len("sqlite:///") :]).with_suffix(".lock") if self.uri.startswith("sqlite:///") else None
+        lock = (
+            Path(self.uri[len("sqlite:///") :]).with_suffix(".lock")
+            if self.uri.startswith("sqlite:///")
+            else None
+        )
         with _file_lock(lock) if lock else contextlib.nullcontext():
             self.client = MlflowClient(tracking_uri=self.uri)
             exp = with_retry(lambda: self.client.get_experiment_by_name(experiment))
             if exp is None:
                 root = artifact_root_for(self.uri)
                 loc = f"{root}/{experiment}" if root else None
-                self.experiment_id = with_retry(lambda: self.client.create_experiment(
-                    experiment, artifact_location=loc, tags=experiment_tags()))
+                self.experiment_id = with_retry(
+                    lambda: self.client.create_experiment(
+                        experiment, artifact_location=loc, tags=experiment_tags()
+                    )
+                )
             else:
                 if exp.lifecycle_stage == "deleted":
                     with_retry(lambda: self.client.restore_experiment(exp.experiment_id))
                 self.experiment_id = exp.experiment_id
                 # experiments created before the tags existed (or by other tools) get them now
                 for key, value in experiment_tags(exp.tags).items():
-                    with_retry(lambda k=key, v=value: self.client.set_experiment_tag(self.experiment_id, k, v))
+                    with_retry(
+                        lambda k=key, v=value: self.client.set_experiment_tag(
+                            self.experiment_id, k, v
+                        )
+                    )
 
     # ------------------------------------------------------------------ runs
     def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -152,12 +168,16 @@ class Tracker:
         tags.update({k: str(v) for k, v in (extra or {}).items()})
         return tags
 
-    def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_id: str | None = None) -> str:
+    def start_run(
+        self, name: str, tags: Mapping[str, Any] | None = None, parent_id: str | None = None
+    ) -> str:
         """Create a RUNNING run; returns its id."""
         tags = self._tags(tags)
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
-        run = with_retry(lambda: self.client.create_run(self.experiment_id, run_name=name, tags=tags))
+        run = with_retry(
+            lambda: self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        )
         return run.info.run_id
 
     def log(
@@ -172,15 +192,25 @@ class Tracker:
 
         now = int(time.time() * 1000)
         p = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
-        m = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))]
+        m = [
+            Metric(k, float(v), now, 0)
+            for k, v in (metrics or {}).items()
+            if v is not None and math.isfinite(float(v))
+        ]
         t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         # MLflow's batch limits: 100 params, 100 tags, 1000 metrics per call
         for i in range(0, max(len(p), len(t)), 100):
-            with_retry(lambda i=i: self.client.log_batch(run_id, params=p[i : i + 100], tags=t[i : i + 100]))
+            with_retry(
+                lambda i=i: self.client.log_batch(
+                    run_id, params=p[i : i + 100], tags=t[i : i + 100]
+                )
+            )
         for j in range(0, len(m), 1000):
             with_retry(lambda j=j: self.client.log_batch(run_id, metrics=m[j : j + 1000]))
 
-    def log_artifacts(self, run_id: str, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifacts(
+        self, run_id: str, folder: str | os.PathLike, artifact_path: str | None = None
+    ) -> None:
         with_retry(lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
@@ -188,9 +218,15 @@ class Tracker:
 
     # ---------------------------------------------------------------- resume
     def search(self, filter_string: str = "", max_results: int = 5000):
-        return with_retry(lambda: self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=max_results))
+        return with_retry(
+            lambda: self.client.search_runs(
+                [self.experiment_id], filter_string=filter_string, max_results=max_results
+            )
+        )
 
-    def finished_by_hash(self, store_fingerprint: str | None = None, code_fingerprint: str | None = None) -> dict[str, Any]:
+    def finished_by_hash(
+        self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
+    ) -> dict[str, Any]:
         """config hash -> the most recent FINISHED run carrying it (for skipping on re-run).
 
         With ``store_fingerprint``, only runs computed on that store (tag ``store_fingerprint``)
@@ -216,8 +252,11 @@ class Tracker:
         again when the worker holding its result dies before the client fetched it, and the
         second run must not log the configuration again.
         """
-        runs = self.search(f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
-                           f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'", max_results=1)
+        runs = self.search(
+            f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
+            f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'",
+            max_results=1,
+        )
         return runs[0] if runs else None
 
     def reap_stale(self) -> list[str]:
@@ -248,12 +287,17 @@ class Tracker:
         """
         finished = finished or {}
         marked = []
-        for r in self.search(f"attributes.status = 'RUNNING' and tags.mlflow.parentRunId = '{parent_id}'"):
+        for r in self.search(
+            f"attributes.status = 'RUNNING' and tags.mlflow.parentRunId = '{parent_id}'"
+        ):
             tags = r.data.tags
             h = tags.get(CONFIG_HASH_TAG, "")
             writer = f"host {tags.get('host', '?')}, pid {tags.get('pid', '?')}"
-            after = (f"the configuration finished in run {finished[h]}" if h in finished
-                     else "a resumed sweep runs this configuration again")
+            after = (
+                f"the configuration finished in run {finished[h]}"
+                if h in finished
+                else "a resumed sweep runs this configuration again"
+            )
             text = f"the process logging this run ({writer}) was lost before it finished; {after}"
             self.log(r.info.run_id, tags={WORKER_LOST_TAG: text})
             self.finish(r.info.run_id, "KILLED")
@@ -261,7 +305,9 @@ class Tracker:
         return marked
 
 
-def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None) -> list[Path]:
+def export_predictions(
+    run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
+) -> list[Path]:
     """Copy a run's predictions of ``split`` (``val``, ``test`` or ``loso``) into ``out_dir``.
 
     Files are in challenge format: ``Subject_<L>_Story_<S>.csv``, header ``valence``, one row
@@ -275,14 +321,18 @@ def export_predictions(run_id: str, split: str, out_dir: str | os.PathLike, trac
     try:
         client.get_run(run_id)
     except MlflowException as e:
-        raise FileNotFoundError(f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI") from e
+        raise FileNotFoundError(
+            f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI"
+        ) from e
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = Path(client.download_artifacts(run_id, f"predictions/{split}", tmp))
         except (MlflowException, OSError) as e:
-            raise FileNotFoundError(f"run {run_id} has no predictions for split {split!r} (artifacts predictions/{split}/)") from e
+            raise FileNotFoundError(
+                f"run {run_id} has no predictions for split {split!r} (artifacts predictions/{split}/)"
+            ) from e
         files = sorted(local.glob("*.csv"))
         if not files:
             raise FileNotFoundError(f"run {run_id} has no predictions for split {split!r}")

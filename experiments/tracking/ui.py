@@ -42,11 +42,16 @@ def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str
     """
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
-        if only_with_sweeps and not with_retry(lambda exp=exp: client.search_runs(
-                [exp.experiment_id], f"tags.{CONFIG_HASH_TAG} != ''", max_results=1)):
+        if only_with_sweeps and not with_retry(
+            lambda exp=exp: client.search_runs(
+                [exp.experiment_id], f"tags.{CONFIG_HASH_TAG} != ''", max_results=1
+            )
+        ):
             continue
         for key, value in experiment_tags(exp.tags).items():
-            with_retry(lambda k=key, v=value, exp=exp: client.set_experiment_tag(exp.experiment_id, k, v))
+            with_retry(
+                lambda k=key, v=value, exp=exp: client.set_experiment_tag(exp.experiment_id, k, v)
+            )
         out.append((exp.name, exp.experiment_id))
     return out
 
@@ -54,8 +59,14 @@ def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m experiments.tracking.ui``: tag this package's experiments and print a link to each one's runs."""
     p = argparse.ArgumentParser(prog="python -m experiments.tracking.ui", description=main.__doc__)
-    p.add_argument("--tracking-uri", default="mlruns", help="MLflow tracking URI or folder (default: mlruns/)")
-    p.add_argument("--url", default=None, help=f"where the UI is served (default: the tracking server, else {DEFAULT_UI_URL})")
+    p.add_argument(
+        "--tracking-uri", default="mlruns", help="MLflow tracking URI or folder (default: mlruns/)"
+    )
+    p.add_argument(
+        "--url",
+        default=None,
+        help=f"where the UI is served (default: the tracking server, else {DEFAULT_UI_URL})",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = args.tracking_uri
@@ -73,8 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, eid in found:
         print(f"{name}: {runs_url(eid, base)}")
     if found:
-        print("(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
-              "of the sidebar opens every experiment on its runs)")
+        print(
+            "(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
+            "of the sidebar opens every experiment on its runs)"
+        )
     return 0
 
 

@@ -21,9 +21,21 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "ccc"
 VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
 #: metric columns of the view; the first sorts it (best first)
-CCC_METRICS = ("val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized")
+CCC_METRICS = (
+    "val.ccc_personalized",
+    "val.ccc_generalized",
+    "test.ccc_personalized",
+    "test.ccc_generalized",
+)
 #: parameter columns of the view
-VIEW_PARAMS = ("model.name", "features.set", "personalization", "window.lengths_s", "window.delay_s", "postprocess.smooth_s")
+VIEW_PARAMS = (
+    "model.name",
+    "features.set",
+    "personalization",
+    "window.lengths_s",
+    "window.delay_s",
+    "postprocess.smooth_s",
+)
 #: the runs table's column id of the run names
 RUN_NAME_COLUMN = "attributes.`Run Name`"
 #: where ``make ui`` serves the UI
@@ -46,7 +58,11 @@ def ccc_view() -> dict:
         "selectedColumns": [*metrics, *params],
         # widths (pixels) apply to the columns listed in the order only
         "columnOrder": [RUN_NAME_COLUMN, *metrics, *params],
-        "columnWidths": {RUN_NAME_COLUMN: 300, **{m: 155 for m in metrics}, **{p: 120 for p in params}},
+        "columnWidths": {
+            RUN_NAME_COLUMN: 300,
+            **{m: 155 for m in metrics},
+            **{p: 120 for p in params},
+        },
     }
 
 
@@ -57,7 +73,10 @@ def experiment_tags(current: Mapping[str, str] | None = None) -> dict[str, str]:
     rewritten when it differs from :func:`ccc_view`, so it follows the package.
     """
     current = current or {}
-    want = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: json.dumps(ccc_view(), separators=(",", ":"))}
+    want = {
+        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+        VIEW_TAG: json.dumps(ccc_view(), separators=(",", ":")),
+    }
     out = {}
     if EXPERIMENT_KIND_TAG not in current:
         out[EXPERIMENT_KIND_TAG] = want[EXPERIMENT_KIND_TAG]
@@ -80,5 +99,7 @@ def runs_url(experiment_id: str, base_url: str = DEFAULT_UI_URL) -> str:
     'http://127.0.0.1:5000/#/experiments/3/runs?viewStateShareKey=ccc&workflowType=machine_learning'
     """
     # no sort or filter parameters here: with any of them the UI ignores the shared view
-    return (f"{base_url.rstrip('/')}/#/experiments/{quote(str(experiment_id))}/runs"
-            f"?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning")
+    return (
+        f"{base_url.rstrip('/')}/#/experiments/{quote(str(experiment_id))}/runs"
+        f"?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    )

@@ -72,7 +72,9 @@ def window_frames(length_s: float, fps: float) -> int:
     return max(1, int(round(float(length_s) * fps)))
 
 
-def window_bounds(n: int, length_s: float, delay_s: float, fps: float, align: str) -> tuple[int, int]:
+def window_bounds(
+    n: int, length_s: float, delay_s: float, fps: float, align: str
+) -> tuple[int, int]:
     """(offset, size): the window of frame ``t`` is frames ``t + offset .. t + offset + size - 1``."""
     w = window_frames(length_s, fps)
     d = int(round(float(delay_s) * fps))
@@ -149,8 +151,10 @@ def window_stats(
     if out is None:
         out = np.empty((n, len(names)), dtype=np.float32)
     elif not isinstance(out, np.ndarray) or out.shape != (n, len(names)) or out.dtype != np.float32:
-        raise ValueError(f"out must be a float32 array of shape {(n, len(names))}, got "
-                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")  # fmt: skip
+        raise ValueError(
+            f"out must be a float32 array of shape {(n, len(names))}, got "
+            f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}"
+        )
     mode, V = _validity(valid, n, d)
     if n == 0 or d == 0 or not len(stats):
         return out, names
@@ -174,9 +178,17 @@ def _column_block(out: np.ndarray) -> tuple[np.ndarray | None, int]:
     if out.flags.c_contiguous:
         return out, 0
     base = out.base
-    if (isinstance(base, np.ndarray) and base.ndim == 2 and base.dtype == np.float32 and base.flags.c_contiguous
-            and base.shape[0] == out.shape[0] and base.strides == out.strides):  # fmt: skip
-        start = (out.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize
+    if (
+        isinstance(base, np.ndarray)
+        and base.ndim == 2
+        and base.dtype == np.float32
+        and base.flags.c_contiguous
+        and base.shape[0] == out.shape[0]
+        and base.strides == out.strides
+    ):
+        start = (
+            out.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        ) // base.itemsize
         if 0 <= start <= base.shape[1] - out.shape[1]:
             return base, start
     return None, 0
@@ -190,7 +202,9 @@ def _validity(valid: np.ndarray | None, n: int, d: int) -> tuple[int, np.ndarray
     if v.ndim == 1:
         v = v[:, None]
     if v.ndim != 2 or v.shape[0] != n or v.shape[1] not in (1, d):
-        raise ValueError(f"valid must have shape ({n},), ({n}, 1) or ({n}, {d}) like X, got {v.shape}")
+        raise ValueError(
+            f"valid must have shape ({n},), ({n}, 1) or ({n}, {d}) like X, got {v.shape}"
+        )
     return (1 if v.shape[1] == 1 else 2), np.ascontiguousarray(v)
 
 
@@ -258,7 +272,9 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
         for li in range(nl):
             a = bounds[li, 0] - 1
             for i in range(max(a, 0), min(a + bounds[li, 1], n)):
-                _add_frame(z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li])
+                _add_frame(
+                    z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li]
+                )
 
     for t in range(n):
         for li in range(nl):
@@ -269,12 +285,30 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
                 enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
                 k = first[_SLOPE]
                 if k >= 0:  # before the sums it reads move on
-                    _slope_step(leave, enter, centre, float(w - 1), fps, cnt[li], sx[li], su[li], suu[li],
-                                sux[li], row[k * d : (k + 1) * d])
+                    _slope_step(
+                        leave,
+                        enter,
+                        centre,
+                        float(w - 1),
+                        fps,
+                        cnt[li],
+                        sx[li],
+                        su[li],
+                        suu[li],
+                        sux[li],
+                        row[k * d : (k + 1) * d],
+                    )
                 k, k2 = first[_MEAN], first[_STD]
-                _sums_step(leave, enter, centre, cnt[li], sx[li], sxx[li],
-                           row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
-                           row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD])
+                _sums_step(
+                    leave,
+                    enter,
+                    centre,
+                    cnt[li],
+                    sx[li],
+                    sxx[li],
+                    row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
+                    row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD],
+                )
                 k = first[_VALID_FRAC]
                 if k >= 0:
                     inside = min(a + w, n) - min(max(a, 0), n)
@@ -284,14 +318,24 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
             if extremes:
                 p = t % w  # the window's first frame is the p-th of its block
                 if p == 0:
-                    _block_suffix(z, a, w, hlo[hpos[li] : hpos[li + 1]], hhi[hpos[li] : hpos[li + 1]])
+                    _block_suffix(
+                        z, a, w, hlo[hpos[li] : hpos[li + 1]], hhi[hpos[li] : hpos[li + 1]]
+                    )
                 b = a + w - 1
                 g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
                 k, k2 = first[_MIN], first[_MAX]
-                _extremes_step(z[b if 0 <= b < n else n], p == 1 or w == 1, glo[g0], ghi[g0], glo[g], ghi[g],
-                               hlo[hpos[li] + p], hhi[hpos[li] + p],
-                               row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
-                               row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX])
+                _extremes_step(
+                    z[b if 0 <= b < n else n],
+                    p == 1 or w == 1,
+                    glo[g0],
+                    ghi[g0],
+                    glo[g],
+                    ghi[g],
+                    hlo[hpos[li] + p],
+                    hhi[hpos[li] + p],
+                    row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
+                    row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
+                )
             for k in range(ns):  # a statistic asked for twice
                 k1 = first[codes[k]]
                 if k1 != k:
@@ -319,7 +363,9 @@ def _add_frame(zr, centre, u, cnt, sx, sxx, su, suu, sux):  # pragma: no cover -
 
 
 @numba.njit(inline="always", **_JIT)
-def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma: no cover - compiled
+def _sums_step(
+    leave, enter, centre, cnt, sx, sxx, mean_row, std_row
+):  # pragma: no cover - compiled
     """Slide the count, sum and sum of squares by one frame (``leave`` out, ``enter`` in) and
     write each column's mean and std, NaN for an empty window."""
     for c in range(cnt.shape[0]):
@@ -337,11 +383,15 @@ def _sums_step(leave, enter, centre, cnt, sx, sxx, mean_row, std_row):  # pragma
         var = ss * r - m * m
         mean_row[c] = m + centre[c]
         # one value has std 0 exactly (not the sums' rounding); clips rounding below 0
-        std_row[c] = math.sqrt(np.float32(var if (k > 1.5) & (var > 0.0) else var - var))  # NaN stays NaN
+        std_row[c] = math.sqrt(
+            np.float32(var if (k > 1.5) & (var > 0.0) else var - var)
+        )  # NaN stays NaN
 
 
 @numba.njit(inline="always", **_JIT)
-def _slope_step(leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope_row):  # pragma: no cover - compiled
+def _slope_step(
+    leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope_row
+):  # pragma: no cover - compiled
     """Slide the index sums by one frame (``leave`` at u = 0, the rest u -> u - 1, ``enter`` at
     ``u_enter``) and write each column's least-squares slope (units per second).
 
@@ -390,7 +440,9 @@ def _block_suffix(z, a, w, hlo, hhi):  # pragma: no cover - compiled
 
 
 @numba.njit(inline="always", **_JIT)
-def _extremes_step(zb, restart, glo0, ghi0, glo, ghi, hlo, hhi, min_row, max_row):  # pragma: no cover - compiled
+def _extremes_step(
+    zb, restart, glo0, ghi0, glo, ghi, hlo, hhi, min_row, max_row
+):  # pragma: no cover - compiled
     """Van Herk / Gil-Werman step: ``g`` = ``g0`` with the window's last frame ``zb`` added (or
     ``zb`` alone when it starts a block); each column's window minimum and maximum are those of
     ``h`` (the first frame's block from that frame on) and ``g``; NaN where the window holds none.

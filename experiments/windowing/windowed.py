@@ -49,24 +49,47 @@ def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
     for t in tables:
         missing = [c for c in key.channels if c not in t.channels]
         if missing:
-            raise KeyError(f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}")
+            raise KeyError(
+                f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}"
+            )
         ch_idx = [t.channels.index(c) for c in key.channels]
         cols = np.flatnonzero(np.isin(t.column_channel, ch_idx))
         n_stats = len(cols) * len(stats) * len(key.lengths_s)
         n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
         F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
         part_names: list[str] = []
-        window = {"fps": t.fps, "lengths_s": key.lengths_s, "delay_s": key.delay_s, "align": key.align}
+        window = {
+            "fps": t.fps,
+            "lengths_s": key.lengths_s,
+            "delay_s": key.delay_s,
+            "align": key.align,
+        }
         if stats:
             X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
-            _, nm = window_stats(X, t.valid[:, t.column_channel[cols]], stats=stats,
-                                 columns=[t.columns[i] for i in cols], out=F[:, :n_stats], **window)  # fmt: skip
+            _, nm = window_stats(
+                X,
+                t.valid[:, t.column_channel[cols]],
+                stats=stats,
+                columns=[t.columns[i] for i in cols],
+                out=F[:, :n_stats],
+                **window,
+            )
             part_names += nm
         if n_frac:
-            _, nm = window_stats(np.where(t.valid[:, ch_idx], 1.0, np.nan), None, stats=["valid_frac"],
-                                 columns=list(key.channels), out=F[:, n_stats:], **window)  # fmt: skip
+            _, nm = window_stats(
+                np.where(t.valid[:, ch_idx], 1.0, np.nan),
+                None,
+                stats=["valid_frac"],
+                columns=list(key.channels),
+                out=F[:, n_stats:],
+                **window,
+            )
             part_names += nm
         if not names:
             names = part_names
-        out.append(WindowedSession(t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps))
+        out.append(
+            WindowedSession(
+                t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps
+            )
+        )
     return Windowed(key, out, names)

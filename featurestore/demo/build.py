@@ -64,14 +64,23 @@ class DemoInfo:
 
     @property
     def transcripts(self) -> list[Path]:
-        return [self.out_dir / "Transcripts" / f"{s.lower().replace('subject', 'transcribed_subject')}.srt" for s in self.sessions]
+        return [
+            self.out_dir
+            / "Transcripts"
+            / f"{s.lower().replace('subject', 'transcribed_subject')}.srt"
+            for s in self.sessions
+        ]
 
     @property
     def observer_annotations(self) -> dict[str, list[Path]]:
         """Target -> the observer rating files, per session."""
         return {
-            "valence_observer_listener": [self.out_dir / "Observer_Listener" / f"{s}.csv" for s in self.sessions],
-            "valence_observer_speaker": [self.out_dir / "Observer_Speaker" / f"{s}.csv" for s in self.sessions],
+            "valence_observer_listener": [
+                self.out_dir / "Observer_Listener" / f"{s}.csv" for s in self.sessions
+            ],
+            "valence_observer_speaker": [
+                self.out_dir / "Observer_Speaker" / f"{s}.csv" for s in self.sessions
+            ],
         }
 
     def __str__(self) -> str:
@@ -94,12 +103,17 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         "audio_rate_hz": model.AUDIO_RATE,
         "face": {
             "photo": "skimage.data.astronaut() (public domain, NASA)",
-            "photo_rows": list(PHOTO_ROWS), "photo_cols": list(PHOTO_COLS), "scale": PHOTO_SCALE,
+            "photo_rows": list(PHOTO_ROWS),
+            "photo_cols": list(PHOTO_COLS),
+            "scale": PHOTO_SCALE,
             "tile_size": [layout.tile_w, layout.tile_h],
             "tile_origin": {r: list(v) for r, v in layout.origin.items()},
-            "smile_levels": list(model.SMILE_LEVELS), "mouth_levels": list(model.MOUTH_LEVELS),
-            "blink_levels": list(model.BLINK_LEVELS), "brow_levels": list(model.BROW_LEVELS),
-            "listener_smile_state": "round(smile * 6)", "speaker_smile_state": model.SPEAKER_SMILE_STATE,
+            "smile_levels": list(model.SMILE_LEVELS),
+            "mouth_levels": list(model.MOUTH_LEVELS),
+            "blink_levels": list(model.BLINK_LEVELS),
+            "brow_levels": list(model.BROW_LEVELS),
+            "listener_smile_state": "round(smile * 6)",
+            "speaker_smile_state": model.SPEAKER_SMILE_STATE,
             "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
             "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
         },
@@ -110,7 +124,8 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
             "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
             "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
             "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
-            "slow_noise_sd": model.LABEL_SLOW_NOISE_SD, "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
+            "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
+            "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
             "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
             "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
             "affect": "affect of the latest phrase the speaker has started, held until the next one (0 before the first)",
@@ -118,7 +133,8 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         "words": {
             "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
             "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive (a_p > 0) or negative lexicon words",
-            "positive_words": list(model.POSITIVE_WORDS), "negative_words": list(model.NEGATIVE_WORDS),
+            "positive_words": list(model.POSITIVE_WORDS),
+            "negative_words": list(model.NEGATIVE_WORDS),
             "neutral_words": list(model.NEUTRAL_WORDS),
             "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
         },
@@ -138,7 +154,10 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         "speakers": {str(k): vars(v) for k, v in speakers.items()},
         "sessions": {
             session_name(p.listener, p.story): {
-                "listener": p.listener, "story": p.story, "speaker": p.speaker, "n_frames": p.n_frames,
+                "listener": p.listener,
+                "story": p.story,
+                "speaker": p.speaker,
+                "n_frames": p.n_frames,
                 "speech_phrases_s": [list(x) for x in p.phrases],
                 "backchannels_s": [list(x) for x in p.backchannels],
                 "smile_events": p.smile_events,
@@ -162,22 +181,26 @@ def _readme(truth: dict, info_line: str) -> str:
         f"{v['smile_event_rate_hz']:.3f} | {v['smile_event_size']:.3f} | {v['backchannel_f0_hz']:.0f} |"
         for k, v in truth["listeners"].items()
     )
-    spk = "\n".join(f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |" for k, v in truth["speakers"].items())
+    spk = "\n".join(
+        f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
+        for k, v in truth["speakers"].items()
+    )
     words, obs = truth["words"], truth["observers"]
     sessions = truth["sessions"]
     agree = "\n".join(
-        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |" for k, v in sessions.items()
+        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |"
+        for k, v in sessions.items()
     )
     agree_l = float(np.mean([v["ccc_self_vs_observer_listener"] for v in sessions.values()]))
     agree_s = float(np.mean([v["ccc_self_vs_observer_speaker"] for v in sessions.values()]))
     return f"""# Demo corpus (generated by `featurestore demo`)
 
-{info_line}. Built offline and deterministically from seed {truth['seed']} by
-`featurestore.demo.build_demo` (generator version {truth['generator_version']}); rebuild it
+{info_line}. Built offline and deterministically from seed {truth["seed"]} by
+`featurestore.demo.build_demo` (generator version {truth["generator_version"]}); rebuild it
 rather than edit it. Layout as in OMG-Empathy:
 
-- `Videos/Subject_<L>_Story_<S>.mp4`: {truth['width']}x{truth['height']}, {truth['fps']:g} fps H.264,
-  AAC mono {truth['audio_rate_hz']} Hz; speaker left of x={truth['split_x']}, listener right of it.
+- `Videos/Subject_<L>_Story_<S>.mp4`: {truth["width"]}x{truth["height"]}, {truth["fps"]:g} fps H.264,
+  AAC mono {truth["audio_rate_hz"]} Hz; speaker left of x={truth["split_x"]}, listener right of it.
 - `Annotations/Subject_<L>_Story_<S>.csv`: header `valence`, one row per video frame, [-1, 1]
   (the listener's self-rating, target `valence_self`).
 - `Transcripts/transcribed_subject_<L>_story_<S>.srt`: cues tagged `[S]` (speaker) and `[L]`
@@ -202,27 +225,27 @@ opening the mouth and nodding. Backchannels carry no label information.
 
 Label:
 
-    valence(t) = valence_offset + valence_gain * smile(t - {lab['delay_s']:g} s) + speaker_term(t) + text_term(t) + noise(t)
+    valence(t) = valence_offset + valence_gain * smile(t - {lab["delay_s"]:g} s) + speaker_term(t) + text_term(t) + noise(t)
 
 clipped to [-1, 1], where `smile(t)` in [0, 1] is the listener's latent smile, which their
-face shows at time t (so it reaches the valence {lab['delay_s']:g} s later),
-`speaker_term` = {lab['speaker_term']} (weak),
-`text_term` = {lab['text_term']}, with `affect(t)` the affect of the
-speaker's latest phrase (below), and the noise is slow (sd {lab['slow_noise_sd']})
-plus white (sd {lab['white_noise_sd']}). Listener features (mouth width, smile) with a label
-delay of about {lab['delay_s']:g} s should predict the valence well; speaker face and voice only
+face shows at time t (so it reaches the valence {lab["delay_s"]:g} s later),
+`speaker_term` = {lab["speaker_term"]} (weak),
+`text_term` = {lab["text_term"]}, with `affect(t)` the affect of the
+speaker's latest phrase (below), and the noise is slow (sd {lab["slow_noise_sd"]})
+plus white (sd {lab["white_noise_sd"]}). Listener features (mouth width, smile) with a label
+delay of about {lab["delay_s"]:g} s should predict the valence well; speaker face and voice only
 weakly; the speaker's words (the `lexicon` channel) add what neither face nor voice shows.
 
-Words: each phrase has an affect a_p in [-1, 1] ({words['phrase_affect']}); its sentence has
-{words['phrase_words']}. Positive words: {', '.join(words['positive_words'])}. Negative words:
-{', '.join(words['negative_words'])}. The listener says "{words['backchannel_words']['positive']}" after a
-phrase with a_p > {words['backchannel_words']['threshold']}, "{words['backchannel_words']['negative']}" after
-one below -{words['backchannel_words']['threshold']}, else "{words['backchannel_words']['neutral']}". In each
+Words: each phrase has an affect a_p in [-1, 1] ({words["phrase_affect"]}); its sentence has
+{words["phrase_words"]}. Positive words: {", ".join(words["positive_words"])}. Negative words:
+{", ".join(words["negative_words"])}. The listener says "{words["backchannel_words"]["positive"]}" after a
+phrase with a_p > {words["backchannel_words"]["threshold"]}, "{words["backchannel_words"]["negative"]}" after
+one below -{words["backchannel_words"]["threshold"]}, else "{words["backchannel_words"]["neutral"]}". In each
 transcript the first backchannel shares one cue with the phrase before it (both tags) and
 the longest other phrase is split into two overlapping `[S]` cues.
 
-Observers: `valence_observer_listener` = {obs['valence_observer_listener']};
-`valence_observer_speaker` = {obs['valence_observer_speaker']}.
+Observers: `valence_observer_listener` = {obs["valence_observer_listener"]};
+`valence_observer_speaker` = {obs["valence_observer_speaker"]}.
 Planted agreement with the self-rating (CCC per session, this build):
 
 | session | self vs observer of listener | self vs observer of speaker |
@@ -287,7 +310,9 @@ def build_demo(
         raise ValueError("demo: give at least one story")
     bad = [s for s in stories if s not in STORY_SPEAKER]
     if bad:
-        raise ValueError(f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}")
+        raise ValueError(
+            f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}"
+        )
     if not duration_s >= 2.0:
         raise ValueError(f"demo: duration_s must be at least 2 seconds, got {duration_s}")
     if not fps > 0:
@@ -309,22 +334,45 @@ def build_demo(
     for L, S in bar:
         sid = session_name(L, S)
         bar.set_postfix_str(sid)
-        plan = plan_session(L, S, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit)
-        caches = {"speaker": speaker_caches[plan.speaker], "listener": TileCache(rig, Look(False, listeners[L].tint), size)}
-        write_video(out / "Videos" / f"{sid}.mp4", video_frames(plan, layout, caches), layout, fps, plan.audio, plan.audio_rate)
+        plan = plan_session(
+            L, S, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
+        )
+        caches = {
+            "speaker": speaker_caches[plan.speaker],
+            "listener": TileCache(rig, Look(False, listeners[L].tint), size),
+        }
+        write_video(
+            out / "Videos" / f"{sid}.mp4",
+            video_frames(plan, layout, caches),
+            layout,
+            fps,
+            plan.audio,
+            plan.audio_rate,
+        )
         write_bytes_atomic(out / "Annotations" / f"{sid}.csv", valence_csv(plan.valence).encode())
-        write_bytes_atomic(out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt", transcript_srt(plan))
-        write_bytes_atomic(out / "Observer_Listener" / f"{sid}.csv", valence_csv(plan.observer_listener).encode())
-        write_bytes_atomic(out / "Observer_Speaker" / f"{sid}.csv", valence_csv(plan.observer_speaker).encode())
+        write_bytes_atomic(
+            out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt", transcript_srt(plan)
+        )
+        write_bytes_atomic(
+            out / "Observer_Listener" / f"{sid}.csv", valence_csv(plan.observer_listener).encode()
+        )
+        write_bytes_atomic(
+            out / "Observer_Speaker" / f"{sid}.csv", valence_csv(plan.observer_speaker).encode()
+        )
         plan.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
 
     truth = _truth(seed, listeners, speakers, plans, layout, fps, duration_s)
     info = DemoInfo(
-        out_dir=out, sessions=tuple(session_name(L, S) for L, S in pairs),
+        out_dir=out,
+        sessions=tuple(session_name(L, S) for L, S in pairs),
         n_frames={session_name(p.listener, p.story): p.n_frames for p in plans},
-        seed=int(seed), duration_s=float(duration_s), width=layout.width, height=layout.height,
-        fps=float(fps), build_seconds=time.perf_counter() - t_start,
+        seed=int(seed),
+        duration_s=float(duration_s),
+        width=layout.width,
+        height=layout.height,
+        fps=float(fps),
+        build_seconds=time.perf_counter() - t_start,
     )
     line = (
         f"{len(pairs)} sessions ({len(listeners)} listener{'s' if len(listeners) > 1 else ''} x "

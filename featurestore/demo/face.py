@@ -25,7 +25,9 @@ PHOTO_SCALE = 2
 _FEATHER_PX = 20
 
 
-def piecewise_affine_map(out_points: np.ndarray, in_points: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def piecewise_affine_map(
+    out_points: np.ndarray, in_points: np.ndarray, shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Inverse map of a piecewise-affine warp, for ``cv2.remap``: output pixel -> input (x, y).
 
     The model of ``skimage.transform.PiecewiseAffineTransform`` (a Delaunay triangulation of
@@ -50,7 +52,9 @@ def piecewise_affine_map(out_points: np.ndarray, in_points: np.ndarray, shape: t
     area = np.abs(np.linalg.det(corners))
     label = np.full((h, w), -1, np.int32)
     for k in np.argsort(area, kind="stable"):
-        cv2.fillConvexPoly(label, np.round(out_points[simplices[k]] * 16).astype(np.int32), int(k), cv2.LINE_8, 4)
+        cv2.fillConvexPoly(
+            label, np.round(out_points[simplices[k]] * 16).astype(np.int32), int(k), cv2.LINE_8, 4
+        )
     yy, xx = np.mgrid[0:h, 0:w]
     xy1 = np.c_[xx.ravel(), yy.ravel(), np.ones(h * w)]
     tri = label.ravel()
@@ -74,10 +78,14 @@ def border_points(width: int, height: int, spacing: float = 20.0) -> np.ndarray:
     ny = max(2, int(np.ceil((height - 1) / spacing)) + 1)
     xs = np.linspace(0, width - 1, nx)
     ys = np.linspace(0, height - 1, ny)[1:-1]
-    return np.concatenate([
-        np.c_[xs, np.zeros(nx)], np.c_[xs, np.full(nx, height - 1.0)],
-        np.c_[np.zeros(len(ys)), ys], np.c_[np.full(len(ys), width - 1.0), ys],
-    ])
+    return np.concatenate(
+        [
+            np.c_[xs, np.zeros(nx)],
+            np.c_[xs, np.full(nx, height - 1.0)],
+            np.c_[np.zeros(len(ys)), ys],
+            np.c_[np.full(len(ys), width - 1.0), ys],
+        ]
+    )
 
 
 def even(v: float) -> int:
@@ -144,9 +152,29 @@ class FaceRig:
         d[68] += (-0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
         d[69] += (0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
         jaw = mouth * 0.22 * self.iod
-        drop = {65: 1.0, 66: 1.0, 67: 1.0, 56: 1.0, 57: 1.0, 58: 1.0, 55: 0.6, 59: 0.6,
-                48: 0.15, 54: 0.15, 60: 0.1, 64: 0.1, 8: 0.55, 7: 0.5, 9: 0.5, 6: 0.35,
-                10: 0.35, 5: 0.2, 11: 0.2, 4: 0.08, 12: 0.08}
+        drop = {
+            65: 1.0,
+            66: 1.0,
+            67: 1.0,
+            56: 1.0,
+            57: 1.0,
+            58: 1.0,
+            55: 0.6,
+            59: 0.6,
+            48: 0.15,
+            54: 0.15,
+            60: 0.1,
+            64: 0.1,
+            8: 0.55,
+            7: 0.5,
+            9: 0.5,
+            6: 0.35,
+            10: 0.35,
+            5: 0.2,
+            11: 0.2,
+            4: 0.08,
+            12: 0.08,
+        }
         for i, w in drop.items():
             d[i, 1] += w * jaw
         return d
@@ -173,14 +201,20 @@ class FaceRig:
         w, h = x1 - x0, y1 - y0
         margin = 3.0
         inside = (
-            (src[:, 0] > margin) & (src[:, 0] < w - 1 - margin)
-            & (src[:, 1] > margin) & (src[:, 1] < h - 1 - margin)
+            (src[:, 0] > margin)
+            & (src[:, 0] < w - 1 - margin)
+            & (src[:, 1] > margin)
+            & (src[:, 1] < h - 1 - margin)
         )
         ring = border_points(w, h)
         dst_in = np.clip(dst[inside], margin, [w - 1 - margin, h - 1 - margin])
         # the inverse map: output (deformed) coordinates -> input (photo) coordinates
-        mx, my = piecewise_affine_map(np.vstack([dst_in, ring]), np.vstack([src[inside], ring]), (h, w))
-        return cv2.remap(np.ascontiguousarray(sub), mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        mx, my = piecewise_affine_map(
+            np.vstack([dst_in, ring]), np.vstack([src[inside], ring]), (h, w)
+        )
+        return cv2.remap(
+            np.ascontiguousarray(sub), mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
 
     def upper(self, brow: int, blink: int) -> np.ndarray:
         """The upper band for state indices into :data:`BROW_LEVELS` and :data:`BLINK_LEVELS`."""
@@ -211,19 +245,27 @@ class FaceRig:
         return self._lower[key]
 
     @staticmethod
-    def _paint_mouth_cavity(band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin) -> np.ndarray:
+    def _paint_mouth_cavity(
+        band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin
+    ) -> np.ndarray:
         """Darken what the lower lip uncovered (the warp alone would stretch the teeth)."""
         import cv2  # lazily, as above
 
         inner_lower = [60, 67, 66, 65, 64]
-        poly = np.vstack([opened[inner_lower], closed[inner_lower[::-1]]]) - np.asarray(origin, float)
+        poly = np.vstack([opened[inner_lower], closed[inner_lower[::-1]]]) - np.asarray(
+            origin, float
+        )
         mask = np.zeros(band.shape[:2], np.float32)
-        cv2.fillPoly(mask, [np.round(poly * 4).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=2)
+        cv2.fillPoly(
+            mask, [np.round(poly * 4).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=2
+        )
         mask = cv2.GaussianBlur(mask, (5, 5), 1.0)[..., None]
         cavity = np.array([62, 24, 28], np.float32)  # dark red-brown of an open mouth
         return np.clip(band * (1 - 0.9 * mask) + cavity * 0.9 * mask + 0.5, 0, 255).astype(np.uint8)
 
-    def render(self, smile: int = SPEAKER_SMILE_STATE, mouth: int = 0, blink: int = 0, brow: int = 0) -> np.ndarray:
+    def render(
+        self, smile: int = SPEAKER_SMILE_STATE, mouth: int = 0, blink: int = 0, brow: int = 0
+    ) -> np.ndarray:
         """The whole face tile (RGB uint8) in one expression state (indices into the *_LEVELS)."""
         out = self.tile.copy()
         x0, y0, x1, y1 = self.upper_region
@@ -248,7 +290,9 @@ class Look:
 
     def background(self, tile: np.ndarray) -> np.ndarray:
         """Background colour (RGB uint8): the photo's wall colour, tinted like the face."""
-        border = np.concatenate([tile[:8].reshape(-1, 3), tile[:, :8].reshape(-1, 3), tile[:, -8:].reshape(-1, 3)])
+        border = np.concatenate(
+            [tile[:8].reshape(-1, 3), tile[:, :8].reshape(-1, 3), tile[:, -8:].reshape(-1, 3)]
+        )
         return np.clip(np.median(border, axis=0) * np.array(self.gain), 0, 255).astype(np.uint8)
 
 
@@ -260,8 +304,12 @@ class TileCache:
         self.h, self.w = size
         self.bg = look.background(rig.tile)
         th, tw = rig.tile.shape[:2]
-        ay = np.clip(np.minimum(np.arange(self.h), self.h - 1 - np.arange(self.h)) / _FEATHER_PX, 0, 1)
-        ax = np.clip(np.minimum(np.arange(self.w), self.w - 1 - np.arange(self.w)) / _FEATHER_PX, 0, 1)
+        ay = np.clip(
+            np.minimum(np.arange(self.h), self.h - 1 - np.arange(self.h)) / _FEATHER_PX, 0, 1
+        )
+        ax = np.clip(
+            np.minimum(np.arange(self.w), self.w - 1 - np.arange(self.w)) / _FEATHER_PX, 0, 1
+        )
         a = (ay[:, None] * ax[None, :]) ** 1.5
         self.alpha = (a * a * (3 - 2 * a))[..., None].astype(np.float32)  # smoothstep
         self._tiles: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}

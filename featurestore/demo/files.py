@@ -46,7 +46,11 @@ def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
         before = [i for i, (_, p1) in enumerate(plan.phrases) if p1 <= b0 + 1e-6]
         if before:
             merged_phrase, merged_bc = before[-1], 0
-    others = [i for i in range(len(plan.phrases)) if i != merged_phrase and len(plan.phrase_words[i].split()) >= 4]
+    others = [
+        i
+        for i in range(len(plan.phrases))
+        if i != merged_phrase and len(plan.phrase_words[i].split()) >= 4
+    ]
     split = max(others, key=lambda i: plan.phrases[i][1] - plan.phrases[i][0]) if others else -1
     for i, ((p0, p1), text) in enumerate(zip(plan.phrases, plan.phrase_words, strict=True)):
         if i == merged_phrase:
@@ -59,7 +63,9 @@ def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
             cues.append((mid - 0.2, p1, ["[S] " + " ".join(words[half:])]))
         else:
             cues.append((p0, p1, [f"[S] {text}"]))
-    for j, ((b0, b1), word) in enumerate(zip(plan.backchannels, plan.backchannel_words, strict=True)):
+    for j, ((b0, b1), word) in enumerate(
+        zip(plan.backchannels, plan.backchannel_words, strict=True)
+    ):
         if j != merged_bc:
             cues.append((b0, b1, [f"[L] {word}"]))
     return sorted(cues, key=lambda c: c[0])
@@ -73,8 +79,10 @@ def _srt_time(t: float) -> str:
 def transcript_srt(plan: SessionPlan) -> bytes:
     """The session's transcript as SubRip bytes: UTF-8 with a byte-order mark and CRLF line
     ends, as Windows subtitle editors write them."""
-    blocks = [f"{i}\r\n{_srt_time(a)} --> {_srt_time(b)}\r\n" + "\r\n".join(lines)
-              for i, (a, b, lines) in enumerate(transcript_cues(plan), start=1)]
+    blocks = [
+        f"{i}\r\n{_srt_time(a)} --> {_srt_time(b)}\r\n" + "\r\n".join(lines)
+        for i, (a, b, lines) in enumerate(transcript_cues(plan), start=1)
+    ]
     return ("\ufeff" + "\r\n\r\n".join(blocks) + "\r\n").encode("utf-8")
 
 
@@ -91,7 +99,9 @@ class Layout:
 
 def frame_layout(width: int, height: int, rig: FaceRig) -> Layout:
     if width % 2 or height % 2:
-        raise ValueError(f"demo: width and height must be even for yuv420p video, got {width}x{height}")
+        raise ValueError(
+            f"demo: width and height must be even for yuv420p video, got {width}x{height}"
+        )
     regions = role_regions(width)
     split = regions["speaker"][1]
     th0, tw0 = rig.tile.shape[:2]
@@ -123,7 +133,9 @@ def _background_i420(layout: Layout, colours: dict[str, np.ndarray]) -> np.ndarr
     return cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420)
 
 
-def video_frames(plan: SessionPlan, layout: Layout, caches: dict[str, TileCache]) -> Iterator[np.ndarray]:
+def video_frames(
+    plan: SessionPlan, layout: Layout, caches: dict[str, TileCache]
+) -> Iterator[np.ndarray]:
     """The session's frames as packed yuv420p arrays ((H * 3 / 2, W) uint8; one buffer reused)."""
     h, w = layout.height, layout.width
     bg = _background_i420(layout, {r: c.bg for r, c in caches.items()})
@@ -132,7 +144,10 @@ def video_frames(plan: SessionPlan, layout: Layout, caches: dict[str, TileCache]
     u_plane = buf[h : h + h // 4].reshape(h // 2, w // 2)
     v_plane = buf[h + h // 4 :].reshape(h // 2, w // 2)
     th, tw = layout.tile_h, layout.tile_w
-    st = {role: np.stack([plan.states[role][k] for k in ("smile", "mouth", "blink", "brow")], axis=1) for role in caches}
+    st = {
+        role: np.stack([plan.states[role][k] for k in ("smile", "mouth", "blink", "brow")], axis=1)
+        for role in caches
+    }
     for i in range(plan.n_frames):
         np.copyto(buf, bg)
         for role, cache in caches.items():
@@ -145,7 +160,9 @@ def video_frames(plan: SessionPlan, layout: Layout, caches: dict[str, TileCache]
         yield buf
 
 
-def write_video(path: Path, frames: Iterator[np.ndarray], layout: Layout, fps: float, audio: np.ndarray, sr: int) -> None:
+def write_video(
+    path: Path, frames: Iterator[np.ndarray], layout: Layout, fps: float, audio: np.ndarray, sr: int
+) -> None:
     """H.264 (libx264, single-threaded: deterministic) + AAC mono MP4, written atomically."""
     import av  # lazily: PyAV takes 0.15 s to import, only a build needs it
 
@@ -159,7 +176,8 @@ def write_video(path: Path, frames: Iterator[np.ndarray], layout: Layout, fps: f
             # veryfast with the cheapest motion search and no B-frames: ~1.6x faster than
             # plain veryfast for ~20% more bytes (the build time is mostly x264)
             vs.options = {
-                "preset": "veryfast", "crf": "20",
+                "preset": "veryfast",
+                "crf": "20",
                 "x264-params": "me=dia:subme=1:partitions=none:trellis=0:weightp=0:8x8dct=0:bframes=0",
             }
             vs.codec_context.thread_count = 1
@@ -177,7 +195,9 @@ def write_video(path: Path, frames: Iterator[np.ndarray], layout: Layout, fps: f
                 a_end = min(len(audio), int(round((i + 1) / fps * sr)))
                 while a_pos + chunk <= a_end or (a_pos < a_end == len(audio)):
                     piece = audio[a_pos : a_pos + chunk][None, :]
-                    af = av.AudioFrame.from_ndarray(np.ascontiguousarray(piece), format="flt", layout="mono")
+                    af = av.AudioFrame.from_ndarray(
+                        np.ascontiguousarray(piece), format="flt", layout="mono"
+                    )
                     af.sample_rate = sr
                     af.pts = a_pos
                     af.time_base = Fraction(1, sr)

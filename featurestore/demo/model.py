@@ -45,14 +45,86 @@ OBSERVER_SPEAKER_NOISE_SD = (0.06, 0.02)
 
 #: Words of the speaker's phrases: every word in the first two lists is in the VADER lexicon
 #: (valence > 0 and < 0), no word of the third is, nor is it a VADER negation or booster.
-POSITIVE_WORDS = ("happy", "great", "love", "wonderful", "fun", "beautiful", "amazing", "laughed", "glad",
-                  "best", "funny", "proud", "lucky", "nice", "smiled")
-NEGATIVE_WORDS = ("sad", "terrible", "lost", "hurt", "cried", "awful", "bad", "angry", "lonely", "worried",
-                  "pain", "sick", "died", "scared", "alone")
-NEUTRAL_WORDS = ("then", "we", "went", "to", "the", "house", "and", "my", "brother", "it", "was", "a", "day",
-                 "at", "school", "in", "summer", "car", "walked", "home", "said", "that", "morning", "city",
-                 "old", "door", "after", "dinner", "mother", "train", "letter", "street", "her", "his",
-                 "window", "week", "father", "teacher", "village", "river", "told", "us", "one", "evening")
+POSITIVE_WORDS = (
+    "happy",
+    "great",
+    "love",
+    "wonderful",
+    "fun",
+    "beautiful",
+    "amazing",
+    "laughed",
+    "glad",
+    "best",
+    "funny",
+    "proud",
+    "lucky",
+    "nice",
+    "smiled",
+)
+NEGATIVE_WORDS = (
+    "sad",
+    "terrible",
+    "lost",
+    "hurt",
+    "cried",
+    "awful",
+    "bad",
+    "angry",
+    "lonely",
+    "worried",
+    "pain",
+    "sick",
+    "died",
+    "scared",
+    "alone",
+)
+NEUTRAL_WORDS = (
+    "then",
+    "we",
+    "went",
+    "to",
+    "the",
+    "house",
+    "and",
+    "my",
+    "brother",
+    "it",
+    "was",
+    "a",
+    "day",
+    "at",
+    "school",
+    "in",
+    "summer",
+    "car",
+    "walked",
+    "home",
+    "said",
+    "that",
+    "morning",
+    "city",
+    "old",
+    "door",
+    "after",
+    "dinner",
+    "mother",
+    "train",
+    "letter",
+    "street",
+    "her",
+    "his",
+    "window",
+    "week",
+    "father",
+    "teacher",
+    "village",
+    "river",
+    "told",
+    "us",
+    "one",
+    "evening",
+)
 #: The listener's backchannel word after a phrase of affect a: "wow" if a > 0.35, "oh no" if a < -0.35, else "mm-hm".
 BACKCHANNEL_WORDS = {"positive": "wow", "negative": "oh no", "neutral": "mm-hm"}
 BACKCHANNEL_AFFECT = 0.35
@@ -66,7 +138,9 @@ BLINK_LEVELS = (0.0, 0.5, 1.0)
 #: Brow raise of each rendered state (1 = up ~0.1 interocular).
 BROW_LEVELS = (0.0, 1.0)
 SPEAKER_SMILE_STATE = 2  # a = 0.17, close to the photo's own smile
-SPEAKER_STORY_SMILE_STATES = 2.0  # the speaker's smile state moves this many levels per unit of story curve
+SPEAKER_STORY_SMILE_STATES = (
+    2.0  # the speaker's smile state moves this many levels per unit of story curve
+)
 BACKCHANNEL_MOUTH_STATE = 1
 
 
@@ -137,13 +211,16 @@ def smooth_noise(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
     sd = x.std()
     return x / sd if sd > 0 else x
 
+
 def story_curve(story: int, t: np.ndarray, seed: int = 0) -> np.ndarray:
     """The story's common affect curve c_S(t) in [-1, 1] at times ``t`` (s): what every telling of
     story ``story`` carries, whoever listens (smooth noise on a 10 Hz grid over 0-600 s)."""
     r = seeded_rng(seed, 6, story)
     grid_fps = 10.0
     grid = -5.0 + np.arange(int(605 * grid_fps)) / grid_fps
-    curve = np.clip(STORY_CURVE_SD * smooth_noise(r, len(grid), STORY_CURVE_TIME_S * grid_fps), -1.0, 1.0)
+    curve = np.clip(
+        STORY_CURVE_SD * smooth_noise(r, len(grid), STORY_CURVE_TIME_S * grid_fps), -1.0, 1.0
+    )
     return np.interp(t, grid, curve)
 
 
@@ -156,5 +233,7 @@ def speaker_params(speaker: int, seed: int = 0) -> SpeakerParams:
         f0_hz=round(float((175.0 if high else 125.0) + r.uniform(-8, 8)), 2),
         formant_scale=round(float((1.12 if high else 1.0) * r.uniform(0.97, 1.03)), 4),
         speech_level=round(float(r.uniform(0.45, 0.55)), 3),
-        tint=tuple(round(float(v), 3) for v in (np.array([0.85, 0.95, 1.12]) * r.uniform(0.93, 1.07, 3))),
+        tint=tuple(
+            round(float(v), 3) for v in (np.array([0.85, 0.95, 1.12]) * r.uniform(0.93, 1.07, 3))
+        ),
     )

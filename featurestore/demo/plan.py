@@ -81,11 +81,21 @@ class SessionPlan:
     audio_rate: int = AUDIO_RATE
     phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase's words, -1..1
     phrase_words: list[str] = field(default_factory=list)  # what the speaker says in each phrase
-    backchannel_words: list[str] = field(default_factory=list)  # what the listener says in each backchannel
-    affect: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # latest phrase's affect, held, per frame
-    text_term: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # the valence's text term per frame
-    observer_listener: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # per frame, [-1, 1]
-    observer_speaker: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # per frame, [-1, 1]
+    backchannel_words: list[str] = field(
+        default_factory=list
+    )  # what the listener says in each backchannel
+    affect: np.ndarray = field(
+        repr=False, default_factory=lambda: np.zeros(0)
+    )  # latest phrase's affect, held, per frame
+    text_term: np.ndarray = field(
+        repr=False, default_factory=lambda: np.zeros(0)
+    )  # the valence's text term per frame
+    observer_listener: np.ndarray = field(
+        repr=False, default_factory=lambda: np.zeros(0)
+    )  # per frame, [-1, 1]
+    observer_speaker: np.ndarray = field(
+        repr=False, default_factory=lambda: np.zeros(0)
+    )  # per frame, [-1, 1]
 
     @property
     def times(self) -> np.ndarray:
@@ -100,7 +110,11 @@ def _smile_curve(t: np.ndarray, events: list[dict]) -> np.ndarray:
         u = t - e["onset_s"]
         rise, hold, decay = e["rise_s"], e["hold_s"], e["decay_s"]
         shape = np.where(u < rise, 0.5 - 0.5 * np.cos(np.pi * np.clip(u / rise, 0, 1)), 1.0)
-        shape = np.where(u > rise + hold, 0.5 + 0.5 * np.cos(np.pi * np.clip((u - rise - hold) / decay, 0, 1)), shape)
+        shape = np.where(
+            u > rise + hold,
+            0.5 + 0.5 * np.cos(np.pi * np.clip((u - rise - hold) / decay, 0, 1)),
+            shape,
+        )
         shape = np.where((u < 0) | (u > rise + hold + decay), 0.0, shape)
         y += e["amplitude"] * shape
     return y
@@ -116,7 +130,13 @@ def _blink_onsets(rng: np.random.Generator, duration_s: float) -> list[float]:
 
 def _head_motion(rng, n: int, fps: float, amplitude: tuple[float, float]) -> np.ndarray:
     """Smooth random head translation, even pixels (chroma planes stay aligned)."""
-    xy = np.stack([smooth_noise(rng, n, 0.6 * fps) * amplitude[0], smooth_noise(rng, n, 0.8 * fps) * amplitude[1]], axis=1)
+    xy = np.stack(
+        [
+            smooth_noise(rng, n, 0.6 * fps) * amplitude[0],
+            smooth_noise(rng, n, 0.8 * fps) * amplitude[1],
+        ],
+        axis=1,
+    )
     return xy
 
 
@@ -141,10 +161,16 @@ def _causal_smooth(x: np.ndarray, tau_s: float, fps: float) -> np.ndarray:
 def _delayed(x: np.ndarray, delay_s: float, fps: float) -> np.ndarray:
     """``x(t - delay_s)`` per frame; the first value is held before the start."""
     d = int(round(delay_s * fps))
-    return np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]]) if d else x.copy()
+    return (
+        np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]])
+        if d
+        else x.copy()
+    )
 
 
-def _phrase_words(rng: np.random.Generator, phrases, syllables, curve_at_start) -> tuple[list[float], list[str]]:
+def _phrase_words(
+    rng: np.random.Generator, phrases, syllables, curve_at_start
+) -> tuple[list[float], list[str]]:
     """Per phrase an affect in [-1, 1] (the story curve at the phrase's start plus the telling's own
     variation) and a sentence: about one word per 1.5 syllables, of which round(3 * |affect|) are
     positive (affect > 0) or negative lexicon words."""
@@ -169,7 +195,13 @@ def _backchannel_words(phrases, affects, backchannels) -> list[str]:
     for b0, _ in backchannels:
         before = [a for (p0, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
         a = before[-1] if before else 0.0
-        kind = "positive" if a > BACKCHANNEL_AFFECT else "negative" if a < -BACKCHANNEL_AFFECT else "neutral"
+        kind = (
+            "positive"
+            if a > BACKCHANNEL_AFFECT
+            else "negative"
+            if a < -BACKCHANNEL_AFFECT
+            else "neutral"
+        )
         out.append(BACKCHANNEL_WORDS[kind])
     return out
 
@@ -226,13 +258,15 @@ def plan_session(
     events = []
     t_event = -LABEL_DELAY_S - 6.0 + float(rng.exponential(1 / lp.smile_event_rate_hz))
     while t_event < n / fps:
-        events.append({
-            "onset_s": round(t_event, 3),
-            "amplitude": round(float(rng.uniform(0.25, 0.5) * lp.smile_event_size), 4),
-            "rise_s": round(float(rng.uniform(0.6, 1.2)), 3),
-            "hold_s": round(float(rng.uniform(0.8, 3.0)), 3),
-            "decay_s": round(float(rng.uniform(1.2, 2.5)), 3),
-        })
+        events.append(
+            {
+                "onset_s": round(t_event, 3),
+                "amplitude": round(float(rng.uniform(0.25, 0.5) * lp.smile_event_size), 4),
+                "rise_s": round(float(rng.uniform(0.6, 1.2)), 3),
+                "hold_s": round(float(rng.uniform(0.8, 3.0)), 3),
+                "decay_s": round(float(rng.uniform(1.2, 2.5)), 3),
+            }
+        )
         t_event += float(rng.exponential(1 / lp.smile_event_rate_hz)) + 1.0
     grid_fps = 10.0  # the slow smile noise lives on a 10 Hz grid from -delay - 1 s
     g0 = -LABEL_DELAY_S - 1.0
@@ -240,8 +274,14 @@ def plan_session(
     slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * grid_fps)
 
     def smile_at(times: np.ndarray) -> np.ndarray:
-        felt = lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)  # the story, as this listener feels it
-        return np.clip(lp.smile_baseline + felt + _smile_curve(times, events) + np.interp(times, grid, slow), 0.0, 1.0)
+        felt = (
+            lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)
+        )  # the story, as this listener feels it
+        return np.clip(
+            lp.smile_baseline + felt + _smile_curve(times, events) + np.interp(times, grid, slow),
+            0.0,
+            1.0,
+        )
 
     smile = smile_at(t)
     smile_delayed = smile_at(t - LABEL_DELAY_S)
@@ -252,30 +292,56 @@ def plan_session(
     lo = np.maximum(np.arange(1, n + 1) - win, 0)
     causal_mean = (csum[1:] - csum[lo]) / (np.arange(1, n + 1) - lo)
     sd = causal_mean.std()
-    speaker_term = SPEAKER_TERM_WEIGHT * ((causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean)
-    noise = LABEL_SLOW_NOISE_SD * smooth_noise(rng, n, 1.0 * fps) + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
+    speaker_term = SPEAKER_TERM_WEIGHT * (
+        (causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean
+    )
+    noise = LABEL_SLOW_NOISE_SD * smooth_noise(
+        rng, n, 1.0 * fps
+    ) + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
     # words: their own random stream, so adding them left every other signal as it was
     text_rng = seeded_rng(seed, 4, listener, story)
-    phrase_affect, phrase_words = _phrase_words(text_rng, phrases, syllables, story_curve(story, np.array([p0 for p0, _ in phrases]), seed))
+    phrase_affect, phrase_words = _phrase_words(
+        text_rng, phrases, syllables, story_curve(story, np.array([p0 for p0, _ in phrases]), seed)
+    )
     backchannel_words = _backchannel_words(phrases, phrase_affect, backchannels)
     affect = _held_affect(t, phrases, phrase_affect)
     text_term = lp.story_sign * TEXT_TERM_WEIGHT * _causal_smooth(affect, TEXT_TERM_TAU_S, fps)
-    valence = np.clip(lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise, -1.0, 1.0)
+    valence = np.clip(
+        lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise,
+        -1.0,
+        1.0,
+    )
 
     # observers: a third person rating the listener, another rating the speaker
     obs_rng = seeded_rng(seed, 5, listener, story)
     win = max(1, int(round(OBSERVER_LISTENER_SMOOTH_S * fps)))
-    padded = np.concatenate([np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])])
-    seen = _delayed(np.convolve(padded, np.ones(win) / win, mode="valid"), OBSERVER_LISTENER_DELAY_S, fps)
+    padded = np.concatenate(
+        [np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])]
+    )
+    seen = _delayed(
+        np.convolve(padded, np.ones(win) / win, mode="valid"), OBSERVER_LISTENER_DELAY_S, fps
+    )
     slow_sd, white_sd = OBSERVER_LISTENER_NOISE_SD
     observer_listener = np.clip(
-        lp.observer_offset + lp.observer_scale * seen
-        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps) + white_sd * obs_rng.standard_normal(n), -1.0, 1.0)
-    told = _delayed(_causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps)
+        lp.observer_offset
+        + lp.observer_scale * seen
+        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps)
+        + white_sd * obs_rng.standard_normal(n),
+        -1.0,
+        1.0,
+    )
+    told = _delayed(
+        _causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps
+    )
     slow_sd, white_sd = OBSERVER_SPEAKER_NOISE_SD
     observer_speaker = np.clip(
-        0.05 + OBSERVER_SPEAKER_GAIN * told
-        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps) + white_sd * obs_rng.standard_normal(n), -1.0, 1.0)
+        0.05
+        + OBSERVER_SPEAKER_GAIN * told
+        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps)
+        + white_sd * obs_rng.standard_normal(n),
+        -1.0,
+        1.0,
+    )
 
     # --- faces ---
     blinks = {"speaker": _blink_onsets(rng, n / fps), "listener": _blink_onsets(rng, n / fps)}
@@ -296,8 +362,11 @@ def plan_session(
     states["listener"]["mouth"] = lmouth
     states["listener"]["brow"] = np.zeros(n, np.int64)
     # the speaker's face tells the story's curve: smile states 0-4 around the neutral state
-    states["speaker"]["smile"] = np.clip(np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * story_curve(story, t, seed)),
-                                         0, len(SMILE_LEVELS) - 1).astype(np.int64)
+    states["speaker"]["smile"] = np.clip(
+        np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * story_curve(story, t, seed)),
+        0,
+        len(SMILE_LEVELS) - 1,
+    ).astype(np.int64)
     states["speaker"]["mouth"] = np.digitize(envelope, [0.08, 0.35, 0.65]).astype(np.int64)
     brow = np.zeros(n, np.int64)
     for syl in syllables:
@@ -312,13 +381,35 @@ def plan_session(
     for b0, b1 in backchannels:  # a nod
         u = (t - b0 + 0.1) / (b1 - b0 + 0.2)
         lis_xy[:, 1] += np.where((u > 0) & (u < 1), 4.0 * np.sin(np.pi * np.clip(u, 0, 1)), 0.0)
-    offsets = {"speaker": _quantize_even(spk_xy, motion_limit), "listener": _quantize_even(lis_xy, motion_limit)}
+    offsets = {
+        "speaker": _quantize_even(spk_xy, motion_limit),
+        "listener": _quantize_even(lis_xy, motion_limit),
+    }
 
     return SessionPlan(
-        listener=int(listener), story=int(story), speaker=speaker, fps=float(fps), n_frames=n,
-        phrases=phrases, syllables=syllables, backchannels=backchannels, smile_events=events,
-        blinks=blinks, smile=smile, smile_delayed=smile_delayed, speech_envelope=envelope,
-        speaker_term=speaker_term, valence=valence, states=states, offsets=offsets, audio=audio,
-        phrase_affect=phrase_affect, phrase_words=phrase_words, backchannel_words=backchannel_words,
-        affect=affect, text_term=text_term, observer_listener=observer_listener, observer_speaker=observer_speaker,
+        listener=int(listener),
+        story=int(story),
+        speaker=speaker,
+        fps=float(fps),
+        n_frames=n,
+        phrases=phrases,
+        syllables=syllables,
+        backchannels=backchannels,
+        smile_events=events,
+        blinks=blinks,
+        smile=smile,
+        smile_delayed=smile_delayed,
+        speech_envelope=envelope,
+        speaker_term=speaker_term,
+        valence=valence,
+        states=states,
+        offsets=offsets,
+        audio=audio,
+        phrase_affect=phrase_affect,
+        phrase_words=phrase_words,
+        backchannel_words=backchannel_words,
+        affect=affect,
+        text_term=text_term,
+        observer_listener=observer_listener,
+        observer_speaker=observer_speaker,
     )

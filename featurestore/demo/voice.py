@@ -17,7 +17,10 @@ import numpy as np
 from .model import ListenerParams, SpeakerParams, smooth_noise
 
 # (F1, F2, F3) in Hz of five vowels (a, e, i, o, u), adult male values
-_VOWELS = np.array([(730, 1090, 2440), (530, 1840, 2480), (270, 2290, 3010), (570, 840, 2410), (300, 870, 2240)], float)
+_VOWELS = np.array(
+    [(730, 1090, 2440), (530, 1840, 2480), (270, 2290, 3010), (570, 840, 2410), (300, 870, 2240)],
+    float,
+)
 _FORMANT_BW = (80.0, 100.0, 160.0)
 
 
@@ -72,11 +75,16 @@ def speech_schedule(rng: np.random.Generator, duration_s: float):
         first = True
         while s < end - 0.1:
             d = min(float(rng.uniform(0.13, 0.26)), end - s)
-            syllables.append({
-                "t0": round(s, 4), "t1": round(s + d, 4), "vowel": int(rng.integers(len(_VOWELS))),
-                "accent": bool(rng.random() < (0.45 if first else 0.15)),
-                "amp": round(float(rng.uniform(0.6, 1.0)), 3), "fricative": bool(rng.random() < 0.3),
-            })
+            syllables.append(
+                {
+                    "t0": round(s, 4),
+                    "t1": round(s + d, 4),
+                    "vowel": int(rng.integers(len(_VOWELS))),
+                    "accent": bool(rng.random() < (0.45 if first else 0.15)),
+                    "amp": round(float(rng.uniform(0.6, 1.0)), 3),
+                    "fricative": bool(rng.random() < 0.3),
+                }
+            )
             first = False
             s += d + (0.0 if rng.random() < 0.6 else float(rng.uniform(0.03, 0.08)))
         backchannel = not backchannels or rng.random() < 0.35
@@ -88,7 +96,9 @@ def speech_schedule(rng: np.random.Generator, duration_s: float):
     return phrases, syllables, backchannels
 
 
-def synth_speech(plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int, sr: int) -> np.ndarray:
+def synth_speech(
+    plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int, sr: int
+) -> np.ndarray:
     """The speaker's voice: per phrase an F0 contour, a glottal source, one vowel per syllable."""
     from scipy.signal import butter, lfilter  # lazily, as above
 
@@ -113,7 +123,11 @@ def synth_speech(plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int
             s0, s1 = int(syl["t0"] * sr), min(b, int(syl["t1"] * sr))
             if s1 - s0 < 16:
                 continue
-            env = _ramp_envelope(s1 - s0, int(0.025 * sr), int(0.04 * sr)) * syl["amp"] * (1.3 if syl["accent"] else 1.0)
+            env = (
+                _ramp_envelope(s1 - s0, int(0.025 * sr), int(0.04 * sr))
+                * syl["amp"]
+                * (1.3 if syl["accent"] else 1.0)
+            )
             seg = np.concatenate([src[s0 - a : s1 - a] * env, np.zeros(int(0.03 * sr))])
             voiced = _resonators(seg, _VOWELS[syl["vowel"]] * sp.formant_scale, _FORMANT_BW, sr)
             end = min(n_samples, s0 + len(voiced))
@@ -121,7 +135,9 @@ def synth_speech(plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int
             if syl["fricative"]:  # a short /s/-like noise before the vowel
                 n = int(0.05 * sr)
                 h0 = max(0, s0 - n)
-                noise = lfilter(hiss_b, hiss_a, rng.standard_normal(s0 - h0)) * _ramp_envelope(s0 - h0, n // 3, n // 3)
+                noise = lfilter(hiss_b, hiss_a, rng.standard_normal(s0 - h0)) * _ramp_envelope(
+                    s0 - h0, n // 3, n // 3
+                )
                 out[h0:s0] += 0.08 * noise
     peak = np.abs(out).max()
     return out * (sp.speech_level / peak) if peak > 0 else out
@@ -130,14 +146,19 @@ def synth_speech(plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int
 def synth_backchannel(b0: float, lp: ListenerParams, n_samples: int, sr: int) -> np.ndarray:
     """The listener's "mm-hm" at ``b0`` seconds: a 180 ms falling and a 240 ms rising nasal burst."""
     out = np.zeros(n_samples)
-    for start, dur, f_from, f_to, amp in ((0.0, 0.18, 1.0, 0.95, 1.0), (0.26, 0.24, 0.95, 1.12, 0.8)):
+    for start, dur, f_from, f_to, amp in (
+        (0.0, 0.18, 1.0, 0.95, 1.0),
+        (0.26, 0.24, 0.95, 1.12, 0.8),
+    ):
         a = int((b0 + start) * sr)
         n = min(int(dur * sr), n_samples - a)
         if n < 16:
             continue
         f0 = lp.backchannel_f0_hz * np.linspace(f_from, f_to, n)
         src = _voiced_source(f0, sr) * _ramp_envelope(n, int(0.03 * sr), int(0.04 * sr))
-        seg = _resonators(np.concatenate([src, np.zeros(int(0.03 * sr))]), (250, 1100, 2300), (60, 150, 200), sr)
+        seg = _resonators(
+            np.concatenate([src, np.zeros(int(0.03 * sr))]), (250, 1100, 2300), (60, 150, 200), sr
+        )
         end = min(n_samples, a + len(seg))
         out[a:end] += amp * seg[: end - a]
     peak = np.abs(out).max()

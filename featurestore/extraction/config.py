@@ -58,11 +58,15 @@ class FeatureConfig:
     split_x: int | None = None
     #: channels computed by ``featurestore extract`` when ``--channels`` is not given
     #: (``speech`` and ``lexicon`` only for sessions with a transcript; the others skip them)
-    channels: list[str] = field(default_factory=lambda: ["face_geom", "egemaps", "speech", "lexicon"])
+    channels: list[str] = field(
+        default_factory=lambda: ["face_geom", "egemaps", "speech", "lexicon"]
+    )
     #: story -> speaker
     story_speaker: dict[int, int] = field(default_factory=lambda: dict(STORY_SPEAKER))
     #: split -> stories
-    splits: dict[str, list[int]] = field(default_factory=lambda: {k: list(v) for k, v in SPLITS.items()})
+    splits: dict[str, list[int]] = field(
+        default_factory=lambda: {k: list(v) for k, v in SPLITS.items()}
+    )
     #: largest tolerated difference between label rows and video length, seconds
     max_length_mismatch_s: float = 1.0
     #: extractor name -> its settings (that extractor's frozen config dataclass); an extractor
@@ -125,8 +129,13 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return value
     if not kinds & {float, int, bool, str}:
         return value  # a structured setting: the dataclass and the extractor check it
-    names = " or ".join(sorted({float: "a number", int: "an integer", bool: "true/false", str: "a string"}[k]
-                               for k in kinds if k in (float, int, bool, str)))
+    names = " or ".join(
+        sorted(
+            {float: "a number", int: "an integer", bool: "true/false", str: "a string"}[k]
+            for k in kinds
+            if k in (float, int, bool, str)
+        )
+    )
     raise ConfigError(f"{where}: expected {names}, got {value!r}")
 
 
@@ -145,7 +154,9 @@ def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]):
     for key, (value, where) in settings.items():
         if key not in known:
             what = f"settings of {name}" if known else f"{name} has no settings"
-            raise ConfigError(f"{where}: extractors.{name}.{key}: unknown setting{_hint(key, known, what)}")
+            raise ConfigError(
+                f"{where}: extractors.{name}.{key}: unknown setting{_hint(key, known, what)}"
+            )
         values[key] = _coerce(value, hints[key], f"{where}: extractors.{name}.{key}")
     config = config_class(**values)
     try:
@@ -171,35 +182,53 @@ class _Collected:
                 if value is None:
                     continue
                 if not isinstance(value, Mapping):
-                    raise ConfigError(f"{where}: extractors: expected a mapping of extractor name -> settings, "
-                                      f"got {type(value).__name__}")
+                    raise ConfigError(
+                        f"{where}: extractors: expected a mapping of extractor name -> settings, "
+                        f"got {type(value).__name__}"
+                    )
                 for name, settings in value.items():
                     self.add_extractor(str(name), settings, where, names)
             elif key in LEGACY_KEYS:
                 name, setting = LEGACY_KEYS[key]
                 new = (raw.get("extractors") or {}).get(name) or {}
                 if isinstance(new, Mapping) and setting in new and new[setting] != value:
-                    raise ConfigError(f"{where}: {key}: {value!r} contradicts extractors.{name}.{setting}: "
-                                      f"{new[setting]!r}; keep only extractors.{name}.{setting}")
-                self.add_extractor(name, {setting: value}, f"{where} ({key}, now extractors.{name}.{setting})", names)
+                    raise ConfigError(
+                        f"{where}: {key}: {value!r} contradicts extractors.{name}.{setting}: "
+                        f"{new[setting]!r}; keep only extractors.{name}.{setting}"
+                    )
+                self.add_extractor(
+                    name,
+                    {setting: value},
+                    f"{where} ({key}, now extractors.{name}.{setting})",
+                    names,
+                )
             elif key in top_keys:
                 self.top[key] = (value, where)
             elif key in names:
-                how = (f"--set {key}.SETTING=VALUE" if where.startswith("--set")
-                       else f"put its settings under `extractors:` ({{extractors: {{{key}: {{...}}}}}})")
+                how = (
+                    f"--set {key}.SETTING=VALUE"
+                    if where.startswith("--set")
+                    else f"put its settings under `extractors:` ({{extractors: {{{key}: {{...}}}}}})"
+                )
                 raise ConfigError(f"{where}: {key!r} is an extractor: {how}")
             else:
-                raise ConfigError(f"{where}: unknown key {key!r}{_hint(key, [*top_keys, 'extractors'], 'known keys')}")
+                raise ConfigError(
+                    f"{where}: unknown key {key!r}{_hint(key, [*top_keys, 'extractors'], 'known keys')}"
+                )
 
     def add_extractor(self, name: str, settings: Any, where: str, names: Mapping) -> None:
         if name not in names:
-            raise ConfigError(f"{where}: extractors: unknown extractor {name!r}{_hint(name, list(names), 'extractors')}")
+            raise ConfigError(
+                f"{where}: extractors: unknown extractor {name!r}{_hint(name, list(names), 'extractors')}"
+            )
         if settings is None:
             settings = {}
         if not isinstance(settings, Mapping):
-            raise ConfigError(f"{where}: extractors.{name}: expected a mapping of settings "
-                              f"(e.g. {{{', '.join(f.name + ': ...' for f in fields(names[name].config_class)[:2])}}}), "
-                              f"got {settings!r}")
+            raise ConfigError(
+                f"{where}: extractors.{name}: expected a mapping of settings "
+                f"(e.g. {{{', '.join(f.name + ': ...' for f in fields(names[name].config_class)[:2])}}}), "
+                f"got {settings!r}"
+            )
         section = self.extractors.setdefault(name, {})
         for key, value in settings.items():
             section[str(key)] = (value, where)
@@ -216,15 +245,21 @@ def parse_override(text: str) -> dict:
     key, value = text.split("=", 1)
     parts = key.strip().split(".")
     if not key.strip() or any(not p for p in parts):
-        raise ConfigError(f"--set {text}: empty key; expected KEY=VALUE, e.g. --set face_au.device=cpu")
+        raise ConfigError(
+            f"--set {text}: empty key; expected KEY=VALUE, e.g. --set face_au.device=cpu"
+        )
     try:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+        raise ConfigError(
+            f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})"
+        ) from e
     if parts[0] == "extractors":
         parts = parts[1:]
         if len(parts) != 2:
-            raise ConfigError(f"--set {text}: expected extractors.EXTRACTOR.SETTING=VALUE, e.g. extractors.face_au.device=cpu")
+            raise ConfigError(
+                f"--set {text}: expected extractors.EXTRACTOR.SETTING=VALUE, e.g. extractors.face_au.device=cpu"
+            )
     if len(parts) == 1:
         return {parts[0]: parsed}
     if len(parts) == 2 and parts[0] in _extractor_classes():
@@ -232,11 +267,15 @@ def parse_override(text: str) -> dict:
     if parts[0] in {f.name for f in fields(FeatureConfig)}:
         raise ConfigError(f"--set {text}: {parts[0]} is set as a whole: --set {parts[0]}=VALUE")
     names = list(_extractor_classes())
-    raise ConfigError(f"--set {text}: unknown extractor {parts[0]!r}{_hint(parts[0], names, 'extractors')}")
+    raise ConfigError(
+        f"--set {text}: unknown extractor {parts[0]!r}{_hint(parts[0], names, 'extractors')}"
+    )
 
 
 def load_feature_config(
-    path: str | Path | None = None, data_dir: str | Path | None = None, overrides: Sequence[str] = ()
+    path: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
 ) -> FeatureConfig:
     """Config from ``path``, else from ``<data_dir>/featurestore.yaml`` if present, else defaults;
     then each ``--set`` override (``face_au.device=cuda``, ``face_fps=10``) in order.
@@ -256,12 +295,18 @@ def load_feature_config(
     for text in overrides:
         collected.add(parse_override(text), f"--set {text}")
     hints = typing.get_type_hints(FeatureConfig)
-    cfg = FeatureConfig(**{k: _coerce(v, hints[k], f"{where}: {k}") for k, (v, where) in collected.top.items()})
+    cfg = FeatureConfig(
+        **{k: _coerce(v, hints[k], f"{where}: {k}") for k, (v, where) in collected.top.items()}
+    )
     try:
         cfg.story_speaker = {int(k): int(v) for k, v in cfg.story_speaker.items()}
         cfg.splits = {str(k): [int(s) for s in v] for k, v in cfg.splits.items()}
     except (AttributeError, TypeError, ValueError) as e:
-        bad = "story_speaker" if not isinstance(cfg.story_speaker, dict) or "story_speaker" in str(e) else "splits"
+        bad = (
+            "story_speaker"
+            if not isinstance(cfg.story_speaker, dict) or "story_speaker" in str(e)
+            else "splits"
+        )
         where = collected.top.get(bad, (None, str(path)))[1]
         raise ConfigError(f"{where}: {bad}: expected a mapping of integers ({e})") from e
     names = _extractor_classes()
@@ -269,9 +314,16 @@ def load_feature_config(
         if key in collected.top:
             value, where = collected.top[key]
             if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-                raise ConfigError(f"{where}: channels: expected a list of extractor names, got {value!r}")
+                raise ConfigError(
+                    f"{where}: channels: expected a list of extractor names, got {value!r}"
+                )
             for c in value:
                 if c not in names:
-                    raise ConfigError(f"{where}: channels: unknown extractor {c!r}{_hint(c, list(names), 'extractors')}")
-    cfg.extractors = {name: build_extractor_config(name, settings) for name, settings in sorted(collected.extractors.items())}
+                    raise ConfigError(
+                        f"{where}: channels: unknown extractor {c!r}{_hint(c, list(names), 'extractors')}"
+                    )
+    cfg.extractors = {
+        name: build_extractor_config(name, settings)
+        for name, settings in sorted(collected.extractors.items())
+    }
     return cfg

@@ -35,11 +35,15 @@ TRANSCRIPT_SPEAKING_RULE = "speaking_from_transcript"
 TRANSCRIPT_SPEAKING_VERSION = "1"
 ROLE_VOICE_KEYS = ("speaker/egemaps", "listener/egemaps")
 #: rule -> current version, for ``featurestore verify``
-RULE_VERSIONS = {SPEAKING_RULE: SPEAKING_VERSION, TRANSCRIPT_SPEAKING_RULE: TRANSCRIPT_SPEAKING_VERSION}
+RULE_VERSIONS = {
+    SPEAKING_RULE: SPEAKING_VERSION,
+    TRANSCRIPT_SPEAKING_RULE: TRANSCRIPT_SPEAKING_VERSION,
+}
 
 
-def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict,
-                    cfg: FeatureConfig | None = None) -> dict[str, tuple]:
+def transcript_plan(
+    names: Sequence[str], n_frames: int, transcript_source: dict, cfg: FeatureConfig | None = None
+) -> dict[str, tuple]:
     """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
     session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint;
     the extractors' settings come from ``cfg`` (default: their defaults)."""
@@ -51,11 +55,17 @@ def transcript_plan(names: Sequence[str], n_frames: int, transcript_source: dict
             raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
         params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
         for role in ex.roles:
-            plan[f"{role}/{name}"] = (ex, cache_key(transcript_source, ex.name, ex.version, params), params)
+            plan[f"{role}/{name}"] = (
+                ex,
+                cache_key(transcript_source, ex.name, ex.version, params),
+                params,
+            )
     return plan
 
 
-def compute_transcript_channels(plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+def compute_transcript_channels(
+    plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str
+) -> dict[str, Channel]:
     """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
     out: dict[str, Channel] = {}
     done: dict[str, dict[str, Features]] = {}
@@ -65,8 +75,13 @@ def compute_transcript_channels(plan: dict[str, tuple], keys: Sequence[str], cue
             done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
         role = key.split("/")[0]
         out[key] = Channel.from_features(
-            done[ex.name][role], extractor=ex.name, extractor_version=ex.version, params=params,
-            cache_key=ck, source=transcript_source, created_utc=created,
+            done[ex.name][role],
+            extractor=ex.name,
+            extractor_version=ex.version,
+            params=params,
+            cache_key=ck,
+            source=transcript_source,
+            created_utc=created,
         )
     return out
 
@@ -75,7 +90,11 @@ def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, 
     """(upstream, cache key, params) of the per-role egemaps channels derived with a transcript."""
     upstream = f"scene/egemaps={scene_key};transcript={transcript_source['size']}:{transcript_source['fingerprint']}"
     params = {"rule": TRANSCRIPT_SPEAKING_RULE}
-    return upstream, cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params), params
+    return (
+        upstream,
+        cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params),
+        params,
+    )
 
 
 def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, str, dict]:
@@ -86,12 +105,24 @@ def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, s
     return upstream, cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params), params
 
 
-def _role_voice(scene: Features, speaking, rule: str, version: str, key: tuple[str, str, dict], source: dict,
-                created: str) -> dict[str, Channel]:
+def _role_voice(
+    scene: Features,
+    speaking,
+    rule: str,
+    version: str,
+    key: tuple[str, str, dict],
+    source: dict,
+    created: str,
+) -> dict[str, Channel]:
     _, ck, params = key
     return {
         f"{role}/egemaps": Channel.from_features(
-            feats, extractor=rule, extractor_version=version, params=params, cache_key=ck, source=source,
+            feats,
+            extractor=rule,
+            extractor_version=version,
+            params=params,
+            cache_key=ck,
+            source=source,
             created_utc=created,
             # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
             shared_with="scene/egemaps",
@@ -100,7 +131,9 @@ def _role_voice(scene: Features, speaking, rule: str, version: str, key: tuple[s
     }
 
 
-def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript_source: dict, created: str) -> dict[str, Channel]:
+def role_voice_from_transcript(
+    scene: Features, scene_key: str, cues, transcript_source: dict, created: str
+) -> dict[str, Channel]:
     """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
     ``scene/egemaps``) with ``valid`` where that role's cues are on (see
     :func:`featurestore.sources.speaking.speaking_from_transcript`)."""
@@ -108,14 +141,29 @@ def role_voice_from_transcript(scene: Features, scene_key: str, cues, transcript
     speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
     # path + fingerprint: `featurestore verify` notices an edited transcript
     source = {"upstream": key[0], "rule": "transcript", **transcript_source}
-    return _role_voice(scene, speaking, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, key, source, created)
+    return _role_voice(
+        scene, speaking, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, key, source, created
+    )
 
 
-def role_voice_from_faces(scene: Channel, scene_key: str, faces: Mapping[str, Channel], face_keys: Mapping[str, str],
-                          created: str) -> dict[str, Channel]:
+def role_voice_from_faces(
+    scene: Channel,
+    scene_key: str,
+    faces: Mapping[str, Channel],
+    face_keys: Mapping[str, str],
+    created: str,
+) -> dict[str, Channel]:
     """``speaker/egemaps`` and ``listener/egemaps`` from who moves their mouth (see
     :func:`featurestore.sources.speaking.speaking_from_faces`); ``faces``: role -> its ``face_geom``,
     ``face_keys``: role -> that channel's cache key."""
     key = face_voice_key(scene_key, face_keys)
     speaking = speaking_from_faces(scene, faces)
-    return _role_voice(scene, speaking, SPEAKING_RULE, SPEAKING_VERSION, key, {"upstream": key[0], "rule": "faces"}, created)
+    return _role_voice(
+        scene,
+        speaking,
+        SPEAKING_RULE,
+        SPEAKING_VERSION,
+        key,
+        {"upstream": key[0], "rule": "faces"},
+        created,
+    )

@@ -44,7 +44,9 @@ def _import_distributed():
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, n_workers: int | None = None, connect_timeout_s: float = 30.0) -> Iterator:
+def dask_client(
+    scheduler: str | None = None, n_workers: int | None = None, connect_timeout_s: float = 30.0
+) -> Iterator:
     """A ``distributed.Client`` for the duration of a ``with`` block.
 
     Args:
@@ -80,8 +82,13 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, conn
     if n < 1:
         raise ValueError(f"a local Dask cluster needs at least 1 worker, got {n}")
     # no dashboard; the scheduler's small HTTP endpoint (health, metrics) takes a free port, not 8787
-    cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       scheduler_kwargs={"dashboard_address": ":0"})
+    cluster = distributed.LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": ":0"},
+    )
     try:
         client = distributed.Client(cluster)
         try:
@@ -101,8 +108,12 @@ def _absolute(sf: SessionFiles) -> SessionFiles:
     def absolute(p):
         return Path(p).resolve() if p else p
 
-    return replace(sf, video=absolute(sf.video), transcript=absolute(sf.transcript),
-                   annotations={k: absolute(p) for k, p in sf.annotations.items()})
+    return replace(
+        sf,
+        video=absolute(sf.video),
+        transcript=absolute(sf.transcript),
+        annotations={k: absolute(p) for k, p in sf.annotations.items()},
+    )
 
 
 def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
@@ -116,7 +127,9 @@ def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
 
 
 def _check_workers(client, channels: list[str], cfg: FeatureConfig) -> None:
-    problems = {addr: msg for addr, msg in client.run(_unavailable_here, list(channels), cfg).items() if msg}
+    problems = {
+        addr: msg for addr, msg in client.run(_unavailable_here, list(channels), cfg).items() if msg
+    }
     if problems:
         addr, msg = next(iter(sorted(problems.items())))
         raise ExtractorUnavailable(
@@ -168,12 +181,26 @@ def extract_many_dask(
     results: dict[str, SessionResult] = {}
     with dask_client(scheduler, n_workers) as client:
         _check_workers(client, channels, cfg)
-        overall = tqdm(total=len(sessions), desc=f"sessions (dask, {n_workers_of(client)} workers)", unit="session",
-                       disable=not progress)
+        overall = tqdm(
+            total=len(sessions),
+            desc=f"sessions (dask, {n_workers_of(client)} workers)",
+            unit="session",
+            disable=not progress,
+        )
         run = uuid.uuid4().hex[:8]
         futures = {
-            client.submit(extract_session, sf, root, channels, cfg, force, None, False,
-                          key=f"extract-{sf.session}-{run}", pure=False): sf
+            client.submit(
+                extract_session,
+                sf,
+                root,
+                channels,
+                cfg,
+                force,
+                None,
+                False,
+                key=f"extract-{sf.session}-{run}",
+                pure=False,
+            ): sf
             for sf in sessions
         }
         try:
@@ -182,8 +209,11 @@ def extract_many_dask(
                 try:
                     r = fut.result()
                 except Exception as e:  # noqa: BLE001 - extract_session never raises: the worker was lost
-                    r = SessionResult(sf.session, status="failed",
-                                      error=f"Dask could not run this session ({type(e).__name__}: {e}); re-run to resume")
+                    r = SessionResult(
+                        sf.session,
+                        status="failed",
+                        error=f"Dask could not run this session ({type(e).__name__}: {e}); re-run to resume",
+                    )
                 results[r.session] = r
                 overall.update(1)
                 overall.set_postfix_str(f"failed={sum(x.failed for x in results.values())}")

@@ -109,7 +109,9 @@ def run_frame_jobs(
     """
     jobs = list(jobs)
     formats = tuple(sorted({job.pixel_format for job in jobs}))
-    for _, t, images in media.iter_frames(video, sample_fps, pixel_format=formats, prefetch=PREFETCH_FRAMES):
+    for _, t, images in media.iter_frames(
+        video, sample_fps, pixel_format=formats, prefetch=PREFETCH_FRAMES
+    ):
         for job in jobs:
             x0, x1 = regions[job.role]
             job.track.add(t, images[job.pixel_format][:, x0:x1])
@@ -135,7 +137,9 @@ def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dic
         sources[target] = file_fingerprint(path)
     lengths = {t: len(y) for t, y in labels.items()}
     if len(set(lengths.values())) > 1:
-        raise SessionError(f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one")
+        raise SessionError(
+            f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one"
+        )
     return labels, sources
 
 
@@ -158,9 +162,21 @@ def extract_session(
     t0 = time.perf_counter()
     res = SessionResult(sf.session)
     try:
-        _extract_session(sf, Store(store_root, mode="a"), list(channels), cfg, force, position, progress, res)
-    except (SessionError, StoreError, media.MediaError, ExtractorUnavailable, ValueError, OSError) as e:
-        res.status, res.error = "failed", str(e) or f"{type(e).__name__} while extracting {sf.session}"
+        _extract_session(
+            sf, Store(store_root, mode="a"), list(channels), cfg, force, position, progress, res
+        )
+    except (
+        SessionError,
+        StoreError,
+        media.MediaError,
+        ExtractorUnavailable,
+        ValueError,
+        OSError,
+    ) as e:
+        res.status, res.error = (
+            "failed",
+            str(e) or f"{type(e).__name__} while extracting {sf.session}",
+        )
     except Exception as e:  # noqa: BLE001 - report, never kill the other sessions
         res.status = "failed"
         res.error = f"unexpected {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
@@ -168,7 +184,9 @@ def extract_session(
     return res
 
 
-def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, position, progress, res: SessionResult) -> None:
+def _extract_session(
+    sf, store: Store, channels, cfg: FeatureConfig, force, position, progress, res: SessionResult
+) -> None:
     if sf.video is None:
         raise SessionError(f"{sf.session}: no video found; `featurestore scan` lists what is there")
     info = media.probe(sf.video)
@@ -200,7 +218,11 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
             ex.check_available()
             for role in ex.roles:
                 params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(regions[role])}
-                plan[f"{role}/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
+                plan[f"{role}/{name}"] = (
+                    ex,
+                    cache_key(source, ex.name, ex.version, params),
+                    params,
+                )
         elif isinstance(ex, AudioExtractor):
             if not info.has_audio:
                 res.notes.append(f"no audio track in {sf.video}: {name} skipped")
@@ -217,7 +239,9 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
             plan.update(part)
             sources.update(dict.fromkeys(part, transcript.source))
         else:
-            raise SessionError(f"extractor {name!r} is neither a frame, an audio nor a transcript extractor")
+            raise SessionError(
+                f"extractor {name!r} is neither a frame, an audio nor a transcript extractor"
+            )
 
     todo = {k: v for k, v in plan.items() if force or stored.get(k) != v[1]}
     res.current = sorted(k for k in plan if k not in todo)
@@ -227,7 +251,15 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
 
     def wrap(key: str, feats: Features) -> Channel:
         ex, ck, params = plan[key]
-        return Channel.from_features(feats, extractor=ex.name, extractor_version=ex.version, params=params, cache_key=ck, source=sources.get(key, source), created_utc=created)
+        return Channel.from_features(
+            feats,
+            extractor=ex.name,
+            extractor_version=ex.version,
+            params=params,
+            cache_key=ck,
+            source=sources.get(key, source),
+            created_utc=created,
+        )
 
     # ---- video: one decode for every frame extractor that has work
     frame_jobs: dict[str, FrameJob] = {}
@@ -238,9 +270,18 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
     if frame_jobs:
         step = media.sample_mask_step(info.fps, cfg.face_fps)
         total = int(np.ceil(info.n_frames / step)) if info.n_frames else None
-        bar = tqdm(total=total, desc=f"{sf.session} faces", unit="frame", position=position, leave=False, disable=not progress)
+        bar = tqdm(
+            total=total,
+            desc=f"{sf.session} faces",
+            unit="frame",
+            position=position,
+            leave=False,
+            disable=not progress,
+        )
         try:
-            run_frame_jobs(sf.video, frame_jobs.values(), regions, cfg.face_fps, on_frame=lambda: bar.update(1))
+            run_frame_jobs(
+                sf.video, frame_jobs.values(), regions, cfg.face_fps, on_frame=lambda: bar.update(1)
+            )
         finally:
             bar.close()
         for key, job in frame_jobs.items():
@@ -280,24 +321,41 @@ def _extract_session(sf, store: Store, channels, cfg: FeatureConfig, force, posi
     transcript_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, TranscriptExtractor)]
     if transcript_keys:
         if transcript.cues is None:
-            channel_errors.append(f"{sf.session}: {', '.join(transcript_keys)} not stored: {transcript.error}")
+            channel_errors.append(
+                f"{sf.session}: {', '.join(transcript_keys)} not stored: {transcript.error}"
+            )
         else:
-            new.update(compute_transcript_channels(plan, transcript_keys, transcript.cues, transcript.source, created))
+            new.update(
+                compute_transcript_channels(
+                    plan, transcript_keys, transcript.cues, transcript.source, created
+                )
+            )
             res.computed.extend(transcript_keys)
 
     # ---- per-role voice: scene LLDs attributed to whoever is talking
     if "scene/egemaps" in plan:
         if sf.transcript is not None and transcript.cues is None:
-            channel_errors.append(f"{sf.session}: speaker/listener egemaps not derived: {transcript.error}")
+            channel_errors.append(
+                f"{sf.session}: speaker/listener egemaps not derived: {transcript.error}"
+            )
         else:
             _derive_role_voice(sf, store, plan, new, stored, force, res, created, transcript)
 
     # ---- labels
-    write_labels = labels and (force or not _label_sources_current(store, sf.session, sf.annotations))
+    write_labels = labels and (
+        force or not _label_sources_current(store, sf.session, sf.annotations)
+    )
     if new or write_labels or (not channel_errors and not store.shard_path(sf.session).exists()):
         try:
-            store.write_session(meta, channels=new, labels=labels if write_labels else None, label_sources=label_sources)
-        except OSError as e:  # full disk, read-only folder: write_session left the old shard as it was
+            store.write_session(
+                meta,
+                channels=new,
+                labels=labels if write_labels else None,
+                label_sources=label_sources,
+            )
+        except (
+            OSError
+        ) as e:  # full disk, read-only folder: write_session left the old shard as it was
             raise SessionError(
                 f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
                 f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
@@ -332,12 +390,23 @@ class _Transcript:
             try:
                 self._cues = read_transcript(self.path)
             except (TranscriptError, OSError) as e:
-                self.error = f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+                self.error = (
+                    f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+                )
         return self._cues
 
 
-def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: bool, res: SessionResult, created: str,
-                       transcript: _Transcript | None = None) -> None:
+def _derive_role_voice(
+    sf,
+    store: Store,
+    plan,
+    new: dict,
+    stored: dict,
+    force: bool,
+    res: SessionResult,
+    created: str,
+    transcript: _Transcript | None = None,
+) -> None:
     def current_key(key: str) -> str | None:
         if key in new:
             return new[key].cache_key
@@ -359,13 +428,21 @@ def _derive_role_voice(sf, store: Store, plan, new: dict, stored: dict, force: b
         if is_current(ck):
             res.current.extend(ROLE_VOICE_KEYS)
             return
-        new.update(role_voice_from_transcript(load("scene/egemaps"), scene_key, transcript.cues, transcript.source, created))
+        new.update(
+            role_voice_from_transcript(
+                load("scene/egemaps"), scene_key, transcript.cues, transcript.source, created
+            )
+        )
         if not any(c.role is not None for c in transcript.cues):
-            res.notes.append(f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere")
+            res.notes.append(
+                f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
+            )
         res.computed.extend(ROLE_VOICE_KEYS)
         return
     if None in face_keys.values():
-        res.notes.append("speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived")
+        res.notes.append(
+            "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
+        )
         return
     _, ck, _ = face_voice_key(scene_key, face_keys)
     if is_current(ck):

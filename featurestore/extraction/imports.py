@@ -92,14 +92,20 @@ class ImportReport:
     def __str__(self) -> str:
         lines = [str(r) for r in self.results]
         lines += [f"skipped {p}: name has no Subject_<L>_Story_<S>" for p in self.skipped]
-        lines.append(f"{self.what}: {len(self.succeeded)} session(s) written, {len(self.failed)} failed")
+        lines.append(
+            f"{self.what}: {len(self.succeeded)} session(s) written, {len(self.failed)} failed"
+        )
         return "\n".join(lines)
 
 
 # ------------------------------------------------------------ file discovery
-def _find_session_files(root: Path, exts: tuple[str, ...]) -> tuple[dict[str, list[Path]], list[Path]]:
+def _find_session_files(
+    root: Path, exts: tuple[str, ...]
+) -> tuple[dict[str, list[Path]], list[Path]]:
     if not root.is_dir():
-        raise FileNotFoundError(f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files")
+        raise FileNotFoundError(
+            f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files"
+        )
     found: dict[str, list[Path]] = defaultdict(list)
     skipped: list[Path] = []
     for p in sorted(root.rglob("*")):
@@ -115,17 +121,31 @@ def _find_session_files(root: Path, exts: tuple[str, ...]) -> tuple[dict[str, li
     return dict(sorted(found.items(), key=lambda kv: parse_session(kv[0]))), skipped
 
 
-def _meta_for_new_session(session: str, n_frames: int, fps: float, sessions_meta: Mapping[str, SessionMeta] | None) -> SessionMeta:
+def _meta_for_new_session(
+    session: str, n_frames: int, fps: float, sessions_meta: Mapping[str, SessionMeta] | None
+) -> SessionMeta:
     given = (sessions_meta or {}).get(session)
     if given is not None:
-        return replace(given, n_frames=int(given.n_frames) if given.n_frames > 0 else int(n_frames), fps=float(fps))
+        return replace(
+            given,
+            n_frames=int(given.n_frames) if given.n_frames > 0 else int(n_frames),
+            fps=float(fps),
+        )
     listener, story = parse_session(session)
     if story not in STORY_SPEAKER:
         raise DataImportError(
             f"story {story} of {session} has no speaker in the OMG-Empathy story->speaker map; "
             "pass sessions_meta (e.g. from a scan with your story_speaker config)"
         )
-    return SessionMeta(session, listener, story, STORY_SPEAKER[story], story_split(story), int(n_frames), float(fps))
+    return SessionMeta(
+        session,
+        listener,
+        story,
+        STORY_SPEAKER[story],
+        story_split(story),
+        int(n_frames),
+        float(fps),
+    )
 
 
 def _frames_covering(end_s: float, fps: float) -> int:
@@ -151,7 +171,14 @@ def _import_each(
     """
     files, skipped = found
     report = ImportReport(what=what, skipped=skipped)
-    for session, paths in tqdm(files.items(), total=len(files), desc=what, unit="session", disable=not progress, leave=False):
+    for session, paths in tqdm(
+        files.items(),
+        total=len(files),
+        desc=what,
+        unit="session",
+        disable=not progress,
+        leave=False,
+    ):
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:
@@ -194,7 +221,9 @@ def import_tables(
         raise ValueError(f"role {role!r} is not one of {ROLES}")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
-    found = _find_session_files(Path(table_dir), TABLE_EXTS)  # a missing folder fails before the store is made
+    found = _find_session_files(
+        Path(table_dir), TABLE_EXTS
+    )  # a missing folder fails before the store is made
     store = Store(store_root, mode="a")
     key = f"{role}/{channel}"
 
@@ -210,7 +239,9 @@ def import_tables(
                     "session and that --fps matches its frame rate"
                 )
         else:
-            meta = _meta_for_new_session(session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta)
+            meta = _meta_for_new_session(
+                session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta
+            )
         source = file_fingerprint(path)
         ch = Channel.from_features(
             table.features,
@@ -272,7 +303,9 @@ def import_labels(
             meta = replace(meta, n_frames=n, fps=float(fps))
         else:
             meta = replace(_meta_for_new_session(session, n, fps, sessions_meta), n_frames=n)
-        store.write_session(meta, labels={target: y}, label_sources={target: file_fingerprint(path)})
+        store.write_session(
+            meta, labels={target: y}, label_sources={target: file_fingerprint(path)}
+        )
         return f"{n} frames ({n / fps:.1f} s), mean {float(np.mean(y)):+.3f}"
 
     return _import_each(found, f"labels {target}", "annotation files", one, progress)

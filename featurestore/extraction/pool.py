@@ -67,8 +67,15 @@ def extract_many(
                 done(extract_session(sf, store_root, channels, cfg, force, position=1))
         else:
             ctx = mp.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
-                futs = [pool.submit(_worker, (sf, str(store_root), list(channels), cfg, force, 1 + i % jobs)) for i, sf in enumerate(sessions)]
+            with cf.ProcessPoolExecutor(
+                max_workers=jobs, mp_context=ctx, initializer=_init_worker
+            ) as pool:
+                futs = [
+                    pool.submit(
+                        _worker, (sf, str(store_root), list(channels), cfg, force, 1 + i % jobs)
+                    )
+                    for i, sf in enumerate(sessions)
+                ]
                 try:
                     for fut in cf.as_completed(futs):
                         done(fut.result())

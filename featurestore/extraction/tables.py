@@ -87,7 +87,9 @@ def _read_frame(path: Path) -> pd.DataFrame:
             # OpenFace pads both header names and values with a space after each comma
             df = pd.read_csv(path, skipinitialspace=True, encoding="utf-8-sig", low_memory=False)
     except (OSError, ValueError, ImportError) as e:
-        raise TableError(f"{path}: cannot be read as {'Parquet' if suffix != '.csv' else 'CSV'} ({e})") from e
+        raise TableError(
+            f"{path}: cannot be read as {'Parquet' if suffix != '.csv' else 'CSV'} ({e})"
+        ) from e
     df.columns = [str(c).strip() for c in df.columns]
     dup = sorted({c for c in df.columns if list(df.columns).count(c) > 1})
     if dup:
@@ -100,9 +102,15 @@ def _read_frame(path: Path) -> pd.DataFrame:
 def table_kind(columns: Iterable[str]) -> str:
     """``openface``, ``pyfeat`` or ``table`` from a table's (stripped) column names."""
     cols = set(columns)
-    if {"success", "confidence", "timestamp"} <= cols and any(_OPENFACE_AU_RE.match(c) for c in cols):
+    if {"success", "confidence", "timestamp"} <= cols and any(
+        _OPENFACE_AU_RE.match(c) for c in cols
+    ):
         return "openface"
-    if "frame" in cols and any(c in cols for c in _PYFEAT_MARKERS) and any(_PYFEAT_AU_RE.match(c) for c in cols):
+    if (
+        "frame" in cols
+        and any(c in cols for c in _PYFEAT_MARKERS)
+        and any(_PYFEAT_AU_RE.match(c) for c in cols)
+    ):
         return "pyfeat"
     return "table"
 
@@ -114,7 +122,9 @@ def _row_ref(path: Path, i: int) -> str:
     return f"row {i + 1}"
 
 
-def _numeric(df: pd.DataFrame, cols: list[str], path: Path, check: np.ndarray | None = None) -> np.ndarray:
+def _numeric(
+    df: pd.DataFrame, cols: list[str], path: Path, check: np.ndarray | None = None
+) -> np.ndarray:
     """Columns as float64; a value that is not a number is a TableError naming column and row."""
     out = np.empty((len(df), len(cols)), dtype=np.float64)
     bad: list[tuple[int, str, object]] = []
@@ -144,7 +154,9 @@ def _numeric(df: pd.DataFrame, cols: list[str], path: Path, check: np.ndarray | 
     return out
 
 
-def _check_finite(values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str) -> None:
+def _check_finite(
+    values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str
+) -> None:
     """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values``."""
     bad = ~np.isfinite(values) & rows[:, None]
     if not bad.any():
@@ -162,9 +174,13 @@ def _check_finite(values: np.ndarray, cols: list[str], rows: np.ndarray, path: P
 def _check_times(t: np.ndarray, path: Path, column: str) -> None:
     if not np.all(np.isfinite(t)):
         i = int(np.flatnonzero(~np.isfinite(t))[0])
-        raise TableError(f"{path}: column {column!r} has a missing or infinite value at {_row_ref(path, i)}; every row needs a time")
+        raise TableError(
+            f"{path}: column {column!r} has a missing or infinite value at {_row_ref(path, i)}; every row needs a time"
+        )
     if len(t) and t[0] < 0:
-        raise TableError(f"{path}: column {column!r} starts at {t[0]} (negative); times are seconds from the session start")
+        raise TableError(
+            f"{path}: column {column!r} starts at {t[0]} (negative); times are seconds from the session start"
+        )
     step = np.diff(t)
     if np.any(step <= 0):
         i = int(np.flatnonzero(step <= 0)[0]) + 1
@@ -199,9 +215,14 @@ def _read_openface(df: pd.DataFrame, path: Path, min_confidence: float) -> tuple
     tracked = (success == 1) & (conf >= min_confidence) & ~all_nan
     _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully")
     if np.isinf(values).any():
-        _check_finite(values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker")
+        _check_finite(
+            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
+        )
     values[~tracked] = np.nan
-    return Features(values, t, tracked, cols), {"min_confidence": float(min_confidence), "time_column": time_col}
+    return Features(values, t, tracked, cols), {
+        "min_confidence": float(min_confidence),
+        "time_column": time_col,
+    }
 
 
 def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
@@ -210,7 +231,9 @@ def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, di
     frame = _numeric(df, ["frame"], path)[:, 0]
     if not np.all(np.isfinite(frame)) or np.any(frame != np.round(frame)) or np.any(frame < 0):
         i = int(np.flatnonzero(~np.isfinite(frame) | (frame != np.round(frame)) | (frame < 0))[0])
-        raise TableError(f"{path}: column 'frame' holds {frame[i]} at {_row_ref(path, i)}; frames are whole numbers from 0")
+        raise TableError(
+            f"{path}: column 'frame' holds {frame[i]} at {_row_ref(path, i)}; frames are whole numbers from 0"
+        )
     markers = [c for c in _PYFEAT_MARKERS if c in df.columns]
     clean = pd.DataFrame(
         {
@@ -222,7 +245,9 @@ def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, di
     has_face = face_present(clean) & ~np.all(np.isnan(values), axis=1)
     _check_finite(values, cols, has_face, path, "in rows where py-feat found a face")
     if np.isinf(values).any():
-        _check_finite(values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker")
+        _check_finite(
+            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
+        )
     frames = np.unique(clean["frame"].to_numpy())
     feats = fex_to_features(clean, times=frames / float(fps), frames=frames, au_columns=cols)
     return feats, {}
@@ -247,14 +272,18 @@ def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, d
         v = _numeric(df, [valid_col], path)[:, 0]
         if not np.all(np.isin(v, (0.0, 1.0))):
             i = int(np.flatnonzero(~np.isin(v, (0.0, 1.0)))[0])
-            raise TableError(f"{path}: column {valid_col!r} holds {v[i]} at {_row_ref(path, i)}; use 0/1 or true/false")
+            raise TableError(
+                f"{path}: column {valid_col!r} holds {v[i]} at {_row_ref(path, i)}; use 0/1 or true/false"
+            )
         valid = v == 1.0
     else:
         valid = np.ones(len(df), dtype=bool)
     skip = {time_col, valid_col, lower.get("frame"), lower.get("time")}
     cols = [c for c in df.columns if c not in skip]
     if not cols:
-        raise TableError(f"{path}: no feature columns besides {sorted(c for c in skip if c)}; nothing to import")
+        raise TableError(
+            f"{path}: no feature columns besides {sorted(c for c in skip if c)}; nothing to import"
+        )
     values = _numeric(df, cols, path, check=valid)
     _check_finite(values, cols, valid, path, "a generic table must be complete")
     values[~valid] = np.nan

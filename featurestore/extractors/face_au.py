@@ -49,9 +49,9 @@ _WEIGHTS_HINT = (
     "py-feat downloads its model weights from the Hugging Face hub on first use, and this "
     "extractor never downloads (the hub is used in offline mode). On a machine with internet "
     "access and the same py-feat version, run once\n"
-    "    python -c \"import feat; feat.{detector}({kwargs})\"\n"
+    '    python -c "import feat; feat.{detector}({kwargs})"\n'
     "then copy the folder printed by\n"
-    "    python -c \"import feat.utils.io as io; print(io.get_resource_path())\"\n"
+    '    python -c "import feat.utils.io as io; print(io.get_resource_path())"\n'
     "(it holds the models--py-feat--* folders) to the same place on this machine "
     "(the folder printed by that command here); py-feat passes that folder to the hub "
     "explicitly, so HF_HOME or ~/.cache/huggingface are not used"
@@ -109,8 +109,10 @@ def _hub_offline() -> Iterator[None]:
         old_env = os.environ.get("HF_HUB_OFFLINE")
         os.environ["HF_HUB_OFFLINE"] = "1"
         constants = sys.modules.get("huggingface_hub.constants")
-        restore = bool(getattr(constants, "HF_HUB_OFFLINE", False)) if constants is not None else (
-            (old_env or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+        restore = (
+            bool(getattr(constants, "HF_HUB_OFFLINE", False))
+            if constants is not None
+            else ((old_env or "").strip().upper() in {"1", "ON", "YES", "TRUE"})
         )
         if constants is not None:
             constants.HF_HUB_OFFLINE = True
@@ -191,10 +193,9 @@ def largest_face_rows(fex: pd.DataFrame, frame_column: str = "frame") -> np.ndar
     """
     frames = pd.to_numeric(fex[frame_column]).to_numpy()
     if FACE_WIDTH in fex.columns and FACE_HEIGHT in fex.columns:
-        area = (
-            pd.to_numeric(fex[FACE_WIDTH]).to_numpy(dtype=np.float64)
-            * pd.to_numeric(fex[FACE_HEIGHT]).to_numpy(dtype=np.float64)
-        )
+        area = pd.to_numeric(fex[FACE_WIDTH]).to_numpy(dtype=np.float64) * pd.to_numeric(
+            fex[FACE_HEIGHT]
+        ).to_numpy(dtype=np.float64)
         area = np.where(np.isfinite(area), area, -np.inf)
     else:
         area = np.zeros(len(fex))
@@ -263,7 +264,9 @@ def fex_to_features(
         lookup = {int(f): i for i, f in enumerate(frame_ids)}
         unknown = [int(f) for f in picked_frames if int(f) not in lookup]
         if unknown:
-            raise ValueError(f"py-feat rows for frames {unknown[:5]} that are not among the {len(times)} frames given")
+            raise ValueError(
+                f"py-feat rows for frames {unknown[:5]} that are not among the {len(times)} frames given"
+            )
         pos = np.array([lookup[int(f)] for f in picked_frames], dtype=np.int64)
         values = picked[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
         ok = face_present(picked) & np.all(np.isfinite(values), axis=1)
@@ -317,7 +320,9 @@ class _FaceAUTrack(Track):
         cols = self._parts[0].columns
         for p in self._parts[1:]:
             if p.columns != cols:
-                raise RuntimeError(f"py-feat returned AU columns {p.columns} after {cols} within one video")
+                raise RuntimeError(
+                    f"py-feat returned AU columns {p.columns} after {cols} within one video"
+                )
         return Features(
             data=np.concatenate([p.data for p in self._parts]),
             time=np.concatenate([p.time for p in self._parts]),

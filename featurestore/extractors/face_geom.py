@@ -64,10 +64,24 @@ from .base import ExtractorConfig, ExtractorUnavailable, FrameExtractor, Track, 
 from .landmarks import DlibLandmarker
 
 COLUMNS = (
-    "brow_raise_l", "brow_raise_r", "brow_gap", "eye_open_l", "eye_open_r", "blink",
-    "lip_corner_pull", "lip_corner_raise", "mouth_open", "lip_thickness", "jaw_drop",
-    "head_yaw", "head_pitch", "head_roll", "face_scale", "face_x", "face_y",
-)  # fmt: skip
+    "brow_raise_l",
+    "brow_raise_r",
+    "brow_gap",
+    "eye_open_l",
+    "eye_open_r",
+    "blink",
+    "lip_corner_pull",
+    "lip_corner_raise",
+    "mouth_open",
+    "lip_thickness",
+    "jaw_drop",
+    "head_yaw",
+    "head_pitch",
+    "head_roll",
+    "face_scale",
+    "face_x",
+    "face_y",
+)
 
 # iBUG 68-point indices (see landmarks.py); _R = subject's right = image left
 BROW_R, BROW_L = np.arange(17, 22), np.arange(22, 27)

@@ -73,7 +73,9 @@ class DlibLandmarker:
             if x1 - x0 < cell or y1 - y0 < cell:
                 return None
             gray = gray[y0:y1, x0:x1]
-        small = gray if s == 1.0 else cv2.resize(gray, None, fx=s, fy=s, interpolation=cv2.INTER_AREA)
+        small = (
+            gray if s == 1.0 else cv2.resize(gray, None, fx=s, fy=s, interpolation=cv2.INTER_AREA)
+        )
         rects = detector(np.ascontiguousarray(small), self.upsample)
         if len(rects) == 0:
             return None

@@ -58,7 +58,14 @@ from ..sources.transcripts import normalise_word, words
 from .base import ExtractorConfig, ExtractorUnavailable, TranscriptExtractor, register
 
 SPEECH_COLUMNS = ["talking", "words_per_s", "since_spoke_s"]
-LEXICON_COLUMNS = ["vader_compound", "vader_pos", "vader_neg", "vader_neu", "lexicon_coverage", "words_recent"]
+LEXICON_COLUMNS = [
+    "vader_compound",
+    "vader_pos",
+    "vader_neg",
+    "vader_neu",
+    "lexicon_coverage",
+    "words_recent",
+]
 
 
 def frame_times(n_frames: int, fps: float) -> np.ndarray:
@@ -107,7 +114,9 @@ class SpeechExtractor(TranscriptExtractor):
         cfg: SpeechConfig = self.config
         t = frame_times(n_frames, fps)
         valid = coverage(cues, t, cfg.coverage_tail_s)
-        talking = speaking_from_transcript([(c.start_s, c.end_s, c.role) for c in cues if c.role in self.roles], t)
+        talking = speaking_from_transcript(
+            [(c.start_s, c.end_s, c.role) for c in cues if c.role in self.roles], t
+        )
         out = {}
         for role in self.roles:
             mine = [c for c in cues if c.role == role]
@@ -168,7 +177,11 @@ def prefix_scores(text: str) -> np.ndarray:
     analyzer = vader_analyzer()
     tokens = words(text)
     out = np.zeros((len(tokens) + 1, 5))
-    known = np.cumsum([normalise_word(w) in analyzer.lexicon for w in tokens]) if tokens else np.zeros(0)
+    known = (
+        np.cumsum([normalise_word(w) in analyzer.lexicon for w in tokens])
+        if tokens
+        else np.zeros(0)
+    )
     for k in range(1, len(tokens) + 1):
         s = analyzer.polarity_scores(" ".join(tokens[:k]))
         out[k] = (s["compound"], s["pos"], s["neg"], s["neu"], known[k - 1] / k)
@@ -194,7 +207,9 @@ class LexiconExtractor(TranscriptExtractor):
 
     def check_available(self) -> None:
         if self.config.lexicon != "vader":
-            raise ExtractorUnavailable(f"lexicon {self.config.lexicon!r} is not supported; use 'vader'")
+            raise ExtractorUnavailable(
+                f"lexicon {self.config.lexicon!r} is not supported; use 'vader'"
+            )
         try:
             import vaderSentiment  # noqa: F401 - lazily: only to report a missing package
         except ImportError as exc:
@@ -224,7 +239,9 @@ class LexiconExtractor(TranscriptExtractor):
                 tt = t[i0:i1]
                 dur = c.end_s - c.start_s
                 if dur > 0:
-                    k = np.clip(np.floor((tt - c.start_s) * n / dur - 0.5).astype(np.int64) + 1, 0, n)
+                    k = np.clip(
+                        np.floor((tt - c.start_s) * n / dur - 0.5).astype(np.int64) + 1, 0, n
+                    )
                 else:
                     k = np.full(tt.size, n, np.int64)
                 age = np.maximum(tt - c.end_s, 0.0)
@@ -232,7 +249,9 @@ class LexiconExtractor(TranscriptExtractor):
                 acc[i0:i1] += w[:, None] * table[k]
                 weight[i0:i1] += w
                 recent[i0:i1] += k
-            mean = np.divide(acc, weight[:, None], out=np.zeros_like(acc), where=weight[:, None] > 0)
+            mean = np.divide(
+                acc, weight[:, None], out=np.zeros_like(acc), where=weight[:, None] > 0
+            )
             data = np.column_stack([mean, recent])
             out[role] = Features(data, t, valid, LEXICON_COLUMNS)
         return out

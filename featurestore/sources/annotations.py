@@ -38,29 +38,41 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] = (-1.0, 
     while rows and not any(c.strip() for c in rows[-1]):
         rows.pop()
     if not rows:
-        raise AnnotationError(f"{path}: the file is empty; it needs a header line such as 'valence' and one value per frame")
+        raise AnnotationError(
+            f"{path}: the file is empty; it needs a header line such as 'valence' and one value per frame"
+        )
     header = [c.strip() for c in rows[0]]
     if len(header) != 1 or not header[0]:
-        raise AnnotationError(f"{path}: header {rows[0]} should be one column name such as 'valence'; one column per file")
+        raise AnnotationError(
+            f"{path}: header {rows[0]} should be one column name such as 'valence'; one column per file"
+        )
     try:
         float(header[0])
     except ValueError:
         pass
     else:
-        raise AnnotationError(f"{path}: the first line is the number {header[0]}, not a column name; add a header line 'valence'")
+        raise AnnotationError(
+            f"{path}: the first line is the number {header[0]}, not a column name; add a header line 'valence'"
+        )
     if len(rows) == 1:
-        raise AnnotationError(f"{path}: only a header, no values; the file needs one value per frame")
+        raise AnnotationError(
+            f"{path}: only a header, no values; the file needs one value per frame"
+        )
     lo, hi = value_range
     out = np.empty(len(rows) - 1, dtype=np.float64)
     for i, row in enumerate(rows[1:]):
         line = i + 2
         cells = [c.strip() for c in row]
         if len(cells) != 1:
-            raise AnnotationError(f"{path}: line {line} has {len(cells)} fields {row}; the format has one value per line")
+            raise AnnotationError(
+                f"{path}: line {line} has {len(cells)} fields {row}; the format has one value per line"
+            )
         try:
             v = float(cells[0])
         except ValueError:
-            raise AnnotationError(f"{path}: line {line} holds {cells[0]!r}, not a number; fix or remove that line") from None
+            raise AnnotationError(
+                f"{path}: line {line} holds {cells[0]!r}, not a number; fix or remove that line"
+            ) from None
         if not math.isfinite(v) or v < lo - 1e-6 or v > hi + 1e-6:
             raise AnnotationError(
                 f"{path}: line {line} holds {v}, outside [{lo}, {hi}]; fix the value (a missing rating "

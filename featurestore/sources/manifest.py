@@ -122,7 +122,9 @@ def scan(
     """
     root = Path(data_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"data folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> videos")
+        raise FileNotFoundError(
+            f"data folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> videos"
+        )
     story_speaker = {int(k): int(v) for k, v in (story_speaker or STORY_SPEAKER).items()}
     splits = splits or SPLITS
     videos: dict[str, list[Path]] = defaultdict(list)
@@ -140,11 +142,23 @@ def scan(
         ls = parse_session(path.stem)
         if ls is None:
             if ext in VIDEO_EXTS or ext in TRANSCRIPT_EXTS:
-                issues.append(ScanIssue(path, "unparsable", "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern"))
+                issues.append(
+                    ScanIssue(
+                        path,
+                        "unparsable",
+                        "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern",
+                    )
+                )
             continue
         listener, story = ls
         if story not in story_speaker:
-            issues.append(ScanIssue(path, "unparsable", f"story {story} has no speaker mapping; add it under story_speaker in the config"))
+            issues.append(
+                ScanIssue(
+                    path,
+                    "unparsable",
+                    f"story {story} has no speaker mapping; add it under story_speaker in the config",
+                )
+            )
             continue
         sid = session_name(listener, story)
         ids[sid] = ls
@@ -161,7 +175,11 @@ def scan(
                 # Per-frame feature tables (for `featurestore import`) live beside annotations in
                 # some layouts; only a CSV that looks like an annotation is reported.
                 if len(header) <= 2:
-                    issues.append(ScanIssue(path, "unparsable", f"CSV header {header} has no 'valence' column"))
+                    issues.append(
+                        ScanIssue(
+                            path, "unparsable", f"CSV header {header} has no 'valence' column"
+                        )
+                    )
                 continue
             annots[(sid, annotation_target(path, root))].append(path)
 
@@ -172,23 +190,45 @@ def scan(
         if vids:
             sf.video = vids[0]
             for extra in vids[1:]:
-                issues.append(ScanIssue(extra, "duplicate", f"second video for {sid} (first: {vids[0]}); keep one"))
+                issues.append(
+                    ScanIssue(
+                        extra, "duplicate", f"second video for {sid} (first: {vids[0]}); keep one"
+                    )
+                )
         for (asid, target), paths in annots.items():
             if asid != sid:
                 continue
             sf.annotations[target] = paths[0]
             for extra in paths[1:]:
-                issues.append(ScanIssue(extra, "duplicate", f"second {target} annotation for {sid} (first: {paths[0]}); keep one"))
+                issues.append(
+                    ScanIssue(
+                        extra,
+                        "duplicate",
+                        f"second {target} annotation for {sid} (first: {paths[0]}); keep one",
+                    )
+                )
         trs = transcripts.get(sid, [])
         if trs:
             sf.transcript = trs[0]
             for extra in trs[1:]:
-                issues.append(ScanIssue(extra, "duplicate", f"second transcript for {sid} (first: {trs[0]}); keep one"))
+                issues.append(
+                    ScanIssue(
+                        extra,
+                        "duplicate",
+                        f"second transcript for {sid} (first: {trs[0]}); keep one",
+                    )
+                )
         if sf.video is None:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
                 issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
         elif "valence_self" not in sf.annotations:
-            issues.append(ScanIssue(sf.video, "unmatched", f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training"))
+            issues.append(
+                ScanIssue(
+                    sf.video,
+                    "unmatched",
+                    f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training",
+                )
+            )
         sessions.append(sf)
     return ScanReport(sessions, issues)
 
@@ -199,7 +239,9 @@ def write_manifest(report: ScanReport, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "sessions": [s.to_record() for s in report.sessions],
-        "issues": [{"path": str(i.path), "kind": i.kind, "reason": i.reason} for i in report.issues],
+        "issues": [
+            {"path": str(i.path), "kind": i.kind, "reason": i.reason} for i in report.issues
+        ],
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=2))

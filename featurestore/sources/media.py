@@ -111,7 +111,9 @@ def sample_mask_step(video_fps: float, target_fps: float | None) -> float:
 #: pixel formats :func:`iter_frames` gives: (H, W, 3) RGB, or (H, W) luma in full range
 PIXEL_FORMATS = ("rgb24", "gray")
 #: 8-bit YUV layouts whose first plane is the luma (Y) at full resolution
-_YUV8 = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "nv21"})
+_YUV8 = frozenset(
+    {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "nv21"}
+)
 #: limited-range ("TV", 16-235) luma -> full range (0-255), what FFmpeg's own gray conversion does
 _LIMITED_TO_FULL = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
 _COLOR_RANGE_JPEG = 2  # AVCOL_RANGE_JPEG: full range
@@ -163,7 +165,9 @@ def iter_frames(
     unknown = [f for f in formats if f not in PIXEL_FORMATS]
     if unknown or not formats:
         raise ValueError(f"pixel format {pixel_format!r}: use one or more of {PIXEL_FORMATS}")
-    frames = _decode_sampled(Path(path), sample_fps, threads, formats, isinstance(pixel_format, str))
+    frames = _decode_sampled(
+        Path(path), sample_fps, threads, formats, isinstance(pixel_format, str)
+    )
     return _prefetched(frames, prefetch) if prefetch > 0 else frames
 
 
@@ -192,9 +196,13 @@ def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, .
                 else:
                     yield i, i / fps, {f: _convert(frame, f) for f in formats}
         except av.error.FFmpegError as e:
-            raise MediaError(f"{path}: decoding failed after {i + 1} frames ({e}); the file is corrupt or truncated - re-copy or re-encode it") from e
+            raise MediaError(
+                f"{path}: decoding failed after {i + 1} frames ({e}); the file is corrupt or truncated - re-copy or re-encode it"
+            ) from e
         if i < 0:
-            raise MediaError(f"{path}: no frame could be decoded; the file is corrupt or empty - re-copy or re-encode it")
+            raise MediaError(
+                f"{path}: no frame could be decoded; the file is corrupt or empty - re-copy or re-encode it"
+            )
     finally:
         c.close()
 
@@ -251,7 +259,9 @@ def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
     c = _open(path)
     try:
         if not c.streams.audio:
-            raise NoAudioError(f"{path}: has no audio track; audio channels (egemaps) are skipped for it")
+            raise NoAudioError(
+                f"{path}: has no audio track; audio channels (egemaps) are skipped for it"
+            )
         stream = c.streams.audio[0]
         resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
         chunks: list[np.ndarray] = []
@@ -262,11 +272,15 @@ def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
         except av.error.FFmpegError as e:
-            raise MediaError(f"{path}: audio decoding failed ({e}); the file is corrupt or truncated - re-copy or re-encode it") from e
+            raise MediaError(
+                f"{path}: audio decoding failed ({e}); the file is corrupt or truncated - re-copy or re-encode it"
+            ) from e
     finally:
         c.close()
     if not chunks:
-        raise NoAudioError(f"{path}: the audio track is empty; audio channels (egemaps) are skipped for it")
+        raise NoAudioError(
+            f"{path}: the audio track is empty; audio channels (egemaps) are skipped for it"
+        )
     return np.concatenate(chunks).astype(np.float32, copy=False)
 
 

@@ -61,7 +61,18 @@ _SRT_TIME_LINE = re.compile(rf"^\s*{_SRT_TIME}\s*-->\s*{_SRT_TIME}(?:\s+.*)?\s*$
 _ASS_TIME = re.compile(r"^\s*(\d+):(\d{1,2}):(\d{1,2})(?:\.(\d{1,3}))?\s*$")
 _MARKUP_RE = re.compile(r"<[^>\n]*>|\{\\[^}\n]*\}")
 _ASS_OVERRIDE_RE = re.compile(r"\{[^}]*\}")
-_ASS_DEFAULT_FORMAT = ["layer", "start", "end", "style", "name", "marginl", "marginr", "marginv", "effect", "text"]
+_ASS_DEFAULT_FORMAT = [
+    "layer",
+    "start",
+    "end",
+    "style",
+    "name",
+    "marginl",
+    "marginr",
+    "marginv",
+    "effect",
+    "text",
+]
 _WORD_STRIP = "\"'.,;:!?()[]{}<>«»“”‘’…-"
 
 
@@ -147,7 +158,9 @@ def _segments(lines: Sequence[str], default_role: str | None) -> list[tuple[str 
     return out
 
 
-def _cues_of(start: float, end: float, lines: Sequence[str], default_role: str | None, line_no: int) -> list[Cue]:
+def _cues_of(
+    start: float, end: float, lines: Sequence[str], default_role: str | None, line_no: int
+) -> list[Cue]:
     """One :class:`Cue` per role found in ``lines`` (texts of a role joined by spaces)."""
     texts: dict[str | None, list[str]] = {}
     for role, text in _segments(lines, default_role):
@@ -205,7 +218,15 @@ def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
             extra = _cues_of(last.start_s, last.end_s, text_lines, last.role, last.line)
             merged = {c.role: c for c in extra}
             same = merged.pop(last.role, None)
-            cues.append(Cue(last.start_s, last.end_s, last.role, f"{last.text} {same.text}".strip() if same else last.text, last.line))
+            cues.append(
+                Cue(
+                    last.start_s,
+                    last.end_s,
+                    last.role,
+                    f"{last.text} {same.text}".strip() if same else last.text,
+                    last.line,
+                )
+            )
             cues.extend(merged.values())
             block.clear()
             return

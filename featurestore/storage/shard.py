@@ -120,8 +120,10 @@ def how_to_add(keys: Sequence[str]) -> str:
     """The command that adds the channels ``keys`` to a store (transcript channels need a transcript)."""
     # speech and lexicon come from a transcript, which extraction alone may not have had
     if any(k.split("/")[-1] in TRANSCRIPT_CHANNELS for k in keys):
-        return ("add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
-                "video and re-run `featurestore extract`)")
+        return (
+            "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
+            "video and re-run `featurestore extract`)"
+        )
     return "compute it with `featurestore extract` (or add it with `featurestore import`)"
 
 
@@ -149,9 +151,15 @@ class ShardReader:
         """The root attributes; :class:`StoreError` when some are missing."""
         if self._meta is None:
             a = self.file.attrs
-            missing = [k for k in ("session", "listener", "story", "n_frames", "schema_version") if k not in a]
+            missing = [
+                k
+                for k in ("session", "listener", "story", "n_frames", "schema_version")
+                if k not in a
+            ]
             if missing:
-                raise StoreError(f"{self.path} lacks root attributes {missing}; rebuild it with `featurestore extract --force`")
+                raise StoreError(
+                    f"{self.path} lacks root attributes {missing}; rebuild it with `featurestore extract --force`"
+                )
             self._meta = SessionMeta(
                 session=str(a["session"]),
                 listener=int(a["listener"]),
@@ -182,17 +190,29 @@ class ShardReader:
     def channel_keys(self) -> list[str]:
         """``role/channel`` keys stored, role by role in :data:`ROLES` order."""
         f = self.file
-        return [f"{r}/{c}" for r in ROLES if r in f for c in f[r] if isinstance(f[r][c], h5py.Group)]
+        return [
+            f"{r}/{c}" for r in ROLES if r in f for c in f[r] if isinstance(f[r][c], h5py.Group)
+        ]
 
     def cache_keys(self) -> dict[str, str]:
         """``role/channel`` -> stored cache key."""
         f = self.file
-        return {f"{r}/{c}": str(f[r][c].attrs.get("cache_key", "")) for r in ROLES if r in f for c in f[r]}
+        return {
+            f"{r}/{c}": str(f[r][c].attrs.get("cache_key", ""))
+            for r in ROLES
+            if r in f
+            for c in f[r]
+        }
 
     def has_channel(self, key: str) -> bool:
         role, name = split_key(key)
         f = self.file
-        return role in f and name in f[role] and isinstance(f[role][name], h5py.Group) and "data" in f[role][name]
+        return (
+            role in f
+            and name in f[role]
+            and isinstance(f[role][name], h5py.Group)
+            and "data" in f[role][name]
+        )
 
     def require_channels(self, keys: Sequence[str]) -> None:
         """:class:`MissingChannelError` naming the missing ones, what the shard has and how to add them."""
@@ -217,7 +237,9 @@ class ShardReader:
     def label_sources(self) -> dict[str, dict]:
         """Label target -> the source (annotation file fingerprint) recorded with it."""
         f = self.file
-        return {t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()}
+        return {
+            t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()
+        }
 
     def labels(self, target: str) -> np.ndarray:
         """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
@@ -231,7 +253,9 @@ class ShardReader:
         return f["labels"][target][()].astype(np.float32).reshape(-1)
 
     # ----------------------------------------------------- several channels at once
-    def read(self, keys: Sequence[str], target: str | None = None, provenance: bool = False) -> SessionData:
+    def read(
+        self, keys: Sequence[str], target: str | None = None, provenance: bool = False
+    ) -> SessionData:
         """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first.
 
         Errors (:class:`StoreError`) name the shard: a schema version this tool does not read,
@@ -294,7 +318,9 @@ def read_channel_group(grp: h5py.Group, path: Path | None = None, read=None) -> 
             created_utc=str(a.get("created_utc", "")),
         )
     except ValueError as e:  # column names and data disagree
-        raise StoreError(f"{path or grp.file.filename}: {grp.name.strip('/')}: {e}; run `featurestore verify`") from e
+        raise StoreError(
+            f"{path or grp.file.filename}: {grp.name.strip('/')}: {e}; run `featurestore verify`"
+        ) from e
 
 
 # ----------------------------------------------------------------------- writing
@@ -310,7 +336,9 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["schema_version"] = SCHEMA_VERSION
 
 
-def write_channel(parent: h5py.Group, name: str, ch: Channel, shared: h5py.Group | None = None) -> None:
+def write_channel(
+    parent: h5py.Group, name: str, ch: Channel, shared: h5py.Group | None = None
+) -> None:
     """Write one channel group; with ``shared``, ``data`` and ``time`` are hard links to its datasets."""
     if name in parent:
         del parent[name]
@@ -342,7 +370,9 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 f"{session}: channel {key} shares the rows of {ch.shared_with}, which itself "
                 "shares another channel's; name the channel that holds the rows"
             )
-        shared = _shared_target(f, session, key, ch, channels) if ch.shared_with is not None else None
+        shared = (
+            _shared_target(f, session, key, ch, channels) if ch.shared_with is not None else None
+        )
         write_channel(f.require_group(role), name, ch, shared)
 
 
@@ -350,17 +380,23 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal shape and values (NaN equal to NaN); the same memory is equal without a scan."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a is b or (a.__array_interface__["data"] == b.__array_interface__["data"] and a.strides == b.strides):
+    if a is b or (
+        a.__array_interface__["data"] == b.__array_interface__["data"] and a.strides == b.strides
+    ):
         return True
     return bool(np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.floating)))
 
 
-def _shared_target(f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]) -> h5py.Group:
+def _shared_target(
+    f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]
+) -> h5py.Group:
     """The group whose datasets ``key`` links to, after checking its rows equal ``ch``'s."""
     target = ch.shared_with
     role, name = split_key(target)
     if target == key:
-        raise StoreError(f"{session}: channel {key} cannot share its rows with itself; set shared_with=None")
+        raise StoreError(
+            f"{session}: channel {key} cannot share its rows with itself; set shared_with=None"
+        )
     if role not in f or name not in f[role] or "data" not in f[role][name]:
         raise StoreError(
             f"{session}: channel {key} says its rows are {target}'s (shared_with), but {target} is neither "
@@ -372,7 +408,9 @@ def _shared_target(f: h5py.File, session: str, key: str, ch: Channel, channels: 
         same = _same_rows(ch.data, other.data) and _same_rows(ch.time, other.time)
     else:
         same = ch.data.shape == grp["data"].shape and ch.time.shape == grp["time"].shape
-        same = same and _same_rows(ch.data, grp["data"][()]) and _same_rows(ch.time, grp["time"][()])
+        same = (
+            same and _same_rows(ch.data, grp["data"][()]) and _same_rows(ch.time, grp["time"][()])
+        )
     if not same:
         raise StoreError(
             f"{session}: channel {key} says its data and time are {target}'s (shared_with), but they differ; "
@@ -381,14 +419,18 @@ def _shared_target(f: h5py.File, session: str, key: str, ch: Channel, channels: 
     return grp
 
 
-def write_labels(f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]) -> None:
+def write_labels(
+    f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]
+) -> None:
     """Add or replace label targets, then check every stored target has ``meta.n_frames`` rows."""
     if labels:
         grp = f.require_group("labels")
         for target, y in labels.items():
             y = np.asarray(y, dtype=np.float32).reshape(-1)
             if len(y) != meta.n_frames:
-                raise StoreError(f"labels {target!r} of {meta.session} have {len(y)} rows, the session has {meta.n_frames} frames")
+                raise StoreError(
+                    f"labels {target!r} of {meta.session} have {len(y)} rows, the session has {meta.n_frames} frames"
+                )
             if target in grp:
                 del grp[target]
             ds = grp.create_dataset(target, data=y)

@@ -78,9 +78,23 @@ SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
 _TMP_MARK = ".tmp-"
 
 # the layout's names and the provenance helpers are part of the store's API (notebooks, bench/, experiments/)
-__all__ = ["LABEL_FPS", "ROLES", "SCHEMA_VERSION", "Channel", "MissingChannelError", "Problem", "SessionData",
-           "SessionMeta", "Store", "StoreError", "cache_key", "file_fingerprint", "parse_session", "session_name",
-           "utc_now"]
+__all__ = [
+    "LABEL_FPS",
+    "ROLES",
+    "SCHEMA_VERSION",
+    "Channel",
+    "MissingChannelError",
+    "Problem",
+    "SessionData",
+    "SessionMeta",
+    "Store",
+    "StoreError",
+    "cache_key",
+    "file_fingerprint",
+    "parse_session",
+    "session_name",
+    "utc_now",
+]
 
 
 def session_name(listener: int, story: int) -> str:
@@ -168,7 +182,9 @@ class Store:
         try:
             return h5py.File(path, "r")
         except OSError as e:
-            raise StoreError(f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`") from e
+            raise StoreError(
+                f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`"
+            ) from e
 
     @contextlib.contextmanager
     def open_session(self, session: str) -> Iterator[ShardReader]:
@@ -179,8 +195,9 @@ class Store:
         with self._open(session) as f:
             yield ShardReader(f, self.shard_path(session))
 
-    def read_session(self, session: str, keys: Sequence[str], target: str | None = None,
-                     provenance: bool = False) -> SessionData:
+    def read_session(
+        self, session: str, keys: Sequence[str], target: str | None = None, provenance: bool = False
+    ) -> SessionData:
         """Channels ``keys`` (``role/channel``) and the labels of ``target`` of one session, in one open.
 
         Returns a :class:`~featurestore.storage.shard.SessionData` (meta, channels, labels). Rows that
@@ -264,7 +281,16 @@ class Store:
                     "targets": targets,
                 }
             )
-        cols = ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"]
+        cols = [
+            "session",
+            "listener",
+            "story",
+            "speaker",
+            "split",
+            "n_frames",
+            "channels",
+            "targets",
+        ]
         return pd.DataFrame(rows, columns=cols)
 
     # --------------------------------------------------------------- writing
@@ -313,7 +339,9 @@ class Store:
         return final
 
     # ---------------------------------------------------------------- verify
-    def verify(self, current_versions: Mapping[str, str] | None = None, check_sources: bool = True) -> list[Problem]:
+    def verify(
+        self, current_versions: Mapping[str, str] | None = None, check_sources: bool = True
+    ) -> list[Problem]:
         """Check every shard; returns the problems found (an empty list means all good).
 
         Checks: the file opens, and those of :mod:`featurestore.storage.verify` (root attributes and
@@ -326,15 +354,31 @@ class Store:
         problems: list[Problem] = []
         sessions = self.list_sessions()
         if not sessions:
-            problems.append(Problem(str(self.root), "no shards found", "run `featurestore extract` or `make features`"))
+            problems.append(
+                Problem(
+                    str(self.root),
+                    "no shards found",
+                    "run `featurestore extract` or `make features`",
+                )
+            )
         fp_cache: dict[str, dict] = {}
         for s in sessions:
             path = self.shard_path(s)
             try:
                 f = h5py.File(path, "r")
             except OSError as e:
-                problems.append(Problem(s, f"{path.name} is not readable HDF5 ({e})", "delete it and re-run `featurestore extract`"))
+                problems.append(
+                    Problem(
+                        s,
+                        f"{path.name} is not readable HDF5 ({e})",
+                        "delete it and re-run `featurestore extract`",
+                    )
+                )
                 continue
             with f:
-                problems.extend(verify_shard(s, ShardReader(f, path), current_versions or {}, check_sources, fp_cache))
+                problems.extend(
+                    verify_shard(
+                        s, ShardReader(f, path), current_versions or {}, check_sources, fp_cache
+                    )
+                )
         return problems

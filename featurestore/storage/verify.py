@@ -33,7 +33,9 @@ class Problem:
         return f"{self.session}: {self.what}" + (f" ({self.hint})" if self.hint else "")
 
 
-def verify_shard(s: str, shard: ShardReader, versions: Mapping[str, str], check_sources: bool, fp_cache: dict) -> list[Problem]:
+def verify_shard(
+    s: str, shard: ShardReader, versions: Mapping[str, str], check_sources: bool, fp_cache: dict
+) -> list[Problem]:
     """Problems of session ``s``'s open shard; ``versions``: extractor name -> current version;
     ``fp_cache``: source path -> fingerprint, shared across shards (a video is hashed once)."""
     f = shard.file
@@ -43,28 +45,56 @@ def verify_shard(s: str, shard: ShardReader, versions: Mapping[str, str], check_
         return [Problem(s, str(e))]
     out: list[Problem] = []
     if int(f.attrs["schema_version"]) != SCHEMA_VERSION:
-        out.append(Problem(s, f"schema version {int(f.attrs['schema_version'])}, expected {SCHEMA_VERSION}", "move the file aside and re-run `featurestore extract` to rebuild it"))
+        out.append(
+            Problem(
+                s,
+                f"schema version {int(f.attrs['schema_version'])}, expected {SCHEMA_VERSION}",
+                "move the file aside and re-run `featurestore extract` to rebuild it",
+            )
+        )
     duration = meta.n_frames / meta.fps
     for role in ROLES:
         if role not in f:
             continue
         for name in f[role]:
-            out.extend(_channel_problems(s, f"{role}/{name}", f[role][name], duration, versions, check_sources, fp_cache))
+            out.extend(
+                _channel_problems(
+                    s, f"{role}/{name}", f[role][name], duration, versions, check_sources, fp_cache
+                )
+            )
     if "labels" in f:
         for t in f["labels"]:
             if len(f["labels"][t]) != meta.n_frames:
-                out.append(Problem(s, f"labels/{t}: {len(f['labels'][t])} rows, session has {meta.n_frames} frames"))
+                out.append(
+                    Problem(
+                        s,
+                        f"labels/{t}: {len(f['labels'][t])} rows, session has {meta.n_frames} frames",
+                    )
+                )
     return out
 
 
-def _channel_problems(s: str, key: str, grp, duration: float, versions: Mapping[str, str], check_sources: bool,
-                      fp_cache: dict) -> list[Problem]:
+def _channel_problems(
+    s: str,
+    key: str,
+    grp,
+    duration: float,
+    versions: Mapping[str, str],
+    check_sources: bool,
+    fp_cache: dict,
+) -> list[Problem]:
     try:
         shapes = [grp[d].shape for d in ("data", "time", "valid")]
     except KeyError as e:
         return [Problem(s, f"{key}: missing dataset ({e})", REBUILD)]
     if not (shapes[0][:1] == shapes[1] == shapes[2]):
-        return [Problem(s, f"{key}: {shapes[0][0]} data rows, {shapes[1][0]} times, {shapes[2][0]} valid flags", REBUILD)]
+        return [
+            Problem(
+                s,
+                f"{key}: {shapes[0][0]} data rows, {shapes[1][0]} times, {shapes[2][0]} valid flags",
+                REBUILD,
+            )
+        ]
     try:
         ch = read_channel_group(grp)
     except Exception as e:  # noqa: BLE001 - any read failure is a finding
@@ -76,22 +106,44 @@ def _channel_problems(s: str, key: str, grp, duration: float, versions: Mapping[
         elif np.any(np.diff(ch.time) < 0):
             out.append(Problem(s, f"{key}: time stamps go backwards"))
         elif ch.time[0] < -1e-6 or ch.time[-1] > duration + 1.0:
-            out.append(Problem(s, f"{key}: times {ch.time[0]:.2f}-{ch.time[-1]:.2f} s outside the session (0-{duration:.2f} s)"))
+            out.append(
+                Problem(
+                    s,
+                    f"{key}: times {ch.time[0]:.2f}-{ch.time[-1]:.2f} s outside the session (0-{duration:.2f} s)",
+                )
+            )
         bad = ch.valid & ~np.all(np.isfinite(ch.data), axis=1)
         if bad.any():
             out.append(Problem(s, f"{key}: {int(bad.sum())} rows marked valid hold NaN/inf"))
     if ch.cache_key and ch.source:
         upstream = ch.source.get("upstream")
-        expect = cache_key(upstream if upstream is not None else ch.source, ch.extractor, ch.extractor_version, ch.params)
+        expect = cache_key(
+            upstream if upstream is not None else ch.source,
+            ch.extractor,
+            ch.extractor_version,
+            ch.params,
+        )
         if expect != ch.cache_key:
             out.append(Problem(s, f"{key}: cache key does not match its provenance", REBUILD))
     want = versions.get(ch.extractor)
     if want is not None and want != ch.extractor_version:
-        out.append(Problem(s, f"{key}: made by {ch.extractor} {ch.extractor_version}, current is {want}", "re-run `featurestore extract`"))
+        out.append(
+            Problem(
+                s,
+                f"{key}: made by {ch.extractor} {ch.extractor_version}, current is {want}",
+                "re-run `featurestore extract`",
+            )
+        )
     sp = ch.source.get("path")
     if check_sources and sp and ch.source.get("fingerprint") and Path(sp).exists():
         if sp not in fp_cache:
             fp_cache[sp] = file_fingerprint(sp)
         if fp_cache[sp]["fingerprint"] != ch.source["fingerprint"]:
-            out.append(Problem(s, f"{key}: source {sp} changed since extraction", "re-run `featurestore extract`"))
+            out.append(
+                Problem(
+                    s,
+                    f"{key}: source {sp} changed since extraction",
+                    "re-run `featurestore extract`",
+                )
+            )
     return out

@@ -64,10 +64,17 @@ def _truth_record(seed: int, face_fps: float, plan, lengths) -> dict:
         "speaker_weight": SPEAKER_WEIGHT,
         "drift_sd": DRIFT_SD,
         "jitter_sd": JITTER_SD,
-        "latent_cutoff_hz": {"affect": AFFECT_HZ, "voice": VOICE_HZ, "drift": DRIFT_HZ, "jitter": JITTER_HZ},
+        "latent_cutoff_hz": {
+            "affect": AFFECT_HZ,
+            "voice": VOICE_HZ,
+            "drift": DRIFT_HZ,
+            "jitter": JITTER_HZ,
+        },
         "listeners": {str(x): asdict(listener_truth(seed, x)) for x in listeners},
         "speakers": {str(x): asdict(speaker_truth(seed, x)) for x in speakers},
-        "sessions": {session_name(lis, s): int(n) for (lis, s), n in zip(plan, lengths, strict=True)},
+        "sessions": {
+            session_name(lis, s): int(n) for (lis, s), n in zip(plan, lengths, strict=True)
+        },
     }
 
 
@@ -100,7 +107,10 @@ def synth_store(
     store = Store(store_dir, mode="a")
     names, size = [], 0
     for (listener, story), n in tqdm(
-        list(zip(plan, lengths, strict=True)), desc="synth sessions", unit="session", disable=not progress
+        list(zip(plan, lengths, strict=True)),
+        desc="synth sessions",
+        unit="session",
+        disable=not progress,
     ):
         s = synth_session(listener, story, int(n), seed=seed, face_fps=face_fps)
         # replace, not update: stale channels or labels of another length must not survive

@@ -26,7 +26,10 @@ def session_plan(n_sessions: int) -> list[tuple[int, int]]:
     """
     if int(n_sessions) < 1:
         raise ValueError(f"n_sessions must be at least 1, got {n_sessions}")
-    return [(i // STORIES_PER_LISTENER + 1, i % STORIES_PER_LISTENER + 1) for i in range(int(n_sessions))]
+    return [
+        (i // STORIES_PER_LISTENER + 1, i % STORIES_PER_LISTENER + 1)
+        for i in range(int(n_sessions))
+    ]
 
 
 def _length_bounds(length_range: tuple[int, int]) -> tuple[int, int]:
@@ -62,7 +65,9 @@ def session_lengths(
     lo, hi = _length_bounds(length_range)
     if total is None and n == CORPUS_SESSIONS and (lo, hi) == LENGTH_RANGE:
         total = CORPUS_TOTAL_FRAMES
-    mean_frac = (CORPUS_TOTAL_FRAMES / CORPUS_SESSIONS - LENGTH_RANGE[0]) / (LENGTH_RANGE[1] - LENGTH_RANGE[0])
+    mean_frac = (CORPUS_TOTAL_FRAMES / CORPUS_SESSIONS - LENGTH_RANGE[0]) / (
+        LENGTH_RANGE[1] - LENGTH_RANGE[0]
+    )
     b = _LENGTH_BETA_A * (1 - mean_frac) / mean_frac
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0]))
     span = hi - lo

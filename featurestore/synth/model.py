@@ -33,7 +33,9 @@ def seeded_rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), *(int(k) for k in key)]))
 
 
-def smooth_noise(rng: np.random.Generator, m: int, cutoff_hz: float, rate: float = GRID_HZ) -> np.ndarray:
+def smooth_noise(
+    rng: np.random.Generator, m: int, cutoff_hz: float, rate: float = GRID_HZ
+) -> np.ndarray:
     """Stationary unit-variance Gaussian noise of ``m`` samples at ``rate`` Hz, low-passed.
 
     Filtered in the frequency domain with a 2nd-order Butterworth magnitude response
@@ -49,7 +51,9 @@ def smooth_noise(rng: np.random.Generator, m: int, cutoff_hz: float, rate: float
     return (np.fft.irfft(np.fft.rfft(white) * gain, n=nfft)[:m] / sd).astype(np.float32)
 
 
-def alternating(rng: np.random.Generator, m: int, on_s: tuple[float, float], off_s: tuple[float, float]) -> np.ndarray:
+def alternating(
+    rng: np.random.Generator, m: int, on_s: tuple[float, float], off_s: tuple[float, float]
+) -> np.ndarray:
     """Boolean mask on the grid alternating on/off runs of uniform durations (seconds), random phase."""
     cycle_min = (on_s[0] + off_s[0]) * GRID_HZ
     k = int(m / cycle_min) + 2
@@ -60,7 +64,9 @@ def alternating(rng: np.random.Generator, m: int, on_s: tuple[float, float], off
     return idx % 2 == 0
 
 
-def bursts(rng: np.random.Generator, m: int, rate_per_s: float, mean_s: float, min_s: float) -> np.ndarray:
+def bursts(
+    rng: np.random.Generator, m: int, rate_per_s: float, mean_s: float, min_s: float
+) -> np.ndarray:
     """Boolean mask on the grid: Poisson events (``rate_per_s``), exponential lengths (s)."""
     k = rng.poisson(rate_per_s * m / GRID_HZ)
     starts = rng.integers(0, m, size=k)

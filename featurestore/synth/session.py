@@ -43,14 +43,37 @@ from .model import (
 
 #: AU columns of py-feat's Detectorv1 with the ``xgb`` AU model (its ``au_columns``)
 AU_COLUMNS = (
-    "AU01", "AU02", "AU04", "AU05", "AU06", "AU07", "AU09", "AU10", "AU11", "AU12",
-    "AU14", "AU15", "AU17", "AU20", "AU23", "AU24", "AU25", "AU26", "AU28", "AU43",
-)  # fmt: skip
+    "AU01",
+    "AU02",
+    "AU04",
+    "AU05",
+    "AU06",
+    "AU07",
+    "AU09",
+    "AU10",
+    "AU11",
+    "AU12",
+    "AU14",
+    "AU15",
+    "AU17",
+    "AU20",
+    "AU23",
+    "AU24",
+    "AU25",
+    "AU26",
+    "AU28",
+    "AU43",
+)
 
 CHANNEL_KEYS = (
-    "speaker/face_geom", "listener/face_geom", "speaker/face_au", "listener/face_au",
-    "scene/egemaps", "speaker/egemaps", "listener/egemaps",
-)  # fmt: skip
+    "speaker/face_geom",
+    "listener/face_geom",
+    "speaker/face_au",
+    "listener/face_au",
+    "scene/egemaps",
+    "speaker/egemaps",
+    "listener/egemaps",
+)
 
 # Face latents, in this order, are the columns of the loading tables below.
 _FACE_LATENTS = ("affect", "brow", "mouth", "head1", "head2", "head3", "blink")
@@ -130,9 +153,20 @@ _EGEMAPS_SPEC: dict[str, tuple[float, float, float, float, float | None]] = {
     "F3bandwidth_sma3nz": (1200.0, 300.0, 1100.0, 300.0, None),
     "F3amplitudeLogRelF0_sma3nz": (-201.0, 0.0, -95.0, 30.0, -201.0),
 }
-_EGEMAPS_NONNEG = ("Loudness_sma3", "spectralFlux_sma3", "jitterLocal_sma3nz", "shimmerLocaldB_sma3nz")
-_EGEMAPS_MIN = {"F1bandwidth_sma3nz": 50.0, "F2bandwidth_sma3nz": 50.0, "F3bandwidth_sma3nz": 50.0,
-                "F1frequency_sma3nz": 100.0, "F2frequency_sma3nz": 300.0, "F3frequency_sma3nz": 800.0}  # fmt: skip
+_EGEMAPS_NONNEG = (
+    "Loudness_sma3",
+    "spectralFlux_sma3",
+    "jitterLocal_sma3nz",
+    "shimmerLocaldB_sma3nz",
+)
+_EGEMAPS_MIN = {
+    "F1bandwidth_sma3nz": 50.0,
+    "F2bandwidth_sma3nz": 50.0,
+    "F3bandwidth_sma3nz": 50.0,
+    "F1frequency_sma3nz": 100.0,
+    "F2frequency_sma3nz": 300.0,
+    "F3frequency_sma3nz": 800.0,
+}
 
 
 @lru_cache(maxsize=1)
@@ -189,7 +223,11 @@ def _face_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.n
 
 
 def _face_channels(
-    rng: np.random.Generator, latents: np.ndarray, base_override: dict[str, float], affect_scale: float, invalid: np.ndarray
+    rng: np.random.Generator,
+    latents: np.ndarray,
+    base_override: dict[str, float],
+    affect_scale: float,
+    invalid: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """face_geom (n, 17) and face_au (n, 20) from face latents (n, 7); invalid rows are NaN."""
     geom_base, geom_sd, geom_load, au_bias, au_load = _face_tables()
@@ -199,11 +237,19 @@ def _face_channels(
     for c, v in base_override.items():
         base[FACE_GEOM_COLUMNS.index(c)] = v
     n = lat.shape[0]
-    geom = base + lat @ geom_load + geom_sd * rng.standard_normal((n, len(FACE_GEOM_COLUMNS)), dtype=np.float32)
+    geom = (
+        base
+        + lat @ geom_load
+        + geom_sd * rng.standard_normal((n, len(FACE_GEOM_COLUMNS)), dtype=np.float32)
+    )
     for c in _GEOM_NONNEG:
         j = FACE_GEOM_COLUMNS.index(c)
         np.maximum(geom[:, j], 0.0, out=geom[:, j])
-    logits = au_bias + lat @ au_load + _AU_NOISE * rng.standard_normal((n, len(AU_COLUMNS)), dtype=np.float32)
+    logits = (
+        au_bias
+        + lat @ au_load
+        + _AU_NOISE * rng.standard_normal((n, len(AU_COLUMNS)), dtype=np.float32)
+    )
     au = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
     geom[invalid] = np.nan
     au[invalid] = np.nan
@@ -256,9 +302,12 @@ def synth_session(
     # labels at 25 fps
     g = pre + per_frame * np.arange(n)
     valence = (
-        lt.offset + lt.gain * affect[g - delay] + SPEAKER_WEIGHT * voice[g - delay]
-        + DRIFT_SD * drift[g] + JITTER_SD * jitter[g]
-    )  # fmt: skip
+        lt.offset
+        + lt.gain * affect[g - delay]
+        + SPEAKER_WEIGHT * voice[g - delay]
+        + DRIFT_SD * drift[g]
+        + JITTER_SD * jitter[g]
+    )
     valence = np.clip(valence, -1.0, 1.0).astype(np.float32)
 
     # faces at the sampled video frames
@@ -267,15 +316,27 @@ def synth_session(
     gf = pre + per_frame * frames
 
     def latents(aff, brow, mouth, h, blink):
-        return np.column_stack([aff[gf], brow[gf], mouth[gf], h[0][gf], h[1][gf], h[2][gf], blink[gf]]).astype(np.float32)
+        return np.column_stack(
+            [aff[gf], brow[gf], mouth[gf], h[0][gf], h[1][gf], h[2][gf], blink[gf]]
+        ).astype(np.float32)
 
-    lat_s = latents(spk_expression, voice, voiced_s * mouth_amp, heads[:3], blink_s.astype(np.float32))
+    lat_s = latents(
+        spk_expression, voice, voiced_s * mouth_amp, heads[:3], blink_s.astype(np.float32)
+    )
     lat_l = latents(affect, lis_brow, voiced_l * mouth_amp, heads[3:], blink_l.astype(np.float32))
     geom_s, au_s = _face_channels(
-        rng, lat_s, {"lip_corner_pull": st.mouth_width, "head_yaw": 12.0, "face_scale": 0.11}, 1.0, invalid_s[gf]
+        rng,
+        lat_s,
+        {"lip_corner_pull": st.mouth_width, "head_yaw": 12.0, "face_scale": 0.11},
+        1.0,
+        invalid_s[gf],
     )
     geom_l, au_l = _face_channels(
-        rng, lat_l, {"lip_corner_pull": lt.mouth_width, "head_yaw": -12.0, "face_scale": 0.08}, lt.expressivity, invalid_l[gf]
+        rng,
+        lat_l,
+        {"lip_corner_pull": lt.mouth_width, "head_yaw": -12.0, "face_scale": 0.08},
+        lt.expressivity,
+        invalid_l[gf],
     )
 
     # eGeMAPS rows every 10 ms: 4 * n - 4, as openSMILE returns for n / 25 s of audio
@@ -313,24 +374,41 @@ def synth_session(
         params = {"seed": int(seed), "channel": key, "n_frames": n, "face_fps": float(face_fps)}
         src = {"upstream": upstream}
         return Channel(
-            data, t, valid, list(columns),
-            extractor=SYNTH_EXTRACTOR, extractor_version=SYNTH_VERSION, params=params,
-            cache_key=cache_key(upstream, SYNTH_EXTRACTOR, SYNTH_VERSION, params), source=src, created_utc=created,
+            data,
+            t,
+            valid,
+            list(columns),
+            extractor=SYNTH_EXTRACTOR,
+            extractor_version=SYNTH_VERSION,
+            params=params,
+            cache_key=cache_key(upstream, SYNTH_EXTRACTOR, SYNTH_VERSION, params),
+            source=src,
+            created_utc=created,
             shared_with=shared_with,
-        )  # fmt: skip
+        )
 
     all_valid = np.ones(rows, bool)
     channels = {
-        "speaker/face_geom": channel("speaker/face_geom", geom_s, face_t, ~invalid_s[gf], FACE_GEOM_COLUMNS),
-        "listener/face_geom": channel("listener/face_geom", geom_l, face_t, ~invalid_l[gf], FACE_GEOM_COLUMNS),
+        "speaker/face_geom": channel(
+            "speaker/face_geom", geom_s, face_t, ~invalid_s[gf], FACE_GEOM_COLUMNS
+        ),
+        "listener/face_geom": channel(
+            "listener/face_geom", geom_l, face_t, ~invalid_l[gf], FACE_GEOM_COLUMNS
+        ),
         "speaker/face_au": channel("speaker/face_au", au_s, face_t, ~invalid_s[gf], AU_COLUMNS),
         "listener/face_au": channel("listener/face_au", au_l, face_t, ~invalid_l[gf], AU_COLUMNS),
         "scene/egemaps": channel("scene/egemaps", ege, ege_t, all_valid, cols),
         # the per-role rows are the scene rows (same array, stored once as HDF5 hard links);
         # valid: voiced frames of that role's talk
-        "speaker/egemaps": channel("speaker/egemaps", ege, ege_t, (voiced & talk_s)[ge], cols, "scene/egemaps"),
-        "listener/egemaps": channel("listener/egemaps", ege, ege_t, (voiced & talk_l)[ge], cols, "scene/egemaps"),
+        "speaker/egemaps": channel(
+            "speaker/egemaps", ege, ege_t, (voiced & talk_s)[ge], cols, "scene/egemaps"
+        ),
+        "listener/egemaps": channel(
+            "listener/egemaps", ege, ege_t, (voiced & talk_l)[ge], cols, "scene/egemaps"
+        ),
     }
-    meta = SessionMeta(session, int(listener), int(story), int(speaker), story_split(story, SPLITS), n)
+    meta = SessionMeta(
+        session, int(listener), int(story), int(speaker), story_split(story, SPLITS), n
+    )
     src = {"upstream": upstream, "extractor": SYNTH_EXTRACTOR, "version": SYNTH_VERSION}
     return SynthSession(meta, channels, {"valence_self": valence}, {"valence_self": src})

@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     out = tmp_path / "results.json"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())
     names = [r["name"] for r in records]
@@ -38,23 +44,42 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
         assert r["machine"]["cores"] >= 1 and r["machine"]["packages"]["numpy"], r
     goals = {r["name"]: r["goal"] for r in records}
     assert goals["egemaps.store_vs_opensmile"] == ">= 0.9"
-    assert goals["loading.frames_cache_format"] == ">= 0.9"  # the cache's format against its old layout
+    assert (
+        goals["loading.frames_cache_format"] == ">= 0.9"
+    )  # the cache's format against its old layout
     assert goals["loading.vs_csv"] == ">= 20" and goals["windowing.vs_pandas_rolling"] == ">= 10"
-    assert goals["ablation.grid_seconds"] == "<= 180 s" and goals["ablation.peak_memory_pss"] == "< 4 GB"
+    assert (
+        goals["ablation.grid_seconds"] == "<= 180 s"
+        and goals["ablation.peak_memory_pss"] == "< 4 GB"
+    )
     assert goals["ablation.worker_shared_memory"] == ">= 1"
     assert goals["video.face_path"] == ">= 0.5" and goals["video.landmark_error"] == "< 0.02 IOD"
     assert goals["video.face_found"] == ">= 1" and goals["scaling.marginal_cost"] == "<= 1.2"
     repeated = {r["name"]: r for r in records if "spread" in r}
-    assert {"scaling.marginal_cost", "scaling.marginal_cost_cpu", "scaling.ablation_10_sessions"} <= set(repeated)
+    assert {
+        "scaling.marginal_cost",
+        "scaling.marginal_cost_cpu",
+        "scaling.ablation_10_sessions",
+    } <= set(repeated)
     for r in repeated.values():  # the value is the median of the runs: inside their range
         assert r["repeats"] >= 2 and r["spread"][0] <= r["value"] <= r["spread"][1], r
-    by_name = {r["name"]: r for r in records}  # the two phases of the quick ablation add up to its run
-    phases = by_name["ablation.grid_seconds"]["value"] + by_name["ablation.unseen_listener_seconds"]["value"]
+    by_name = {
+        r["name"]: r for r in records
+    }  # the two phases of the quick ablation add up to its run
+    phases = (
+        by_name["ablation.grid_seconds"]["value"]
+        + by_name["ablation.unseen_listener_seconds"]["value"]
+    )
     assert by_name["ablation.unseen_listener_seconds"]["value"] > 0
-    assert math.isclose(phases, by_name["ablation.wall_seconds"]["value"], rel_tol=2e-3)  # values keep 4 digits
+    assert math.isclose(
+        phases, by_name["ablation.wall_seconds"]["value"], rel_tol=2e-3
+    )  # values keep 4 digits
     # the whole-job anchor: the hand-written loop and the package give the same CCC (to 1e-6) on every
     # configuration but the trees', and on those too when the loop fits on the package's features
-    assert goals["anchor.vs_handwritten_loop"] == ">= 5" and by_name["anchor.vs_handwritten_loop"]["baseline_value"] > 0
+    assert (
+        goals["anchor.vs_handwritten_loop"] == ">= 5"
+        and by_name["anchor.vs_handwritten_loop"]["baseline_value"] > 0
+    )
     for name in ("anchor.metric_difference", "anchor.tree_metric_difference_same_features"):
         assert goals[name] == "<= 1e-6 CCC" and by_name[name]["meets_goal"] is True, by_name[name]
     # the ceiling: the loop's run over its time in the trees, which any tool must fit the same way

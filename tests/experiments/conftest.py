@@ -39,7 +39,12 @@ SPLIT_OF = {s: name for name, stories in SPLITS.items() for s in stories}
 DELAY_S = 1.0
 ROOT = Path(__file__).resolve().parents[2]
 #: the protocol metrics every sweep logs per configuration
-METRICS = ["val.ccc_personalized", "val.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"]
+METRICS = [
+    "val.ccc_personalized",
+    "val.ccc_generalized",
+    "test.ccc_personalized",
+    "test.ccc_generalized",
+]
 
 
 def _smooth_signal(rng: np.random.Generator, t: np.ndarray, n_waves: int = 6) -> np.ndarray:
@@ -62,7 +67,13 @@ def _channel(rng, t, signal, n_cols, noise, invalid_frac=0.0, key="") -> Channel
         valid[bad] = False
         data[bad] = np.nan
     return Channel(
-        data, t, valid, [f"c{j}" for j in range(n_cols)], extractor="synthetic", extractor_version="1", cache_key=key
+        data,
+        t,
+        valid,
+        [f"c{j}" for j in range(n_cols)],
+        extractor="synthetic",
+        extractor_version="1",
+        cache_key=key,
     )
 
 
@@ -88,16 +99,24 @@ def build_store(root: Path, seed: int = 0, labels_override=None) -> Store:
             ssig_a = _smooth_signal(rng, t_audio)
             key = f"synthetic-{seed}-{listener}-{story}"  # stands for the content hash of a real cache key
             channels = {
-                "listener/face_geom": _channel(rng, t_face, hidden(t_face), 5, 0.1, invalid_frac=0.1, key=key),
+                "listener/face_geom": _channel(
+                    rng, t_face, hidden(t_face), 5, 0.1, invalid_frac=0.1, key=key
+                ),
                 "listener/egemaps": _channel(rng, t_audio, hidden(t_audio), 4, 0.3, key=key),
                 "speaker/face_geom": _channel(rng, t_face, ssig, 5, 0.1, invalid_frac=0.1, key=key),
                 "speaker/egemaps": _channel(rng, t_audio, ssig_a, 4, 0.3, key=key),
             }
             meta = SessionMeta(
-                session=session_name(listener, story), listener=listener, story=story,
-                speaker=(story + 1) // 2, split=SPLIT_OF[story], n_frames=N_FRAMES,
+                session=session_name(listener, story),
+                listener=listener,
+                story=story,
+                speaker=(story + 1) // 2,
+                split=SPLIT_OF[story],
+                n_frames=N_FRAMES,
             )
-            store.write_session(meta, channels=channels, labels={"valence_self": y.astype(np.float32)})
+            store.write_session(
+                meta, channels=channels, labels={"valence_self": y.astype(np.float32)}
+            )
     return store
 
 
@@ -111,13 +130,23 @@ def config_dict(uri: str, experiment: str = "test", **changes) -> dict:
             "speaker": ["speaker/face_geom", "speaker/egemaps"],
             "listener": ["listener/face_geom", "listener/egemaps"],
         },
-        "window": {"lengths_s": [[2]], "delay_s": [1], "align": "centred", "stats": ["mean", "std"], "train_hop_s": 0.4},
+        "window": {
+            "lengths_s": [[2]],
+            "delay_s": [1],
+            "align": "centred",
+            "stats": ["mean", "std"],
+            "train_hop_s": 0.4,
+        },
         "models": [
             {"name": "dummy", "only": {"personalization": ["global"], "postprocess.smooth_s": [0]}},
             {"name": "ridge", "alpha": [10]},
         ],
         "personalization": ["global", "per_listener"],
-        "postprocess": {"smooth_s": [0, 2], "smooth_method": ["moving_average"], "rescale": ["none"]},
+        "postprocess": {
+            "smooth_s": [0, 2],
+            "smooth_method": ["moving_average"],
+            "rescale": ["none"],
+        },
         "tracking": {"uri": uri, "experiment": experiment},
         "seed": 0,
         # the chosen generalized configurations' unseen-listener runs: on where a test looks at them
@@ -131,7 +160,9 @@ def cli_env() -> dict:
     """Environment for ``python -m experiments.cli`` subprocesses: the project importable, no telemetry."""
     env = dict(os.environ)
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     return env
 
 
@@ -146,9 +177,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0, log: Path | None = None) -> None:
+def wait_healthy(
+    url: str, proc: subprocess.Popen, timeout_s: float = 90.0, log: Path | None = None
+) -> None:
     """Wait until the MLflow server ``proc`` answers ``{url}/health``; fail the test (with the
     tail of ``log``, its output, when given) if it exits or stays silent for ``timeout_s`` s."""
+
     def tail() -> str:
         return f": {log.read_text()[-2000:]}" if log is not None and log.exists() else ""
 
@@ -183,11 +217,15 @@ def copy_tracking_db(tracking_dir: str, folder: Path) -> str:
 
 
 @contextlib.contextmanager
-def process_group(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
+def process_group(
+    cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None
+) -> Iterator[subprocess.Popen]:
     """Run ``cmd`` in a process group of its own (stdout discarded, stderr to ``log``); at exit
     SIGKILL that group and nothing else (e.g. a server and the workers it started)."""
     with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
         try:
             yield proc
         finally:
@@ -204,10 +242,19 @@ def dask_cluster(n_workers: int = 2, allowed_failures: int | None = None):
     import dask
     from distributed import LocalCluster
 
-    settings = {} if allowed_failures is None else {"distributed.scheduler.allowed-failures": allowed_failures}
+    settings = (
+        {}
+        if allowed_failures is None
+        else {"distributed.scheduler.allowed-failures": allowed_failures}
+    )
     with dask.config.set(settings):
-        c = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                         scheduler_kwargs={"dashboard_address": ":0"})
+        c = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+        )
     try:
         yield c
     finally:
@@ -285,11 +332,17 @@ def trials_for(**changes):
     return expand(from_dict(config_dict("unused", **changes)))
 
 
-def pick(trials, feature_set, model="ridge", personalization="global", smooth_s=0.0, rescale="none"):
+def pick(
+    trials, feature_set, model="ridge", personalization="global", smooth_s=0.0, rescale="none"
+):
     """The configuration of ``trials`` with these settings."""
     for t in trials:
         if (t.feature_set, t.model, t.personalization, t.smooth_s, t.rescale) == (
-            feature_set, model, personalization, smooth_s, rescale,
+            feature_set,
+            model,
+            personalization,
+            smooth_s,
+            rescale,
         ):
             return t
     raise LookupError((feature_set, model, personalization, smooth_s, rescale))
@@ -312,5 +365,3 @@ def poisoned_tables(tmp_path_factory):
     root = tmp_path_factory.mktemp("poisoned_store")
     build_store(root, labels_override=poison)
     return load_sessions(root, CHANNELS, splits=SPLITS)
-
-

@@ -98,7 +98,21 @@ def test_config_options_for_verbs_that_take_a_config(monkeypatch, capsys):
         p.set_defaults(func=lambda args: seen.setdefault("cfg", args.cfg) and 0)
 
     monkeypatch.setattr(cli, "VERBS", [*cli.VERBS, add_fake])
-    assert main(["fake", "--config", "smoke", "--set", "window.delay_s=[2]", "--set", "seed=3", "--print-config"]) == 0
+    assert (
+        main(
+            [
+                "fake",
+                "--config",
+                "smoke",
+                "--set",
+                "window.delay_s=[2]",
+                "--set",
+                "seed=3",
+                "--print-config",
+            ]
+        )
+        == 0
+    )
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["window"]["delay_s"] == [2.0] and printed["seed"] == 3
     assert "cfg" not in seen  # --print-config exits before the verb runs
@@ -113,6 +127,8 @@ def test_module_entry_point_exit_code(folders):
     gt, pred, _ = folders
     (pred / "Subject_1_Story_1.csv").unlink()
     r = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "score", str(gt), str(pred)], capture_output=True, text=True
+        [sys.executable, "-m", "experiments.cli", "score", str(gt), str(pred)],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 1 and "Subject_1_Story_1.csv" in r.stderr

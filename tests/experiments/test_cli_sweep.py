@@ -41,7 +41,18 @@ def is_child(run) -> bool:
 # ------------------------------------------------------------------ config handling
 def test_print_config_prints_yaml_and_exits_0(tmp_path, capsys):
     uri = str(tmp_path / "mlruns")
-    code = main(["sweep", "--config", "smoke", "--set", f"tracking.uri={uri}", "--set", "window.delay_s=[1, 2]", "--print-config"])
+    code = main(
+        [
+            "sweep",
+            "--config",
+            "smoke",
+            "--set",
+            f"tracking.uri={uri}",
+            "--set",
+            "window.delay_s=[1, 2]",
+            "--print-config",
+        ]
+    )
     assert code == 0
     cfg = yaml.safe_load(capsys.readouterr().out)
     assert cfg["tracking"]["uri"] == uri and cfg["window"]["delay_s"] == [1.0, 2.0]
@@ -51,12 +62,26 @@ def test_print_config_prints_yaml_and_exits_0(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "override, expected",
-    [("windw.delay_s=[1]", "did you mean 'window'"), ("window.dealy_s=[1]", "did you mean 'delay_s'"),
-     ("models.1.alpah=[1]", "did you mean 'alpha'")],
+    [
+        ("windw.delay_s=[1]", "did you mean 'window'"),
+        ("window.dealy_s=[1]", "did you mean 'delay_s'"),
+        ("models.1.alpah=[1]", "did you mean 'alpha'"),
+    ],
 )
 def test_unknown_config_key_exits_2_with_a_suggestion(tmp_path, capsys, override, expected):
-    code = main(["sweep", "--config", "smoke", "--set", f"tracking.uri={tmp_path / 'mlruns'}", "--set", override,
-                 "--store", str(tmp_path)])
+    code = main(
+        [
+            "sweep",
+            "--config",
+            "smoke",
+            "--set",
+            f"tracking.uri={tmp_path / 'mlruns'}",
+            "--set",
+            override,
+            "--store",
+            str(tmp_path),
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert expected in err and f"--set {override}" in err
@@ -66,7 +91,17 @@ def test_empty_store_exits_2_naming_make_features(tmp_path, capsys):
     empty = tmp_path / "features"
     empty.mkdir()
     for store in (empty, tmp_path / "missing"):
-        code = main(["sweep", "--config", "smoke", "--store", str(store), "--tracking-uri", str(tmp_path / "mlruns")])
+        code = main(
+            [
+                "sweep",
+                "--config",
+                "smoke",
+                "--store",
+                str(store),
+                "--tracking-uri",
+                str(tmp_path / "mlruns"),
+            ]
+        )
         assert code == 2
         err = capsys.readouterr().err
         assert "make features" in err and str(store) in err
@@ -84,7 +119,11 @@ def child_pids(pid: int) -> list[int]:
             except OSError:
                 continue
             state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if int(ppid) == pid and state != "Z" and b"experiments.cli" in (entry / "cmdline").read_bytes():
+            if (
+                int(ppid) == pid
+                and state != "Z"
+                and b"experiments.cli" in (entry / "cmdline").read_bytes()
+            ):
                 out.append(int(entry.name))
     return out
 
@@ -96,8 +135,12 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the worker processes")
-def test_killed_sweep_is_reaped_and_resumed_without_duplicates(planted_store, tracking_dir, tmp_path):
+@pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the worker processes"
+)
+def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
+    planted_store, tracking_dir, tmp_path
+):
     raw = config_dict(tracking_dir, "kill-resume")
     raw["models"][1]["alpha"] = [1, 10]
     cfg = from_dict(raw)
@@ -107,16 +150,23 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(planted_store, tr
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
     proc = subprocess.Popen(
         cli_cmd("sweep", "--config", path, "--store", str(planted_store), "--jobs", "2"),
-        cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            if any(is_child(r) and r.info.status == "FINISHED" for r in runs_of(client, "kill-resume")):
+            if any(
+                is_child(r) and r.info.status == "FINISHED" for r in runs_of(client, "kill-resume")
+            ):
                 break
             time.sleep(0.1)
-        assert proc.poll() is None, "the sweep ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+        assert proc.poll() is None, (
+            "the sweep ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+        )
         workers = child_pids(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -135,9 +185,15 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(planted_store, tr
             if alive(w):
                 os.kill(w, signal.SIGKILL)
     at_kill = runs_of(client, "kill-resume")
-    finished_before = {r.data.tags[CONFIG_HASH_TAG]: r.info.run_id for r in at_kill if is_child(r) and r.info.status == "FINISHED"}
+    finished_before = {
+        r.data.tags[CONFIG_HASH_TAG]: r.info.run_id
+        for r in at_kill
+        if is_child(r) and r.info.status == "FINISHED"
+    }
     running_at_kill = [r.info.run_id for r in at_kill if r.info.status == "RUNNING"]
-    killed_parent = [r for r in at_kill if not is_child(r) and r.data.tags.get("pid") == str(proc.pid)]
+    killed_parent = [
+        r for r in at_kill if not is_child(r) and r.data.tags.get("pid") == str(proc.pid)
+    ]
     assert len(killed_parent) == 1 and killed_parent[0].info.run_id in running_at_kill
     assert 1 <= len(finished_before) < n
 
@@ -147,10 +203,14 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(planted_store, tr
     assert not [r for r in after if r.info.status == "RUNNING"]
     status = {r.info.run_id: r.info.status for r in after}
     assert all(status[rid] == "KILLED" for rid in running_at_kill)
-    assert set(client.get_run(res.parent_run_id).data.tags["reaped_runs"].split(",")) == set(running_at_kill)
+    assert set(client.get_run(res.parent_run_id).data.tags["reaped_runs"].split(",")) == set(
+        running_at_kill
+    )
     finished = [r for r in after if is_child(r) and r.info.status == "FINISHED"]
     hashes = [r.data.tags[CONFIG_HASH_TAG] for r in finished]
-    assert sorted(hashes) == sorted(t.hash() for t in expand(cfg))  # each configuration exactly once
+    assert sorted(hashes) == sorted(
+        t.hash() for t in expand(cfg)
+    )  # each configuration exactly once
     table = res.table.set_index(CONFIG_HASH_TAG)
     assert (table.status == "reused").sum() == len(finished_before)
     assert (table.status == "done").sum() == n - len(finished_before)
@@ -169,10 +229,15 @@ def test_two_sweeps_at_once_on_a_new_tracking_store(planted_store, tmp_path):
         raw = config_dict(folder, "concurrent", feature_set=[fs])
         cfgs.append(from_dict(raw))
         path = write_config(tmp_path / f"{fs}.yaml", raw)
-        procs.append(subprocess.Popen(
-            cli_cmd("sweep", "--config", path, "--store", str(planted_store)),
-            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ))
+        procs.append(
+            subprocess.Popen(
+                cli_cmd("sweep", "--config", path, "--store", str(planted_store)),
+                cwd=tmp_path,
+                env=cli_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()[-3000:]
@@ -196,17 +261,41 @@ def write_ground_truth(store_dir, folder, stories):
     for listener in LISTENERS:
         for story in stories:
             sid = f"Subject_{listener}_Story_{story}"
-            np.savetxt(folder / f"{sid}.csv", store.labels(sid).to_numpy(), fmt="%.9g", header="valence", comments="")
+            np.savetxt(
+                folder / f"{sid}.csv",
+                store.labels(sid).to_numpy(),
+                fmt="%.9g",
+                header="valence",
+                comments="",
+            )
 
 
 @pytest.mark.parametrize("split", ["test", "val"])
-def test_export_then_score_reproduces_the_logged_metrics(sweep_once, planted_store, tracking_dir, tmp_path, capsys, split):
+def test_export_then_score_reproduces_the_logged_metrics(
+    sweep_once, planted_store, tracking_dir, tmp_path, capsys, split
+):
     cfg, res, uri = sweep_once
     run = MlflowClient(tracking_uri=uri).get_run(res.best_run_id)
     out = tmp_path / "export"
-    assert main(["export", res.best_run_id, "--split", split, "--out", str(out), "--tracking-uri", tracking_dir]) == 0
+    assert (
+        main(
+            [
+                "export",
+                res.best_run_id,
+                "--split",
+                split,
+                "--out",
+                str(out),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 0
+    )
     files = sorted(out.glob("*.csv"))
-    assert [f.stem for f in files] == sorted(f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split])
+    assert [f.stem for f in files] == sorted(
+        f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split]
+    )
     for f in files:
         lines = f.read_text().splitlines()
         assert lines[0] == "valence" and len(lines) == N_FRAMES + 1
@@ -224,16 +313,59 @@ def test_export_then_score_reproduces_the_logged_metrics(sweep_once, planted_sto
 
 def test_export_errors_name_the_run(sweep_once, tracking_dir, tmp_path, capsys):
     _, res, _ = sweep_once
-    assert main(["export", "0" * 32, "--split", "test", "--out", str(tmp_path / "a"), "--tracking-uri", tracking_dir]) == 1
+    assert (
+        main(
+            [
+                "export",
+                "0" * 32,
+                "--split",
+                "test",
+                "--out",
+                str(tmp_path / "a"),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 1
+    )
     assert "0" * 32 in capsys.readouterr().err
-    assert main(["export", res.best_run_id, "--split", "loso", "--out", str(tmp_path / "b"), "--tracking-uri", tracking_dir]) == 1
+    assert (
+        main(
+            [
+                "export",
+                res.best_run_id,
+                "--split",
+                "loso",
+                "--out",
+                str(tmp_path / "b"),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert res.best_run_id in err and "loso" in err
 
 
-def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(planted_store, tracking_dir, capsys):
-    code = main(["sweep", "--config", "smoke", "--store", str(planted_store), "--tracking-uri", tracking_dir,
-                 "--set", "tracking.experiment=missing-channel", "--set", "feature_sets.both=[listener/face_au]"])
+def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(
+    planted_store, tracking_dir, capsys
+):
+    code = main(
+        [
+            "sweep",
+            "--config",
+            "smoke",
+            "--store",
+            str(planted_store),
+            "--tracking-uri",
+            tracking_dir,
+            "--set",
+            "tracking.experiment=missing-channel",
+            "--set",
+            "feature_sets.both=[listener/face_au]",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "listener/face_au" in err and "featurestore extract" in err and "Traceback" not in err

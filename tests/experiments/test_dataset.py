@@ -39,7 +39,10 @@ def write_store(root, targets=("valence_self",)) -> Store:
             meta = SessionMeta(f"Subject_{listener}_Story_{story}", listener, story, 1, "bogus", N)
             st.write_session(
                 meta,
-                channels={"listener/face_geom": face_channel(rng), "listener/egemaps": egemaps_channel(rng)},
+                channels={
+                    "listener/face_geom": face_channel(rng),
+                    "listener/egemaps": egemaps_channel(rng),
+                },
                 labels={t: rng.uniform(-1, 1, N) for t in targets},
             )
     return st
@@ -51,18 +54,27 @@ def store(tmp_path):
 
 
 def test_tables_have_label_rate_shape_and_config_splits(store):
-    tables = load_sessions(store, ["listener/face_geom", "listener/egemaps"], "valence_self", SPLITS)
+    tables = load_sessions(
+        store, ["listener/face_geom", "listener/egemaps"], "valence_self", SPLITS
+    )
     # story 4 is in no split and is skipped; splits come from the config, not the shard attribute
     assert [t.session for t in tables] == [
-        "Subject_1_Story_1", "Subject_1_Story_2", "Subject_1_Story_3",
-        "Subject_2_Story_1", "Subject_2_Story_2", "Subject_2_Story_3",
+        "Subject_1_Story_1",
+        "Subject_1_Story_2",
+        "Subject_1_Story_3",
+        "Subject_2_Story_1",
+        "Subject_2_Story_2",
+        "Subject_2_Story_3",
     ]
     assert [t.split for t in tables[:3]] == ["val", "train", "test"]
     t = tables[0]
     assert t.X.shape == (N, 5) and t.X.dtype == np.float32
     assert t.columns == [
-        "listener/face_geom/g0", "listener/face_geom/g1", "listener/face_geom/g2",
-        "listener/egemaps/e0", "listener/egemaps/e1",
+        "listener/face_geom/g0",
+        "listener/face_geom/g1",
+        "listener/face_geom/g2",
+        "listener/egemaps/e0",
+        "listener/egemaps/e1",
     ]
     assert t.valid.shape == (N, 2) and t.valid.dtype == bool
     assert t.column_channel.tolist() == [0, 0, 0, 1, 1]
@@ -131,9 +143,15 @@ def test_threads_do_not_change_results(store):
 
 
 def test_missing_channel_or_target_names_session_and_fix(store):
-    with pytest.raises(DatasetError, match=r"Subject_1_Story_1 has no channel speaker/egemaps.*featurestore extract"):
+    with pytest.raises(
+        DatasetError,
+        match=r"Subject_1_Story_1 has no channel speaker/egemaps.*featurestore extract",
+    ):
         load_sessions(store, ["listener/face_geom", "speaker/egemaps"], splits=SPLITS)
-    with pytest.raises(DatasetError, match=r"Subject_1_Story_1 has no labels 'valence_observer_listener'.*featurestore labels"):
+    with pytest.raises(
+        DatasetError,
+        match=r"Subject_1_Story_1 has no labels 'valence_observer_listener'.*featurestore labels",
+    ):
         load_sessions(store, ["listener/face_geom"], "valence_observer_listener", SPLITS)
     with pytest.raises(DatasetError, match="featurestore extract"):
         load_sessions(Store(store.root / "empty"), ["listener/face_geom"])
@@ -143,5 +161,7 @@ def test_columns_must_agree_across_sessions(store):
     rng = np.random.default_rng(3)
     meta = store.meta("Subject_2_Story_2")
     store.write_session(meta, channels={"listener/face_geom": face_channel(rng, d=4)})
-    with pytest.raises(DatasetError, match=r"listener/face_geom has 4 columns in Subject_2_Story_2 but 3"):
+    with pytest.raises(
+        DatasetError, match=r"listener/face_geom has 4 columns in Subject_2_Story_2 but 3"
+    ):
         load_sessions(store, ["listener/face_geom"], splits=SPLITS)

@@ -51,7 +51,9 @@ def _estimators():
     ]
 
 
-@parametrize_with_checks(_estimators(), expected_failed_checks=lambda est: EXPECTED_FAILURES.get(type(est), {}))
+@parametrize_with_checks(
+    _estimators(), expected_failed_checks=lambda est: EXPECTED_FAILURES.get(type(est), {})
+)
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -61,9 +63,16 @@ def test_every_class_with_fit_is_checked_or_listed_with_its_reason():
     for info in pkgutil.walk_packages(experiments.__path__, "experiments."):
         module = importlib.import_module(info.name)
         for obj in vars(module).values():
-            if inspect.isclass(obj) and obj.__module__ == module.__name__ and callable(getattr(obj, "fit", None)):
+            if (
+                inspect.isclass(obj)
+                and obj.__module__ == module.__name__
+                and callable(getattr(obj, "fit", None))
+            ):
                 defined.add(obj)
     checked = {type(e) for e in _estimators()}
     assert defined == checked | set(NOT_ESTIMATORS), (
-        f"not checked and not listed: {sorted(c.__name__ for c in defined - checked - set(NOT_ESTIMATORS))}")
-    assert not checked & set(NOT_ESTIMATORS) and all(len(why) > 80 for why in NOT_ESTIMATORS.values())
+        f"not checked and not listed: {sorted(c.__name__ for c in defined - checked - set(NOT_ESTIMATORS))}"
+    )
+    assert not checked & set(NOT_ESTIMATORS) and all(
+        len(why) > 80 for why in NOT_ESTIMATORS.values()
+    )

@@ -50,7 +50,9 @@ def test_metric_keys_per_split_listener_and_story(tables):
             assert np.isfinite(res.metrics[f"{split}.ccc_story_{story}"])
     assert not any(k.startswith("train.") for k in res.metrics)
     # one story per split: the generalized mean is that story's mean, the personalized the mean of listeners
-    assert res.metrics["val.ccc_generalized"] == pytest.approx(res.metrics[f"val.ccc_story_{SPLITS['val'][0]}"])
+    assert res.metrics["val.ccc_generalized"] == pytest.approx(
+        res.metrics[f"val.ccc_story_{SPLITS['val'][0]}"]
+    )
     per_listener = [res.metrics[f"val.ccc_listener_{listener}"] for listener in LISTENERS]
     assert res.metrics["val.ccc_personalized"] == pytest.approx(np.mean(per_listener))
 
@@ -65,20 +67,29 @@ def test_metric_keys_per_split_listener_and_story(tables):
         ("per_listener", "train", "loso"),
     ],
 )
-def test_test_labels_never_influence_predictions(tables, poisoned_tables, personalization, rescale, protocol):
+def test_test_labels_never_influence_predictions(
+    tables, poisoned_tables, personalization, rescale, protocol
+):
     trials = trials_for(
-        personalization=[personalization], protocol=protocol,
+        personalization=[personalization],
+        protocol=protocol,
         postprocess={"smooth_s": [2], "smooth_method": ["moving_average"], "rescale": [rescale]},
     )
     trial = pick(trials, "listener", personalization=personalization, smooth_s=2.0, rescale=rescale)
-    trial = dataclasses.replace(trial, unseen_listener=True)  # a generalized configuration is scored on unseen listeners too
+    trial = dataclasses.replace(
+        trial, unseen_listener=True
+    )  # a generalized configuration is scored on unseen listeners too
     clean, poisoned = run(trial, tables), run(trial, poisoned_tables)
     assert set(clean.predictions) == set(poisoned.predictions)
     for sid in clean.predictions:
-        np.testing.assert_array_equal(clean.predictions[sid], poisoned.predictions[sid], err_msg=sid)
+        np.testing.assert_array_equal(
+            clean.predictions[sid], poisoned.predictions[sid], err_msg=sid
+        )
     assert set(clean.unseen_predictions) == set(poisoned.unseen_predictions)
     for sid in clean.unseen_predictions:
-        np.testing.assert_array_equal(clean.unseen_predictions[sid], poisoned.unseen_predictions[sid], err_msg=sid)
+        np.testing.assert_array_equal(
+            clean.unseen_predictions[sid], poisoned.unseen_predictions[sid], err_msg=sid
+        )
     # every metric not computed on the test story itself is unchanged
     for k, v in clean.metrics.items():
         if not k.startswith(("test.", "test_unseen.")):
@@ -90,7 +101,12 @@ def test_test_labels_never_influence_predictions(tables, poisoned_tables, person
 def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
     trials = trials_for(protocol="loso")
     res = run(dataclasses.replace(pick(trials, "listener"), unseen_listener=True), tables)
-    assert {"loso.ccc_personalized", "loso.ccc_generalized", "test.ccc_personalized", "test.ccc_generalized"} <= set(res.metrics)
+    assert {
+        "loso.ccc_personalized",
+        "loso.ccc_generalized",
+        "test.ccc_personalized",
+        "test.ccc_generalized",
+    } <= set(res.metrics)
     assert not any(k.startswith("val.") for k in res.metrics)
     loso_stories = sorted(SPLITS["train"] + SPLITS["val"])
     for story in loso_stories:

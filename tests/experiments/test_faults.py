@@ -25,18 +25,34 @@ from .conftest import LISTENERS, SPLITS, config_dict
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("verb", ["sweep", "ablate"])
 def test_malformed_yaml_exits_2_naming_file_and_line(planted_store, tmp_path, capsys, verb):
     bad = tmp_path / "bad.yaml"
     bad.write_text("target: valence_self\nwindow:\n  lengths_s: [[4]\n  delay_s: [0]\nseed: 0\n")
-    code = main([verb, "--config", str(bad), "--store", str(planted_store), "--tracking-uri", str(tmp_path / "mlruns"),
-                 *(["--out", str(tmp_path / "reports")] if verb == "ablate" else [])])
+    code = main(
+        [
+            verb,
+            "--config",
+            str(bad),
+            "--store",
+            str(planted_store),
+            "--tracking-uri",
+            str(tmp_path / "mlruns"),
+            *(["--out", str(tmp_path / "reports")] if verb == "ablate" else []),
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
-    assert f"{bad}:4: malformed YAML" in err and "fix the syntax on that line" in err and "Traceback" not in err
+    assert (
+        f"{bad}:4: malformed YAML" in err
+        and "fix the syntax on that line" in err
+        and "Traceback" not in err
+    )
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "reports").exists()
 
 
@@ -44,27 +60,58 @@ def test_empty_store_for_ablate_exits_2_and_writes_nothing(tmp_path, capsys):
     empty = tmp_path / "features"
     empty.mkdir()
     for store in (empty, tmp_path / "missing"):
-        code = main(["ablate", "--config", "smoke", "--store", str(store), "--tracking-uri", str(tmp_path / "mlruns"),
-                     "--out", str(tmp_path / "reports")])
+        code = main(
+            [
+                "ablate",
+                "--config",
+                "smoke",
+                "--store",
+                str(store),
+                "--tracking-uri",
+                str(tmp_path / "mlruns"),
+                "--out",
+                str(tmp_path / "reports"),
+            ]
+        )
         assert code == 2
         err = capsys.readouterr().err
         assert f"no shards in {store}" in err and "make features" in err
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "reports").exists()
 
 
-def test_shard_of_an_older_schema_is_a_clear_sweep_error(planted_store, tracking_dir, tmp_path, capsys):
+def test_shard_of_an_older_schema_is_a_clear_sweep_error(
+    planted_store, tracking_dir, tmp_path, capsys
+):
     store = tmp_path / "features"
     shutil.copytree(planted_store, store)
     old = store / "Subject_2_Story_2.h5"
     with h5py.File(old, "a") as f:
         f.attrs["schema_version"] = 0
     before = files_of(store)
-    code = main(["sweep", "--config", "smoke", "--store", str(store), "--tracking-uri", tracking_dir,
-                 "--set", "tracking.experiment=old-schema", "--set", "feature_set=[listener]",
-                 "--set", "feature_sets.listener=[listener/face_geom]"])
+    code = main(
+        [
+            "sweep",
+            "--config",
+            "smoke",
+            "--store",
+            str(store),
+            "--tracking-uri",
+            tracking_dir,
+            "--set",
+            "tracking.experiment=old-schema",
+            "--set",
+            "feature_set=[listener]",
+            "--set",
+            "feature_sets.listener=[listener/face_geom]",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
-    assert f"{old} has schema version 0" in err and "featurestore extract" in err and "Traceback" not in err
+    assert (
+        f"{old} has schema version 0" in err
+        and "featurestore extract" in err
+        and "Traceback" not in err
+    )
     assert files_of(store) == before
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
     exp = client.get_experiment_by_name("old-schema")
@@ -80,8 +127,14 @@ def write_config(path: Path, raw: dict) -> str:
 
 def small_grid(uri: str, alphas: list[float]) -> dict:
     """dummy + ridge(alpha) on the listener set, global, no smoothing: about a second per configuration."""
-    return config_dict(uri, "exit-codes", feature_set=["listener"], models=[{"name": "ridge", "alpha": alphas}],
-                       personalization=["global"], postprocess={"smooth_s": [0], "rescale": ["none"]})
+    return config_dict(
+        uri,
+        "exit-codes",
+        feature_set=["listener"],
+        models=[{"name": "ridge", "alpha": alphas}],
+        personalization=["global"],
+        postprocess={"smooth_s": [0], "rescale": ["none"]},
+    )
 
 
 def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir, tmp_path, capsys):
@@ -91,11 +144,17 @@ def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir
     failing = write_config(tmp_path / "failing.yaml", small_grid(tracking_dir, [10, -1]))
     assert main(["sweep", "--config", failing, *opts]) == 1
     captured = capsys.readouterr()
-    assert "1 failed" in captured.out and "FAILED ridge(alpha=-1)" in captured.err and "alpha" in captured.err
+    assert (
+        "1 failed" in captured.out
+        and "FAILED ridge(alpha=-1)" in captured.err
+        and "alpha" in captured.err
+    )
     good = write_config(tmp_path / "good.yaml", small_grid(tracking_dir, [10]))
     assert main(["sweep", "--config", good, *opts]) == 0
     out = capsys.readouterr().out
-    assert "0 configurations run, 2 reused from earlier runs, 0 failed" in out  # the resume keeps the good ones
+    assert (
+        "0 configurations run, 2 reused from earlier runs, 0 failed" in out
+    )  # the resume keeps the good ones
     best = out.split("best child ")[1].split()[0]
 
     # ablate: same codes, reports written only when it ran
@@ -105,14 +164,59 @@ def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir
     assert main(["ablate", "--config", failing, *opts, "--out", str(reports)]) == 1
     assert main(["ablate", "--config", good, *opts, "--out", str(reports)]) == 0
     table = pd.read_csv(reports / "ablation.csv")
-    assert sorted(zip(table.feature_set, table.split, strict=True)) == [("listener", "test"), ("listener", "val")]
+    assert sorted(zip(table.feature_set, table.split, strict=True)) == [
+        ("listener", "test"),
+        ("listener", "val"),
+    ]
     assert table.ccc_generalized.notna().all()
 
     # export: a bad --split is a usage error, an unknown run a failure
     out_dir = tmp_path / "export"
-    assert main(["export", best, "--split", "train", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 2
-    assert main(["export", "f" * 32, "--split", "test", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 1
-    assert main(["export", best, "--split", "test", "--out", str(out_dir), "--tracking-uri", tracking_dir]) == 0
+    assert (
+        main(
+            [
+                "export",
+                best,
+                "--split",
+                "train",
+                "--out",
+                str(out_dir),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "export",
+                "f" * 32,
+                "--split",
+                "test",
+                "--out",
+                str(out_dir),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 1
+    )
+    assert (
+        main(
+            [
+                "export",
+                best,
+                "--split",
+                "test",
+                "--out",
+                str(out_dir),
+                "--tracking-uri",
+                tracking_dir,
+            ]
+        )
+        == 0
+    )
 
     # score: a missing folder is a usage error, a missing prediction a failure
     truth = tmp_path / "truth"
@@ -121,7 +225,13 @@ def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir
     for listener in LISTENERS:
         for story in SPLITS["test"]:
             sid = f"Subject_{listener}_Story_{story}"
-            np.savetxt(truth / f"{sid}.csv", st.labels(sid).to_numpy(), fmt="%.9g", header="valence", comments="")
+            np.savetxt(
+                truth / f"{sid}.csv",
+                st.labels(sid).to_numpy(),
+                fmt="%.9g",
+                header="valence",
+                comments="",
+            )
     assert main(["score", str(truth), str(tmp_path / "nowhere")]) == 2
     partial = tmp_path / "partial"
     shutil.copytree(out_dir, partial)

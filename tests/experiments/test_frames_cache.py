@@ -35,14 +35,27 @@ def entries(store: Store, session: str | None = None) -> list[Path]:
     folder = store.root / FOLDER_NAME
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and (session is None or p.name.startswith(f"{session}.")))
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.name.endswith(SUFFIX) and (session is None or p.name.startswith(f"{session}."))
+    )
 
 
 def assert_same(a: list, b: list) -> None:
     """Two load_sessions results are equal in every field, arrays bit for bit (NaN where NaN)."""
     assert [t.session for t in a] == [t.session for t in b]
     for x, y in zip(a, b, strict=True):
-        for name in ("listener", "story", "split", "speaker", "fps", "target", "columns", "channels"):
+        for name in (
+            "listener",
+            "story",
+            "split",
+            "speaker",
+            "fps",
+            "target",
+            "columns",
+            "channels",
+        ):
             assert getattr(x, name) == getattr(y, name), name
         for name in ("X", "valid", "y", "column_channel"):
             u, v = getattr(x, name), getattr(y, name)
@@ -82,17 +95,23 @@ def test_rewriting_a_shard_replaces_its_entry(store):
     load_sessions(store, KEYS)
     before = {p.name: p.stat().st_mtime_ns for p in entries(store)}
     s = "Subject_1_Story_2"
-    dead = store.root / FOLDER_NAME / f".{s}.0.0{SUFFIX}.tmp-99999999-abcdef12"  # a killed writer's leftover
+    dead = (
+        store.root / FOLDER_NAME / f".{s}.0.0{SUFFIX}.tmp-99999999-abcdef12"
+    )  # a killed writer's leftover
     dead.write_bytes(b"half")
     y = np.linspace(-1, 1, N).astype(np.float32)
-    store.write_session(store.meta(s), labels={"valence_self": y})  # what `featurestore labels` does
+    store.write_session(
+        store.meta(s), labels={"valence_self": y}
+    )  # what `featurestore labels` does
     table = {t.session: t for t in load_sessions(store, KEYS)}[s]
     np.testing.assert_array_equal(table.y, y)
     after = {p.name: p.stat().st_mtime_ns for p in entries(store)}
     (old,) = [n for n in before if n.startswith(f"{s}.")]
     (new,) = [n for n in after if n.startswith(f"{s}.")]  # replaced, not accumulated
     assert new != old and not dead.exists()
-    assert {n: t for n, t in after.items() if n != new} == {n: t for n, t in before.items() if n != old}
+    assert {n: t for n, t in after.items() if n != new} == {
+        n: t for n, t in before.items() if n != old
+    }
     # an in-place edit of a shard (same file, new modification time) invalidates too
     with h5py.File(store.shard_path(s), "r+") as f:
         f["labels/valence_self"][:10] = 0.5
@@ -113,12 +132,19 @@ def test_each_request_has_its_own_entry(store):
     for r in requests:
         load_sessions(store, sessions=[s], **r)
     names = [p.name for p in entries(store, s)]
-    assert len(names) == len(requests) and len({n.split(".")[1] for n in names}) == 1  # one shard, five requests
+    assert (
+        len(names) == len(requests) and len({n.split(".")[1] for n in names}) == 1
+    )  # one shard, five requests
     for r in requests:
-        assert_same(load_sessions(store, sessions=[s], cache=False, **r), load_sessions(store, sessions=[s], **r))
+        assert_same(
+            load_sessions(store, sessions=[s], cache=False, **r),
+            load_sessions(store, sessions=[s], **r),
+        )
     assert len(entries(store, s)) == len(requests)
     gap = load_sessions(store, KEYS, sessions=[s], max_gap_s=2.0)[0]
-    assert gap.valid[:, 0].sum() > load_sessions(store, KEYS, sessions=[s])[0].valid[:, 0].sum()  # the 1.4 s gap is bridged
+    assert (
+        gap.valid[:, 0].sum() > load_sessions(store, KEYS, sessions=[s])[0].valid[:, 0].sum()
+    )  # the 1.4 s gap is bridged
 
 
 def test_new_resampling_code_or_version_replaces_entries(store, monkeypatch):
@@ -142,7 +168,11 @@ def test_the_resampling_code_covers_the_shard_reader(monkeypatch, name):
     # the shard reader in featurestore decides which arrays and labels a frame table holds: an edit
     # there must invalidate the cache like an edit of the resampling (a subclass has other source)
     before = dataset._resampling_code.__wrapped__()
-    edited = type(name, (getattr(dataset, name),), {"read": lambda self: None, "__post_init__": lambda self: None})
+    edited = type(
+        name,
+        (getattr(dataset, name),),
+        {"read": lambda self: None, "__post_init__": lambda self: None},
+    )
     monkeypatch.setattr(dataset, name, edited)
     assert dataset._resampling_code.__wrapped__() != before
 
@@ -160,10 +190,14 @@ def test_an_entry_is_a_json_line_and_npy_arrays(store):
         arrays = [np.load(f) for _ in range(4)]
         assert f.read() == b""
     assert header["session"] == s and header["keys"] == KEYS and header["target"] == "valence_self"
-    assert header["meta"]["columns"] == fresh.columns and header["meta"]["listener"] == fresh.listener
+    assert (
+        header["meta"]["columns"] == fresh.columns and header["meta"]["listener"] == fresh.listener
+    )
     for got, name in zip(arrays, ("y", "valid", "column_channel", "X"), strict=True):
         want = getattr(fresh, name)
-        assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), name
+        assert got.dtype == want.dtype and np.array_equal(
+            got.view(np.uint8), want.view(np.uint8)
+        ), name
 
 
 def test_an_entry_of_the_old_layout_is_a_miss_and_replaced(store):
@@ -171,7 +205,9 @@ def test_an_entry_of_the_old_layout_is_a_miss_and_replaced(store):
     (fresh,) = load_sessions(store, KEYS, sessions=[s], cache=False)
     load_sessions(store, KEYS, sessions=[s])
     (path,) = entries(store, s)
-    old = path.with_name(f"{s}.{'0' * 16}.{path.name.split('.')[2]}{SUFFIX}")  # a version-1 entry's name
+    old = path.with_name(
+        f"{s}.{'0' * 16}.{path.name.split('.')[2]}{SUFFIX}"
+    )  # a version-1 entry's name
     old.write_bytes(b"OMGFRAME" + bytes(100))
     path.unlink()
     assert_same([fresh], load_sessions(store, KEYS, sessions=[s]))
@@ -204,9 +240,18 @@ def _damage(path: Path, how: str) -> None:
 
 @pytest.mark.parametrize(
     "how",
-    ["truncated", "empty", "bad magic", "garbled header", "garbled column name", "flipped bit in X", "flipped bit in the last array",
-     "zeroed block", "extra bytes"],
-)  # fmt: skip
+    [
+        "truncated",
+        "empty",
+        "bad magic",
+        "garbled header",
+        "garbled column name",
+        "flipped bit in X",
+        "flipped bit in the last array",
+        "zeroed block",
+        "extra bytes",
+    ],
+)
 def test_damaged_entry_is_detected_and_rebuilt(store, how, caplog):
     s = "Subject_1_Story_1"
     fresh = load_sessions(store, KEYS, sessions=[s], cache=False)
@@ -242,11 +287,15 @@ def read_only(folder: Path):
         return
     bind = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
     if bind.returncode:
-        pytest.skip(f"root cannot make a read-only folder here (mount: {bind.stderr.decode().strip()})")
+        pytest.skip(
+            f"root cannot make a read-only folder here (mount: {bind.stderr.decode().strip()})"
+        )
     try:
         ro = subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], capture_output=True)
         if ro.returncode:
-            pytest.skip(f"root cannot make a read-only folder here (mount: {ro.stderr.decode().strip()})")
+            pytest.skip(
+                f"root cannot make a read-only folder here (mount: {ro.stderr.decode().strip()})"
+            )
         yield
     finally:
         if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
@@ -277,17 +326,26 @@ def test_cache_elsewhere_or_off(store, tmp_path, monkeypatch):
     assert not (store.root / FOLDER_NAME).exists()
     monkeypatch.delenv(CACHE_ENV)
     assert_same(fresh, load_sessions(store, KEYS, cache=tmp_path / "given"))
-    assert len(list((tmp_path / "given").rglob(f"*{SUFFIX}"))) == 8 and not (store.root / FOLDER_NAME).exists()
+    assert (
+        len(list((tmp_path / "given").rglob(f"*{SUFFIX}"))) == 8
+        and not (store.root / FOLDER_NAME).exists()
+    )
 
 
 def test_a_failing_load_writes_nothing_and_errors_are_unchanged(store):
     rng = np.random.default_rng(5)
     s = "Subject_2_Story_4"
-    store.write_session(store.meta(s), drop=["listener/egemaps"], channels={"listener/face_geom": face_channel(rng)})
-    with pytest.raises(DatasetError, match=rf"session {s} has no channel listener/egemaps.*featurestore extract"):
+    store.write_session(
+        store.meta(s), drop=["listener/egemaps"], channels={"listener/face_geom": face_channel(rng)}
+    )
+    with pytest.raises(
+        DatasetError, match=rf"session {s} has no channel listener/egemaps.*featurestore extract"
+    ):
         load_sessions(store, KEYS)
     assert entries(store) == []
-    load_sessions(store, KEYS, splits={"train": [1, 2, 3]})  # story 4 skipped: the load succeeds and caches
+    load_sessions(
+        store, KEYS, splits={"train": [1, 2, 3]}
+    )  # story 4 skipped: the load succeeds and caches
     assert len(entries(store)) == 6
     with pytest.raises(DatasetError, match=rf"session {s} has no channel listener/egemaps"):
         load_sessions(store, KEYS)
@@ -341,12 +399,20 @@ def test_two_processes_writing_the_same_entries_both_load_correctly(store, tmp_p
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop(CACHE_ENV, None)
     procs = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(store.root), str(i), ",".join(KEYS)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(store.root), str(i), ",".join(KEYS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     deadline = time.time() + 60
-    while not all((store.root.parent / f"ready-{i}").exists() for i in range(2)) and time.time() < deadline:
+    while (
+        not all((store.root.parent / f"ready-{i}").exists() for i in range(2))
+        and time.time() < deadline
+    ):
         time.sleep(0.01)
     (store.root.parent / "go").touch()
     outs = [p.communicate(timeout=120) for p in procs]
@@ -354,9 +420,13 @@ def test_two_processes_writing_the_same_entries_both_load_correctly(store, tmp_p
         assert p.returncode == 0, err
         assert out.strip() == h.hexdigest()
     assert len(entries(store)) == 8
-    assert not [p for p in (store.root / FOLDER_NAME).iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert not [
+        p for p in (store.root / FOLDER_NAME).iterdir() if p.name.startswith(".")
+    ]  # no temporary files left
     cache = FramesCache.for_store(store.root, True, dataset._resampling_code())
     fresh = load_sessions(store, KEYS, cache=False)
     for table in fresh:  # every entry the racers left is complete and current
-        entry = cache.key(table.session, store.shard_path(table.session), KEYS, "valence_self", dataset.MAX_GAP_S)
+        entry = cache.key(
+            table.session, store.shard_path(table.session), KEYS, "valence_self", dataset.MAX_GAP_S
+        )
         assert_same([table], [cache.read(entry)])

@@ -76,9 +76,7 @@ def test_ccc_properties(pairs):
 
 def rows_from(matrix):
     return [
-        {"listener": L, "story": S, "ccc": v}
-        for L, row in matrix.items()
-        for S, v in row.items()
+        {"listener": L, "story": S, "ccc": v} for L, row in matrix.items() for S, v in row.items()
     ]
 
 
@@ -108,7 +106,10 @@ def test_matrix_and_errors():
 @settings(max_examples=60, deadline=None)
 @given(
     cells=st.dictionaries(
-        st.tuples(st.integers(1, 6), st.integers(1, 8)), st.floats(-1, 1, allow_nan=False), min_size=1, max_size=30
+        st.tuples(st.integers(1, 6), st.integers(1, 8)),
+        st.floats(-1, 1, allow_nan=False),
+        min_size=1,
+        max_size=30,
     ),
     seed=st.integers(0, 1000),
 )

@@ -100,7 +100,9 @@ def test_unknown_model_name():
 
 
 def test_unknown_hyperparameter():
-    with pytest.raises(ValueError, match=r"unknown hyperparameter 'alhpa'.*'ridge'.*did you mean 'alpha'"):
+    with pytest.raises(
+        ValueError, match=r"unknown hyperparameter 'alhpa'.*'ridge'.*did you mean 'alpha'"
+    ):
         make_model("ridge", {"alhpa": 1})
     with pytest.raises(ValueError, match=r"'C'.*'dummy'.*valid: \(none\)"):
         make_model("dummy", {"C": 1})
@@ -207,8 +209,15 @@ def test_in_place_preprocessing_gives_the_copying_pipeline_results(name):
     before = X.copy()
     pipe = make_model(name, FAST[name], seed=0).fit(X, y)
     np.testing.assert_array_equal(X, before)
-    model = clone(pipe.named_steps["model"]).set_params(**({"copy_X": True} if name == "ridge" else {}))
-    ref = Pipeline([("impute", SimpleImputer(strategy="median", keep_empty_features=True)),
-                    ("scale", StandardScaler()), ("model", model)]).fit(X, y)  # fmt: skip
+    model = clone(pipe.named_steps["model"]).set_params(
+        **({"copy_X": True} if name == "ridge" else {})
+    )
+    ref = Pipeline(
+        [
+            ("impute", SimpleImputer(strategy="median", keep_empty_features=True)),
+            ("scale", StandardScaler()),
+            ("model", model),
+        ]
+    ).fit(X, y)
     np.testing.assert_array_equal(pipe.predict(X), ref.predict(X))
     np.testing.assert_array_equal(X, before)

@@ -111,11 +111,17 @@ def test_per_listener_without_fallback_fits_no_global_model_and_refuses_others()
     y = np.concatenate([y, [5.0, 5.0]])
     with_fallback = PerListenerRegressor(LinearRegression(), min_samples=10).fit(X, y)
     model = PerListenerRegressor(LinearRegression(), min_samples=10, fallback=False).fit(X, y)
-    assert model.global_ is None and sorted(model.estimators_) == [1, 2] and model.fallback_listeners_ == [3]
+    assert (
+        model.global_ is None
+        and sorted(model.estimators_) == [1, 2]
+        and model.fallback_listeners_ == [3]
+    )
     own = X[X[:, 0] != 3]
     np.testing.assert_array_equal(model.predict(own), with_fallback.predict(own))
     for who in (3.0, 9.0):  # too few rows at fit; never seen
-        with pytest.raises(ValueError, match=rf"listener {int(who)} has no model of their own.*fallback=True"):
+        with pytest.raises(
+            ValueError, match=rf"listener {int(who)} has no model of their own.*fallback=True"
+        ):
             model.predict(np.array([[1.0, 0.3], [who, 0.3]]))
 
 
@@ -178,7 +184,12 @@ def test_onehot_learns_listener_offsets():
     X = np.column_stack([listener, x])
     onehot = make_personalizer("listener_onehot", LinearRegression()).fit(X, y)
     glob = make_personalizer("global", LinearRegression()).fit(X, y)
-    assert mean_squared_error(y, onehot.predict(X)) < 1e-10 < 0.5 < mean_squared_error(y, glob.predict(X))
+    assert (
+        mean_squared_error(y, onehot.predict(X))
+        < 1e-10
+        < 0.5
+        < mean_squared_error(y, glob.predict(X))
+    )
 
 
 def test_tolerates_nan_features_with_model_pipelines():
@@ -191,11 +202,21 @@ def test_tolerates_nan_features_with_model_pipelines():
 
 
 def test_make_personalizer_errors():
-    with pytest.raises(ValueError, match=r"unknown personalization strategy 'per_listner'.*'per_listener'"):
+    with pytest.raises(
+        ValueError, match=r"unknown personalization strategy 'per_listner'.*'per_listener'"
+    ):
         make_personalizer("per_listner", LinearRegression())
-    with pytest.raises(ValueError, match=r"unknown option 'min_sample'.*did you mean 'min_samples'"):
+    with pytest.raises(
+        ValueError, match=r"unknown option 'min_sample'.*did you mean 'min_samples'"
+    ):
         make_personalizer("per_listener", LinearRegression(), min_sample=3)
     with pytest.raises(ValueError, match="unknown option 'shrinkage'"):
         make_personalizer("global", LinearRegression(), shrinkage=3)
-    model = make_personalizer("global_calibrated", LinearRegression(), shrinkage=5.0, listener_column=1)
-    assert isinstance(model, CalibratedPerListener) and model.shrinkage == 5.0 and model.listener_column == 1
+    model = make_personalizer(
+        "global_calibrated", LinearRegression(), shrinkage=5.0, listener_column=1
+    )
+    assert (
+        isinstance(model, CalibratedPerListener)
+        and model.shrinkage == 5.0
+        and model.listener_column == 1
+    )

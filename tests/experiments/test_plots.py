@@ -40,9 +40,18 @@ def scores_and_series(listeners=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)):
     sessions = [f"Subject_{L}_Story_{S}" for L in listeners for S in (1, 3)]
     truth = {s: np.clip(np.cumsum(rng.normal(size=400)) / 30, -1, 1) for s in sessions}
     preds = {s: 0.5 * y + rng.normal(0, 0.1, len(y)) for s, y in truth.items()}
-    scores = pd.DataFrame([{"session": s, "listener": int(s.split("_")[1]), "story": int(s.split("_")[3]),
-                            "split": "val" if s.endswith("_1") else "test", "ccc": rng.uniform(-0.3, 0.8)}
-                           for s in sessions])
+    scores = pd.DataFrame(
+        [
+            {
+                "session": s,
+                "listener": int(s.split("_")[1]),
+                "story": int(s.split("_")[3]),
+                "split": "val" if s.endswith("_1") else "test",
+                "ccc": rng.uniform(-0.3, 0.8),
+            }
+            for s in sessions
+        ]
+    )
     return scores, truth, preds
 
 
@@ -67,8 +76,9 @@ def check_readable(fig: Figure, xlabel_has: str, ylabel_has: str) -> None:
         if not t.get_text() or not t.get_visible():
             continue
         box = t.get_window_extent(renderer)
-        assert box.x0 >= -1 and box.x1 <= width + 1 and box.y0 >= -1 and box.y1 <= height + 1, \
+        assert box.x0 >= -1 and box.x1 <= width + 1 and box.y0 >= -1 and box.y1 <= height + 1, (
             f"text {t.get_text()!r} is cut off ({box} in a {width:.0f} x {height:.0f} figure)"
+        )
 
 
 def test_predictions_figure(saved, tmp_path):
@@ -86,10 +96,21 @@ def test_listener_ccc_figure(saved, tmp_path, n_listeners):
 
 def test_ablation_figure(saved, tmp_path):
     table = pd.DataFrame(
-        [{"feature_set": fs, "split": sp, "ccc_personalized": v, "ccc_generalized": v / 2, "run_id": "x"}
-         for fs, v in (("speaker", -0.05), ("listener", 0.7), ("both", 0.62)) for sp in ("val", "test")]
+        [
+            {
+                "feature_set": fs,
+                "split": sp,
+                "ccc_personalized": v,
+                "ccc_generalized": v / 2,
+                "run_id": "x",
+            }
+            for fs, v in (("speaker", -0.05), ("listener", 0.7), ("both", 0.62))
+            for sp in ("val", "test")
+        ]
     )
-    plot_ablation(table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13), "listener": (0.19, 0.23)})
+    plot_ablation(
+        table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13), "listener": (0.19, 0.23)}
+    )
     check_readable(saved[-1], "feature set", "CCC (-1 to 1)")
 
 
@@ -101,18 +122,43 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
 
     scores, truth, preds = scores_and_series((1, 2, 3))
     figures = trial_figures(preds, truth, scores, LONG)
-    assert set(figures) == {PREDICTIONS_FIGURE, LISTENER_CCC_FIGURE} == {"predicted_vs_true.png", "ccc_per_listener.png"}
+    assert (
+        set(figures)
+        == {PREDICTIONS_FIGURE, LISTENER_CCC_FIGURE}
+        == {"predicted_vs_true.png", "ccc_per_listener.png"}
+    )
     on_disk = plot_predictions(preds, truth, scores, tmp_path / PREDICTIONS_FIGURE, title=LONG)
-    assert on_disk == tmp_path / PREDICTIONS_FIGURE and figures[PREDICTIONS_FIGURE] == on_disk.read_bytes()
+    assert (
+        on_disk == tmp_path / PREDICTIONS_FIGURE
+        and figures[PREDICTIONS_FIGURE] == on_disk.read_bytes()
+    )
     plot_listener_ccc(scores, tmp_path / LISTENER_CCC_FIGURE, title=f"CCC per listener: {LONG}")
     assert figures[LISTENER_CCC_FIGURE] == (tmp_path / LISTENER_CCC_FIGURE).read_bytes()
     buf = io.BytesIO()
-    assert plot_ablation(pd.DataFrame([{"feature_set": "both", "split": "val", "ccc_personalized": 0.3,
-                                        "ccc_generalized": 0.2, "run_id": "x"}]), buf) is buf
+    assert (
+        plot_ablation(
+            pd.DataFrame(
+                [
+                    {
+                        "feature_set": "both",
+                        "split": "val",
+                        "ccc_personalized": 0.3,
+                        "ccc_generalized": 0.2,
+                        "run_id": "x",
+                    }
+                ]
+            ),
+            buf,
+        )
+        is buf
+    )
     assert buf.getvalue().startswith(b"\x89PNG\r\n\x1a\n") and len(buf.getvalue()) > 1000
 
 
-@pytest.mark.parametrize(("setup", "backend"), [("pass", "agg"), ("import matplotlib.pyplot; matplotlib.use('svg')", "svg")])
+@pytest.mark.parametrize(
+    ("setup", "backend"),
+    [("pass", "agg"), ("import matplotlib.pyplot; matplotlib.use('svg')", "svg")],
+)
 def test_drawing_keeps_a_notebooks_backend(setup, backend):
     """A headless process draws with Agg; a session that chose its backend (a notebook's inline
     one) keeps it, so its own figures still show after a sweep drew the runs' plots."""
@@ -122,8 +168,12 @@ def test_drawing_keeps_a_notebooks_backend(setup, backend):
     from .conftest import cli_env
 
     env = {k: v for k, v in cli_env().items() if k != "MPLBACKEND"}
-    code = (f"import matplotlib; {setup}; from experiments.evaluation.plots import load_backend; load_backend(); "
-            "print(matplotlib.get_backend().lower())")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    code = (
+        f"import matplotlib; {setup}; from experiments.evaluation.plots import load_backend; load_backend(); "
+        "print(matplotlib.get_backend().lower())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == backend

@@ -117,12 +117,16 @@ def test_rescaler_per_group_with_global_fallback():
     for g in (1, 2):
         rows = groups == g
         out = r.transform(pred[rows], group=g)  # one group for a whole session
-        assert out.mean() == pytest.approx(y[rows].mean()) and out.std() == pytest.approx(y[rows].std())
+        assert out.mean() == pytest.approx(y[rows].mean()) and out.std() == pytest.approx(
+            y[rows].std()
+        )
     # a row-wise group array gives the same numbers
     rowwise = r.transform(pred, group=groups)
     np.testing.assert_allclose(rowwise[groups == 2], r.transform(pred[groups == 2], group=2))
     # unseen group -> statistics over all training rows
-    np.testing.assert_allclose(r.transform(pred, group=9), Rescaler("train").fit(y, pred).transform(pred))
+    np.testing.assert_allclose(
+        r.transform(pred, group=9), Rescaler("train").fit(y, pred).transform(pred)
+    )
 
 
 def test_rescaler_constant_predictions_shift_only():

@@ -46,11 +46,18 @@ def test_ccc_of_an_affine_map_has_a_closed_form(x, a, b):
 
 
 @settings(max_examples=150, deadline=None)
-@given(pair=st.integers(2, 200).flatmap(lambda n: st.tuples(arrays(np.float64, n, elements=values),
-                                                            arrays(np.float64, n, elements=values))))
+@given(
+    pair=st.integers(2, 200).flatmap(
+        lambda n: st.tuples(
+            arrays(np.float64, n, elements=values), arrays(np.float64, n, elements=values)
+        )
+    )
+)
 def test_ccc_agrees_with_the_official_scorer(pair):
     t, p = pair
-    assume(np.ptp(t) > 1e-3 and np.ptp(p) > 1e-3)  # the official code divides 0 by 0 for equal constants
+    assume(
+        np.ptp(t) > 1e-3 and np.ptp(p) > 1e-3
+    )  # the official code divides 0 by 0 for equal constants
     assert ccc(t, p) == pytest.approx(official_ccc(t, p), abs=1e-9)
 
 
@@ -71,13 +78,17 @@ def test_ccc_bounded_symmetric_and_one_on_itself_at_large_offsets(x, y, offset):
     n=st.integers(1, 50),
     d=st.integers(1, 3),
     fps=st.sampled_from([1.0, 2.5, 10.0, 25.0, 30.0]),
-    lengths=st.lists(st.sampled_from([0.1, 0.5, 1.0, 1.7, 4.0]), min_size=1, max_size=2, unique=True),
+    lengths=st.lists(
+        st.sampled_from([0.1, 0.5, 1.0, 1.7, 4.0]), min_size=1, max_size=2, unique=True
+    ),
     delay=st.sampled_from([0.0, 0.3, 1.0, 2.5]),
     align=st.sampled_from(["centred", "causal"]),
     nan_frac=st.sampled_from([0.0, 0.2, 0.7]),
     seed=st.integers(0, 2**16),
 )
-def test_windowing_matches_naive_reference_at_any_frame_rate(n, d, fps, lengths, delay, align, nan_frac, seed):
+def test_windowing_matches_naive_reference_at_any_frame_rate(
+    n, d, fps, lengths, delay, align, nan_frac, seed
+):
     rng = np.random.default_rng(seed)
     X = random_data(rng, n, d, nan_frac)
     F, names = window_stats(X, fps=fps, lengths_s=lengths, delay_s=delay, align=align, stats=STATS)
@@ -120,7 +131,9 @@ def score_files():
     return out
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(order=st.permutations(range(9)))
 def test_score_is_invariant_to_the_order_of_files(score_files, order, capsys):
     names = list(score_files)
@@ -138,5 +151,7 @@ def test_score_is_invariant_to_the_order_of_files(score_files, order, capsys):
                 (pred / name).write_text("valence\n" + "\n".join(f"{v:.6f}" for v in p) + "\n")
             assert main(["score", str(gt), str(pred), "--csv", str(Path(tmp, "ccc.csv"))]) == 0
             out = capsys.readouterr().out
-            results.append((out.split("per-session CCC written")[0], Path(tmp, "ccc.csv").read_text()))
+            results.append(
+                (out.split("per-session CCC written")[0], Path(tmp, "ccc.csv").read_text())
+            )
     assert results[0] == results[1]

@@ -22,14 +22,18 @@ DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/evalu
 def copy_packages(dest: Path) -> Path:
     """A copy of the two packages' source (what the fingerprint covers) under ``dest``."""
     for package in PACKAGES:
-        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     return dest
 
 
 def change_default(root: Path) -> None:
     path = root / "experiments" / "evaluation" / "fitting.py"
     text = path.read_text()
-    assert DEFAULT_LINE in text, "the test's default moved: pick another line of experiments/evaluation/fitting.py"
+    assert DEFAULT_LINE in text, (
+        "the test's default moved: pick another line of experiments/evaluation/fitting.py"
+    )
     path.write_text(text.replace(DEFAULT_LINE, "CALIBRATION_SHRINKAGE = 50.0"))
 
 
@@ -51,8 +55,24 @@ def test_fingerprint_covers_the_package_source_and_nothing_else(tmp_path):
 
 
 def sweep(root: Path, config: Path, store: Path, *extra: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", "--config", str(config), "--store", str(store), *extra],
-                         cwd=root, env={**cli_env(), "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.cli",
+            "sweep",
+            "--config",
+            str(config),
+            "--store",
+            str(store),
+            *extra,
+        ],
+        cwd=root,
+        env={**cli_env(), "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -62,9 +82,17 @@ def test_a_changed_default_is_recomputed_not_reused(planted_store, tmp_path):
     default in the package's source changed (or with --no-resume)."""
     root = copy_packages(tmp_path / "code")
     config = tmp_path / "small.yaml"
-    config.write_text(yaml.safe_dump(config_dict(str(tmp_path / "mlruns"), "resume-by-code", feature_set=["listener"],
-                                                 personalization=["global_calibrated"],
-                                                 postprocess={"smooth_s": [0], "rescale": ["none"]})))
+    config.write_text(
+        yaml.safe_dump(
+            config_dict(
+                str(tmp_path / "mlruns"),
+                "resume-by-code",
+                feature_set=["listener"],
+                personalization=["global_calibrated"],
+                postprocess={"smooth_s": [0], "rescale": ["none"]},
+            )
+        )
+    )
     first = sweep(root, config, planted_store)
     assert "2 configurations run, 0 reused" in first
     assert "0 configurations run, 2 reused" in sweep(root, config, planted_store)
@@ -72,8 +100,13 @@ def test_a_changed_default_is_recomputed_not_reused(planted_store, tmp_path):
     change_default(root)
     assert "2 configurations run, 0 reused" in sweep(root, config, planted_store)
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").search_runs(
-        [MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").get_experiment_by_name("resume-by-code").experiment_id],
-        "tags.sweep = 'parent'")
+        [
+            MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+            .get_experiment_by_name("resume-by-code")
+            .experiment_id
+        ],
+        "tags.sweep = 'parent'",
+    )
     fingerprints = {r.data.tags["code_fingerprint"] for r in runs}
     assert len(runs) == 4 and len(fingerprints) == 2  # the edited code is another fingerprint
     assert {r.data.tags["git_dirty"] for r in runs} == {"unknown"}  # a copy outside git
@@ -85,11 +118,17 @@ def test_runs_record_the_code_and_every_resolved_parameter(sweep_once, tmp_path)
     mine = code_version().tags()
     parent = client.get_run(res.parent_run_id)
     assert {k: parent.data.tags[k] for k in mine} == mine
-    at_parent = yaml.safe_load(open(client.download_artifacts(parent.info.run_id, "config.yaml", str(tmp_path))))
-    assert at_parent["code"] == mine and at_parent["config"]["postprocess"]["fit_on"] == "out_of_fold"
+    at_parent = yaml.safe_load(
+        open(client.download_artifacts(parent.info.run_id, "config.yaml", str(tmp_path)))
+    )
+    assert (
+        at_parent["code"] == mine and at_parent["config"]["postprocess"]["fit_on"] == "out_of_fold"
+    )
     child = client.get_run(res.best_run_ids["personalized"])
     assert {k: child.data.tags[k] for k in mine} == mine
-    written = yaml.safe_load(open(client.download_artifacts(child.info.run_id, "config.yaml", str(tmp_path))))
+    written = yaml.safe_load(
+        open(client.download_artifacts(child.info.run_id, "config.yaml", str(tmp_path)))
+    )
     resolved = written["resolved"]
     # scikit-learn's defaults that the config never names, and the evaluation's fixed settings
     assert resolved["estimator__model__alpha"] == "10" and "estimator__model__solver" in resolved
@@ -109,12 +148,30 @@ def test_dask_workers_with_other_code_are_refused(tmp_path):
     change_default(root)
     with LocalCluster(n_workers=0, dashboard_address=None) as cluster, Client(cluster) as client:
         check_worker_code(client)  # no worker yet: nothing to refuse
-        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                                   "--nthreads", "1", "--no-dashboard"], cwd=root,
-                                  env={**cli_env(), "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                cluster.scheduler_address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+            ],
+            cwd=root,
+            env={**cli_env(), "PYTHONPATH": str(root)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             client.wait_for_workers(1, timeout=60)
-            (fingerprint,) = client.run(lambda: __import__("experiments.tracking.provenance").tracking.provenance.code_version().fingerprint).values()
+            (fingerprint,) = client.run(
+                lambda: (
+                    __import__("experiments.tracking.provenance")
+                    .tracking.provenance.code_version()
+                    .fingerprint
+                )
+            ).values()
             assert fingerprint == source_fingerprint(root) != code_version().fingerprint
             with pytest.raises(WorkerCodeMismatch, match="run other code than this client"):
                 check_worker_code(client)

@@ -45,7 +45,9 @@ def swept(cfg, res) -> list:
 def test_children_nested_under_parent_dummy_first(shared):
     cfg, res, uri, client = shared
     n = len(swept(cfg, res))
-    assert n == len(expand(cfg)) + len(cfg.feature_set) == 12  # one unseen-listener run per feature set
+    assert (
+        n == len(expand(cfg)) + len(cfg.feature_set) == 12
+    )  # one unseen-listener run per feature set
     kids = children(client, res.experiment_id, res.parent_run_id)
     assert len(kids) == n
     assert all(k.info.status == "FINISHED" for k in kids)
@@ -65,7 +67,14 @@ def test_params_metrics_and_tags(shared, planted_store):
     seen = set()
     for run in children(client, res.experiment_id, res.parent_run_id):
         p, m, tags = run.data.params, run.data.metrics, run.data.tags
-        for key in ("model.name", "features.set", "window.lengths_s", "window.delay_s", "personalization", "postprocess.smooth_s"):
+        for key in (
+            "model.name",
+            "features.set",
+            "window.lengths_s",
+            "window.delay_s",
+            "personalization",
+            "postprocess.smooth_s",
+        ):
             assert key in p, key
         assert p["window.lengths_s"] == "2" and p["window.delay_s"] == "1"
         assert p["features.set"] in ("speaker", "listener")
@@ -105,10 +114,14 @@ def test_child_artifacts(shared, tmp_path):
         # a generalized-track configuration is also scored on listeners left out of training
         unseen = run.data.params["unseen_listener"] == "true"
         assert len(matrix) - len(own) == (len(own) if unseen else 0)
-        assert sorted(set(matrix.split)) == sorted({"val", "test"} | ({"val_unseen", "test_unseen"} if unseen else set()))
+        assert sorted(set(matrix.split)) == sorted(
+            {"val", "test"} | ({"val_unseen", "test_unseen"} if unseen else set())
+        )
         for split in ("val", "test"):
             files = sorted((local / "predictions" / split).glob("*.csv"))
-            assert [f.stem for f in files] == sorted(f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split])
+            assert [f.stem for f in files] == sorted(
+                f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split]
+            )
             for f in files:
                 lines = f.read_text().splitlines()
                 assert lines[0] == "valence"
@@ -141,14 +154,23 @@ def test_parent_best_run_and_summary(shared, tmp_path):
         assert best_val == max(k.data.metrics[f"val.ccc_{track}"] for k in same_track)
         assert kids[best_id].data.params["features.set"] == "listener"
         assert parent.data.metrics[f"best_{track}.val.ccc_{track}"] == pytest.approx(best_val)
-        assert parent.data.metrics[f"best_{track}.test.ccc_{track}"] == pytest.approx(kids[best_id].data.metrics[f"test.ccc_{track}"])
-        low, high = (parent.data.metrics[f"best_{track}.test.ccc_{track}.ci_{end}"] for end in ("low", "high"))
+        assert parent.data.metrics[f"best_{track}.test.ccc_{track}"] == pytest.approx(
+            kids[best_id].data.metrics[f"test.ccc_{track}"]
+        )
+        low, high = (
+            parent.data.metrics[f"best_{track}.test.ccc_{track}.ci_{end}"]
+            for end in ("low", "high")
+        )
         assert low <= parent.data.metrics[f"best_{track}.test.ccc_{track}"] <= high
     assert "best_generalized.test_unseen.ccc_generalized" in parent.data.metrics
     # per_listener configurations are personalized, global ones without per-listener rescaling generalized
     assert {k.data.params["personalization"]: k.data.params["track"] for k in kids.values()} == {
-        "global": "generalized", "per_listener": "personalized"}
-    summary = pd.read_csv(client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path)))
+        "global": "generalized",
+        "per_listener": "personalized",
+    }
+    summary = pd.read_csv(
+        client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path))
+    )
     assert len(summary) == len(kids) and set(summary.run_id) == set(kids)
     assert summary["val.ccc_personalized"].is_monotonic_decreasing
     tracks = pd.read_csv(client.download_artifacts(res.parent_run_id, "tracks.csv", str(tmp_path)))
@@ -156,7 +178,11 @@ def test_parent_best_run_and_summary(shared, tmp_path):
     md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
     assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
     # every configuration listed with its CCC and the interval around it
-    rows = [line for line in md.split("# Every configuration")[1].splitlines() if line.startswith("| ") and "run_id" not in line]
+    rows = [
+        line
+        for line in md.split("# Every configuration")[1].splitlines()
+        if line.startswith("| ") and "run_id" not in line
+    ]
     assert len(rows) == len(kids) and all("[" in line for line in rows)
 
 
@@ -196,9 +222,16 @@ def test_changed_store_runs_everything_again(shared, planted_store, tmp_path):
     other = tmp_path / "other_store"
     build_store(other, seed=7)
     assert store_fingerprint(other)[0] != store_fingerprint(planted_store)[0]
-    one = from_dict(config_dict(cfg.tracking.uri, cfg.tracking.experiment, feature_set=["listener"],
-                                models=[{"name": "dummy"}], personalization=["global"],
-                                postprocess={"smooth_s": [0], "rescale": ["none"]}))
+    one = from_dict(
+        config_dict(
+            cfg.tracking.uri,
+            cfg.tracking.experiment,
+            feature_set=["listener"],
+            models=[{"name": "dummy"}],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+        )
+    )
     assert {t.hash() for t in expand(one)} <= set(res.table[CONFIG_HASH_TAG])
     out = run_sweep(one, store=other, progress=False, log_artifacts=False)
     assert list(out.table.status) == ["done"]
@@ -208,7 +241,9 @@ def test_changed_store_runs_everything_again(shared, planted_store, tmp_path):
 
 def test_parallel_jobs_match_serial_metrics(shared, planted_store):
     cfg, res, uri, client = shared
-    par_cfg = from_dict(config_dict(cfg.tracking.uri, "jobs2", jobs=2))  # the config's jobs, no argument
+    par_cfg = from_dict(
+        config_dict(cfg.tracking.uri, "jobs2", jobs=2)
+    )  # the config's jobs, no argument
     out = run_sweep(par_cfg, store=planted_store, progress=False, log_artifacts=False)
     assert set(out.table.status) == {"done"} and out.n_failed == 0
     assert client.get_run(out.parent_run_id).data.params["jobs"] == "2"
@@ -241,10 +276,20 @@ def test_windowed_nbytes_is_the_features_size(planted_store):
     from experiments.evaluation.evaluate import window_sessions
     from experiments.executors.local import windowed_nbytes
 
-    d = config_dict("mlruns", window={"lengths_s": [[2], [1, 4]], "delay_s": [1], "align": "centred",
-                                      "stats": ["mean", "valid_frac", "slope"], "train_hop_s": 0.4})  # fmt: skip
+    d = config_dict(
+        "mlruns",
+        window={
+            "lengths_s": [[2], [1, 4]],
+            "delay_s": [1],
+            "align": "centred",
+            "stats": ["mean", "valid_frac", "slope"],
+            "train_hop_s": 0.4,
+        },
+    )
     cfg = from_dict(d)
-    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
     keys = list(_groups(cfg))
     assert len(keys) == 4
     for key in keys:
@@ -263,8 +308,14 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
 
     cfg = from_dict(config_dict("mlruns", personalization=["global"]))
     groups = _groups(cfg)
-    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
-    expected = {t: evaluate_trial(t, window_sessions(tables, k)).metrics for k, g in groups.items() for t in g}
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
+    expected = {
+        t: evaluate_trial(t, window_sessions(tables, k)).metrics
+        for k, g in groups.items()
+        for t in g
+    }
     events: list[tuple[str, object]] = []
 
     def windowing(tables_, key):
@@ -286,7 +337,9 @@ def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch
     assert windowed == list(groups)  # each key once, in order
     if budget == "none":  # no prefetch: a key is windowed after the previous group's results
         second = events.index(("window", windowed[1]))
-        assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(groups[windowed[0]])
+        assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(
+            groups[windowed[0]]
+        )
 
 
 def test_release_free_memory_finds_glibc_malloc_trim():
@@ -310,21 +363,36 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
 
     cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
     groups = _groups(cfg)
-    tables = load_sessions(planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits)
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
     windowed = {k: window_sessions(tables, k) for k in groups}
-    outcomes = list(local._parallel_trials(list(tables), groups, jobs=2, figures=True))  # it empties the list
+    outcomes = list(
+        local._parallel_trials(list(tables), groups, jobs=2, figures=True)
+    )  # it empties the list
     assert len(outcomes) == len(expand(cfg)) >= 2
     for trial, result, error in outcomes:
-        assert error == "" and set(result.figures) == {"predicted_vs_true.png", "ccc_per_listener.png"}
+        assert error == "" and set(result.figures) == {
+            "predicted_vs_true.png",
+            "ccc_per_listener.png",
+        }
         here = evaluate_trial(trial, windowed[trial.window_key()])
-        assert result.figures == trial_figures(here.predictions, here.truth, here.scores, trial.label())
-    plain = list(local._parallel_trials(tables, groups, jobs=2))  # no artifacts logged: nothing drawn
-    assert [e for _, _, e in plain] == [""] * len(outcomes) and all(r.figures == {} for _, r, _ in plain)
+        assert result.figures == trial_figures(
+            here.predictions, here.truth, here.scores, trial.label()
+        )
+    plain = list(
+        local._parallel_trials(tables, groups, jobs=2)
+    )  # no artifacts logged: nothing drawn
+    assert [e for _, _, e in plain] == [""] * len(outcomes) and all(
+        r.figures == {} for _, r, _ in plain
+    )
 
 
 def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, tmp_path):
     cfg, res, uri, client = shared
-    par = from_dict(config_dict(cfg.tracking.uri, "jobs2-artifacts", jobs=2, feature_set=["listener"]))
+    par = from_dict(
+        config_dict(cfg.tracking.uri, "jobs2-artifacts", jobs=2, feature_set=["listener"])
+    )
     out = run_sweep(par, store=planted_store, progress=False)
     assert out.n_failed == 0 and set(out.table.status) == {"done"}
     serial = dict(zip(res.table[CONFIG_HASH_TAG], res.table.run_id, strict=True))
@@ -333,8 +401,15 @@ def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, 
         for name, run_id in (("parallel", rid), ("serial", serial[h])):
             local = tmp_path / name / h
             client.download_artifacts(run_id, "", str(local))
-            files[name] = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
-        assert {"plots/predicted_vs_true.png", "plots/ccc_per_listener.png", "config.yaml", "ccc_matrix.csv"} <= set(files["serial"])
+            files[name] = {
+                str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()
+            }
+        assert {
+            "plots/predicted_vs_true.png",
+            "plots/ccc_per_listener.png",
+            "config.yaml",
+            "ccc_matrix.csv",
+        } <= set(files["serial"])
         assert files["parallel"].keys() == files["serial"].keys()
         for name in files["serial"]:
             if name != "config.yaml":  # it names the experiment and jobs
@@ -347,7 +422,11 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
     from experiments.executors.local import LocalExecutor
     from experiments.tracking.tracker import WORKER_LOST_TAG, Tracker
 
-    cfg = from_dict(config_dict(tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]))
+    cfg = from_dict(
+        config_dict(
+            tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]
+        )
+    )
     trials = expand(cfg)
     tracker = Tracker(tracking_dir, cfg.tracking.experiment)
     remote = {"host": "worker-host-that-died", "pid": "999999"}
@@ -359,17 +438,27 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
 
         def run(self, todo, ctx):
             yield from super().run(todo[:-1], ctx)
-            orphans.append(tracker.start_run(todo[-1].label(), parent_id=ctx.parent_run_id,
-                                             tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote}))
+            orphans.append(
+                tracker.start_run(
+                    todo[-1].label(),
+                    parent_id=ctx.parent_run_id,
+                    tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote},
+                )
+            )
             raise OSError("connection to the scheduler lost")
 
     with pytest.raises(OSError, match="scheduler lost"):
-        run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, executor=LosingAWorker())
+        run_sweep(
+            cfg, store=planted_store, progress=False, log_artifacts=False, executor=LosingAWorker()
+        )
     client = tracker.client
     (orphan,) = orphans
     run = client.get_run(orphan)
     assert run.info.status == "KILLED"
-    assert "worker-host-that-died" in run.data.tags[WORKER_LOST_TAG] and "runs this configuration again" in run.data.tags[WORKER_LOST_TAG]
+    assert (
+        "worker-host-that-died" in run.data.tags[WORKER_LOST_TAG]
+        and "runs this configuration again" in run.data.tags[WORKER_LOST_TAG]
+    )
     parent = client.get_run(run.data.tags["mlflow.parentRunId"])
     assert parent.info.status == "FAILED" and parent.data.tags["lost_runs"] == orphan
 
@@ -378,16 +467,26 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
 
     def leave_orphan(row):  # a worker elsewhere, lost while the sweep still runs
         if not seen:
-            orphans.append(tracker.start_run("lost mid-sweep", parent_id=client.get_run(row["run_id"]).data.tags["mlflow.parentRunId"],
-                                             tags={CONFIG_HASH_TAG: row[CONFIG_HASH_TAG], **remote}))
+            orphans.append(
+                tracker.start_run(
+                    "lost mid-sweep",
+                    parent_id=client.get_run(row["run_id"]).data.tags["mlflow.parentRunId"],
+                    tags={CONFIG_HASH_TAG: row[CONFIG_HASH_TAG], **remote},
+                )
+            )
         seen.append(row)
 
-    again = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False, on_result=leave_orphan)
+    again = run_sweep(
+        cfg, store=planted_store, progress=False, log_artifacts=False, on_result=leave_orphan
+    )
     assert list(again.table.status).count("done") == 1 and len(again.table) == len(trials)
     redone = again.table[again.table.status == "done"].iloc[0]
     assert redone[CONFIG_HASH_TAG] == trials[-1].hash() == run.data.tags[CONFIG_HASH_TAG]
     late = client.get_run(orphans[1])
-    assert late.info.status == "KILLED" and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
+    assert (
+        late.info.status == "KILLED"
+        and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
+    )
     assert not client.search_runs([again.experiment_id], "attributes.status = 'RUNNING'")
 
 
@@ -396,16 +495,26 @@ def _slow_model_groups(planted_store):
     into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
     from experiments.data.dataset import load_sessions
 
-    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"],
-                                models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
-                                postprocess={"smooth_s": [2], "rescale": ["none", "train"]}))  # fmt: skip
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            feature_set=["listener"],
+            personalization=["global"],
+            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
+            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
+        )
+    )
     trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
     groups = window_groups(trials)
-    tables = load_sessions(planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits)
+    tables = load_sessions(
+        planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits
+    )
     return trials, groups, tables
 
 
-def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(planted_store, tmp_path, monkeypatch):
+def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(
+    planted_store, tmp_path, monkeypatch
+):
     from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts, window_sessions
     from experiments.executors import local
     from experiments.executors.base import fit_groups
@@ -413,11 +522,15 @@ def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(plante
     trials, groups, tables = _slow_model_groups(planted_store)
     (key,) = groups
     w = window_sessions(tables, key)
-    serial = {t: r for g in fit_groups(trials) for t, r in zip(g, evaluate_trials(g, w), strict=True)}
+    serial = {
+        t: r for g in fit_groups(trials) for t, r in zip(g, evaluate_trials(g, w), strict=True)
+    }
     log = tmp_path / "parts.txt"
     real = local.evaluate_part
 
-    def logged(fit_group, w, part):  # runs in a forked worker (which inherits the patch): a line in a file
+    def logged(
+        fit_group, w, part
+    ):  # runs in a forked worker (which inherits the patch): a line in a file
         with open(log, "a") as f:
             f.write(f"{fit_group[0].model} {part}\n")
         return real(fit_group, w, part)
@@ -431,12 +544,16 @@ def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(plante
         for sid in ref.predictions:
             np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
         for sid in ref.unseen_predictions:
-            np.testing.assert_array_equal(result.unseen_predictions[sid], ref.unseen_predictions[sid])
+            np.testing.assert_array_equal(
+                result.unseen_predictions[sid], ref.unseen_predictions[sid]
+            )
         assert result.fit_seconds > 0
     slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
     expected = sorted(f"hist_gb {p}" for p in group_fit_parts(slow, w))
     assert len(expected) > 10  # main, folds, and per listener: unseen and its folds
-    assert sorted(log.read_text().splitlines()) == expected  # each part once, the ridge groups whole
+    assert (
+        sorted(log.read_text().splitlines()) == expected
+    )  # each part once, the ridge groups whole
 
 
 def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monkeypatch):
@@ -455,7 +572,9 @@ def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monke
     assert [t for t, _, _ in got] == trials
     for t, result, error in got:
         if t.model == "hist_gb":
-            assert result is None and error.startswith("RuntimeError: no memory for FitPart(kind='fold'"), error
+            assert result is None and error.startswith(
+                "RuntimeError: no memory for FitPart(kind='fold'"
+            ), error
         else:
             assert error == "" and result is not None
 
@@ -467,13 +586,20 @@ def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
     from experiments.executors import local
 
     trials, _, tables = _slow_model_groups(planted_store)
-    nowhere = (("train", (99,)), ("val", (1, 2, 4)), ("test", (3,)))  # the store's training stories validate
+    nowhere = (
+        ("train", (99,)),
+        ("val", (1, 2, 4)),
+        ("test", (3,)),
+    )  # the store's training stories validate
     trials = [replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
     groups = window_groups(trials)
     got = list(local._parallel_trials(list(tables), groups, jobs=2))
     assert [t for t, _, _ in got] == trials
     for t, result, error in got:
         if t.model == "hist_gb":
-            assert result is None and error == "ValueError: no training sessions (stories (99,)) in the store", error
+            assert (
+                result is None
+                and error == "ValueError: no training sessions (stories (99,)) in the store"
+            ), error
         else:
             assert error == "" and result is not None

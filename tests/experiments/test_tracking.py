@@ -21,11 +21,19 @@ from experiments.tracking.tracker import (
 
 
 def test_resolve_mlruns_and_folders(tmp_path, monkeypatch):
-    assert resolve_tracking_uri("mlruns", base=tmp_path) == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
+    assert (
+        resolve_tracking_uri("mlruns", base=tmp_path)
+        == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
+    )
     assert (tmp_path / "mlruns").is_dir()
     monkeypatch.chdir(tmp_path)
-    assert resolve_tracking_uri(None) == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
-    assert resolve_tracking_uri("runs/here") == f"sqlite:///{(tmp_path / 'runs' / 'here' / 'mlflow.db').resolve()}"
+    assert (
+        resolve_tracking_uri(None) == f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}"
+    )
+    assert (
+        resolve_tracking_uri("runs/here")
+        == f"sqlite:///{(tmp_path / 'runs' / 'here' / 'mlflow.db').resolve()}"
+    )
     folder = tmp_path / "abs folder"
     assert resolve_tracking_uri(str(folder)) == f"sqlite:///{(folder / 'mlflow.db').resolve()}"
     assert folder.is_dir()
@@ -65,7 +73,9 @@ def test_reap_stale_kills_dead_runs_only(tracker):
     try:
         dead = tracker.start_run("dead", tags={"pid": dead_pid()})
         alive = tracker.start_run("alive", tags={"pid": sleeper.pid})
-        elsewhere = tracker.start_run("other host", tags={"pid": dead_pid(), "host": socket.gethostname() + "-other"})
+        elsewhere = tracker.start_run(
+            "other host", tags={"pid": dead_pid(), "host": socket.gethostname() + "-other"}
+        )
         done = tracker.start_run("done", tags={"pid": dead_pid()})
         tracker.finish(done, "FINISHED")
         reaped = tracker.reap_stale()
@@ -86,9 +96,16 @@ def test_reap_stale_kills_dead_runs_only(tracker):
 def test_reap_children_marks_this_parents_running_children_only(tracker):
     """Children whose writer is elsewhere (another host: reap_stale leaves them) are the driver's to close."""
     other_host = {"host": socket.gethostname() + "-worker", "pid": "4242"}
-    parent, other_parent = tracker.start_run("parent", tags=other_host), tracker.start_run("other parent", tags=other_host)
-    retried = tracker.start_run("retried", tags={CONFIG_HASH_TAG: "h-retried", **other_host}, parent_id=parent)
-    lost = tracker.start_run("lost", tags={CONFIG_HASH_TAG: "h-lost", **other_host}, parent_id=parent)
+    parent, other_parent = (
+        tracker.start_run("parent", tags=other_host),
+        tracker.start_run("other parent", tags=other_host),
+    )
+    retried = tracker.start_run(
+        "retried", tags={CONFIG_HASH_TAG: "h-retried", **other_host}, parent_id=parent
+    )
+    lost = tracker.start_run(
+        "lost", tags={CONFIG_HASH_TAG: "h-lost", **other_host}, parent_id=parent
+    )
     done = tracker.start_run("done", tags={CONFIG_HASH_TAG: "h-done"}, parent_id=parent)
     tracker.finish(done, "FINISHED")
     elsewhere = tracker.start_run("running elsewhere", tags=other_host, parent_id=other_parent)
@@ -109,11 +126,21 @@ def test_reap_children_marks_this_parents_running_children_only(tracker):
 
 def test_finished_by_hash_latest_finished_per_store(tracker):
     runs = {}
-    for name, fp, status in (("a1", "fpA", "FINISHED"), ("a2", "fpA", "FINISHED"), ("b", "fpB", "FINISHED"), ("f", "fpA", "FAILED")):
-        runs[name] = tracker.start_run(name, tags={CONFIG_HASH_TAG: "h-" + ("x" if name != "b" else "y"), "store_fingerprint": fp})
+    for name, fp, status in (
+        ("a1", "fpA", "FINISHED"),
+        ("a2", "fpA", "FINISHED"),
+        ("b", "fpB", "FINISHED"),
+        ("f", "fpA", "FAILED"),
+    ):
+        runs[name] = tracker.start_run(
+            name,
+            tags={CONFIG_HASH_TAG: "h-" + ("x" if name != "b" else "y"), "store_fingerprint": fp},
+        )
         tracker.finish(runs[name], status)
     everything = tracker.finished_by_hash()
-    assert everything["h-x"].info.run_id == runs["a2"] and everything["h-y"].info.run_id == runs["b"]
+    assert (
+        everything["h-x"].info.run_id == runs["a2"] and everything["h-y"].info.run_id == runs["b"]
+    )
     only_a = tracker.finished_by_hash(store_fingerprint="fpA")
     assert set(only_a) == {"h-x"} and only_a["h-x"].info.run_id == runs["a2"]
     assert tracker.finished_by_hash(store_fingerprint="nothing") == {}
@@ -151,4 +178,8 @@ def test_with_retry_retries_locks_only():
         with_retry(broken, first_wait_s=0.001)
     assert calls.count(2) == 1
     with pytest.raises(RuntimeError):
-        with_retry(lambda: (_ for _ in ()).throw(RuntimeError("database is locked")), attempts=2, first_wait_s=0.001)
+        with_retry(
+            lambda: (_ for _ in ()).throw(RuntimeError("database is locked")),
+            attempts=2,
+            first_wait_s=0.001,
+        )

@@ -31,7 +31,10 @@ def test_view_sorts_by_validation_ccc_and_shows_the_ccc_columns():
 
 def test_links_carry_the_view_and_the_model_training_switch():
     url = runs_url("7", "http://mlflow.lab.example:5001/")
-    assert url == "http://mlflow.lab.example:5001/#/experiments/7/runs?viewStateShareKey=ccc&workflowType=machine_learning"
+    assert (
+        url
+        == "http://mlflow.lab.example:5001/#/experiments/7/runs?viewStateShareKey=ccc&workflowType=machine_learning"
+    )
     assert "orderBy" not in url  # a sort or filter in the link makes the UI ignore the shared view
     assert ui_base_url("http://10.0.0.5:5001/") == "http://10.0.0.5:5001"
     assert ui_base_url("sqlite:///x/mlflow.db") == "http://127.0.0.1:5000"

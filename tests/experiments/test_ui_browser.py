@@ -33,8 +33,10 @@ pytest.importorskip("selenium", reason="needs selenium (the dev extra: pip insta
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+    ),
 ]
 
 
@@ -46,21 +48,58 @@ def ui_recipe() -> str:
 def ui_command(backend_uri: str, port: int) -> tuple[list[str], dict]:
     """The command and environment of the Makefile's ``ui`` target, for another store and port."""
     recipe = ui_recipe()
-    for flag in ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false", "mlflow ui", "--backend-store-uri", "--host 127.0.0.1",
-                 "--workers 1"):
+    for flag in (
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false",
+        "mlflow ui",
+        "--backend-store-uri",
+        "--host 127.0.0.1",
+        "--workers 1",
+    ):
         assert flag in recipe, f"the Makefile's ui target no longer has {flag!r}; update this test"
     mlflow = Path(sys.executable).with_name("mlflow")
-    cmd = [str(mlflow), "ui", "--backend-store-uri", backend_uri, "--default-artifact-root", "./mlruns",
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    cmd = [
+        str(mlflow),
+        "ui",
+        "--backend-store-uri",
+        backend_uri,
+        "--default-artifact-root",
+        "./mlruns",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    env = {
+        **os.environ,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     return cmd, env
 
 
 def ui_links(backend_uri: str, url: str) -> dict[str, str]:
     """Experiment name -> runs link, as the ``ui`` target prints them before starting the UI."""
-    assert "-m experiments.tracking.ui --tracking-uri" in ui_recipe(), "the Makefile's ui target no longer prints the links"
-    out = subprocess.run([sys.executable, "-m", "experiments.tracking.ui", "--tracking-uri", backend_uri, "--url", url],
-                         env=cli_env(), capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "-m experiments.tracking.ui --tracking-uri" in ui_recipe(), (
+        "the Makefile's ui target no longer prints the links"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.tracking.ui",
+            "--tracking-uri",
+            backend_uri,
+            "--url",
+            url,
+        ],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return dict(re.findall(r"^(\S+): (http://\S+)$", out, re.M))
 
 
@@ -71,9 +110,18 @@ def chromium(width: int = 1600, height: int = 800):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}", f"--window-size={width},{height}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
+        f"--window-size={width},{height}",
+    ):
         opts.add_argument(flag)
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
 
@@ -84,8 +132,15 @@ def cells(driver, metric: str) -> list[str]:
 
     found = driver.find_elements(By.CSS_SELECTOR, f"[role=gridcell][col-id='metrics.`{metric}`']")
     # the grid may keep its row elements out of display order: sort by the row's index
-    rows = [(int(c.find_element(By.XPATH, "./ancestor::*[@role='row'][1]").get_attribute("row-index")), c.text)
-            for c in found]
+    rows = [
+        (
+            int(
+                c.find_element(By.XPATH, "./ancestor::*[@role='row'][1]").get_attribute("row-index")
+            ),
+            c.text,
+        )
+        for c in found
+    ]
     return [text for _, text in sorted(rows) if text.strip() not in ("", "-")]
 
 
@@ -98,14 +153,33 @@ def ui_server(planted_store, tmp_path):
     from experiments.tracking.tracker import resolve_tracking_uri
 
     folder = tmp_path / "mlruns"
-    assert main(["sweep", "--config", "smoke", "--store", str(planted_store), "--tracking-uri", str(folder)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--config",
+                "smoke",
+                "--store",
+                str(planted_store),
+                "--tracking-uri",
+                str(folder),
+            ]
+        )
+        == 0
+    )
     uri = resolve_tracking_uri(str(folder))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     links = ui_links(uri, url)
     cmd, env = ui_command(uri, port)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         wait_healthy(url, proc, timeout_s=60)
         yield url, MlflowClient(tracking_uri=uri), links
@@ -127,8 +201,12 @@ def test_the_experiment_opens_on_its_runs_table_with_the_ccc_columns(ui_server):
     url, client, links = ui_server
     exp = client.get_experiment_by_name("omg-smoke")
     assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
-    assert set(links) == {"omg-smoke"} and links["omg-smoke"].startswith(f"{url}/#/experiments/{exp.experiment_id}/runs?")
-    children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert set(links) == {"omg-smoke"} and links["omg-smoke"].startswith(
+        f"{url}/#/experiments/{exp.experiment_id}/runs?"
+    )
+    children = [
+        r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags
+    ]
     assert len(children) == 5
     driver = chromium()  # a fresh profile: nothing remembered from an earlier visit
     try:
@@ -144,10 +222,14 @@ def test_the_experiment_opens_on_its_runs_table_with_the_ccc_columns(ui_server):
             assert r.info.run_name in page, f"run {r.info.run_name!r} is not listed"
         # the CCC columns are there without opening the "Columns" menu, validation CCC first and in
         # sight (the grid renders columns near the view without their text, the others not at all)
-        headers = sorted((int(h.get_attribute("aria-colindex")), h.get_attribute("col-id"), h.text)
-                         for h in driver.find_elements(By.CSS_SELECTOR, "[role=columnheader][col-id]"))
+        headers = sorted(
+            (int(h.get_attribute("aria-colindex")), h.get_attribute("col-id"), h.text)
+            for h in driver.find_elements(By.CSS_SELECTOR, "[role=columnheader][col-id]")
+        )
         ids = [i for _, i, _ in headers]
-        assert [i for i in ids if i.startswith("metrics.")] == [f"metrics.`{m}`" for m in METRICS], ids
+        assert [i for i in ids if i.startswith("metrics.")] == [
+            f"metrics.`{m}`" for m in METRICS
+        ], ids
         assert next(text for _, i, text in headers if i == f"metrics.`{METRICS[0]}`") == METRICS[0]
         # best validation CCC first, the values MLflow holds
         shown = [float(v) for v in cells(driver, METRICS[0])]

@@ -19,7 +19,13 @@ def table(values_by_listener: dict[int, list[float]], stories=None) -> pd.DataFr
     rows = []
     for listener, values in values_by_listener.items():
         for j, v in enumerate(values):
-            rows.append({"listener": listener, "story": (stories or list(range(1, len(values) + 1)))[j], "ccc": v})
+            rows.append(
+                {
+                    "listener": listener,
+                    "story": (stories or list(range(1, len(values) + 1)))[j],
+                    "ccc": v,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -31,7 +37,9 @@ def test_bootstrap_resamples_listeners_not_sessions():
     three = table({L + 1: [v] * 3 for L, v in enumerate(per_listener)})
     nine = table({L + 1: [v] * 9 for L, v in enumerate(per_listener)})
     for protocol in ("personalized", "generalized"):
-        assert bootstrap_protocols(three)[protocol] == pytest.approx(bootstrap_protocols(nine)[protocol])
+        assert bootstrap_protocols(three)[protocol] == pytest.approx(
+            bootstrap_protocols(nine)[protocol]
+        )
     # as wide as the spread of 10 independent listener means, not of 30 sessions
     low, high = bootstrap_protocols(three)["personalized"]
     se_listeners = per_listener.std() / np.sqrt(10)
@@ -112,7 +120,13 @@ def test_chance_level_of_slow_signals_is_far_from_zero_and_below_a_real_fit():
     assert observed["personalized"] > chance["personalized"][1] + 0.4
     # unrelated slow predictions are within chance
     unrelated = ccc_protocols(meta.assign(ccc=[ccc(truth[s], drift[s]) for s in meta.session]))
-    assert unrelated["personalized"] < chance_level(truth, drift, meta, seed=1)["personalized"][1] + 0.05
+    assert (
+        unrelated["personalized"]
+        < chance_level(truth, drift, meta, seed=1)["personalized"][1] + 0.05
+    )
     # a constant prediction has no chance distribution to speak of: all zeros
     const = {s: np.zeros(700) for s in truth}
-    assert chance_level(truth, const, meta) == {"personalized": (0.0, 0.0), "generalized": (0.0, 0.0)}
+    assert chance_level(truth, const, meta) == {
+        "personalized": (0.0, 0.0),
+        "generalized": (0.0, 0.0),
+    }

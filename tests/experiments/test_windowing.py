@@ -57,7 +57,9 @@ def test_matches_naive_reference(align, delay_s):
     fps = 10.0
     X = random_data(rng, 80, 3, 0.2, offset=100.0)
     lengths = [0.1, 0.4, 1.5, 3.0]
-    F, names = window_stats(X, fps=fps, lengths_s=lengths, delay_s=delay_s, align=align, stats=STATS)
+    F, names = window_stats(
+        X, fps=fps, lengths_s=lengths, delay_s=delay_s, align=align, stats=STATS
+    )
     ref = naive_window_stats(X, fps, lengths, delay_s, align, STATS)
     assert F.shape == ref.shape == (80, 3 * len(STATS) * len(lengths))
     assert len(names) == F.shape[1]
@@ -68,8 +70,16 @@ def test_matches_naive_reference(align, delay_s):
 def test_names_and_order():
     X = np.arange(12.0).reshape(6, 2)
     F, names = window_stats(X, fps=1, lengths_s=[1, 3], stats=["mean", "max"], columns=["a", "b"])
-    assert names == ["a:mean@1s", "b:mean@1s", "a:max@1s", "b:max@1s",
-                     "a:mean@3s", "b:mean@3s", "a:max@3s", "b:max@3s"]
+    assert names == [
+        "a:mean@1s",
+        "b:mean@1s",
+        "a:max@1s",
+        "b:max@1s",
+        "a:mean@3s",
+        "b:mean@3s",
+        "a:max@3s",
+        "b:max@3s",
+    ]
     np.testing.assert_array_equal(F[:, 0], X[:, 0])  # 1-frame window = the value itself
     assert F[2, 6] == 6.0 and F[2, 7] == 7.0  # max over frames 1..3 of column a is X[3, 0]
     assert F.dtype == np.float32
@@ -98,7 +108,9 @@ def test_delay_shifts_into_the_past():
 def test_slope_units_per_second():
     fps = 25.0
     t = np.arange(200) / fps
-    F, _ = window_stats((3.0 * t - 1)[:, None], fps=fps, lengths_s=[2], stats=["slope", "std"], align="causal")
+    F, _ = window_stats(
+        (3.0 * t - 1)[:, None], fps=fps, lengths_s=[2], stats=["slope", "std"], align="causal"
+    )
     assert np.isnan(F[0, 0])
     np.testing.assert_allclose(F[1:, 0], 3.0, rtol=1e-6)
 
@@ -117,7 +129,9 @@ def test_bounds():
 @given(
     n=st.integers(1, 40),
     d=st.integers(1, 3),
-    lengths=st.lists(st.sampled_from([0.2, 0.4, 0.6, 1.0, 2.2, 5.0]), min_size=1, max_size=3, unique=True),
+    lengths=st.lists(
+        st.sampled_from([0.2, 0.4, 0.6, 1.0, 2.2, 5.0]), min_size=1, max_size=3, unique=True
+    ),
     delay=st.sampled_from([0.0, 0.2, 0.6, 3.0]),
     align=st.sampled_from(["centred", "causal"]),
     nan_frac=st.sampled_from([0.0, 0.3, 0.8, 1.0]),
@@ -150,8 +164,12 @@ def test_wide_input_matches_naive_reference(dtype, align, delay_s):
     X = random_data(rng, 45, 37, 0.25, offset=50.0).astype(dtype)
     valid = rng.random(45) > 0.1
     lengths = [0.2, 1.4, 3.0]
-    F, names = window_stats(X, valid, fps=5.0, lengths_s=lengths, delay_s=delay_s, align=align, stats=STATS)
-    ref = naive_window_stats(np.where(valid[:, None], X.astype(np.float64), np.nan), 5.0, lengths, delay_s, align, STATS)
+    F, names = window_stats(
+        X, valid, fps=5.0, lengths_s=lengths, delay_s=delay_s, align=align, stats=STATS
+    )
+    ref = naive_window_stats(
+        np.where(valid[:, None], X.astype(np.float64), np.nan), 5.0, lengths, delay_s, align, STATS
+    )
     assert F.shape == ref.shape and len(names) == F.shape[1]
     np.testing.assert_array_equal(np.isnan(F), np.isnan(ref))
     np.testing.assert_allclose(F, ref, rtol=1e-5, atol=1e-4)
@@ -208,7 +226,9 @@ def test_float32_float64_and_integer_input_agree():
     np.testing.assert_allclose(F32, F64, rtol=1e-6, atol=1e-4)
     k = 4 * len(STATS)  # min and max are exact in either type
     for j in range(2):
-        np.testing.assert_array_equal(F32[:, j * k + 8 : j * k + 16], F64[:, j * k + 8 : j * k + 16])
+        np.testing.assert_array_equal(
+            F32[:, j * k + 8 : j * k + 16], F64[:, j * k + 8 : j * k + 16]
+        )
 
 
 def test_any_memory_layout_gives_the_same_numbers():
@@ -216,10 +236,14 @@ def test_any_memory_layout_gives_the_same_numbers():
     X = random_data(rng, 40, 8, 0.2).astype(np.float32)
     valid = rng.random((40, 8)) > 0.2
     kw = {"fps": 5.0, "lengths_s": [0.6, 2.2], "delay_s": 0.4, "stats": STATS}
-    ref, _ = window_stats(np.ascontiguousarray(X[:, ::2]), np.ascontiguousarray(valid[:, ::2]), **kw)
-    for x, v in [(X[:, ::2], valid[:, ::2]),  # strided views
-                 (np.asfortranarray(X[:, ::2]), np.asfortranarray(valid[:, ::2])),
-                 (X[:, [0, 2, 4, 6]], valid.T[::2].T)]:  # fmt: skip
+    ref, _ = window_stats(
+        np.ascontiguousarray(X[:, ::2]), np.ascontiguousarray(valid[:, ::2]), **kw
+    )
+    for x, v in [
+        (X[:, ::2], valid[:, ::2]),  # strided views
+        (np.asfortranarray(X[:, ::2]), np.asfortranarray(valid[:, ::2])),
+        (X[:, [0, 2, 4, 6]], valid.T[::2].T),
+    ]:
         F, _ = window_stats(x, v, **kw)
         np.testing.assert_array_equal(F, ref)
 
@@ -263,7 +287,9 @@ def test_running_sums_do_not_drift_after_large_values():
         w = x[t - 50 : t + 51]
         assert F[t, 0] == pytest.approx(w.mean(), rel=1e-7)
         assert F[t, 1] == pytest.approx(w.std(), rel=1e-5)
-        assert F[t, 2] == pytest.approx(np.polyfit(np.arange(101) / fps, w, 1)[0], rel=1e-4, abs=1e-5)
+        assert F[t, 2] == pytest.approx(
+            np.polyfit(np.arange(101) / fps, w, 1)[0], rel=1e-4, abs=1e-5
+        )
     assert np.abs(F[25100:25200, 1]).max() < 1e-6 and np.abs(F[25100:25200, 2]).max() < 1e-6
 
 
@@ -281,6 +307,8 @@ def test_one_value_or_none_after_a_gap_is_exact():
     lone = slice(2200 - 25, 2200 + 26)  # every 2 s window (51 frames) around the lone value
     np.testing.assert_array_equal(std[lone], 0.0)
     assert np.isnan(slope[lone]).all()
-    np.testing.assert_allclose(mean[lone], np.repeat(x[2200:2201].astype(np.float32), 51, axis=0), rtol=1e-7)
+    np.testing.assert_allclose(
+        mean[lone], np.repeat(x[2200:2201].astype(np.float32), 51, axis=0), rtol=1e-7
+    )
     fresh, _ = window_stats(x[2400:], fps=25.0, lengths_s=[2.0], stats=["mean", "std", "slope"])
     np.testing.assert_allclose(F[2425:2600], fresh[25:200], rtol=1e-6, atol=1e-6)

@@ -36,8 +36,15 @@ PACKAGE = "featurestore"
 RECORD = Path(__file__).with_name("extractor_fingerprints.json")
 UPDATE_COMMAND = "python -m tests.featurestore.extractor_fingerprints"
 #: modules that hold data or the interface, not what an extractor computes
-NOT_CODE = frozenset({"featurestore.storage.store", "featurestore.storage.shard", "featurestore.features", "featurestore.extractors.base",
-                      "featurestore.extractors"})
+NOT_CODE = frozenset(
+    {
+        "featurestore.storage.store",
+        "featurestore.storage.shard",
+        "featurestore.features",
+        "featurestore.extractors.base",
+        "featurestore.extractors",
+    }
+)
 
 
 def source_fingerprint(source: str) -> str:
@@ -48,7 +55,11 @@ def source_fingerprint(source: str) -> str:
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 def _canonical(node) -> str:
@@ -58,8 +69,14 @@ def _canonical(node) -> str:
         parts = []
         for name in node._fields:
             value = getattr(node, name, None)
-            if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]) and isinstance(
-                node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+            if (
+                name == "body"
+                and isinstance(value, list)
+                and value
+                and _is_docstring(value[0])
+                and isinstance(
+                    node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+                )
             ):
                 value = value[1:] or [ast.Pass()]
             if value is None or value == []:
@@ -112,13 +129,22 @@ def versioned_code() -> dict[str, tuple[str, tuple[str, ...], str]]:
     from featurestore.extractors import registry
 
     out = {
-        name: (str(cls.version), (cls.__module__,), f"`version` of {cls.__name__} in {_module_path(cls.__module__).relative_to(ROOT).as_posix()}")
+        name: (
+            str(cls.version),
+            (cls.__module__,),
+            f"`version` of {cls.__name__} in {_module_path(cls.__module__).relative_to(ROOT).as_posix()}",
+        )
         for name, cls in registry().items()
     }
     where = "featurestore/extraction/derived.py"
-    out[derived.SPEAKING_RULE] = (derived.SPEAKING_VERSION, ("featurestore.sources.speaking",), f"SPEAKING_VERSION in {where}")
+    out[derived.SPEAKING_RULE] = (
+        derived.SPEAKING_VERSION,
+        ("featurestore.sources.speaking",),
+        f"SPEAKING_VERSION in {where}",
+    )
     out[derived.TRANSCRIPT_SPEAKING_RULE] = (
-        derived.TRANSCRIPT_SPEAKING_VERSION, ("featurestore.sources.speaking", "featurestore.sources.transcripts"),
+        derived.TRANSCRIPT_SPEAKING_VERSION,
+        ("featurestore.sources.speaking", "featurestore.sources.transcripts"),
         f"TRANSCRIPT_SPEAKING_VERSION in {where}",
     )
     return out
@@ -129,7 +155,9 @@ def current() -> dict[str, dict]:
     out = {}
     for name, (version, modules, constant) in sorted(versioned_code().items()):
         modules = {
-            _module_path(m).relative_to(ROOT).as_posix(): source_fingerprint(_module_path(m).read_text(encoding="utf-8"))
+            _module_path(m).relative_to(ROOT).as_posix(): source_fingerprint(
+                _module_path(m).read_text(encoding="utf-8")
+            )
             for m in code_modules(*modules)
         }
         out[name] = {"version": version, "modules": modules, "version_constant": constant}
@@ -147,9 +175,15 @@ def problems(now: dict[str, dict], record: dict[str, dict]) -> list[str]:
     for name, entry in now.items():
         old = record.get(name)
         if old is None:
-            out.append(f"{name}: no recorded fingerprint; run `{UPDATE_COMMAND}` and commit extractor_fingerprints.json")
+            out.append(
+                f"{name}: no recorded fingerprint; run `{UPDATE_COMMAND}` and commit extractor_fingerprints.json"
+            )
             continue
-        changed = sorted(p for p in {*entry["modules"], *old["modules"]} if entry["modules"].get(p) != old["modules"].get(p))
+        changed = sorted(
+            p
+            for p in {*entry["modules"], *old["modules"]}
+            if entry["modules"].get(p) != old["modules"].get(p)
+        )
         if entry["version"] != old["version"]:
             out.append(
                 f"{name}: version {old['version']} -> {entry['version']}; record the new code: run `{UPDATE_COMMAND}` "
@@ -163,7 +197,10 @@ def problems(now: dict[str, dict], record: dict[str, dict]) -> list[str]:
                 f"refactor, a speed-up with identical numbers), run `{UPDATE_COMMAND} --same-output {name}`. "
                 "Then commit extractor_fingerprints.json"
             )
-    out += [f"{name}: recorded but no longer exists; run `{UPDATE_COMMAND}`" for name in sorted(set(record) - set(now))]
+    out += [
+        f"{name}: recorded but no longer exists; run `{UPDATE_COMMAND}`"
+        for name in sorted(set(record) - set(now))
+    ]
     return out
 
 
@@ -172,9 +209,10 @@ def update(same_output: set[str], path: Path = RECORD) -> list[str]:
     when an extractor's code changed without a version bump and it is not in ``same_output``."""
     now, record = current(), recorded(path)
     refused = [
-        p for p in problems(now, record)
+        p
+        for p in problems(now, record)
         if "but its version is still" in p and p.split(":", 1)[0] not in same_output
-    ]  # fmt: skip
+    ]
     if not refused:
         path.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return refused
@@ -182,8 +220,13 @@ def update(same_output: set[str], path: Path = RECORD) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=UPDATE_COMMAND, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--same-output", nargs="+", default=[], metavar="NAME",
-                        help="these extractors' code changed without changing any output: keep their version")
+    parser.add_argument(
+        "--same-output",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="these extractors' code changed without changing any output: keep their version",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     importlib.import_module(PACKAGE)

@@ -36,5 +36,3 @@ def test_read_annotation_errors_name_file_and_line(tmp_path, body, match):
     with pytest.raises(AnnotationError, match=match) as e:
         read_annotation(p)
     assert "Subject_1_Story_1.csv" in str(e.value)
-
-

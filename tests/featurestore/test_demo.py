@@ -46,7 +46,9 @@ def read_valence(path):
 def mouth_measures(points: np.ndarray) -> tuple[float, float]:
     """Mouth width (48-54) and inner-lip opening (62-66), both over the interocular distance (36-45)."""
     iod = np.linalg.norm(points[45] - points[36])
-    return np.linalg.norm(points[54] - points[48]) / iod, np.linalg.norm(points[66] - points[62]) / iod
+    return np.linalg.norm(points[54] - points[48]) / iod, np.linalg.norm(
+        points[66] - points[62]
+    ) / iod
 
 
 def eye_opening(points: np.ndarray) -> float:
@@ -65,7 +67,9 @@ def test_layout(built):
         listener, story = (int(v) for v in n.split("_")[1::2])
         plan = demo.plan_session(listener, story, duration_s=6)
         # the labels are the plan's, to the CSV's 6 decimals; the truth lists the plan's speech
-        np.testing.assert_allclose(read_valence(out / "Annotations" / f"{n}.csv"), plan.valence, atol=6e-7)
+        np.testing.assert_allclose(
+            read_valence(out / "Annotations" / f"{n}.csv"), plan.valence, atol=6e-7
+        )
         assert truth["sessions"][n]["speech_phrases_s"] == [list(p) for p in plan.phrases] != []
         assert truth["sessions"][n]["backchannels_s"] == [list(b) for b in plan.backchannels] != []
     assert not [p for p in out.rglob(".*")], "temporary files left behind"
@@ -90,7 +94,10 @@ def test_scan_finds_every_session(built):
             "valence_observer_listener": out / "Observer_Listener" / f"{s.session}.csv",
             "valence_observer_speaker": out / "Observer_Speaker" / f"{s.session}.csv",
         }
-        assert s.transcript == out / "Transcripts" / f"transcribed_subject_{s.listener}_story_{s.story}.srt"
+        assert (
+            s.transcript
+            == out / "Transcripts" / f"transcribed_subject_{s.listener}_story_{s.story}.srt"
+        )
         assert s.speaker == STORY_SPEAKER[s.story]
 
 
@@ -99,7 +106,12 @@ def test_labels_match_decoded_video(built):
     for sid in info.sessions:
         video = out / "Videos" / f"{sid}.mp4"
         meta = media.probe(video)
-        assert (meta.width, meta.height, meta.fps, meta.audio_sampling_rate) == (1280, 360, 25.0, 44100)
+        assert (meta.width, meta.height, meta.fps, meta.audio_sampling_rate) == (
+            1280,
+            360,
+            25.0,
+            44100,
+        )
         indices = [i for i, _, _ in media.iter_frames(video)]
         valence = read_valence(out / "Annotations" / f"{sid}.csv")
         assert indices == list(range(150))
@@ -126,9 +138,13 @@ def test_same_seed_same_files(built, tmp_path):
             h.update(rgb.tobytes())
         return h.hexdigest()
 
-    assert frames_digest(out / "Videos" / f"{sid}.mp4") == frames_digest(tmp_path / "Videos" / f"{sid}.mp4")
+    assert frames_digest(out / "Videos" / f"{sid}.mp4") == frames_digest(
+        tmp_path / "Videos" / f"{sid}.mp4"
+    )
     # same FFmpeg/x264 build (this process): the MP4 bytes are identical too
-    assert (out / "Videos" / f"{sid}.mp4").read_bytes() == (tmp_path / "Videos" / f"{sid}.mp4").read_bytes()
+    assert (out / "Videos" / f"{sid}.mp4").read_bytes() == (
+        tmp_path / "Videos" / f"{sid}.mp4"
+    ).read_bytes()
     truth_a = json.loads((out / "demo_truth.json").read_text())["sessions"][sid]
     truth_b = json.loads((tmp_path / "demo_truth.json").read_text())["sessions"][sid]
     assert truth_a == truth_b
@@ -186,7 +202,8 @@ def test_voices_are_voiced_where_planned(built):
     sid = "Subject_1_Story_1"
     truth = json.loads((out / "demo_truth.json").read_text())["sessions"][sid]
     smile = opensmile.Smile(
-        feature_set=opensmile.FeatureSet.eGeMAPSv02, feature_level=opensmile.FeatureLevel.LowLevelDescriptors
+        feature_set=opensmile.FeatureSet.eGeMAPSv02,
+        feature_level=opensmile.FeatureLevel.LowLevelDescriptors,
     )
     lld = smile.process_signal(media.read_audio(out / "Videos" / f"{sid}.mp4", 16000), 16000)
     start = lld.index.get_level_values("start").total_seconds()
@@ -251,7 +268,9 @@ def test_planted_story_curve_and_listener_differences():
         for L, plan in plans.items():
             assert params[L].story_sign * r(plan.valence, curve) > 0.3, (story, L)
         # the common part: the valence averaged over the listeners who feel with the story follows it
-        with_story = np.mean([plans[L].valence for L in listeners if params[L].story_sign > 0], axis=0)
+        with_story = np.mean(
+            [plans[L].valence for L in listeners if params[L].story_sign > 0], axis=0
+        )
         assert r(with_story, curve) > 0.8
         # the speaker's smile follows the story's curve (not delayed: the listener answers later)
         smile_state = plans[1].states["speaker"]["smile"]
@@ -262,7 +281,10 @@ def test_planted_story_curve_and_listener_differences():
         y = np.concatenate([p.valence for p in plans.values()])
         a, b = np.polyfit(X, y, 1)
         pooled = [ccc(p.valence, a * p.smile_delayed + b) for p in plans.values()]
-        own = [ccc(p.valence, np.polyval(np.polyfit(p.smile_delayed, p.valence, 1), p.smile_delayed)) for p in plans.values()]
+        own = [
+            ccc(p.valence, np.polyval(np.polyfit(p.smile_delayed, p.valence, 1), p.smile_delayed))
+            for p in plans.values()
+        ]
         assert np.mean(own) > np.mean(pooled) + 0.05
 
 

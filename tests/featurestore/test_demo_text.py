@@ -29,20 +29,31 @@ def test_files_and_scan(built):
     assert report.issues == []
     for sf, transcript in zip(report.sessions, info.transcripts, strict=True):
         assert sf.transcript == transcript and transcript.name.startswith("transcribed_subject_")
-        assert set(sf.annotations) == {"valence_self", "valence_observer_listener", "valence_observer_speaker"}
+        assert set(sf.annotations) == {
+            "valence_self",
+            "valence_observer_listener",
+            "valence_observer_speaker",
+        }
         n = len(read_annotation(sf.annotations["valence_self"]))
         assert n == info.n_frames[sf.session] == 200
         for target in ("valence_observer_listener", "valence_observer_speaker"):
             y = read_annotation(sf.annotations[target])
             assert len(y) == n and y.std() > 0.005
-    for (target, paths), attr in zip(info.observer_annotations.items(), ("observer_listener", "observer_speaker"),
-                                     strict=True):
-        for sid, path in zip(info.sessions, paths, strict=True):  # the plan's ratings, to the CSV's 6 decimals
+    for (target, paths), attr in zip(
+        info.observer_annotations.items(), ("observer_listener", "observer_speaker"), strict=True
+    ):
+        for sid, path in zip(
+            info.sessions, paths, strict=True
+        ):  # the plan's ratings, to the CSV's 6 decimals
             listener, story = (int(v) for v in sid.split("_")[1::2])
             want = getattr(demo.plan_session(listener, story, duration_s=8), attr)
-            np.testing.assert_allclose(read_annotation(path), want, atol=6e-7, err_msg=f"{target} {sid}")
+            np.testing.assert_allclose(
+                read_annotation(path), want, atol=6e-7, err_msg=f"{target} {sid}"
+            )
     raw = info.transcripts[0].read_bytes()
-    assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw  # BOM and CRLF, as subtitle editors write
+    assert (
+        raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
+    )  # BOM and CRLF, as subtitle editors write
     truth = json.loads((out / "demo_truth.json").read_text())
     assert truth["generator_version"] == demo.GENERATOR_VERSION == 3
     assert "text_term" in truth["label"] and "valence_observer_listener" in truth["observers"]
@@ -56,7 +67,9 @@ def test_transcript_cues_match_the_plan_with_both_tags_and_an_overlap(built):
     speaker = [c for c in cues if c.role == "speaker"]
     listener = [c for c in cues if c.role == "listener"]
     # one cue carries both tags: the first backchannel and the phrase before it
-    both = [(a, b) for a in speaker for b in listener if (a.start_s, a.end_s) == (b.start_s, b.end_s)]
+    both = [
+        (a, b) for a in speaker for b in listener if (a.start_s, a.end_s) == (b.start_s, b.end_s)
+    ]
     assert len(both) == 1 and both[0][1].text == plan.backchannel_words[0]
     assert both[0][0].end_s == pytest.approx(plan.backchannels[0][1], abs=1e-3)
     # one overlapping pair of speaker cues, inside one phrase
@@ -81,7 +94,9 @@ def test_planted_text_and_observer_relations():
     assert r(plan.valence, sign * plan.affect) > 0.2
     cues = demo.transcript_cues(plan)
     parsed = parse_srt(demo.transcript_srt(plan).decode("utf-8-sig"))
-    assert len(parsed) == sum(len(lines) for _, _, lines in cues)  # one per tagged line; a merged cue has two
+    assert len(parsed) == sum(
+        len(lines) for _, _, lines in cues
+    )  # one per tagged line; a merged cue has two
     lex = LexiconExtractor().process_cues(parsed, plan.n_frames, plan.fps)["speaker"].data[:, 0]
     assert r(lex, sign * plan.text_term) > 0.5
     # planted agreement: the observer of the listener agrees with the self-rating far better than

@@ -49,11 +49,23 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
     cfg = FeatureConfig()
     local = extract_many(sessions, tmp_path / "local", CHANNELS, cfg, jobs=1)
     seen = []
-    dask = extract_many_dask(sessions, tmp_path / "dask", CHANNELS, cfg, n_workers=2, on_result=seen.append, progress=False)
+    dask = extract_many_dask(
+        sessions,
+        tmp_path / "dask",
+        CHANNELS,
+        cfg,
+        n_workers=2,
+        on_result=seen.append,
+        progress=False,
+    )
 
-    assert [r.session for r in dask] == [s.session for s in sessions]  # session order, whatever finished first
+    assert [r.session for r in dask] == [
+        s.session for s in sessions
+    ]  # session order, whatever finished first
     assert sorted(r.session for r in seen) == sorted(s.session for s in sessions)
-    assert all(r.status == "ok" for r in local + dask), [(r.session, r.error) for r in dask if r.failed]
+    assert all(r.status == "ok" for r in local + dask), [
+        (r.session, r.error) for r in dask if r.failed
+    ]
     assert [sorted(r.computed) for r in dask] == [sorted(r.computed) for r in local]
 
     a, b = Store(tmp_path / "local"), Store(tmp_path / "dask")
@@ -72,7 +84,18 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
 
     # the CLI dispatches --executor dask; everything is current, so every session is skipped
     capsys.readouterr()
-    args = ["extract", str(corpus), "--store", str(tmp_path / "dask"), "--channels", *CHANNELS, "--executor", "dask", "--jobs", "1"]
+    args = [
+        "extract",
+        str(corpus),
+        "--store",
+        str(tmp_path / "dask"),
+        "--channels",
+        *CHANNELS,
+        "--executor",
+        "dask",
+        "--jobs",
+        "1",
+    ]
     assert main(args) == 0
     assert "0 extracted, 4 already current, 0 failed" in capsys.readouterr().out
 

@@ -46,12 +46,22 @@ def extracted(corpus, tmp_path_factory):
 
 def test_extract_shapes_validity_provenance(extracted, corpus):
     st = Store(extracted)
-    assert st.list_sessions() == ["Subject_1_Story_1", "Subject_1_Story_2", "Subject_2_Story_1", "Subject_2_Story_2"]
+    assert st.list_sessions() == [
+        "Subject_1_Story_1",
+        "Subject_1_Story_2",
+        "Subject_2_Story_1",
+        "Subject_2_Story_2",
+    ]
     s = "Subject_1_Story_2"
     meta = st.meta(s)
     assert (meta.n_frames, meta.split, meta.speaker) == (150, "train", 1)
     assert sorted(st.channel_keys(s)) == [
-        "listener/egemaps", "listener/face_geom", "scene/egemaps", "speaker/egemaps", "speaker/face_geom"]
+        "listener/egemaps",
+        "listener/face_geom",
+        "scene/egemaps",
+        "speaker/egemaps",
+        "speaker/face_geom",
+    ]
     for role in ("speaker", "listener"):
         face = st.read_channel(s, f"{role}/face_geom")
         assert face.data.shape == (30, 17)  # 6 s at 5 fps
@@ -65,7 +75,9 @@ def test_extract_shapes_validity_provenance(extracted, corpus):
     np.testing.assert_allclose(np.diff(scene.time), 0.01, atol=1e-9)
     spk, lst = st.read_channel(s, "speaker/egemaps"), st.read_channel(s, "listener/egemaps")
     np.testing.assert_array_equal(spk.data, scene.data)
-    assert spk.valid.mean() > lst.valid.mean() > 0  # the speaker talks most, the listener backchannels
+    assert (
+        spk.valid.mean() > lst.valid.mean() > 0
+    )  # the speaker talks most, the listener backchannels
     assert not np.any(spk.valid & ~scene.valid)
     y = st.labels(s, "valence_self")
     assert len(y) == 150 and np.all(np.abs(y) <= 1)
@@ -73,10 +85,15 @@ def test_extract_shapes_validity_provenance(extracted, corpus):
     with h5py.File(st.shard_path(s)) as f:
         a = f["listener/face_geom"].attrs
         assert json.loads(a["columns"]) == face.columns and json.loads(a["params"]) == face.params
-        assert (a["extractor"], a["extractor_version"]) == ("face_geom", get_extractor("face_geom").version)
+        assert (a["extractor"], a["extractor_version"]) == (
+            "face_geom",
+            get_extractor("face_geom").version,
+        )
         video = corpus / "Videos" / f"{s}.mp4"
         assert json.loads(a["source"]) == file_fingerprint(video)
-        assert a["cache_key"] == cache_key(file_fingerprint(video), "face_geom", a["extractor_version"], face.params)
+        assert a["cache_key"] == cache_key(
+            file_fingerprint(video), "face_geom", a["extractor_version"], face.params
+        )
         assert datetime.fromisoformat(a["created_utc"]).utcoffset() == timedelta(0)
     assert main(["verify", "--store", str(extracted)]) == 0
 
@@ -89,19 +106,50 @@ def test_rerun_skips_and_changed_params_redo_only_what_changed(extracted, corpus
     assert "0 extracted, 4 already current" in capsys.readouterr().out
     assert before == {p.name: p.stat().st_mtime_ns for p in store.glob("*.h5")}
     old = Store(store).cache_keys("Subject_1_Story_1")
-    assert main(["extract", str(corpus), "--store", str(store), "--face-fps", "2.5", "--sessions", "Subject_1_Story_1"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(corpus),
+                "--store",
+                str(store),
+                "--face-fps",
+                "2.5",
+                "--sessions",
+                "Subject_1_Story_1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     new = Store(store).cache_keys("Subject_1_Story_1")
     assert new["scene/egemaps"] == old["scene/egemaps"]  # audio untouched
     assert new["listener/face_geom"] != old["listener/face_geom"]
     assert new["listener/egemaps"] != old["listener/egemaps"]  # derived from the new faces
-    assert "computed speaker/face_geom, listener/face_geom, speaker/egemaps, listener/egemaps" in out
+    assert (
+        "computed speaker/face_geom, listener/face_geom, speaker/egemaps, listener/egemaps" in out
+    )
     assert Store(store).read_channel("Subject_1_Story_1", "listener/face_geom").data.shape[0] == 15
-    assert main(["extract", str(corpus), "--store", str(store), "--force", "--sessions", "Subject_2_Story_2"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(corpus),
+                "--store",
+                str(store),
+                "--force",
+                "--sessions",
+                "Subject_2_Story_2",
+            ]
+        )
+        == 0
+    )
     assert "computed speaker/face_geom" in capsys.readouterr().out
 
 
-def test_an_extractor_setting_reaches_the_channel_and_redoes_only_that_channel(extracted, corpus, tmp_path, capsys):
+def test_an_extractor_setting_reaches_the_channel_and_redoes_only_that_channel(
+    extracted, corpus, tmp_path, capsys
+):
     store, s = tmp_path / "store", "Subject_1_Story_1"
     shutil.copytree(extracted, store)
     old = Store(store).cache_keys(s)
@@ -110,15 +158,24 @@ def test_an_extractor_setting_reaches_the_channel_and_redoes_only_that_channel(e
     assert main([*run, "--set", "face_geom.blink_threshold=1.0"]) == 0
     out = capsys.readouterr().out
     assert "extractor settings (not the defaults): face_geom.blink_threshold=1.0" in out
-    assert "computed speaker/face_geom, listener/face_geom, speaker/egemaps, listener/egemaps" in out
+    assert (
+        "computed speaker/face_geom, listener/face_geom, speaker/egemaps, listener/egemaps" in out
+    )
     new = Store(store).cache_keys(s)
-    assert new["scene/egemaps"] == old["scene/egemaps"] and new["listener/face_geom"] != old["listener/face_geom"]
+    assert (
+        new["scene/egemaps"] == old["scene/egemaps"]
+        and new["listener/face_geom"] != old["listener/face_geom"]
+    )
     after = Store(store).read_channel(s, "listener/face_geom")
     assert after.params["blink_threshold"] == 1.0
     blink = after.columns.index("blink")
-    assert np.all(after.data[after.valid, blink] == 1.0) and not np.all(before.data[before.valid, blink] == 1.0)
+    assert np.all(after.data[after.valid, blink] == 1.0) and not np.all(
+        before.data[before.valid, blink] == 1.0
+    )
     others = [i for i in range(len(after.columns)) if i != blink]
-    np.testing.assert_array_equal(after.data[:, others], before.data[:, others])  # same landmarks, same numbers
+    np.testing.assert_array_equal(
+        after.data[:, others], before.data[:, others]
+    )  # same landmarks, same numbers
     assert main(["inspect", s, "--store", str(store)]) == 0
     assert '"blink_threshold": 1.0' in capsys.readouterr().out
     # the same setting from a featurestore.yaml is the same channel: nothing to redo
@@ -130,7 +187,10 @@ def test_an_extractor_setting_reaches_the_channel_and_redoes_only_that_channel(e
     assert main([*run, "--config", str(cfg), "--set", "egemaps.sampling_rate=8000"]) == 0
     assert "computed scene/egemaps, speaker/egemaps, listener/egemaps" in capsys.readouterr().out
     final = Store(store).cache_keys(s)
-    assert final["listener/face_geom"] == new["listener/face_geom"] and final["scene/egemaps"] != new["scene/egemaps"]
+    assert (
+        final["listener/face_geom"] == new["listener/face_geom"]
+        and final["scene/egemaps"] != new["scene/egemaps"]
+    )
     scene = Store(store).read_channel(s, "scene/egemaps")
     assert scene.params["sampling_rate"] == 8000 and scene.params["audio_sampling_rate"] == 8000
     assert main(["verify", "--store", str(store)]) == 0
@@ -166,7 +226,9 @@ def test_bad_inputs_fail_their_session_only(corpus, tmp_path, capsys):
 def test_no_audio_no_face_and_duplicates(tmp_path, capsys):
     data = tmp_path / "data"
     (data / "Videos").mkdir(parents=True)
-    make_video(data / "Videos" / "Subject_1_Story_2.mp4", n_frames=50, width=320, height=96, audio=False)
+    make_video(
+        data / "Videos" / "Subject_1_Story_2.mp4", n_frames=50, width=320, height=96, audio=False
+    )
     store = tmp_path / "store"
     assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps"]) == 0
     out = capsys.readouterr().out
@@ -222,7 +284,11 @@ def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     run_frame_jobs(video, jobs, regions, sample_fps=5)
     frames = list(media.iter_frames(video, 5, pixel_format=("gray", "rgb24")))
     assert [t for t, _ in jobs[0].track.seen] == [t for _, t, _ in frames] == [0.0, 0.2, 0.4, 0.6]
-    for (_, gray), (_, rgb), (_, _, images) in zip(jobs[0].track.seen, jobs[1].track.seen, frames, strict=True):
+    for (_, gray), (_, rgb), (_, _, images) in zip(
+        jobs[0].track.seen, jobs[1].track.seen, frames, strict=True
+    ):
         np.testing.assert_array_equal(gray, images["gray"][:, :120])
         np.testing.assert_array_equal(rgb, images["rgb24"][:, 120:])
-    assert get_extractor("face_geom").pixel_format == "gray"  # extraction hands face_geom the decoder's luma
+    assert (
+        get_extractor("face_geom").pixel_format == "gray"
+    )  # extraction hands face_geom the decoder's luma

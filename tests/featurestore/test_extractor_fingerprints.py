@@ -14,7 +14,10 @@ FACE_GEOM = "featurestore/extractors/face_geom.py"
 
 def test_recorded_fingerprints_match_the_code():
     found = fp.problems(fp.current(), fp.recorded())
-    assert not found, "extractor code and versions are out of step with tests/featurestore/extractor_fingerprints.json:\n" + "\n".join(found)
+    assert not found, (
+        "extractor code and versions are out of step with tests/featurestore/extractor_fingerprints.json:\n"
+        + "\n".join(found)
+    )
 
 
 def test_comments_docstrings_and_formatting_do_not_count_but_code_does():
@@ -23,7 +26,9 @@ def test_comments_docstrings_and_formatting_do_not_count_but_code_does():
     assert fp.source_fingerprint(ast.unparse(ast.parse(src))) == base  # reformatted, comments gone
     commented = src.replace("def head_pose(", "# a comment\n\n\ndef head_pose(", 1)
     assert commented != src and fp.source_fingerprint(commented) == base
-    redoc = src.replace('"""(n, 3) yaw, pitch, roll in degrees', '"""Yaw, pitch and roll in degrees', 1)
+    redoc = src.replace(
+        '"""(n, 3) yaw, pitch, roll in degrees', '"""Yaw, pitch and roll in degrees', 1
+    )
     assert redoc != src and fp.source_fingerprint(redoc) == base
     changed = src.replace("blink_threshold: float = 0.2", "blink_threshold: float = 0.25", 1)
     assert changed != src and fp.source_fingerprint(changed) != base
@@ -33,11 +38,17 @@ def test_comments_docstrings_and_formatting_do_not_count_but_code_does():
 
 def test_an_extractor_covers_the_modules_it_computes_with():
     assert fp.code_modules("featurestore.extractors.face_geom") == [
-        "featurestore.extractors.face_geom", "featurestore.extractors.landmarks"]
+        "featurestore.extractors.face_geom",
+        "featurestore.extractors.landmarks",
+    ]
     speech = fp.code_modules("featurestore.extractors.transcript")
-    assert "featurestore.sources.speaking" in speech and "featurestore.sources.transcripts" in speech
+    assert (
+        "featurestore.sources.speaking" in speech and "featurestore.sources.transcripts" in speech
+    )
     assert not {"featurestore.storage.store", "featurestore.extractors.base"} & set(speech)
-    assert {"face_geom", "face_au", "egemaps", "speech", "lexicon", "speaking_from_faces"} <= set(fp.current())
+    assert {"face_geom", "face_au", "egemaps", "speech", "lexicon", "speaking_from_faces"} <= set(
+        fp.current()
+    )
 
 
 def test_code_changed_without_a_version_bump_fails_and_says_what_to_do():
@@ -45,9 +56,13 @@ def test_code_changed_without_a_version_bump_fails_and_says_what_to_do():
     record = copy.deepcopy(now)
     record["face_geom"]["modules"][FACE_GEOM] = "0" * 64  # as if face_geom.py had changed since
     [msg] = fp.problems(now, record)
-    assert msg.startswith("face_geom: the code it computes with changed (featurestore/extractors/face_geom.py)")
+    assert msg.startswith(
+        "face_geom: the code it computes with changed (featurestore/extractors/face_geom.py)"
+    )
     assert "bump `version` of FaceGeomExtractor in featurestore/extractors/face_geom.py" in msg
-    assert f"`{fp.UPDATE_COMMAND}`" in msg and f"`{fp.UPDATE_COMMAND} --same-output face_geom`" in msg
+    assert (
+        f"`{fp.UPDATE_COMMAND}`" in msg and f"`{fp.UPDATE_COMMAND} --same-output face_geom`" in msg
+    )
     # bumping the version turns it into "record the new code"
     bumped = copy.deepcopy(now)
     old = now["face_geom"]["version"]

@@ -99,7 +99,9 @@ def test_importing_the_backend_does_not_import_pyfeat():
         "import sys, os, featurestore.extractors.face_au as m; "
         "print('feat' in sys.modules, 'torch' in sys.modules, os.environ.get('OMP_NUM_THREADS'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "None"]
 
@@ -128,7 +130,9 @@ def test_real_fex_converts(tmp_path):
 
     au_cols = AU_LANDMARK_MAP["Feat"]
     rng = np.random.default_rng(0)
-    rows = _frame_rows()[["FaceRectX", "FaceRectY", "FaceRectWidth", "FaceRectHeight", "FaceScore", "frame"]]
+    rows = _frame_rows()[
+        ["FaceRectX", "FaceRectY", "FaceRectWidth", "FaceRectHeight", "FaceScore", "frame"]
+    ]
     aus = pd.DataFrame(rng.uniform(0, 1, (len(rows), len(au_cols))), columns=au_cols)
     aus.iloc[2] = NAN  # the no-face placeholder row
     df = pd.concat([rows.reset_index(drop=True), aus], axis=1)

@@ -262,7 +262,9 @@ def test_whole_crop_detection_when_due_and_no_local_search_when_off(face_image):
     for t, img in frames:
         track.add(t, img)
     assert track.n_detections == 6 and track.n_full_detections == 2  # t = 0 and 0.6 s
-    off = FaceGeomExtractor(FaceGeomConfig(redetect_every_s=0.2, search_margin=0.0)).new_track("speaker")
+    off = FaceGeomExtractor(FaceGeomConfig(redetect_every_s=0.2, search_margin=0.0)).new_track(
+        "speaker"
+    )
     for t, img in frames:
         off.add(t, img)
     assert off.n_full_detections == 6
@@ -285,7 +287,10 @@ def test_detection_in_a_region_and_landmarks_on_a_view(face_image):
     wide[:, 200:920] = gray
     view = wide[:, 200:920]
     assert not view.flags["C_CONTIGUOUS"]
-    np.testing.assert_array_equal(marker.landmarks_in_box(view, box), marker.landmarks_in_box(gray, box))
     np.testing.assert_array_equal(
-        marker.landmarks_in_box(view, box), marker.landmarks_in_box(wide, np.add(box, (200, 0, 200, 0))) - (200, 0)
+        marker.landmarks_in_box(view, box), marker.landmarks_in_box(gray, box)
+    )
+    np.testing.assert_array_equal(
+        marker.landmarks_in_box(view, box),
+        marker.landmarks_in_box(wide, np.add(box, (200, 0, 200, 0))) - (200, 0),
     )

@@ -34,10 +34,16 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = ["Subject_1_Story_1", "Subject_1_Story_2", "Subject_1_Story_3"]
 #: channels every demo shard has at least (the default extraction may add more)
-CORE = {"listener/egemaps", "listener/face_geom", "scene/egemaps", "speaker/egemaps", "speaker/face_geom"}
+CORE = {
+    "listener/egemaps",
+    "listener/face_geom",
+    "scene/egemaps",
+    "speaker/egemaps",
+    "speaker/face_geom",
+}
 
 #: runs ``featurestore`` with the real decoder or shard writer slowed down at one point
-FAULTY = '''
+FAULTY = """
 import os, sys, time
 from pathlib import Path
 
@@ -76,7 +82,7 @@ elif at == "write":
 from featurestore.cli import main
 
 sys.exit(main(sys.argv[1:]))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +123,19 @@ def run_until(tmp_path: Path, args: list[str], at: str, wanted: str, delay: floa
     script = tmp_path / "faulty_featurestore.py"
     script.write_text(FAULTY)
     signal_file = tmp_path / f"signal-{at}.txt"
-    env = {**os.environ, "FAULT_SIGNAL": str(signal_file), "FAULT_AT": at, "FAULT_DELAY": str(delay),
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, str(script), *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "FAULT_SIGNAL": str(signal_file),
+        "FAULT_AT": at,
+        "FAULT_DELAY": str(delay),
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 90
         hit = ""
@@ -128,7 +143,9 @@ def run_until(tmp_path: Path, args: list[str], at: str, wanted: str, delay: floa
             lines = signal_file.read_text().splitlines() if signal_file.exists() else []
             hit = next((line for line in lines if line.startswith(wanted)), "")
             time.sleep(0.02)
-        assert hit, f"never reached {wanted!r}; exit {proc.poll()}: " + (proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "")
+        assert hit, f"never reached {wanted!r}; exit {proc.poll()}: " + (
+            proc.stderr.read().decode()[-2000:] if proc.poll() is not None else ""
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
@@ -141,10 +158,17 @@ def run_until(tmp_path: Path, args: list[str], at: str, wanted: str, delay: floa
 
 
 # ------------------------------------------------------------------ SIGKILL
-def test_sigkill_while_decoding_keeps_finished_shards_and_resumes(corpus, extracted, tmp_path, capsys):
+def test_sigkill_while_decoding_keeps_finished_shards_and_resumes(
+    corpus, extracted, tmp_path, capsys
+):
     store = tmp_path / "features"
-    run_until(tmp_path, ["extract", str(corpus), "--store", str(store)], "decode",
-              wanted=f"decoding {SESSIONS[1]}", delay=0.05)
+    run_until(
+        tmp_path,
+        ["extract", str(corpus), "--store", str(store)],
+        "decode",
+        wanted=f"decoding {SESSIONS[1]}",
+        delay=0.05,
+    )
     # killed while the second session was decoding: the first is whole, nothing else is there
     assert_complete(store, SESSIONS[:1], extracted)
     assert Store(store).temp_files() == []
@@ -161,10 +185,17 @@ def test_sigkill_while_decoding_keeps_finished_shards_and_resumes(corpus, extrac
     assert main(["verify", "--store", str(store)]) == 0
 
 
-def test_sigkill_while_writing_a_new_shard_leaves_no_partial_shard(corpus, extracted, tmp_path, capsys):
+def test_sigkill_while_writing_a_new_shard_leaves_no_partial_shard(
+    corpus, extracted, tmp_path, capsys
+):
     store = tmp_path / "features"
-    hit = run_until(tmp_path, ["extract", str(corpus), "--store", str(store)], "write",
-                    wanted=f"writing {store}/.{SESSIONS[1]}.h5.tmp-", delay=0.15)
+    hit = run_until(
+        tmp_path,
+        ["extract", str(corpus), "--store", str(store)],
+        "write",
+        wanted=f"writing {store}/.{SESSIONS[1]}.h5.tmp-",
+        delay=0.15,
+    )
     tmp_file = Path(hit.split(" ", 1)[1])
     # the kill landed after the temporary file existed and before its rename
     assert tmp_file.exists() and not (store / f"{SESSIONS[1]}.h5").exists()
@@ -174,7 +205,9 @@ def test_sigkill_while_writing_a_new_shard_leaves_no_partial_shard(corpus, extra
     kept = (store / f"{SESSIONS[0]}.h5").read_bytes()
     assert main(["extract", str(corpus), "--store", str(store)]) == 0
     out = capsys.readouterr().out
-    assert "2 extracted, 1 already current, 0 failed" in out and f"{SESSIONS[0]}: computed" not in out
+    assert (
+        "2 extracted, 1 already current, 0 failed" in out and f"{SESSIONS[0]}: computed" not in out
+    )
     assert not tmp_file.exists() and Store(store).temp_files() == []
     assert (store / f"{SESSIONS[0]}.h5").read_bytes() == kept
     assert_complete(store, SESSIONS, extracted)
@@ -185,11 +218,18 @@ def test_sigkill_while_replacing_a_shard_keeps_the_old_one(corpus, extracted, tm
     store = tmp_path / "features"
     shutil.copytree(extracted, store)
     before = snapshot(store)
-    hit = run_until(tmp_path, ["extract", str(corpus), "--store", str(store), "--force", "--sessions", SESSIONS[0]],
-                    "write", wanted=f"writing {store}/.{SESSIONS[0]}.h5.tmp-", delay=0.15)
+    hit = run_until(
+        tmp_path,
+        ["extract", str(corpus), "--store", str(store), "--force", "--sessions", SESSIONS[0]],
+        "write",
+        wanted=f"writing {store}/.{SESSIONS[0]}.h5.tmp-",
+        delay=0.15,
+    )
     assert Path(hit.split(" ", 1)[1]).exists()
     after = snapshot(store)
-    assert {k: v for k, v in after.items() if ".tmp-" not in k} == before  # the old shard, byte for byte
+    assert {
+        k: v for k, v in after.items() if ".tmp-" not in k
+    } == before  # the old shard, byte for byte
     assert main(["verify", "--store", str(store)]) == 0
     capsys.readouterr()
     assert main(["extract", str(corpus), "--store", str(store)]) == 0
@@ -218,8 +258,12 @@ def unwritable(store: Path, monkeypatch):
     shutil.move(store, held)
     store.mkdir()
     need = sum(-(-p.stat().st_size // 4096) * 4096 for p in held.iterdir()) + 16384
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={need}", "tmpfs", str(store)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={need}", "tmpfs", str(store)], capture_output=True
+        ).returncode
+        == 0
+    )
     for p in held.iterdir():
         shutil.copy2(p, store / p.name)
     shutil.rmtree(held)
@@ -245,12 +289,16 @@ def unwritable(store: Path, monkeypatch):
     yield "simulated ENOSPC"
 
 
-def test_write_error_keeps_the_previous_shard_and_no_temporary_file(corpus, extracted, tmp_path, capsys, monkeypatch):
+def test_write_error_keeps_the_previous_shard_and_no_temporary_file(
+    corpus, extracted, tmp_path, capsys, monkeypatch
+):
     store = tmp_path / "features"
     shutil.copytree(extracted, store)
     before = snapshot(store)
     with unwritable(store, monkeypatch) as how:
-        code = main(["extract", str(corpus), "--store", str(store), "--force", "--sessions", SESSIONS[0]])
+        code = main(
+            ["extract", str(corpus), "--store", str(store), "--force", "--sessions", SESSIONS[0]]
+        )
         captured = capsys.readouterr()
         after = snapshot(store)
     assert code == 1, how
@@ -266,7 +314,9 @@ def test_write_error_keeps_the_previous_shard_and_no_temporary_file(corpus, extr
 # ------------------------------------------------------------------ bad input
 def write_black_video(path: Path, n_frames: int = 100, width: int = 320, height: int = 96) -> Path:
     """An all-black H.264 video (no face anywhere) with a swelling tone on its audio track."""
-    return make_video(path, n_frames, width, height, image=np.zeros((height, width, 3), np.uint8), tremolo_hz=0.5)
+    return make_video(
+        path, n_frames, width, height, image=np.zeros((height, width, 3), np.uint8), tremolo_hz=0.5
+    )
 
 
 def test_all_black_video_fails_its_face_channels_but_stores_the_audio(tmp_path, capsys):
@@ -280,7 +330,10 @@ def test_all_black_video_fails_its_face_channels_but_stores_the_audio(tmp_path, 
     assert main(["extract", str(data), "--store", str(store), *channels]) == 1
     captured = capsys.readouterr()
     for role, x in (("speaker", "0-135"), ("listener", "135-320")):
-        assert f"{role}/face_geom not stored: no face found in the {role} region (x {x})" in captured.err
+        assert (
+            f"{role}/face_geom not stored: no face found in the {role} region (x {x})"
+            in captured.err
+        )
     assert str(video) in captured.err and "--split-x" in captured.err
     assert "computed scene/egemaps, labels/valence_self" in captured.out
     st = Store(store)
@@ -294,7 +347,9 @@ def test_all_black_video_fails_its_face_channels_but_stores_the_audio(tmp_path, 
     assert snapshot(store) == before
 
 
-def test_annotation_shorter_than_video_is_named_and_keeps_the_old_shard(corpus, extracted, tmp_path, capsys):
+def test_annotation_shorter_than_video_is_named_and_keeps_the_old_shard(
+    corpus, extracted, tmp_path, capsys
+):
     data = tmp_path / "data"
     shutil.copytree(corpus, data)
     store = tmp_path / "features"
@@ -321,27 +376,43 @@ def test_import_of_non_numeric_nan_and_inf_columns(extracted, tmp_path, capsys):
     t = np.arange(100) / 25
     good = "time,energy\n" + "".join(f"{v:.2f},{np.sin(v):.4f}\n" for v in t)
     (tables / f"{SESSIONS[0]}.csv").write_text(good)
-    (tables / f"{SESSIONS[1]}.csv").write_text("time,energy,mood\n" + "".join(f"{v:.2f},0.5,calm\n" for v in t))
+    (tables / f"{SESSIONS[1]}.csv").write_text(
+        "time,energy,mood\n" + "".join(f"{v:.2f},0.5,calm\n" for v in t)
+    )
     lines = good.splitlines()
     lines[7] = lines[7].split(",")[0] + ",nan"
     (tables / f"{SESSIONS[2]}.csv").write_text("\n".join(lines) + "\n")
     lines = good.splitlines()
     lines[3] = lines[3].split(",")[0] + ",inf"
     (tables / "Subject_2_Story_1.csv").write_text("\n".join(lines) + "\n")
-    code = main(["import", str(tables), "--role", "listener", "--channel", "energy", "--store", str(store)])
+    code = main(
+        ["import", str(tables), "--role", "listener", "--channel", "energy", "--store", str(store)]
+    )
     assert code == 1
     captured = capsys.readouterr()
     assert f"ok     {SESSIONS[0]}" in captured.out
     assert "1 session(s) written, 3 failed" in captured.out
     err = captured.err
-    assert f"FAILED {SESSIONS[1]}" in err and f"{SESSIONS[1]}.csv" in err and "'mood'" in err and "row 1" in err
-    assert f"FAILED {SESSIONS[2]}" in err and f"{SESSIONS[2]}.csv" in err and "['energy']" in err and "row 7" in err
+    assert (
+        f"FAILED {SESSIONS[1]}" in err
+        and f"{SESSIONS[1]}.csv" in err
+        and "'mood'" in err
+        and "row 1" in err
+    )
+    assert (
+        f"FAILED {SESSIONS[2]}" in err
+        and f"{SESSIONS[2]}.csv" in err
+        and "['energy']" in err
+        and "row 7" in err
+    )
     assert "FAILED Subject_2_Story_1" in err and "row 3" in err
     after = snapshot(store)
     assert after[f"{SESSIONS[1]}.h5"] == before[f"{SESSIONS[1]}.h5"]
     assert after[f"{SESSIONS[2]}.h5"] == before[f"{SESSIONS[2]}.h5"]
     assert "Subject_2_Story_1.h5" not in after and not [k for k in after if ".tmp-" in k]
-    assert sorted(Store(store).channel_keys(SESSIONS[0])) == sorted([*Store(extracted).channel_keys(SESSIONS[0]), "listener/energy"])
+    assert sorted(Store(store).channel_keys(SESSIONS[0])) == sorted(
+        [*Store(extracted).channel_keys(SESSIONS[0]), "listener/energy"]
+    )
 
 
 def test_malformed_featurestore_config_exits_2_naming_file_and_line(corpus, tmp_path, capsys):
@@ -351,7 +422,9 @@ def test_malformed_featurestore_config_exits_2_naming_file_and_line(corpus, tmp_
     for verb in (["extract", str(corpus)], ["scan", str(corpus)]):
         assert main([*verb, "--store", str(store), "--config", str(cfg)]) == 2
         err = capsys.readouterr().err
-        assert f"{cfg}:2: malformed YAML" in err and "fix the syntax" in err and "Traceback" not in err
+        assert (
+            f"{cfg}:2: malformed YAML" in err and "fix the syntax" in err and "Traceback" not in err
+        )
     assert not store.exists()
 
 
@@ -369,7 +442,9 @@ def test_empty_store_is_named_by_verify_ls_and_inspect(tmp_path, capsys):
     assert list(empty.iterdir()) == [] and not (tmp_path / "missing").exists()
 
 
-def test_shard_of_an_older_schema_is_named_and_never_overwritten(corpus, extracted, tmp_path, capsys):
+def test_shard_of_an_older_schema_is_named_and_never_overwritten(
+    corpus, extracted, tmp_path, capsys
+):
     store = tmp_path / "features"
     shutil.copytree(extracted, store)
     old = store / f"{SESSIONS[0]}.h5"
@@ -393,12 +468,18 @@ def test_exit_codes_of_every_verb(corpus, extracted, tmp_path, capsys):
     shutil.copytree(extracted, store)
     data = tmp_path / "data"
     shutil.copytree(corpus, data)
-    (data / "Videos" / f"{SESSIONS[2]}.mp4").write_bytes(b"\x00" * 2048)  # corrupt: changed source, fails
+    (data / "Videos" / f"{SESSIONS[2]}.mp4").write_bytes(
+        b"\x00" * 2048
+    )  # corrupt: changed source, fails
     tables, ann = tmp_path / "tables", tmp_path / "ann"
     tables.mkdir()
     ann.mkdir()
-    (tables / f"{SESSIONS[0]}.csv").write_text("frame,x\n" + "".join(f"{i},{i % 7}\n" for i in range(100)))
-    (ann / f"{SESSIONS[0]}.csv").write_text((corpus / "Annotations" / f"{SESSIONS[0]}.csv").read_text())
+    (tables / f"{SESSIONS[0]}.csv").write_text(
+        "frame,x\n" + "".join(f"{i},{i % 7}\n" for i in range(100))
+    )
+    (ann / f"{SESSIONS[0]}.csv").write_text(
+        (corpus / "Annotations" / f"{SESSIONS[0]}.csv").read_text()
+    )
     bad_tables, bad_ann = tmp_path / "bad_tables", tmp_path / "bad_ann"
     shutil.copytree(tables, bad_tables)
     shutil.copytree(ann, bad_ann)
@@ -414,26 +495,71 @@ def test_exit_codes_of_every_verb(corpus, extracted, tmp_path, capsys):
     empty.mkdir()
     s = ["--store", str(store)]
     cases = {
-        "scan": ([["scan", str(tmp_path / "nowhere"), *s]], [["scan", str(dup), "--store", str(tmp_path / "d")]],
-                 [["scan", str(corpus), "--store", str(tmp_path / "m")]]),
-        "extract": ([["extract", str(corpus), *s, "--config", str(tmp_path / "none.yaml")], ["extract", *s, "--jobs", "two"]],
-                    [["extract", str(data), *s]], [["extract", str(corpus), *s]]),
-        "import": ([["import", str(tables), "--role", "observer", "--channel", "x", *s],
-                    ["import", str(tables), "--role", "listener", "--channel", "a/b", *s]],
-                   [["import", str(bad_tables), "--role", "listener", "--channel", "x", *s],
-                    ["import", str(empty), "--role", "listener", "--channel", "x", *s]],
-                   [["import", str(tables), "--role", "listener", "--channel", "x", *s]]),
-        "labels": ([["labels", str(ann), "--target", "valence_self", "--fps", "0", *s], ["labels", str(ann), *s]],
-                   [["labels", str(bad_ann), "--target", "valence_self", *s]],
-                   [["labels", str(ann), "--target", "valence_self", *s]]),
-        "verify": ([["verify", *s, "--bogus"]], [["verify", "--store", str(broken)], ["verify", "--store", str(empty)]],
-                   [["verify", *s]]),
+        "scan": (
+            [["scan", str(tmp_path / "nowhere"), *s]],
+            [["scan", str(dup), "--store", str(tmp_path / "d")]],
+            [["scan", str(corpus), "--store", str(tmp_path / "m")]],
+        ),
+        "extract": (
+            [
+                ["extract", str(corpus), *s, "--config", str(tmp_path / "none.yaml")],
+                ["extract", *s, "--jobs", "two"],
+            ],
+            [["extract", str(data), *s]],
+            [["extract", str(corpus), *s]],
+        ),
+        "import": (
+            [
+                ["import", str(tables), "--role", "observer", "--channel", "x", *s],
+                ["import", str(tables), "--role", "listener", "--channel", "a/b", *s],
+            ],
+            [
+                ["import", str(bad_tables), "--role", "listener", "--channel", "x", *s],
+                ["import", str(empty), "--role", "listener", "--channel", "x", *s],
+            ],
+            [["import", str(tables), "--role", "listener", "--channel", "x", *s]],
+        ),
+        "labels": (
+            [
+                ["labels", str(ann), "--target", "valence_self", "--fps", "0", *s],
+                ["labels", str(ann), *s],
+            ],
+            [["labels", str(bad_ann), "--target", "valence_self", *s]],
+            [["labels", str(ann), "--target", "valence_self", *s]],
+        ),
+        "verify": (
+            [["verify", *s, "--bogus"]],
+            [["verify", "--store", str(broken)], ["verify", "--store", str(empty)]],
+            [["verify", *s]],
+        ),
         "ls": ([["ls", *s, "-x"]], [["ls", "--store", str(empty)]], [["ls", *s]]),
-        "inspect": ([["inspect", *s]], [["inspect", "Subject_9_Story_9", *s]], [["inspect", SESSIONS[0], *s]]),
-        "demo": ([["demo", "--out", str(tmp_path / "demo"), "--duration", "1"]], [],
-                 [["demo", "--out", str(tmp_path / "demo"), "--listeners", "1", "--stories", "1", "--duration", "2"]]),
-        "synth": ([["synth", "--store", str(tmp_path / "synth"), "--sessions", "0"]], [],
-                  [["synth", "--store", str(tmp_path / "synth"), "--sessions", "1"]]),
+        "inspect": (
+            [["inspect", *s]],
+            [["inspect", "Subject_9_Story_9", *s]],
+            [["inspect", SESSIONS[0], *s]],
+        ),
+        "demo": (
+            [["demo", "--out", str(tmp_path / "demo"), "--duration", "1"]],
+            [],
+            [
+                [
+                    "demo",
+                    "--out",
+                    str(tmp_path / "demo"),
+                    "--listeners",
+                    "1",
+                    "--stories",
+                    "1",
+                    "--duration",
+                    "2",
+                ]
+            ],
+        ),
+        "synth": (
+            [["synth", "--store", str(tmp_path / "synth"), "--sessions", "0"]],
+            [],
+            [["synth", "--store", str(tmp_path / "synth"), "--sessions", "1"]],
+        ),
     }
     got = {}
     for usage, partial, success in cases.values():
@@ -443,6 +569,8 @@ def test_exit_codes_of_every_verb(corpus, extracted, tmp_path, capsys):
                 captured = capsys.readouterr()
                 assert "Traceback" not in captured.err, argv
                 if expected:
-                    assert captured.err.strip(), f"{argv}: exit {expected} without a message on stderr"
+                    assert captured.err.strip(), (
+                        f"{argv}: exit {expected} without a message on stderr"
+                    )
     wrong = {k: v for k, v in got.items() if v[0] != v[1]}
     assert not wrong, wrong

@@ -36,7 +36,13 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
     np.testing.assert_allclose(df["AU02_r"].to_numpy()[:3], r1[:3, 1], rtol=1e-6)
     assert int(df["valid"].sum()) == 28
     meta = store.meta("Subject_3_Story_6")
-    assert (meta.listener, meta.story, meta.speaker, meta.split, meta.n_frames) == (3, 6, 3, "test", 40)
+    assert (meta.listener, meta.story, meta.speaker, meta.split, meta.n_frames) == (
+        3,
+        6,
+        3,
+        "test",
+        40,
+    )
     ch = store.read_channel("Subject_1_Story_2", "listener/face_au_openface")
     assert ch.extractor == "import:openface" and ch.extractor_version == "1"
     assert ch.cache_key == cache_key(ch.source, ch.extractor, ch.extractor_version, ch.params)
@@ -47,14 +53,21 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
 def test_import_into_existing_shard_keeps_other_content(tmp_path):
     store = Store(tmp_path / "store", mode="a")
     meta = SessionMeta("Subject_2_Story_4", 2, 4, 2, "train", n_frames=50)
-    other = Channel(np.ones((10, 1)), np.arange(10) * 0.2, np.ones(10, bool), ["x"], extractor="face_geom")
-    store.write_session(meta, channels={"speaker/face_geom": other}, labels={"valence_self": np.zeros(50)})
+    other = Channel(
+        np.ones((10, 1)), np.arange(10) * 0.2, np.ones(10, bool), ["x"], extractor="face_geom"
+    )
+    store.write_session(
+        meta, channels={"speaker/face_geom": other}, labels={"valence_self": np.zeros(50)}
+    )
     tables = tmp_path / "t"
     tables.mkdir()
     write_pyfeat(tables / "Subject_2_Story_4.csv")
     report = import_tables(tables, store.root, role="speaker", channel="face_au")
     assert not report.failed, str(report)
-    assert sorted(store.channel_keys("Subject_2_Story_4")) == ["speaker/face_au", "speaker/face_geom"]
+    assert sorted(store.channel_keys("Subject_2_Story_4")) == [
+        "speaker/face_au",
+        "speaker/face_geom",
+    ]
     assert store.meta("Subject_2_Story_4").n_frames == 50
     assert len(store.labels("Subject_2_Story_4", "valence_self")) == 50
     assert store.read_channel("Subject_2_Story_4", "speaker/face_au").extractor == "import:pyfeat"
@@ -77,13 +90,18 @@ def test_two_tables_for_one_session_fail_that_session_only(tmp_path):
     tables = tmp_path / "t"
     (tables / "a").mkdir(parents=True)
     write_openface(tables / "Subject_1_Story_1.csv")
-    pd.DataFrame({"time": [0.0, 0.04], "v": [1.0, 2.0]}).to_parquet(tables / "a" / "Subject_1_Story_1.parquet")
+    pd.DataFrame({"time": [0.0, 0.04], "v": [1.0, 2.0]}).to_parquet(
+        tables / "a" / "Subject_1_Story_1.parquet"
+    )
     write_openface(tables / "Subject_2_Story_1.csv")
     (tables / "Subject_4_Story_1.csv").write_text("time,a\n0,zz\n")
     report = import_tables(tables, tmp_path / "store", role="listener", channel="au")
     status = {r.session: r for r in report.results}
     assert status["Subject_2_Story_1"].ok
-    assert "2 tables" in status["Subject_1_Story_1"].error and "Subject_1_Story_1.parquet" in status["Subject_1_Story_1"].error
+    assert (
+        "2 tables" in status["Subject_1_Story_1"].error
+        and "Subject_1_Story_1.parquet" in status["Subject_1_Story_1"].error
+    )
     assert "'a'" in status["Subject_4_Story_1"].error
     assert {r.session for r in report.failed} == {"Subject_1_Story_1", "Subject_4_Story_1"}
     assert Store(tmp_path / "store").list_sessions() == ["Subject_2_Story_1"]
@@ -93,7 +111,6 @@ def test_two_tables_for_one_session_fail_that_session_only(tmp_path):
 def test_import_tables_rejects_unknown_role(tmp_path):
     with pytest.raises(ValueError, match="role"):
         import_tables(tmp_path, tmp_path / "s", role="observer", channel="x")
-
 
 
 # -------------------------------------------------------------------- labels
@@ -109,7 +126,9 @@ def test_import_labels_sets_frame_count_and_reads_back(tmp_path):
     report = import_labels(ann, tmp_path / "store", target="valence_self")
     assert not report.failed, str(report)
     store = Store(tmp_path / "store")
-    np.testing.assert_allclose(store.labels("Subject_5_Story_8", "valence_self").to_numpy(), y, atol=1e-6)
+    np.testing.assert_allclose(
+        store.labels("Subject_5_Story_8", "valence_self").to_numpy(), y, atol=1e-6
+    )
     assert store.meta("Subject_5_Story_8").n_frames == 40
     assert store.channel_keys("Subject_5_Story_8") == ["listener/au"]
     s = store.labels("Subject_6_Story_2", "valence_self")

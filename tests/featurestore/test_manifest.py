@@ -41,7 +41,10 @@ def test_scan_names_duplicates_unmatched_unparsable(tmp_path):
     _touch(tmp_path / "Subject_5_Story_1.csv", "arousal\n0\n")  # wrong header
     r = scan(tmp_path)
     kinds = {(i.kind, i.path.name) for i in r.issues}
-    assert ("duplicate", "Subject_1_Story_1.mp4") in kinds or ("duplicate", "Subject_1_Story_1.avi") in kinds
+    assert ("duplicate", "Subject_1_Story_1.mp4") in kinds or (
+        "duplicate",
+        "Subject_1_Story_1.avi",
+    ) in kinds
     assert ("unmatched", "Subject_3_Story_2.csv") in kinds
     assert ("unmatched", "Subject_4_Story_4.mov") in kinds
     assert ("unparsable", "interview.mp4") in kinds
@@ -58,9 +61,18 @@ def test_mapping_and_split_overridable(tmp_path):
 
 
 def test_annotation_target_from_path(tmp_path):
-    assert annotation_target(tmp_path / "Annotations/Subject_1_Story_1.csv", tmp_path) == "valence_self"
-    assert annotation_target(tmp_path / "Observer/Listener/Subject_1_Story_1.csv", tmp_path) == "valence_observer_listener"
-    assert annotation_target(tmp_path / "observer_speaker/Subject_1_Story_1.csv", tmp_path) == "valence_observer_speaker"
+    assert (
+        annotation_target(tmp_path / "Annotations/Subject_1_Story_1.csv", tmp_path)
+        == "valence_self"
+    )
+    assert (
+        annotation_target(tmp_path / "Observer/Listener/Subject_1_Story_1.csv", tmp_path)
+        == "valence_observer_listener"
+    )
+    assert (
+        annotation_target(tmp_path / "observer_speaker/Subject_1_Story_1.csv", tmp_path)
+        == "valence_observer_speaker"
+    )
 
 
 def test_missing_folder_and_manifest_file(tmp_path):

@@ -8,7 +8,13 @@ from tests.conftest import make_video
 def test_probe_and_frames(tmp_path):
     p = make_video(tmp_path / "Subject_1_Story_1.mp4", n_frames=50)
     info = media.probe(p)
-    assert (info.width, info.height, info.fps, info.n_frames, info.has_audio) == (320, 96, 25.0, 50, True)
+    assert (info.width, info.height, info.fps, info.n_frames, info.has_audio) == (
+        320,
+        96,
+        25.0,
+        50,
+        True,
+    )
     frames = list(media.iter_frames(p, sample_fps=5))
     assert [i for i, _, _ in frames] == list(range(0, 50, 5))
     assert frames[1][1] == pytest.approx(0.2)
@@ -58,12 +64,16 @@ def test_gray_frames_are_ffmpegs_luma_and_close_to_rgb_grey(tmp_path):
     import av
     import cv2
 
-    p = make_video(tmp_path / "v.mp4", n_frames=20, width=330, height=96)  # a row pitch wider than 330
+    p = make_video(
+        tmp_path / "v.mp4", n_frames=20, width=330, height=96
+    )  # a row pitch wider than 330
     gray = list(media.iter_frames(p, sample_fps=5, pixel_format="gray"))
     both = list(media.iter_frames(p, sample_fps=5, pixel_format=("gray", "rgb24")))
     assert [i for i, _, _ in gray] == [i for i, _, _ in both] == [0, 5, 10, 15]
     with av.open(str(p)) as c:
-        ffmpeg_gray = [f.to_ndarray(format="gray") for i, f in enumerate(c.decode(video=0)) if i % 5 == 0]
+        ffmpeg_gray = [
+            f.to_ndarray(format="gray") for i, f in enumerate(c.decode(video=0)) if i % 5 == 0
+        ]
     for (_, _, g), (_, _, images), want in zip(gray, both, ffmpeg_gray, strict=True):
         assert g.shape == (96, 330) and g.dtype == np.uint8
         np.testing.assert_array_equal(g, want)
@@ -77,7 +87,9 @@ def test_gray_frames_are_ffmpegs_luma_and_close_to_rgb_grey(tmp_path):
 def test_limited_range_luma_is_stretched_to_full_range():
     import av
 
-    frame = av.VideoFrame.from_ndarray(np.zeros((8, 6, 3), np.uint8), format="rgb24").reformat(format="yuv420p")
+    frame = av.VideoFrame.from_ndarray(np.zeros((8, 6, 3), np.uint8), format="rgb24").reformat(
+        format="yuv420p"
+    )
     plane = frame.planes[0]
     row = np.zeros(plane.line_size, np.uint8)  # rows are padded beyond the 6 pixels
     row[:6] = [0, 16, 126, 235, 255, 100]

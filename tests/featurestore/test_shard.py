@@ -18,13 +18,42 @@ def store(tmp_path, rng):
     st = Store(tmp_path, mode="a")
     rows = rng.normal(size=(400, 3)).astype(np.float32)
     t = np.arange(400) * 0.01
-    scene = Channel(rows, t, np.ones(400, bool), COLUMNS, extractor="egemaps", extractor_version="1", cache_key="s")
-    roles = {f"{r}/egemaps": Channel(rows, t, rng.random(400) < 0.5, COLUMNS, extractor="rule", extractor_version="1",
-                                     shared_with="scene/egemaps") for r in ("speaker", "listener")}  # fmt: skip
-    face = Channel(rng.normal(size=(20, 2)), np.arange(20) * 0.2, np.ones(20, bool), ["mouth_open", "blink"],
-                   extractor="face_geom", extractor_version="2", params={"face_fps": 5.0}, cache_key="f")  # fmt: skip
-    st.write_session(META, {"scene/egemaps": scene, **roles, "listener/face_geom": face},
-                     labels={"valence_self": np.linspace(-1, 1, 100)})  # fmt: skip
+    scene = Channel(
+        rows,
+        t,
+        np.ones(400, bool),
+        COLUMNS,
+        extractor="egemaps",
+        extractor_version="1",
+        cache_key="s",
+    )
+    roles = {
+        f"{r}/egemaps": Channel(
+            rows,
+            t,
+            rng.random(400) < 0.5,
+            COLUMNS,
+            extractor="rule",
+            extractor_version="1",
+            shared_with="scene/egemaps",
+        )
+        for r in ("speaker", "listener")
+    }
+    face = Channel(
+        rng.normal(size=(20, 2)),
+        np.arange(20) * 0.2,
+        np.ones(20, bool),
+        ["mouth_open", "blink"],
+        extractor="face_geom",
+        extractor_version="2",
+        params={"face_fps": 5.0},
+        cache_key="f",
+    )
+    st.write_session(
+        META,
+        {"scene/egemaps": scene, **roles, "listener/face_geom": face},
+        labels={"valence_self": np.linspace(-1, 1, 100)},
+    )
     return st
 
 
@@ -49,26 +78,42 @@ def test_read_session_returns_meta_channels_and_labels_of_one_open(store):
 def test_read_session_with_provenance_gives_channels(store):
     got = store.read_session(META.session, ["listener/face_geom"], provenance=True)
     ch = got.channels["listener/face_geom"]
-    assert isinstance(ch, Channel) and (ch.extractor, ch.params, ch.cache_key) == ("face_geom", {"face_fps": 5.0}, "f")
+    assert isinstance(ch, Channel) and (ch.extractor, ch.params, ch.cache_key) == (
+        "face_geom",
+        {"face_fps": 5.0},
+        "f",
+    )
 
 
 def test_a_missing_channel_names_what_the_shard_has_and_how_to_add_it(store):
-    with pytest.raises(MissingChannelError, match=r"has no channel speaker/face_geom in .*\(it has: speaker/egemaps, "
-                       r"listener/egemaps, listener/face_geom, scene/egemaps\); compute it with `featurestore extract`") as e:
+    with pytest.raises(
+        MissingChannelError,
+        match=r"has no channel speaker/face_geom in .*\(it has: speaker/egemaps, "
+        r"listener/egemaps, listener/face_geom, scene/egemaps\); compute it with `featurestore extract`",
+    ) as e:
         store.read_session(META.session, ["speaker/face_geom", "listener/face_geom"])
     assert e.value.keys == ["speaker/face_geom"]
-    with pytest.raises(MissingChannelError, match=r"no channel listener/lexicon .*`featurestore transcripts TRANSCRIPT_DIR`"):
+    with pytest.raises(
+        MissingChannelError,
+        match=r"no channel listener/lexicon .*`featurestore transcripts TRANSCRIPT_DIR`",
+    ):
         store.read_session(META.session, ["listener/lexicon"])
 
 
 def test_missing_target_and_label_length_mismatch_are_named(store):
-    with pytest.raises(StoreError, match=r"has no labels 'valence_other' .*\(it has: valence_self\); add them with "
-                       r"`featurestore labels DIR --target valence_other`"):
+    with pytest.raises(
+        StoreError,
+        match=r"has no labels 'valence_other' .*\(it has: valence_self\); add them with "
+        r"`featurestore labels DIR --target valence_other`",
+    ):
         store.read_session(META.session, ["listener/face_geom"], "valence_other")
     with h5py.File(store.shard_path(META.session), "a") as f:
         del f["labels/valence_self"]
         f["labels/valence_self"] = np.zeros(90, np.float32)
-    with pytest.raises(StoreError, match=r"labels 'valence_self' have 90 rows but the session has 100 frames; re-add"):
+    with pytest.raises(
+        StoreError,
+        match=r"labels 'valence_self' have 90 rows but the session has 100 frames; re-add",
+    ):
         store.read_session(META.session, ["listener/face_geom"], "valence_self")
 
 
@@ -76,20 +121,29 @@ def test_schema_version_and_unreadable_or_missing_shards(store, tmp_path):
     path = store.shard_path(META.session)
     with h5py.File(path, "a") as f:
         f.attrs["schema_version"] = 7
-    with pytest.raises(StoreError, match=rf"{path} has schema version 7; this tool reads schema version 1"):
+    with pytest.raises(
+        StoreError, match=rf"{path} has schema version 7; this tool reads schema version 1"
+    ):
         store.read_session(META.session, ["listener/face_geom"])
-    with pytest.raises(StoreError, match=r"schema version 7, this tool reads and writes 1; it was left as it is"):
+    with pytest.raises(
+        StoreError, match=r"schema version 7, this tool reads and writes 1; it was left as it is"
+    ):
         store.check_schema(META.session, write=True)
     store.check_schema("Subject_9_Story_9", write=True)  # no shard yet: nothing to refuse
     path.write_bytes(b"not hdf5")
     with pytest.raises(StoreError, match="is not a readable HDF5 shard"):
         store.read_session(META.session, ["listener/face_geom"])
-    with pytest.raises(StoreError, match=r"no shard for Subject_9_Story_9 .*run `featurestore extract`"):
+    with pytest.raises(
+        StoreError, match=r"no shard for Subject_9_Story_9 .*run `featurestore extract`"
+    ):
         store.read_session("Subject_9_Story_9", ["listener/face_geom"])
 
 
 def test_column_names_that_disagree_with_the_data_are_an_error(store):
     with h5py.File(store.shard_path(META.session), "a") as f:
         f["listener/face_geom"].attrs["columns"] = '["mouth_open"]'
-    with pytest.raises(StoreError, match=r"listener/face_geom: 2 data columns but 1 names; run `featurestore verify`"):
+    with pytest.raises(
+        StoreError,
+        match=r"listener/face_geom: 2 data columns but 1 names; run `featurestore verify`",
+    ):
         store.read_session(META.session, ["listener/face_geom"])

@@ -23,7 +23,17 @@ def _channel(n=20, d=3, rate=5.0, key="k1"):
     valid = np.ones(n, bool)
     valid[3] = False
     data[3] = np.nan
-    return Channel(data, t, valid, [f"c{i}" for i in range(d)], extractor="x", extractor_version="1", params={"a": 1}, cache_key=key, source={"path": "v.mp4", "size": 1, "fingerprint": "f"})
+    return Channel(
+        data,
+        t,
+        valid,
+        [f"c{i}" for i in range(d)],
+        extractor="x",
+        extractor_version="1",
+        params={"a": 1},
+        cache_key=key,
+        source={"path": "v.mp4", "size": 1, "fingerprint": "f"},
+    )
 
 
 META = SessionMeta("Subject_1_Story_2", 1, 2, 1, "train", n_frames=100)
@@ -50,7 +60,9 @@ def test_write_and_read_back(tmp_path):
     lab = store.labels("Subject_1_Story_2", "valence_self")
     assert len(lab) == 100 and lab.index[1] == pytest.approx(0.04)
     sessions = store.sessions()
-    assert sessions.loc[0, "split"] == "train" and sessions.loc[0, "channels"] == ["listener/face_geom"]
+    assert sessions.loc[0, "split"] == "train" and sessions.loc[0, "channels"] == [
+        "listener/face_geom"
+    ]
     assert store.cache_keys("Subject_1_Story_2") == {"listener/face_geom": "k1"}
     with h5py.File(store.shard_path(META.session)) as f:
         assert f.attrs["schema_version"] == 1 and f.attrs["fps"] == 25.0
@@ -69,7 +81,9 @@ def test_failed_write_leaves_old_shard_and_no_temp(tmp_path):
     store.write_session(META, channels={"listener/face_geom": _channel()})
     before = store.shard_path(META.session).read_bytes()
     with pytest.raises(StoreError, match="labels"):
-        store.write_session(META, channels={"scene/egemaps": _channel()}, labels={"valence_self": np.zeros(7)})
+        store.write_session(
+            META, channels={"scene/egemaps": _channel()}, labels={"valence_self": np.zeros(7)}
+        )
     assert store.shard_path(META.session).read_bytes() == before
     assert store.temp_files() == []
 

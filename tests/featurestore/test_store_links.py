@@ -18,25 +18,50 @@ def _egemaps(rng, rows=396):
     data = rng.normal(size=(rows, 25)).astype(np.float32)
     data[7] = np.nan
     time = np.arange(rows) * 0.01
-    scene = Channel(data, time, np.isfinite(data).all(axis=1), COLUMNS, extractor="egemaps", extractor_version="1")
+    scene = Channel(
+        data,
+        time,
+        np.isfinite(data).all(axis=1),
+        COLUMNS,
+        extractor="egemaps",
+        extractor_version="1",
+    )
     talk = rng.random(rows) < 0.6
     roles = {
-        f"{role}/egemaps": Channel(data, time, scene.valid & (talk if role == "speaker" else ~talk), COLUMNS,
-                                   extractor="rule", extractor_version="1", shared_with="scene/egemaps")  # fmt: skip
+        f"{role}/egemaps": Channel(
+            data,
+            time,
+            scene.valid & (talk if role == "speaker" else ~talk),
+            COLUMNS,
+            extractor="rule",
+            extractor_version="1",
+            shared_with="scene/egemaps",
+        )
         for role in ("speaker", "listener")
     }
     return scene, roles
 
 
 def _unlinked(channels):
-    return {k: Channel(c.data.copy(), c.time.copy(), c.valid, c.columns, extractor=c.extractor, extractor_version="1")
-            for k, c in channels.items()}  # fmt: skip
+    return {
+        k: Channel(
+            c.data.copy(),
+            c.time.copy(),
+            c.valid,
+            c.columns,
+            extractor=c.extractor,
+            extractor_version="1",
+        )
+        for k, c in channels.items()
+    }
 
 
 def test_linked_role_channels_read_the_scene_rows_with_their_own_valid(tmp_path, rng):
     store = Store(tmp_path, mode="a")
     scene, roles = _egemaps(rng)
-    store.write_session(META, {"scene/egemaps": scene, **roles}, labels={"valence_self": np.zeros(100)})
+    store.write_session(
+        META, {"scene/egemaps": scene, **roles}, labels={"valence_self": np.zeros(100)}
+    )
     for key, ch in roles.items():
         got = store.read_channel(META.session, key)
         np.testing.assert_array_equal(got.data, scene.data)
@@ -45,7 +70,9 @@ def test_linked_role_channels_read_the_scene_rows_with_their_own_valid(tmp_path,
         assert got.shared_with is None  # read back: its own copy
     with h5py.File(store.shard_path(META.session)) as f:
         for role in ("speaker", "listener"):
-            assert f[f"{role}/egemaps/data"].id == f["scene/egemaps/data"].id  # one dataset, three names
+            assert (
+                f[f"{role}/egemaps/data"].id == f["scene/egemaps/data"].id
+            )  # one dataset, three names
             assert f[f"{role}/egemaps/time"].id == f["scene/egemaps/time"].id
             assert f[f"{role}/egemaps/valid"].id != f["scene/egemaps/valid"].id
             assert f[f"{role}/egemaps"].attrs["shared_with"] == "scene/egemaps"
@@ -67,7 +94,9 @@ def test_links_make_the_shard_smaller_and_load_the_same_tables(tmp_path, rng):
     a, b = load_sessions(linked, keys)[0], load_sessions(copied, keys)[0]
     np.testing.assert_array_equal(a.X, b.X)
     np.testing.assert_array_equal(a.valid, b.valid)
-    assert not np.array_equal(a.X[:, 25:50], a.X[:, 50:75], equal_nan=True)  # per-role valid applied
+    assert not np.array_equal(
+        a.X[:, 25:50], a.X[:, 50:75], equal_nan=True
+    )  # per-role valid applied
 
 
 def test_link_to_a_channel_already_in_the_shard_and_replacing_it_later(tmp_path, rng):
@@ -78,12 +107,20 @@ def test_link_to_a_channel_already_in_the_shard_and_replacing_it_later(tmp_path,
     with h5py.File(store.shard_path(META.session)) as f:
         assert f["speaker/egemaps/data"].id == f["scene/egemaps/data"].id
     # a new scene channel does not change the rows the role channels were derived from
-    new_scene = Channel(scene.data + 1, scene.time, scene.valid, COLUMNS, extractor="egemaps", extractor_version="2")
+    new_scene = Channel(
+        scene.data + 1, scene.time, scene.valid, COLUMNS, extractor="egemaps", extractor_version="2"
+    )
     store.write_session(META, {"scene/egemaps": new_scene})
-    np.testing.assert_array_equal(store.read_channel(META.session, "speaker/egemaps").data, scene.data)
-    np.testing.assert_array_equal(store.read_channel(META.session, "scene/egemaps").data, scene.data + 1)
+    np.testing.assert_array_equal(
+        store.read_channel(META.session, "speaker/egemaps").data, scene.data
+    )
+    np.testing.assert_array_equal(
+        store.read_channel(META.session, "scene/egemaps").data, scene.data + 1
+    )
     store.write_session(META, drop=["scene/egemaps"])
-    np.testing.assert_array_equal(store.read_channel(META.session, "listener/egemaps").data, scene.data)
+    np.testing.assert_array_equal(
+        store.read_channel(META.session, "listener/egemaps").data, scene.data
+    )
     assert store.verify() == []
 
 
@@ -107,15 +144,43 @@ def _old_shard(path, rng):
     data = rng.normal(size=(396, 25)).astype(np.float32)
     time = np.arange(396) * 0.01
     with h5py.File(path, "w") as f:
-        f.attrs.update({"session": META.session, "listener": 1, "story": 1, "speaker": 1, "split": "val",
-                        "fps": 25.0, "n_frames": 100, "schema_version": 1})  # fmt: skip
+        f.attrs.update(
+            {
+                "session": META.session,
+                "listener": 1,
+                "story": 1,
+                "speaker": 1,
+                "split": "val",
+                "fps": 25.0,
+                "n_frames": 100,
+                "schema_version": 1,
+            }
+        )
         for role in ("scene", "speaker", "listener"):
             g = f.create_group(f"{role}/egemaps")
-            g.create_dataset("data", data=data, chunks=(396, 25), compression="gzip", compression_opts=1, shuffle=True)
+            g.create_dataset(
+                "data",
+                data=data,
+                chunks=(396, 25),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+            )
             g.create_dataset("time", data=time)
-            g.create_dataset("valid", data=np.ones(396, bool) if role == "scene" else rng.random(396) < 0.5)
-            g.attrs.update({"columns": json.dumps(COLUMNS), "extractor": "egemaps", "extractor_version": "1",
-                            "params": "{}", "cache_key": "", "source": "{}", "created_utc": "2025-01-01T00:00:00+00:00"})  # fmt: skip
+            g.create_dataset(
+                "valid", data=np.ones(396, bool) if role == "scene" else rng.random(396) < 0.5
+            )
+            g.attrs.update(
+                {
+                    "columns": json.dumps(COLUMNS),
+                    "extractor": "egemaps",
+                    "extractor_version": "1",
+                    "params": "{}",
+                    "cache_key": "",
+                    "source": "{}",
+                    "created_utc": "2025-01-01T00:00:00+00:00",
+                }
+            )
         f.create_dataset("labels/valence_self", data=np.zeros(100, np.float32))
     return data
 

@@ -90,8 +90,12 @@ def test_channels_have_real_widths_rates_and_names(store8):
             assert au.columns == list(AU_COLUMNS) and au.data.shape == (-(-n // 5), 20)
             np.testing.assert_allclose(np.diff(geom.time), 0.2)
             assert geom.extractor == "synth" and geom.source["upstream"].startswith("synth seed=3")
-            np.testing.assert_array_equal(geom.valid, au.valid)  # no face: both channels lose the frame
-            assert np.all(np.isnan(geom.data[~geom.valid])) and np.all(np.isfinite(geom.data[geom.valid]))
+            np.testing.assert_array_equal(
+                geom.valid, au.valid
+            )  # no face: both channels lose the frame
+            assert np.all(np.isnan(geom.data[~geom.valid])) and np.all(
+                np.isfinite(geom.data[geom.valid])
+            )
             ok = au.data[au.valid]
             assert ok.min() >= 0 and ok.max() <= 1  # activations, like py-feat's
         scene = chans["scene/egemaps"]
@@ -101,11 +105,17 @@ def test_channels_have_real_widths_rates_and_names(store8):
         for role in ("speaker", "listener"):
             np.testing.assert_array_equal(chans[f"{role}/egemaps"].data, scene.data)
         spk, lis = chans["speaker/egemaps"].valid.mean(), chans["listener/egemaps"].valid.mean()
-        assert 0.35 < spk < 0.8 and lis < 0.2 and spk > 2.5 * lis  # the speaker talks most, the listener rarely
+        assert (
+            0.35 < spk < 0.8 and lis < 0.2 and spk > 2.5 * lis
+        )  # the speaker talks most, the listener rarely
         f0 = scene.data[:, scene.columns.index("F0semitoneFrom27.5Hz_sma3nz")]
         assert np.all(f0[chans["speaker/egemaps"].valid] > 0)  # talking frames are voiced
-        assert 0.1 < np.mean(f0 == 0) < 0.8  # silence and unvoiced frames hold 0, as openSMILE writes
-    invalid = np.mean(np.concatenate([~store.read_channel(s, "listener/face_geom").valid for s in info.sessions]))
+        assert (
+            0.1 < np.mean(f0 == 0) < 0.8
+        )  # silence and unvoiced frames hold 0, as openSMILE writes
+    invalid = np.mean(
+        np.concatenate([~store.read_channel(s, "listener/face_geom").valid for s in info.sessions])
+    )
     assert 0.005 < invalid < 0.08  # a few percent of face frames are lost
     truth = json.loads((info.root / SYNTH_TRUTH).read_text())
     assert truth["delay_s"] == LABEL_DELAY_S and truth["sessions"] == info.lengths
@@ -114,7 +124,11 @@ def test_channels_have_real_widths_rates_and_names(store8):
 
 def test_face_rate_follows_the_sampling_of_the_video_path():
     assert face_sample_frames(11, 5.0).tolist() == [0, 5, 10]
-    assert face_sample_frames(6, 10.0).tolist() == [0, 3, 5]  # every 2.5 frames, as iter_frames picks
+    assert face_sample_frames(6, 10.0).tolist() == [
+        0,
+        3,
+        5,
+    ]  # every 2.5 frames, as iter_frames picks
     assert len(face_sample_frames(30, 25.0)) == 30
     s = synth_session(2, 5, 300, seed=1, face_fps=25.0)
     assert s.channels["listener/face_geom"].data.shape == (300, 17)
@@ -132,8 +146,12 @@ def test_deterministic_per_seed_and_session(tmp_path):
         assert a.channels[k].cache_key == b.channels[k].cache_key != c.channels[k].cache_key
     assert not np.allclose(a.labels["valence_self"], c.labels["valence_self"])
     # a session's data do not depend on how many others are built with it
-    small = synth_store(tmp_path / "a", n_sessions=2, seed=5, progress=False, length_range=(250, 500))
-    large = synth_store(tmp_path / "b", n_sessions=9, seed=5, progress=False, length_range=(250, 500))
+    small = synth_store(
+        tmp_path / "a", n_sessions=2, seed=5, progress=False, length_range=(250, 500)
+    )
+    large = synth_store(
+        tmp_path / "b", n_sessions=9, seed=5, progress=False, length_range=(250, 500)
+    )
     sa, sb = Store(small.root), Store(large.root)
     for s in small.sessions:
         np.testing.assert_array_equal(sa.labels(s).to_numpy(), sb.labels(s).to_numpy())
@@ -141,7 +159,9 @@ def test_deterministic_per_seed_and_session(tmp_path):
             sa.read_channel(s, "scene/egemaps").data, sb.read_channel(s, "scene/egemaps").data
         )
     # rewriting replaces the shards whole
-    again = synth_store(tmp_path / "a", n_sessions=2, seed=6, progress=False, length_range=(250, 500))
+    again = synth_store(
+        tmp_path / "a", n_sessions=2, seed=6, progress=False, length_range=(250, 500)
+    )
     assert Store(again.root).verify() == []
     new = Store(again.root).read_channel(again.sessions[0], "scene/egemaps")
     assert new.params["seed"] == 6 and new.data.shape[0] == 4 * again.lengths[again.sessions[0]] - 4
@@ -191,7 +211,10 @@ def test_planted_relation_listener_predicts_valence_speaker_weakly(store8):
     r_speaker = {k: float(np.mean(v)) for k, v in speaker_r.items()}
     best_speaker = max(abs(v) for v in r_speaker.values())
     assert r_listener > 0.75, r_listener
-    assert r_listener > best_speaker + 0.3, (r_listener, sorted(r_speaker.items(), key=lambda kv: -abs(kv[1]))[:3])
+    assert r_listener > best_speaker + 0.3, (
+        r_listener,
+        sorted(r_speaker.items(), key=lambda kv: -abs(kv[1]))[:3],
+    )
     # the speaker's voice carries a weak, positive signal
     assert r_speaker["speaker/egemaps/Loudness_sma3"] > 0
     # the face leads the valence by the planted delay: the best lag is near 1.5 s
@@ -201,11 +224,16 @@ def test_planted_relation_listener_predicts_valence_speaker_weakly(store8):
 
 def test_cli_synth(tmp_path, capsys):
     out = tmp_path / "store"
-    assert main(["synth", "--store", str(out), "--sessions", "1", "--seed", "2", "--face-fps", "25"]) == 0
+    assert (
+        main(["synth", "--store", str(out), "--sessions", "1", "--seed", "2", "--face-fps", "25"])
+        == 0
+    )
     assert "1 synthetic sessions" in capsys.readouterr().out
     store = Store(out)
     assert store.list_sessions() == ["Subject_1_Story_1"]
     n = store.meta("Subject_1_Story_1").n_frames
-    assert 4700 <= n <= 11925 and store.read_channel("Subject_1_Story_1", "listener/face_au").data.shape == (n, 20)
+    assert 4700 <= n <= 11925 and store.read_channel(
+        "Subject_1_Story_1", "listener/face_au"
+    ).data.shape == (n, 20)
     assert main(["verify", "--store", str(out)]) == 0
     assert main(["synth", "--store", str(out), "--sessions", "0"]) == 2

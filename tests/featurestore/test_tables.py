@@ -108,7 +108,9 @@ def test_pyfeat_csv_keeps_largest_face_and_faceless_frames_invalid(tmp_path):
 def test_generic_csv_with_frame_and_parquet_with_time(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(50, 2))
-    pd.DataFrame({"frame": np.arange(0, 100, 2), "energy": x[:, 0], "pitch": x[:, 1]}).to_csv(tmp_path / "g.csv", index=False)
+    pd.DataFrame({"frame": np.arange(0, 100, 2), "energy": x[:, 0], "pitch": x[:, 1]}).to_csv(
+        tmp_path / "g.csv", index=False
+    )
     t = read_table(tmp_path / "g.csv", fps=10.0)
     assert t.kind == "table" and t.features.columns == ["energy", "pitch"]
     np.testing.assert_allclose(t.features.time, np.arange(0, 100, 2) / 10.0)
@@ -116,12 +118,22 @@ def test_generic_csv_with_frame_and_parquet_with_time(tmp_path):
     assert t.features.valid.all()
 
     times = np.arange(40) * 0.01
-    pd.DataFrame({"time": times, "loud": x[:40, 0], "flag": np.arange(40) % 2 == 0,
-                  "valid": np.arange(40) != 7}).to_parquet(tmp_path / "g.parquet")
+    pd.DataFrame(
+        {
+            "time": times,
+            "loud": x[:40, 0],
+            "flag": np.arange(40) % 2 == 0,
+            "valid": np.arange(40) != 7,
+        }
+    ).to_parquet(tmp_path / "g.parquet")
     q = read_table(tmp_path / "g.parquet")
     assert q.features.columns == ["loud", "flag"]
     np.testing.assert_allclose(q.features.time, times)
-    assert q.features.data[2, 1] == 1.0 and not q.features.valid[7] and np.isnan(q.features.data[7]).all()
+    assert (
+        q.features.data[2, 1] == 1.0
+        and not q.features.valid[7]
+        and np.isnan(q.features.data[7]).all()
+    )
 
 
 def test_non_numeric_column_is_a_table_error_naming_column_and_row(tmp_path):
@@ -152,5 +164,3 @@ def test_table_without_time_or_frame_or_with_unsorted_time_is_an_error(tmp_path)
     p.write_text("time,a\n0.0,1\n0.08,2\n0.04,3\n")
     with pytest.raises(TableError, match="does not increase at row 3"):
         read_table(p)
-
-

@@ -43,7 +43,12 @@ def test_srt_bom_crlf_overlap_both_tags_and_untagged_lines(tmp_path):
     path.write_bytes(text.encode("utf-8"))
     cues = read_transcript(path)
     assert spans(cues) == [
-        (1.0, 3.5, "speaker", "Once upon a time there was a lovely day."),  # a wrapped line keeps the tag
+        (
+            1.0,
+            3.5,
+            "speaker",
+            "Once upon a time there was a lovely day.",
+        ),  # a wrapped line keeps the tag
         (3.0, 4.25, "speaker", "It was great."),  # overlaps the first cue: kept as is
         (3.0, 4.25, "listener", "wow"),  # both tags: one cue per role, same span
         (5.5, 6.0, None, "no tag at all"),  # no tag: no role, kept
@@ -54,14 +59,20 @@ def test_srt_bom_crlf_overlap_both_tags_and_untagged_lines(tmp_path):
 
 
 def test_srt_without_blank_lines_or_index_and_a_blank_line_inside_a_cue():
-    cues = parse_srt("00:00:01,000 --> 00:00:02,000\n[S] one\n00:00:02,000 --> 00:00:03,000\n[L] two\n\nthree\n")
+    cues = parse_srt(
+        "00:00:01,000 --> 00:00:02,000\n[S] one\n00:00:02,000 --> 00:00:03,000\n[L] two\n\nthree\n"
+    )
     assert spans(cues) == [(1.0, 2.0, "speaker", "one"), (2.0, 3.0, "listener", "two three")]
 
 
 @pytest.mark.parametrize(
     ("body", "line", "what"),
     [
-        ("1\n00:00:01,000 --> 00:00:02,000\n[S] a\n\n2\n00:00:0x,000 --> 00:00:03,000\n[S] b\n", 6, "cannot read the cue times"),
+        (
+            "1\n00:00:01,000 --> 00:00:02,000\n[S] a\n\n2\n00:00:0x,000 --> 00:00:03,000\n[S] b\n",
+            6,
+            "cannot read the cue times",
+        ),
         ("1\n00:00:03,000 --> 00:00:02,000\n[S] a\n", 2, "ends before it starts"),
         ("1\n00:61:00,000 --> 00:62:00,000\n[S] a\n", 2, "minutes or seconds >= 60"),
         ("hello\n\n1\n00:00:01,000 --> 00:00:02,000\n[S] a\n", 1, "before the first cue time"),
@@ -134,14 +145,30 @@ def test_speech_values_on_hand_made_cues():
     at = lambda x: int(round(x * 25))  # noqa: E731
     talking, wps, since = spk.data.T
     np.testing.assert_array_equal(talking, ((t >= 1.0) & (t < 3.0)).astype(np.float32))
-    assert wps[at(1.5)] == pytest.approx(2.0) and wps[at(2.2)] == pytest.approx(6.0) and wps[at(3.5)] == 0
-    assert since[at(2.0)] == 0 and since[at(3.0)] == pytest.approx(0.0) and since[at(5.0)] == pytest.approx(2.0)
+    assert (
+        wps[at(1.5)] == pytest.approx(2.0)
+        and wps[at(2.2)] == pytest.approx(6.0)
+        and wps[at(3.5)] == 0
+    )
+    assert (
+        since[at(2.0)] == 0
+        and since[at(3.0)] == pytest.approx(0.0)
+        and since[at(5.0)] == pytest.approx(2.0)
+    )
     assert since[at(0.5)] == 60.0  # not spoken yet: the cap
     lis = out["listener"].data
-    assert lis[at(4.2), 0] == 1 and lis[at(4.2), 1] == pytest.approx(2.0) and lis[at(10.0), 2] == pytest.approx(5.5)
+    assert (
+        lis[at(4.2), 0] == 1
+        and lis[at(4.2), 1] == pytest.approx(2.0)
+        and lis[at(10.0), 2] == pytest.approx(5.5)
+    )
     # valid while the transcript covers the session: to the last cue's end (7 s) + 5 s
     np.testing.assert_array_equal(spk.valid, t <= 12.0 + 1e-9)
-    capped = SpeechExtractor().process_cues([Cue(0.0, 1.0, "speaker", "a")], 25 * 80, 25.0)["speaker"].data[:, 2]
+    capped = (
+        SpeechExtractor()
+        .process_cues([Cue(0.0, 1.0, "speaker", "a")], 25 * 80, 25.0)["speaker"]
+        .data[:, 2]
+    )
     assert capped.max() == 60.0 and capped[at(30.0)] == pytest.approx(29.0)
 
 
@@ -165,10 +192,15 @@ def test_lexicon_sign_decay_coverage_and_roles():
     at = lambda x: int(round(x * 25))  # noqa: E731
     d = spk.data
     assert d[at(0.5), col["words_recent"]] == 0 and d[at(0.5), col["vader_compound"]] == 0
-    assert d[at(2.9), col["vader_compound"]] > 0.5 and d[at(2.9), col["vader_pos"]] > d[at(2.9), col["vader_neg"]]
+    assert (
+        d[at(2.9), col["vader_compound"]] > 0.5
+        and d[at(2.9), col["vader_pos"]] > d[at(2.9), col["vader_neg"]]
+    )
     assert d[at(2.9), col["words_recent"]] == 5
     # words are spoken over the cue: early in it only the first ones count
-    assert d[at(1.3), col["words_recent"]] == 1 and d[at(1.3), col["vader_compound"]] == 0  # word 1 at 1.2 s
+    assert (
+        d[at(1.3), col["words_recent"]] == 1 and d[at(1.3), col["vader_compound"]] == 0
+    )  # word 1 at 1.2 s
     # 2 of the 5 words are in VADER's lexicon (wonderful, happy)
     assert d[at(5.0), col["lexicon_coverage"]] == pytest.approx(0.4)
     # the cue still counts 4 s after its end, no longer after 5 s
@@ -176,8 +208,10 @@ def test_lexicon_sign_decay_coverage_and_roles():
     assert d[at(11.9), col["vader_compound"]] < -0.5
     # the positive cue decays: just after the negative one starts, the mix is still positive-weighted
     assert d[at(12.5), col["vader_compound"]] < 0
-    assert lis.data[at(4.4), col["vader_compound"]] > 0 and lis.data[at(1.5), col["words_recent"]] == 0
-    assert np.all(lis.data[at(20.0):, col["words_recent"]] == 0)  # the untagged cue is nobody's
+    assert (
+        lis.data[at(4.4), col["vader_compound"]] > 0 and lis.data[at(1.5), col["words_recent"]] == 0
+    )
+    assert np.all(lis.data[at(20.0) :, col["words_recent"]] == 0)  # the untagged cue is nobody's
     assert spk.valid[at(25.9)] and not spk.valid[at(26.1)]
 
 
@@ -205,48 +239,143 @@ def test_extraction_with_a_transcript_uses_the_transcript_rule(session_data, tmp
     srt.write_text(SRT)
     store = tmp_path / "features"
     # no face channel: the face rule could not run, the transcript rule can
-    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps", "speech", "lexicon"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(data),
+                "--store",
+                str(store),
+                "--channels",
+                "egemaps",
+                "speech",
+                "lexicon",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "computed scene/egemaps, speaker/speech, listener/speech, speaker/lexicon, listener/lexicon, speaker/egemaps, listener/egemaps" in out
+    assert (
+        "computed scene/egemaps, speaker/speech, listener/speech, speaker/lexicon, listener/lexicon, speaker/egemaps, listener/egemaps"
+        in out
+    )
     st = Store(store)
     s = "Subject_1_Story_1"
     scene = st.read_channel(s, "scene/egemaps")
     spk, lis = st.read_channel(s, "speaker/egemaps"), st.read_channel(s, "listener/egemaps")
-    assert spk.extractor == "speaking_from_transcript" and spk.params == {"rule": "speaking_from_transcript"}
-    assert spk.source["rule"] == "transcript" and spk.source["path"] == str(srt) and "transcript=" in spk.source["upstream"]
+    assert spk.extractor == "speaking_from_transcript" and spk.params == {
+        "rule": "speaking_from_transcript"
+    }
+    assert (
+        spk.source["rule"] == "transcript"
+        and spk.source["path"] == str(srt)
+        and "transcript=" in spk.source["upstream"]
+    )
     np.testing.assert_array_equal(spk.valid, scene.valid & (scene.time >= 0.2) & (scene.time < 1.0))
     np.testing.assert_array_equal(lis.valid, scene.valid & (scene.time >= 1.2) & (scene.time < 1.6))
     with h5py.File(st.shard_path(s)) as f:
-        assert f["speaker/egemaps"].attrs["shared_with"] == "scene/egemaps"  # rows stored once (hard links)
+        assert (
+            f["speaker/egemaps"].attrs["shared_with"] == "scene/egemaps"
+        )  # rows stored once (hard links)
     speech = st.read_channel(s, "speaker/speech")
-    assert speech.data.shape == (50, 3) and speech.source["path"] == str(srt) and speech.params["n_frames"] == 50
+    assert (
+        speech.data.shape == (50, 3)
+        and speech.source["path"] == str(srt)
+        and speech.params["n_frames"] == 50
+    )
     assert st.read_channel(s, "speaker/lexicon").data[20, 0] > 0  # "lovely" at 0.8 s
     assert main(["verify", "--store", str(store)]) == 0
     # re-run: current; an edited transcript redoes the transcript channels and the per-role voice only
     keys = st.cache_keys(s)
-    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps", "speech", "lexicon"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(data),
+                "--store",
+                str(store),
+                "--channels",
+                "egemaps",
+                "speech",
+                "lexicon",
+            ]
+        )
+        == 0
+    )
     assert "0 extracted, 1 already current" in capsys.readouterr().out
     srt.write_text(SRT.replace("[L] wow", "[S] wow"))
     assert main(["verify", "--store", str(store)]) == 1  # the source changed since extraction
     capsys.readouterr()
-    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps", "speech", "lexicon"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(data),
+                "--store",
+                str(store),
+                "--channels",
+                "egemaps",
+                "speech",
+                "lexicon",
+            ]
+        )
+        == 0
+    )
     new = Store(store).cache_keys(s)
     assert new["scene/egemaps"] == keys["scene/egemaps"]
-    assert all(new[k] != keys[k] for k in ("speaker/speech", "listener/lexicon", "speaker/egemaps", "listener/egemaps"))
+    assert all(
+        new[k] != keys[k]
+        for k in ("speaker/speech", "listener/lexicon", "speaker/egemaps", "listener/egemaps")
+    )
     assert not Store(store).read_channel(s, "listener/egemaps").valid.any()
     # a broken transcript fails the session with the file and line; the stored channels stay
     srt.write_text("1\n00:00:00,200 --> 00:00:0x,000\n[S] what\n")
     capsys.readouterr()
-    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps", "speech", "lexicon", "--force"]) == 1
+    assert (
+        main(
+            [
+                "extract",
+                str(data),
+                "--store",
+                str(store),
+                "--channels",
+                "egemaps",
+                "speech",
+                "lexicon",
+                "--force",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert f"{srt}:2: cannot read the cue times" in err and "speaker/listener egemaps not derived" in err
+    assert (
+        f"{srt}:2: cannot read the cue times" in err
+        and "speaker/listener egemaps not derived" in err
+    )
 
 
 def test_extraction_without_a_transcript_skips_with_a_note(session_data, tmp_path, capsys):
     store = tmp_path / "features"
-    assert main(["extract", str(session_data), "--store", str(store), "--channels", "egemaps", "speech", "lexicon"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(session_data),
+                "--store",
+                str(store),
+                "--channels",
+                "egemaps",
+                "speech",
+                "lexicon",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "note: no transcript: speech skipped" in out and "note: no transcript: lexicon skipped" in out
+    assert (
+        "note: no transcript: speech skipped" in out
+        and "note: no transcript: lexicon skipped" in out
+    )
     assert "speaker/listener egemaps need face_geom (mouth movement) or a transcript" in out
     assert Store(store).channel_keys("Subject_1_Story_1") == ["scene/egemaps"]
 
@@ -258,10 +387,20 @@ def _tiny_store(root, sessions=("Subject_1_Story_1", "Subject_1_Story_2")) -> St
     for s in sessions:
         story = int(s[-1])
         t = np.arange(0, 4.0, 0.01)
-        scene = Channel(rng.normal(size=(len(t), 3)), t, np.ones(len(t), bool), ["a", "b", "c"],
-                        extractor="egemaps", extractor_version="1", cache_key=f"scene-{s}")
-        st.write_session(SessionMeta(s, 1, story, 1, "train", 100), channels={"scene/egemaps": scene},
-                         labels={"valence_self": np.zeros(100, np.float32)})
+        scene = Channel(
+            rng.normal(size=(len(t), 3)),
+            t,
+            np.ones(len(t), bool),
+            ["a", "b", "c"],
+            extractor="egemaps",
+            extractor_version="1",
+            cache_key=f"scene-{s}",
+        )
+        st.write_session(
+            SessionMeta(s, 1, story, 1, "train", 100),
+            channels={"scene/egemaps": scene},
+            labels={"valence_self": np.zeros(100, np.float32)},
+        )
     return st
 
 
@@ -272,21 +411,30 @@ def test_transcripts_verb_writes_channels_and_rederives_voice(tmp_path, capsys):
     (tdir / "transcribed_subject_1_story_1.srt").write_text(SRT)
     (tdir / "Subject_1_Story_2.ass").write_text(
         "[Events]\nFormat: Layer, Start, End, Style, Name, MarginL, MarginR, MarginV, Effect, Text\n"
-        "Dialogue: 0,0:00:00.50,0:00:02.00,Default,,0,0,0,,[L] {\\i1}oh no{\\i0}\n")
+        "Dialogue: 0,0:00:00.50,0:00:02.00,Default,,0,0,0,,[L] {\\i1}oh no{\\i0}\n"
+    )
     (tdir / "Subject_3_Story_1.srt").write_text(SRT)  # no shard: fails alone
     (tdir / "notes.srt").write_text(SRT)  # no session in the name: skipped
     rc = main(["transcripts", str(tmp_path / "deep"), "--store", str(st.root)])
     out = capsys.readouterr()
     assert rc == 1
-    assert "ok     Subject_1_Story_1: computed listener/egemaps, listener/lexicon, listener/speech, speaker/egemaps" in out.out
+    assert (
+        "ok     Subject_1_Story_1: computed listener/egemaps, listener/lexicon, listener/speech, speaker/egemaps"
+        in out.out
+    )
     assert "speaker 1 cues/4 words, listener 1 cues/1 words" in out.out
-    assert "FAILED Subject_3_Story_1: no shard for Subject_3_Story_1" in out.err and "featurestore extract" in out.err
+    assert (
+        "FAILED Subject_3_Story_1: no shard for Subject_3_Story_1" in out.err
+        and "featurestore extract" in out.err
+    )
     assert "skipped" in out.out and "notes.srt" in out.out
     assert "transcripts: 2 session(s) written, 1 failed" in out.out
     lis = st.read_channel("Subject_1_Story_2", "listener/egemaps")
     assert lis.extractor == "speaking_from_transcript"
     np.testing.assert_array_equal(lis.valid, (lis.time >= 0.5) & (lis.time < 2.0))
-    assert st.read_channel("Subject_1_Story_2", "listener/lexicon").data[45, 0] < 0  # "oh no" complete at 1.625 s
+    assert (
+        st.read_channel("Subject_1_Story_2", "listener/lexicon").data[45, 0] < 0
+    )  # "oh no" complete at 1.625 s
     assert st.read_channel("Subject_1_Story_1", "speaker/speech").data.shape == (100, 3)
     with h5py.File(st.shard_path("Subject_1_Story_1")) as f:
         assert json.loads(f["speaker/lexicon"].attrs["params"])["vader_version"]
@@ -295,7 +443,9 @@ def test_transcripts_verb_writes_channels_and_rederives_voice(tmp_path, capsys):
     (tdir / "Subject_3_Story_1.srt").unlink()
     assert main(["transcripts", str(tdir), "--store", str(st.root)]) == 0
     assert "ok     Subject_1_Story_2: all current" in capsys.readouterr().out
-    (tdir / "Subject_1_Story_2.ass").write_text("[Events]\nDialogue: 0,0:00:00.50,0:00:0x.00,Default,,0,0,0,,[L] hm\n")
+    (tdir / "Subject_1_Story_2.ass").write_text(
+        "[Events]\nDialogue: 0,0:00:00.50,0:00:0x.00,Default,,0,0,0,,[L] hm\n"
+    )
     assert main(["transcripts", str(tdir), "--store", str(st.root)]) == 1
     assert "Subject_1_Story_2.ass:2: cannot read the time" in capsys.readouterr().err
     assert st.shard_path("Subject_1_Story_2").read_bytes() == before
@@ -306,7 +456,9 @@ def test_feature_sets_without_lexicon_name_the_transcripts_verb(tmp_path):
     from experiments.data.dataset import DatasetError, load_sessions
 
     st = _tiny_store(tmp_path / "features", sessions=("Subject_1_Story_1",))
-    with pytest.raises(DatasetError, match=r"no channel speaker/lexicon .*featurestore transcripts TRANSCRIPT_DIR"):
+    with pytest.raises(
+        DatasetError, match=r"no channel speaker/lexicon .*featurestore transcripts TRANSCRIPT_DIR"
+    ):
         load_sessions(st, ["scene/egemaps", "speaker/lexicon"])
 
 
