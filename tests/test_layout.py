@@ -308,3 +308,60 @@ def test_every_docstring_example_runs_in_make_test():
         "experiments.config.validation",
         "featurestore.storage.store",
     } <= with_examples
+
+
+#: test files named after no module, with what they test instead
+TESTS_OF_NO_MODULE = {
+    "tests/experiments/config/test_config.py": "the config sub-package through its door (loading, validation)",
+    "tests/experiments/models/test_estimator_checks.py": "every estimator class against scikit-learn's checks",
+    "tests/experiments/evaluation/test_properties.py": "property tests of metrics and windows",
+    "tests/experiments/evaluation/test_tracks.py": "the tracks end to end: config.tracks, fitting, evaluate",
+    "tests/experiments/tracking/test_postgres.py": "MLflow on PostgreSQL with Dask workers",
+    "tests/experiments/tracking/test_ui_browser.py": "the MLflow UI's first view in a browser",
+    "tests/experiments/studies/test_tutorial.py": "docs/tutorial.ipynb, run",
+    "tests/featurestore/storage/test_store_links.py": "the store's hard-linked rows",
+    "tests/featurestore/extractors/test_extractor_fingerprints.py": "extractor code against versions",
+    "tests/featurestore/demo/test_demo_text.py": "the demo's transcripts and text channels",
+}
+
+
+def test_tests_mirror_the_packages():
+    """``tests/<package>/<sub-package>/test_<module>.py`` tests ``<package>/<sub-package>/<module>.py``;
+    the command line's tests (``test_cli*``, ``test_faults``) sit in ``tests/<package>/``."""
+    modules = _modules()
+    wrong = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / "tests" / package).rglob("test_*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            sub = path.parent.relative_to(ROOT / "tests").as_posix().replace("/", ".")
+            stem = path.stem.removeprefix("test_")
+            if sub == package:
+                ok = stem.startswith(("cli", "faults"))
+            else:
+                names = {m.rpartition(".")[2] for m in modules if m.startswith(sub + ".")}
+                ok = sub in modules and (
+                    any(
+                        stem == n or stem.startswith(n + "_")
+                        for n in names | {sub.rpartition(".")[2]}
+                    )
+                    or rel in TESTS_OF_NO_MODULE
+                )
+            if not ok:
+                wrong.append(rel)
+    assert not wrong, (
+        "test files that do not mirror a module (tests/<package>/<sub-package>/test_<module>.py, "
+        f"or listed in TESTS_OF_NO_MODULE with the reason): {wrong}"
+    )
+
+
+def test_helpers_are_not_imported_from_conftest():
+    """Shared test code lives in ``helpers`` modules; conftest files hold fixtures only."""
+    offenders = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").rglob("*.py")
+        if p != Path(__file__).resolve()
+        and ("conftest import" in p.read_text() or "from .test_" in p.read_text())
+    )
+    assert not offenders, (
+        f"import helpers from a helpers module, not conftest or a test file: {offenders}"
+    )

@@ -16,7 +16,7 @@ be set in ``featurestore.yaml`` (``extractors: {name: {field: value}}``) or with
 ``featurestore extract --set name.field=value`` (see :mod:`featurestore.extraction.config`); the
 constructor may refuse values with a :class:`ValueError` (the config loader reports it with
 the file and key). ``version`` must be bumped whenever the output can change for the same
-input and settings; ``tests/featurestore/test_extractor_fingerprints.py`` fails when an
+input and settings; ``tests/featurestore/extractors/test_extractor_fingerprints.py`` fails when an
 extractor's code changed without a bump.
 """
 

@@ -20,8 +20,7 @@ from experiments.evaluation.metrics import ccc_protocols
 from experiments.studies.sweep import run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
-
-from .conftest import LISTENERS, N_FRAMES, SPLITS, cli_cmd, cli_env, config_dict
+from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, cli_cmd, cli_env, config_dict
 
 
 def write_config(path, raw) -> str:

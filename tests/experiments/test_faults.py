@@ -20,8 +20,7 @@ from mlflow import MlflowClient
 from experiments.cli import main
 from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.storage.store import Store
-
-from .conftest import LISTENERS, SPLITS, config_dict
+from tests.experiments.helpers import LISTENERS, SPLITS, config_dict
 
 
 def files_of(folder: Path) -> dict[str, bytes]:

@@ -27,7 +27,7 @@ import pytest
 from featurestore.cli import main
 from featurestore.demo import build_demo
 from featurestore.storage.store import Store
-from tests.conftest import make_video
+from tests.featurestore.helpers import make_video
 
 pytestmark = pytest.mark.slow
 

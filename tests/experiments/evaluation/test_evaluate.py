@@ -1,0 +1,120 @@
+"""evaluate_trial on the planted synthetic store: protocols, coverage, and no test-label leakage."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, pick, trials_for
+
+
+def run(trial, tables):
+    return evaluate_trial(trial, window_sessions(tables, trial.window_key()))
+
+
+def test_listener_features_beat_speaker_features(tables):
+    trials = trials_for()
+    listener = run(pick(trials, "listener"), tables)
+    speaker = run(pick(trials, "speaker"), tables)
+    for split in ("val", "test"):
+        for protocol in ("personalized", "generalized"):
+            key = f"{split}.ccc_{protocol}"
+            assert listener.metrics[key] > 0.5, (key, listener.metrics[key])
+            assert listener.metrics[key] > speaker.metrics[key] + 0.3, key
+
+
+def test_predictions_cover_every_frame_of_val_and_test(tables):
+    res = run(pick(trials_for(), "listener", personalization="per_listener", smooth_s=2.0), tables)
+    expected = {t.session for t in tables if t.story in SPLITS["val"] + SPLITS["test"]}
+    assert set(res.predictions) == expected
+    assert len(expected) == len(LISTENERS) * 2
+    for sid, pred in res.predictions.items():
+        assert pred.shape == (N_FRAMES,)
+        assert np.all(np.isfinite(pred)), sid
+        assert len(res.truth[sid]) == N_FRAMES
+    assert sorted(res.scores.split.unique()) == ["test", "val"]
+    assert len(res.scores) == len(expected)
+
+
+def test_metric_keys_per_split_listener_and_story(tables):
+    res = run(pick(trials_for(), "listener"), tables)
+    for split in ("val", "test"):
+        assert {f"{split}.ccc_personalized", f"{split}.ccc_generalized"} <= set(res.metrics)
+        for listener in LISTENERS:
+            assert np.isfinite(res.metrics[f"{split}.ccc_listener_{listener}"])
+        for story in SPLITS[split]:
+            assert np.isfinite(res.metrics[f"{split}.ccc_story_{story}"])
+    assert not any(k.startswith("train.") for k in res.metrics)
+    # one story per split: the generalized mean is that story's mean, the personalized the mean of listeners
+    assert res.metrics["val.ccc_generalized"] == pytest.approx(
+        res.metrics[f"val.ccc_story_{SPLITS['val'][0]}"]
+    )
+    per_listener = [res.metrics[f"val.ccc_listener_{listener}"] for listener in LISTENERS]
+    assert res.metrics["val.ccc_personalized"] == pytest.approx(np.mean(per_listener))
+
+
+@pytest.mark.parametrize(
+    "personalization, rescale, protocol",
+    [
+        ("global", "train", "val"),
+        ("per_listener", "train", "val"),
+        ("global_calibrated", "train", "val"),
+        ("listener_onehot", "none", "val"),
+        ("per_listener", "train", "loso"),
+    ],
+)
+def test_test_labels_never_influence_predictions(
+    tables, poisoned_tables, personalization, rescale, protocol
+):
+    trials = trials_for(
+        personalization=[personalization],
+        protocol=protocol,
+        postprocess={"smooth_s": [2], "smooth_method": ["moving_average"], "rescale": [rescale]},
+    )
+    trial = pick(trials, "listener", personalization=personalization, smooth_s=2.0, rescale=rescale)
+    trial = dataclasses.replace(
+        trial, unseen_listener=True
+    )  # a generalized configuration is scored on unseen listeners too
+    clean, poisoned = run(trial, tables), run(trial, poisoned_tables)
+    assert set(clean.predictions) == set(poisoned.predictions)
+    for sid in clean.predictions:
+        np.testing.assert_array_equal(
+            clean.predictions[sid], poisoned.predictions[sid], err_msg=sid
+        )
+    assert set(clean.unseen_predictions) == set(poisoned.unseen_predictions)
+    for sid in clean.unseen_predictions:
+        np.testing.assert_array_equal(
+            clean.unseen_predictions[sid], poisoned.unseen_predictions[sid], err_msg=sid
+        )
+    # every metric not computed on the test story itself is unchanged
+    for k, v in clean.metrics.items():
+        if not k.startswith(("test.", "test_unseen.")):
+            assert poisoned.metrics[k] == v, k
+    # and the test metrics did see the poison (the check is not vacuous)
+    assert poisoned.metrics["test.ccc_personalized"] != clean.metrics["test.ccc_personalized"]
+
+
+def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
+    trials = trials_for(protocol="loso")
+    res = run(dataclasses.replace(pick(trials, "listener"), unseen_listener=True), tables)
+    assert {
+        "loso.ccc_personalized",
+        "loso.ccc_generalized",
+        "test.ccc_personalized",
+        "test.ccc_generalized",
+    } <= set(res.metrics)
+    assert not any(k.startswith("val.") for k in res.metrics)
+    loso_stories = sorted(SPLITS["train"] + SPLITS["val"])
+    for story in loso_stories:
+        assert f"loso.ccc_story_{story}" in res.metrics
+    scored = res.scores.groupby("split").story.unique()
+    assert sorted(scored["loso"]) == loso_stories
+    assert sorted(scored["test"]) == SPLITS["test"]
+    # under LOSO the unseen-listener protocol scores the test story only
+    assert sorted(scored["test_unseen"]) == SPLITS["test"]
+    assert len(res.scores) == len(LISTENERS) * 5
+    assert res.metrics["loso.ccc_personalized"] > 0.5
+    assert all(len(p) == N_FRAMES for p in res.predictions.values())

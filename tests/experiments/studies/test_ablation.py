@@ -1,0 +1,285 @@
+"""``experiments ablate`` on the planted store, and the PNG figures of runs and of the ablation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from mlflow import MlflowClient
+from PIL import Image
+
+from experiments.cli import main
+from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.studies.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
+from tests.experiments.helpers import config_dict
+
+
+def assert_real_png(path, min_side=200):
+    """The file opens as a PNG of a sensible size and is not a blank canvas."""
+    with Image.open(path) as im:
+        assert im.format == "PNG"
+        w, h = im.size
+        assert min_side <= w <= 4000 and min_side <= h <= 4000, (path, im.size)
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    assert pixels.std() > 10, f"{path} looks blank (pixel std {pixels.std():.1f})"
+    assert (pixels < 128).mean() > 0.005, f"{path} has almost no dark pixels (no lines or text)"
+
+
+@pytest.fixture(scope="module")
+def ablation(sweep_once, planted_store, tmp_path_factory):
+    """``experiments ablate`` with the shared sweep's config: its runs are reused, then tabled."""
+    cfg, res, uri = sweep_once
+    tmp = tmp_path_factory.mktemp("ablation")
+    path = tmp / "ablation.yaml"
+    path.write_text(
+        yaml.safe_dump(config_dict(cfg.tracking.uri, cfg.tracking.experiment, unseen_listener=True))
+    )
+    out = tmp / "reports"
+    code = main(["ablate", "--config", str(path), "--store", str(planted_store), "--out", str(out)])
+    assert code == 0
+    return out, res, uri
+
+
+def test_ablation_reports_written(ablation):
+    out, res, uri = ablation
+    df = pd.read_csv(out / "ablation.csv")
+    assert list(df.columns) == COLUMNS
+    assert (df.run_id == df.run_id_personalized).all()  # the alias of one release
+    assert sorted(zip(df.feature_set, df.split, strict=True)) == sorted(
+        (fs, split) for fs in ("speaker", "listener") for split in ("val", "test")
+    )
+    md = (out / "ablation.md").read_text()
+    assert md.startswith("# Speaker / listener / both (valence_self, protocol val)\n")
+    ours, reference = md.split("## Reference", 1)
+    by_split = df.set_index(["feature_set", "split"])
+    for fs in ("speaker", "listener"):
+        row = next(line for line in ours.splitlines() if line.startswith(f"| {fs} |"))
+        # both tracks on both splits, each with its interval, then unseen listeners and chance:
+        # the numbers of ablation.csv, not of the paper
+        cells = [c.strip() for c in row.strip("| ").split(" | ")]
+        assert len(cells) == 7 and all("[" in c for c in cells[1:6]), row
+        want = [
+            by_split.loc[(fs, s), f"ccc_{t}"]
+            for s in ("val", "test")
+            for t in ("personalized", "generalized")
+        ]
+        want.append(by_split.loc[(fs, "test"), "ccc_unseen_listener"])
+        assert [float(c.split(" [")[0]) for c in cells[1:6]] == pytest.approx(want, abs=5e-4), row
+    # the paper's numbers (Barros et al. 2019, Table IV, test set) stand apart, in their own table
+    published = {
+        line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
+        for line in reference.splitlines()
+        if line.startswith("| ") and not line.startswith("| features")
+    }
+    assert published == {
+        "speaker": ["0.11", "0.13"],
+        "listener": ["0.19", "0.23"],
+        "both": ["0.17", "0.19"],
+    }
+    pairs = pd.read_csv(out / "ablation_comparisons.csv")
+    assert list(pairs.columns) == COMPARISON_COLUMNS
+    assert set(pairs.comparison) == {
+        "listener vs speaker",
+        "personalized vs generalized (listener)",
+        "personalized vs generalized (speaker)",
+    }
+    assert_real_png(out / "ablation.png")
+
+
+def test_listener_row_beats_speaker_row(ablation):
+    df = pd.read_csv(ablation[0] / "ablation.csv").set_index(["feature_set", "split"])
+    for split in ("val", "test"):
+        for col in ("ccc_personalized", "ccc_generalized", "ccc_unseen_listener"):
+            assert df.loc[("listener", split), col] > df.loc[("speaker", split), col] + 0.3, (
+                split,
+                col,
+            )
+    # the planted listener signal is far above chance; the speaker noise is not
+    assert (
+        df.loc[("listener", "test"), "ccc_generalized_ci_low"]
+        > df.loc[("listener", "test"), "chance_generalized_q95"]
+    )
+    assert (
+        df.loc[("speaker", "test"), "ccc_generalized"]
+        < df.loc[("speaker", "test"), "chance_generalized_q95"] + 0.1
+    )
+    pairs = pd.read_csv(ablation[0] / "ablation_comparisons.csv")
+    listener_vs_speaker = pairs[
+        (pairs.comparison == "listener vs speaker") & (pairs.split == "test")
+    ]
+    assert len(listener_vs_speaker) == 2  # one per track
+    assert (listener_vs_speaker.mean_diff > 0.3).all() and (listener_vs_speaker.ci_low > 0).all()
+    # 3 listeners: the exact sign-flip test cannot go below 2 / 2^3
+    assert listener_vs_speaker.p_value.tolist() == pytest.approx([0.25, 0.25])
+
+
+def test_ablation_run_ids_are_each_tracks_best_mlflow_child(ablation):
+    out, res, uri = ablation
+    client = MlflowClient(tracking_uri=uri)
+    df = pd.read_csv(out / "ablation.csv")
+    for fs, part in df.groupby("feature_set"):
+        for track in ("personalized", "generalized"):
+            assert part[f"run_id_{track}"].nunique() == 1
+            run = client.get_run(part[f"run_id_{track}"].iloc[0])
+            assert run.info.status == "FINISHED" and run.data.params["features.set"] == fs
+            assert run.data.params["track"] == track and run.data.tags["track"] == track
+            for r in part.itertuples():
+                assert run.data.metrics[f"{r.split}.ccc_{track}"] == pytest.approx(
+                    getattr(r, f"ccc_{track}")
+                )
+            same = res.table[(res.table["features.set"] == fs) & (res.table["track"] == track)]
+            assert run.data.metrics[f"val.ccc_{track}"] == pytest.approx(
+                same[f"val.ccc_{track}"].max()
+            )
+        generalized = client.get_run(part.run_id_generalized.iloc[0])
+        test = part.set_index("split").loc["test"]
+        assert generalized.data.metrics["test_unseen.ccc_generalized"] == pytest.approx(
+            test.ccc_unseen_listener
+        )
+    # the ablation's parent carries the table
+    parents = client.search_runs([res.experiment_id], "tags.ablation = 'true'")
+    assert len(parents) == 1
+    names = {a.path for a in client.list_artifacts(parents[0].info.run_id, "ablation")}
+    assert names == {
+        "ablation/ablation.csv",
+        "ablation/ablation_comparisons.csv",
+        "ablation/ablation.md",
+        "ablation/ablation.png",
+    }
+    table = df.set_index(["feature_set", "split"])
+    for track in ("personalized", "generalized"):
+        assert parents[0].data.metrics[f"ablation.listener.test.ccc_{track}"] == pytest.approx(
+            table.loc[("listener", "test"), f"ccc_{track}"]
+        )
+
+
+def test_ablation_markdown_handles_a_set_without_results():
+    def row(fs, split, value, run):
+        d = dict.fromkeys(COLUMNS, np.nan)
+        d.update(
+            feature_set=fs,
+            split=split,
+            ccc_personalized=value,
+            ccc_generalized=value,
+            run_id=run,
+            run_id_personalized=run,
+            run_id_generalized=run,
+            label_personalized="ridge",
+            label_generalized="ridge",
+        )
+        return d
+
+    df = pd.DataFrame(
+        [
+            row("listener", "val", 0.4, "abcdef0123"),
+            row("listener", "test", 0.2, "abcdef0123"),
+            row("speaker", "val", np.nan, ""),
+            row("speaker", "test", np.nan, ""),
+        ]
+    )
+    md = ablation_markdown(df)
+    speaker = next(line for line in md.splitlines() if line.startswith("| speaker |"))
+    assert speaker.count("n/a") == 6
+    # the chosen configurations: one line per track of the set that has runs, none for the other
+    chosen = md.split("## Chosen configurations")[1].split("## Reference")[0].strip().splitlines()
+    assert chosen == [
+        f"- **listener**, {track}: ridge (run `abcdef0123`)"
+        for track in ("personalized", "generalized")
+    ]
+
+
+# ------------------------------------------------------------------ run figures
+def test_run_plots_are_real_images(sweep_once, tmp_path):
+    _, res, uri = sweep_once
+    client = MlflowClient(tracking_uri=uri)
+    local = client.download_artifacts(res.best_run_id, "plots", str(tmp_path))
+    for name in ("predicted_vs_true.png", "ccc_per_listener.png"):
+        assert_real_png(f"{local}/{name}")
+
+
+def test_plot_functions_on_their_own(tmp_path):
+    rng = np.random.default_rng(0)
+    sessions = [f"Subject_{L}_Story_{S}" for L in (1, 2, 3) for S in (1, 3)]
+    truth = {s: np.clip(np.cumsum(rng.normal(size=500)) / 30, -1, 1) for s in sessions}
+    preds = {s: 0.5 * y + rng.normal(0, 0.1, len(y)) for s, y in truth.items()}
+    scores = pd.DataFrame(
+        [
+            {
+                "session": s,
+                "listener": int(s.split("_")[1]),
+                "story": int(s.split("_")[3]),
+                "split": "val" if s.endswith("1") else "test",
+                "ccc": rng.uniform(-0.2, 0.8),
+            }
+            for s in sessions
+        ]
+    )
+    assert_real_png(plot_predictions(preds, truth, scores, tmp_path / "p.png", title="t"))
+    assert_real_png(plot_listener_ccc(scores, tmp_path / "l.png"))
+    table = pd.DataFrame(
+        [
+            {
+                "feature_set": fs,
+                "split": sp,
+                "ccc_personalized": v,
+                "ccc_generalized": v / 2,
+                "run_id": "x",
+                "ccc_personalized_ci_low": v - 0.1,
+                "ccc_personalized_ci_high": v + 0.1,
+                "ccc_unseen_listener": v / 3,
+                "chance_personalized_q95": 0.05,
+                "chance_generalized_q95": 0.06,
+            }
+            for fs, v in (("speaker", 0.05), ("listener", 0.4), ("both", 0.35))
+            for sp in ("loso", "test")
+        ]
+    )
+    assert_real_png(plot_ablation(table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13)}))
+    # a single session still gives one panel
+    one = scores.iloc[:1]
+    assert_real_png(plot_predictions(preds, truth, one, tmp_path / "one.png"), min_side=150)
+
+
+def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tmp_path):
+    from experiments.config.loading import from_dict
+    from experiments.studies.ablation import ablate
+
+    cfg = from_dict(
+        config_dict(
+            tracking_dir,
+            "ablation-loso",
+            protocol="loso",
+            models=[{"name": "ridge", "alpha": [10]}],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+            unseen_listener=True,
+        )
+    )
+    df, sweep = ablate(cfg, store=planted_store, out_dir=tmp_path / "reports", progress=False)
+    assert sweep.selection_metrics == {
+        "personalized": "loso.ccc_personalized",
+        "generalized": "loso.ccc_generalized",
+    }
+    # global models without per-listener rescaling: the generalized track only
+    assert sweep.selection_metric == "loso.ccc_generalized" and list(sweep.best_run_ids) == [
+        "generalized"
+    ]
+    # the baseline is added; each set's chosen generalized configuration runs again on unseen listeners
+    grid = sweep.table[sweep.table.unseen_of.isna()]
+    assert (
+        sorted(grid["model.name"]) == ["dummy", "ridge", "ridge"]
+        and sweep.table.unseen_of.notna().sum() == 2
+    )
+    csv = pd.read_csv(tmp_path / "reports" / "ablation.csv").set_index(["feature_set", "split"])
+    assert sorted(csv.index) == sorted(
+        (fs, sp) for fs in ("speaker", "listener") for sp in ("loso", "test")
+    )
+    assert (
+        csv.loc[("listener", "loso"), "ccc_generalized"]
+        > csv.loc[("speaker", "loso"), "ccc_generalized"] + 0.3
+    )
+    assert csv.ccc_personalized.isna().all() and csv.run_id_personalized.isna().all()
+    # under LOSO the unseen-listener protocol scores the test stories
+    assert csv.ccc_unseen_listener.notna().tolist() == [False, True, False, True]
+    assert "loso personalized" in (tmp_path / "reports" / "ablation.md").read_text()

@@ -1,0 +1,604 @@
+"""run_sweep against a real MLflow SQLite store: nesting, params, metrics, tags, artifacts, resume, jobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from experiments.config.loading import expand, from_dict
+from experiments.executors.base import window_groups
+from experiments.studies.parent_run import store_fingerprint
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.tracker import CONFIG_HASH_TAG
+from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
+
+
+def children(client, experiment_id, parent_id=None):
+    runs = client.search_runs([experiment_id], max_results=1000)
+    kids = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    if parent_id is not None:
+        kids = [r for r in kids if r.data.tags["mlflow.parentRunId"] == parent_id]
+    return kids
+
+
+@pytest.fixture(scope="module")
+def shared(sweep_once):
+    cfg, res, uri = sweep_once
+    client = MlflowClient(tracking_uri=uri)
+    return cfg, res, uri, client
+
+
+def swept(cfg, res) -> list:
+    """Every configuration a sweep of ``cfg`` runs: the grid, then each feature set's chosen
+    generalized configuration again with the unseen-listener protocol."""
+    grid = expand(cfg)
+    chosen = set(res.table.get("unseen_of", pd.Series(dtype=str)).dropna())
+    return grid + [replace(t, unseen_listener=True) for t in grid if t.hash() in chosen]
+
+
+def test_children_nested_under_parent_dummy_first(shared):
+    cfg, res, uri, client = shared
+    n = len(swept(cfg, res))
+    assert (
+        n == len(expand(cfg)) + len(cfg.feature_set) == 12
+    )  # one unseen-listener run per feature set
+    kids = children(client, res.experiment_id, res.parent_run_id)
+    assert len(kids) == n
+    assert all(k.info.status == "FINISHED" for k in kids)
+    assert (res.table.status == "done").sum() == n and res.n_failed == 0
+    first = min(kids, key=lambda r: (r.info.start_time, r.info.end_time))
+    assert first.data.params["model.name"] == "dummy"
+    parent = client.get_run(res.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert "mlflow.parentRunId" not in parent.data.tags
+    assert client.get_experiment(res.experiment_id).name == cfg.tracking.experiment
+
+
+def test_params_metrics_and_tags(shared, planted_store):
+    cfg, res, uri, client = shared
+    fingerprint, backend = store_fingerprint(planted_store)
+    hashes = {t.hash() for t in swept(cfg, res)}
+    seen = set()
+    for run in children(client, res.experiment_id, res.parent_run_id):
+        p, m, tags = run.data.params, run.data.metrics, run.data.tags
+        for key in (
+            "model.name",
+            "features.set",
+            "window.lengths_s",
+            "window.delay_s",
+            "personalization",
+            "postprocess.smooth_s",
+        ):
+            assert key in p, key
+        assert p["window.lengths_s"] == "2" and p["window.delay_s"] == "1"
+        assert p["features.set"] in ("speaker", "listener")
+        if p["model.name"] == "ridge":
+            assert p["model.alpha"] == "10"
+        for split in ("val", "test"):
+            for prot in ("personalized", "generalized"):
+                assert np.isfinite(m[f"{split}.ccc_{prot}"])
+            for listener in LISTENERS:
+                assert f"{split}.ccc_listener_{listener}" in m
+            for story in SPLITS[split]:
+                assert f"{split}.ccc_story_{story}" in m
+        assert tags[CONFIG_HASH_TAG] in hashes
+        seen.add(tags[CONFIG_HASH_TAG])
+        assert tags["store_fingerprint"] == fingerprint
+        assert tags["face_backend"] == backend
+        assert tags["git_commit"] and tags["git_commit"] != "unknown"
+    assert seen == hashes
+
+
+def test_child_artifacts(shared, tmp_path):
+    cfg, res, uri, client = shared
+    kids = children(client, res.experiment_id, res.parent_run_id)
+    best = next(k for k in kids if k.info.run_id == res.best_run_id)
+    for run in (best, min(kids, key=lambda r: r.info.start_time)):
+        rid = run.info.run_id
+        top = {a.path for a in client.list_artifacts(rid)}
+        assert {"config.yaml", "ccc_matrix.csv", "predictions", "plots"} <= top
+        plots = {a.path for a in client.list_artifacts(rid, "plots")}
+        assert {"plots/predicted_vs_true.png", "plots/ccc_per_listener.png"} <= plots
+        local = tmp_path / rid
+        client.download_artifacts(rid, "", str(local))
+        matrix = pd.read_csv(local / "ccc_matrix.csv")
+        assert {"session", "listener", "story", "split", "ccc"} <= set(matrix.columns)
+        own = matrix[~matrix.split.str.endswith("_unseen")]
+        assert len(own) == len(LISTENERS) * 2
+        # a generalized-track configuration is also scored on listeners left out of training
+        unseen = run.data.params["unseen_listener"] == "true"
+        assert len(matrix) - len(own) == (len(own) if unseen else 0)
+        assert sorted(set(matrix.split)) == sorted(
+            {"val", "test"} | ({"val_unseen", "test_unseen"} if unseen else set())
+        )
+        for split in ("val", "test"):
+            files = sorted((local / "predictions" / split).glob("*.csv"))
+            assert [f.stem for f in files] == sorted(
+                f"Subject_{L}_Story_{S}" for L in LISTENERS for S in SPLITS[split]
+            )
+            for f in files:
+                lines = f.read_text().splitlines()
+                assert lines[0] == "valence"
+                assert len(lines) == N_FRAMES + 1
+                assert np.all(np.isfinite(np.array(lines[1:], dtype=float)))
+        logged = yaml.safe_load((local / "config.yaml").read_text())
+        assert run.data.tags[CONFIG_HASH_TAG] in {t.hash() for t in expand(cfg)}
+        # what exactly ran: the run's params, every estimator parameter, the code and the whole config
+        assert logged["trial"] == run.data.params and logged["config"] == cfg.to_dict()
+        assert logged["code"]["code_fingerprint"] == run.data.tags["code_fingerprint"]
+        model = run.data.params["model.name"]
+        if model in ("ridge", "linear_svr"):
+            hp = "alpha" if model == "ridge" else "C"
+            estimator = next(k for k in logged["resolved"] if k.endswith(f"model__{hp}"))
+            assert float(logged["resolved"][estimator]) == float(run.data.params[f"model.{hp}"])
+
+
+def test_parent_best_run_and_summary(shared, tmp_path):
+    cfg, res, uri, client = shared
+    parent = client.get_run(res.parent_run_id)
+    kids = {k.info.run_id: k for k in children(client, res.experiment_id, res.parent_run_id)}
+    assert parent.data.tags["best_run_id"] == res.best_run_id == res.best_run_ids["personalized"]
+    for track in ("personalized", "generalized"):
+        best_id = parent.data.tags[f"best_run_id_{track}"]
+        assert best_id == res.best_run_ids[track] and best_id in kids
+        # chosen among its own track, by its own averaging on validation
+        same_track = [k for k in kids.values() if k.data.params["track"] == track]
+        assert kids[best_id].data.params["track"] == track
+        best_val = kids[best_id].data.metrics[f"val.ccc_{track}"]
+        assert best_val == max(k.data.metrics[f"val.ccc_{track}"] for k in same_track)
+        assert kids[best_id].data.params["features.set"] == "listener"
+        assert parent.data.metrics[f"best_{track}.val.ccc_{track}"] == pytest.approx(best_val)
+        assert parent.data.metrics[f"best_{track}.test.ccc_{track}"] == pytest.approx(
+            kids[best_id].data.metrics[f"test.ccc_{track}"]
+        )
+        low, high = (
+            parent.data.metrics[f"best_{track}.test.ccc_{track}.ci_{end}"]
+            for end in ("low", "high")
+        )
+        assert low <= parent.data.metrics[f"best_{track}.test.ccc_{track}"] <= high
+    assert "best_generalized.test_unseen.ccc_generalized" in parent.data.metrics
+    # per_listener configurations are personalized, global ones without per-listener rescaling generalized
+    assert {k.data.params["personalization"]: k.data.params["track"] for k in kids.values()} == {
+        "global": "generalized",
+        "per_listener": "personalized",
+    }
+    summary = pd.read_csv(
+        client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path))
+    )
+    assert len(summary) == len(kids) and set(summary.run_id) == set(kids)
+    assert summary["val.ccc_personalized"].is_monotonic_decreasing
+    tracks = pd.read_csv(client.download_artifacts(res.parent_run_id, "tracks.csv", str(tmp_path)))
+    assert dict(zip(tracks.track, tracks.run_id, strict=True)) == res.best_run_ids
+    md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
+    assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
+    # every configuration listed with its CCC and the interval around it
+    rows = [
+        line
+        for line in md.split("# Every configuration")[1].splitlines()
+        if line.startswith("| ") and "run_id" not in line
+    ]
+    assert len(rows) == len(kids) and all("[" in line for line in rows)
+
+
+def test_rerun_of_same_config_reuses_every_run(shared, planted_store):
+    cfg, res, uri, client = shared
+    before = len(children(client, res.experiment_id))
+    again = run_sweep(cfg, store=planted_store, progress=False)
+    assert set(again.table.status) == {"reused"} and len(again.table) == len(swept(cfg, res))
+    assert len(children(client, res.experiment_id)) == before
+    assert children(client, res.experiment_id, again.parent_run_id) == []
+    assert set(again.table.run_id) == set(res.table.run_id)
+    assert again.best_run_id == res.best_run_id
+    assert client.get_run(again.parent_run_id).info.status == "FINISHED"
+
+
+def test_changed_config_runs_only_new_configurations(shared, planted_store):
+    cfg, res, uri, client = shared
+    raw = config_dict(cfg.tracking.uri, cfg.tracking.experiment)
+    raw["feature_set"] = ["listener"]
+    raw["postprocess"]["smooth_s"] = [0, 2, 4]
+    changed = from_dict(raw)
+    old = set(res.table[CONFIG_HASH_TAG])
+    new = {t.hash() for t in expand(changed)} - old
+    assert len(new) == 2  # ridge x (global, per_listener) with 4 s smoothing
+    before = len(children(client, res.experiment_id))
+    out = run_sweep(changed, store=planted_store, progress=False, log_artifacts=False)
+    done = out.table[out.table.status == "done"]
+    assert set(done[CONFIG_HASH_TAG]) == new
+    assert set(out.table[out.table.status == "reused"][CONFIG_HASH_TAG]) <= old
+    assert len(out.table) == len(expand(changed))
+    assert len(children(client, res.experiment_id)) == before + len(new)
+
+
+def test_changed_store_runs_everything_again(shared, planted_store, tmp_path):
+    """A store with other features (a re-extraction, another corpus) must not reuse old runs."""
+    cfg, res, uri, client = shared
+    other = tmp_path / "other_store"
+    build_store(other, seed=7)
+    assert store_fingerprint(other)[0] != store_fingerprint(planted_store)[0]
+    one = from_dict(
+        config_dict(
+            cfg.tracking.uri,
+            cfg.tracking.experiment,
+            feature_set=["listener"],
+            models=[{"name": "dummy"}],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+        )
+    )
+    assert {t.hash() for t in expand(one)} <= set(res.table[CONFIG_HASH_TAG])
+    out = run_sweep(one, store=other, progress=False, log_artifacts=False)
+    assert list(out.table.status) == ["done"]
+    run = client.get_run(out.table.run_id.iloc[0])
+    assert run.data.tags["store_fingerprint"] == store_fingerprint(other)[0]
+
+
+def test_parallel_jobs_match_serial_metrics(shared, planted_store):
+    cfg, res, uri, client = shared
+    par_cfg = from_dict(
+        config_dict(cfg.tracking.uri, "jobs2", jobs=2)
+    )  # the config's jobs, no argument
+    out = run_sweep(par_cfg, store=planted_store, progress=False, log_artifacts=False)
+    assert set(out.table.status) == {"done"} and out.n_failed == 0
+    assert client.get_run(out.parent_run_id).data.params["jobs"] == "2"
+    kids = children(client, out.experiment_id, out.parent_run_id)
+    assert len(kids) == len(expand(par_cfg)) == len({k.data.tags[CONFIG_HASH_TAG] for k in kids})
+    assert min(kids, key=lambda r: r.info.start_time).data.params["model.name"] == "dummy"
+    serial = {r[CONFIG_HASH_TAG]: r for r in res.table.to_dict("records")}
+    for k in kids:
+        ref = serial[k.data.tags[CONFIG_HASH_TAG]]
+        for name, value in k.data.metrics.items():
+            if name.startswith(("val.", "test.")):
+                assert value == pytest.approx(ref[name], abs=1e-12), name
+
+
+def test_store_fingerprint_follows_label_content(planted_store, tmp_path):
+    relabelled = tmp_path / "relabelled"
+    build_store(relabelled, labels_override=lambda listener, story, y: -y if story == 2 else y)
+    same = tmp_path / "same"
+    build_store(same)
+    assert store_fingerprint(same) == store_fingerprint(planted_store)
+    assert store_fingerprint(relabelled)[0] != store_fingerprint(planted_store)[0]
+
+
+def _groups(cfg):
+    return window_groups(expand(cfg))
+
+
+def test_windowed_nbytes_is_the_features_size(planted_store):
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import window_sessions
+    from experiments.executors.local import windowed_nbytes
+
+    d = config_dict(
+        "mlruns",
+        window={
+            "lengths_s": [[2], [1, 4]],
+            "delay_s": [1],
+            "align": "centred",
+            "stats": ["mean", "valid_frac", "slope"],
+            "train_hop_s": 0.4,
+        },
+    )
+    cfg = from_dict(d)
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
+    keys = list(_groups(cfg))
+    assert len(keys) == 4
+    for key in keys:
+        got = sum(s.F.nbytes for s in window_sessions(tables, key).sessions)
+        assert windowed_nbytes(tables, key) == got > 0
+
+
+@pytest.mark.parametrize("budget", ["none", "plenty"])
+def test_parallel_trials_memory_measures_keep_results(planted_store, monkeypatch, budget):
+    """Prefetch refused by the memory budget (the next key is windowed only once the current
+    group is handed over) or granted: the same results as one process; the frame tables are
+    released once the last key is windowed."""
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+    from experiments.executors import local
+
+    cfg = from_dict(config_dict("mlruns", personalization=["global"]))
+    groups = _groups(cfg)
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
+    expected = {
+        t: evaluate_trial(t, window_sessions(tables, k)).metrics
+        for k, g in groups.items()
+        for t in g
+    }
+    events: list[tuple[str, object]] = []
+
+    def windowing(tables_, key):
+        events.append(("window", key))
+        return window_sessions(tables_, key)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
+    got = {}
+    for trial, result, error in local._parallel_trials(tables, groups, jobs=2):
+        assert error == "" and result is not None
+        events.append(("result", trial.window_key()))
+        got[trial] = result.metrics
+    assert tables == []  # released after the last key was windowed
+    assert got.keys() == expected.keys()
+    for t, m in got.items():
+        assert m == pytest.approx(expected[t], abs=1e-12)
+    windowed = [k for kind, k in events if kind == "window"]
+    assert windowed == list(groups)  # each key once, in order
+    if budget == "none":  # no prefetch: a key is windowed after the previous group's results
+        second = events.index(("window", windowed[1]))
+        assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(
+            groups[windowed[0]]
+        )
+
+
+def test_release_free_memory_finds_glibc_malloc_trim():
+    """The sweep's memory measures rely on glibc's malloc_trim: on glibc it must be found, not
+    silently skipped; elsewhere releasing is a no-op."""
+    import platform
+
+    from experiments.executors.local import _malloc_trim, release_free_memory
+
+    if platform.libc_ver()[0] == "glibc":
+        assert _malloc_trim() is not None
+    release_free_memory()
+
+
+def test_workers_draw_the_figures_the_parent_would(planted_store):
+    """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
+    from experiments.data.dataset import load_sessions
+    from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+    from experiments.evaluation.plots import trial_figures
+    from experiments.executors import local
+
+    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
+    groups = _groups(cfg)
+    tables = load_sessions(
+        planted_store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
+    windowed = {k: window_sessions(tables, k) for k in groups}
+    outcomes = list(
+        local._parallel_trials(list(tables), groups, jobs=2, figures=True)
+    )  # it empties the list
+    assert len(outcomes) == len(expand(cfg)) >= 2
+    for trial, result, error in outcomes:
+        assert error == "" and set(result.figures) == {
+            "predicted_vs_true.png",
+            "ccc_per_listener.png",
+        }
+        here = evaluate_trial(trial, windowed[trial.window_key()])
+        assert result.figures == trial_figures(
+            here.predictions, here.truth, here.scores, trial.label()
+        )
+    plain = list(
+        local._parallel_trials(tables, groups, jobs=2)
+    )  # no artifacts logged: nothing drawn
+    assert [e for _, _, e in plain] == [""] * len(outcomes) and all(
+        r.figures == {} for _, r, _ in plain
+    )
+
+
+def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, tmp_path):
+    cfg, res, uri, client = shared
+    par = from_dict(
+        config_dict(cfg.tracking.uri, "jobs2-artifacts", jobs=2, feature_set=["listener"])
+    )
+    out = run_sweep(par, store=planted_store, progress=False)
+    assert out.n_failed == 0 and set(out.table.status) == {"done"}
+    serial = dict(zip(res.table[CONFIG_HASH_TAG], res.table.run_id, strict=True))
+    for h, rid in zip(out.table[CONFIG_HASH_TAG], out.table.run_id, strict=True):
+        files = {}
+        for name, run_id in (("parallel", rid), ("serial", serial[h])):
+            local = tmp_path / name / h
+            client.download_artifacts(run_id, "", str(local))
+            files[name] = {
+                str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()
+            }
+        assert {
+            "plots/predicted_vs_true.png",
+            "plots/ccc_per_listener.png",
+            "config.yaml",
+            "ccc_matrix.csv",
+        } <= set(files["serial"])
+        assert files["parallel"].keys() == files["serial"].keys()
+        for name in files["serial"]:
+            if name != "config.yaml":  # it names the experiment and jobs
+                assert files["parallel"][name] == files["serial"][name], name
+
+
+def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_store, tracking_dir):
+    """A worker logging through a server (another host) dies with its child run RUNNING: when the
+    sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
+    from experiments.executors.local import LocalExecutor
+    from experiments.tracking.tracker import WORKER_LOST_TAG, Tracker
+
+    cfg = from_dict(
+        config_dict(
+            tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]
+        )
+    )
+    trials = expand(cfg)
+    tracker = Tracker(tracking_dir, cfg.tracking.experiment)
+    remote = {"host": "worker-host-that-died", "pid": "999999"}
+    orphans: list[str] = []
+
+    class LosingAWorker(LocalExecutor):
+        """The local executor, plus what a remote worker killed mid-upload leaves: a RUNNING child
+        of the last configuration; then the executor raises, as when the cluster goes away."""
+
+        def run(self, todo, ctx):
+            yield from super().run(todo[:-1], ctx)
+            orphans.append(
+                tracker.start_run(
+                    todo[-1].label(),
+                    parent_id=ctx.parent_run_id,
+                    tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote},
+                )
+            )
+            raise OSError("connection to the scheduler lost")
+
+    with pytest.raises(OSError, match="scheduler lost"):
+        run_sweep(
+            cfg, store=planted_store, progress=False, log_artifacts=False, executor=LosingAWorker()
+        )
+    client = tracker.client
+    (orphan,) = orphans
+    run = client.get_run(orphan)
+    assert run.info.status == "KILLED"
+    assert (
+        "worker-host-that-died" in run.data.tags[WORKER_LOST_TAG]
+        and "runs this configuration again" in run.data.tags[WORKER_LOST_TAG]
+    )
+    parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FAILED" and parent.data.tags["lost_runs"] == orphan
+
+    # resume: only the configuration without a finished run is run again, and nothing is left RUNNING
+    seen: list[dict] = []
+
+    def leave_orphan(row):  # a worker elsewhere, lost while the sweep still runs
+        if not seen:
+            orphans.append(
+                tracker.start_run(
+                    "lost mid-sweep",
+                    parent_id=client.get_run(row["run_id"]).data.tags["mlflow.parentRunId"],
+                    tags={CONFIG_HASH_TAG: row[CONFIG_HASH_TAG], **remote},
+                )
+            )
+        seen.append(row)
+
+    again = run_sweep(
+        cfg, store=planted_store, progress=False, log_artifacts=False, on_result=leave_orphan
+    )
+    assert list(again.table.status).count("done") == 1 and len(again.table) == len(trials)
+    redone = again.table[again.table.status == "done"].iloc[0]
+    assert redone[CONFIG_HASH_TAG] == trials[-1].hash() == run.data.tags[CONFIG_HASH_TAG]
+    late = client.get_run(orphans[1])
+    assert (
+        late.info.status == "KILLED"
+        and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
+    )
+    assert not client.search_runs([again.experiment_id], "attributes.status = 'RUNNING'")
+
+
+def _slow_model_groups(planted_store):
+    """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
+    into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
+    from experiments.data.dataset import load_sessions
+
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            feature_set=["listener"],
+            personalization=["global"],
+            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
+            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
+        )
+    )
+    trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
+    groups = window_groups(trials)
+    tables = load_sessions(
+        planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits
+    )
+    return trials, groups, tables
+
+
+def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(
+    planted_store, tmp_path, monkeypatch
+):
+    from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts, window_sessions
+    from experiments.executors import local
+    from experiments.executors.base import fit_groups
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    (key,) = groups
+    w = window_sessions(tables, key)
+    serial = {
+        t: r for g in fit_groups(trials) for t, r in zip(g, evaluate_trials(g, w), strict=True)
+    }
+    log = tmp_path / "parts.txt"
+    real = local.evaluate_part
+
+    def logged(
+        fit_group, w, part
+    ):  # runs in a forked worker (which inherits the patch): a line in a file
+        with open(log, "a") as f:
+            f.write(f"{fit_group[0].model} {part}\n")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", logged)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials and all(e == "" for _, _, e in got)
+    for t, result, _ in got:
+        ref = serial[t]
+        assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
+        for sid in ref.predictions:
+            np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
+        for sid in ref.unseen_predictions:
+            np.testing.assert_array_equal(
+                result.unseen_predictions[sid], ref.unseen_predictions[sid]
+            )
+        assert result.fit_seconds > 0
+    slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
+    expected = sorted(f"hist_gb {p}" for p in group_fit_parts(slow, w))
+    assert len(expected) > 10  # main, folds, and per listener: unseen and its folds
+    assert (
+        sorted(log.read_text().splitlines()) == expected
+    )  # each part once, the ridge groups whole
+
+
+def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monkeypatch):
+    from experiments.executors import local
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    real = local.evaluate_part
+
+    def broken(fit_group, w, part):
+        if part.kind == "fold":
+            raise RuntimeError(f"no memory for {part}")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", broken)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials
+    for t, result, error in got:
+        if t.model == "hist_gb":
+            assert result is None and error.startswith(
+                "RuntimeError: no memory for FitPart(kind='fold'"
+            ), error
+        else:
+            assert error == "" and result is not None
+
+
+def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
+    """No training sessions (the train stories are not in the store): listing the parts fails in
+    the parent, which then runs the group whole, so each configuration reports the error and the
+    other groups still run."""
+    from experiments.executors import local
+
+    trials, _, tables = _slow_model_groups(planted_store)
+    nowhere = (
+        ("train", (99,)),
+        ("val", (1, 2, 4)),
+        ("test", (3,)),
+    )  # the store's training stories validate
+    trials = [replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
+    groups = window_groups(trials)
+    got = list(local._parallel_trials(list(tables), groups, jobs=2))
+    assert [t for t, _, _ in got] == trials
+    for t, result, error in got:
+        if t.model == "hist_gb":
+            assert (
+                result is None
+                and error == "ValueError: no training sessions (stories (99,)) in the store"
+            ), error
+        else:
+            assert error == "" and result is not None

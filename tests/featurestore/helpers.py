@@ -1,0 +1,57 @@
+"""Helpers of the featurestore tests: small generated videos (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def make_video(
+    path,
+    n_frames=50,
+    width=320,
+    height=96,
+    fps=25,
+    audio=True,
+    sr=16000,
+    seed=0,
+    image=None,
+    tremolo_hz=0.0,
+):
+    """Write a small H.264 video with moving noise and, optionally, a tone on the audio track.
+
+    ``image``: one (height, width, 3) uint8 frame shown throughout instead of the noise;
+    ``tremolo_hz``: the tone's loudness swells at this rate (Hz) when > 0, else it is steady.
+    """
+    import av
+
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as c:
+        v = c.add_stream("libx264", rate=fps)
+        v.width, v.height, v.pix_fmt = width, height, "yuv420p"
+        a = None
+        if audio:
+            a = c.add_stream("aac", rate=sr)
+            a.layout = "mono"
+        for _ in range(n_frames):
+            img = (
+                rng.integers(0, 255, (height, width, 3), dtype=np.uint8) if image is None else image
+            )
+            for p in v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in v.encode():
+            c.mux(p)
+        if a is not None:
+            t = np.arange(int(n_frames / fps * sr)) / sr
+            sig = 0.3 * np.sin(2 * np.pi * 220 * t)
+            if tremolo_hz > 0:
+                sig *= 1 + np.sin(2 * np.pi * tremolo_hz * t)
+            sig = sig.astype(np.float32)
+            for start in range(0, len(sig), 1024):
+                chunk = sig[start : start + 1024][None, :]
+                fr = av.AudioFrame.from_ndarray(chunk, format="flt", layout="mono")
+                fr.sample_rate = sr
+                for p in a.encode(fr):
+                    c.mux(p)
+            for p in a.encode():
+                c.mux(p)
+    return path
