@@ -17,7 +17,7 @@ ARTIFACTS ?= ./mlruns/artifacts
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-data features sweep ablate ui mlflow-server test lint bench clean
+.PHONY: help install demo demo-data features sweep ablate ui mlflow-server test test-fast lint bench clean
 
 help: ## list the targets
 	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
@@ -92,6 +92,9 @@ test: install ## lint and run the whole test suite
 	$(BIN)/ruff check featurestore experiments tests bench
 	$(BIN)/ruff format --check featurestore experiments tests bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600
+
+test-fast: install ## the inner loop: unit tests and doctests, no demo corpus, subprocess, cluster or server
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600 -m "not slow and not integration and not browser and not postgres"
 
 bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
 	$(BIN)/python -m bench $(if $(QUICK),--quick,)

@@ -123,6 +123,7 @@ def test_config_options_for_verbs_that_take_a_config(monkeypatch, capsys):
     assert seen["cfg"].tracking.experiment == "omg-smoke"
 
 
+@pytest.mark.integration
 def test_module_entry_point_exit_code(folders):
     gt, pred, _ = folders
     (pred / "Subject_1_Story_1.csv").unlink()

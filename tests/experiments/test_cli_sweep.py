@@ -137,6 +137,7 @@ def alive(pid: int) -> bool:
 @pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the worker processes"
 )
+@pytest.mark.integration
 def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
     planted_store, tracking_dir, tmp_path
 ):
@@ -220,6 +221,7 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
 
 
 # ------------------------------------------------------------------ concurrent sweeps
+@pytest.mark.integration
 def test_two_sweeps_at_once_on_a_new_tracking_store(planted_store, tmp_path):
     """Two processes create and fill one brand-new SQLite store (one experiment) at the same time."""
     folder = str(tmp_path / "mlruns")

@@ -22,6 +22,8 @@ from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.storage.store import Store
 from tests.experiments.helpers import LISTENERS, SPLITS, config_dict
 
+pytestmark = pytest.mark.integration
+
 
 def files_of(folder: Path) -> dict[str, bytes]:
     return {

@@ -29,7 +29,7 @@ from featurestore.demo import build_demo
 from featurestore.storage.store import Store
 from tests.featurestore.helpers import make_video
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = ["Subject_1_Story_1", "Subject_1_Story_2", "Subject_1_Story_3"]

@@ -386,6 +386,7 @@ print(h.hexdigest())
 """
 
 
+@pytest.mark.integration
 def test_two_processes_writing_the_same_entries_both_load_correctly(store, tmp_path):
     import hashlib
 

@@ -159,6 +159,7 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
     ("setup", "backend"),
     [("pass", "agg"), ("import matplotlib.pyplot; matplotlib.use('svg')", "svg")],
 )
+@pytest.mark.integration
 def test_drawing_keeps_a_notebooks_backend(setup, backend):
     """A headless process draws with Agg; a session that chose its backend (a notebook's inline
     one) keeps it, so its own figures still show after a sweep drew the runs' plots."""

@@ -24,7 +24,7 @@ from tests.experiments.helpers import (
     wait_healthy,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from mlflow import MlflowClient
 
 from tests.experiments.helpers import ROOT, copy_tracking_db
 
+pytestmark = pytest.mark.integration
+
 nbformat = pytest.importorskip("nbformat", reason="needs the dev extra (pip install -e '.[dev]')")
 
 NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"

@@ -56,7 +56,7 @@ psycopg = pytest.importorskip(
     "psycopg", reason="needs the PostgreSQL driver (pip install -e '.[lab]')"
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
 EXPERIMENT = "lab-postgres"
 

@@ -135,6 +135,7 @@ def test_runs_record_the_code_and_every_resolved_parameter(sweep_once, tmp_path)
     assert written["code"] == mine
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_dask_workers_with_other_code_are_refused(tmp_path):
     """A worker started from another copy of the package (a changed default) is refused by name."""

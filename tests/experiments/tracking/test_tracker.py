@@ -68,6 +68,7 @@ def dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.integration
 def test_reap_stale_kills_dead_runs_only(tracker):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

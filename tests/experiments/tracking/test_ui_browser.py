@@ -31,6 +31,7 @@ METRICS = list(CCC_METRICS)
 pytest.importorskip("selenium", reason="needs selenium (the dev extra: pip install -e '.[dev]')")
 
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.browser,
     pytest.mark.skipif(
         not (CHROMIUM.exists() and CHROMEDRIVER.exists()),

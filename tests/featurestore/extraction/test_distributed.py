@@ -14,7 +14,7 @@ from featurestore.extraction.pool import extract_many
 from featurestore.sources.manifest import scan
 from featurestore.storage.store import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CHANNELS = ["face_geom", "egemaps"]
 

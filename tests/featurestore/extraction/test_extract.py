@@ -240,6 +240,7 @@ def test_no_audio_no_face_and_duplicates(tmp_path, capsys):
     assert "several files for one session" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_kill_mid_extraction_leaves_no_partial_shard_and_resumes(corpus, tmp_path):
     data = _copy_corpus(corpus, tmp_path / "data")
     store = tmp_path / "store"

@@ -93,6 +93,7 @@ def test_check_available_without_pyfeat_names_the_extra(monkeypatch):
         FaceAUExtractor().new_track("listener")
 
 
+@pytest.mark.integration
 def test_importing_the_backend_does_not_import_pyfeat():
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     code = (
