@@ -23,7 +23,8 @@ help: ## list the targets
 	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
 	@echo "make test          install and run the test suite"
 	@echo ""
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}' \
+		| sed -e 's|$$(PORT)|$(PORT)|g' -e 's|$$(MLFLOW_HOST)|$(MLFLOW_HOST)|g' -e 's|$$(MLFLOW_PORT)|$(MLFLOW_PORT)|g'
 	@echo ""
 	@echo "variables: DATA=<OMG-Empathy folder> (default: the demo corpus)  STORE=$(STORE)  JOBS=$(JOBS)  CONFIG=$(CONFIG)"
 	@echo "           TRACKING=$(TRACKING)  ARTIFACTS=$(ARTIFACTS)  MLFLOW_HOST=$(MLFLOW_HOST)  MLFLOW_PORT=$(MLFLOW_PORT)"

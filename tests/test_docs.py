@@ -149,3 +149,14 @@ def test_the_two_commands_open_the_readme():
     """``make demo`` and ``make test`` are the first thing a reader sees."""
     first_block = FENCE.search(README.read_text(encoding="utf-8")).group(0).splitlines()[1:-1]
     assert [line.split()[:2] for line in first_block] == [["make", "demo"], ["make", "test"]]
+
+
+def test_citation_file_names_the_package_version():
+    """CITATION.cff (how to cite the package itself) carries the version the package reports."""
+    import yaml
+
+    import featurestore
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "MIT"
+    assert str(cff["version"]) == featurestore.__version__, "update CITATION.cff's version"
