@@ -155,7 +155,7 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
             _SHARED[key] = window_sessions(tables, key)
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             for t in group:
-                yield t, None, f"windowing failed: {type(e).__name__}: {e}"
+                yield Outcome(t, error=f"windowing failed: {type(e).__name__}: {e}")
             continue
         finally:
             if n == len(groups):
@@ -165,9 +165,9 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
                 results = _evaluate_shared(fit_group, figures)
             except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
                 for t in fit_group:
-                    yield t, None, f"{type(e).__name__}: {e}"
+                    yield Outcome(t, error=f"{type(e).__name__}: {e}")
             else:
-                yield from ((t, r, "") for t, r in zip(fit_group, results, strict=True))
+                yield from (Outcome(t, r) for t, r in zip(fit_group, results, strict=True))
     _SHARED.clear()
 
 
@@ -456,15 +456,15 @@ class Scheduler:
         try:
             result = state.futures[trial].result()[state.slots[trial]]
         except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-            return trial, None, f"{type(e).__name__}: {e}"
-        return trial, result, ""
+            return Outcome(trial, error=f"{type(e).__name__}: {e}")
+        return Outcome(trial, result)
 
     def key_outcomes(self, i: int) -> Iterator[Outcome]:
         """Key ``i``'s outcomes, in the order of its configurations."""
         state = self.states[i]
         for t in self.groups[self.keys[i]]:
             if state.error:
-                yield t, None, state.error
+                yield Outcome(t, error=state.error)
                 continue
             self.wait_for(i, t)
             # before handing over (the caller logs for a while): start queued configurations,

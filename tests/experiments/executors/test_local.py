@@ -77,10 +77,10 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
     monkeypatch.setattr(local, "window_sessions", windowing)
     monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
     got = {}
-    for trial, result, error in Scheduler(tables, groups, jobs=2).outcomes():
-        assert error == "" and result is not None
-        events.append(("result", trial.window_key()))
-        got[trial] = result.metrics
+    for o in Scheduler(tables, groups, jobs=2).outcomes():
+        assert o.error == "" and o.result is not None
+        events.append(("result", o.trial.window_key()))
+        got[o.trial] = o.result.metrics
     assert tables == []  # released after the last key was windowed
     assert got.keys() == expected.keys()
     for t, m in got.items():
@@ -116,8 +116,9 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
     windowed = {k: window_sessions(tables, k) for k in groups}
     outcomes = _outcomes(list(tables), groups, jobs=2, figures=True)  # it empties the list
     assert len(outcomes) == len(expand(cfg)) >= 2
-    for trial, result, error in outcomes:
-        assert error == "" and set(result.figures) == {
+    for o in outcomes:
+        trial, result = o.trial, o.result
+        assert o.error == "" and set(result.figures) == {
             "predicted_vs_true.png",
             "ccc_per_listener.png",
         }
@@ -126,8 +127,8 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
             here.predictions, here.truth, here.scores, trial.label()
         )
     plain = _outcomes(tables, groups, jobs=2)  # no artifacts logged: nothing drawn
-    assert [e for _, _, e in plain] == [""] * len(outcomes) and all(
-        r.figures == {} for _, r, _ in plain
+    assert [o.error for o in plain] == [""] * len(outcomes) and all(
+        o.result.figures == {} for o in plain
     )
 
 
@@ -174,8 +175,9 @@ def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(
 
     monkeypatch.setattr(local, "evaluate_part", logged)
     got = _outcomes(list(tables), groups, jobs=2)
-    assert [t for t, _, _ in got] == trials and all(e == "" for _, _, e in got)
-    for t, result, _ in got:
+    assert [o.trial for o in got] == trials and all(o.error == "" for o in got)
+    for o in got:
+        t, result = o.trial, o.result
         ref = serial[t]
         assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
         for sid in ref.predictions:
@@ -204,8 +206,9 @@ def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monke
 
     monkeypatch.setattr(local, "evaluate_part", broken)
     got = _outcomes(list(tables), groups, jobs=2)
-    assert [t for t, _, _ in got] == trials
-    for t, result, error in got:
+    assert [o.trial for o in got] == trials
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
         if t.model == "hist_gb":
             assert result is None and error.startswith(
                 "RuntimeError: no memory for FitPart(kind='fold'"
@@ -228,8 +231,9 @@ def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
     trials = [replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
     groups = window_groups(trials)
     got = _outcomes(list(tables), groups, jobs=2)
-    assert [t for t, _, _ in got] == trials
-    for t, result, error in got:
+    assert [o.trial for o in got] == trials
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
         if t.model == "hist_gb":
             assert (
                 result is None
@@ -308,8 +312,8 @@ def test_outcomes_come_in_the_order_of_the_configurations(planted_store):
     groups = _groups(cfg)
     assert len(groups) == 2
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
-    assert [t for t, _, _ in got] == [t for g in groups.values() for t in g]
-    assert all(e == "" and r is not None for _, r, e in got)
+    assert [o.trial for o in got] == [t for g in groups.values() for t in g]
+    assert all(o.error == "" and o.result is not None and not o.failed for o in got)
 
 
 def test_a_failed_windowing_fails_its_keys_configurations_only(planted_store, monkeypatch):
@@ -324,8 +328,9 @@ def test_a_failed_windowing_fails_its_keys_configurations_only(planted_store, mo
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
-    assert [t for t, _, _ in got] == [*groups[first], *groups[bad]]
-    for t, result, error in got:
+    assert [o.trial for o in got] == [*groups[first], *groups[bad]]
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
         if t.window_key() == bad:
             assert (
                 result is None and error == "windowing failed: MemoryError: no room for the windows"
@@ -342,8 +347,8 @@ def test_closing_the_outcomes_stops_the_work(planted_store):
     before = set(mp.active_children())
     sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
     outcomes = sched.outcomes()
-    trial, result, error = next(outcomes)
-    assert trial == next(iter(groups.values()))[0] and error == "" and result is not None
+    first = next(outcomes)
+    assert first.trial == next(iter(groups.values()))[0] and first.result is not None
     assert 0 in sched.states  # the first key was launched
     outcomes.close()
     assert all(s.pool is None and s.queue == [] for s in sched.states.values())
