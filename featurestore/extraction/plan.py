@@ -130,17 +130,22 @@ def plan_session(
         force=force,
     )
     for name in channels:
-        ex = cfg.extractor(name)
-        planner = _PLANNERS.get(getattr(ex, "kind", ""))
-        if planner is None:
-            raise SessionError(
-                f"extractor {name!r} is neither a frame, an audio nor a transcript extractor"
-            )
-        for key, (ck, params, src) in planner(plan, ex, source, cfg).items():
-            current = not force and plan.stored.get(key) == ck
-            plan.channels[key] = ChannelPlan(key, ex, ck, params, src, current)
+        _plan_channel(plan, cfg.extractor(name), source, cfg)
     plan.created = utc_now()
     return plan
+
+
+def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
+    """Add extractor ``ex``'s channels to ``plan``, planned by its declared kind; ``source``:
+    the video's fingerprint."""
+    planner = _PLANNERS.get(getattr(ex, "kind", ""))
+    if planner is None:
+        raise SessionError(
+            f"extractor {ex.name!r} is neither a frame, an audio nor a transcript extractor"
+        )
+    for key, (ck, params, src) in planner(plan, ex, source, cfg).items():
+        current = not plan.force and plan.stored.get(key) == ck
+        plan.channels[key] = ChannelPlan(key, ex, ck, params, src, current)
 
 
 def _frame_count(
