@@ -242,6 +242,8 @@ def decode(
 def _decode_video(
     plan: SessionPlan, cfg: FeatureConfig, position: int | None, progress: bool
 ) -> StepResult:
+    """The frame channels to compute, from one decode of the video at ``cfg.face_fps`` Hz; a
+    channel with no face in any sampled frame is an error, not stored."""
     todo = plan.todo("video")
     out = StepResult()
     if not todo:
@@ -284,6 +286,7 @@ def _decode_video(
 
 
 def _decode_audio(plan: SessionPlan) -> StepResult:
+    """The audio channels to compute, the track decoded once per sampling rate (Hz)."""
     out = StepResult()
     signals: dict[int, np.ndarray] = {}
     for c in plan.todo("audio"):
@@ -302,6 +305,8 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
 
 
 def _decode_transcript(plan: SessionPlan) -> StepResult:
+    """The transcript channels to compute, from the parsed cues (an unreadable transcript is an
+    error of those channels)."""
     out = StepResult()
     todo = plan.todo("transcript")
     if not todo:
@@ -348,12 +353,14 @@ class _RoleVoice:
         return self.new[key].cache_key if key in self.new else self.plan.stored.get(key)
 
     def is_current(self, ck: str) -> bool:
+        """Both per-role channels are stored with cache key ``ck`` and not forced."""
         stored = self.plan.stored
         return not self.plan.force and all(
             stored.get(k) == ck and k not in self.new for k in ROLE_VOICE_KEYS
         )
 
     def load(self, key: str) -> Channel:
+        """Channel ``key``: the one just decoded, else the stored one."""
         return self.new[key] if key in self.new else self.store.read_channel(self.plan.session, key)
 
     def from_transcript(self) -> StepResult:

@@ -57,6 +57,7 @@ class ChannelPlan:
 
     @property
     def role(self) -> str:
+        """The role the channel describes: ``speaker``, ``listener`` or ``scene``."""
         return self.key.split("/")[0]
 
     @property
@@ -90,6 +91,7 @@ class SessionPlan:
 
     @property
     def session(self) -> str:
+        """The session's name (``Subject_<L>_Story_<S>``)."""
         return self.files.session
 
     def todo(self, kind: str) -> list[ChannelPlan]:
