@@ -302,6 +302,9 @@ class Scheduler:
     been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
     view of them at start, so no pool keeps them alive after that.
+
+    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``:
+    the configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time.
     """
 
     def __init__(
