@@ -1,7 +1,7 @@
 """The executor interface: where the configurations of a sweep or a search are evaluated.
 
 An :class:`Executor` takes the pending configurations (:class:`experiments.config.grid.Trial`) and a
-:class:`SweepContext`, and yields one :data:`Outcome` per configuration as it finishes, in
+:class:`SweepContext`, and yields one :class:`Outcome` per configuration as it finishes, in
 the order of the configurations (so the sweep table, and the choice among equal scores, do
 not depend on where or how fast they ran). The sweep (:func:`experiments.studies.sweep.run_sweep`)
 and the Optuna search (:func:`experiments.studies.search.run_search`) hand their configurations to
@@ -30,20 +30,39 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from ..config.grid import Trial, WindowKey
 from ..evaluation.evaluate import TrialResult
 from ..evaluation.plots import with_figures
+from ..tracking.child_runs import RunRow
 from ..tracking.context import SweepContext
 
 #: defined in the layers below (the child runs log with them); importable from here as before
 __all__ = ["Executor", "Outcome", "SweepContext", "fit_groups", "window_groups", "with_figures"]
 
 
-#: per configuration an executor yields (trial, TrialResult, "") or (trial, None, error text),
-#: or (trial, row, "") when its worker has logged the child run itself (see
-#: :func:`experiments.tracking.child_runs.log_child`)
-Outcome = tuple[Trial, "TrialResult | dict | None", str]
+@dataclass(frozen=True)
+class Outcome:
+    """What an executor yields per configuration: its ``result`` (for the sweep to log), or the
+    ``row`` of the child run its worker logged itself (see
+    :func:`experiments.tracking.child_runs.log_child`), or neither and the ``error`` that
+    failed it.
+
+    >>> from experiments.config import expand, load_config
+    >>> Outcome(expand(load_config("smoke"))[0], error="ValueError: no sessions").failed
+    True
+    """
+
+    trial: Trial
+    result: TrialResult | None = None
+    row: RunRow | None = None
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Nothing was evaluated (``error`` says why); a worker-logged row carries its own status."""
+        return self.result is None and self.row is None
 
 
 class Executor(abc.ABC):

@@ -53,7 +53,7 @@ from ..data.dataset import DatasetError, load_sessions
 from ..data.session_table import SessionTable
 from ..evaluation.evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
 from ..evaluation.plots import load_backend
-from ..tracking.child_runs import log_child, run_row
+from ..tracking.child_runs import RunRow, log_child, run_row
 from ..tracking.provenance import code_version
 from ..tracking.tracker import Tracker
 from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
@@ -144,7 +144,7 @@ def _tracker(ctx: SweepContext) -> Tracker:
         return _TRACKERS[key]
 
 
-def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
+def logged_row(job: WorkerJob, trial: Trial) -> RunRow | None:
     """The sweep-table row of ``trial`` if this sweep logged it FINISHED already, else None.
 
     Dask runs a task again when the worker holding its result dies before the client fetched
@@ -154,28 +154,24 @@ def logged_row(job: WorkerJob, trial: Trial) -> dict | None:
     return None if run is None else run_row(trial, run, "done")
 
 
-def evaluate_on_worker(
-    trials: tuple[Trial, ...], job: WorkerJob
-) -> list[tuple[TrialResult | dict | None, str]]:
+def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome]:
     """A Dask task: window (cached), fit and score one fit group (configurations that differ only
     in post-processing, see :func:`experiments.executors.base.fit_groups`); log them too if ``job.log_runs``.
 
-    Returns, per configuration, ``(result, "")`` or ``(None, error)`` like the local executor,
-    or ``(row, "")`` once the child run is logged here (or was, by an earlier run of this task:
+    Returns, per configuration, its :class:`Outcome` like the local executor's, with the
+    ``row`` of its child run once it is logged here (or was, by an earlier run of this task:
     :func:`logged_row`). Store problems raise :class:`DatasetError` (they stop the sweep, as in
     the local executor).
     """
     done = {t: logged_row(job, t) for t in trials} if job.log_runs else {}
     pending = tuple(t for t in trials if done.get(t) is None)
     if not pending:
-        return [(done[t], "") for t in trials]
+        return [Outcome(t, row=done[t]) for t in trials]
     fresh = _evaluate_and_log(pending, job)
-    return [(done[t], "") if done.get(t) is not None else fresh.pop(0) for t in trials]
+    return [Outcome(t, row=done[t]) if done.get(t) is not None else fresh.pop(0) for t in trials]
 
 
-def _evaluate_and_log(
-    trials: tuple[Trial, ...], job: WorkerJob
-) -> list[tuple[TrialResult | dict | None, str]]:
+def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome]:
     tables = _tables(job)
     results: list[TrialResult | None] = [None] * len(trials)
     try:
@@ -196,10 +192,13 @@ def _evaluate_and_log(
         # the worker's own code version on the runs it logs (the sweep refused a worker whose code differs)
         ctx = replace(job.ctx, child_tags={**job.ctx.child_tags, **code_version().tags()})
         return [
-            (log_child(_tracker(ctx), ctx, t, r, error), "")
+            Outcome(t, row=log_child(_tracker(ctx), ctx, t, r, error))
             for t, r in zip(trials, results, strict=True)
         ]
-    return [(r, error) for r in results]
+    return [
+        Outcome(t, r) if r is not None else Outcome(t, error=error)
+        for t, r in zip(trials, results, strict=True)
+    ]
 
 
 def worker_code_fingerprint() -> str:
@@ -312,10 +311,10 @@ class DaskExecutor(Executor):
     @staticmethod
     def _outcomes(group: tuple[Trial, ...], fut) -> list[Outcome]:
         try:
-            pairs = fut.result()
+            outcomes = fut.result()
         except DatasetError:
             raise
         except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this fit group
-            pairs = [(None, f"on Dask: {type(e).__name__}: {e}")] * len(group)
+            outcomes = [Outcome(t, error=f"on Dask: {type(e).__name__}: {e}") for t in group]
         fut.release()
-        return [(t, result, error) for t, (result, error) in zip(group, pairs, strict=True)]
+        return outcomes

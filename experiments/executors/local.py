@@ -7,7 +7,7 @@ and score a fit group per task and draw its figures (PNG bytes returned with the
 the process that logs only writes files, so parallel jobs never contend for the tracking
 database. With one job, or a single task, everything runs in this process.
 
-Scheduling (:func:`_parallel_trials`): one fork pool per window key, the next key's features
+Scheduling (:class:`Scheduler`): one fork pool per window key, the next key's features
 computed while the current key's configurations run (when they fit in memory), the slowest
 models first within a key and split into their separate fits, at most ``jobs`` tasks at a
 time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP threads.
@@ -28,6 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -82,7 +83,7 @@ def _evaluate_shared(
 
 
 def _evaluate_part_shared(trials: Sequence[Trial], part: FitPart) -> PartResult:
-    """One fit part of a fit group on the shared windowed features (see :func:`_parallel_trials`)."""
+    """One fit part of a fit group on the shared windowed features (see :class:`Scheduler`)."""
     try:
         return evaluate_part(trials, _SHARED[trials[0].window_key()], part)
     finally:
@@ -144,9 +145,8 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
-        yield from _parallel_trials(
-            tables, groups, jobs, figures
-        )  # empties ``tables`` once it is done with them
+        # the scheduler empties ``tables`` once it is done with them
+        yield from Scheduler(tables, groups, jobs, figures).outcomes()
         return
     for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
@@ -155,7 +155,7 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
             _SHARED[key] = window_sessions(tables, key)
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             for t in group:
-                yield t, None, f"windowing failed: {type(e).__name__}: {e}"
+                yield Outcome(t, error=f"windowing failed: {type(e).__name__}: {e}")
             continue
         finally:
             if n == len(groups):
@@ -165,9 +165,9 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
                 results = _evaluate_shared(fit_group, figures)
             except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
                 for t in fit_group:
-                    yield t, None, f"{type(e).__name__}: {e}"
+                    yield Outcome(t, error=f"{type(e).__name__}: {e}")
             else:
-                yield from ((t, r, "") for t, r in zip(fit_group, results, strict=True))
+                yield from (Outcome(t, r) for t, r in zip(fit_group, results, strict=True))
     _SHARED.clear()
 
 
@@ -233,10 +233,48 @@ def available_memory() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def _parallel_trials(
-    tables, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False
-) -> Iterator[Outcome]:
-    """Configurations of every group in forked worker pools, the next group's windows meanwhile.
+@dataclass
+class Task:
+    """One task of a window key's queue: ``fit_group`` evaluated whole (no ``part``, no
+    ``parts_done``), one ``part`` of a split fit group fitted, or a split fit group evaluated
+    from its ``parts_done`` (each part's result) once they are all fitted."""
+
+    fit_group: tuple[Trial, ...]
+    part: FitPart | None = None
+    parts_done: dict[FitPart, PartResult] | None = None
+
+
+@dataclass
+class WindowKeyState:
+    """What the scheduler holds for one launched window key (its features computed).
+
+    ``error`` is set when windowing failed (then nothing else is); ``pool`` is the fork pool
+    sharing the features, None once it exited; ``queue``: tasks not yet submitted;
+    ``futures``: each configuration's future (a fit group's task, whose results list holds the
+    configuration at ``slots[trial]``); ``parts``: split fit groups not yet evaluated, each
+    part's future (None while the part is queued)."""
+
+    error: str = ""
+    pool: cf.ProcessPoolExecutor | None = None
+    queue: list[Task] = field(default_factory=list)
+    futures: dict[Trial, cf.Future] = field(default_factory=dict)
+    slots: dict[Trial, int] = field(default_factory=dict)
+    parts: dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]] = field(default_factory=dict)
+
+    def all_done(self) -> bool:
+        """Nothing queued, no split group pending and every configuration's future done."""
+        return not self.queue and not self.parts and all(f.done() for f in self.futures.values())
+
+    def close_pool(self, cancel: bool = False) -> None:
+        """Shut the pool down (waiting for its workers to exit); ``cancel``: drop queued work."""
+        self.queue.clear()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=cancel)
+            self.pool = None
+
+
+class Scheduler:
+    """Configurations of every window key in forked worker pools, the next key's windows meanwhile.
 
     With ``figures``, each worker also draws its configurations' plots (``TrialResult.figures``),
     so the parent, which logs the results one at a time, does not keep the workers waiting.
@@ -255,8 +293,8 @@ def _parallel_trials(
     from their predictions (the same numbers as one task fitting them in turn). A group of
     five gradient-boosting fits then takes the time of three instead of five on two workers,
     and its last fits no longer leave the other worker idle at the end of a sweep. Each
-    worker runs ``cores // jobs`` BLAS / OpenMP threads. Results are yielded in the order of
-    the configurations.
+    worker runs ``cores // jobs`` BLAS / OpenMP threads. :meth:`outcomes` yields the results
+    in the order of the configurations.
 
     Memory: the next group's features are computed ahead only when they fit
     ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the current group is
@@ -264,172 +302,205 @@ def _parallel_trials(
     been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
     view of them at start, so no pool keeps them alive after that.
+
+    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``:
+    the configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time.
     """
-    keys = list(groups)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    fork = mp.get_context("fork")
-    windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
-    windows: dict[int, cf.Future] = {}
-    pools: dict[int, cf.ProcessPoolExecutor] = {}
-    # launched groups' tasks not yet submitted: (fit group, None) evaluates a fit group whole;
-    # (fit group, part) fits one part of a split group; (fit group, {part: result}) evaluates it
-    # from its parts once they are all done
-    waiting: dict[int, list[tuple[tuple[Trial, ...], FitPart | dict | None]]] = {}
-    futures: dict[
-        int, dict[Trial, cf.Future] | str
-    ] = {}  # per group: each configuration's future, or why it failed
-    slot: dict[Trial, int] = {}  # a configuration's place in the results of its fit group's future
-    running: set[cf.Future] = set()
-    # split fit groups not yet evaluated: each part's future (None while the part is queued)
-    parts: dict[int, dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]]] = {}
 
-    def start_windowing(i: int) -> None:
-        if i < len(keys) and i not in windows and i not in futures:
-            windows[i] = windowing.submit(window_sessions, tables, keys[i])
+    def __init__(
+        self, tables: list, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False
+    ) -> None:
+        self.tables = tables
+        self.groups = groups
+        self.keys = list(groups)
+        self.jobs = jobs
+        self.figures = figures
+        self.threads = max(1, (os.cpu_count() or 1) // jobs)
+        #: window keys (by index) being windowed, not launched yet
+        self.windows: dict[int, cf.Future] = {}
+        #: launched window keys (by index)
+        self.states: dict[int, WindowKeyState] = {}
+        #: submitted tasks not yet seen done, over all pools (at most ``jobs``)
+        self.running: set[cf.Future] = set()
+        # starts its thread on the first submit, and is shut down by :meth:`stop`
+        self._windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
 
-    def prefetch(i: int) -> None:
-        if not PREFETCH_WINDOWS or i >= len(keys) or i in windows or i in futures:
+    # ---- windowing: in a background thread, one key at a time, in order
+
+    def start_windowing(self, i: int) -> None:
+        """Compute key ``i``'s windowed features in the background (unless under way or launched)."""
+        if i < len(self.keys) and i not in self.windows and i not in self.states:
+            self.windows[i] = self._windowing.submit(window_sessions, self.tables, self.keys[i])
+
+    def prefetch(self, i: int) -> None:
+        """:meth:`start_windowing` key ``i`` ahead when its features fit the memory budget."""
+        if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
         free = available_memory()
-        if free is None or windowed_nbytes(tables, keys[i]) <= PREFETCH_MEMORY_FRACTION * free:
-            start_windowing(i)
+        if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (
+            PREFETCH_MEMORY_FRACTION * free
+        ):
+            self.start_windowing(i)
 
-    def plan_tasks(i: int, group: list[Trial], w: Windowed) -> None:
-        futures[i] = {}
-        waiting[i], parts[i] = [], {}
+    # ---- launching a key: its tasks planned, its pool forked over its features
+
+    def plan(self, group: list[Trial], w: Windowed) -> WindowKeyState:
+        """A key's state with its tasks queued: slowest fit groups first, a slow model's split
+        into its parts (a group whose parts cannot be listed runs whole and reports why)."""
+        state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
             try:
-                split = group_fit_parts(fit_group, w) if jobs > 1 and _split(fit_group) else []
-            except (
-                ValueError
-            ):  # e.g. no training sessions: the whole group's task reports it, per configuration
+                split = group_fit_parts(fit_group, w) if self.jobs > 1 and _split(fit_group) else []
+            except ValueError:  # e.g. no training sessions: the group's task reports it
                 split = []
             if len(split) > 1:
-                parts[i][fit_group] = dict.fromkeys(split)
-                waiting[i] += [(fit_group, part) for part in split]
+                state.parts[fit_group] = dict.fromkeys(split)
+                state.queue += [Task(fit_group, part=part) for part in split]
             else:
-                waiting[i].append((fit_group, None))
+                state.queue.append(Task(fit_group))
+        return state
 
-    def launch(i: int) -> None:
+    def launch(self, i: int) -> None:
+        """Key ``i``'s windowed features (waiting for them) shared with a new fork pool; a
+        failed windowing fails the key's configurations."""
         try:
-            w = windows.pop(i).result()
+            w = self.windows.pop(i).result()
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
-            futures[i] = f"windowing failed: {type(e).__name__}: {e}"
+            self.states[i] = WindowKeyState(error=f"windowing failed: {type(e).__name__}: {e}")
             return
         finally:
-            if i == len(keys) - 1:
-                tables.clear()  # keys are windowed in order: this was the last use of the tables
-        group = groups[keys[i]]
+            if i == len(self.keys) - 1:
+                self.tables.clear()  # keys are windowed in order: the last use of the tables
+        state = self.states[i] = self.plan(self.groups[self.keys[i]], w)
         _SHARED.clear()
-        _SHARED[keys[i]] = w
+        _SHARED[self.keys[i]] = w
         release_free_memory()  # what the windowing freed: the workers would map it for nothing
-        plan_tasks(i, group, w)
-        pools[i] = cf.ProcessPoolExecutor(
-            max_workers=min(jobs, len(waiting[i])),
-            mp_context=fork,
+        state.pool = cf.ProcessPoolExecutor(
+            max_workers=min(self.jobs, len(state.queue)),
+            mp_context=mp.get_context("fork"),
             initializer=_worker_init,
-            initargs=(threads, tables),
+            initargs=(self.threads, self.tables),
         )
-        pools[i].submit(_ready).result()  # with fork, every worker starts now, holding the features
+        state.pool.submit(_ready).result()  # with fork, every worker starts now, with the features
         _SHARED.clear()
         del w
         # the features now live in the workers only: their pages return to the system when the
         # workers exit, instead of staying in this process's heap, mapped by the next pools too
         release_free_memory()
 
-    def retire_finished() -> None:
-        # a pool whose configurations are all done exits now, not once their results have been
-        # handed over (logging them takes seconds): its workers still map a group's features
-        for j in [
-            j
-            for j in pools
-            if not waiting.get(j)
-            and not parts.get(j)
-            and all(f.done() for f in futures[j].values())
-        ]:
-            pools.pop(j).shutdown(wait=True)
-            waiting.pop(j, None)
+    # ---- submitting: at most ``jobs`` tasks at a time over all pools
 
-    def evaluate_split_groups() -> None:
-        # a split fit group whose parts are all done is evaluated from them next (the front of
-        # its pool's queue); a failed part fails the group's configurations
-        for i, split in parts.items():
-            for fit_group, done in list(split.items()):
-                if not all(f is not None and f.done() for f in done.values()):
-                    continue  # a part is still queued or running
-                del split[fit_group]
-                failed = next(
-                    (f.exception() for f in done.values() if f.exception() is not None), None
-                )
-                if failed is None:
-                    waiting[i].insert(
-                        0, (fit_group, {part: f.result() for part, f in done.items()})
-                    )
-                    continue
-                lost = cf.Future()  # what the group's task would have raised
-                lost.set_exception(failed)
-                for t in fit_group:
-                    futures[i][t] = lost
+    def collect_parts(self, state: WindowKeyState) -> None:
+        """A split fit group whose parts are all done is evaluated from them next (the front of
+        its pool's queue); a failed part fails the group's configurations."""
+        for fit_group, done in list(state.parts.items()):
+            if not all(f is not None and f.done() for f in done.values()):
+                continue  # a part is still queued or running
+            del state.parts[fit_group]
+            failed = next((f.exception() for f in done.values() if f.exception() is not None), None)
+            if failed is None:
+                results = {part: f.result() for part, f in done.items()}
+                state.queue.insert(0, Task(fit_group, parts_done=results))
+                continue
+            lost: cf.Future = cf.Future()  # what the group's task would have raised
+            lost.set_exception(failed)
+            state.futures.update(dict.fromkeys(fit_group, lost))
 
-    def submit_free() -> None:
-        running.difference_update([f for f in running if f.done()])
-        evaluate_split_groups()
-        retire_finished()
-        for i in sorted(waiting):
-            while waiting[i] and len(running) < jobs:
-                fit_group, task = waiting[i].pop(0)
-                if isinstance(task, FitPart):
-                    fut = pools[i].submit(_evaluate_part_shared, fit_group, task)
-                    parts[i][fit_group][task] = fut
-                else:
-                    fut = pools[i].submit(_evaluate_shared, fit_group, figures, task)
-                    for k, t in enumerate(fit_group):
-                        futures[i][t] = fut
-                        slot[t] = k
-                running.add(fut)
+    def retire_finished(self) -> None:
+        """A pool whose configurations are all done exits now, not once their results have been
+        handed over (logging them takes seconds): its workers still map a key's features."""
+        for state in self.states.values():
+            if state.pool is not None and state.all_done():
+                state.close_pool()
 
-    try:
-        for i, key in enumerate(keys):
-            if i not in futures:
-                start_windowing(i)
-                launch(i)
-            prefetch(i + 1)
-            submit_free()
-            for t in groups[key]:
-                if isinstance(futures[i], str):
-                    yield t, None, futures[i]
-                    continue
-                while t not in futures[i] or not futures[i][t].done():
-                    prefetch(i + 1)  # again: memory may have been freed since
-                    nxt = windows.get(i + 1)
-                    cf.wait(
-                        [*running, *([nxt] if nxt is not None else [])],
-                        return_when=cf.FIRST_COMPLETED,
-                    )
-                    if nxt is not None and nxt.done():
-                        launch(i + 1)  # the next group's workers take the cores this one frees
-                    submit_free()
-                # before handing over (the caller logs for a while): start queued configurations,
-                # and let a pool whose configurations are all done exit
-                submit_free()
-                try:
-                    result = futures[i][t].result()[slot[t]]
-                except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-                    yield t, None, f"{type(e).__name__}: {e}"
-                else:
-                    yield t, result, ""
-                result = None
-                release_free_memory()  # what the caller's logging (result, artifact files) left in the heap
-            if i in pools:
-                pools.pop(i).shutdown(wait=True)
-                waiting.pop(i, None)
-            futures[i] = "done"  # the results were handed over: do not keep them
-    finally:
-        for i in list(waiting):
-            waiting[i].clear()
-        for f in running:
+    def submit(self, state: WindowKeyState, task: Task) -> None:
+        """Hand ``task`` to its key's pool and remember its future."""
+        assert state.pool is not None
+        if task.part is not None:
+            fut = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
+            state.parts[task.fit_group][task.part] = fut
+        else:
+            fut = state.pool.submit(_evaluate_shared, task.fit_group, self.figures, task.parts_done)
+            for k, t in enumerate(task.fit_group):
+                state.futures[t] = fut
+                state.slots[t] = k
+        self.running.add(fut)
+
+    def submit_free(self) -> None:
+        """Fill the free slots from the queues, the earliest key's first."""
+        self.running.difference_update([f for f in self.running if f.done()])
+        for i in sorted(self.states):
+            self.collect_parts(self.states[i])
+        self.retire_finished()
+        for i in sorted(self.states):
+            state = self.states[i]
+            while state.queue and len(self.running) < self.jobs:
+                self.submit(state, state.queue.pop(0))
+
+    # ---- handing over: one key's results in order, each as soon as it is done
+
+    def wait_for(self, i: int, trial: Trial) -> None:
+        """Keep the pools busy until ``trial``'s future (of key ``i``) is done; launch the next
+        key as soon as its features are ready, so its workers take the cores this one frees."""
+        state = self.states[i]
+        while trial not in state.futures or not state.futures[trial].done():
+            self.prefetch(i + 1)  # again: memory may have been freed since
+            nxt = self.windows.get(i + 1)
+            cf.wait(
+                [*self.running, *([nxt] if nxt is not None else [])],
+                return_when=cf.FIRST_COMPLETED,
+            )
+            if nxt is not None and nxt.done():
+                self.launch(i + 1)
+            self.submit_free()
+
+    def outcome(self, state: WindowKeyState, trial: Trial) -> Outcome:
+        """``trial``'s outcome from its done future: its result, or the error its task raised."""
+        try:
+            result = state.futures[trial].result()[state.slots[trial]]
+        except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
+            return Outcome(trial, error=f"{type(e).__name__}: {e}")
+        return Outcome(trial, result)
+
+    def key_outcomes(self, i: int) -> Iterator[Outcome]:
+        """Key ``i``'s outcomes, in the order of its configurations."""
+        state = self.states[i]
+        for t in self.groups[self.keys[i]]:
+            if state.error:
+                yield Outcome(t, error=state.error)
+                continue
+            self.wait_for(i, t)
+            # before handing over (the caller logs for a while): start queued configurations,
+            # and let a pool whose configurations are all done exit
+            self.submit_free()
+            yield self.outcome(state, t)
+            release_free_memory()  # what the caller's logging (result, artifacts) left in the heap
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """Every configuration's outcome, in the order of the groups and their configurations;
+        closing the iterator early stops the pools and the windowing."""
+        try:
+            for i in range(len(self.keys)):
+                if i not in self.states:
+                    self.start_windowing(i)
+                    self.launch(i)
+                self.prefetch(i + 1)
+                self.submit_free()
+                yield from self.key_outcomes(i)
+                state = self.states[i]
+                state.close_pool()
+                # the results were handed over: do not keep them
+                state.futures.clear()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Cancel what has not run, shut every pool and the windowing thread down."""
+        for state in self.states.values():
+            state.queue.clear()
+        for f in self.running:
             f.cancel()
-        for pool in pools.values():
-            pool.shutdown(wait=True, cancel_futures=True)
-        windowing.shutdown(wait=True, cancel_futures=True)
+        for state in self.states.values():
+            state.close_pool(cancel=True)
+        self._windowing.shutdown(wait=True, cancel_futures=True)
         _SHARED.clear()

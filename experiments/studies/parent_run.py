@@ -37,10 +37,9 @@ from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric
-from ..evaluation.evaluate import TrialResult
-from ..executors.base import Executor, SweepContext
+from ..executors.base import Executor, Outcome, SweepContext
 from ..executors.local import LocalExecutor
-from ..tracking.child_runs import log_child, run_row
+from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
@@ -85,8 +84,8 @@ class RunOptions:
         progress: show a tqdm bar.
         run_name: the parent run's name (default: the kind of run and the time).
         log_artifacts: log each child's config, CCC matrix, predictions and plots.
-        on_result: called with each new child run's table row as it is logged (not for the
-            reused runs of earlier sweeps).
+        on_result: called with each new child run's table row (a dict, column -> value) as it
+            is logged (not for the reused runs of earlier sweeps).
         executor: where configurations are evaluated (default: a
             :class:`experiments.executors.local.LocalExecutor`).
         resume: reuse finished runs of the same code on the same store; False runs all again.
@@ -149,7 +148,7 @@ class ParentRun:
             else {}
         )
         self.metrics_by_track = {track: selection_metric(track, cfg.protocol) for track in TRACKS}
-        self.rows: list[dict] = []
+        self.rows: list[RunRow] = []
         self.failed: list[tuple[str, str]] = []  # (label, error)
         self.scores: dict[str, pd.DataFrame] = {}
         self.n_new = 0
@@ -217,7 +216,7 @@ class ParentRun:
         return self.id
 
     # ------------------------------------------------------------ configurations
-    def reused(self, trial: Trial) -> dict | None:
+    def reused(self, trial: Trial) -> RunRow | None:
         """The row of ``trial``'s FINISHED run by the same code on the same store, added to this
         sweep's rows; None when it has none (or resume is off)."""
         old = self.finished.get(trial.hash())
@@ -227,60 +226,47 @@ class ParentRun:
         self._add(row)
         return row
 
-    def evaluate(
-        self, todo: Sequence[Trial], on_outcome: Callable[[Trial, Any, str], None]
-    ) -> None:
-        """Evaluate ``todo`` with the executor and hand each outcome (trial, result, error) to
-        ``on_outcome`` as it comes; the executor's work stops however this ends."""
+    def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
+        """Evaluate ``todo`` with the executor and hand each :class:`Outcome` to ``on_outcome``
+        as it comes; the executor's work stops however this ends."""
         if not todo:
             return
         ctx = replace(self.ctx, channels=tuple(sorted({c for t in todo for c in t.channels})))
         with contextlib.closing(self.executor.run(list(todo), ctx)) as outcomes:
-            for trial, result, error in outcomes:
-                on_outcome(trial, result, error)
+            for outcome in outcomes:
+                on_outcome(outcome)
 
-    def record(
-        self,
-        trial: Trial,
-        result: TrialResult | dict | None,
-        error: str = "",
-        tags: dict[str, str] | None = None,
-    ) -> dict:
-        """Log an outcome as a child run with ``tags`` besides the usual ones (a row from a worker
-        that logged it is taken as it is), add its row and return it; :meth:`notify` then tells
+    def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
+        """Log an outcome as a child run with ``tags`` besides the usual ones (the row of a run its
+        worker logged is taken as it is), add its row and return it; :meth:`notify` then tells
         the caller's ``on_result``."""
         ctx = (
             self.ctx if not tags else replace(self.ctx, child_tags={**self.ctx.child_tags, **tags})
         )
-        row = (
-            result
-            if isinstance(result, dict)
-            else log_child(self.tracker, ctx, trial, result, error)
-        )
-        if isinstance(result, TrialResult) and row["status"] != "failed":
-            self.scores[row["run_id"]] = result.scores
+        row = outcome.row
+        if row is None:
+            row = log_child(self.tracker, ctx, outcome.trial, outcome.result, outcome.error)
+        if outcome.result is not None and not row.failed:
+            self.scores[row.run_id] = outcome.result.scores
         self.n_new += 1
         self._add(row)
         return row
 
-    def notify(self, row: dict) -> None:
-        """Hand a new child run's row to the ``on_result`` of the options, once the sweep's own
-        bookkeeping of it is done (``on_result`` may raise, e.g. to interrupt the sweep)."""
+    def notify(self, row: RunRow) -> None:
+        """Hand a new child run's row (as the table has it) to the ``on_result`` of the options,
+        once the sweep's own bookkeeping of it is done (``on_result`` may raise, e.g. to
+        interrupt the sweep)."""
         if self.options.on_result:
-            self.options.on_result(row)
+            self.options.on_result(row.to_dict())
 
-    def _add(self, row: dict) -> None:
+    def _add(self, row: RunRow) -> None:
         """Add a configuration's row (new or reused); the progress bar shows each track's best so far."""
-        if row["status"] == "failed":
-            self.failed.append((row["label"], row.get("error", "")))
+        if row.failed:
+            self.failed.append((row.label, row.error))
         self.rows.append(row)
         best = {
             track: max(
-                (
-                    r.get(m, -np.inf)
-                    for r in self.rows
-                    if r["status"] != "failed" and r.get("track") == track
-                ),
+                (r.metrics.get(m, -np.inf) for r in self.rows if not r.failed and r.track == track),
                 default=np.nan,
             )
             for track, m in self.metrics_by_track.items()
@@ -297,7 +283,7 @@ class ParentRun:
         others returned to be evaluated."""
         return [
             t
-            for t in unseen_listener_trials(pd.DataFrame(self.rows), trials, self.cfg.protocol)
+            for t in unseen_listener_trials(sweep_table(self.rows), trials, self.cfg.protocol)
             if self.reused(t) is None
         ]
 
@@ -322,7 +308,7 @@ class ParentRun:
         if self.bar is not None:
             self.bar.close()
         self._reap_lost_children()
-        best_ids = self.summarise(pd.DataFrame(self.rows))
+        best_ids = self.summarise(sweep_table(self.rows))
         self.tracker.finish(self.id, status)
         return best_ids
 
@@ -343,11 +329,7 @@ class ParentRun:
 
         Best effort: it runs while the sweep ends, possibly on an error, which it must not hide.
         """
-        finished = {
-            r[CONFIG_HASH_TAG]: r["run_id"]
-            for r in self.rows
-            if r.get("status") == "done" and CONFIG_HASH_TAG in r
-        }
+        finished = {r.config_hash: r.run_id for r in self.rows if r.status == "done"}
         try:
             lost = self.tracker.reap_children(self.id, finished)
             if lost:
@@ -371,7 +353,7 @@ class ParentRun:
             else "generalized"
         )
         return cls(
-            pd.DataFrame(self.rows),
+            sweep_table(self.rows),
             self.id,
             best_ids.get(main),
             self.tracker.experiment_id,

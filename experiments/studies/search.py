@@ -72,6 +72,8 @@ from ..config.grid import Trial
 from ..config.schema import ConfigError, ExperimentConfig, config_hash
 from ..config.search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from ..config.tracks import selection_metric
+from ..executors.base import Outcome
+from ..tracking.child_runs import RunRow
 from .parent_run import ParentRun, RunOptions, SweepResult
 
 #: tags of a search's child runs and parent run
@@ -260,18 +262,18 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
         child_tags={STUDY_TAG: name},
         progress={"total": n_trials, "desc": f"optuna {track}", "unit": "trial"},
     )
-    known: dict[str, dict] = {}  # config hash -> its row in this search
+    known: dict[str, RunRow] = {}  # config hash -> its row in this search
     trials: dict[str, Trial] = {}  # config hash -> configuration, every one this search met
 
-    def known_row(t: Trial) -> dict | None:
+    def known_row(t: Trial) -> RunRow | None:
         """The row of a configuration this search has, or one reused from a finished run."""
         h = t.hash()
         if h not in known and (row := run.reused(t)) is not None:
             known[h] = row
         return known.get(h)
 
-    def tell(number: int, row: dict) -> None:
-        value = row.get(metric, np.nan) if row["status"] != "failed" else np.nan
+    def tell(number: int, row: RunRow) -> None:
+        value = row.metrics.get(metric, np.nan) if not row.failed else np.nan
         ok = value is not None and np.isfinite(value)
         study.tell(
             number,
@@ -284,13 +286,14 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
     ) -> None:
         """Evaluate ``todo`` (hash -> configuration), log each, tell the trials waiting on it."""
 
-        def record(t: Trial, result, error: str) -> None:
-            waiting = numbers.get(t.hash(), [])
-            row = known[t.hash()] = run.record(
-                t, result, error, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None
+        def record(outcome: Outcome) -> None:
+            h = outcome.trial.hash()
+            waiting = numbers.get(h, [])
+            row = known[h] = run.record(
+                outcome, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None
             )
             for number in waiting:
-                opened[number].set_user_attr("mlflow_run_id", row["run_id"])
+                opened[number].set_user_attr("mlflow_run_id", row.run_id)
                 tell(number, row)
             run.bar.update(len(waiting))
             run.notify(row)
@@ -334,7 +337,7 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
                 opened[ot.number] = ot
                 row = known_row(t)
                 if row is not None:  # sampled again, or finished by an earlier run of the same code
-                    ot.set_user_attr("mlflow_run_id", row["run_id"])
+                    ot.set_user_attr("mlflow_run_id", row.run_id)
                     tell(ot.number, row)
                     told += 1
                     run.bar.update(1)
@@ -351,9 +354,8 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
             # each feature set's chosen configuration, again, on listeners left out of training
             run.bar.set_description("unseen listeners")
             evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
-    table = pd.DataFrame(run.rows)
     return run.result(
-        skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()),
+        skipped=sum(r.status == "reused" for r in run.rows),
         cls=SearchResult,
         study_name=name,
         storage=_public_url(storage),

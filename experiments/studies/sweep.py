@@ -31,7 +31,7 @@ import yaml
 from ..config.grid import Trial, WindowKey, expand
 from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
-from ..executors.base import Executor
+from ..executors.base import Executor, Outcome
 from ..tracking.child_runs import UNSEEN_OF_TAG
 from .parent_run import ParentRun, RunOptions, SweepResult
 
@@ -126,8 +126,8 @@ def run_sweep(
     for t in trials:
         run.reused(t)
 
-    def record(trial: Trial, result, error: str) -> None:
-        row = run.record(trial, result, error)
+    def record(outcome: Outcome) -> None:
+        row = run.record(outcome)
         run.bar.update(1)
         run.notify(row)
 

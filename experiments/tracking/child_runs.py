@@ -4,18 +4,21 @@ A child run is created, filled and closed in one go (:func:`log_child`) by the p
 logs the sweep, or by a Dask worker logging through a tracking server. Its artifacts are the
 resolved config (every estimator parameter included, :func:`resolved_params`), the
 per-session CCC matrix, the predictions in the challenge's CSV format and the two figures.
-Each child run's row of the sweep table (:func:`run_row`) carries its run id, status, the
-configuration's params and its metrics.
+Each child run's row of the sweep table (:class:`RunRow`, :func:`run_row`) carries its run id,
+status, the configuration's identity tags, params and metrics; :func:`sweep_table` makes the
+table of them.
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from ..config.grid import Trial
@@ -41,22 +44,73 @@ def identity_tags(trial: Trial) -> dict[str, str]:
     return tags
 
 
-def run_row(trial: Trial, run: Any, status: str) -> dict:
+@dataclass(frozen=True)
+class RunRow:
+    """One configuration's child run as a row of the sweep table.
+
+    ``status``: ``done`` (logged by this sweep), ``reused`` (a run of an earlier sweep) or
+    ``failed`` (``error`` says why); ``tags``: the identity tags (:func:`identity_tags`);
+    ``params``: the configuration's (:meth:`Trial.params`, ``track`` among them); ``metrics``:
+    the run's (CCC per split and averaging, ``fit_seconds`` ...)."""
+
+    run_id: str
+    status: str
+    label: str
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    @property
+    def config_hash(self) -> str:
+        return self.tags[CONFIG_HASH_TAG]
+
+    @property
+    def track(self) -> str | None:
+        """The challenge track the configuration is scored on (``personalized``, ``generalized``)."""
+        return self.params.get("track")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as the sweep table has it: run id, status, label, tags, params, metrics, and
+        ``error`` for a failed run."""
+        row = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "label": self.label,
+            **self.tags,
+            **self.params,
+            **self.metrics,
+        }
+        if self.failed:
+            row["error"] = self.error
+        return row
+
+
+def sweep_table(rows: Sequence[RunRow]) -> pd.DataFrame:
+    """The sweep table: one row per configuration (:meth:`RunRow.to_dict`), in ``rows``' order."""
+    return pd.DataFrame([r.to_dict() for r in rows])
+
+
+def run_row(trial: Trial, run: Any, status: str) -> RunRow:
     """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``status``: ``reused``
     for a run of an earlier sweep, ``done`` for one of this sweep)."""
-    return {
-        "run_id": run.info.run_id,
-        "status": status,
-        "label": trial.label(),
-        **identity_tags(trial),
-        **trial.params(),
-        **run.data.metrics,
-    }
+    return RunRow(
+        run.info.run_id,
+        status,
+        trial.label(),
+        identity_tags(trial),
+        trial.params(),
+        dict(run.data.metrics),
+    )
 
 
 def log_child(
     tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = ""
-) -> dict:
+) -> RunRow:
     """Create, fill and close one configuration's child run; returns its row of the sweep table.
 
     ``result`` None logs a FAILED run carrying ``error`` as a tag.
@@ -71,14 +125,7 @@ def log_child(
     if result is None:
         tracker.log(run_id, params=params, tags={"error": error[:5000]})
         tracker.finish(run_id, "FAILED")
-        return {
-            "run_id": run_id,
-            "status": "failed",
-            "label": trial.label(),
-            **ident,
-            **params,
-            "error": error,
-        }
+        return RunRow(run_id, "failed", trial.label(), ident, params, error=error)
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
@@ -93,7 +140,7 @@ def log_child(
             write_artifacts(result, ctx.cfg.to_dict(), Path(tmp))
             tracker.log_artifacts(run_id, tmp)
     tracker.finish(run_id, "FINISHED")
-    return {"run_id": run_id, "status": "done", "label": trial.label(), **ident, **params, **m}
+    return RunRow(run_id, "done", trial.label(), ident, params, m)
 
 
 def resolved_params(trial: Trial) -> dict[str, str]:

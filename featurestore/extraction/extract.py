@@ -1,6 +1,7 @@
-"""Extraction of one session: plan from cache keys, decode once, write atomically.
+"""Extraction of one session: plan from cache keys, decode once, derive, write atomically.
 
-For each session:
+For each session (:func:`extract_session`: :func:`~featurestore.extraction.plan.plan_session`,
+then :func:`decode`, :func:`derive`, :func:`write`, each returning a :class:`StepResult`):
 
 1. the labels (if any) are read first: they define the frame count. A video whose length
    differs from the labels by more than ``max_length_mismatch_s`` (1 s) is an error;
@@ -36,20 +37,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..extractors import (
-    AudioExtractor,
     ExtractorUnavailable,
-    FrameExtractor,
-    TranscriptExtractor,
 )
 from ..extractors.base import Track
 from ..features import Features
 from ..sources import media
-from ..sources.annotations import read_annotation
 from ..sources.manifest import SessionFiles
-from ..sources.transcripts import TranscriptError, read_transcript
-from ..storage.provenance import cache_key, file_fingerprint, utc_now
-from ..storage.shard import LABEL_FPS
-from ..storage.store import Channel, SessionMeta, Store, StoreError
+from ..storage.provenance import file_fingerprint
+from ..storage.store import Channel, Store, StoreError
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
@@ -57,13 +52,9 @@ from .derived import (
     face_voice_key,
     role_voice_from_faces,
     role_voice_from_transcript,
-    transcript_plan,
     transcript_voice_key,
 )
-
-
-class SessionError(RuntimeError):
-    """This session cannot be extracted; the message says why and what to do."""
+from .plan import ChannelPlan, SessionError, SessionPlan, plan_session
 
 
 @dataclass
@@ -79,6 +70,15 @@ class SessionResult:
     @property
     def failed(self) -> bool:
         return self.status == "failed"
+
+    def add(self, step: StepResult) -> None:
+        """Append what an extraction step made; a step's channel errors fail the session."""
+        self.computed += step.computed
+        self.current += step.current
+        self.notes += step.notes
+        if step.errors:
+            self.status = "failed"
+            self.error = "; ".join([self.error, *step.errors] if self.error else step.errors)
 
 
 @dataclass
@@ -130,17 +130,16 @@ def _label_sources_current(store: Store, session: str, annotations: dict[str, Pa
     )
 
 
-def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-    labels, sources = {}, {}
-    for target, path in sorted(sf.annotations.items()):
-        labels[target] = read_annotation(path)
-        sources[target] = file_fingerprint(path)
-    lengths = {t: len(y) for t, y in labels.items()}
-    if len(set(lengths.values())) > 1:
-        raise SessionError(
-            f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one"
-        )
-    return labels, sources
+#: what a session's extraction catches and reports as its failure (anything else is reported
+#: as unexpected, with a traceback)
+SESSION_FAILURES = (
+    SessionError,
+    StoreError,
+    media.MediaError,
+    ExtractorUnavailable,
+    ValueError,
+    OSError,
+)
 
 
 def extract_session(
@@ -158,21 +157,29 @@ def extract_session(
     ``lexicon``; the last two need the session's transcript and are skipped with a note
     without one). Never raises
     for a bad input: the returned result carries ``status="failed"`` and the reason.
+
+    The steps: :func:`plan_session` (what each channel needs and whether it is current),
+    :func:`decode` (the video once, the audio once per rate, the transcript),
+    :func:`derive` (the per-role voice), :func:`write` (one atomic shard update).
     """
     t0 = time.perf_counter()
     res = SessionResult(sf.session)
     try:
-        _extract_session(
-            sf, Store(store_root, mode="a"), list(channels), cfg, force, position, progress, res
+        store = Store(store_root, mode="a")
+        plan = plan_session(sf, store=store, channels=list(channels), cfg=cfg, force=force)
+        res.notes += plan.notes
+        res.current = plan.current_keys()
+        decoded = decode(plan, cfg=cfg, position=position, progress=progress)
+        res.add(decoded)
+        derived = derive(plan, store=store, decoded=decoded)
+        res.add(derived)
+        new = {**decoded.channels, **derived.channels}
+        res.add(
+            write(plan, store=store, channels=new, failed=bool(decoded.errors or derived.errors))
         )
-    except (
-        SessionError,
-        StoreError,
-        media.MediaError,
-        ExtractorUnavailable,
-        ValueError,
-        OSError,
-    ) as e:
+        if not res.failed and not res.computed:
+            res.status = "skipped"
+    except SESSION_FAILURES as e:
         res.status, res.error = (
             "failed",
             str(e) or f"{type(e).__name__} while extracting {sf.session}",
@@ -184,271 +191,252 @@ def extract_session(
     return res
 
 
-def _extract_session(
-    sf, store: Store, channels, cfg: FeatureConfig, force, position, progress, res: SessionResult
-) -> None:
-    if sf.video is None:
-        raise SessionError(f"{sf.session}: no video found; `featurestore scan` lists what is there")
-    info = media.probe(sf.video)
-    source = file_fingerprint(sf.video)
-    labels, label_sources = _read_labels(sf)
-    if labels:
-        n_frames = len(next(iter(labels.values())))
-        video_s, label_s = info.n_frames / info.fps, n_frames / LABEL_FPS
-        if abs(video_s - label_s) > cfg.max_length_mismatch_s:
-            names = ", ".join(str(p) for p in sf.annotations.values())
-            raise SessionError(
-                f"{sf.session}: the annotation ({names}) has {n_frames} rows = {label_s:.2f} s but the video "
-                f"{sf.video} lasts {video_s:.2f} s; labels define the frame count and at most "
-                f"{cfg.max_length_mismatch_s:g} s of difference is tolerated - check that they belong together"
-            )
-    else:
-        n_frames = int(round(info.n_frames / info.fps * LABEL_FPS))
-    meta = SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames)
+@dataclass
+class StepResult:
+    """What one extraction step made: ``channels`` to store (in order), the keys it
+    ``computed`` and found ``current``, its ``notes``, and ``errors`` of channels that failed
+    while the session's others are stored."""
 
-    store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
-    stored = store.cache_keys(sf.session)
-    regions = media.role_regions(info.width, cfg.split_x)
-    plan: dict[str, tuple[object, str, dict]] = {}  # key -> (extractor, cache key, params)
-    sources: dict[str, dict] = {}  # key -> source, where it is not the video (transcript channels)
-    transcript = _Transcript(sf.transcript)
-    for name in channels:
-        ex = cfg.extractor(name)
-        if isinstance(ex, FrameExtractor):
-            ex.check_available()
-            for role in ex.roles:
-                params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(regions[role])}
-                plan[f"{role}/{name}"] = (
-                    ex,
-                    cache_key(source, ex.name, ex.version, params),
-                    params,
-                )
-        elif isinstance(ex, AudioExtractor):
-            if not info.has_audio:
-                res.notes.append(f"no audio track in {sf.video}: {name} skipped")
-                continue
-            # the track is decoded at the extractor's own rate (recorded as in older shards)
-            params = {**ex.params(), "audio_sampling_rate": ex.sampling_rate}
-            plan[f"scene/{name}"] = (ex, cache_key(source, ex.name, ex.version, params), params)
-        elif isinstance(ex, TranscriptExtractor):
-            if sf.transcript is None:
-                res.notes.append(f"no transcript: {name} skipped")
-                continue
-            ex.check_available()
-            part = transcript_plan([name], n_frames, transcript.source, cfg)
-            plan.update(part)
-            sources.update(dict.fromkeys(part, transcript.source))
-        else:
-            raise SessionError(
-                f"extractor {name!r} is neither a frame, an audio nor a transcript extractor"
-            )
+    channels: dict[str, Channel] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
-    todo = {k: v for k, v in plan.items() if force or stored.get(k) != v[1]}
-    res.current = sorted(k for k in plan if k not in todo)
-    new: dict[str, Channel] = {}
-    channel_errors: list[str] = []  # channels that failed while others of the session succeed
-    created = utc_now()
+    def add(self, other: StepResult) -> None:
+        """Append ``other``'s channels, keys, notes and errors after this one's."""
+        self.channels.update(other.channels)
+        self.computed += other.computed
+        self.current += other.current
+        self.notes += other.notes
+        self.errors += other.errors
 
-    def wrap(key: str, feats: Features) -> Channel:
-        ex, ck, params = plan[key]
-        return Channel.from_features(
-            feats,
-            extractor=ex.name,
-            extractor_version=ex.version,
-            params=params,
-            cache_key=ck,
-            source=sources.get(key, source),
-            created_utc=created,
+
+def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
+    """``feats`` as the planned channel, with its provenance."""
+    ex = planned.extractor
+    return Channel.from_features(
+        feats,
+        extractor=ex.name,
+        extractor_version=ex.version,
+        params=planned.params,
+        cache_key=planned.cache_key,
+        source=planned.source,
+        created_utc=created,
+    )
+
+
+def decode(
+    plan: SessionPlan, *, cfg: FeatureConfig, position: int | None = None, progress: bool = True
+) -> StepResult:
+    """The planned channels that need work, from the media and the transcript: the video
+    decoded once for every frame extractor, the audio once per sampling rate, the transcript's
+    cues parsed once. ``position``/``progress``: the face progress bar's line and whether it shows."""
+    out = StepResult()
+    out.add(_decode_video(plan, cfg, position, progress))
+    out.add(_decode_audio(plan))
+    out.add(_decode_transcript(plan))
+    return out
+
+
+def _decode_video(
+    plan: SessionPlan, cfg: FeatureConfig, position: int | None, progress: bool
+) -> StepResult:
+    """The frame channels to compute, from one decode of the video at ``cfg.face_fps`` Hz; a
+    channel with no face in any sampled frame is an error, not stored."""
+    todo = plan.todo("video")
+    out = StepResult()
+    if not todo:
+        return out
+    jobs = {
+        c.key: FrameJob(c.extractor.new_track(c.role), c.role, c.extractor.pixel_format)
+        for c in todo
+    }
+    info, video = plan.info, plan.files.video
+    step = media.sample_mask_step(info.fps, cfg.face_fps)
+    bar = tqdm(
+        total=int(np.ceil(info.n_frames / step)) if info.n_frames else None,
+        desc=f"{plan.session} faces",
+        unit="frame",
+        position=position,
+        leave=False,
+        disable=not progress,
+    )
+    try:
+        run_frame_jobs(
+            video, jobs.values(), plan.regions, cfg.face_fps, on_frame=lambda: bar.update(1)
         )
-
-    # ---- video: one decode for every frame extractor that has work
-    frame_jobs: dict[str, FrameJob] = {}
-    for key, (ex, _, _) in todo.items():
-        if isinstance(ex, FrameExtractor):
-            role = key.split("/")[0]
-            frame_jobs.setdefault(key, FrameJob(ex.new_track(role), role, ex.pixel_format))
-    if frame_jobs:
-        step = media.sample_mask_step(info.fps, cfg.face_fps)
-        total = int(np.ceil(info.n_frames / step)) if info.n_frames else None
-        bar = tqdm(
-            total=total,
-            desc=f"{sf.session} faces",
-            unit="frame",
-            position=position,
-            leave=False,
-            disable=not progress,
-        )
-        try:
-            run_frame_jobs(
-                sf.video, frame_jobs.values(), regions, cfg.face_fps, on_frame=lambda: bar.update(1)
+    finally:
+        bar.close()
+    for c in todo:
+        feats = jobs[c.key].track.result()
+        if len(feats.valid) and not feats.valid.any():
+            # this channel fails; the session's other channels (audio) are still stored
+            x0, x1 = plan.regions[c.role]
+            out.errors.append(
+                f"{plan.session}: {c.key} not stored: no face found in the {c.role} region (x {x0}-{x1}) of "
+                f"{video} in any of {len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
             )
-        finally:
-            bar.close()
-        for key, job in frame_jobs.items():
-            feats = job.track.result()
-            if len(feats.valid) and not feats.valid.any():
-                # this channel fails; the session's other channels (audio) are still stored
-                x0, x1 = regions[job.role]
-                channel_errors.append(
-                    f"{sf.session}: {key} not stored: no face found in the {job.role} region (x {x0}-{x1}) of "
-                    f"{sf.video} in any of {len(feats.valid)} sampled frames; check the crop split (--split-x) or the video"
-                )
-                continue
-            new[key] = wrap(key, feats)
-            res.computed.append(key)
-            if len(feats.valid):
-                frac = float(feats.valid.mean())
-                if frac < 0.5:
-                    res.notes.append(f"{key}: face found in only {frac:.0%} of sampled frames")
+            continue
+        out.channels[c.key] = _wrap(c, feats, plan.created)
+        out.computed.append(c.key)
+        if len(feats.valid) and (frac := float(feats.valid.mean())) < 0.5:
+            out.notes.append(f"{c.key}: face found in only {frac:.0%} of sampled frames")
+    return out
 
-    # ---- audio: one decode per rate the audio extractors ask for
-    audio_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, AudioExtractor)]
+
+def _decode_audio(plan: SessionPlan) -> StepResult:
+    """The audio channels to compute, the track decoded once per sampling rate (Hz)."""
+    out = StepResult()
     signals: dict[int, np.ndarray] = {}
-    for key in audio_keys:
-        ex = todo[key][0]
+    for c in plan.todo("audio"):
+        ex = c.extractor
         rate = ex.sampling_rate
         if rate not in signals:
             try:
-                signals[rate] = media.read_audio(sf.video, rate)
+                signals[rate] = media.read_audio(plan.files.video, rate)
             except media.NoAudioError as e:
-                res.notes.append(str(e))
+                out.notes.append(str(e))
                 break
-        out = ex.process_signal(signals[rate], rate)
-        new[key] = wrap(key, out["scene"])
-        res.computed.append(key)
+        feats = ex.process_signal(signals[rate], rate)
+        out.channels[c.key] = _wrap(c, feats["scene"], plan.created)
+        out.computed.append(c.key)
+    return out
 
-    # ---- transcript channels: computed from the cues, no media
-    transcript_keys = [k for k, (ex, _, _) in todo.items() if isinstance(ex, TranscriptExtractor)]
-    if transcript_keys:
-        if transcript.cues is None:
-            channel_errors.append(
-                f"{sf.session}: {', '.join(transcript_keys)} not stored: {transcript.error}"
-            )
-        else:
-            new.update(
-                compute_transcript_channels(
-                    plan, transcript_keys, transcript.cues, transcript.source, created
-                )
-            )
-            res.computed.extend(transcript_keys)
 
-    # ---- per-role voice: scene LLDs attributed to whoever is talking
-    if "scene/egemaps" in plan:
-        if sf.transcript is not None and transcript.cues is None:
-            channel_errors.append(
-                f"{sf.session}: speaker/listener egemaps not derived: {transcript.error}"
-            )
-        else:
-            _derive_role_voice(sf, store, plan, new, stored, force, res, created, transcript)
-
-    # ---- labels
-    write_labels = labels and (
-        force or not _label_sources_current(store, sf.session, sf.annotations)
+def _decode_transcript(plan: SessionPlan) -> StepResult:
+    """The transcript channels to compute, from the parsed cues (an unreadable transcript is an
+    error of those channels)."""
+    out = StepResult()
+    todo = plan.todo("transcript")
+    if not todo:
+        return out
+    keys = [c.key for c in todo]
+    transcript = plan.transcript
+    if transcript.cues is None:
+        out.errors.append(f"{plan.session}: {', '.join(keys)} not stored: {transcript.error}")
+        return out
+    planned = {c.key: (c.extractor, c.cache_key, c.params) for c in todo}
+    out.channels = compute_transcript_channels(
+        planned, keys, transcript.cues, transcript.source, plan.created
     )
-    if new or write_labels or (not channel_errors and not store.shard_path(sf.session).exists()):
-        try:
-            store.write_session(
-                meta,
-                channels=new,
-                labels=labels if write_labels else None,
-                label_sources=label_sources,
-            )
-        except (
-            OSError
-        ) as e:  # full disk, read-only folder: write_session left the old shard as it was
-            raise SessionError(
-                f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
-                f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
-            ) from e
-        if write_labels:
-            res.computed.extend(f"labels/{t}" for t in labels)
-    if channel_errors:
-        res.status, res.error = "failed", "; ".join(channel_errors)
-    elif not res.computed:
-        res.status = "skipped"
+    out.computed += keys
+    return out
 
 
-class _Transcript:
-    """A session's transcript, fingerprinted and parsed once, on first use (None when absent)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._source: dict | None = None
-        self._cues: list | None = None
-        self.error = ""
-
-    @property
-    def source(self) -> dict:
-        if self._source is None:
-            self._source = file_fingerprint(self.path)
-        return self._source
-
-    @property
-    def cues(self) -> list | None:
-        """The cues, or None when the file cannot be read (``error`` says why)."""
-        if self._cues is None and not self.error and self.path is not None:
-            try:
-                self._cues = read_transcript(self.path)
-            except (TranscriptError, OSError) as e:
-                self.error = (
-                    f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
-                )
-        return self._cues
-
-
-def _derive_role_voice(
-    sf,
-    store: Store,
-    plan,
-    new: dict,
-    stored: dict,
-    force: bool,
-    res: SessionResult,
-    created: str,
-    transcript: _Transcript | None = None,
-) -> None:
-    def current_key(key: str) -> str | None:
-        if key in new:
-            return new[key].cache_key
-        return stored.get(key)
-
-    def is_current(ck: str) -> bool:
-        return not force and all(stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS)
-
-    def load(key: str) -> Channel:
-        return new[key] if key in new else store.read_channel(sf.session, key)
-
-    scene_key = current_key("scene/egemaps")
-    face_keys = {r: current_key(f"{r}/face_geom") for r in ("speaker", "listener")}
-    if scene_key is None:
-        return
-    if transcript is not None and transcript.path is not None:
-        # the transcript says who talks: it replaces the face rule
-        _, ck, _ = transcript_voice_key(scene_key, transcript.source)
-        if is_current(ck):
-            res.current.extend(ROLE_VOICE_KEYS)
-            return
-        new.update(
-            role_voice_from_transcript(
-                load("scene/egemaps"), scene_key, transcript.cues, transcript.source, created
-            )
+def derive(plan: SessionPlan, *, store: Store, decoded: StepResult) -> StepResult:
+    """``speaker/egemaps`` and ``listener/egemaps`` from ``scene/egemaps`` (planned) and who is
+    talking: the transcript's cues where the session has a transcript, else the faces' mouth
+    movement; current ones (same upstream cache keys) are not derived again. ``decoded``: the
+    channels :func:`decode` made (the rest is read from ``store``)."""
+    if "scene/egemaps" not in plan.channels:
+        return StepResult()
+    transcript = plan.transcript
+    if transcript.path is not None and transcript.cues is None:
+        return StepResult(
+            errors=[f"{plan.session}: speaker/listener egemaps not derived: {transcript.error}"]
         )
+    voice = _RoleVoice(plan, store, decoded.channels)
+    return voice.from_transcript() if transcript.path is not None else voice.from_faces()
+
+
+@dataclass
+class _RoleVoice:
+    """The per-role voice of one session, from the channels just decoded or the stored ones."""
+
+    plan: SessionPlan
+    store: Store
+    new: dict[str, Channel]
+
+    def cache_key(self, key: str) -> str | None:
+        """The cache key of channel ``key`` as the shard will hold it (None: nowhere)."""
+        return self.new[key].cache_key if key in self.new else self.plan.stored.get(key)
+
+    def is_current(self, ck: str) -> bool:
+        """Both per-role channels are stored with cache key ``ck`` and not forced."""
+        stored = self.plan.stored
+        return not self.plan.force and all(
+            stored.get(k) == ck and k not in self.new for k in ROLE_VOICE_KEYS
+        )
+
+    def load(self, key: str) -> Channel:
+        """Channel ``key``: the one just decoded, else the stored one."""
+        return self.new[key] if key in self.new else self.store.read_channel(self.plan.session, key)
+
+    def from_transcript(self) -> StepResult:
+        """The transcript says who talks: it replaces the face rule."""
+        scene_key = self.cache_key("scene/egemaps")
+        if scene_key is None:
+            return StepResult()
+        transcript = self.plan.transcript
+        _, ck, _ = transcript_voice_key(scene_key, transcript.source)
+        if self.is_current(ck):
+            return StepResult(current=list(ROLE_VOICE_KEYS))
+        channels = role_voice_from_transcript(
+            self.load("scene/egemaps"),
+            scene_key,
+            transcript.cues,
+            transcript.source,
+            self.plan.created,
+        )
+        out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
         if not any(c.role is not None for c in transcript.cues):
-            res.notes.append(
+            out.notes.append(
                 f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
             )
-        res.computed.extend(ROLE_VOICE_KEYS)
-        return
-    if None in face_keys.values():
-        res.notes.append(
-            "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
+        return out
+
+    def from_faces(self) -> StepResult:
+        """Who moves their mouth talks (both roles' ``face_geom`` needed)."""
+        scene_key = self.cache_key("scene/egemaps")
+        face_keys = {r: self.cache_key(f"{r}/face_geom") for r in ("speaker", "listener")}
+        if scene_key is None:
+            return StepResult()
+        if None in face_keys.values():
+            return StepResult(
+                notes=[
+                    "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
+                ]
+            )
+        _, ck, _ = face_voice_key(scene_key, face_keys)
+        if self.is_current(ck):
+            return StepResult(current=list(ROLE_VOICE_KEYS))
+        faces = {r: self.load(f"{r}/face_geom") for r in ("speaker", "listener")}
+        derived = role_voice_from_faces(
+            self.load("scene/egemaps"), scene_key, faces, face_keys, self.plan.created
         )
-        return
-    _, ck, _ = face_voice_key(scene_key, face_keys)
-    if is_current(ck):
-        res.current.extend(ROLE_VOICE_KEYS)
-        return
-    faces = {r: load(f"{r}/face_geom") for r in ("speaker", "listener")}
-    derived = role_voice_from_faces(load("scene/egemaps"), scene_key, faces, face_keys, created)
-    new.update(derived)
-    res.computed.extend(derived)
+        return StepResult(channels=derived, computed=list(derived))
+
+
+# ---------------------------------------------------------------- write
+
+
+def write(
+    plan: SessionPlan, *, store: Store, channels: dict[str, Channel], failed: bool
+) -> StepResult:
+    """One atomic shard update with ``channels`` and the labels when they changed (or
+    ``force``); nothing is written when there is nothing new, except a first shard for a
+    session none of whose channels ``failed``.
+
+    Raises:
+        SessionError: the shard cannot be written (the previous one is left unchanged).
+    """
+    sf, labels = plan.files, plan.labels
+    write_labels = bool(labels) and (
+        plan.force or not _label_sources_current(store, sf.session, sf.annotations)
+    )
+    if not (channels or write_labels or (not failed and not store.shard_path(sf.session).exists())):
+        return StepResult()
+    try:
+        store.write_session(
+            plan.meta,
+            channels=channels,
+            labels=labels if write_labels else None,
+            label_sources=plan.label_sources,
+        )
+    except OSError as e:  # full disk, read-only folder: write_session left the old shard as it was
+        raise SessionError(
+            f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
+            f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
+        ) from e
+    return StepResult(computed=[f"labels/{t}" for t in labels] if write_labels else [])

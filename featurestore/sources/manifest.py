@@ -126,111 +126,122 @@ def scan(
             f"data folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> videos"
         )
     story_speaker = {int(k): int(v) for k, v in (story_speaker or STORY_SPEAKER).items()}
-    splits = splits or SPLITS
-    videos: dict[str, list[Path]] = defaultdict(list)
-    annots: dict[tuple[str, str], list[Path]] = defaultdict(list)
-    transcripts: dict[str, list[Path]] = defaultdict(list)
-    issues: list[ScanIssue] = []
-    ids: dict[str, tuple[int, int]] = {}
-
+    found = _Found()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
+        if not any(part.startswith(".") for part in path.relative_to(root).parts):
+            found.add(path, root, story_speaker)
+    sessions = [
+        found.session(sid, listener, story, story_speaker[story], splits or SPLITS)
+        for sid, (listener, story) in sorted(found.ids.items(), key=lambda kv: kv[1])
+    ]
+    return ScanReport(sessions, found.issues)
+
+
+@dataclass
+class _Found:
+    """What :func:`scan` found so far: each session's files by kind, in the order met, and the
+    issues."""
+
+    videos: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
+    annots: dict[tuple[str, str], list[Path]] = field(default_factory=lambda: defaultdict(list))
+    transcripts: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
+    ids: dict[str, tuple[int, int]] = field(default_factory=dict)
+    issues: list[ScanIssue] = field(default_factory=list)
+
+    def add(self, path: Path, root: Path, story_speaker: Mapping[int, int]) -> None:
+        """File ``path`` (under ``root``) among its session's videos, transcripts or annotations,
+        or an issue; files of other kinds are ignored."""
         ext = path.suffix.lower()
         if ext not in VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS:
-            continue
+            return
+        sid = self._session_of(path, ext, story_speaker)
+        if sid is None:
+            return
+        if ext in VIDEO_EXTS:
+            self.videos[sid].append(path)
+        elif ext in TRANSCRIPT_EXTS:
+            self.transcripts[sid].append(path)
+        else:
+            self._add_csv(path, sid, root)
+
+    def _session_of(self, path: Path, ext: str, story_speaker: Mapping[int, int]) -> str | None:
+        """The session a file's name says, or None (with an issue for a media file, or a story
+        without a speaker)."""
         ls = parse_session(path.stem)
         if ls is None:
             if ext in VIDEO_EXTS or ext in TRANSCRIPT_EXTS:
-                issues.append(
+                self.issues.append(
                     ScanIssue(
                         path,
                         "unparsable",
                         "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern",
                     )
                 )
-            continue
+            return None
         listener, story = ls
         if story not in story_speaker:
-            issues.append(
+            self.issues.append(
                 ScanIssue(
                     path,
                     "unparsable",
                     f"story {story} has no speaker mapping; add it under story_speaker in the config",
                 )
             )
-            continue
+            return None
         sid = session_name(listener, story)
-        ids[sid] = ls
-        if ext in VIDEO_EXTS:
-            videos[sid].append(path)
-        elif ext in TRANSCRIPT_EXTS:
-            transcripts[sid].append(path)
-        else:
-            header = _csv_header(path)
-            if header is None or not header:
-                issues.append(ScanIssue(path, "unparsable", "not a readable CSV file"))
-                continue
-            if "valence" not in header:
-                # Per-frame feature tables (for `featurestore import`) live beside annotations in
-                # some layouts; only a CSV that looks like an annotation is reported.
-                if len(header) <= 2:
-                    issues.append(
-                        ScanIssue(
-                            path, "unparsable", f"CSV header {header} has no 'valence' column"
-                        )
-                    )
-                continue
-            annots[(sid, annotation_target(path, root))].append(path)
+        self.ids[sid] = ls
+        return sid
 
-    sessions: list[SessionFiles] = []
-    for sid, (listener, story) in sorted(ids.items(), key=lambda kv: kv[1]):
-        sf = SessionFiles(sid, listener, story, story_speaker[story], story_split(story, splits))
-        vids = videos.get(sid, [])
-        if vids:
-            sf.video = vids[0]
-            for extra in vids[1:]:
-                issues.append(
-                    ScanIssue(
-                        extra, "duplicate", f"second video for {sid} (first: {vids[0]}); keep one"
-                    )
+    def _add_csv(self, path: Path, sid: str, root: Path) -> None:
+        """An annotation CSV (a ``valence`` column) of its target; another CSV is a per-frame
+        table, reported only when it looks like an annotation."""
+        header = _csv_header(path)
+        if header is None or not header:
+            self.issues.append(ScanIssue(path, "unparsable", "not a readable CSV file"))
+            return
+        if "valence" not in header:
+            # Per-frame feature tables (for `featurestore import`) live beside annotations in
+            # some layouts; only a CSV that looks like an annotation is reported.
+            if len(header) <= 2:
+                self.issues.append(
+                    ScanIssue(path, "unparsable", f"CSV header {header} has no 'valence' column")
                 )
-        for (asid, target), paths in annots.items():
-            if asid != sid:
-                continue
-            sf.annotations[target] = paths[0]
-            for extra in paths[1:]:
-                issues.append(
-                    ScanIssue(
-                        extra,
-                        "duplicate",
-                        f"second {target} annotation for {sid} (first: {paths[0]}); keep one",
-                    )
+            return
+        self.annots[(sid, annotation_target(path, root))].append(path)
+
+    def _first(self, paths: list[Path], what: str, sid: str) -> Path | None:
+        """The first of a session's ``paths`` of one kind; the others are duplicates."""
+        for extra in paths[1:]:
+            self.issues.append(
+                ScanIssue(
+                    extra, "duplicate", f"second {what} for {sid} (first: {paths[0]}); keep one"
                 )
-        trs = transcripts.get(sid, [])
-        if trs:
-            sf.transcript = trs[0]
-            for extra in trs[1:]:
-                issues.append(
-                    ScanIssue(
-                        extra,
-                        "duplicate",
-                        f"second transcript for {sid} (first: {trs[0]}); keep one",
-                    )
-                )
+            )
+        return paths[0] if paths else None
+
+    def session(
+        self, sid: str, listener: int, story: int, speaker: int, splits: Mapping[str, list[int]]
+    ) -> SessionFiles:
+        """Session ``sid``'s files (the first of each kind), its duplicates and unmatched files
+        reported."""
+        sf = SessionFiles(sid, listener, story, speaker, story_split(story, splits))
+        sf.video = self._first(self.videos.get(sid, []), "video", sid)
+        for (asid, target), paths in self.annots.items():
+            if asid == sid:
+                sf.annotations[target] = self._first(paths, f"{target} annotation", sid)
+        sf.transcript = self._first(self.transcripts.get(sid, []), "transcript", sid)
         if sf.video is None:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
-                issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
+                self.issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
         elif "valence_self" not in sf.annotations:
-            issues.append(
+            self.issues.append(
                 ScanIssue(
                     sf.video,
                     "unmatched",
                     f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training",
                 )
             )
-        sessions.append(sf)
-    return ScanReport(sessions, issues)
+        return sf
 
 
 def write_manifest(report: ScanReport, path: str | Path) -> Path:

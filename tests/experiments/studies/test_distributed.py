@@ -266,11 +266,13 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     )
     job = WorkerJob(ctx, tuple(Store(planted_store).list_sessions()), log_runs=True)
     try:
-        [(first, _)] = evaluate_on_worker((trial,), job)
-        [(again, _)] = evaluate_on_worker((trial,), job)
+        [logged] = evaluate_on_worker((trial,), job)
+        [rerun] = evaluate_on_worker((trial,), job)
     finally:
         clear_worker_state()
-    assert first["status"] == again["status"] == "done" and again["run_id"] == first["run_id"]
-    assert again["val.ccc_personalized"] == first["val.ccc_personalized"]
+    first, again = logged.row, rerun.row
+    assert logged.result is None and rerun.result is None  # the rows stand for them
+    assert first.status == again.status == "done" and again.run_id == first.run_id
+    assert again.metrics["val.ccc_personalized"] == first.metrics["val.ccc_personalized"]
     kids = tracker.search(f"tags.mlflow.parentRunId = '{parent}'")
-    assert [k.info.run_id for k in kids] == [first["run_id"]]
+    assert [k.info.run_id for k in kids] == [first.run_id]

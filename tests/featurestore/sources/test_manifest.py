@@ -83,3 +83,39 @@ def test_missing_folder_and_manifest_file(tmp_path):
     data = json.loads(out.read_text())
     assert [s["session"] for s in data["sessions"]] == ["Subject_1_Story_2"]
     assert data["sessions"][0]["video"] == str(tmp_path / "d" / "Subject_1_Story_2.mp4")
+
+
+def test_scan_keeps_the_first_file_of_each_kind_and_names_the_others(tmp_path):
+    """Per session, in path order: the first video, annotation of each target and transcript are
+    used; each further one is a duplicate naming the first."""
+    first_video = _touch(tmp_path / "a" / "Subject_2_Story_2.mp4")
+    second_video = _touch(tmp_path / "b" / "Subject_2_Story_2.mp4")
+    first_csv = _touch(tmp_path / "a" / "Subject_2_Story_2.csv", "valence\n0\n")
+    second_csv = _touch(tmp_path / "b" / "Subject_2_Story_2.csv", "valence\n1\n")
+    first_srt = _touch(tmp_path / "a" / "Subject_2_Story_2.srt")
+    second_srt = _touch(tmp_path / "c" / "Subject_2_Story_2.srt")
+    _touch(tmp_path / "a" / "Subject_2_Story_2.tsv")  # not a kind scan knows: ignored
+    r = scan(tmp_path)
+    (sf,) = r.sessions
+    assert (sf.video, sf.annotations, sf.transcript) == (
+        first_video,
+        {"valence_self": first_csv},
+        first_srt,
+    )
+    assert [(i.path, i.kind, i.reason) for i in r.issues] == [
+        (
+            second_video,
+            "duplicate",
+            f"second video for Subject_2_Story_2 (first: {first_video}); keep one",
+        ),
+        (
+            second_csv,
+            "duplicate",
+            f"second valence_self annotation for Subject_2_Story_2 (first: {first_csv}); keep one",
+        ),
+        (
+            second_srt,
+            "duplicate",
+            f"second transcript for Subject_2_Story_2 (first: {first_srt}); keep one",
+        ),
+    ]

@@ -1,0 +1,247 @@
+"""The plan of one session's extraction, decided before any decoding (see
+:mod:`featurestore.extraction.extract`): the labels read (they define the frame count), the
+video probed, and for each requested channel its extractor, cache key, params, source and
+whether the shard holds it already; an extractor's channels are planned by its declared
+``kind`` (``video``, ``audio``, ``transcript``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..extractors import AudioExtractor, FrameExtractor, TranscriptExtractor
+from ..extractors.base import Extractor
+from ..sources import media
+from ..sources.annotations import read_annotation
+from ..sources.manifest import SessionFiles
+from ..sources.transcripts import TranscriptError, read_transcript
+from ..storage.provenance import cache_key, file_fingerprint, utc_now
+from ..storage.shard import LABEL_FPS
+from ..storage.store import SessionMeta, Store
+from .config import FeatureConfig
+from .derived import transcript_plan
+
+
+class SessionError(RuntimeError):
+    """This session cannot be extracted; the message says why and what to do."""
+
+
+def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    labels, sources = {}, {}
+    for target, path in sorted(sf.annotations.items()):
+        labels[target] = read_annotation(path)
+        sources[target] = file_fingerprint(path)
+    lengths = {t: len(y) for t, y in labels.items()}
+    if len(set(lengths.values())) > 1:
+        raise SessionError(
+            f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one"
+        )
+    return labels, sources
+
+
+@dataclass(frozen=True)
+class ChannelPlan:
+    """One channel (``role/name``) a session's extraction makes: its extractor, cache key,
+    params (what goes into the key and the provenance), ``source`` (the fingerprint of the
+    file it is computed from) and whether the store holds it already (``current``)."""
+
+    key: str
+    extractor: Extractor
+    cache_key: str
+    params: dict
+    source: dict
+    current: bool
+
+    @property
+    def role(self) -> str:
+        """The role the channel describes: ``speaker``, ``listener`` or ``scene``."""
+        return self.key.split("/")[0]
+
+    @property
+    def kind(self) -> str:
+        """The extractor's declared kind: ``video``, ``audio`` or ``transcript``."""
+        return self.extractor.kind
+
+
+@dataclass
+class SessionPlan:
+    """What one session's extraction will do, decided before any decoding.
+
+    ``channels``: each requested channel's :class:`ChannelPlan` (the extractors' order); ``stored``:
+    the cache keys the shard holds; ``regions``: each role's pixel columns ``[x0, x1)``;
+    ``labels`` and ``label_sources``: the annotations read (they define ``meta.n_frames``);
+    ``created``: the UTC time recorded as every new channel's creation; ``notes``: channels
+    skipped and why (no audio track, no transcript)."""
+
+    files: SessionFiles
+    meta: SessionMeta
+    info: media.VideoInfo
+    regions: dict[str, tuple[int, int]]
+    labels: dict[str, np.ndarray]
+    label_sources: dict[str, dict]
+    stored: dict[str, str]
+    transcript: TranscriptFile
+    force: bool
+    created: str = ""
+    channels: dict[str, ChannelPlan] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def session(self) -> str:
+        """The session's name (``Subject_<L>_Story_<S>``)."""
+        return self.files.session
+
+    def todo(self, kind: str) -> list[ChannelPlan]:
+        """The channels of extractors of ``kind`` to compute (not current, or forced)."""
+        return [c for c in self.channels.values() if c.kind == kind and not c.current]
+
+    def current_keys(self) -> list[str]:
+        """The planned channels stored already, sorted."""
+        return sorted(k for k, c in self.channels.items() if c.current)
+
+
+def plan_session(
+    sf: SessionFiles, *, store: Store, channels: Sequence[str], cfg: FeatureConfig, force: bool
+) -> SessionPlan:
+    """Read the labels, probe the video and plan every channel of ``channels`` (extractor names):
+    its cache key, and whether the shard holds it with that key (``force``: never).
+
+    Raises:
+        SessionError: no video, annotations of different lengths, or a video whose length
+            differs from the labels by more than ``cfg.max_length_mismatch_s`` seconds.
+    """
+    if sf.video is None:
+        raise SessionError(f"{sf.session}: no video found; `featurestore scan` lists what is there")
+    info = media.probe(sf.video)
+    source = file_fingerprint(sf.video)
+    labels, label_sources = _read_labels(sf)
+    n_frames = _frame_count(sf, info, labels, cfg)
+    store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
+    plan = SessionPlan(
+        files=sf,
+        meta=SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames),
+        info=info,
+        regions=media.role_regions(info.width, cfg.split_x),
+        labels=labels,
+        label_sources=label_sources,
+        stored=store.cache_keys(sf.session),
+        transcript=TranscriptFile(sf.transcript),
+        force=force,
+    )
+    for name in channels:
+        _plan_channel(plan, cfg.extractor(name), source, cfg)
+    plan.created = utc_now()
+    return plan
+
+
+def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
+    """Add extractor ``ex``'s channels to ``plan``, planned by its declared kind; ``source``:
+    the video's fingerprint."""
+    planner = _PLANNERS.get(getattr(ex, "kind", ""))
+    if planner is None:
+        raise SessionError(
+            f"extractor {ex.name!r} is neither a frame, an audio nor a transcript extractor"
+        )
+    for key, (ck, params, src) in planner(plan, ex, source, cfg).items():
+        current = not plan.force and plan.stored.get(key) == ck
+        plan.channels[key] = ChannelPlan(key, ex, ck, params, src, current)
+
+
+def _frame_count(
+    sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
+) -> int:
+    """The session's frame count at the label rate: the labels' length (which the video must
+    match within ``cfg.max_length_mismatch_s`` seconds), or the video's duration without labels."""
+    if not labels:
+        return int(round(info.n_frames / info.fps * LABEL_FPS))
+    n_frames = len(next(iter(labels.values())))
+    video_s, label_s = info.n_frames / info.fps, n_frames / LABEL_FPS
+    if abs(video_s - label_s) > cfg.max_length_mismatch_s:
+        names = ", ".join(str(p) for p in sf.annotations.values())
+        raise SessionError(
+            f"{sf.session}: the annotation ({names}) has {n_frames} rows = {label_s:.2f} s but the video "
+            f"{sf.video} lasts {video_s:.2f} s; labels define the frame count and at most "
+            f"{cfg.max_length_mismatch_s:g} s of difference is tolerated - check that they belong together"
+        )
+    return n_frames
+
+
+#: a planner's answer: ``role/name`` -> (cache key, params, source fingerprint)
+_Planned = dict[str, tuple[str, dict, dict]]
+
+
+def _plan_frames(
+    plan: SessionPlan, ex: FrameExtractor, source: dict, cfg: FeatureConfig
+) -> _Planned:
+    """A frame extractor's channel per role, over that role's crop sampled at ``cfg.face_fps`` Hz."""
+    ex.check_available()
+    out: _Planned = {}
+    for role in ex.roles:
+        params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(plan.regions[role])}
+        out[f"{role}/{ex.name}"] = (cache_key(source, ex.name, ex.version, params), params, source)
+    return out
+
+
+def _plan_audio(
+    plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
+) -> _Planned:
+    """An audio extractor's ``scene`` channel (none, with a note, without an audio track)."""
+    if not plan.info.has_audio:
+        plan.notes.append(f"no audio track in {plan.files.video}: {ex.name} skipped")
+        return {}
+    # the track is decoded at the extractor's own rate (recorded as in older shards)
+    params = {**ex.params(), "audio_sampling_rate": ex.sampling_rate}
+    return {f"scene/{ex.name}": (cache_key(source, ex.name, ex.version, params), params, source)}
+
+
+def _plan_transcript(
+    plan: SessionPlan, ex: TranscriptExtractor, source: dict, cfg: FeatureConfig
+) -> _Planned:
+    """A transcript extractor's channel per role, keyed by the transcript's fingerprint (none,
+    with a note, without a transcript)."""
+    if plan.files.transcript is None:
+        plan.notes.append(f"no transcript: {ex.name} skipped")
+        return {}
+    ex.check_available()
+    fingerprint = plan.transcript.source
+    planned = transcript_plan([ex.name], plan.meta.n_frames, fingerprint, cfg)
+    return {key: (ck, params, fingerprint) for key, (_, ck, params) in planned.items()}
+
+
+#: extractor kind (its class's declared ``kind``) -> how its channels are planned
+_PLANNERS: dict[str, Callable[..., _Planned]] = {
+    "video": _plan_frames,
+    "audio": _plan_audio,
+    "transcript": _plan_transcript,
+}
+
+
+class TranscriptFile:
+    """A session's transcript, fingerprinted and parsed once, on first use (None when absent)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._source: dict | None = None
+        self._cues: list | None = None
+        self.error = ""
+
+    @property
+    def source(self) -> dict:
+        if self._source is None:
+            self._source = file_fingerprint(self.path)
+        return self._source
+
+    @property
+    def cues(self) -> list | None:
+        """The cues, or None when the file cannot be read (``error`` says why)."""
+        if self._cues is None and not self.error and self.path is not None:
+            try:
+                self._cues = read_transcript(self.path)
+            except (TranscriptError, OSError) as e:
+                self.error = (
+                    f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+                )
+        return self._cues

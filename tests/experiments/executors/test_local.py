@@ -1,0 +1,359 @@
+"""The local executor's scheduler (:class:`experiments.executors.local.Scheduler`): outcomes in
+order, forked pools over shared windowed features, slow models split into their fits, memory
+budget, failures kept to their configurations, interruption."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from experiments.config.loading import expand, from_dict
+from experiments.data.dataset import load_sessions
+from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+from experiments.executors import local
+from experiments.executors.base import fit_groups, window_groups
+from experiments.executors.local import Scheduler
+
+from ..conftest import config_dict
+
+
+def _tables(store, cfg):
+    return load_sessions(
+        store, sorted({c for t in expand(cfg) for c in t.channels}), splits=cfg.splits
+    )
+
+
+def _outcomes(tables, groups, jobs, figures=False):
+    return list(Scheduler(tables, groups, jobs, figures).outcomes())
+
+
+def _groups(cfg):
+    return window_groups(expand(cfg))
+
+
+def test_windowed_nbytes_is_the_features_size(planted_store):
+    d = config_dict(
+        "mlruns",
+        window={
+            "lengths_s": [[2], [1, 4]],
+            "delay_s": [1],
+            "align": "centred",
+            "stats": ["mean", "valid_frac", "slope"],
+            "train_hop_s": 0.4,
+        },
+    )
+    cfg = from_dict(d)
+    tables = _tables(planted_store, cfg)
+    keys = list(_groups(cfg))
+    assert len(keys) == 4
+    for key in keys:
+        got = sum(s.F.nbytes for s in window_sessions(tables, key).sessions)
+        assert local.windowed_nbytes(tables, key) == got > 0
+
+
+@pytest.mark.parametrize("budget", ["none", "plenty"])
+def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
+    """Prefetch refused by the memory budget (the next key is windowed only once the current
+    group is handed over) or granted: the same results as one process; the frame tables are
+    released once the last key is windowed."""
+
+    cfg = from_dict(config_dict("mlruns", personalization=["global"]))
+    groups = _groups(cfg)
+    tables = _tables(planted_store, cfg)
+    expected = {
+        t: evaluate_trial(t, window_sessions(tables, k)).metrics
+        for k, g in groups.items()
+        for t in g
+    }
+    events: list[tuple[str, object]] = []
+
+    def windowing(tables_, key):
+        events.append(("window", key))
+        return window_sessions(tables_, key)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
+    got = {}
+    for o in Scheduler(tables, groups, jobs=2).outcomes():
+        assert o.error == "" and o.result is not None
+        events.append(("result", o.trial.window_key()))
+        got[o.trial] = o.result.metrics
+    assert tables == []  # released after the last key was windowed
+    assert got.keys() == expected.keys()
+    for t, m in got.items():
+        assert m == pytest.approx(expected[t], abs=1e-12)
+    windowed = [k for kind, k in events if kind == "window"]
+    assert windowed == list(groups)  # each key once, in order
+    if budget == "none":  # no prefetch: a key is windowed after the previous group's results
+        second = events.index(("window", windowed[1]))
+        assert [k for kind, k in events[:second] if kind == "result"] == [windowed[0]] * len(
+            groups[windowed[0]]
+        )
+
+
+def test_release_free_memory_finds_glibc_malloc_trim():
+    """The sweep's memory measures rely on glibc's malloc_trim: on glibc it must be found, not
+    silently skipped; elsewhere releasing is a no-op."""
+    import platform
+
+    from experiments.executors.local import _malloc_trim, release_free_memory
+
+    if platform.libc_ver()[0] == "glibc":
+        assert _malloc_trim() is not None
+    release_free_memory()
+
+
+def test_workers_draw_the_figures_the_parent_would(planted_store):
+    """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
+    from experiments.evaluation.plots import trial_figures
+
+    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
+    groups = _groups(cfg)
+    tables = _tables(planted_store, cfg)
+    windowed = {k: window_sessions(tables, k) for k in groups}
+    outcomes = _outcomes(list(tables), groups, jobs=2, figures=True)  # it empties the list
+    assert len(outcomes) == len(expand(cfg)) >= 2
+    for o in outcomes:
+        trial, result = o.trial, o.result
+        assert o.error == "" and set(result.figures) == {
+            "predicted_vs_true.png",
+            "ccc_per_listener.png",
+        }
+        here = evaluate_trial(trial, windowed[trial.window_key()])
+        assert result.figures == trial_figures(
+            here.predictions, here.truth, here.scores, trial.label()
+        )
+    plain = _outcomes(tables, groups, jobs=2)  # no artifacts logged: nothing drawn
+    assert [o.error for o in plain] == [""] * len(outcomes) and all(
+        o.result.figures == {} for o in plain
+    )
+
+
+def _slow_model_groups(planted_store):
+    """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
+    into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            feature_set=["listener"],
+            personalization=["global"],
+            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
+            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
+        )
+    )
+    trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
+    groups = window_groups(trials)
+    tables = load_sessions(
+        planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits
+    )
+    return trials, groups, tables
+
+
+def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(
+    planted_store, tmp_path, monkeypatch
+):
+    from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    (key,) = groups
+    w = window_sessions(tables, key)
+    serial = {
+        t: r for g in fit_groups(trials) for t, r in zip(g, evaluate_trials(g, w), strict=True)
+    }
+    log = tmp_path / "parts.txt"
+    real = local.evaluate_part
+
+    def logged(
+        fit_group, w, part
+    ):  # runs in a forked worker (which inherits the patch): a line in a file
+        with open(log, "a") as f:
+            f.write(f"{fit_group[0].model} {part}\n")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", logged)
+    got = _outcomes(list(tables), groups, jobs=2)
+    assert [o.trial for o in got] == trials and all(o.error == "" for o in got)
+    for o in got:
+        t, result = o.trial, o.result
+        ref = serial[t]
+        assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
+        for sid in ref.predictions:
+            np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
+        for sid in ref.unseen_predictions:
+            np.testing.assert_array_equal(
+                result.unseen_predictions[sid], ref.unseen_predictions[sid]
+            )
+        assert result.fit_seconds > 0
+    slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
+    expected = sorted(f"hist_gb {p}" for p in group_fit_parts(slow, w))
+    assert len(expected) > 10  # main, folds, and per listener: unseen and its folds
+    assert (
+        sorted(log.read_text().splitlines()) == expected
+    )  # each part once, the ridge groups whole
+
+
+def test_a_failed_part_fails_its_groups_configurations_only(planted_store, monkeypatch):
+    trials, groups, tables = _slow_model_groups(planted_store)
+    real = local.evaluate_part
+
+    def broken(fit_group, w, part):
+        if part.kind == "fold":
+            raise RuntimeError(f"no memory for {part}")
+        return real(fit_group, w, part)
+
+    monkeypatch.setattr(local, "evaluate_part", broken)
+    got = _outcomes(list(tables), groups, jobs=2)
+    assert [o.trial for o in got] == trials
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
+        if t.model == "hist_gb":
+            assert result is None and error.startswith(
+                "RuntimeError: no memory for FitPart(kind='fold'"
+            ), error
+        else:
+            assert error == "" and result is not None
+
+
+def test_a_slow_group_that_cannot_be_split_fails_in_its_own_task(planted_store):
+    """No training sessions (the train stories are not in the store): listing the parts fails in
+    the parent, which then runs the group whole, so each configuration reports the error and the
+    other groups still run."""
+
+    trials, _, tables = _slow_model_groups(planted_store)
+    nowhere = (
+        ("train", (99,)),
+        ("val", (1, 2, 4)),
+        ("test", (3,)),
+    )  # the store's training stories validate
+    trials = [replace(t, splits=nowhere) if t.model == "hist_gb" else t for t in trials]
+    groups = window_groups(trials)
+    got = _outcomes(list(tables), groups, jobs=2)
+    assert [o.trial for o in got] == trials
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
+        if t.model == "hist_gb":
+            assert (
+                result is None
+                and error == "ValueError: no training sessions (stories (99,)) in the store"
+            ), error
+        else:
+            assert error == "" and result is not None
+
+
+def test_plan_starts_the_slow_groups_split_into_their_fits(planted_store):
+    """Longest first: the gradient-boosting group's parts lead the queue, each part a task
+    (its future unset until submitted); the ridge groups follow whole. With one job nothing
+    is split."""
+    from experiments.evaluation.evaluate import group_fit_parts
+
+    trials, groups, tables = _slow_model_groups(planted_store)
+    ((key, group),) = groups.items()
+    w = window_sessions(tables, key)
+    state = Scheduler(tables, groups, jobs=2).plan(group, w)
+    slow, *fast = sorted(fit_groups(group), key=lambda g: g[0].model != "hist_gb")
+    parts = group_fit_parts(slow, w)
+    assert [(task.fit_group, task.part) for task in state.queue] == [
+        *((slow, part) for part in parts),
+        *((g, None) for g in fast),
+    ]
+    assert state.parts == {slow: dict.fromkeys(parts)} and state.futures == {}
+    whole = Scheduler(tables, groups, jobs=1).plan(group, w)
+    assert [task.part for task in whole.queue] == [None] * len(fit_groups(group))
+    assert whole.parts == {}
+
+
+def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
+    """The next key is windowed ahead only when its features fit PREFETCH_MEMORY_FRACTION of the
+    available memory (or the available memory is unknown), and only once."""
+    cfg = from_dict(config_dict("mlruns", personalization=["global"]))
+    groups = _groups(cfg)
+    tables = _tables(planted_store, cfg)
+    need = local.windowed_nbytes(tables, list(groups)[1])
+    budget = {"free": 0}
+    monkeypatch.setattr(local, "available_memory", lambda: budget["free"])
+    sched = Scheduler(tables, groups, jobs=2)
+    try:
+        budget["free"] = int(need / local.PREFETCH_MEMORY_FRACTION) - 1
+        sched.prefetch(1)
+        assert sched.windows == {}
+        budget["free"] = int(need / local.PREFETCH_MEMORY_FRACTION)
+        sched.prefetch(1)
+        ahead = sched.windows[1]
+        sched.prefetch(1)
+        assert sched.windows == {1: ahead}
+        assert ahead.result().sessions[0].F.shape[1] > 0
+        sched.prefetch(2)  # no third key
+        assert list(sched.windows) == [1]
+    finally:
+        sched.stop()
+    unknown = Scheduler(tables, groups, jobs=2)
+    monkeypatch.setattr(local, "available_memory", lambda: None)
+    try:
+        unknown.prefetch(1)
+        assert list(unknown.windows) == [1]
+    finally:
+        unknown.stop()
+
+
+def test_outcomes_come_in_the_order_of_the_configurations(planted_store):
+    """Two window keys, slow groups started first and split, results possibly finished out of
+    order: outcomes in the order of each key's configurations, keys in turn."""
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            personalization=["global"],
+            models=[{"name": "ridge"}, {"name": "hist_gb", "max_iter": [10]}],
+            postprocess={"smooth_s": [0, 2], "rescale": ["none"]},
+        )
+    )
+    groups = _groups(cfg)
+    assert len(groups) == 2
+    got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
+    assert [o.trial for o in got] == [t for g in groups.values() for t in g]
+    assert all(o.error == "" and o.result is not None and not o.failed for o in got)
+
+
+def test_a_failed_windowing_fails_its_keys_configurations_only(planted_store, monkeypatch):
+    cfg = from_dict(config_dict("mlruns", personalization=["global"]))
+    groups = _groups(cfg)
+    first, bad = list(groups)
+
+    def windowing(tables_, key):
+        if key == bad:
+            raise MemoryError("no room for the windows")
+        return window_sessions(tables_, key)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
+    assert [o.trial for o in got] == [*groups[first], *groups[bad]]
+    for o in got:
+        t, result, error = o.trial, o.result, o.error
+        if t.window_key() == bad:
+            assert (
+                result is None and error == "windowing failed: MemoryError: no room for the windows"
+            )
+        else:
+            assert error == "" and result is not None
+
+
+def test_closing_the_outcomes_stops_the_work(planted_store):
+    """An interrupted sweep closes the iterator: queued tasks are dropped, running ones end,
+    every pool's workers exit, the windowing thread stops and nothing more is yielded."""
+    cfg = from_dict(config_dict("mlruns"))
+    groups = _groups(cfg)
+    before = set(mp.active_children())
+    sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
+    outcomes = sched.outcomes()
+    first = next(outcomes)
+    assert first.trial == next(iter(groups.values()))[0] and first.result is not None
+    assert 0 in sched.states  # the first key was launched
+    outcomes.close()
+    assert all(s.pool is None and s.queue == [] for s in sched.states.values())
+    assert all(f.done() for f in sched.running)  # finished or cancelled
+    assert sched._windowing._shutdown
+    assert set(mp.active_children()) <= before
+    with pytest.raises(StopIteration):
+        next(outcomes)

@@ -1,0 +1,58 @@
+"""A child run's row of the sweep table (:class:`experiments.tracking.child_runs.RunRow`) and the
+table made of them; what executors yield (:class:`experiments.executors.base.Outcome`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.config.loading import expand, from_dict
+from experiments.executors.base import Outcome
+from experiments.tracking.child_runs import RunRow, identity_tags, sweep_table
+from experiments.tracking.tracker import CONFIG_HASH_TAG
+
+from .conftest import config_dict
+
+
+def test_rows_make_the_sweep_table_with_the_columns_in_order():
+    done = RunRow(
+        "a",
+        "done",
+        "ridge",
+        {CONFIG_HASH_TAG: "h1"},
+        {"model.name": "ridge", "track": "personalized"},
+        {"val.ccc_personalized": 0.5, "fit_seconds": 1.5},
+    )
+    failed = RunRow(
+        "b",
+        "failed",
+        "svr",
+        {CONFIG_HASH_TAG: "h2"},
+        {"model.name": "svr", "track": "generalized"},
+        error="ValueError: no sessions",
+    )
+    assert (done.failed, failed.failed) == (False, True)
+    assert (done.config_hash, done.track, failed.track) == ("h1", "personalized", "generalized")
+    assert list(done.to_dict()) == [
+        "run_id",
+        "status",
+        "label",
+        CONFIG_HASH_TAG,
+        "model.name",
+        "track",
+        "val.ccc_personalized",
+        "fit_seconds",
+    ]
+    assert failed.to_dict()["error"] == "ValueError: no sessions"
+    table = sweep_table([done, failed])
+    assert list(table.columns) == [*done.to_dict(), "error"]
+    assert list(table.run_id) == ["a", "b"] and list(table.status) == ["done", "failed"]
+    assert table.loc[0, "val.ccc_personalized"] == 0.5
+    assert pd.isna(table.loc[1, "val.ccc_personalized"]) and pd.isna(table.loc[0, "error"])
+    assert sweep_table([]).empty
+
+
+def test_an_outcome_is_failed_only_without_result_or_row():
+    trial = expand(from_dict(config_dict("mlruns")))[0]
+    row = RunRow("r", "failed", trial.label(), identity_tags(trial), trial.params(), error="x")
+    assert Outcome(trial, error="RuntimeError: boom").failed
+    assert not Outcome(trial, row=row).failed  # the worker logged it: the row says how it went
