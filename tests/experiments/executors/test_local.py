@@ -16,8 +16,7 @@ from experiments.evaluation.evaluate import evaluate_trial, window_sessions
 from experiments.executors import local
 from experiments.executors.base import fit_groups, window_groups
 from experiments.executors.local import Scheduler
-
-from ..conftest import config_dict
+from tests.experiments.helpers import config_dict
 
 
 def _tables(store, cfg):

@@ -9,8 +9,7 @@ from experiments.config.loading import expand, from_dict
 from experiments.executors.base import Outcome
 from experiments.tracking.child_runs import RunRow, identity_tags, sweep_table
 from experiments.tracking.tracker import CONFIG_HASH_TAG
-
-from .conftest import config_dict
+from tests.experiments.helpers import config_dict
 
 
 def test_rows_make_the_sweep_table_with_the_columns_in_order():
