@@ -36,7 +36,7 @@ from featurestore import Store
 from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
-from ..config.tracks import selection_metric
+from ..config.tracks import candidates, selection_metric
 from ..evaluation.evaluate import TrialResult
 from ..executors.base import Executor, SweepContext
 from ..executors.local import LocalExecutor
@@ -270,7 +270,8 @@ class ParentRun:
             self.options.on_result(row)
 
     def _add(self, row: dict) -> None:
-        """Add a configuration's row (new or reused); the progress bar shows each track's best so far."""
+        """Add a configuration's row (new or reused); the progress bar shows each track's best so far
+        (the tracks nest: the personalized track's best is over every configuration)."""
         if row["status"] == "failed":
             self.failed.append((row["label"], row.get("error", "")))
         self.rows.append(row)
@@ -279,7 +280,7 @@ class ParentRun:
                 (
                     r.get(m, -np.inf)
                     for r in self.rows
-                    if r["status"] != "failed" and r.get("track") == track
+                    if r["status"] != "failed" and r.get("track") in candidates(track)
                 ),
                 default=np.nan,
             )
