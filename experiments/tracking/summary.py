@@ -128,9 +128,10 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _n_listeners(row: dict, split: str) -> str:
+def _missing_interval(row: dict, split: str) -> str:
+    """Why a held-out split's interval is missing: too few listeners, or not logged."""
     n = row.get(f"{split}.n_listeners", np.nan)
-    return "?" if pd.isna(n) else str(int(n))
+    return f"n/a ({int(n)} listener(s); 3 needed)" if pd.notna(n) and n < 3 else "n/a"
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -160,7 +161,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                     if split in ("val", "loso")
                     else f"[{low:.3f}, {high:.3f}]"
                     if pd.notna(low)
-                    else f"n/a ({_n_listeners(row, split)} listener(s); 3 needed)"
+                    else _missing_interval(row, split)
                 )
                 cells.append(
                     [
