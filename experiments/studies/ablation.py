@@ -351,7 +351,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
             run = first[f"run_id_{track}"]
             if run:
                 own = first.get(f"config_track_{track}", track)
-                note = f", a {own} configuration" if own and own != track else ""
+                known = isinstance(own, str) and own in ("personalized", "generalized")
+                note = f", a {own} configuration" if known and own != track else ""
                 lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`{note})")
     lines += [
         "",

@@ -51,7 +51,9 @@ class SweepResult:
     """What a sweep did: one row per configuration, the parent run and the best child of each track.
 
     ``best_run_ids`` / ``selection_metrics``: per track (``personalized``, ``generalized``)
-    its best child run, chosen by its own averaging on validation (or LOSO), and that metric.
+    its best child run, chosen by its own averaging on validation (or LOSO), and that metric;
+    the personalized track chooses among every configuration, the generalized track among
+    those that do not know who is listening (the tracks nest).
     ``best_run_id`` / ``selection_metric`` name the personalized track's (the generalized
     track's when the sweep has no personalized configuration), as before tracks existed.
     ``scores``: per-session CCC of the runs computed in this sweep, by run id.

@@ -208,6 +208,16 @@ def test_ablation_markdown_handles_a_set_without_results():
         f"- **listener**, {track}: ridge (run `abcdef0123`)"
         for track in ("personalized", "generalized")
     ]
+    # a generalized configuration chosen by the personalized track (they nest) says so
+    nested = df.assign(
+        config_track_personalized="generalized", config_track_generalized="generalized"
+    )
+    chosen = ablation_markdown(nested).split("## Chosen configurations")[1].splitlines()
+    assert (
+        "- **listener**, personalized: ridge (run `abcdef0123`, a generalized configuration)"
+        in chosen
+    )
+    assert "- **listener**, generalized: ridge (run `abcdef0123`)" in chosen
 
 
 # ------------------------------------------------------------------ run figures
