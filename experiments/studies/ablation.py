@@ -176,8 +176,9 @@ def comparisons(
     test there would double dip. ``p_holm`` is Holm's adjustment over every comparison of the
     table (the family); ``p_min`` the smallest p the sign-flip test can give with
     ``n_listeners`` listeners. A positive ``mean_diff`` favours the first named
-    (``listener vs speaker``: the listener set). A comparison of a run with itself (both tracks
-    chose the same configuration) is left out: there is nothing to test.
+    (``listener vs speaker``: the listener set). When both tracks chose the same configuration
+    (the same run, or a run and its unseen-listener twin: the same scores) the comparison is
+    left out: there is nothing to test.
     """
     out = []
     cache: dict[str, pd.DataFrame | None] = {}
@@ -194,6 +195,9 @@ def comparisons(
         a, b = scores(run_a, split), scores(run_b, split)
         if a is None or b is None or a.empty or b.empty:
             return
+        shared = a.merge(b, on=["listener", "story"])
+        if len(shared) and np.array_equal(shared.ccc_x, shared.ccc_y):
+            return  # the same configuration (a run and its unseen-listener twin): nothing to test
         try:
             r = paired_comparison(a, b, seed=seed)
         except ValueError:  # no shared session

@@ -47,9 +47,11 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
     global model that wins on validation is both tracks' choice. A row keeps its own
     ``track`` (the track of its model), which may differ from the track that chose it.
 
-    Only the grid's configurations compete; when the chosen one was also evaluated on unseen
-    listeners (a row whose ``unseen_of`` is its config hash, see :func:`experiments.studies.sweep.run_sweep`), that row
-    is returned: the same configuration and scores, plus its ``*_unseen`` metrics.
+    Only the grid's configurations compete; when the generalized track's choice was also
+    evaluated on unseen listeners (a row whose ``unseen_of`` is its config hash, see
+    :func:`experiments.studies.sweep.run_sweep`), that row is returned: the same configuration
+    and scores, plus its ``*_unseen`` metrics (a generalized-track number). The personalized
+    track's choice is always the grid's own run.
     """
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
@@ -62,7 +64,11 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
         part = grid[grid["track"].isin(candidates(track))]
         if metric in part and part[metric].notna().any():
             best = part.loc[part[metric].idxmax()]
-            twin = twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)] if len(twins) else twins
+            twin = (
+                twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)]
+                if len(twins) and track == "generalized"
+                else twins.iloc[0:0]
+            )
             out[track] = twin.iloc[0] if len(twin) else best
     return out
 

@@ -14,6 +14,8 @@ from experiments.config.tracks import candidates
 from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
 from experiments.evaluation.uncertainty import holm
 from experiments.studies.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
+from experiments.tracking.child_runs import UNSEEN_OF_TAG
+from experiments.tracking.tracker import CONFIG_HASH_TAG
 
 from .conftest import config_dict
 
@@ -293,9 +295,12 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
         "generalized": "loso.ccc_generalized",
     }
     # global models without per-listener rescaling: both tracks choose among them (they nest),
-    # and choose the same configuration on a complete table
+    # and choose the same configuration on a complete table: the grid's run for the
+    # personalized track, its unseen-listener twin for the generalized track
     assert sweep.selection_metric == "loso.ccc_personalized"
-    assert sweep.best_run_ids["personalized"] == sweep.best_run_ids["generalized"]
+    runs = sweep.table.set_index("run_id")
+    pers, gen = (runs.loc[sweep.best_run_ids[t]] for t in ("personalized", "generalized"))
+    assert gen[UNSEEN_OF_TAG] == pers[CONFIG_HASH_TAG] and pd.isna(pers[UNSEEN_OF_TAG])
     # the baseline is added; each set's chosen generalized configuration runs again on unseen listeners
     grid = sweep.table[sweep.table.unseen_of.isna()]
     assert (
@@ -310,13 +315,17 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
         csv.loc[("listener", "loso"), "ccc_generalized"]
         > csv.loc[("speaker", "loso"), "ccc_generalized"] + 0.3
     )
-    assert (csv.run_id_personalized == csv.run_id_generalized).all()
+    for r in csv.itertuples():
+        assert (
+            runs.loc[r.run_id_generalized, UNSEEN_OF_TAG]
+            == runs.loc[r.run_id_personalized, CONFIG_HASH_TAG]
+        )
     assert (csv.config_track_personalized == "generalized").all()
     assert csv.xs("loso", level="split").filter(like="_ci_").isna().all().all()
     # under LOSO the unseen-listener protocol scores the test stories
     assert csv.ccc_unseen_listener.notna().tolist() == [False, True, False, True]
     md = (tmp_path / "reports" / "ablation.md").read_text()
     assert "loso (selection) personalized" in md
-    # both tracks chose the same run: nothing to compare between them
+    # both tracks chose the same configuration: nothing to compare between them
     pairs = pd.read_csv(tmp_path / "reports" / "ablation_comparisons.csv")
     assert not pairs.comparison.str.startswith("personalized vs generalized").any()
