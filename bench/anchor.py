@@ -9,7 +9,7 @@ full-size synthetic store (80 sessions, 633,850 frames), two ways:
 * **the package**: ``experiments ablate --set unseen_listener=false --jobs 2`` in a subprocess
   with a fresh MLflow database (the command of :mod:`bench.ablation`). End to end: reading and
   resampling the shards, windowing, the fits in two forked workers, post-processing, the CCC
-  with its bootstrap intervals and chance levels, the plots, the MLflow runs with their
+  with its intervals over listeners and chance levels, the plots, the MLflow runs with their
   artifacts (predictions of every session), the reports.
 * **the loop**: :mod:`bench.handwritten` in a subprocess, a plain pandas + scikit-learn script
   (read the tables, ``rolling`` windows, the same estimators, the same post-processing, the

@@ -246,6 +246,7 @@ def _check_store(store: str) -> None:
 def _print_sweep(res) -> int:
     import pandas as pd  # startup: see the imports above
 
+    from .config.tracks import candidates
     from .tracking.summary import summary_markdown, track_summary
 
     t = res.table
@@ -258,24 +259,16 @@ def _print_sweep(res) -> int:
     for track, metric in res.selection_metrics.items():
         if t.empty or metric not in t or "track" not in t:
             continue
-        cols = [
-            c
-            for c in [
-                "label",
-                metric,
-                f"test.ccc_{track}",
-                "test_unseen.ccc_generalized" if track == "generalized" else "",
-            ]
-            if c in t
-        ]
+        # the selection split only: test numbers are printed for each track's choice, below
+        cols = [c for c in ["label", "track", metric] if c in t]
         top = (
-            t[(t.status != "failed") & (t.track == track)]
+            t[(t.status != "failed") & t.track.isin(candidates(track))]
             .sort_values(metric, ascending=False)
             .head(5)
         )
         if top.empty:
             continue
-        print(f"\n{track} track (chosen on {metric}):")
+        print(f"\n{track} track, best 5 on {metric} (the selection split):")
         with pd.option_context("display.width", 200, "display.max_colwidth", 80):
             print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     summary = track_summary(t, protocol)

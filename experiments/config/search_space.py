@@ -3,8 +3,9 @@
 A config with ``search: {method: optuna, ...}`` (see :class:`experiments.config.schema.SearchConfig`)
 is a search space instead of a grid: every list stays a set of categorical choices and an
 axis or hyperparameter may be a range (:class:`experiments.config.schema.Range`). The space
-is restricted to the search's track: the sampler cannot propose a configuration of the other
-one (:func:`search_space`). :mod:`experiments.studies.search` runs the study; the config validator
+is the configurations the search's track chooses among (the tracks nest,
+:func:`experiments.config.tracks.candidates`): a generalized search proposes only configurations
+that do not know who is listening, a personalized search any configuration (:func:`search_space`). :mod:`experiments.studies.search` runs the study; the config validator
 checks here that the space is not empty.
 
 >>> import optuna
@@ -108,13 +109,13 @@ class SearchSpace:
         return f"{axis}[{'|'.join(format_value(c) for c in choices)}]"
 
     def rescales(self, m: ModelSpace, personalization: str) -> list[str]:
-        """The rescaling choices that keep a configuration with ``personalization`` on the track."""
+        """The rescaling choices a configuration with ``personalization`` may take on the track:
+        every one on the personalized track, those without the listener's identity on the
+        generalized track."""
         rescales = list(m.axes["postprocess.rescale"])
         if self.track == "generalized":
             return [r for r in rescales if r not in IDENTITY_RESCALES]
-        if personalization in IDENTITY_PERSONALIZATIONS:
-            return rescales
-        return [r for r in rescales if r in IDENTITY_RESCALES]
+        return rescales
 
 
 def _global_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
@@ -142,8 +143,9 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
     it keeps the listed values of a list, and the listed values inside a range (which then
     become that model's choices). Then the track: a generalized search keeps the
     personalizations and rescalings that do not use the listener's identity; a personalized
-    search keeps the configurations that do (a non-identity personalization only with an
-    identity rescaling). A model left without a choice on the track drops out of the search.
+    search keeps every configuration (the tracks nest: a model that does not know who is
+    listening may be submitted to the personalized track too). A model left without a choice
+    on the track drops out of the search.
 
     Raises:
         SearchSpaceError: no model has a configuration on the track.
@@ -167,10 +169,8 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
         m = ModelSpace(label, i, spec, axes)
         if track == "generalized":
             pers = [p for p in axes["personalization"] if p not in IDENTITY_PERSONALIZATIONS]
-        elif any(r in IDENTITY_RESCALES for r in axes["postprocess.rescale"]):
-            pers = list(axes["personalization"])
         else:
-            pers = [p for p in axes["personalization"] if p in IDENTITY_PERSONALIZATIONS]
+            pers = list(axes["personalization"])
         axes["personalization"] = pers
         if not pers or not any(SearchSpace(track, [], full).rescales(m, p) for p in pers):
             dropped.append(label)

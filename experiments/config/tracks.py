@@ -12,8 +12,12 @@ The challenge (Barros et al., ACII 2019, section V) has two tracks that differ b
 A configuration belongs to the personalized track as soon as anything in it uses the
 listener's identity (:data:`~experiments.config.options.IDENTITY_PERSONALIZATIONS`,
 :data:`~experiments.config.options.IDENTITY_RESCALES`); smoothing is a fixed filter and never
-does. Each track is chosen on validation (or LOSO) under its own averaging of per-session
-CCC, and reported once on test under the same averaging:
+does. The tracks **nest** (:func:`competes_in`): a model that does not know who is listening
+may be submitted to the personalized track too (the challenge allows the same predictions in
+both), so the personalized track chooses among every configuration and the generalized track
+among its own; the personalized choice is then never below the generalized one on the
+selection split. Each track is chosen on validation (or LOSO) under its own averaging of
+per-session CCC, and reported once on test under the same averaging:
 
 * personalized: for each listener the mean over their stories, then the mean over listeners;
 * generalized: for each story the mean over listeners, then the mean over stories.
@@ -25,6 +29,8 @@ differ only by their models, which is the point of the comparison.
 'generalized'
 >>> track_of("global", "listener")
 'personalized'
+>>> competes_in("generalized")
+('personalized', 'generalized')
 >>> selection_metric("generalized", "val")
 'val.ccc_generalized'
 """
@@ -39,6 +45,21 @@ def track_of(personalization: str, rescale: str) -> str:
     if personalization in IDENTITY_PERSONALIZATIONS or rescale in IDENTITY_RESCALES:
         return "personalized"
     return "generalized"
+
+
+def competes_in(config_track: str) -> tuple[str, ...]:
+    """The tracks a configuration of track ``config_track`` (:func:`track_of`) competes in: a
+    personalized one only its own; a generalized one both (it does not use who is listening, so
+    its predictions are a valid personalized submission too)."""
+    if config_track not in TRACKS:
+        raise ValueError(f"unknown track {config_track!r}; valid: {', '.join(TRACKS)}")
+    return TRACKS if config_track == "generalized" else (config_track,)
+
+
+def candidates(track: str) -> tuple[str, ...]:
+    """The configuration tracks (:func:`track_of`) a track chooses among: every one for the
+    personalized track, the generalized ones for the generalized track."""
+    return tuple(t for t in TRACKS if track in competes_in(t))
 
 
 def selection_metric(track: str, protocol: str = "val") -> str:

@@ -49,7 +49,7 @@ from .fitting import (
     fit_parts,
 )
 from .metrics import ccc, ccc_protocols
-from .uncertainty import bootstrap_protocols, chance_level
+from .uncertainty import chance_level, protocol_intervals
 
 #: re-exported: the sweep, the agreement study and the tests take them from here
 __all__ = [
@@ -316,7 +316,12 @@ def _evaluate_group(
         scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
         truth = {sid: by_session[sid].y for sid in p}
         metrics = score_metrics(
-            scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u
+            scores,
+            predictions=p,
+            truth=truth,
+            seed=t.seed,
+            unseen_predictions=u,
+            fps={sid: by_session[sid].fps for sid in p},
         )
         results.append(
             TrialResult(
@@ -340,26 +345,32 @@ def score_metrics(
     truth: dict[str, np.ndarray] | None = None,
     seed: int = 0,
     unseen_predictions: dict[str, np.ndarray] | None = None,
+    fps: float | dict[str, float] = 25.0,
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
     Per split (``val``, ``test``, ``loso``, ``val_unseen``, ``test_unseen``) and protocol
-    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % bootstrap
-    interval over listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high``
-    (:func:`~experiments.evaluation.uncertainty.bootstrap_protocols`), and, given ``predictions`` and
-    ``truth``, the chance level ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95``
-    (:func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs from
-    ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
+    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
+    listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
+    listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
+    ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
+    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (each session's own predictions at
+    a random lag of at least 10 s, ``fps`` frames per second, one for all or per session;
+    :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
+    from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
     ``<split>.ccc_story_<S>``.
     """
     metrics: dict[str, float] = {}
     for split, df in scores.groupby("split"):
         prot = ccc_protocols(df)
-        intervals = bootstrap_protocols(df, seed=seed)
+        intervals = protocol_intervals(df, split=str(split))
+        metrics[f"{split}.n_listeners"] = float(df.listener.nunique())
         chance = None
         if predictions is not None and truth is not None:
             source = unseen_predictions if str(split).endswith("_unseen") else predictions
-            chance = chance_level(truth, {sid: source[sid] for sid in df.session}, df, seed=seed)
+            chance = chance_level(
+                truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
+            )
         for p in ("personalized", "generalized"):
             name = f"{split}.ccc_{p}"
             metrics[name] = float(prot[p])

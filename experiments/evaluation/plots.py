@@ -183,7 +183,7 @@ def plot_ablation(
             i,
             split,
             f"ccc_{track}",
-            f"{split}, {track} track",
+            f"{split}{' (selection)' if split in ('val', 'loso') else ''}, {track} track",
             color=colours[track],
             alpha=0.4 if split != last else 1.0,
         )

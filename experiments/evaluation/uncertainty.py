@@ -1,25 +1,32 @@
-"""How sure a CCC is: bootstrap intervals over listeners, paired comparisons, and the chance level.
+"""How sure a CCC is: intervals over listeners, paired comparisons, Holm's adjustment, the chance level.
 
 A test split of OMG-Empathy has 10 listeners and 3 stories; sessions of one listener are not
-independent (the same person rated them), so the unit of resampling is the **listener**:
+independent (the same person rated them), so the **listener** is the unit of every interval and
+test, and the stories of the split are **held fixed** (the inference is about these stories and
+new listeners, not about new stories: three stories are too few to resample):
 
-* :func:`bootstrap_protocols`: a 95 % percentile interval of both protocol means, listeners
-  resampled with replacement (each drawn listener brings all their sessions);
-* :func:`paired_comparison`: two configurations scored on the same sessions: the mean
-  paired difference of per-session CCC, its bootstrap interval (listeners resampled), and a
-  sign-flip permutation p-value that flips the sign of all of a listener's differences
-  together (exact over all 2^n sign patterns up to 16 listeners);
-* :func:`chance_level`: the CCC a model earns by chance: each session scored against another
-  session's predictions (another story and listener where the split has them), circularly
-  shifted by a random lag, so their level, spread and smoothness stay and only their relation
-  to the labels is broken; the protocol mean is recomputed for many random pairings, and the
-  mean and 95th percentile of that null distribution are reported. A constant (dummy)
-  prediction has CCC 0 by construction: it is a baseline, not the chance level.
+* :func:`protocol_intervals`: a 95 % Student-t interval of both protocol means over per-listener
+  contributions (:func:`listener_contributions`); it covers at 4-10 listeners where a
+  percentile bootstrap over listeners does not (0.90 at 6 and 10, 0.75 at 4: the bootstrap's
+  spread is the plug-in one, too narrow by sqrt((n - 1) / n) and by the missing t quantile).
+  Fewer than 3 listeners: NaN, with a warning that says so;
+* :func:`paired_comparison`: two configurations on the same sessions: the mean over listeners
+  of each listener's mean difference, its t interval, and a sign-flip permutation p-value that
+  flips each listener's difference (exact over all 2^n patterns up to 16 listeners; smallest
+  possible p ``2 / 2^n``);
+* :func:`holm`: Holm's step-down adjustment of a family of p-values;
+* :func:`chance_level`: the CCC a model earns by chance: each session's labels scored against
+  a prediction at **the session's own** prediction level and scale with another session's time
+  course, circularly shifted by a random lag of at least :data:`MIN_LAG_S` seconds; a
+  personalized model's per-listener level stays with its listener, and only the relation in
+  time to the labels is broken. A constant (dummy) prediction has CCC 0 by construction: it
+  is a baseline, not the chance level.
 
 >>> import pandas as pd
->>> rows = pd.DataFrame({"listener": [1, 1, 2, 2], "story": [3, 6, 3, 6], "ccc": [0.2, 0.4, 0.1, 0.3]})
->>> low, high = bootstrap_protocols(rows, n_boot=200)["personalized"]
->>> bool(low <= 0.25 <= high)
+>>> rows = pd.DataFrame({"listener": [1, 1, 2, 2, 3, 3], "story": [3, 6] * 3,
+...                      "ccc": [0.2, 0.4, 0.1, 0.3, 0.3, 0.5]})
+>>> low, high = protocol_intervals(rows)["personalized"]
+>>> bool(low < 0.3 < high)
 True
 """
 
@@ -27,136 +34,188 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from .metrics import _protocol_frame
 
-#: bootstrap resamples and permutation draws used by the sweep and the ablation
-N_BOOT = 2000
+#: permutation draws (more than 16 listeners) and chance draws used by the sweep and the ablation
 N_PERMUTATIONS = 20000
 N_CHANCE_DRAWS = 1000
 LEVEL = 0.95
+#: fewer listeners than this: no interval (NaN), with a warning
+MIN_LISTENERS = 3
+#: smallest circular lag of the chance level, seconds: longer than the memory of ratings and
+#: predictions (windows reading up to 4 s ahead, smoothing up to 4 s, ratings that move over
+#: several seconds), so that a time course of the same story cannot line up with the labels
+MIN_LAG_S = 10.0
 
 
-def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return float("nan"), float("nan")
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(values, [alpha, 1.0 - alpha])
+class IntervalWarning(UserWarning):
+    """An interval could not be computed (too few listeners); it is reported as NaN."""
+
+
+def contributions(m: np.ndarray) -> dict[str, np.ndarray]:
+    """Each listener's share of both protocol means from CCC matrices (..., listeners, stories).
+
+    ``m`` holds NaN where a session is missing (every row and column has a session). Returns
+    arrays of shape (..., listeners) whose plain mean over listeners is the protocol mean:
+    personalized, the listener's mean CCC over their stories; generalized (stories fixed),
+    ``n_listeners / n_stories * sum over the listener's stories s of ccc / n_s`` with ``n_s``
+    the listeners story ``s`` has (on a complete table, the listener's mean too).
+    """
+    m = np.asarray(m, dtype=float)
+    n_listeners, n_stories = m.shape[-2], m.shape[-1]
+    n_s = np.isfinite(m).sum(axis=-2, keepdims=True)
+    return {
+        "personalized": np.nanmean(m, axis=-1),
+        "generalized": np.nansum(m / n_s, axis=-1) * n_listeners / n_stories,
+    }
+
+
+def listener_contributions(scores: pd.DataFrame | Iterable[Mapping]) -> dict[str, np.ndarray]:
+    """:func:`contributions` of a per-session CCC table (columns ``listener, story, ccc``), listeners in order."""
+    f = _protocol_frame(scores)
+    if f.empty:
+        raise ValueError("no sessions: a CCC table with columns listener, story, ccc is needed")
+    return contributions(f.pivot(index="listener", columns="story", values="ccc").to_numpy())
+
+
+def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Student-t interval of the mean over the last axis of ``values`` (independent units, e.g.
+    listeners); NaN where there are fewer than :data:`MIN_LISTENERS` units."""
+    v = np.asarray(values, dtype=float)
+    n = v.shape[-1]
+    if n < MIN_LISTENERS:
+        nan = np.full(v.shape[:-1], np.nan)
+        return nan, nan.copy()
+    half = stats.t.ppf(0.5 + level / 2.0, n - 1) * v.std(axis=-1, ddof=1) / np.sqrt(n)
+    mean = v.mean(axis=-1)
+    return mean - half, mean + half
+
+
+def t_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """:func:`t_bounds` of one 1-D sample (non-finite values left out), as two floats."""
+    v = np.asarray(values, dtype=float)
+    low, high = t_bounds(v[np.isfinite(v)], level)
     return float(low), float(high)
 
 
-def _matrix(scores: pd.DataFrame | Iterable[Mapping]) -> np.ndarray:
-    """Listeners x stories CCC (NaN where a session is missing), rows in listener order."""
-    f = _protocol_frame(scores)
-    return f.pivot(index="listener", columns="story", values="ccc").to_numpy(dtype=float)
-
-
-def bootstrap_protocols(
-    scores: pd.DataFrame | Iterable[Mapping],
-    n_boot: int = N_BOOT,
-    level: float = LEVEL,
-    seed: int = 0,
+def protocol_intervals(
+    scores: pd.DataFrame | Iterable[Mapping], level: float = LEVEL, split: str = ""
 ) -> dict[str, tuple[float, float]]:
-    """Percentile intervals of both protocol means, listeners resampled with replacement.
+    """t intervals of both protocol means over listeners, the split's stories held fixed.
+
+    Why t and not a bootstrap: with 4-10 listeners a percentile bootstrap covers 0.75-0.90
+    instead of 0.95; the t interval over per-listener contributions
+    (:func:`listener_contributions`) covers about 0.95 for CCC-like listener means at 6 and 10
+    listeners (tests/experiments/test_uncertainty.py simulates it). Why stories fixed: a
+    split has 1-3 stories; resampling them (a two-way listener x story bootstrap) cannot
+    cover with 3 units, so the interval is about new listeners hearing these stories.
 
     Args:
         scores: per-session CCC, columns ``listener, story, ccc``.
-        n_boot: bootstrap resamples.
         level: coverage of the interval (0.95 = 95 %).
-        seed: seed of the resampling (same seed, same interval).
+        split: the split's name, for the warning.
 
     Returns:
-        ``{"personalized": (low, high), "generalized": (low, high)}``; with one listener the
-        interval is the point itself (nothing to resample).
+        ``{"personalized": (low, high), "generalized": (low, high)}``; NaN with fewer than
+        :data:`MIN_LISTENERS` listeners, and an :class:`IntervalWarning` that says so.
     """
-    m = _matrix(scores)
-    n_listeners = m.shape[0]
-    if n_listeners == 0:
-        raise ValueError("no sessions to bootstrap")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n_listeners, size=(n_boot, n_listeners))
-    with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore", RuntimeWarning
-        )  # an all-NaN slice (a story no drawn listener has) is NaN
-        listener_means = np.nanmean(m, axis=1)
-        personalized = listener_means[idx].mean(axis=1)
-        story_means = np.nanmean(
-            m[idx], axis=1
-        )  # (n_boot, stories): NaN if no drawn listener has it
-        generalized = np.nanmean(story_means, axis=1)
-    return {
-        "personalized": _interval(personalized, level),
-        "generalized": _interval(generalized, level),
-    }
+    parts = listener_contributions(scores)
+    n = len(parts["personalized"])
+    if n < MIN_LISTENERS:
+        warnings.warn(
+            f"{split or 'scores'}: {n} listener(s); a 95 % interval over listeners needs at least "
+            f"{MIN_LISTENERS}, so it is NaN",
+            IntervalWarning,
+            stacklevel=2,
+        )
+    return {protocol: t_interval(v, level) for protocol, v in parts.items()}
+
+
+def smallest_p(n_listeners: int, n_permutations: int = N_PERMUTATIONS) -> float:
+    """The smallest p-value :func:`paired_comparison` can give with ``n_listeners`` listeners."""
+    return 2.0 / 2**n_listeners if n_listeners <= 16 else 1.0 / n_permutations
 
 
 def paired_comparison(
     a: pd.DataFrame,
     b: pd.DataFrame,
-    n_boot: int = N_BOOT,
     n_permutations: int = N_PERMUTATIONS,
     level: float = LEVEL,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Compare two configurations session by session: ``a`` minus ``b``.
+    """Compare two configurations session by session: ``a`` minus ``b``, listeners as the unit.
 
     Args:
         a, b: per-session CCC of each configuration (columns ``listener, story, ccc``); only
             sessions present in both are compared.
-        n_boot: bootstrap resamples of listeners for the interval.
         n_permutations: random sign patterns when there are more than 16 listeners (else all
             2^n patterns are enumerated, and the p-value is exact).
         level: coverage of the interval.
-        seed: seed of the resampling.
+        seed: seed of the random sign patterns.
 
     Returns:
-        ``mean_diff`` (mean over sessions of ``ccc_a - ccc_b``), ``ci_low``, ``ci_high``,
-        ``p_value`` (two-sided sign-flip permutation test with listeners as the unit; its
-        smallest possible value is ``2 / 2^n_listeners``), ``n_sessions``, ``n_listeners``.
+        ``mean_diff`` (mean over listeners of each listener's mean of ``ccc_a - ccc_b``: the
+        personalized averaging of the difference), ``ci_low``, ``ci_high`` (t interval over
+        listeners; NaN below :data:`MIN_LISTENERS`), ``p_value`` (two-sided sign-flip test of
+        the listeners' differences), ``p_min`` (the smallest p this test can give:
+        ``2 / 2^n_listeners``), ``n_sessions``, ``n_listeners``.
 
     >>> a = pd.DataFrame({"listener": [1, 2, 3, 4, 5, 6], "story": 3, "ccc": [0.5] * 6})
     >>> b = a.assign(ccc=0.1)
     >>> r = paired_comparison(a, b)
-    >>> round(r["mean_diff"], 3), round(r["p_value"], 4)
-    (0.4, 0.0312)
+    >>> round(r["mean_diff"], 3), round(r["p_value"], 4), round(r["p_min"], 4)
+    (0.4, 0.0312, 0.0312)
     """
     fa, fb = _protocol_frame(a), _protocol_frame(b)
     both = fa.merge(fb, on=["listener", "story"], suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError("the two configurations share no session; nothing to compare")
-    both["d"] = both["ccc_a"] - both["ccc_b"]
-    per_listener = both.groupby("listener")["d"].agg(["sum", "count"])
-    sums, counts = per_listener["sum"].to_numpy(), per_listener["count"].to_numpy()
-    n_total = counts.sum()
-    observed = float(sums.sum() / n_total)
-    n_listeners = len(sums)
-
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n_listeners, size=(n_boot, n_listeners))
-    boot = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
-    low, high = _interval(boot, level)
-
+    d = (both["ccc_a"] - both["ccc_b"]).groupby(both["listener"]).mean().to_numpy()
+    observed = float(d.mean())
+    n_listeners = len(d)
+    low, high = t_interval(d, level)
     if n_listeners <= 16:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=n_listeners)))
     else:
-        signs = rng.choice((1.0, -1.0), size=(n_permutations, n_listeners))
+        signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(n_permutations, n_listeners))
         signs[0] = 1.0  # the observed pattern is one of the draws
-    null = signs @ sums / n_total
+    null = signs @ d / n_listeners
     p = float(np.mean(np.abs(null) >= abs(observed) - 1e-12))
     return {
         "mean_diff": observed,
         "ci_low": low,
         "ci_high": high,
         "p_value": p,
-        "n_sessions": int(n_total),
+        "p_min": smallest_p(n_listeners, n_permutations),
+        "n_sessions": int(len(both)),
         "n_listeners": int(n_listeners),
     }
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values of one family (same order; NaN stays NaN).
+
+    The k-th smallest of m p-values is multiplied by ``m - k + 1``, made monotone, capped at 1;
+    rejecting where the adjusted p is below 0.05 keeps the chance of any false rejection in the
+    family at most 0.05, whatever the dependence between the tests.
+
+    >>> holm([0.01, 0.04, 0.03]).round(3).tolist()
+    [0.03, 0.06, 0.06]
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adjusted
+    return out
 
 
 def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -187,7 +246,7 @@ def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
     return np.clip(2.0 * cov / den, -1.0, 1.0)
 
 
-#: other sessions each session is paired with for the chance level (the closest to unrelated first)
+#: other sessions each session may borrow a time course from (the closest to unrelated first)
 CHANCE_PARTNERS = 8
 
 
@@ -195,33 +254,54 @@ def chance_level(
     truth: Mapping[str, np.ndarray],
     predictions: Mapping[str, np.ndarray],
     sessions: pd.DataFrame,
+    fps: float | Mapping[str, float] = 25.0,
+    min_lag_s: float = MIN_LAG_S,
     n_draws: int = N_CHANCE_DRAWS,
     partners: int = CHANCE_PARTNERS,
     seed: int = 0,
 ) -> dict[str, tuple[float, float]]:
-    """The chance distribution of both protocol means: each session scored against another session's predictions.
+    """The chance distribution of both protocol means: unrelated predictions at each session's own level and scale.
 
-    For each draw, every session's labels are scored against the predictions of another session
-    of the split (one of up to ``partners`` others, preferring another story and another
-    listener, so neither the story's common curve nor the listener's habits line up), circularly
-    shifted by a random lag (uniform over the whole session, so no alignment with the time
-    course of a story survives and the null mean is 0 up to sampling). The predictions keep
-    their level, spread and smoothness: only their relation to these labels is broken. When a
-    split has one story (a validation split), partners share it; the random lag still breaks
-    the story's alignment. Sessions of different lengths are compared over the shorter one.
+    For each draw, every session's labels are scored against a prediction that has **this
+    session's own** prediction mean and standard deviation (its level and scale: a
+    personalized model's per-listener level stays with its listener) and the time course of
+    another session's predictions (standardised; another story and another listener first,
+    among ``partners`` candidates), circularly shifted by a lag drawn uniformly from
+    ``min_lag .. n - min_lag`` frames and wrapped to the session's length. The CCC's
+    denominator sees the level and scale this model really gives this session; only the
+    relation in time to these labels is broken. Each protocol mean is averaged as its track
+    does (over listeners, or over stories), ``n_draws`` times.
+
+    Why not the rules before or beside it:
+
+    * another session's predictions *as they are* (the rule before): a partner of another
+      listener brings a mismatched level that inflates the denominator and narrows the null
+      (simulated, 10 listeners x 3 stories, level-matched predictions: a 95th percentile half
+      the true one);
+    * the session's *own* predictions at a random lag: a circular autocovariance sums to zero
+      over all lags, so for a prediction that follows the labels every lag away from 0 is
+      biased negative, by about the skill times (correlation time / session length): on
+      sessions with few independent stretches (a 24-s demo session, slow ratings) the null
+      sits far below 0.
+
+    The minimum lag (``min_lag_s``, default :data:`MIN_LAG_S` = 10 s, at most a quarter of the
+    session) keeps a partner of the same story (a validation split has one story) from lining
+    up the story's common time course with the labels. A session alone in its split borrows
+    its own time course.
 
     Args:
         truth, predictions: per session id, the labels and the predictions (same length;
             frames whose label is not finite are left out).
         sessions: columns ``session, listener, story``: which sessions form the split.
-        n_draws: random pairings.
-        partners: candidate partners per session.
+        fps: frames per second (one for all, or per session id), to turn ``min_lag_s`` into frames.
+        min_lag_s: smallest lag, seconds.
+        n_draws: random draws.
+        partners: candidate sessions to borrow a time course from.
         seed: seed of the draws.
 
     Returns:
         ``{"personalized": (mean, q95), "generalized": (mean, q95)}``: the mean and the 95th
-        percentile of each protocol's mean CCC under random pairing. With a single session
-        (nothing to pair with) its own predictions are shifted instead.
+        percentile of each protocol's mean CCC under the null.
     """
     rows = sessions.sort_values(["listener", "story"], kind="stable").reset_index(drop=True)
     if rows.empty:
@@ -232,19 +312,25 @@ def chance_level(
         t = np.asarray(truth[sid], dtype=np.float64)
         p = np.asarray(predictions[sid], dtype=np.float64)
         ok = np.isfinite(t)
-        series.append((t[ok], p[ok]))
+        p = p[ok]
+        sd = p.std()
+        shape = (p - p.mean()) / sd if sd > 0 else np.zeros_like(p)
+        rate = fps[sid] if isinstance(fps, Mapping) else fps
+        series.append((t[ok], p.mean(), sd, shape, rate))
     listeners, stories = rows.listener.to_numpy(), rows.story.to_numpy()
     draws = np.empty((n_draws, len(rows)))
-    for i, (t, _) in enumerate(series):
+    for i, (t, level, scale, _, rate) in enumerate(series):
         others = [j for j in range(len(rows)) if j != i] or [i]
         # another story and another listener first: the closest to unrelated predictions
         others.sort(
             key=lambda j: (stories[j] == stories[i], listeners[j] == listeners[i], rng.random())
         )
-        curves = []
-        for j in others[:partners]:
-            m = min(len(t), len(series[j][1]))
-            curves.append(shifted_ccc(t[:m], series[j][1][:m]))
+        n = len(t)
+        lag = min(int(round(min_lag_s * rate)), n // 4)
+        curves = [
+            shifted_ccc(t, level + scale * np.resize(series[j][3], n))[lag : n - lag + 1]
+            for j in others[:partners]
+        ]
         pick = rng.integers(0, len(curves), size=n_draws)
         for k, curve in enumerate(curves):
             chosen = pick == k

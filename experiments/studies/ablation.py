@@ -11,10 +11,16 @@ reported once on validation and test:
   averaged per story;
 * ``ccc_unseen_listener``: the generalized choice scored on listeners left out of training;
 
-each with a 95 % interval over listeners and the chance level (:mod:`experiments.evaluation.uncertainty`).
-Paired comparisons (listener vs. speaker, both vs. listener, personalized vs. generalized
-track) give the mean per-session difference, its interval and a sign-flip p-value with
-listeners as the unit. The paper's published numbers come as a separate reference: they
+each with the chance level (:mod:`experiments.evaluation.uncertainty`) and, on test, a 95 %
+t interval over listeners (the split's stories fixed). The selection split's numbers are
+labelled as such (``split_role``) and carry no interval: each is the maximum over the grid.
+The personalized track chooses among every configuration, the generalized track among those
+that do not know who is listening (:func:`experiments.config.tracks.candidates`); ``config_track_*``
+names the track of the chosen configuration's model. Paired comparisons (listener vs.
+speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
+the mean over listeners of each listener's mean difference, its t interval, a sign-flip
+p-value with listeners as the unit, the smallest p that test can give with that many
+listeners, and Holm's adjustment over the whole family of comparisons. The paper's published numbers come as a separate reference: they
 were measured on the real corpus and are not comparable with a demo or synthetic store.
 """
 
@@ -30,7 +36,7 @@ import pandas as pd
 from ..config.schema import ExperimentConfig
 from ..evaluation import markdown
 from ..evaluation.plots import plot_ablation
-from ..evaluation.uncertainty import paired_comparison
+from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
@@ -57,7 +63,13 @@ COLUMNS = [
     "ccc_unseen_listener_ci_high",
     "chance_personalized_q95",
     "chance_generalized_q95",
+    "split_role",
+    "n_listeners",
+    "config_track_personalized",
+    "config_track_generalized",
 ]
+#: splits that chose the configurations: reported without intervals
+SELECTION_SPLITS = ("val", "loso")
 COMPARISON_COLUMNS = [
     "comparison",
     "track",
@@ -66,6 +78,8 @@ COMPARISON_COLUMNS = [
     "ci_low",
     "ci_high",
     "p_value",
+    "p_holm",
+    "p_min",
     "n_sessions",
     "n_listeners",
     "run_id_a",
@@ -86,7 +100,9 @@ def _get(row: pd.Series | None, name: str) -> float:
 
 def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
     """Rows (feature set, split): each track's best configuration of the set, chosen on validation
-    (or LOSO) under the track's own averaging, with intervals, the unseen-listener score and chance."""
+    (or LOSO) under the track's own averaging (the personalized track among every configuration),
+    with the unseen-listener score, chance, and intervals on test only (the selection split's
+    numbers are maxima over the grid: ``split_role`` says ``selection`` and the intervals are NaN)."""
     table = sweep.table
     protocol = "loso" if sweep.selection_metric.startswith("loso.") else "val"
     splits = (protocol, "test")
@@ -109,14 +125,24 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
                 "run_id_generalized": "" if gen is None else str(gen.run_id),
             }
             row["run_id"] = row["run_id_personalized"]
+            selection = split in SELECTION_SPLITS
+            row["split_role"] = "selection" if selection else "held-out"
+            row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")
             for track, chosen in (("personalized", pers), ("generalized", gen)):
                 for end in ("ci_low", "ci_high"):
-                    row[f"ccc_{track}_{end}"] = _get(chosen, f"{split}.ccc_{track}.{end}")
+                    row[f"ccc_{track}_{end}"] = (
+                        float("nan") if selection else _get(chosen, f"{split}.ccc_{track}.{end}")
+                    )
                 row[f"chance_{track}_q95"] = _get(chosen, f"{split}.ccc_{track}.chance_q95")
+                row[f"config_track_{track}"] = (
+                    "" if chosen is None else str(chosen.get("track", track))
+                )
             unseen = f"{split}_unseen.ccc_generalized"
             row["ccc_unseen_listener"] = _get(gen, unseen)
-            row["ccc_unseen_listener_ci_low"] = _get(gen, unseen + ".ci_low")
-            row["ccc_unseen_listener_ci_high"] = _get(gen, unseen + ".ci_high")
+            for end in ("ci_low", "ci_high"):
+                row[f"ccc_unseen_listener_{end}"] = (
+                    float("nan") if selection else _get(gen, f"{unseen}.{end}")
+                )
             row["label_personalized"] = "" if pers is None else str(pers.label)
             row["label_generalized"] = "" if gen is None else str(gen.label)
             rows.append(row)
@@ -144,9 +170,15 @@ def run_scores(sweep: SweepResult, run_id: str, tracking_uri: str | None) -> pd.
 def comparisons(
     sweep: SweepResult, df: pd.DataFrame, tracking_uri: str | None = None, seed: int = 0
 ) -> pd.DataFrame:
-    """Paired comparisons of the chosen configurations on each reported split (see the module docstring).
+    """Paired comparisons of the chosen configurations on the test split (see the module docstring).
 
-    A positive ``mean_diff`` favours the first named (``listener vs speaker``: the listener set).
+    Only the held-out split: on the selection split each side is a maximum over the grid, and a
+    test there would double dip. ``p_holm`` is Holm's adjustment over every comparison of the
+    table (the family); ``p_min`` the smallest p the sign-flip test can give with
+    ``n_listeners`` listeners. A positive ``mean_diff`` favours the first named
+    (``listener vs speaker``: the listener set). When both tracks chose the same configuration
+    (the same run, or a run and its unseen-listener twin: the same scores) the comparison is
+    left out: there is nothing to test.
     """
     out = []
     cache: dict[str, pd.DataFrame | None] = {}
@@ -158,9 +190,14 @@ def comparisons(
         return None if s is None else s[s.split == split]
 
     def add(name: str, track: str, split: str, run_a: str, run_b: str) -> None:
+        if run_a == run_b:
+            return
         a, b = scores(run_a, split), scores(run_b, split)
         if a is None or b is None or a.empty or b.empty:
             return
+        shared = a.merge(b, on=["listener", "story"])
+        if len(shared) and np.array_equal(shared.ccc_x, shared.ccc_y):
+            return  # the same configuration (a run and its unseen-listener twin): nothing to test
         try:
             r = paired_comparison(a, b, seed=seed)
         except ValueError:  # no shared session
@@ -177,7 +214,7 @@ def comparisons(
         )
 
     by = df.set_index(["feature_set", "split"])
-    for split in dict.fromkeys(df.split):
+    for split in [s for s in dict.fromkeys(df.split) if s not in SELECTION_SPLITS]:
         for track in ("personalized", "generalized"):
             for name, fa, fb in SET_COMPARISONS:
                 if (fa, split) in by.index and (fb, split) in by.index:
@@ -197,7 +234,9 @@ def comparisons(
                 row.run_id_personalized,
                 row.run_id_generalized,
             )
-    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+    table = pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+    table["p_holm"] = holm(table["p_value"].to_numpy(dtype=float)) if len(table) else []
+    return table
 
 
 def _cell(value: float, low: float = float("nan"), high: float = float("nan")) -> str:
@@ -216,12 +255,15 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
     splits = list(dict.fromkeys(df.split))
     head = ["features"]
     for s in splits:
-        head += [f"{s} personalized", f"{s} generalized"]
+        tag = f"{s} (selection)" if s in SELECTION_SPLITS else s
+        head += [f"{tag} personalized", f"{tag} generalized"]
     head += [f"{splits[-1]} unseen listeners", f"chance {splits[-1]} (pers. / gen.)"]
     lines = [
         f"# {title or 'Speaker / listener / both ablation'}",
         "",
-        "CCC of each track's best configuration (chosen on validation), [95 % interval over listeners].",
+        "CCC of each track's best configuration (chosen on validation); on test, [95 % t interval over",
+        "listeners, the test stories held fixed]. The selection split's numbers are the maximum over the",
+        "grid that chose them: no interval, and they overstate what a new split would give.",
         "",
     ]
     rows = []
@@ -253,26 +295,30 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
     lines += markdown.table(head, rows)
     lines += [
         "",
-        "- **personalized**: the best configuration that may use who is listening (per-listener models, calibration",
-        "  or rescaling, identity as a feature); CCC per session, mean over each listener's stories, then over listeners.",
+        "- **personalized**: the best of every configuration, including those that use who is listening",
+        "  (per-listener models, calibration or rescaling, identity as a feature); a model that does not know",
+        "  who is listening may be submitted to this track too. CCC per session, mean over each listener's",
+        "  stories, then over listeners.",
         "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
         "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
         "  the tracks differ by their models.",
         "- **unseen listeners**: the generalized choice refitted without each listener in turn and scored on that",
         "  listener (how well it predicts a person it has never seen).",
-        "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against another",
-        "  session's predictions (another story and listener where possible), circularly shifted by a random lag",
-        "  (1,000 draws); a CCC below it cannot be told from chance. A constant (dummy) prediction has CCC 0 by",
-        "  construction: a baseline, not the chance level.",
+        "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
+        "  prediction at that session's own prediction level and scale but another session's time course,",
+        "  circularly shifted by at least 10 s (1,000 draws); a CCC below it cannot be told from chance. A",
+        "  constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
     ]
     if pairs is not None and not pairs.empty:
         lines += [
             "",
             "## Paired comparisons",
             "",
-            "Mean over sessions of the per-session CCC difference (first minus second), [95 % interval, listeners",
-            "resampled], and a two-sided sign-flip permutation p-value that flips all of a listener's sessions",
-            "together (smallest possible p = 2 / 2^listeners).",
+            "On test only. Mean over listeners of each listener's mean CCC difference (first minus second),",
+            "[95 % t interval over listeners], a two-sided sign-flip permutation p-value that flips each",
+            "listener's difference, Holm's adjustment over the whole table (the family), and the smallest p",
+            "the test can give with that many listeners (2 / 2^listeners): a p at that floor is the strongest",
+            "evidence the split can hold, however large the difference.",
             "",
         ]
         lines += markdown.table(
@@ -282,6 +328,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
                 "split",
                 "mean difference [95 % interval]",
                 "p",
+                "Holm p",
+                "smallest p",
                 "sessions",
                 "listeners",
             ],
@@ -292,6 +340,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
                     r.split,
                     _cell(r.mean_diff, r.ci_low, r.ci_high),
                     f"{r.p_value:.3f}",
+                    f"{r.p_holm:.3f}",
+                    f"{r.p_min:.3f}",
                     r.n_sessions,
                     r.n_listeners,
                 ]
@@ -304,7 +354,10 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         for track in ("personalized", "generalized"):
             run = first[f"run_id_{track}"]
             if run:
-                lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`)")
+                own = first.get(f"config_track_{track}", track)
+                known = isinstance(own, str) and own in ("personalized", "generalized")
+                note = f", a {own} configuration" if known and own != track else ""
+                lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`{note})")
     lines += [
         "",
         "## Reference: published results (real OMG-Empathy test set)",
@@ -392,6 +445,7 @@ def ablate(
             float(r["mean_diff"]),
             float(r["p_value"]),
         )
+        metrics[f"{key}.p_holm"] = float(r["p_holm"])
     tracker.log(
         sweep.parent_run_id,
         metrics={k: v for k, v in metrics.items() if np.isfinite(v)},

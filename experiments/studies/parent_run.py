@@ -36,7 +36,7 @@ from featurestore import Store
 from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
-from ..config.tracks import selection_metric
+from ..config.tracks import candidates, selection_metric
 from ..executors.base import Executor, Outcome, SweepContext
 from ..executors.local import LocalExecutor
 from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
@@ -50,7 +50,9 @@ class SweepResult:
     """What a sweep did: one row per configuration, the parent run and the best child of each track.
 
     ``best_run_ids`` / ``selection_metrics``: per track (``personalized``, ``generalized``)
-    its best child run, chosen by its own averaging on validation (or LOSO), and that metric.
+    its best child run, chosen by its own averaging on validation (or LOSO), and that metric;
+    the personalized track chooses among every configuration, the generalized track among
+    those that do not know who is listening (the tracks nest).
     ``best_run_id`` / ``selection_metric`` name the personalized track's (the generalized
     track's when the sweep has no personalized configuration), as before tracks existed.
     ``scores``: per-session CCC of the runs computed in this sweep, by run id.
@@ -260,13 +262,18 @@ class ParentRun:
             self.options.on_result(row.to_dict())
 
     def _add(self, row: RunRow) -> None:
-        """Add a configuration's row (new or reused); the progress bar shows each track's best so far."""
+        """Add a configuration's row (new or reused); the progress bar shows each track's best so far
+        (the tracks nest: the personalized track's best is over every configuration)."""
         if row.failed:
             self.failed.append((row.label, row.error))
         self.rows.append(row)
         best = {
             track: max(
-                (r.metrics.get(m, -np.inf) for r in self.rows if not r.failed and r.track == track),
+                (
+                    r.metrics.get(m, -np.inf)
+                    for r in self.rows
+                    if not r.failed and r.track in candidates(track)
+                ),
                 default=np.nan,
             )
             for track, m in self.metrics_by_track.items()

@@ -14,8 +14,9 @@ or hyperparameter may be a range (:class:`experiments.config.schema.Range`)::
 **Objective.** The validation CCC of the configured track under its own averaging
 (``val.ccc_<track>``, or ``loso.ccc_<track>`` under protocol loso:
 :func:`experiments.config.tracks.selection_metric`), never a test metric. The personalization and
-rescaling choices are restricted to the track, so the sampler cannot propose a configuration
-of the other one (:func:`experiments.config.search_space.search_space`).
+rescaling choices are those the track chooses among (the tracks nest): a generalized search
+never proposes a configuration that knows who is listening, a personalized search may propose
+any (:func:`experiments.config.search_space.search_space`).
 
 **Trials are child runs.** Each trial becomes an :class:`experiments.config.grid.Trial`, evaluated by
 an executor (:mod:`experiments.executors`; the local one unless another is given) and logged

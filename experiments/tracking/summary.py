@@ -1,9 +1,12 @@
 """Choosing each track's best configuration, and the summary a sweep's parent run carries.
 
 Each challenge track is chosen on validation (or LOSO) under its own averaging
-(:func:`experiments.config.tracks.selection_metric`) among the grid's configurations
-(:func:`best_per_track`); :func:`summarise` tags the parent run with each track's best child
-and attaches ``summary.md`` / ``summary.csv`` / ``tracks.csv``.
+(:func:`experiments.config.tracks.selection_metric`) among the grid's configurations it may
+use (:func:`best_per_track`: the personalized track among all, the generalized track among
+those that do not know who is listening); :func:`summarise` tags the parent run with each
+track's best child and attaches ``summary.md`` / ``summary.csv`` / ``tracks.csv``. Test
+numbers appear only for each track's chosen configuration: the per-configuration listing
+shows the selection split alone (every run's test CCC stays in MLflow for inspection).
 
 >>> import pandas as pd
 >>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
@@ -28,7 +31,7 @@ import pandas as pd
 
 from ..config.grid import Trial
 from ..config.options import TRACKS
-from ..config.tracks import selection_metric
+from ..config.tracks import candidates, selection_metric
 from ..evaluation import markdown
 from .child_runs import UNSEEN_OF_TAG
 from .tracker import CONFIG_HASH_TAG, Tracker
@@ -39,9 +42,16 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
     by the track's own selection metric; the first row wins a tie. Tracks without a scored
     row are left out.
 
-    Only the grid's configurations compete; when the chosen one was also evaluated on unseen
-    listeners (a row whose ``unseen_of`` is its config hash, see :func:`experiments.studies.sweep.run_sweep`), that row
-    is returned: the same configuration and scores, plus its ``*_unseen`` metrics.
+    The tracks nest (:func:`experiments.config.tracks.candidates`): the personalized track
+    chooses among every configuration, the generalized track among the generalized ones, so a
+    global model that wins on validation is both tracks' choice. A row keeps its own
+    ``track`` (the track of its model), which may differ from the track that chose it.
+
+    Only the grid's configurations compete; when the generalized track's choice was also
+    evaluated on unseen listeners (a row whose ``unseen_of`` is its config hash, see
+    :func:`experiments.studies.sweep.run_sweep`), that row is returned: the same configuration
+    and scores, plus its ``*_unseen`` metrics (a generalized-track number). The personalized
+    track's choice is always the grid's own run.
     """
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
@@ -51,10 +61,14 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
     grid = table[ok & ~table.index.isin(twins.index)]
     for track in TRACKS:
         metric = selection_metric(track, protocol)
-        part = grid[grid["track"] == track]
+        part = grid[grid["track"].isin(candidates(track))]
         if metric in part and part[metric].notna().any():
             best = part.loc[part[metric].idxmax()]
-            twin = twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)] if len(twins) else twins
+            twin = (
+                twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)]
+                if len(twins) and track == "generalized"
+                else twins.iloc[0:0]
+            )
             out[track] = twin.iloc[0] if len(twin) else best
     return out
 
@@ -90,25 +104,40 @@ _REPORTED_SPLITS = {
 
 def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
     """One row per track: its best configuration (chosen on validation or LOSO under the track's own
-    averaging) with each split's CCC under that averaging, its 95 % interval over listeners and the
-    chance level (95th percentile of circularly shifted predictions)."""
+    averaging; ``config_track`` is the track of its model) with each split's CCC under that
+    averaging, the chance level (95th percentile) and, on the splits that did not choose it, its
+    95 % interval over listeners (the selection split's number is a maximum over the grid, and
+    an interval would pretend it was not)."""
     rows = []
     for track, best in best_per_track(table, protocol).items():
         row = {
             "track": track,
             "run_id": str(best.run_id),
             "label": best.label,
+            "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
         }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
             if name in best and pd.notna(best[name]):
                 row[name] = float(best[name])
-                for suffix in (".ci_low", ".ci_high", ".chance_q95"):
+                # the selection split's number is the maximum over the grid: no interval
+                selected = split in ("val", "loso")
+                for suffix in (
+                    (".chance_q95",) if selected else (".ci_low", ".ci_high", ".chance_q95")
+                ):
                     if name + suffix in best and pd.notna(best[name + suffix]):
                         row[name + suffix] = float(best[name + suffix])
+                if f"{split}.n_listeners" in best and pd.notna(best[f"{split}.n_listeners"]):
+                    row[f"{split}.n_listeners"] = float(best[f"{split}.n_listeners"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _missing_interval(row: dict, split: str) -> str:
+    """Why a held-out split's interval is missing: too few listeners, or not logged."""
+    n = row.get(f"{split}.n_listeners", np.nan)
+    return f"n/a ({int(n)} listener(s); 3 needed)" if pd.notna(n) and n < 3 else "n/a"
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -118,7 +147,12 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         lines += [
             f"## {row['track']} track",
             "",
-            f"- configuration: {row['label']}",
+            f"- configuration: {row['label']}"
+            + (
+                f" (a {row['config_track']} configuration: it does not know who is listening)"
+                if row.get("config_track", row["track"]) != row["track"]
+                else ""
+            ),
             f"- run: `{row['run_id']}`",
             f"- chosen on: `{row['chosen_on']}`",
             "",
@@ -127,7 +161,14 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         for split in _REPORTED_SPLITS[row["track"]]:
             name = f"{split}.ccc_{row['track']}"
             if name in row and pd.notna(row[name]):
-                ci = f"[{row.get(name + '.ci_low', float('nan')):.3f}, {row.get(name + '.ci_high', float('nan')):.3f}]"
+                low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
+                ci = (
+                    "selection split: none (a maximum over the grid)"
+                    if split in ("val", "loso")
+                    else f"[{low:.3f}, {high:.3f}]"
+                    if pd.notna(low)
+                    else _missing_interval(row, split)
+                )
                 cells.append(
                     [
                         split,
@@ -145,7 +186,9 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     lines += [
         "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
         "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
-        "each story's mean CCC. `*_unseen`: listeners left out of training (generalized track only).",
+        "each story's mean CCC. The personalized track chooses among every configuration, the generalized",
+        "track among those that do not know who is listening. Intervals: t over listeners, the split's",
+        "stories held fixed. `*_unseen`: listeners left out of training (generalized track only).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -181,27 +224,16 @@ def summarise(
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
         metric = selection_metric("personalized", protocol)
+        listing = selection_listing(table, protocol)
         with tempfile.TemporaryDirectory() as tmp:
-            cols = [
-                c
-                for c in [
-                    "run_id",
-                    "status",
-                    "track",
-                    "label",
-                    metric,
-                    selection_metric("generalized", protocol),
-                    "test.ccc_personalized",
-                    "test.ccc_generalized",
-                    "test_unseen.ccc_generalized",
-                ]
-                if c in table
-            ]
-            ordered = table.sort_values(metric, ascending=False) if metric in table else table
-            ordered.to_csv(Path(tmp) / "summary.csv", index=False)
-            listing = markdown_table(_with_intervals(ordered, cols))
+            listing.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(
-                summary_markdown(summary) + "\n# Every configuration\n\n" + listing + "\n"
+                summary_markdown(summary)
+                + "\n# Every configuration (selection split only)\n\n"
+                + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"
+                + " best first; test numbers only for each track's choice, above.\n\n"
+                + markdown_table(listing[[c for c in _LISTED if c in listing]])
+                + "\n"
             )
             if not summary.empty:
                 summary.to_csv(Path(tmp) / "tracks.csv", index=False)
@@ -209,27 +241,36 @@ def summarise(
     return best_ids
 
 
-def _with_intervals(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """``table[cols]`` with every CCC written as ``value [ci_low, ci_high]`` (95 % over listeners)."""
-    out = table[cols].copy()
-    for c in cols:
-        if ".ccc_" not in c:
-            continue
-        low, high = table.get(f"{c}.ci_low"), table.get(f"{c}.ci_high")
-        out[c] = [
-            ""
-            if pd.isna(v)
-            else f"{v:.3f}"
-            if low is None or pd.isna(lo)
-            else f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
-            for v, lo, hi in zip(
-                table[c],
-                low if low is not None else table[c],
-                high if high is not None else table[c],
-                strict=True,
-            )
-        ]
-    return out
+#: the columns of the per-configuration listing in summary.md (summary.csv has every column
+#: of the selection split)
+_LISTED = (
+    "run_id",
+    "status",
+    "track",
+    "label",
+    "val.ccc_personalized",
+    "val.ccc_generalized",
+    "loso.ccc_personalized",
+    "loso.ccc_generalized",
+)
+#: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
+_HELD_OUT = ("test", "test_unseen", "val_unseen")
+
+
+def selection_listing(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """Every configuration of ``table`` with its selection-split (validation or LOSO) numbers
+    only, best personalized-averaging first: the columns of the held-out splits (``test.*``,
+    ``test_unseen.*``, ``val_unseen.*``) are dropped, and so are intervals (a configuration's
+    number on the split it is chosen on is read against the others, not as an estimate)."""
+    held_out = tuple(f"{s}." for s in _HELD_OUT)
+    keep = [
+        c
+        for c in table.columns
+        if not str(c).startswith(held_out) and not str(c).endswith((".ci_low", ".ci_high"))
+    ]
+    metric = selection_metric("personalized", protocol)
+    out = table[keep]
+    return out.sort_values(metric, ascending=False) if metric in out else out
 
 
 def markdown_table(table: pd.DataFrame) -> str:

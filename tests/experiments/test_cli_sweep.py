@@ -14,9 +14,10 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.cli import main
+from experiments.cli import _print_sweep, main
 from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import ccc_protocols
+from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
@@ -105,6 +106,50 @@ def test_empty_store_exits_2_naming_make_features(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "make features" in err and str(store) in err
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_sweep_printout_shows_test_only_for_each_tracks_choice(capsys):
+    """The per-configuration listing printed by ``experiments sweep`` shows validation only; test
+    numbers appear for each track's chosen configuration, and the personalized track lists every
+    configuration (the tracks nest)."""
+    table = pd.DataFrame(
+        {
+            "run_id": ["r1", "r2", "r3"],
+            "status": "done",
+            "label": ["per listener", "global a", "global b"],
+            "track": ["personalized", "generalized", "generalized"],
+            "val.ccc_personalized": [0.30, 0.45, 0.20],
+            "val.ccc_generalized": [0.31, 0.44, 0.21],
+            "test.ccc_personalized": [0.111, 0.222, 0.333],
+            "test.ccc_generalized": [0.444, 0.555, 0.666],
+            "test.ccc_personalized.ci_low": [0.0, 0.1, 0.2],
+            "test.ccc_personalized.ci_high": [0.3, 0.4, 0.5],
+            "test.n_listeners": 6.0,
+        }
+    )
+    res = SweepResult(
+        table,
+        "parent",
+        "r2",
+        "0",
+        "val.ccc_personalized",
+        best_run_ids={"personalized": "r2", "generalized": "r2"},
+        selection_metrics={
+            "personalized": "val.ccc_personalized",
+            "generalized": "val.ccc_generalized",
+        },
+    )
+    assert _print_sweep(res) == 0
+    out = capsys.readouterr().out
+    listing, chosen = out.split("# Best configuration of each track")
+    # the listing: every configuration's validation CCC, no test number
+    assert "per listener" in listing.split("generalized track")[0]  # nested: all configurations
+    for value in ("0.111", "0.333", "0.444", "0.666"):
+        assert value not in out  # unchosen configurations' test CCC: nowhere
+    assert "0.222" not in listing and "0.555" not in listing
+    # the choice: its test number, with its interval; validation without one
+    assert "| test | 0.222 | [0.100, 0.400]" in chosen and "| test | 0.555 |" in chosen
+    assert "| val | 0.450 | selection split: none" in chosen
 
 
 # ------------------------------------------------------------------ kill and resume

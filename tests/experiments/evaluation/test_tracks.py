@@ -1,5 +1,5 @@
-"""The two challenge tracks: which configuration is in which, no identity leak in the generalized
-track, selection on validation only, out-of-fold post-processing, fit sharing."""
+"""The two challenge tracks: which configuration is in which, tracks that nest, no identity leak in
+the generalized track, selection on validation only, out-of-fold post-processing, fit sharing."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from experiments.config.options import (
     PERSONALIZATIONS,
     RESCALES,
 )
-from experiments.config.tracks import track_of
+from experiments.config.tracks import candidates, track_of
 from experiments.evaluation.evaluate import (
     _split_sessions,
     evaluate_part,
@@ -29,7 +29,7 @@ from experiments.evaluation.evaluate import (
 from experiments.evaluation.fitting import FitPart, fit_group
 from experiments.executors.base import fit_groups
 from experiments.studies.sweep import run_sweep
-from experiments.tracking.summary import best_per_track
+from experiments.tracking.summary import best_per_track, summary_markdown, track_summary
 from tests.experiments.helpers import SPLITS, build_store, config_dict, pick, trials_for
 
 
@@ -257,10 +257,57 @@ def test_best_per_track_reads_validation_only():
     )
     assert {k: v.run_id for k, v in best_per_track(scrambled, "val").items()} == chosen
     for track, run_id in chosen.items():
-        same = table[table.track == track]
-        assert (
-            run_id == same.loc[same[f"val.ccc_{track}"].idxmax()].run_id
-        )  # its own averaging, its own track
+        # its own averaging, among the configurations it may use (the tracks nest)
+        same = table[table.track.isin(candidates(track))]
+        assert run_id == same.loc[same[f"val.ccc_{track}"].idxmax()].run_id
+
+
+def test_tracks_nest_a_global_model_that_wins_is_the_personalized_pick_too():
+    """The personalized track chooses among every configuration, the generalized among those that
+    do not know who is listening: when a global model wins on validation it is both tracks'
+    choice, and the personalized pick's validation CCC is never below the generalized pick's."""
+    table = pd.DataFrame(
+        {
+            "run_id": ["per_listener", "global_a", "global_b", "calibrated"],
+            "status": "done",
+            "label": ["pl", "ga", "gb", "gc"],
+            "track": ["personalized", "generalized", "generalized", "personalized"],
+            "val.ccc_personalized": [0.30, 0.45, 0.20, 0.40],
+            "val.ccc_generalized": [0.31, 0.44, 0.21, 0.39],
+        }
+    )
+    best = best_per_track(table, "val")
+    assert best["personalized"].run_id == best["generalized"].run_id == "global_a"
+    assert best["personalized"].track == "generalized"  # the run keeps its own track
+    summary = track_summary(table, "val").set_index("track")
+    assert summary.loc["personalized", "config_track"] == "generalized"
+    assert "a generalized configuration" in summary_markdown(summary.reset_index())
+    # the partition this replaced would have picked the calibrated model (0.40 < 0.45)
+    partitioned = table[table.track == "personalized"]
+    assert partitioned.loc[partitioned["val.ccc_personalized"].idxmax()].run_id == "calibrated"
+    # never below, on random grids
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(2, 12))
+        v = rng.uniform(-0.2, 0.8, n)
+        grid = pd.DataFrame(
+            {
+                "run_id": [f"r{i}" for i in range(n)],
+                "status": "done",
+                "label": "x",
+                "track": rng.choice(["personalized", "generalized"], n),
+                "val.ccc_personalized": v,
+                "val.ccc_generalized": v,  # a complete table: both averages agree
+            }
+        )
+        picks = best_per_track(grid, "val")
+        if "generalized" in picks:
+            assert (
+                picks["personalized"]["val.ccc_personalized"]
+                >= picks["generalized"]["val.ccc_generalized"]
+            )
+    assert candidates("personalized") == ("personalized", "generalized")
+    assert candidates("generalized") == ("generalized",)
 
 
 def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(tmp_path):

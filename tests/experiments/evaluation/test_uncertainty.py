@@ -1,6 +1,9 @@
-"""Intervals over the right unit (listeners), paired sign-flip tests, and the chance level."""
+"""Intervals over the right unit (listeners) that cover, paired sign-flip tests, Holm, and a chance level
+that keeps each session's own level and scale: simulated with known truth."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pandas as pd
@@ -8,10 +11,15 @@ import pytest
 
 from experiments.evaluation.metrics import ccc, ccc_protocols
 from experiments.evaluation.uncertainty import (
-    bootstrap_protocols,
+    IntervalWarning,
     chance_level,
+    contributions,
+    holm,
+    listener_contributions,
     paired_comparison,
+    protocol_intervals,
     shifted_ccc,
+    t_bounds,
 )
 
 
@@ -29,39 +37,80 @@ def table(values_by_listener: dict[int, list[float]], stories=None) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def test_bootstrap_resamples_listeners_not_sessions():
+def test_intervals_are_over_listeners_not_sessions():
     """Sessions of one listener move together: repeating each listener's value over more stories
-    adds no information, so the interval must not shrink (a session-level bootstrap would)."""
+    adds no information, so the interval must not shrink (one over sessions would)."""
     rng = np.random.default_rng(0)
     per_listener = rng.normal(0.2, 0.15, 10)
     three = table({L + 1: [v] * 3 for L, v in enumerate(per_listener)})
     nine = table({L + 1: [v] * 9 for L, v in enumerate(per_listener)})
     for protocol in ("personalized", "generalized"):
-        assert bootstrap_protocols(three)[protocol] == pytest.approx(
-            bootstrap_protocols(nine)[protocol]
+        assert protocol_intervals(three)[protocol] == pytest.approx(
+            protocol_intervals(nine)[protocol]
         )
-    # as wide as the spread of 10 independent listener means, not of 30 sessions
-    low, high = bootstrap_protocols(three)["personalized"]
-    se_listeners = per_listener.std() / np.sqrt(10)
-    assert 3.0 * se_listeners < high - low < 4.6 * se_listeners
+    # the t interval of 10 listener means: mean +- t(0.975, 9) * sd / sqrt(10)
+    low, high = protocol_intervals(three)["personalized"]
+    half = 2.262 * per_listener.std(ddof=1) / np.sqrt(10)
+    assert (low, high) == pytest.approx(
+        (per_listener.mean() - half, per_listener.mean() + half), abs=1e-3
+    )
 
 
-def test_bootstrap_interval_holds_the_estimate_and_is_reproducible():
+def test_interval_holds_the_estimate_and_needs_three_listeners():
     rng = np.random.default_rng(1)
     scores = table({L: list(rng.uniform(-0.2, 0.6, 3)) for L in range(1, 11)}, stories=[3, 6, 7])
     point = ccc_protocols(scores)
-    intervals = bootstrap_protocols(scores, seed=4)
-    for protocol, (low, high) in intervals.items():
+    for protocol, (low, high) in protocol_intervals(scores).items():
         assert low < point[protocol] < high
-    assert bootstrap_protocols(scores, seed=4) == intervals
-    one = bootstrap_protocols(table({1: [0.3, 0.5]}))
-    assert one["personalized"] == pytest.approx((0.4, 0.4))  # one listener: nothing to resample
+    for n in (1, 2):  # too few listeners: NaN, and a warning that says why
+        with pytest.warns(IntervalWarning, match=f"test: {n} listener.*at least 3"):
+            few = protocol_intervals(table({L: [0.3, 0.5] for L in range(1, n + 1)}), split="test")
+        assert all(np.isnan(v) for pair in few.values() for v in pair)
 
 
-def test_generalized_interval_handles_an_incomplete_table():
-    scores = table({1: [0.1, 0.3], 2: [0.5]}, stories=[1, 2])
-    low, high = bootstrap_protocols(scores, n_boot=500)["generalized"]
-    assert np.isfinite(low) and np.isfinite(high) and low <= high
+def test_generalized_contributions_average_to_the_generalized_mean_on_an_incomplete_table():
+    scores = table({1: [0.1, 0.3], 2: [0.5], 3: [0.2, 0.0], 4: [0.4, 0.6]}, stories=[1, 2])
+    parts = listener_contributions(scores)
+    point = ccc_protocols(scores)
+    for protocol in ("personalized", "generalized"):
+        assert parts[protocol].mean() == pytest.approx(point[protocol])
+    low, high = protocol_intervals(scores)["generalized"]
+    assert low < point["generalized"] < high
+
+
+def _coverage(n_listeners: int, reps: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Coverage of both 95 % intervals over ``reps`` simulated test splits with known truth:
+    per-session CCC = listener effect (skewed, as CCC means of people are) + story effect (fixed)
+    + noise, 3 stories, one session in ten missing."""
+    rng = np.random.default_rng(seed)
+    story = np.array([-0.08, 0.02, 0.10])  # fixed: the split's stories
+    listener = (
+        0.15 * (rng.gamma(4.0, 1.0, (reps, n_listeners, 1)) - 4.0) / 2.0
+    )  # skewness 1, mean 0
+    m = 0.2 + listener + story + rng.normal(0, 0.12, (reps, n_listeners, 3))
+    missing = rng.random(m.shape) < 0.1
+    missing[..., 0] = False  # every listener keeps a session, every story a listener
+    m[missing] = np.nan
+    truth = {"personalized": 0.2 + story.mean(), "generalized": 0.2 + story.mean()}
+    out = {}
+    for protocol, parts in contributions(m).items():
+        low, high = t_bounds(parts)
+        out[protocol] = float(np.mean((low <= truth[protocol]) & (truth[protocol] <= high)))
+    # the percentile bootstrap over listeners this replaced, for contrast (personalized)
+    means = contributions(m)["personalized"][:500]
+    idx = rng.integers(0, n_listeners, (500, 1000, n_listeners))
+    boot = np.take_along_axis(means[:, None, :], idx, axis=2).mean(axis=2)
+    lo, hi = np.quantile(boot, [0.025, 0.975], axis=1)
+    out["bootstrap"] = float(np.mean((lo <= truth["personalized"]) & (truth["personalized"] <= hi)))
+    return out
+
+
+@pytest.mark.parametrize("n_listeners", [6, 10])
+def test_intervals_cover_with_few_listeners(n_listeners):
+    coverage = _coverage(n_listeners)
+    assert coverage["personalized"] >= 0.93 and coverage["generalized"] >= 0.93, coverage
+    assert coverage["personalized"] <= 0.97, coverage  # not covering by being useless
+    assert coverage["bootstrap"] < 0.93, coverage  # the test can fail: the old interval does
 
 
 def test_sign_flip_p_value_counts_listeners_not_sessions():
@@ -70,7 +119,7 @@ def test_sign_flip_p_value_counts_listeners_not_sessions():
         a = table({L: [0.5 + 0.01 * L] * n_sessions for L in range(1, 7)})
         b = a.assign(ccc=a.ccc - 0.2)
         r = paired_comparison(a, b)
-        assert r["p_value"] == pytest.approx(2 / 64)
+        assert r["p_value"] == pytest.approx(2 / 64) == r["p_min"]
         assert r["mean_diff"] == pytest.approx(0.2) and r["ci_low"] == pytest.approx(0.2)
         assert (r["n_sessions"], r["n_listeners"]) == (6 * n_sessions, 6)
 
@@ -130,3 +179,85 @@ def test_chance_level_of_slow_signals_is_far_from_zero_and_below_a_real_fit():
         "personalized": (0.0, 0.0),
         "generalized": (0.0, 0.0),
     }
+
+
+# -------------------------------------------------------------- the chance level, with known truth
+_L, _S, _N, _W, _FPS = 10, 3, 300, 3, 2.0  # listeners, stories, frames, smoothing (frames), fps
+
+
+def _world(rng, level_matched: bool, reps: int = 1):
+    """Labels at each listener's own level and scale, and predictions **unrelated** to them in
+    time: at the listener's level and scale (personalized-like) or at one common level
+    (generalized-like). Arrays (reps, listeners, stories, frames)."""
+    level = np.linspace(-0.5, 0.5, _L)[:, None, None]
+    scale = np.linspace(0.1, 0.4, _L)[:, None, None]
+
+    def slow(size):
+        c = np.cumsum(rng.standard_normal((*size, _N + _W), dtype=np.float32), axis=-1)
+        return (c[..., _W:] - c[..., :-_W]) / np.sqrt(_W)
+
+    t = level + scale * slow((reps, _L, _S))
+    if level_matched:
+        return t, level + 0.6 * scale * slow((reps, _L, _S))
+    return t, 0.6 * scale.mean() * slow((reps, _L, _S))
+
+
+def _ccc_rows(t, p):
+    mt, mp = t.mean(-1), p.mean(-1)
+    cov = ((t - mt[..., None]) * (p - mp[..., None])).mean(-1)
+    return 2 * cov / (t.var(-1) + p.var(-1) + (mt - mp) ** 2)
+
+
+def _partner_rule(t, p, rng, n_draws=1000):
+    """The rule before: each session against another listener's and story's predictions as they
+    are, at a random circular lag (95th percentile of the personalized mean)."""
+    draws = np.empty((n_draws, _L * _S))
+    for i, j in itertools.product(range(_L), range(_S)):
+        li = (i + rng.integers(1, _L, 8)) % _L
+        sj = (j + rng.integers(1, _S, 8)) % _S
+        curves = np.array([shifted_ccc(t[i, j], p[a, b]) for a, b in zip(li, sj, strict=True)])
+        draws[:, i * _S + j] = curves[rng.integers(0, 8, n_draws), rng.integers(0, _N, n_draws)]
+    return float(np.quantile(draws.mean(axis=1), 0.95))
+
+
+@pytest.mark.parametrize("level_matched", [True, False])
+def test_chance_level_matches_the_true_null(level_matched):
+    """The 95th percentile of the chance level is within 10 % of the true null's (predictions
+    drawn afresh, unrelated to the labels), for level-matched and common-level predictions; the
+    partner rule it replaced is off by more than 10 % where predictions carry their listener's level."""
+    rng = np.random.default_rng(5)
+    null = np.concatenate(
+        [_ccc_rows(*_world(rng, level_matched, reps=200)).mean(axis=(1, 2)) for _ in range(10)]
+    )
+    true_q95 = float(np.quantile(null, 0.95))
+    meta = pd.DataFrame(
+        [
+            {"session": f"{i}_{j}", "listener": i, "story": j}
+            for i, j in itertools.product(range(_L), range(_S))
+        ]
+    )
+    ours, old = [], []
+    for k in range(6):  # six splits drawn from the null world (one varies by about 5 %)
+        t, p = (a[0].astype(np.float64) for a in _world(rng, level_matched))
+        truth = {f"{i}_{j}": t[i, j] for i, j in itertools.product(range(_L), range(_S))}
+        pred = {f"{i}_{j}": p[i, j] for i, j in itertools.product(range(_L), range(_S))}
+        chance = chance_level(truth, pred, meta, fps=_FPS, seed=k)
+        ours.append(chance["personalized"][1])
+        assert abs(chance["personalized"][0]) < 0.01
+        if k < 3:
+            old.append(_partner_rule(t, p, rng))
+    assert abs(np.mean(ours) / true_q95 - 1) < 0.10, (np.mean(ours), true_q95)
+    if level_matched:
+        assert abs(np.mean(old) / true_q95 - 1) > 0.10, (np.mean(old), true_q95)
+    else:  # one common level: the partner rule was right there
+        assert abs(np.mean(old) / true_q95 - 1) < 0.10, (np.mean(old), true_q95)
+
+
+def test_holm_adjusts_a_family_step_down():
+    p = [0.031, 0.031, 0.5, 0.01, float("nan")]
+    adjusted = holm(p)
+    # sorted 0.01, 0.031, 0.031, 0.5 times 4, 3, 2, 1, made monotone
+    assert adjusted[:4] == pytest.approx([0.093, 0.093, 0.5, 0.04]) and np.isnan(adjusted[4])
+    assert (adjusted[:4] >= np.array(p[:4])).all()
+    # with 6 listeners no family of two survives: the smallest p is 2/64, adjusted 0.0625
+    assert holm([2 / 64, 2 / 64]).min() > 0.05

@@ -10,8 +10,12 @@ from mlflow import MlflowClient
 from PIL import Image
 
 from experiments.cli import main
+from experiments.config.tracks import candidates
 from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.evaluation.uncertainty import holm
 from experiments.studies.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
+from experiments.tracking.child_runs import UNSEEN_OF_TAG
+from experiments.tracking.tracker import CONFIG_HASH_TAG
 from tests.experiments.helpers import config_dict
 
 
@@ -55,10 +59,11 @@ def test_ablation_reports_written(ablation):
     by_split = df.set_index(["feature_set", "split"])
     for fs in ("speaker", "listener"):
         row = next(line for line in ours.splitlines() if line.startswith(f"| {fs} |"))
-        # both tracks on both splits, each with its interval, then unseen listeners and chance:
-        # the numbers of ablation.csv, not of the paper
+        # both tracks on both splits, then unseen listeners and chance: the numbers of
+        # ablation.csv, not of the paper; intervals on test only (validation chose them)
         cells = [c.strip() for c in row.strip("| ").split(" | ")]
-        assert len(cells) == 7 and all("[" in c for c in cells[1:6]), row
+        assert len(cells) == 7 and all("[" in c for c in cells[3:6]), row
+        assert not any("[" in c for c in cells[1:3]), row
         want = [
             by_split.loc[(fs, s), f"ccc_{t}"]
             for s in ("val", "test")
@@ -77,13 +82,24 @@ def test_ablation_reports_written(ablation):
         "listener": ["0.19", "0.23"],
         "both": ["0.17", "0.19"],
     }
+    assert "val (selection) personalized" in md and "Holm p" in md
+    assert (df.split_role == df.split.map({"val": "selection", "test": "held-out"})).all()
+    val = df[df.split == "val"]
+    assert val.filter(like="_ci_").isna().all().all()  # no interval on the selection split
+    assert df[df.split == "test"].ccc_personalized_ci_low.notna().all()
     pairs = pd.read_csv(out / "ablation_comparisons.csv")
     assert list(pairs.columns) == COMPARISON_COLUMNS
-    assert set(pairs.comparison) == {
+    # on test only, Holm-adjusted over the family, with the floor of the test beside it
+    assert set(pairs.split) == {"test"}
+    assert "listener vs speaker" in set(pairs.comparison)
+    assert set(pairs.comparison) <= {
         "listener vs speaker",
         "personalized vs generalized (listener)",
         "personalized vs generalized (speaker)",
     }
+    assert (pairs.p_holm >= pairs.p_value).all() and (pairs.p_holm <= 1).all()
+    assert np.allclose(pairs.p_holm, holm(pairs.p_value))
+    assert np.allclose(pairs.p_min, 2.0 / 2.0**pairs.n_listeners)
     assert_real_png(out / "ablation.png")
 
 
@@ -123,12 +139,18 @@ def test_ablation_run_ids_are_each_tracks_best_mlflow_child(ablation):
             assert part[f"run_id_{track}"].nunique() == 1
             run = client.get_run(part[f"run_id_{track}"].iloc[0])
             assert run.info.status == "FINISHED" and run.data.params["features.set"] == fs
-            assert run.data.params["track"] == track and run.data.tags["track"] == track
+            # the tracks nest: the personalized track may choose a generalized configuration,
+            # which keeps its own track
+            own = run.data.params["track"]
+            assert own in candidates(track) and run.data.tags["track"] == own
+            assert (part[f"config_track_{track}"] == own).all()
             for r in part.itertuples():
                 assert run.data.metrics[f"{r.split}.ccc_{track}"] == pytest.approx(
                     getattr(r, f"ccc_{track}")
                 )
-            same = res.table[(res.table["features.set"] == fs) & (res.table["track"] == track)]
+            same = res.table[
+                (res.table["features.set"] == fs) & res.table["track"].isin(candidates(track))
+            ]
             assert run.data.metrics[f"val.ccc_{track}"] == pytest.approx(
                 same[f"val.ccc_{track}"].max()
             )
@@ -187,6 +209,16 @@ def test_ablation_markdown_handles_a_set_without_results():
         f"- **listener**, {track}: ridge (run `abcdef0123`)"
         for track in ("personalized", "generalized")
     ]
+    # a generalized configuration chosen by the personalized track (they nest) says so
+    nested = df.assign(
+        config_track_personalized="generalized", config_track_generalized="generalized"
+    )
+    chosen = ablation_markdown(nested).split("## Chosen configurations")[1].splitlines()
+    assert (
+        "- **listener**, personalized: ridge (run `abcdef0123`, a generalized configuration)"
+        in chosen
+    )
+    assert "- **listener**, generalized: ridge (run `abcdef0123`)" in chosen
 
 
 # ------------------------------------------------------------------ run figures
@@ -261,10 +293,13 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
         "personalized": "loso.ccc_personalized",
         "generalized": "loso.ccc_generalized",
     }
-    # global models without per-listener rescaling: the generalized track only
-    assert sweep.selection_metric == "loso.ccc_generalized" and list(sweep.best_run_ids) == [
-        "generalized"
-    ]
+    # global models without per-listener rescaling: both tracks choose among them (they nest),
+    # and choose the same configuration on a complete table: the grid's run for the
+    # personalized track, its unseen-listener twin for the generalized track
+    assert sweep.selection_metric == "loso.ccc_personalized"
+    runs = sweep.table.set_index("run_id")
+    pers, gen = (runs.loc[sweep.best_run_ids[t]] for t in ("personalized", "generalized"))
+    assert gen[UNSEEN_OF_TAG] == pers[CONFIG_HASH_TAG] and pd.isna(pers[UNSEEN_OF_TAG])
     # the baseline is added; each set's chosen generalized configuration runs again on unseen listeners
     grid = sweep.table[sweep.table.unseen_of.isna()]
     assert (
@@ -279,7 +314,17 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
         csv.loc[("listener", "loso"), "ccc_generalized"]
         > csv.loc[("speaker", "loso"), "ccc_generalized"] + 0.3
     )
-    assert csv.ccc_personalized.isna().all() and csv.run_id_personalized.isna().all()
+    for r in csv.itertuples():
+        assert (
+            runs.loc[r.run_id_generalized, UNSEEN_OF_TAG]
+            == runs.loc[r.run_id_personalized, CONFIG_HASH_TAG]
+        )
+    assert (csv.config_track_personalized == "generalized").all()
+    assert csv.xs("loso", level="split").filter(like="_ci_").isna().all().all()
     # under LOSO the unseen-listener protocol scores the test stories
     assert csv.ccc_unseen_listener.notna().tolist() == [False, True, False, True]
-    assert "loso personalized" in (tmp_path / "reports" / "ablation.md").read_text()
+    md = (tmp_path / "reports" / "ablation.md").read_text()
+    assert "loso (selection) personalized" in md
+    # both tracks chose the same configuration: nothing to compare between them
+    pairs = pd.read_csv(tmp_path / "reports" / "ablation_comparisons.csv")
+    assert not pairs.comparison.str.startswith("personalized vs generalized").any()
