@@ -307,9 +307,10 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .studies.distributed import run_sweep_dask  # startup: see the imports above
     from .studies.search import run_search
-    from .studies.sweep import run_sweep
+    from .studies.sweep import SweepResult, run_sweep
 
     _check_store(args.store)
+    run: Callable[..., SweepResult]
     if args.cfg.search.method == "optuna":
         if args.executor == "dask":
             raise UsageError(

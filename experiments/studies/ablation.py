@@ -23,6 +23,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -200,7 +201,7 @@ def comparisons(
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
-def _cell(value: float, low: float = float("nan"), high: float = float("nan")) -> str:
+def _cell(value: Any, low: Any = float("nan"), high: Any = float("nan")) -> str:
     if pd.isna(value):
         return "n/a"
     return (
@@ -304,7 +305,7 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         for track in ("personalized", "generalized"):
             run = first[f"run_id_{track}"]
             if run:
-                lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`)")
+                lines.append(f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`)")
     lines += [
         "",
         "## Reference: published results (real OMG-Empathy test set)",

@@ -352,13 +352,15 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
             run.bar.set_description("unseen listeners")
             evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
     table = pd.DataFrame(run.rows)
-    return run.result(
+    result = run.result(
         skipped=int((table.get("status", pd.Series(dtype=str)) == "reused").sum()),
         cls=SearchResult,
         study_name=name,
         storage=_public_url(storage),
         trials=study.trials_dataframe(),
     )
+    assert isinstance(result, SearchResult)  # what cls= builds
+    return result
 
 
 def trial_sequence(study) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
@@ -43,15 +44,16 @@ def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
         if only_with_sweeps and not with_retry(
-            lambda exp=exp: client.search_runs(
-                [exp.experiment_id], f"tags.{CONFIG_HASH_TAG} != ''", max_results=1
+            partial(
+                client.search_runs,
+                [exp.experiment_id],
+                f"tags.{CONFIG_HASH_TAG} != ''",
+                max_results=1,
             )
         ):
             continue
         for key, value in experiment_tags(exp.tags).items():
-            with_retry(
-                lambda k=key, v=value, exp=exp: client.set_experiment_tag(exp.experiment_id, k, v)
-            )
+            with_retry(partial(client.set_experiment_tag, exp.experiment_id, key, value))
         out.append((exp.name, exp.experiment_id))
     return out
 

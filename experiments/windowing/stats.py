@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, TypedDict
 
 import numba
 import numpy as np
@@ -62,9 +63,16 @@ from ..config.options import ALIGNS, STATS  # defined once, in options.py
 
 _MEAN, _STD, _MIN, _MAX, _SLOPE, _VALID_FRAC = range(len(STATS))
 
+
 #: compiled once per argument type and cached in __pycache__; ``error_model="numpy"`` lets
 #: x / 0 give inf or NaN instead of a per-division check that stops the loops vectorising
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+class _JitOptions(TypedDict):
+    cache: bool
+    nogil: bool
+    error_model: Literal["python", "numpy"]
+
+
+_JIT: _JitOptions = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
 def window_frames(length_s: float, fps: float) -> int:

@@ -371,7 +371,9 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 "shares another channel's; name the channel that holds the rows"
             )
         shared = (
-            _shared_target(f, session, key, ch, channels) if ch.shared_with is not None else None
+            _shared_target(f, session, key, ch, ch.shared_with, channels)
+            if ch.shared_with is not None
+            else None
         )
         write_channel(f.require_group(role), name, ch, shared)
 
@@ -388,10 +390,15 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _shared_target(
-    f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]
+    f: h5py.File,
+    session: str,
+    key: str,
+    ch: Channel,
+    target: str,
+    channels: Mapping[str, Channel],
 ) -> h5py.Group:
-    """The group whose datasets ``key`` links to, after checking its rows equal ``ch``'s."""
-    target = ch.shared_with
+    """The group whose datasets ``key`` links to (``target``, ``ch.shared_with``), after
+    checking its rows equal ``ch``'s."""
     role, name = split_key(target)
     if target == key:
         raise StoreError(
