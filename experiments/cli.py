@@ -381,7 +381,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     print()
     print((Path(args.out) / "ablation.md").read_text())
     print(
-        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, {Path(args.out) / 'ablation.png'}"
+        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, "
+        f"{Path(args.out) / 'ablation.png'}"
     )
     return code
 

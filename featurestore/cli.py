@@ -215,7 +215,8 @@ def cmd_extract(args) -> int:
         print("nothing to extract: no sessions with a video", file=sys.stderr)
         return EXIT_FAILED
     print(
-        f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
+        f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} "
+        f"(jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
     )
     settings = _settings_line(cfg, channels)
     if settings:
@@ -349,7 +350,8 @@ def cmd_inspect(args) -> int:
     for t in store.label_targets(args.session):
         y = store.labels(args.session, t).to_numpy()
         print(
-            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
+            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
+            f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
         )
     for key in keys:
         ch = store.read_channel(args.session, key)
@@ -359,7 +361,8 @@ def cmd_inspect(args) -> int:
             else float("nan")
         )
         print(
-            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, valid {ch.valid.mean() if len(ch.valid) else 0:.1%}"
+            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
+            f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}"
         )
         print(
             f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, created {ch.created_utc}"

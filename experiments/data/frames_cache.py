@@ -248,7 +248,8 @@ class FramesCache:
 
     # ---------------------------------------------------------------- reading
     def read(self, key: EntryKey) -> SessionTable | None:
-        """The cached table of ``key`` (with the split stored in the shard), or None when absent, unreadable or not a complete entry."""
+        """The cached table of ``key`` (with the split stored in the shard), or None when
+        absent, unreadable or not a complete entry."""
         path = self.path(key)
         try:
             with open(path, "rb", buffering=0) as f:

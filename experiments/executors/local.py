@@ -233,7 +233,7 @@ def available_memory() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def _parallel_trials(
+def _parallel_trials(  # noqa: C901 - rewritten in the scheduler/extraction change
     tables, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False
 ) -> Iterator[Outcome]:
     """Configurations of every group in forked worker pools, the next group's windows meanwhile.

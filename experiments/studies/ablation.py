@@ -1,4 +1,5 @@
-"""Speaker vs. listener vs. both, on both challenge tracks: the OMG-Empathy paper's Table IV for this project's features.
+"""Speaker vs. listener vs. both, on both challenge tracks: the OMG-Empathy paper's Table IV
+for this project's features.
 
 The config's grid is swept once for every feature set (one MLflow parent run covering all
 of them). For each feature set and each track (:mod:`experiments.config.tracks`) the best
@@ -255,7 +256,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
     lines += [
         "",
         "- **personalized**: the best configuration that may use who is listening (per-listener models, calibration",
-        "  or rescaling, identity as a feature); CCC per session, mean over each listener's stories, then over listeners.",
+        "  or rescaling, identity as a feature); CCC per session, mean over each listener's stories, "
+        "then over listeners.",
         "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
         "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
         "  the tracks differ by their models.",
@@ -337,7 +339,8 @@ def ablate(
     ``reports/ablation_comparisons.csv``, and log them to MLflow.
 
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
-    or on the cluster of ``scheduler`` (``tcp://host:8786``); see :func:`experiments.studies.distributed.run_sweep_dask`.
+    or on the cluster of ``scheduler`` (``tcp://host:8786``); see
+    :func:`experiments.studies.distributed.run_sweep_dask`.
     """
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
@@ -388,7 +391,8 @@ def ablate(
                 if pd.notna(v):
                     metrics[f"ablation.{r['feature_set']}.{r['split']}.{name}{suffix}"] = float(v)
     for r in pairs.to_dict("records"):
-        key = f"ablation.compare.{r['comparison'].replace(' ', '_').replace('(', '').replace(')', '')}.{r['track']}.{r['split']}"
+        comparison = r["comparison"].replace(" ", "_").replace("(", "").replace(")", "")
+        key = f"ablation.compare.{comparison}.{r['track']}.{r['split']}"
         metrics[f"{key}.mean_diff"], metrics[f"{key}.p_value"] = (
             float(r["mean_diff"]),
             float(r["p_value"]),

@@ -152,7 +152,8 @@ def agreement_table(
     if table.empty:
         names = ", ".join(f"{a} and {b}" for a, b in pairs)
         raise AgreementError(
-            f"no session of {st.root} has both {names}; add the missing ratings with `featurestore labels DIR --target NAME`"
+            f"no session of {st.root} has both {names}; "
+            "add the missing ratings with `featurestore labels DIR --target NAME`"
         )
     return table
 

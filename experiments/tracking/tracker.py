@@ -91,7 +91,9 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     for i in range(attempts):
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - MlflowException or SQLAlchemy OperationalError
+        except (
+            Exception
+        ) as e:  # MlflowException or SQLAlchemy OperationalError: re-raised unless a lock
             if not _is_locked_error(e) or i == attempts - 1:
                 raise
             time.sleep(wait)

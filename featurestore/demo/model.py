@@ -22,7 +22,8 @@ SPEAKER_TERM_WEIGHT = 0.05
 SPEAKER_TERM_WINDOW_S = 3.0
 LABEL_SLOW_NOISE_SD = 0.03
 LABEL_WHITE_NOISE_SD = 0.01
-#: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed causally over TEXT_TERM_TAU_S).
+#: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed
+#: causally over TEXT_TERM_TAU_S).
 TEXT_TERM_WEIGHT = 0.2
 #: the story's common affect curve c_S(t): smooth noise (time scale in s) of this sd, clipped to [-1, 1]
 STORY_CURVE_SD = 0.55

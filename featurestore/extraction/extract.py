@@ -184,7 +184,7 @@ def extract_session(
     return res
 
 
-def _extract_session(
+def _extract_session(  # noqa: C901 - rewritten in the scheduler/extraction change
     sf, store: Store, channels, cfg: FeatureConfig, force, position, progress, res: SessionResult
 ) -> None:
     if sf.video is None:

@@ -189,7 +189,10 @@ def _import_each(
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:
-            res.error = f"{len(paths)} {files_are} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
+            res.error = (
+                f"{len(paths)} {files_are} for one session: "
+                f"{', '.join(str(p) for p in paths)}; keep one and re-run"
+            )
             continue
         try:
             res.detail = one(session, paths[0])

@@ -198,7 +198,8 @@ def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, .
                     yield i, i / fps, {f: _convert(frame, f) for f in formats}
         except av.error.FFmpegError as e:
             raise MediaError(
-                f"{path}: decoding failed after {i + 1} frames ({e}); the file is corrupt or truncated - re-copy or re-encode it"
+                f"{path}: decoding failed after {i + 1} frames ({e}); "
+                "the file is corrupt or truncated - re-copy or re-encode it"
             ) from e
         if i < 0:
             raise MediaError(

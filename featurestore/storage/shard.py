@@ -176,14 +176,16 @@ class ShardReader:
         version = self.file.attrs.get("schema_version")
         if write and (version is None or int(version) != SCHEMA_VERSION):
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}, this tool reads and writes {SCHEMA_VERSION}; it was left as "
-                "it is: move it aside (keep it if you need its channels) and re-run `featurestore extract` to rebuild it"
+                f"{self.path} has {_schema_name(version)}, this tool reads and writes "
+                f"{SCHEMA_VERSION}; it was left as it is: move it aside (keep it if you need its "
+                "channels) and re-run `featurestore extract` to rebuild it"
             )
         if version is None or int(version) not in READABLE_SCHEMAS:
             readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}; this tool reads schema version {readable}. Move it aside and "
-                "rebuild it with `featurestore extract` (check the store with `featurestore verify`)"
+                f"{self.path} has {_schema_name(version)}; this tool reads schema version "
+                f"{readable}. Move it aside and rebuild it with `featurestore extract` "
+                "(check the store with `featurestore verify`)"
             )
 
     # ---------------------------------------------------------------- channels
