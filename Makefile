@@ -85,13 +85,15 @@ mlflow-server: install ## MLflow tracking server for many writers (Dask workers)
 		--host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) \
 		$(if $(MLFLOW_ALLOWED_HOSTS),--allowed-hosts '$(MLFLOW_ALLOWED_HOSTS)')
 
-lint: install ## ruff: lint and formatting
+lint: install ## ruff (lint and formatting), then mypy over both packages ([tool.mypy] in pyproject.toml)
 	$(BIN)/ruff check featurestore experiments tests bench
 	$(BIN)/ruff format --check featurestore experiments tests bench
+	$(BIN)/mypy
 
-test: install ## lint and run the whole test suite
+test: install ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check featurestore experiments tests bench
 	$(BIN)/ruff format --check featurestore experiments tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600
 
 test-fast: install ## the inner loop: unit tests and doctests, no demo corpus, subprocess, cluster or server

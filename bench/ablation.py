@@ -2,8 +2,9 @@
 
 Runs ``python -m experiments.cli ablate --config ablation --store <full-size synthetic store>
 --jobs 2 --set feature_set=[speaker,listener,both]`` (the speaker / listener / both table:
-the store has no transcripts for the config's text feature sets) in a subprocess, with a fresh MLflow tracking database each time (a reused one
-would skip every finished configuration), and samples the memory of the process tree (see
+the store has no transcripts for the config's text feature sets) in a subprocess, with a
+fresh MLflow tracking database each time (a reused one would skip every finished
+configuration), and samples the memory of the process tree (see
 :mod:`bench.processes`).
 
 Peak memory (goal: under 4 GB) is ``ablation.peak_memory_pss``: the proportional set size
@@ -174,7 +175,8 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     print(
         f"ablation: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU; grid {grid_s:.1f} s, unseen listeners "
         f"{unseen_s:.1f} s), peak PSS {stats.peak_pss_gb} GB (parent alone "
-        f"{stats.peak_parent_pss_gb} GB, workers together {stats.peak_children_pss_gb} GB), RSS sum {stats.peak_rss_gb} GB, "
+        f"{stats.peak_parent_pss_gb} GB, workers together {stats.peak_children_pss_gb} GB), "
+        f"RSS sum {stats.peak_rss_gb} GB, "
         f"largest process {stats.max_rss_gb:.2f} GB, largest worker USS {stats.peak_worker_uss_gb} GB, shared "
         f"{stats.peak_worker_shared_gb} GB (one feature matrix: {features_gb:.2f} GB)\n"
         f"{table.to_string(index=False)}"

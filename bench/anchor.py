@@ -222,7 +222,8 @@ def difference(loop: pd.DataFrame, package: pd.DataFrame, ids: list[str]) -> flo
     missing = [i for i in ids if i not in loop.index or i not in package.index]
     if missing:
         raise RuntimeError(
-            f"configurations {missing[:3]} have no scores from {'the loop' if missing[0] not in loop.index else 'the package'}"
+            f"configurations {missing[:3]} have no scores from "
+            f"{'the loop' if missing[0] not in loop.index else 'the package'}"
         )
     return float(
         np.max(
@@ -354,7 +355,8 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     per_min = [60 * n / w for w in wall]
     model_s = float(package["fit_seconds"].sum())
     print(
-        f"anchor: {n} configurations; package {statistics.median(wall):.1f} s (rounds {', '.join(f'{w:.1f}' for w in wall)}; "
+        f"anchor: {n} configurations; package {statistics.median(wall):.1f} s "
+        f"(rounds {', '.join(f'{w:.1f}' for w in wall)}; "
         f"{statistics.median(cpu):.0f} s of CPU; fits, predictions and scores {model_s:.0f} s of worker time), "
         f"hand-written loop {statistics.median(loop_wall):.1f} s ({statistics.median(loop_cpu):.0f} s of CPU; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in loop_seconds.items())

@@ -86,7 +86,8 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     if not np.array_equal(stored.data, df.to_numpy(np.float32), equal_nan=True):
         raise AssertionError("the stored eGeMAPS rows differ from openSMILE's")
     print(
-        f"egemaps: {audio_s:.1f} s of audio; openSMILE {t_raw:.2f} s, store path {t_store:.2f} s, decode {decode_s:.2f} s"
+        f"egemaps: {audio_s:.1f} s of audio; openSMILE {t_raw:.2f} s, "
+        f"store path {t_store:.2f} s, decode {decode_s:.2f} s"
     )
     return [
         record(

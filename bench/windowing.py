@@ -204,7 +204,8 @@ def run(work: Path, quick: bool = False) -> list[dict]:
             "windowing.retained_vs_pandas_rolling",
             n_frames / k_ours,
             "frames/s",
-            baseline=f"pandas DataFrame.rolling, all {len(tables)} results kept ({n_frames * n_out * 4e-9:.1f} GB each side)",
+            baseline=f"pandas DataFrame.rolling, all {len(tables)} results kept "
+            f"({n_frames * n_out * 4e-9:.1f} GB each side)",
             baseline_value=n_frames / k_pandas,
         ),
         record(

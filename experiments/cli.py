@@ -300,9 +300,10 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .studies.distributed import run_sweep_dask  # startup: see the imports above
     from .studies.search import run_search
-    from .studies.sweep import run_sweep
+    from .studies.sweep import SweepResult, run_sweep
 
     _check_store(args.store)
+    run: Callable[..., SweepResult]
     if args.cfg.search.method == "optuna":
         if args.executor == "dask":
             raise UsageError(
@@ -373,7 +374,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     print()
     print((Path(args.out) / "ablation.md").read_text())
     print(
-        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, {Path(args.out) / 'ablation.png'}"
+        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, "
+        f"{Path(args.out) / 'ablation.png'}"
     )
     return code
 

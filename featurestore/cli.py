@@ -148,9 +148,8 @@ SUMMARY_LINES = 12
 
 
 def _some(names: list[str], shown: int = 4) -> str:
-    return ", ".join(names[:shown]) + (
-        f" and {len(names) - shown} more" if len(names) > shown else ""
-    )
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _summary(results, started: float) -> int:
@@ -215,10 +214,10 @@ def cmd_extract(args) -> int:
         print("nothing to extract: no sessions with a video", file=sys.stderr)
         return EXIT_FAILED
     print(
-        f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} (jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
+        f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} "
+        f"(jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
     )
-    settings = _settings_line(cfg, channels)
-    if settings:
+    if settings := _settings_line(cfg, channels):
         print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
@@ -349,7 +348,8 @@ def cmd_inspect(args) -> int:
     for t in store.label_targets(args.session):
         y = store.labels(args.session, t).to_numpy()
         print(
-            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
+            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
+            f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
         )
     for key in keys:
         ch = store.read_channel(args.session, key)
@@ -359,14 +359,14 @@ def cmd_inspect(args) -> int:
             else float("nan")
         )
         print(
-            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, valid {ch.valid.mean() if len(ch.valid) else 0:.1%}"
+            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
+            f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
+            f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, "
+            f"created {ch.created_utc}",
+            f"      params {json.dumps(ch.params, sort_keys=True)}",
+            f"      source {ch.source.get('path') or ch.source.get('upstream', '')}",
+            sep="\n",
         )
-        print(
-            f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, created {ch.created_utc}"
-        )
-        print(f"      params {json.dumps(ch.params, sort_keys=True)}")
-        src = ch.source.get("path") or ch.source.get("upstream", "")
-        print(f"      source {src}")
         if args.columns:
             print(f"      columns {', '.join(ch.columns)}")
     return EXIT_OK

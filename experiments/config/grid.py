@@ -18,9 +18,9 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from .schema import ConfigError, ExperimentConfig, ModelSpec, config_hash, has_ranges
+from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
 
@@ -143,20 +143,42 @@ class Trial:
         )
 
 
-def _axis_values(cfg: ExperimentConfig) -> dict[str, list[Any]]:
+T = TypeVar("T")
+
+#: a grid's axes: dotted config key -> its list of values (a grid has no ranges)
+GridAxes = dict[str, list[Any]]
+
+
+def listed(cfg: ExperimentConfig, key: str, axis: list[T] | Range) -> list[T]:
+    """The values of a grid axis ``key``: a list; a range is refused (:func:`expand` says why).
+
+    Raises:
+        ConfigError: ``axis`` is a :class:`~experiments.config.schema.Range`.
+    """
+    if isinstance(axis, Range):
+        raise ConfigError(
+            f"{cfg.source}: {key} is a range ({{low, high}}), which an Optuna search samples; "
+            "a grid lists its values"
+        )
+    return axis
+
+
+def _axis_values(cfg: ExperimentConfig) -> GridAxes:
     return {
         "feature_set": list(cfg.feature_set),
-        "window.lengths_s": [tuple(x) for x in cfg.window.lengths_s],
-        "window.delay_s": list(cfg.window.delay_s),
+        "window.lengths_s": [
+            tuple(x) for x in listed(cfg, "window.lengths_s", cfg.window.lengths_s)
+        ],
+        "window.delay_s": list(listed(cfg, "window.delay_s", cfg.window.delay_s)),
         "window.align": list(cfg.window.align),
         "personalization": list(cfg.personalization),
-        "postprocess.smooth_s": list(cfg.postprocess.smooth_s),
+        "postprocess.smooth_s": list(listed(cfg, "postprocess.smooth_s", cfg.postprocess.smooth_s)),
         "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
         "postprocess.rescale": list(cfg.postprocess.rescale),
     }
 
 
-def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> dict[str, list[Any]]:
+def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> GridAxes:
     """The grid axes for one model: the global values, narrowed by the model's ``only``.
 
     ``only`` keeps the grid values it lists; when it lists none of them (e.g. after
@@ -189,6 +211,10 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
         )
     glob = _axis_values(cfg)
     per_model = [model_axes(cfg, spec) for spec in cfg.models]
+    hyper = [
+        {n: listed(cfg, f"models[{i}].{n}", v) for n, v in spec.params.items()}
+        for i, spec in enumerate(cfg.models)
+    ]
     splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
     stats = tuple(cfg.window.stats)
     out: list[Trial] = []
@@ -196,12 +222,12 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
     window_axes = ("feature_set", "window.lengths_s", "window.delay_s", "window.align")
     for key in itertools.product(*(glob[a] for a in window_axes)):
         fs, lengths, delay, align = key
-        for spec, axes in zip(cfg.models, per_model, strict=True):
+        for spec, axes, grids in zip(cfg.models, per_model, hyper, strict=True):
             if any(v not in axes[a] for a, v in zip(window_axes, key, strict=True)):
                 continue
-            names = list(spec.params)
+            names = list(grids)
             methods = axes["postprocess.smooth_method"]
-            for values in itertools.product(*(spec.params[n] for n in names)):
+            for values in itertools.product(*(grids[n] for n in names)):
                 hp = tuple(
                     (n, tuple(v) if isinstance(v, list) else v)
                     for n, v in zip(names, values, strict=True)

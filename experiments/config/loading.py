@@ -153,13 +153,13 @@ def from_dict(
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
     (see :func:`key_lines`) lets errors name the line of the key in ``source``."""
-    raw = copy.deepcopy(dict(raw))
+    data = copy.deepcopy(dict(raw))
     origins: dict[str, str] = {}
     for text in overrides:
         keys, value = parse_override(text)
-        apply_override(raw, keys, value, text)
+        apply_override(data, keys, value, text)
         origins[".".join(keys)] = f"--set {text}"
-    return validate(raw, source, origins, lines)
+    return validate(data, source, origins, lines)
 
 
 def key_lines(text: str) -> dict[str, int]:

@@ -5,7 +5,8 @@ is a search space instead of a grid: every list stays a set of categorical choic
 axis or hyperparameter may be a range (:class:`experiments.config.schema.Range`). The space
 is the configurations the search's track chooses among (the tracks nest,
 :func:`experiments.config.tracks.candidates`): a generalized search proposes only configurations
-that do not know who is listening, a personalized search any configuration (:func:`search_space`). :mod:`experiments.studies.search` runs the study; the config validator
+that do not know who is listening, a personalized search any configuration
+(:func:`search_space`). :mod:`experiments.studies.search` runs the study; the config validator
 checks here that the space is not empty.
 
 >>> import optuna
@@ -40,6 +41,22 @@ class SearchSpaceError(ValueError):
 
 
 # --------------------------------------------------------------------------- the space
+#: a search axis or hyperparameter: its list of choices, or a range (numeric ones only)
+Choices = list[Any] | Range
+
+
+def listed(choices: Choices, key: str) -> list[Any]:
+    """The choices of ``key`` where they must be a list: the categorical axes (the validator
+    allows ranges on numeric axes and hyperparameters only), or an axis checked to be a list.
+
+    Raises:
+        SearchSpaceError: ``choices`` is a range.
+    """
+    if isinstance(choices, Range):
+        raise SearchSpaceError(key, f"{key} is a range here, but it takes a list of values")
+    return choices
+
+
 @dataclass
 class ModelSpace:
     """One ``models`` entry in a search: its choices per axis (lists or ranges), after its
@@ -50,7 +67,11 @@ class ModelSpace:
     )
     index: int  # its place in ``models``
     spec: ModelSpec
-    axes: dict[str, list[Any] | Range]
+    axes: dict[str, Choices]
+
+    def choices(self, axis: str) -> list[Any]:
+        """The list of choices of a categorical ``axis`` (see :func:`listed`)."""
+        return listed(self.axes[axis], axis)
 
 
 @dataclass
@@ -59,7 +80,7 @@ class SearchSpace:
 
     track: str
     models: list[ModelSpace]
-    full: dict[str, list[Any] | Range]  # the global axes, before any narrowing
+    full: dict[str, Choices]  # the global axes, before any narrowing
 
     def grid(self) -> dict[str, list[Any]]:
         """Every Optuna parameter a trial may suggest -> its (encoded) choices, for Optuna's
@@ -89,10 +110,11 @@ class SearchSpace:
                 add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
             for hp, values in m.spec.params.items():
                 add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
-            for pers in m.axes["personalization"]:
+            for pers in m.choices("personalization"):
                 rescales = self.rescales(m, pers)
                 add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
-            if any(s != 0 for s in m.axes["postprocess.smooth_s"]):
+            # a list: add() refused a range above
+            if any(s != 0 for s in m.choices("postprocess.smooth_s")):
                 add(
                     self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
                     m.axes["postprocess.smooth_method"],
@@ -100,7 +122,7 @@ class SearchSpace:
                 )
         return out
 
-    def name(self, axis: str, choices: list[Any] | Range) -> str:
+    def name(self, axis: str, choices: Choices) -> str:
         """The Optuna parameter of ``axis`` with these choices: the axis itself when they are
         the config's, else the axis with its choices (``personalization[per_listener]``), so a
         parameter name always means one distribution, as Optuna requires."""
@@ -112,13 +134,13 @@ class SearchSpace:
         """The rescaling choices a configuration with ``personalization`` may take on the track:
         every one on the personalized track, those without the listener's identity on the
         generalized track."""
-        rescales = list(m.axes["postprocess.rescale"])
+        rescales = m.choices("postprocess.rescale")
         if self.track == "generalized":
             return [r for r in rescales if r not in IDENTITY_RESCALES]
         return rescales
 
 
-def _global_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
+def _global_axes(cfg: ExperimentConfig) -> dict[str, Choices]:
     lengths = cfg.window.lengths_s
     return {
         "feature_set": list(cfg.feature_set),
@@ -160,17 +182,19 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
         axes = dict(full)
         for axis, wanted in spec.only.items():
             wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
-            if isinstance(axes[axis], Range):
-                kept = [float(v) for v in wanted if axes[axis].contains(v)]
+            current = axes[axis]
+            if isinstance(current, Range):
+                kept = [float(v) for v in wanted if current.contains(v)]
             else:
-                kept = [v for v in axes[axis] if v in wanted]
+                kept = [v for v in current if v in wanted]
             if kept:
                 axes[axis] = kept
         m = ModelSpace(label, i, spec, axes)
+        personalizations = m.choices("personalization")
         if track == "generalized":
-            pers = [p for p in axes["personalization"] if p not in IDENTITY_PERSONALIZATIONS]
+            pers = [p for p in personalizations if p not in IDENTITY_PERSONALIZATIONS]
         else:
-            pers = list(axes["personalization"])
+            pers = list(personalizations)
         axes["personalization"] = pers
         if not pers or not any(SearchSpace(track, [], full).rescales(m, p) for p in pers):
             dropped.append(label)
@@ -201,7 +225,7 @@ def _encode(v: Any) -> Any:
     return v if v is None or isinstance(v, bool | int | float | str) else format_value(v)
 
 
-def _pick(ot: Any, name: str, choices: list[Any] | Range, as_float: bool = False) -> Any:
+def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
     """Suggest one value of ``choices`` (a list, or a range) from the Optuna trial ``ot``."""
     if isinstance(choices, Range):
         if choices.int:
@@ -262,7 +286,7 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
         a["postprocess.smooth_s"],
         as_float=True,
     )
-    methods = a["postprocess.smooth_method"]
+    methods = m.choices("postprocess.smooth_method")
     method = (
         methods[0]
         if smooth == 0

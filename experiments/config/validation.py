@@ -8,23 +8,24 @@ and for a misspelt key or value the nearest valid one (``difflib``), else the va
 2.14 with ``extra="forbid"`` and ``Literal`` fields, the closest a model of these dataclasses
 gets without custom validators:
 
-============================  ===========================================  ==============================================
+============================  ===========================================  ============================================
 config (file ``exp.yaml``)    this module                                  pydantic v2
-============================  ===========================================  ==============================================
-``window: {algin: causal}``   ``exp.yaml:1: window.algin: unknown key;     ``window.algin  Extra inputs are not permitted
-                              did you mean 'align'?``                      [type=extra_forbidden, input_value='causal']``
+============================  ===========================================  ============================================
+``window: {algin: causal}``   ``exp.yaml:1: window.algin: unknown key;     ``window.algin  Extra inputs are not
+                              did you mean 'align'?``                      permitted [type=extra_forbidden,
+                                                                           input_value='causal']``
 ``window: {align: centered}`` ``exp.yaml:1: window.align: 'centered' is    ``window.align  Input should be a valid list
                               not one of centred, causal; did you mean     [type=list_type, input_value='centered']``
-                              'centred'?``                                 (as a list: ``window.align.0  Input should be
-                                                                           'centred' or 'causal'``)
+                              'centred'?``                                 (as a list: ``window.align.0  Input should
+                                                                           be 'centred' or 'causal'``)
 ``models: [{name: xgbost}]``  ``exp.yaml:1: models[0].name: unknown model  ``models.0.name  Input should be 'ridge',
                               'xgbost'; did you mean 'xgboost'?``          'linear_svr', 'svr', 'xgboost', 'hist_gb' or
                                                                            'dummy' [type=literal_error]``
 ``personalisation: [global]`` ``exp.yaml:1: personalisation: unknown key;  ``personalisation  Extra inputs are not
                               did you mean 'personalization'?``            permitted [type=extra_forbidden]``
-``seed: 1.5``                 ``exp.yaml:1: seed: expected an integer,     ``seed  Input should be a valid integer, got a
-                              got 1.5``                                    number with a fractional part``
-============================  ===========================================  ==============================================
+``seed: 1.5``                 ``exp.yaml:1: seed: expected an integer,     ``seed  Input should be a valid integer, got
+                              got 1.5``                                    a number with a fractional part``
+============================  ===========================================  ============================================
 
 pydantic gives the key path, but no file, no line and no suggestion; a single value where
 the config takes a list (``align: causal``, which every packaged config writes) is an error

@@ -220,9 +220,11 @@ def load_sessions(
                 _raise_column_mismatch(out[0], table)
             out.append(table)
         # only a load that succeeded writes to the cache: a failing one leaves the store as it was
-        pending = [p for _, p in loaded if p is not None]
-        write = partial(_write_entry, frames_cache, st)
-        written = sum(pool.map(write, pending) if pool else map(write, pending))
+        pending = [p for _, p in loaded if p is not None]  # none without a frames cache
+        written = 0
+        if frames_cache is not None:
+            write = partial(_write_entry, frames_cache, st)
+            written = sum(pool.map(write, pending) if pool else map(write, pending))
     finally:
         if pool:
             pool.shutdown()
@@ -337,7 +339,10 @@ def _read_shard(
     except StoreError as e:
         raise DatasetError(str(e)) from e
     n, fps = meta.n_frames, meta.fps
-    blocks, columns, oks, col_ch = [], [], [], []
+    blocks: list[np.ndarray] = []
+    oks: list[np.ndarray] = []
+    columns: list[str] = []
+    col_ch: list[int] = []
     for ci, key in enumerate(keys):
         ch = data.channels[key]
         x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, max_gap_s)
@@ -347,6 +352,7 @@ def _read_shard(
         col_ch.extend([ci] * len(ch.columns))
     X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
     valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
+    assert data.labels is not None, "a read with a target returns its labels or raises"
     return SessionTable(
         session=s,
         listener=meta.listener,

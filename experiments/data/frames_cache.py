@@ -248,7 +248,8 @@ class FramesCache:
 
     # ---------------------------------------------------------------- reading
     def read(self, key: EntryKey) -> SessionTable | None:
-        """The cached table of ``key`` (with the split stored in the shard), or None when absent, unreadable or not a complete entry."""
+        """The cached table of ``key`` (with the split stored in the shard), or None when
+        absent, unreadable or not a complete entry."""
         path = self.path(key)
         try:
             with open(path, "rb", buffering=0) as f:
@@ -472,7 +473,7 @@ def _read_array(f, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
     if f.tell() + nbytes > size:
         raise CorruptEntry(f"{name} of {nbytes} bytes does not fit in a file of {size}")
     a = np.empty(shape, dtype=dtype)
-    view, got = memoryview(a).cast("B") if a.size else memoryview(b""), 0
+    view, got = a.data.cast("B") if a.size else memoryview(b""), 0
     while got < a.nbytes:
         k = f.readinto(view[got:])
         if not k:

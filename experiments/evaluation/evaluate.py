@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
-from ..models.postprocess import rescaler_for, smooth
+from ..models.postprocess import Rescaler, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
 from .fitting import (
     CALIBRATION_SHRINKAGE,
@@ -111,7 +111,9 @@ def _postprocess(
     if trial.rescale == "none":
         return preds, unseen
 
-    def fitted_rescaler(sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]):
+    def fitted_rescaler(
+        sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]
+    ) -> tuple[Rescaler, bool]:
         rescaler, per_listener = rescaler_for(trial.rescale)
         y = np.concatenate([s.y for s in sessions])
         p = np.concatenate([post(s, predictions[s.session]) for s in sessions])
@@ -131,7 +133,7 @@ def _postprocess(
         for (sid, p), by in zip(preds.items(), evaluate, strict=True)
     }
     # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
-    by_listener: dict[int, object] = {}
+    by_listener: dict[int, Rescaler] = {}
     for s in evaluate:
         if s.session in unseen:
             if s.listener not in by_listener:
@@ -368,6 +370,10 @@ def score_metrics(
         chance = None
         if predictions is not None and truth is not None:
             source = unseen_predictions if str(split).endswith("_unseen") else predictions
+            if source is None:
+                raise ValueError(
+                    f"scores of split {split} need unseen_predictions for its chance level"
+                )
             chance = chance_level(
                 truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
             )

@@ -169,7 +169,7 @@ def _out_of_fold(trial: Trial, train: Sequence[WindowedSession]) -> bool:
     return trial.fit_on == "out_of_fold" and len({s.story for s in train}) >= 2
 
 
-def _others(train: Sequence[WindowedSession], listener: int) -> list[WindowedSession]:
+def _others(train: Sequence[WindowedSession], listener: int | None) -> list[WindowedSession]:
     return [s for s in train if s.listener != listener]
 
 

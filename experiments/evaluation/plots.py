@@ -57,7 +57,7 @@ def load_backend() -> None:
 def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
     """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it."""
     plt = _plt()
-    target = path if hasattr(path, "write") else Path(path)
+    target = Path(path) if isinstance(path, str | Path) else path
     fig.savefig(target, dpi=90, format="png")
     plt.close(fig)
     return target

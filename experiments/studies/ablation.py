@@ -1,4 +1,5 @@
-"""Speaker vs. listener vs. both, on both challenge tracks: the OMG-Empathy paper's Table IV for this project's features.
+"""Speaker vs. listener vs. both, on both challenge tracks: the OMG-Empathy paper's Table IV
+for this project's features.
 
 The config's grid is swept once for every feature set (one MLflow parent run covering all
 of them). For each feature set and each track (:mod:`experiments.config.tracks`) the best
@@ -20,8 +21,9 @@ names the track of the chosen configuration's model. Paired comparisons (listene
 speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
 the mean over listeners of each listener's mean difference, its t interval, a sign-flip
 p-value with listeners as the unit, the smallest p that test can give with that many
-listeners, and Holm's adjustment over the whole family of comparisons. The paper's published numbers come as a separate reference: they
-were measured on the real corpus and are not comparable with a demo or synthetic store.
+listeners, and Holm's adjustment over the whole family of comparisons. The paper's published
+numbers come as a separate reference: they were measured on the real corpus and are not
+comparable with a demo or synthetic store.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -239,7 +242,7 @@ def comparisons(
     return table
 
 
-def _cell(value: float, low: float = float("nan"), high: float = float("nan")) -> str:
+def _cell(value: Any, low: Any = float("nan"), high: Any = float("nan")) -> str:
     if pd.isna(value):
         return "n/a"
     return (
@@ -357,7 +360,9 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
                 own = first.get(f"config_track_{track}", track)
                 known = isinstance(own, str) and own in ("personalized", "generalized")
                 note = f", a {own} configuration" if known and own != track else ""
-                lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`{note})")
+                lines.append(
+                    f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note})"
+                )
     lines += [
         "",
         "## Reference: published results (real OMG-Empathy test set)",
@@ -389,7 +394,8 @@ def ablate(
     ``reports/ablation_comparisons.csv``, and log them to MLflow.
 
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
-    or on the cluster of ``scheduler`` (``tcp://host:8786``); see :func:`experiments.studies.distributed.run_sweep_dask`.
+    or on the cluster of ``scheduler`` (``tcp://host:8786``); see
+    :func:`experiments.studies.distributed.run_sweep_dask`.
     """
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
@@ -440,7 +446,8 @@ def ablate(
                 if pd.notna(v):
                     metrics[f"ablation.{r['feature_set']}.{r['split']}.{name}{suffix}"] = float(v)
     for r in pairs.to_dict("records"):
-        key = f"ablation.compare.{r['comparison'].replace(' ', '_').replace('(', '').replace(')', '')}.{r['track']}.{r['split']}"
+        comparison = r["comparison"].replace(" ", "_").replace("(", "").replace(")", "")
+        key = f"ablation.compare.{comparison}.{r['track']}.{r['split']}"
         metrics[f"{key}.mean_diff"], metrics[f"{key}.p_value"] = (
             float(r["mean_diff"]),
             float(r["p_value"]),

@@ -26,9 +26,10 @@ story, target_a, target_b, ccc``), ``reports/agreement.md`` (both tables) and
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,7 @@ from ..config.grid import Trial, expand
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
-from ..evaluation.evaluate import evaluate_trial, window_sessions
+from ..evaluation.evaluate import TrialResult, evaluate_trial, window_sessions
 from ..evaluation.metrics import ccc, ccc_protocols
 from ..evaluation.plots import plot_agreement
 from ..tracking.child_runs import resolved_params
@@ -151,7 +152,8 @@ def agreement_table(
     if table.empty:
         names = ", ".join(f"{a} and {b}" for a, b in pairs)
         raise AgreementError(
-            f"no session of {st.root} has both {names}; add the missing ratings with `featurestore labels DIR --target NAME`"
+            f"no session of {st.root} has both {names}; "
+            "add the missing ratings with `featurestore labels DIR --target NAME`"
         )
     return table
 
@@ -224,9 +226,8 @@ def cross_target_table(
     st = _store(store)
     rows: list[dict] = []
     seen: set[tuple[str, str, str]] = set()
-    results: dict[
-        tuple, object
-    ] = {}  # (target, sessions) -> TrialResult: the self model is fitted once
+    # (trial, sessions) -> its result: the self model is fitted once
+    results: dict[tuple[Trial, tuple[str, ...]], TrialResult] = {}
     used: Trial | None = None
     for a, b in pairs:
         sessions = _sessions_with(st, (a, b), cfg.splits)
@@ -272,8 +273,16 @@ def cross_target_table(
 
 
 # ----------------------------------------------------------------------------- report
-def _fmt(v: float) -> str:
+def _fmt(v: Any) -> str:
+    """A CCC (a number or NaN read off a DataFrame row) with 3 decimals, ``n/a`` for NaN."""
     return "n/a" if pd.isna(v) else f"{v:.3f}"
+
+
+def _index_rows(frame: pd.DataFrame) -> Iterator[tuple[tuple[Any, ...], pd.Series]]:
+    """``(index, row)`` of each row of a frame whose index is a MultiIndex (a tuple each)."""
+    for index, row in frame.iterrows():
+        assert isinstance(index, tuple), "a MultiIndex labels its rows with tuples"
+        yield index, row
 
 
 def agreement_markdown(
@@ -319,7 +328,7 @@ def agreement_markdown(
         ["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
         (
             [session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]
-            for (_, _, session, split), row in wide.sort_index().iterrows()
+            for (_, _, session, split), row in _index_rows(wide.sort_index())
         ),
     )
     lines += ["", "## Cross-target: a model trained for one target, scored on the other", ""]

@@ -118,7 +118,8 @@ def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: 
     d = cfg.to_dict()
     d.pop("jobs", None)
     d["search"] = {k: v for k, v in d["search"].items() if k not in ("n_trials", "storage")}
-    return f"{cfg.tracking.experiment}.{config_hash({'config': d, 'store': store_fingerprint, 'code': code_fingerprint})}"
+    key = {"config": d, "store": store_fingerprint, "code": code_fingerprint}
+    return f"{cfg.tracking.experiment}.{config_hash(key)}"
 
 
 def _public_url(url: str) -> str:
@@ -213,6 +214,14 @@ class _SearchRun(ParentRun):
         return best_ids
 
 
+def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
+    """The trials a search runs: ``search.n_trials``, and with the ``grid`` sampler at most
+    the size of its grid (GridSampler walks it once)."""
+    if cfg.search.sampler != "grid":
+        return cfg.search.n_trials
+    return min(cfg.search.n_trials, int(np.prod([len(v) for v in space.grid().values()])))
+
+
 def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> SearchResult:
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow.
 
@@ -245,11 +254,7 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
         "" if run.options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
     )
     study = run.study = open_study(cfg, name, storage)
-    n_trials = cfg.search.n_trials
-    if cfg.search.sampler == "grid":
-        n_trials = min(
-            n_trials, int(np.prod([len(v) for v in space.grid().values()]))
-        )  # GridSampler's grid, once
+    n_trials = _n_trials(cfg, space)
     run.start(
         "search",
         tags={"search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
@@ -355,13 +360,15 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
             # each feature set's chosen configuration, again, on listeners left out of training
             run.bar.set_description("unseen listeners")
             evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
-    return run.result(
+    result = run.result(
         skipped=sum(r.status == "reused" for r in run.rows),
         cls=SearchResult,
         study_name=name,
         storage=_public_url(storage),
         trials=study.trials_dataframe(),
     )
+    assert isinstance(result, SearchResult)  # what cls= builds
+    return result
 
 
 def trial_sequence(study) -> list[dict[str, Any]]:

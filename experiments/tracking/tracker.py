@@ -33,6 +33,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,7 +91,9 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     for i in range(attempts):
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - MlflowException or SQLAlchemy OperationalError
+        except (
+            Exception
+        ) as e:  # MlflowException or SQLAlchemy OperationalError: re-raised unless a lock
             if not _is_locked_error(e) or i == attempts - 1:
                 raise
             time.sleep(wait)
@@ -157,9 +160,7 @@ class Tracker:
                 # experiments created before the tags existed (or by other tools) get them now
                 for key, value in experiment_tags(exp.tags).items():
                     with_retry(
-                        lambda k=key, v=value: self.client.set_experiment_tag(
-                            self.experiment_id, k, v
-                        )
+                        partial(self.client.set_experiment_tag, self.experiment_id, key, value)
                     )
 
     # ------------------------------------------------------------------ runs
@@ -201,12 +202,10 @@ class Tracker:
         # MLflow's batch limits: 100 params, 100 tags, 1000 metrics per call
         for i in range(0, max(len(p), len(t)), 100):
             with_retry(
-                lambda i=i: self.client.log_batch(
-                    run_id, params=p[i : i + 100], tags=t[i : i + 100]
-                )
+                partial(self.client.log_batch, run_id, params=p[i : i + 100], tags=t[i : i + 100])
             )
         for j in range(0, len(m), 1000):
-            with_retry(lambda j=j: self.client.log_batch(run_id, metrics=m[j : j + 1000]))
+            with_retry(partial(self.client.log_batch, run_id, metrics=m[j : j + 1000]))
 
     def log_artifacts(
         self, run_id: str, folder: str | os.PathLike, artifact_path: str | None = None

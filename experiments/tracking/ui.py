@@ -5,18 +5,19 @@ What decides, read in the UI bundle MLflow ships (``mlflow/server/js/build``, ML
 
 * the experiment tag ``mlflow.experimentKind`` (experiment kinds came with MLflow 3.4): the kind
   ``custom_model_development`` ("Machine learning") opens the runs table, ``genai_development``
-  the GenAI overview. :func:`experiments.tracking.ui_view.experiment_tags` gives it, and :class:`~experiments.tracking.Tracker`
-  sets it on every experiment it creates or opens that lacks it;
+  the GenAI overview. :func:`experiments.tracking.ui_view.experiment_tags` gives it, and
+  :class:`~experiments.tracking.Tracker` sets it on every experiment it creates or opens that
+  lacks it;
 * since the sidebar's "GenAI / Model training" switch (MLflow 3.17 has it) the switch decides
   instead, for every experiment. A browser remembers it (local storage ``mlflow.workflowType``,
   GenAI until changed); a link sets it with ``workflowType=machine_learning``.
 
-So the package does both, and the links :func:`experiments.tracking.ui_view.runs_url` builds (``make ui`` prints one per
-experiment) carry the switch and a saved view: an experiment tag
+So the package does both, and the links :func:`experiments.tracking.ui_view.runs_url` builds
+(``make ui`` prints one per experiment) carry the switch and a saved view: an experiment tag
 ``mlflow.sharedViewState.<key>`` holds a runs-table view as JSON (sort order, columns), and the
 runs page opens it with ``?viewStateShareKey=<key>``; it is what the UI's own "Share" button
-writes. The view :func:`experiments.tracking.ui_view.ccc_view` lists the child runs best validation CCC first, with the four
-CCC metrics and the main parameters as columns.
+writes. The view :func:`experiments.tracking.ui_view.ccc_view` lists the child runs best
+validation CCC first, with the four CCC metrics and the main parameters as columns.
 
 ``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` tags this package's experiments
 (those with sweep runs) and prints their links; ``make ui`` runs it before starting the UI.
@@ -28,6 +29,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
@@ -43,15 +45,16 @@ def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
         if only_with_sweeps and not with_retry(
-            lambda exp=exp: client.search_runs(
-                [exp.experiment_id], f"tags.{CONFIG_HASH_TAG} != ''", max_results=1
+            partial(
+                client.search_runs,
+                [exp.experiment_id],
+                f"tags.{CONFIG_HASH_TAG} != ''",
+                max_results=1,
             )
         ):
             continue
         for key, value in experiment_tags(exp.tags).items():
-            with_retry(
-                lambda k=key, v=value, exp=exp: client.set_experiment_tag(exp.experiment_id, k, v)
-            )
+            with_retry(partial(client.set_experiment_tag, exp.experiment_id, key, value))
         out.append((exp.name, exp.experiment_id))
     return out
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, TypedDict
 
 import numba
 import numpy as np
@@ -62,9 +63,16 @@ from ..config.options import ALIGNS, STATS  # defined once, in options.py
 
 _MEAN, _STD, _MIN, _MAX, _SLOPE, _VALID_FRAC = range(len(STATS))
 
+
 #: compiled once per argument type and cached in __pycache__; ``error_model="numpy"`` lets
 #: x / 0 give inf or NaN instead of a per-division check that stops the loops vectorising
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+class _JitOptions(TypedDict):
+    cache: bool
+    nogil: bool
+    error_model: Literal["python", "numpy"]
+
+
+_JIT: _JitOptions = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
 def window_frames(length_s: float, fps: float) -> int:
@@ -247,10 +255,7 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
     """
     n, d = z.shape[0] - 1, z.shape[1]
     nl, ns = bounds.shape[0], codes.shape[0]
-    first = np.full(len(STATS), -1)  # statistic -> its first place in ``codes``
-    for k in range(ns):
-        if first[codes[k]] < 0:
-            first[codes[k]] = k
+    first = _first_places(codes)  # statistic -> its first place in ``codes``
     sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
     extremes = first[_MIN] >= 0 or first[_MAX] >= 0
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
@@ -336,10 +341,27 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
                     row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
                     row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
                 )
-            for k in range(ns):  # a statistic asked for twice
-                k1 = first[codes[k]]
-                if k1 != k:
-                    row[k * d : (k + 1) * d] = row[k1 * d : (k1 + 1) * d]
+            _copy_repeated(row, codes, first, d)
+
+
+@numba.njit(inline="always", **_JIT)
+def _first_places(codes):  # pragma: no cover - compiled
+    """Statistic code -> its first place in ``codes`` (-1: not asked for)."""
+    first = np.full(len(STATS), -1)
+    for k in range(codes.shape[0]):
+        if first[codes[k]] < 0:
+            first[codes[k]] = k
+    return first
+
+
+@numba.njit(inline="always", **_JIT)
+def _copy_repeated(row, codes, first, d):  # pragma: no cover - compiled
+    """A statistic asked for twice in ``codes``: its later places in ``row`` (``d`` columns
+    each) copy the first one, which the window loop computed."""
+    for k in range(codes.shape[0]):
+        k1 = first[codes[k]]
+        if k1 != k:
+            row[k * d : (k + 1) * d] = row[k1 * d : (k1 + 1) * d]
 
 
 @numba.njit(inline="always", **_JIT)

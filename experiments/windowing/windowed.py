@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -37,6 +38,15 @@ class Windowed:
     names: list[str]
 
 
+class _Window(TypedDict):
+    """The window arguments of :func:`~experiments.windowing.stats.window_stats` for one key."""
+
+    fps: float
+    lengths_s: Sequence[float]
+    delay_s: float
+    align: str
+
+
 def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
     """Windowed features of the channels in ``key`` for every session.
 
@@ -58,7 +68,7 @@ def window_sessions(tables: Sequence[SessionTable], key: WindowKey) -> Windowed:
         n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
         F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
         part_names: list[str] = []
-        window = {
+        window: _Window = {
             "fps": t.fps,
             "lengths_s": key.lengths_s,
             "delay_s": key.delay_s,

@@ -18,8 +18,9 @@ of x = 1080/2560 of the width, as :func:`featurestore.sources.media.role_regions
 mirrored, colour-shifted copy; each listener (right) has their own tint. Expressions are
 piecewise-affine warps (the model of ``skimage.transform.PiecewiseAffineTransform``,
 evaluated in one vectorised pass by :func:`piecewise_affine_map`) of the 68 dlib landmarks
-of the photo plus a ring of fixed border points, rendered once per state and reused: 7 smile levels (lip corners out and up, cheeks up), 4 mouth-opening levels (lower
-lip and jaw down), 3 blink levels and a brow raise. The upper face (brows, eyes) and the
+of the photo plus a ring of fixed border points, rendered once per state and reused: 7 smile
+levels (lip corners out and up, cheeks up), 4 mouth-opening levels (lower lip and jaw down),
+3 blink levels and a brow raise. The upper face (brows, eyes) and the
 lower face (mouth, jaw, cheeks) are warped in separate bands that meet at the nose tip, so
 a frame is composed from one upper and one lower state without a per-frame warp. Heads move
 a few pixels (smooth random translation; the listener nods during backchannels).
@@ -96,8 +97,9 @@ too with the same FFmpeg/x264 build (x264 runs single-threaded); another build o
 encoder may write different bytes that decode to nearly the same pictures.
 
 **Cost.** The default corpus (6 listeners x stories 1-6, so two test stories per listener,
-x 24 s: 36 sessions, 21,600 frames) takes about 47 s on one core, two thirds of it in x264 (words, transcripts and observer ratings add milliseconds); ``build_demo(tmp, n_listeners=2, stories=(1, 2),
-duration_s=6)`` takes a few seconds (most of it loading dlib's landmark model once).
+x 24 s: 36 sessions, 21,600 frames) takes about 47 s on one core, two thirds of it in x264
+(words, transcripts and observer ratings add milliseconds); ``build_demo(tmp, n_listeners=2,
+stories=(1, 2), duration_s=6)`` takes a few seconds (most of it loading dlib's landmark model once).
 
 **Modules.** :mod:`~featurestore.demo.model` (the planted constants, per-person parameters,
 story curves), :mod:`~featurestore.demo.face` (face rig and warping),

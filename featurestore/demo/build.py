@@ -85,7 +85,8 @@ class DemoInfo:
 
     def __str__(self) -> str:
         return (
-            f"{len(self.sessions)} session{'s' if len(self.sessions) != 1 else ''} of {self.duration_s:g} s, {self.width}x{self.height} at "
+            f"{len(self.sessions)} session{'s' if len(self.sessions) != 1 else ''} of "
+            f"{self.duration_s:g} s, {self.width}x{self.height} at "
             f"{self.fps:g} fps, seed {self.seed}, built in {self.build_seconds:.1f} s"
         )
 
@@ -119,20 +120,24 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         },
         "label": {
             "target": "valence_self",
-            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) + text_term(t) + noise(t), -1, 1)",
+            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
+            "+ text_term(t) + noise(t), -1, 1)",
             "delay_s": model.LABEL_DELAY_S,
-            "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
+            "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS "
+            f"envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
             "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
             "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
             "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
             "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
             "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
             "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
-            "affect": "affect of the latest phrase the speaker has started, held until the next one (0 before the first)",
+            "affect": "affect of the latest phrase the speaker has started, held until the next one "
+            "(0 before the first)",
         },
         "words": {
             "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
-            "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive (a_p > 0) or negative lexicon words",
+            "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
+            "(a_p > 0) or negative lexicon words",
             "positive_words": list(model.POSITIVE_WORDS),
             "negative_words": list(model.NEGATIVE_WORDS),
             "neutral_words": list(model.NEUTRAL_WORDS),
@@ -140,13 +145,17 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         },
         "observers": {
             "valence_observer_listener": (
-                f"clip(observer_offset + observer_scale * moving_average(valence_self, {model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
-                f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise (slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
+                "clip(observer_offset + observer_scale * moving_average(valence_self, "
+                f"{model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
+                f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise "
+                f"(slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
                 f"{model.OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
             ),
             "valence_observer_speaker": (
-                f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
-                f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise (slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
+                f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, "
+                f"tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
+                f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise "
+                f"(slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
                 f"{model.OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
             ),
         },
@@ -225,7 +234,8 @@ opening the mouth and nodding. Backchannels carry no label information.
 
 Label:
 
-    valence(t) = valence_offset + valence_gain * smile(t - {lab["delay_s"]:g} s) + speaker_term(t) + text_term(t) + noise(t)
+    valence(t) = valence_offset + valence_gain * smile(t - {lab["delay_s"]:g} s) \
++ speaker_term(t) + text_term(t) + noise(t)
 
 clipped to [-1, 1], where `smile(t)` in [0, 1] is the listener's latent smile, which their
 face shows at time t (so it reaches the valence {lab["delay_s"]:g} s later),

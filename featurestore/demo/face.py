@@ -259,9 +259,9 @@ class FaceRig:
         cv2.fillPoly(
             mask, [np.round(poly * 4).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=2
         )
-        mask = cv2.GaussianBlur(mask, (5, 5), 1.0)[..., None]
+        soft = cv2.GaussianBlur(mask, (5, 5), 1.0)[..., None]
         cavity = np.array([62, 24, 28], np.float32)  # dark red-brown of an open mouth
-        return np.clip(band * (1 - 0.9 * mask) + cavity * 0.9 * mask + 0.5, 0, 255).astype(np.uint8)
+        return np.clip(band * (1 - 0.9 * soft) + cavity * 0.9 * soft + 0.5, 0, 255).astype(np.uint8)
 
     def render(
         self, smile: int = SPEAKER_SMILE_STATE, mouth: int = 0, blink: int = 0, brow: int = 0

@@ -151,7 +151,8 @@ def video_frames(
     for i in range(plan.n_frames):
         np.copyto(buf, bg)
         for role, cache in caches.items():
-            ty, tu, tv = cache.get(tuple(int(v) for v in st[role][i]))
+            smile, mouth, blink, brow = (int(v) for v in st[role][i])
+            ty, tu, tv = cache.get((smile, mouth, blink, brow))
             x = layout.origin[role][0] + int(plan.offsets[role][i, 0])
             y = layout.origin[role][1] + int(plan.offsets[role][i, 1])
             y_plane[y : y + th, x : x + tw] = ty

@@ -22,7 +22,8 @@ SPEAKER_TERM_WEIGHT = 0.05
 SPEAKER_TERM_WINDOW_S = 3.0
 LABEL_SLOW_NOISE_SD = 0.03
 LABEL_WHITE_NOISE_SD = 0.01
-#: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed causally over TEXT_TERM_TAU_S).
+#: The valence's text term: TEXT_TERM_WEIGHT * (affect of what the speaker says, smoothed
+#: causally over TEXT_TERM_TAU_S).
 TEXT_TERM_WEIGHT = 0.2
 #: the story's common affect curve c_S(t): smooth noise (time scale in s) of this sd, clipped to [-1, 1]
 STORY_CURVE_SD = 0.55
@@ -178,6 +179,12 @@ class SpeakerParams:
     tint: tuple[float, float, float]
 
 
+def _rgb(factors: np.ndarray) -> tuple[float, float, float]:
+    """Three colour factors (R, G, B) rounded to 3 decimals."""
+    red, green, blue = (round(float(v), 3) for v in factors)
+    return (red, green, blue)
+
+
 def listener_params(listener: int, seed: int = 0) -> ListenerParams:
     """The latent parameters of listener ``listener`` under ``seed``."""
     r = seeded_rng(seed, 1, listener)
@@ -190,7 +197,7 @@ def listener_params(listener: int, seed: int = 0) -> ListenerParams:
         smile_event_size=round(float(r.uniform(0.6, 1.0)), 4),
         backchannel_f0_hz=round(float(r.uniform(200.0, 240.0)), 2),
         backchannel_level=round(float(r.uniform(0.25, 0.35)), 3),
-        tint=tuple(round(float(v), 3) for v in r.uniform(0.88, 1.12, 3)),
+        tint=_rgb(r.uniform(0.88, 1.12, 3)),
         observer_offset=round(float(r.uniform(-0.05, 0.10)), 4),
         observer_scale=round(float(r.uniform(0.6, 0.9)), 4),
         story_sign=-1 if int(listener) % 5 == 2 else 1,
@@ -233,7 +240,5 @@ def speaker_params(speaker: int, seed: int = 0) -> SpeakerParams:
         f0_hz=round(float((175.0 if high else 125.0) + r.uniform(-8, 8)), 2),
         formant_scale=round(float((1.12 if high else 1.0) * r.uniform(0.97, 1.03)), 4),
         speech_level=round(float(r.uniform(0.45, 0.55)), 3),
-        tint=tuple(
-            round(float(v), 3) for v in (np.array([0.85, 0.95, 1.12]) * r.uniform(0.93, 1.07, 3))
-        ),
+        tint=_rgb(np.array([0.85, 0.95, 1.12]) * r.uniform(0.93, 1.07, 3)),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,9 @@ def _ramp_envelope(n: int, attack: int, release: int) -> np.ndarray:
 
 def speech_schedule(rng: np.random.Generator, duration_s: float):
     """Phrases, syllables and backchannel slots of one session."""
-    phrases, syllables, backchannels = [], [], []
+    phrases: list[tuple[float, float]] = []
+    syllables: list[dict[str, Any]] = []
+    backchannels: list[tuple[float, float]] = []
     t = float(rng.uniform(0.3, 0.8))
     while True:
         dur = min(float(rng.uniform(1.2, 3.5)), duration_s - 0.3 - t)

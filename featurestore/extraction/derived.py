@@ -100,7 +100,10 @@ def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, 
 def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, str, dict]:
     """(upstream, cache key, params) of the per-role egemaps channels derived from the faces;
     ``face_keys``: role -> cache key of its ``face_geom``."""
-    upstream = f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};listener/face_geom={face_keys['listener']}"
+    upstream = (
+        f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};"
+        f"listener/face_geom={face_keys['listener']}"
+    )
     params = {"rule": SPEAKING_RULE}
     return upstream, cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params), params
 

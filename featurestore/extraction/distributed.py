@@ -1,4 +1,5 @@
-"""Extraction on a Dask cluster: one task per session, the same results as :func:`featurestore.extraction.pool.extract_many`.
+"""Extraction on a Dask cluster: one task per session, the same results as
+:func:`featurestore.extraction.pool.extract_many`.
 
 ``featurestore extract --executor dask`` starts a local cluster (processes, one thread each)
 or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker runs
@@ -148,7 +149,8 @@ def extract_many_dask(
     on_result: Callable[[SessionResult], None] | None = None,
     progress: bool = True,
 ) -> list[SessionResult]:
-    """Extract many sessions on Dask, one task per session; same semantics as :func:`featurestore.extraction.pool.extract_many`.
+    """Extract many sessions on Dask, one task per session; same semantics as
+    :func:`featurestore.extraction.pool.extract_many`.
 
     Leftover temporary shards of killed runs are removed first, every extractor is checked
     once (here and on every worker), and results come back in the order of ``sessions``.

@@ -107,6 +107,7 @@ def _find_session_files(
             f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files"
         )
     found: dict[str, list[Path]] = defaultdict(list)
+    order: dict[str, tuple[int, int]] = {}  # session -> (listener, story)
     skipped: list[Path] = []
     for p in sorted(root.rglob("*")):
         if not p.is_file() or p.suffix.lower() not in exts:
@@ -117,8 +118,9 @@ def _find_session_files(
         if ls is None:
             skipped.append(p)
         else:
+            order[session_name(*ls)] = ls
             found[session_name(*ls)].append(p)
-    return dict(sorted(found.items(), key=lambda kv: parse_session(kv[0]))), skipped
+    return dict(sorted(found.items(), key=lambda kv: order[kv[0]])), skipped
 
 
 def _meta_for_new_session(
@@ -131,7 +133,12 @@ def _meta_for_new_session(
             n_frames=int(given.n_frames) if given.n_frames > 0 else int(n_frames),
             fps=float(fps),
         )
-    listener, story = parse_session(session)
+    parsed = parse_session(session)
+    if parsed is None:
+        raise DataImportError(
+            f"{session} is not a session name; name the files Subject_<L>_Story_<S>"
+        )
+    listener, story = parsed
     if story not in STORY_SPEAKER:
         raise DataImportError(
             f"story {story} of {session} has no speaker in the OMG-Empathy story->speaker map; "
@@ -182,7 +189,10 @@ def _import_each(
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:
-            res.error = f"{len(paths)} {files_are} for one session: {', '.join(str(p) for p in paths)}; keep one and re-run"
+            res.error = (
+                f"{len(paths)} {files_are} for one session: "
+                f"{', '.join(str(p) for p in paths)}; keep one and re-run"
+            )
             continue
         try:
             res.detail = one(session, paths[0])

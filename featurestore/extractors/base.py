@@ -25,7 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -41,17 +41,25 @@ class ExtractorConfig:
     """Base of extractor configs; subclasses add fields."""
 
 
-class Extractor(ABC):
+#: an extractor's own config class (each extractor is ``Extractor[ItsConfig]``)
+C = TypeVar("C", bound=ExtractorConfig)
+
+
+class Extractor(ABC, Generic[C]):
+    """An extractor over its config class ``C``: ``self.config`` is a ``C``, so an extractor
+    reads its own fields with their types."""
+
     #: channel name in the store (``face_geom``, ``egemaps`` ...)
     name: ClassVar[str]
     #: bump whenever the output changes for the same input: invalidates cached channels
     version: ClassVar[str]
-    config_class: ClassVar[type] = ExtractorConfig
+    #: the config dataclass (``C``); its defaults are used when no config is given
+    config_class: type[C]
 
-    def __init__(self, config: ExtractorConfig | None = None) -> None:
-        self.config = config if config is not None else self.config_class()
+    def __init__(self, config: C | None = None) -> None:
+        self.config: C = config if config is not None else self.config_class()
 
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         """Parameters recorded in provenance and hashed into the cache key."""
         return asdict(self.config)
 
@@ -73,7 +81,7 @@ class Track(ABC):
         """Features for every frame added, in order (invalid rows hold NaN)."""
 
 
-class FrameExtractor(Extractor):
+class FrameExtractor(Extractor[C]):
     kind: ClassVar[str] = "video"
     #: roles whose crops this extractor wants
     roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
@@ -86,22 +94,23 @@ class FrameExtractor(Extractor):
         """A fresh per-role track for one video."""
 
 
-class AudioExtractor(Extractor):
-    """Its config has a ``sampling_rate`` (Hz): the audio track is decoded at that rate."""
+class AudioExtractor(Extractor[C]):
+    """Its audio track is decoded at its :attr:`sampling_rate` (Hz)."""
 
     kind: ClassVar[str] = "audio"
 
     @property
+    @abstractmethod
     def sampling_rate(self) -> int:
-        """Rate in Hz the audio track is decoded at for this extractor (``config.sampling_rate``)."""
-        return int(self.config.sampling_rate)
+        """Rate in Hz the audio track is decoded at for this extractor (usually its config's
+        ``sampling_rate``)."""
 
     @abstractmethod
     def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
         """Features per role from a mono float32 signal at ``sampling_rate`` Hz."""
 
 
-class TranscriptExtractor(Extractor):
+class TranscriptExtractor(Extractor[C]):
     """Per-frame features of each role from a session's transcript cues (no media decoding)."""
 
     kind: ClassVar[str] = "transcript"
@@ -114,16 +123,19 @@ class TranscriptExtractor(Extractor):
         :class:`featurestore.sources.transcripts.Cue` objects."""
 
 
-_REGISTRY: dict[str, type[Extractor]] = {}
+_REGISTRY: dict[str, type[Extractor[Any]]] = {}
+
+#: an extractor class (what :func:`register` decorates and returns unchanged)
+E = TypeVar("E", bound=type[Extractor[Any]])
 
 
-def register(cls: type[Extractor]) -> type[Extractor]:
+def register(cls: E) -> E:
     """Class decorator: make an extractor available by its ``name``."""
     _REGISTRY[cls.name] = cls
     return cls
 
 
-def get_extractor(name: str) -> type[Extractor]:
+def get_extractor(name: str) -> type[Extractor[Any]]:
     """The extractor class registered as ``name`` (the built-in ones register when
     :mod:`featurestore.extractors` is imported)."""
     if name not in _REGISTRY:
@@ -131,6 +143,6 @@ def get_extractor(name: str) -> type[Extractor]:
     return _REGISTRY[name]
 
 
-def registry() -> dict[str, type[Extractor]]:
+def registry() -> dict[str, type[Extractor[Any]]]:
     """Name -> extractor class of every registered extractor."""
     return dict(_REGISTRY)

@@ -54,7 +54,7 @@ def resample(signal: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
 
 
 @register
-class EgemapsExtractor(AudioExtractor):
+class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
     """openSMILE eGeMAPSv02 LLDs of the shared microphone, returned as ``{"scene": Features}``.
 
     >>> import numpy as np
@@ -70,6 +70,11 @@ class EgemapsExtractor(AudioExtractor):
     def __init__(self, config: EgemapsConfig | None = None) -> None:
         super().__init__(config)
         self._smile = None  # built on first use; not pickled (workers rebuild it)
+
+    @property
+    def sampling_rate(self) -> int:
+        """Rate in Hz the audio track is decoded at for this extractor (``config.sampling_rate``)."""
+        return int(self.config.sampling_rate)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_smile": None}

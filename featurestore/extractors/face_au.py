@@ -108,7 +108,7 @@ def _hub_offline() -> Iterator[None]:
     with _HUB_LOCK:
         old_env = os.environ.get("HF_HUB_OFFLINE")
         os.environ["HF_HUB_OFFLINE"] = "1"
-        constants = sys.modules.get("huggingface_hub.constants")
+        constants: Any = sys.modules.get("huggingface_hub.constants")
         restore = (
             bool(getattr(constants, "HF_HUB_OFFLINE", False))
             if constants is not None
@@ -332,7 +332,7 @@ class _FaceAUTrack(Track):
 
 
 @register
-class FaceAUExtractor(FrameExtractor):
+class FaceAUExtractor(FrameExtractor[FaceAUConfig]):
     """py-feat action-unit activations of the largest face in each sampled crop.
 
     >>> FaceAUExtractor().params()["detector"]

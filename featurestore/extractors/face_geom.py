@@ -266,16 +266,13 @@ class FaceGeomTrack(Track):
 
         # a grey view is used as it is: the detector and the landmark model copy what they read
         gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY) if image.ndim == 3 else image
-        due = (
-            self._prev is None
-            or time_s - self._last_detect_s >= self.config.redetect_every_s - 1e-6
-        )
-        if due:
+        prev = self._prev
+        if prev is None or time_s - self._last_detect_s >= self.config.redetect_every_s - 1e-6:
             lm = self._detect(gray, time_s)
-            if lm is None and self._prev is not None:  # HOG misses turned faces a track follows
-                lm = self._follow(gray)
+            if lm is None and prev is not None:  # HOG misses turned faces a track follows
+                lm = self._follow(gray, prev)
         else:
-            lm = self._follow(gray)
+            lm = self._follow(gray, prev)
             if lm is None:
                 lm = self._detect(gray, time_s)
         self._prev = lm
@@ -339,14 +336,14 @@ class FaceGeomTrack(Track):
         pad = round(self.config.search_margin * (x1 - x0))
         return (x0 - pad, y0 - pad, x1 + pad, y1 + pad)
 
-    def _follow(self, gray: np.ndarray) -> np.ndarray | None:
-        """Landmarks predicted around the previous ones, or None when the track looks lost."""
-        lm = self.landmarker.landmarks_in_box(gray, self._box_from(self._prev))
-        return None if self._lost(lm, gray) else lm
+    def _follow(self, gray: np.ndarray, prev: np.ndarray) -> np.ndarray | None:
+        """Landmarks predicted around the previous ones ``prev``, or None when the track looks lost."""
+        lm = self.landmarker.landmarks_in_box(gray, self._box_from(prev))
+        return None if self._lost(lm, gray, prev) else lm
 
-    def _lost(self, lm: np.ndarray, gray: np.ndarray) -> bool:
+    def _lost(self, lm: np.ndarray, gray: np.ndarray, prev: np.ndarray) -> bool:
         """True when tracked landmarks cannot be this face: size jump, off-crop, other patch."""
-        ratio = _iod(lm) / _iod(self._prev)
+        ratio = _iod(lm) / _iod(prev)
         (cx, cy), (h, w) = lm.mean(0), gray.shape
         if not (1 / self.config.max_scale_change <= ratio <= self.config.max_scale_change):
             return True
@@ -359,7 +356,7 @@ class FaceGeomTrack(Track):
 
 
 @register
-class FaceGeomExtractor(FrameExtractor):
+class FaceGeomExtractor(FrameExtractor[FaceGeomConfig]):
     """FACS-inspired landmark geometry, blink and head pose per frame (dlib, offline)."""
 
     name = "face_geom"

@@ -97,7 +97,7 @@ class SpeechConfig(ExtractorConfig):
 
 
 @register
-class SpeechExtractor(TranscriptExtractor):
+class SpeechExtractor(TranscriptExtractor[SpeechConfig]):
     """Is talking, words per second and time since the role last spoke, per label frame.
 
     >>> from featurestore.sources.transcripts import Cue
@@ -189,7 +189,7 @@ def prefix_scores(text: str) -> np.ndarray:
 
 
 @register
-class LexiconExtractor(TranscriptExtractor):
+class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
     """VADER sentiment of each role's current and recent words, per label frame (see the module docstring).
 
     >>> from featurestore.sources.transcripts import Cue

@@ -238,7 +238,8 @@ class _Found:
                 ScanIssue(
                     sf.video,
                     "unmatched",
-                    f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training",
+                    f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted "
+                    "but not used for training",
                 )
             )
         return sf

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -197,7 +198,8 @@ def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, .
                     yield i, i / fps, {f: _convert(frame, f) for f in formats}
         except av.error.FFmpegError as e:
             raise MediaError(
-                f"{path}: decoding failed after {i + 1} frames ({e}); the file is corrupt or truncated - re-copy or re-encode it"
+                f"{path}: decoding failed after {i + 1} frames ({e}); "
+                "the file is corrupt or truncated - re-copy or re-encode it"
             ) from e
         if i < 0:
             raise MediaError(
@@ -207,7 +209,11 @@ def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, .
         c.close()
 
 
-def _prefetched(items: Iterator, size: int) -> Iterator:
+#: what a prefetched generator yields
+T = TypeVar("T")
+
+
+def _prefetched(items: Generator[T, None, None], size: int) -> Iterator[T]:
     """``items`` produced by a background thread up to ``size`` ahead, in order; an exception
     raised there is raised here. Closing this iterator early stops and joins the thread."""
     q: queue.Queue = queue.Queue(maxsize=size)

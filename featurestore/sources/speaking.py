@@ -92,9 +92,9 @@ def mouth_activity(track: Features, times: np.ndarray, window_s: float = 0.6) ->
     if x.size == 0:
         return np.full(times.shape, np.nan)
     series = pd.Series(x, index=pd.to_timedelta(track.time, unit="s"))
-    act = series.rolling(pd.Timedelta(seconds=window_s), center=True, min_periods=2).std()
+    rolling = series.rolling(pd.Timedelta(seconds=window_s), center=True, min_periods=2).std()
     # a sample without a face is unknown even if its neighbours had one
-    act = np.where(np.isnan(x), np.nan, act.to_numpy())
+    act = np.where(np.isnan(x), np.nan, rolling.to_numpy())
 
     t = track.time
     i1 = np.clip(np.searchsorted(t, times), 0, t.size - 1)

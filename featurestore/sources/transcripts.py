@@ -177,6 +177,7 @@ def _clean_srt_text(line: str) -> str:
 # ----------------------------------------------------------------------------- SRT
 def _seconds(groups: Sequence[str | None], source: str, line_no: int, raw: str) -> float:
     h, m, s, frac = groups
+    assert m is not None and s is not None, "both time patterns require minutes and seconds"
     minutes, seconds = int(m), int(s)
     if minutes >= 60 or seconds >= 60:
         raise TranscriptError(

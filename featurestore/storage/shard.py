@@ -176,14 +176,16 @@ class ShardReader:
         version = self.file.attrs.get("schema_version")
         if write and (version is None or int(version) != SCHEMA_VERSION):
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}, this tool reads and writes {SCHEMA_VERSION}; it was left as "
-                "it is: move it aside (keep it if you need its channels) and re-run `featurestore extract` to rebuild it"
+                f"{self.path} has {_schema_name(version)}, this tool reads and writes "
+                f"{SCHEMA_VERSION}; it was left as it is: move it aside (keep it if you need its "
+                "channels) and re-run `featurestore extract` to rebuild it"
             )
         if version is None or int(version) not in READABLE_SCHEMAS:
             readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}; this tool reads schema version {readable}. Move it aside and "
-                "rebuild it with `featurestore extract` (check the store with `featurestore verify`)"
+                f"{self.path} has {_schema_name(version)}; this tool reads schema version "
+                f"{readable}. Move it aside and rebuild it with `featurestore extract` "
+                "(check the store with `featurestore verify`)"
             )
 
     # ---------------------------------------------------------------- channels
@@ -371,7 +373,9 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 "shares another channel's; name the channel that holds the rows"
             )
         shared = (
-            _shared_target(f, session, key, ch, channels) if ch.shared_with is not None else None
+            _shared_target(f, session, key, ch, ch.shared_with, channels)
+            if ch.shared_with is not None
+            else None
         )
         write_channel(f.require_group(role), name, ch, shared)
 
@@ -388,10 +392,15 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _shared_target(
-    f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]
+    f: h5py.File,
+    session: str,
+    key: str,
+    ch: Channel,
+    target: str,
+    channels: Mapping[str, Channel],
 ) -> h5py.Group:
-    """The group whose datasets ``key`` links to, after checking its rows equal ``ch``'s."""
-    target = ch.shared_with
+    """The group whose datasets ``key`` links to (``target``, ``ch.shared_with``), after
+    checking its rows equal ``ch``'s."""
     role, name = split_key(target)
     if target == key:
         raise StoreError(

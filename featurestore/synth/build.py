@@ -47,7 +47,8 @@ class SynthInfo:
         return (
             f"{len(self.sessions)} synthetic sessions, {self.n_frames:,} frames "
             f"({self.n_frames / LABEL_FPS / 3600:.2f} h) in {self.root}: "
-            f"{self.size_bytes / 1e6:.1f} MB written in {self.seconds:.1f} s (seed {self.seed}, faces at {self.face_fps:g} fps)"
+            f"{self.size_bytes / 1e6:.1f} MB written in {self.seconds:.1f} s "
+            f"(seed {self.seed}, faces at {self.face_fps:g} fps)"
         )
 
 

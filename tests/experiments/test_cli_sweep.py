@@ -1,4 +1,5 @@
-"""The ``experiments sweep`` / ``export`` verbs: config handling, kill and resume, concurrent sweeps, export -> score."""
+"""The ``experiments sweep`` / ``export`` verbs: config handling, kill and resume, concurrent
+sweeps, export -> score."""
 
 from __future__ import annotations
 

@@ -167,7 +167,10 @@ def test_validation_errors_name_file_key_and_suggestion(tmp_path, text, pattern)
 
 
 def test_validation_errors_name_the_line_of_the_key(tmp_path):
-    text = "target: valence_self\nwindow:\n  delay_s: [0, 2]\n  align: [causal,\n    middle]\nmodels:\n  - {name: ridge, alpha: [1]}\n  - name: svr\n    C: [1]\n    gama: [0.1]\n"
+    text = (
+        "target: valence_self\nwindow:\n  delay_s: [0, 2]\n  align: [causal,\n    middle]\n"
+        "models:\n  - {name: ridge, alpha: [1]}\n  - name: svr\n    C: [1]\n    gama: [0.1]\n"
+    )
     cases = [
         (
             text,

@@ -18,7 +18,10 @@ from matplotlib.figure import Figure
 
 from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
 
-LONG = "xgboost(n_estimators=200,max_depth=3,learning_rate=0.05) both w2,8s d2s global_calibrated smooth4s rescale=train"
+LONG = (
+    "xgboost(n_estimators=200,max_depth=3,learning_rate=0.05) both w2,8s d2s global_calibrated "
+    "smooth4s rescale=train"
+)
 
 
 @pytest.fixture

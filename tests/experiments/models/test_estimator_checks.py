@@ -34,7 +34,8 @@ NOT_ESTIMATORS = {
     Rescaler: "post-processing of predictions, not a model of X: fit(y_train, pred_train, groups) learns label "
     "and prediction statistics, transform(pred, group) rescales predictions by the group known at prediction "
     "time; scikit-learn's checks call fit(X, y) on feature matrices and expect transform to keep X's columns, "
-    "which is not this contract (experiments/evaluation/evaluate.py applies it after the model, per listener or overall)",
+    "which is not this contract (experiments/evaluation/evaluate.py applies it after the model, "
+    "per listener or overall)",
 }
 
 

@@ -36,7 +36,8 @@ def search_dict(uri: str, experiment: str, **changes) -> dict:
     [
         (
             {"search": None, "models": RIDGE_RANGE},
-            "models[0].alpha: a range {'low': 0.1, 'high': 100, 'log': True} is sampled by an Optuna search, but search.method is 'grid'",
+            "models[0].alpha: a range {'low': 0.1, 'high': 100, 'log': True} is sampled by an "
+            "Optuna search, but search.method is 'grid'",
         ),
         ({"search": None, "window": {"delay_s": {"low": 0, "high": 2}}}, "window.delay_s: a range"),
         (
@@ -83,7 +84,8 @@ def search_dict(uri: str, experiment: str, **changes) -> dict:
         ),
         (
             {"personalization": ["per_listener"]},
-            "search.track: nothing to search on the generalized track: every configuration uses the listener's identity",
+            "search.track: nothing to search on the generalized track: "
+            "every configuration uses the listener's identity",
         ),
     ],
 )

@@ -256,8 +256,8 @@ def test_extraction_with_a_transcript_uses_the_transcript_rule(session_data, tmp
     )
     out = capsys.readouterr().out
     assert (
-        "computed scene/egemaps, speaker/speech, listener/speech, speaker/lexicon, listener/lexicon, speaker/egemaps, listener/egemaps"
-        in out
+        "computed scene/egemaps, speaker/speech, listener/speech, speaker/lexicon, "
+        "listener/lexicon, speaker/egemaps, listener/egemaps" in out
     )
     st = Store(store)
     s = "Subject_1_Story_1"
