@@ -29,7 +29,7 @@ Both evaluate a fit group (the configurations that differ only in post-processin
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 from ..config.grid import Trial, WindowKey
@@ -72,7 +72,7 @@ class Executor(abc.ABC):
     name: str = ""
 
     @abc.abstractmethod
-    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
         """Evaluate ``todo``; yield one outcome per configuration, in the order of ``todo``, each
         as soon as it and those before it are done.
 

@@ -42,9 +42,10 @@ import os
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from featurestore import Store
 
@@ -180,11 +181,12 @@ def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome
         error = f"windowing failed: {type(e).__name__}: {e}"
     else:
         try:
-            results, error = list(evaluate_trials(trials, w)), ""
+            evaluated = evaluate_trials(trials, w)
+            results, error = list(evaluated), ""
             if job.ctx.log_artifacts:
                 # drawn here, before any run exists: the client only writes the bytes (or this
                 # worker logs them), and a worker-logged run stays RUNNING for the upload only
-                for r in results:
+                for r in evaluated:
                     with_figures(r)
         except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
             results, error = [None] * len(trials), f"{type(e).__name__}: {e}"
@@ -262,7 +264,7 @@ class DaskExecutor(Executor):
         self.client = client
         self.log_on_workers = bool(log_on_workers)
 
-    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
         if not todo:
             return
         check_worker_code(self.client)
@@ -276,7 +278,7 @@ class DaskExecutor(Executor):
         # the local executor's order: grouped by window key (first appearance), baseline first;
         # one task per fit group
         order = [g for group in window_groups(todo).values() for g in fit_groups(group)]
-        futures: dict[int, object] = {}
+        futures: dict[int, Any] = {}  # index in ``order`` -> its dask Future
 
         def submit(indices: list[int]) -> list:
             for i in indices:

@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,7 +124,7 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
+    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
         """Windowed features once per window key in this process, each fit group evaluated here or,
         with ``ctx.jobs`` > 1, in forked worker processes; outcomes in the order of ``todo``."""
         try:
@@ -397,9 +397,12 @@ class Scheduler:
             if not all(f is not None and f.done() for f in done.values()):
                 continue  # a part is still queued or running
             del state.parts[fit_group]
-            failed = next((f.exception() for f in done.values() if f.exception() is not None), None)
+            futures = {part: f for part, f in done.items() if f is not None}  # all, as checked
+            failed = next(
+                (f.exception() for f in futures.values() if f.exception() is not None), None
+            )
             if failed is None:
-                results = {part: f.result() for part, f in done.items()}
+                results = {part: f.result() for part, f in futures.items()}
                 state.queue.insert(0, Task(fit_group, parts_done=results))
                 continue
             lost: cf.Future = cf.Future()  # what the group's task would have raised
@@ -417,8 +420,8 @@ class Scheduler:
         """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
         if task.part is not None:
-            fut = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
-            state.parts[task.fit_group][task.part] = fut
+            part = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
+            state.parts[task.fit_group][task.part] = part
         else:
             fut = state.pool.submit(_evaluate_shared, task.fit_group, self.figures, task.parts_done)
             for k, t in enumerate(task.fit_group):

@@ -228,12 +228,19 @@ class ParentRun:
         self._add(row)
         return row
 
+    @property
+    def context(self) -> SweepContext:
+        """The open sweep's :class:`SweepContext` (set when the parent run starts)."""
+        if self.ctx is None:
+            raise RuntimeError("the parent run is not open: enter it (`with ParentRun(...)`) first")
+        return self.ctx
+
     def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
         """Evaluate ``todo`` with the executor and hand each :class:`Outcome` to ``on_outcome``
         as it comes; the executor's work stops however this ends."""
         if not todo:
             return
-        ctx = replace(self.ctx, channels=tuple(sorted({c for t in todo for c in t.channels})))
+        ctx = replace(self.context, channels=tuple(sorted({c for t in todo for c in t.channels})))
         with contextlib.closing(self.executor.run(list(todo), ctx)) as outcomes:
             for outcome in outcomes:
                 on_outcome(outcome)
@@ -242,9 +249,9 @@ class ParentRun:
         """Log an outcome as a child run with ``tags`` besides the usual ones (the row of a run its
         worker logged is taken as it is), add its row and return it; :meth:`notify` then tells
         the caller's ``on_result``."""
-        ctx = (
-            self.ctx if not tags else replace(self.ctx, child_tags={**self.ctx.child_tags, **tags})
-        )
+        ctx = self.context
+        if tags:
+            ctx = replace(ctx, child_tags={**ctx.child_tags, **tags})
         row = outcome.row
         if row is None:
             row = log_child(self.tracker, ctx, outcome.trial, outcome.result, outcome.error)

@@ -63,7 +63,8 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
         metric = selection_metric(track, protocol)
         part = grid[grid["track"].isin(candidates(track))]
         if metric in part and part[metric].notna().any():
-            best = part.loc[part[metric].idxmax()]
+            # the first best, as idxmax gives it (NaN skipped)
+            best = part.iloc[int(np.nanargmax(part[metric].to_numpy(dtype=float)))]
             twin = (
                 twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)]
                 if len(twins) and track == "generalized"
@@ -80,7 +81,7 @@ def unseen_listener_trials(
     protocol on (see :func:`experiments.evaluation.evaluate.evaluate_trials`); none for a set whose choice
     already has its unseen-listener run in ``table``."""
     by_hash = {t.hash(): t for t in trials}
-    out = []
+    out: list[Trial] = []
     if table.empty or "features.set" not in table:
         return out
     for _, part in table.groupby("features.set", sort=False):
@@ -211,7 +212,7 @@ def summarise(
             {
                 f"best_{track}.{k}": v
                 for k, v in row.items()
-                if k.startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
+                if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
             }
         )
     main = best_ids.get("personalized") or best_ids.get("generalized")

@@ -249,10 +249,10 @@ def _decode_video(
     if not todo:
         return out
     jobs = {
-        c.key: FrameJob(c.extractor.new_track(c.role), c.role, c.extractor.pixel_format)
+        c.key: FrameJob(c.frame_extractor.new_track(c.role), c.role, c.frame_extractor.pixel_format)
         for c in todo
     }
-    info, video = plan.info, plan.files.video
+    info, video = plan.info, plan.video
     step = media.sample_mask_step(info.fps, cfg.face_fps)
     bar = tqdm(
         total=int(np.ceil(info.n_frames / step)) if info.n_frames else None,
@@ -290,11 +290,11 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
     out = StepResult()
     signals: dict[int, np.ndarray] = {}
     for c in plan.todo("audio"):
-        ex = c.extractor
+        ex = c.audio_extractor
         rate = ex.sampling_rate
         if rate not in signals:
             try:
-                signals[rate] = media.read_audio(plan.files.video, rate)
+                signals[rate] = media.read_audio(plan.video, rate)
             except media.NoAudioError as e:
                 out.notes.append(str(e))
                 break
@@ -380,7 +380,7 @@ class _RoleVoice:
             self.plan.created,
         )
         out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
-        if not any(c.role is not None for c in transcript.cues):
+        if not any(c.role is not None for c in transcript.cues or ()):
             out.notes.append(
                 f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
             )
@@ -398,12 +398,13 @@ class _RoleVoice:
                     "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
                 ]
             )
-        _, ck, _ = face_voice_key(scene_key, face_keys)
+        known = {r: k for r, k in face_keys.items() if k is not None}  # both, as checked
+        _, ck, _ = face_voice_key(scene_key, known)
         if self.is_current(ck):
             return StepResult(current=list(ROLE_VOICE_KEYS))
         faces = {r: self.load(f"{r}/face_geom") for r in ("speaker", "listener")}
         derived = role_voice_from_faces(
-            self.load("scene/egemaps"), scene_key, faces, face_keys, self.plan.created
+            self.load("scene/egemaps"), scene_key, faces, known, self.plan.created
         )
         return StepResult(channels=derived, computed=list(derived))
 

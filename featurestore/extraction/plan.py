@@ -65,6 +65,20 @@ class ChannelPlan:
         """The extractor's declared kind: ``video``, ``audio`` or ``transcript``."""
         return self.extractor.kind
 
+    @property
+    def frame_extractor(self) -> FrameExtractor:
+        """The extractor of a ``video`` channel, typed as what its kind declares."""
+        if not isinstance(self.extractor, FrameExtractor):
+            raise TypeError(f"{self.key}: {self.extractor.name} is not a frame extractor")
+        return self.extractor
+
+    @property
+    def audio_extractor(self) -> AudioExtractor:
+        """The extractor of an ``audio`` channel, typed as what its kind declares."""
+        if not isinstance(self.extractor, AudioExtractor):
+            raise TypeError(f"{self.key}: {self.extractor.name} is not an audio extractor")
+        return self.extractor
+
 
 @dataclass
 class SessionPlan:
@@ -88,6 +102,13 @@ class SessionPlan:
     created: str = ""
     channels: dict[str, ChannelPlan] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def video(self) -> Path:
+        """The session's video (planning refuses a session without one)."""
+        if self.files.video is None:
+            raise ValueError(f"{self.session}: no video")
+        return self.files.video
 
     @property
     def session(self) -> str:
@@ -231,6 +252,8 @@ class TranscriptFile:
     @property
     def source(self) -> dict:
         if self._source is None:
+            if self.path is None:
+                raise ValueError("no transcript: it has no fingerprint")
             self._source = file_fingerprint(self.path)
         return self._source
 

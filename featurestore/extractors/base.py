@@ -51,6 +51,8 @@ class Extractor(ABC, Generic[C]):
 
     #: channel name in the store (``face_geom``, ``egemaps`` ...)
     name: ClassVar[str]
+    #: what extraction decodes for it: ``video``, ``audio`` or ``transcript`` (its base class says)
+    kind: ClassVar[str]
     #: bump whenever the output changes for the same input: invalidates cached channels
     version: ClassVar[str]
     #: the config dataclass (``C``); its defaults are used when no config is given

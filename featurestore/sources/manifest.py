@@ -228,7 +228,8 @@ class _Found:
         sf.video = self._first(self.videos.get(sid, []), "video", sid)
         for (asid, target), paths in self.annots.items():
             if asid == sid:
-                sf.annotations[target] = self._first(paths, f"{target} annotation", sid)
+                if (first := self._first(paths, f"{target} annotation", sid)) is not None:
+                    sf.annotations[target] = first
         sf.transcript = self._first(self.transcripts.get(sid, []), "transcript", sid)
         if sf.video is None:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
