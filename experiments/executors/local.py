@@ -422,12 +422,13 @@ class Scheduler:
         if task.part is not None:
             part = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
             state.parts[task.fit_group][task.part] = part
+            self.running.add(part)
         else:
             fut = state.pool.submit(_evaluate_shared, task.fit_group, self.figures, task.parts_done)
             for k, t in enumerate(task.fit_group):
                 state.futures[t] = fut
                 state.slots[t] = k
-        self.running.add(fut)
+            self.running.add(fut)
 
     def submit_free(self) -> None:
         """Fill the free slots from the queues, the earliest key's first."""

@@ -80,6 +80,7 @@ def test_an_extractor_of_no_declared_kind_is_refused(session, tmp_path, monkeypa
     class Kindless(base.Extractor):
         name = "kindless"
         version = "1"
+        config_class = base.ExtractorConfig
 
     monkeypatch.setitem(base._REGISTRY, "kindless", Kindless)
     store = Store(tmp_path / "store", mode="a")
