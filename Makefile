@@ -6,6 +6,11 @@ STORE  ?= features
 DATA   ?=
 DEMO   ?= demo_data
 JOBS   ?= 2
+VENV_MIN ?= .venv-min
+PYTHON_MIN ?= python3.11
+# the inner loop's tests (make test-fast, make test-min): no demo corpus, subprocess, cluster or server
+FAST_TESTS := not slow and not integration and not browser and not postgres
+CONSTRAINTS := constraints.txt
 CONFIG ?= experiments/configs/default.yaml
 PORT   ?= 5000
 MLFLOW_HOST ?= 127.0.0.1
@@ -17,7 +22,7 @@ ARTIFACTS ?= ./mlruns/artifacts
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-data features sweep ablate ui mlflow-server test test-fast lint bench clean
+.PHONY: help install constraints demo demo-data features sweep ablate ui mlflow-server test test-fast test-min lint bench clean
 
 help: ## list the targets
 	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
@@ -34,12 +39,20 @@ $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
+# constraints.txt: the versions the whole suite passes with (make constraints rewrites it)
+$(VENV)/.installed: setup.cfg pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	@touch $@
 
-install: $(VENV)/.installed ## create .venv and install the package with its dev extra
+install: $(VENV)/.installed ## create .venv and install the package with its dev extra, pinned by constraints.txt
+
+constraints: $(VENV)/.installed ## upgrade .venv to the newest versions setup.cfg allows and rewrite constraints.txt from it
+	$(BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	@{ echo "# pip constraints: the environment make test passes with (make install uses it)."; \
+	   echo "# Rewritten by make constraints from .venv; run make test, then commit it."; \
+	   $(BIN)/python -m pip freeze --exclude-editable | grep -vi '^omg[-_]empathy[-_]bench=='; } > $(CONSTRAINTS)
+	@touch $(VENV)/.installed
 
 demo: features sweep ## the main job on the embedded demo corpus: features, then the sweep
 
@@ -97,7 +110,17 @@ test: install ## lint, type-check and run the whole test suite
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600
 
 test-fast: install ## the inner loop: unit tests and doctests, no demo corpus, subprocess, cluster or server
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600 -m "not slow and not integration and not browser and not postgres"
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600 -m "$(FAST_TESTS)"
+
+# the lowest versions setup.cfg declares (tools/min_constraints.py pins each floor) in .venv-min;
+# the tests of make test-fast
+test-min: ## install the lowest declared versions into .venv-min (Python 3.11) and run the fast tests
+	@test -x $(VENV_MIN)/bin/python || $(PYTHON_MIN) -m venv $(VENV_MIN)
+	@$(VENV_MIN)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11), "$(VENV_MIN) must be Python 3.11, found " + sys.version.split()[0] + ": rm -r $(VENV_MIN)"'
+	$(VENV_MIN)/bin/python -m pip install --upgrade --quiet pip
+	$(VENV_MIN)/bin/python tools/min_constraints.py > $(VENV_MIN)/floors.txt
+	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/floors.txt -e '.[dev]'
+	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider --timeout=600 -m "$(FAST_TESTS)"
 
 bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
 	$(BIN)/python -m bench $(if $(QUICK),--quick,)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) keep importing
+from featurestore import __version__  # the one version of the distribution (setup.cfg reads it)
 
-__version__ = "0.1.0"
+from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) keep importing
 
 #: public name -> module that defines it (add an entry to export another function)
 _EXPORTS: dict[str, str] = {

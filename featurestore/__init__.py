@@ -13,6 +13,8 @@ from typing import Any
 
 from . import moved  # noqa: F401 - old module names (featurestore.store, ...) keep importing
 
+#: the version of the omg-empathy-bench distribution: written here only (setup.cfg reads it with
+#: ``attr:``, experiments re-exports it)
 __version__ = "0.1.0"
 
 #: public name -> module that defines it

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from featurestore.sources.manifest import SPLITS  # the official split: defined there only
+
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
 ONLY_AXES = (
     "feature_set",
@@ -197,7 +199,7 @@ class ExperimentConfig:
 
     target: str = "valence_self"
     splits: dict[str, list[int]] = field(
-        default_factory=lambda: {"train": [2, 4, 5, 8], "val": [1], "test": [3, 6, 7]}
+        default_factory=lambda: {name: list(stories) for name, stories in SPLITS.items()}
     )
     protocol: str = "val"
     feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)

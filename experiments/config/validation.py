@@ -52,6 +52,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from featurestore.sources.manifest import SPLITS
+
 from .grid import format_value
 from .options import (
     ALIGNS,
@@ -381,12 +383,14 @@ class _Validator:
                     out[name].append(s)
         if not out.get("train"):
             raise self.fail(
-                "splits.train", "no training stories; list them, e.g. train: [2, 4, 5, 8]"
+                "splits.train",
+                f"no training stories; list them, e.g. train: {SPLITS['train']} (the official split)",
             )
         if protocol == "val" and not out.get("val"):
             raise self.fail(
                 "splits.val",
-                "protocol val needs validation stories, e.g. val: [1] (or use protocol: loso)",
+                f"protocol val needs validation stories, e.g. val: {SPLITS['val']} "
+                "(or use protocol: loso)",
             )
         return out
 

@@ -21,7 +21,8 @@ Baselines (``dummy``) are evaluated first; with worker logging the other configu
 submitted once the baselines are logged, so the baseline is the first child run either way.
 
 Before any task, the workers' code is compared with the client's (:func:`check_worker_code`):
-a worker importing another checkout, version or uncommitted change is refused
+a worker importing another checkout, version or uncommitted change, or other versions of the
+libraries in the code fingerprint (numpy, scikit-learn, XGBoost, numba, ...), is refused
 (:class:`WorkerCodeMismatch`), as its runs would carry results this code did not compute.
 
 A worker that dies while it logs a child run leaves that run RUNNING; when the sweep ends (or
@@ -208,25 +209,54 @@ def worker_code_fingerprint() -> str:
     return code_version().fingerprint
 
 
+def worker_library_versions() -> dict[str, str]:
+    """On a worker: the versions of the libraries in its code fingerprint
+    (:data:`~experiments.tracking.provenance.LIBRARIES`)."""
+    return dict(code_version().libraries)
+
+
 class WorkerCodeMismatch(RuntimeError):
     """A Dask worker runs other code than the client: its results would not be this code's."""
 
 
+def library_differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+    """``"scikit-learn 1.6.0 (here 1.9.1)"`` for each library whose version differs, by name."""
+    names = sorted(set(mine) | set(theirs))
+    return [
+        f"{name} {theirs.get(name, 'absent')} (here {mine.get(name, 'absent')})"
+        for name in names
+        if theirs.get(name) != mine.get(name)
+    ]
+
+
 def check_worker_code(client) -> None:
     """Refuse a cluster whose workers import other code than this process (another checkout,
-    version or uncommitted change): their runs would carry results this code did not compute.
+    version or uncommitted change) or other versions of the libraries that compute the numbers
+    (numpy, scikit-learn, XGBoost, ...): their runs would carry results this code did not compute.
 
     Raises:
-        WorkerCodeMismatch: naming each differing worker and its fingerprint.
+        WorkerCodeMismatch: naming each differing worker, its fingerprint and, when they differ,
+            its library versions beside this process's.
     """
     mine = code_version().fingerprint
     theirs = client.run(worker_code_fingerprint)
     differ = {addr: fp for addr, fp in theirs.items() if fp != mine}
     if differ:
-        listed = ", ".join(f"{addr} ({fp})" for addr, fp in sorted(differ.items()))
+        try:  # a worker whose package predates worker_library_versions cannot say
+            libraries = client.run(worker_library_versions, workers=sorted(differ))
+        except Exception:  # noqa: BLE001 - whatever it raises, the mismatch is still reported
+            libraries = {}
+        here = dict(code_version().libraries)
+        listed = []
+        for addr, fp in sorted(differ.items()):
+            diff = library_differences(here, libraries.get(addr, here))
+            what = f"libraries {', '.join(diff)}" if diff else "the package source"
+            listed.append(f"{addr} ({fp}; {what})")
         raise WorkerCodeMismatch(
-            f"Dask workers {listed} run other code than this client (code fingerprint {mine}); install the same "
-            "checkout of omg-empathy-bench on every worker (pip install -e . from it, uncommitted changes included) "
+            f"Dask workers {', '.join(listed)} run other code than this client "
+            f"(code fingerprint {mine}); install the same "
+            "checkout of omg-empathy-bench and the same library versions on every worker "
+            "(pip install -c constraints.txt -e . from it, uncommitted changes included) "
             "and restart them, or start the sweep from the workers' version"
         )
 

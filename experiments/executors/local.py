@@ -221,16 +221,14 @@ def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
 
 
 def available_memory() -> int | None:
-    """Memory (bytes) the system can give without swapping (psutil's ``available``; without
-    psutil, the free pages), or None when unknown."""
+    """Memory (bytes) the system can give without swapping (psutil's ``available``), or None
+    when unknown."""
+    import psutil  # imported here: a few milliseconds that only a parallel sweep needs
+
     try:
-        import psutil  # third-party and optional: not among the package's dependencies
-    except ImportError:
-        try:
-            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
-    return int(psutil.virtual_memory().available)
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):  # no /proc/meminfo (a restricted container)
+        return None
 
 
 @dataclass

@@ -4,18 +4,24 @@ A sweep reuses a finished run only when it was computed by the same code (see
 :func:`experiments.studies.sweep.run_sweep`). "The same code" is the **code fingerprint**: a SHA-256
 of the installed package version and of every source file of the two packages
 (``experiments/`` and ``featurestore/``: Python modules and the packaged configs), path and
-bytes. It is what a git commit plus a hash of the uncommitted changes to the package would
-identify, computed the same way with or without git (an sdist, a copied folder), and it
-ignores edits outside the package (README, tests). Every default lives in that source (model
-defaults, ``min_samples``, ``shrinkage``, interpolation limits), so changing one changes the
-fingerprint and the next sweep recomputes instead of reusing.
+bytes, and of the installed versions of the libraries that compute the numbers
+(:data:`LIBRARIES`: numpy, scipy, pandas, scikit-learn, XGBoost, and numba with llvmlite, the
+compiler of the windowing kernels). It is what a git commit plus a hash of the uncommitted
+changes to the package would identify, computed the same way with or without git (an sdist, a
+copied folder), and it ignores edits outside the package (README, tests). Every default lives
+in that source (model defaults, ``min_samples``, ``shrinkage``, interpolation limits), so
+changing one changes the fingerprint and the next sweep recomputes instead of reusing; so does
+upgrading scikit-learn or XGBoost, whose defaults and numerics change between releases.
 
 Runs also record the git commit and whether the package's files differed from it
-(``git_dirty``), for a reader who wants to check out what ran.
+(``git_dirty``), for a reader who wants to check out what ran, and the library versions
+(``library_versions``, ``numpy=2.4.6 scipy=...``).
 
 >>> v = code_version()
 >>> len(v.fingerprint), sorted(v.tags())
-(16, ['code_fingerprint', 'code_version', 'git_commit', 'git_dirty'])
+(16, ['code_fingerprint', 'code_version', 'git_commit', 'git_dirty', 'library_versions'])
+>>> [name for name, _ in v.libraries] == list(LIBRARIES)
+True
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ PACKAGES = ("experiments", "featurestore")
 #: file patterns of a package's source
 SOURCE_PATTERNS = ("*.py", "configs/*.yaml")
 ROOT = Path(__file__).resolve().parents[2]
+#: the distributions whose versions enter the fingerprint: what computes the numbers a run logs
+LIBRARIES = ("numpy", "scipy", "pandas", "scikit-learn", "xgboost", "numba", "llvmlite")
+#: the version recorded for a library that is not installed
+ABSENT = "absent"
 
 
 @dataclass(frozen=True)
@@ -42,15 +52,18 @@ class CodeVersion:
     version: str
     git_commit: str  # "unknown" outside a git checkout
     git_dirty: bool | None  # the package's files differ from the commit; None without git
+    libraries: tuple[tuple[str, str], ...] = ()  # (distribution, version) of each of LIBRARIES
 
     def tags(self) -> dict[str, str]:
-        """MLflow tags: ``code_fingerprint``, ``code_version``, ``git_commit``, ``git_dirty``."""
+        """MLflow tags: ``code_fingerprint``, ``code_version``, ``git_commit``, ``git_dirty``,
+        ``library_versions`` (``name=version`` separated by spaces)."""
         dirty = "unknown" if self.git_dirty is None else str(self.git_dirty).lower()
         return {
             "code_fingerprint": self.fingerprint,
             "code_version": self.version,
             "git_commit": self.git_commit,
             "git_dirty": dirty,
+            "library_versions": format_libraries(self.libraries),
         }
 
 
@@ -62,6 +75,30 @@ def package_version() -> str:
         return "unknown"
 
 
+def installed_version(distribution: str) -> str:
+    """The installed version of ``distribution``, or :data:`ABSENT` (read from its metadata,
+    without importing it)."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return ABSENT
+
+
+def library_versions() -> tuple[tuple[str, str], ...]:
+    """(distribution, installed version) of each of :data:`LIBRARIES`, in that order."""
+    return tuple((name, installed_version(name)) for name in LIBRARIES)
+
+
+def format_libraries(libraries: tuple[tuple[str, str], ...]) -> str:
+    """``numpy=2.4.6 scipy=1.17.1 ...``: the ``library_versions`` tag of a run."""
+    return " ".join(f"{name}={v}" for name, v in libraries)
+
+
+def parse_libraries(text: str) -> dict[str, str]:
+    """The inverse of :func:`format_libraries`: ``{"numpy": "2.4.6", ...}``."""
+    return dict(item.split("=", 1) for item in text.split())
+
+
 def source_files(root: Path = ROOT) -> list[Path]:
     """Every source file of :data:`PACKAGES` under ``root``, in a stable order."""
     files: set[Path] = set()
@@ -71,9 +108,16 @@ def source_files(root: Path = ROOT) -> list[Path]:
     return sorted(files)
 
 
-def source_fingerprint(root: Path = ROOT, version: str | None = None) -> str:
-    """16 hex digits of SHA-256 over the package version and each source file's path and bytes."""
+def source_fingerprint(
+    root: Path = ROOT,
+    version: str | None = None,
+    libraries: tuple[tuple[str, str], ...] | None = None,
+) -> str:
+    """16 hex digits of SHA-256 over the package version, the library versions (default: the
+    installed :func:`library_versions`) and each source file's path and bytes."""
     h = hashlib.sha256((version if version is not None else package_version()).encode())
+    libs = library_versions() if libraries is None else libraries
+    h.update(b"\0" + format_libraries(libs).encode())
     for path in source_files(root):
         h.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
@@ -96,9 +140,11 @@ def code_version() -> CodeVersion:
     status = (
         git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None
     )
+    libraries = library_versions()
     return CodeVersion(
-        source_fingerprint(),
+        source_fingerprint(libraries=libraries),
         package_version(),
         commit,
         None if status is None else bool(status.strip()),
+        libraries,
     )

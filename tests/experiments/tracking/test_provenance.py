@@ -1,5 +1,5 @@
-"""Runs you can trust: the code fingerprint in every resume key and on every run, and Dask workers
-that run other code refused."""
+"""Runs you can trust: the code fingerprint (package source and library versions) in every resume
+key and on every run, and Dask workers that run other code or other library versions refused."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from experiments.tracking.provenance import PACKAGES, code_version, source_fingerprint
+from experiments.tracking import provenance
+from experiments.tracking.provenance import (
+    LIBRARIES,
+    PACKAGES,
+    code_version,
+    parse_libraries,
+    source_fingerprint,
+)
 from tests.experiments.helpers import ROOT, cli_env, config_dict
 
 DEFAULT_LINE = "CALIBRATION_SHRINKAGE = 100.0"  # a default of experiments/evaluation/fitting.py
@@ -51,6 +58,20 @@ def test_fingerprint_covers_the_package_source_and_nothing_else(tmp_path):
     v = code_version()
     assert v.fingerprint == source_fingerprint()
     assert v.git_dirty in (True, False, None) and v.git_commit
+
+
+def test_fingerprint_covers_the_library_versions(tmp_path):
+    root = copy_packages(tmp_path)
+    libs = provenance.library_versions()
+    assert [name for name, _ in libs] == list(LIBRARIES)
+    assert dict(libs)["scikit-learn"] == __import__("sklearn").__version__
+    before = source_fingerprint(root, version="1", libraries=libs)
+    assert source_fingerprint(root, version="1") == before  # the installed versions by default
+    for i, (name, _) in enumerate(libs):
+        other = libs[:i] + ((name, "0.0.1"),) + libs[i + 1 :]
+        assert source_fingerprint(root, version="1", libraries=other) != before, name
+    tag = code_version().tags()["library_versions"]
+    assert parse_libraries(tag) == dict(libs) and tag.startswith("numpy=")
 
 
 def sweep(root: Path, config: Path, store: Path, *extra: str) -> str:
@@ -109,6 +130,49 @@ def test_a_changed_default_is_recomputed_not_reused(planted_store, tmp_path):
     fingerprints = {r.data.tags["code_fingerprint"] for r in runs}
     assert len(runs) == 4 and len(fingerprints) == 2  # the edited code is another fingerprint
     assert {r.data.tags["git_dirty"] for r in runs} == {"unknown"}  # a copy outside git
+
+
+def test_other_library_versions_are_recomputed_not_reused(planted_store, tmp_path, monkeypatch):
+    """The same code and store: reused while the libraries are the same; computed again once
+    scikit-learn reports another version (an upgrade), the run tagged with that version."""
+    from experiments.config.loading import from_dict
+    from experiments.studies.sweep import run_sweep
+
+    cfg = from_dict(
+        config_dict(
+            str(tmp_path / "mlruns"),
+            "resume-by-libraries",
+            feature_set=["listener"],
+            personalization=["global_calibrated"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+        )
+    )
+
+    def statuses() -> list[str]:
+        res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+        return sorted(res.table["status"])
+
+    real = provenance.installed_version
+    code_version.cache_clear()
+    try:
+        assert statuses() == ["done", "done"]
+        assert statuses() == ["reused", "reused"]
+        monkeypatch.setattr(
+            provenance,
+            "installed_version",
+            lambda name: "0.0.1" if name == "scikit-learn" else real(name),
+        )
+        code_version.cache_clear()
+        assert statuses() == ["done", "done"]  # another scikit-learn: not this run's numbers
+        assert statuses() == ["reused", "reused"]
+    finally:
+        monkeypatch.undo()
+        code_version.cache_clear()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("resume-by-libraries").experiment_id
+    children = client.search_runs([experiment], "tags.config_hash != ''")
+    sklearn = {parse_libraries(r.data.tags["library_versions"])["scikit-learn"] for r in children}
+    assert len(children) == 4 and sklearn == {real("scikit-learn"), "0.0.1"}
 
 
 def test_runs_record_the_code_and_every_resolved_parameter(sweep_once, tmp_path):
@@ -183,6 +247,50 @@ def test_dask_workers_with_other_code_are_refused(tmp_path):
             with pytest.raises(WorkerCodeMismatch) as refused:
                 check_worker_code(client)
             assert str(refused.value).count(fingerprint) == 1
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_dask_workers_with_other_library_versions_are_refused(tmp_path):
+    """A worker on the same package source whose scikit-learn reports another version is refused,
+    the message naming scikit-learn and both versions."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    from experiments.executors.dask import WorkerCodeMismatch, check_worker_code
+
+    patch = tmp_path / "patch"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(
+        "import importlib.metadata as m\n"
+        "_real = m.version\n"
+        "m.version = lambda name: '0.0.1' if name == 'scikit-learn' else _real(name)\n"
+    )
+    with LocalCluster(n_workers=0, dashboard_address=None) as cluster, Client(cluster) as client:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                cluster.scheduler_address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+            ],
+            cwd=ROOT,
+            env={**cli_env(), "PYTHONPATH": f"{patch}:{ROOT}"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            client.wait_for_workers(1, timeout=60)
+            with pytest.raises(WorkerCodeMismatch) as refused:
+                check_worker_code(client)
+            here = dict(code_version().libraries)["scikit-learn"]
+            assert f"scikit-learn 0.0.1 (here {here})" in str(refused.value)
+            assert "numpy" not in str(refused.value)  # only the differing library is named
         finally:
             worker.terminate()
             worker.wait(timeout=30)
