@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
-from ..models.postprocess import rescaler_for, smooth
+from ..models.personalization import apply_listener_calibration
+from ..models.postprocess import fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
 from .fitting import (
     CALIBRATION_SHRINKAGE,
@@ -87,6 +88,37 @@ class TrialResult:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
+def _calibrate(
+    trial: Trial,
+    fitted: Fitted,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``global_calibrated``: each listener's map fitted on the training stories' out-of-fold
+    predictions smoothed as ``trial`` smooths, applied to the evaluated and the training
+    predictions (unsmoothed; smoothing commutes with the map): (evaluated, fit_on)."""
+    maps = fit_smoothed_calibration(
+        np.concatenate([s.y for s in train]),
+        np.concatenate([fitted.fit_on[s.session] for s in train]),
+        np.concatenate([np.full(len(s.y), s.listener, float) for s in train]),
+        np.concatenate([np.full(len(s.y), s.session) for s in train]),
+        train[0].fps,
+        trial.smooth_s,
+        trial.smooth_method or "moving_average",
+        CALIBRATION_SHRINKAGE,
+    )
+
+    def apply(sessions, predictions):
+        return {
+            s.session: apply_listener_calibration(
+                maps, np.full(len(s.y), s.listener), predictions[s.session]
+            )
+            for s in sessions
+        }
+
+    return apply(evaluate, fitted.evaluated), apply(train, fitted.fit_on)
+
+
 def _postprocess(
     trial: Trial,
     fitted: Fitted,
@@ -98,7 +130,10 @@ def _postprocess(
     def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
         return smooth(p, s.fps, trial.smooth_s, trial.smooth_method) if trial.smooth_s else p
 
-    preds = {s.session: post(s, fitted.evaluated[s.session]) for s in evaluate}
+    evaluated, fit_on = fitted.evaluated, fitted.fit_on
+    if trial.personalization == "global_calibrated":
+        evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
+    preds = {s.session: post(s, evaluated[s.session]) for s in evaluate}
     unseen = (
         {
             s.session: post(s, fitted.unseen[s.session])
@@ -125,7 +160,7 @@ def _postprocess(
             y[ok], p[ok], groups=None if groups is None else groups[ok]
         ), per_listener
 
-    rescaler, per_listener = fitted_rescaler(train, fitted.fit_on)
+    rescaler, per_listener = fitted_rescaler(train, fit_on)
     preds = {
         sid: rescaler.transform(p, group=by.listener if per_listener else None)
         for (sid, p), by in zip(preds.items(), evaluate, strict=True)

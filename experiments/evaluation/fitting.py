@@ -31,11 +31,7 @@ import numpy as np
 
 from ..config.grid import Trial
 from ..models.factory import make_model
-from ..models.personalization import (
-    apply_listener_calibration,
-    fit_listener_calibration,
-    make_personalizer,
-)
+from ..models.personalization import make_personalizer
 from ..windowing.windowed import WindowedSession
 
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
@@ -147,6 +143,8 @@ class Fitted:
     models that never saw their listener; ``unseen_fit_on``: per held-out listener, the other
     listeners' training sessions predicted (out of fold, or in sample) by models that never saw
     the held-out listener either, for fitting that listener's post-processing.
+    ``global_calibrated``'s per-listener maps are not applied here: they are fitted on
+    ``fit_on`` smoothed as each configuration smooths (``experiments.evaluation.evaluate``).
     """
 
     evaluated: dict[str, np.ndarray]
@@ -280,25 +278,6 @@ def combine_parts(
                     f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample"
                 )
             fit_on = dict(main.in_sample)
-    if calibrated:
-        listeners = np.concatenate([np.full(len(s.y), s.listener, float) for s in train])
-        pred = np.concatenate([fit_on[s.session] for s in train])
-        y = np.concatenate([s.y for s in train])
-        ok = np.isfinite(y)
-        maps = fit_listener_calibration(listeners[ok], pred[ok], y[ok], CALIBRATION_SHRINKAGE)
-        evaluated = {
-            s.session: apply_listener_calibration(
-                maps, np.full(len(s.y), s.listener), evaluated[s.session]
-            )
-            for s in evaluate
-        }
-        fit_on = {
-            s.session: apply_listener_calibration(
-                maps, np.full(len(s.y), s.listener), fit_on[s.session]
-            )
-            for s in train
-        }
-
     unseen: dict[str, np.ndarray] = {}
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
     if need_unseen and base == "global" and not calibrated:

@@ -24,6 +24,7 @@ from scipy.signal import butter, sosfiltfilt
 
 from ..config.choices import check_choice
 from ..config.options import RESCALES, SMOOTH_METHODS
+from .personalization import fit_listener_calibration
 
 #: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
 #: whether the statistics are per listener (see :func:`rescaler_for`)
@@ -139,6 +140,44 @@ def smooth_per_session(
         rows = np.flatnonzero(sessions == session)
         out[rows] = smooth(x[rows], fps, smooth_s, method)
     return out
+
+
+def fit_smoothed_calibration(
+    y: Any,
+    pred: Any,
+    listeners: Any,
+    sessions: Any,
+    fps: float,
+    smooth_s: float,
+    method: str = "moving_average",
+    shrinkage: float = 100.0,
+) -> dict[int | float, tuple[float, float]]:
+    """The per-listener maps of ``global_calibrated``, fitted like the :class:`Rescaler`: on
+    (out-of-fold) training predictions smoothed as the predictions the maps will transform.
+
+    Smoothing removes the part of a prediction that varies faster than ``smooth_s``; a map
+    fitted before it sees that part as noise (``a_L`` shrinks by var(signal) / var(prediction))
+    and the smoothed, calibrated predictions then have too little spread. Smoothing commutes
+    with an affine map (moving average and Butterworth are linear; the running median is
+    equivariant), so the maps fitted here apply to the raw predictions or the smoothed ones alike.
+
+    Args:
+        y: label of each row (NaN rows are left out).
+        pred: prediction of each row, unsmoothed (out of fold, ideally).
+        listeners: listener id of each row.
+        sessions: session id of each row (rows of a session in frame order).
+        fps: frame rate, Hz; smooth_s: smoothing scale, seconds (0: none); method: as in :func:`smooth`.
+        shrinkage: prior strength in rows (see :func:`~experiments.models.personalization.fit_listener_calibration`).
+
+    Returns:
+        listener id -> ``(a_L, b_L)``.
+    """
+    p = smooth_per_session(pred, sessions, fps, smooth_s, method) if smooth_s else pred
+    y = np.asarray(y, dtype=float).ravel()
+    ok = np.isfinite(y)
+    return fit_listener_calibration(
+        np.asarray(listeners, dtype=float).ravel()[ok], np.asarray(p, float)[ok], y[ok], shrinkage
+    )
 
 
 def rescaler_for(rescale: str) -> tuple[Rescaler, bool]:

@@ -119,3 +119,37 @@ def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
     assert len(res.scores) == len(LISTENERS) * 5
     assert res.metrics["loso.ccc_personalized"] > 0.5
     assert all(len(p) == N_FRAMES for p in res.predictions.values())
+
+
+def test_global_calibrated_maps_are_fitted_on_smoothed_out_of_fold_predictions(tables):
+    """The sweep's global_calibrated predictions are the global model's, mapped per listener by
+    maps fitted on the training stories' out-of-fold predictions smoothed as they are."""
+    from experiments.evaluation.evaluate import CALIBRATION_SHRINKAGE, _split_sessions
+    from experiments.evaluation.fitting import fit_group
+    from experiments.models.personalization import apply_listener_calibration
+    from experiments.models.postprocess import fit_smoothed_calibration, smooth
+
+    trials = trials_for(personalization=["global_calibrated"], postprocess={"smooth_s": [2]})
+    trial = pick(trials, "listener", personalization="global_calibrated", smooth_s=2.0)
+    w = window_sessions(tables, trial.window_key())
+    res = evaluate_trial(trial, w)
+    parts = _split_sessions(w, dict(trial.splits))
+    evaluate = parts["val"] + parts["test"]
+    fitted = fit_group(trial, parts["train"], evaluate, need_post_fit=False, need_unseen=False)
+    train = parts["train"]
+    args = [
+        np.concatenate(x)
+        for x in (
+            [s.y for s in train],
+            [fitted.fit_on[s.session] for s in train],
+            [np.full(len(s.y), s.listener) for s in train],
+            [np.full(len(s.y), s.session) for s in train],
+        )
+    ]
+    for smooth_s, should_match in ((2.0, True), (0.0, False)):
+        maps = fit_smoothed_calibration(*args, 25.0, smooth_s, shrinkage=CALIBRATION_SHRINKAGE)
+        for s in evaluate:
+            ids = np.full(len(s.y), s.listener)
+            mapped = apply_listener_calibration(maps, ids, fitted.evaluated[s.session])
+            expected = smooth(mapped, 25.0, 2.0)
+            assert np.allclose(res.predictions[s.session], expected) == should_match, s.session
