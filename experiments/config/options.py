@@ -22,8 +22,12 @@ ALIGNS = ("centred", "causal")
 STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
 #: personalization strategies (:func:`experiments.models.personalization.make_personalizer`)
 PERSONALIZATIONS = ("global", "per_listener", "global_calibrated", "listener_onehot")
-#: smoothing methods of :func:`experiments.models.postprocess.smooth`
-SMOOTH_METHODS = ("moving_average", "butterworth", "median")
+#: smoothing methods of :func:`experiments.models.postprocess.smooth`: the first three read
+#: future frames (centred windows; a Butterworth filter run forwards and backwards), the last
+#: two do not (a trailing mean; a Butterworth filter run forwards only)
+SMOOTH_METHODS = ("moving_average", "butterworth", "median", "trailing", "causal_butterworth")
+#: smoothing methods whose output at frame t reads no frame after t
+CAUSAL_SMOOTH_METHODS = ("trailing", "causal_butterworth")
 #: rescaling of predictions (:mod:`experiments.models.postprocess`): ``train`` matches the training
 #: labels' mean and std, ``bias`` their mean only, both from statistics over all training
 #: listeners; ``listener`` / ``listener_bias`` do the same with each listener's own statistics

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from scipy.ndimage import median_filter
-from scipy.signal import butter, sosfiltfilt
+from scipy.signal import butter, sosfilt, sosfilt_zi, sosfiltfilt
 
 from ..config.choices import check_choice
 from ..config.options import RESCALES, SMOOTH_METHODS
@@ -76,6 +76,26 @@ def _butterworth(x: np.ndarray, fps: float, smooth_s: float, window: int) -> np.
     return sosfiltfilt(sos, x, padtype="even", padlen=padlen)
 
 
+def _trailing_average(x: np.ndarray, window: int) -> np.ndarray:
+    """Mean over the ``window`` frames ending at each frame (fewer at the start): causal."""
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    hi = np.arange(1, len(x) + 1)
+    lo = np.maximum(hi - window, 0)
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def _causal_butterworth(x: np.ndarray, fps: float, smooth_s: float) -> np.ndarray:
+    """Order-2 low-pass at 1/smooth_s Hz run forwards only (``lfilter`` in second-order
+    sections), starting at rest on the first value: causal, with a phase lag of about
+    ``smooth_s / (2 pi) * sqrt(2)`` s at low frequencies."""
+    nyquist = fps / 2.0
+    cutoff = 1.0 / smooth_s
+    if cutoff >= nyquist or len(x) < 2:
+        return x.copy()
+    sos = butter(2, cutoff / nyquist, btype="low", output="sos")
+    return sosfilt(sos, x, zi=sosfilt_zi(sos) * x[0])[0]
+
+
 def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average") -> np.ndarray:
     """Smooth one session's per-frame predictions over about ``smooth_s`` seconds.
 
@@ -88,7 +108,12 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
             their level); ``butterworth``: order-2 low-pass with cutoff ``1 / smooth_s``
             Hz, run forwards and backwards (zero phase), padded with an even reflection of
             one window length (shorter for short sessions); ``median``: running median
-            over the same window, edges repeating the first/last value.
+            over the same window, edges repeating the first/last value. These three read
+            future frames (up to half a window; the Butterworth filter, the whole session).
+            Causal (the output at frame t reads frames up to t only): ``trailing``: mean over
+            the ``round(smooth_s * fps)`` frames ending at t (fewer at the start);
+            ``causal_butterworth``: the same low-pass run forwards only, starting at rest
+            on the first value (it lags the signal, as any causal filter does).
 
     Returns:
         Smoothed predictions, float, same shape as ``pred``.
@@ -114,6 +139,10 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
         return _moving_average(x, window)
     if method == "butterworth":
         return _butterworth(x, fps, smooth_s, window)
+    if method == "trailing":
+        return _trailing_average(x, max(1, int(round(smooth_s * fps))))
+    if method == "causal_butterworth":
+        return _causal_butterworth(x, fps, smooth_s)
     return median_filter(x, size=window, mode="nearest")
 
 

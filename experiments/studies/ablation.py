@@ -57,6 +57,8 @@ COLUMNS = [
     "ccc_unseen_listener_ci_high",
     "chance_personalized_q95",
     "chance_generalized_q95",
+    "causal_personalized",  # true/false: the choice reads no frame after the one it predicts
+    "causal_generalized",
 ]
 COMPARISON_COLUMNS = [
     "comparison",
@@ -113,6 +115,7 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
                 for end in ("ci_low", "ci_high"):
                     row[f"ccc_{track}_{end}"] = _get(chosen, f"{split}.ccc_{track}.{end}")
                 row[f"chance_{track}_q95"] = _get(chosen, f"{split}.ccc_{track}.chance_q95")
+                row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
             unseen = f"{split}_unseen.ccc_generalized"
             row["ccc_unseen_listener"] = _get(gen, unseen)
             row["ccc_unseen_listener_ci_low"] = _get(gen, unseen + ".ci_low")
@@ -304,7 +307,12 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         for track in ("personalized", "generalized"):
             run = first[f"run_id_{track}"]
             if run:
-                lines.append(f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`)")
+                causal = {"true": ", causal", "false": ", reads future frames"}.get(
+                    str(first.get(f"causal_{track}", "")), ""
+                )
+                lines.append(
+                    f"- **{fs}**, {track}: {first[f'label_{track}']} (run `{run}`{causal})"
+                )
     lines += [
         "",
         "## Reference: published results (real OMG-Empathy test set)",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..config.grid import Trial
+from ..config.grid import Trial, format_value
 from ..evaluation.evaluate import CALIBRATION_SHRINKAGE, TrialResult
 from ..evaluation.plots import with_figures
 from ..models.factory import make_model
@@ -64,7 +64,12 @@ def log_child(
     ident = identity_tags(trial)
     run_id = tracker.start_run(
         trial.label()[:250],
-        tags={**ident, "track": trial.track, **ctx.child_tags},
+        tags={
+            **ident,
+            "track": trial.track,
+            "causal": format_value(trial.causal),
+            **ctx.child_tags,
+        },
         parent_id=ctx.parent_run_id,
     )
     params = trial.params()

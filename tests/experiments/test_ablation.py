@@ -86,6 +86,14 @@ def test_ablation_reports_written(ablation):
         "personalized vs generalized (speaker)",
     }
     assert_real_png(out / "ablation.png")
+    # whether each chosen configuration reads future frames: its run's `causal` param
+    runs = res.table.set_index("run_id")
+    for r in df.itertuples():
+        for track in ("personalized", "generalized"):
+            run = getattr(r, f"run_id_{track}")
+            assert bool(getattr(r, f"causal_{track}")) == (runs.at[run, "causal"] == "true")
+            said = ", causal)" if runs.at[run, "causal"] == "true" else ", reads future frames)"
+            assert f"(run `{run}`{said}" in md
 
 
 def test_listener_row_beats_speaker_row(ablation):

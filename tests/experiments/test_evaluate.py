@@ -153,3 +153,73 @@ def test_global_calibrated_maps_are_fitted_on_smoothed_out_of_fold_predictions(t
             mapped = apply_listener_calibration(maps, ids, fitted.evaluated[s.session])
             expected = smooth(mapped, 25.0, 2.0)
             assert np.allclose(res.predictions[s.session], expected) == should_match, s.session
+
+
+def _altered_after(tables, session: str, frame: int, seed: int = 0):
+    """``tables`` with ``session``'s features and labels after ``frame`` replaced by noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tables:
+        if t.session == session:
+            X, y = t.X.copy(), t.y.copy()
+            X[frame + 1 :] = rng.normal(0, 3, X[frame + 1 :].shape)
+            y[frame + 1 :] = rng.uniform(-1, 1, len(y) - frame - 1)
+            t = dataclasses.replace(t, X=X, y=y)
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize(
+    "align, delay_s, smooth_s, method, lookahead",
+    [
+        ("causal", 1.0, 2.0, "trailing", -25),
+        ("causal", 0.0, 2.0, "causal_butterworth", 0),
+        ("causal", 2.0, 2.0, "moving_average", -25),  # the delay outlasts the smoothing
+        ("centred", 1.0, 0.0, "moving_average", 0),  # half the 2 s window = the delay
+        ("centred", 0.0, 0.0, "moving_average", 25),
+        ("causal", 0.0, 2.0, "moving_average", 25),
+        ("centred", 0.0, 2.0, "median", 50),
+    ],
+)
+def test_a_causal_prediction_does_not_change_when_later_frames_do(
+    tables, align, delay_s, smooth_s, method, lookahead
+):
+    """Alter one test session's features and labels after frame t0: the predictions up to
+    t0 - lookahead stay the same (all of them up to t0 for a causal configuration); with a
+    look-ahead, the frames after t0 - lookahead do change (so the check can fail)."""
+    trials = trials_for(
+        personalization=["global", "per_listener"],
+        window={
+            "lengths_s": [[2]],
+            "delay_s": [delay_s],
+            "align": align,
+            "stats": ["mean", "std"],
+            "train_hop_s": 0.4,
+        },
+        postprocess={"smooth_s": [smooth_s], "smooth_method": [method], "rescale": ["train"]},
+    )
+    trial = pick(trials, "listener", smooth_s=smooth_s, rescale="train")
+    assert trial.lookahead_s * 25 == lookahead
+    assert trial.causal == (lookahead <= 0)
+    assert trial.params()["causal"] == ("true" if lookahead <= 0 else "false")
+    session, t0 = "Subject_2_Story_3", 400
+    clean = run(trial, tables).predictions[session]
+    altered = run(trial, _altered_after(tables, session, t0)).predictions[session]
+    last = t0 - max(lookahead, 0)
+    # the windowing centres each column on its session mean (numerics only), so later frames
+    # may move a float32 feature by one unit in the last place: far below any real change
+    np.testing.assert_allclose(altered[: last + 1], clean[: last + 1], rtol=0, atol=1e-6)
+    assert not np.allclose(altered[last + 1 :], clean[last + 1 :])
+    if lookahead > 0:  # the first frame that reads a later one moves (a median may hold a while)
+        end = t0 + 1 if method == "median" else last + 2
+        assert not np.allclose(altered[last + 1 : end], clean[last + 1 : end], atol=1e-6)
+
+
+def test_the_zero_phase_butterworth_is_not_causal():
+    trial = pick(
+        trials_for(postprocess={"smooth_s": [2], "smooth_method": ["butterworth"]}),
+        "listener",
+        smooth_s=2.0,
+    )
+    assert trial.lookahead_s == float("inf") and not trial.causal
+    assert trial.params()["lookahead_s"] == "inf"

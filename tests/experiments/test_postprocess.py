@@ -188,3 +188,27 @@ def test_calibration_fitted_after_smoothing_keeps_the_labels_spread(method):
     calibrated = apply_listener_calibration(new, listeners2, pred2)
     smoothed = smooth_per_session(calibrated, sessions2, FPS, 4.0, method)
     assert smoothed.std() / y2.std() == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+def test_causal_methods_read_no_later_frame_and_the_others_do(method):
+    from experiments.config.options import CAUSAL_SMOOTH_METHODS
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=2000)
+    later = x.copy()
+    later[1001:] = rng.normal(size=999) * 5
+    a, b = smooth(x, FPS, 4.0, method), smooth(later, FPS, 4.0, method)
+    if method in CAUSAL_SMOOTH_METHODS:
+        np.testing.assert_array_equal(a[:1001], b[:1001])
+    else:
+        assert not np.allclose(a[:1001], b[:1001])
+    # and every method smooths: white noise loses most of its variance
+    assert a[200:-200].var() < 0.1 * x.var()
+
+
+def test_trailing_average_is_the_mean_of_the_frames_ending_here():
+    x = np.arange(10.0)
+    out = smooth(x, FPS, 0.2, "trailing")  # 5 frames ending at each frame
+    assert out[0] == 0.0 and out[2] == pytest.approx(1.0)
+    assert out[4] == pytest.approx(2.0) and out[9] == pytest.approx(7.0)
