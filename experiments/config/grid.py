@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from featurestore.storage.store import LABEL_FPS
 
-from .options import CAUSAL_SMOOTH_METHODS
+from .options import CAUSAL_SMOOTH_METHODS, SESSION_POSITION_MODELS
 from .schema import ConfigError, ExperimentConfig, ModelSpec, config_hash, has_ranges
 from .tracks import track_of
 
@@ -120,6 +120,8 @@ class Trial:
     def lookahead_s(self) -> float:
         """Seconds after frame t that the prediction at t reads (windows and smoothing:
         :func:`lookahead_frames`); ``inf`` for the zero-phase Butterworth filter."""
+        if self.model in SESSION_POSITION_MODELS:  # it reads the session's length
+            return math.inf
         return (
             lookahead_frames(
                 self.lengths_s, self.delay_s, self.align, self.smooth_s, self.smooth_method

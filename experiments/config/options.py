@@ -79,4 +79,9 @@ MODEL_PARAMS: dict[str, dict[str, Any]] = {
         "alpha": 1.0,
     },
     "dummy": {},
+    # the mean training-label curve over normalised session time (experiments.models.position_prior)
+    "position_prior": {"n_bins": 100},
 }
+#: models whose input is each frame's position in its session (i / (n_frames - 1)), not the
+#: windowed features: they read the session's length, so they are never causal
+SESSION_POSITION_MODELS = ("position_prior",)

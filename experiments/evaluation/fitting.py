@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config.grid import Trial
+from ..config.options import SESSION_POSITION_MODELS
 from ..models.factory import make_model
 from ..models.personalization import make_personalizer
+from ..models.position_prior import session_position
 from ..windowing.windowed import WindowedSession
 
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
@@ -43,15 +45,24 @@ CALIBRATION_SHRINKAGE = 100.0
 COLUMN_MAJOR_MODELS = ("hist_gb",)
 
 
-def design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Stack [listener id | features] rows (every ``hop``-th frame) and labels.
+def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
+    """A session's model inputs: its windowed features, or (``position``) the one column of
+    each frame's position in the session (:data:`SESSION_POSITION_MODELS`)."""
+    return session_position(len(s.y))[:, None] if position else s.F
+
+
+def design(
+    sessions: Sequence[WindowedSession], hop: int = 1, position: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack [listener id | features] rows (every ``hop``-th frame) and labels; ``position``:
+    [listener id | position in the session] instead (see :func:`_inputs`).
 
     Written into one preallocated array: the training matrix exists once, never as
     per-session pieces plus their concatenation.
     """
     y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
-    p = sessions[0].F.shape[1] if sessions else 0
+    p = _inputs(sessions[0], position).shape[1] if sessions else 0
     X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
     row = start = 0
     for s in sessions:
@@ -59,18 +70,21 @@ def design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarra
         start += len(k)
         n = int(k.sum())
         X[row : row + n, 0] = s.listener
-        X[row : row + n, 1:] = s.F[::hop][k]
+        X[row : row + n, 1:] = _inputs(s, position)[::hop][k]
         row += n
     return X, y[keep]
 
 
-def _predict(model, s: WindowedSession, column_major: bool = False) -> np.ndarray:
+def _predict(
+    model, s: WindowedSession, column_major: bool = False, position: bool = False
+) -> np.ndarray:
+    F = _inputs(s, position)
     if column_major:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float64, order="F")
+        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float64, order="F")
     else:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float32)
+        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float32)
     X[:, 0] = s.listener
-    X[:, 1:] = s.F
+    X[:, 1:] = F
     return np.asarray(model.predict(X), dtype=np.float64)
 
 
@@ -88,7 +102,7 @@ def _fit(
     global model's, would never be used.
     """
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = design(train, hop)
+    X, y = design(train, hop, trial.model in SESSION_POSITION_MODELS)
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
     model = make_personalizer(
@@ -106,7 +120,9 @@ def _fit(
 
 def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
     model, y_mean, _ = fitted
-    p = _predict(model, s, trial.model in COLUMN_MAJOR_MODELS)
+    p = _predict(
+        model, s, trial.model in COLUMN_MAJOR_MODELS, trial.model in SESSION_POSITION_MODELS
+    )
     return np.where(np.isfinite(p), p, y_mean)
 
 

@@ -33,6 +33,7 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
         "xgboost",
         "hist_gb",
         "dummy",
+        "position_prior",
     }
     assert default.tracking.experiment == "omg-default" and default.tracking.uri == "mlruns"
     ablation = load_config(CONFIG_DIR / "ablation.yaml")
@@ -53,6 +54,10 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
         assert {t.track for t in part} == {"personalized", "generalized"} and len(part) <= 15, fs
     assert default.unseen_listener and ablation.unseen_listener
     assert default.postprocess.fit_on == ablation.postprocess.fit_on == "out_of_fold"
+    # the position prior beside the dummy baseline, in both tracks of the main sweeps
+    for trials_ in (expand(default), trials):
+        prior = [t for t in trials_ if t.model == "position_prior"]
+        assert {t.track for t in prior} == {"personalized", "generalized"}
     smoke = load_config("smoke")
     assert len(expand(smoke)) <= 6 and len({t.window_key() for t in expand(smoke)}) == 1
     assert smoke.tracking.experiment == "omg-smoke"
