@@ -134,17 +134,14 @@ def _postprocess(
     if trial.personalization == "global_calibrated":
         evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
     preds = {s.session: post(s, evaluated[s.session]) for s in evaluate}
-    unseen = (
-        {
-            s.session: post(s, fitted.unseen[s.session])
-            for s in evaluate
-            if s.session in fitted.unseen
-        }
-        if trial.track == "generalized" and trial.unseen_listener
-        else {}
-    )
+    with_unseen = trial.track == "generalized" and trial.unseen_listener
+    # per held-out listener: every evaluated session predicted by the models without them
+    nested = {
+        listener: {s.session: post(s, raw[s.session]) for s in evaluate if s.session in raw}
+        for listener, raw in (fitted.unseen_all.items() if with_unseen else ())
+    }
     if trial.rescale == "none":
-        return preds, unseen
+        return preds, _held_out(nested, evaluate), nested
 
     def fitted_rescaler(sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]):
         rescaler, per_listener = rescaler_for(trial.rescale)
@@ -166,16 +163,49 @@ def _postprocess(
         for (sid, p), by in zip(preds.items(), evaluate, strict=True)
     }
     # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
-    by_listener: dict[int, object] = {}
-    for s in evaluate:
-        if s.session in unseen:
-            if s.listener not in by_listener:
-                others = [t for t in train if t.listener != s.listener]
-                by_listener[s.listener] = fitted_rescaler(others, fitted.unseen_fit_on[s.listener])[
-                    0
-                ]
-            unseen[s.session] = by_listener[s.listener].transform(unseen[s.session])
-    return preds, unseen
+    for listener, raw in nested.items():
+        others = [t for t in train if t.listener != listener]
+        held_rescaler = fitted_rescaler(others, fitted.unseen_fit_on[listener])[0]
+        nested[listener] = {sid: held_rescaler.transform(p) for sid, p in raw.items()}
+    return preds, _held_out(nested, evaluate), nested
+
+
+def _held_out(
+    nested: dict[int, dict[str, np.ndarray]], evaluate: Sequence[WindowedSession]
+) -> dict[str, np.ndarray]:
+    """Each evaluated session's prediction by the models fitted without its listener."""
+    return {
+        s.session: nested[s.listener][s.session]
+        for s in evaluate
+        if s.listener in nested and s.session in nested[s.listener]
+    }
+
+
+def nested_selection_metrics(
+    nested: dict[int, dict[str, np.ndarray]],
+    sessions: dict[str, WindowedSession],
+    split_of: dict[str, str],
+    split: str = "val",
+) -> dict[str, float]:
+    """``<split>_without_listener_<L>.ccc_generalized``: for each held-out listener L, the
+    generalized mean CCC on the *other* listeners' ``split`` sessions, predicted by the models
+    (and post-processing) fitted without L: the score that chooses L's configuration without
+    anything of L (nested selection, see :mod:`experiments.studies.unseen`)."""
+    out: dict[str, float] = {}
+    for listener, preds in nested.items():
+        rows = []
+        for sid, pred in preds.items():
+            s = sessions[sid]
+            if s.listener == listener or split_of.get(sid) != split:
+                continue
+            ok = np.isfinite(s.y)
+            rows.append({"listener": s.listener, "story": s.story, "ccc": ccc(s.y[ok], pred[ok])})
+        if rows:
+            df = pd.DataFrame(rows)
+            out[f"{split}_without_listener_{listener}.ccc_generalized"] = float(
+                ccc_protocols(df)["generalized"]
+            )
+    return out
 
 
 def _split_sessions(
@@ -291,6 +321,7 @@ def _evaluate_group(
         _refuse_loso(first)
     preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
     unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
+    nested: list[dict[int, dict[str, np.ndarray]]] = [{} for _ in trials]
     split_of: dict[str, str] = {}
     notes: list[str] = []
     n_rows = 0
@@ -306,9 +337,11 @@ def _evaluate_group(
         notes.extend([*fitted.notes, *fitted.warnings])
         n_rows = max(n_rows, fitted.n_rows)
         for i, t in enumerate(trials):
-            p, u = _postprocess(t, fitted, train, evaluate)
+            p, u, by_held_out = _postprocess(t, fitted, train, evaluate)
             preds[i].update(p)
             unseen[i].update(u)
+            for listener, held in by_held_out.items():
+                nested[i].setdefault(listener, {}).update(held)
         split_of.update(split)
 
     if first.protocol == "loso":
@@ -333,7 +366,7 @@ def _evaluate_group(
     # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
     seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
     results = []
-    for t, p, u in zip(trials, preds, unseen, strict=True):
+    for t, p, u, n in zip(trials, preds, unseen, nested, strict=True):
         rows = []
         for suffix, source in (("", p), ("_unseen", u)):
             for sid, pred in source.items():
@@ -353,6 +386,7 @@ def _evaluate_group(
         metrics = score_metrics(
             scores, predictions=p, truth=truth, seed=t.seed, unseen_predictions=u
         )
+        metrics.update(nested_selection_metrics(n, by_session, split_of))
         results.append(
             TrialResult(
                 t,

@@ -169,6 +169,9 @@ class Fitted:
     n_rows: int
     notes: list[str]
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: per held-out listener, every evaluated session predicted by the models without them
+    #: (the other listeners' validation sessions choose that listener's configuration)
+    unseen_all: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     #: the warnings raised while fitting the parts
     warnings: list[str] = field(default_factory=list)
 
@@ -235,8 +238,9 @@ def fit_part(
             fit_on = [s for s in train if s.story != part.story]
             predicted, personalization = [s for s in train if s.story == part.story], base
         elif part.kind == "unseen":
-            fit_on, personalization = _others(train, part.listener), "global"
-            predicted = [s for s in evaluate if s.listener == part.listener]
+            # every evaluated session: the held-out listener's are scored, the others' choose
+            # the held-out listener's configuration without them (nested selection)
+            fit_on, personalization, predicted = _others(train, part.listener), "global", evaluate
             if need_post_fit and not _out_of_fold(trial, fit_on):
                 in_sample = list(fit_on)
         elif part.kind == "unseen_fold":
@@ -296,6 +300,7 @@ def combine_parts(
             fit_on = dict(main.in_sample)
     unseen: dict[str, np.ndarray] = {}
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
+    unseen_all: dict[int, dict[str, np.ndarray]] = {}
     if need_unseen and base == "global" and not calibrated:
         for listener in sorted({s.listener for s in evaluate}):
             others = _others(train, listener)
@@ -305,7 +310,10 @@ def combine_parts(
                 )
                 continue
             part = done[FitPart("unseen", listener=listener)]
-            unseen.update(part.predictions)
+            unseen_all[listener] = dict(part.predictions)
+            unseen.update(
+                {s.session: part.predictions[s.session] for s in evaluate if s.listener == listener}
+            )
             if need_post_fit:  # the held-out listener's rescaling must not see them either
                 if _out_of_fold(trial, others):
                     unseen_fit_on[listener] = predictions("unseen_fold", listener)
@@ -318,6 +326,7 @@ def combine_parts(
         main.n_rows,
         notes,
         unseen_fit_on,
+        unseen_all,
         warnings=sorted({w for p in parts for w in done[p].warnings}),
     )
 
