@@ -110,6 +110,9 @@ class Trial:
     fit_on: str = "out_of_fold"
     #: also score this configuration on listeners left out of training (generalized track only)
     unseen_listener: bool = False
+    #: a grid configuration fitted without each listener for nested selection
+    #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
+    unseen_nested: bool = False
 
     @property
     def track(self) -> str:

@@ -36,6 +36,7 @@ from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
 from .parent_run import SweepResult
 from .sweep import run_sweep
+from .unseen import nested_unseen, nested_unseen_mean
 
 #: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
 PAPER_TEST_CCC = {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
@@ -372,11 +373,21 @@ def ablate(
     else:
         raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)
+    is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
+    nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0])
+    if is_nested:
+        # the unseen-listener column: each left-out listener's configuration chosen without them
+        means = nested_unseen_mean(nested)
+        test = (df.split == "test") & df.feature_set.isin(list(means))
+        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means)
+        df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
+        df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
     pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
+    nested.to_csv(out / "ablation_unseen.csv", index=False)
     md = ablation_markdown(
         df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
     )
@@ -384,7 +395,13 @@ def ablate(
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("ablation.csv", "ablation_comparisons.csv", "ablation.md", "ablation.png"):
+        for name in (
+            "ablation.csv",
+            "ablation_comparisons.csv",
+            "ablation.md",
+            "ablation.png",
+            "ablation_unseen.csv",
+        ):
             (Path(tmp) / name).write_bytes((out / name).read_bytes())
         tracker.log_artifacts(sweep.parent_run_id, tmp, "ablation")
     metrics = {}

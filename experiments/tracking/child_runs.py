@@ -36,7 +36,7 @@ def identity_tags(trial: Trial) -> dict[str, str]:
     """A configuration's identifying tags: its config hash and, for a chosen configuration's
     unseen-listener run, the hash of the grid configuration it evaluates again."""
     tags = {CONFIG_HASH_TAG: trial.hash()}
-    if trial.unseen_listener:
+    if trial.unseen_listener and not trial.unseen_nested:
         tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
     return tags
 

@@ -355,3 +355,21 @@ def test_every_option_is_in_the_config_reference():
     for rescale in options.RESCALES:
         _, per_listener = rescaler_for(rescale)
         assert per_listener == (rescale in options.IDENTITY_RESCALES)
+
+
+def test_unseen_listener_selection(tmp_path):
+    """``unseen_listener``: true (the generalized choice made with every listener), or
+    ``{selection: nested}`` / ``{selection: fixed, configuration: ...}``; both round-trip."""
+    nested = load_config(write(tmp_path, "unseen_listener: {selection: nested}\n"))
+    assert nested.unseen_listener and nested.unseen_selection == "nested"
+    assert from_dict(nested.to_dict()).unseen_selection == "nested"
+    fixed = load_config(
+        write(tmp_path, "unseen_listener: {selection: fixed, configuration: abc123}\n")
+    )
+    assert (fixed.unseen_selection, fixed.unseen_configuration) == ("fixed", "abc123")
+    plain = load_config(write(tmp_path, "unseen_listener: true\n"))
+    assert plain.unseen_selection == "chosen" and plain.to_dict()["unseen_listener"] is True
+    with pytest.raises(ConfigError, match=r"unseen_listener\.configuration: selection fixed needs"):
+        load_config(write(tmp_path, "unseen_listener: {selection: fixed}\n"))
+    with pytest.raises(ConfigError, match=r"unseen_listener\.selection: 'nestd' is not one of"):
+        load_config(write(tmp_path, "unseen_listener: {selection: nestd}\n"))

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from experiments.evaluation.evaluate import evaluate_trials, window_sessions
 from experiments.executors.base import fit_groups
@@ -116,3 +117,72 @@ def test_a_held_out_listener_is_chosen_and_predicted_without_them(tables):
     # the all-listener choice (what the old protocol chose with) does flip
     chosen = (t.loc[t["val.ccc_generalized"].idxmax(), "run_id"] for t in (table, bad_table))
     assert next(chosen) != next(chosen)
+
+
+def test_the_ablation_reports_each_left_out_listeners_choice(planted_store, tracking_dir, tmp_path):
+    """``unseen_listener: {selection: nested}``: every generalized configuration is fitted without
+    each listener; reports/ablation_unseen.csv holds one row per feature set and listener, with
+    the chosen run, whose test_unseen predictions the export writes; the ablation's unseen column
+    is the mean of those rows."""
+    from experiments.config.loading import from_dict
+    from experiments.studies.ablation import ablate
+    from experiments.tracking.summary import best_per_track
+
+    from .conftest import config_dict
+
+    cfg = from_dict(
+        config_dict(tracking_dir, "nested-unseen", unseen_listener={"selection": "nested"})
+    )
+    assert cfg.unseen_selection == "nested"
+    out = tmp_path / "reports"
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, progress=False)
+    rows = pd.read_csv(out / "ablation_unseen.csv")
+    assert list(rows.columns) == UNSEEN_COLUMNS
+    assert sorted(zip(rows.feature_set, rows.listener, strict=True)) == sorted(
+        (fs, L) for fs in ("speaker", "listener") for L in LISTENERS
+    )
+    table = sweep.table.set_index("run_id")
+    for r in rows.itertuples():
+        assert table.at[r.run_id, "track"] == "generalized"
+        assert table.at[r.run_id, "features.set"] == r.feature_set
+        assert r.ccc_test_unseen == table.at[r.run_id, f"test_unseen.ccc_listener_{r.listener}"]
+    # the grid still competes whole: no configuration was set aside as an extra run
+    assert set(best_per_track(sweep.table, "val")) == {"personalized", "generalized"}
+    test = df[df.split == "test"].set_index("feature_set")
+    for fs, g in rows.groupby("feature_set"):
+        assert test.at[fs, "ccc_unseen_listener"] == pytest.approx(g.ccc_test_unseen.mean())
+    assert test.at["listener", "ccc_unseen_listener"] > 0.5
+
+
+def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tracking_dir):
+    """``{selection: fixed, configuration: HASH}``: the configuration named before any data is
+    run again on left-out listeners, whatever validation says; an unknown name fails."""
+    from experiments.config.loading import from_dict
+    from experiments.config.schema import ConfigError
+    from experiments.studies.sweep import run_sweep
+
+    from .conftest import config_dict, pick
+
+    named = pick(trials_for(feature_set=["listener"]), "listener", smooth_s=2.0)
+    cfg = from_dict(
+        config_dict(
+            tracking_dir,
+            "fixed-unseen",
+            feature_set=["listener"],
+            unseen_listener={"selection": "fixed", "configuration": named.hash()},
+        )
+    )
+    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    extra = res.table[res.table["unseen_of"].notna()]
+    assert extra["unseen_of"].tolist() == [named.hash()]
+    assert extra["test_unseen.ccc_generalized"].notna().all()
+    bad = from_dict(
+        config_dict(
+            tracking_dir,
+            "fixed-unseen",
+            feature_set=["listener"],
+            unseen_listener={"selection": "fixed", "configuration": "nope"},
+        )
+    )
+    with pytest.raises(ConfigError, match="'nope' is no generalized configuration"):
+        run_sweep(bad, store=planted_store, progress=False, log_artifacts=False)
