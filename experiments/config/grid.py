@@ -20,8 +20,44 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, TypeVar
 
+from featurestore.storage.store import LABEL_FPS
+
+from .options import CAUSAL_SMOOTH_METHODS, SESSION_POSITION_MODELS
 from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
+
+#: params derived from the others (:meth:`Trial.params`), left out of :meth:`Trial.hash` so
+#: that runs logged before they existed still resume
+DERIVED_PARAMS = ("causal", "lookahead_s")
+
+
+def lookahead_frames(
+    lengths_s: tuple[float, ...],
+    delay_s: float,
+    align: str,
+    smooth_s: float = 0.0,
+    smooth_method: str = "",
+    fps: float = LABEL_FPS,
+) -> float:
+    """How many label frames after frame t the prediction at t reads (``inf``: the whole session).
+
+    A window of ``L`` s (``w = round(L * fps)`` frames, at least 1) positioned at ``t - delay``
+    ends at ``t - delay + w // 2`` (``centred``) or ``t - delay`` (``causal``), as
+    :func:`experiments.windowing.stats.window_bounds` places it; a centred smoothing of ``s``
+    seconds (moving average, median) reads ``round(s * fps) // 2`` predictions ahead, each of
+    which reads its windows' frames; the zero-phase Butterworth filter reads the whole
+    session; ``trailing`` and ``causal_butterworth`` read none. The result may be negative (a
+    delay longer than the look-ahead): the prediction is then known that many frames early.
+    """
+    d = int(round(float(delay_s) * fps))
+    ahead = max(
+        (max(1, int(round(float(L) * fps))) // 2 if align == "centred" else 0) for L in lengths_s
+    )
+    if smooth_s and smooth_method not in CAUSAL_SMOOTH_METHODS:
+        if smooth_method == "butterworth":
+            return math.inf
+        ahead += int(round(float(smooth_s) * fps)) // 2
+    return float(ahead - d)
 
 
 class WindowKey(NamedTuple):
@@ -74,11 +110,35 @@ class Trial:
     fit_on: str = "out_of_fold"
     #: also score this configuration on listeners left out of training (generalized track only)
     unseen_listener: bool = False
+    #: a grid configuration fitted without each listener for nested selection
+    #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
+    unseen_nested: bool = False
 
     @property
     def track(self) -> str:
         """``personalized`` when anything in this configuration uses who is listening, else ``generalized``."""
         return track_of(self.personalization, self.rescale)
+
+    @property
+    def lookahead_s(self) -> float:
+        """Seconds after frame t that the prediction at t reads (windows and smoothing:
+        :func:`lookahead_frames`); ``inf`` for the zero-phase Butterworth filter."""
+        if self.model in SESSION_POSITION_MODELS:  # it reads the session's length
+            return math.inf
+        return (
+            lookahead_frames(
+                self.lengths_s, self.delay_s, self.align, self.smooth_s, self.smooth_method
+            )
+            / LABEL_FPS
+        )
+
+    @property
+    def causal(self) -> bool:
+        """True when the prediction at frame t reads no feature frame after t (windows and
+        smoothing together): what a system that runs live can do. Not counted here: the
+        resampling onto label frames, which reads up to ``max_gap_s`` of source samples
+        ahead (see :mod:`experiments.data.dataset`)."""
+        return self.lookahead_s <= 0
 
     @property
     def hyperparams(self) -> dict[str, Any]:
@@ -106,6 +166,8 @@ class Trial:
                 "postprocess.rescale": self.rescale,
                 "postprocess.fit_on": self.fit_on,
                 "track": self.track,
+                "causal": format_value(self.causal),
+                "lookahead_s": format_value(self.lookahead_s),
                 "unseen_listener": format_value(
                     self.unseen_listener and self.track == "generalized"
                 ),
@@ -119,7 +181,7 @@ class Trial:
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
-        return config_hash(self.params())
+        return config_hash({k: v for k, v in self.params().items() if k not in DERIVED_PARAMS})
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""

@@ -22,8 +22,12 @@ ALIGNS = ("centred", "causal")
 STATS = ("mean", "std", "min", "max", "slope", "valid_frac")
 #: personalization strategies (:func:`experiments.models.personalization.make_personalizer`)
 PERSONALIZATIONS = ("global", "per_listener", "global_calibrated", "listener_onehot")
-#: smoothing methods of :func:`experiments.models.postprocess.smooth`
-SMOOTH_METHODS = ("moving_average", "butterworth", "median")
+#: smoothing methods of :func:`experiments.models.postprocess.smooth`: the first three read
+#: future frames (centred windows; a Butterworth filter run forwards and backwards), the last
+#: two do not (a trailing mean; a Butterworth filter run forwards only)
+SMOOTH_METHODS = ("moving_average", "butterworth", "median", "trailing", "causal_butterworth")
+#: smoothing methods whose output at frame t reads no frame after t
+CAUSAL_SMOOTH_METHODS = ("trailing", "causal_butterworth")
 #: rescaling of predictions (:mod:`experiments.models.postprocess`): ``train`` matches the training
 #: labels' mean and std, ``bias`` their mean only, both from statistics over all training
 #: listeners; ``listener`` / ``listener_bias`` do the same with each listener's own statistics
@@ -32,6 +36,11 @@ RESCALES = ("none", "train", "bias", "listener", "listener_bias")
 #: stories made out of fold (leave one training story out), or the in-sample predictions of
 #: the model fitted on them (optimistic; kept to show what out-of-fold fitting changes)
 FIT_ON = ("out_of_fold", "in_sample")
+#: how ``unseen_listener`` chooses the configuration scored on a left-out listener: ``chosen``
+#: (each feature set's generalized choice, made with every listener: not nested), ``nested``
+#: (per left-out listener, chosen on the other listeners' validation stories with models fitted
+#: without them), ``fixed`` (the ``configuration`` named in the config, before any data)
+UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
 #: split names of a config's ``splits``
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -75,4 +84,9 @@ MODEL_PARAMS: dict[str, dict[str, Any]] = {
         "alpha": 1.0,
     },
     "dummy": {},
+    # the mean training-label curve over normalised session time (experiments.models.position_prior)
+    "position_prior": {"n_bins": 100},
 }
+#: models whose input is each frame's position in its session (i / (n_frames - 1)), not the
+#: windowed features: they read the session's length, so they are never causal
+SESSION_POSITION_MODELS = ("position_prior",)

@@ -216,6 +216,10 @@ class ExperimentConfig:
     #: score each feature set's chosen generalized-track configuration on listeners left out of
     #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
     unseen_listener: bool = True
+    #: how the unseen-listener configuration is chosen (``UNSEEN_SELECTIONS``; config
+    #: ``unseen_listener: {selection: nested}``), and for ``fixed`` which one (a label or hash)
+    unseen_selection: str = "chosen"
+    unseen_configuration: str = ""
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
     #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
@@ -257,7 +261,9 @@ class ExperimentConfig:
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
             "seed": self.seed,
-            "unseen_listener": self.unseen_listener,
+            "unseen_listener": self.unseen_listener
+            if self.unseen_selection == "chosen" or not self.unseen_listener
+            else {"selection": self.unseen_selection, "configuration": self.unseen_configuration},
             "jobs": self.jobs,
         }
         if self.search.method != "grid":

@@ -67,6 +67,7 @@ from .options import (
     SPLIT_NAMES,
     STATS,
     TRACKS,
+    UNSEEN_SELECTIONS,
 )
 from .schema import (
     ONLY_AXES,
@@ -318,8 +319,14 @@ class _Validator:
             raise self.fail("seed", f"expected an integer, got {seed!r}")
         cfg.seed = seed
         unseen = raw.get("unseen_listener", d.unseen_listener)
+        if isinstance(unseen, dict):
+            cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
+            unseen = True
         if not isinstance(unseen, bool):
-            raise self.fail("unseen_listener", f"expected true or false, got {unseen!r}")
+            raise self.fail(
+                "unseen_listener",
+                f"expected true, false or {{selection: nested}}, got {unseen!r}",
+            )
         cfg.unseen_listener = unseen
         jobs = raw.get("jobs", None)
         if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
@@ -473,6 +480,21 @@ class _Validator:
                 "postprocess.rescale", value.get("rescale", d.rescale), RESCALES
             ),
         )
+
+    def unseen(self, value: dict) -> tuple[str, str]:
+        """``unseen_listener: {selection, configuration}`` -> (selection, configuration)."""
+        value = self.mapping("unseen_listener", value, ["selection", "configuration"])
+        selection = self.enum_list(
+            "unseen_listener.selection", value.get("selection", "nested"), UNSEEN_SELECTIONS
+        )[0]
+        configuration = value.get("configuration", "")
+        if selection == "fixed" and (not isinstance(configuration, str) or not configuration):
+            raise self.fail(
+                "unseen_listener.configuration",
+                "selection fixed needs the configuration: its label or config hash, named before "
+                "seeing any data (experiments sweep --print-config lists none; a run's label does)",
+            )
+        return selection, str(configuration or "")
 
     def tracking(self, value: Any) -> TrackingConfig:
         value = self.mapping("tracking", value, ["uri", "experiment"])

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
-from ..models.postprocess import Rescaler, rescaler_for, smooth
+from ..models.personalization import apply_listener_calibration
+from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
 from .fitting import (
     CALIBRATION_SHRINKAGE,
@@ -87,6 +88,37 @@ class TrialResult:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
+def _calibrate(
+    trial: Trial,
+    fitted: Fitted,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``global_calibrated``: each listener's map fitted on the training stories' out-of-fold
+    predictions smoothed as ``trial`` smooths, applied to the evaluated and the training
+    predictions (unsmoothed; smoothing commutes with the map): (evaluated, fit_on)."""
+    maps = fit_smoothed_calibration(
+        np.concatenate([s.y for s in train]),
+        np.concatenate([fitted.fit_on[s.session] for s in train]),
+        np.concatenate([np.full(len(s.y), s.listener, float) for s in train]),
+        np.concatenate([np.full(len(s.y), s.session) for s in train]),
+        train[0].fps,
+        trial.smooth_s,
+        trial.smooth_method or "moving_average",
+        CALIBRATION_SHRINKAGE,
+    )
+
+    def apply(sessions, predictions):
+        return {
+            s.session: apply_listener_calibration(
+                maps, np.full(len(s.y), s.listener), predictions[s.session]
+            )
+            for s in sessions
+        }
+
+    return apply(evaluate, fitted.evaluated), apply(train, fitted.fit_on)
+
+
 def _postprocess(
     trial: Trial,
     fitted: Fitted,
@@ -98,18 +130,18 @@ def _postprocess(
     def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
         return smooth(p, s.fps, trial.smooth_s, trial.smooth_method) if trial.smooth_s else p
 
-    preds = {s.session: post(s, fitted.evaluated[s.session]) for s in evaluate}
-    unseen = (
-        {
-            s.session: post(s, fitted.unseen[s.session])
-            for s in evaluate
-            if s.session in fitted.unseen
-        }
-        if trial.track == "generalized" and trial.unseen_listener
-        else {}
-    )
+    evaluated, fit_on = fitted.evaluated, fitted.fit_on
+    if trial.personalization == "global_calibrated":
+        evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
+    preds = {s.session: post(s, evaluated[s.session]) for s in evaluate}
+    with_unseen = trial.track == "generalized" and trial.unseen_listener
+    # per held-out listener: every evaluated session predicted by the models without them
+    nested = {
+        listener: {s.session: post(s, raw[s.session]) for s in evaluate if s.session in raw}
+        for listener, raw in (fitted.unseen_all.items() if with_unseen else ())
+    }
     if trial.rescale == "none":
-        return preds, unseen
+        return preds, _held_out(nested, evaluate), nested
 
     def fitted_rescaler(
         sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]
@@ -127,22 +159,55 @@ def _postprocess(
             y[ok], p[ok], groups=None if groups is None else groups[ok]
         ), per_listener
 
-    rescaler, per_listener = fitted_rescaler(train, fitted.fit_on)
+    rescaler, per_listener = fitted_rescaler(train, fit_on)
     preds = {
         sid: rescaler.transform(p, group=by.listener if per_listener else None)
         for (sid, p), by in zip(preds.items(), evaluate, strict=True)
     }
     # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
-    by_listener: dict[int, Rescaler] = {}
-    for s in evaluate:
-        if s.session in unseen:
-            if s.listener not in by_listener:
-                others = [t for t in train if t.listener != s.listener]
-                by_listener[s.listener] = fitted_rescaler(others, fitted.unseen_fit_on[s.listener])[
-                    0
-                ]
-            unseen[s.session] = by_listener[s.listener].transform(unseen[s.session])
-    return preds, unseen
+    for listener, raw in nested.items():
+        others = [t for t in train if t.listener != listener]
+        held_rescaler = fitted_rescaler(others, fitted.unseen_fit_on[listener])[0]
+        nested[listener] = {sid: held_rescaler.transform(p) for sid, p in raw.items()}
+    return preds, _held_out(nested, evaluate), nested
+
+
+def _held_out(
+    nested: dict[int, dict[str, np.ndarray]], evaluate: Sequence[WindowedSession]
+) -> dict[str, np.ndarray]:
+    """Each evaluated session's prediction by the models fitted without its listener."""
+    return {
+        s.session: nested[s.listener][s.session]
+        for s in evaluate
+        if s.listener in nested and s.session in nested[s.listener]
+    }
+
+
+def nested_selection_metrics(
+    nested: dict[int, dict[str, np.ndarray]],
+    sessions: dict[str, WindowedSession],
+    split_of: dict[str, str],
+    split: str = "val",
+) -> dict[str, float]:
+    """``<split>_without_listener_<L>.ccc_generalized``: for each held-out listener L, the
+    generalized mean CCC on the *other* listeners' ``split`` sessions, predicted by the models
+    (and post-processing) fitted without L: the score that chooses L's configuration without
+    anything of L (nested selection, see :mod:`experiments.studies.unseen`)."""
+    out: dict[str, float] = {}
+    for listener, preds in nested.items():
+        rows = []
+        for sid, pred in preds.items():
+            s = sessions[sid]
+            if s.listener == listener or split_of.get(sid) != split:
+                continue
+            ok = np.isfinite(s.y)
+            rows.append({"listener": s.listener, "story": s.story, "ccc": ccc(s.y[ok], pred[ok])})
+        if rows:
+            df = pd.DataFrame(rows)
+            out[f"{split}_without_listener_{listener}.ccc_generalized"] = float(
+                ccc_protocols(df)["generalized"]
+            )
+    return out
 
 
 def _split_sessions(
@@ -258,6 +323,7 @@ def _evaluate_group(
         _refuse_loso(first)
     preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
     unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
+    nested: list[dict[int, dict[str, np.ndarray]]] = [{} for _ in trials]
     split_of: dict[str, str] = {}
     notes: list[str] = []
     n_rows = 0
@@ -273,9 +339,11 @@ def _evaluate_group(
         notes.extend([*fitted.notes, *fitted.warnings])
         n_rows = max(n_rows, fitted.n_rows)
         for i, t in enumerate(trials):
-            p, u = _postprocess(t, fitted, train, evaluate)
+            p, u, by_held_out = _postprocess(t, fitted, train, evaluate)
             preds[i].update(p)
             unseen[i].update(u)
+            for listener, held in by_held_out.items():
+                nested[i].setdefault(listener, {}).update(held)
         split_of.update(split)
 
     if first.protocol == "loso":
@@ -300,7 +368,7 @@ def _evaluate_group(
     # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
     seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
     results = []
-    for t, p, u in zip(trials, preds, unseen, strict=True):
+    for t, p, u, n in zip(trials, preds, unseen, nested, strict=True):
         rows = []
         for suffix, source in (("", p), ("_unseen", u)):
             for sid, pred in source.items():
@@ -325,6 +393,7 @@ def _evaluate_group(
             unseen_predictions=u,
             fps={sid: by_session[sid].fps for sid in p},
         )
+        metrics.update(nested_selection_metrics(n, by_session, split_of))
         results.append(
             TrialResult(
                 t,

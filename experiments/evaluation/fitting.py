@@ -30,12 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config.grid import Trial
+from ..config.options import SESSION_POSITION_MODELS
 from ..models.factory import make_model
-from ..models.personalization import (
-    apply_listener_calibration,
-    fit_listener_calibration,
-    make_personalizer,
-)
+from ..models.personalization import make_personalizer
+from ..models.position_prior import session_position
 from ..windowing.windowed import WindowedSession
 
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
@@ -47,15 +45,24 @@ CALIBRATION_SHRINKAGE = 100.0
 COLUMN_MAJOR_MODELS = ("hist_gb",)
 
 
-def design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Stack [listener id | features] rows (every ``hop``-th frame) and labels.
+def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
+    """A session's model inputs: its windowed features, or (``position``) the one column of
+    each frame's position in the session (:data:`SESSION_POSITION_MODELS`)."""
+    return session_position(len(s.y))[:, None] if position else s.F
+
+
+def design(
+    sessions: Sequence[WindowedSession], hop: int = 1, position: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack [listener id | features] rows (every ``hop``-th frame) and labels; ``position``:
+    [listener id | position in the session] instead (see :func:`_inputs`).
 
     Written into one preallocated array: the training matrix exists once, never as
     per-session pieces plus their concatenation.
     """
     y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
-    p = sessions[0].F.shape[1] if sessions else 0
+    p = _inputs(sessions[0], position).shape[1] if sessions else 0
     X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
     row = start = 0
     for s in sessions:
@@ -63,18 +70,21 @@ def design(sessions: Sequence[WindowedSession], hop: int = 1) -> tuple[np.ndarra
         start += len(k)
         n = int(k.sum())
         X[row : row + n, 0] = s.listener
-        X[row : row + n, 1:] = s.F[::hop][k]
+        X[row : row + n, 1:] = _inputs(s, position)[::hop][k]
         row += n
     return X, y[keep]
 
 
-def _predict(model, s: WindowedSession, column_major: bool = False) -> np.ndarray:
+def _predict(
+    model, s: WindowedSession, column_major: bool = False, position: bool = False
+) -> np.ndarray:
+    F = _inputs(s, position)
     if column_major:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float64, order="F")
+        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float64, order="F")
     else:
-        X = np.empty((len(s.F), 1 + s.F.shape[1]), dtype=np.float32)
+        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float32)
     X[:, 0] = s.listener
-    X[:, 1:] = s.F
+    X[:, 1:] = F
     return np.asarray(model.predict(X), dtype=np.float64)
 
 
@@ -92,7 +102,7 @@ def _fit(
     global model's, would never be used.
     """
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = design(train, hop)
+    X, y = design(train, hop, trial.model in SESSION_POSITION_MODELS)
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
     model = make_personalizer(
@@ -110,7 +120,9 @@ def _fit(
 
 def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
     model, y_mean, _ = fitted
-    p = _predict(model, s, trial.model in COLUMN_MAJOR_MODELS)
+    p = _predict(
+        model, s, trial.model in COLUMN_MAJOR_MODELS, trial.model in SESSION_POSITION_MODELS
+    )
     return np.where(np.isfinite(p), p, y_mean)
 
 
@@ -147,6 +159,8 @@ class Fitted:
     models that never saw their listener; ``unseen_fit_on``: per held-out listener, the other
     listeners' training sessions predicted (out of fold, or in sample) by models that never saw
     the held-out listener either, for fitting that listener's post-processing.
+    ``global_calibrated``'s per-listener maps are not applied here: they are fitted on
+    ``fit_on`` smoothed as each configuration smooths (``experiments.evaluation.evaluate``).
     """
 
     evaluated: dict[str, np.ndarray]
@@ -155,6 +169,9 @@ class Fitted:
     n_rows: int
     notes: list[str]
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: per held-out listener, every evaluated session predicted by the models without them
+    #: (the other listeners' validation sessions choose that listener's configuration)
+    unseen_all: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     #: the warnings raised while fitting the parts
     warnings: list[str] = field(default_factory=list)
 
@@ -221,8 +238,10 @@ def fit_part(
             fit_on = [s for s in train if s.story != part.story]
             predicted, personalization = [s for s in train if s.story == part.story], base
         elif part.kind == "unseen":
+            # every evaluated session: the held-out listener's are scored, the others' choose
+            # the held-out listener's configuration without them (nested selection)
             fit_on, personalization = _others(train, part.listener), "global"
-            predicted = [s for s in evaluate if s.listener == part.listener]
+            predicted = list(evaluate)
             if need_post_fit and not _out_of_fold(trial, fit_on):
                 in_sample = list(fit_on)
         elif part.kind == "unseen_fold":
@@ -280,27 +299,9 @@ def combine_parts(
                     f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample"
                 )
             fit_on = dict(main.in_sample)
-    if calibrated:
-        listeners = np.concatenate([np.full(len(s.y), s.listener, float) for s in train])
-        pred = np.concatenate([fit_on[s.session] for s in train])
-        y = np.concatenate([s.y for s in train])
-        ok = np.isfinite(y)
-        maps = fit_listener_calibration(listeners[ok], pred[ok], y[ok], CALIBRATION_SHRINKAGE)
-        evaluated = {
-            s.session: apply_listener_calibration(
-                maps, np.full(len(s.y), s.listener), evaluated[s.session]
-            )
-            for s in evaluate
-        }
-        fit_on = {
-            s.session: apply_listener_calibration(
-                maps, np.full(len(s.y), s.listener), fit_on[s.session]
-            )
-            for s in train
-        }
-
     unseen: dict[str, np.ndarray] = {}
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
+    unseen_all: dict[int, dict[str, np.ndarray]] = {}
     if need_unseen and base == "global" and not calibrated:
         for listener in sorted({s.listener for s in evaluate}):
             others = _others(train, listener)
@@ -310,7 +311,10 @@ def combine_parts(
                 )
                 continue
             part = done[FitPart("unseen", listener=listener)]
-            unseen.update(part.predictions)
+            unseen_all[listener] = dict(part.predictions)
+            unseen.update(
+                {s.session: part.predictions[s.session] for s in evaluate if s.listener == listener}
+            )
             if need_post_fit:  # the held-out listener's rescaling must not see them either
                 if _out_of_fold(trial, others):
                     unseen_fit_on[listener] = predictions("unseen_fold", listener)
@@ -323,6 +327,7 @@ def combine_parts(
         main.n_rows,
         notes,
         unseen_fit_on,
+        unseen_all,
         warnings=sorted({w for p in parts for w in done[p].warnings}),
     )
 

@@ -18,6 +18,8 @@ Preprocessing, decided per family:
   ``FillEmptyColumns`` first: scikit-learn's binning fails on a column that is all NaN in
   training, so such a column becomes a constant 0 (it carries no information anyway).
 - ``dummy``: the model alone (it ignores the features).
+- ``position_prior``: the model alone; its one input column is each frame's position in its
+  session (:mod:`experiments.models.position_prior`), built by the caller.
 
 ``svr`` is the exact RBF-kernel SVR, whose training cost grows about quadratically with
 the number of rows; beyond roughly 20,000 training rows use ``nystroem_components`` (for
@@ -52,6 +54,7 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_dat
 
 from ..config.choices import check_choice
 from ..config.options import MODEL_PARAMS
+from .position_prior import PositionPrior
 
 
 def resolve_model_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -200,7 +203,8 @@ def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -
     """Build an unfitted pipeline for model ``name`` with hyperparameters ``params``.
 
     Args:
-        name: one of ``MODEL_PARAMS`` (svr, linear_svr, xgboost, hist_gb, ridge, dummy).
+        name: one of ``MODEL_PARAMS`` (svr, linear_svr, xgboost, hist_gb, ridge, dummy,
+            position_prior).
         params: hyperparameters; missing ones take the defaults in ``MODEL_PARAMS[name]``.
         seed: random state of the stochastic parts (XGBoost subsampling, HistGradientBoosting,
             Nystroem landmarks, LinearSVR's coordinate descent).
@@ -266,5 +270,7 @@ def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -
             random_state=seed,
         )
         return Pipeline([("fill_empty", FillEmptyColumns()), ("model", model)])
+    if name == "position_prior":
+        return Pipeline([("model", PositionPrior(n_bins=int(p["n_bins"])))])
     # resolve_model_params accepted the name, so only "dummy" is left
     return Pipeline([("model", DummyRegressor(strategy="mean"))])

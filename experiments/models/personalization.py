@@ -273,6 +273,10 @@ class CalibratedPerListener(_ListenerMetaEstimator):
     out-of-fold predictions of the global model (leave one group out). Without them they
     use its in-sample predictions: for a flexible model that fits the training rows closely
     those are optimistic, and ``a_L`` is then closer to 1 than it would be on unseen data.
+    Smoothing the predictions afterwards is the caller's job, and so is fitting the maps on
+    predictions smoothed the same way (the sweep does: see
+    :func:`experiments.models.postprocess.fit_smoothed_calibration`); maps fitted before
+    smoothing take the fast part of the prediction for noise and shrink ``a_L``.
 
     Args:
         estimator: any scikit-learn regressor (cloned at fit).

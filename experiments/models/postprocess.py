@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 from scipy.ndimage import median_filter
-from scipy.signal import butter, sosfiltfilt
+from scipy.signal import butter, sosfilt, sosfilt_zi, sosfiltfilt
 
 from ..config.choices import check_choice
 from ..config.options import RESCALES, SMOOTH_METHODS
+from .personalization import fit_listener_calibration
 
 #: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
 #: whether the statistics are per listener (see :func:`rescaler_for`)
@@ -75,6 +76,26 @@ def _butterworth(x: np.ndarray, fps: float, smooth_s: float, window: int) -> np.
     return sosfiltfilt(sos, x, padtype="even", padlen=padlen)
 
 
+def _trailing_average(x: np.ndarray, window: int) -> np.ndarray:
+    """Mean over the ``window`` frames ending at each frame (fewer at the start): causal."""
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    hi = np.arange(1, len(x) + 1)
+    lo = np.maximum(hi - window, 0)
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def _causal_butterworth(x: np.ndarray, fps: float, smooth_s: float) -> np.ndarray:
+    """Order-2 low-pass at 1/smooth_s Hz run forwards only (``lfilter`` in second-order
+    sections), starting at rest on the first value: causal, with a phase lag of about
+    ``smooth_s / (2 pi) * sqrt(2)`` s at low frequencies."""
+    nyquist = fps / 2.0
+    cutoff = 1.0 / smooth_s
+    if cutoff >= nyquist or len(x) < 2:
+        return x.copy()
+    sos = butter(2, cutoff / nyquist, btype="low", output="sos")
+    return sosfilt(sos, x, zi=sosfilt_zi(sos) * x[0])[0]
+
+
 def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average") -> np.ndarray:
     """Smooth one session's per-frame predictions over about ``smooth_s`` seconds.
 
@@ -87,7 +108,12 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
             their level); ``butterworth``: order-2 low-pass with cutoff ``1 / smooth_s``
             Hz, run forwards and backwards (zero phase), padded with an even reflection of
             one window length (shorter for short sessions); ``median``: running median
-            over the same window, edges repeating the first/last value.
+            over the same window, edges repeating the first/last value. These three read
+            future frames (up to half a window; the Butterworth filter, the whole session).
+            Causal (the output at frame t reads frames up to t only): ``trailing``: mean over
+            the ``round(smooth_s * fps)`` frames ending at t (fewer at the start);
+            ``causal_butterworth``: the same low-pass run forwards only, starting at rest
+            on the first value (it lags the signal, as any causal filter does).
 
     Returns:
         Smoothed predictions, float, same shape as ``pred``.
@@ -113,6 +139,10 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
         return _moving_average(x, window)
     if method == "butterworth":
         return _butterworth(x, fps, smooth_s, window)
+    if method == "trailing":
+        return _trailing_average(x, max(1, int(round(smooth_s * fps))))
+    if method == "causal_butterworth":
+        return _causal_butterworth(x, fps, smooth_s)
     return median_filter(x, size=window, mode="nearest")
 
 
@@ -139,6 +169,44 @@ def smooth_per_session(
         rows = np.flatnonzero(sessions == session)
         out[rows] = smooth(x[rows], fps, smooth_s, method)
     return out
+
+
+def fit_smoothed_calibration(
+    y: Any,
+    pred: Any,
+    listeners: Any,
+    sessions: Any,
+    fps: float,
+    smooth_s: float,
+    method: str = "moving_average",
+    shrinkage: float = 100.0,
+) -> dict[int | float, tuple[float, float]]:
+    """The per-listener maps of ``global_calibrated``, fitted like the :class:`Rescaler`: on
+    (out-of-fold) training predictions smoothed as the predictions the maps will transform.
+
+    Smoothing removes the part of a prediction that varies faster than ``smooth_s``; a map
+    fitted before it sees that part as noise (``a_L`` shrinks by var(signal) / var(prediction))
+    and the smoothed, calibrated predictions then have too little spread. Smoothing commutes
+    with an affine map (moving average and Butterworth are linear; the running median is
+    equivariant), so the maps fitted here apply to the raw predictions or the smoothed ones alike.
+
+    Args:
+        y: label of each row (NaN rows are left out).
+        pred: prediction of each row, unsmoothed (out of fold, ideally).
+        listeners: listener id of each row.
+        sessions: session id of each row (rows of a session in frame order).
+        fps: frame rate, Hz; smooth_s: smoothing scale, seconds (0: none); method: as in :func:`smooth`.
+        shrinkage: prior strength in rows (see :func:`~experiments.models.personalization.fit_listener_calibration`).
+
+    Returns:
+        listener id -> ``(a_L, b_L)``.
+    """
+    p = smooth_per_session(pred, sessions, fps, smooth_s, method) if smooth_s else pred
+    y = np.asarray(y, dtype=float).ravel()
+    ok = np.isfinite(y)
+    return fit_listener_calibration(
+        np.asarray(listeners, dtype=float).ravel()[ok], np.asarray(p, float)[ok], y[ok], shrinkage
+    )
 
 
 def rescaler_for(rescale: str) -> tuple[Rescaler, bool]:

@@ -45,6 +45,7 @@ from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
 from .parent_run import SweepResult
 from .sweep import run_sweep
+from .unseen import nested_unseen, nested_unseen_mean
 
 #: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
 PAPER_TEST_CCC = {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
@@ -70,6 +71,8 @@ COLUMNS = [
     "n_listeners",
     "config_track_personalized",
     "config_track_generalized",
+    "causal_personalized",  # true/false: the choice reads no frame after the one it predicts
+    "causal_generalized",
 ]
 #: splits that chose the configurations: reported without intervals
 SELECTION_SPLITS = ("val", "loso")
@@ -140,6 +143,7 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
                 row[f"config_track_{track}"] = (
                     "" if chosen is None else str(chosen.get("track", track))
                 )
+                row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
             unseen = f"{split}_unseen.ccc_generalized"
             row["ccc_unseen_listener"] = _get(gen, unseen)
             for end in ("ci_low", "ci_high"):
@@ -360,8 +364,11 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
                 own = first.get(f"config_track_{track}", track)
                 known = isinstance(own, str) and own in ("personalized", "generalized")
                 note = f", a {own} configuration" if known and own != track else ""
+                causal = {"true": ", causal", "false": ", reads future frames"}.get(
+                    str(first.get(f"causal_{track}", "")), ""
+                )
                 lines.append(
-                    f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note})"
+                    f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note}{causal})"
                 )
     lines += [
         "",
@@ -423,11 +430,21 @@ def ablate(
     else:
         raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)
+    is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
+    nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0])
+    if is_nested:
+        # the unseen-listener column: each left-out listener's configuration chosen without them
+        means = nested_unseen_mean(nested)
+        test = (df.split == "test") & df.feature_set.isin(list(means))
+        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means)
+        df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
+        df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
     pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
+    nested.to_csv(out / "ablation_unseen.csv", index=False)
     md = ablation_markdown(
         df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
     )
@@ -435,7 +452,13 @@ def ablate(
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("ablation.csv", "ablation_comparisons.csv", "ablation.md", "ablation.png"):
+        for name in (
+            "ablation.csv",
+            "ablation_comparisons.csv",
+            "ablation.md",
+            "ablation.png",
+            "ablation_unseen.csv",
+        ):
             (Path(tmp) / name).write_bytes((out / name).read_bytes())
         tracker.log_artifacts(sweep.parent_run_id, tmp, "ablation")
     metrics = {}

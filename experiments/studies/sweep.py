@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from ..config.grid import Trial, WindowKey, expand
-from ..config.schema import ExperimentConfig
+from ..config.schema import ConfigError, ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
 from ..executors.base import Executor, Outcome
 from ..tracking.child_runs import UNSEEN_OF_TAG
@@ -73,6 +73,20 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     ]
 
 
+def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun) -> list[Trial]:
+    """``unseen_listener: {selection: fixed, configuration: X}``: the grid's configuration whose
+    label or config hash is X, scored on left-out listeners (unless already done)."""
+    name = cfg.unseen_configuration
+    named = [t for t in trials if name in (t.label(), t.hash()) and t.track == "generalized"]
+    if not named:
+        raise ConfigError(
+            f"{cfg.source}: unseen_listener.configuration {name!r} is no generalized configuration "
+            "of the grid; give a child run's label (tag mlflow.runName) or config_hash"
+        )
+    todo = [replace(t, unseen_listener=True) for t in named]
+    return [t for t in todo if run.finished.get(t.hash()) is None]
+
+
 def run_sweep(
     cfg: ExperimentConfig,
     store="features",
@@ -108,6 +122,18 @@ def run_sweep(
         resume=resume,
     )
     trials = _order(_ensure_baseline(expand(cfg)))
+    if cfg.unseen_listener and cfg.unseen_selection == "nested":
+        # every generalized configuration fitted without each listener in turn: their scores on
+        # the other listeners choose each left-out listener's (experiments.studies.unseen)
+        if cfg.protocol != "val":
+            raise ConfigError(
+                f"{cfg.source}: unseen_listener.selection nested chooses on the other listeners' "
+                "validation stories, under protocol val; use protocol val, or selection chosen / fixed"
+            )
+        trials = [
+            replace(t, unseen_listener=True, unseen_nested=True) if t.track == "generalized" else t
+            for t in trials
+        ]
     run = ParentRun(cfg, store, options)
     todo = [t for t in trials if run.finished.get(t.hash()) is None]
     run.start(
@@ -133,8 +159,12 @@ def run_sweep(
 
     with run.closing():
         run.evaluate(todo, record)
-        if cfg.unseen_listener:
-            extra = run.unseen_listener_todo(trials)
+        if cfg.unseen_listener and cfg.unseen_selection != "nested":
+            extra = (
+                _fixed_unseen(cfg, trials, run)
+                if cfg.unseen_selection == "fixed"
+                else run.unseen_listener_todo(trials)
+            )
             if extra:
                 run.bar.total += len(extra)
                 run.bar.set_description("unseen listeners")

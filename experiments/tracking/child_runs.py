@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..config.grid import Trial
+from ..config.grid import Trial, format_value
 from ..evaluation.evaluate import CALIBRATION_SHRINKAGE, TrialResult
 from ..evaluation.plots import with_figures
 from ..models.factory import make_model
@@ -39,7 +39,7 @@ def identity_tags(trial: Trial) -> dict[str, str]:
     """A configuration's identifying tags: its config hash and, for a chosen configuration's
     unseen-listener run, the hash of the grid configuration it evaluates again."""
     tags = {CONFIG_HASH_TAG: trial.hash()}
-    if trial.unseen_listener:
+    if trial.unseen_listener and not trial.unseen_nested:
         tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
     return tags
 
@@ -118,7 +118,12 @@ def log_child(
     ident = identity_tags(trial)
     run_id = tracker.start_run(
         trial.label()[:250],
-        tags={**ident, "track": trial.track, **ctx.child_tags},
+        tags={
+            **ident,
+            "track": trial.track,
+            "causal": format_value(trial.causal),
+            **ctx.child_tags,
+        },
         parent_id=ctx.parent_run_id,
     )
     params = trial.params()

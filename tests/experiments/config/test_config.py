@@ -33,6 +33,7 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
         "xgboost",
         "hist_gb",
         "dummy",
+        "position_prior",
     }
     assert default.tracking.experiment == "omg-default" and default.tracking.uri == "mlruns"
     ablation = load_config(CONFIG_DIR / "ablation.yaml")
@@ -53,9 +54,22 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
         assert {t.track for t in part} == {"personalized", "generalized"} and len(part) <= 15, fs
     assert default.unseen_listener and ablation.unseen_listener
     assert default.postprocess.fit_on == ablation.postprocess.fit_on == "out_of_fold"
+    # the position prior beside the dummy baseline, in both tracks of the main sweeps
+    for trials_ in (expand(default), trials):
+        prior = [t for t in trials_ if t.model == "position_prior"]
+        assert {t.track for t in prior} == {"personalized", "generalized"}
     smoke = load_config("smoke")
     assert len(expand(smoke)) <= 6 and len({t.window_key() for t in expand(smoke)}) == 1
     assert smoke.tracking.experiment == "omg-smoke"
+    # the live configuration: only options that read no later frame, both tracks per set
+    causal = expand(load_config("causal"))
+    assert causal and all(t.causal and t.lookahead_s <= -1.0 for t in causal)
+    assert {t.align for t in causal} == {"causal"}
+    for fs in load_config("causal").feature_set:
+        part = [t for t in causal if t.feature_set == fs]
+        assert {t.track for t in part} == {"personalized", "generalized"} and len(part) <= 25, fs
+    # and the other packaged sweeps say they are not causal
+    assert not any(t.causal for t in expand(default))
 
 
 def test_defaults_fill_a_minimal_config(tmp_path):
@@ -344,3 +358,21 @@ def test_every_option_is_in_the_config_reference():
     for rescale in options.RESCALES:
         _, per_listener = rescaler_for(rescale)
         assert per_listener == (rescale in options.IDENTITY_RESCALES)
+
+
+def test_unseen_listener_selection(tmp_path):
+    """``unseen_listener``: true (the generalized choice made with every listener), or
+    ``{selection: nested}`` / ``{selection: fixed, configuration: ...}``; both round-trip."""
+    nested = load_config(write(tmp_path, "unseen_listener: {selection: nested}\n"))
+    assert nested.unseen_listener and nested.unseen_selection == "nested"
+    assert from_dict(nested.to_dict()).unseen_selection == "nested"
+    fixed = load_config(
+        write(tmp_path, "unseen_listener: {selection: fixed, configuration: abc123}\n")
+    )
+    assert (fixed.unseen_selection, fixed.unseen_configuration) == ("fixed", "abc123")
+    plain = load_config(write(tmp_path, "unseen_listener: true\n"))
+    assert plain.unseen_selection == "chosen" and plain.to_dict()["unseen_listener"] is True
+    with pytest.raises(ConfigError, match=r"unseen_listener\.configuration: selection fixed needs"):
+        load_config(write(tmp_path, "unseen_listener: {selection: fixed}\n"))
+    with pytest.raises(ConfigError, match=r"unseen_listener\.selection: 'nestd' is not one of"):
+        load_config(write(tmp_path, "unseen_listener: {selection: nestd}\n"))

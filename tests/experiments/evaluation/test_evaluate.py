@@ -118,3 +118,146 @@ def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
     assert len(res.scores) == len(LISTENERS) * 5
     assert res.metrics["loso.ccc_personalized"] > 0.5
     assert all(len(p) == N_FRAMES for p in res.predictions.values())
+
+
+def test_global_calibrated_maps_are_fitted_on_smoothed_out_of_fold_predictions(tables):
+    """The sweep's global_calibrated predictions are the global model's, mapped per listener by
+    maps fitted on the training stories' out-of-fold predictions smoothed as they are."""
+    from experiments.evaluation.evaluate import CALIBRATION_SHRINKAGE, _split_sessions
+    from experiments.evaluation.fitting import fit_group
+    from experiments.models.personalization import apply_listener_calibration
+    from experiments.models.postprocess import fit_smoothed_calibration, smooth
+
+    trials = trials_for(personalization=["global_calibrated"], postprocess={"smooth_s": [2]})
+    trial = pick(trials, "listener", personalization="global_calibrated", smooth_s=2.0)
+    w = window_sessions(tables, trial.window_key())
+    res = evaluate_trial(trial, w)
+    parts = _split_sessions(w, dict(trial.splits))
+    evaluate = parts["val"] + parts["test"]
+    fitted = fit_group(trial, parts["train"], evaluate, need_post_fit=False, need_unseen=False)
+    train = parts["train"]
+    args = [
+        np.concatenate(x)
+        for x in (
+            [s.y for s in train],
+            [fitted.fit_on[s.session] for s in train],
+            [np.full(len(s.y), s.listener) for s in train],
+            [np.full(len(s.y), s.session) for s in train],
+        )
+    ]
+    for smooth_s, should_match in ((2.0, True), (0.0, False)):
+        maps = fit_smoothed_calibration(*args, 25.0, smooth_s, shrinkage=CALIBRATION_SHRINKAGE)
+        for s in evaluate:
+            ids = np.full(len(s.y), s.listener)
+            mapped = apply_listener_calibration(maps, ids, fitted.evaluated[s.session])
+            expected = smooth(mapped, 25.0, 2.0)
+            assert np.allclose(res.predictions[s.session], expected) == should_match, s.session
+
+
+def _altered_after(tables, session: str, frame: int, seed: int = 0):
+    """``tables`` with ``session``'s features and labels after ``frame`` replaced by noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tables:
+        if t.session == session:
+            X, y = t.X.copy(), t.y.copy()
+            X[frame + 1 :] = rng.normal(0, 3, X[frame + 1 :].shape)
+            y[frame + 1 :] = rng.uniform(-1, 1, len(y) - frame - 1)
+            t = dataclasses.replace(t, X=X, y=y)
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize(
+    "align, delay_s, smooth_s, method, lookahead",
+    [
+        ("causal", 1.0, 2.0, "trailing", -25),
+        ("causal", 0.0, 2.0, "causal_butterworth", 0),
+        ("causal", 2.0, 2.0, "moving_average", -25),  # the delay outlasts the smoothing
+        ("centred", 1.0, 0.0, "moving_average", 0),  # half the 2 s window = the delay
+        ("centred", 0.0, 0.0, "moving_average", 25),
+        ("causal", 0.0, 2.0, "moving_average", 25),
+        ("centred", 0.0, 2.0, "median", 50),
+    ],
+)
+def test_a_causal_prediction_does_not_change_when_later_frames_do(
+    tables, align, delay_s, smooth_s, method, lookahead
+):
+    """Alter one test session's features and labels after frame t0: the predictions up to
+    t0 - lookahead stay the same (all of them up to t0 for a causal configuration); with a
+    look-ahead, the frames after t0 - lookahead do change (so the check can fail)."""
+    trials = trials_for(
+        personalization=["global", "per_listener"],
+        window={
+            "lengths_s": [[2]],
+            "delay_s": [delay_s],
+            "align": align,
+            "stats": ["mean", "std"],
+            "train_hop_s": 0.4,
+        },
+        postprocess={"smooth_s": [smooth_s], "smooth_method": [method], "rescale": ["train"]},
+    )
+    trial = pick(trials, "listener", smooth_s=smooth_s, rescale="train")
+    assert trial.lookahead_s * 25 == lookahead
+    assert trial.causal == (lookahead <= 0)
+    assert trial.params()["causal"] == ("true" if lookahead <= 0 else "false")
+    session, t0 = "Subject_2_Story_3", 400
+    clean = run(trial, tables).predictions[session]
+    altered = run(trial, _altered_after(tables, session, t0)).predictions[session]
+    last = t0 - max(lookahead, 0)
+    # the windowing centres each column on its session mean (numerics only), so later frames
+    # may move a float32 feature by one unit in the last place: far below any real change
+    np.testing.assert_allclose(altered[: last + 1], clean[: last + 1], rtol=0, atol=1e-6)
+    assert not np.allclose(altered[last + 1 :], clean[last + 1 :])
+    if lookahead > 0:  # the first frame that reads a later one moves (a median may hold a while)
+        end = t0 + 1 if method == "median" else last + 2
+        assert not np.allclose(altered[last + 1 : end], clean[last + 1 : end], atol=1e-6)
+
+
+def test_the_zero_phase_butterworth_is_not_causal():
+    trial = pick(
+        trials_for(postprocess={"smooth_s": [2], "smooth_method": ["butterworth"]}),
+        "listener",
+        smooth_s=2.0,
+    )
+    assert trial.lookahead_s == float("inf") and not trial.causal
+    assert trial.params()["lookahead_s"] == "inf"
+
+
+def _position_prior(tables):
+    trials = trials_for(models=[{"name": "position_prior"}], personalization=["global"])
+    trial = pick(trials, "listener", model="position_prior")
+    assert trial.track == "generalized" and not trial.causal
+    params = trial.params()  # logged like any model
+    assert params["model.name"] == "position_prior"
+    assert params["causal"] == "false" and params["lookahead_s"] == "inf"
+    return run(trial, tables)
+
+
+def test_position_prior_gives_what_the_stories_share_and_nothing_else(tmp_path):
+    """Labels that share a planted time course over the session: the position prior (no
+    feature at all) finds it (CCC 0.92); the same course at a random circular lag in each
+    session (shuffled in time): CCC near 0 (0.04 test, 0.08 validation)."""
+    from experiments.data.dataset import load_sessions
+    from tests.experiments.helpers import CHANNELS, build_store
+
+    u = np.arange(N_FRAMES) / (N_FRAMES - 1)
+    shared = 0.6 * np.sin(2 * np.pi * 1.5 * u) - 0.3 * u
+    lags = np.random.default_rng(4)
+
+    def common(listener, story, y):
+        return shared + 0.3 * (y - y.mean())
+
+    def shuffled(listener, story, y):
+        return np.roll(shared, int(lags.integers(N_FRAMES))) + 0.3 * (y - y.mean())
+
+    stores = {}
+    for name, override in (("common", common), ("shuffled", shuffled)):
+        build_store(tmp_path / name, labels_override=override)
+        stores[name] = load_sessions(tmp_path / name, CHANNELS, splits=SPLITS)
+    scores = {name: _position_prior(t).metrics for name, t in stores.items()}
+    for split in ("val", "test"):
+        for protocol in ("personalized", "generalized"):
+            key = f"{split}.ccc_{protocol}"
+            assert scores["common"][key] > 0.8, (key, scores["common"][key])
+            assert abs(scores["shuffled"][key]) < 0.15, (key, scores["shuffled"][key])

@@ -18,6 +18,7 @@ from experiments.models.personalization import (
     ListenerOneHot,
     PerListenerRegressor,
 )
+from experiments.models.position_prior import PositionPrior
 from experiments.models.postprocess import Rescaler
 
 #: why a check cannot pass, by estimator class
@@ -49,6 +50,7 @@ def _estimators():
         ListenerOneHot(inner),
         MedianImputer(),
         FillEmptyColumns(),
+        PositionPrior(n_bins=10),
     ]
 
 

@@ -16,6 +16,7 @@ FAST = {
     "hist_gb": {"max_iter": 100},
     "ridge": {"alpha": 1.0},
     "dummy": {},
+    "position_prior": {"n_bins": 10},
 }
 
 
@@ -27,7 +28,15 @@ def linear_data(n: int, d: int = 4, seed: int = 0, noise: float = 0.1):
 
 
 def test_every_name_has_params():
-    assert set(MODEL_PARAMS) == {"svr", "linear_svr", "xgboost", "hist_gb", "ridge", "dummy"}
+    assert set(MODEL_PARAMS) == {
+        "svr",
+        "linear_svr",
+        "xgboost",
+        "hist_gb",
+        "ridge",
+        "dummy",
+        "position_prior",
+    }
     assert set(FAST) == set(MODEL_PARAMS)
 
 
@@ -221,3 +230,22 @@ def test_in_place_preprocessing_gives_the_copying_pipeline_results(name):
     ).fit(X, y)
     np.testing.assert_array_equal(pipe.predict(X), ref.predict(X))
     np.testing.assert_array_equal(X, before)
+
+
+def test_position_prior_is_the_mean_curve_over_session_position():
+    """Two training sessions of different lengths share a curve over t / duration: the prior
+    recovers it at any length; a bin without rows is interpolated; NaN predicts the mean."""
+    from experiments.models.position_prior import session_position
+
+    curve = lambda u: np.sin(2 * np.pi * u)  # noqa: E731
+    u = np.concatenate([session_position(500), session_position(1300)])
+    prior = make_model("position_prior", {}).fit(u[:, None], curve(u))
+    new = session_position(777)
+    # within half a bin of the edges the curve holds its end value: 2 pi / 200 = 0.03
+    np.testing.assert_allclose(prior.predict(new[:, None]), curve(new), atol=0.035)
+    gap = u[(u < 0.4) | (u > 0.6)]  # bins 40-59 empty
+    holes = make_model("position_prior", {"n_bins": 100}).fit(gap[:, None], 3 * gap)
+    assert holes.predict(np.array([[0.5]]))[0] == pytest.approx(1.5, abs=0.02)
+    assert holes.predict(np.array([[np.nan]]))[0] == pytest.approx(3 * gap.mean())
+    with pytest.raises(ValueError, match="n_bins"):
+        make_model("position_prior", {"n_bins": 0}).fit(u[:, None], curve(u))

@@ -141,3 +141,74 @@ def test_rescaler_errors():
         Rescaler("train").transform([1.0])
     with pytest.raises(ValueError, match="rows"):
         Rescaler().fit([1.0, 2.0], [1.0])
+
+
+def _noisy_sessions(seed: int = 0, n_sessions: int = 6, n_frames: int = 3000):
+    """Slow labels (sines of 0.01-0.05 Hz) and predictions = labels + white noise of the
+    labels' std, two listeners: (y, pred, listeners, sessions)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_frames) / FPS
+    y, pred, listeners, sessions = [], [], [], []
+    for i in range(n_sessions):
+        label = sum(
+            rng.uniform(0.3, 1)
+            * np.sin(2 * np.pi * rng.uniform(0.01, 0.05) * t + rng.uniform(0, 6))
+            for _ in range(3)
+        )
+        y.append(label)
+        pred.append(label + rng.normal(0, label.std(), n_frames))
+        listeners.append(np.full(n_frames, 1 + i % 2))
+        sessions.append(np.full(n_frames, i))
+    return tuple(np.concatenate(x) for x in (y, pred, listeners, sessions))
+
+
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+def test_calibration_fitted_after_smoothing_keeps_the_labels_spread(method):
+    """global_calibrated's maps, fitted on predictions smoothed as those they transform: the
+    calibrated, smoothed predictions have the labels' spread; fitted before smoothing (the old
+    rule) the slope shrinks by var(labels) / var(predictions) = 1/2 and the spread with it."""
+    from experiments.models.personalization import (
+        apply_listener_calibration,
+        fit_listener_calibration,
+    )
+    from experiments.models.postprocess import fit_smoothed_calibration
+
+    y, pred, listeners, sessions = _noisy_sessions()
+    new = fit_smoothed_calibration(y, pred, listeners, sessions, FPS, 4.0, method)
+    old = fit_listener_calibration(listeners, pred, y)
+
+    def spread(maps):
+        calibrated = apply_listener_calibration(maps, listeners, pred)
+        return smooth_per_session(calibrated, sessions, FPS, 4.0, method).std() / y.std()
+
+    assert spread(new) == pytest.approx(1.0, rel=0.1)
+    assert spread(old) < 0.8  # the old rule fails the same bar
+    # the maps fitted here hold on new sessions smoothed the same way
+    y2, pred2, listeners2, sessions2 = _noisy_sessions(seed=1)
+    calibrated = apply_listener_calibration(new, listeners2, pred2)
+    smoothed = smooth_per_session(calibrated, sessions2, FPS, 4.0, method)
+    assert smoothed.std() / y2.std() == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+def test_causal_methods_read_no_later_frame_and_the_others_do(method):
+    from experiments.config.options import CAUSAL_SMOOTH_METHODS
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=2000)
+    later = x.copy()
+    later[1001:] = rng.normal(size=999) * 5
+    a, b = smooth(x, FPS, 4.0, method), smooth(later, FPS, 4.0, method)
+    if method in CAUSAL_SMOOTH_METHODS:
+        np.testing.assert_array_equal(a[:1001], b[:1001])
+    else:
+        assert not np.allclose(a[:1001], b[:1001])
+    # and every method smooths: white noise loses most of its variance
+    assert a[200:-200].var() < 0.1 * x.var()
+
+
+def test_trailing_average_is_the_mean_of_the_frames_ending_here():
+    x = np.arange(10.0)
+    out = smooth(x, FPS, 0.2, "trailing")  # 5 frames ending at each frame
+    assert out[0] == 0.0 and out[2] == pytest.approx(1.0)
+    assert out[4] == pytest.approx(2.0) and out[9] == pytest.approx(7.0)

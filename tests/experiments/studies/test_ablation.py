@@ -101,6 +101,14 @@ def test_ablation_reports_written(ablation):
     assert np.allclose(pairs.p_holm, holm(pairs.p_value))
     assert np.allclose(pairs.p_min, 2.0 / 2.0**pairs.n_listeners)
     assert_real_png(out / "ablation.png")
+    # whether each chosen configuration reads future frames: its run's `causal` param
+    runs = res.table.set_index("run_id")
+    for r in df.itertuples():
+        for track in ("personalized", "generalized"):
+            run = getattr(r, f"run_id_{track}")
+            assert bool(getattr(r, f"causal_{track}")) == (runs.at[run, "causal"] == "true")
+            said = ", causal)" if runs.at[run, "causal"] == "true" else ", reads future frames)"
+            assert f"(run `{run}`{said}" in md
 
 
 def test_listener_row_beats_speaker_row(ablation):
@@ -168,6 +176,7 @@ def test_ablation_run_ids_are_each_tracks_best_mlflow_child(ablation):
         "ablation/ablation_comparisons.csv",
         "ablation/ablation.md",
         "ablation/ablation.png",
+        "ablation/ablation_unseen.csv",  # empty here: unseen_listener true is not nested
     }
     table = df.set_index(["feature_set", "split"])
     for track in ("personalized", "generalized"):

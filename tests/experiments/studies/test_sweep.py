@@ -169,6 +169,10 @@ def test_parent_best_run_and_summary(shared, tmp_path):
         "global": "generalized",
         "per_listener": "personalized",
     }
+    # and whether it reads future frames (centred 2 s windows, 1 s delay: causal unsmoothed)
+    for k in kids.values():
+        causal = "true" if k.data.params["postprocess.smooth_s"] == "0" else "false"
+        assert k.data.params["causal"] == k.data.tags["causal"] == causal, k.data.params
     summary = pd.read_csv(
         client.download_artifacts(res.parent_run_id, "summary.csv", str(tmp_path))
     )

@@ -1,0 +1,88 @@
+"""The position prior: the mean training-label curve over normalised session time.
+
+A baseline that tells more than a constant: whatever the features, it predicts the label
+that training sessions had on average at the same *position* in their session (``t /
+duration``), so a reader sees what the shape common to the stories gives on its own. It is
+listener-agnostic as a ``global`` model (generalized track); wrapped per listener
+(``personalization: per_listener``) it learns each listener's own curve (personalized).
+
+Its input is one column: each frame's position in its session, ``i / (n_frames - 1)`` in
+[0, 1]; :mod:`experiments.evaluation.fitting` builds that column for it instead of the windowed
+features. It needs the session's length, so it reads the whole session: it is never causal.
+
+>>> import numpy as np
+>>> u = np.linspace(0, 1, 201)[:, None]
+>>> prior = PositionPrior(n_bins=10).fit(u, 2 * u[:, 0])
+>>> prior.predict(np.array([[0.05], [0.5], [0.95]])).round(2).tolist()
+[0.1, 1.0, 1.9]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+
+def session_position(n_frames: int) -> np.ndarray:
+    """Position of each frame in its session, ``i / (n_frames - 1)``: shape (n_frames,), in [0, 1]."""
+    return np.arange(n_frames, dtype=np.float64) / max(n_frames - 1, 1)
+
+
+class PositionPrior(RegressorMixin, BaseEstimator):
+    """Mean label per bin of session position, interpolated linearly between bin centres.
+
+    Args:
+        n_bins: bins over [0, 1] (100: 3 s each for a 5-minute session).
+
+    Column 0 of ``X`` is the position (values outside [0, 1] are clipped; NaN predicts the
+    training mean); other columns are ignored. A bin without training rows takes the curve
+    interpolated from its neighbours.
+
+    Attributes:
+        centres_: (n_bins,) bin centres; curve_: (n_bins,) the mean label at each;
+        mean_: the mean training label.
+    """
+
+    def __init__(self, n_bins: int = 100):
+        self.n_bins = n_bins
+
+    def _positions(self, X: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(X[:, 0], dtype=float), 0.0, 1.0)
+
+    def fit(self, X: Any, y: Any) -> PositionPrior:
+        """Average ``y`` per position bin."""
+        if int(self.n_bins) < 1:
+            raise ValueError(f"position_prior needs n_bins >= 1, got {self.n_bins}")
+        X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", y_numeric=True)
+        u, y = self._positions(X), np.asarray(y, dtype=float)
+        ok = np.isfinite(u) & np.isfinite(y)
+        n = int(self.n_bins)
+        self.mean_ = float(y[ok].mean()) if ok.any() else 0.0
+        self.centres_ = (np.arange(n) + 0.5) / n
+        bins = np.minimum((u[ok] * n).astype(np.int64), n - 1)
+        counts = np.bincount(bins, minlength=n)
+        sums = np.bincount(bins, y[ok], minlength=n)
+        seen = counts > 0
+        if not seen.any():
+            self.curve_ = np.full(n, self.mean_)
+        else:
+            means = sums[seen] / counts[seen]
+            self.curve_ = np.interp(self.centres_, self.centres_[seen], means)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The curve at each row's position (the training mean where it is NaN)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, ensure_all_finite="allow-nan", reset=False)
+        u = self._positions(X)
+        out = np.interp(np.nan_to_num(u, nan=0.0), self.centres_, self.curve_)
+        return np.where(np.isfinite(u), out, self.mean_)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.regressor_tags.poor_score = True  # it reads one column by design
+        return tags
