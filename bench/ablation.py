@@ -87,6 +87,10 @@ def ablate_command(store: Path, out: Path, overrides: list[str], jobs: int = JOB
         str(out / "reports"),
         "--jobs",
         str(jobs),
+        # the grid, then the chosen configurations' unseen-listener runs, as the records before
+        # nested selection (the packaged default) measured them: the two phases stay comparable
+        "--set",
+        "unseen_listener={selection: chosen}",
     ]
     for o in overrides:
         cmd += ["--set", o]

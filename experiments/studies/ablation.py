@@ -436,7 +436,8 @@ def ablate(
         # the unseen-listener column: each left-out listener's configuration chosen without them
         means = nested_unseen_mean(nested)
         test = (df.split == "test") & df.feature_set.isin(list(means))
-        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means)
+        # as floats: mapping no row gives an empty column of the feature sets' (string) dtype
+        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
         df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
         df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
     pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed)

@@ -108,7 +108,13 @@ def test_ablation_reports_written(ablation):
             run = getattr(r, f"run_id_{track}")
             assert bool(getattr(r, f"causal_{track}")) == (runs.at[run, "causal"] == "true")
             said = ", causal)" if runs.at[run, "causal"] == "true" else ", reads future frames)"
-            assert f"(run `{run}`{said}" in md
+            own = getattr(r, f"config_track_{track}")
+            note = (
+                f", a {own} configuration"
+                if own in ("personalized", "generalized") and own != track
+                else ""
+            )
+            assert f"(run `{run}`{note}{said}" in md
 
 
 def test_listener_row_beats_speaker_row(ablation):
