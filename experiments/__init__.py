@@ -8,10 +8,8 @@ MLflow or h5py until a function that needs them is used)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from featurestore import __version__  # the one version of the distribution (setup.cfg reads it)
+from featurestore.lazy import lazy_exports
 
 from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) keep importing
 
@@ -38,16 +36,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    # PEP 562: each public name's module is imported on first use, so `import experiments` loads
-    # no scikit-learn, MLflow or h5py (not to break an import cycle: the modules have none)
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'experiments' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

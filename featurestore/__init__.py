@@ -8,10 +8,8 @@ h5py until the store is used)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from . import moved  # noqa: F401 - old module names (featurestore.store, ...) keep importing
+from .lazy import lazy_exports
 
 #: the version of the omg-empathy-bench distribution: written here only (setup.cfg reads it with
 #: ``attr:``, experiments re-exports it)
@@ -29,15 +27,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    # PEP 562, as in experiments/__init__.py: each public name's module is imported on first use
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'featurestore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
