@@ -58,15 +58,16 @@ def sweep_once(planted_store, tracking_dir):
     return cfg, res, resolve_tracking_uri(tracking_dir)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tables(planted_store):
-    """The planted store's 25 fps tables of every channel."""
+    """The planted store's 25 fps tables of every channel (read them only)."""
     return load_sessions(planted_store, CHANNELS, splits=SPLITS)
 
 
-@pytest.fixture(scope="module")
-def poisoned_tables(tmp_path_factory):
-    """The same store, but the test story's labels replaced by random numbers."""
+@pytest.fixture(scope="session")
+def poisoned_store(tmp_path_factory) -> Path:
+    """Folder of the planted store with the test story's labels replaced by random numbers (read
+    it only)."""
     rng = np.random.default_rng(123)
 
     def poison(listener, story, y):
@@ -74,4 +75,10 @@ def poisoned_tables(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("poisoned_store")
     build_store(root, labels_override=poison)
-    return load_sessions(root, CHANNELS, splits=SPLITS)
+    return root
+
+
+@pytest.fixture(scope="session")
+def poisoned_tables(poisoned_store):
+    """:func:`poisoned_store`'s 25 fps tables of every channel (read them only)."""
+    return load_sessions(poisoned_store, CHANNELS, splits=SPLITS)

@@ -30,7 +30,7 @@ from experiments.evaluation.fitting import FitPart, fit_group
 from experiments.executors.base import fit_groups
 from experiments.studies.sweep import run_sweep
 from experiments.tracking.summary import best_per_track, summary_markdown, track_summary
-from tests.experiments.helpers import SPLITS, build_store, config_dict, pick, trials_for
+from tests.experiments.helpers import SPLITS, config_dict, pick, trials_for
 
 
 @pytest.mark.parametrize(
@@ -310,20 +310,15 @@ def test_tracks_nest_a_global_model_that_wins_is_the_personalized_pick_too():
     assert candidates("generalized") == ("generalized",)
 
 
-def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(tmp_path):
+def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(
+    planted_store, poisoned_store, tracking_dir
+):
     """Selection uses validation only: replacing every test label changes the test scores, not the choice."""
-    rng = np.random.default_rng(11)
-
-    def poison(listener, story, y):
-        return rng.uniform(-1, 1, len(y)) if story in SPLITS["test"] else y
-
     chosen, test_scores = [], []
-    for name, override in (("clean", None), ("poisoned", poison)):
-        root = tmp_path / name
-        build_store(root, labels_override=override)
+    for name, root in (("clean", planted_store), ("poisoned", poisoned_store)):
         cfg = from_dict(
             config_dict(
-                str(tmp_path / "mlruns"),
+                tracking_dir,
                 f"select-{name}",
                 feature_set=["listener"],
                 models=[{"name": "ridge", "alpha": [1, 1000]}],

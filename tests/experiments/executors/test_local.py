@@ -109,7 +109,15 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
     """Forked workers return each configuration's PNGs; they are the bytes the parent would draw."""
     from experiments.evaluation.plots import trial_figures
 
-    cfg = from_dict(config_dict("mlruns", feature_set=["listener"], personalization=["global"]))
+    # two configurations (dummy and ridge, unsmoothed): one for each of the two workers
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            feature_set=["listener"],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "smooth_method": ["moving_average"], "rescale": ["none"]},
+        )
+    )
     groups = _groups(cfg)
     tables = _tables(planted_store, cfg)
     windowed = {k: window_sessions(tables, k) for k in groups}

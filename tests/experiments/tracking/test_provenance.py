@@ -97,6 +97,7 @@ def sweep(root: Path, config: Path, store: Path, *extra: str) -> str:
     return out.stdout
 
 
+@pytest.mark.integration  # four sweeps in subprocesses, each importing the whole stack
 def test_a_changed_default_is_recomputed_not_reused(planted_store, tmp_path):
     """The same configuration, the same store: reused by the same code; computed again once a
     default in the package's source changed (or with --no-resume)."""
@@ -132,15 +133,16 @@ def test_a_changed_default_is_recomputed_not_reused(planted_store, tmp_path):
     assert {r.data.tags["git_dirty"] for r in runs} == {"unknown"}  # a copy outside git
 
 
-def test_other_library_versions_are_recomputed_not_reused(planted_store, tmp_path, monkeypatch):
+def test_other_library_versions_are_recomputed_not_reused(planted_store, tracking_dir, monkeypatch):
     """The same code and store: reused while the libraries are the same; computed again once
     scikit-learn reports another version (an upgrade), the run tagged with that version."""
     from experiments.config.loading import from_dict
     from experiments.studies.sweep import run_sweep
+    from experiments.tracking.tracker import resolve_tracking_uri
 
     cfg = from_dict(
         config_dict(
-            str(tmp_path / "mlruns"),
+            tracking_dir,  # a database that exists already; this experiment's name is its own
             "resume-by-libraries",
             feature_set=["listener"],
             personalization=["global_calibrated"],
@@ -168,7 +170,7 @@ def test_other_library_versions_are_recomputed_not_reused(planted_store, tmp_pat
     finally:
         monkeypatch.undo()
         code_version.cache_clear()
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    client = MlflowClient(resolve_tracking_uri(tracking_dir))
     experiment = client.get_experiment_by_name("resume-by-libraries").experiment_id
     children = client.search_runs([experiment], "tags.config_hash != ''")
     sklearn = {parse_libraries(r.data.tags["library_versions"])["scikit-learn"] for r in children}
