@@ -320,7 +320,9 @@ def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(
             config_dict(
                 tracking_dir,
                 f"select-{name}",
+                # global models only: rescale none is the generalized track, listener personalized
                 feature_set=["listener"],
+                personalization=["global"],
                 models=[{"name": "ridge", "alpha": [1, 1000]}],
                 postprocess={"smooth_s": [0, 2], "rescale": ["none", "listener"]},
             )

@@ -61,20 +61,20 @@ def test_tracker_tags_new_and_existing_experiments(tracking_dir):
     assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND and json.loads(tags[VIEW_TAG]) == ccc_view()
 
 
-def test_make_ui_helper_tags_sweeps_and_prints_their_links(tmp_path, capsys):
+def test_make_ui_helper_tags_sweeps_and_prints_their_links(tmp_path, tracking_dir, capsys):
     folder = tmp_path / "mlruns"
     assert main(["--tracking-uri", str(folder)]) == 0
     assert "no MLflow database" in capsys.readouterr().out and not (folder / "mlflow.db").exists()
 
-    uri = resolve_tracking_uri(str(folder))
-    client = MlflowClient(tracking_uri=uri)
-    sweep_id = client.create_experiment("old-sweep")  # untagged, as before this package set tags
+    # the shared database (creating one takes seconds): these two experiments' names are their own
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
+    sweep_id = client.create_experiment("ui-helper-old-sweep")  # untagged, as before tags were set
     client.create_run(sweep_id, tags={CONFIG_HASH_TAG: "abc"})
-    other_id = client.create_experiment("someone-else")
+    other_id = client.create_experiment("ui-helper-someone-else")
     client.create_run(other_id)
-    assert main(["--tracking-uri", str(folder), "--url", "http://127.0.0.1:5055"]) == 0
+    assert main(["--tracking-uri", tracking_dir, "--url", "http://127.0.0.1:5055"]) == 0
     out = capsys.readouterr().out
-    assert f"old-sweep: {runs_url(sweep_id, 'http://127.0.0.1:5055')}" in out
-    assert "someone-else" not in out
+    assert f"ui-helper-old-sweep: {runs_url(sweep_id, 'http://127.0.0.1:5055')}" in out
+    assert "ui-helper-someone-else" not in out
     assert client.get_experiment(sweep_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     assert EXPERIMENT_KIND_TAG not in client.get_experiment(other_id).tags  # not ours: left alone
