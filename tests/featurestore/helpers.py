@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: the shared tiny demo corpus's size (the ``tiny_demo`` fixture): 2 listeners x stories 1-2 x 6 s
+TINY_DEMO = {"n_listeners": 2, "stories": (1, 2), "duration_s": 6}
+
 
 def make_video(
     path,

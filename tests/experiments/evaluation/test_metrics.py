@@ -90,7 +90,7 @@ def test_matrix_and_errors():
         ccc_protocols(pd.DataFrame({"listener": [1], "ccc": [0.1]}))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     cells=st.dictionaries(
         st.tuples(st.integers(1, 6), st.integers(1, 8)),

@@ -1,7 +1,7 @@
 """The embedded demo corpus: layout, labels, determinism, and that the planted signals are real.
 
-One tiny corpus (2 listeners x stories 1-2 x 6 s) is built per module; faces are measured
-with the real dlib landmarker and voices with the real openSMILE.
+One tiny corpus (2 listeners x stories 1-2 x 6 s), built once a session and shared with
+the extraction tests; faces are measured with the real dlib landmarker and voices with the real openSMILE.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from featurestore.extraction.config import load_feature_config
 from featurestore.extractors.landmarks import DlibLandmarker
 from featurestore.sources import media
 from featurestore.sources.manifest import STORY_SPEAKER, scan
+from tests.featurestore.helpers import TINY_DEMO
 
-TINY = {"n_listeners": 2, "stories": (1, 2), "duration_s": 6}
+TINY = TINY_DEMO
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    info = demo.build_demo(out, progress=False, **TINY)
-    return out, info
+def built(tiny_demo):
+    """The session's tiny demo corpus (tests/featurestore/conftest.py), built with :data:`TINY`."""
+    return tiny_demo
 
 
 @pytest.fixture(scope="module")

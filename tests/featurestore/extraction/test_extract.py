@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from featurestore.cli import main
-from featurestore.demo import build_demo
 from featurestore.extractors import get_extractor
 from featurestore.storage.provenance import cache_key, file_fingerprint
 from featurestore.storage.store import Store
@@ -27,9 +26,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    build_demo(out, n_listeners=2, stories=(1, 2), duration_s=6, progress=False)
+def corpus(tiny_demo, tmp_path_factory):
+    # a copy of the session's tiny demo corpus (2 listeners x stories 1-2 x 6 s): cheaper than building one
+    out = tmp_path_factory.mktemp("demo") / "corpus"
+    shutil.copytree(tiny_demo[0], out)
     # these tests cover the face rule for the per-role voice and the self-ratings alone;
     # test_transcripts.py and test_demo_text.py cover transcripts and observer ratings
     for folder in ("Transcripts", "Observer_Listener", "Observer_Speaker"):
