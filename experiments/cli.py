@@ -271,7 +271,7 @@ def _print_sweep(res) -> int:
         print(f"\n{track} track, best 5 on {metric} (the selection split):")
         with pd.option_context("display.width", 200, "display.max_colwidth", 80):
             print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    summary = track_summary(t, protocol)
+    summary = track_summary(t, protocol, res.unseen_selection, res.nested_unseen)
     if not summary.empty:
         print()
         print(summary_markdown(summary))
@@ -385,9 +385,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id")
     p.add_argument(
         "--split",
-        choices=["val", "test", "loso", "val_unseen", "test_unseen"],
+        choices=["val", "test", "loso", "test_unseen"],
         required=True,
-        help="which predictions (*_unseen: listeners left out of training, generalized track)",
+        help="which predictions (test_unseen: listeners left out of training, generalized track)",
     )
     p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")

@@ -168,9 +168,12 @@ class Trial:
                 "track": self.track,
                 "causal": format_value(self.causal),
                 "lookahead_s": format_value(self.lookahead_s),
-                "unseen_listener": format_value(
-                    self.unseen_listener and self.track == "generalized"
-                ),
+                # "nested": fitted without each listener for nested selection (under loso, more
+                # fits than a chosen configuration's unseen-listener run: a run of one is not
+                # reused for the other)
+                "unseen_listener": "nested"
+                if self.unseen_listener and self.unseen_nested and self.track == "generalized"
+                else format_value(self.unseen_listener and self.track == "generalized"),
                 "target": self.target,
                 "protocol": self.protocol,
                 "seed": format_value(self.seed),

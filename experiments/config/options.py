@@ -38,8 +38,9 @@ RESCALES = ("none", "train", "bias", "listener", "listener_bias")
 FIT_ON = ("out_of_fold", "in_sample")
 #: how ``unseen_listener`` chooses the configuration scored on a left-out listener: ``chosen``
 #: (each feature set's generalized choice, made with every listener: not nested), ``nested``
-#: (per left-out listener, chosen on the other listeners' validation stories with models fitted
-#: without them), ``fixed`` (the ``configuration`` named in the config, before any data)
+#: (per left-out listener, chosen on the other listeners' validation stories, or their LOSO
+#: scores under protocol ``loso``, with models fitted without them), ``fixed`` (the
+#: ``configuration`` named in the config, before any data)
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
 #: split names of a config's ``splits``
 SPLIT_NAMES = ("train", "val", "test")

@@ -9,8 +9,14 @@ Protocols:
   all train + val stories.
 * **unseen listeners** (generalized-track configurations, ``unseen_listener`` on): for each
   listener, a model fitted on the *other* listeners' training sessions predicts that
-  listener's evaluated sessions (splits ``val_unseen`` / ``test_unseen``, ``loso`` ->
-  ``test_unseen`` only): how well the model predicts a person it has never seen.
+  listener's test sessions (split ``test_unseen``): how well the model predicts a person it
+  has never seen. The same models predict the other listeners' validation sessions (under
+  ``loso``, with ``unseen_listener: {selection: nested}``: each LOSO fold also fitted without
+  each listener, predicting the other listeners' held-out story), whose scores
+  ``<val|loso>_without_listener_<L>.ccc_generalized`` choose L's configuration without L
+  (:func:`nested_selection_metrics`). No ``val_unseen`` split: L's validation stories are
+  among the labels that choose a configuration for every other listener, and a score of L on
+  them would be read as a held-out number it is not.
 
 Post-processing that is fitted (rescaling, and the per-listener maps of
 ``global_calibrated``) is fitted on **out-of-fold** predictions of the training stories:
@@ -73,12 +79,12 @@ class TrialResult:
     metrics: dict[str, float]
     scores: (
         pd.DataFrame
-    )  # session, listener, story, split, ccc (a session twice: its split and <split>_unseen)
+    )  # session, listener, story, split, ccc (a test session twice: test and test_unseen)
     predictions: dict[str, np.ndarray] = field(
         default_factory=dict
     )  # session -> per-frame prediction
     truth: dict[str, np.ndarray] = field(default_factory=dict)
-    #: session -> prediction of a model fitted without that session's listener (generalized track)
+    #: test session -> prediction of a model fitted without that session's listener (generalized track)
     unseen_predictions: dict[str, np.ndarray] = field(default_factory=dict)
     fit_seconds: float = 0.0
     n_train_rows: int = 0
@@ -192,7 +198,9 @@ def nested_selection_metrics(
     """``<split>_without_listener_<L>.ccc_generalized``: for each held-out listener L, the
     generalized mean CCC on the *other* listeners' ``split`` sessions, predicted by the models
     (and post-processing) fitted without L: the score that chooses L's configuration without
-    anything of L (nested selection, see :mod:`experiments.studies.unseen`)."""
+    anything of L (nested selection, see :mod:`experiments.studies.unseen`). ``split``: ``val``
+    (protocol ``val``) or ``loso`` (each of the others' train + val stories predicted by a
+    model fitted without that story and without L)."""
     out: dict[str, float] = {}
     for listener, preds in nested.items():
         rows = []
@@ -290,6 +298,15 @@ def _group_sets(
     return parts, need_post_fit, need_unseen
 
 
+def _nested_loso(trials: Sequence[Trial]) -> bool:
+    """Whether each LOSO fold is also fitted without each listener: nested selection of the
+    unseen-listener configuration under protocol ``loso`` (generalized configurations only)."""
+    return any(
+        t.protocol == "loso" and t.track == "generalized" and t.unseen_listener and t.unseen_nested
+        for t in trials
+    )
+
+
 def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
     """The fits (:class:`~experiments.evaluation.fitting.FitPart`) of a fit group under protocol ``val``,
     which :func:`evaluate_part` can make apart (in other processes) and :func:`evaluate_trials`
@@ -341,7 +358,8 @@ def _evaluate_group(
         for i, t in enumerate(trials):
             p, u, by_held_out = _postprocess(t, fitted, train, evaluate)
             preds[i].update(p)
-            unseen[i].update(u)
+            # a listener's held-out score on test only (no val_unseen: see the module docstring)
+            unseen[i].update({sid: pred for sid, pred in u.items() if split[sid] == "test"})
             for listener, held in by_held_out.items():
                 nested[i].setdefault(listener, {}).update(held)
         split_of.update(split)
@@ -352,7 +370,8 @@ def _evaluate_group(
             held = [s for s in pool if s.story == story]
             rest = [s for s in pool if s.story != story]
             if rest:
-                run(rest, held, {s.session: "loso" for s in held}, with_unseen=False)
+                # nested: the fold fitted without each listener too, to score the others' story
+                run(rest, held, {s.session: "loso" for s in held}, with_unseen=_nested_loso(trials))
         if parts["test"]:
             run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
     else:
@@ -393,7 +412,7 @@ def _evaluate_group(
             unseen_predictions=u,
             fps={sid: by_session[sid].fps for sid in p},
         )
-        metrics.update(nested_selection_metrics(n, by_session, split_of))
+        metrics.update(nested_selection_metrics(n, by_session, split_of, first.protocol))
         results.append(
             TrialResult(
                 t,
@@ -420,7 +439,7 @@ def score_metrics(
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
-    Per split (``val``, ``test``, ``loso``, ``val_unseen``, ``test_unseen``) and protocol
+    Per split (``val``, ``test``, ``loso``, ``test_unseen``) and protocol
     (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
     listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
     listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),

@@ -10,7 +10,11 @@ reported once on validation and test:
   averaged per listener;
 * ``ccc_generalized``: the generalized track's choice (it does not know who is listening),
   averaged per story;
-* ``ccc_unseen_listener``: the generalized choice scored on listeners left out of training;
+* ``ccc_unseen_listener``: on test, the generalized track scored on listeners left out of
+  training: with ``unseen_listener: {selection: nested}`` (the packaged default) the mean over
+  listeners of each one's configuration chosen without them (``reports/ablation_unseen.csv``),
+  else the configuration chosen with every listener (``chosen``) or named in the config
+  (``fixed``), refitted without each listener; ``ablation.md`` names the selection;
 
 each with the chance level (:mod:`experiments.evaluation.uncertainty`) and, on test, a 95 %
 t interval over listeners (the split's stories fixed). The selection split's numbers are
@@ -256,15 +260,36 @@ def _cell(value: Any, low: Any = float("nan"), high: Any = float("nan")) -> str:
     )
 
 
-def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | None = None) -> str:
+#: ``unseen_selection`` -> the ablation's words for its unseen-listener column
+UNSEEN_BULLETS = {
+    "nested": "each left-out listener's generalized configuration chosen on the other listeners'"
+    " selection split with models fitted without them (nested; `ablation_unseen.csv` names each"
+    " choice), scored on that listener's test stories; the mean over listeners, no interval",
+    "chosen": "the generalized choice, made with every listener (the left-out one included: not"
+    " nested), refitted without each listener in turn and scored on that listener",
+    "fixed": "the configuration named in the config before any data, refitted without each"
+    " listener in turn and scored on that listener",
+}
+
+
+def ablation_markdown(
+    df: pd.DataFrame,
+    title: str = "",
+    pairs: pd.DataFrame | None = None,
+    unseen_selection: str = "chosen",
+) -> str:
     """The table in the shape of the paper's Table IV (both tracks), then the paired comparisons,
-    the chosen configurations, and the paper's published numbers as a separate reference."""
+    the chosen configurations, and the paper's published numbers as a separate reference.
+    ``unseen_selection``: how the unseen-listener column was chosen (:data:`UNSEEN_BULLETS`)."""
     splits = list(dict.fromkeys(df.split))
     head = ["features"]
     for s in splits:
         tag = f"{s} (selection)" if s in SELECTION_SPLITS else s
         head += [f"{tag} personalized", f"{tag} generalized"]
-    head += [f"{splits[-1]} unseen listeners", f"chance {splits[-1]} (pers. / gen.)"]
+    head += [
+        f"{splits[-1]} unseen listeners ({unseen_selection})",
+        f"chance {splits[-1]} (pers. / gen.)",
+    ]
     lines = [
         f"# {title or 'Speaker / listener / both ablation'}",
         "",
@@ -309,8 +334,8 @@ def ablation_markdown(df: pd.DataFrame, title: str = "", pairs: pd.DataFrame | N
         "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
         "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
         "  the tracks differ by their models.",
-        "- **unseen listeners**: the generalized choice refitted without each listener in turn and scored on that",
-        "  listener (how well it predicts a person it has never seen).",
+        f"- **unseen listeners ({unseen_selection})**: how well the generalized track predicts a person it has",
+        f"  never seen: {UNSEEN_BULLETS.get(unseen_selection, '')}.",
         "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
         "  prediction at that session's own prediction level and scale but another session's time course,",
         "  circularly shifted by at least 10 s (1,000 draws); a CCC below it cannot be told from chance. A",
@@ -431,7 +456,7 @@ def ablate(
         raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
     df = ablation_table(sweep, sets)
     is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
-    nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0])
+    nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0], cfg.protocol)
     if is_nested:
         # the unseen-listener column: each left-out listener's configuration chosen without them
         means = nested_unseen_mean(nested)
@@ -447,7 +472,10 @@ def ablate(
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
     nested.to_csv(out / "ablation_unseen.csv", index=False)
     md = ablation_markdown(
-        df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
+        df,
+        title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})",
+        pairs=pairs,
+        unseen_selection=cfg.unseen_selection,
     )
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)

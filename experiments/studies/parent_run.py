@@ -43,6 +43,7 @@ from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
+from .unseen import nested_unseen
 
 
 @dataclass
@@ -56,6 +57,10 @@ class SweepResult:
     ``best_run_id`` / ``selection_metric`` name the personalized track's (the generalized
     track's when the sweep has no personalized configuration), as before tracks existed.
     ``scores``: per-session CCC of the runs computed in this sweep, by run id.
+    ``unseen_selection``: how the unseen-listener configuration was chosen (``nested``,
+    ``chosen``, ``fixed``; empty when ``unseen_listener`` is off); ``nested_unseen``: under
+    ``nested``, one row per left-out listener with its configuration, chosen among every
+    feature set's (:func:`experiments.studies.unseen.nested_unseen`), as the summary reports it.
     """
 
     table: pd.DataFrame
@@ -68,6 +73,8 @@ class SweepResult:
     best_run_ids: dict[str, str] = field(default_factory=dict)
     selection_metrics: dict[str, str] = field(default_factory=dict)
     scores: dict[str, pd.DataFrame] = field(default_factory=dict)
+    unseen_selection: str = ""
+    nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_failed(self) -> int:
@@ -326,6 +333,18 @@ class ParentRun:
         self.tracker.finish(self.id, status)
         return best_ids
 
+    @property
+    def unseen_selection(self) -> str:
+        """How the unseen-listener configuration is chosen; empty when the protocol is off."""
+        return self.cfg.unseen_selection if self.cfg.unseen_listener else ""
+
+    def nested_unseen(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Under nested selection, each left-out listener's configuration chosen among every
+        feature set's (the sweep's generalized track); else an empty table."""
+        if self.unseen_selection != "nested":
+            return nested_unseen(table.iloc[0:0])
+        return nested_unseen(table, self.cfg.protocol, per_feature_set=False)
+
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
         """Tag the parent with each track's best child and attach the summary tables."""
         return summarise(
@@ -335,6 +354,8 @@ class ParentRun:
             self.cfg.protocol,
             time.perf_counter() - self.t_start,
             self.n_new,
+            self.unseen_selection,
+            self.nested_unseen(table),
         )
 
     def _reap_lost_children(self) -> list[str]:
@@ -366,8 +387,9 @@ class ParentRun:
             if "personalized" in best_ids or "generalized" not in best_ids
             else "generalized"
         )
+        table = sweep_table(self.rows)
         return cls(
-            sweep_table(self.rows),
+            table,
             self.id,
             best_ids.get(main),
             self.tracker.experiment_id,
@@ -377,5 +399,7 @@ class ParentRun:
             best_run_ids=best_ids,
             selection_metrics=self.metrics_by_track,
             scores=self.scores,
+            unseen_selection=self.unseen_selection,
+            nested_unseen=self.nested_unseen(table),
             **extra,
         )

@@ -197,6 +197,12 @@ class _SearchRun(ParentRun):
 
     study: Any = None
 
+    @property
+    def unseen_selection(self) -> str:
+        """A search scores its generalized choice on left-out listeners (``chosen``), whatever
+        the config's selection: nesting a search would need one study per left-out listener."""
+        return "chosen" if self.cfg.unseen_listener else ""
+
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
         best_ids = super().summarise(table)
         with contextlib.suppress(Exception):  # best effort while ending, possibly on an error

@@ -123,13 +123,9 @@ def run_sweep(
     )
     trials = _order(_ensure_baseline(expand(cfg)))
     if cfg.unseen_listener and cfg.unseen_selection == "nested":
-        # every generalized configuration fitted without each listener in turn: their scores on
-        # the other listeners choose each left-out listener's (experiments.studies.unseen)
-        if cfg.protocol != "val":
-            raise ConfigError(
-                f"{cfg.source}: unseen_listener.selection nested chooses on the other listeners' "
-                "validation stories, under protocol val; use protocol val, or selection chosen / fixed"
-            )
+        # every generalized configuration fitted without each listener in turn (under loso, each
+        # fold too): their scores on the other listeners choose each left-out listener's
+        # configuration (experiments.studies.unseen)
         trials = [
             replace(t, unseen_listener=True, unseen_nested=True) if t.track == "generalized" else t
             for t in trials

@@ -1,11 +1,13 @@
 """Unseen listeners, nested: each held-out listener's configuration chosen without them.
 
 For a person never seen, the configuration must be chosen, fitted and post-processed without
-that person. With ``unseen_listener`` on (protocol ``val``), every generalized-track
+that person. With ``unseen_listener: {selection: nested}``, every generalized-track
 configuration of the sweep is also fitted once per listener L without L
 (:mod:`experiments.evaluation.fitting`, parts ``unseen``) and scores, with those models and
-their post-processing, the *other* listeners' validation stories: metric
-``val_without_listener_<L>.ccc_generalized``. :func:`nested_unseen` then chooses, for each
+their post-processing, the *other* listeners' selection split: under protocol ``val`` their
+validation stories (metric ``val_without_listener_<L>.ccc_generalized``); under ``loso`` their
+train + val stories, each predicted by a model fitted without that story and without L
+(``loso_without_listener_<L>.ccc_generalized``). :func:`nested_unseen` then chooses, for each
 feature set and each L, the configuration with the best such score, and reports the chosen
 configuration's ``test_unseen`` score on L (``test_unseen.ccc_listener_<L>``): nothing of L
 (labels, rescaling, calibration, imputation, selection) reached it.
@@ -35,25 +37,35 @@ UNSEEN_COLUMNS = [
     "label",
     "n_candidates",
 ]
-_SELECTION = re.compile(r"^val_without_listener_(.+)\.ccc_generalized$")
+#: the feature set column of :func:`nested_unseen`'s rows when the sets compete together
+ALL_SETS = "all"
 
 
-def nested_unseen(table: pd.DataFrame) -> pd.DataFrame:
+def nested_unseen(
+    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True
+) -> pd.DataFrame:
     """One row per feature set and held-out listener: the generalized configuration chosen on the
-    other listeners' validation stories (models fitted without the listener), its selection score,
-    and its test score on the held-out listener (``ccc_test_unseen``).
+    other listeners' selection split (``protocol``: their validation stories, or their LOSO
+    scores; models fitted without the listener), its selection score, and its test score on the
+    held-out listener (``ccc_test_unseen``).
 
     ``table``: the sweep's table (one row per configuration with params and metrics). Rows
-    without the nested metrics (another track, or ``unseen_listener`` off) do not compete.
+    without the nested metrics (another track, or ``unseen_listener`` not nested) do not
+    compete. ``per_feature_set`` False: every feature set's configurations compete together
+    (the sweep summary's choice), and ``feature_set`` is the chosen configuration's set.
     """
     rows = []
     if table.empty or "features.set" not in table:
         return pd.DataFrame(columns=UNSEEN_COLUMNS)
+    selection = re.compile(rf"^{re.escape(protocol)}_without_listener_(.+)\.ccc_generalized$")
     done = table[table["status"].isin(["done", "reused"])] if "status" in table else table
-    matched = {str(c): m for c in done.columns if (m := _SELECTION.match(str(c))) is not None}
+    matched = {str(c): m for c in done.columns if (m := selection.match(str(c))) is not None}
+    groups = (
+        list(done.groupby("features.set", sort=False)) if per_feature_set else [(ALL_SETS, done)]
+    )
     for column in sorted(matched):
         listener = matched[column].group(1)
-        for fs, part in done.groupby("features.set", sort=False):
+        for _, part in groups:
             candidates = part[part[column].notna()]
             if candidates.empty:
                 continue
@@ -62,7 +74,7 @@ def nested_unseen(table: pd.DataFrame) -> pd.DataFrame:
             test = f"test_unseen.ccc_listener_{listener}"
             rows.append(
                 {
-                    "feature_set": fs,
+                    "feature_set": str(best["features.set"]),
                     "listener": int(float(listener)),
                     "selection_metric": column,
                     "selection_ccc": float(best[column]),

@@ -99,16 +99,50 @@ def unseen_listener_trials(
 #: per track, the splits whose numbers the parent run and the summary report for its best child
 _REPORTED_SPLITS = {
     "personalized": ("val", "loso", "test"),
-    "generalized": ("val", "loso", "test", "val_unseen", "test_unseen"),
+    "generalized": ("val", "loso", "test", "test_unseen"),
+}
+#: ``unseen_selection`` -> what the summary says of its ``test_unseen`` number
+UNSEEN_NOTES = {
+    "nested": "each left-out listener's configuration chosen on the other listeners' {split} "
+    "scores with models fitted without them (nested); mean over listeners of each one's mean "
+    "test CCC",
+    "chosen": "the generalized choice, made with every listener (the left-out one included: "
+    "not nested), refitted without each listener",
+    "fixed": "the configuration named in the config before any data ({label}), refitted "
+    "without each listener",
 }
 
 
-def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
+def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) -> pd.Series | None:
+    """The run whose ``test_unseen.*`` numbers the generalized track reports: the chosen
+    configuration's (``chosen``), the named configuration's unseen-listener run (``fixed``), or
+    none (``nested``: each listener's own choice, :func:`track_summary`)."""
+    if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
+        named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
+        return named.iloc[0] if len(named) else None
+    return best if unseen_selection == "chosen" else None
+
+
+def track_summary(
+    table: pd.DataFrame,
+    protocol: str,
+    unseen_selection: str = "chosen",
+    nested: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per track: its best configuration (chosen on validation or LOSO under the track's own
     averaging; ``config_track`` is the track of its model) with each split's CCC under that
     averaging, the chance level (95th percentile) and, on the splits that did not choose it, its
     95 % interval over listeners (the selection split's number is a maximum over the grid, and
-    an interval would pretend it was not)."""
+    an interval would pretend it was not).
+
+    The generalized track's ``test_unseen.*`` numbers follow ``unseen_selection``
+    (:data:`UNSEEN_NOTES`, column ``unseen_selection``): ``nested`` takes them from ``nested``
+    (:func:`experiments.studies.unseen.nested_unseen` over every feature set: one row per
+    left-out listener): ``test_unseen.ccc_generalized`` is the mean over listeners of each
+    one's test CCC with their own configuration, without interval or chance level (no single
+    run made them); ``chosen`` from the generalized choice's unseen-listener run; ``fixed``
+    from the named configuration's.
+    """
     rows = []
     for track, best in best_per_track(table, protocol).items():
         row = {
@@ -118,6 +152,18 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
         }
+        if track == "generalized":
+            source = _unseen_source(table, best, unseen_selection)
+            best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
+            if source is not None:
+                unseen = [c for c in source.index if str(c).startswith("test_unseen.")]
+                best = pd.concat([best, source[unseen]])
+            if unseen_selection == "nested" and nested is not None and len(nested):
+                scores = nested["ccc_test_unseen"].dropna()
+                best["test_unseen.ccc_generalized"] = float(scores.mean())
+                best["test_unseen.n_listeners"] = float(len(scores))
+            row["unseen_selection"] = unseen_selection
+            row["unseen_label"] = "" if source is None else str(source.get("label", ""))
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
             if name in best and pd.notna(best[name]):
@@ -133,6 +179,11 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
                     row[f"{split}.n_listeners"] = float(best[f"{split}.n_listeners"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _number(value: float) -> str:
+    """A CCC with 3 decimals, or ``n/a`` (e.g. no chance level for the nested unseen mean)."""
+    return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
 def _missing_interval(row: dict, split: str) -> str:
@@ -156,8 +207,14 @@ def summary_markdown(summary: pd.DataFrame) -> str:
             ),
             f"- run: `{row['run_id']}`",
             f"- chosen on: `{row['chosen_on']}`",
-            "",
         ]
+        selection = row.get("unseen_selection")
+        if isinstance(selection, str) and selection in UNSEEN_NOTES:
+            note = UNSEEN_NOTES[selection].format(
+                split=str(row["chosen_on"]).split(".")[0], label=row.get("unseen_label", "")
+            )
+            lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {note}")
+        lines.append("")
         cells = []
         for split in _REPORTED_SPLITS[row["track"]]:
             name = f"{split}.ccc_{row['track']}"
@@ -166,6 +223,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                 ci = (
                     "selection split: none (a maximum over the grid)"
                     if split in ("val", "loso")
+                    else "none: each listener's own configuration"
+                    if split == "test_unseen" and row.get("unseen_selection") == "nested"
                     else f"[{low:.3f}, {high:.3f}]"
                     if pd.notna(low)
                     else _missing_interval(row, split)
@@ -175,7 +234,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                         split,
                         f"{row[name]:.3f}",
                         ci,
-                        f"{row.get(name + '.chance_q95', float('nan')):.3f}",
+                        _number(row.get(name + ".chance_q95", np.nan)),
                     ]
                 )
         lines += [
@@ -189,25 +248,65 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
         "each story's mean CCC. The personalized track chooses among every configuration, the generalized",
         "track among those that do not know who is listening. Intervals: t over listeners, the split's",
-        "stories held fixed. `*_unseen`: listeners left out of training (generalized track only).",
+        "stories held fixed. `test_unseen`: listeners left out of training (generalized track only),",
+        "with the selection named above.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def nested_markdown(nested: pd.DataFrame | None) -> str:
+    """The nested unseen-listener choices as Markdown (empty without them): one line per
+    left-out listener, its configuration, its selection score and its test CCC."""
+    if nested is None or nested.empty:
+        return ""
+    cells = [
+        [
+            str(r.listener),
+            str(r.label),
+            f"`{r.selection_metric}` {r.selection_ccc:.3f}",
+            f"{r.ccc_test_unseen:.3f}",
+            f"`{r.run_id}`",
+        ]
+        for r in nested.sort_values("listener").itertuples()
+    ]
+    lines = [
+        "",
+        "# Unseen listeners, nested: each left-out listener's configuration",
+        "",
+        *markdown.table(
+            ["listener", "configuration", "chosen on (without the listener)", "test CCC", "run"],
+            cells,
+        ),
+        "",
+        "`experiments export RUN --split test_unseen` writes a run's predictions of its left-out listeners.",
     ]
     return "\n".join(lines) + "\n"
 
 
 def summarise(
-    tracker: Tracker, parent: str, table: pd.DataFrame, protocol: str, seconds: float, n_new: int
+    tracker: Tracker,
+    parent: str,
+    table: pd.DataFrame,
+    protocol: str,
+    seconds: float,
+    n_new: int,
+    unseen_selection: str = "chosen",
+    nested: pd.DataFrame | None = None,
 ) -> dict[str, str]:
     """Tag the parent with the best child of each track and attach the summary tables; returns
-    track -> best run id."""
+    track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`
+    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``)."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
-    summary = track_summary(table, protocol)
+    summary = track_summary(table, protocol, unseen_selection, nested)
     best_ids: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
         best_ids[track] = row["run_id"]
         tags[f"best_run_id_{track}"] = row["run_id"]
         tags[f"best_label_{track}"] = str(row["label"])[:5000]
+        if "unseen_selection" in row and isinstance(row["unseen_selection"], str):
+            tags["unseen_selection"] = row["unseen_selection"]
         metrics.update(
             {
                 f"best_{track}.{k}": v
@@ -230,6 +329,7 @@ def summarise(
             listing.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(
                 summary_markdown(summary)
+                + nested_markdown(nested)
                 + "\n# Every configuration (selection split only)\n\n"
                 + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"
                 + " best first; test numbers only for each track's choice, above.\n\n"
@@ -255,7 +355,7 @@ _LISTED = (
     "loso.ccc_generalized",
 )
 #: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
-_HELD_OUT = ("test", "test_unseen", "val_unseen")
+_HELD_OUT = ("test", "test_unseen", "val_unseen")  # val_unseen: runs of earlier releases
 
 
 def selection_listing(table: pd.DataFrame, protocol: str) -> pd.DataFrame:

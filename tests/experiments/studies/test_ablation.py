@@ -56,6 +56,8 @@ def test_ablation_reports_written(ablation):
     md = (out / "ablation.md").read_text()
     assert md.startswith("# Speaker / listener / both (valence_self, protocol val)\n")
     ours, reference = md.split("## Reference", 1)
+    # unseen_listener: true: the column says its configuration was chosen with every listener
+    assert "| test unseen listeners (chosen) |" in ours and "not nested" in ours
     by_split = df.set_index(["feature_set", "split"])
     for fs in ("speaker", "listener"):
         row = next(line for line in ours.splitlines() if line.startswith(f"| {fs} |"))
@@ -120,11 +122,16 @@ def test_ablation_reports_written(ablation):
 def test_listener_row_beats_speaker_row(ablation):
     df = pd.read_csv(ablation[0] / "ablation.csv").set_index(["feature_set", "split"])
     for split in ("val", "test"):
-        for col in ("ccc_personalized", "ccc_generalized", "ccc_unseen_listener"):
+        # unseen listeners on test only (no val_unseen: validation labels choose configurations)
+        cols = ["ccc_personalized", "ccc_generalized"] + (
+            ["ccc_unseen_listener"] if split == "test" else []
+        )
+        for col in cols:
             assert df.loc[("listener", split), col] > df.loc[("speaker", split), col] + 0.3, (
                 split,
                 col,
             )
+    assert df.xs("val", level="split").ccc_unseen_listener.isna().all()
     # the planted listener signal is far above chance; the speaker noise is not
     assert (
         df.loc[("listener", "test"), "ccc_generalized_ci_low"]

@@ -112,10 +112,12 @@ def test_child_artifacts(shared, tmp_path):
         own = matrix[~matrix.split.str.endswith("_unseen")]
         assert len(own) == len(LISTENERS) * 2
         # a generalized-track configuration is also scored on listeners left out of training
+        # on test only: no val_unseen (the validation labels choose configurations)
         unseen = run.data.params["unseen_listener"] == "true"
-        assert len(matrix) - len(own) == (len(own) if unseen else 0)
+        n_test = len(LISTENERS) * len(SPLITS["test"])
+        assert len(matrix) - len(own) == (n_test if unseen else 0)
         assert sorted(set(matrix.split)) == sorted(
-            {"val", "test"} | ({"val_unseen", "test_unseen"} if unseen else set())
+            {"val", "test"} | ({"test_unseen"} if unseen else set())
         )
         for split in ("val", "test"):
             files = sorted((local / "predictions" / split).glob("*.csv"))
@@ -164,6 +166,13 @@ def test_parent_best_run_and_summary(shared, tmp_path):
         )
         assert low <= parent.data.metrics[f"best_{track}.test.ccc_{track}"] <= high
     assert "best_generalized.test_unseen.ccc_generalized" in parent.data.metrics
+    # unseen_listener: true: the all-listener choice's twin, and the summary says so
+    assert parent.data.tags["unseen_selection"] == res.unseen_selection == "chosen"
+    twin = kids[parent.data.tags["best_run_id_generalized"]]
+    assert parent.data.metrics["best_generalized.test_unseen.ccc_generalized"] == pytest.approx(
+        twin.data.metrics["test_unseen.ccc_generalized"]
+    )
+    assert not [k for k in parent.data.metrics if "val_unseen" in k]
     # per_listener configurations are personalized, global ones without per-listener rescaling generalized
     assert {k.data.params["personalization"]: k.data.params["track"] for k in kids.values()} == {
         "global": "generalized",
@@ -185,6 +194,8 @@ def test_parent_best_run_and_summary(shared, tmp_path):
     assert dict(zip(tracks.track, tracks.run_id, strict=True)) == res.best_run_ids
     md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
     assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
+    assert "selection `chosen`: the generalized choice, made with every listener" in md
+    assert tracks.set_index("track").at["generalized", "unseen_selection"] == "chosen"
     # every configuration listed with its selection-split CCC, and no test number
     listing = md.split("# Every configuration (selection split only)")[1]
     rows = [line for line in listing.splitlines() if line.startswith("| ") and "run_id" not in line]

@@ -65,6 +65,9 @@ def test_a_held_out_listener_is_chosen_and_predicted_without_them(tables):
     rows = nested_unseen(table)
     assert list(rows.columns) == UNSEEN_COLUMNS
     assert sorted(rows.listener) == list(LISTENERS) and (rows.n_candidates == len(trials)).all()
+    # a left-out listener is scored on test only: its validation labels choose for the others
+    assert all(set(r.scores.split) == {"val", "test", "test_unseen"} for r in results.values())
+    assert not [k for r in results.values() for k in r.metrics if k.startswith("val_unseen.")]
     # each chosen configuration is the best on the other listeners' validation stories
     for r in rows.itertuples():
         assert r.selection_ccc == table[r.selection_metric].max()
@@ -150,6 +153,28 @@ def test_the_ablation_reports_each_left_out_listeners_choice(planted_store, trac
     for fs, g in rows.groupby("feature_set"):
         assert test.at[fs, "ccc_unseen_listener"] == pytest.approx(g.ccc_test_unseen.mean())
     assert test.at["listener", "ccc_unseen_listener"] > 0.5
+    assert "test unseen listeners (nested)" in (out / "ablation.md").read_text()
+    # the sweep summary: each left-out listener's choice among every feature set's
+    # configurations, their mean as best_generalized.test_unseen, and the selection named
+    every = sweep.nested_unseen
+    assert sweep.unseen_selection == "nested" and sorted(every.listener) == list(LISTENERS)
+    for r in every.itertuples():
+        metric = f"val_without_listener_{r.listener}.ccc_generalized"
+        assert r.selection_ccc == sweep.table[metric].max()
+    from mlflow import MlflowClient
+
+    from experiments.tracking.tracker import resolve_tracking_uri
+
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(cfg.tracking.uri))
+    parent = client.get_run(sweep.parent_run_id)
+    assert parent.data.tags["unseen_selection"] == "nested"
+    assert parent.data.metrics["best_generalized.test_unseen.ccc_generalized"] == pytest.approx(
+        every.ccc_test_unseen.mean()
+    )
+    assert not [k for k in parent.data.metrics if "val_unseen" in k]
+    md = open(client.download_artifacts(sweep.parent_run_id, "summary.md", str(tmp_path))).read()
+    assert "selection `nested`: each left-out listener's configuration chosen" in md
+    assert "# Unseen listeners, nested: each left-out listener's configuration" in md
 
 
 def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tracking_dir):
@@ -173,6 +198,20 @@ def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tr
     extra = res.table[res.table["unseen_of"].notna()]
     assert extra["unseen_of"].tolist() == [named.hash()]
     assert extra["test_unseen.ccc_generalized"].notna().all()
+    # the summary reports the named configuration's unseen-listener score, and says so
+    from experiments.tracking.summary import summary_markdown, track_summary
+
+    assert res.unseen_selection == "fixed" and res.nested_unseen.empty
+    summary = track_summary(res.table, "val", res.unseen_selection, res.nested_unseen)
+    generalized = summary.set_index("track").loc["generalized"]
+    assert generalized["test_unseen.ccc_generalized"] == pytest.approx(
+        extra["test_unseen.ccc_generalized"].iloc[0]
+    )
+    assert generalized.unseen_label == named.label()
+    assert (
+        f"selection `fixed`: the configuration named in the config before any data ({named.label()})"
+        in (summary_markdown(summary))
+    )
     bad = from_dict(
         config_dict(
             tracking_dir,
@@ -183,3 +222,104 @@ def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tr
     )
     with pytest.raises(ConfigError, match="'nope' is no generalized configuration"):
         run_sweep(bad, store=planted_store, progress=False, log_artifacts=False)
+
+
+def test_nested_under_loso_chooses_on_the_others_out_of_fold_scores(tables):
+    """Protocol ``loso``: each held-out listener's configuration is chosen on the other
+    listeners' LOSO scores, each of their train + val stories predicted by models fitted without
+    that story and without the held-out listener; poisoning the held-out listener's train + val
+    labels moves the all-listener LOSO scores but not that listener's choice or predictions."""
+    trials = [
+        dataclasses.replace(t, protocol="loso", unseen_nested=True)
+        for t in _grid()
+        if t.smooth_s == 4  # 4 configurations: ridge strength x rescaling
+    ]
+    assert len(trials) == 4 and all(t.params()["unseen_listener"] == "nested" for t in trials)
+    w = window_sessions(tables, trials[0].window_key())
+    table, results = _sweep(trials, w)
+    rows = nested_unseen(table, "loso")
+    assert sorted(rows.listener) == list(LISTENERS) and (rows.n_candidates == len(trials)).all()
+    assert not nested_unseen(table, "val").size  # no validation split chose anything
+    pool = SPLITS["train"] + SPLITS["val"]
+    for r in rows.itertuples():
+        assert r.selection_metric == f"loso_without_listener_{r.listener}.ccc_generalized"
+        assert r.selection_ccc == table[r.selection_metric].max()
+        metrics = results[r.run_id].metrics
+        assert r.ccc_test_unseen == metrics[f"test_unseen.ccc_listener_{r.listener}"]
+    # the held-out score is on test only: no val_unseen, no loso_unseen
+    for r in results.values():
+        assert set(r.scores.split) == {"loso", "test", "test_unseen"}
+        assert not [k for k in r.metrics if k.startswith(("val_unseen.", "loso_unseen."))]
+
+    rng = np.random.default_rng(5)
+    poisoned = dataclasses.replace(
+        w,
+        sessions=[
+            dataclasses.replace(s, y=rng.uniform(-1, 1, len(s.y)).astype(np.float32))
+            if s.listener == HELD and s.story in pool
+            else s
+            for s in w.sessions
+        ],
+    )
+    bad_table, bad_results = _sweep(trials, poisoned)
+    bad_rows = nested_unseen(bad_table, "loso")
+    clean, bad = (x.set_index("listener").loc[HELD] for x in (rows, bad_rows))
+    metric = f"loso_without_listener_{HELD}.ccc_generalized"
+    np.testing.assert_array_equal(table[metric], bad_table[metric])  # every candidate's score
+    assert bad.run_id == clean.run_id and bad.ccc_test_unseen == clean.ccc_test_unseen
+    for h, r in results.items():  # every configuration's predictions of the held-out listener
+        for sid, pred in r.unseen_predictions.items():
+            if sid.startswith(f"Subject_{HELD}_"):
+                np.testing.assert_array_equal(pred, bad_results[h].unseen_predictions[sid])
+    # ... while what saw them moved: the all-listener LOSO scores and the others' nested scores
+    assert not np.allclose(table["loso.ccc_generalized"], bad_table["loso.ccc_generalized"])
+    others = [L for L in LISTENERS if L != HELD]
+    assert any(
+        not np.allclose(
+            table[f"loso_without_listener_{L}.ccc_generalized"],
+            bad_table[f"loso_without_listener_{L}.ccc_generalized"],
+        )
+        for L in others
+    )
+
+
+def test_the_ablation_nests_under_loso(planted_store, tracking_dir, tmp_path):
+    """``protocol: loso`` with ``unseen_listener: {selection: nested}`` runs (it was refused):
+    each left-out listener's configuration is chosen on the others' LOSO scores, and the
+    ablation's unseen column on test is the mean of those choices' scores."""
+    from experiments.config.loading import from_dict
+    from experiments.studies.ablation import ablate
+    from tests.experiments.helpers import config_dict
+
+    cfg = from_dict(
+        config_dict(
+            tracking_dir,
+            "nested-unseen-loso",
+            protocol="loso",
+            models=[{"name": "ridge", "alpha": [10, 10000]}],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+            unseen_listener={"selection": "nested"},
+        )
+    )
+    out = tmp_path / "reports"
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, progress=False)
+    rows = pd.read_csv(out / "ablation_unseen.csv")
+    assert sorted(zip(rows.feature_set, rows.listener, strict=True)) == sorted(
+        (fs, L) for fs in ("speaker", "listener") for L in LISTENERS
+    )
+    assert all(
+        m == f"loso_without_listener_{L}.ccc_generalized"
+        for m, L in zip(rows.selection_metric, rows.listener, strict=True)
+    )
+    # every generalized configuration of the set competes: two ridge strengths (and the dummy
+    # baseline, which the sweep adds once)
+    per_set = sweep.table[sweep.table.track == "generalized"].groupby("features.set").size()
+    assert [per_set[r.feature_set] for r in rows.itertuples()] == rows.n_candidates.tolist()
+    assert (rows.n_candidates >= 2).all()
+    test = df[df.split == "test"].set_index("feature_set")
+    for fs, g in rows.groupby("feature_set"):
+        assert test.at[fs, "ccc_unseen_listener"] == pytest.approx(g.ccc_test_unseen.mean())
+    assert df[df.split == "loso"].ccc_unseen_listener.isna().all()
+    assert "test unseen listeners (nested)" in (out / "ablation.md").read_text()
+    assert sweep.unseen_selection == "nested" and len(sweep.nested_unseen) == len(LISTENERS)
