@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from featurestore.storage.store import LABEL_FPS
 
-from .options import CAUSAL_SMOOTH_METHODS, SESSION_POSITION_MODELS
+from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MODELS
 from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
@@ -113,6 +113,8 @@ class Trial:
     #: a grid configuration fitted without each listener for nested selection
     #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
     unseen_nested: bool = False
+    #: folds of the k-fold protocols (0 for the others)
+    folds: int = 0
 
     @property
     def track(self) -> str:
@@ -174,9 +176,11 @@ class Trial:
                 "target": self.target,
                 "protocol": self.protocol,
                 "seed": format_value(self.seed),
-                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits),
+                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
             }
         )
+        if self.folds:  # only then: the hashes of the other protocols' configurations stay
+            p["folds"] = format_value(self.folds)
         return p
 
     def hash(self) -> str:
@@ -321,6 +325,7 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         seed=cfg.seed,
                         splits=splits,
                         fit_on=cfg.postprocess.fit_on,
+                        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
                     )
                     h = trial.hash()
                     if h not in seen:

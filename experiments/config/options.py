@@ -13,9 +13,29 @@ from typing import Any
 #: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
 from featurestore.storage.store import ROLES  # noqa: F401 - re-exported
 
-#: selection protocols: ``val`` (fit on train, choose on val) or ``loso`` (leave one story
-#: out over train + val)
-PROTOCOLS = ("val", "loso")
+#: selection protocols: ``val`` (fit on train, choose on val), or cross-validation over
+#: train + val: ``loso`` (leave one story, or group, out), ``lopo`` (leave one person out),
+#: ``kfold_person`` / ``kfold_group`` (``folds`` folds of whole persons / groups)
+PROTOCOLS = ("val", "loso", "lopo", "kfold_person", "kfold_group")
+#: the cross-validation protocols (test is predicted by a model fitted on all train + val)
+CV_PROTOCOLS = ("loso", "lopo", "kfold_person", "kfold_group")
+#: protocols that hold whole persons out: a held-out person has no training data, so
+#: nothing that uses who is listening can be fitted for them
+PERSON_HELD_OUT = ("lopo", "kfold_person")
+#: protocols that take a number of folds
+KFOLD_PROTOCOLS = ("kfold_person", "kfold_group")
+
+
+def selection_split(protocol: str) -> str:
+    """The split a protocol's configurations are chosen on: ``val``, ``loso`` (leave one story
+    out, as before), or ``cv`` (the other cross-validations).
+
+    >>> [selection_split(p) for p in PROTOCOLS]
+    ['val', 'loso', 'cv', 'cv', 'cv']
+    """
+    return protocol if protocol in ("val", "loso") else "cv"
+
+
 #: window alignment: ``centred`` on the frame or ``causal`` (ending at it)
 ALIGNS = ("centred", "causal")
 #: per-window statistics of :func:`experiments.windowing.window_stats`

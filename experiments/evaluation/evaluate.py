@@ -7,6 +7,9 @@ Protocols:
 * ``loso``: leave one story out over train + val: for each of those stories, fit on the
   others and predict it (scored as split ``loso``); test is predicted by a model fitted on
   all train + val stories.
+* ``lopo``, ``kfold_person``, ``kfold_group``: the same with other folds over train + val
+  (leave one person out; ``folds`` folds of whole persons or whole groups, see
+  :func:`experiments.data.folds.cv_folds`), scored as split ``cv``.
 * **unseen listeners** (generalized-track configurations, ``unseen_listener`` on): for each
   listener, a model fitted on the *other* listeners' training sessions predicts that
   listener's evaluated sessions (splits ``val_unseen`` / ``test_unseen``, ``loso`` ->
@@ -37,6 +40,8 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
+from ..config.options import CV_PROTOCOLS, selection_split
+from ..data.folds import cv_folds
 from ..models.personalization import apply_listener_calibration
 from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
@@ -267,9 +272,9 @@ def _check_group(trials: Sequence[Trial]) -> None:
 
 
 def _refuse_loso(trial: Trial) -> None:
-    if trial.protocol == "loso":
+    if trial.protocol in CV_PROTOCOLS:
         raise ValueError(
-            "fit parts are made apart under protocol val only; loso groups are fitted whole"
+            f"fit parts are made apart under protocol val only; {trial.protocol} groups are fitted whole"
         )
 
 
@@ -283,7 +288,7 @@ def _group_sets(
         raise ValueError(
             f"no training sessions (stories {dict(first.splits).get('train')}) in the store"
         )
-    if first.protocol != "loso" and not parts["val"] + parts["test"]:
+    if first.protocol not in CV_PROTOCOLS and not parts["val"] + parts["test"]:
         raise ValueError("no validation or test sessions to score")
     need_post_fit = any(t.rescale != "none" for t in trials)
     need_unseen = any(t.track == "generalized" and t.unseen_listener for t in trials)
@@ -296,7 +301,7 @@ def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
     then uses; ``[]`` under ``loso`` (several training sets: the group is fitted as a whole)."""
     trials = list(trials)
     _check_group(trials)
-    if trials[0].protocol == "loso":
+    if trials[0].protocol in CV_PROTOCOLS:
         return []
     sets, need_post_fit, need_unseen = _group_sets(trials, w)
     return fit_parts(
@@ -346,13 +351,14 @@ def _evaluate_group(
                 nested[i].setdefault(listener, {}).update(held)
         split_of.update(split)
 
-    if first.protocol == "loso":
+    if first.protocol in CV_PROTOCOLS:
         pool = parts["train"] + parts["val"]
-        for story in sorted({s.story for s in pool}):
-            held = [s for s in pool if s.story == story]
-            rest = [s for s in pool if s.story != story]
+        scored_as = selection_split(first.protocol)
+        for held in cv_folds(pool, first.protocol, first.folds):
+            out = {s.session for s in held}
+            rest = [s for s in pool if s.session not in out]
             if rest:
-                run(rest, held, {s.session: "loso" for s in held}, with_unseen=False)
+                run(rest, held, {s.session: scored_as for s in held}, with_unseen=False)
         if parts["test"]:
             run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
     else:

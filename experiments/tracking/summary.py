@@ -98,8 +98,8 @@ def unseen_listener_trials(
 
 #: per track, the splits whose numbers the parent run and the summary report for its best child
 _REPORTED_SPLITS = {
-    "personalized": ("val", "loso", "test"),
-    "generalized": ("val", "loso", "test", "val_unseen", "test_unseen"),
+    "personalized": ("val", "loso", "cv", "test"),
+    "generalized": ("val", "loso", "cv", "test", "val_unseen", "test_unseen"),
 }
 
 
@@ -123,7 +123,7 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
             if name in best and pd.notna(best[name]):
                 row[name] = float(best[name])
                 # the selection split's number is the maximum over the grid: no interval
-                selected = split in ("val", "loso")
+                selected = split in ("val", "loso", "cv")
                 for suffix in (
                     (".chance_q95",) if selected else (".ci_low", ".ci_high", ".chance_q95")
                 ):
@@ -165,7 +165,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                 low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
                 ci = (
                     "selection split: none (a maximum over the grid)"
-                    if split in ("val", "loso")
+                    if split in ("val", "loso", "cv")
                     else f"[{low:.3f}, {high:.3f}]"
                     if pd.notna(low)
                     else _missing_interval(row, split)
@@ -253,6 +253,8 @@ _LISTED = (
     "val.ccc_generalized",
     "loso.ccc_personalized",
     "loso.ccc_generalized",
+    "cv.ccc_personalized",
+    "cv.ccc_generalized",
 )
 #: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
 _HELD_OUT = ("test", "test_unseen", "val_unseen")
