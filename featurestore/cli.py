@@ -10,7 +10,6 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -62,16 +61,6 @@ def _check_channels(channels: list[str]) -> None:
     for c in channels:
         if c not in names:
             raise ConfigError(f"--channels: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
-
-
-def _settings_line(cfg, channels: list[str]) -> str:
-    """``name.setting=value`` for every extractor setting of ``channels`` that differs from its default."""
-    parts = []
-    for name in channels:
-        config = cfg.extractor_config(name)
-        default = asdict(type(config)())
-        parts += [f"{name}.{k}={v}" for k, v in asdict(config).items() if default.get(k) != v]
-    return ", ".join(parts)
 
 
 def _scan(data_dir: Path | None, cfg, manifest: str | None = None):
@@ -206,7 +195,7 @@ def cmd_extract(args) -> int:
         f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} "
         f"(jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
     )
-    if settings := _settings_line(cfg, channels):
+    if settings := cfg.settings_line(channels):
         print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
@@ -247,6 +236,7 @@ def cmd_import(args) -> int:
             channel=args.channel,
             fps=args.fps,
             progress=True,
+            groups=args.groups,
         )
     except ValueError as e:  # a bad --channel name
         print(f"error: {e}", file=sys.stderr)
@@ -494,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     store_arg(sp)
     sp.add_argument(
         "--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"
+    )
+    sp.add_argument(
+        "--groups",
+        nargs="+",
+        help="column groups to keep of an OpenFace table (au pose gaze landmarks landmarks_3d "
+        "eye_landmarks shape; default au pose gaze) or a py-feat table (au emotion pose "
+        "landmarks; default au emotion pose)",
     )
     sp.set_defaults(func=cmd_import)
 

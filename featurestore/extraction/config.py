@@ -90,6 +90,16 @@ class FeatureConfig:
         """Extractor ``name`` built with its settings from this config."""
         return get_extractor(name)(self.extractor_config(name))
 
+    def settings_line(self, channels: Sequence[str]) -> str:
+        """``name.setting=value`` for every extractor setting of ``channels`` that differs from
+        its default (``featurestore extract`` prints it)."""
+        parts = []
+        for name in channels:
+            config = self.extractor_config(name)
+            default = asdict(type(config)())
+            parts += [f"{name}.{k}={v}" for k, v in asdict(config).items() if default.get(k) != v]
+        return ", ".join(parts)
+
 
 def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
     """Parse a YAML file; failures raise ``error`` naming the file (and line for syntax errors)."""
