@@ -115,6 +115,8 @@ class Trial:
     unseen_nested: bool = False
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
+    #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
+    ccc_averaging: str = "sessions"
 
     @property
     def track(self) -> str:
@@ -181,11 +183,15 @@ class Trial:
         )
         if self.folds:  # only then: the hashes of the other protocols' configurations stay
             p["folds"] = format_value(self.folds)
+        p["ccc_averaging"] = self.ccc_averaging
         return p
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
-        return config_hash({k: v for k, v in self.params().items() if k not in DERIVED_PARAMS})
+        params = self.params()
+        if params["ccc_averaging"] == "sessions":  # the hashes from before the choice stay
+            del params["ccc_averaging"]
+        return config_hash({k: v for k, v in params.items() if k not in DERIVED_PARAMS})
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
@@ -326,6 +332,7 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         splits=splits,
                         fit_on=cfg.postprocess.fit_on,
                         folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+                        ccc_averaging=cfg.ccc_averaging,
                     )
                     h = trial.hash()
                     if h not in seen:

@@ -56,6 +56,10 @@ RESCALES = ("none", "train", "bias", "listener", "listener_bias")
 #: stories made out of fold (leave one training story out), or the in-sample predictions of
 #: the model fitted on them (optimistic; kept to show what out-of-fold fitting changes)
 FIT_ON = ("out_of_fold", "in_sample")
+#: how a split's per-frame CCC is averaged, a choice of the corpus: ``sessions`` (OMG-Empathy:
+#: CCC per session, then the mean per listener / per story) or ``concatenated`` (AVEC: one
+#: CCC over the split's sessions concatenated)
+CCC_AVERAGINGS = ("sessions", "concatenated")
 #: how ``unseen_listener`` chooses the configuration scored on a left-out listener: ``chosen``
 #: (each feature set's generalized choice, made with every listener: not nested), ``nested``
 #: (per left-out listener, chosen on the other listeners' validation stories with models fitted

@@ -216,6 +216,8 @@ class ExperimentConfig:
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    #: ``sessions`` (OMG-Empathy's means of per-session CCC) or ``concatenated`` (AVEC)
+    ccc_averaging: str = "sessions"
     seed: int = 0
     #: score each feature set's chosen generalized-track configuration on listeners left out of
     #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
@@ -265,6 +267,7 @@ class ExperimentConfig:
                 "fit_on": self.postprocess.fit_on,
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            **({"ccc_averaging": self.ccc_averaging} if self.ccc_averaging != "sessions" else {}),
             "seed": self.seed,
             "unseen_listener": self.unseen_listener
             if self.unseen_selection == "chosen" or not self.unseen_listener

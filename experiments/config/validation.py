@@ -55,6 +55,7 @@ from typing import Any
 from .grid import format_value
 from .options import (
     ALIGNS,
+    CCC_AVERAGINGS,
     FIT_ON,
     MODEL_PARAMS,
     PERSONALIZATIONS,
@@ -276,6 +277,7 @@ class _Validator:
             "splits",
             "protocol",
             "folds",
+            "ccc_averaging",
             "feature_sets",
             "feature_set",
             "window",
@@ -323,6 +325,9 @@ class _Validator:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise self.fail("seed", f"expected an integer, got {seed!r}")
         cfg.seed = seed
+        cfg.ccc_averaging = self.enum_list(
+            "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
+        )[0]
         unseen = raw.get("unseen_listener", d.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)

@@ -54,7 +54,7 @@ from .fitting import (
     fit_part,
     fit_parts,
 )
-from .metrics import ccc, ccc_protocols
+from .metrics import ccc, ccc_protocols, concatenated_ccc
 from .uncertainty import chance_level, protocol_intervals
 
 #: re-exported: the sweep, the agreement study and the tests take them from here
@@ -398,6 +398,7 @@ def _evaluate_group(
             seed=t.seed,
             unseen_predictions=u,
             fps={sid: by_session[sid].fps for sid in p},
+            averaging=t.ccc_averaging,
         )
         metrics.update(nested_selection_metrics(n, by_session, split_of))
         results.append(
@@ -423,8 +424,16 @@ def score_metrics(
     seed: int = 0,
     unseen_predictions: dict[str, np.ndarray] | None = None,
     fps: float | dict[str, float] = 25.0,
+    averaging: str = "sessions",
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
+
+    ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
+    per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
+    ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
+    and ``truth`` needed; the tracks differ by their models, not by this number), with no
+    interval or chance level over listeners (NaN: those are of the per-session means). Given
+    predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
 
     Per split (``val``, ``test``, ``loso``, ``val_unseen``, ``test_unseen``) and protocol
     (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
@@ -452,8 +461,20 @@ def score_metrics(
             chance = chance_level(
                 truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
             )
+        concatenated = np.nan
+        if predictions is not None and truth is not None:
+            source = unseen_predictions if str(split).endswith("_unseen") else predictions
+            concatenated = concatenated_ccc(truth, source or {}, list(df.session))
+            metrics[f"{split}.ccc_concatenated"] = concatenated
+        elif averaging == "concatenated":
+            raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
         for p in ("personalized", "generalized"):
             name = f"{split}.ccc_{p}"
+            if averaging == "concatenated":
+                metrics[name] = concatenated
+                metrics[f"{name}.ci_low"] = metrics[f"{name}.ci_high"] = np.nan
+                metrics[f"{name}.chance_mean"] = metrics[f"{name}.chance_q95"] = np.nan
+                continue
             metrics[name] = float(prot[p])
             metrics[f"{name}.ci_low"], metrics[f"{name}.ci_high"] = intervals[p]
             if chance is not None:

@@ -117,6 +117,7 @@ def track_summary(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
+            "ccc_averaging": averaging_of(best.get("ccc_averaging")),
         }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
@@ -141,6 +142,24 @@ def _missing_interval(row: dict, split: str) -> str:
     return f"n/a ({int(n)} listener(s); 3 needed)" if pd.notna(n) and n < 3 else "n/a"
 
 
+#: how the reports name each CCC averaging (``ccc_averaging`` in the config)
+AVERAGING_TEXT = {
+    "sessions": "per session, then the mean per listener (personalized) and per story (generalized), "
+    "as OMG-Empathy",
+    "concatenated": "one CCC over each split's sessions concatenated, as AVEC",
+}
+
+
+def averaging_of(value) -> str:
+    """The CCC averaging a run's param ``ccc_averaging`` names; runs from before it had
+    none: ``sessions``.
+
+    >>> averaging_of("concatenated"), averaging_of(float("nan")), averaging_of(None)
+    ('concatenated', 'sessions', 'sessions')
+    """
+    return "concatenated" if value == "concatenated" else "sessions"
+
+
 def summary_markdown(summary: pd.DataFrame) -> str:
     """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
     lines = ["# Best configuration of each track", ""]
@@ -156,6 +175,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
             ),
             f"- run: `{row['run_id']}`",
             f"- chosen on: `{row['chosen_on']}`",
+            f"- CCC averaging: {AVERAGING_TEXT[averaging_of(row.get('ccc_averaging'))]}",
             "",
         ]
         cells = []
