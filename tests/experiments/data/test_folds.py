@@ -10,8 +10,18 @@ import pytest
 
 from experiments.config import ConfigError
 from experiments.config.tracks import selection_metric
+from experiments.data.dataset import load_sessions
 from experiments.evaluation.evaluate import _split_sessions, evaluate_trial, window_sessions
-from tests.experiments.helpers import LISTENERS, SPLITS, config_dict, from_dict, pick, trials_for
+from tests.experiments.helpers import (
+    CHANNELS,
+    LISTENERS,
+    SPLIT_OF,
+    SPLITS,
+    config_dict,
+    from_dict,
+    pick,
+    trials_for,
+)
 
 GLOBAL = {
     "personalization": ["global"],
@@ -80,10 +90,16 @@ def test_kfold_by_person_and_the_fixed_protocols_keep_their_hashes():
     assert val.folds == 0 and "folds" not in val.params()  # older runs' hashes unchanged
 
 
-def test_splits_from_the_shards(tables):
+def test_splits_from_the_shards(tables, planted_store):
     cfg = from_dict(config_dict("unused", splits="shard"))
     assert cfg.splits == {} and cfg.to_dict()["splits"] == "shard"
     assert from_dict(config_dict("unused", **{"splits": cfg.to_dict()["splits"]})).splits == {}
+    # `splits: shard` loads every session with the split its shard records
+    stored = load_sessions(planted_store, CHANNELS, splits=cfg.splits)
+    assert len(stored) == len(tables)
+    assert {(t.session, t.split) for t in stored} == {
+        (t.session, SPLIT_OF[t.story]) for t in tables
+    }
     trial = pick(trials_for(splits="shard", **GLOBAL), "listener")
     w = window_sessions(tables, trial.window_key())
     parts = _split_sessions(w, dict(trial.splits))
@@ -112,3 +128,36 @@ def test_bad_fold_settings_are_refused_with_the_key(changes, message):
     with pytest.raises(ConfigError) as e:
         from_dict(config_dict("unused", **changes))
     assert message in str(e.value)
+
+
+def test_a_store_of_manifest_sessions_is_cross_validated_by_person(planted_store, tmp_path):
+    """Sessions named by a manifest (no Subject_<L>_Story_<S>), their split recorded in the
+    shard: loaded with `splits: shard` and scored under leave-one-person-out."""
+    from featurestore.storage.store import SessionMeta, Store
+
+    src, dst = Store(planted_store), Store(tmp_path / "store", mode="a")
+    for s in src.list_sessions():
+        m = src.meta(s)
+        name = f"p{m.listener}-task{m.story}"
+        dst.write_session(
+            SessionMeta(
+                name,
+                m.listener,
+                m.story,
+                m.speaker,
+                SPLIT_OF[m.story],
+                m.n_frames,
+                layout="manifest",
+                person=f"p{m.listener}",
+                group=f"task{m.story}",
+            ),
+            channels={k: src.read_channel(s, k) for k in CHANNELS},
+            labels={"valence_self": src.labels(s).to_numpy()},
+        )
+    assert dst.list_sessions()[0] == "p1-task1" and dst.meta("p1-task1").person == "p1"
+    tables = load_sessions(dst, CHANNELS, splits={})
+    assert len(tables) == len(src.list_sessions())
+    trial = pick(trials_for(protocol="lopo", splits="shard", **GLOBAL), "listener")
+    res = evaluate_trial(trial, window_sessions(tables, trial.window_key()))
+    assert sorted(res.scores[res.scores.split == "cv"].session)[:2] == ["p1-task1", "p1-task2"]
+    assert res.metrics["cv.ccc_generalized"] > 0.5 and "test.ccc_generalized" in res.metrics
