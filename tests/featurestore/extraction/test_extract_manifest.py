@@ -68,6 +68,7 @@ def test_extract_from_a_scanned_csv_manifest_with_a_shared_video(demo, tmp_path,
     # a second run is current: nothing recomputed
     assert main(["extract", "--store", str(store), "--channels", "face_geom", "egemaps"]) == 0
     assert st.read_channel("dyad-07", "scene/egemaps").source["path"].endswith("dyad_07.mp4")
+    assert main(["verify", "--store", str(store)]) == 0
     capsys.readouterr()
     assert main(["inspect", "dyad-07", "--store", str(store)]) == 0
     assert "dyad-07: person anna, group picnic, partner bo (manifest), split test" in (
