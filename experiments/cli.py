@@ -255,7 +255,7 @@ def _print_sweep(res) -> int:
     print(
         f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
-    protocol = "loso" if res.selection_metric.startswith("loso.") else "val"
+    protocol = res.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
     for track, metric in res.selection_metrics.items():
         if t.empty or metric not in t or "track" not in t:
             continue

@@ -10,7 +10,6 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,9 @@ from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import extract_many
 from .extractors import ExtractorUnavailable, registry
 from .processes import terminate_as_interrupt
-from .sources.manifest import SessionFiles, scan, write_manifest
-from .storage.store import Store, StoreError, parse_session, session_name
+from .sources.manifest import read_scan_json, scan, write_manifest
+from .sources.manifest_file import ManifestError
+from .storage.store import Store, StoreError
 from .synth import synth_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -63,23 +63,21 @@ def _check_channels(channels: list[str]) -> None:
             raise ConfigError(f"--channels: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
 
 
-def _settings_line(cfg, channels: list[str]) -> str:
-    """``name.setting=value`` for every extractor setting of ``channels`` that differs from its default."""
-    parts = []
-    for name in channels:
-        config = cfg.extractor_config(name)
-        default = asdict(type(config)())
-        parts += [f"{name}.{k}={v}" for k, v in asdict(config).items() if default.get(k) != v]
-    return ", ".join(parts)
-
-
-def _scan(data_dir: Path, cfg):
-    return scan(data_dir, cfg.story_speaker, cfg.splits)
+def _scan(data_dir: Path | None, cfg, manifest: str | None = None):
+    """Sessions of ``--manifest``, else of the config's ``manifest``, else found in ``data_dir``."""
+    manifest = manifest or cfg.manifest
+    if manifest is None and data_dir is None:
+        raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
+    try:
+        return scan(data_dir, cfg.story_speaker, cfg.splits, manifest=manifest)
+    except ManifestError as e:
+        raise SystemExit(str(e)) from e
 
 
 def cmd_scan(args) -> int:
     cfg = _load_cfg(args)
-    report = _scan(Path(args.data_dir), cfg)
+    report = _scan(Path(args.data_dir) if args.data_dir else None, cfg, args.manifest)
+    where = args.manifest or cfg.manifest or args.data_dir
     rows = [
         {
             "session": s.session,
@@ -97,7 +95,8 @@ def cmd_scan(args) -> int:
         rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
     )
     print(
-        f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} with video in {args.data_dir}"
+        f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} "
+        f"with a shared video in {where}"
     )
     for issue in report.issues:
         print(f"  {issue}", file=sys.stderr)
@@ -111,36 +110,15 @@ def cmd_scan(args) -> int:
 
 
 def _sessions_for_extract(args, cfg):
-    if args.data_dir:
-        report = _scan(Path(args.data_dir), cfg)
+    if args.data_dir or args.manifest or cfg.manifest:
+        report = _scan(Path(args.data_dir) if args.data_dir else None, cfg, args.manifest)
         return report.sessions, report.duplicates()
     manifest = Path(args.store) / MANIFEST
     if not manifest.exists():
         raise SystemExit(
             f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
         )
-    payload = json.loads(manifest.read_text())
-    sessions = []
-    for r in payload["sessions"]:
-        sessions.append(
-            SessionFiles(
-                session=r["session"],
-                listener=r["listener"],
-                story=r["story"],
-                speaker=r["speaker"],
-                split=r["split"],
-                video=Path(r["video"]) if r["video"] else None,
-                annotations={k: Path(v) for k, v in r["annotations"].items()},
-                transcript=Path(r["transcript"]) if r["transcript"] else None,
-            )
-        )
-    dups: dict[str, list[Path]] = {}
-    for i in payload["issues"]:
-        if i["kind"] == "duplicate":
-            ls = parse_session(Path(i["path"]).name)
-            if ls:
-                dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
-    return sessions, dups
+    return read_scan_json(manifest)
 
 
 #: per-session lines of the extraction summary before it groups them (one screen in all)
@@ -206,7 +184,7 @@ def cmd_extract(args) -> int:
                     error=f"several files for one session ({files}); keep one and re-run",
                 )
             )
-        elif s.video is None:
+        elif s.video is None and not any(k.startswith("video_") for k in s.media):
             continue  # annotation without video: reported by scan
         else:
             todo.append(s)
@@ -217,7 +195,7 @@ def cmd_extract(args) -> int:
         f"extracting {', '.join(channels)} for {len(todo)} sessions into {args.store} "
         f"(jobs={args.jobs}, face rate {cfg.face_fps:g} fps)"
     )
-    if settings := _settings_line(cfg, channels):
+    if settings := cfg.settings_line(channels):
         print(f"extractor settings (not the defaults): {settings}")
     try:
         if args.executor == "dask":
@@ -258,6 +236,7 @@ def cmd_import(args) -> int:
             channel=args.channel,
             fps=args.fps,
             progress=True,
+            groups=args.groups,
         )
     except ValueError as e:  # a bad --channel name
         print(f"error: {e}", file=sys.stderr)
@@ -342,7 +321,7 @@ def cmd_inspect(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     print(
-        f"{meta.session}: listener {meta.listener}, story {meta.story}, speaker {meta.speaker}, split {meta.split}, "
+        f"{meta.session}: {meta.people()}, split {meta.split}, "
         f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
     )
     for t in store.label_targets(args.session):
@@ -443,9 +422,19 @@ def build_parser() -> argparse.ArgumentParser:
             "(--set face_fps=10); it enters the channel's cache key",
         )
 
+    def manifest_arg(sp):
+        sp.add_argument(
+            "--manifest",
+            help="CSV or YAML with one row per session (columns: session, person, group, "
+            "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
+            "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
+            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml)",
+        )
+
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
-    sp.add_argument("data_dir")
+    sp.add_argument("data_dir", nargs="?", help="data folder (OMG-Empathy layout)")
     store_arg(sp)
+    manifest_arg(sp)
     sp.add_argument(
         "--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)"
     )
@@ -456,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         "data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"
     )
     store_arg(sp)
+    manifest_arg(sp)
     sp.add_argument(
         "--channels",
         nargs="+",
@@ -494,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     store_arg(sp)
     sp.add_argument(
         "--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"
+    )
+    sp.add_argument(
+        "--groups",
+        nargs="+",
+        help="column groups to keep of an OpenFace table (au pose gaze landmarks landmarks_3d "
+        "eye_landmarks shape; default au pose gaze) or a py-feat table (au emotion pose "
+        "landmarks; default au emotion pose)",
     )
     sp.set_defaults(func=cmd_import)
 
@@ -583,10 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except FileNotFoundError as e:
+    except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as e:

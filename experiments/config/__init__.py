@@ -2,7 +2,8 @@
 
 Modules: :mod:`~.options` (every allowed name: models, strategies, statistics, tracks),
 :mod:`~.choices` (checking a name against them), :mod:`~.schema` (the typed config and its
-errors), :mod:`~.validation` (file/line/nearest-name checks), :mod:`~.grid` (the expanded
+errors), :mod:`~.validation` (file/line/nearest-name checks), :mod:`~.protocols` (protocol, folds
+and splits checked), :mod:`~.grid` (the expanded
 configurations, :class:`~.grid.Trial`), :mod:`~.tracks` (which track a configuration
 competes in), :mod:`~.search_space` (Optuna's ranges), :mod:`~.loading` (files, overrides).
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from featurestore.storage.store import LABEL_FPS
 
-from .options import CAUSAL_SMOOTH_METHODS, SESSION_POSITION_MODELS
+from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MODELS
 from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
@@ -113,6 +113,10 @@ class Trial:
     #: a grid configuration fitted without each listener for nested selection
     #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
     unseen_nested: bool = False
+    #: folds of the k-fold protocols (0 for the others)
+    folds: int = 0
+    #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
+    ccc_averaging: str = "sessions"
 
     @property
     def track(self) -> str:
@@ -177,14 +181,20 @@ class Trial:
                 "target": self.target,
                 "protocol": self.protocol,
                 "seed": format_value(self.seed),
-                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits),
+                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
             }
         )
+        if self.folds:  # only then: the hashes of the other protocols' configurations stay
+            p["folds"] = format_value(self.folds)
+        p["ccc_averaging"] = self.ccc_averaging
         return p
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
-        return config_hash({k: v for k, v in self.params().items() if k not in DERIVED_PARAMS})
+        params = self.params()
+        if params["ccc_averaging"] == "sessions":  # the hashes from before the choice stay
+            del params["ccc_averaging"]
+        return config_hash({k: v for k, v in params.items() if k not in DERIVED_PARAMS})
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
@@ -324,6 +334,8 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         seed=cfg.seed,
                         splits=splits,
                         fit_on=cfg.postprocess.fit_on,
+                        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+                        ccc_averaging=cfg.ccc_averaging,
                     )
                     h = trial.hash()
                     if h not in seen:

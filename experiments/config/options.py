@@ -13,9 +13,29 @@ from typing import Any
 #: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
 from featurestore.storage.store import ROLES  # noqa: F401 - re-exported
 
-#: selection protocols: ``val`` (fit on train, choose on val) or ``loso`` (leave one story
-#: out over train + val)
-PROTOCOLS = ("val", "loso")
+#: selection protocols: ``val`` (fit on train, choose on val), or cross-validation over
+#: train + val: ``loso`` (leave one story, or group, out), ``lopo`` (leave one person out),
+#: ``kfold_person`` / ``kfold_group`` (``folds`` folds of whole persons / groups)
+PROTOCOLS = ("val", "loso", "lopo", "kfold_person", "kfold_group")
+#: the cross-validation protocols (test is predicted by a model fitted on all train + val)
+CV_PROTOCOLS = ("loso", "lopo", "kfold_person", "kfold_group")
+#: protocols that hold whole persons out: a held-out person has no training data, so
+#: nothing that uses who is listening can be fitted for them
+PERSON_HELD_OUT = ("lopo", "kfold_person")
+#: protocols that take a number of folds
+KFOLD_PROTOCOLS = ("kfold_person", "kfold_group")
+
+
+def selection_split(protocol: str) -> str:
+    """The split a protocol's configurations are chosen on: ``val``, ``loso`` (leave one story
+    out, as before), or ``cv`` (the other cross-validations).
+
+    >>> [selection_split(p) for p in PROTOCOLS]
+    ['val', 'loso', 'cv', 'cv', 'cv']
+    """
+    return protocol if protocol in ("val", "loso") else "cv"
+
+
 #: window alignment: ``centred`` on the frame or ``causal`` (ending at it)
 ALIGNS = ("centred", "causal")
 #: per-window statistics of :func:`experiments.windowing.window_stats`
@@ -36,6 +56,10 @@ RESCALES = ("none", "train", "bias", "listener", "listener_bias")
 #: stories made out of fold (leave one training story out), or the in-sample predictions of
 #: the model fitted on them (optimistic; kept to show what out-of-fold fitting changes)
 FIT_ON = ("out_of_fold", "in_sample")
+#: how a split's per-frame CCC is averaged, a choice of the corpus: ``sessions`` (OMG-Empathy:
+#: CCC per session, then the mean per listener / per story) or ``concatenated`` (AVEC: one
+#: CCC over the split's sessions concatenated)
+CCC_AVERAGINGS = ("sessions", "concatenated")
 #: how ``unseen_listener`` chooses the configuration scored on a left-out listener: ``chosen``
 #: (each feature set's generalized choice, made with every listener: not nested), ``nested``
 #: (per left-out listener, chosen on the other listeners' validation stories, or their LOSO

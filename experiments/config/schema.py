@@ -26,6 +26,8 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
+from .options import KFOLD_PROTOCOLS
+
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
 ONLY_AXES = (
     "feature_set",
@@ -202,6 +204,8 @@ class ExperimentConfig:
         default_factory=lambda: {name: list(stories) for name, stories in SPLITS.items()}
     )
     protocol: str = "val"
+    #: folds of ``protocol: kfold_person`` / ``kfold_group``
+    folds: int = 5
     feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)
     #: names of the feature sets to sweep (default: all of ``feature_sets``)
     feature_set: list[str] = field(default_factory=list)
@@ -212,6 +216,8 @@ class ExperimentConfig:
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    #: ``sessions`` (OMG-Empathy's means of per-session CCC) or ``concatenated`` (AVEC)
+    ccc_averaging: str = "sessions"
     seed: int = 0
     #: score each feature set's chosen generalized-track configuration on listeners left out of
     #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
@@ -238,8 +244,9 @@ class ExperimentConfig:
         was before searches existed."""
         d = {
             "target": self.target,
-            "splits": {k: list(v) for k, v in self.splits.items()},
+            "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
             "protocol": self.protocol,
+            **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
@@ -260,6 +267,7 @@ class ExperimentConfig:
                 "fit_on": self.postprocess.fit_on,
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            **({"ccc_averaging": self.ccc_averaging} if self.ccc_averaging != "sessions" else {}),
             "seed": self.seed,
             "unseen_listener": self.unseen_listener
             if self.unseen_selection == "chosen" or not self.unseen_listener

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .grid import Trial, format_value
-from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
+from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, KFOLD_PROTOCOLS, TRACKS
 from .schema import ExperimentConfig, ModelSpec, Range
 
 
@@ -328,6 +328,8 @@ def _trial(
         protocol=cfg.protocol,
         seed=cfg.seed,
         splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()),
+        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+        ccc_averaging=cfg.ccc_averaging,
         fit_on=cfg.postprocess.fit_on,
     )
 

@@ -37,7 +37,7 @@ differ only by their models, which is the point of the comparison.
 
 from __future__ import annotations
 
-from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
+from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selection_split
 
 
 def track_of(personalization: str, rescale: str) -> str:
@@ -65,8 +65,9 @@ def candidates(track: str) -> tuple[str, ...]:
 def selection_metric(track: str, protocol: str = "val") -> str:
     """The metric a track's configurations are ranked by: its own averaging on validation or LOSO.
 
-    ``protocol`` is the config's protocol (``val`` or ``loso``).
+    ``protocol`` is the config's protocol (``val``, ``loso``, or another cross-validation,
+    whose held-out sessions are scored as split ``cv``: :func:`~.options.selection_split`).
     """
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
-    return f"{'loso' if protocol == 'loso' else 'val'}.ccc_{track}"
+    return f"{selection_split(protocol)}.ccc_{track}"

@@ -52,11 +52,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from featurestore.sources.manifest import SPLITS
-
 from .grid import format_value
 from .options import (
     ALIGNS,
+    CCC_AVERAGINGS,
     FIT_ON,
     MODEL_PARAMS,
     PERSONALIZATIONS,
@@ -64,11 +63,11 @@ from .options import (
     RESCALES,
     ROLES,
     SMOOTH_METHODS,
-    SPLIT_NAMES,
     STATS,
     TRACKS,
     UNSEEN_SELECTIONS,
 )
+from .protocols import ProtocolProblem, check_folds, check_splits, person_held_out_problem
 from .schema import (
     ONLY_AXES,
     RANGE_KEYS,
@@ -277,6 +276,8 @@ class _Validator:
             "target",
             "splits",
             "protocol",
+            "folds",
+            "ccc_averaging",
             "feature_sets",
             "feature_set",
             "window",
@@ -303,9 +304,15 @@ class _Validator:
         cfg.target = target
 
         if isinstance(raw.get("protocol"), list):
-            raise self.fail("protocol", "expected one protocol (val or loso), not a list")
+            raise self.fail(
+                "protocol", f"expected one protocol ({', '.join(PROTOCOLS)}), not a list"
+            )
         cfg.protocol = self.enum_list("protocol", raw.get("protocol", d.protocol), PROTOCOLS)[0]
-        cfg.splits = self.splits(raw.get("splits", d.splits), cfg.protocol)
+        try:
+            cfg.folds = check_folds(raw.get("folds", d.folds), cfg.protocol, "folds" in raw)
+            cfg.splits = check_splits(raw.get("splits", d.splits), cfg.protocol)
+        except ProtocolProblem as e:
+            raise self.fail(e.key, e.message) from None
         cfg.feature_sets = self.feature_sets(raw.get("feature_sets", d.feature_sets))
         cfg.feature_set = self.feature_set(raw.get("feature_set", "all"), cfg.feature_sets)
         cfg.window = self.window(raw.get("window", {}))
@@ -318,6 +325,9 @@ class _Validator:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise self.fail("seed", f"expected an integer, got {seed!r}")
         cfg.seed = seed
+        cfg.ccc_averaging = self.enum_list(
+            "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
+        )[0]
         unseen = raw.get("unseen_listener", d.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
@@ -335,6 +345,8 @@ class _Validator:
         cfg.models = self.models(
             raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg
         )
+        if problem := person_held_out_problem(cfg):
+            raise self.fail(*problem)
         if cfg.search.method == "optuna":
             try:
                 search_space(cfg)
@@ -365,41 +377,6 @@ class _Validator:
             )
         out.storage = storage
         return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
-
-    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
-        value = self.mapping("splits", value, SPLIT_NAMES)
-        out: dict[str, list[int]] = {}
-        owner: dict[int, str] = {}
-        for name in SPLIT_NAMES:
-            if name not in value or value[name] is None:
-                continue
-            stories = value[name] if isinstance(value[name], list) else [value[name]]
-            out[name] = []
-            for s in stories:
-                if not isinstance(s, int) or isinstance(s, bool) or s < 1:
-                    raise self.fail(
-                        f"splits.{name}", f"expected story numbers (integers >= 1), got {s!r}"
-                    )
-                if s in owner and owner[s] != name:
-                    raise self.fail(
-                        f"splits.{name}",
-                        f"story {s} is also in splits.{owner[s]}; a story belongs to one split",
-                    )
-                owner[s] = name
-                if s not in out[name]:
-                    out[name].append(s)
-        if not out.get("train"):
-            raise self.fail(
-                "splits.train",
-                f"no training stories; list them, e.g. train: {SPLITS['train']} (the official split)",
-            )
-        if protocol == "val" and not out.get("val"):
-            raise self.fail(
-                "splits.val",
-                f"protocol val needs validation stories, e.g. val: {SPLITS['val']} "
-                "(or use protocol: loso)",
-            )
-        return out
 
     def feature_sets(self, value: Any) -> dict[str, list[str]]:
         value = self.mapping("feature_sets", value)

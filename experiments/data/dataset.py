@@ -179,7 +179,8 @@ def load_sessions(
         target: label target (``valence_self``, ``valence_observer_listener``, ...).
         splits: split name -> stories (the config's ``splits``); each session's split is looked
             up from its story (not from the shard's stored attribute), and sessions whose story
-            is in no split are skipped. None keeps every session with the stored split.
+            is in no split are skipped. None, or an empty mapping (the config's ``splits:
+            shard``), keeps every session with the split its shard records.
         sessions: restrict to these session ids.
         max_gap_s: longest gap (seconds) interpolation bridges for channels at <= 25 fps.
         threads: sessions loaded concurrently; HDF5 reads are serialised by h5py, but the
@@ -202,7 +203,7 @@ def load_sessions(
         raise DatasetError(
             f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
         )
-    by_story = story_splits(splits) if splits is not None else None
+    by_story = story_splits(splits) if splits else None
     keys = [str(k) for k in feature_keys]
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
 

@@ -7,6 +7,9 @@ Protocols:
 * ``loso``: leave one story out over train + val: for each of those stories, fit on the
   others and predict it (scored as split ``loso``); test is predicted by a model fitted on
   all train + val stories.
+* ``lopo``, ``kfold_person``, ``kfold_group``: the same with other folds over train + val
+  (leave one person out; ``folds`` folds of whole persons or whole groups, see
+  :func:`experiments.data.folds.cv_folds`), scored as split ``cv``.
 * **unseen listeners** (generalized-track configurations, ``unseen_listener`` on): for each
   listener, a model fitted on the *other* listeners' training sessions predicts that
   listener's test sessions (split ``test_unseen``): how well the model predicts a person it
@@ -43,6 +46,8 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
+from ..config.options import CV_PROTOCOLS, selection_split
+from ..data.folds import cv_folds
 from ..models.personalization import apply_listener_calibration
 from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
@@ -55,7 +60,7 @@ from .fitting import (
     fit_part,
     fit_parts,
 )
-from .metrics import ccc, ccc_protocols
+from .metrics import ccc, ccc_protocols, concatenated_ccc
 from .uncertainty import chance_level, protocol_intervals
 
 #: re-exported: the sweep, the agreement study and the tests take them from here
@@ -275,9 +280,9 @@ def _check_group(trials: Sequence[Trial]) -> None:
 
 
 def _refuse_loso(trial: Trial) -> None:
-    if trial.protocol == "loso":
+    if trial.protocol in CV_PROTOCOLS:
         raise ValueError(
-            "fit parts are made apart under protocol val only; loso groups are fitted whole"
+            f"fit parts are made apart under protocol val only; {trial.protocol} groups are fitted whole"
         )
 
 
@@ -291,7 +296,7 @@ def _group_sets(
         raise ValueError(
             f"no training sessions (stories {dict(first.splits).get('train')}) in the store"
         )
-    if first.protocol != "loso" and not parts["val"] + parts["test"]:
+    if first.protocol not in CV_PROTOCOLS and not parts["val"] + parts["test"]:
         raise ValueError("no validation or test sessions to score")
     need_post_fit = any(t.rescale != "none" for t in trials)
     need_unseen = any(t.track == "generalized" and t.unseen_listener for t in trials)
@@ -313,7 +318,7 @@ def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
     then uses; ``[]`` under ``loso`` (several training sets: the group is fitted as a whole)."""
     trials = list(trials)
     _check_group(trials)
-    if trials[0].protocol == "loso":
+    if trials[0].protocol in CV_PROTOCOLS:
         return []
     sets, need_post_fit, need_unseen = _group_sets(trials, w)
     return fit_parts(
@@ -364,14 +369,19 @@ def _evaluate_group(
                 nested[i].setdefault(listener, {}).update(held)
         split_of.update(split)
 
-    if first.protocol == "loso":
+    if first.protocol in CV_PROTOCOLS:
         pool = parts["train"] + parts["val"]
-        for story in sorted({s.story for s in pool}):
-            held = [s for s in pool if s.story == story]
-            rest = [s for s in pool if s.story != story]
+        scored_as = selection_split(first.protocol)
+        for held in cv_folds(pool, first.protocol, first.folds):
+            out = {s.session for s in held}
+            rest = [s for s in pool if s.session not in out]
             if rest:
+<<<<<<< HEAD
                 # nested: the fold fitted without each listener too, to score the others' story
                 run(rest, held, {s.session: "loso" for s in held}, with_unseen=_nested_loso(trials))
+=======
+                run(rest, held, {s.session: scored_as for s in held}, with_unseen=False)
+>>>>>>> manifest
         if parts["test"]:
             run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
     else:
@@ -411,6 +421,7 @@ def _evaluate_group(
             seed=t.seed,
             unseen_predictions=u,
             fps={sid: by_session[sid].fps for sid in p},
+            averaging=t.ccc_averaging,
         )
         metrics.update(nested_selection_metrics(n, by_session, split_of, first.protocol))
         results.append(
@@ -436,10 +447,22 @@ def score_metrics(
     seed: int = 0,
     unseen_predictions: dict[str, np.ndarray] | None = None,
     fps: float | dict[str, float] = 25.0,
+    averaging: str = "sessions",
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
+<<<<<<< HEAD
     Per split (``val``, ``test``, ``loso``, ``test_unseen``) and protocol
+=======
+    ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
+    per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
+    ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
+    and ``truth`` needed; the tracks differ by their models, not by this number), with no
+    interval or chance level over listeners (NaN: those are of the per-session means). Given
+    predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
+
+    Per split (``val``, ``test``, ``loso``, ``val_unseen``, ``test_unseen``) and protocol
+>>>>>>> manifest
     (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
     listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
     listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
@@ -465,8 +488,20 @@ def score_metrics(
             chance = chance_level(
                 truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
             )
+        concatenated = np.nan
+        if predictions is not None and truth is not None:
+            source = unseen_predictions if str(split).endswith("_unseen") else predictions
+            concatenated = concatenated_ccc(truth, source or {}, list(df.session))
+            metrics[f"{split}.ccc_concatenated"] = concatenated
+        elif averaging == "concatenated":
+            raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
         for p in ("personalized", "generalized"):
             name = f"{split}.ccc_{p}"
+            if averaging == "concatenated":
+                metrics[name] = concatenated
+                metrics[f"{name}.ci_low"] = metrics[f"{name}.ci_high"] = np.nan
+                metrics[f"{name}.chance_mean"] = metrics[f"{name}.chance_q95"] = np.nan
+                continue
             metrics[name] = float(prot[p])
             metrics[f"{name}.ci_low"], metrics[f"{name}.ci_high"] = intervals[p]
             if chance is not None:

@@ -21,7 +21,7 @@ turn a protocol mean into NaN.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -115,6 +115,22 @@ def ccc_protocols(df: pd.DataFrame | Iterable[Mapping]) -> dict[str, float]:
         "personalized": float(ccc_per_listener(f).mean()),
         "generalized": float(ccc_per_story(f).mean()),
     }
+
+
+def concatenated_ccc(
+    truth: Mapping[str, np.ndarray], predictions: Mapping[str, np.ndarray], sessions: Sequence[str]
+) -> float:
+    """The CCC of ``sessions`` concatenated (AVEC's averaging): one CCC over every frame with a
+    finite label of those sessions, their labels ``truth`` against ``predictions``.
+
+    >>> y = {"a": np.array([0.0, 1.0]), "b": np.array([2.0, 3.0])}
+    >>> round(concatenated_ccc(y, y, ["a", "b"]), 6)
+    1.0
+    """
+    ys = np.concatenate([np.asarray(truth[s], float) for s in sessions])
+    ps = np.concatenate([np.asarray(predictions[s], float) for s in sessions])
+    ok = np.isfinite(ys)
+    return float(ccc(ys[ok], ps[ok]))
 
 
 def ccc_matrix(rows: pd.DataFrame | Iterable[Mapping]) -> pd.DataFrame:

@@ -137,7 +137,7 @@ def plot_ablation(
     on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
     plt = _plt()
     sets = list(dict.fromkeys(table.feature_set))
-    order = {"val": 0, "loso": 1, "test": 2}
+    order = {"val": 0, "loso": 1, "cv": 1, "test": 2}
     splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
     combos = [(s, p) for s in splits for p in ("personalized", "generalized")]
     last = splits[-1]
@@ -183,7 +183,7 @@ def plot_ablation(
             i,
             split,
             f"ccc_{track}",
-            f"{split}{' (selection)' if split in ('val', 'loso') else ''}, {track} track",
+            f"{split}{' (selection)' if split in ('val', 'loso', 'cv') else ''}, {track} track",
             color=colours[track],
             alpha=0.4 if split != last else 1.0,
         )

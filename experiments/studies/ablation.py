@@ -79,7 +79,7 @@ COLUMNS = [
     "causal_generalized",
 ]
 #: splits that chose the configurations: reported without intervals
-SELECTION_SPLITS = ("val", "loso")
+SELECTION_SPLITS = ("val", "loso", "cv")
 COMPARISON_COLUMNS = [
     "comparison",
     "track",
@@ -114,7 +114,7 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
     with the unseen-listener score, chance, and intervals on test only (the selection split's
     numbers are maxima over the grid: ``split_role`` says ``selection`` and the intervals are NaN)."""
     table = sweep.table
-    protocol = "loso" if sweep.selection_metric.startswith("loso.") else "val"
+    protocol = sweep.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
     splits = (protocol, "test")
     rows = []
     for fs in feature_sets:

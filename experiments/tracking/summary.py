@@ -98,8 +98,8 @@ def unseen_listener_trials(
 
 #: per track, the splits whose numbers the parent run and the summary report for its best child
 _REPORTED_SPLITS = {
-    "personalized": ("val", "loso", "test"),
-    "generalized": ("val", "loso", "test", "test_unseen"),
+    "personalized": ("val", "loso", "cv", "test"),
+    "generalized": ("val", "loso", "cv", "test", "test_unseen"),
 }
 #: ``unseen_selection`` -> what the summary says of its ``test_unseen`` number
 UNSEEN_NOTES = {
@@ -151,6 +151,7 @@ def track_summary(
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
+            "ccc_averaging": averaging_of(best.get("ccc_averaging")),
         }
         if track == "generalized":
             source = _unseen_source(table, best, unseen_selection)
@@ -169,7 +170,7 @@ def track_summary(
             if name in best and pd.notna(best[name]):
                 row[name] = float(best[name])
                 # the selection split's number is the maximum over the grid: no interval
-                selected = split in ("val", "loso")
+                selected = split in ("val", "loso", "cv")
                 for suffix in (
                     (".chance_q95",) if selected else (".ci_low", ".ci_high", ".chance_q95")
                 ):
@@ -192,6 +193,24 @@ def _missing_interval(row: dict, split: str) -> str:
     return f"n/a ({int(n)} listener(s); 3 needed)" if pd.notna(n) and n < 3 else "n/a"
 
 
+#: how the reports name each CCC averaging (``ccc_averaging`` in the config)
+AVERAGING_TEXT = {
+    "sessions": "per session, then the mean per listener (personalized) and per story (generalized), "
+    "as OMG-Empathy",
+    "concatenated": "one CCC over each split's sessions concatenated, as AVEC",
+}
+
+
+def averaging_of(value) -> str:
+    """The CCC averaging a run's param ``ccc_averaging`` names; runs from before it had
+    none: ``sessions``.
+
+    >>> averaging_of("concatenated"), averaging_of(float("nan")), averaging_of(None)
+    ('concatenated', 'sessions', 'sessions')
+    """
+    return "concatenated" if value == "concatenated" else "sessions"
+
+
 def summary_markdown(summary: pd.DataFrame) -> str:
     """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
     lines = ["# Best configuration of each track", ""]
@@ -207,6 +226,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
             ),
             f"- run: `{row['run_id']}`",
             f"- chosen on: `{row['chosen_on']}`",
+            f"- CCC averaging: {AVERAGING_TEXT[averaging_of(row.get('ccc_averaging'))]}",
         ]
         selection = row.get("unseen_selection")
         if isinstance(selection, str) and selection in UNSEEN_NOTES:
@@ -222,7 +242,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                 low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
                 ci = (
                     "selection split: none (a maximum over the grid)"
-                    if split in ("val", "loso")
+                    if split in ("val", "loso", "cv")
                     else "none: each listener's own configuration"
                     if split == "test_unseen" and row.get("unseen_selection") == "nested"
                     else f"[{low:.3f}, {high:.3f}]"
@@ -353,6 +373,8 @@ _LISTED = (
     "val.ccc_generalized",
     "loso.ccc_personalized",
     "loso.ccc_generalized",
+    "cv.ccc_personalized",
+    "cv.ccc_generalized",
 )
 #: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
 _HELD_OUT = ("test", "test_unseen", "val_unseen")  # val_unseen: runs of earlier releases

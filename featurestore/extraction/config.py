@@ -2,7 +2,7 @@
 
 A data folder may carry a ``featurestore.yaml`` next to its videos (the demo corpus does);
 ``featurestore scan/extract`` read it when no ``--config`` is given. Top-level keys are the
-settings of the extraction run (face rate, crop, channels, splits); ``extractors`` holds the
+settings of the extraction run (face rate, crop, channels, splits, the corpus ``manifest``); ``extractors`` holds the
 settings of each extractor, checked against its frozen config dataclass (see
 :mod:`featurestore.extractors`)::
 
@@ -67,6 +67,10 @@ class FeatureConfig:
     splits: dict[str, list[int]] = field(
         default_factory=lambda: {k: list(v) for k, v in SPLITS.items()}
     )
+    #: a corpus manifest (CSV or YAML, one row per session; see
+    #: :mod:`featurestore.sources.manifest_file`) used instead of the OMG-Empathy names; a
+    #: relative path is relative to the config file's folder
+    manifest: str | None = None
     #: largest tolerated difference between label rows and video length, seconds
     max_length_mismatch_s: float = 1.0
     #: extractor name -> its settings (that extractor's frozen config dataclass); an extractor
@@ -85,6 +89,16 @@ class FeatureConfig:
     def extractor(self, name: str):
         """Extractor ``name`` built with its settings from this config."""
         return get_extractor(name)(self.extractor_config(name))
+
+    def settings_line(self, channels: Sequence[str]) -> str:
+        """``name.setting=value`` for every extractor setting of ``channels`` that differs from
+        its default (``featurestore extract`` prints it)."""
+        parts = []
+        for name in channels:
+            config = self.extractor_config(name)
+            default = asdict(type(config)())
+            parts += [f"{name}.{k}={v}" for k, v in asdict(config).items() if default.get(k) != v]
+        return ", ".join(parts)
 
 
 def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
@@ -309,6 +323,10 @@ def load_feature_config(
         )
         where = collected.top.get(bad, (None, str(path)))[1]
         raise ConfigError(f"{where}: {bad}: expected a mapping of integers ({e})") from e
+    if cfg.manifest and "manifest" in collected.top:
+        where = collected.top["manifest"][1]
+        if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
+            cfg.manifest = str(path.parent / cfg.manifest)
     names = _extractor_classes()
     for key in ("channels",):
         if key in collected.top:

@@ -114,6 +114,7 @@ def _absolute(sf: SessionFiles) -> SessionFiles:
         video=absolute(sf.video),
         transcript=absolute(sf.transcript),
         annotations={k: absolute(p) for k, p in sf.annotations.items()},
+        media={k: absolute(p) for k, p in sf.media.items()},
     )
 
 

@@ -252,10 +252,13 @@ def _decode_video(
         c.key: FrameJob(c.frame_extractor.new_track(c.role), c.role, c.frame_extractor.pixel_format)
         for c in todo
     }
-    info, video = plan.info, plan.video
+    info = plan.info
     step = media.sample_mask_step(info.fps, cfg.face_fps)
+    by_video: dict[Path, list[FrameJob]] = {}
+    for c in todo:
+        by_video.setdefault(plan.videos[c.role], []).append(jobs[c.key])
     bar = tqdm(
-        total=int(np.ceil(info.n_frames / step)) if info.n_frames else None,
+        total=int(np.ceil(info.n_frames / step)) * len(by_video) if info.n_frames else None,
         desc=f"{plan.session} faces",
         unit="frame",
         position=position,
@@ -263,12 +266,14 @@ def _decode_video(
         disable=not progress,
     )
     try:
-        run_frame_jobs(
-            video, jobs.values(), plan.regions, cfg.face_fps, on_frame=lambda: bar.update(1)
-        )
+        for video, video_jobs in by_video.items():  # each video decoded once
+            run_frame_jobs(
+                video, video_jobs, plan.regions, cfg.face_fps, on_frame=lambda: bar.update(1)
+            )
     finally:
         bar.close()
     for c in todo:
+        video = plan.videos[c.role]
         feats = jobs[c.key].track.result()
         if len(feats.valid) and not feats.valid.any():
             # this channel fails; the session's other channels (audio) are still stored
@@ -286,19 +291,24 @@ def _decode_video(
 
 
 def _decode_audio(plan: SessionPlan) -> StepResult:
-    """The audio channels to compute, the track decoded once per sampling rate (Hz)."""
+    """The audio channels to compute, each audio file (the shared microphone, a role's own
+    file) decoded once per sampling rate (Hz)."""
     out = StepResult()
-    signals: dict[int, np.ndarray] = {}
+    signals: dict[tuple[Path, int], np.ndarray] = {}
+    silent: set[Path] = set()
     for c in plan.todo("audio"):
         ex = c.audio_extractor
-        rate = ex.sampling_rate
-        if rate not in signals:
+        rate, path = ex.sampling_rate, plan.audios[c.role]
+        if path in silent:
+            continue
+        if (path, rate) not in signals:
             try:
-                signals[rate] = media.read_audio(plan.video, rate)
+                signals[(path, rate)] = media.read_audio(path, rate)
             except media.NoAudioError as e:
                 out.notes.append(str(e))
-                break
-        feats = ex.process_signal(signals[rate], rate)
+                silent.add(path)
+                continue
+        feats = ex.process_signal(signals[(path, rate)], rate)
         out.channels[c.key] = _wrap(c, feats["scene"], plan.created)
         out.computed.append(c.key)
     return out
@@ -329,8 +339,8 @@ def derive(plan: SessionPlan, *, store: Store, decoded: StepResult) -> StepResul
     talking: the transcript's cues where the session has a transcript, else the faces' mouth
     movement; current ones (same upstream cache keys) are not derived again. ``decoded``: the
     channels :func:`decode` made (the rest is read from ``store``)."""
-    if "scene/egemaps" not in plan.channels:
-        return StepResult()
+    if "scene/egemaps" not in plan.channels or plan.per_role_audio:
+        return StepResult()  # a file per role: each role's voice is its own channel
     transcript = plan.transcript
     if transcript.path is not None and transcript.cues is None:
         return StepResult(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -211,8 +211,13 @@ def import_tables(
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     max_overrun_s: float = 1.0,
     progress: bool = False,
+    groups: Sequence[str] | None = None,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
+
+    ``groups``: the column groups an OpenFace or py-feat table keeps (default: AUs, head pose
+    and gaze of OpenFace; AUs, emotions and head pose of py-feat; see
+    :data:`featurestore.extraction.tables.COLUMN_GROUPS`); they are in the channel's params.
 
     ``table_dir`` holds ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` files (any depth, any
     case). ``fps`` converts ``frame`` columns to seconds. A session with a shard keeps its
@@ -238,7 +243,7 @@ def import_tables(
     key = f"{role}/{channel}"
 
     def one(session: str, path: Path) -> str:
-        table = read_table(path, fps=fps, min_confidence=min_confidence)
+        table = read_table(path, fps=fps, min_confidence=min_confidence, groups=groups)
         if store.shard_path(session).exists():
             meta = store.meta(session)
             end = meta.n_frames / meta.fps

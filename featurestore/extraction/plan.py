@@ -88,7 +88,10 @@ class SessionPlan:
     the cache keys the shard holds; ``regions``: each role's pixel columns ``[x0, x1)``;
     ``labels`` and ``label_sources``: the annotations read (they define ``meta.n_frames``);
     ``created``: the UTC time recorded as every new channel's creation; ``notes``: channels
-    skipped and why (no audio track, no transcript)."""
+    skipped and why (no audio track, no transcript). ``videos``: role -> the video its face is
+    in (one shared video for both roles, or a video per role from a manifest); ``audios``:
+    role -> the audio its voice channel is computed from (``scene``: the shared microphone).
+    """
 
     files: SessionFiles
     meta: SessionMeta
@@ -102,13 +105,22 @@ class SessionPlan:
     created: str = ""
     channels: dict[str, ChannelPlan] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    videos: dict[str, Path] = field(default_factory=dict)
+    audios: dict[str, Path] = field(default_factory=dict)
 
     @property
     def video(self) -> Path:
-        """The session's video (planning refuses a session without one)."""
-        if self.files.video is None:
+        """The session's main video: the shared one, else the rated person's, else the
+        partner's (planning refuses a session without any)."""
+        video = main_video(self.files)
+        if video is None:
             raise ValueError(f"{self.session}: no video")
-        return self.files.video
+        return video
+
+    @property
+    def per_role_audio(self) -> bool:
+        """The session has an audio file per role (its voice channels are not derived)."""
+        return any(r != "scene" for r in self.audios)
 
     @property
     def session(self) -> str:
@@ -134,28 +146,94 @@ def plan_session(
         SessionError: no video, annotations of different lengths, or a video whose length
             differs from the labels by more than ``cfg.max_length_mismatch_s`` seconds.
     """
-    if sf.video is None:
-        raise SessionError(f"{sf.session}: no video found; `featurestore scan` lists what is there")
-    info = media.probe(sf.video)
-    source = file_fingerprint(sf.video)
+    video = main_video(sf)
+    if video is None:
+        raise SessionError(
+            f"{sf.session}: no video found; `featurestore scan` lists what is there (a session "
+            "with audio files alone is not extracted yet: give its video too)"
+        )
+    info = media.probe(video)
+    source = file_fingerprint(video)
     labels, label_sources = _read_labels(sf)
     n_frames = _frame_count(sf, info, labels, cfg)
     store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
+    videos, regions = _role_videos(sf, info, cfg)
     plan = SessionPlan(
         files=sf,
-        meta=SessionMeta(sf.session, sf.listener, sf.story, sf.speaker, sf.split, n_frames),
+        meta=SessionMeta(
+            sf.session,
+            sf.listener,
+            sf.story,
+            sf.speaker,
+            sf.split,
+            n_frames,
+            layout=sf.layout,
+            person=sf.person,
+            group=sf.group,
+            partner=sf.partner,
+            fold=sf.fold,
+        ),
         info=info,
-        regions=media.role_regions(info.width, cfg.split_x),
+        regions=regions,
         labels=labels,
         label_sources=label_sources,
         stored=store.cache_keys(sf.session),
         transcript=TranscriptFile(sf.transcript),
         force=force,
+        videos=videos,
+        audios=_role_audios(sf, info),
     )
     for name in channels:
         _plan_channel(plan, cfg.extractor(name), source, cfg)
     plan.created = utc_now()
     return plan
+
+
+#: a manifest's media column -> the store's role it describes
+ROLE_MEDIA = {
+    "video_person": "listener",
+    "video_partner": "speaker",
+    "audio_person": "listener",
+    "audio_partner": "speaker",
+}
+
+
+def main_video(sf: SessionFiles) -> Path | None:
+    """The video a session's frame count and shared audio come from: the shared video, else the
+    rated person's, else the partner's; None when the session has none."""
+    return sf.video or sf.media.get("video_person") or sf.media.get("video_partner")
+
+
+def _role_videos(
+    sf: SessionFiles, info: media.VideoInfo, cfg: FeatureConfig
+) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
+    """(role -> video, role -> pixel columns ``[x0, x1)``): both roles in the shared video, cut
+    at the session's ``split_x`` (else the config's), or each role the whole of its own video."""
+    if sf.video is not None:
+        regions = media.role_regions(info.width, sf.split_x or cfg.split_x)
+        return {role: sf.video for role in regions}, regions
+    videos, regions = {}, {}
+    for column, path in sf.media.items():
+        if column.startswith("video_"):
+            role = ROLE_MEDIA[column]
+            videos[role] = path
+            width = info.width if path == info.path else media.probe(path).width
+            regions[role] = (0, width)
+    return videos, regions
+
+
+def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
+    """Role -> audio file: ``scene`` from the shared ``audio`` file, else the shared video's
+    track (when it has one); each role's own ``audio_person``/``audio_partner`` file."""
+    out: dict[str, Path] = {}
+    if "audio" in sf.media:
+        out["scene"] = sf.media["audio"]
+    elif sf.video is not None and info.has_audio:
+        out["scene"] = sf.video
+    for column, path in sf.media.items():
+        if column.startswith("audio_"):
+            out[ROLE_MEDIA[column]] = path
+    return out
 
 
 def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
@@ -197,25 +275,34 @@ _Planned = dict[str, tuple[str, dict, dict]]
 def _plan_frames(
     plan: SessionPlan, ex: FrameExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """A frame extractor's channel per role, over that role's crop sampled at ``cfg.face_fps`` Hz."""
+    """A frame extractor's channel per role with a video, over that role's crop sampled at
+    ``cfg.face_fps`` Hz (``source``: the main video's fingerprint; a role's own video has its own)."""
     ex.check_available()
     out: _Planned = {}
     for role in ex.roles:
+        if role not in plan.videos:
+            continue
+        own = source if plan.videos[role] == plan.video else file_fingerprint(plan.videos[role])
         params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(plan.regions[role])}
-        out[f"{role}/{ex.name}"] = (cache_key(source, ex.name, ex.version, params), params, source)
+        out[f"{role}/{ex.name}"] = (cache_key(own, ex.name, ex.version, params), params, own)
     return out
 
 
 def _plan_audio(
     plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """An audio extractor's ``scene`` channel (none, with a note, without an audio track)."""
-    if not plan.info.has_audio:
-        plan.notes.append(f"no audio track in {plan.files.video}: {ex.name} skipped")
+    """An audio extractor's channel per audio of :attr:`SessionPlan.audios`: ``scene`` from the
+    shared microphone, a role's from its own file (none, with a note, without any audio)."""
+    if not plan.audios:
+        plan.notes.append(f"no audio track in {plan.video}: {ex.name} skipped")
         return {}
     # the track is decoded at the extractor's own rate (recorded as in older shards)
     params = {**ex.params(), "audio_sampling_rate": ex.sampling_rate}
-    return {f"scene/{ex.name}": (cache_key(source, ex.name, ex.version, params), params, source)}
+    out: _Planned = {}
+    for role, path in plan.audios.items():
+        own = source if path == plan.video else file_fingerprint(path)
+        out[f"{role}/{ex.name}"] = (cache_key(own, ex.name, ex.version, params), params, own)
+    return out
 
 
 def _plan_transcript(

@@ -4,12 +4,17 @@ One CSV or Parquet file per session (``featurestore import``, :func:`featurestor
 Three kinds are recognised from the columns:
 
 * **OpenFace 2.x** (``FeatureExtraction`` output; header names may start with a space):
-  the ``AUnn_r`` intensity (0-5) and ``AUnn_c`` presence (0/1) columns are kept; time is
-  ``timestamp`` (seconds); a frame is valid when ``success == 1`` and ``confidence >=
+  time is ``timestamp`` (seconds); a frame is valid when ``success == 1`` and ``confidence >=
   min_confidence``. Stored with extractor ``import:openface``.
 * **py-feat** (``Fex.to_csv`` output: ``FaceRectX`` ... ``FaceScore``, ``AU01`` ...,
-  ``frame``): the ``AUnn`` columns are kept, time is ``frame / fps``; of several faces in
-  a frame the largest box is kept; a frame without a face is invalid. ``import:pyfeat``.
+  ``frame``): time is ``frame / fps``; of several faces in a frame the largest box is kept;
+  a frame without a face is invalid. ``import:pyfeat``.
+
+What the tools measured is kept by **column groups** (:data:`COLUMN_GROUPS`; ``groups`` of
+:func:`read_table`, ``featurestore import --groups``): by default every group of
+:data:`DEFAULT_GROUPS` the table has (OpenFace: ``au`` intensities and presences, head
+``pose``, ``gaze``; py-feat: ``au``, ``emotion`` probabilities, head ``pose``); landmarks and
+the other groups on request. A group asked for by name that the table lacks is an error.
 * **generic**: a ``time`` column (seconds) or a ``frame`` column (index at ``fps``), an
   optional ``valid`` column (0/1 or bool), and every other column is a numeric feature.
   ``import:table``.
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,13 +49,37 @@ from ..sources.import_errors import DataImportError
 from ..storage.shard import LABEL_FPS
 
 #: bump when the conversion of an imported table changes (invalidates imported channels)
-IMPORT_VERSION = "1"
+IMPORT_VERSION = "2"  # 2: OpenFace and py-feat keep head pose, gaze and emotions (column groups)
 TABLE_EXTS = (".csv", ".parquet", ".pq")
 #: OpenFace frames below this tracking confidence are invalid (0-1)
 DEFAULT_MIN_CONFIDENCE = 0.8
 
-_OPENFACE_AU_RE = re.compile(r"^AU\d+_[rc]$")
-_PYFEAT_AU_RE = re.compile(r"^AU\d+$")
+_OPENFACE_AU_ORDER = (re.compile(r"^AU\d+_r$"), re.compile(r"^AU\d+_c$"))
+
+#: table kind -> column group -> the patterns of its columns (kept in the table's order,
+#: pattern by pattern)
+COLUMN_GROUPS: dict[str, dict[str, tuple[re.Pattern, ...]]] = {
+    "openface": {
+        "au": _OPENFACE_AU_ORDER,
+        "pose": (re.compile(r"^pose_[TR][xyz]$"),),
+        "gaze": (re.compile(r"^gaze_[01]_[xyz]$"), re.compile(r"^gaze_angle_[xy]$")),
+        "landmarks": (re.compile(r"^[xy]_\d+$"),),
+        "landmarks_3d": (re.compile(r"^[XYZ]_\d+$"),),
+        "eye_landmarks": (re.compile(r"^eye_lmk_[xyXYZ]_\d+$"),),
+        "shape": (re.compile(r"^p_(scale|r[xyz]|t[xy]|\d+)$"),),
+    },
+    "pyfeat": {
+        "au": (re.compile(r"^AU\d+$"),),
+        "emotion": (re.compile(r"^(anger|disgust|fear|happiness|sadness|surprise|neutral)$"),),
+        "pose": (re.compile(r"^(Pitch|Roll|Yaw)$"),),
+        "landmarks": (re.compile(r"^[xy]_\d+$"),),
+    },
+}
+#: the groups kept when none are named (those the table has)
+DEFAULT_GROUPS: dict[str, tuple[str, ...]] = {
+    "openface": ("au", "pose", "gaze"),
+    "pyfeat": ("au", "emotion", "pose"),
+}
 _PYFEAT_MARKERS = ("FaceRectX", "FaceRectY", "FaceRectWidth", "FaceRectHeight", "FaceScore")
 
 
@@ -99,17 +128,21 @@ def _read_frame(path: Path) -> pd.DataFrame:
     return df
 
 
+def _has_group(cols: set[str], kind: str, groups: Iterable[str] | None = None) -> bool:
+    """Some column of ``cols`` belongs to one of ``groups`` (default: any) of ``kind``."""
+    known = COLUMN_GROUPS[kind]
+    return any(p.match(c) for g in groups or known for p in known[g] for c in cols)
+
+
 def table_kind(columns: Iterable[str]) -> str:
     """``openface``, ``pyfeat`` or ``table`` from a table's (stripped) column names."""
     cols = set(columns)
-    if {"success", "confidence", "timestamp"} <= cols and any(
-        _OPENFACE_AU_RE.match(c) for c in cols
-    ):
+    if {"success", "confidence", "timestamp"} <= cols and _has_group(cols, "openface"):
         return "openface"
     if (
         "frame" in cols
         and any(c in cols for c in _PYFEAT_MARKERS)
-        and any(_PYFEAT_AU_RE.match(c) for c in cols)
+        and _has_group(cols, "pyfeat", ("au", "emotion", "pose"))
     ):
         return "pyfeat"
     return "table"
@@ -190,9 +223,50 @@ def _check_times(t: np.ndarray, path: Path, column: str) -> None:
         )
 
 
-def _read_openface(df: pd.DataFrame, path: Path, min_confidence: float) -> tuple[Features, dict]:
-    cols = [c for c in df.columns if c.endswith("_r") and _OPENFACE_AU_RE.match(c)]
-    cols += [c for c in df.columns if c.endswith("_c") and _OPENFACE_AU_RE.match(c)]
+def group_columns(
+    columns: Sequence[str], kind: str, groups: Sequence[str] | None, path: Path
+) -> tuple[list[str], list[str]]:
+    """(columns kept, groups kept) of a table of ``kind`` (``openface``/``pyfeat``): those of
+    ``groups``, else of :data:`DEFAULT_GROUPS` that the table has.
+
+    Raises:
+        TableError: an unknown group, a named group the table lacks, or no column kept.
+
+    >>> group_columns(["AU01_r", "pose_Rx", "AU01_c", "x_0"], "openface", None, Path("t.csv"))
+    (['AU01_r', 'AU01_c', 'pose_Rx'], ['au', 'pose'])
+    """
+    known = COLUMN_GROUPS[kind]
+    unknown = [g for g in groups or () if g not in known]
+    if unknown:
+        raise TableError(
+            f"{path}: unknown column group(s) {unknown} for a {kind} table; "
+            f"groups: {', '.join(known)}"
+        )
+    wanted = list(groups) if groups else list(DEFAULT_GROUPS[kind])
+    cols: list[str] = []
+    kept: list[str] = []
+    for g in wanted:
+        found = [c for pattern in known[g] for c in columns if pattern.match(c)]
+        if not found and groups:
+            raise TableError(
+                f"{path}: column group {g!r} asked for, but the {kind} table has none of its "
+                f"columns ({', '.join(p.pattern for p in known[g])}); re-run the tool with that "
+                "output on, or leave the group out"
+            )
+        if found:
+            cols += [c for c in found if c not in cols]
+            kept.append(g)
+    if not cols:
+        raise TableError(
+            f"{path}: none of the {kind} column groups {wanted} found; nothing to import"
+        )
+    return cols, kept
+
+
+def _read_openface(
+    df: pd.DataFrame, path: Path, min_confidence: float, groups: Sequence[str] | None = None
+) -> tuple[Features, dict]:
+    cols, kept = group_columns(list(df.columns), "openface", groups, path)
     meta = _numeric(df, ["timestamp", "success", "confidence"], path)
     if "frame" in df.columns and df["frame"].duplicated().any():
         # multi-face output (FaceLandmarkVidMulti): keep the most confident face per frame
@@ -222,11 +296,14 @@ def _read_openface(df: pd.DataFrame, path: Path, min_confidence: float) -> tuple
     return Features(values, t, tracked, cols), {
         "min_confidence": float(min_confidence),
         "time_column": time_col,
+        "groups": kept,
     }
 
 
-def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
-    cols = [c for c in df.columns if _PYFEAT_AU_RE.match(c)]
+def _read_pyfeat(
+    df: pd.DataFrame, path: Path, fps: float, groups: Sequence[str] | None = None
+) -> tuple[Features, dict]:
+    cols, kept = group_columns(list(df.columns), "pyfeat", groups, path)
     values = _numeric(df, cols, path)
     frame = _numeric(df, ["frame"], path)[:, 0]
     if not np.all(np.isfinite(frame)) or np.any(frame != np.round(frame)) or np.any(frame < 0):
@@ -250,7 +327,7 @@ def _read_pyfeat(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, di
         )
     frames = np.unique(clean["frame"].to_numpy())
     feats = fex_to_features(clean, times=frames / float(fps), frames=frames, au_columns=cols)
-    return feats, {}
+    return feats, {"groups": kept}
 
 
 def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
@@ -294,12 +371,15 @@ def read_table(
     path: str | Path,
     fps: float = LABEL_FPS,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+    groups: Sequence[str] | None = None,
 ) -> ImportedTable:
     """Read one per-frame CSV or Parquet table (OpenFace, py-feat or generic, see the module doc).
 
     ``fps`` (frames per second) converts a ``frame`` column to seconds; ``min_confidence``
-    (0-1) is the OpenFace tracking confidence below which a frame is invalid. Raises
-    :class:`TableError` naming the file, column and first bad row when the table cannot be used.
+    (0-1) is the OpenFace tracking confidence below which a frame is invalid; ``groups``: the
+    column groups an OpenFace or py-feat table keeps (:data:`COLUMN_GROUPS`; None: those of
+    :data:`DEFAULT_GROUPS` it has; refused for a generic table). Raises :class:`TableError`
+    naming the file, column and first bad row when the table cannot be used.
     """
     path = Path(path)
     if not fps or fps <= 0 or not math.isfinite(fps):
@@ -307,9 +387,14 @@ def read_table(
     df = _read_frame(path)
     kind = table_kind(df.columns)
     if kind == "openface":
-        feats, extra = _read_openface(df, path, min_confidence)
+        feats, extra = _read_openface(df, path, min_confidence, groups)
     elif kind == "pyfeat":
-        feats, extra = _read_pyfeat(df, path, fps)
+        feats, extra = _read_pyfeat(df, path, fps, groups)
+    elif groups:
+        raise TableError(
+            f"{path}: column groups {list(groups)} apply to OpenFace and py-feat tables; this is a "
+            "generic table (every numeric column is kept): drop the groups or the columns"
+        )
     else:
         feats, extra = _read_generic(df, path, fps)
     params = {"kind": kind, "fps": float(fps), "columns": list(feats.columns), **extra}

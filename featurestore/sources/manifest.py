@@ -1,10 +1,14 @@
-"""Session discovery: find OMG-Empathy videos, annotations and transcripts in a folder.
+"""Session discovery: the OMG-Empathy layout (the default) or a manifest of any corpus.
 
-Files are matched by the ``Subject_<L>_Story_<S>`` part of their name, at any depth and
-in any case. The target of an annotation CSV is read from its path: a folder or file name
-containing ``observer`` marks an observer rating, of the speaker when ``speaker`` appears
-too and of the listener otherwise; everything else is the listener's self-rating
-(``valence_self``).
+**Manifest.** ``scan(manifest=FILE)`` reads one row per session from a CSV or YAML file
+(:mod:`featurestore.sources.manifest_file` describes the columns): any session ids, people,
+groups, a shared video or media per role, rating files per target, split and fold.
+
+**OMG-Empathy layout** (no manifest). Files are matched by the ``Subject_<L>_Story_<S>``
+part of their name, at any depth and in any case. The target of an annotation CSV is read
+from its path: a folder or file name containing ``observer`` marks an observer rating, of
+the speaker when ``speaker`` appears too and of the listener otherwise; everything else is
+the listener's self-rating (``valence_self``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..storage.store import parse_session, session_name
+from .manifest_file import id_numbers, read_manifest
 
 VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".mov")
 TRANSCRIPT_EXTS = (".srt", ".ass")
@@ -48,13 +53,48 @@ class SessionFiles:
     video: Path | None = None
     annotations: dict[str, Path] = field(default_factory=dict)  # target -> csv
     transcript: Path | None = None
+    #: ``omg`` (found by name) or ``manifest`` (a row of a manifest)
+    layout: str = "omg"
+    #: the manifest's ids as written (empty in the OMG layout, whose ids are the integers)
+    person: str = ""
+    group: str = ""
+    partner: str = ""
+    fold: str = ""
+    #: per-role media and a shared audio file of a manifest: column (``video_person``,
+    #: ``audio_partner``, ``audio``, ...) -> file
+    media: dict[str, Path] = field(default_factory=dict)
+    #: this session's crop boundary in pixels (None: the config's ``split_x``)
+    split_x: int | None = None
 
     def to_record(self) -> dict:
         d = asdict(self)
         d["video"] = str(self.video) if self.video else ""
         d["transcript"] = str(self.transcript) if self.transcript else ""
         d["annotations"] = {k: str(v) for k, v in self.annotations.items()}
+        d["media"] = {k: str(v) for k, v in self.media.items()}
         return d
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> SessionFiles:
+        """The session of a record of :meth:`to_record` (written by ``featurestore scan``; older
+        records without the manifest fields read as the OMG layout)."""
+        return cls(
+            session=r["session"],
+            listener=int(r["listener"]),
+            story=int(r["story"]),
+            speaker=int(r["speaker"]),
+            split=r["split"],
+            video=Path(r["video"]) if r.get("video") else None,
+            annotations={k: Path(v) for k, v in r.get("annotations", {}).items()},
+            transcript=Path(r["transcript"]) if r.get("transcript") else None,
+            layout=r.get("layout", "omg"),
+            person=str(r.get("person", "")),
+            group=str(r.get("group", "")),
+            partner=str(r.get("partner", "")),
+            fold=str(r.get("fold", "")),
+            media={k: Path(v) for k, v in r.get("media", {}).items()},
+            split_x=r.get("split_x"),
+        )
 
 
 @dataclass
@@ -108,18 +148,29 @@ def _csv_header(path: Path) -> list[str] | None:
 
 
 def scan(
-    data_dir: str | Path,
+    data_dir: str | Path | None,
     story_speaker: Mapping[int, int] | None = None,
     splits: Mapping[str, list[int]] | None = None,
+    manifest: str | Path | None = None,
 ) -> ScanReport:
-    """Find sessions under ``data_dir``.
+    """Find sessions under ``data_dir`` (OMG-Empathy layout), or read them from ``manifest``.
 
+    With ``manifest`` (a CSV or YAML file, see :mod:`featurestore.sources.manifest_file`),
+    ``data_dir`` is not searched and ``story_speaker``/``splits`` do not apply: the manifest's
+    rows are the sessions (:class:`~featurestore.sources.manifest_file.ManifestError`, naming
+    file, row and column, for a row that cannot be used).
+
+    Without one:
     Returns every session that has a video, annotation or transcript, and an issue for each
     file that is a duplicate (two videos, or two annotations of one target, for a session),
     unmatched (an annotation or transcript with no video; a video with no self-rating) or
     unparsable (a media or annotation file whose name has no ``Subject_<L>_Story_<S>``, a
     story with no speaker mapping, a CSV without a ``valence`` header).
     """
+    if manifest is not None:
+        return scan_manifest(manifest)
+    if data_dir is None:
+        raise FileNotFoundError("give a data folder or a manifest (--manifest FILE)")
     root = Path(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(
@@ -244,6 +295,47 @@ class _Found:
                 )
             )
         return sf
+
+
+def scan_manifest(path: str | Path) -> ScanReport:
+    """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`."""
+    rows = read_manifest(path)
+    people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])
+    groups = id_numbers([r.group for r in rows])
+    sessions = [
+        SessionFiles(
+            session=r.session,
+            listener=people[r.person],
+            story=groups[r.group],
+            speaker=people[r.partner] if r.partner else 0,
+            split=r.split,
+            video=r.media.get("video"),
+            annotations=dict(r.labels),
+            transcript=r.transcript,
+            layout="manifest",
+            person=r.person,
+            group=r.group,
+            partner=r.partner,
+            fold=r.fold,
+            media={k: v for k, v in r.media.items() if k != "video"},
+            split_x=r.split_x,
+        )
+        for r in rows
+    ]
+    return ScanReport(sessions, [])
+
+
+def read_scan_json(path: str | Path) -> tuple[list[SessionFiles], dict[str, list[Path]]]:
+    """The sessions and duplicates (session -> extra files) that ``featurestore scan`` wrote to ``path``."""
+    payload = json.loads(Path(path).read_text())
+    sessions = [SessionFiles.from_record(r) for r in payload["sessions"]]
+    dups: dict[str, list[Path]] = {}
+    for i in payload["issues"]:
+        if i["kind"] == "duplicate":
+            ls = parse_session(Path(i["path"]).name)
+            if ls:
+                dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
+    return sessions, dups
 
 
 def write_manifest(report: ScanReport, path: str | Path) -> Path:

@@ -81,7 +81,14 @@ class Channel(Features):
 
 @dataclass(frozen=True)
 class SessionMeta:
-    """Root attributes of a shard."""
+    """Root attributes of a shard.
+
+    ``layout``: how the session was found, ``omg`` (by its ``Subject_<L>_Story_<S>`` name) or
+    ``manifest`` (a row of a corpus manifest); a manifest's ids as written are kept in
+    ``person``, ``group`` and ``partner`` (root attributes ``person_id``, ``group_id``,
+    ``partner_id``; ``listener``, ``story`` and ``speaker`` are their integers), with its
+    ``fold``. Shards written before these existed read as the OMG layout.
+    """
 
     session: str
     listener: int
@@ -90,6 +97,21 @@ class SessionMeta:
     split: str
     n_frames: int
     fps: float = LABEL_FPS
+    layout: str = "omg"
+    person: str = ""
+    group: str = ""
+    partner: str = ""
+    fold: str = ""
+
+    def people(self) -> str:
+        """The session's people and group, as its layout names them.
+
+        >>> SessionMeta("dyad1", 1, 2, 3, "train", 10, layout="manifest", person="anna", group="picnic").people()
+        'person anna, group picnic, partner - (manifest)'
+        """
+        if self.layout == "manifest":
+            return f"person {self.person}, group {self.group}, partner {self.partner or '-'} (manifest)"
+        return f"listener {self.listener}, story {self.story}, speaker {self.speaker}"
 
 
 @dataclass
@@ -168,6 +190,11 @@ class ShardReader:
                 split=str(a.get("split", "")),
                 n_frames=int(a["n_frames"]),
                 fps=float(a.get("fps", LABEL_FPS)),
+                layout=str(a.get("layout", "omg")),
+                person=str(a.get("person_id", "")),
+                group=str(a.get("group_id", "")),
+                partner=str(a.get("partner_id", "")),
+                fold=str(a.get("fold", "")),
             )
         return self._meta
 
@@ -336,6 +363,17 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["fps"] = float(meta.fps)
     f.attrs["n_frames"] = int(meta.n_frames)
     f.attrs["schema_version"] = SCHEMA_VERSION
+    f.attrs["layout"] = str(meta.layout)
+    for name, value in (
+        ("person_id", meta.person),
+        ("group_id", meta.group),
+        ("partner_id", meta.partner),
+        ("fold", meta.fold),
+    ):
+        if value:
+            f.attrs[name] = str(value)
+        elif name in f.attrs:
+            del f.attrs[name]
 
 
 def write_channel(

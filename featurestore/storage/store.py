@@ -143,15 +143,21 @@ class Store:
         return self.root / f"{session}.h5"
 
     def list_sessions(self) -> list[str]:
-        """Session ids with a shard, sorted by listener then story."""
+        """Session ids with a shard: ``Subject_<L>_Story_<S>`` ones sorted by listener then
+        story, then those of a manifest (any other id) sorted by name; hidden files (the
+        temporary shards of a writer) are not sessions."""
         if not self.root.is_dir():
             return []
-        names = []
+        omg, other = [], []
         for p in self.root.glob("*.h5"):
+            if p.name.startswith("."):
+                continue
             ls = parse_session(p.stem)
             if ls and p.stem == session_name(*ls):
-                names.append((ls, p.stem))
-        return [n for _, n in sorted(names)]
+                omg.append((ls, p.stem))
+            else:
+                other.append(p.stem)
+        return [n for _, n in sorted(omg)] + sorted(other)
 
     def temp_files(self) -> list[Path]:
         """Leftover temporary shards (from a killed writer)."""

@@ -12,7 +12,12 @@ import pytest
 from featurestore.extraction.imports import import_labels, import_tables
 from featurestore.storage.provenance import cache_key, file_fingerprint
 from featurestore.storage.store import Channel, SessionMeta, Store
-from tests.featurestore.extraction.helpers import write_openface, write_pyfeat
+from tests.featurestore.extraction.helpers import (
+    OPENFACE_GAZE,
+    OPENFACE_POSE,
+    write_openface,
+    write_pyfeat,
+)
 from tests.featurestore.sources.helpers import write_valence
 
 
@@ -30,7 +35,8 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
 
     store = Store(tmp_path / "store")
     df = store.channel("Subject_1_Story_2", "listener/face_au_openface")
-    assert list(df.columns) == ["AU01_r", "AU02_r", "AU45_r", "AU01_c", "AU02_c", "AU45_c", "valid"]
+    aus = ["AU01_r", "AU02_r", "AU45_r", "AU01_c", "AU02_c", "AU45_c"]
+    assert list(df.columns) == [*aus, *OPENFACE_POSE, *OPENFACE_GAZE, "valid"]
     np.testing.assert_allclose(df.index.to_numpy(), np.arange(30) / 25.0, atol=1e-9)
     np.testing.assert_allclose(df["AU02_r"].to_numpy()[:3], r1[:3, 1], rtol=1e-6)
     assert int(df["valid"].sum()) == 28
@@ -43,7 +49,7 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
         40,
     )
     ch = store.read_channel("Subject_1_Story_2", "listener/face_au_openface")
-    assert ch.extractor == "import:openface" and ch.extractor_version == "1"
+    assert ch.extractor == "import:openface" and ch.extractor_version == "2"
     assert ch.cache_key == cache_key(ch.source, ch.extractor, ch.extractor_version, ch.params)
     assert ch.source == file_fingerprint(tables / "Subject_1_Story_2.csv")
     assert store.verify() == []
@@ -168,3 +174,19 @@ def test_duplicate_annotations_fail_that_session(tmp_path):
     with h5py.File(store.shard_path("Subject_2_Story_1"), "r") as f:
         src = json.loads(f["labels/valence_observer_listener"].attrs["source"])
     assert src["path"].endswith("Subject_2_Story_1.csv")
+
+
+def test_import_keeps_the_column_groups_asked_for_on_the_command_line(tmp_path):
+    from featurestore.cli import main
+
+    tables = tmp_path / "openface"
+    tables.mkdir()
+    write_openface(tables / "Subject_1_Story_2.csv", n=30)
+    store = tmp_path / "store"
+    args = ["import", str(tables), "--role", "listener", "--channel", "openface"]
+    assert main([*args, "--store", str(store), "--groups", "pose", "landmarks"]) == 0
+    ch = Store(store).read_channel("Subject_1_Story_2", "listener/openface")
+    assert ch.columns == [*OPENFACE_POSE, "x_0", "x_1", "y_0", "y_1"]
+    assert ch.params["groups"] == ["pose", "landmarks"]
+    # a group the table lacks fails that session, naming the file and the group
+    assert main([*args, "--store", str(store), "--groups", "landmarks_3d"]) == 1

@@ -1,0 +1,61 @@
+"""Cross-validation folds over sessions: leave one story (group) out, leave one person out,
+k folds of whole persons or of whole groups.
+
+Sessions are anything with ``listener`` (the rated person) and ``story`` (the group) ids,
+e.g. :class:`~experiments.windowing.windowed.WindowedSession`. Folds hold whole persons or
+whole groups out, never part of one, and are deterministic: the sorted ids are dealt to
+the folds in turn (the first id to fold 1, the second to fold 2, ...).
+
+>>> from types import SimpleNamespace as S
+>>> ss = [S(listener=l, story=s) for l in (1, 2, 3) for s in (1, 2)]
+>>> [[(x.listener, x.story) for x in held] for held in cv_folds(ss, "lopo")]
+[[(1, 1), (1, 2)], [(2, 1), (2, 2)], [(3, 1), (3, 2)]]
+>>> [sorted({x.listener for x in held}) for held in cv_folds(ss, "kfold_person", folds=2)]
+[[1, 3], [2]]
+>>> [sorted({x.story for x in held}) for held in cv_folds(ss, "loso")]
+[[1], [2]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from ..config.options import CV_PROTOCOLS
+
+S = TypeVar("S")
+
+#: protocol -> the session attribute whose values are held out together
+HELD_OUT_BY = {
+    "loso": "story",
+    "kfold_group": "story",
+    "lopo": "listener",
+    "kfold_person": "listener",
+}
+
+
+def cv_folds(sessions: Sequence[S], protocol: str, folds: int = 0) -> list[list[S]]:
+    """The held-out sessions of each fold of ``protocol`` (one of
+    :data:`~experiments.config.options.CV_PROTOCOLS`), in fold order; ``folds``: the number of
+    folds of ``kfold_person`` / ``kfold_group`` (fewer when there are fewer ids). Each session
+    is held out exactly once.
+
+    Raises:
+        ValueError: an unknown protocol, or fewer than 2 folds for a k-fold protocol.
+    """
+    if protocol not in CV_PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not a cross-validation: one of {CV_PROTOCOLS}")
+    attr = HELD_OUT_BY[protocol]
+    ids = sorted({getattr(s, attr) for s in sessions})
+    if protocol.startswith("kfold"):
+        if folds < 2:
+            raise ValueError(f"protocol {protocol} needs folds >= 2, got {folds}")
+        k = min(folds, len(ids))
+        fold_of = {v: i % k for i, v in enumerate(ids)}
+    else:
+        k = len(ids)
+        fold_of = {v: i for i, v in enumerate(ids)}
+    out: list[list[S]] = [[] for _ in range(k)]
+    for s in sessions:
+        out[fold_of[getattr(s, attr)]].append(s)
+    return out
