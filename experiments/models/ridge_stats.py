@@ -1,0 +1,240 @@
+"""Ridge fits of one fit group from per-session sufficient statistics, without refitting.
+
+A fit group fits the same ``ridge`` pipeline (:func:`~experiments.models.factory.make_model`:
+median imputation, standardisation, ``Ridge``) on many unions of the same sessions: every
+training session (the main fit), all but one training story (the out-of-fold fits), all but
+one listener (unseen-listener fits) and so on. Each of those fits needs only sums over its
+rows, and a sum over a union of sessions is the sum of the sessions' sums. So
+:class:`SufficientStats` reads each session's training rows once and keeps, per session (in
+float64, with every column shifted by ``shift``, the mean of its observed values over every
+session, which keeps the sums of squares free of cancellation):
+
+* ``n``, ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the rows with NaN set to 0;
+* for the columns holding a NaN anywhere (``nan_columns``): ``X'M``, ``M'M``, ``M'y`` and
+  ``M'1``, with ``M`` the NaN indicator, so that any fill value ``m`` is folded in exactly
+  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), and those columns' raw values,
+  from which a fit takes its medians as :class:`~experiments.models.factory.MedianImputer`
+  does (the same class computes them: the same numbers);
+* the smallest and largest observed value of each column, so that a column constant over a
+  fit's rows is found exactly.
+
+:meth:`SufficientStats.fit` sums the blocks of the given sessions, folds in that fit's medians,
+standardises as ``StandardScaler`` does (the mean and the population variance from the same
+sums; a constant column, or one ``StandardScaler`` would take for constant, keeps scale 1) and
+centres as ``Ridge(fit_intercept=True)`` does, then solves ``(Z'Z + alpha I) w = Z'y`` once:
+the same model as the pipeline's, in exact arithmetic, for a cost of ``d^3`` instead of
+``n d^2``. :meth:`SufficientStats.predict` applies several fitted models to one session at
+once (one matrix product). The tests compare with the scikit-learn pipeline (CCC within 1e-8).
+
+Example:
+
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> rows = {s: (rng.normal(size=(30, 3)).astype(np.float32), rng.normal(size=30)) for s in "ab"}
+>>> stats = SufficientStats(rows)
+>>> both = stats.fit(["a", "b"], alpha=1.0)
+>>> stats.predict(rows["a"][0], [both]).shape
+(30, 1)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .factory import MedianImputer
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """A fitted ridge pipeline as one linear map of the raw features.
+
+    ``prediction = (x_filled - shift) @ coef + offset``, where ``x_filled`` is ``x`` with each
+    NaN of column ``nan_columns[k]`` replaced by ``fill[k]`` (the fit's median).
+
+    Attributes:
+        coef: (d,) coefficients on the raw (unscaled) features, label units per feature unit.
+        offset: the prediction at ``x = shift``, label units.
+        fill: (k,) the fit's median of each column of ``nan_columns`` (0 if it had no value).
+        n_rows: number of training rows.
+    """
+
+    coef: np.ndarray
+    offset: float
+    fill: np.ndarray
+    n_rows: int
+
+
+@dataclass
+class _Block:
+    n: int
+    sx: np.ndarray  # (d,) sum of the shifted rows, NaN as 0
+    sy: float
+    xx: np.ndarray  # (d, d)
+    xy: np.ndarray  # (d,)
+    nan_count: np.ndarray  # (k,) NaN per nan column
+    xm: np.ndarray  # (d, k) X'M
+    mm: np.ndarray  # (k, k) M'M
+    my: np.ndarray  # (k,) M'y
+    low: np.ndarray  # (d,) smallest observed (raw) value, +inf if none
+    high: np.ndarray  # (d,) largest observed value, -inf if none
+    nan_values: np.ndarray  # (n, k) the raw values of the nan columns (float64, NaN kept)
+
+
+class SufficientStats:
+    """Per-session sums from which every ridge fit on a union of sessions is one solve.
+
+    Args:
+        rows: session id -> (training rows ``(n, d)`` of raw features, NaN allowed; labels
+            ``(n,)``, all finite). Read once; not kept (except the columns with NaN).
+        extra_nan: (d,) columns that also need a fill value, e.g. those with NaN in the rows
+            that will be predicted but in no training row.
+
+    Raises:
+        ValueError: the sessions disagree on the number of columns, a label is not finite,
+            or a feature is infinite (the pipeline rejects it too; use it to get its message).
+    """
+
+    def __init__(
+        self,
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        extra_nan: np.ndarray | None = None,
+    ):
+        widths = {np.shape(X)[1] for X, _ in rows.values()}
+        if len(widths) != 1:
+            raise ValueError(f"sessions with different numbers of columns: {sorted(widths)}")
+        d = widths.pop()
+        total = np.zeros(d)
+        count = np.zeros(d)
+        has_nan = np.zeros(d, bool) if extra_nan is None else np.asarray(extra_nan, bool).copy()
+        for X, y in rows.values():
+            if not np.isfinite(np.asarray(y)).all():
+                raise ValueError("SufficientStats takes finite labels only")
+            X = np.asarray(X)
+            if np.isinf(X).any():
+                raise ValueError("infinite feature values: the ridge pipeline rejects them")
+            nan = np.isnan(X)
+            has_nan |= nan.any(axis=0)
+            total += np.where(nan, 0.0, X).sum(axis=0, dtype=np.float64)
+            count += len(X) - nan.sum(axis=0)
+        self.d = d
+        #: (d,) subtracted from every column before its sums (the mean of its observed values)
+        self.shift = np.divide(total, count, out=np.zeros(d), where=count > 0)
+        #: indices of the columns that hold a NaN (their fill value depends on the fit)
+        self.nan_columns = np.flatnonzero(has_nan)
+        self._blocks = {sid: self._block(X, y) for sid, (X, y) in rows.items()}
+
+    def _block(self, X: np.ndarray, y: np.ndarray) -> _Block:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        nan = np.isnan(X)
+        Xs = X - self.shift
+        Xs[nan] = 0.0
+        M = nan[:, self.nan_columns].astype(np.float64)
+        observed = ~nan
+        return _Block(
+            n=len(X),
+            sx=Xs.sum(axis=0),
+            sy=float(y.sum()),
+            xx=Xs.T @ Xs,
+            xy=Xs.T @ y,
+            nan_count=M.sum(axis=0),
+            xm=Xs.T @ M,
+            mm=M.T @ M,
+            my=M.T @ y,
+            low=np.where(observed, X, np.inf).min(axis=0, initial=np.inf),
+            high=np.where(observed, X, -np.inf).max(axis=0, initial=-np.inf),
+            nan_values=X[:, self.nan_columns],
+        )
+
+    def n_rows(self, sessions: Sequence[str]) -> int:
+        """Number of training rows of ``sessions``."""
+        return sum(self._blocks[s].n for s in sessions)
+
+    def fit(self, sessions: Sequence[str], alpha: float) -> LinearFit:
+        """The ridge pipeline (median imputation, standardisation, ``Ridge(alpha)``) fitted on
+        the training rows of ``sessions``, as a :class:`LinearFit`.
+
+        Raises:
+            ValueError: no training rows, or ``alpha`` not positive.
+        """
+        if alpha <= 0:
+            raise ValueError(f"alpha must be > 0 for the closed form, got {alpha}")
+        blocks = [self._blocks[s] for s in sessions]
+        n = sum(b.n for b in blocks)
+        if n == 0:
+            raise ValueError("no training rows with a finite label")
+        sx = np.sum([b.sx for b in blocks], axis=0)
+        sy = sum(b.sy for b in blocks)
+        xx = np.sum([b.xx for b in blocks], axis=0)
+        xy = np.sum([b.xy for b in blocks], axis=0)
+        low = np.min([b.low for b in blocks], axis=0)
+        high = np.max([b.high for b in blocks], axis=0)
+        k = self.nan_columns
+        fill = np.zeros(len(k))
+        if len(k):
+            nan_count = np.sum([b.nan_count for b in blocks], axis=0)
+            values = np.concatenate([b.nan_values for b in blocks])
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore"
+                )  # an all-NaN column is filled with 0, as in the pipeline
+                fill = MedianImputer().fit(values).statistics_.astype(np.float64)
+            xm = np.sum([b.xm for b in blocks], axis=0)
+            mm = np.sum([b.mm for b in blocks], axis=0)
+            my = np.sum([b.my for b in blocks], axis=0)
+            t = fill - self.shift[k]  # the fill value in shifted units
+            sx[k] += t * nan_count
+            xy[k] += t * my
+            xmt = xm * t
+            xx[:, k] += xmt
+            xx[k, :] += xmt.T
+            xx[np.ix_(k, k)] += t[:, None] * mm * t[None, :]
+            filled = nan_count > 0
+            low[k] = np.where(filled, np.minimum(low[k], fill), low[k])
+            high[k] = np.where(filled, np.maximum(high[k], fill), high[k])
+        mean = sx / n  # shifted units
+        scatter = xx - n * np.outer(mean, mean)
+        cross = xy - mean * sy
+        var = np.maximum(np.diag(scatter), 0.0) / n
+        constant = low == high
+        scatter[constant, :] = 0.0
+        scatter[:, constant] = 0.0
+        cross[constant] = 0.0
+        var[constant] = 0.0
+        # StandardScaler's test of a constant column (scikit-learn's _is_constant_feature)
+        eps = np.finfo(np.float64).eps
+        raw_mean = self.shift + mean
+        near_constant = var <= n * eps * var + (n * raw_mean * eps) ** 2
+        scale = np.where(near_constant, 1.0, np.sqrt(var))
+        A = scatter / np.outer(scale, scale)
+        A[np.diag_indices_from(A)] += alpha
+        w = scipy.linalg.solve(A, cross / scale, assume_a="pos")
+        coef = w / scale
+        return LinearFit(coef, float(sy / n - mean @ coef), fill, n)
+
+    def predict(self, X: np.ndarray, fits: Sequence[LinearFit]) -> np.ndarray:
+        """``(n, len(fits))``: each fit's prediction of each row of raw features ``X``."""
+        Xs = np.asarray(X, dtype=np.float64) - self.shift
+        nan = np.isnan(Xs)
+        Xs[nan] = 0.0
+        k = self.nan_columns
+        unfilled = np.asarray(nan.any(axis=0))
+        unfilled[k] = False
+        if unfilled.any():
+            raise ValueError(
+                f"NaN in columns {np.flatnonzero(unfilled).tolist()}, which have no fill value: "
+                "name them in SufficientStats(extra_nan=...)"
+            )
+        M = nan[:, k].astype(np.float64)
+        out = np.empty((len(Xs), len(fits)))
+        # one product per fit (not one for all): a fit's numbers never depend on the others
+        for i, f in enumerate(fits):
+            out[:, i] = Xs @ f.coef + f.offset
+            if len(k):
+                out[:, i] += M @ ((f.fill - self.shift[k]) * f.coef[k])
+        return out
