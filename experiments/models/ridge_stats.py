@@ -12,9 +12,10 @@ session, which keeps the sums of squares free of cancellation):
 * ``n``, ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the rows with NaN set to 0;
 * for the columns holding a NaN anywhere (``nan_columns``): ``X'M``, ``M'M``, ``M'y`` and
   ``M'1``, with ``M`` the NaN indicator, so that any fill value ``m`` is folded in exactly
-  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), and those columns' raw values,
-  from which a fit takes its medians as :class:`~experiments.models.factory.MedianImputer`
-  does (the same class computes them: the same numbers);
+  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), and the ranks of those columns'
+  observed values among every session's, from which a fit finds its medians (the two middle
+  order statistics, halved, as :class:`~experiments.models.factory.MedianImputer` computes
+  them) by a binary search, without copying or selecting the values again;
 * the smallest and largest observed value of each column, so that a column constant over a
   fit's rows is found exactly.
 
@@ -39,14 +40,14 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
-from .factory import MedianImputer
+#: rows of ``X`` that :meth:`SufficientStats.predict` converts to float64 at once
+PREDICT_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class _Block:
     my: np.ndarray  # (k,) M'y
     low: np.ndarray  # (d,) smallest observed (raw) value, +inf if none
     high: np.ndarray  # (d,) largest observed value, -inf if none
-    nan_values: np.ndarray  # (n, k) the raw values of the nan columns (float64, NaN kept)
+    keys: np.ndarray  # sorted ``column * N + rank`` of the observed values of the nan columns
 
 
 class SufficientStats:
@@ -127,6 +128,7 @@ class SufficientStats:
         #: indices of the columns that hold a NaN (their fill value depends on the fit)
         self.nan_columns = np.flatnonzero(has_nan)
         self._blocks = {sid: self._block(X, y) for sid, (X, y) in rows.items()}
+        self._rank_nan_columns(rows)
 
     def _block(self, X: np.ndarray, y: np.ndarray) -> _Block:
         X = np.asarray(X, dtype=np.float64)
@@ -148,8 +150,54 @@ class SufficientStats:
             my=M.T @ y,
             low=np.where(observed, X, np.inf).min(axis=0, initial=np.inf),
             high=np.where(observed, X, -np.inf).max(axis=0, initial=-np.inf),
-            nan_values=X[:, self.nan_columns],
+            keys=np.empty(0, np.int64),  # set by _rank_nan_columns
         )
+
+    def _rank_nan_columns(self, rows: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Sort each nan column's observed values over every session once (``_sorted``), and
+        give each session the sorted keys ``column * N + rank`` of its own observed values: a
+        fit then finds any order statistic of its sessions' union by binary search on the
+        rank, for all columns at once (:meth:`_medians`), instead of copying and selecting."""
+        k = self.nan_columns
+        values = np.concatenate([np.asarray(X, dtype=np.float64)[:, k] for X, _ in rows.values()])
+        n_all = max(1, len(values))
+        order = np.argsort(values, axis=0, kind="stable")  # NaN last
+        self._sorted = np.take_along_axis(values, order, axis=0)
+        ranks = np.empty_like(order)
+        np.put_along_axis(ranks, order, np.arange(len(values))[:, None], axis=0)
+        self._n_all = n_all
+        start = 0
+        for block in self._blocks.values():
+            r = ranks[start : start + block.n]
+            observed = ~np.isnan(values[start : start + block.n])
+            keys = (r + np.arange(len(k)) * n_all)[observed]
+            keys.sort()
+            block.keys = keys.astype(np.int64)
+            start += block.n
+
+    def _medians(self, blocks: Sequence[_Block]) -> np.ndarray:
+        """Each nan column's median over the observed values of ``blocks`` (0 if none), as
+        :class:`~experiments.models.factory.MedianImputer` computes it: the two middle order
+        statistics (the same one twice for an odd count), summed and halved."""
+        k = len(self.nan_columns)
+        count = np.sum([b.n - b.nan_count for b in blocks], axis=0).astype(np.int64)
+        # the ranks (0-based, among the fit's values) of the two middle values of each column
+        targets = np.concatenate([(count - 1) // 2, count // 2])
+        columns = np.concatenate([np.arange(k), np.arange(k)]) * self._n_all
+        lo = np.zeros(2 * k, np.int64)
+        hi = np.full(2 * k, self._n_all - 1, np.int64)
+        base = [np.searchsorted(b.keys, columns, side="left") for b in blocks]
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            below = np.zeros(2 * k, np.int64)  # the fit's values of global rank <= mid
+            for b, first in zip(blocks, base, strict=True):
+                below += np.searchsorted(b.keys, columns + mid, side="right") - first
+            enough = below > targets
+            active = lo < hi
+            hi = np.where(active & enough, mid, hi)
+            lo = np.where(active & ~enough, mid + 1, lo)
+        pick = self._sorted[lo, np.concatenate([np.arange(k), np.arange(k)])]
+        return np.where(count > 0, (pick[:k] + pick[k:]) / 2.0, 0.0)
 
     def n_rows(self, sessions: Sequence[str]) -> int:
         """Number of training rows of ``sessions``."""
@@ -178,12 +226,7 @@ class SufficientStats:
         fill = np.zeros(len(k))
         if len(k):
             nan_count = np.sum([b.nan_count for b in blocks], axis=0)
-            values = np.concatenate([b.nan_values for b in blocks])
-            with warnings.catch_warnings():
-                warnings.simplefilter(
-                    "ignore"
-                )  # an all-NaN column is filled with 0, as in the pipeline
-                fill = MedianImputer().fit(values).statistics_.astype(np.float64)
+            fill = self._medians(blocks)
             xm = np.sum([b.xm for b in blocks], axis=0)
             mm = np.sum([b.mm for b in blocks], axis=0)
             my = np.sum([b.my for b in blocks], axis=0)
@@ -213,28 +256,39 @@ class SufficientStats:
         scale = np.where(near_constant, 1.0, np.sqrt(var))
         A = scatter / np.outer(scale, scale)
         A[np.diag_indices_from(A)] += alpha
-        w = scipy.linalg.solve(A, cross / scale, assume_a="pos")
+        try:
+            w = scipy.linalg.cho_solve(
+                scipy.linalg.cho_factor(A, check_finite=False), cross / scale
+            )
+        except np.linalg.LinAlgError:  # not positive definite in floating point: least squares
+            w = np.linalg.lstsq(A, cross / scale, rcond=None)[0]
         coef = w / scale
         return LinearFit(coef, float(sy / n - mean @ coef), fill, n)
 
     def predict(self, X: np.ndarray, fits: Sequence[LinearFit]) -> np.ndarray:
-        """``(n, len(fits))``: each fit's prediction of each row of raw features ``X``."""
-        Xs = np.asarray(X, dtype=np.float64) - self.shift
-        nan = np.isnan(Xs)
-        Xs[nan] = 0.0
+        """``(n, len(fits))``: each fit's prediction of each row of raw features ``X``.
+
+        ``X`` is read ``PREDICT_ROWS`` rows at a time (a float64 copy of those rows only,
+        which stays in cache while every fit reads it); each fit is its own matrix-vector
+        product, so a fit's numbers never depend on which other fits are asked for."""
+        X = np.asarray(X)
         k = self.nan_columns
-        unfilled = np.asarray(nan.any(axis=0))
+        unfilled = np.asarray(np.isnan(X).any(axis=0))
         unfilled[k] = False
         if unfilled.any():
             raise ValueError(
                 f"NaN in columns {np.flatnonzero(unfilled).tolist()}, which have no fill value: "
                 "name them in SufficientStats(extra_nan=...)"
             )
-        M = nan[:, k].astype(np.float64)
-        out = np.empty((len(Xs), len(fits)))
-        # one product per fit (not one for all): a fit's numbers never depend on the others
-        for i, f in enumerate(fits):
-            out[:, i] = Xs @ f.coef + f.offset
-            if len(k):
-                out[:, i] += M @ ((f.fill - self.shift[k]) * f.coef[k])
+        filled = [(f.fill - self.shift[k]) * f.coef[k] for f in fits]
+        out = np.empty((len(X), len(fits)))
+        for a in range(0, len(X), PREDICT_ROWS):
+            Xs = X[a : a + PREDICT_ROWS].astype(np.float64) - self.shift
+            nan = np.isnan(Xs)
+            Xs[nan] = 0.0
+            M = nan[:, k].astype(np.float64)
+            for i, f in enumerate(fits):
+                out[a : a + len(Xs), i] = Xs @ f.coef + f.offset
+                if len(k):
+                    out[a : a + len(Xs), i] += M @ filled[i]
         return out

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from experiments.evaluation.metrics import ccc
+from experiments.models import ridge_stats
 from experiments.models.factory import make_model
 from experiments.models.ridge_stats import SufficientStats
 
@@ -29,7 +30,8 @@ def _sessions(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarra
 
 
 @pytest.mark.parametrize("alpha", [1e-3, 10.0, 1e4])
-def test_sufficient_statistics_give_the_pipelines_predictions(alpha):
+def test_sufficient_statistics_give_the_pipelines_predictions(alpha, monkeypatch):
+    monkeypatch.setattr(ridge_stats, "PREDICT_ROWS", 64)  # several row blocks per session
     rows = _sessions(np.random.default_rng(3))
     stats = SufficientStats(rows)
     assert stats.nan_columns.tolist() == list(range(7))
