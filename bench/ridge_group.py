@@ -9,8 +9,10 @@ and one per held-out listener and training story (``per_listener``: a model per 
 each of the main and out-of-fold fits). BLAS runs on one thread, as in each worker of
 ``--jobs 2``. Prints one JSON line: the seconds (wall and CPU) of
 :func:`experiments.evaluation.fitting.fit_group` both ways (windowing excluded), their ratios,
-the number of fits, the training rows and columns, and the largest difference between the two
-ways' predictions and CCC. Not part of ``make bench`` (a targeted measure).
+the number of fits, the training rows and columns, the largest difference between the two
+ways' predictions and CCC, and the peak of the memory allocated during each way's fits
+(``tracemalloc``, which numpy reports to; the windowed features, allocated before, not
+counted). Not part of ``make bench`` (a targeted measure).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -61,15 +64,20 @@ def main() -> None:
     need_unseen = args.personalization == "global"
     parts = fitting.fit_parts(trial, train, evaluate, True, need_unseen)
 
+    tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
     fast = fitting.fit_group(trial, train, evaluate, True, need_unseen)
     closed_s, closed_cpu = time.perf_counter() - t0, time.process_time() - c0
+    closed_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
     real = fitting.closed_form_parts
     fitting.closed_form_parts = lambda *a, **k: {}  # type: ignore[assignment]
     try:
         t0, c0 = time.perf_counter(), time.process_time()
         slow = fitting.fit_group(trial, train, evaluate, True, need_unseen)
         pipeline_s, pipeline_cpu = time.perf_counter() - t0, time.process_time() - c0
+        pipeline_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     finally:
         fitting.closed_form_parts = real
     by_id = {s.session: s for s in w.sessions}
@@ -94,6 +102,9 @@ def main() -> None:
                 "pipeline_cpu_s": round(pipeline_cpu, 2),
                 "cpu_speedup": round(pipeline_cpu / closed_cpu, 1),
                 "load_1min": round(os.getloadavg()[0], 1),
+                "closed_form_peak_gb": round(closed_peak / 1e9, 3),
+                "pipeline_peak_gb": round(pipeline_peak / 1e9, 3),
+                "features_gb": round(sum(s.F.nbytes for s in w.sessions) / 1e9, 3),
                 "max_prediction_diff": diff,
                 "max_ccc_diff": ccc_diff,
             }

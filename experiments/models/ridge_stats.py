@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+#: columns with NaN whose values :class:`SufficientStats` sorts at once (memory only)
+RANK_COLUMNS = 32
 #: rows of ``X`` that :meth:`SufficientStats.predict` converts to float64 at once
 PREDICT_ROWS = 1024
 
@@ -154,26 +156,38 @@ class SufficientStats:
         )
 
     def _rank_nan_columns(self, rows: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """Sort each nan column's observed values over every session once (``_sorted``), and
-        give each session the sorted keys ``column * N + rank`` of its own observed values: a
-        fit then finds any order statistic of its sessions' union by binary search on the
-        rank, for all columns at once (:meth:`_medians`), instead of copying and selecting."""
+        """Sort each nan column's observed values over every session once (``_sorted``, in
+        the rows' dtype), and give each session the sorted keys ``column * N + rank`` of its
+        own observed values: a fit then finds any order statistic of its sessions' union by
+        binary search on the rank, for all columns at once (:meth:`_medians`), instead of
+        copying and selecting. ``RANK_COLUMNS`` columns are sorted at a time (memory)."""
         k = self.nan_columns
-        values = np.concatenate([np.asarray(X, dtype=np.float64)[:, k] for X, _ in rows.values()])
-        n_all = max(1, len(values))
-        order = np.argsort(values, axis=0, kind="stable")  # NaN last
-        self._sorted = np.take_along_axis(values, order, axis=0)
-        ranks = np.empty_like(order)
-        np.put_along_axis(ranks, order, np.arange(len(values))[:, None], axis=0)
-        self._n_all = n_all
-        start = 0
-        for block in self._blocks.values():
-            r = ranks[start : start + block.n]
-            observed = ~np.isnan(values[start : start + block.n])
-            keys = (r + np.arange(len(k)) * n_all)[observed]
-            keys.sort()
-            block.keys = keys.astype(np.int64)
-            start += block.n
+        dtype = np.result_type(*[np.asarray(X).dtype for X, _ in rows.values()], np.float32)
+        n_all = max(1, sum(b.n for b in self._blocks.values()))
+        key_dtype = np.int32 if len(k) * n_all < 2**31 else np.int64
+        self._n_all, self._key_dtype = n_all, key_dtype
+        self._sorted = np.empty((n_all, len(k)), dtype)
+        pieces: list[list[np.ndarray]] = [[] for _ in self._blocks]
+        for a in range(0, len(k), RANK_COLUMNS):
+            cols = k[a : a + RANK_COLUMNS]
+            values = np.concatenate(
+                [np.asarray(X)[:, cols].astype(dtype) for X, _ in rows.values()]
+            )
+            order = np.argsort(values, axis=0, kind="stable")  # NaN last
+            self._sorted[: len(values), a : a + len(cols)] = np.take_along_axis(values, order, 0)
+            ranks = np.empty(order.shape, key_dtype)
+            np.put_along_axis(ranks, order, np.arange(len(values), dtype=key_dtype)[:, None], 0)
+            del order
+            offsets = (np.arange(a, a + len(cols)) * n_all).astype(key_dtype)
+            start = 0
+            for piece, block in zip(pieces, self._blocks.values(), strict=True):
+                observed = ~np.isnan(values[start : start + block.n])
+                keys = (ranks[start : start + block.n] + offsets)[observed]
+                keys.sort()  # column-major keys: one chunk's all precede the next one's
+                piece.append(keys)
+                start += block.n
+        for piece, block in zip(pieces, self._blocks.values(), strict=True):
+            block.keys = np.concatenate(piece) if piece else np.empty(0, key_dtype)
 
     def _medians(self, blocks: Sequence[_Block]) -> np.ndarray:
         """Each nan column's median over the observed values of ``blocks`` (0 if none), as
@@ -183,20 +197,22 @@ class SufficientStats:
         count = np.sum([b.n - b.nan_count for b in blocks], axis=0).astype(np.int64)
         # the ranks (0-based, among the fit's values) of the two middle values of each column
         targets = np.concatenate([(count - 1) // 2, count // 2])
-        columns = np.concatenate([np.arange(k), np.arange(k)]) * self._n_all
+        columns: np.ndarray = np.concatenate([np.arange(k), np.arange(k)]) * self._n_all
         lo = np.zeros(2 * k, np.int64)
         hi = np.full(2 * k, self._n_all - 1, np.int64)
-        base = [np.searchsorted(b.keys, columns, side="left") for b in blocks]
+        first = columns.astype(self._key_dtype)
+        base = [np.searchsorted(b.keys, first, side="left") for b in blocks]
         while (lo < hi).any():
             mid = (lo + hi) // 2
+            query = (columns + mid).astype(self._key_dtype)
             below = np.zeros(2 * k, np.int64)  # the fit's values of global rank <= mid
-            for b, first in zip(blocks, base, strict=True):
-                below += np.searchsorted(b.keys, columns + mid, side="right") - first
+            for b, start in zip(blocks, base, strict=True):
+                below += np.searchsorted(b.keys, query, side="right") - start
             enough = below > targets
             active = lo < hi
             hi = np.where(active & enough, mid, hi)
             lo = np.where(active & ~enough, mid + 1, lo)
-        pick = self._sorted[lo, np.concatenate([np.arange(k), np.arange(k)])]
+        pick = self._sorted[lo, np.concatenate([np.arange(k), np.arange(k)])].astype(np.float64)
         return np.where(count > 0, (pick[:k] + pick[k:]) / 2.0, 0.0)
 
     def n_rows(self, sessions: Sequence[str]) -> int:

@@ -32,6 +32,7 @@ def _sessions(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarra
 @pytest.mark.parametrize("alpha", [1e-3, 10.0, 1e4])
 def test_sufficient_statistics_give_the_pipelines_predictions(alpha, monkeypatch):
     monkeypatch.setattr(ridge_stats, "PREDICT_ROWS", 64)  # several row blocks per session
+    monkeypatch.setattr(ridge_stats, "RANK_COLUMNS", 3)  # the columns ranked in several chunks
     rows = _sessions(np.random.default_rng(3))
     stats = SufficientStats(rows)
     assert stats.nan_columns.tolist() == list(range(7))
