@@ -93,7 +93,8 @@ class SufficientStats:
 
     Args:
         rows: session id -> (training rows ``(n, d)`` of raw features, NaN allowed; labels
-            ``(n,)``, all finite). Read once; not kept (except the columns with NaN).
+            ``(n,)``, all finite). Read once; only the sorted values of the columns with NaN
+            are kept (for the medians).
         extra_nan: (d,) columns that also need a fill value, e.g. those with NaN in the rows
             that will be predicted but in no training row.
 
@@ -116,7 +117,9 @@ class SufficientStats:
         has_nan = np.zeros(d, bool) if extra_nan is None else np.asarray(extra_nan, bool).copy()
         for X, y in rows.values():
             if not np.isfinite(np.asarray(y)).all():
-                raise ValueError("SufficientStats takes finite labels only")
+                raise ValueError(
+                    "SufficientStats needs finite labels: drop the rows whose label is NaN"
+                )
             X = np.asarray(X)
             if np.isinf(X).any():
                 raise ValueError("infinite feature values: the ridge pipeline rejects them")
