@@ -43,9 +43,30 @@ from ..config.options import (
     PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
 )
 
+#: estimators that compute in float32 whatever they are given (XGBoost's ``DMatrix`` stores
+#: its features as float32): handed float32 features (the sweep's design matrix is float32),
+#: they give the same numbers without a float64 copy of the matrix
+FLOAT32_ESTIMATORS = ("XGBRegressor",)
 
-def split_listener_column(X: Any, listener_column: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Split ``X`` into (listener ids, shape (n,); features, shape (n, d - 1) float).
+
+def feature_dtype(estimator: Any) -> type:
+    """The dtype the features are handed to ``estimator`` in: ``np.float32`` for a
+    :data:`FLOAT32_ESTIMATORS` model alone (or alone in a ``Pipeline``), else ``np.float64``."""
+    steps = getattr(estimator, "steps", None)
+    if steps is not None:
+        if len(steps) != 1:
+            return np.float64
+        estimator = steps[0][1]
+    return np.float32 if type(estimator).__name__ in FLOAT32_ESTIMATORS else np.float64
+
+
+def split_listener_column(
+    X: Any, listener_column: int = 0, dtype: Any = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``X`` into (listener ids, shape (n,) float; features, shape (n, d - 1) ``dtype``).
+
+    The features are one contiguous copy of ``X`` without the listener column (a slice when
+    the column is the first or the last, converted once; never a copy then another).
 
     Raises:
         ValueError: ``X`` is not 2-D, has no column ``listener_column``, or an id is NaN.
@@ -70,7 +91,14 @@ def split_listener_column(X: Any, listener_column: int = 0) -> tuple[np.ndarray,
             f"listener column {listener_column} of X holds NaN in "
             f"{int(np.isnan(listeners).sum())} rows; every row needs its listener id"
         )
-    features = np.delete(X, listener_column, axis=1).astype(float)
+    column = listener_column % X.shape[1]
+    if column == 0:
+        rest = X[:, 1:]
+    elif column == X.shape[1] - 1:
+        rest = X[:, :-1]
+    else:
+        rest = np.delete(X, column, axis=1)
+    features = np.array(rest, dtype=dtype, order="C", copy=True)
     return listeners, features
 
 
@@ -141,13 +169,15 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
             self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True
         )
         self._check_width(X)
-        listeners, features = split_listener_column(X, self.listener_column)
+        listeners, features = split_listener_column(
+            X, self.listener_column, feature_dtype(self.estimator)
+        )
         return listeners, features, np.asarray(y, dtype=float)
 
     def _split_predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         check_is_fitted(self)
         X = validate_data(self, X, dtype="numeric", ensure_all_finite="allow-nan", reset=False)
-        return split_listener_column(X, self.listener_column)
+        return split_listener_column(X, self.listener_column, feature_dtype(self.estimator))
 
     def _check_width(self, X: np.ndarray) -> None:
         if X.shape[1] < 2:

@@ -20,6 +20,7 @@ from experiments.models.personalization import (
 )
 from experiments.models.position_prior import PositionPrior
 from experiments.models.postprocess import Rescaler
+from experiments.models.ridge_stats import SufficientStats
 
 #: why a check cannot pass, by estimator class
 _LISTENER_ID_NOT_NAN = (
@@ -37,6 +38,10 @@ NOT_ESTIMATORS = {
     "time; scikit-learn's checks call fit(X, y) on feature matrices and expect transform to keep X's columns, "
     "which is not this contract (experiments/evaluation/evaluate.py applies it after the model, "
     "per listener or overall)",
+    SufficientStats: "sums of a fit group's sessions, not a model: fit(sessions, alpha) sums the named "
+    "sessions' blocks and solves one ridge, returning a LinearFit; scikit-learn's checks would call fit(X, y) "
+    "(experiments/evaluation/fitting.py uses it in place of the ridge pipeline, and "
+    "tests/experiments/models/test_ridge_stats.py compares the two)",
 }
 
 

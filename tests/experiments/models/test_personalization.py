@@ -13,6 +13,7 @@ from experiments.models.personalization import (
     GlobalRegressor,
     ListenerOneHot,
     PerListenerRegressor,
+    feature_dtype,
     make_personalizer,
     split_listener_column,
 )
@@ -67,6 +68,38 @@ def test_listener_column_is_removed():
     # listener id elsewhere than column 0
     model = GlobalRegressor(LinearRegression(), listener_column=2).fit(X[:, [1, 2, 0]], [0.0, 1.0])
     assert model.estimator_.n_features_in_ == 2
+
+
+def test_features_are_split_off_in_one_copy_of_the_dtype_the_model_takes():
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(60, 3)).astype(np.float32)
+    ids = np.repeat([1.0, 2.0, 3.0], 20).astype(np.float32)
+    for column in (0, 1, 3, -1):
+        X = np.insert(F, column if column >= 0 else 3, ids, axis=1)
+        listeners, features = split_listener_column(X, column)
+        assert listeners.tolist() == ids.tolist() and features.dtype == np.float64
+        assert features.flags.c_contiguous and not np.shares_memory(features, X)
+        np.testing.assert_array_equal(features, F)
+        _, single = split_listener_column(X, column, np.float32)
+        assert single.dtype == np.float32 and not np.shares_memory(single, X)
+        np.testing.assert_array_equal(single, F)
+    # XGBoost computes in float32 anyway: it gets float32, with the same predictions
+    assert feature_dtype(make_model("xgboost", {"n_estimators": 5})) is np.float32
+    assert feature_dtype(make_model("ridge", {})) is np.float64
+    assert feature_dtype(make_model("hist_gb", {})) is np.float64
+    X = np.column_stack([ids, F])
+    y = F[:, 0] * 2.0 + rng.normal(size=60)
+    xgb = make_model("xgboost", {"n_estimators": 5, "n_jobs": 1})
+    single = GlobalRegressor(xgb).fit(X, y).predict(X)
+    from xgboost import XGBRegressor  # imported here, as by the factory (slow to load)
+
+    class Float64(XGBRegressor):
+        """The same model, but not in FLOAT32_ESTIMATORS: handed float64 features."""
+
+    params = xgb.steps[0][1].get_params()
+    double = GlobalRegressor(Float64(**params)).fit(X, y)
+    assert feature_dtype(double.estimator) is np.float64
+    np.testing.assert_array_equal(single, double.predict(X))
 
 
 def test_bad_listener_column():
