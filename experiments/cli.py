@@ -51,14 +51,15 @@ def add_verb(
     return p
 
 
-def add_config_options(p: argparse.ArgumentParser) -> None:
-    """``--config FILE``, repeatable ``--set KEY=VALUE`` and ``--print-config``."""
+def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> None:
+    """``--config FILE`` (``default``: the packaged config the verb reads without it),
+    repeatable ``--set KEY=VALUE`` and ``--print-config``."""
     p.add_argument(
         "--config",
         default=None,
         metavar="FILE",
-        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search "
-        "(default: experiments/configs/default.yaml)",
+        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
+        f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
     )
     p.add_argument(
         "--set",
@@ -67,17 +68,39 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
-        "(e.g. --set window.delay_s=[2] --set models.0.alpha=[1,10])",
+        "(e.g. --set window.delay_s=[2] --set models.2.alpha=[1,10]: list items by index)",
     )
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    p.set_defaults(takes_config=True)
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config and exit (with --store: after checking its target and "
+        "channels against the store)",
+    )
+    p.set_defaults(takes_config=True, config_default=default)
+
+
+#: the store a verb reads when --store is not given
+DEFAULT_STORE = "features"
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``."""
-    return load_config(
-        args.config or getattr(args, "config_default", None), overrides=args.overrides
-    )
+    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``,
+    checked against the store (``--store``, else ``features/``) unless only ``--print-config``
+    was asked for without ``--store``."""
+    store = args.store
+    if store is None and not args.print_config:
+        store = args.store = DEFAULT_STORE
+    path = args.config or args.config_default
+    names = None
+    if store is not None:
+        from .config.store_check import store_names  # startup: see the imports above
+
+        try:
+            names = store_names(store, require_channels=args.verb != "agreement")
+        except ConfigError:  # no store to check against: the config's own problems first
+            load_config(path, overrides=args.overrides)
+            raise
+    return load_config(path, overrides=args.overrides, store=names)
 
 
 # --------------------------------------------------------------------- score
@@ -207,7 +230,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------- sweep / ablate / export
 def _store_and_tracking(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    _store_option(p)
     p.add_argument(
         "--tracking-uri",
         default=None,
@@ -236,7 +259,22 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="feature store folder (default: features/); the config's target and channels are "
+        "checked against it before anything runs",
+    )
+
+
 def _check_store(store: str) -> None:
+    if not Path(store).is_dir():
+        raise UsageError(
+            f"feature store {store}: no such folder; build it with `make features` (or "
+            f"`featurestore extract DATA_DIR --store {store}`), or pass its folder with --store"
+        )
     if not Store(store).list_sessions():
         raise UsageError(
             f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first"
@@ -344,9 +382,8 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
         sub,
         cmd_ablate,
         help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
-        config_default="ablation",
     )
-    add_config_options(p)
+    add_config_options(p, default="ablation")
     _store_and_tracking(p)
     p.add_argument(
         "--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)"
@@ -411,10 +448,9 @@ def add_agreement(sub: argparse._SubParsersAction) -> None:
         sub,
         cmd_agreement,
         help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
-        config_default="ablation",
     )
-    add_config_options(p)
-    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    add_config_options(p, default="ablation")
+    _store_option(p)
     p.add_argument(
         "--targets",
         nargs=2,

@@ -24,6 +24,7 @@ Errors are :class:`ConfigError`; each names the file and the line of the key (or
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from featurestore.extraction.config import read_yaml_file
 
 from .grid import expand
 from .schema import ConfigError, ExperimentConfig, Range, config_hash
+from .store_check import StoreNames, store_names
 from .validation import validate
 
 #: the names outside code imports from here (defined in the modules above)
@@ -70,7 +72,11 @@ def resolve_config_path(path: str | Path | None) -> Path:
     )
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+def load_config(
+    path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    store: str | os.PathLike | StoreNames | None = None,
+) -> ExperimentConfig:
     """Read, override and validate an experiment config.
 
     Args:
@@ -78,11 +84,14 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             None for ``experiments/configs/default.yaml``.
         overrides: ``KEY=VALUE`` strings with dotted keys and YAML values, applied in order
             (``"window.delay_s=[2]"``, ``"models.0.alpha=[1, 10]"``, ``"window.align=causal"``).
+        store: a feature store folder (or its :func:`~experiments.config.store_check.store_names`):
+            the target and the swept feature sets' channels must be in its sessions, a
+            misspelt one is refused with the nearest name the store has. None: not checked.
 
     Raises:
-        ConfigError: unreadable or malformed file, unknown key, bad value; the message names
-            the file and line (of the syntax error, or of the key) or the ``--set`` option, and
-            the key path.
+        ConfigError: unreadable or malformed file, unknown keys, bad values, names the store
+            lacks; every problem of the file at once, each naming the file and line (of the
+            syntax error, or of the key) or the ``--set`` option, and the key path.
     """
     p = resolve_config_path(path)
     raw = read_yaml_file(p, ConfigError)
@@ -93,7 +102,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}"
         )
     return from_dict(
-        raw, source=str(p), overrides=overrides, lines=key_lines(p.read_text(encoding="utf-8"))
+        raw,
+        source=str(p),
+        overrides=overrides,
+        lines=key_lines(p.read_text(encoding="utf-8")),
+        store=store,
     )
 
 
@@ -150,16 +163,19 @@ def from_dict(
     source: str = "<dict>",
     overrides: Iterable[str] = (),
     lines: Mapping[str, int] | None = None,
+    store: str | os.PathLike | StoreNames | None = None,
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
-    (see :func:`key_lines`) lets errors name the line of the key in ``source``."""
+    (see :func:`key_lines`) lets errors name the line of the key in ``source``; ``store``
+    as in :func:`load_config`."""
     data = copy.deepcopy(dict(raw))
     origins: dict[str, str] = {}
     for text in overrides:
         keys, value = parse_override(text)
         apply_override(data, keys, value, text)
         origins[".".join(keys)] = f"--set {text}"
-    return validate(data, source, origins, lines)
+    names = store if store is None or isinstance(store, StoreNames) else store_names(store)
+    return validate(data, source, origins, lines, names)
 
 
 def key_lines(text: str) -> dict[str, int]:
