@@ -21,6 +21,7 @@ from pathlib import Path
 
 from featurestore import Store, __version__
 from featurestore.processes import terminate_as_interrupt
+from featurestore.sources.manifest import SPLITS
 from featurestore.storage.store import parse_session, session_name
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
@@ -87,8 +88,8 @@ def config_from_args(args: argparse.Namespace):
     """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``,
     checked against the store (``--store``, else ``features/``) unless only ``--print-config``
     was asked for without ``--store``."""
-    store = args.store
-    if store is None and not args.print_config:
+    store = getattr(args, "store", None)  # a verb without --store reads no store
+    if store is None and not args.print_config and hasattr(args, "store"):
         store = args.store = DEFAULT_STORE
     path = args.config or args.config_default
     names = None
@@ -118,6 +119,13 @@ def add_score(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="FILE",
         help="also write session, listener, story, ccc to FILE",
+    )
+    p.add_argument(
+        "--split",
+        choices=sorted(SPLITS),
+        default=None,
+        help="score the stories of this official split (test: 3, 6, 7); default: the stories that "
+        "have predictions. Either way every listener of a scored story needs a prediction",
     )
 
 
@@ -159,7 +167,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the
     personalized and generalized protocol means, as the official challenge scorer does.
-    Exit 1 when the files do not pair up."""
+    The ground truth may hold every split: the stories scored are those with predictions (or
+    --split's), and the sessions left out are listed. Exit 1 when the files of the scored
+    stories do not pair up."""
     import pandas as pd  # startup: see the imports above
 
     from .evaluation.metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
@@ -170,11 +180,28 @@ def cmd_score(args: argparse.Namespace) -> int:
     if not truth:
         print(f"no Subject_<L>_Story_<S>.csv files in {args.ground_truth_dir}", file=sys.stderr)
         return EXIT_FAILED
+    if args.split is not None:
+        stories = set(SPLITS[args.split])
+        how = f"--split {args.split}"
+    else:
+        stories = {story for _, story in preds}
+        how = "the stories with predictions"
+    skipped = sorted(k for k in set(truth) | set(preds) if k[1] not in stories)
+    truth = {k: v for k, v in truth.items() if k[1] in stories}
+    preds = {k: v for k, v in preds.items() if k[1] in stories}
+    if not truth and not problems:
+        print(
+            f"no ground truth in {args.ground_truth_dir} for {how} "
+            f"(stories {', '.join(map(str, sorted(stories))) or 'none'})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     missing = sorted(set(truth) - set(preds))
     extra = sorted(set(preds) - set(truth))
     if missing:
         problems.append(
-            f"{len(missing)} predictions missing from {args.prediction_dir}: "
+            f"{len(missing)} predictions missing from {args.prediction_dir} for stories "
+            f"{', '.join(map(str, sorted(stories)))} ({how}): "
             + ", ".join(f"{session_name(*k)}.csv" for k in missing)
         )
     if extra:
@@ -212,6 +239,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
     shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
     protocols = ccc_protocols(table)
+    if skipped:
+        gone = sorted({story for _, story in skipped})
+        print(
+            f"scored {how} ({', '.join(map(str, sorted(stories)))}); skipped {len(skipped)} "
+            f"sessions of stories {', '.join(map(str, gone))} (--split NAME chooses the stories)"
+        )
     print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
     print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
     print()

@@ -22,7 +22,15 @@ from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
-from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, cli_cmd, cli_env, config_dict
+from tests.experiments.helpers import (
+    LISTENERS,
+    N_FRAMES,
+    SPLITS,
+    STORIES,
+    cli_cmd,
+    cli_env,
+    config_dict,
+)
 
 
 def write_config(path, raw) -> str:
@@ -346,11 +354,16 @@ def test_export_then_score_reproduces_the_logged_metrics(
     for f in files:
         lines = f.read_text().splitlines()
         assert lines[0] == "valence" and len(lines) == N_FRAMES + 1
-    gt = tmp_path / "gt"
-    write_ground_truth(planted_store, gt, SPLITS[split])
+    gt = tmp_path / "gt"  # the annotation folder holds every story, as the corpus's does
+    write_ground_truth(planted_store, gt, STORIES)
     capsys.readouterr()
     assert main(["score", str(gt), str(out), "--csv", str(tmp_path / "ccc.csv")]) == 0
     printed = capsys.readouterr().out
+    others = len(LISTENERS) * (len(STORIES) - len(SPLITS[split]))
+    assert (
+        f"scored the stories with predictions ({', '.join(map(str, SPLITS[split]))}); skipped {others} sessions"
+        in printed
+    )
     protocols = ccc_protocols(pd.read_csv(tmp_path / "ccc.csv"))
     for prot in ("personalized", "generalized"):
         logged = run.data.metrics[f"{split}.ccc_{prot}"]
