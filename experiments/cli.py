@@ -21,8 +21,6 @@ from pathlib import Path
 
 from featurestore import Store, __version__
 from featurestore.processes import terminate_as_interrupt
-from featurestore.sources.manifest import SPLITS
-from featurestore.storage.store import parse_session, session_name
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
@@ -111,8 +109,18 @@ def add_score(sub: argparse._SubParsersAction) -> None:
         cmd_score,
         help="score challenge-format predictions against ground truth (both protocols)",
     )
-    p.add_argument("ground_truth_dir", type=Path, metavar="GROUND_TRUTH_DIR")
-    p.add_argument("prediction_dir", type=Path, metavar="PREDICTION_DIR")
+    p.add_argument(
+        "ground_truth_dir",
+        type=Path,
+        metavar="GROUND_TRUTH_DIR",
+        help="folder of the true Subject_<L>_Story_<S>.csv ratings (may hold every split)",
+    )
+    p.add_argument(
+        "prediction_dir",
+        type=Path,
+        metavar="PREDICTION_DIR",
+        help="folder of predicted Subject_<L>_Story_<S>.csv files (experiments export writes them)",
+    )
     p.add_argument(
         "--csv",
         type=Path,
@@ -122,45 +130,11 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--split",
-        choices=sorted(SPLITS),
+        choices=["train", "val", "test"],
         default=None,
         help="score the stories of this official split (test: 3, 6, 7); default: the stories that "
         "have predictions. Either way every listener of a scored story needs a prediction",
     )
-
-
-def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
-    """(listener, story) -> CSV path; plus problems (duplicate sessions)."""
-    if not folder.is_dir():
-        raise UsageError(
-            f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files"
-        )
-    found: dict[tuple[int, int], Path] = {}
-    problems: list[str] = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() != ".csv" or path.name.startswith("."):
-            continue
-        ls = parse_session(path.stem)
-        if ls is None:
-            continue
-        if ls in found:
-            problems.append(
-                f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one"
-            )
-            continue
-        found[ls] = path
-    return found, problems
-
-
-def _read_valence(path: Path):
-    """Values of one challenge-format CSV (validated by featurestore's annotation reader).
-
-    The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
-    """
-    # predictions may leave [-1, 1]; the official scorer does not check the range either
-    from featurestore.sources.annotations import read_annotation  # startup: see the imports above
-
-    return read_annotation(path, value_range=(-float("inf"), float("inf")))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -172,66 +146,19 @@ def cmd_score(args: argparse.Namespace) -> int:
     stories do not pair up."""
     import pandas as pd  # startup: see the imports above
 
-    from .evaluation.metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+    from .evaluation.metrics import ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+    from .evaluation.score_files import score_folders
 
-    truth, problems = _session_csvs(args.ground_truth_dir)
-    preds, more = _session_csvs(args.prediction_dir)
-    problems += more
-    if not truth:
-        print(f"no Subject_<L>_Story_<S>.csv files in {args.ground_truth_dir}", file=sys.stderr)
-        return EXIT_FAILED
-    if args.split is not None:
-        stories = set(SPLITS[args.split])
-        how = f"--split {args.split}"
-    else:
-        stories = {story for _, story in preds}
-        how = "the stories with predictions"
-    skipped = sorted(k for k in set(truth) | set(preds) if k[1] not in stories)
-    truth = {k: v for k, v in truth.items() if k[1] in stories}
-    preds = {k: v for k, v in preds.items() if k[1] in stories}
-    if not truth and not problems:
-        print(
-            f"no ground truth in {args.ground_truth_dir} for {how} "
-            f"(stories {', '.join(map(str, sorted(stories))) or 'none'})",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    missing = sorted(set(truth) - set(preds))
-    extra = sorted(set(preds) - set(truth))
-    if missing:
-        problems.append(
-            f"{len(missing)} predictions missing from {args.prediction_dir} for stories "
-            f"{', '.join(map(str, sorted(stories)))} ({how}): "
-            + ", ".join(f"{session_name(*k)}.csv" for k in missing)
-        )
-    if extra:
-        problems.append(
-            f"{len(extra)} predictions in {args.prediction_dir} have no ground truth in {args.ground_truth_dir}: "
-            + ", ".join(preds[k].name for k in extra)
-        )
-    rows = []
-    for key in sorted(set(truth) & set(preds)):
-        name = session_name(*key)
-        try:
-            y_true, y_pred = _read_valence(truth[key]), _read_valence(preds[key])
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        if len(y_true) != len(y_pred):
-            problems.append(
-                f"{name}: ground truth has {len(y_true)} frames ({truth[key]}) but the prediction has "
-                f"{len(y_pred)} ({preds[key]}); write one row per label frame"
-            )
-            continue
-        rows.append(
-            {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
-        )
-    if problems:
-        print(f"cannot score: {len(problems)} problem(s)", file=sys.stderr)
-        for msg in problems:
+    try:
+        scored = score_folders(args.ground_truth_dir, args.prediction_dir, args.split)
+    except NotADirectoryError as e:
+        raise UsageError(str(e)) from e
+    if scored.problems:
+        print(f"cannot score: {len(scored.problems)} problem(s)", file=sys.stderr)
+        for msg in scored.problems:
             print(f"  {msg}", file=sys.stderr)
         return EXIT_FAILED
-
+    rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
     table = pd.DataFrame(rows)
     matrix = ccc_matrix(table)
     shown = matrix.copy()
@@ -452,7 +379,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = add_verb(sub, cmd_export, help="write a run's predictions in challenge format")
-    p.add_argument("run_id")
+    p.add_argument(
+        "run_id",
+        help="MLflow run id of one configuration (a child run; the UI and the sweep print them)",
+    )
     p.add_argument(
         "--split",
         choices=["val", "test", "loso", "val_unseen", "test_unseen"],
