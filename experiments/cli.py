@@ -346,7 +346,10 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
     add_config_options(p, default="ablation")
     _store_and_tracking(p)
     p.add_argument(
-        "--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)"
+        "--out",
+        default="reports",
+        help="folder for ablation.md, .csv, .png, ablation_comparisons.csv, ablation_unseen.csv "
+        "(default: reports/)",
     )
 
 
@@ -370,10 +373,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     code = _print_sweep(res)
     print()
     print((Path(args.out) / "ablation.md").read_text())
-    print(
-        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, "
-        f"{Path(args.out) / 'ablation.png'}"
-    )
+    names = ["ablation.md", "ablation.csv", "ablation_comparisons.csv", "ablation_unseen.csv"]
+    written = [
+        Path(args.out) / n for n in [*names, "ablation.png"] if (Path(args.out) / n).exists()
+    ]
+    print(f"written: {', '.join(map(str, written))} (docs/outputs.md says what each holds)")
     return code
 
 
