@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from featurestore.processes import terminate_as_interrupt
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import ConfigError, load_config
+from .config.reference import ConfigWarning
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -506,7 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         if getattr(args, "takes_config", False):
-            args.cfg = config_from_args(args)
+            with warnings.catch_warnings(record=True) as notes:
+                warnings.simplefilter("always", ConfigWarning)
+                args.cfg = config_from_args(args)
+            for note in notes:
+                print(f"experiments {args.verb}: note: {note.message}", file=sys.stderr)
             if args.print_config:
                 print(args.cfg.to_yaml(), end="")
                 return EXIT_OK

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ import yaml
 from featurestore.extraction.config import read_yaml_file
 
 from .grid import expand
+from .reference import ConfigWarning, defaults_note
 from .schema import ConfigError, ExperimentConfig, Range, config_hash
 from .store_check import StoreNames, store_names
 from .validation import validate
@@ -88,6 +90,10 @@ def load_config(
             the target and the swept feature sets' channels must be in its sessions, a
             misspelt one is refused with the nearest name the store has. None: not checked.
 
+    Warns:
+        ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults (the
+            message says how many configurations that makes).
+
     Raises:
         ConfigError: unreadable or malformed file, unknown keys, bad values, names the store
             lacks; every problem of the file at once, each naming the file and line (of the
@@ -101,13 +107,18 @@ def load_config(
         raise ConfigError(
             f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}"
         )
-    return from_dict(
+    overrides = list(overrides)
+    cfg = from_dict(
         raw,
         source=str(p),
         overrides=overrides,
         lines=key_lines(p.read_text(encoding="utf-8")),
         store=store,
     )
+    given = set(raw) | {text.split("=", 1)[0].split(".")[0].strip() for text in overrides}
+    if note := defaults_note(given, cfg):
+        warnings.warn(note, ConfigWarning, stacklevel=2)
+    return cfg
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
