@@ -240,7 +240,21 @@ def cmd_transcripts(args) -> int:
     )
 
 
+def _missing_store(store: str) -> bool:
+    """Say so (on stderr) when the store folder does not exist."""
+    if Path(store).is_dir():
+        return False
+    print(
+        f"error: feature store {store}: no such folder; build it with `make features` (or "
+        f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store",
+        file=sys.stderr,
+    )
+    return True
+
+
 def cmd_ls(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     df = Store(args.store).sessions()
     if df.empty:
         print(
@@ -260,7 +274,11 @@ def cmd_ls(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     store = Store(args.store)
+    if ls := parse_session(args.session):  # any case, as scan matches file names
+        args.session = session_name(*ls)
     try:
         meta = store.meta(args.session)
         keys = store.channel_keys(args.session)
@@ -299,6 +317,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)

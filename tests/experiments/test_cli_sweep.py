@@ -20,7 +20,8 @@ from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import ccc_protocols
 from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import run_sweep
-from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
+from experiments.tracking.child_runs import UNSEEN_OF_TAG
+from experiments.tracking.tracker import _UNSEEN_OF, CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
 from tests.experiments.helpers import (
     LISTENERS,
@@ -406,6 +407,16 @@ def test_export_errors_name_the_run(sweep_once, tracking_dir, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert res.best_run_id in err and "loso" in err
+    # the left-out listeners' predictions are in the sibling run, which the message names
+    t = res.table
+    assert UNSEEN_OF_TAG == _UNSEEN_OF and UNSEEN_OF_TAG in t
+    unseen = t[t[UNSEEN_OF_TAG].notna()].iloc[0]
+    ordinary = t[t[CONFIG_HASH_TAG] == unseen[UNSEEN_OF_TAG]].iloc[0]
+    args = ["--out", str(tmp_path / "c"), "--tracking-uri", tracking_dir]
+    assert main(["export", ordinary.run_id, "--split", "test_unseen", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"experiments export {unseen.run_id} --split test_unseen" in err
+    assert main(["export", unseen.run_id, "--split", "test_unseen", *args]) == 0
 
 
 def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(

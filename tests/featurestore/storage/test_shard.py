@@ -141,6 +141,8 @@ def test_schema_version_and_unreadable_or_missing_shards(store, tmp_path):
         StoreError, match=r"no shard for Subject_9_Story_9 .*run `featurestore extract`"
     ):
         store.read_session("Subject_9_Story_9", ["listener/face_geom"])
+    with pytest.raises(StoreError, match=rf"no shard for Subjct_.*did you mean {META.session}\?"):
+        store.read_session(META.session.replace("Subject", "Subjct"), ["listener/face_geom"])
 
 
 def test_column_names_that_disagree_with_the_data_are_an_error(store):
