@@ -78,7 +78,7 @@ endif
 sweep: install ## run the experiment sweep (CONFIG=...) on the store and log it to MLflow
 	$(BIN)/experiments sweep --config $(CONFIG) --store $(STORE) --jobs $(JOBS)
 
-ablate: install ## speaker / listener / both table -> reports/ablation.{md,csv}
+ablate: install ## speaker / listener / both table -> reports/ablation*.{md,csv,png} (docs/outputs.md lists them)
 	$(BIN)/experiments ablate --config experiments/configs/ablation.yaml --store $(STORE) --jobs $(JOBS)
 
 ui: install ## open the MLflow UI on the project's tracking store (http://127.0.0.1:$(PORT)); prints each experiment's runs link

@@ -16,17 +16,18 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from featurestore import Store, __version__
 from featurestore.processes import terminate_as_interrupt
-from featurestore.storage.store import parse_session, session_name
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import ConfigError, load_config
+from .config.reference import ConfigWarning
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -51,14 +52,15 @@ def add_verb(
     return p
 
 
-def add_config_options(p: argparse.ArgumentParser) -> None:
-    """``--config FILE``, repeatable ``--set KEY=VALUE`` and ``--print-config``."""
+def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> None:
+    """``--config FILE`` (``default``: the packaged config the verb reads without it),
+    repeatable ``--set KEY=VALUE`` and ``--print-config``."""
     p.add_argument(
         "--config",
         default=None,
         metavar="FILE",
-        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search "
-        "(default: experiments/configs/default.yaml)",
+        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
+        f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
     )
     p.add_argument(
         "--set",
@@ -67,17 +69,39 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
-        "(e.g. --set window.delay_s=[2] --set models.0.alpha=[1,10])",
+        "(e.g. --set window.delay_s=[2] --set models.2.alpha=[1,10]: list items by index)",
     )
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    p.set_defaults(takes_config=True)
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config and exit (with --store: after checking its target and "
+        "channels against the store)",
+    )
+    p.set_defaults(takes_config=True, config_default=default)
+
+
+#: the store a verb reads when --store is not given
+DEFAULT_STORE = "features"
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``."""
-    return load_config(
-        args.config or getattr(args, "config_default", None), overrides=args.overrides
-    )
+    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``,
+    checked against the store (``--store``, else ``features/``) unless only ``--print-config``
+    was asked for without ``--store``."""
+    store = getattr(args, "store", None)  # a verb without --store reads no store
+    if store is None and not args.print_config and hasattr(args, "store"):
+        store = args.store = DEFAULT_STORE
+    path = args.config or args.config_default
+    names = None
+    if store is not None:
+        from .config.store_check import store_names  # startup: see the imports above
+
+        try:
+            names = store_names(store, require_channels=args.verb != "agreement")
+        except ConfigError:  # no store to check against: the config's own problems first
+            load_config(path, overrides=args.overrides)
+            raise
+    return load_config(path, overrides=args.overrides, store=names)
 
 
 # --------------------------------------------------------------------- score
@@ -87,8 +111,18 @@ def add_score(sub: argparse._SubParsersAction) -> None:
         cmd_score,
         help="score challenge-format predictions against ground truth (both protocols)",
     )
-    p.add_argument("ground_truth_dir", type=Path, metavar="GROUND_TRUTH_DIR")
-    p.add_argument("prediction_dir", type=Path, metavar="PREDICTION_DIR")
+    p.add_argument(
+        "ground_truth_dir",
+        type=Path,
+        metavar="GROUND_TRUTH_DIR",
+        help="folder of the true Subject_<L>_Story_<S>.csv ratings (may hold every split)",
+    )
+    p.add_argument(
+        "prediction_dir",
+        type=Path,
+        metavar="PREDICTION_DIR",
+        help="folder of predicted Subject_<L>_Story_<S>.csv files (experiments export writes them)",
+    )
     p.add_argument(
         "--csv",
         type=Path,
@@ -96,92 +130,37 @@ def add_score(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="also write session, listener, story, ccc to FILE",
     )
-
-
-def _session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
-    """(listener, story) -> CSV path; plus problems (duplicate sessions)."""
-    if not folder.is_dir():
-        raise UsageError(
-            f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files"
-        )
-    found: dict[tuple[int, int], Path] = {}
-    problems: list[str] = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() != ".csv" or path.name.startswith("."):
-            continue
-        ls = parse_session(path.stem)
-        if ls is None:
-            continue
-        if ls in found:
-            problems.append(
-                f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one"
-            )
-            continue
-        found[ls] = path
-    return found, problems
-
-
-def _read_valence(path: Path):
-    """Values of one challenge-format CSV (validated by featurestore's annotation reader).
-
-    The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
-    """
-    # predictions may leave [-1, 1]; the official scorer does not check the range either
-    from featurestore.sources.annotations import read_annotation  # startup: see the imports above
-
-    return read_annotation(path, value_range=(-float("inf"), float("inf")))
+    p.add_argument(
+        "--split",
+        choices=["train", "val", "test"],
+        default=None,
+        help="score the stories of this official split (test: 3, 6, 7); default: the stories that "
+        "have predictions. Either way every listener of a scored story needs a prediction",
+    )
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the
     personalized and generalized protocol means, as the official challenge scorer does.
-    Exit 1 when the files do not pair up."""
+    The ground truth may hold every split: the stories scored are those with predictions (or
+    --split's), and the sessions left out are listed. Exit 1 when the files of the scored
+    stories do not pair up."""
     import pandas as pd  # startup: see the imports above
 
-    from .evaluation.metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+    from .evaluation.metrics import ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+    from .evaluation.score_files import score_folders
 
-    truth, problems = _session_csvs(args.ground_truth_dir)
-    preds, more = _session_csvs(args.prediction_dir)
-    problems += more
-    if not truth:
-        print(f"no Subject_<L>_Story_<S>.csv files in {args.ground_truth_dir}", file=sys.stderr)
-        return EXIT_FAILED
-    missing = sorted(set(truth) - set(preds))
-    extra = sorted(set(preds) - set(truth))
-    if missing:
-        problems.append(
-            f"{len(missing)} predictions missing from {args.prediction_dir}: "
-            + ", ".join(f"{session_name(*k)}.csv" for k in missing)
-        )
-    if extra:
-        problems.append(
-            f"{len(extra)} predictions in {args.prediction_dir} have no ground truth in {args.ground_truth_dir}: "
-            + ", ".join(preds[k].name for k in extra)
-        )
-    rows = []
-    for key in sorted(set(truth) & set(preds)):
-        name = session_name(*key)
-        try:
-            y_true, y_pred = _read_valence(truth[key]), _read_valence(preds[key])
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        if len(y_true) != len(y_pred):
-            problems.append(
-                f"{name}: ground truth has {len(y_true)} frames ({truth[key]}) but the prediction has "
-                f"{len(y_pred)} ({preds[key]}); write one row per label frame"
-            )
-            continue
-        rows.append(
-            {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
-        )
-    if problems:
-        print(f"cannot score: {len(problems)} problem(s)", file=sys.stderr)
-        for msg in problems:
+    try:
+        scored = score_folders(args.ground_truth_dir, args.prediction_dir, args.split)
+    except NotADirectoryError as e:
+        raise UsageError(str(e)) from e
+    if scored.problems:
+        print(f"cannot score: {len(scored.problems)} problem(s)", file=sys.stderr)
+        for msg in scored.problems:
             print(f"  {msg}", file=sys.stderr)
         return EXIT_FAILED
-
+    rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
     table = pd.DataFrame(rows)
     matrix = ccc_matrix(table)
     shown = matrix.copy()
@@ -189,6 +168,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
     shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
     protocols = ccc_protocols(table)
+    if skipped:
+        gone = sorted({story for _, story in skipped})
+        print(
+            f"scored {how} ({', '.join(map(str, sorted(stories)))}); skipped {len(skipped)} "
+            f"sessions of stories {', '.join(map(str, gone))} (--split NAME chooses the stories)"
+        )
     print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
     print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
     print()
@@ -207,7 +192,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------- sweep / ablate / export
 def _store_and_tracking(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    _store_option(p)
     p.add_argument(
         "--tracking-uri",
         default=None,
@@ -236,7 +221,22 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="feature store folder (default: features/); the config's target and channels are "
+        "checked against it before anything runs",
+    )
+
+
 def _check_store(store: str) -> None:
+    if not Path(store).is_dir():
+        raise UsageError(
+            f"feature store {store}: no such folder; build it with `make features` (or "
+            f"`featurestore extract DATA_DIR --store {store}`), or pass its folder with --store"
+        )
     if not Store(store).list_sessions():
         raise UsageError(
             f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first"
@@ -344,12 +344,14 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
         sub,
         cmd_ablate,
         help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
-        config_default="ablation",
     )
-    add_config_options(p)
+    add_config_options(p, default="ablation")
     _store_and_tracking(p)
     p.add_argument(
-        "--out", default="reports", help="folder for ablation.md/.csv/.png (default: reports/)"
+        "--out",
+        default="reports",
+        help="folder for ablation.md, .csv, .png, ablation_comparisons.csv, ablation_unseen.csv "
+        "(default: reports/)",
     )
 
 
@@ -373,16 +375,20 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     code = _print_sweep(res)
     print()
     print((Path(args.out) / "ablation.md").read_text())
-    print(
-        f"written: {Path(args.out) / 'ablation.md'}, {Path(args.out) / 'ablation.csv'}, "
-        f"{Path(args.out) / 'ablation.png'}"
-    )
+    names = ["ablation.md", "ablation.csv", "ablation_comparisons.csv", "ablation_unseen.csv"]
+    written = [
+        Path(args.out) / n for n in [*names, "ablation.png"] if (Path(args.out) / n).exists()
+    ]
+    print(f"written: {', '.join(map(str, written))} (docs/outputs.md says what each holds)")
     return code
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = add_verb(sub, cmd_export, help="write a run's predictions in challenge format")
-    p.add_argument("run_id")
+    p.add_argument(
+        "run_id",
+        help="MLflow run id of one configuration (a child run; the UI and the sweep print them)",
+    )
     p.add_argument(
         "--split",
         choices=["val", "test", "loso", "test_unseen"],
@@ -411,10 +417,9 @@ def add_agreement(sub: argparse._SubParsersAction) -> None:
         sub,
         cmd_agreement,
         help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
-        config_default="ablation",
     )
-    add_config_options(p)
-    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    add_config_options(p, default="ablation")
+    _store_option(p)
     p.add_argument(
         "--targets",
         nargs=2,
@@ -503,7 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         if getattr(args, "takes_config", False):
-            args.cfg = config_from_args(args)
+            with warnings.catch_warnings(record=True) as notes:
+                warnings.simplefilter("always", ConfigWarning)
+                args.cfg = config_from_args(args)
+            for note in notes:
+                print(f"experiments {args.verb}: note: {note.message}", file=sys.stderr)
             if args.print_config:
                 print(args.cfg.to_yaml(), end="")
                 return EXIT_OK

@@ -9,37 +9,29 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from . import __version__
 from .demo import build_demo
-from .extraction.config import ConfigError, _hint, load_feature_config
+from .extraction.config import ConfigError, _hint, check_overrides_apply, load_feature_config
 from .extraction.derived import RULE_VERSIONS
 from .extraction.distributed import extract_many_dask
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import extract_many
+from .extraction.summary import print_extract_summary, print_import, print_table
 from .extractors import ExtractorUnavailable, registry
 from .processes import terminate_as_interrupt
 from .sources.manifest import read_scan_json, scan, write_manifest
 from .sources.manifest_file import ManifestError
-from .storage.store import Store, StoreError
+from .storage.shard import TRANSCRIPT_CHANNELS
+from .storage.store import Store, StoreError, parse_session, session_name
 from .synth import synth_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MANIFEST = "manifest.json"
-
-
-def _print_table(rows: list[dict], columns: list[str]) -> None:
-    if not rows:
-        return
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.ljust(widths[c]) for c in columns))
-    for r in rows:
-        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
 
 
 def _load_cfg(args):
@@ -91,7 +83,7 @@ def cmd_scan(args) -> int:
         }
         for s in report.sessions
     ]
-    _print_table(
+    print_table(
         rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
     )
     print(
@@ -121,53 +113,12 @@ def _sessions_for_extract(args, cfg):
     return read_scan_json(manifest)
 
 
-#: per-session lines of the extraction summary before it groups them (one screen in all)
-SUMMARY_LINES = 12
-
-
-def _some(names: list[str], shown: int = 4) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
-def _summary(results, started: float) -> int:
-    counts = Counter(r.status for r in results)
-    print(
-        f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
-        f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
-    )
-    computed = [r for r in results if r.computed]
-    if len(computed) <= SUMMARY_LINES:
-        for r in computed:
-            print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
-    else:  # many sessions: one line per set of computed channels
-        groups: dict[tuple[str, ...], list[str]] = {}
-        for r in computed:
-            groups.setdefault(tuple(r.computed), []).append(r.session)
-        for chans, names in groups.items():
-            print(f"  {len(names)} sessions computed {', '.join(chans)} ({_some(names)})")
-    notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
-    for line in notes[:SUMMARY_LINES]:
-        print(line)
-    if len(notes) > SUMMARY_LINES:
-        print(f"  ... and {len(notes) - SUMMARY_LINES} more notes")
-    failed = [r for r in results if r.failed]
-    for r in failed:
-        print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
-    if failed:
-        print(
-            f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
-            "fix the inputs and re-run the same command to do only what is missing",
-            file=sys.stderr,
-        )
-    return EXIT_FAILED if failed else EXIT_OK
-
-
 def cmd_extract(args) -> int:
     started = time.perf_counter()
     cfg = _load_cfg(args)
     channels = args.channels or cfg.channels
     _check_channels(channels)
+    check_overrides_apply(args.set, channels, "extract")
     sessions, dups = _sessions_for_extract(args, cfg)
     if args.sessions:
         wanted = set(args.sessions)
@@ -224,7 +175,7 @@ def cmd_extract(args) -> int:
             file=sys.stderr,
         )
         return 130
-    return _summary(pre_failed + results, started)
+    return print_extract_summary(pre_failed + results, started)
 
 
 def cmd_import(args) -> int:
@@ -241,7 +192,7 @@ def cmd_import(args) -> int:
     except ValueError as e:  # a bad --channel name
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return _print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
+    return print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
 
 
 def cmd_labels(args) -> int:
@@ -252,48 +203,37 @@ def cmd_labels(args) -> int:
     except ValueError as e:  # a bad --target name or --fps
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return _print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
+    return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
 def cmd_transcripts(args) -> int:
+    check_overrides_apply(args.set, TRANSCRIPT_CHANNELS, "transcripts", top_level=False)
     cfg = _load_cfg(args)
     report = import_transcripts(
         args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg
     )
-    return _print_import(
+    return print_import(
         report,
         args.transcript_dir,
         "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass",
     )
 
 
-def _print_import(report, folder: str, expected: str) -> int:
-    """Per-session lines (failures on stderr), then the one-line summary; returns the exit code."""
-    ok = report.succeeded
-    if len(ok) <= SUMMARY_LINES:
-        for r in ok:
-            print(r)
-    else:  # one screen: the failures matter, the successes are counted
-        print(f"ok     {len(ok)} sessions ({_some([r.session for r in ok])})")
-    for r in report.failed:
-        print(r, file=sys.stderr)
-    for p in report.skipped:
-        print(f"skipped {p}: name has no Subject_<L>_Story_<S>")
+def _missing_store(store: str) -> bool:
+    """Say so (on stderr) when the store folder does not exist."""
+    if Path(store).is_dir():
+        return False
     print(
-        f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
-        + (
-            " (their shards are unchanged; fix the files named above and re-run)"
-            if report.failed
-            else ""
-        )
+        f"error: feature store {store}: no such folder; build it with `make features` (or "
+        f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store",
+        file=sys.stderr,
     )
-    if not report.results:
-        print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_FAILED if report.failed else EXIT_OK
+    return True
 
 
 def cmd_ls(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     df = Store(args.store).sessions()
     if df.empty:
         print(
@@ -305,7 +245,7 @@ def cmd_ls(args) -> int:
         channels=df.channels.map(lambda c: ",".join(c)),
         targets=df.targets.map(lambda t: ",".join(t)),
     ).to_dict("records")
-    _print_table(
+    print_table(
         rows,
         ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"],
     )
@@ -313,7 +253,11 @@ def cmd_ls(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     store = Store(args.store)
+    if ls := parse_session(args.session):  # any case, as scan matches file names
+        args.session = session_name(*ls)
     try:
         meta = store.meta(args.session)
         keys = store.channel_keys(args.session)
@@ -352,6 +296,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if _missing_store(args.store):
+        return EXIT_FAILED
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
     problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
@@ -411,15 +357,18 @@ def build_parser() -> argparse.ArgumentParser:
             "--store", default="features", help="feature store folder (default: features/)"
         )
 
-    def set_arg(sp):
+    def set_arg(
+        sp,
+        examples="an extractor's (--set face_au.device=cuda --set "
+        "face_geom.redetect_every_s=0.5) or a top-level key (--set face_fps=10)",
+    ):
         sp.add_argument(
             "--set",
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="override a setting of the config (repeatable; VALUE is YAML): an extractor's "
-            "(--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) or a top-level key "
-            "(--set face_fps=10); it enters the channel's cache key",
+            help=f"override a setting of the config (repeatable; VALUE is YAML): {examples}; "
+            "it enters the channel's cache key; a setting the verb does not use is refused",
         )
 
     def manifest_arg(sp):
@@ -432,7 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
-    sp.add_argument("data_dir", nargs="?", help="data folder (OMG-Empathy layout)")
+    sp.add_argument(
+        "data_dir",
+        nargs="?",
+        help="corpus folder (Subject_<L>_Story_<S> files at any depth; not needed with --manifest)",
+    )
     store_arg(sp)
     manifest_arg(sp)
     sp.add_argument(
@@ -453,7 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
         "speech and lexicon only where a session has a transcript)",
     )
     sp.add_argument("--jobs", type=int, default=1, help="sessions in parallel processes")
-    sp.add_argument("--executor", choices=["local", "dask"], default="local")
+    sp.add_argument(
+        "--executor",
+        choices=["local", "dask"],
+        default="local",
+        help="where sessions run: local processes (default) or a Dask cluster (--scheduler)",
+    )
     sp.add_argument(
         "--scheduler", help="address of an existing Dask scheduler (with --executor dask)"
     )
@@ -478,9 +436,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel"
     )
-    sp.add_argument("table_dir")
-    sp.add_argument("--role", required=True, choices=["speaker", "listener", "scene"])
-    sp.add_argument("--channel", required=True)
+    sp.add_argument("table_dir", help="folder of Subject_<L>_Story_<S>.csv or .parquet tables")
+    sp.add_argument(
+        "--role",
+        required=True,
+        choices=["speaker", "listener", "scene"],
+        help="whose features the tables hold (scene: the whole recording, e.g. its audio)",
+    )
+    sp.add_argument(
+        "--channel",
+        required=True,
+        help="channel name to store them as (ROLE/NAME in a feature set), e.g. openface",
+    )
     store_arg(sp)
     sp.add_argument(
         "--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"
@@ -495,26 +462,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("labels", help="import valence annotation CSVs as a label target")
-    sp.add_argument("annotation_dir")
+    sp.add_argument("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings")
     sp.add_argument(
         "--target", required=True, help="label name, e.g. valence_self, valence_observer_listener"
     )
     store_arg(sp)
-    sp.add_argument("--fps", type=float, default=25.0)
+    sp.add_argument(
+        "--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"
+    )
     sp.set_defaults(func=cmd_labels)
 
     sp = sub.add_parser(
         "transcripts",
         help="transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues",
     )
-    sp.add_argument("transcript_dir")
+    sp.add_argument(
+        "transcript_dir", help="folder of transcribed_subject_<L>_story_<S>.srt or .ass files"
+    )
     store_arg(sp)
     sp.add_argument("--force", action="store_true", help="recompute even current channels")
     sp.add_argument(
         "--config",
         help="featurestore YAML with the speech/lexicon settings (default: none, the defaults)",
     )
-    set_arg(sp)
+    set_arg(sp, "a speech or lexicon setting (--set lexicon.window_s=8)")
     sp.set_defaults(func=cmd_transcripts)
 
     sp = sub.add_parser("ls", help="list the shards of a store")
@@ -524,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "inspect", help="channels, shapes, valid fraction and provenance of a session"
     )
-    sp.add_argument("session")
+    sp.add_argument("session", help="session id, e.g. Subject_1_Story_1")
     store_arg(sp)
     sp.add_argument("--columns", action="store_true", help="also list column names")
     sp.set_defaults(func=cmd_inspect)
@@ -537,8 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("demo", help="build the embedded demo corpus")
-    sp.add_argument("--out", default="demo_data")
-    sp.add_argument("--listeners", type=int, default=6)
+    sp.add_argument("--out", default="demo_data", help="folder to write (default: demo_data/)")
+    sp.add_argument("--listeners", type=int, default=6, help="listeners (default 6)")
     sp.add_argument(
         "--stories",
         type=int,
@@ -547,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)",
     )
     sp.add_argument("--duration", type=float, default=24.0, help="seconds per session")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser(
@@ -560,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=80,
         help="sessions, 8 stories per listener (default 80 = 10 x 8)",
     )
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.add_argument(
         "--face-fps",
         type=float,

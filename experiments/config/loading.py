@@ -24,6 +24,8 @@ Errors are :class:`ConfigError`; each names the file and the line of the key (or
 from __future__ import annotations
 
 import copy
+import os
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,9 @@ import yaml
 from featurestore.extraction.config import read_yaml_file
 
 from .grid import expand
+from .reference import ConfigWarning, defaults_note
 from .schema import ConfigError, ExperimentConfig, Range, config_hash
+from .store_check import StoreNames, store_names
 from .validation import validate
 
 #: the names outside code imports from here (defined in the modules above)
@@ -70,7 +74,11 @@ def resolve_config_path(path: str | Path | None) -> Path:
     )
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+def load_config(
+    path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    store: str | os.PathLike | StoreNames | None = None,
+) -> ExperimentConfig:
     """Read, override and validate an experiment config.
 
     Args:
@@ -78,11 +86,18 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             None for ``experiments/configs/default.yaml``.
         overrides: ``KEY=VALUE`` strings with dotted keys and YAML values, applied in order
             (``"window.delay_s=[2]"``, ``"models.0.alpha=[1, 10]"``, ``"window.align=causal"``).
+        store: a feature store folder (or its :func:`~experiments.config.store_check.store_names`):
+            the target and the swept feature sets' channels must be in its sessions, a
+            misspelt one is refused with the nearest name the store has. None: not checked.
+
+    Warns:
+        ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults (the
+            message says how many configurations that makes).
 
     Raises:
-        ConfigError: unreadable or malformed file, unknown key, bad value; the message names
-            the file and line (of the syntax error, or of the key) or the ``--set`` option, and
-            the key path.
+        ConfigError: unreadable or malformed file, unknown keys, bad values, names the store
+            lacks; every problem of the file at once, each naming the file and line (of the
+            syntax error, or of the key) or the ``--set`` option, and the key path.
     """
     p = resolve_config_path(path)
     raw = read_yaml_file(p, ConfigError)
@@ -92,9 +107,18 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         raise ConfigError(
             f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}"
         )
-    return from_dict(
-        raw, source=str(p), overrides=overrides, lines=key_lines(p.read_text(encoding="utf-8"))
+    overrides = list(overrides)
+    cfg = from_dict(
+        raw,
+        source=str(p),
+        overrides=overrides,
+        lines=key_lines(p.read_text(encoding="utf-8")),
+        store=store,
     )
+    given = set(raw) | {text.split("=", 1)[0].split(".")[0].strip() for text in overrides}
+    if note := defaults_note(given, cfg):
+        warnings.warn(note, ConfigWarning, stacklevel=2)
+    return cfg
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -150,16 +174,19 @@ def from_dict(
     source: str = "<dict>",
     overrides: Iterable[str] = (),
     lines: Mapping[str, int] | None = None,
+    store: str | os.PathLike | StoreNames | None = None,
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
-    (see :func:`key_lines`) lets errors name the line of the key in ``source``."""
+    (see :func:`key_lines`) lets errors name the line of the key in ``source``; ``store``
+    as in :func:`load_config`."""
     data = copy.deepcopy(dict(raw))
     origins: dict[str, str] = {}
     for text in overrides:
         keys, value = parse_override(text)
         apply_override(data, keys, value, text)
         origins[".".join(keys)] = f"--set {text}"
-    return validate(data, source, origins, lines)
+    names = store if store is None or isinstance(store, StoreNames) else store_names(store)
+    return validate(data, source, origins, lines, names)
 
 
 def key_lines(text: str) -> dict[str, int]:

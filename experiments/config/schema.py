@@ -42,7 +42,14 @@ ONLY_AXES = (
 
 
 class ConfigError(ValueError):
-    """A bad experiment config: the message names the file or ``--set`` option and the key path."""
+    """A bad experiment config: the message names the file or ``--set`` option and the key path.
+
+    An error that reports several problems at once lists them in ``problems``; ``line`` is the
+    line of the key in the file (0 for a ``--set`` option, None when unknown)."""
+
+    line: int | None = None
+    key: str = ""  # the dotted key path, when the error is about one key
+    problems: list[ConfigError] = []  # set per instance; never appended to
 
 
 def _default_feature_sets() -> dict[str, list[str]]:
@@ -53,6 +60,25 @@ def _default_feature_sets() -> dict[str, list[str]]:
     }
 
 
+#: the top-level keys of a config file, in the order ``--print-config`` writes them
+TOP_KEYS = (
+    "target",
+    "splits",
+    "protocol",
+    "folds",
+    "ccc_averaging",
+    "feature_sets",
+    "feature_set",
+    "window",
+    "models",
+    "personalization",
+    "postprocess",
+    "tracking",
+    "seed",
+    "unseen_listener",
+    "jobs",
+    "search",
+)
 #: keys of a range mapping (:class:`Range`)
 RANGE_KEYS = ("low", "high", "log", "int", "step")
 #: search methods: ``grid`` (every combination, :func:`experiments.studies.sweep.run_sweep`) or ``optuna``

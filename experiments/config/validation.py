@@ -47,12 +47,11 @@ experiments.config.schema.ConfigError: exp.yaml:4: window.algin: unknown key; di
 
 from __future__ import annotations
 
-import difflib
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-from .grid import format_value
+from .checker import Checker, suggest
 from .options import (
     ALIGNS,
     CCC_AVERAGINGS,
@@ -70,26 +69,18 @@ from .options import (
 from .protocols import ProtocolProblem, check_folds, check_splits, person_held_out_problem
 from .schema import (
     ONLY_AXES,
-    RANGE_KEYS,
     SEARCH_METHODS,
     SEARCH_SAMPLERS,
-    ConfigError,
+    TOP_KEYS,
     ExperimentConfig,
     ModelSpec,
     PostprocessConfig,
-    Range,
     SearchConfig,
     TrackingConfig,
     WindowConfig,
-    is_number,
 )
 from .search_space import SearchSpaceError, search_space
-
-
-def _suggest(word: Any, valid: Iterable[Any]) -> str:
-    valid = [str(v) for v in valid]
-    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
+from .store_check import StoreNames, store_problems
 
 
 def validate(
@@ -97,6 +88,7 @@ def validate(
     source: str = "<dict>",
     origins: Mapping[str, str] | None = None,
     lines: Mapping[str, int] | None = None,
+    store: StoreNames | None = None,
 ) -> ExperimentConfig:
     """Check a config mapping (as read from YAML, overrides applied) and fill in the defaults.
 
@@ -105,230 +97,119 @@ def validate(
         source: where it came from (a file path), named in every error.
         origins: dotted key -> the ``--set KEY=VALUE`` option that set it (errors name it).
         lines: dotted key (list items by index: ``models.0.alpha``) -> line of the file it is on.
+        store: the names a feature store holds (:func:`~experiments.config.store_check.store_names`):
+            the target and the swept feature sets' channels are checked against them.
 
     Raises:
-        ConfigError: the first problem found, with the file (and line) or ``--set`` option,
-            the key path and, for a misspelt key or value, the nearest valid one.
+        ConfigError: every problem found, each with the file (and line) or ``--set`` option,
+            the key path and, for a misspelt key or value, the nearest valid one (one error
+            whose ``problems`` lists them when there are several).
     """
-    return _Validator(source, origins or {}, lines or {}).config(raw)
+    return _Validator(source, origins or {}, lines or {}).config(raw, store)
 
 
-class _Validator:
-    def __init__(self, source: str, origins: Mapping[str, str], lines: Mapping[str, int]) -> None:
-        self.source = source
-        self.origins = dict(origins)
-        self.lines = dict(lines)
-        self.search_method = "grid"  # set by :meth:`config` before any axis is read
-
-    def fail(self, key: str, msg: str) -> ConfigError:
-        where = self.source
-        dotted = re.sub(
-            r"\[(\d+)\]", r".\1", key
-        )  # models[0].alpha -> models.0.alpha, as --set writes it
-        for k, origin in self.origins.items():
-            if dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + "."):
-                return ConfigError(f"{origin} (on {self.source}): {key}: {msg}")
-        # the line of the key, or of its nearest enclosing key the file has (a default has none)
-        parts = dotted.split(".") if dotted else []
-        line = next(
-            (
-                self.lines[p]
-                for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
-                if p in self.lines
-            ),
-            None,
-        )
-        if line is not None:
-            where = f"{where}:{line}"
-        return ConfigError(f"{where}: {key}: {msg}")
-
-    # ---- helpers
-    def mapping(self, key: str, value: Any, allowed: Sequence[str] | None = None) -> dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(key, f"expected a mapping, got {type(value).__name__} {value!r}")
-        if allowed is not None:
-            for k in value:
-                if k not in allowed:
-                    raise self.fail(
-                        f"{key}.{k}" if key else str(k), f"unknown key{_suggest(k, allowed)}"
-                    )
-        return value
-
-    def as_list(self, key: str, value: Any) -> list:
-        if isinstance(value, list | tuple):
-            if not value:
-                raise self.fail(key, "empty list; give at least one value")
-            return list(value)
-        if isinstance(value, dict):
-            raise self.fail(key, f"expected a value or a list of values, got a mapping {value!r}")
-        return [value]
-
-    def enum_list(self, key: str, value: Any, valid: Sequence[str]) -> list[str]:
-        out = []
-        for v in self.as_list(key, value):
-            if v not in valid:
-                raise self.fail(key, f"{v!r} is not one of {', '.join(valid)}{_suggest(v, valid)}")
-            if v not in out:
-                out.append(v)
-        return out
-
-    def number(self, key: str, v: Any, minimum: float | None = None, strict: bool = False) -> float:
-        if not is_number(v):
-            raise self.fail(key, f"expected a number, got {v!r}")
-        if minimum is not None and (v < minimum or (strict and v == minimum)):
-            raise self.fail(key, f"{v!r} must be {'>' if strict else '>='} {minimum:g}")
-        return float(v)
-
-    def number_list(
-        self, key: str, value: Any, minimum: float, strict: bool = False
-    ) -> list[float]:
-        out: list[float] = []
-        for v in self.as_list(key, value):
-            x = self.number(key, v, minimum, strict)
-            if x not in out:
-                out.append(x)
-        return out
-
-    def range(
-        self, key: str, value: dict, minimum: float | None = None, strict: bool = False
-    ) -> Range:
-        """A range mapping ``{low, high[, log][, int][, step]}`` (only in an Optuna search)."""
-        if self.search_method != "optuna":
-            raise self.fail(
-                key,
-                f"a range {value!r} is sampled by an Optuna search, but search.method is "
-                f"{self.search_method!r}; add `search: {{method: optuna, n_trials: 50, track: generalized}}` "
-                "or list the values of a grid, e.g. [0.01, 0.1, 1]",
-            )
-        for k in value:
-            if k not in RANGE_KEYS:
-                raise self.fail(f"{key}.{k}", f"unknown key of a range{_suggest(k, RANGE_KEYS)}")
-        for k in ("low", "high"):
-            if k not in value:
-                raise self.fail(
-                    key,
-                    f"a range needs low and high, e.g. {{low: 0.01, high: 10, log: true}}; {k} is missing",
-                )
-        low = self.number(f"{key}.low", value["low"], minimum, strict)
-        high = self.number(f"{key}.high", value["high"], minimum, strict)
-        if not low < high:
-            raise self.fail(key, f"low {value['low']!r} must be below high {value['high']!r}")
-        flags = {}
-        for k in ("log", "int"):
-            flags[k] = value.get(k, False)
-            if not isinstance(flags[k], bool):
-                raise self.fail(f"{key}.{k}", f"expected true or false, got {flags[k]!r}")
-        step = value.get("step")
-        if step is not None:
-            step = self.number(f"{key}.step", step, 0.0, strict=True)
-            if flags["log"]:
-                raise self.fail(
-                    key,
-                    "a range takes log or step, not both (Optuna samples a log range continuously)",
-                )
-        if flags["log"] and low <= 0:
-            raise self.fail(f"{key}.low", f"a log range needs low > 0, got {value['low']!r}")
-        if flags["int"]:
-            for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
-                if v is not None and float(v) != int(v):
-                    raise self.fail(
-                        f"{key}.{k}", f"an integer range (int: true) needs integers, got {v!r}"
-                    )
-            return Range(
-                int(low),
-                int(high),
-                log=flags["log"],
-                int=True,
-                step=None if step is None else int(step),
-            )
-        return Range(low, high, log=flags["log"], step=step)
-
-    def number_axis(
-        self, key: str, value: Any, minimum: float, strict: bool = False
-    ) -> list[float] | Range:
-        """A numeric grid axis (list of numbers), or a range in an Optuna search."""
-        if isinstance(value, dict):
-            return self.range(key, value, minimum, strict)
-        return self.number_list(key, value, minimum, strict)
-
-    def lengths(self, key: str, value: Any) -> list[list[float]]:
-        items = self.as_list(key, value)
-        if all(is_number(x) for x in items) and len(items) > 1:
-            as_sets = ", ".join(f"[{format_value(x)}]" for x in items)
-            raise self.fail(
-                key,
-                f"{items!r} is ambiguous: each entry is one multi-scale set of window lengths; "
-                f"write [{as_sets}] for separate windows or [{items!r}] for one multi-scale set",
-            )
-        out: list[list[float]] = []
-        for i, entry in enumerate(items):
-            ls = self.number_list(f"{key}[{i}]", entry, 0.0, strict=True)
-            ls = sorted(ls)
-            if ls not in out:
-                out.append(ls)
-        return out
+class _Validator(Checker):
+    """The sections of a config; the value checks and error collection are :class:`Checker`'s."""
 
     # ---- sections
-    def config(self, raw: dict) -> ExperimentConfig:
-        top = [
-            "target",
-            "splits",
-            "protocol",
-            "folds",
-            "ccc_averaging",
-            "feature_sets",
-            "feature_set",
-            "window",
-            "models",
-            "personalization",
-            "postprocess",
-            "tracking",
-            "seed",
-            "jobs",
-            "unseen_listener",
-            "search",
-        ]
-        self.mapping("", raw, top)
+    def config(self, raw: dict, store: StoreNames | None = None) -> ExperimentConfig:
+        """Every section checked, each problem recorded (a failed section keeps its default so
+        the others are still checked); then, with ``store``, the names the store must hold."""
+        self.mapping("", raw, TOP_KEYS)
         d = ExperimentConfig()
         cfg = ExperimentConfig(source=self.source)
-        cfg.search = self.search(raw.get("search"))
+        cfg.search = self.attempt("search", lambda: self.search(raw.get("search")), d.search)
         self.search_method = cfg.search.method
+        cfg.target = self.attempt(
+            "target", lambda: self.target(raw.get("target", d.target)), d.target
+        )
+        cfg.protocol = self.attempt(
+            "protocol", lambda: self.protocol(raw.get("protocol", d.protocol)), d.protocol
+        )
+        cfg.folds = self.attempt(
+            "folds",
+            lambda: self.folds(raw.get("folds", d.folds), cfg.protocol, "folds" in raw),
+            d.folds,
+        )
+        cfg.splits = self.attempt(
+            "splits", lambda: self.splits(raw.get("splits", d.splits), cfg.protocol), d.splits
+        )
+        cfg.feature_sets = self.attempt(
+            "feature_sets",
+            lambda: self.feature_sets(raw.get("feature_sets", d.feature_sets)),
+            d.feature_sets,
+        )
+        if "feature_sets" not in self.failed:  # the names are checked against the sets
+            cfg.feature_set = self.attempt(
+                "feature_set",
+                lambda: self.feature_set(raw.get("feature_set", "all"), cfg.feature_sets),
+                list(cfg.feature_sets),
+            )
+        cfg.window = self.attempt("window", lambda: self.window(raw.get("window", {})), d.window)
+        cfg.personalization = self.attempt(
+            "personalization",
+            lambda: self.enum_list(
+                "personalization", raw.get("personalization", d.personalization), PERSONALIZATIONS
+            ),
+            d.personalization,
+        )
+        cfg.postprocess = self.attempt(
+            "postprocess", lambda: self.postprocess(raw.get("postprocess", {})), d.postprocess
+        )
+        cfg.tracking = self.attempt(
+            "tracking", lambda: self.tracking(raw.get("tracking", {})), d.tracking
+        )
+        cfg.seed = self.attempt("seed", lambda: self.integer("seed", raw.get("seed", d.seed)), 0)
+        cfg.ccc_averaging = self.attempt(
+            "ccc_averaging",
+            lambda: self.enum_list(
+                "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
+            )[0],
+            d.ccc_averaging,
+        )
+        self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
+        cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
+        models = raw["models"] if "models" in raw else [m.to_dict() for m in d.models]
+        cfg.models = self.attempt("models", lambda: self.models(models, cfg), d.models)
+        if not self.errors and (problem := person_held_out_problem(cfg)):
+            self.errors.append(self.fail(*problem))
+        if cfg.search.method == "optuna" and not self.errors:
+            try:
+                search_space(cfg)
+            except SearchSpaceError as e:
+                self.errors.append(self.fail(e.key, str(e)))
+        if store is not None:
+            for key, msg in store_problems(cfg, store, skip=self.failed):
+                self.errors.append(self.fail(key, msg))
+        self.raise_errors()
+        return cfg
 
-        target = raw.get("target", d.target)
+    def target(self, target: Any) -> str:
         if not isinstance(target, str) or not target:
             raise self.fail(
                 "target", f"expected a label target name such as valence_self, got {target!r}"
             )
-        cfg.target = target
+        return target
 
-        if isinstance(raw.get("protocol"), list):
+    def protocol(self, value: Any) -> str:
+        if isinstance(value, list):
             raise self.fail(
                 "protocol", f"expected one protocol ({', '.join(PROTOCOLS)}), not a list"
             )
-        cfg.protocol = self.enum_list("protocol", raw.get("protocol", d.protocol), PROTOCOLS)[0]
-        try:
-            cfg.folds = check_folds(raw.get("folds", d.folds), cfg.protocol, "folds" in raw)
-            cfg.splits = check_splits(raw.get("splits", d.splits), cfg.protocol)
-        except ProtocolProblem as e:
-            raise self.fail(e.key, e.message) from None
-        cfg.feature_sets = self.feature_sets(raw.get("feature_sets", d.feature_sets))
-        cfg.feature_set = self.feature_set(raw.get("feature_set", "all"), cfg.feature_sets)
-        cfg.window = self.window(raw.get("window", {}))
-        cfg.personalization = self.enum_list(
-            "personalization", raw.get("personalization", d.personalization), PERSONALIZATIONS
-        )
-        cfg.postprocess = self.postprocess(raw.get("postprocess", {}))
-        cfg.tracking = self.tracking(raw.get("tracking", {}))
-        seed = raw.get("seed", d.seed)
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise self.fail("seed", f"expected an integer, got {seed!r}")
-        cfg.seed = seed
-        cfg.ccc_averaging = self.enum_list(
-            "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
-        )[0]
-        unseen = raw.get("unseen_listener", d.unseen_listener)
+        return self.enum_list("protocol", value, PROTOCOLS)[0]
+
+    def integer(self, key: str, value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.fail(key, f"expected an integer, got {value!r}")
+        return value
+
+    def jobs(self, jobs: Any) -> int | None:
+        if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+            raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
+        return jobs
+
+    def unseen_listener(self, raw: dict, cfg: ExperimentConfig) -> None:
+        unseen = raw.get("unseen_listener", cfg.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
             unseen = True
@@ -338,21 +219,6 @@ class _Validator:
                 f"expected true, false or {{selection: nested}}, got {unseen!r}",
             )
         cfg.unseen_listener = unseen
-        jobs = raw.get("jobs", None)
-        if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
-            raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
-        cfg.jobs = jobs
-        cfg.models = self.models(
-            raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg
-        )
-        if problem := person_held_out_problem(cfg):
-            raise self.fail(*problem)
-        if cfg.search.method == "optuna":
-            try:
-                search_space(cfg)
-            except SearchSpaceError as e:
-                raise self.fail(e.key, str(e)) from None
-        return cfg
 
     def search(self, value: Any) -> SearchConfig:
         value = self.mapping("search", value, list(SearchConfig().to_dict()))
@@ -378,6 +244,18 @@ class _Validator:
         out.storage = storage
         return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
 
+    def folds(self, value: Any, protocol: str, given: bool) -> int:
+        try:
+            return check_folds(value, protocol, given)
+        except ProtocolProblem as e:
+            raise self.fail(e.key, e.message) from None
+
+    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
+        try:
+            return check_splits(value, protocol)
+        except ProtocolProblem as e:
+            raise self.fail(e.key, e.message) from None
+
     def feature_sets(self, value: Any) -> dict[str, list[str]]:
         value = self.mapping("feature_sets", value)
         if not value:
@@ -386,21 +264,28 @@ class _Validator:
             )
         out: dict[str, list[str]] = {}
         for name, keys in value.items():
-            key = f"feature_sets.{name}"
-            chans: list[str] = []
-            for ch in self.as_list(key, keys):
-                parts = str(ch).split("/")
-                if len(parts) != 2 or not parts[1]:
-                    raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
-                if parts[0] not in ROLES:
-                    raise self.fail(
-                        key,
-                        f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{_suggest(parts[0], ROLES)}",
-                    )
-                if ch not in chans:
-                    chans.append(str(ch))
-            out[str(name)] = chans
+            chans = self.attempt("feature_sets", partial(self.members, str(name), keys), None)
+            if chans is not None:
+                out[str(name)] = chans
         return out
+
+    def members(self, name: str, keys: Any) -> list[str]:
+        """One feature set's ``role/channel`` keys, each role checked (the channels are
+        checked against a store, when one is given)."""
+        key = f"feature_sets.{name}"
+        chans: list[str] = []
+        for ch in self.as_list(key, keys):
+            parts = str(ch).split("/")
+            if len(parts) != 2 or not parts[1]:
+                raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
+            if parts[0] not in ROLES:
+                raise self.fail(
+                    key,
+                    f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{suggest(parts[0], ROLES)}",
+                )
+            if ch not in chans:
+                chans.append(str(ch))
+        return chans
 
     def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:
         if value == "all" or value is None:
@@ -410,7 +295,7 @@ class _Validator:
             if v not in sets:
                 raise self.fail(
                     "feature_set",
-                    f"{v!r} is not defined in feature_sets ({', '.join(sets)}){_suggest(v, sets)}",
+                    f"{v!r} is not defined in feature_sets ({', '.join(sets)}){suggest(v, sets)}",
                 )
             if v not in names:
                 names.append(v)
@@ -491,40 +376,45 @@ class _Validator:
             raise self.fail(
                 "models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
             )
-        out: list[ModelSpec] = []
-        for i, entry in enumerate(value):
-            key = f"models[{i}]"
-            if isinstance(entry, str):
-                entry = {"name": entry}
-            if not isinstance(entry, dict) or "name" not in entry:
-                raise self.fail(
-                    key,
-                    f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}",
+        out = [
+            self.attempt("models", partial(self.model, i, e, cfg), None)
+            for i, e in enumerate(value)
+        ]
+        return [m for m in out if m is not None]
+
+    def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelSpec:
+        """One ``models`` entry; every unknown hyperparameter of it is reported."""
+        key = f"models[{i}]"
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise self.fail(
+                key,
+                f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}",
+            )
+        name = entry["name"]
+        if name not in MODEL_PARAMS:
+            raise self.fail(
+                f"{key}.name", f"unknown model {name!r}{suggest(name, sorted(MODEL_PARAMS))}"
+            )
+        spec = ModelSpec(str(name))
+        allowed = list(MODEL_PARAMS[name])
+        for hp, grid in entry.items():
+            if hp in ("name", "only"):
+                continue
+            if hp not in allowed:
+                hint = (
+                    suggest(hp, allowed + ["only"])
+                    if allowed
+                    else "; this model has no hyperparameters"
                 )
-            name = entry["name"]
-            if name not in MODEL_PARAMS:
-                raise self.fail(
-                    f"{key}.name", f"unknown model {name!r}{_suggest(name, sorted(MODEL_PARAMS))}"
-                )
-            spec = ModelSpec(str(name))
-            allowed = list(MODEL_PARAMS[name])
-            for hp, grid in entry.items():
-                if hp in ("name", "only"):
-                    continue
-                if hp not in allowed:
-                    hint = (
-                        _suggest(hp, allowed + ["only"])
-                        if allowed
-                        else "; this model has no hyperparameters"
-                    )
-                    raise self.fail(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
-                if isinstance(grid, dict):
-                    spec.params[hp] = self.range(f"{key}.{hp}", grid)
-                else:
-                    spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
-            spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
-            out.append(spec)
-        return out
+                self.note(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
+            elif isinstance(grid, dict):
+                spec.params[hp] = self.range(f"{key}.{hp}", grid)
+            else:
+                spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
+        spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
+        return spec
 
     def only(self, key: str, value: Any, cfg: ExperimentConfig) -> dict[str, list[Any]]:
         flat: dict[str, Any] = {}
@@ -548,7 +438,7 @@ class _Validator:
         for axis, vals in flat.items():
             k = f"{key}.{axis}"
             if axis not in ONLY_AXES:
-                raise self.fail(k, f"not a grid axis a model can narrow{_suggest(axis, ONLY_AXES)}")
+                raise self.fail(k, f"not a grid axis a model can narrow{suggest(axis, ONLY_AXES)}")
             if axis == "window.lengths_s":
                 out[axis] = self.lengths(k, vals)
             elif axis in ("window.delay_s", "postprocess.smooth_s"):

@@ -318,7 +318,7 @@ def export_predictions(
 
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
     try:
-        client.get_run(run_id)
+        run = client.get_run(run_id)
     except MlflowException as e:
         raise FileNotFoundError(
             f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI"
@@ -331,12 +331,42 @@ def export_predictions(
         except (MlflowException, OSError) as e:
             raise FileNotFoundError(
                 f"run {run_id} has no predictions for split {split!r} (artifacts predictions/{split}/)"
+                + _unseen_hint(client, run, split)
             ) from e
         files = sorted(local.glob("*.csv"))
         if not files:
-            raise FileNotFoundError(f"run {run_id} has no predictions for split {split!r}")
+            raise FileNotFoundError(
+                f"run {run_id} has no predictions for split {split!r}"
+                + _unseen_hint(client, run, split)
+            )
         written = []
         for f in files:
             shutil.copyfile(f, out / f.name)
             written.append(out / f.name)
     return written
+
+
+#: the tag an unseen-listener run carries with the config hash of the run it evaluates again
+#: (``experiments.tracking.child_runs.UNSEEN_OF_TAG``, which imports this module)
+_UNSEEN_OF = "unseen_of"
+
+
+def _unseen_hint(client: Any, run: Any, split: str) -> str:
+    """Where the predictions of ``split`` are when ``run`` has none: an ordinary run's
+    left-out-listener predictions (``*_unseen``) are in its unseen-listener run (which has the
+    ordinary splits' too); "" when there is nothing to point to."""
+    tags = run.data.tags
+    if split.endswith("_unseen") and CONFIG_HASH_TAG in tags:
+        found = client.search_runs(
+            [run.info.experiment_id],
+            filter_string=f"tags.{_UNSEEN_OF} = '{tags[CONFIG_HASH_TAG]}'",
+            max_results=1,
+        )
+        if found:
+            other = found[0].info.run_id
+            return f"; its unseen-listener run has them: experiments export {other} --split {split}"
+        return (
+            "; *_unseen predictions are in the unseen-listener runs (tag unseen_of), logged for "
+            "each feature set's chosen generalized configuration when unseen_listener is on"
+        )
+    return ""

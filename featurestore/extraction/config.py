@@ -286,6 +286,35 @@ def parse_override(text: str) -> dict:
     )
 
 
+def check_overrides_apply(
+    overrides: Sequence[str], extractors: Sequence[str], verb: str, top_level: bool = True
+) -> None:
+    """Refuse a ``--set`` that the verb would ignore: a setting of an extractor it does not run
+    (``featurestore transcripts --set face_au.device=cuda``), or, with ``top_level`` False, any
+    top-level key. :class:`ConfigError` names the option, the verb and the settings that apply.
+
+    >>> try:
+    ...     check_overrides_apply(["face_au.device=cuda"], ["speech", "lexicon"], "transcripts")
+    ... except ConfigError as e:
+    ...     print(str(e).split("; ")[0])
+    --set face_au.device=cuda: face_au does not apply to `featurestore transcripts`, which computes speech, lexicon
+    """
+    applies = ", ".join(f"{name}.SETTING" for name in extractors)
+    if top_level:
+        applies += " or a top-level key (face_fps=10)"
+    for text in overrides:
+        parsed = parse_override(text)
+        named = list(parsed["extractors"]) if "extractors" in parsed else []
+        if not named and top_level:
+            continue
+        for name in named or list(parsed):
+            if name not in extractors:
+                raise ConfigError(
+                    f"--set {text}: {name} does not apply to `featurestore {verb}`, which computes "
+                    f"{', '.join(extractors)}; settings that apply: {applies}"
+                )
+
+
 def load_feature_config(
     path: str | Path | None = None,
     data_dir: str | Path | None = None,

@@ -12,6 +12,7 @@ opens, copies or renames a file: that, and the atomic replace, is the store's jo
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -274,10 +275,16 @@ class ShardReader:
         """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
         f = self.file
         if "labels" not in f or target not in f["labels"]:
-            have = ", ".join(self.label_targets()) or "none"
+            targets = self.label_targets()
+            near = difflib.get_close_matches(target, targets, n=1, cutoff=0.6)
+            fix = (
+                f"did you mean {near[0]!r}?"
+                if near
+                else f"to add a rating as this target: `featurestore labels ANNOTATION_DIR --target {target}`"
+            )
             raise StoreError(
-                f"session {self.session} has no labels {target!r} in {self.path} (it has: {have}); "
-                f"add them with `featurestore labels DIR --target {target}`"
+                f"session {self.session} has no labels {target!r} in {self.path} "
+                f"(it has: {', '.join(targets) or 'none'}); {fix}"
             )
         return f["labels"][target][()].astype(np.float32).reshape(-1)
 

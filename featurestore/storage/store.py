@@ -44,6 +44,7 @@ read and written by :mod:`featurestore.storage.shard`, the checks of ``featurest
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import shutil
@@ -180,10 +181,26 @@ class Store:
     def _open(self, session: str) -> h5py.File:
         path = self.shard_path(session)
         if not path.exists():
-            known = ", ".join(self.list_sessions()[:5]) or "none"
+            if not self.root.is_dir():
+                raise StoreError(
+                    f"no feature store at {self.root}: no such folder; build it with "
+                    f"`featurestore extract DATA_DIR --store {self.root}` (or `make features`)"
+                )
+            sessions = self.list_sessions()
+            # a misspelt name gets the nearest one; a well-formed one the store lacks, the list
+            near = (
+                difflib.get_close_matches(session, sessions, n=1, cutoff=0.6)
+                if parse_session(session) is None
+                else []
+            )
+            known = ", ".join(sessions[:5]) + (" ..." if len(sessions) > 5 else "") or "none"
             raise StoreError(
                 f"no shard for {session} in {self.root} (sessions there: {known}); "
-                "run `featurestore extract` or check the session name"
+                + (
+                    f"did you mean {near[0]}?"
+                    if near
+                    else "run `featurestore extract` or check the session name"
+                )
             )
         try:
             return h5py.File(path, "r")

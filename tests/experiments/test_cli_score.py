@@ -133,3 +133,27 @@ def test_module_entry_point_exit_code(folders):
         text=True,
     )
     assert r.returncode == 1 and "Subject_1_Story_1.csv" in r.stderr
+
+
+def test_only_the_predicted_stories_are_scored_and_the_rest_is_named(folders, capsys):
+    """An export of one split scored against a ground-truth folder that holds every split."""
+    gt, pred, expected = folders
+    for listener in (1, 2):
+        (pred / f"Subject_{listener}_Story_1.csv").unlink()
+    assert main(["score", str(gt), str(pred)]) == 0
+    out = capsys.readouterr().out
+    assert "scored the stories with predictions (3); skipped 2 sessions of stories 1" in out
+    assert "2 sessions" in out
+    story3 = np.mean([expected[(L, 3)] for L in (1, 2)])
+    assert f"generalized   {story3:.4f}" in out
+    # --split names the stories: the official test split holds story 3 of these
+    assert main(["score", str(gt), str(pred), "--split", "test"]) == 0
+    assert (
+        "scored --split test (3, 6, 7); skipped 2 sessions of stories 1" in capsys.readouterr().out
+    )
+    # and every session of the split's stories must have its prediction
+    assert main(["score", str(gt), str(pred), "--split", "val"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "2 predictions missing" in err and "(--split val)" in err and "Subject_1_Story_1.csv" in err
+    )

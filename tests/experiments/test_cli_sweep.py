@@ -20,9 +20,18 @@ from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import ccc_protocols
 from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import run_sweep
-from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
+from experiments.tracking.child_runs import UNSEEN_OF_TAG
+from experiments.tracking.tracker import _UNSEEN_OF, CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
-from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, cli_cmd, cli_env, config_dict
+from tests.experiments.helpers import (
+    LISTENERS,
+    N_FRAMES,
+    SPLITS,
+    STORIES,
+    cli_cmd,
+    cli_env,
+    config_dict,
+)
 
 
 def write_config(path, raw) -> str:
@@ -346,11 +355,16 @@ def test_export_then_score_reproduces_the_logged_metrics(
     for f in files:
         lines = f.read_text().splitlines()
         assert lines[0] == "valence" and len(lines) == N_FRAMES + 1
-    gt = tmp_path / "gt"
-    write_ground_truth(planted_store, gt, SPLITS[split])
+    gt = tmp_path / "gt"  # the annotation folder holds every story, as the corpus's does
+    write_ground_truth(planted_store, gt, STORIES)
     capsys.readouterr()
     assert main(["score", str(gt), str(out), "--csv", str(tmp_path / "ccc.csv")]) == 0
     printed = capsys.readouterr().out
+    others = len(LISTENERS) * (len(STORIES) - len(SPLITS[split]))
+    assert (
+        f"scored the stories with predictions ({', '.join(map(str, SPLITS[split]))}); skipped {others} sessions"
+        in printed
+    )
     protocols = ccc_protocols(pd.read_csv(tmp_path / "ccc.csv"))
     for prot in ("personalized", "generalized"):
         logged = run.data.metrics[f"{split}.ccc_{prot}"]
@@ -393,6 +407,16 @@ def test_export_errors_name_the_run(sweep_once, tracking_dir, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert res.best_run_id in err and "loso" in err
+    # the left-out listeners' predictions are in the sibling run, which the message names
+    t = res.table
+    assert UNSEEN_OF_TAG == _UNSEEN_OF and UNSEEN_OF_TAG in t
+    unseen = t[t[UNSEEN_OF_TAG].notna()].iloc[0]
+    ordinary = t[t[CONFIG_HASH_TAG] == unseen[UNSEEN_OF_TAG]].iloc[0]
+    args = ["--out", str(tmp_path / "c"), "--tracking-uri", tracking_dir]
+    assert main(["export", ordinary.run_id, "--split", "test_unseen", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"experiments export {unseen.run_id} --split test_unseen" in err
+    assert main(["export", unseen.run_id, "--split", "test_unseen", *args]) == 0
 
 
 def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(

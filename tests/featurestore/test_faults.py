@@ -431,14 +431,18 @@ def test_malformed_featurestore_config_exits_2_naming_file_and_line(corpus, tmp_
 def test_empty_store_is_named_by_verify_ls_and_inspect(tmp_path, capsys):
     empty = tmp_path / "features"
     empty.mkdir()
-    for store in (empty, tmp_path / "missing"):
-        assert main(["verify", "--store", str(store)]) == 1
+    assert main(["verify", "--store", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert f"{empty}: no shards found" in err and "featurestore extract" in err
+    assert main(["ls", "--store", str(empty)]) == 1
+    assert f"no shards in {empty}" in capsys.readouterr().err
+    assert main(["inspect", "Subject_1_Story_1", "--store", str(empty)]) == 1
+    assert "no shard for Subject_1_Story_1" in capsys.readouterr().err
+    missing = tmp_path / "missing"
+    for verb in (["verify"], ["ls"], ["inspect", "Subject_1_Story_1"]):
+        assert main([*verb, "--store", str(missing)]) == 1
         err = capsys.readouterr().err
-        assert f"{store}: no shards found" in err and "featurestore extract" in err
-        assert main(["ls", "--store", str(store)]) == 1
-        assert f"no shards in {store}" in capsys.readouterr().err
-        assert main(["inspect", "Subject_1_Story_1", "--store", str(store)]) == 1
-        assert "no shard for Subject_1_Story_1" in capsys.readouterr().err
+        assert f"feature store {missing}: no such folder" in err and "make features" in err
     assert list(empty.iterdir()) == [] and not (tmp_path / "missing").exists()
 
 
@@ -536,7 +540,7 @@ def test_exit_codes_of_every_verb(corpus, extracted, tmp_path, capsys):
         "inspect": (
             [["inspect", *s]],
             [["inspect", "Subject_9_Story_9", *s]],
-            [["inspect", SESSIONS[0], *s]],
+            [["inspect", SESSIONS[0], *s], ["inspect", SESSIONS[0].lower(), *s]],
         ),
         "demo": (
             [["demo", "--out", str(tmp_path / "demo"), "--duration", "1"]],

@@ -103,10 +103,14 @@ def test_a_missing_channel_names_what_the_shard_has_and_how_to_add_it(store):
 def test_missing_target_and_label_length_mismatch_are_named(store):
     with pytest.raises(
         StoreError,
-        match=r"has no labels 'valence_other' .*\(it has: valence_self\); add them with "
-        r"`featurestore labels DIR --target valence_other`",
+        match=r"has no labels 'arousal' .*\(it has: valence_self\); to add a rating as this target: "
+        r"`featurestore labels ANNOTATION_DIR --target arousal`",
     ):
-        store.read_session(META.session, ["listener/face_geom"], "valence_other")
+        store.read_session(META.session, ["listener/face_geom"], "arousal")
+    with pytest.raises(
+        StoreError, match=r"no labels 'valence_slef' .*did you mean 'valence_self'\?"
+    ):
+        store.read_session(META.session, ["listener/face_geom"], "valence_slef")
     with h5py.File(store.shard_path(META.session), "a") as f:
         del f["labels/valence_self"]
         f["labels/valence_self"] = np.zeros(90, np.float32)
@@ -137,6 +141,8 @@ def test_schema_version_and_unreadable_or_missing_shards(store, tmp_path):
         StoreError, match=r"no shard for Subject_9_Story_9 .*run `featurestore extract`"
     ):
         store.read_session("Subject_9_Story_9", ["listener/face_geom"])
+    with pytest.raises(StoreError, match=rf"no shard for Subjct_.*did you mean {META.session}\?"):
+        store.read_session(META.session.replace("Subject", "Subjct"), ["listener/face_geom"])
 
 
 def test_column_names_that_disagree_with_the_data_are_an_error(store):

@@ -1,0 +1,127 @@
+"""The experiment config's reference tables, generated from the code, and the note on defaults.
+
+:func:`markdown_tables` writes the two tables of ``docs/config.md`` (every top-level key with its
+default, every model's hyperparameters with theirs) from :class:`~experiments.config.schema.ExperimentConfig`
+and :data:`~experiments.config.options.MODEL_PARAMS`; ``tools/config_tables.py --write`` puts
+them into the page and a test fails when the page and the code differ, so they cannot drift.
+
+:func:`defaults_note` says what a config file left to the defaults costs: a config without
+``models`` or ``feature_set`` sweeps the default models over every feature set, hundreds of
+configurations where the file may have meant a few.
+
+>>> print(markdown_tables().splitlines()[2])
+| `target` | `valence_self` | the label target predicted: any target in the store (`featurestore ls` lists them) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import yaml
+
+from .grid import expand
+from .options import MODEL_PARAMS
+from .schema import TOP_KEYS, ExperimentConfig, SearchConfig
+
+#: what each top-level key means (a test checks every key of :data:`TOP_KEYS` is here)
+KEY_MEANINGS: dict[str, str] = {
+    "target": "the label target predicted: any target in the store (`featurestore ls` lists them)",
+    "splits": "stories that train, validate (choose) and test (report once); the official split",
+    "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val",
+    "feature_sets": "name -> list of `role/channel` a model reads",
+    "feature_set": "which of `feature_sets` to sweep (default: all of them)",
+    "window": "the feature windows: lengths (s; each entry one multi-scale set), label delay (s), "
+    "alignment, statistics, the training rows' hop (s)",
+    "models": "a list of `{name: MODEL, HYPERPARAMETER: [values], only: {...}}` (table below); "
+    "`only` narrows the other axes for that model",
+    "personalization": "how listeners are modelled (`global`: generalized track; the others: "
+    "personalized)",
+    "postprocess": "prediction smoothing (window s, method), rescaling, and what rescaling is "
+    "fitted on",
+    "tracking": "MLflow: `uri` (`mlruns`: SQLite in `mlruns/`) and the `experiment` the runs go to",
+    "seed": "random seed of every model and resampling",
+    "unseen_listener": "also score each feature set's generalized choice on listeners left out of "
+    "training (`{selection: nested}`: chosen without them)",
+    "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
+    "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
+    "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
+}
+
+#: model -> the estimator it builds (:mod:`experiments.models.factory`)
+MODEL_ESTIMATORS: dict[str, str] = {
+    "ridge": "scikit-learn `Ridge` after median imputation and scaling",
+    "linear_svr": "scikit-learn `LinearSVR` after median imputation and scaling",
+    "svr": "scikit-learn `SVR` (RBF kernel) after median imputation and scaling",
+    "xgboost": "XGBoost `XGBRegressor` (missing values handled natively)",
+    "hist_gb": "scikit-learn `HistGradientBoostingRegressor` (missing values handled natively)",
+    "dummy": "the training mean (per listener when personalized): the baseline",
+    "position_prior": "the mean training-label curve over normalised session time",
+}
+
+#: (model, hyperparameter) -> what it sets, where the estimator's documentation is not enough
+PARAM_MEANINGS: dict[tuple[str, str], str] = {
+    ("svr", "gamma"): "`scale`, `auto` or a number",
+    ("svr", "nystroem_components"): "an integer: Nystroem RBF features + `LinearSVR` instead of "
+    "the exact SVR (for more than about 20,000 training rows)",
+    ("linear_svr", "loss"): "or `squared_epsilon_insensitive`",
+    ("xgboost", "n_jobs"): "threads per fit; 1 so that parallel configurations do not "
+    "oversubscribe the cores",
+    ("hist_gb", "max_depth"): "null: unlimited",
+    ("position_prior", "n_bins"): "bins of normalised session time",
+}
+
+
+def _flow(value: Any) -> str:
+    """A value as one line of YAML flow style (``[0.0, 2.0]``, ``null``)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def markdown_tables() -> str:
+    """The two Markdown tables of ``docs/config.md``: top-level keys and model hyperparameters."""
+    defaults = ExperimentConfig().to_dict()
+    defaults["search"] = {"method": SearchConfig().method}
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    for key in TOP_KEYS:
+        lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")
+    lines += [
+        "",
+        "| model | estimator | hyperparameter | default | note |",
+        "|---|---|---|---|---|",
+    ]
+    for model, params in MODEL_PARAMS.items():
+        first = f"| `{model}` | {MODEL_ESTIMATORS[model]} |"
+        if not params:
+            lines.append(f"{first} (none) | | |")
+        for i, (hp, default) in enumerate(params.items()):
+            lead = first if i == 0 else "| | |"
+            note = PARAM_MEANINGS.get((model, hp), "")
+            lines.append(f"{lead} `{hp}` | `{_flow(default)}` | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+class ConfigWarning(UserWarning):
+    """A config that is valid but probably not what was meant (see :func:`defaults_note`)."""
+
+
+def defaults_note(given: Collection[str], cfg: ExperimentConfig) -> str:
+    """A warning for a config file that leaves ``models`` or a choice among several
+    ``feature_sets`` to the defaults: how many configurations that makes, and why; "" otherwise
+    (and for an Optuna search, whose size is ``n_trials``). ``given``: the top-level keys the
+    file and its ``--set`` options set."""
+    why = []
+    if "models" not in given:
+        names = ", ".join(m.name for m in cfg.models)
+        why.append(f"no `models`, so the default models ({names}) with their grids")
+    if "feature_set" not in given and len(cfg.feature_set) > 1:
+        why.append(f"no `feature_set`, so every feature set ({', '.join(cfg.feature_set)})")
+    if not why or cfg.search.method != "grid":
+        return ""
+    n = len(expand(cfg))
+    return (
+        f"{cfg.source} has {' and '.join(why)}: {n} configurations, logged to experiment "
+        f"{cfg.tracking.experiment!r}; list `models` and `feature_set` (and set "
+        "tracking.experiment) to sweep what you mean (`--print-config` shows the whole config; "
+        "the packaged `smoke` config is 5 configurations)"
+    )

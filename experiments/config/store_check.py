@@ -1,0 +1,160 @@
+"""A config's names checked against a feature store, before anything is trained.
+
+The label ``target`` and the ``role/channel`` members of the swept feature sets must be in the
+store's shards: a misspelt name (``valence_slef``, ``listener/face_gem``) is refused with the
+nearest name the store holds, a name the store lacks with the command that adds it. Without this
+check the same mistake surfaces only when the sessions load, after the models were set up.
+
+:func:`store_names` reads the names once (one open per shard); :func:`store_problems` lists the
+problems of a config, each as (key path, message), which the validator places at the key's line::
+
+    names = store_names("features")
+    for key, msg in store_problems(cfg, names):
+        print(key, msg)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from featurestore.storage.shard import TRANSCRIPT_CHANNELS
+from featurestore.storage.store import Store
+
+from .schema import ConfigError, ExperimentConfig
+
+#: the channels featurestore's extractors write (a test checks them against its registry);
+#: a name close to one of them that the store lacks is taken as misspelt
+EXTRACTOR_CHANNELS = ("face_geom", "face_au", "egemaps", *TRANSCRIPT_CHANNELS)
+
+
+@dataclass(frozen=True)
+class StoreNames:
+    """The names one feature store holds, per session."""
+
+    #: the store's folder, as given
+    root: str
+    #: session -> its story number
+    stories: dict[str, int]
+    #: session -> its ``role/channel`` keys
+    channels: dict[str, frozenset[str]]
+    #: session -> its label targets
+    targets: dict[str, frozenset[str]]
+    #: whether every swept feature set's channels must be in every session (``experiments
+    #: agreement`` takes the largest set the sessions have: there only a misspelt name is an error)
+    require_channels: bool = True
+
+
+def store_names(store: str | os.PathLike, require_channels: bool = True) -> StoreNames:
+    """Read the channel keys and label targets of every shard of ``store`` (one open per shard).
+
+    Raises:
+        ConfigError: the folder does not exist or holds no shards (the message says how to build it).
+    """
+    st = Store(store)
+    if not st.root.is_dir():
+        raise ConfigError(
+            f"feature store {st.root}: no such folder; build it with `make features` (or "
+            f"`featurestore extract DATA_DIR --store {st.root}`), or pass the store's folder with --store"
+        )
+    table = st.sessions()
+    if table.empty:
+        raise ConfigError(
+            f"no shards in {st.root} (no Subject_<L>_Story_<S>.h5 files there); run "
+            f"`make features` (or `featurestore extract DATA_DIR --store {st.root}`) first"
+        )
+    return StoreNames(
+        root=str(store),
+        stories=dict(zip(table.session, map(int, table.story), strict=True)),
+        channels={s: frozenset(c) for s, c in zip(table.session, table.channels, strict=True)},
+        targets={s: frozenset(t) for s, t in zip(table.session, table.targets, strict=True)},
+        require_channels=require_channels,
+    )
+
+
+def _nearest(word: str, valid: Collection[str]) -> str | None:
+    close = difflib.get_close_matches(word, sorted(valid), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _some(names: Sequence[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def store_problems(
+    cfg: ExperimentConfig, names: StoreNames, skip: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """(key path, message) for each name of ``cfg`` the store's sessions lack.
+
+    Only the sessions whose story is in one of the config's splits count. ``skip``: top-level
+    keys whose checks to leave out (their section already had a problem).
+    """
+    stories = {s for v in cfg.splits.values() for s in v}
+    sessions = [s for s, story in names.stories.items() if story in stories] or list(names.stories)
+    out: list[tuple[str, str]] = []
+    if "target" not in skip:
+        problem = _target_problem(cfg.target, sessions, names)
+        if problem:
+            out.append(("target", problem))
+    if "feature_sets" not in skip and "feature_set" not in skip:
+        for fs in cfg.feature_set:
+            problem = _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names)
+            if problem:
+                out.append((f"feature_sets.{fs}", problem))
+    return out
+
+
+def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
+    add = f"`featurestore labels ANNOTATION_DIR --target {target} --store {names.root}`"
+    have = sorted({t for s in sessions for t in names.targets[s]})
+    lacking = [s for s in sessions if target not in names.targets[s]]
+    if len(lacking) < len(sessions):
+        if not lacking:
+            return ""
+        return (
+            f"{len(lacking)} of the {len(sessions)} sessions of the splits in {names.root} have no "
+            f"labels {target!r} ({_some(lacking)}); add them with {add}, or take those stories "
+            "out of splits"
+        )
+    near = _nearest(target, have)
+    hint = f"did you mean {near!r}?" if near else f"to add a rating as this target: {add}"
+    return (
+        f"{target!r} is not a label target of the store {names.root} "
+        f"(it has: {', '.join(have) or 'none'}); {hint}"
+    )
+
+
+def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: StoreNames) -> str:
+    have = sorted({k for s in sessions for k in names.channels[s]})
+    problems = []
+    for key in keys:
+        lacking = [s for s in sessions if key not in names.channels[s]]
+        if not lacking:
+            continue
+        role, channel = key.split("/", 1)
+        # a misspelt channel: close to a channel of the store or of featurestore's, but neither
+        stored = {k.split("/", 1)[1] for k in have if k.startswith(f"{role}/")}
+        near = None
+        if channel not in stored and channel not in EXTRACTOR_CHANNELS:
+            near = _nearest(channel, stored | set(EXTRACTOR_CHANNELS))
+        if near:  # an error whatever the verb
+            problems.append(
+                f"{key!r} is in no session of {names.root}; did you mean '{role}/{near}'?"
+            )
+            continue
+        if not names.require_channels:
+            continue
+        add = (
+            f"`featurestore transcripts TRANSCRIPT_DIR --store {names.root}`"
+            if channel in TRANSCRIPT_CHANNELS
+            else f"`featurestore extract DATA_DIR --store {names.root}` (with {channel} in its channels)"
+        )
+        where = (
+            f"no session of {names.root} has it (the store has: {', '.join(have)})"
+            if len(lacking) == len(sessions)
+            else f"{len(lacking)} of the {len(sessions)} sessions of the splits lack it ({_some(lacking)})"
+        )
+        problems.append(f"{key!r}: {where}; add it with {add}, or leave {fs!r} out of feature_set")
+    return "; ".join(problems)

@@ -1,0 +1,130 @@
+"""Scoring challenge-format folders: predicted and true ``Subject_<L>_Story_<S>.csv`` files
+paired by session, each pair's CCC (what ``experiments score`` prints).
+
+The ground-truth folder may hold every split (the corpus's ``Annotations/`` does): the stories
+scored are those with predictions, or an official split's (``split``); the sessions of other
+stories are counted as skipped. Within a scored story every session needs its prediction, so
+a score of an incomplete export is refused, not averaged over what happens to be there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from featurestore.sources.annotations import read_annotation
+from featurestore.sources.manifest import SPLITS
+from featurestore.storage.store import parse_session, session_name
+
+from .metrics import ccc
+
+
+@dataclass
+class ScoredFolders:
+    """The per-session CCC rows of two folders, or the problems that prevent scoring."""
+
+    #: one ``{session, listener, story, ccc}`` per scored session
+    rows: list[dict] = field(default_factory=list)
+    #: what stops the score (missing, extra, duplicate, unreadable or mismatched files)
+    problems: list[str] = field(default_factory=list)
+    #: (listener, story) of the sessions left out (their story is not scored)
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+    #: the scored stories, and how they were chosen
+    stories: set[int] = field(default_factory=set)
+    how: str = ""
+
+
+def session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
+    """(listener, story) -> CSV path of a folder; plus problems (two files for one session).
+
+    Raises:
+        NotADirectoryError: ``folder`` is not a folder (the message says what to pass).
+    """
+    if not folder.is_dir():
+        raise NotADirectoryError(
+            f"{folder} is not a folder; pass the folder holding Subject_<L>_Story_<S>.csv files"
+        )
+    found: dict[tuple[int, int], Path] = {}
+    problems: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() != ".csv" or path.name.startswith("."):
+            continue
+        ls = parse_session(path.stem)
+        if ls is None:
+            continue
+        if ls in found:
+            problems.append(
+                f"{folder}: two files for {session_name(*ls)}: {found[ls].name} and {path.name}; keep one"
+            )
+            continue
+        found[ls] = path
+    return found, problems
+
+
+def read_valence(path: Path) -> np.ndarray:
+    """Values of one challenge-format CSV (validated by featurestore's annotation reader).
+
+    The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
+    """
+    # predictions may leave [-1, 1]; the official scorer does not check the range either
+    return read_annotation(path, value_range=(-float("inf"), float("inf")))
+
+
+def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> ScoredFolders:
+    """Pair the two folders' files by session and compute each pair's CCC.
+
+    Args:
+        truth_dir: the true ratings (may hold every split).
+        pred_dir: the predictions.
+        split: score the stories of this official split (``test``: 3, 6, 7); None: the stories
+            that have predictions.
+    """
+    out = ScoredFolders()
+    truth, out.problems = session_csvs(truth_dir)
+    preds, more = session_csvs(pred_dir)
+    out.problems += more
+    if not truth:
+        out.problems.append(f"no Subject_<L>_Story_<S>.csv files in {truth_dir}")
+        return out
+    if split is not None:
+        out.stories, out.how = set(SPLITS[split]), f"--split {split}"
+    else:
+        out.stories, out.how = {story for _, story in preds}, "the stories with predictions"
+    listed = ", ".join(map(str, sorted(out.stories))) or "none"
+    out.skipped = sorted(k for k in set(truth) | set(preds) if k[1] not in out.stories)
+    truth = {k: v for k, v in truth.items() if k[1] in out.stories}
+    preds = {k: v for k, v in preds.items() if k[1] in out.stories}
+    if not truth:
+        out.problems.append(f"no ground truth in {truth_dir} for {out.how} (stories {listed})")
+        return out
+    missing = sorted(set(truth) - set(preds))
+    extra = sorted(set(preds) - set(truth))
+    if missing:
+        out.problems.append(
+            f"{len(missing)} predictions missing from {pred_dir} for stories {listed} ({out.how}): "
+            + ", ".join(f"{session_name(*k)}.csv" for k in missing)
+        )
+    if extra:
+        out.problems.append(
+            f"{len(extra)} predictions in {pred_dir} have no ground truth in {truth_dir}: "
+            + ", ".join(preds[k].name for k in extra)
+        )
+    for key in sorted(set(truth) & set(preds)):
+        name = session_name(*key)
+        try:
+            y_true, y_pred = read_valence(truth[key]), read_valence(preds[key])
+        except ValueError as e:
+            out.problems.append(str(e))
+            continue
+        if len(y_true) != len(y_pred):
+            out.problems.append(
+                f"{name}: ground truth has {len(y_true)} frames ({truth[key]}) but the prediction has "
+                f"{len(y_pred)} ({preds[key]}); write one row per label frame"
+            )
+            continue
+        out.rows.append(
+            {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
+        )
+    return out

@@ -1,0 +1,94 @@
+"""What ``featurestore`` prints after a run: tables, the extraction summary, an import's report.
+
+Every summary fits one screen: past :data:`SUMMARY_LINES` sessions, lines are grouped and counted
+(the failures are always listed, on stderr), and each ends with what to do next.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    """``rows`` as left-aligned ``columns`` under a header line (nothing for no rows)."""
+    if not rows:
+        return
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+#: per-session lines of the extraction summary before it groups them (one screen in all)
+SUMMARY_LINES = 12
+
+
+def some(names: list[str], shown: int = 4) -> str:
+    """The first ``shown`` names, then how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def print_extract_summary(results, started: float) -> int:
+    """Counts, computed channels and notes of an extraction (``started``: its
+    ``time.perf_counter()``), failures on stderr; returns the exit code."""
+    counts = Counter(r.status for r in results)
+    print(
+        f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
+        f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
+    )
+    computed = [r for r in results if r.computed]
+    if len(computed) <= SUMMARY_LINES:
+        for r in computed:
+            print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
+    else:  # many sessions: one line per set of computed channels
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for r in computed:
+            groups.setdefault(tuple(r.computed), []).append(r.session)
+        for chans, names in groups.items():
+            print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names)})")
+    notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
+    for line in notes[:SUMMARY_LINES]:
+        print(line)
+    if len(notes) > SUMMARY_LINES:
+        print(f"  ... and {len(notes) - SUMMARY_LINES} more notes")
+    failed = [r for r in results if r.failed]
+    for r in failed:
+        print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
+    if failed:
+        print(
+            f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
+            "fix the inputs and re-run the same command to do only what is missing",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def print_import(report, folder: str, expected: str) -> int:
+    """Per-session lines (failures on stderr), then the one-line summary; returns the exit code."""
+    ok = report.succeeded
+    if len(ok) <= SUMMARY_LINES:
+        for r in ok:
+            print(r)
+    else:  # one screen: the failures matter, the successes are counted
+        print(f"ok     {len(ok)} sessions ({some([r.session for r in ok])})")
+    for r in report.failed:
+        print(r, file=sys.stderr)
+    for p in report.skipped:
+        print(f"skipped {p}: name has no Subject_<L>_Story_<S>")
+    print(
+        f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
+        + (
+            " (their shards are unchanged; fix the files named above and re-run)"
+            if report.failed
+            else ""
+        )
+    )
+    if not report.results:
+        print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if report.failed else EXIT_OK

@@ -1,0 +1,141 @@
+"""A config checked against a feature store at load time, and every problem of a file at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.cli import main
+from experiments.config.loading import ConfigError, load_config
+from experiments.config.store_check import store_names
+from featurestore.storage.store import Store
+from tests.experiments.helpers import N_FRAMES, build_store
+
+
+def write(tmp_path, text: str, name: str = "exp.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+SETS = """feature_sets:
+  listener: [listener/face_geom, listener/egemaps]
+  speaker: [speaker/face_geom, speaker/egemaps]
+splits: {train: [2, 4], val: [1], test: [3]}
+"""
+
+
+def test_misspelt_target_and_channel_are_refused_with_the_nearest_store_name(
+    tmp_path, planted_store
+):
+    text = "target: valence_slef\n" + SETS.replace("listener/face_geom", "listener/face_gem")
+    path = write(tmp_path, text)
+    load_config(path)  # without a store nothing is checked
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=planted_store)
+    problems = err.value.problems
+    assert [p.key for p in problems] == ["target", "feature_sets.listener"]
+    assert str(problems[0]).startswith(f"{path}:1: target: 'valence_slef' is not a label target")
+    assert "did you mean 'valence_self'?" in str(problems[0])
+    assert str(problems[1]).startswith(f"{path}:3: feature_sets.listener: 'listener/face_gem'")
+    assert "did you mean 'listener/face_geom'?" in str(problems[1])
+    # a name the store lacks, close to none it has: the command that adds it
+    with pytest.raises(ConfigError, match=r"featurestore labels ANNOTATION_DIR --target arousal"):
+        load_config(
+            path,
+            overrides=["target=arousal", "feature_sets.listener=[listener/egemaps]"],
+            store=planted_store,
+        )
+    # the right names pass, and only the swept sets are checked
+    ok = load_config(
+        path,
+        overrides=["target=valence_self", "feature_set=[speaker]"],
+        store=planted_store,
+    )
+    assert ok.feature_set == ["speaker"]
+
+
+def test_names_some_sessions_lack(tmp_path):
+    root = tmp_path / "store"
+    build_store(root)
+    st = Store(root, mode="a")
+    meta = st.meta("Subject_1_Story_1")
+    st.write_session(meta, labels={"valence_observer_listener": np.zeros(N_FRAMES, np.float32)})
+    st.write_session(st.meta("Subject_2_Story_2"), drop=["speaker/egemaps"])
+    path = write(tmp_path, "target: valence_observer_listener\n" + SETS)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=root)
+    target, speaker = (str(p) for p in err.value.problems)
+    assert "11 of the 12 sessions of the splits" in target
+    assert "featurestore labels ANNOTATION_DIR --target valence_observer_listener" in target
+    assert (
+        "'speaker/egemaps': 1 of the 12 sessions of the splits lack it (Subject_2_Story_2)"
+        in speaker
+    )
+    assert "or leave 'speaker' out of feature_set" in speaker
+    # sessions outside the splits do not count; agreement takes the sets the sessions have
+    load_config(
+        path, overrides=["target=valence_self", "splits={train: [1], val: [3]}"], store=root
+    )
+    names = store_names(root, require_channels=False)
+    load_config(path, overrides=["target=valence_self"], store=names)
+
+
+def test_every_problem_of_a_file_is_reported_at_once_in_line_order(tmp_path):
+    text = (
+        "target: valence_self\n"
+        "window: {algin: causal, delay_s: [-1]}\n"
+        "personalisation: [global]\n"
+        "splits: {train: [1], valid: [2]}\n"  # the missing val follows from the misspelling
+        "models: [{name: ridge, alpah: [1]}, {name: xgbost}]\n"
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"6 problems in {path}:"
+    assert [line.split(": ", 2)[1] for line in lines[1:]] == [
+        "window.algin",
+        "window.delay_s",
+        "personalisation",
+        "splits.valid",
+        "models[0].alpah",
+        "models[1].name",
+    ]
+    assert "did you mean 'xgboost'?" in lines[-1] and f"{path}:5:" in lines[-1]
+
+
+def test_cli_checks_the_store_with_print_config(tmp_path, planted_store, capsys):
+    args = ["sweep", "--config", "smoke", "--set", "target=valence_slef", "--print-config"]
+    assert main(args) == 0  # no --store: the config alone
+    capsys.readouterr()
+    assert main([*args, "--store", str(planted_store)]) == 2
+    assert "did you mean 'valence_self'?" in capsys.readouterr().err
+    assert main([*args, "--store", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "no such folder" in err and "make features" in err
+
+
+def test_extractor_channels_are_featurestores():
+    import featurestore.extractors  # noqa: F401 - registers the built-in extractors
+    from experiments.config.store_check import EXTRACTOR_CHANNELS
+    from featurestore.extractors.base import registry
+
+    assert sorted(EXTRACTOR_CHANNELS) == sorted(registry())
+
+
+def test_an_unextracted_channel_is_no_typo(tmp_path, planted_store):
+    cfg = (
+        "feature_sets: {text: [speaker/lexicon], au: [listener/face_au], typo: [speaker/egemap]}\n"
+    )
+    path = write(tmp_path, cfg + "splits: {train: [2, 4], val: [1], test: [3]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=planted_store)
+    text_p, au_p, typo_p = (str(p) for p in err.value.problems)
+    assert "featurestore transcripts TRANSCRIPT_DIR" in text_p and "did you mean" not in text_p
+    assert "with face_au in its channels" in au_p and "did you mean" not in au_p
+    assert "did you mean 'speaker/egemaps'?" in typo_p
+    # experiments agreement takes the sets the sessions have: only the misspelt name is an error
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=store_names(planted_store, require_channels=False))
+    assert str(err.value).endswith("did you mean 'speaker/egemaps'?")
