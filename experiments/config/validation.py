@@ -54,6 +54,7 @@ from typing import Any
 
 from featurestore.sources.manifest import SPLITS
 
+from .fusion import fusion_config
 from .grid import format_value
 from .options import (
     ALIGNS,
@@ -288,6 +289,7 @@ class _Validator:
             "jobs",
             "unseen_listener",
             "search",
+            "fusion",
         ]
         self.mapping("", raw, top)
         d = ExperimentConfig()
@@ -335,6 +337,7 @@ class _Validator:
         cfg.models = self.models(
             raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg
         )
+        cfg.fusion = fusion_config(raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail)
         if cfg.search.method == "optuna":
             try:
                 search_space(cfg)
