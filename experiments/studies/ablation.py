@@ -21,7 +21,11 @@ names the track of the chosen configuration's model. Paired comparisons (listene
 speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
 the mean over listeners of each listener's mean difference, its t interval, a sign-flip
 p-value with listeners as the unit, the smallest p that test can give with that many
-listeners, and Holm's adjustment over the whole family of comparisons. The paper's published
+listeners, and Holm's adjustment over the whole family of comparisons.
+With ``fusion: {method: late, members: [...]}`` in the config the table gains a
+``late fusion`` row (:mod:`experiments.studies.fusion`): each track's member choices blended by
+weights fitted on the training stories' out-of-fold predictions, compared with early fusion
+(``both``) and with each member in the same Holm family. The paper's published
 numbers come as a separate reference: they were measured on the real corpus and are not
 comparable with a demo or synthetic store.
 """
@@ -29,6 +33,7 @@ comparable with a demo or synthetic store.
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -466,7 +471,9 @@ def ablate(
         df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
         df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
         df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
+    t0 = time.perf_counter()
     fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri)
+    fusion_seconds = time.perf_counter() - t0
     if len(fused):
         df = pd.concat([df, fused], ignore_index=True)
     extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()
@@ -508,6 +515,8 @@ def ablate(
             float(r["p_value"]),
         )
         metrics[f"{key}.p_holm"] = float(r["p_holm"])
+    if len(fused):  # what the late-fusion row cost: loading, windowing, member refits, blends
+        metrics["ablation.late_fusion_seconds"] = fusion_seconds
     tracker.log(
         sweep.parent_run_id,
         metrics={k: v for k, v in metrics.items() if np.isfinite(v)},
