@@ -5,7 +5,8 @@ Modules: :mod:`~.options` (every allowed name: models, strategies, statistics, t
 errors), :mod:`~.validation` (file/line/nearest-name checks), :mod:`~.protocols` (protocol, folds
 and splits checked), :mod:`~.grid` (the expanded
 configurations, :class:`~.grid.Trial`), :mod:`~.tracks` (which track a configuration
-competes in), :mod:`~.search_space` (Optuna's ranges), :mod:`~.loading` (files, overrides).
+competes in), :mod:`~.fusion` (late fusion's section), :mod:`~.search_space` (Optuna's
+ranges), :mod:`~.loading` (files, overrides).
 
 The names below were the public names of the former module ``experiments.config``.
 """

@@ -66,6 +66,13 @@ CCC_AVERAGINGS = ("sessions", "concatenated")
 #: scores under protocol ``loso``, with models fitted without them), ``fixed`` (the
 #: ``configuration`` named in the config, before any data)
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
+#: how ``fusion`` combines feature sets besides a set that lists their channels together (early
+#: fusion): ``late`` blends the predictions of each member set's chosen configuration
+#: (:mod:`experiments.evaluation.fusion`)
+FUSION_METHODS = ("late",)
+#: late fusion's blend, fitted on the training stories' out-of-fold predictions: ``nnls``
+#: (non-negative weights, free intercept) or ``ridge`` (a small ridge, weights of any sign)
+BLENDS = ("nnls", "ridge")
 #: split names of a config's ``splits``
 SPLIT_NAMES = ("train", "val", "test")
 

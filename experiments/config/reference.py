@@ -28,7 +28,11 @@ from .schema import TOP_KEYS, ExperimentConfig, SearchConfig
 KEY_MEANINGS: dict[str, str] = {
     "target": "the label target predicted: any target in the store (`featurestore ls` lists them)",
     "splits": "stories that train, validate (choose) and test (report once); the official split",
-    "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val",
+    "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val; "
+    "`lopo`, `kfold_person`, `kfold_group`: persons or groups held out (scored as split `cv`)",
+    "folds": "the number of folds of `kfold_person` / `kfold_group`",
+    "ccc_averaging": "`sessions`: the mean of per-session CCCs (OMG-Empathy's two averagings); "
+    "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
     "feature_sets": "name -> list of `role/channel` a model reads",
     "feature_set": "which of `feature_sets` to sweep (default: all of them)",
     "window": "the feature windows: lengths (s; each entry one multi-scale set), label delay (s), "
@@ -46,6 +50,8 @@ KEY_MEANINGS: dict[str, str] = {
     "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
+    "fusion": "`experiments ablate`: `{method: late, members: [SET, SET], blend: nnls|ridge}` adds a "
+    "late-fusion row (a blend of the members' chosen configurations); `method: none`: off",
 }
 
 #: model -> the estimator it builds (:mod:`experiments.models.factory`)
@@ -80,8 +86,13 @@ def _flow(value: Any) -> str:
 
 def markdown_tables() -> str:
     """The two Markdown tables of ``docs/config.md``: top-level keys and model hyperparameters."""
-    defaults = ExperimentConfig().to_dict()
+    cfg = ExperimentConfig()
+    defaults = cfg.to_dict()
     defaults["search"] = {"method": SearchConfig().method}
+    # keys to_dict leaves out at their default (so that older configs keep their hash)
+    defaults.setdefault("folds", cfg.folds)
+    defaults.setdefault("ccc_averaging", cfg.ccc_averaging)
+    defaults.setdefault("fusion", {"method": cfg.fusion.method})
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key in TOP_KEYS:
         lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")

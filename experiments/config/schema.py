@@ -26,6 +26,7 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
+from .fusion import FusionConfig
 from .options import KFOLD_PROTOCOLS
 
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
@@ -78,6 +79,7 @@ TOP_KEYS = (
     "unseen_listener",
     "jobs",
     "search",
+    "fusion",
 )
 #: keys of a range mapping (:class:`Range`)
 RANGE_KEYS = ("low", "high", "log", "int", "step")
@@ -256,6 +258,8 @@ class ExperimentConfig:
     jobs: int | None = None
     #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
+    #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
     source: str = field(default="<defaults>", compare=False)
 
@@ -266,8 +270,8 @@ class ExperimentConfig:
     def to_dict(self) -> dict:
         """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
 
-        ``search`` is included only for an Optuna search, so a grid config's hash is what it
-        was before searches existed."""
+        ``search`` is included only for an Optuna search, and ``fusion`` only when on, so a grid
+        config's hash is what it was before searches and fusion existed."""
         d = {
             "target": self.target,
             "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
@@ -302,6 +306,8 @@ class ExperimentConfig:
         }
         if self.search.method != "grid":
             d["search"] = self.search.to_dict()
+        if self.fusion.enabled:
+            d["fusion"] = self.fusion.to_dict()
         return d
 
     def to_yaml(self) -> str:

@@ -33,9 +33,13 @@ differ only by their models, which is the point of the comparison.
 ('personalized', 'generalized')
 >>> selection_metric("generalized", "val")
 'val.ccc_generalized'
+>>> fused_track(["generalized", "personalized"]), fused_track(["generalized", "generalized"])
+('personalized', 'generalized')
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selection_split
 
@@ -43,6 +47,18 @@ from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selec
 def track_of(personalization: str, rescale: str) -> str:
     """The track of a configuration with this personalization strategy and rescaling mode."""
     if personalization in IDENTITY_PERSONALIZATIONS or rescale in IDENTITY_RESCALES:
+        return "personalized"
+    return "generalized"
+
+
+def fused_track(member_tracks: Sequence[str], blend_uses_listener: bool = False) -> str:
+    """The track of a late fusion (:mod:`experiments.config.fusion`): personalized as soon as one
+    member configuration (``member_tracks``, each :func:`track_of`) or the blend itself uses who
+    is listening, else generalized."""
+    for t in member_tracks:
+        if t not in TRACKS:
+            raise ValueError(f"unknown track {t!r}; valid: {', '.join(TRACKS)}")
+    if blend_uses_listener or "personalized" in member_tracks:
         return "personalized"
     return "generalized"
 

@@ -52,6 +52,7 @@ from functools import partial
 from typing import Any
 
 from .checker import Checker, suggest
+from .fusion import fusion_config
 from .options import (
     ALIGNS,
     CCC_AVERAGINGS,
@@ -171,6 +172,11 @@ class _Validator(Checker):
         cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
         models = raw["models"] if "models" in raw else [m.to_dict() for m in d.models]
         cfg.models = self.attempt("models", lambda: self.models(models, cfg), d.models)
+        cfg.fusion = self.attempt(
+            "fusion",
+            lambda: fusion_config(raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail),
+            d.fusion,
+        )
         if not self.errors and (problem := person_held_out_problem(cfg)):
             self.errors.append(self.fail(*problem))
         if cfg.search.method == "optuna" and not self.errors:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -73,6 +73,7 @@ __all__ = [
     "evaluate_trial",
     "evaluate_trials",
     "group_fit_parts",
+    "member_predictions",
     "score_metrics",
     "window_sessions",
 ]
@@ -221,6 +222,52 @@ def nested_selection_metrics(
                 ccc_protocols(df)["generalized"]
             )
     return out
+
+
+@dataclass
+class MemberPredictions:
+    """One configuration's post-processed predictions, for a late fusion
+    (:mod:`experiments.evaluation.fusion`): ``evaluated``, the validation and test sessions'
+    (what the configuration's run scores); ``train``, the training sessions' **out of fold**
+    (each training story predicted by the models fitted on the other training stories, then
+    smoothed, calibrated and rescaled as the configuration does, the rescaling fitted on the
+    training labels only); ``split_of``: session -> ``train``, ``val`` or ``test``."""
+
+    evaluated: dict[str, np.ndarray]
+    train: dict[str, np.ndarray]
+    split_of: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+def member_predictions(trial: Trial, w: Windowed) -> MemberPredictions:
+    """``trial``'s predictions of every session of ``w`` (protocol ``val``): see
+    :class:`MemberPredictions`. The evaluated ones are those its run logged (the same fits);
+    the training ones out of fold even when the configuration fits its post-processing in sample
+    (``postprocess.fit_on: in_sample``: its leave-one-story-out fits are then made here too).
+
+    Raises:
+        ValueError: protocol ``loso``, no training or evaluated sessions, or a single training
+            story (no out-of-fold predictions).
+    """
+    if trial.protocol != "val":
+        raise ValueError("out-of-fold member predictions are made under protocol val only")
+    trial = replace(trial, unseen_listener=False, unseen_nested=False)
+    parts, _, _ = _group_sets([trial], w)
+    train, evaluate = parts["train"], parts["val"] + parts["test"]
+    if len({s.story for s in train}) < 2:
+        raise ValueError(
+            f"one training story ({train[0].story}): no out-of-fold predictions to fit a blend on"
+        )
+    fitted = fit_group(trial, train, evaluate, need_post_fit=True, need_unseen=False)
+    evaluated = _postprocess(trial, fitted, train, evaluate)[0]
+    oof_trial = replace(trial, fit_on="out_of_fold")
+    if trial.fit_on != "out_of_fold":
+        fitted = fit_group(oof_trial, train, evaluate, need_post_fit=True, need_unseen=False)
+    # the out-of-fold predictions post-processed as if they were the evaluated ones
+    as_evaluated = replace(fitted, evaluated=fitted.fit_on, unseen_all={})
+    on_train = _postprocess(oof_trial, as_evaluated, train, train)[0]
+    split_of = {s.session: name for name in ("train", "val", "test") for s in parts[name]}
+    return MemberPredictions(evaluated, on_train, split_of, [*fitted.notes, *fitted.warnings])
 
 
 def _split_sessions(

@@ -25,7 +25,11 @@ names the track of the chosen configuration's model. Paired comparisons (listene
 speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
 the mean over listeners of each listener's mean difference, its t interval, a sign-flip
 p-value with listeners as the unit, the smallest p that test can give with that many
-listeners, and Holm's adjustment over the whole family of comparisons. The paper's published
+listeners, and Holm's adjustment over the whole family of comparisons.
+With ``fusion: {method: late, members: [...]}`` in the config the table gains a
+``late fusion`` row (:mod:`experiments.studies.fusion`): each track's member choices blended by
+weights fitted on the training stories' out-of-fold predictions, compared with early fusion
+(``both``) and with each member in the same Holm family. The paper's published
 numbers come as a separate reference: they were measured on the real corpus and are not
 comparable with a demo or synthetic store.
 """
@@ -33,6 +37,7 @@ comparable with a demo or synthetic store.
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config.fusion import FUSED_SET
 from ..config.schema import ExperimentConfig
 from ..evaluation import markdown
 from ..evaluation.plots import plot_ablation
@@ -47,6 +53,7 @@ from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
+from .fusion import fusion_rows
 from .parent_run import SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
@@ -178,8 +185,23 @@ def run_scores(sweep: SweepResult, run_id: str, tracking_uri: str | None) -> pd.
         return pd.read_csv(path)
 
 
+def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """The paired comparisons of the late-fusion row: against early fusion (``both``, when swept)
+    and against each member.
+
+    >>> fusion_comparisons(["speaker", "listener"], ["speaker", "listener", "both"])[0]
+    ('late fusion vs both', 'late fusion', 'both')
+    """
+    early = [("late fusion vs both", FUSED_SET, "both")] if "both" in sets else []
+    return tuple(early + [(f"late fusion vs {m}", FUSED_SET, m) for m in members])
+
+
 def comparisons(
-    sweep: SweepResult, df: pd.DataFrame, tracking_uri: str | None = None, seed: int = 0
+    sweep: SweepResult,
+    df: pd.DataFrame,
+    tracking_uri: str | None = None,
+    seed: int = 0,
+    extra: tuple[tuple[str, str, str], ...] = (),
 ) -> pd.DataFrame:
     """Paired comparisons of the chosen configurations on the test split (see the module docstring).
 
@@ -189,7 +211,8 @@ def comparisons(
     ``n_listeners`` listeners. A positive ``mean_diff`` favours the first named
     (``listener vs speaker``: the listener set). When both tracks chose the same configuration
     (the same run, or a run and its unseen-listener twin: the same scores) the comparison is
-    left out: there is nothing to test.
+    left out: there is nothing to test. ``extra``: more (name, feature set a, feature set b)
+    comparisons beside :data:`SET_COMPARISONS` (the late-fusion row's, :func:`fusion_comparisons`).
     """
     out = []
     cache: dict[str, pd.DataFrame | None] = {}
@@ -227,7 +250,7 @@ def comparisons(
     by = df.set_index(["feature_set", "split"])
     for split in [s for s in dict.fromkeys(df.split) if s not in SELECTION_SPLITS]:
         for track in ("personalized", "generalized"):
-            for name, fa, fb in SET_COMPARISONS:
+            for name, fa, fb in (*SET_COMPARISONS, *extra):
                 if (fa, split) in by.index and (fb, split) in by.index:
                     add(
                         name,
@@ -341,6 +364,14 @@ def ablation_markdown(
         "  circularly shifted by at least 10 s (1,000 draws); a CCC below it cannot be told from chance. A",
         "  constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
     ]
+    if FUSED_SET in set(df.feature_set):
+        lines += [
+            "- **late fusion**: each member feature set's configuration chosen for the track, blended by weights",
+            "  fitted on the training stories' out-of-fold predictions (validation and test labels never reach",
+            "  the blend); early fusion is the set that lists both roles' channels (`both`). Its track follows its",
+            "  members: personalized if one of them uses who is listening. No unseen-listener score (not refitted",
+            "  without each listener).",
+        ]
     if pairs is not None and not pairs.empty:
         lines += [
             "",
@@ -465,7 +496,13 @@ def ablate(
         df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
         df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
         df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
-    pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed)
+    t0 = time.perf_counter()
+    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri)
+    fusion_seconds = time.perf_counter() - t0
+    if len(fused):
+        df = pd.concat([df, fused], ignore_index=True)
+    extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()
+    pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed, extra=extra)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
@@ -496,7 +533,8 @@ def ablate(
             for suffix in ("", "_ci_low", "_ci_high"):
                 v = r[name + suffix]
                 if pd.notna(v):
-                    metrics[f"ablation.{r['feature_set']}.{r['split']}.{name}{suffix}"] = float(v)
+                    fs = str(r["feature_set"]).replace(" ", "_")
+                    metrics[f"ablation.{fs}.{r['split']}.{name}{suffix}"] = float(v)
     for r in pairs.to_dict("records"):
         comparison = r["comparison"].replace(" ", "_").replace("(", "").replace(")", "")
         key = f"ablation.compare.{comparison}.{r['track']}.{r['split']}"
@@ -505,6 +543,8 @@ def ablate(
             float(r["p_value"]),
         )
         metrics[f"{key}.p_holm"] = float(r["p_holm"])
+    if len(fused):  # what the late-fusion row cost: loading, windowing, member refits, blends
+        metrics["ablation.late_fusion_seconds"] = fusion_seconds
     tracker.log(
         sweep.parent_run_id,
         metrics={k: v for k, v in metrics.items() if np.isfinite(v)},

@@ -36,7 +36,7 @@ from ..tracking.child_runs import UNSEEN_OF_TAG
 from .parent_run import ParentRun, RunOptions, SweepResult
 
 #: names outside code imports from here (defined in the modules above)
-__all__ = ["UNSEEN_OF_TAG", "SweepResult", "run_sweep", "selection_metric"]
+__all__ = ["UNSEEN_OF_TAG", "SweepResult", "grid_trials", "run_sweep", "selection_metric"]
 
 
 def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
@@ -87,6 +87,33 @@ def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun
     return [t for t in todo if run.finished.get(t.hash()) is None]
 
 
+def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
+    """The configurations a sweep of ``cfg`` runs, in its order: the grid, a ``dummy`` baseline
+    when it has none, and under nested unseen-listener selection every generalized
+    configuration marked to be fitted without each listener in turn.
+
+    Raises:
+        ConfigError: nested unseen-listener selection under a protocol other than ``val`` or ``loso``.
+    """
+    trials = _order(_ensure_baseline(expand(cfg)))
+    if cfg.unseen_listener and cfg.unseen_selection == "nested":
+        # every generalized configuration fitted without each listener in turn (under loso, each
+        # fold too): their scores on the other listeners choose each left-out listener's
+        # configuration (experiments.studies.unseen)
+        if cfg.protocol not in ("val", "loso"):
+            raise ConfigError(
+                f"{cfg.source}: unseen_listener.selection nested chooses on the other listeners' "
+                f"validation (val) or leave-one-story-out (loso) scores, not under protocol "
+                f"{cfg.protocol}, which holds persons out already; use protocol val or loso, "
+                "or unseen_listener: false"
+            )
+        trials = [
+            replace(t, unseen_listener=True, unseen_nested=True) if t.track == "generalized" else t
+            for t in trials
+        ]
+    return trials
+
+
 def run_sweep(
     cfg: ExperimentConfig,
     store="features",
@@ -121,15 +148,7 @@ def run_sweep(
         executor=executor,
         resume=resume,
     )
-    trials = _order(_ensure_baseline(expand(cfg)))
-    if cfg.unseen_listener and cfg.unseen_selection == "nested":
-        # every generalized configuration fitted without each listener in turn (under loso, each
-        # fold too): their scores on the other listeners choose each left-out listener's
-        # configuration (experiments.studies.unseen)
-        trials = [
-            replace(t, unseen_listener=True, unseen_nested=True) if t.track == "generalized" else t
-            for t in trials
-        ]
+    trials = grid_trials(cfg)
     run = ParentRun(cfg, store, options)
     todo = [t for t in trials if run.finished.get(t.hash()) is None]
     run.start(

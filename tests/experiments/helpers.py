@@ -76,8 +76,14 @@ def _channel(rng, t, signal, n_cols, noise, invalid_frac=0.0, key="") -> Channel
     )
 
 
-def build_store(root: Path, seed: int = 0, labels_override=None) -> Store:
-    """Write the synthetic store into ``root``; ``labels_override(listener, story, y) -> y``."""
+def build_store(
+    root: Path, seed: int = 0, labels_override=None, speaker_share: float = 0.0
+) -> Store:
+    """Write the synthetic store into ``root``; ``labels_override(listener, story, y) -> y``.
+
+    ``speaker_share`` > 0: the speaker channels carry a second hidden signal, and the valence is
+    ``(1 - share) * listener's + share * speaker's`` (both delayed by 1 s): with 0.5 each role
+    carries half of it (the late-fusion tests)."""
     store = Store(root, mode="a")
     for listener in LISTENERS:
         for story in STORIES:
@@ -92,10 +98,20 @@ def build_store(root: Path, seed: int = 0, labels_override=None) -> Store:
                 return np.interp(t, grid, lsig)
 
             y = np.clip(hidden(t_label - DELAY_S) + rng.normal(0, 0.05, N_FRAMES), -1, 1)
-            if labels_override is not None:
-                y = labels_override(listener, story, y)
             ssig = _smooth_signal(rng, t_face)
             ssig_a = _smooth_signal(rng, t_audio)
+            if speaker_share:
+                spk = _smooth_signal(rng, grid)  # the speaker's hidden part of the valence
+                y = np.clip(
+                    (1 - speaker_share) * hidden(t_label - DELAY_S)
+                    + speaker_share * np.interp(t_label - DELAY_S, grid, spk)
+                    + rng.normal(0, 0.05, N_FRAMES),
+                    -1,
+                    1,
+                )
+                ssig, ssig_a = np.interp(t_face, grid, spk), np.interp(t_audio, grid, spk)
+            if labels_override is not None:
+                y = labels_override(listener, story, y)
             key = f"synthetic-{seed}-{listener}-{story}"  # stands for the content hash of a real cache key
             channels = {
                 "listener/face_geom": _channel(

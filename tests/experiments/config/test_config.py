@@ -345,7 +345,15 @@ def test_every_option_is_in_the_config_reference():
     table = reference.split("Options, each defined once in `experiments/config/options.py`:")[
         1
     ].split("\n\n")[1]
-    for name in ("PERSONALIZATIONS", "RESCALES", "SMOOTH_METHODS", "FIT_ON", "STATS"):
+    for name in (
+        "PERSONALIZATIONS",
+        "RESCALES",
+        "SMOOTH_METHODS",
+        "FIT_ON",
+        "STATS",
+        "FUSION_METHODS",
+        "BLENDS",
+    ):
         for value in getattr(options, name):
             assert f"`{value}`" in table, (name, value)
     # and the code that implements them agrees
@@ -376,3 +384,46 @@ def test_unseen_listener_selection(tmp_path):
         load_config(write(tmp_path, "unseen_listener: {selection: fixed}\n"))
     with pytest.raises(ConfigError, match=r"unseen_listener\.selection: 'nestd' is not one of"):
         load_config(write(tmp_path, "unseen_listener: {selection: nestd}\n"))
+
+
+@pytest.mark.parametrize(
+    "fusion, message",
+    [
+        ({"method": "late", "members": ["speaker", "listner"]}, "did you mean 'listener'"),
+        ({"method": "late", "members": ["speaker"]}, "at least two feature sets"),
+        ({"method": "late", "members": ["speaker", "speaker"]}, "listed twice"),
+        ({"method": "early", "members": ["speaker", "listener"]}, "early fusion is a feature set"),
+        (
+            {"method": "late", "members": ["speaker", "listener"], "blend": "nnl"},
+            "did you mean 'nnls'",
+        ),
+        (
+            {"method": "late", "members": ["speaker", "listener"], "blnd": "nnls"},
+            "fusion.blnd: unknown key",
+        ),
+        ({"method": "late", "members": ["speaker", "listener"], "alpha": -1}, "fusion.alpha"),
+    ],
+)
+def test_fusion_config_errors_name_the_key(tmp_path, fusion, message):
+    path = write(tmp_path, yaml.safe_dump({"fusion": fusion}))
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}:")
+
+
+def test_fusion_config_round_trips_and_keeps_hashes(tmp_path):
+    cfg = from_dict({"fusion": {"members": ["speaker", "listener"]}})
+    assert (cfg.fusion.method, cfg.fusion.members, cfg.fusion.blend) == (
+        "late",
+        ["speaker", "listener"],
+        "nnls",
+    )
+    assert from_dict(cfg.to_dict()).fusion == cfg.fusion
+    # off by default, and then absent from the resolved config: earlier configs keep their hash
+    assert "fusion" not in from_dict({}).to_dict()
+    assert from_dict({"fusion": {"method": "none"}}).hash() == from_dict({}).hash()
+    # members must be swept, and the blend needs the training stories' out-of-fold predictions
+    with pytest.raises(ConfigError, match="not a swept feature set"):
+        from_dict({"feature_set": ["listener"], "fusion": {"members": ["speaker", "listener"]}})
+    with pytest.raises(ConfigError, match="needs protocol val"):
+        from_dict({"protocol": "loso", "fusion": {"members": ["speaker", "listener"]}})

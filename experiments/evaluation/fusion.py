@@ -1,0 +1,225 @@
+"""Late fusion: one configuration per member feature set, blended by weights fitted out of fold.
+
+Early fusion concatenates the members' channels into one feature set (``both``) and fits one
+model; late fusion (the AVEC/MuSe baselines' and the challenge's strongest entries' way) fits
+one configuration per member (each chosen on validation like any other, see
+:mod:`experiments.studies.fusion`) and blends their per-frame predictions:
+
+1. each member predicts the **training** stories out of fold (every training story by models
+   fitted on the other training stories), post-processed as the member's own run does
+   (:func:`~experiments.evaluation.evaluate.member_predictions`);
+2. the blend (:class:`Blend`: non-negative least squares with a free intercept, or a small
+   ridge) is fitted on those frames against the training labels, and nothing else;
+3. it is applied to the members' validation and test predictions (the ones their runs logged),
+   which are scored like any configuration (CCC per session, both averagings, intervals over
+   listeners, chance level: :func:`~experiments.evaluation.evaluate.score_metrics`).
+
+Validation and test labels reach neither the members' fits nor the blend: the members were
+*chosen* on validation (so the fusion's validation score is a selection-split number, as theirs
+is), and test is scored once.
+
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> P = rng.normal(size=(500, 2))
+>>> b = Blend("nnls").fit(P, 0.7 * P[:, 0] - 0.2 * P[:, 1] + 1.0)
+>>> b.weights_.round(2).tolist(), round(b.intercept_, 1)
+([0.7, 0.0], 1.0)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from ..config.choices import check_choice
+from ..config.grid import Trial
+from ..config.options import BLENDS
+from ..config.tracks import fused_track
+from ..windowing.windowed import Windowed
+from .evaluate import MemberPredictions, member_predictions, score_metrics
+from .metrics import ccc
+
+
+class Blend:
+    """A linear blend of member predictions: ``y ~ intercept_ + P @ weights_``.
+
+    ``nnls``: least squares with non-negative weights and a free intercept (the members'
+    predictions are centred, :func:`scipy.optimize.nnls` fits the weights, the intercept puts
+    the means back: the exact constrained least-squares solution). ``ridge``: least squares
+    with the penalty ``alpha * n_rows * |w|^2`` on the centred columns (``alpha`` per frame, so
+    its strength does not grow with the number of frames); its weights may be negative.
+
+    Args:
+        method: one of :data:`~experiments.config.options.BLENDS`.
+        alpha: the ridge penalty per row (unitless); ignored by ``nnls``.
+    """
+
+    def __init__(self, method: str = "nnls", alpha: float = 0.01):
+        check_choice("blend", method, BLENDS)
+        if not alpha >= 0:
+            raise ValueError(f"blend alpha must be >= 0, got {alpha!r}")
+        self.method = method
+        self.alpha = alpha
+
+    def fit(self, P: Any, y: Any) -> Blend:
+        """Fit on member predictions ``P`` (n_rows, n_members) and labels ``y`` (n_rows,);
+        rows with a non-finite label or prediction are left out."""
+        P = np.asarray(P, dtype=float)
+        y = np.asarray(y, dtype=float).ravel()
+        if P.ndim != 2 or len(P) != len(y):
+            raise ValueError(
+                f"P must be (n_rows, n_members) with n_rows = len(y) = {len(y)}, got {P.shape}"
+            )
+        ok = np.isfinite(y) & np.isfinite(P).all(axis=1)
+        if ok.sum() < 2:
+            raise ValueError("the blend needs at least two rows with finite labels and predictions")
+        P, y = P[ok], y[ok]
+        p_mean, y_mean = P.mean(axis=0), float(y.mean())
+        Pc, yc = P - p_mean, y - y_mean
+        if self.method == "nnls":
+            w, _ = nnls(Pc, yc)
+        else:
+            gram = Pc.T @ Pc + self.alpha * len(y) * np.eye(P.shape[1])
+            w = np.linalg.solve(gram, Pc.T @ yc)
+        self.weights_ = np.asarray(w, dtype=float)
+        self.intercept_ = float(y_mean - p_mean @ self.weights_)
+        self.n_rows_ = int(len(y))
+        return self
+
+    def predict(self, P: Any) -> np.ndarray:
+        """The blended prediction of each row of ``P`` (n_rows, n_members)."""
+        if not hasattr(self, "weights_"):
+            raise RuntimeError("Blend.predict called before fit")
+        return self.intercept_ + np.asarray(P, dtype=float) @ self.weights_
+
+
+@dataclass
+class FusionResult:
+    """A late fusion's outcome, scored like a configuration.
+
+    ``members``: the member configurations (in the blend's column order); ``blend``: the fitted
+    :class:`Blend`; ``track``: :func:`~experiments.config.tracks.fused_track` of the members;
+    ``causal``: every member is; ``scores``, ``metrics``, ``predictions``, ``truth``: as a
+    :class:`~experiments.evaluation.evaluate.TrialResult`'s (validation and test sessions);
+    ``train_predictions``: the blend applied to the out-of-fold training predictions it was
+    fitted on; ``train_ccc``: their mean CCC per session (an in-sample number for the blend);
+    ``seconds``: wall time of the member fits and the blend."""
+
+    members: list[Trial]
+    blend: Blend
+    track: str
+    causal: bool
+    scores: pd.DataFrame
+    metrics: dict[str, float]
+    predictions: dict[str, np.ndarray]
+    truth: dict[str, np.ndarray]
+    train_predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    train_ccc: float = float("nan")
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_same_sessions(windowed: Sequence[Windowed]) -> None:
+    first = {s.session: s.y for s in windowed[0].sessions}
+    for w in windowed[1:]:
+        other = {s.session: s.y for s in w.sessions}
+        if set(other) != set(first):
+            raise ValueError("the members' windowed features cover different sessions")
+        for sid, y in other.items():
+            if not np.array_equal(y, first[sid], equal_nan=True):
+                raise ValueError(f"{sid}: the members' labels differ (one target for all members)")
+
+
+def late_fusion(
+    members: Sequence[tuple[Trial, Windowed]],
+    blend: str = "nnls",
+    alpha: float = 0.01,
+    seed: int = 0,
+    predicted: Sequence[MemberPredictions] | None = None,
+) -> FusionResult:
+    """Fit and score the late fusion of ``members`` (each a configuration and its windowed
+    features, protocol ``val``); see the module docstring.
+
+    ``predicted``: the members' :class:`MemberPredictions` when already made (one per member, in
+    order); otherwise they are made here. ``seed`` seeds the chance level.
+
+    Raises:
+        ValueError: fewer than two members, members on different sessions or labels, protocol
+            ``loso`` or a single training story (from ``member_predictions``).
+    """
+    if len(members) < 2:
+        raise ValueError(f"late fusion needs at least two members, got {len(members)}")
+    t0 = time.perf_counter()
+    _check_same_sessions([w for _, w in members])
+    preds = (
+        list(predicted) if predicted is not None else [member_predictions(t, w) for t, w in members]
+    )
+    sessions = {s.session: s for s in members[0][1].sessions}
+    split_of = preds[0].split_of
+    train = [sid for sid, name in split_of.items() if name == "train"]
+    evaluated = [sid for sid, name in split_of.items() if name in ("val", "test")]
+
+    def stacked(sids: list[str], which: str) -> np.ndarray:
+        return np.column_stack(
+            [np.concatenate([getattr(p, which)[sid] for sid in sids]) for p in preds]
+        )
+
+    fitted = Blend(blend, alpha).fit(
+        stacked(train, "train"), np.concatenate([sessions[sid].y for sid in train])
+    )
+
+    def blended(sids: list[str], which: str) -> dict[str, np.ndarray]:
+        return {
+            sid: fitted.predict(np.column_stack([getattr(p, which)[sid] for p in preds]))
+            for sid in sids
+        }
+
+    out, on_train = blended(evaluated, "evaluated"), blended(train, "train")
+    rows = []
+    for sid, pred in out.items():
+        s = sessions[sid]
+        ok = np.isfinite(s.y)
+        rows.append(
+            {
+                "session": sid,
+                "listener": s.listener,
+                "story": s.story,
+                "split": split_of[sid],
+                "ccc": ccc(s.y[ok], pred[ok]),
+            }
+        )
+    scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
+    truth = {sid: sessions[sid].y for sid in out}
+    metrics = score_metrics(
+        scores, out, truth, seed=seed, fps={sid: sessions[sid].fps for sid in out}
+    )
+    train_ccc = float(
+        np.mean(
+            [
+                ccc(sessions[sid].y[ok], p[ok])
+                for sid, p in on_train.items()
+                for ok in [np.isfinite(sessions[sid].y)]
+            ]
+        )
+    )
+    trials = [t for t, _ in members]
+    return FusionResult(
+        trials,
+        fitted,
+        fused_track([t.track for t in trials]),
+        all(t.causal for t in trials),
+        scores,
+        metrics,
+        out,
+        truth,
+        on_train,
+        train_ccc,
+        time.perf_counter() - t0,
+        sorted({n for p in preds for n in p.notes}),
+    )
