@@ -41,6 +41,9 @@ FIT_ON = ("out_of_fold", "in_sample")
 #: (per left-out listener, chosen on the other listeners' validation stories with models fitted
 #: without them), ``fixed`` (the ``configuration`` named in the config, before any data)
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
+#: feature groups permutation importance moves (``importance.levels``): a ``role/channel``, one
+#: column of it, one window statistic of every column (see experiments.evaluation.importance)
+IMPORTANCE_LEVELS = ("channel", "column", "stat")
 #: split names of a config's ``splits``
 SPLIT_NAMES = ("train", "val", "test")
 

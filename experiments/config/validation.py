@@ -58,6 +58,7 @@ from .grid import format_value
 from .options import (
     ALIGNS,
     FIT_ON,
+    IMPORTANCE_LEVELS,
     MODEL_PARAMS,
     PERSONALIZATIONS,
     PROTOCOLS,
@@ -76,6 +77,7 @@ from .schema import (
     SEARCH_SAMPLERS,
     ConfigError,
     ExperimentConfig,
+    ImportanceConfig,
     ModelSpec,
     PostprocessConfig,
     Range,
@@ -288,6 +290,7 @@ class _Validator:
             "jobs",
             "unseen_listener",
             "search",
+            "importance",
         ]
         self.mapping("", raw, top)
         d = ExperimentConfig()
@@ -332,6 +335,7 @@ class _Validator:
         if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
             raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
         cfg.jobs = jobs
+        cfg.importance = self.importance(raw.get("importance"))
         cfg.models = self.models(
             raw["models"] if "models" in raw else [m.to_dict() for m in d.models], cfg
         )
@@ -495,6 +499,21 @@ class _Validator:
                 "seeing any data (experiments sweep --print-config lists none; a run's label does)",
             )
         return selection, str(configuration or "")
+
+    def importance(self, value: Any) -> ImportanceConfig | None:
+        """``importance``: false/null (none), true (defaults) or ``{repeats, levels, split}``."""
+        if value is None or value is False:
+            return None
+        d = ImportanceConfig()
+        value = {} if value is True else self.mapping("importance", value, list(d.to_dict()))
+        repeats = value.get("repeats", d.repeats)
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+            raise self.fail("importance.repeats", f"expected a positive integer, got {repeats!r}")
+        levels = self.enum_list(
+            "importance.levels", value.get("levels", d.levels), IMPORTANCE_LEVELS
+        )
+        split = self.enum_list("importance.split", value.get("split", d.split), ("test", "val"))
+        return ImportanceConfig(repeats, levels, split[0])
 
     def tracking(self, value: Any) -> TrackingConfig:
         value = self.mapping("tracking", value, ["uri", "experiment"])

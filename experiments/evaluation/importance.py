@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
+from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
 from .fitting import FitPart, combine_parts, fit_main, fit_part, fit_parts
@@ -54,7 +55,7 @@ from .metrics import ccc
 from .uncertainty import MIN_LAG_S, contributions, t_interval
 
 #: the kinds of feature groups, see the module docstring
-LEVELS = ("channel", "column", "stat")
+LEVELS = IMPORTANCE_LEVELS
 #: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract, see DESIGN.md)
 COLUMNS = [
     "feature_set",

@@ -29,6 +29,7 @@ comparable with a demo or synthetic store.
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
+from .explain import Explanation, explain_choices, importance_markdown
 from .parent_run import SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
@@ -398,7 +400,10 @@ def ablate(
     resume: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:
     """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}`` and
-    ``reports/ablation_comparisons.csv``, and log them to MLflow.
+    ``reports/ablation_comparisons.csv``, and log them to MLflow; for each chosen configuration,
+    ``reports/ccc_per_session_<feature_set>_<track>.png`` and, with ``cfg.importance``,
+    ``reports/importance_<feature_set>_<track>.{csv,png}`` (:mod:`experiments.studies.explain`;
+    the parent run's metric ``ablation.explain_seconds`` is what they took).
 
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
     or on the cluster of ``scheduler`` (``tcp://host:8786``); see
@@ -446,12 +451,24 @@ def ablate(
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
     nested.to_csv(out / "ablation_unseen.csv", index=False)
+    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    t0 = time.perf_counter()
+    # each chosen configuration's CCC per listener x story, and its importance if configured
+    explained = explain_choices(
+        cfg,
+        df,
+        lambda run: run_scores(sweep, run, tracking_uri or cfg.tracking.uri),
+        store,
+        tracker,
+        out,
+    )
+    explain_seconds = time.perf_counter() - t0
     md = ablation_markdown(
         df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
     )
+    md += importance_markdown([e for e in explained if isinstance(e, Explanation)])
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     with tempfile.TemporaryDirectory() as tmp:
         for name in (
             "ablation.csv",
@@ -477,6 +494,7 @@ def ablate(
             float(r["p_value"]),
         )
         metrics[f"{key}.p_holm"] = float(r["p_holm"])
+    metrics["ablation.explain_seconds"] = explain_seconds
     tracker.log(
         sweep.parent_run_id,
         metrics={k: v for k, v in metrics.items() if np.isfinite(v)},
