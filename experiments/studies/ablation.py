@@ -466,7 +466,9 @@ def ablate(
     md = ablation_markdown(
         df, title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})", pairs=pairs
     )
-    md += importance_markdown([e for e in explained if isinstance(e, Explanation)])
+    # before the published reference, which closes the report
+    section = importance_markdown([e for e in explained if isinstance(e, Explanation)])
+    md = md.replace("\n## Reference", section + "\n## Reference", 1)
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
     with tempfile.TemporaryDirectory() as tmp:
