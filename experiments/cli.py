@@ -411,6 +411,71 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------- explain
+def add_explain(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        cmd_explain,
+        help="permutation importance of a run's channels and columns -> reports/importance_<set>_<track>.{csv,png}",
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="a configuration's child run")
+    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
+    p.add_argument(
+        "--levels",
+        nargs="+",
+        choices=["channel", "column", "stat"],
+        default=["channel", "column"],
+        help="feature groups to permute: a role/channel, one column, one window statistic "
+        "(default: channel column)",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="random lags per session (default: 5)")
+    p.add_argument("--split", choices=["test", "val"], default="test", help="scored split")
+    p.add_argument(
+        "--track",
+        choices=["personalized", "generalized"],
+        default=None,
+        help="whose averaging (default: the configuration's own track)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the lags (default: 0)")
+    p.add_argument(
+        "--out", default="reports", help="folder for the importance files (default: reports/)"
+    )
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Refit the run's configuration on the training stories (deterministically, as the sweep
+    did), then move each channel's, column's or window statistic's features in time on the test
+    split (each session's block circularly shifted by at least 10 s) and report the drop in CCC
+    with the track's averaging, mean over --repeats lags, with a 95 % t interval over listeners.
+    Writes reports/importance_<set>_<track>.{csv,png} and ccc_per_session_<set>_<track>.png and
+    logs them to the run. Exit 1 when the run cannot be explained (the message says why)."""
+    from .studies.explain import ExplainError, explain_run  # startup: see the imports above
+
+    _check_store(args.store)
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    try:
+        e = explain_run(
+            args.run_id,
+            store=args.store,
+            tracking_uri=args.tracking_uri,
+            out_dir=args.out,
+            levels=args.levels,
+            repeats=args.repeats,
+            split=args.split,
+            track=args.track,
+            seed=args.seed,
+        )
+    except ExplainError as err:
+        print(f"experiments explain: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except user_errors() as err:
+        raise UsageError(str(err)) from err
+    print(e.summary())
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------- agreement
 def add_agreement(sub: argparse._SubParsersAction) -> None:
     p = add_verb(
@@ -480,6 +545,7 @@ VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_sweep,
     add_ablate,
     add_export,
+    add_explain,
     add_score,
     add_agreement,
 ]

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, TypeVar
+
+import yaml
 
 from featurestore.storage.store import LABEL_FPS
 
@@ -216,6 +219,69 @@ class Trial:
             f"w{format_value(self.lengths_s)}s d{format_value(self.delay_s)}s {self.personalization} "
             f"smooth{format_value(self.smooth_s)}s rescale={self.rescale}"
         )
+
+
+def _param_value(text: str) -> Any:
+    """A hyperparameter's MLflow text back as a value: ``"10"`` -> 10, ``"0.05"`` -> 0.05,
+    ``"true"`` -> True, ``"None"`` -> None, other text as it is."""
+    if text == "None":
+        return None
+    value = yaml.safe_load(text)
+    return value if isinstance(value, int | float | bool) else text
+
+
+def trial_from_params(params: Mapping[str, str]) -> Trial:
+    """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params).
+
+    Hyperparameters come back as numbers where their text is one (``format_value`` wrote
+    ``10.0`` as ``10``; the models take either). Check the result's :meth:`Trial.hash`
+    against the run's ``config_hash`` tag: equal, it is the configuration that ran.
+
+    Raises:
+        KeyError: a param of :meth:`Trial.params` is missing (the message names it).
+
+    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))[5]
+    >>> trial_from_params(t.params()).hash() == t.hash()
+    True
+    """
+    try:
+
+        def floats(key: str) -> tuple[float, ...]:
+            return tuple(float(v) for v in params[key].split(","))
+
+        splits = tuple(
+            (name, tuple(int(s) for s in stories.split(",") if s))
+            for name, _, stories in (p.partition("=") for p in params["splits"].split(";") if p)
+        )
+        return Trial(
+            feature_set=params["features.set"],
+            channels=tuple(params["features.channels"].split(",")),
+            lengths_s=floats("window.lengths_s"),
+            delay_s=float(params["window.delay_s"]),
+            align=params["window.align"],
+            stats=tuple(params["window.stats"].split(",")),
+            hop_s=float(params["window.train_hop_s"]),
+            model=params["model.name"],
+            model_params=tuple(
+                (k.removeprefix("model."), _param_value(v))
+                for k, v in params.items()
+                if k.startswith("model.") and k != "model.name"
+            ),
+            personalization=params["personalization"],
+            smooth_s=float(params["postprocess.smooth_s"]),
+            smooth_method=params["postprocess.smooth_method"],
+            rescale=params["postprocess.rescale"],
+            target=params["target"],
+            protocol=params["protocol"],
+            seed=int(params["seed"]),
+            splits=splits,
+            fit_on=params["postprocess.fit_on"],
+            unseen_listener=params.get("unseen_listener") == "true",
+        )
+    except KeyError as e:
+        raise KeyError(
+            f"run params lack {e.args[0]!r}: not a configuration's child run (or logged by older code)"
+        ) from None
 
 
 T = TypeVar("T")

@@ -73,6 +73,9 @@ FUSION_METHODS = ("late",)
 #: late fusion's blend, fitted on the training stories' out-of-fold predictions: ``nnls``
 #: (non-negative weights, free intercept) or ``ridge`` (a small ridge, weights of any sign)
 BLENDS = ("nnls", "ridge")
+#: feature groups permutation importance moves (``importance.levels``): a ``role/channel``, one
+#: column of it, one window statistic of every column (see experiments.evaluation.importance)
+IMPORTANCE_LEVELS = ("channel", "column", "stat")
 #: split names of a config's ``splits``
 SPLIT_NAMES = ("train", "val", "test")
 

@@ -52,6 +52,8 @@ KEY_MEANINGS: dict[str, str] = {
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
     "fusion": "`experiments ablate`: `{method: late, members: [SET, SET], blend: nnls|ridge}` adds a "
     "late-fusion row (a blend of the members' chosen configurations); `method: none`: off",
+    "importance": "`experiments ablate`: permutation importance of each chosen configuration "
+    "(`{repeats, levels: [channel, column, stat], split}`); null: none",
 }
 
 #: model -> the estimator it builds (:mod:`experiments.models.factory`)
@@ -93,6 +95,7 @@ def markdown_tables() -> str:
     defaults.setdefault("folds", cfg.folds)
     defaults.setdefault("ccc_averaging", cfg.ccc_averaging)
     defaults.setdefault("fusion", {"method": cfg.fusion.method})
+    defaults.setdefault("importance", cfg.importance)
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key in TOP_KEYS:
         lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")

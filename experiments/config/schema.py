@@ -80,6 +80,7 @@ TOP_KEYS = (
     "jobs",
     "search",
     "fusion",
+    "importance",
 )
 #: keys of a range mapping (:class:`Range`)
 RANGE_KEYS = ("low", "high", "log", "int", "step")
@@ -216,6 +217,21 @@ class PostprocessConfig:
 
 
 @dataclass
+class ImportanceConfig:
+    """Permutation importance of each track's chosen configuration in ``experiments ablate``
+    (config ``importance: {repeats: 5, levels: [channel, column], split: test}``; ``false``
+    or absent: none): ``repeats`` random lags per session, the feature groups of ``levels``
+    (``IMPORTANCE_LEVELS``), scored on ``split``."""
+
+    repeats: int = 5
+    levels: list[str] = field(default_factory=lambda: ["channel", "column"])
+    split: str = "test"
+
+    def to_dict(self) -> dict:
+        return {"repeats": self.repeats, "levels": list(self.levels), "split": self.split}
+
+
+@dataclass
 class TrackingConfig:
     """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``."""
 
@@ -260,6 +276,8 @@ class ExperimentConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
     fusion: FusionConfig = field(default_factory=FusionConfig)
+    #: permutation importance in the ablation (see :class:`ImportanceConfig`); None: none
+    importance: ImportanceConfig | None = None
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
     source: str = field(default="<defaults>", compare=False)
 
@@ -308,6 +326,8 @@ class ExperimentConfig:
             d["search"] = self.search.to_dict()
         if self.fusion.enabled:
             d["fusion"] = self.fusion.to_dict()
+        if self.importance is not None:  # absent when off: the hash of a config without it stays
+            d["importance"] = self.importance.to_dict()
         return d
 
     def to_yaml(self) -> str:

@@ -57,6 +57,7 @@ from .options import (
     ALIGNS,
     CCC_AVERAGINGS,
     FIT_ON,
+    IMPORTANCE_LEVELS,
     MODEL_PARAMS,
     PERSONALIZATIONS,
     PROTOCOLS,
@@ -74,6 +75,7 @@ from .schema import (
     SEARCH_SAMPLERS,
     TOP_KEYS,
     ExperimentConfig,
+    ImportanceConfig,
     ModelSpec,
     PostprocessConfig,
     SearchConfig,
@@ -172,6 +174,9 @@ class _Validator(Checker):
         cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
         models = raw["models"] if "models" in raw else [m.to_dict() for m in d.models]
         cfg.models = self.attempt("models", lambda: self.models(models, cfg), d.models)
+        cfg.importance = self.attempt(
+            "importance", lambda: self.importance(raw.get("importance")), None
+        )
         cfg.fusion = self.attempt(
             "fusion",
             lambda: fusion_config(raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail),
@@ -363,6 +368,21 @@ class _Validator(Checker):
                 "seeing any data (experiments sweep --print-config lists none; a run's label does)",
             )
         return selection, str(configuration or "")
+
+    def importance(self, value: Any) -> ImportanceConfig | None:
+        """``importance``: false/null (none), true (defaults) or ``{repeats, levels, split}``."""
+        if value is None or value is False:
+            return None
+        d = ImportanceConfig()
+        value = {} if value is True else self.mapping("importance", value, list(d.to_dict()))
+        repeats = value.get("repeats", d.repeats)
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+            raise self.fail("importance.repeats", f"expected a positive integer, got {repeats!r}")
+        levels = self.enum_list(
+            "importance.levels", value.get("levels", d.levels), IMPORTANCE_LEVELS
+        )
+        split = self.enum_list("importance.split", value.get("split", d.split), ("test", "val"))
+        return ImportanceConfig(repeats, levels, split[0])
 
     def tracking(self, value: Any) -> TrackingConfig:
         value = self.mapping("tracking", value, ["uri", "experiment"])

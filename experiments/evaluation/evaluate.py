@@ -74,7 +74,9 @@ __all__ = [
     "evaluate_trials",
     "group_fit_parts",
     "member_predictions",
+    "postprocessed",
     "score_metrics",
+    "split_sessions",
     "window_sessions",
 ]
 
@@ -184,6 +186,19 @@ def _postprocess(
     return preds, _held_out(nested, evaluate), nested
 
 
+def postprocessed(
+    trial: Trial,
+    fitted: Fitted,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+) -> dict[str, np.ndarray]:
+    """``trial``'s calibration, smoothing and rescaling of ``fitted.evaluated`` (the sessions
+    ``evaluate``), fitted on ``fitted.fit_on`` (the sessions ``train``), by session: the
+    predictions the run scores. The same function of its inputs whatever ``fitted.evaluated``
+    holds, so permuted features' predictions are post-processed as the run's were."""
+    return _postprocess(trial, fitted, train, evaluate)[0]
+
+
 def _held_out(
     nested: dict[int, dict[str, np.ndarray]], evaluate: Sequence[WindowedSession]
 ) -> dict[str, np.ndarray]:
@@ -270,9 +285,10 @@ def member_predictions(trial: Trial, w: Windowed) -> MemberPredictions:
     return MemberPredictions(evaluated, on_train, split_of, [*fitted.notes, *fitted.warnings])
 
 
-def _split_sessions(
+def split_sessions(
     w: Windowed, splits: dict[str, tuple[int, ...]]
 ) -> dict[str, list[WindowedSession]]:
+    """``w``'s sessions by split (``train``, ``val``, ``test``), each session's split looked up from its story."""
     by_story = {int(st): name for name, stories in splits.items() for st in stories}
     out: dict[str, list[WindowedSession]] = {"train": [], "val": [], "test": []}
     for s in w.sessions:
@@ -338,7 +354,7 @@ def _group_sets(
 ) -> tuple[dict[str, list[WindowedSession]], bool, bool]:
     """(sessions by split, need_post_fit, need_unseen) of a fit group."""
     first = trials[0]
-    parts = _split_sessions(w, dict(first.splits))
+    parts = split_sessions(w, dict(first.splits))
     if not parts["train"]:
         raise ValueError(
             f"no training sessions (stories {dict(first.splits).get('train')}) in the store"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -401,6 +401,35 @@ def closed_form_parts(
             seconds=share,
         )
     return out
+
+
+def fit_main(
+    trial: Trial,
+    train: Sequence[WindowedSession],
+    evaluate: Sequence[WindowedSession],
+    need_post_fit: bool,
+) -> tuple[Callable[[WindowedSession], np.ndarray], PartResult]:
+    """The ``main`` part fitted here with its model kept: (a function that predicts one session
+    from its features, per frame, NaN filled with the training label mean; the part's result,
+    as :func:`fit_part` gives it). For predictions on changed features (permutation importance,
+    :mod:`experiments.evaluation.importance`) from the very model the run's predictions came from."""
+    t0 = time.perf_counter()
+    base, calibrated = _base(trial)
+    in_sample = (
+        list(train) if (need_post_fit or calibrated) and not _out_of_fold(trial, train) else []
+    )
+    fitted = _fit(trial, train, base, [*evaluate, *in_sample])
+
+    def predict(s: WindowedSession) -> np.ndarray:
+        return _predict_filled(trial, fitted, s)
+
+    result = PartResult(
+        {s.session: predict(s) for s in evaluate},
+        {s.session: predict(s) for s in in_sample},
+        n_rows=fitted[2],
+    )
+    result.seconds = time.perf_counter() - t0
+    return predict, result
 
 
 def combine_parts(

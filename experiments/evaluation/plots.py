@@ -1,4 +1,5 @@
-"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement.
+"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement,
+permutation importance and CCC per listener x story.
 
 Every ``plot_*`` function saves a PNG to a path or to a binary file object (``io.BytesIO``):
 a sweep's worker processes draw a configuration's figures into memory and hand the bytes to
@@ -291,6 +292,87 @@ def plot_agreement(
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("Self-rating vs. observer ratings: concordance (CCC)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_importance(
+    table: pd.DataFrame, path: str | Path | BinaryIO, top: int = 15, title: str = ""
+) -> Path | BinaryIO:
+    """Permutation importance (:mod:`experiments.evaluation.importance`): one panel per level
+    (channel, column, statistic), the ``top`` groups by drop in CCC as horizontal bars with
+    their 95 % interval over listeners; blue where the interval lies above zero, grey where it
+    does not."""
+    plt = _plt()
+    levels = list(dict.fromkeys(table.level))
+    shown = [table[table.level == lv].nlargest(top, "importance")[::-1] for lv in levels]
+    heights = [max(1.2, 0.28 * len(p) + 0.8) for p in shown]
+    fig, axes = plt.subplots(
+        len(levels),
+        1,
+        figsize=(8, sum(heights) + 0.6),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
+    for ax, level, part in zip(axes[:, 0], levels, shown, strict=True):
+        vals = part.importance.to_numpy(dtype=float)
+        lo, hi = part.ci_low.to_numpy(dtype=float), part.ci_high.to_numpy(dtype=float)
+        err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
+        y = np.arange(len(part))
+        ax.barh(
+            y,
+            vals,
+            xerr=np.where(np.isfinite(err), err, 0),
+            color=["tab:blue" if v > 0 else "tab:gray" for v in lo],
+            capsize=2,
+            error_kw={"lw": 0.8},
+        )
+        ax.set_yticks(y, list(part.group), fontsize=7)
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_title(
+            f"{level} (top {len(part)} of {int((table.level == level).sum())})", fontsize=9
+        )
+        ax.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch  # with matplotlib, loaded by _plt above
+
+    axes[0, 0].legend(
+        handles=[
+            Patch(color="tab:blue", label="interval above 0"),
+            Patch(color="tab:gray", label="interval reaches 0"),
+        ],
+        fontsize=7,
+        loc="lower right",
+    )
+    axes[-1, 0].set_xlabel("drop in CCC when permuted in time (95 % interval over listeners)")
+    fig.suptitle(_wrap(title or "Permutation importance", 8, 10), fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_session_ccc(
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = ""
+) -> Path | BinaryIO:
+    """Heat map of CCC per listener (rows) x story (columns, with their split), each cell's
+    value written in it, each listener's mean over the stories beside its name: the picture
+    that shows whether one listener or one story carries a mean. ``scores``: columns session,
+    listener, story, split, ccc (the ``*_unseen`` splits are left out)."""
+    plt = _plt()
+    own = scores[~scores.split.astype(str).str.endswith("_unseen")]
+    m = own.pivot_table(index="listener", columns="story", values="ccc", aggfunc="mean")
+    split_of = own.drop_duplicates("story").set_index("story").split
+    width_in = max(4.5, 0.9 * m.shape[1] + 2.5)
+    fig, ax = plt.subplots(figsize=(width_in, 0.45 * m.shape[0] + 2.0))
+    image = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+    for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(np.arange(m.shape[1]), [f"S{s}\n{split_of[s]}" for s in m.columns], fontsize=8)
+    means = m.mean(axis=1)
+    ax.set_yticks(np.arange(m.shape[0]), [f"L{v} ({means[v]:.2f})" for v in m.index], fontsize=8)
+    ax.set_xlabel("story (split)")
+    ax.set_ylabel("listener (mean over stories)")
+    fig.colorbar(image, ax=ax, label="CCC (-1 to 1)")
+    fig.suptitle(_wrap(title or "CCC per listener x story", width_in, 9), fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -53,6 +53,7 @@ from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .distributed import run_sweep_dask
+from .explain import Explanation, explain_choices, importance_markdown
 from .fusion import fusion_rows
 from .parent_run import SweepResult
 from .sweep import run_sweep
@@ -454,7 +455,10 @@ def ablate(
     resume: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:
     """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}`` and
-    ``reports/ablation_comparisons.csv``, and log them to MLflow.
+    ``reports/ablation_comparisons.csv``, and log them to MLflow; for each chosen configuration,
+    ``reports/ccc_per_session_<feature_set>_<track>.png`` and, with ``cfg.importance``,
+    ``reports/importance_<feature_set>_<track>.{csv,png}`` (:mod:`experiments.studies.explain`;
+    the parent run's metric ``ablation.explain_seconds`` is what they took).
 
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
     or on the cluster of ``scheduler`` (``tcp://host:8786``); see
@@ -508,15 +512,29 @@ def ablate(
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
     nested.to_csv(out / "ablation_unseen.csv", index=False)
+    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    t0 = time.perf_counter()
+    # each chosen configuration's CCC per listener x story, and its importance if configured
+    explained = explain_choices(
+        cfg,
+        df,
+        lambda run: run_scores(sweep, run, tracking_uri or cfg.tracking.uri),
+        store,
+        tracker,
+        out,
+    )
+    explain_seconds = time.perf_counter() - t0
     md = ablation_markdown(
         df,
         title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})",
         pairs=pairs,
         unseen_selection=cfg.unseen_selection,
     )
+    # before the published reference, which closes the report
+    section = importance_markdown([e for e in explained if isinstance(e, Explanation)])
+    md = md.replace("\n## Reference", section + "\n## Reference", 1)
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     with tempfile.TemporaryDirectory() as tmp:
         for name in (
             "ablation.csv",
@@ -545,6 +563,7 @@ def ablate(
         metrics[f"{key}.p_holm"] = float(r["p_holm"])
     if len(fused):  # what the late-fusion row cost: loading, windowing, member refits, blends
         metrics["ablation.late_fusion_seconds"] = fusion_seconds
+    metrics["ablation.explain_seconds"] = explain_seconds
     tracker.log(
         sweep.parent_run_id,
         metrics={k: v for k, v in metrics.items() if np.isfinite(v)},

@@ -212,6 +212,11 @@ class Tracker:
     ) -> None:
         with_retry(lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
 
+    def log_table(self, run_id: str, table: Any, artifact_file: str) -> None:
+        """Log a pandas DataFrame as an MLflow table (``artifact_file`` ending in ``.json``), which
+        the UI shows in its artifact view and ``mlflow.load_table`` reads back."""
+        with_retry(lambda: self.client.log_table(run_id, table, artifact_file))
+
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         with_retry(lambda: self.client.set_terminated(run_id, status))
 

@@ -135,6 +135,53 @@ def build_store(
     return store
 
 
+#: listeners of :func:`build_planted_column_store` (five: intervals over listeners need a few)
+PLANTED_LISTENERS = (1, 2, 3, 4, 5)
+
+
+def build_planted_column_store(root: Path, seed: int = 0) -> Store:
+    """A store where one column carries the signal: ``listener/face_geom`` has 4 columns at
+    25 fps, ``c0`` the listener's hidden signal plus a little noise, ``c1``-``c3`` pure noise;
+    ``speaker/face_geom`` (3 columns) is unrelated noise. 5 listeners x stories 1..4 (splits as
+    :data:`SPLITS`), 30 s each; the label is the hidden signal delayed by 1 s."""
+    store = Store(root, mode="a")
+    t = np.arange(N_FRAMES) / FPS
+    for listener in PLANTED_LISTENERS:
+        for story in STORIES:
+            rng = np.random.default_rng(seed * 1000 + listener * 10 + story)
+            grid = np.arange(-2.0, DURATION_S + 1, 0.01)
+            hidden = _smooth_signal(rng, grid)
+            y = np.clip(np.interp(t - DELAY_S, grid, hidden) + rng.normal(0, 0.05, N_FRAMES), -1, 1)
+            listen = rng.normal(0, 1, (N_FRAMES, 4)).astype(np.float32)
+            listen[:, 0] = np.interp(t, grid, hidden) + rng.normal(0, 0.05, N_FRAMES)
+            speak = rng.normal(0, 1, (N_FRAMES, 3)).astype(np.float32)
+            key = f"planted-{seed}-{listener}-{story}"
+            channels = {
+                f"{role}/face_geom": Channel(
+                    data,
+                    t,
+                    np.ones(N_FRAMES, bool),
+                    [f"c{j}" for j in range(data.shape[1])],
+                    extractor="synthetic",
+                    extractor_version="1",
+                    cache_key=key,
+                )
+                for role, data in (("listener", listen), ("speaker", speak))
+            }
+            meta = SessionMeta(
+                session=session_name(listener, story),
+                listener=listener,
+                story=story,
+                speaker=(story + 1) // 2,
+                split=SPLIT_OF[story],
+                n_frames=N_FRAMES,
+            )
+            store.write_session(
+                meta, channels=channels, labels={"valence_self": y.astype(np.float32)}
+            )
+    return store
+
+
 def config_dict(uri: str, experiment: str = "test", **changes) -> dict:
     """A small grid on the synthetic store: 2 feature sets x (dummy + ridge x 2 personalizations x 2 smoothings)."""
     d = {

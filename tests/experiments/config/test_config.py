@@ -158,6 +158,9 @@ def test_overrides(tmp_path):
         ("feature_sets: {a: [listner/egemaps]}", r"feature_sets\.a: .*did you mean 'listener'\?"),
         ("feature_set: [bothh]", r"feature_set: 'bothh' is not defined .*did you mean 'both'\?"),
         ("seed: 1.5", r"seed: expected an integer"),
+        ("importance: {levels: [colum]}", r"importance\.levels: 'colum' .*did you mean 'column'\?"),
+        ("importance: {repeats: 0}", r"importance\.repeats: expected a positive integer"),
+        ("importance: {repeat: 5}", r"importance\.repeat: unknown key; did you mean 'repeats'\?"),
         (
             "models: [{name: svr, only: {window.delay_s: [-4]}}]",
             r"models\[0\]\.only\.window\.delay_s: -4 must be >= 0",
@@ -241,6 +244,33 @@ def test_to_dict_round_trips_and_hash_is_stable():
     assert config_hash(shuffled) == config_hash(d) == cfg.hash()
     assert len(cfg.hash()) == 12
     assert from_dict(d, overrides=["seed=1"]).hash() != cfg.hash()
+
+
+def test_importance_key_is_off_unless_given_and_keeps_old_hashes():
+    from experiments.config.schema import ImportanceConfig
+
+    cfg = load_config("default")
+    assert cfg.importance is None and "importance" not in cfg.to_dict()
+    on = from_dict(cfg.to_dict(), overrides=["importance={repeats: 3, levels: [column, stat]}"])
+    assert on.importance == ImportanceConfig(3, ["column", "stat"], "test")
+    assert from_dict(on.to_dict()) == on and on.hash() != cfg.hash()
+    assert from_dict(cfg.to_dict(), overrides=["importance=true"]).importance == ImportanceConfig()
+    assert from_dict(cfg.to_dict(), overrides=["importance=false"]).importance is None
+    assert load_config("ablation").importance == ImportanceConfig(5, ["channel", "column"], "test")
+
+
+def test_a_run_s_params_give_back_its_configuration():
+    """``experiments explain`` rebuilds a child run's configuration from its params."""
+    from dataclasses import replace
+
+    from experiments.config.grid import trial_from_params
+
+    trials = expand(load_config("ablation")) + expand(load_config("default"))
+    for t in [*trials, replace(trials[-1], unseen_listener=True)]:
+        back = trial_from_params(t.params())
+        assert back.hash() == t.hash() and back.hyperparams == pytest.approx(t.hyperparams)
+    with pytest.raises(KeyError, match="run params lack 'model.name'"):
+        trial_from_params({k: v for k, v in t.params().items() if k != "model.name"})
 
 
 def test_expand_crosses_every_axis_without_only():

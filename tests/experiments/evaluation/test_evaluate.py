@@ -123,7 +123,7 @@ def test_loso_protocol_scores_train_and_val_stories_and_test(tables):
 def test_global_calibrated_maps_are_fitted_on_smoothed_out_of_fold_predictions(tables):
     """The sweep's global_calibrated predictions are the global model's, mapped per listener by
     maps fitted on the training stories' out-of-fold predictions smoothed as they are."""
-    from experiments.evaluation.evaluate import CALIBRATION_SHRINKAGE, _split_sessions
+    from experiments.evaluation.evaluate import CALIBRATION_SHRINKAGE, split_sessions
     from experiments.evaluation.fitting import fit_group
     from experiments.models.personalization import apply_listener_calibration
     from experiments.models.postprocess import fit_smoothed_calibration, smooth
@@ -132,7 +132,7 @@ def test_global_calibrated_maps_are_fitted_on_smoothed_out_of_fold_predictions(t
     trial = pick(trials, "listener", personalization="global_calibrated", smooth_s=2.0)
     w = window_sessions(tables, trial.window_key())
     res = evaluate_trial(trial, w)
-    parts = _split_sessions(w, dict(trial.splits))
+    parts = split_sessions(w, dict(trial.splits))
     evaluate = parts["val"] + parts["test"]
     fitted = fit_group(trial, parts["train"], evaluate, need_post_fit=False, need_unseen=False)
     train = parts["train"]

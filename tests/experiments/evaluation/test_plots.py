@@ -16,7 +16,13 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.evaluation.plots import (
+    plot_ablation,
+    plot_importance,
+    plot_listener_ccc,
+    plot_predictions,
+    plot_session_ccc,
+)
 
 LONG = (
     "xgboost(n_estimators=200,max_depth=3,learning_rate=0.05) both w2,8s d2s global_calibrated "
@@ -58,17 +64,17 @@ def scores_and_series(listeners=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)):
     return scores, truth, preds
 
 
-def check_readable(fig: Figure, xlabel_has: str, ylabel_has: str) -> None:
+def check_readable(fig: Figure, xlabel_has: str, ylabel_has: str, legend: bool = True) -> None:
     canvas = FigureCanvasAgg(fig)  # the figure was closed after saving: draw it again, as saved
     canvas.draw()
     renderer = canvas.get_renderer()
-    axes = [ax for ax in fig.axes if ax.has_data()]
+    axes = [ax for ax in fig.axes if ax.has_data() and ax.get_label() != "<colorbar>"]
     assert axes
     assert any(xlabel_has in ax.get_xlabel() for ax in axes), [ax.get_xlabel() for ax in axes]
     for ax in axes:
         assert ylabel_has in ax.get_ylabel(), ax.get_ylabel()
         assert ax.get_title() or (fig._suptitle is not None and fig._suptitle.get_text())
-    assert any(ax.get_legend() is not None for ax in axes), "no legend"
+    assert not legend or any(ax.get_legend() is not None for ax in axes), "no legend"
     texts = [fig._suptitle] if fig._suptitle is not None else []
     for ax in axes:
         texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
@@ -115,6 +121,36 @@ def test_ablation_figure(saved, tmp_path):
         table, tmp_path / "a.png", reference={"speaker": (0.11, 0.13), "listener": (0.19, 0.23)}
     )
     check_readable(saved[-1], "feature set", "CCC (-1 to 1)")
+
+
+def test_importance_figure(saved, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = [
+        {
+            "level": lv,
+            "group": f"listener/face_au/AU{i:02d}" if lv == "column" else f"g{i}",
+            "importance": v,
+            "ci_low": v - 0.05,
+            "ci_high": v + 0.05,
+        }
+        for lv, n in (("channel", 3), ("column", 30))
+        for i, v in enumerate(rng.normal(0.02, 0.05, n))
+    ]
+    plot_importance(pd.DataFrame(rows), tmp_path / "i.png", top=12, title=f"importance: {LONG}")
+    fig = saved[-1]
+    check_readable(fig, "drop in CCC", "", legend=True)
+    assert [len(ax.patches) for ax in fig.axes] == [3, 12]  # every channel, the top 12 columns
+
+
+def test_session_heat_map(saved, tmp_path):
+    scores, _, _ = scores_and_series()
+    scores = pd.concat([scores, scores.assign(split="test_unseen", ccc=-1.0)])
+    plot_session_ccc(scores, tmp_path / "h.png", title=f"CCC per session: {LONG}")
+    fig = saved[-1]
+    check_readable(fig, "story", "listener", legend=False)
+    image = fig.axes[0].images[0].get_array()
+    assert image.shape == (10, 2) and image.min() > -1.0  # the unseen-listener rows left out
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["S1\nval", "S3\ntest"]
 
 
 def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):

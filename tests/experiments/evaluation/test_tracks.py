@@ -19,11 +19,11 @@ from experiments.config.options import (
 )
 from experiments.config.tracks import candidates, track_of
 from experiments.evaluation.evaluate import (
-    _split_sessions,
     evaluate_part,
     evaluate_trial,
     evaluate_trials,
     group_fit_parts,
+    split_sessions,
     window_sessions,
 )
 from experiments.evaluation.fitting import FitPart, fit_group
@@ -125,7 +125,7 @@ def test_post_processing_is_fitted_out_of_fold(tables):
         trials_for(postprocess={"smooth_s": [0], "rescale": ["train"]}), "listener", rescale="train"
     )
     w = window_sessions(tables, trial.window_key())
-    parts = _split_sessions(w, dict(trial.splits))
+    parts = split_sessions(w, dict(trial.splits))
     story = SPLITS["train"][0]
     rng = np.random.default_rng(5)
     poisoned_train = [

@@ -37,7 +37,14 @@ def ablation(sweep_once, planted_store, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ablation")
     path = tmp / "ablation.yaml"
     path.write_text(
-        yaml.safe_dump(config_dict(cfg.tracking.uri, cfg.tracking.experiment, unseen_listener=True))
+        yaml.safe_dump(
+            config_dict(
+                cfg.tracking.uri,
+                cfg.tracking.experiment,
+                unseen_listener=True,
+                importance={"repeats": 2, "levels": ["channel"]},
+            )
+        )
     )
     out = tmp / "reports"
     code = main(["ablate", "--config", str(path), "--store", str(planted_store), "--out", str(out)])
@@ -117,6 +124,36 @@ def test_ablation_reports_written(ablation):
                 else ""
             )
             assert f"(run `{run}`{note}{said}" in md
+
+
+def test_each_choice_has_its_importance_and_heat_map(ablation):
+    out, res, uri = ablation
+    df = pd.read_csv(out / "ablation.csv")
+    client = MlflowClient(uri)
+    runs = res.table.set_index("run_id")
+    for fs in ("speaker", "listener"):
+        row = df[(df.feature_set == fs) & (df.split == "test")].iloc[0]
+        for track in ("personalized", "generalized"):
+            assert_real_png(out / f"ccc_per_session_{fs}_{track}.png")
+            run = row[f"run_id_{track}"]
+            logged = {f.path for f in client.list_artifacts(run, "importance")}
+            assert f"importance/ccc_per_session_{fs}_{track}.png" in logged
+            if runs.at[run, "model.name"] in ("dummy", "position_prior"):
+                continue  # a baseline reads no feature: a heat map only
+            t = pd.read_csv(out / f"importance_{fs}_{track}.csv")
+            assert set(t.level) == {"channel"} and set(t.track) == {track}
+            assert t.repeats.eq(2).all() and t.ccc.iloc[0] == pytest.approx(row[f"ccc_{track}"])
+            assert f"importance/importance_{fs}_{track}.csv" in logged
+    listener = pd.read_csv(out / "importance_listener_generalized.csv").set_index("group")
+    # the listener channels carry the planted signal
+    assert listener.importance.max() > 0.1
+    md = (out / "ablation.md").read_text()
+    assert "## What the chosen configurations use (permutation importance)" in md
+    exp = client.get_run(res.parent_run_id).info.experiment_id
+    parent = client.search_runs(
+        [exp], "tags.ablation = 'true'", order_by=["attributes.start_time DESC"]
+    )[0]
+    assert parent.data.metrics["ablation.explain_seconds"] > 0  # what the pictures took
 
 
 def test_listener_row_beats_speaker_row(ablation):

@@ -1,0 +1,309 @@
+"""Permutation importance: the CCC a channel, a column or a window statistic carries, with intervals over listeners.
+
+For one configuration, its model is fitted as the run fitted it (the ``main`` fit on the
+training stories, :func:`~experiments.evaluation.fitting.fit_main`; its post-processing fitted
+on the same out-of-fold predictions). Then, on the scored split (test by default), the
+windowed features of one **group** are moved in time and the sessions predicted, post-processed
+and scored again; the importance of the group is the **drop in CCC** (unpermuted minus
+permuted), averaged as the track averages (personalized: over each listener's stories, then
+over listeners; generalized: over each story's listeners, then over stories).
+
+Groups (``levels``):
+
+* ``channel``: every feature of a ``role/channel`` (e.g. ``listener/face_au``), its
+  ``valid_frac`` included;
+* ``column``: every window statistic of one column (e.g. ``listener/face_au/AU12``);
+* ``stat``: one window statistic (``mean``, ``std``, ``slope`` ...) of every column.
+
+**Permutation respects time.** Each session's block of the group's features is circularly
+shifted by a random lag of at least :data:`~experiments.evaluation.uncertainty.MIN_LAG_S`
+(10 s, at most a quarter of the session), the same rule as the chance level: the features keep
+their autocorrelation, their distribution and their relation with each other, and only their
+alignment with the ratings (and with the other groups' features) is broken. Shuffling frames
+instead would hand the model feature values it never saw in sequence, and credit a group for
+the damage the shuffle does. The lags are drawn once per repeat and session and shared by every
+group (common random numbers: groups are compared on the same draws).
+
+**Intervals.** Each session's drop is averaged over the ``repeats``; each listener's
+contribution to the track's mean drop (:func:`~experiments.evaluation.uncertainty.contributions`,
+the split's stories fixed) gives a 95 % Student-t interval over listeners. The interval is
+about new listeners hearing these stories with *this* fitted model; it does not cover the
+refit's own variability, nor say anything about a feature the model could have used instead
+(correlated groups share their credit: permuting one leaves the other to carry the signal).
+One interval per group: with many columns some exclude zero by chance (about 1 in 20 of the
+groups that carry nothing).
+
+>>> [g.name for g in feature_groups(["listener/face/AU12:mean@4s", "listener/face:valid_frac@4s"],
+...                                   ["listener/face"], ["channel", "column", "stat"])]
+['listener/face', 'listener/face/AU12', 'mean', 'valid_frac']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from ..config.grid import Trial
+from ..config.options import IMPORTANCE_LEVELS
+from ..windowing.windowed import Windowed, WindowedSession
+from .evaluate import postprocessed, split_sessions
+from .fitting import FitPart, combine_parts, fit_main, fit_part, fit_parts
+from .metrics import ccc
+from .uncertainty import MIN_LAG_S, contributions, t_interval
+
+#: the kinds of feature groups, see the module docstring
+LEVELS = IMPORTANCE_LEVELS
+#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract, see DESIGN.md)
+COLUMNS = [
+    "feature_set",
+    "track",
+    "split",
+    "level",
+    "group",
+    "rank",
+    "importance",
+    "ci_low",
+    "ci_high",
+    "sd_repeats",
+    "ccc",
+    "ccc_permuted",
+    "n_features",
+    "n_listeners",
+    "repeats",
+]
+
+
+@dataclass(frozen=True)
+class FeatureGroup:
+    """Features permuted together: ``level`` (one of :data:`LEVELS`), ``name``, and their
+    ``indices`` among the windowed features' columns."""
+
+    level: str
+    name: str
+    indices: tuple[int, ...]
+
+
+def _parse(name: str, channels: Sequence[str]) -> tuple[str, str | None, str]:
+    """(channel, column or None for a channel's own statistic, statistic) of a windowed
+    feature name ``<role/channel/column or role/channel>:<stat>@<L>s``."""
+    base, _, rest = name.rpartition(":")
+    stat = rest.split("@", 1)[0]
+    for ch in sorted(channels, key=len, reverse=True):
+        if base == ch:
+            return ch, None, stat
+        if base.startswith(ch + "/"):
+            return ch, base, stat
+    raise ValueError(
+        f"windowed feature {name!r} belongs to none of the channels {list(channels)}; "
+        "names are <role/channel/column>:<stat>@<L>s"
+    )
+
+
+def feature_groups(
+    names: Sequence[str], channels: Sequence[str], levels: Sequence[str] = ("channel", "column")
+) -> list[FeatureGroup]:
+    """The groups of ``levels`` over windowed features ``names`` (of ``channels``), in the order
+    of ``levels`` and then of first appearance.
+
+    Raises:
+        ValueError: an unknown level, or a name of no channel.
+    """
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown importance levels {bad}; valid: {', '.join(LEVELS)}")
+    parsed = [_parse(n, channels) for n in names]
+    out: list[FeatureGroup] = []
+    for level in levels:
+        members: dict[str, list[int]] = {}
+        for i, (ch, col, stat) in enumerate(parsed):
+            key = {"channel": ch, "column": col, "stat": stat}[level]
+            if key is not None:
+                members.setdefault(key, []).append(i)
+        out += [FeatureGroup(level, k, tuple(v)) for k, v in members.items()]
+    return out
+
+
+def draw_lags(
+    sessions: Sequence[WindowedSession], repeats: int, min_lag_s: float = MIN_LAG_S, seed: int = 0
+) -> np.ndarray:
+    """(repeats, sessions) circular lags in frames, each uniform in ``lo .. n - lo`` with ``lo``
+    = ``min_lag_s`` seconds (at most a quarter of the session's ``n`` frames)."""
+    rng = np.random.default_rng(seed)
+    lags = np.zeros((repeats, len(sessions)), dtype=np.int64)
+    for j, s in enumerate(sessions):
+        n = len(s.y)
+        lo = min(int(round(min_lag_s * s.fps)), n // 4)
+        lags[:, j] = rng.integers(lo, max(lo, n - lo) + 1, size=repeats)
+    return lags
+
+
+def shifted(F: np.ndarray, indices: Sequence[int], lag: int) -> np.ndarray:
+    """A copy of ``F`` (frames x features) whose columns ``indices`` are circularly shifted by
+    ``lag`` frames as one block (row t gets row t - lag).
+
+    >>> shifted(np.arange(6.0).reshape(3, 2), [1], 1).tolist()
+    [[0.0, 5.0], [2.0, 1.0], [4.0, 3.0]]
+    """
+    out = F.copy()
+    idx = list(indices)
+    out[:, idx] = np.roll(F[:, idx], int(lag), axis=0)
+    return out
+
+
+@dataclass
+class ImportanceResult:
+    """``table``: one row per group (:data:`COLUMNS`); ``drops``: the mean drop over repeats per
+    group and session (columns level, group, session, listener, story, ccc_drop); ``scores``: the
+    unpermuted per-session CCC of the split (session, listener, story, split, ccc)."""
+
+    table: pd.DataFrame
+    drops: pd.DataFrame
+    scores: pd.DataFrame
+
+
+def _session_ccc(sessions: Sequence[WindowedSession], preds: dict[str, np.ndarray]) -> np.ndarray:
+    out = np.empty(len(sessions))
+    for j, s in enumerate(sessions):
+        ok = np.isfinite(s.y)
+        out[j] = ccc(s.y[ok], preds[s.session][ok])
+    return out
+
+
+def permutation_importance(
+    trial: Trial,
+    w: Windowed,
+    levels: Sequence[str] = ("channel", "column"),
+    repeats: int = 5,
+    split: str = "test",
+    track: str | None = None,
+    seed: int = 0,
+    min_lag_s: float = MIN_LAG_S,
+) -> ImportanceResult:
+    """Permutation importance of ``trial``'s feature groups on ``split`` (see the module docstring).
+
+    Args:
+        trial: the configuration (protocol ``val``: fitted on the training stories; ``loso``:
+            on training and validation stories, test only).
+        w: its windowed features (``window_sessions(tables, trial.window_key())``).
+        levels: group kinds, of :data:`LEVELS`.
+        repeats: lags drawn per session and group.
+        split: the scored split, ``test`` or ``val``.
+        track: whose averaging (``personalized`` or ``generalized``); default ``trial.track``.
+        seed: seed of the lags.
+        min_lag_s: smallest lag, seconds.
+
+    Returns:
+        An :class:`ImportanceResult`; its table is sorted by level, then importance (largest
+        first), ``rank`` 1 the largest drop of its level. ``importance`` and the interval are
+        CCC differences (-2 to 2; positive: the group helps).
+
+    Raises:
+        ValueError: no sessions of ``split``, no training sessions, ``repeats`` < 1, or ``val``
+            under protocol ``loso`` (its predictions come from several fits).
+    """
+    track = track or trial.track
+    if track not in ("personalized", "generalized"):
+        raise ValueError(f"track must be personalized or generalized, got {track!r}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    parts = split_sessions(w, dict(trial.splits))
+    if trial.protocol == "loso":
+        if split != "test":
+            raise ValueError("under protocol loso only test is predicted by one fitted model")
+        train = parts["train"] + parts["val"]
+    else:
+        train = parts["train"]
+    scored = parts.get(split, [])
+    if not scored or not train:
+        raise ValueError(
+            f"{trial.label()}: {len(train)} training and {len(scored)} {split} sessions; "
+            f"both are needed (splits {dict(trial.splits)})"
+        )
+    need_post_fit = trial.rescale != "none"
+    predict, main = fit_main(trial, train, scored, need_post_fit)
+    done = {FitPart("main"): main}
+    # the out-of-fold fits the post-processing is fitted on, as the run made them
+    for part in fit_parts(trial, train, scored, need_post_fit, need_unseen=False)[1:]:
+        done[part] = fit_part(trial, part, train, scored, need_post_fit)
+    fitted = combine_parts(trial, done, train, scored, need_post_fit, need_unseen=False)
+    base = _session_ccc(scored, postprocessed(trial, fitted, train, scored))
+
+    listeners = np.array([s.listener for s in scored])
+    stories = np.array([s.story for s in scored])
+    rows_l, cols_s = np.unique(listeners), np.unique(stories)
+    li, si = np.searchsorted(rows_l, listeners), np.searchsorted(cols_s, stories)
+
+    def share(values: np.ndarray) -> np.ndarray:
+        """Each listener's contribution to the track's mean of per-session ``values``."""
+        m = np.full((len(rows_l), len(cols_s)), np.nan)
+        m[li, si] = values
+        return contributions(m)[track]
+
+    lags = draw_lags(scored, repeats, min_lag_s, seed)
+    groups = feature_groups(w.names, list(trial.channels), levels)
+    rows, drops = [], []
+    base_mean = float(share(base).mean())
+    for g in groups:
+        per_repeat = np.empty((repeats, len(scored)))
+        for r in range(repeats):
+            raw = {
+                s.session: predict(replace(s, F=shifted(s.F, g.indices, lags[r, j])))
+                for j, s in enumerate(scored)
+            }
+            preds = postprocessed(trial, replace(fitted, evaluated=raw), train, scored)
+            per_repeat[r] = base - _session_ccc(scored, preds)
+        drop = per_repeat.mean(axis=0)
+        by_listener = share(drop)
+        low, high = t_interval(by_listener)
+        importance = float(by_listener.mean())
+        rows.append(
+            {
+                "feature_set": trial.feature_set,
+                "track": track,
+                "split": split,
+                "level": g.level,
+                "group": g.name,
+                "importance": importance,
+                "ci_low": low,
+                "ci_high": high,
+                "sd_repeats": float(np.std([share(d).mean() for d in per_repeat], ddof=1))
+                if repeats > 1
+                else float("nan"),
+                "ccc": base_mean,
+                "ccc_permuted": base_mean - importance,
+                "n_features": len(g.indices),
+                "n_listeners": len(rows_l),
+                "repeats": repeats,
+            }
+        )
+        drops.append(
+            pd.DataFrame(
+                {
+                    "level": g.level,
+                    "group": g.name,
+                    "session": [s.session for s in scored],
+                    "listener": listeners,
+                    "story": stories,
+                    "ccc_drop": drop,
+                }
+            )
+        )
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "rank"])
+    order = {lv: i for i, lv in enumerate(LEVELS)}
+    table = table.sort_values(
+        ["level", "importance"], key=lambda c: c.map(order) if c.name == "level" else -c
+    ).reset_index(drop=True)
+    table.insert(5, "rank", table.groupby("level").cumcount() + 1)
+    scores = pd.DataFrame(
+        {
+            "session": [s.session for s in scored],
+            "listener": listeners,
+            "story": stories,
+            "split": split,
+            "ccc": base,
+        }
+    )
+    return ImportanceResult(table[COLUMNS], pd.concat(drops, ignore_index=True), scores)

@@ -1,0 +1,86 @@
+"""``experiments explain RUN_ID`` on a store where one column carries the signal: the run is
+refitted as it ran, the column ranks first, the reports are written and logged to the run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from experiments.cli import main
+from experiments.config.loading import from_dict
+from experiments.studies.sweep import run_sweep
+from experiments.tracking.tracker import resolve_tracking_uri
+from tests.experiments.helpers import build_planted_column_store, config_dict
+
+CHANNELS = ["listener/face_geom", "speaker/face_geom"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, tracking_dir):
+    """(store folder, sweep result, tracking URI): dummy and one ridge on both channels."""
+    root = tmp_path_factory.mktemp("planted_column_store")
+    build_planted_column_store(root)
+    cfg = from_dict(
+        config_dict(
+            tracking_dir,
+            "explain",
+            feature_sets={"both": CHANNELS},
+            personalization=["global"],
+            postprocess={"smooth_s": [2], "rescale": ["train"]},
+        )
+    )
+    res = run_sweep(cfg, store=root, progress=False)
+    assert res.n_failed == 0
+    return root, res, resolve_tracking_uri(tracking_dir)
+
+
+def _run_of(res, model):
+    return res.table[res.table["model.name"] == model].run_id.iloc[0]
+
+
+def test_explain_ranks_the_signal_column_and_logs_to_the_run(swept, tmp_path, capsys):
+    root, res, uri = swept
+    run_id = _run_of(res, "ridge")
+    out = tmp_path / "reports"
+    args = ["explain", run_id, "--store", str(root), "--tracking-uri", uri, "--out", str(out)]
+    assert main([*args, "--repeats", "3", "--levels", "channel", "column"]) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(out / "importance_both_generalized.csv")
+    cols = table[table.level == "column"].reset_index(drop=True)
+    assert cols.group[0] == "listener/face_geom/c0" and cols.ci_low[0] > 0.3
+    noise = cols.set_index("group").loc["listener/face_geom/c3"]
+    assert noise.ci_low <= 0 <= noise.ci_high
+    # the refit is the run: its unpermuted CCC is the logged one
+    logged = MlflowClient(uri).get_run(run_id).data.metrics
+    assert table.ccc.iloc[0] == pytest.approx(logged["test.ccc_generalized"], abs=1e-6)
+    assert "listener/face_geom/c0" in printed and "logged" in printed
+    for name in ("importance_both_generalized.png", "ccc_per_session_both_generalized.png"):
+        assert (out / name).stat().st_size > 5000
+    client = MlflowClient(uri)
+    logged_files = {f.path for f in client.list_artifacts(run_id, "importance")}
+    assert logged_files >= {
+        "importance/importance_both_generalized.csv",
+        "importance/importance_both_generalized.png",
+        "importance/importance_both_generalized.json",
+        "importance/ccc_per_session_both_generalized.png",
+    }
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["importance.column.listener/face_geom/c0.generalized"] == pytest.approx(
+        cols.importance[0]
+    )
+    # the personalized averaging on request
+    assert main([*args, "--levels", "channel", "--repeats", "2", "--track", "personalized"]) == 0
+    pers = pd.read_csv(out / "importance_both_personalized.csv")
+    assert set(pers.track) == {"personalized"} and pers.group[0] == "listener/face_geom"
+
+
+def test_explain_refuses_a_baseline_and_an_unknown_run(swept, tmp_path, capsys):
+    root, res, uri = swept
+    base = ["--store", str(root), "--tracking-uri", uri, "--out", str(tmp_path)]
+    assert main(["explain", _run_of(res, "dummy"), *base]) == 1
+    assert "baseline" in capsys.readouterr().err
+    assert main(["explain", "0" * 32, *base]) == 1
+    assert "no run" in capsys.readouterr().err
+    assert main(["explain", res.parent_run_id, *base]) == 1
+    assert "child run" in capsys.readouterr().err
