@@ -11,6 +11,7 @@ import pkgutil
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import experiments
+from experiments.evaluation.fusion import Blend
 from experiments.models.factory import FillEmptyColumns, MedianImputer, make_model
 from experiments.models.personalization import (
     CalibratedPerListener,
@@ -33,6 +34,9 @@ EXPECTED_FAILURES = {
 }
 #: classes with a ``fit`` method that are not scikit-learn estimators, and why
 NOT_ESTIMATORS = {
+    Blend: "a late-fusion blend of member predictions, not a model of features: fit(P, y) takes the members' "
+    "out-of-fold prediction columns and learns non-negative (nnls) or ridge weights once per ablation row; it "
+    "has no get_params/set_params because nothing clones or grid-searches it (experiments/evaluation/fusion.py)",
     Rescaler: "post-processing of predictions, not a model of X: fit(y_train, pred_train, groups) learns label "
     "and prediction statistics, transform(pred, group) rescales predictions by the group known at prediction "
     "time; scikit-learn's checks call fit(X, y) on feature matrices and expect transform to keep X's columns, "
