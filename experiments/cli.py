@@ -27,7 +27,7 @@ from featurestore.processes import terminate_as_interrupt
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import ConfigError, load_config
-from .config.reference import ConfigWarning
+from .config.options import ConfigWarning
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

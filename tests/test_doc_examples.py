@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from experiments.config.loading import load_config
-from experiments.config.reference import ConfigWarning
+from experiments.config.options import ConfigWarning
 from experiments.config.schema import TOP_KEYS
 from featurestore.extraction.config import load_feature_config
 from featurestore.storage.store import Store

@@ -19,11 +19,12 @@ ValueError: fusion.members: expected at least two feature sets to blend, e.g. [s
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .options import BLENDS, FUSION_METHODS
+from .options import BLENDS, FUSION_METHODS, ConfigWarning
 
 #: the name of late fusion's row in the ablation table (beside the feature sets)
 FUSED_SET = "late fusion"
@@ -64,13 +65,18 @@ def fusion_config(
     swept: Sequence[str],
     protocol: str,
     fail: Callable[[str, str], Exception],
+    defined: Sequence[str] | None = None,
 ) -> FusionConfig:
     """Check the ``fusion`` mapping against the swept feature sets ``swept`` (the config's
     ``feature_set``) and the ``protocol``; ``fail(key, message)`` makes the error to raise.
+    ``defined``: every feature set the config defines (default: ``swept``). A member that is
+    defined but not swept (an ablation narrowed with ``--set feature_set=[listener]``), or a
+    protocol other than ``val``, turns fusion off with a :class:`ConfigWarning` that says why,
+    instead of failing the whole config.
 
     Raises:
         the error of ``fail``: an unknown key, method or blend; fewer than two members, a member
-        that is not swept, a member twice; ``alpha`` not a number >= 0; a protocol other than
+        that is no feature set at all, a member twice; ``alpha`` not a number >= 0; a protocol other than
         ``val``; a feature set named like the fused row.
     """
     if value is None:
@@ -99,12 +105,12 @@ def fusion_config(
             "fusion.members",
             f"expected at least two feature sets to blend, e.g. [speaker, listener]; got {members!r}",
         )
+    known = list(defined) if defined is not None else list(swept)
     for m in members:
-        if m not in swept:
+        if m not in known:
             raise fail(
                 "fusion.members",
-                f"{m!r} is not a swept feature set (feature_set: {', '.join(swept)}){_suggest(m, swept)} "
-                "(sweep it too, or turn fusion off: --set fusion.method=none)",
+                f"{m!r} is not a feature set (feature_sets: {', '.join(known)}){_suggest(m, known)}",
             )
     if len(set(members)) != len(members):
         raise fail("fusion.members", f"a feature set is listed twice in {members}")
@@ -122,10 +128,21 @@ def fusion_config(
         raise fail(
             "fusion.alpha", f"expected a number >= 0 (the ridge penalty per frame), got {alpha!r}"
         )
-    if protocol != "val":
-        raise fail(
-            "fusion",
-            "late fusion is fitted on the training stories' out-of-fold predictions and applied to "
-            "validation and test: it needs protocol val",
+    off = [m for m in members if m not in swept]
+    why = (
+        f"member {', '.join(map(repr, off))} is not swept (feature_set: {', '.join(swept)})"
+        if off
+        else f"protocol {protocol}: the blend is fitted on the training stories' out-of-fold "
+        "predictions and applied to validation and test, which needs protocol val"
+        if protocol != "val"
+        else ""
+    )
+    if why:
+        warnings.warn(
+            f"late fusion off: {why}; sweep every member under protocol val to get the row "
+            "(or set fusion.method=none to silence this)",
+            ConfigWarning,
+            stacklevel=2,
         )
+        return FusionConfig()
     return FusionConfig("late", [str(m) for m in members], str(blend), float(alpha))

@@ -35,7 +35,8 @@ import yaml
 from featurestore.extraction.config import read_yaml_file
 
 from .grid import expand
-from .reference import ConfigWarning, defaults_note
+from .options import ConfigWarning
+from .reference import defaults_note
 from .schema import ConfigError, ExperimentConfig, Range, config_hash
 from .store_check import StoreNames, store_names
 from .validation import validate

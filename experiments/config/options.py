@@ -125,3 +125,9 @@ MODEL_PARAMS: dict[str, dict[str, Any]] = {
 #: models whose input is each frame's position in its session (i / (n_frames - 1)), not the
 #: windowed features: they read the session's length, so they are never causal
 SESSION_POSITION_MODELS = ("position_prior",)
+
+
+class ConfigWarning(UserWarning):
+    """A config that is valid but probably not what was meant (a config left to the defaults,
+    :func:`experiments.config.reference.defaults_note`; late fusion turned off because a member
+    is not swept, :func:`experiments.config.fusion.fusion_config`)."""

@@ -115,10 +115,6 @@ def markdown_tables() -> str:
     return "\n".join(lines) + "\n"
 
 
-class ConfigWarning(UserWarning):
-    """A config that is valid but probably not what was meant (see :func:`defaults_note`)."""
-
-
 def defaults_note(given: Collection[str], cfg: ExperimentConfig) -> str:
     """A warning for a config file that leaves ``models`` or a choice among several
     ``feature_sets`` to the defaults: how many configurations that makes, and why; "" otherwise

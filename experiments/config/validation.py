@@ -179,7 +179,9 @@ class _Validator(Checker):
         )
         cfg.fusion = self.attempt(
             "fusion",
-            lambda: fusion_config(raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail),
+            lambda: fusion_config(
+                raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail, list(cfg.feature_sets)
+            ),
             d.fusion,
         )
         if not self.errors and (problem := person_held_out_problem(cfg)):

@@ -13,6 +13,7 @@ from experiments.config.loading import (
     from_dict,
     load_config,
 )
+from experiments.config.options import ConfigWarning
 
 
 def write(tmp_path, text, name="exp.yaml"):
@@ -452,8 +453,16 @@ def test_fusion_config_round_trips_and_keeps_hashes(tmp_path):
     # off by default, and then absent from the resolved config: earlier configs keep their hash
     assert "fusion" not in from_dict({}).to_dict()
     assert from_dict({"fusion": {"method": "none"}}).hash() == from_dict({}).hash()
-    # members must be swept, and the blend needs the training stories' out-of-fold predictions
-    with pytest.raises(ConfigError, match="not a swept feature set"):
-        from_dict({"feature_set": ["listener"], "fusion": {"members": ["speaker", "listener"]}})
-    with pytest.raises(ConfigError, match="needs protocol val"):
-        from_dict({"protocol": "loso", "fusion": {"members": ["speaker", "listener"]}})
+    # a member that is no feature set fails; one that is not swept, or a protocol without
+    # out-of-fold training predictions, turns fusion off and says why
+    with pytest.raises(ConfigError, match="'speakr' is not a feature set.*did you mean 'speaker'"):
+        from_dict({"fusion": {"members": ["speakr", "listener"]}})
+    with pytest.warns(ConfigWarning, match="late fusion off: member 'speaker' is not swept"):
+        narrowed = from_dict(
+            {"feature_set": ["listener"], "fusion": {"members": ["speaker", "listener"]}}
+        )
+    assert not narrowed.fusion.enabled
+    with pytest.warns(ConfigWarning, match="late fusion off: protocol loso.*needs protocol val"):
+        assert not from_dict(
+            {"protocol": "loso", "fusion": {"members": ["speaker", "listener"]}}
+        ).fusion.enabled

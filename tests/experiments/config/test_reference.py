@@ -11,12 +11,11 @@ import pytest
 from experiments.cli import main
 from experiments.config.grid import expand
 from experiments.config.loading import CONFIG_DIR, load_config
-from experiments.config.options import MODEL_PARAMS
+from experiments.config.options import MODEL_PARAMS, ConfigWarning
 from experiments.config.reference import (
     KEY_MEANINGS,
     MODEL_ESTIMATORS,
     PARAM_MEANINGS,
-    ConfigWarning,
     markdown_tables,
 )
 from experiments.config.schema import TOP_KEYS, ExperimentConfig
