@@ -11,7 +11,7 @@ import pytest
 from experiments.config import ConfigError
 from experiments.config.tracks import selection_metric
 from experiments.data.dataset import load_sessions
-from experiments.evaluation.evaluate import _split_sessions, evaluate_trial, window_sessions
+from experiments.evaluation.evaluate import evaluate_trial, split_sessions, window_sessions
 from tests.experiments.helpers import (
     CHANNELS,
     LISTENERS,
@@ -102,7 +102,7 @@ def test_splits_from_the_shards(tables, planted_store):
     }
     trial = pick(trials_for(splits="shard", **GLOBAL), "listener")
     w = window_sessions(tables, trial.window_key())
-    parts = _split_sessions(w, dict(trial.splits))
+    parts = split_sessions(w, dict(trial.splits))
     # the tables carry the split each session was stored with
     assert {name: sorted({s.story for s in ss}) for name, ss in parts.items()} == {
         "train": SPLITS["train"],
