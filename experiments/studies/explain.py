@@ -90,8 +90,9 @@ def _reads_no_feature(trial: Trial) -> bool:
 
 
 def file_stem(feature_set: str, track: str) -> str:
-    """``<feature_set>_<track>``: the part of the report names after ``importance_``."""
-    return f"{feature_set}_{track}"
+    """``<feature_set>_<track>``: the part of the report names after ``importance_`` (a space,
+    as in ``late fusion``, becomes ``_``: file names without spaces)."""
+    return f"{feature_set}_{track}".replace(" ", "_")
 
 
 def _logged_scores(tracker: Tracker, run_id: str) -> pd.DataFrame | None:
@@ -243,6 +244,22 @@ def dict_splits(trial: Trial) -> dict[str, list[int]]:
     return {name: list(stories) for name, stories in trial.splits}
 
 
+def trials_by_hash(cfg: ExperimentConfig) -> dict[str, Trial]:
+    """Each configuration of ``cfg``'s grid under every hash a sweep may have logged it with:
+    as expanded, with ``unseen_listener`` (selection ``chosen``) and with ``unseen_nested`` too
+    (selection ``nested``, every generalized configuration), so that a chosen run's
+    configuration is found whichever selection the ablation ran."""
+    by_hash: dict[str, Trial] = {}
+    for t in expand(cfg):
+        for variant in (
+            t,
+            replace(t, unseen_listener=True),
+            replace(t, unseen_listener=True, unseen_nested=True),
+        ):
+            by_hash.setdefault(variant.hash(), t)
+    return by_hash
+
+
 def explain_choices(
     cfg: ExperimentConfig,
     table: pd.DataFrame,
@@ -256,10 +273,7 @@ def explain_choices(
     chosen run (``scores_of(run_id)``: its per-session CCC), and, when ``cfg.importance`` is
     set, its permutation importance (:func:`explain_trial`; a baseline has none). Returns the
     :class:`Explanation` of each importance and the path of each heat map drawn alone."""
-    by_hash: dict[str, Trial] = {}
-    for t in expand(cfg):
-        by_hash.setdefault(t.hash(), t)
-        by_hash.setdefault(replace(t, unseen_listener=True).hash(), t)
+    by_hash = trials_by_hash(cfg)
     hashes = {}
     windowed: dict[tuple, Windowed] = {}
     out: list[Explanation | Path] = []

@@ -9,7 +9,8 @@ from mlflow import MlflowClient
 
 from experiments.cli import main
 from experiments.config.loading import from_dict
-from experiments.studies.sweep import run_sweep
+from experiments.studies.explain import trials_by_hash
+from experiments.studies.sweep import grid_trials, run_sweep
 from experiments.tracking.tracker import resolve_tracking_uri
 from tests.experiments.helpers import build_planted_column_store, config_dict
 
@@ -84,3 +85,15 @@ def test_explain_refuses_a_baseline_and_an_unknown_run(swept, tmp_path, capsys):
     assert "no run" in capsys.readouterr().err
     assert main(["explain", res.parent_run_id, *base]) == 1
     assert "child run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("unseen", [False, True, {"selection": "chosen"}, {"selection": "nested"}])
+def test_every_configuration_a_sweep_logs_is_found_by_its_hash(unseen):
+    # the ablation finds each chosen run's configuration by the hash the sweep logged; under
+    # nested selection every generalized configuration carries unseen_nested (it was missed)
+    cfg = from_dict(config_dict("mlruns", "hashes", unseen_listener=unseen))
+    by_hash = trials_by_hash(cfg)
+    logged = grid_trials(cfg)
+    assert logged and all(t.hash() in by_hash for t in logged)
+    if unseen == {"selection": "nested"}:
+        assert any(t.unseen_nested for t in logged)
