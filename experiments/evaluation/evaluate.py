@@ -515,9 +515,6 @@ def score_metrics(
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
-    <<<<<<< HEAD
-        Per split (``val``, ``test``, ``loso``, ``test_unseen``) and protocol
-    =======
         ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
         per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
         ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
@@ -526,7 +523,6 @@ def score_metrics(
         predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
 
         Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
-    >>>>>>> manifest
         (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
         listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
         listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
