@@ -515,23 +515,23 @@ def score_metrics(
 ) -> dict[str, float]:
     """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
 
-        ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
-        per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
-        ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
-        and ``truth`` needed; the tracks differ by their models, not by this number), with no
-        interval or chance level over listeners (NaN: those are of the per-session means). Given
-        predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
+    ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
+    per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
+    ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
+    and ``truth`` needed; the tracks differ by their models, not by this number), with no
+    interval or chance level over listeners (NaN: those are of the per-session means). Given
+    predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
 
-        Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
-        (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
-        listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
-        listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
-        ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
-        ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (each session's own predictions at
-        a random lag of at least 10 s, ``fps`` frames per second, one for all or per session;
-        :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
-        from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
-        ``<split>.ccc_story_<S>``.
+    Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
+    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
+    listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
+    listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
+    ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
+    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (each session's own predictions at
+    a random lag of at least 10 s, ``fps`` frames per second, one for all or per session;
+    :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
+    from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
+    ``<split>.ccc_story_<S>``.
     """
     metrics: dict[str, float] = {}
     for split, df in scores.groupby("split"):

@@ -301,10 +301,10 @@ def id_numbers(ids: list[str]) -> dict[str, int]:
     """Each id's integer for the shard's ``listener``/``story``/``speaker`` attributes: the id
     itself when every id is an integer, else its rank in sorted order from 1.
 
-    >>> id_numbers(["3", "12"]), id_numbers(["b", "a", "b"])
+    >>> id_numbers(["12", "3"]), id_numbers(["b", "a", "b"])
     ({'3': 3, '12': 12}, {'a': 1, 'b': 2})
     """
     unique = sorted(set(ids))
     if all(re.fullmatch(r"\d+", i) for i in unique):
-        return {i: int(i) for i in unique}
+        return {i: int(i) for i in sorted(unique, key=int)}
     return {i: n for n, i in enumerate(unique, start=1)}

@@ -257,7 +257,7 @@ def test_importance_key_is_off_unless_given_and_keeps_old_hashes():
     assert from_dict(on.to_dict()) == on and on.hash() != cfg.hash()
     assert from_dict(cfg.to_dict(), overrides=["importance=true"]).importance == ImportanceConfig()
     assert from_dict(cfg.to_dict(), overrides=["importance=false"]).importance is None
-    assert load_config("ablation").importance == ImportanceConfig(5, ["channel", "column"], "test")
+    assert load_config("ablation").importance == ImportanceConfig(5, ["channel"], "test")
 
 
 def test_a_run_s_params_give_back_its_configuration():

@@ -348,7 +348,11 @@ def test_a_failing_load_writes_nothing_and_errors_are_unchanged(store):
     assert len(entries(store)) == 6
     with pytest.raises(DatasetError, match=rf"session {s} has no channel listener/egemaps"):
         load_sessions(store, KEYS)
-    with pytest.raises(DatasetError, match=r"has no labels 'valence_other'.*featurestore labels"):
+    with pytest.raises(DatasetError, match=r"has no labels 'arousal'.*featurestore labels"):
+        load_sessions(store, KEYS, "arousal", splits={"train": [1]})
+    with pytest.raises(
+        DatasetError, match=r"has no labels 'valence_other'.*did you mean 'valence_self'"
+    ):
         load_sessions(store, KEYS, "valence_other", splits={"train": [1]})
 
 

@@ -210,6 +210,8 @@ def test_config_reference_example_loads_and_its_table_lists_every_extractor_sett
     assert cfg.extractor_config("face_au").batch_size == 8 and cfg.channels == [
         "face_geom",
         "egemaps",
+        "speech",
+        "lexicon",
     ]
     documented: dict[str, set[str]] = {}
     name = None
