@@ -121,18 +121,21 @@ def build_store(
                 "speaker/face_geom": _channel(rng, t_face, ssig, 5, 0.1, invalid_frac=0.1, key=key),
                 "speaker/egemaps": _channel(rng, t_audio, ssig_a, 4, 0.3, key=key),
             }
-            meta = SessionMeta(
-                session=session_name(listener, story),
-                listener=listener,
-                story=story,
-                speaker=(story + 1) // 2,
-                split=SPLIT_OF[story],
-                n_frames=N_FRAMES,
-            )
-            store.write_session(
-                meta, channels=channels, labels={"valence_self": y.astype(np.float32)}
-            )
+            _write_planted(store, listener, story, channels, y)
     return store
+
+
+def _write_planted(store: Store, listener: int, story: int, channels: dict, y: np.ndarray) -> None:
+    """One planted session's shard: the official split of ``story``, speaker ``(story + 1) // 2``."""
+    meta = SessionMeta(
+        session=session_name(listener, story),
+        listener=listener,
+        story=story,
+        speaker=(story + 1) // 2,
+        split=SPLIT_OF[story],
+        n_frames=N_FRAMES,
+    )
+    store.write_session(meta, channels=channels, labels={"valence_self": y.astype(np.float32)})
 
 
 #: listeners of :func:`build_planted_column_store` (five: intervals over listeners need a few)
@@ -168,17 +171,7 @@ def build_planted_column_store(root: Path, seed: int = 0) -> Store:
                 )
                 for role, data in (("listener", listen), ("speaker", speak))
             }
-            meta = SessionMeta(
-                session=session_name(listener, story),
-                listener=listener,
-                story=story,
-                speaker=(story + 1) // 2,
-                split=SPLIT_OF[story],
-                n_frames=N_FRAMES,
-            )
-            store.write_session(
-                meta, channels=channels, labels={"valence_self": y.astype(np.float32)}
-            )
+            _write_planted(store, listener, story, channels, y)
     return store
 
 
