@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -76,6 +76,7 @@ __all__ = [
     "member_predictions",
     "postprocessed",
     "score_metrics",
+    "session_scores",
     "split_sessions",
     "window_sessions",
 ]
@@ -462,21 +463,11 @@ def _evaluate_group(
     seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
     results = []
     for t, p, u, n in zip(trials, preds, unseen, nested, strict=True):
-        rows = []
-        for suffix, source in (("", p), ("_unseen", u)):
-            for sid, pred in source.items():
-                s = by_session[sid]
-                ok = np.isfinite(s.y)
-                rows.append(
-                    {
-                        "session": sid,
-                        "listener": s.listener,
-                        "story": s.story,
-                        "split": split_of[sid] + suffix,
-                        "ccc": ccc(s.y[ok], pred[ok]),
-                    }
-                )
-        scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
+        scores = session_scores(
+            (by_session[sid], split_of[sid] + suffix, pred)
+            for suffix, source in (("", p), ("_unseen", u))
+            for sid, pred in source.items()
+        )
         truth = {sid: by_session[sid].y for sid in p}
         metrics = score_metrics(
             scores,
@@ -502,6 +493,26 @@ def _evaluate_group(
             )
         )
     return results
+
+
+def session_scores(
+    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]],
+) -> pd.DataFrame:
+    """Per-session CCC (columns ``session, listener, story, split, ccc``) of (session, split
+    name, its per-frame prediction) triples, on the frames with a finite label."""
+    rows = []
+    for s, split, pred in predicted:
+        ok = np.isfinite(s.y)
+        rows.append(
+            {
+                "session": s.session,
+                "listener": s.listener,
+                "story": s.story,
+                "split": split,
+                "ccc": ccc(s.y[ok], pred[ok]),
+            }
+        )
+    return pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
 
 
 def score_metrics(

@@ -42,7 +42,7 @@ from ..config.grid import Trial
 from ..config.options import BLENDS
 from ..config.tracks import fused_track
 from ..windowing.windowed import Windowed
-from .evaluate import MemberPredictions, member_predictions, score_metrics
+from .evaluate import MemberPredictions, member_predictions, score_metrics, session_scores
 from .metrics import ccc
 
 
@@ -181,20 +181,7 @@ def late_fusion(
         }
 
     out, on_train = blended(evaluated, "evaluated"), blended(train, "train")
-    rows = []
-    for sid, pred in out.items():
-        s = sessions[sid]
-        ok = np.isfinite(s.y)
-        rows.append(
-            {
-                "session": sid,
-                "listener": s.listener,
-                "story": s.story,
-                "split": split_of[sid],
-                "ccc": ccc(s.y[ok], pred[ok]),
-            }
-        )
-    scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
+    scores = session_scores((sessions[sid], split_of[sid], pred) for sid, pred in out.items())
     truth = {sid: sessions[sid].y for sid in out}
     metrics = score_metrics(
         scores, out, truth, seed=seed, fps={sid: sessions[sid].fps for sid in out}
