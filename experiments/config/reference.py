@@ -86,16 +86,22 @@ def _flow(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
+def omitted_defaults(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The top-level keys :meth:`ExperimentConfig.to_dict` leaves out at their default (so that
+    older configs keep their hash), with the default each stands for."""
+    return {
+        "search": {"method": SearchConfig().method},
+        "folds": cfg.folds,
+        "ccc_averaging": cfg.ccc_averaging,
+        "fusion": {"method": cfg.fusion.method},
+        "importance": cfg.importance,
+    }
+
+
 def markdown_tables() -> str:
     """The two Markdown tables of ``docs/config.md``: top-level keys and model hyperparameters."""
     cfg = ExperimentConfig()
-    defaults = cfg.to_dict()
-    defaults["search"] = {"method": SearchConfig().method}
-    # keys to_dict leaves out at their default (so that older configs keep their hash)
-    defaults.setdefault("folds", cfg.folds)
-    defaults.setdefault("ccc_averaging", cfg.ccc_averaging)
-    defaults.setdefault("fusion", {"method": cfg.fusion.method})
-    defaults.setdefault("importance", cfg.importance)
+    defaults = {**omitted_defaults(cfg), **cfg.to_dict()}
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key in TOP_KEYS:
         lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")
