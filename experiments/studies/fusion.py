@@ -31,6 +31,7 @@ from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation.fusion import FusionResult, late_fusion
+from ..tracking.child_runs import warnings_tags
 from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from ..windowing.windowed import Windowed, window_sessions
@@ -116,7 +117,7 @@ def _log(
         run_id,
         params=params,
         metrics=metrics,
-        tags={"warnings": " | ".join(result.notes)[:5000]} if result.notes else None,
+        tags=warnings_tags(result.notes),
     )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -90,6 +90,12 @@ class RunRow:
         return row
 
 
+def warnings_tags(notes: Sequence[str]) -> dict[str, str] | None:
+    """A run's ``warnings`` tag: the notes joined by `` | ``, cut to MLflow's 5,000-character
+    tag limit; None without notes."""
+    return {"warnings": " | ".join(notes)[:5000]} if notes else None
+
+
 def sweep_table(rows: Sequence[RunRow]) -> pd.DataFrame:
     """The sweep table: one row per configuration (:meth:`RunRow.to_dict`), in ``rows``' order."""
     return pd.DataFrame([r.to_dict() for r in rows])
@@ -138,7 +144,7 @@ def log_child(
         run_id,
         params=params,
         metrics=m,
-        tags={"warnings": " | ".join(result.warnings)[:5000]} if result.warnings else None,
+        tags=warnings_tags(result.warnings),
     )
     if ctx.log_artifacts:
         with tempfile.TemporaryDirectory() as tmp:
