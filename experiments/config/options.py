@@ -125,6 +125,8 @@ MODEL_PARAMS: dict[str, dict[str, Any]] = {
 #: models whose input is each frame's position in its session (i / (n_frames - 1)), not the
 #: windowed features: they read the session's length, so they are never causal
 SESSION_POSITION_MODELS = ("position_prior",)
+#: models that read no feature: the baselines every sweep carries beside the feature models
+BASELINE_MODELS = ("dummy", *SESSION_POSITION_MODELS)
 
 
 class ConfigWarning(UserWarning):

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config.grid import Trial, expand, trial_from_params
-from ..config.options import SESSION_POSITION_MODELS
+from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
@@ -86,7 +86,7 @@ class Explanation:
 
 def _reads_no_feature(trial: Trial) -> bool:
     """The baselines: the training mean, the position prior."""
-    return trial.model == "dummy" or trial.model in SESSION_POSITION_MODELS
+    return trial.model in BASELINE_MODELS
 
 
 def file_stem(feature_set: str, track: str) -> str:

@@ -247,3 +247,15 @@ def test_ablation_per_target(store, cfg_file, tmp_path, tracking_dir, capsys):
 
     run = Tracker(tracking_dir, "agreement-test").client.get_run(table.run_id_generalized.iloc[0])
     assert run.data.params["target"] == OBS_L
+
+
+def test_the_cross_target_configuration_is_no_baseline():
+    # the packaged ablation config lists dummy and position_prior first: neither reads a
+    # feature, so neither can tell how a model of one target scores on the other
+    from experiments.config.loading import load_config
+    from experiments.config.options import BASELINE_MODELS
+    from experiments.studies.agreement import cross_target_trial
+
+    cfg = load_config("ablation")
+    assert [m.name for m in cfg.models][:2] == ["dummy", "position_prior"]
+    assert cross_target_trial(cfg, "both_with_text").model not in BASELINE_MODELS
