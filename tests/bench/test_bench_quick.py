@@ -11,6 +11,7 @@ import pytest
 
 from bench.__main__ import BENCHMARKS, merge
 from bench.harness import FIELDS, meets, record
+from bench.scaling import QUICK as SCALING_QUICK
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ def test_quick_run_writes_every_benchmark_with_the_schema(tmp_path):
     assert {
         "scaling.marginal_cost",
         "scaling.marginal_cost_cpu",
-        "scaling.ablation_10_sessions",
+        f"scaling.ablation_{SCALING_QUICK['sizes'][0]}_sessions",
     } <= set(repeated)
     for r in repeated.values():  # the value is the median of the runs: inside their range
         assert r["repeats"] >= 2 and r["spread"][0] <= r["value"] <= r["spread"][1], r
