@@ -10,6 +10,9 @@ VENV_MIN ?= .venv-min
 PYTHON_MIN ?= python3.11
 # the inner loop's tests (make test-fast, make test-min): no demo corpus, subprocess, cluster or server
 FAST_TESTS := not slow and not integration and not browser and not postgres
+# pytest-xdist: one worker per core, at most 2 (TEST_WORKERS=0 runs the tests in pytest's own process)
+TEST_WORKERS ?= 2
+PYTEST_ARGS = -q -p no:cacheprovider --timeout=600 $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses=$(TEST_WORKERS))
 CONSTRAINTS := constraints.txt
 CONFIG ?= experiments/configs/default.yaml
 PORT   ?= 5000
@@ -107,10 +110,10 @@ test: install ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check featurestore experiments tests bench
 	$(BIN)/ruff format --check featurestore experiments tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install ## the inner loop: unit tests and doctests, no demo corpus, subprocess, cluster or server
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=600 -m "$(FAST_TESTS)"
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "$(FAST_TESTS)"
 
 # the lowest versions setup.cfg declares (tools/min_constraints.py pins each floor) in .venv-min;
 # the tests of make test-fast
@@ -120,7 +123,7 @@ test-min: ## install the lowest declared versions into .venv-min (Python 3.11) a
 	$(VENV_MIN)/bin/python -m pip install --upgrade --quiet pip
 	$(VENV_MIN)/bin/python tools/min_constraints.py > $(VENV_MIN)/floors.txt
 	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/floors.txt -e '.[dev]'
-	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider --timeout=600 -m "$(FAST_TESTS)"
+	$(VENV_MIN)/bin/python -m pytest $(PYTEST_ARGS) -m "$(FAST_TESTS)"
 
 bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
 	$(BIN)/python -m bench $(if $(QUICK),--quick,)
