@@ -39,7 +39,21 @@ from ..tracking.child_runs import RunRow
 from ..tracking.context import SweepContext
 
 #: defined in the layers below (the child runs log with them); importable from here as before
-__all__ = ["Executor", "Outcome", "SweepContext", "fit_groups", "window_groups", "with_figures"]
+__all__ = [
+    "SLOW_MODELS",
+    "Executor",
+    "Outcome",
+    "SweepContext",
+    "fit_groups",
+    "split_into_parts",
+    "window_groups",
+    "with_figures",
+]
+
+#: models whose fit takes much longer than a linear model's: submitted first within a group,
+#: so that the short ones fill the other workers meanwhile (longest-first scheduling), and
+#: their fit groups split into their separate fits (:func:`split_into_parts`)
+SLOW_MODELS = ("hist_gb", "xgboost", "svr")
 
 
 @dataclass(frozen=True)
@@ -97,3 +111,12 @@ def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
     for t in trials:
         groups.setdefault(t.fit_key(), []).append(t)
     return [tuple(g) for g in groups.values()]
+
+
+def split_into_parts(group: Sequence[Trial]) -> bool:
+    """Whether a fit group's fits run as separate tasks (both executors, when they have more
+    than one worker): a slow model's (its main fit, each out-of-fold and unseen-listener fit,
+    spread over the workers instead of one after another in one; a fast model's parts would
+    cost more to hand around than they save). See
+    :func:`experiments.evaluation.evaluate.group_fit_parts`."""
+    return group[0].model in SLOW_MODELS
