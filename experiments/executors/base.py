@@ -14,7 +14,8 @@ back; two executors exist side by side:
   store itself (``experiments sweep --executor dask``).
 
 Both evaluate a fit group (the configurations that differ only in post-processing, see
-:func:`fit_groups`) as one task, and draw each configuration's figures where it ran
+:func:`fit_groups`) as one task (a slow model's split into its separate fits when there are
+several workers: :func:`split_into_parts`), and draw each configuration's figures where it ran
 (:func:`with_figures`), so the process that logs only writes files.
 
 >>> from experiments.config import expand, load_config

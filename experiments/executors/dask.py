@@ -1,4 +1,4 @@
-"""The Dask executor: one task per fit group on a Dask cluster, the same outcomes as the local executor.
+"""The Dask executor: a fit group per task (a slow one split into its fits), the local executor's outcomes.
 
 :func:`experiments.studies.distributed.run_sweep_dask` (``experiments sweep --executor dask``) starts a
 local cluster or joins one and hands :class:`DaskExecutor` to the sweep; only the evaluation
