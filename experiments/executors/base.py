@@ -14,7 +14,8 @@ back; two executors exist side by side:
   store itself (``experiments sweep --executor dask``).
 
 Both evaluate a fit group (the configurations that differ only in post-processing, see
-:func:`fit_groups`) as one task, and draw each configuration's figures where it ran
+:func:`fit_groups`) as one task (a slow model's split into its separate fits when there are
+several workers: :func:`split_into_parts`), and draw each configuration's figures where it ran
 (:func:`with_figures`), so the process that logs only writes files.
 
 >>> from experiments.config import expand, load_config
@@ -39,7 +40,21 @@ from ..tracking.child_runs import RunRow
 from ..tracking.context import SweepContext
 
 #: defined in the layers below (the child runs log with them); importable from here as before
-__all__ = ["Executor", "Outcome", "SweepContext", "fit_groups", "window_groups", "with_figures"]
+__all__ = [
+    "SLOW_MODELS",
+    "Executor",
+    "Outcome",
+    "SweepContext",
+    "fit_groups",
+    "split_into_parts",
+    "window_groups",
+    "with_figures",
+]
+
+#: models whose fit takes much longer than a linear model's: submitted first within a group,
+#: so that the short ones fill the other workers meanwhile (longest-first scheduling), and
+#: their fit groups split into their separate fits (:func:`split_into_parts`)
+SLOW_MODELS = ("hist_gb", "xgboost", "svr")
 
 
 @dataclass(frozen=True)
@@ -97,3 +112,12 @@ def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
     for t in trials:
         groups.setdefault(t.fit_key(), []).append(t)
     return [tuple(g) for g in groups.values()]
+
+
+def split_into_parts(group: Sequence[Trial]) -> bool:
+    """Whether a fit group's fits run as separate tasks (both executors, when they have more
+    than one worker): a slow model's (its main fit, each out-of-fold and unseen-listener fit,
+    spread over the workers instead of one after another in one; a fast model's parts would
+    cost more to hand around than they save). See
+    :func:`experiments.evaluation.evaluate.group_fit_parts`."""
+    return group[0].model in SLOW_MODELS

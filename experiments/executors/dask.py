@@ -1,4 +1,4 @@
-"""The Dask executor: one task per fit group on a Dask cluster, the same outcomes as the local executor.
+"""The Dask executor: a fit group per task (a slow one split into its fits), the local executor's outcomes.
 
 :func:`experiments.studies.distributed.run_sweep_dask` (``experiments sweep --executor dask``) starts a
 local cluster or joins one and hands :class:`DaskExecutor` to the sweep; only the evaluation
@@ -16,6 +16,11 @@ the sweep):
   e.g. ``make mlflow-server``) every worker logs its own child runs (params, metrics,
   artifacts) through the server and returns only the summary row, so logging and plotting
   scale with the workers.
+
+A slow model's fit group (gradient boosting, SVR: :data:`~experiments.executors.base.SLOW_MODELS`)
+is split into its separate fits as in the local executor (its main fit, each out-of-fold and
+unseen-listener fit: :func:`experiments.evaluation.evaluate.group_fit_parts`), each a task of its
+own, and scored from their predictions by one more task; the same results as fitted whole.
 
 Baselines (``dummy``) are evaluated first; with worker logging the other configurations are
 submitted once the baselines are logged, so the baseline is the first child run either way.
@@ -53,12 +58,28 @@ from featurestore import Store
 from ..config.grid import Trial, WindowKey
 from ..data.dataset import DatasetError, load_sessions
 from ..data.session_table import SessionTable
-from ..evaluation.evaluate import TrialResult, Windowed, evaluate_trials, window_sessions
+from ..evaluation.evaluate import (
+    TrialResult,
+    Windowed,
+    evaluate_part,
+    evaluate_trials,
+    group_fit_parts,
+    window_sessions,
+)
+from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import RunRow, log_child, run_row
 from ..tracking.provenance import code_version
 from ..tracking.tracker import Tracker
-from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
+from .base import (
+    Executor,
+    Outcome,
+    SweepContext,
+    fit_groups,
+    split_into_parts,
+    window_groups,
+    with_figures,
+)
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
 WINDOW_CACHE_SIZE = 2
@@ -156,9 +177,28 @@ def logged_row(job: WorkerJob, trial: Trial) -> RunRow | None:
     return None if run is None else run_row(trial, run, "done")
 
 
-def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome]:
+def parts_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[FitPart]:
+    """A Dask task: the separate fits of a slow fit group
+    (:func:`experiments.evaluation.evaluate.group_fit_parts`), each then a task of its own."""
+    return group_fit_parts(trials, _windowed(job, _tables(job), trials[0].window_key()))
+
+
+def part_on_worker(trials: tuple[Trial, ...], job: WorkerJob, part: FitPart) -> PartResult:
+    """A Dask task: fit and predict one ``part`` of a fit group (its predictions go to the task
+    that evaluates the group, :func:`evaluate_on_worker`)."""
+    return evaluate_part(trials, _windowed(job, _tables(job), trials[0].window_key()), part)
+
+
+def evaluate_on_worker(
+    trials: tuple[Trial, ...],
+    job: WorkerJob,
+    parts: Sequence[FitPart] = (),
+    part_results: Sequence[PartResult] = (),
+) -> list[Outcome]:
     """A Dask task: window (cached), fit and score one fit group (configurations that differ only
     in post-processing, see :func:`experiments.executors.base.fit_groups`); log them too if ``job.log_runs``.
+    ``parts`` were fitted by other tasks (:func:`part_on_worker`), giving ``part_results``:
+    the group is scored from them, the same results as fitted here.
 
     Returns, per configuration, its :class:`Outcome` like the local executor's, with the
     ``row`` of its child run once it is logged here (or was, by an earlier run of this task:
@@ -169,11 +209,16 @@ def evaluate_on_worker(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcom
     pending = tuple(t for t in trials if done.get(t) is None)
     if not pending:
         return [Outcome(t, row=done[t]) for t in trials]
-    fresh = _evaluate_and_log(pending, job)
+    # the parts were listed for the whole group: a group partly logged already (a task run
+    # again) is fitted here whole
+    fitted = dict(zip(parts, part_results, strict=True)) if pending == tuple(trials) else {}
+    fresh = _evaluate_and_log(pending, job, fitted)
     return [Outcome(t, row=done[t]) if done.get(t) is not None else fresh.pop(0) for t in trials]
 
 
-def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome]:
+def _evaluate_and_log(
+    trials: tuple[Trial, ...], job: WorkerJob, done: dict[FitPart, PartResult]
+) -> list[Outcome]:
     tables = _tables(job)
     results: list[TrialResult | None] = [None] * len(trials)
     try:
@@ -182,7 +227,7 @@ def _evaluate_and_log(trials: tuple[Trial, ...], job: WorkerJob) -> list[Outcome
         error = f"windowing failed: {type(e).__name__}: {e}"
     else:
         try:
-            evaluated = evaluate_trials(trials, w)
+            evaluated = evaluate_trials(trials, w, done)
             results, error = list(evaluated), ""
             if job.ctx.log_artifacts:
                 # drawn here, before any run exists: the client only writes the bytes (or this
@@ -290,9 +335,14 @@ class DaskExecutor(Executor):
 
     name = "dask"
 
-    def __init__(self, client, log_on_workers: bool = False) -> None:
+    def __init__(self, client, log_on_workers: bool = False, split_slow: bool = True) -> None:
         self.client = client
         self.log_on_workers = bool(log_on_workers)
+        #: split a slow model's fit group into its fits, each a task (with two or more workers)
+        self.split_slow = bool(split_slow)
+        #: after :meth:`run`: the fit groups it split, by their first configuration's label,
+        #: and how many fits each was split into
+        self.split_groups: dict[str, int] = {}
 
     def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
         if not todo:
@@ -306,20 +356,75 @@ class DaskExecutor(Executor):
         )
         run = uuid.uuid4().hex[:8]
         # the local executor's order: grouped by window key (first appearance), baseline first;
-        # one task per fit group
+        # one task per fit group, a slow model's split into its fits when there are workers to
+        # spread them over (as the local executor does)
         order = [g for group in window_groups(todo).values() for g in fit_groups(group)]
+        split = self.split_slow and len(self.client.scheduler_info().get("workers", {})) > 1
         futures: dict[int, Any] = {}  # index in ``order`` -> its dask Future
+        listing: dict[int, Any] = {}  # index -> the future listing its fit parts
+        parts: dict[int, list] = {}  # index -> its parts' futures (released with the group)
+        self.split_groups = {}
+
+        def key(kind: str, i: int) -> str:
+            return f"{kind}-{i}-{order[i][0].hash()}-{run}"
+
+        def submit_whole(i: int) -> None:
+            futures[i] = self.client.submit(
+                evaluate_on_worker, order[i], job, key=key("fit-group", i), pure=False
+            )
 
         def submit(indices: list[int]) -> list:
             for i in indices:
-                futures[i] = self.client.submit(
-                    evaluate_on_worker,
+                if split and split_into_parts(order[i]):
+                    # listed on a worker (it needs the windowed features), ahead of the queue
+                    listing[i] = self.client.submit(
+                        parts_on_worker,
+                        order[i],
+                        job,
+                        key=key("fit-parts", i),
+                        pure=False,
+                        priority=2,
+                    )
+                else:
+                    submit_whole(i)
+            return [futures[i] for i in indices if i in futures]
+
+        def submit_parts(i: int) -> None:
+            """Each fit of group ``i`` a task (slow ones first: longest-first), then the group
+            scored from their results; a group whose parts cannot be listed runs whole and
+            reports why (a store problem raises there, as locally)."""
+            fut = listing.pop(i)
+            try:
+                listed = fut.result()
+            except Exception:  # noqa: BLE001 - the whole group's task reports it
+                listed = []
+            fut.release()
+            if len(listed) <= 1:
+                submit_whole(i)
+                return
+            parts[i] = [
+                self.client.submit(
+                    part_on_worker,
                     order[i],
                     job,
-                    key=f"fit-group-{i}-{order[i][0].hash()}-{run}",
+                    part,
+                    key=key(f"fit-part{k}", i),
                     pure=False,
+                    priority=1,
                 )
-            return [futures[i] for i in indices]
+                for k, part in enumerate(listed)
+            ]
+            futures[i] = self.client.submit(
+                evaluate_on_worker,
+                order[i],
+                job,
+                listed,
+                parts[i],
+                key=key("fit-group", i),
+                pure=False,
+                priority=1,
+            )
+            self.split_groups[order[i][0].label()] = len(listed)
 
         try:
             baselines = [i for i, g in enumerate(order) if g[0].model == "dummy"]
@@ -331,10 +436,19 @@ class DaskExecutor(Executor):
                     first
                 )  # a worker-logged run appears when it finishes: baselines before the rest start
             submit([i for i, g in enumerate(order) if g[0].model != "dummy"])
+            for i in sorted(listing):
+                submit_parts(i)
             for i, group in enumerate(order):
                 yield from self._outcomes(group, futures[i])
+                for f in parts.pop(i, []):
+                    f.release()
         finally:
-            self.client.cancel([f for f in futures.values() if not f.done()])
+            waiting = [
+                *futures.values(),
+                *listing.values(),
+                *(f for p in parts.values() for f in p),
+            ]
+            self.client.cancel([f for f in waiting if not f.done()])
             try:
                 self.client.run(clear_worker_state)
             except Exception:  # noqa: BLE001 - best effort: a lost worker has no state left

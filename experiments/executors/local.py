@@ -45,7 +45,16 @@ from ..evaluation.evaluate import (
 )
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
-from .base import Executor, Outcome, SweepContext, fit_groups, window_groups, with_figures
+from .base import (
+    SLOW_MODELS,
+    Executor,
+    Outcome,
+    SweepContext,
+    fit_groups,
+    split_into_parts,
+    window_groups,
+    with_figures,
+)
 
 _SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
 
@@ -171,25 +180,13 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
     _SHARED.clear()
 
 
-#: models whose fit takes much longer than a linear model's: submitted first within a group,
-#: so that the short ones fill the other workers meanwhile (longest-first scheduling)
-_SLOW_MODELS = ("hist_gb", "xgboost", "svr")
-
-
 def _expected_cost(group: Sequence[Trial]) -> int:
     trial = group[0]
     return (
         (trial.model != "dummy")
-        + 2 * (trial.model in _SLOW_MODELS)
+        + 2 * (trial.model in SLOW_MODELS)
         + (trial.personalization == "per_listener")
     )
-
-
-def _split(group: Sequence[Trial]) -> bool:
-    """Whether a fit group's fits run as separate tasks: a slow model's (its main fit, each
-    out-of-fold and unseen-listener fit, spread over the workers instead of one after another
-    in one; a fast model's parts would cost more to hand around than they save)."""
-    return group[0].model in _SLOW_MODELS
 
 
 def _ready() -> None:
@@ -348,7 +345,11 @@ class Scheduler:
         state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
             try:
-                split = group_fit_parts(fit_group, w) if self.jobs > 1 and _split(fit_group) else []
+                split = (
+                    group_fit_parts(fit_group, w)
+                    if self.jobs > 1 and split_into_parts(fit_group)
+                    else []
+                )
             except ValueError:  # e.g. no training sessions: the group's task reports it
                 split = []
             if len(split) > 1:

@@ -93,6 +93,9 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     Args:
         block_bytes: size (bytes) of the column block copied at once by ``fit``, and of the
             row block filled at once by ``transform``; memory only, never the result.
+        dtype: None: as above (float32 kept); ``"float64"``: float32 input is converted as the
+            blocks are copied and ``transform`` returns a float64 copy, the same numbers as
+            converting the input first, without a float64 copy of it beside the output.
 
     Attributes:
         statistics_: (n_features,) the fill value of each column, in the fitted dtype.
@@ -106,8 +109,12 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     [[4.0, 0.0]]
     """
 
-    def __init__(self, block_bytes: int = 32 * 2**20):
+    def __init__(self, block_bytes: int = 32 * 2**20, dtype: str | None = None):
         self.block_bytes = block_bytes
+        self.dtype = dtype
+
+    def _out_dtype(self, X: np.ndarray) -> np.dtype:
+        return X.dtype if self.dtype is None else np.dtype(self.dtype)
 
     def _lines_per_block(self, line_length: int, itemsize: int) -> int:
         """How many columns (or rows) of ``line_length`` values fit in ``block_bytes``."""
@@ -117,12 +124,13 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         """Learn each column's median over its non-NaN rows (0 for a column without any)."""
         X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         n, d = X.shape
-        stats = np.zeros(d, dtype=X.dtype)
-        step = self._lines_per_block(n, X.itemsize)
-        half = np.asarray(2, dtype=X.dtype)
+        out = self._out_dtype(X)
+        stats = np.zeros(d, dtype=out)
+        step = self._lines_per_block(n, out.itemsize)
+        half = np.asarray(2, dtype=out)
         for a in range(0, d, step):
-            # one block of columns, each one contiguous row of the copy
-            block = np.array(X[:, a : a + step].T, order="C")
+            # one block of columns, each one contiguous row of the copy (in the output dtype)
+            block = np.array(X[:, a : a + step].T, dtype=out, order="C")
             for j, column in enumerate(block):
                 values = column[~np.isnan(column)]
                 k = len(values)
@@ -139,10 +147,12 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Copy of ``X`` (float32 kept, else float64) with every NaN set to its column's fill value."""
+        """Copy of ``X`` (float32 kept unless ``dtype``, else float64) with every NaN set to its
+        column's fill value."""
         check_is_fitted(self)
+        dtype = FLOAT_DTYPES if self.dtype is None else np.dtype(self.dtype)
         X = validate_data(
-            self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=False, copy=True
+            self, X, dtype=dtype, ensure_all_finite="allow-nan", reset=False, copy=True
         )
         fill = self.statistics_.astype(X.dtype, copy=False)
         step = self._lines_per_block(X.shape[1], X.itemsize)
@@ -163,7 +173,8 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
     Row-preserving; for estimators that handle NaN natively but fail on a column without a
     single observed value (``HistGradientBoostingRegressor``). ``transform`` copies only
     when there is a column to fill: with none, a float64 input is returned as it is (the
-    estimators after it only read it), which spares a copy of the training matrix.
+    estimators after it only read it), which spares a copy of the training matrix; float32
+    input is converted to float64 once, here (``fit`` reads it as it is).
 
     Attributes:
         empty_: boolean mask, shape (n_features,), of the columns all NaN at fit.
@@ -171,7 +182,8 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
         """Record which columns of ``X`` hold no value at all."""
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite="allow-nan", reset=True)
+        # float32 read as it is: NaN is NaN in either dtype, and no float64 copy is made here
+        X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         self.empty_ = np.isnan(X).all(axis=0)
         return self
 
@@ -192,9 +204,10 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
 
 
 def _linear_preprocessing() -> list[tuple[str, Any]]:
-    # the imputer returns a copy: the scaler standardises that copy in place
+    # the imputer returns a float64 copy (of float32 features too, converted as it copies):
+    # the scaler standardises that copy in place
     return [
-        ("impute", MedianImputer()),
+        ("impute", MedianImputer(dtype="float64")),
         ("scale", StandardScaler(copy=False)),
     ]
 

@@ -60,13 +60,37 @@ def feature_dtype(estimator: Any) -> type:
     return np.float32 if type(estimator).__name__ in FLOAT32_ESTIMATORS else np.float64
 
 
+#: first pipeline steps that make a float64 copy of whatever features they are given (see
+#: :func:`copies_features`), with the values a float64 copy made before them would give
+COPYING_FIRST_STEPS = ("MedianImputer", "FillEmptyColumns")
+
+
+def copies_features(estimator: Any) -> bool:
+    """Whether ``estimator`` is a ``Pipeline`` whose first step copies the features into float64
+    itself (:class:`~experiments.models.factory.FillEmptyColumns`, or
+    :class:`~experiments.models.factory.MedianImputer` with ``dtype="float64"``): it is then
+    handed the (float32) design matrix's feature columns as a view, and that step's copy is the
+    only one (no float64 copy to split the listener column off, then the step's own)."""
+    steps = getattr(estimator, "steps", None)
+    if not steps:
+        return False
+    first = steps[0][1]
+    name = type(first).__name__
+    if name == "MedianImputer":
+        return getattr(first, "dtype", None) == "float64"
+    return name in COPYING_FIRST_STEPS
+
+
 def split_listener_column(
-    X: Any, listener_column: int = 0, dtype: Any = np.float64
+    X: Any, listener_column: int = 0, dtype: Any = np.float64, copy: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split ``X`` into (listener ids, shape (n,) float; features, shape (n, d - 1) ``dtype``).
 
     The features are one contiguous copy of ``X`` without the listener column (a slice when
-    the column is the first or the last, converted once; never a copy then another).
+    the column is the first or the last, converted once; never a copy then another). With
+    ``copy=False`` they are that slice as it is (a view of ``X`` in its dtype, ``dtype``
+    ignored), for an estimator that copies them itself (:func:`copies_features`); a column
+    in the middle is still cut out (one copy in ``X``'s dtype).
 
     Raises:
         ValueError: ``X`` is not 2-D, has no column ``listener_column``, or an id is NaN.
@@ -98,6 +122,8 @@ def split_listener_column(
         rest = X[:, :-1]
     else:
         rest = np.delete(X, column, axis=1)
+    if not copy:
+        return listeners, rest
     features = np.array(rest, dtype=dtype, order="C", copy=True)
     return listeners, features
 
@@ -170,14 +196,22 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         )
         self._check_width(X)
         listeners, features = split_listener_column(
-            X, self.listener_column, feature_dtype(self.estimator)
+            X,
+            self.listener_column,
+            feature_dtype(self.estimator),
+            copy=not copies_features(self.estimator),
         )
         return listeners, features, np.asarray(y, dtype=float)
 
     def _split_predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         check_is_fitted(self)
         X = validate_data(self, X, dtype="numeric", ensure_all_finite="allow-nan", reset=False)
-        return split_listener_column(X, self.listener_column, feature_dtype(self.estimator))
+        return split_listener_column(
+            X,
+            self.listener_column,
+            feature_dtype(self.estimator),
+            copy=not copies_features(self.estimator),
+        )
 
     def _check_width(self, X: np.ndarray) -> None:
         if X.shape[1] < 2:

@@ -187,7 +187,9 @@ def test_median_imputer_copies_and_clones():
     assert out is not X and not np.shares_memory(out, X)
     np.testing.assert_array_equal(X, before)  # input untouched (NaN included)
     twin = clone(imp)
-    assert twin.get_params() == {"block_bytes": 4096} and not hasattr(twin, "statistics_")
+    assert twin.get_params() == {"block_bytes": 4096, "dtype": None} and not hasattr(
+        twin, "statistics_"
+    )
     np.testing.assert_array_equal(twin.fit(X).statistics_, imp.statistics_)
     assert MedianImputer().fit(np.array([[1, 2], [3, 4]])).transform([[1, 2]]).dtype == np.float64
 
@@ -249,3 +251,23 @@ def test_position_prior_is_the_mean_curve_over_session_position():
     assert holes.predict(np.array([[np.nan]]))[0] == pytest.approx(3 * gap.mean())
     with pytest.raises(ValueError, match="n_bins"):
         make_model("position_prior", {"n_bins": 0}).fit(u[:, None], curve(u))
+
+
+def test_median_imputer_to_float64_is_the_imputer_on_a_float64_copy():
+    """dtype="float64" on float32 input: the statistics and output of the default imputer on the
+    input converted first (the conversion is exact), without that copy; FillEmptyColumns too."""
+    from experiments.models.factory import FillEmptyColumns, MedianImputer
+
+    X = nan_patterns(3, np.float32)
+    wide = X.astype(np.float64)
+    ref = MedianImputer(block_bytes=64).fit(wide)
+    got = MedianImputer(block_bytes=64, dtype="float64").fit(X)
+    assert got.statistics_.dtype == np.float64
+    np.testing.assert_array_equal(got.statistics_, ref.statistics_)
+    out = got.transform(X)
+    assert out.dtype == np.float64 and not np.shares_memory(out, X)
+    np.testing.assert_array_equal(out, ref.transform(wide))
+    fill = FillEmptyColumns().fit(X)
+    np.testing.assert_array_equal(fill.empty_, FillEmptyColumns().fit(wide).empty_)
+    assert fill.transform(X).dtype == np.float64
+    np.testing.assert_array_equal(fill.transform(X), FillEmptyColumns().fit(wide).transform(wide))

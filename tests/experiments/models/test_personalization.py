@@ -253,3 +253,35 @@ def test_make_personalizer_errors():
         and model.shrinkage == 5.0
         and model.listener_column == 1
     )
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("linear_svr", {"max_iter": 200}),
+        ("svr", {"nystroem_components": 20}),
+        ("ridge", {"alpha": 3.0}),
+        ("hist_gb", {"max_iter": 10}),
+    ],
+)
+def test_a_model_that_copies_its_features_gets_a_view_with_the_float64_results(name, params):
+    """Its first step makes the one float64 copy (of the float32 design's feature columns):
+    the same predictions, bit for bit, as from a float64 copy split off before it."""
+    from experiments.models.personalization import copies_features
+
+    rng = np.random.default_rng(5)
+    F = rng.normal(size=(80, 4)).astype(np.float32)
+    F[::7, 1] = np.nan
+    F[:, 3] = np.nan  # all NaN at fit
+    ids = np.repeat([1.0, 2.0, 3.0, 4.0], 20).astype(np.float32)
+    X = np.column_stack([ids, F])
+    y = np.nan_to_num(F[:, 0]) * 2.0 + rng.normal(size=80)
+    model = make_model(name, params)
+    assert copies_features(model)
+    listeners, view = split_listener_column(X, 0, feature_dtype(model), copy=False)
+    assert view.dtype == np.float32 and np.shares_memory(view, X)
+    for strategy in (GlobalRegressor, PerListenerRegressor):
+        single = strategy(make_model(name, params)).fit(X, y).predict(X)
+        double = strategy(make_model(name, params)).fit(X.astype(np.float64), y)
+        np.testing.assert_array_equal(single, double.predict(X.astype(np.float64)))
+    assert not copies_features(make_model("xgboost", {"n_estimators": 5}))
