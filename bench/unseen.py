@@ -20,6 +20,8 @@ sizes, where the goals are not judged):
 * ``unseen.peak_memory_pss`` (goal <= 3 GB): the nested run's peak PSS (its largest round).
 
 Sizes are those of :mod:`bench.ablation` (FULL: 80 sessions; QUICK: 8 short sessions, ridge).
+FULL runs an untimed warm-up first (the grid with the dummy model only), as :mod:`bench.anchor`
+does; QUICK skips it to stay cheap, so its first run may include compiling the kernels.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from . import inputs
 from .ablation import FULL, QUICK, run_ablation
 from .harness import loadavg, record
 from .processes import with_load
+from .scaling import GRID_ONLY, WARM_UP
 
 ROUNDS = {"full": 3, "quick": 1}
-GRID_ONLY = "unseen_listener=false"
+
 NESTED = "unseen_listener={selection: nested}"
 
 
@@ -43,6 +46,8 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     rounds = ROUNDS["quick" if quick else "full"]
     store = inputs.synth_store(work, size["n_sessions"], size["length_range"])
     out = work / ("unseen_run_quick" if quick else "unseen_run")
+    if not quick:  # untimed: Numba's kernels compiled if needed, the shards in the page cache
+        run_ablation(store, out / "warm_up", [*size["set"], GRID_ONLY, WARM_UP])
     load_before = loadavg()
     grid, nested = [], []
     for r in range(rounds):
