@@ -25,7 +25,7 @@ from pathlib import Path
 from .harness import FIELDS, format_table
 from .inputs import WORK
 
-#: benchmark name -> module, in the order they run (ablation, anchor and scaling last: the longest)
+#: benchmark name -> module, in the order they run (ablation, unseen, anchor and scaling last: the longest)
 BENCHMARKS = {
     "egemaps": "bench.egemaps",
     "video": "bench.video",
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "loading": "bench.loading",
     "windowing": "bench.windowing",
     "ablation": "bench.ablation",
+    "unseen": "bench.unseen",
     "anchor": "bench.anchor",
     "scaling": "bench.scaling",
 }

@@ -93,6 +93,15 @@ def machine() -> dict:
     }
 
 
+def loadavg() -> list[float] | None:
+    """The machine's load averages over 1, 5 and 15 minutes (``/proc/loadavg``; None elsewhere)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
 def meets(goal: str | None, value: float | None, ratio: float | None, unit: str) -> bool | None:
     """Whether ``value`` (goal with the record's unit) or ``ratio`` (goal without) meets ``goal``."""
     if goal is None:
