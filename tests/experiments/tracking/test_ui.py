@@ -48,9 +48,12 @@ def test_track_metrics_give_the_tracks_ccc_and_the_other_averaging_only_where_it
         "other_avg_ccc.test": 0.3,
     }
     assert track_metrics(logged, "personalized")["track_ccc.test"] == 0.3
-    assert track_metrics({"val.ccc_generalized": float("nan"), "val.ccc_personalized": 0.5}, "generalized")[
-        "other_avg_ccc.val"
-    ] == 0.5
+    assert (
+        track_metrics(
+            {"val.ccc_generalized": float("nan"), "val.ccc_personalized": 0.5}, "generalized"
+        )["other_avg_ccc.val"]
+        == 0.5
+    )
 
 
 def test_links_carry_the_view_and_the_model_training_switch():

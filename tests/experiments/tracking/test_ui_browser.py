@@ -243,7 +243,9 @@ def test_the_experiment_opens_on_its_runs_table_with_the_ccc_columns(ui_server):
         # (a column of a metric no run has is not drawn: the other averaging's where none differs)
         logged = [m for m in METRICS if any(m in r.data.metrics for r in children)]
         assert logged[:2] == METRICS[:2], logged
-        assert [i for i in ids if i.startswith("metrics.")] == [f"metrics.`{m}`" for m in logged], ids
+        assert [i for i in ids if i.startswith("metrics.")] == [f"metrics.`{m}`" for m in logged], (
+            ids
+        )
         assert next(text for _, i, text in headers if i == f"metrics.`{METRICS[0]}`") == METRICS[0]
         # the run name, then the track, then its CCC per split (among the data columns: the
         # grid's group headers have ids too)
@@ -257,7 +259,9 @@ def test_the_experiment_opens_on_its_runs_table_with_the_ccc_columns(ui_server):
         assert set(param_cells(driver, "track")) == tracks
         # a run name leads with feature set, personalization, model and is read whole in its column
         run = children[0]
-        lead = " ".join(run.data.params[p] for p in ("features.set", "personalization", "model.name"))
+        lead = " ".join(
+            run.data.params[p] for p in ("features.set", "personalization", "model.name")
+        )
         assert run.info.run_name.startswith(lead + " "), run.info.run_name
         name_cells = driver.find_elements(
             By.CSS_SELECTOR, f"[role=gridcell][col-id='{RUN_NAME_COLUMN}']"
