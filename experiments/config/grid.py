@@ -212,12 +212,25 @@ class Trial:
         return replace(self, smooth_s=0.0, smooth_method="", rescale="")
 
     def label(self) -> str:
-        """Short human-readable name, e.g. for a run name."""
+        """Short human-readable name, e.g. for a run name: what tells configurations apart first
+        (feature set, personalization, model), then window, smoothing, rescaling and
+        hyperparameters, e.g. ``both per_listener ridge w2s d0s sm2s (alpha=10)`` (window 2 s,
+        delay 0 s, smoothing 2 s); a rescaling of ``none`` and an empty hyperparameter list are
+        left out."""
         hp = ",".join(f"{k}={format_value(v)}" for k, v in self.model_params)
-        return (
-            f"{self.model}{'(' + hp + ')' if hp else ''} {self.feature_set} "
-            f"w{format_value(self.lengths_s)}s d{format_value(self.delay_s)}s {self.personalization} "
-            f"smooth{format_value(self.smooth_s)}s rescale={self.rescale}"
+        return " ".join(
+            part
+            for part in (
+                self.feature_set,
+                self.personalization,
+                self.model,
+                f"w{format_value(self.lengths_s)}s",
+                f"d{format_value(self.delay_s)}s",
+                f"sm{format_value(self.smooth_s)}s",
+                f"rescale={self.rescale}" if self.rescale not in ("", "none") else "",
+                f"({hp})" if hp else "",
+            )
+            if part
         )
 
 

@@ -29,6 +29,7 @@ from ..models.personalization import make_personalizer
 from .context import SweepContext
 from .provenance import code_version
 from .tracker import CONFIG_HASH_TAG, Tracker
+from .ui_view import track_metrics
 
 #: tag (and sweep table column) of a chosen configuration's unseen-listener run: the config hash
 #: of the grid configuration it evaluates again (see :func:`run_sweep`)
@@ -140,6 +141,7 @@ def log_child(
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
+    m.update(track_metrics(m, trial.track))
     tracker.log(
         run_id,
         params=params,

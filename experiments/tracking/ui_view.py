@@ -8,6 +8,8 @@ opens; ``python -m experiments.tracking.ui`` sets them on existing ones and prin
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -20,22 +22,33 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 #: key of this package's view: ``...?viewStateShareKey=ccc``
 VIEW_KEY = "ccc"
 VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
+#: prefix of the metric that holds, per split, the CCC of the run's own track under that
+#: track's averaging (``track_ccc.val``, ``track_ccc.test``; see :func:`track_metrics`)
+TRACK_CCC = "track_ccc"
+#: prefix of the metric that holds, per split, the CCC under the other track's averaging; logged
+#: only where it differs from ``track_ccc`` (on a complete listener x story table it does not)
+OTHER_CCC = "other_avg_ccc"
+#: the splits the view shows, in its column order
+VIEW_SPLITS = ("val", "test")
 #: metric columns of the view; the first sorts it (best first)
 CCC_METRICS = (
-    "val.ccc_personalized",
-    "val.ccc_generalized",
-    "test.ccc_personalized",
-    "test.ccc_generalized",
+    *(f"{TRACK_CCC}.{s}" for s in VIEW_SPLITS),
+    *(f"{OTHER_CCC}.{s}" for s in VIEW_SPLITS),
 )
-#: parameter columns of the view
+#: parameter columns of the view (``track`` first, right after the run name)
 VIEW_PARAMS = (
-    "model.name",
+    "track",
     "features.set",
     "personalization",
+    "model.name",
     "window.lengths_s",
     "window.delay_s",
     "postprocess.smooth_s",
 )
+#: a split's CCC under one track's averaging, as the evaluation logs it
+_SPLIT_CCC = re.compile(r"^([a-z]+)\.ccc_(personalized|generalized)$")
+#: the two averagings differ when their CCCs differ by more than this
+SAME_CCC_TOL = 1e-6
 #: the runs table's column id of the run names
 RUN_NAME_COLUMN = "attributes.`Run Name`"
 #: where ``make ui`` serves the UI
@@ -43,27 +56,61 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 
 def ccc_view() -> dict:
-    """The runs-table view of :data:`VIEW_TAG`: child runs by validation CCC, CCC and main params as columns.
+    """The runs-table view of :data:`VIEW_TAG`: child runs by their track's validation CCC; the
+    track, its CCC per split, the other averaging's and the main params as columns.
 
     Keys are the UI's own (its search facets and UI state); column ids are
     ``metrics.`<name>``` and ``params.`<name>```. The UI's default columns (source, models,
     dataset) are left out: they are empty for these runs.
     """
     metrics = [f"metrics.`{m}`" for m in CCC_METRICS]
-    params = [f"params.`{p}`" for p in VIEW_PARAMS]
+    track, *params = [f"params.`{p}`" for p in VIEW_PARAMS]
     return {
         "orderByKey": metrics[0],
         "orderByAsc": False,
         "searchFilter": "",
-        "selectedColumns": [*metrics, *params],
+        "selectedColumns": [track, *metrics, *params],
         # widths (pixels) apply to the columns listed in the order only
-        "columnOrder": [RUN_NAME_COLUMN, *metrics, *params],
+        "columnOrder": [RUN_NAME_COLUMN, track, *metrics, *params],
         "columnWidths": {
-            RUN_NAME_COLUMN: 300,
-            **{m: 155 for m in metrics},
+            RUN_NAME_COLUMN: 360,
+            track: 110,
+            **{m: 130 for m in metrics},
             **{p: 120 for p in params},
         },
     }
+
+
+def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
+    """The runs table's CCC metrics of a run scored on ``track``, from its logged ``metrics``.
+
+    For each split with ``<split>.ccc_<track>``: ``track_ccc.<split>`` (its value) and, where the
+    other track's averaging gives another number (by more than :data:`SAME_CCC_TOL`, or one is
+    NaN and the other not), ``other_avg_ccc.<split>``.
+
+    >>> track_metrics({"val.ccc_personalized": 0.5, "val.ccc_generalized": 0.5,
+    ...                "test.ccc_personalized": 0.25, "test.ccc_generalized": 0.5}, "personalized")
+    {'track_ccc.val': 0.5, 'track_ccc.test': 0.25, 'other_avg_ccc.test': 0.5}
+    """
+    out: dict[str, float] = {}
+    other: dict[str, float] = {}
+    for name, value in metrics.items():
+        m = _SPLIT_CCC.match(name)
+        if m is None:
+            continue
+        split, averaging = m.groups()
+        if averaging == track:
+            out[f"{TRACK_CCC}.{split}"] = value
+        else:
+            other[split] = value
+    for key, mine in list(out.items()):
+        split = key.split(".", 1)[1]
+        theirs = other.get(split)
+        if theirs is None:
+            continue
+        if math.isnan(mine) != math.isnan(theirs) or abs(mine - theirs) > SAME_CCC_TOL:
+            out[f"{OTHER_CCC}.{split}"] = theirs
+    return out
 
 
 def experiment_tags(current: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -55,3 +55,11 @@ def test_an_outcome_is_failed_only_without_result_or_row():
     row = RunRow("r", "failed", trial.label(), identity_tags(trial), trial.params(), error="x")
     assert Outcome(trial, error="RuntimeError: boom").failed
     assert not Outcome(trial, row=row).failed  # the worker logged it: the row says how it went
+
+
+def test_a_run_name_leads_with_feature_set_personalization_and_model():
+    for trial in expand(from_dict(config_dict("mlruns"))):
+        name = trial.label()
+        lead = f"{trial.feature_set} {trial.personalization} {trial.model} "
+        assert name.startswith(lead), name
+        assert "rescale=none" not in name and len(name) < 60, name

@@ -12,21 +12,48 @@ from experiments.tracking.ui_view import (
     CCC_METRICS,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
+    RUN_NAME_COLUMN,
     VIEW_TAG,
     ccc_view,
     experiment_tags,
     runs_url,
+    track_metrics,
     ui_base_url,
 )
 
 
-def test_view_sorts_by_validation_ccc_and_shows_the_ccc_columns():
+def test_view_shows_the_track_and_its_ccc_per_split_first_sorted_by_validation():
     view = ccc_view()
-    assert view["orderByKey"] == "metrics.`val.ccc_personalized`" and view["orderByAsc"] is False
+    assert view["orderByKey"] == "metrics.`track_ccc.val`" and view["orderByAsc"] is False
     cols = [f"metrics.`{m}`" for m in CCC_METRICS]
-    assert view["selectedColumns"][:4] == cols and view["columnOrder"][1:5] == cols
+    assert cols[:2] == ["metrics.`track_ccc.val`", "metrics.`track_ccc.test`"]
+    assert view["columnOrder"][:2] == [RUN_NAME_COLUMN, "params.`track`"]
+    assert view["selectedColumns"][1:5] == cols and view["columnOrder"][2:6] == cols
     assert set(view["columnWidths"]) <= set(view["columnOrder"])  # the UI sizes listed columns only
     json.dumps(view)  # the tag holds it as JSON
+
+
+def test_track_metrics_give_the_tracks_ccc_and_the_other_averaging_only_where_it_differs():
+    logged = {
+        "val.ccc_personalized": 0.4,
+        "val.ccc_generalized": 0.4 + 1e-12,  # a complete table: the same number
+        "test.ccc_personalized": 0.3,
+        "test.ccc_generalized": 0.2,
+        "val_unseen.ccc_generalized": 0.1,  # not a split of the view
+        "val.ccc_personalized.ci_low": 0.0,
+    }
+    assert track_metrics(logged, "generalized") == {
+        "track_ccc.val": logged["val.ccc_generalized"],
+        "track_ccc.test": 0.2,
+        "other_avg_ccc.test": 0.3,
+    }
+    assert track_metrics(logged, "personalized")["track_ccc.test"] == 0.3
+    assert (
+        track_metrics(
+            {"val.ccc_generalized": float("nan"), "val.ccc_personalized": 0.5}, "generalized"
+        )["other_avg_ccc.val"]
+        == 0.5
+    )
 
 
 def test_links_carry_the_view_and_the_model_training_switch():

@@ -21,7 +21,12 @@ from pathlib import Path
 import pytest
 
 from experiments.cli import main
-from experiments.tracking.ui_view import CCC_METRICS, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+from experiments.tracking.ui_view import (
+    CCC_METRICS,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    RUN_NAME_COLUMN,
+)
 from tests.experiments.helpers import cli_env, free_port, wait_healthy
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -144,6 +149,14 @@ def cells(driver, metric: str) -> list[str]:
     return [text for _, text in sorted(rows) if text.strip() not in ("", "-")]
 
 
+def param_cells(driver, param: str) -> list[str]:
+    """Texts of the non-empty cells of a parameter column."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, f"[role=gridcell][col-id='params.`{param}`']")
+    return [c.text for c in found if c.text.strip() not in ("", "-")]
+
+
 @pytest.fixture
 def ui_server(planted_store, tmp_path):
     """A smoke sweep into a new tracking store, its links as ``make ui`` prints them, and
@@ -227,10 +240,38 @@ def test_the_experiment_opens_on_its_runs_table_with_the_ccc_columns(ui_server):
             for h in driver.find_elements(By.CSS_SELECTOR, "[role=columnheader][col-id]")
         )
         ids = [i for _, i, _ in headers]
-        assert [i for i in ids if i.startswith("metrics.")] == [
-            f"metrics.`{m}`" for m in METRICS
-        ], ids
+        # (a column of a metric no run has is not drawn: the other averaging's where none differs)
+        logged = [m for m in METRICS if any(m in r.data.metrics for r in children)]
+        assert logged[:2] == METRICS[:2], logged
+        assert [i for i in ids if i.startswith("metrics.")] == [f"metrics.`{m}`" for m in logged], (
+            ids
+        )
         assert next(text for _, i, text in headers if i == f"metrics.`{METRICS[0]}`") == METRICS[0]
+        # the run name, then the track, then its CCC per split (among the data columns: the
+        # grid's group headers have ids too)
+        data = [i for i in ids if "`" in i]
+        assert data[data.index(RUN_NAME_COLUMN) + 1 : data.index(RUN_NAME_COLUMN) + 4] == [
+            "params.`track`",
+            f"metrics.`{METRICS[0]}`",
+            f"metrics.`{METRICS[1]}`",
+        ], data
+        tracks = {r.data.params["track"] for r in children}
+        assert set(param_cells(driver, "track")) == tracks
+        # a run name leads with feature set, personalization, model and is read whole in its column
+        run = children[0]
+        lead = " ".join(
+            run.data.params[p] for p in ("features.set", "personalization", "model.name")
+        )
+        assert run.info.run_name.startswith(lead + " "), run.info.run_name
+        name_cells = driver.find_elements(
+            By.CSS_SELECTOR, f"[role=gridcell][col-id='{RUN_NAME_COLUMN}']"
+        )
+        shown_names = [c.text for c in name_cells]
+        assert any(lead in n for n in shown_names), shown_names  # (after a colour swatch)
+        for c in name_cells:
+            link = c.find_element(By.TAG_NAME, "a")
+            # the whole name fits: the link is no wider than its cell (no cut, no ellipsis)
+            assert link.size["width"] <= c.size["width"], (link.text, link.size, c.size)
         # best validation CCC first, the values MLflow holds
         shown = [float(v) for v in cells(driver, METRICS[0])]
         logged = sorted((r.data.metrics[METRICS[0]] for r in children), reverse=True)
