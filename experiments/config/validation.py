@@ -188,7 +188,10 @@ class _Validator(Checker):
         if not self.errors and (problem := person_held_out_problem(cfg)):
             self.errors.append(self.fail(*problem))
         if len(cfg.all_targets()) > 1 and not self.errors:
-            for key, on in (("search", cfg.search.method == "optuna"), ("fusion", cfg.fusion.enabled)):
+            for key, on in (
+                ("search", cfg.search.method == "optuna"),
+                ("fusion", cfg.fusion.enabled),
+            ):
                 if on:  # the grid's sweep and ablation report per target; these do not yet
                     self.errors.append(
                         self.fail(

@@ -647,7 +647,13 @@ def ablate_targets(
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "ablation.csv", index=False)
     cells = [
-        [str(r.target), str(r.feature_set), str(r.split), _cell(r.ccc_personalized), _cell(r.ccc_generalized)]
+        [
+            str(r.target),
+            str(r.feature_set),
+            str(r.split),
+            _cell(r.ccc_personalized),
+            _cell(r.ccc_generalized),
+        ]
         for r in table.itertuples()
     ]
     md = [

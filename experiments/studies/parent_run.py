@@ -371,7 +371,9 @@ class ParentRun:
                 self.n_new,
                 self.unseen_selection,
                 {
-                    t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
+                    t: self.nested_unseen(
+                        table[table["target"] == t] if "target" in table else table
+                    )
                     for t in targets
                 },
             )

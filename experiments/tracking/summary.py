@@ -536,9 +536,7 @@ def summarise_targets(
         listing = selection_listing(table, protocol)
         if "target" in listing:  # each target's configurations together, best first
             order = {t: i for i, t in enumerate(targets)}
-            listing = listing.sort_values(
-                "target", key=lambda c: c.map(order), kind="stable"
-            )
+            listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
         sections = [
             f"# Target `{t}`\n\n"
             + _demoted(summary_markdown(summaries[t]) + nested_markdown((nested or {}).get(t)))
