@@ -477,7 +477,9 @@ def test_two_targets_resume_is_keyed_by_target(two_targets, tracking_dir):
     again = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
     assert set(again.table.status) == {"reused"}
     # a one-target sweep of the second target reuses exactly that target's runs
-    alone = run_sweep(cfg.for_target("arousal_self"), store=root, progress=False, log_artifacts=False)
+    alone = run_sweep(
+        cfg.for_target("arousal_self"), store=root, progress=False, log_artifacts=False
+    )
     assert set(alone.table.status) == {"reused"}
     mine = set(res.table[res.table.target == "arousal_self"].run_id)
     assert set(alone.table.run_id) == mine
