@@ -420,8 +420,8 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
     unless every target has it: a mean over some targets would not be comparable."""
     rows = []
     for track in TRACKS:
-        chosen = [s[s["track"] == track] for s in summaries.values() if "track" in s]
-        chosen = [c.iloc[0] for c in chosen if len(c)]
+        parts = [s[s["track"] == track] for s in summaries.values() if "track" in s]
+        chosen = [c.iloc[0] for c in parts if len(c)]
         if not summaries or len(chosen) < len(summaries):
             continue
         row: dict = {
@@ -433,8 +433,8 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
         }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
-            values = [c.get(name, np.nan) for c in chosen]
-            if all(pd.notna(v) for v in values):
+            values = [float(c.get(name, np.nan)) for c in chosen]
+            if all(np.isfinite(values)):
                 row[name] = float(np.mean(values))
         rows.append(row)
     return pd.DataFrame(rows)
