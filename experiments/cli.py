@@ -247,7 +247,12 @@ def _print_sweep(res) -> int:
     import pandas as pd  # startup: see the imports above
 
     from .config.tracks import candidates
-    from .tracking.summary import summary_markdown, track_summary
+    from .tracking.summary import (
+        combined_markdown,
+        combined_summary,
+        summary_markdown,
+        track_summary,
+    )
 
     t = res.table
     done = int((t.status == "done").sum()) if not t.empty else 0
@@ -271,8 +276,16 @@ def _print_sweep(res) -> int:
         print(f"\n{track} track, best 5 on {metric} (the selection split):")
         with pd.option_context("display.width", 200, "display.max_colwidth", 80):
             print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    summary = track_summary(t, protocol, res.unseen_selection, res.nested_unseen)
-    if not summary.empty:
+    targets = list(getattr(res, "best_run_ids_by_target", {}))
+    if len(targets) > 1:  # several targets: each one's choice, then their mean
+        summaries = {
+            target: track_summary(t[t["target"] == target], protocol, res.unseen_selection)
+            for target in targets
+        }
+        for target, summary in summaries.items():
+            print(f"\ntarget {target}:\n\n{summary_markdown(summary)}")
+        print(combined_markdown(targets, combined_summary(summaries)))
+    elif not (summary := track_summary(t, protocol, res.unseen_selection, res.nested_unseen)).empty:
         print()
         print(summary_markdown(summary))
     if getattr(res, "study_name", ""):

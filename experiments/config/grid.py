@@ -120,6 +120,8 @@ class Trial:
     folds: int = 0
     #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
     ccc_averaging: str = "sessions"
+    #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
+    named_target: bool = False
 
     @property
     def track(self) -> str:
@@ -229,6 +231,7 @@ class Trial:
                 f"sm{format_value(self.smooth_s)}s",
                 f"rescale={self.rescale}" if self.rescale not in ("", "none") else "",
                 f"({hp})" if hp else "",
+                f"target={self.target}" if self.named_target else "",
             )
             if part
         )
@@ -353,7 +356,8 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
 
     A model's ``only`` narrows the axes for that model (see :func:`model_axes`). With
     ``smooth_s`` 0 there is nothing to smooth, so only the first smoothing method is kept for
-    it. Duplicates (same params) are dropped, keeping the first.
+    it. Duplicates (same params) are dropped, keeping the first. With several targets the
+    grid is repeated for each, in the config's order.
 
     Raises:
         ConfigError: ``cfg`` has ranges (an Optuna search space: see :mod:`experiments.studies.search`).
@@ -420,4 +424,6 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                     if h not in seen:
                         seen.add(h)
                         out.append(trial)
+    if len(cfg.all_targets()) > 1:  # the grid once per target, each trial named with its target
+        out = [replace(t, target=x, named_target=True) for x in cfg.all_targets() for t in out]
     return out

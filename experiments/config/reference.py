@@ -10,7 +10,7 @@ them into the page and a test fails when the page and the code differ, so they c
 configurations where the file may have meant a few.
 
 >>> print(markdown_tables().splitlines()[2])
-| `target` | `valence_self` | the label target predicted: any target in the store (`featurestore ls` lists them) |
+| `target` | `valence_self` | a label target in the store (`featurestore ls` lists them), or a list of them |
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .schema import TOP_KEYS, ExperimentConfig, SearchConfig
 
 #: what each top-level key means (a test checks every key of :data:`TOP_KEYS` is here)
 KEY_MEANINGS: dict[str, str] = {
-    "target": "the label target predicted: any target in the store (`featurestore ls` lists them)",
+    "target": "a label target in the store (`featurestore ls` lists them), or a list of them",
     "splits": "stories that train, validate (choose) and test (report once); the official split",
     "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val; "
     "`lopo`, `kfold_person`, `kfold_group`: persons or groups held out (scored as split `cv`)",

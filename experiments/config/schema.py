@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -243,7 +243,10 @@ class TrackingConfig:
 class ExperimentConfig:
     """A resolved, validated experiment config (see DESIGN.md "Experiment config")."""
 
+    #: the label target predicted; with several (config ``target: [a, b]``) the first of ``targets``
     target: str = "valence_self"
+    #: every target swept, in the config's order (empty: just ``target``; see :meth:`all_targets`)
+    targets: list[str] = field(default_factory=list)
     splits: dict[str, list[int]] = field(
         default_factory=lambda: {name: list(stories) for name, stories in SPLITS.items()}
     )
@@ -285,13 +288,22 @@ class ExperimentConfig:
         if not self.feature_set:
             self.feature_set = list(self.feature_sets)
 
+    def all_targets(self) -> list[str]:
+        """The label targets swept: ``targets``, or ``[target]`` for a one-target config."""
+        return list(self.targets) or [self.target]
+
+    def for_target(self, target: str) -> ExperimentConfig:
+        """This config with ``target`` as its only target (one target's part of a sweep)."""
+        return replace(self, target=target, targets=[])
+
     def to_dict(self) -> dict:
         """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
 
         ``search`` is included only for an Optuna search, and ``fusion`` only when on, so a grid
         config's hash is what it was before searches and fusion existed."""
         d = {
-            "target": self.target,
+            # a list only with several targets: a one-target config's hash stays
+            "target": self.target if len(self.all_targets()) == 1 else self.all_targets(),
             "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
             "protocol": self.protocol,
             **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),

@@ -95,9 +95,10 @@ def store_problems(
     sessions = [s for s, story in names.stories.items() if story in stories] or list(names.stories)
     out: list[tuple[str, str]] = []
     if "target" not in skip:
-        problem = _target_problem(cfg.target, sessions, names)
-        if problem:
-            out.append(("target", problem))
+        for target in cfg.all_targets():
+            problem = _target_problem(target, sessions, names)
+            if problem:
+                out.append(("target", problem))
     if "feature_sets" not in skip and "feature_set" not in skip:
         for fs in cfg.feature_set:
             problem = _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names)

@@ -123,9 +123,10 @@ class _Validator(Checker):
         cfg = ExperimentConfig(source=self.source)
         cfg.search = self.attempt("search", lambda: self.search(raw.get("search")), d.search)
         self.search_method = cfg.search.method
-        cfg.target = self.attempt(
-            "target", lambda: self.target(raw.get("target", d.target)), d.target
+        targets = self.attempt(
+            "target", lambda: self.target(raw.get("target", d.target)), [d.target]
         )
+        cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
         cfg.protocol = self.attempt(
             "protocol", lambda: self.protocol(raw.get("protocol", d.protocol)), d.protocol
         )
@@ -186,6 +187,20 @@ class _Validator(Checker):
         )
         if not self.errors and (problem := person_held_out_problem(cfg)):
             self.errors.append(self.fail(*problem))
+        if len(cfg.all_targets()) > 1 and not self.errors:
+            for key, on in (
+                ("search", cfg.search.method == "optuna"),
+                ("fusion", cfg.fusion.enabled),
+            ):
+                if on:  # the grid's sweep and ablation report per target; these do not yet
+                    self.errors.append(
+                        self.fail(
+                            key,
+                            f"{key} takes one target, the config names {len(cfg.all_targets())} "
+                            f"({', '.join(cfg.all_targets())}); run one config per target "
+                            "(--set target=NAME)",
+                        )
+                    )
         if cfg.search.method == "optuna" and not self.errors:
             try:
                 search_space(cfg)
@@ -197,12 +212,19 @@ class _Validator(Checker):
         self.raise_errors()
         return cfg
 
-    def target(self, target: Any) -> str:
-        if not isinstance(target, str) or not target:
+    def target(self, target: Any) -> list[str]:
+        """One target name, or a list of different names (several targets)."""
+        names = target if isinstance(target, list) else [target]
+        if not names or not all(isinstance(t, str) and t for t in names):
             raise self.fail(
-                "target", f"expected a label target name such as valence_self, got {target!r}"
+                "target",
+                "expected a label target name such as valence_self, or a list of them such as "
+                f"[valence_self, arousal_self], got {target!r}",
             )
-        return target
+        if len(set(names)) < len(names):
+            twice = sorted({t for t in names if names.count(t) > 1})
+            raise self.fail("target", f"{', '.join(twice)} listed twice; name each target once")
+        return names
 
     def protocol(self, value: Any) -> str:
         if isinstance(value, list):

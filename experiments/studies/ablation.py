@@ -459,11 +459,16 @@ def ablate(
     ``reports/ccc_per_session_<feature_set>_<track>.png`` and, with ``cfg.importance``,
     ``reports/importance_<feature_set>_<track>.{csv,png}`` (:mod:`experiments.studies.explain`;
     the parent run's metric ``ablation.explain_seconds`` is what they took).
+    With several targets, :func:`ablate_targets`.
 
     ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
     or on the cluster of ``scheduler`` (``tcp://host:8786``); see
     :func:`experiments.studies.distributed.run_sweep_dask`.
     """
+    if len(cfg.all_targets()) > 1:
+        return ablate_targets(
+            cfg, store, tracking_uri, jobs, out_dir, progress, executor, scheduler, resume
+        )
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
     if executor == "dask":
@@ -570,3 +575,111 @@ def ablate(
         tags={"ablation": "true"},
     )
     return df, sweep
+
+
+#: the columns of ``ablation.csv`` for several targets (:func:`ablate_targets`)
+TARGET_COLUMNS = [
+    "target",
+    "feature_set",
+    "split",
+    "split_role",
+    "ccc_personalized",
+    "ccc_generalized",
+    "run_id_personalized",
+    "run_id_generalized",
+]
+
+
+def combined_ablation(per_target: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
+    """Rows ``target`` ``combined``: per feature set and split, the mean over ``targets`` of
+    each target's chosen configuration's CCC per track (NaN unless every target has one)."""
+    rows = []
+    for (fs, split), part in per_target.groupby(["feature_set", "split"], sort=False):
+        row = {"target": "combined", "feature_set": fs, "split": split}
+        row["split_role"] = str(part["split_role"].iloc[0])
+        for name in ("ccc_personalized", "ccc_generalized"):
+            values = part.set_index("target")[name].reindex(targets)
+            row[name] = float(values.mean()) if values.notna().all() else float("nan")
+        row["run_id_personalized"] = row["run_id_generalized"] = ""
+        rows.append(row)
+    return pd.DataFrame(rows, columns=TARGET_COLUMNS)
+
+
+def ablate_targets(
+    cfg: ExperimentConfig,
+    store: Any = "features",
+    tracking_uri: str | None = None,
+    jobs: int | None = None,
+    out_dir: str | Path = "reports",
+    progress: bool = True,
+    executor: str = "local",
+    scheduler: str | None = None,
+    resume: bool = True,
+) -> tuple[pd.DataFrame, SweepResult]:
+    """:func:`ablate` for a config of several targets: the ablation of each target on its own
+    (a parent run each; reports in ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}``:
+    every target's rows (column ``target``) and the combined rows (``target`` ``combined``: the
+    mean over targets of each target's chosen configuration's CCC, per feature set, split and
+    track), logged to each target's parent run (artifacts under ``ablation``, metrics
+    ``ablation.combined.<feature set>.<split>.ccc_<track>``).
+
+    Returns the table of every target's and the combined rows, and the first target's sweep.
+    """
+    targets = cfg.all_targets()
+    out = Path(out_dir)
+    parts, sweeps = [], []
+    for target in targets:
+        df, sweep = ablate(
+            cfg.for_target(target),
+            store=store,
+            tracking_uri=tracking_uri,
+            jobs=jobs,
+            out_dir=out / target,
+            progress=progress,
+            executor=executor,
+            scheduler=scheduler,
+            resume=resume,
+        )
+        parts.append(df.assign(target=target))
+        sweeps.append(sweep)
+    per_target = pd.concat(parts, ignore_index=True)[TARGET_COLUMNS]
+    table = pd.concat([per_target, combined_ablation(per_target, targets)], ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "ablation.csv", index=False)
+    cells = [
+        [
+            str(r.target),
+            str(r.feature_set),
+            str(r.split),
+            _cell(r.ccc_personalized),
+            _cell(r.ccc_generalized),
+        ]
+        for r in table.itertuples()
+    ]
+    md = [
+        f"# Speaker / listener / both, several targets (protocol {cfg.protocol})",
+        "",
+        f"Targets: {', '.join(f'`{t}`' for t in targets)}; each target's full report is in its own "
+        "folder (`<target>/ablation.md`). Each track's configuration is chosen per target and feature "
+        "set on that target's selection split; `combined`: the mean over targets of those choices' CCC.",
+        "",
+        *markdown.table(["target", "feature set", "split", "CCC pers.", "CCC gen."], cells),
+        "",
+    ]
+    (out / "ablation.md").write_text("\n".join(md))
+    metrics = {
+        f"ablation.combined.{str(r['feature_set']).replace(' ', '_')}.{r['split']}.{name}": float(
+            r[name]
+        )
+        for r in table[table["target"] == "combined"].to_dict("records")
+        for name in ("ccc_personalized", "ccc_generalized")
+        if pd.notna(r[name])
+    }
+    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("ablation.csv", "ablation.md"):
+            (Path(tmp) / f"targets_{name}").write_bytes((out / name).read_bytes())
+        for sweep in sweeps:
+            tracker.log_artifacts(sweep.parent_run_id, tmp, "ablation")
+            tracker.log(sweep.parent_run_id, metrics=metrics, tags={"targets": ",".join(targets)})
+    return table, sweeps[0]

@@ -41,7 +41,7 @@ from ..executors.base import Executor, Outcome, SweepContext
 from ..executors.local import LocalExecutor
 from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
 from ..tracking.provenance import code_version
-from ..tracking.summary import summarise, unseen_listener_trials
+from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from .unseen import nested_unseen
 
@@ -75,6 +75,8 @@ class SweepResult:
     scores: dict[str, pd.DataFrame] = field(default_factory=dict)
     unseen_selection: str = ""
     nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: with several targets, target -> track -> best run id (``best_run_ids``: the first target's)
+    best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def n_failed(self) -> int:
@@ -165,6 +167,7 @@ class ParentRun:
         self.ctx: SweepContext | None = None
         self.bar: Any = None
         self.best_ids: dict[str, str] = {}  # track -> best run id, once finished
+        self.best_ids_by_target: dict[str, dict[str, str]] = {}  # several targets: target -> that
 
     def start(
         self,
@@ -194,7 +197,7 @@ class ParentRun:
         self.tracker.log(
             self.id,
             params={
-                "target": cfg.target,
+                "target": ",".join(cfg.all_targets()),
                 "protocol": cfg.protocol,
                 **params,
                 "feature_sets": ",".join(cfg.feature_set),
@@ -245,18 +248,25 @@ class ParentRun:
     def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
         """Evaluate ``todo`` with the executor and hand each :class:`Outcome` to ``on_outcome``
         as it comes; the executor's work stops however this ends."""
-        if not todo:
-            return
-        ctx = replace(self.context, channels=tuple(sorted({c for t in todo for c in t.channels})))
-        with contextlib.closing(self.executor.run(list(todo), ctx)) as outcomes:
-            for outcome in outcomes:
-                on_outcome(outcome)
+        targets = list(dict.fromkeys(t.target for t in todo))
+        for target in targets:  # the executor loads one target's labels at a time
+            part = [t for t in todo if t.target == target]
+            ctx = replace(
+                self.context,
+                cfg=self.cfg.for_target(target) if len(targets) > 1 else self.cfg,
+                channels=tuple(sorted({c for t in part for c in t.channels})),
+            )
+            with contextlib.closing(self.executor.run(part, ctx)) as outcomes:
+                for outcome in outcomes:
+                    on_outcome(outcome)
 
     def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
         """Log an outcome as a child run with ``tags`` besides the usual ones (the row of a run its
         worker logged is taken as it is), add its row and return it; :meth:`notify` then tells
         the caller's ``on_result``."""
         ctx = self.context
+        if outcome.trial.named_target:  # a sweep of several targets: each child names its own
+            tags = {"target": outcome.trial.target, **(tags or {})}
         if tags:
             ctx = replace(ctx, child_tags={**ctx.child_tags, **tags})
         row = outcome.row
@@ -346,7 +356,28 @@ class ParentRun:
         return nested_unseen(table, self.cfg.protocol, per_feature_set=False)
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
-        """Tag the parent with each track's best child and attach the summary tables."""
+        """Tag the parent with each track's best child and attach the summary tables; with several
+        targets, per target and combined (:func:`experiments.tracking.summary.summarise_targets`),
+        returning the first target's best children."""
+        targets = self.cfg.all_targets()
+        if len(targets) > 1:
+            self.best_ids_by_target = summarise_targets(
+                self.tracker,
+                self.id,
+                table,
+                self.cfg.protocol,
+                targets,
+                time.perf_counter() - self.t_start,
+                self.n_new,
+                self.unseen_selection,
+                {
+                    t: self.nested_unseen(
+                        table[table["target"] == t] if "target" in table else table
+                    )
+                    for t in targets
+                },
+            )
+            return self.best_ids_by_target.get(targets[0], {})
         return summarise(
             self.tracker,
             self.id,
@@ -401,5 +432,6 @@ class ParentRun:
             scores=self.scores,
             unseen_selection=self.unseen_selection,
             nested_unseen=self.nested_unseen(table),
+            best_run_ids_by_target=self.best_ids_by_target,
             **extra,
         )

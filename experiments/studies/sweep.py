@@ -57,10 +57,12 @@ def _order(trials: Sequence[Trial]) -> list[Trial]:
 
 
 def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
-    if any(t.model == "dummy" for t in trials) or not trials:
-        return trials
-    t0 = trials[0]
-    return [
+    """A ``dummy`` baseline first for each target whose grid has none."""
+    firsts: dict[str, Trial] = {}
+    for t in trials:
+        firsts.setdefault(t.target, t)
+    have = {t.target for t in trials if t.model == "dummy"}
+    baselines = [
         replace(
             t0,
             model="dummy",
@@ -68,16 +70,23 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
             personalization="global",
             smooth_s=0.0,
             rescale="none",
-        ),
-        *trials,
+        )
+        for target, t0 in firsts.items()
+        if target not in have
     ]
+    return [*baselines, *trials]
 
 
 def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun) -> list[Trial]:
     """``unseen_listener: {selection: fixed, configuration: X}``: the grid's configuration whose
     label or config hash is X, scored on left-out listeners (unless already done)."""
     name = cfg.unseen_configuration
-    named = [t for t in trials if name in (t.label(), t.hash()) and t.track == "generalized"]
+    named = [
+        t
+        for t in trials  # with several targets, a label without its target names each target's
+        if name in (t.label(), replace(t, named_target=False).label(), t.hash())
+        and t.track == "generalized"
+    ]
     if not named:
         raise ConfigError(
             f"{cfg.source}: unseen_listener.configuration {name!r} is no generalized configuration "

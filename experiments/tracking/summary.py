@@ -84,7 +84,8 @@ def unseen_listener_trials(
     out: list[Trial] = []
     if table.empty or "features.set" not in table:
         return out
-    for _, part in table.groupby("features.set", sort=False):
+    by = ["target", "features.set"] if "target" in table else "features.set"  # per target too
+    for _, part in table.groupby(by, sort=False):
         best = best_per_track(part, protocol).get("generalized")
         if (
             best is None
@@ -409,3 +410,159 @@ def markdown_table(table: pd.DataFrame) -> str:
             list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))
         )
     )
+
+
+# ---------------------------------------------------------------- several targets
+def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per track (``target`` ``combined``): for each reported split, the mean over
+    targets of each target's chosen configuration's CCC (each target chosen on its own
+    validation or LOSO scores, as in :func:`track_summary`). A track, or a split, is left out
+    unless every target has it: a mean over some targets would not be comparable."""
+    rows = []
+    for track in TRACKS:
+        parts = [s[s["track"] == track] for s in summaries.values() if "track" in s]
+        chosen = [c.iloc[0] for c in parts if len(c)]
+        if not summaries or len(chosen) < len(summaries):
+            continue
+        row: dict = {
+            "target": "combined",
+            "track": track,
+            "n_targets": len(chosen),
+            "chosen_on": str(chosen[0]["chosen_on"]),
+            "ccc_averaging": averaging_of(chosen[0].get("ccc_averaging")),
+        }
+        for split in _REPORTED_SPLITS[track]:
+            name = f"{split}.ccc_{track}"
+            values = [float(c.get(name, np.nan)) for c in chosen]
+            if all(np.isfinite(values)):
+                row[name] = float(np.mean(values))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
+    """The combined score as Markdown: per track and split, the mean over targets."""
+    cells = []
+    for row in combined.to_dict("records"):
+        for split in _REPORTED_SPLITS[row["track"]]:
+            name = f"{split}.ccc_{row['track']}"
+            if name in row and pd.notna(row[name]):
+                cells.append([row["track"], split, f"{row[name]:.3f}"])
+    lines = [
+        "# Combined over targets",
+        "",
+        f"Targets: {', '.join(f'`{t}`' for t in targets)}. For each track and split, the mean over",
+        "targets of each target's chosen configuration's CCC (each chosen on its own validation or LOSO",
+        "scores); a track or split is left out unless every target has it.",
+        "",
+        *markdown.table(["track", "split", "mean CCC over targets"], cells),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _demoted(text: str) -> str:
+    """Markdown ``text`` with each heading one level down (a section inside a target's)."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in text.split("\n"))
+
+
+def summarise_targets(
+    tracker: Tracker,
+    parent: str,
+    table: pd.DataFrame,
+    protocol: str,
+    targets: Sequence[str],
+    seconds: float,
+    n_new: int,
+    unseen_selection: str = "chosen",
+    nested: dict[str, pd.DataFrame] | None = None,
+) -> dict[str, dict[str, str]]:
+    """:func:`summarise` for a sweep of several ``targets`` (``table`` has a ``target`` column):
+    each target's tracks chosen and reported as :func:`track_summary` does, plus the combined
+    score (:func:`combined_summary`).
+
+    The parent run gets metrics ``<target>.<split>.ccc_<track>`` (and their ``.ci_low``,
+    ``.ci_high``, ``.chance_q95``) per target and ``combined.<split>.ccc_<track>``, tags
+    ``<target>.best_run_id_<track>`` and ``<target>.best_label_<track>``, and ``best_run_id`` /
+    ``best_label`` naming the first target's headline run; artifacts ``summary.md`` (a section
+    per target, the combined score, every configuration), ``summary.csv`` (every configuration,
+    selection split only) and ``tracks.csv`` (one row per target and track, then the combined
+    rows). Returns target -> track -> best run id.
+    """
+    metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
+    tags: dict[str, str] = {"targets": ",".join(targets)}
+    summaries: dict[str, pd.DataFrame] = {}
+    best_ids: dict[str, dict[str, str]] = {}
+    for target in targets:
+        part = table[table["target"] == target] if "target" in table else table.iloc[0:0]
+        summary = track_summary(part, protocol, unseen_selection, (nested or {}).get(target))
+        summaries[target] = summary
+        best_ids[target] = {}
+        for row in summary.to_dict("records"):
+            track = row["track"]
+            best_ids[target][track] = row["run_id"]
+            tags[f"{target}.best_run_id_{track}"] = row["run_id"]
+            tags[f"{target}.best_label_{track}"] = str(row["label"])[:5000]
+            if "unseen_selection" in row and isinstance(row["unseen_selection"], str):
+                tags["unseen_selection"] = row["unseen_selection"]
+            metrics.update(
+                {
+                    f"{target}.{k}": v
+                    for k, v in row.items()
+                    if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
+                    and pd.notna(v)  # the other track's columns of the row are NaN
+                }
+            )
+    combined = combined_summary(summaries)
+    for row in combined.to_dict("records"):
+        metrics.update(
+            {
+                f"combined.{k}": v
+                for k, v in row.items()
+                if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[row["track"]]))
+                and pd.notna(v)
+            }
+        )
+    first = best_ids.get(targets[0], {}) if targets else {}
+    main = first.get("personalized") or first.get("generalized")
+    if main:
+        tags["best_run_id"] = main
+        tags["best_label"] = tags.get(
+            f"{targets[0]}.best_label_personalized",
+            tags.get(f"{targets[0]}.best_label_generalized", ""),
+        )
+    tracker.log(parent, metrics=metrics, tags=tags)
+    if not table.empty:
+        listing = selection_listing(table, protocol)
+        if "target" in listing:  # each target's configurations together, best first
+            order = {t: i for i, t in enumerate(targets)}
+            listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
+        sections = [
+            f"# Target `{t}`\n\n"
+            + _demoted(summary_markdown(summaries[t]) + nested_markdown((nested or {}).get(t)))
+            for t in targets
+        ]
+        metric = selection_metric("personalized", protocol)
+        columns = [c for c in ("target", *_LISTED) if c in listing]
+        tracks = pd.concat(
+            [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
+            ignore_index=True,
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            listing.to_csv(Path(tmp) / "summary.csv", index=False)
+            (Path(tmp) / "summary.md").write_text(
+                "\n".join(sections)
+                + "\n"
+                + combined_markdown(targets, combined)
+                + "\n# Every configuration (selection split only)\n\n"
+                + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration"
+                + " by target, best first; test numbers only for each track's choice, above.\n\n"
+                + markdown_table(listing[columns])
+                + "\n"
+            )
+            if not tracks.empty:
+                tracks[["target", *[c for c in tracks.columns if c != "target"]]].to_csv(
+                    Path(tmp) / "tracks.csv", index=False
+                )
+            tracker.log_artifacts(parent, tmp)
+    return best_ids

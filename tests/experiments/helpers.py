@@ -77,13 +77,22 @@ def _channel(rng, t, signal, n_cols, noise, invalid_frac=0.0, key="") -> Channel
 
 
 def build_store(
-    root: Path, seed: int = 0, labels_override=None, speaker_share: float = 0.0
+    root: Path,
+    seed: int = 0,
+    labels_override=None,
+    speaker_share: float = 0.0,
+    second_target: str | None = None,
 ) -> Store:
     """Write the synthetic store into ``root``; ``labels_override(listener, story, y) -> y``.
 
     ``speaker_share`` > 0: the speaker channels carry a second hidden signal, and the valence is
     ``(1 - share) * listener's + share * speaker's`` (both delayed by 1 s): with 0.5 each role
-    carries half of it (the late-fusion tests)."""
+    carries half of it (the late-fusion tests).
+
+    ``second_target``: a second label target of that name, planted on the speaker: the speaker
+    channels carry a hidden signal of their own and the target is it delayed by 1 s plus a
+    little noise, so the speaker feature set must win for it (the listener set for the valence).
+    The valence and the listener channels are those of the store without it."""
     store = Store(root, mode="a")
     for listener in LISTENERS:
         for story in STORIES:
@@ -112,6 +121,13 @@ def build_store(
                 ssig, ssig_a = np.interp(t_face, grid, spk), np.interp(t_audio, grid, spk)
             if labels_override is not None:
                 y = labels_override(listener, story, y)
+            extra = {}
+            if second_target is not None:  # a generator of its own: the other draws stay
+                srng = np.random.default_rng(10**6 + seed * 1000 + listener * 10 + story)
+                spk = _smooth_signal(srng, grid)
+                ssig, ssig_a = np.interp(t_face, grid, spk), np.interp(t_audio, grid, spk)
+                second = np.interp(t_label - DELAY_S, grid, spk) + srng.normal(0, 0.05, N_FRAMES)
+                extra[second_target] = np.clip(second, -1, 1).astype(np.float32)
             key = f"synthetic-{seed}-{listener}-{story}"  # stands for the content hash of a real cache key
             channels = {
                 "listener/face_geom": _channel(
@@ -121,11 +137,13 @@ def build_store(
                 "speaker/face_geom": _channel(rng, t_face, ssig, 5, 0.1, invalid_frac=0.1, key=key),
                 "speaker/egemaps": _channel(rng, t_audio, ssig_a, 4, 0.3, key=key),
             }
-            _write_planted(store, listener, story, channels, y)
+            _write_planted(store, listener, story, channels, y, extra)
     return store
 
 
-def _write_planted(store: Store, listener: int, story: int, channels: dict, y: np.ndarray) -> None:
+def _write_planted(
+    store: Store, listener: int, story: int, channels: dict, y: np.ndarray, extra=None
+) -> None:
     """One planted session's shard: the official split of ``story``, speaker ``(story + 1) // 2``."""
     meta = SessionMeta(
         session=session_name(listener, story),
@@ -135,7 +153,9 @@ def _write_planted(store: Store, listener: int, story: int, channels: dict, y: n
         split=SPLIT_OF[story],
         n_frames=N_FRAMES,
     )
-    store.write_session(meta, channels=channels, labels={"valence_self": y.astype(np.float32)})
+    store.write_session(
+        meta, channels=channels, labels={"valence_self": y.astype(np.float32), **(extra or {})}
+    )
 
 
 #: listeners of :func:`build_planted_column_store` (five: intervals over listeners need a few)

@@ -139,3 +139,28 @@ def test_an_unextracted_channel_is_no_typo(tmp_path, planted_store):
     with pytest.raises(ConfigError) as err:
         load_config(path, store=store_names(planted_store, require_channels=False))
     assert str(err.value).endswith("did you mean 'speaker/egemaps'?")
+
+
+def test_a_list_of_targets_is_checked_name_by_name(tmp_path):
+    root = tmp_path / "store"
+    build_store(root, second_target="arousal_self")
+    path = write(tmp_path, "target: [valence_self, arousal_slef]\n" + SETS)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=root)
+    problem = str(err.value)
+    assert problem.startswith(f"{path}:1: target: 'arousal_slef' is not a label target")
+    assert "did you mean 'arousal_self'?" in str(problem)
+    cfg = load_config(path, overrides=["target=[valence_self, arousal_self]"], store=root)
+    assert cfg.all_targets() == ["valence_self", "arousal_self"] and cfg.target == "valence_self"
+    assert cfg.to_dict()["target"] == ["valence_self", "arousal_self"]
+    # one target: a string, as before (the config hash stays)
+    one = load_config(path, overrides=["target=valence_self"], store=root)
+    assert one.to_dict()["target"] == "valence_self" and one.all_targets() == ["valence_self"]
+    # a name twice, and the verbs that take one target, are refused
+    with pytest.raises(ConfigError, match="valence_self listed twice"):
+        load_config(path, overrides=["target=[valence_self, valence_self]"])
+    with pytest.raises(ConfigError, match="search takes one target"):
+        load_config(
+            path,
+            overrides=["target=[valence_self, arousal_self]", "search.method=optuna"],
+        )

@@ -387,3 +387,55 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
     # both tracks chose the same configuration: nothing to compare between them
     pairs = pd.read_csv(tmp_path / "reports" / "ablation_comparisons.csv")
     assert not pairs.comparison.str.startswith("personalized vs generalized").any()
+
+
+def test_ablate_two_targets_reports_each_and_their_mean(tracking_dir, tmp_path):
+    from experiments.tracking.tracker import resolve_tracking_uri
+    from tests.experiments.helpers import build_store
+
+    store = tmp_path / "store"
+    build_store(store, second_target="arousal_self")
+    d = config_dict(
+        tracking_dir,
+        "ablation-targets",
+        target=["valence_self", "arousal_self"],
+        models=[{"name": "ridge", "alpha": [10]}],
+        personalization=["global"],
+        postprocess={"smooth_s": [0], "rescale": ["none"]},
+    )
+    path = tmp_path / "targets.yaml"
+    path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "reports"
+    code = main(["ablate", "--config", str(path), "--store", str(store), "--out", str(out)])
+    assert code == 0
+    table = pd.read_csv(out / "ablation.csv").set_index(["target", "feature_set", "split"])
+    for target in ("valence_self", "arousal_self"):  # each target's own report, as one target's
+        own = pd.read_csv(out / target / "ablation.csv").set_index(["feature_set", "split"])
+        for (fs, split), r in own.iterrows():
+            assert table.loc[(target, fs, split), "ccc_generalized"] == pytest.approx(
+                r.ccc_generalized
+            )
+    # planted: the valence follows the listener, the second target the speaker
+    v, a = table.loc["valence_self"], table.loc["arousal_self"]
+    assert (
+        v.loc[("listener", "test"), "ccc_generalized"]
+        > v.loc[("speaker", "test"), "ccc_generalized"] + 0.3
+    )
+    assert (
+        a.loc[("speaker", "test"), "ccc_generalized"]
+        > a.loc[("listener", "test"), "ccc_generalized"] + 0.3
+    )
+    for fs in ("listener", "speaker"):
+        for split in ("val", "test"):
+            for name in ("ccc_personalized", "ccc_generalized"):
+                mean = (v.loc[(fs, split), name] + a.loc[(fs, split), name]) / 2
+                assert table.loc[("combined", fs, split), name] == pytest.approx(mean)
+    assert "combined" in (out / "ablation.md").read_text()
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
+    experiment = client.get_experiment_by_name("ablation-targets")
+    parents = client.search_runs([experiment.experiment_id], "tags.ablation = 'true'")
+    assert sorted(p.data.params["target"] for p in parents) == ["arousal_self", "valence_self"]
+    for p in parents:
+        assert p.data.metrics["ablation.combined.listener.test.ccc_generalized"] == pytest.approx(
+            table.loc[("combined", "listener", "test"), "ccc_generalized"]
+        )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -392,3 +393,97 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
         and f"finished in run {redone.run_id}" in late.data.tags[WORKER_LOST_TAG]
     )
     assert not client.search_runs([again.experiment_id], "attributes.status = 'RUNNING'")
+
+
+# ---------------------------------------------------------------- several targets
+TARGETS = ["valence_self", "arousal_self"]
+
+
+@pytest.fixture(scope="module")
+def two_targets(tmp_path_factory, tracking_dir):
+    """A sweep of two targets on a store where the valence follows the listener and the second
+    target the speaker: (cfg, SweepResult, client, store)."""
+    from experiments.tracking.tracker import resolve_tracking_uri
+
+    root = tmp_path_factory.mktemp("two_targets") / "store"
+    build_store(root, second_target="arousal_self")
+    cfg = from_dict(config_dict(tracking_dir, "two-targets", target=TARGETS), store=root)
+    res = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
+    return cfg, res, MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir)), root
+
+
+def test_two_targets_each_run_the_grid_with_its_own_choice(two_targets):
+    cfg, res, client, _ = two_targets
+    one = len(expand(cfg.for_target("valence_self")))
+    assert len(expand(cfg)) == 2 * one and res.n_failed == 0
+    assert res.table.groupby("target").size().to_dict() == dict.fromkeys(TARGETS, one)
+    for kid in children(client, res.experiment_id, res.parent_run_id):
+        target = kid.data.params["target"]
+        assert kid.data.tags["target"] == target
+        assert kid.data.tags["mlflow.runName"].endswith(f" target={target}")
+    # planted: the valence follows the listener, the second target the speaker
+    chosen = {
+        target: {
+            track: res.table.set_index("run_id").loc[run, "features.set"]
+            for track, run in ids.items()
+        }
+        for target, ids in res.best_run_ids_by_target.items()
+    }
+    assert chosen == {
+        "valence_self": {"personalized": "listener", "generalized": "listener"},
+        "arousal_self": {"personalized": "speaker", "generalized": "speaker"},
+    }
+    # each target chosen among its own runs on its own validation score
+    for target in TARGETS:
+        part = res.table[(res.table.target == target) & (res.table.status != "failed")]
+        best = part.loc[part["val.ccc_generalized"].idxmax(), "run_id"]
+        assert res.best_run_ids_by_target[target]["generalized"] == best
+    assert res.best_run_ids == res.best_run_ids_by_target["valence_self"]
+
+
+def test_two_targets_parent_metrics_per_target_and_combined(two_targets, tmp_path):
+    cfg, res, client, _ = two_targets
+    parent = client.get_run(res.parent_run_id).data
+    assert parent.params["target"] == "valence_self,arousal_self"
+    runs = res.table.set_index("run_id")
+    for track in ("personalized", "generalized"):
+        for split in ("val", "test"):
+            name = f"{split}.ccc_{track}"
+            each = []
+            for target in TARGETS:
+                run = res.best_run_ids_by_target[target][track]
+                assert parent.tags[f"{target}.best_run_id_{track}"] == run
+                assert parent.metrics[f"{target}.{name}"] == pytest.approx(runs.loc[run, name])
+                each.append(runs.loc[run, name])
+            assert parent.metrics[f"combined.{name}"] == pytest.approx(np.mean(each))
+    # tracks.csv: a row per target and track, then the combined rows
+    path = client.download_artifacts(res.parent_run_id, "tracks.csv", str(tmp_path))
+    tracks = pd.read_csv(path).set_index(["target", "track"])
+    for track in ("personalized", "generalized"):
+        name = f"test.ccc_{track}"
+        assert tracks.loc[("combined", track), name] == pytest.approx(
+            np.mean([tracks.loc[(t, track), name] for t in TARGETS])
+        )
+    assert "# Combined over targets" in (
+        Path(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read_text()
+    )
+    # the one-target names are not mixed across targets
+    assert not any(k.startswith("best_personalized.") for k in parent.metrics)
+    assert parent.metrics["combined.test.ccc_personalized"] > 0.8  # both targets are planted
+
+
+def test_two_targets_resume_is_keyed_by_target(two_targets, tracking_dir):
+    cfg, res, client, root = two_targets
+    again = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
+    assert set(again.table.status) == {"reused"}
+    # a one-target sweep of the second target reuses exactly that target's runs
+    alone = run_sweep(
+        cfg.for_target("arousal_self"), store=root, progress=False, log_artifacts=False
+    )
+    assert set(alone.table.status) == {"reused"}
+    mine = set(res.table[res.table.target == "arousal_self"].run_id)
+    assert set(alone.table.run_id) == mine
+    # and reports under the one-target names
+    parent = client.get_run(alone.parent_run_id).data
+    assert "best_personalized.test.ccc_personalized" in parent.metrics
+    assert not any(k.startswith("arousal_self.") for k in parent.metrics)
