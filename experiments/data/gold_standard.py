@@ -107,7 +107,8 @@ def estimate_lags(
     For each rater, the lag ``L`` in ``[-max, max]`` frames maximising the CCC between its trace
     moved ``L`` frames earlier and the mean of the other raters (moved by their current lags),
     all its sessions concatenated, rater after rater; the round is repeated (at most
-    ``iterations`` times) until no lag changes, each round made relative to the smallest lag. Sessions with a single rater are ignored.
+    ``iterations`` times) until no lag changes, each round made relative to the smallest
+    lag. Sessions with a single rater are ignored.
     """
     max_lag = int(round(max_lag_s * fps))
     raters = sorted({r for s in sessions for r in s})

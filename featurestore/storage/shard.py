@@ -564,5 +564,7 @@ def _write_label(grp: h5py.Group, name: str, y: np.ndarray, source: dict) -> h5p
 def _datasets(grp: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
     """(path under ``grp``, dataset) of every dataset below ``grp``."""
     out: list[tuple[str, h5py.Dataset]] = []
-    grp.visititems(lambda name, obj: out.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+    grp.visititems(
+        lambda name, obj: out.append((name, obj)) if isinstance(obj, h5py.Dataset) else None
+    )
     return out
