@@ -46,6 +46,9 @@ class GoldStandard:
         if not self.max_lag_s >= 0:
             raise ValueError(f"gold_standard.max_lag_s {self.max_lag_s} must be >= 0 seconds")
 
+    def to_dict(self) -> dict:
+        return {"method": self.method, "align_lags": self.align_lags, "max_lag_s": self.max_lag_s}
+
 
 def shift(y: np.ndarray, lag: int) -> np.ndarray:
     """``y`` moved ``lag`` frames earlier (``out[t] = y[t + lag]``), NaN where nothing is left.

@@ -119,6 +119,7 @@ def _tables(job: WorkerJob) -> list[SessionTable]:
                 target=job.ctx.cfg.target,
                 splits=job.ctx.cfg.splits,
                 sessions=list(job.sessions),
+                gold_standard=job.ctx.cfg.gold_standard,
             )
         return _TABLES[key]
 
