@@ -82,7 +82,15 @@ class WorkerJob:
     def tables_key(self) -> tuple:
         c = self.ctx
         splits = tuple((k, tuple(v)) for k, v in sorted(c.cfg.splits.items()))
-        return (str(c.store), c.channels, c.cfg.target, splits, c.store_fingerprint, self.sessions)
+        return (
+            str(c.store),
+            c.channels,
+            c.cfg.target,
+            splits,
+            c.store_fingerprint,
+            self.sessions,
+            c.cfg.gold_standard,  # the labels differ by gold standard
+        )
 
 
 def _worker_name() -> str:
