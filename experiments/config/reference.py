@@ -33,6 +33,9 @@ KEY_MEANINGS: dict[str, str] = {
     "folds": "the number of folds of `kfold_person` / `kfold_group`",
     "ccc_averaging": "`sessions`: the mean of per-session CCCs (OMG-Empathy's two averagings); "
     "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
+    "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
+    "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
+    "`max_lag_s`); see docs/store.md, Raters",
     "feature_sets": "name -> list of `role/channel` a model reads",
     "feature_set": "which of `feature_sets` to sweep (default: all of them)",
     "window": "the feature windows: lengths (s; each entry one multi-scale set), label delay (s), "
@@ -93,6 +96,7 @@ def omitted_defaults(cfg: ExperimentConfig) -> dict[str, Any]:
         "search": {"method": SearchConfig().method},
         "folds": cfg.folds,
         "ccc_averaging": cfg.ccc_averaging,
+        "gold_standard": cfg.gold_standard.to_dict(),
         "fusion": {"method": cfg.fusion.method},
         "importance": cfg.importance,
     }

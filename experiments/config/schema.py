@@ -26,6 +26,7 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
+from ..data.gold_standard import GoldStandard
 from .fusion import FusionConfig
 from .options import KFOLD_PROTOCOLS
 
@@ -68,6 +69,7 @@ TOP_KEYS = (
     "protocol",
     "folds",
     "ccc_averaging",
+    "gold_standard",
     "feature_sets",
     "feature_set",
     "window",
@@ -265,6 +267,9 @@ class ExperimentConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     #: ``sessions`` (OMG-Empathy's means of per-session CCC) or ``concatenated`` (AVEC)
     ccc_averaging: str = "sessions"
+    #: the labels trained and scored on: stored, or the raters' mean / EWE (see
+    #: :mod:`experiments.data.gold_standard`)
+    gold_standard: GoldStandard = field(default_factory=GoldStandard)
     seed: int = 0
     #: score each feature set's chosen generalized-track configuration on listeners left out of
     #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
@@ -328,6 +333,11 @@ class ExperimentConfig:
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
             **({"ccc_averaging": self.ccc_averaging} if self.ccc_averaging != "sessions" else {}),
+            **(
+                {"gold_standard": self.gold_standard.to_dict()}
+                if self.gold_standard != GoldStandard()
+                else {}
+            ),
             "seed": self.seed,
             "unseen_listener": self.unseen_listener
             if self.unseen_selection == "chosen" or not self.unseen_listener

@@ -51,6 +51,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from ..data.gold_standard import METHODS as GOLD_STANDARD_METHODS
+from ..data.gold_standard import GoldStandard
 from .checker import Checker, suggest
 from .fusion import fusion_config
 from .options import (
@@ -170,6 +172,9 @@ class _Validator(Checker):
                 "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
             )[0],
             d.ccc_averaging,
+        )
+        cfg.gold_standard = self.attempt(
+            "gold_standard", lambda: self.gold_standard(raw.get("gold_standard")), d.gold_standard
         )
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
         cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
@@ -407,6 +412,28 @@ class _Validator(Checker):
         )
         split = self.enum_list("importance.split", value.get("split", d.split), ("test", "val"))
         return ImportanceConfig(repeats, levels, split[0])
+
+    def gold_standard(self, value: Any) -> GoldStandard:
+        """``{method: stored|mean|ewe, align_lags: bool, max_lag_s: seconds}`` (or just the method)."""
+        if value is None:
+            return GoldStandard()
+        if isinstance(value, str):
+            value = {"method": value}
+        value = self.mapping("gold_standard", value, ["method", "align_lags", "max_lag_s"])
+        d = GoldStandard()
+        method = value.get("method", d.method)
+        if method not in GOLD_STANDARD_METHODS:
+            raise self.fail(
+                "gold_standard.method",
+                f"{method!r} is not one of {', '.join(GOLD_STANDARD_METHODS)}",
+            )
+        align = value.get("align_lags", d.align_lags)
+        if not isinstance(align, bool):
+            raise self.fail("gold_standard.align_lags", f"expected true or false, got {align!r}")
+        lag = value.get("max_lag_s", d.max_lag_s)
+        if isinstance(lag, bool) or not isinstance(lag, (int, float)) or not lag >= 0:
+            raise self.fail("gold_standard.max_lag_s", f"expected seconds >= 0, got {lag!r}")
+        return GoldStandard(method, align, float(lag))
 
     def tracking(self, value: Any) -> TrackingConfig:
         value = self.mapping("tracking", value, ["uri", "experiment"])

@@ -42,6 +42,7 @@ from featurestore.storage.shard import ShardReader, read_channel_group
 from featurestore.storage.store import LABEL_FPS, MissingChannelError, Store, StoreError
 
 from .frames_cache import EntryKey, FramesCache, code_version
+from .gold_standard import GoldStandard, gold_standards
 from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ def load_sessions(
     max_gap_s: float = MAX_GAP_S,
     threads: int = 2,
     cache: bool | str | os.PathLike = True,
+    gold_standard: GoldStandard | None = None,
 ) -> list[SessionTable]:
     """Load aligned 25 fps frame tables for every session of the store (or ``sessions``).
 
@@ -189,6 +191,11 @@ def load_sessions(
             ``$OMG_FRAMES_CACHE``; see :mod:`experiments.data.frames_cache`), False bypasses it, a
             folder puts it there. An unwritable cache folder only means no caching. Cached
             tables are equal to freshly resampled ones, array for array.
+        gold_standard: the labels to use (:mod:`experiments.data.gold_standard`): None or method
+            ``stored`` reads ``/labels/<target>``; ``mean`` or ``ewe`` combine the per-rater
+            traces ``/raters/<target>/*`` of the loaded sessions (weights and lags estimated over
+            all of them). Cached frames always hold the stored labels and the combination is
+            applied after the cache, so entries never mix gold standards.
 
     Returns:
         One :class:`SessionTable` per session, ordered by listener then story.
@@ -237,7 +244,39 @@ def load_sessions(
             len(names),
             written,
         )
+    if gold_standard is not None and gold_standard.method != "stored":
+        out = _with_gold_standard(st, out, target, gold_standard)
     return out
+
+
+def _with_gold_standard(
+    st: Store, tables: list[SessionTable], target: str, gs: GoldStandard
+) -> list[SessionTable]:
+    """``tables`` with ``y`` replaced by the raters' combination under ``gs``."""
+    traces = []
+    for t in tables:
+        try:
+            with st.open_session(t.session) as shard:
+                raters = shard.raters(target)
+                traces.append({r: shard.rater_labels(target, r) for r in raters})
+        except StoreError as e:
+            raise DatasetError(str(e)) from e
+        if not raters:
+            raise DatasetError(
+                f"session {t.session} has no per-rater labels of {target!r} in "
+                f"{st.shard_path(t.session)}, needed by gold_standard method {gs.method!r}; give "
+                f"its raters' files (manifest columns label_{target}@<rater>) or use method 'stored'"
+            )
+    fps = tables[0].fps if tables else LABEL_FPS
+    ys, weights, lags = gold_standards(traces, gs, fps)
+    log.info(
+        "gold standard %s of %s: weights %s, lags (frames) %s",
+        gs.method,
+        target,
+        {r: round(w, 3) for r, w in weights.items()},
+        lags,
+    )
+    return [replace(t, y=y) for t, y in zip(tables, ys, strict=True)]
 
 
 def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:

@@ -103,7 +103,15 @@ class WorkerJob:
     def tables_key(self) -> tuple:
         c = self.ctx
         splits = tuple((k, tuple(v)) for k, v in sorted(c.cfg.splits.items()))
-        return (str(c.store), c.channels, c.cfg.target, splits, c.store_fingerprint, self.sessions)
+        return (
+            str(c.store),
+            c.channels,
+            c.cfg.target,
+            splits,
+            c.store_fingerprint,
+            self.sessions,
+            c.cfg.gold_standard,  # the labels differ by gold standard
+        )
 
 
 def _worker_name() -> str:
@@ -140,6 +148,7 @@ def _tables(job: WorkerJob) -> list[SessionTable]:
                 target=job.ctx.cfg.target,
                 splits=job.ctx.cfg.splits,
                 sessions=list(job.sessions),
+                gold_standard=job.ctx.cfg.gold_standard,
             )
         return _TABLES[key]
 

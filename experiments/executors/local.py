@@ -147,7 +147,11 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
         return
     jobs = ctx.jobs
     tables = load_sessions(
-        ctx.store, list(ctx.channels), target=ctx.cfg.target, splits=ctx.cfg.splits
+        ctx.store,
+        list(ctx.channels),
+        target=ctx.cfg.target,
+        splits=ctx.cfg.splits,
+        gold_standard=ctx.cfg.gold_standard,
     )
     groups = window_groups(todo)
     figures = ctx.log_artifacts

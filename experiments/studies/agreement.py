@@ -17,6 +17,16 @@ targets two by two:
   on the self-rating that scores well against an observer rating predicts what others see;
   the gap between the two scores is how much of the prediction is private to the listener.
 
+* **inter-rater** (targets stored with several raters, ``/raters/<target>/<rater>``): per
+  session and pooled over sessions, ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) (Shrout & Fleiss
+  1979; formulas in :func:`experiments.data.gold_standard.icc`) and the mean pairwise CCC,
+  as rated and after removing each rater's estimated reaction lag (within the config's
+  ``gold_standard.max_lag_s``); the lags are reported. ICC(2,1) is single-rater absolute
+  agreement, ICC(3,1) single-rater consistency (an offset between raters does not count);
+  the ``k`` forms are the reliability of the raters' mean, the gold standard. Written to
+  ``reports/inter_rater.csv`` and ``reports/inter_rater_lags.csv``; a store with raters but
+  a single target gets only this part.
+
 ``experiments agreement`` writes ``reports/agreement.csv`` (columns ``session, listener,
 story, target_a, target_b, ccc``), ``reports/agreement.md`` (both tables) and
 ``reports/agreement.png``, and logs them with the summary metrics to an MLflow run named
@@ -41,6 +51,8 @@ from ..config.grid import Trial, expand
 from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
+from ..data.gold_standard import agreement as rater_agreement
+from ..data.gold_standard import estimate_lags
 from ..evaluation import markdown
 from ..evaluation.evaluate import TrialResult, evaluate_trial, window_sessions
 from ..evaluation.metrics import ccc, ccc_protocols
@@ -119,6 +131,78 @@ def target_pairs(store, targets: Sequence[str] | None = None) -> list[tuple[str,
             "contains 'observer' next to the videos and re-run `featurestore extract`)"
         )
     return [(SELF_TARGET, t) for t in others]
+
+
+#: columns of ``inter_rater.csv``
+RATER_COLUMNS = [
+    "target",
+    "session",
+    "aligned",
+    "raters",
+    "n_frames",
+    "ICC(2,1)",
+    "ICC(3,1)",
+    "ICC(2,k)",
+    "ICC(3,k)",
+    "mean_pairwise_ccc",
+]
+
+
+def inter_rater_table(store, max_lag_s: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
+    per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
+    lag_frames, lag_s``). Both empty when no session has raters."""
+    st = _store(store)
+    by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    fps = 25.0
+    for s in st.list_sessions():
+        with st.open_session(s) as shard:
+            fps = shard.meta.fps
+            for t in shard.label_targets():
+                raters = shard.raters(t)
+                if raters:
+                    by_target.setdefault(t, {})[s] = {r: shard.rater_labels(t, r) for r in raters}
+    rows, lag_rows = [], []
+    for t, sessions in sorted(by_target.items()):
+        lags = estimate_lags(list(sessions.values()), fps, max_lag_s)
+        lag_rows += [
+            {"target": t, "rater": r, "lag_frames": v, "lag_s": v / fps} for r, v in lags.items()
+        ]
+        for aligned, use in ((False, None), (True, lags)):
+            rows += [
+                {"target": t, "aligned": aligned, **row} for row in rater_agreement(sessions, use)
+            ]
+    table = pd.DataFrame(rows).reindex(columns=RATER_COLUMNS)
+    return table, pd.DataFrame(lag_rows, columns=["target", "rater", "lag_frames", "lag_s"])
+
+
+def inter_rater_markdown(table: pd.DataFrame, lags: pd.DataFrame) -> str:
+    """The ``## Inter-rater agreement`` section of ``agreement.md``."""
+    lines = ["## Inter-rater agreement", ""]
+    if table.empty:
+        return "\n".join([*lines, "No target is stored with several raters.", ""])
+    lines += [
+        "Per target, over frames every rater rated: ICC(2,1) (two-way random, absolute agreement,",
+        "one rater), ICC(3,1) (two-way mixed, consistency, one rater), ICC(2,k)/ICC(3,k) (the same",
+        "for the raters' mean; Shrout & Fleiss 1979) and the mean CCC over rater pairs; `aligned`:",
+        "after removing each rater's estimated reaction lag (below). Frames are not independent:",
+        "no significance is implied.",
+        "",
+    ]
+    cols = RATER_COLUMNS[:4] + RATER_COLUMNS[5:]
+    lines += markdown.table(
+        cols,
+        (
+            [_fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
+            for _, r in table[table.session == "pooled"].iterrows()
+        ),
+    )
+    lines += ["", "Reaction lags (relative to the earliest rater):", ""]
+    lines += markdown.table(
+        ["target", "rater", "lag (frames)", "lag (s)"],
+        ([r.target, r.rater, r.lag_frames, f"{r.lag_s:.2f}"] for r in lags.itertuples()),
+    )
+    return "\n".join(lines) + "\n"
 
 
 def agreement_table(
@@ -394,7 +478,13 @@ def agreement(
     that every compared session has). ``cross`` False skips the cross-target table.
     """
     st = _store(store)
-    pairs = target_pairs(st, targets)
+    raters, lags = inter_rater_table(st, cfg.gold_standard.max_lag_s)
+    try:
+        pairs = target_pairs(st, targets)
+    except AgreementError:
+        if targets is not None or raters.empty:
+            raise
+        return _raters_only(cfg, st, raters, lags, Path(out_dir), tracking_uri)
     table = agreement_table(st, pairs, cfg.splits)
     summary = agreement_summary(table)
     cross_df, trial = (
@@ -409,7 +499,12 @@ def agreement(
         files[0], index=False
     )
     note = "" if cross else "Not computed (--no-cross)."
-    files[1].write_text(agreement_markdown(table, summary, cross_df, trial, note))
+    files[1].write_text(
+        agreement_markdown(table, summary, cross_df, trial, note)
+        + "\n"
+        + inter_rater_markdown(raters, lags)
+    )
+    files += _write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]
     series = {
         t: st.labels(example, t).to_numpy()
@@ -433,6 +528,7 @@ def agreement(
             metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
                 r, f"ccc_{p}"
             )
+    metrics.update(_rater_metrics(raters))
     for r in cross_df.itertuples():
         for p in ("personalized", "generalized"):
             metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(
@@ -453,3 +549,64 @@ def agreement(
         raise
     tracker.finish(run_id, "FINISHED")
     return AgreementResult(table, summary, cross_df, trial, run_id, files)
+
+
+def _write_raters(out: Path, raters: pd.DataFrame, lags: pd.DataFrame) -> list[Path]:
+    if raters.empty:
+        return []
+    files = [out / "inter_rater.csv", out / "inter_rater_lags.csv"]
+    raters.to_csv(files[0], index=False)
+    lags.to_csv(files[1], index=False)
+    return files
+
+
+def _rater_metrics(raters: pd.DataFrame) -> dict[str, float]:
+    """MLflow metrics of the pooled inter-rater rows (``raters.<target>[.aligned].icc_2_1``...)."""
+    out = {}
+    for _, r in raters[raters.session == "pooled"].iterrows():
+        stem = f"raters.{r.target}" + (".aligned" if r.aligned else "")
+        for c in RATER_COLUMNS[5:]:
+            name = c.lower().replace("(", "_").replace(",", "_").replace(")", "")
+            if pd.notna(r[c]):
+                out[f"{stem}.{name}"] = float(r[c])
+    return out
+
+
+def _raters_only(
+    cfg: ExperimentConfig,
+    st: Store,
+    raters: pd.DataFrame,
+    lags: pd.DataFrame,
+    out: Path,
+    tracking_uri: str | None,
+) -> AgreementResult:
+    """A store with raters but no second target: the inter-rater part alone."""
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "agreement.md"
+    md.write_text("# Agreement\n\n" + inter_rater_markdown(raters, lags))
+    files = [md, *_write_raters(out, raters, lags)]
+    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    fingerprint, _ = store_fingerprint(st)
+    run_id = tracker.start_run(
+        "agreement",
+        tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()},
+    )
+    try:
+        tracker.log(run_id, params={"store": str(st.root)}, metrics=_rater_metrics(raters))
+        with tempfile.TemporaryDirectory() as tmp:
+            for f in files:
+                (Path(tmp) / f.name).write_bytes(f.read_bytes())
+            tracker.log_artifacts(run_id, tmp, "agreement")
+    except BaseException:
+        tracker.finish(run_id, "FAILED")
+        raise
+    tracker.finish(run_id, "FINISHED")
+    empty = pd.DataFrame(columns=COLUMNS)
+    return AgreementResult(
+        empty,
+        pd.DataFrame(columns=SUMMARY_COLUMNS),
+        pd.DataFrame(columns=CROSS_COLUMNS),
+        None,
+        run_id,
+        files,
+    )

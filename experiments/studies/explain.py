@@ -296,7 +296,11 @@ def explain_choices(
             if key not in windowed:
                 windowed.clear()  # one feature set's windows at a time
                 tables = load_sessions(
-                    store, list(trial.channels), target=trial.target, splits=cfg.splits
+                    store,
+                    list(trial.channels),
+                    target=trial.target,
+                    splits=cfg.splits,
+                    gold_standard=cfg.gold_standard,
                 )
                 windowed[key] = window_sessions(tables, key)
             imp = cfg.importance

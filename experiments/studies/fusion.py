@@ -177,7 +177,9 @@ def fusion_rows(
                 )
             trials[run] = by_hash[h]
     channels = sorted({c for t in trials.values() for c in t.channels})
-    tables = load_sessions(store, channels, target=cfg.target, splits=cfg.splits)
+    tables = load_sessions(
+        store, channels, target=cfg.target, splits=cfg.splits, gold_standard=cfg.gold_standard
+    )
     windows: dict = {}
 
     def windowed(t: Trial) -> Windowed:

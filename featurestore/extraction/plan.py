@@ -15,7 +15,7 @@ import numpy as np
 from ..extractors import AudioExtractor, FrameExtractor, TranscriptExtractor
 from ..extractors.base import Extractor
 from ..sources import media
-from ..sources.annotations import read_annotation
+from ..sources.annotations import TimedRating, read_label_file
 from ..sources.manifest import SessionFiles
 from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
@@ -29,17 +29,26 @@ class SessionError(RuntimeError):
     """This session cannot be extracted; the message says why and what to do."""
 
 
-def _read_labels(sf: SessionFiles) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-    labels, sources = {}, {}
-    for target, path in sorted(sf.annotations.items()):
-        labels[target] = read_annotation(path)
-        sources[target] = file_fingerprint(path)
+def _read_labels(
+    sf: SessionFiles,
+) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
+    """Per-frame ratings (official format), timed ratings (``time,<value>``, resampled once the
+    frame count is known) and every file's fingerprint, by label key (``target`` or
+    ``target@rater``)."""
+    labels, timed, sources = {}, {}, {}
+    for key, path in sorted(sf.annotations.items()):
+        y = read_label_file(path)
+        if isinstance(y, TimedRating):
+            timed[key] = y
+        else:
+            labels[key] = y
+        sources[key] = file_fingerprint(path)
     lengths = {t: len(y) for t, y in labels.items()}
     if len(set(lengths.values())) > 1:
         raise SessionError(
             f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one"
         )
-    return labels, sources
+    return labels, timed, sources
 
 
 @dataclass(frozen=True)
@@ -154,8 +163,9 @@ def plan_session(
         )
     info = media.probe(video)
     source = file_fingerprint(video)
-    labels, label_sources = _read_labels(sf)
+    labels, timed, label_sources = _read_labels(sf)
     n_frames = _frame_count(sf, info, labels, cfg)
+    labels.update({k: r.on_frames(n_frames, LABEL_FPS) for k, r in timed.items()})
     store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
     videos, regions = _role_videos(sf, info, cfg)
     plan = SessionPlan(
@@ -252,8 +262,9 @@ def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureCo
 def _frame_count(
     sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
 ) -> int:
-    """The session's frame count at the label rate: the labels' length (which the video must
-    match within ``cfg.max_length_mismatch_s`` seconds), or the video's duration without labels."""
+    """The session's frame count at the label rate: the per-frame labels' length (which the
+    video must match within ``cfg.max_length_mismatch_s`` seconds), or the video's duration
+    without them (only timed ``time,<value>`` ratings, or none)."""
     if not labels:
         return int(round(info.n_frames / info.fps * LABEL_FPS))
     n_frames = len(next(iter(labels.values())))

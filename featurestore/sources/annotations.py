@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,3 +81,103 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] = (-1.0, 
             )
         out[i] = v
     return out.astype(np.float32)
+
+
+#: separates a target from its rater in a label key (``valence@r1``), as in manifest columns
+RATER_SEP = "@"
+
+
+@dataclass(frozen=True)
+class TimedRating:
+    """A rating sampled at its own times (seconds, increasing), from a ``time,<value>`` CSV."""
+
+    path: Path
+    time: np.ndarray
+    values: np.ndarray
+
+    def on_frames(self, n_frames: int, fps: float) -> np.ndarray:
+        """The rating linearly interpolated at frame times ``k / fps`` (k < ``n_frames``), NaN
+        outside the rated span, as float32."""
+        t = np.arange(n_frames, dtype=np.float64) / fps
+        out = np.interp(t, self.time, self.values)
+        out[(t < self.time[0] - 1e-9) | (t > self.time[-1] + 1e-9)] = np.nan
+        return out.astype(np.float32)
+
+
+def read_label_file(
+    path: str | Path, value_range: tuple[float, float] = (-1.0, 1.0)
+) -> np.ndarray | TimedRating:
+    """A rating file of either format: the official one (one column, one value per 25 fps frame;
+    :func:`read_annotation`) or a two-column CSV with header ``time,<name>`` (seconds at any rate,
+    increasing; returned as a :class:`TimedRating` to resample onto the session's frames).
+
+    Errors (:class:`AnnotationError`) name the file, the line and the column.
+    """
+    path = Path(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError) as e:
+        raise AnnotationError(f"{path}: cannot be read as a text CSV ({e})") from e
+    header = [c.strip() for c in next(csv.reader([first]), [])]
+    if len(header) < 2 or header[0].lower() != "time":
+        return read_annotation(path, value_range)
+    return _read_timed(path, header, value_range)
+
+
+def _read_timed(path: Path, header: list[str], value_range: tuple[float, float]) -> TimedRating:
+    if len(header) != 2 or not header[1]:
+        raise AnnotationError(
+            f"{path}: header {header} should be two columns 'time,<value name>', e.g. 'time,valence'"
+        )
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f))[1:]
+    while rows and not any(c.strip() for c in rows[-1]):
+        rows.pop()
+    if len(rows) < 2:
+        raise AnnotationError(f"{path}: fewer than two rows of values; a rating needs at least two")
+    lo, hi = value_range
+    times = np.empty(len(rows))
+    values = np.empty(len(rows))
+    for i, row in enumerate(rows):
+        line = i + 2
+        cells = [c.strip() for c in row]
+        if len(cells) != 2:
+            raise AnnotationError(
+                f"{path}: line {line} has {len(cells)} fields {row}; each line is 'time,value'"
+            )
+        for col, (name, cell) in enumerate(zip(header, cells, strict=True)):
+            try:
+                v = float(cell)
+            except ValueError:
+                raise AnnotationError(
+                    f"{path}: line {line}, column {col + 1} ({name!r}) holds {cell!r}, not a "
+                    "number; fix or remove that line"
+                ) from None
+            if not math.isfinite(v):
+                raise AnnotationError(
+                    f"{path}: line {line}, column {col + 1} ({name!r}) holds {v}; give a finite "
+                    "number (leave out the rows that were not rated)"
+                )
+            (times if col == 0 else values)[i] = v
+        if not lo - 1e-6 <= values[i] <= hi + 1e-6:
+            raise AnnotationError(
+                f"{path}: line {line}, column 2 ({header[1]!r}) holds {values[i]}, outside "
+                f"[{lo}, {hi}]; fix the value"
+            )
+        if i and times[i] <= times[i - 1]:
+            raise AnnotationError(
+                f"{path}: line {line}, column 1 ('time') is {times[i]} s, not after the line "
+                f"before ({times[i - 1]} s); times must increase"
+            )
+    return TimedRating(path, times, values)
+
+
+def split_label_key(key: str) -> tuple[str, str | None]:
+    """(target, rater or None) of a label key ``target`` or ``target@rater``.
+
+    >>> split_label_key("valence@r1"), split_label_key("arousal")
+    (('valence', 'r1'), ('arousal', None))
+    """
+    target, sep, rater = key.partition(RATER_SEP)
+    return target, (rater if sep else None)

@@ -3,7 +3,7 @@
 ``featurestore scan --manifest FILE`` (or ``manifest: FILE`` in ``featurestore.yaml``) reads a
 CSV or YAML file instead of looking for ``Subject_<L>_Story_<S>`` names. Each row is one
 session; paths are relative to the manifest's folder. Columns (YAML: the same keys, and
-``labels:`` may be a mapping ``target: file``):
+``labels:`` may be a mapping ``target: file`` or ``target: {rater: file}``):
 
 ==================  ===========================================================================
 ``session``         the session's id (letters, digits, ``_ . -``); its shard is ``<session>.h5``
@@ -20,8 +20,12 @@ session; paths are relative to the manifest's folder. Columns (YAML: the same ke
 ``audio_person``,   optional: an audio file per role (its own ``<role>/egemaps``)
 ``audio_partner``
 ``transcript``      optional: ``.srt``/``.ass`` as in the OMG-Empathy layout
-``label_<target>``  a rating file per target (``label_valence``, ``label_arousal``), in the
-                    official format: a header line and one value per 25 fps frame
+``label_<target>``  a rating file per target (``label_valence``, ``label_arousal``): the
+                    official format (a header line and one value per 25 fps frame) or a
+                    two-column CSV ``time,<value>`` at any rate, resampled onto the session's
+                    frames (linear interpolation, NaN outside the rated span)
+``label_<target>``  one rating file per rater (``label_valence@r1``, ``label_valence@r2``):
+``@<rater>``        stored per rater, their mean is the target's gold standard
 ==================  ===========================================================================
 
 Ids are kept as written (``person``, ``group``, ``partner``) in the shard's root attributes
@@ -88,7 +92,8 @@ class ManifestRow:
     fold: str = ""
     split_x: int | None = None
     media: dict[str, Path] = field(default_factory=dict)  #: column (``video``, ...) -> file
-    labels: dict[str, Path] = field(default_factory=dict)  #: target -> rating file
+    #: target (``valence``) or target and rater (``valence@r1``) -> rating file
+    labels: dict[str, Path] = field(default_factory=dict)
     transcript: Path | None = None
 
 
@@ -186,7 +191,15 @@ def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
         line = int(entry.pop("__line__", 0))
         labels = entry.pop("labels", None)
         if isinstance(labels, Mapping):
-            entry.update({f"{LABEL_PREFIX}{k}": v for k, v in labels.items() if k != "__line__"})
+            for k, v in labels.items():
+                if k == "__line__":
+                    continue
+                if isinstance(v, Mapping):  # target: {rater: file}
+                    entry.update(
+                        {f"{LABEL_PREFIX}{k}@{r}": f for r, f in v.items() if r != "__line__"}
+                    )
+                else:
+                    entry[f"{LABEL_PREFIX}{k}"] = v
         elif labels is not None:
             entry["labels"] = labels  # reported as a bad column below
         out.append((line, {str(k): "" if v is None else str(v).strip() for k, v in entry.items()}))
@@ -249,11 +262,13 @@ class _Checker:
             if col not in known and not (
                 col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX)
             ):
-                near = difflib.get_close_matches(col, [*known, "label_<target>"], n=1)
+                near = difflib.get_close_matches(
+                    col, [*known, "label_<target>", "label_<target>@<rater>"], n=1
+                )
                 hint = (
                     f"; did you mean {near[0]!r}?"
                     if near
-                    else f"; known: {', '.join(known)}, label_<target>"
+                    else f"; known: {', '.join(known)}, label_<target>, label_<target>@<rater>"
                 )
                 self.fail(row, line, col, f"unknown column{hint}")
 
@@ -276,8 +291,30 @@ class _Checker:
                 out.media[col] = p
         for col, value in values.items():
             if col.startswith(LABEL_PREFIX) and value:
+                key = col[len(LABEL_PREFIX) :]
+                target, sep, rater = key.partition("@")
+                if sep and not (
+                    SESSION_ID.match(target) and SESSION_ID.match(rater) and "@" not in rater
+                ):
+                    self.fail(
+                        row,
+                        line,
+                        col,
+                        "a per-rater column is label_<target>@<rater>, each a name of letters, "
+                        "digits, '_', '.', '-'",
+                    )
+                    continue
+                if sep and values.get(f"{LABEL_PREFIX}{target}"):
+                    self.fail(
+                        row,
+                        line,
+                        col,
+                        f"give label_{target} or per-rater label_{target}@<rater> files, not both "
+                        "(the raters' mean becomes the target's labels)",
+                    )
+                    continue
                 if (p := self.file(row, line, col, value)) is not None:
-                    out.labels[col[len(LABEL_PREFIX) :]] = p
+                    out.labels[key] = p
         if values.get("transcript"):
             out.transcript = self.file(row, line, "transcript", values["transcript"])
 

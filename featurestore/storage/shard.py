@@ -265,11 +265,17 @@ class ShardReader:
         return sorted(self.file["labels"]) if "labels" in self.file else []
 
     def label_sources(self) -> dict[str, dict]:
-        """Label target -> the source (annotation file fingerprint) recorded with it."""
+        """Label target -> the source (annotation file fingerprint) recorded with it; a rater's
+        trace under ``target@rater`` (a rated target's own source maps rater -> source)."""
         f = self.file
-        return {
+        out = {
             t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()
         }
+        if "raters" in f:
+            for t in f["raters"]:
+                for r in f["raters"][t]:
+                    out[f"{t}@{r}"] = json.loads(f["raters"][t][r].attrs.get("source", "{}"))
+        return out
 
     def labels(self, target: str) -> np.ndarray:
         """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
@@ -287,6 +293,23 @@ class ShardReader:
                 f"(it has: {', '.join(targets) or 'none'}); {fix}"
             )
         return f["labels"][target][()].astype(np.float32).reshape(-1)
+
+    def raters(self, target: str) -> list[str]:
+        """The raters stored for ``target`` (``/raters/<target>``), sorted; empty when none."""
+        f = self.file
+        return sorted(f["raters"][target]) if "raters" in f and target in f["raters"] else []
+
+    def rater_labels(self, target: str, rater: str) -> np.ndarray:
+        """(n_frames,) float32 trace of one ``rater`` of ``target`` (NaN where not rated);
+        :class:`StoreError` naming the raters there are when absent."""
+        have = self.raters(target)
+        if rater not in have:
+            raise StoreError(
+                f"session {self.session} has no rater {rater!r} of {target!r} in {self.path} "
+                f"(raters: {', '.join(have) or 'none'}); per-rater labels come from manifest "
+                f"columns label_{target}@<rater>"
+            )
+        return self.file["raters"][target][rater][()].astype(np.float32).reshape(-1)
 
     # ----------------------------------------------------- several channels at once
     def read(
@@ -476,24 +499,72 @@ def _shared_target(
 def write_labels(
     f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]
 ) -> None:
-    """Add or replace label targets, then check every stored target has ``meta.n_frames`` rows."""
-    if labels:
-        grp = f.require_group("labels")
-        for target, y in labels.items():
-            y = np.asarray(y, dtype=np.float32).reshape(-1)
-            if len(y) != meta.n_frames:
+    """Add or replace label targets, then check every stored target has ``meta.n_frames`` rows.
+
+    A key ``target@rater`` is one rater's trace: stored at ``/raters/<target>/<rater>`` (attrs
+    ``source``, ``created_utc``), and ``/labels/<target>`` becomes the mean of every rater stored
+    for that target (NaN where none rated; attrs ``raters``, a JSON list, and ``gold_standard``
+    ``"mean"``). A plain ``target`` replaces that target's labels and drops its raters.
+    """
+    plain: dict[str, np.ndarray] = {}
+    rated: dict[str, dict[str, np.ndarray]] = {}
+    for key, y in labels.items():
+        target, sep, rater = key.partition("@")
+        y = np.asarray(y, dtype=np.float32).reshape(-1)
+        if len(y) != meta.n_frames:
+            raise StoreError(
+                f"labels {key!r} of {meta.session} have {len(y)} rows, the session has {meta.n_frames} frames"
+            )
+        if sep:
+            rated.setdefault(target, {})[rater] = y
+        else:
+            plain[target] = y
+    both = sorted(set(plain) & set(rated))
+    if both:
+        raise StoreError(
+            f"{meta.session}: labels {both[0]!r} given both as one file and per rater; give one of them"
+        )
+    for target, y in plain.items():
+        if "raters" in f and target in f["raters"]:
+            del f["raters"][target]
+        _write_label(f.require_group("labels"), target, y, sources.get(target, {}))
+    for target, by_rater in rated.items():
+        grp = f.require_group("raters").require_group(target)
+        for rater, y in by_rater.items():
+            _write_label(grp, rater, y, sources.get(f"{target}@{rater}", {}))
+        raters = sorted(grp)
+        stack = np.stack([grp[r][()].astype(np.float64) for r in raters])
+        with np.errstate(all="ignore"):
+            counts = np.sum(~np.isnan(stack), axis=0)
+            mean = np.where(counts > 0, np.nansum(stack, axis=0) / np.maximum(counts, 1), np.nan)
+        src = {r: json.loads(grp[r].attrs.get("source", "{}")) for r in raters}
+        ds = _write_label(f.require_group("labels"), target, mean, src)
+        ds.attrs["raters"] = json.dumps(raters)
+        ds.attrs["gold_standard"] = "mean"
+    for name in ("labels", "raters"):
+        if name not in f:
+            continue
+        for path, ds in _datasets(f[name]):
+            if len(ds) != meta.n_frames:
                 raise StoreError(
-                    f"labels {target!r} of {meta.session} have {len(y)} rows, the session has {meta.n_frames} frames"
-                )
-            if target in grp:
-                del grp[target]
-            ds = grp.create_dataset(target, data=y)
-            ds.attrs["source"] = json.dumps(sources.get(target, {}), default=str)
-            ds.attrs["created_utc"] = utc_now()
-    if "labels" in f:
-        for target in f["labels"]:
-            if len(f["labels"][target]) != meta.n_frames:
-                raise StoreError(
-                    f"{meta.session}: stored labels {target!r} have {len(f['labels'][target])} "
+                    f"{meta.session}: stored {name} {path!r} have {len(ds)} "
                     f"rows but the session now has {meta.n_frames} frames"
                 )
+
+
+def _write_label(grp: h5py.Group, name: str, y: np.ndarray, source: dict) -> h5py.Dataset:
+    if name in grp:
+        del grp[name]
+    ds = grp.create_dataset(name, data=np.asarray(y, dtype=np.float32))
+    ds.attrs["source"] = json.dumps(source, default=str)
+    ds.attrs["created_utc"] = utc_now()
+    return ds
+
+
+def _datasets(grp: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
+    """(path under ``grp``, dataset) of every dataset below ``grp``."""
+    out: list[tuple[str, h5py.Dataset]] = []
+    grp.visititems(
+        lambda name, obj: out.append((name, obj)) if isinstance(obj, h5py.Dataset) else None
+    )
+    return out

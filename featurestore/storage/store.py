@@ -284,6 +284,18 @@ class Store:
             fps = float(shard.file.attrs.get("fps", LABEL_FPS))
         return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=target)
 
+    def raters(self, session: str, target: str) -> list[str]:
+        """The raters stored for ``target`` in a session (empty: one rating file, no raters)."""
+        with self.open_session(session) as shard:
+            return shard.raters(target)
+
+    def rater_labels(self, session: str, target: str, rater: str) -> pd.Series:
+        """One rater's per-frame trace of ``target`` (NaN where not rated), indexed like :meth:`labels`."""
+        with self.open_session(session) as shard:
+            y = shard.rater_labels(target, rater)
+            fps = float(shard.file.attrs.get("fps", LABEL_FPS))
+        return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=rater)
+
     def sessions(self) -> pd.DataFrame:
         """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets."""
         rows = []

@@ -71,6 +71,17 @@ def verify_shard(
                         f"labels/{t}: {len(f['labels'][t])} rows, session has {meta.n_frames} frames",
                     )
                 )
+    if "raters" in f:
+        for t in f["raters"]:
+            for r in f["raters"][t]:
+                if len(f["raters"][t][r]) != meta.n_frames:
+                    out.append(
+                        Problem(
+                            s,
+                            f"raters/{t}/{r}: {len(f['raters'][t][r])} rows, session has "
+                            f"{meta.n_frames} frames",
+                        )
+                    )
     return out
 
 

@@ -466,3 +466,24 @@ def test_fusion_config_round_trips_and_keeps_hashes(tmp_path):
         assert not from_dict(
             {"protocol": "loso", "fusion": {"members": ["speaker", "listener"]}}
         ).fusion.enabled
+
+
+def test_gold_standard_key(tmp_path):
+    from experiments.data.gold_standard import GoldStandard
+
+    base = load_config(write(tmp_path, "models: [{name: ridge}]\n", "a.yaml"))
+    assert base.gold_standard == GoldStandard() and "gold_standard" not in base.to_dict()
+    cfg = load_config(
+        write(
+            tmp_path,
+            "models: [{name: ridge}]\ngold_standard: {method: ewe, align_lags: true, max_lag_s: 2}\n",
+            "b.yaml",
+        )
+    )
+    assert cfg.gold_standard == GoldStandard("ewe", True, 2.0)
+    assert cfg.to_dict()["gold_standard"]["method"] == "ewe"
+    assert config_hash(cfg) != config_hash(base)
+    with pytest.raises(ConfigError, match=r"gold_standard\.method.*'median' is not one of"):
+        load_config(write(tmp_path, "gold_standard: {method: median}\n", "c.yaml"))
+    with pytest.raises(ConfigError, match=r"gold_standard\.max_lag_s.*seconds >= 0"):
+        load_config(write(tmp_path, "gold_standard: {method: mean, max_lag_s: -1}\n", "d.yaml"))

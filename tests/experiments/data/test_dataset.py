@@ -123,3 +123,31 @@ def test_columns_must_agree_across_sessions(store):
         DatasetError, match=r"listener/face_geom has 4 columns in Subject_2_Story_2 but 3"
     ):
         load_sessions(store, ["listener/face_geom"], splits=SPLITS)
+
+
+def test_gold_standard_from_raters(tmp_path):
+    from experiments.data.gold_standard import GoldStandard, combine, ewe_weights
+
+    st = write_store(tmp_path / "store", targets=("valence@a", "valence@b", "valence@c"))
+    keys = ["listener/face_geom"]
+    stored = load_sessions(st, keys, target="valence", cache=tmp_path / "cache", threads=1)
+    mean = load_sessions(
+        st, keys, "valence", cache=tmp_path / "cache", threads=1, gold_standard=GoldStandard("mean")
+    )
+    for s, m in zip(stored, mean, strict=True):
+        np.testing.assert_allclose(m.y, s.y, atol=1e-6)  # the stored labels are the raters' mean
+    ewe = load_sessions(
+        st, keys, "valence", cache=tmp_path / "cache", threads=1, gold_standard=GoldStandard("ewe")
+    )
+    traces = [{r: st.rater_labels(t.session, "valence", r).to_numpy() for r in "abc"} for t in ewe]
+    w = ewe_weights(traces)
+    for t, tr in zip(ewe, traces, strict=True):
+        np.testing.assert_allclose(t.y, combine(tr, w), atol=1e-6)
+    again = load_sessions(st, keys, target="valence", cache=tmp_path / "cache", threads=1)
+    for s, a in zip(stored, again, strict=True):  # the cache still holds the stored labels
+        np.testing.assert_array_equal(a.y, s.y)
+    plain = write_store(tmp_path / "plain")
+    with pytest.raises(
+        DatasetError, match="no per-rater labels of 'valence_self'.*label_valence_self@"
+    ):
+        load_sessions(plain, keys, cache=False, threads=1, gold_standard=GoldStandard("ewe"))

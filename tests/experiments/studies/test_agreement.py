@@ -259,3 +259,29 @@ def test_the_cross_target_configuration_is_no_baseline():
     cfg = load_config("ablation")
     assert [m.name for m in cfg.models][:2] == ["dummy", "position_prior"]
     assert cross_target_trial(cfg, "both_with_text").model not in BASELINE_MODELS
+
+
+def test_inter_rater_agreement_with_lags(tmp_path, cfg_file):
+    """Two raters of the self-rating, the second 10 frames late and noisier: the lag is found,
+    aligning raises the agreement, and a store whose only target has raters gets that part alone."""
+    from experiments.config import load_config
+    from experiments.studies.agreement import agreement
+
+    st = build_store(tmp_path / "store")
+    for s in st.list_sessions():
+        y = st.labels(s).to_numpy().astype(np.float64)
+        rng = np.random.default_rng(len(s))
+        late = np.concatenate([np.full(10, y[0]), y[:-10]]) + rng.normal(0, 0.05, len(y))
+        st.write_session(
+            st.meta(s), labels={"valence_self@a": y, "valence_self@b": np.clip(late, -1, 1)}
+        )
+    res = agreement(load_config(cfg_file), st, out_dir=tmp_path / "out", cross=False)
+    lags = pd.read_csv(tmp_path / "out" / "inter_rater_lags.csv")
+    assert dict(zip(lags.rater, lags.lag_frames, strict=True)) == {"a": 0, "b": 10}
+    rows = pd.read_csv(tmp_path / "out" / "inter_rater.csv")
+    pooled = rows[rows.session == "pooled"].set_index("aligned")
+    assert pooled.loc[True, "ICC(2,1)"] > pooled.loc[False, "ICC(2,1)"]
+    assert pooled.loc[True, "mean_pairwise_ccc"] > 0.9
+    assert len(rows) == 2 * (len(st.list_sessions()) + 1)
+    assert "## Inter-rater agreement" in (tmp_path / "out" / "agreement.md").read_text()
+    assert res.run_id

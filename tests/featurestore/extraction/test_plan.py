@@ -92,3 +92,27 @@ def test_an_extractor_of_no_declared_kind_is_refused(session, tmp_path, monkeypa
         session, tmp_path / "store", ["kindless"], FeatureConfig(), progress=False
     )
     assert res.failed and "kindless" in res.error
+
+
+def test_rater_and_timed_label_files_are_read_by_key(tmp_path):
+    """Per-rater keys keep their ``target@rater`` name; a ``time,<value>`` file waits to be
+    resampled once the frame count is known, a per-frame one defines it."""
+    from featurestore.extraction.plan import _read_labels
+    from featurestore.sources.annotations import TimedRating
+    from featurestore.sources.manifest import SessionFiles
+
+    (tmp_path / "a.csv").write_text("valence\n" + "0.1\n" * 50)
+    (tmp_path / "b.csv").write_text("time,valence\n0,0.0\n1.96,0.5\n")
+    sf = SessionFiles(
+        "s1",
+        1,
+        1,
+        0,
+        "train",
+        annotations={"valence@a": tmp_path / "a.csv", "valence@b": tmp_path / "b.csv"},
+    )
+    labels, timed, sources = _read_labels(sf)
+    assert list(labels) == ["valence@a"] and len(labels["valence@a"]) == 50
+    assert isinstance(timed["valence@b"], TimedRating)
+    assert timed["valence@b"].on_frames(50, 25.0)[49] == pytest.approx(0.5)
+    assert set(sources) == {"valence@a", "valence@b"}

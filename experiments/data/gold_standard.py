@@ -1,0 +1,277 @@
+"""A gold standard from several raters' traces, and how well the raters agree.
+
+A session's per-rater traces are stored at ``/raters/<target>/<rater>`` (see docs/store.md);
+``/labels/<target>`` holds their mean. A config's ``gold_standard`` chooses what the
+experiments train and score on:
+
+* ``stored`` (default): ``/labels/<target>`` as it is;
+* ``mean``: the mean of the raters present at each frame;
+* ``ewe``: the evaluator-weighted estimate (Grimm & Kroschel 2005): rater ``r``'s weight is
+  the Pearson correlation of its trace with the mean of the other raters (all sessions
+  pooled), clipped at 0 and normalised to sum to 1 (equal weights when every one is 0).
+
+With ``align_lags``, each rater's reaction lag is estimated first (:func:`estimate_lags`: the
+shift within ``max_lag_s`` maximising the CCC with the mean of the other raters, over all of
+that rater's sessions) and removed by shifting the trace earlier before combining. Lags are
+relative: only differences between raters can be seen, so the earliest rater gets lag 0.
+
+Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout & Fleiss (1979) and McGraw
+& Wong (1996); see :func:`icc` for the formulas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+METHODS = ("stored", "mean", "ewe")
+
+
+@dataclass(frozen=True)
+class GoldStandard:
+    """The config's ``gold_standard`` mapping."""
+
+    method: str = "stored"
+    align_lags: bool = False
+    max_lag_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"gold_standard.method {self.method!r} is not one of {', '.join(METHODS)}"
+            )
+        if not self.max_lag_s >= 0:
+            raise ValueError(f"gold_standard.max_lag_s {self.max_lag_s} must be >= 0 seconds")
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "align_lags": self.align_lags, "max_lag_s": self.max_lag_s}
+
+
+def shift(y: np.ndarray, lag: int) -> np.ndarray:
+    """``y`` moved ``lag`` frames earlier (``out[t] = y[t + lag]``), NaN where nothing is left.
+
+    >>> shift(np.array([1.0, 2.0, 3.0]), 1)
+    array([ 2.,  3., nan])
+    """
+    y = np.asarray(y, dtype=np.float64)
+    out = np.full_like(y, np.nan)
+    if lag >= 0:
+        out[: len(y) - lag] = y[lag:]
+    else:
+        out[-lag:] = y[: len(y) + lag]
+    return out
+
+
+def ccc(a: np.ndarray, b: np.ndarray) -> float:
+    """Lin's concordance correlation over the frames where both are finite (NaN if < 2)."""
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 2:
+        return float("nan")
+    a, b = np.asarray(a)[ok].astype(np.float64), np.asarray(b)[ok].astype(np.float64)
+    ma, mb = a.mean(), b.mean()
+    cov = np.mean((a - ma) * (b - mb))
+    den = a.var() + b.var() + (ma - mb) ** 2
+    return float(2 * cov / den) if den > 0 else float("nan")
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 2:
+        return float("nan")
+    a, b = a[ok], b[ok]
+    if a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+Traces = Sequence[Mapping[str, np.ndarray]]  #: per session: rater -> (n_frames,) trace
+
+
+def _mean_of(traces: Mapping[str, np.ndarray], raters: Sequence[str]) -> np.ndarray:
+    stack = np.stack([np.asarray(traces[r], dtype=np.float64) for r in raters])
+    with np.errstate(all="ignore"):
+        n = np.sum(np.isfinite(stack), axis=0)
+        return np.where(n > 0, np.nansum(stack, axis=0) / np.maximum(n, 1), np.nan)
+
+
+def _others(traces: Mapping[str, np.ndarray], r: str, lags: Mapping[str, int]) -> np.ndarray:
+    others = {o: shift(y, lags.get(o, 0)) for o, y in traces.items() if o != r}
+    return _mean_of(others, sorted(others))
+
+
+def estimate_lags(
+    sessions: Traces, fps: float, max_lag_s: float = 5.0, iterations: int = 10
+) -> dict[str, int]:
+    """Each rater's reaction lag in frames, relative to the earliest rater (who gets 0).
+
+    For each rater, the lag ``L`` in ``[-max, max]`` frames maximising the CCC between its trace
+    moved ``L`` frames earlier and the mean of the other raters (moved by their current lags),
+    all its sessions concatenated, rater after rater; the round is repeated (at most
+    ``iterations`` times) until no lag changes, each round made relative to the smallest
+    lag. Sessions with a single rater are ignored.
+    """
+    max_lag = int(round(max_lag_s * fps))
+    raters = sorted({r for s in sessions for r in s})
+    lags = dict.fromkeys(raters, 0)
+    multi = [s for s in sessions if len(s) > 1]
+    for _ in range(iterations):
+        before = dict(lags)
+        for r in raters:  # each rater against the others as currently aligned
+            mine = [(np.asarray(s[r], np.float64), _others(s, r, lags)) for s in multi if r in s]
+            if not mine:
+                continue
+            b = np.concatenate([ref for _, ref in mine])
+            best, best_lag = -np.inf, 0
+            for lag in range(-max_lag, max_lag + 1):
+                c = ccc(np.concatenate([shift(y, lag) for y, _ in mine]), b)
+                if np.isfinite(c) and c > best + 1e-12:
+                    best, best_lag = c, lag
+            lags[r] = best_lag
+        low = min(lags.values()) if lags else 0
+        lags = {r: v - low for r, v in lags.items()}
+        if lags == before:
+            break
+    return lags
+
+
+def ewe_weights(sessions: Traces, lags: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Evaluator-weighted-estimate weights: each rater's Pearson correlation with the mean of
+    the others (sessions concatenated, traces moved by ``lags``), clipped at 0, normalised."""
+    lags = lags or {}
+    raters = sorted({r for s in sessions for r in s})
+    raw = {}
+    for r in raters:
+        pairs = [
+            (shift(s[r], lags.get(r, 0)), _others(s, r, lags))
+            for s in sessions
+            if r in s and len(s) > 1
+        ]
+        if not pairs:
+            raw[r] = 0.0
+            continue
+        c = _pearson(np.concatenate([a for a, _ in pairs]), np.concatenate([b for _, b in pairs]))
+        raw[r] = max(0.0, c) if np.isfinite(c) else 0.0
+    total = sum(raw.values())
+    if total <= 0:
+        return {r: 1.0 / len(raters) for r in raters}
+    return {r: w / total for r, w in raw.items()}
+
+
+def combine(
+    traces: Mapping[str, np.ndarray],
+    weights: Mapping[str, float] | None = None,
+    lags: Mapping[str, int] | None = None,
+) -> np.ndarray:
+    """One session's gold standard (float32): the weighted mean (``weights`` None: equal) of
+    the raters present at each frame, each moved ``lags[r]`` frames earlier; NaN where none."""
+    lags = lags or {}
+    raters = sorted(traces)
+    stack = np.stack([shift(traces[r], lags.get(r, 0)) for r in raters])
+    w = np.array([1.0 if weights is None else float(weights.get(r, 0.0)) for r in raters])
+    present = np.isfinite(stack)
+    wsum = (present * w[:, None]).sum(axis=0)
+    with np.errstate(all="ignore"):
+        out = np.where(wsum > 0, np.nansum(stack * w[:, None], axis=0) / wsum, np.nan)
+    return out.astype(np.float32)
+
+
+def gold_standards(
+    sessions: Traces, gs: GoldStandard, fps: float
+) -> tuple[list[np.ndarray], dict[str, float], dict[str, int]]:
+    """Every session's gold standard under ``gs`` (method ``mean`` or ``ewe``), with the
+    weights and lags (frames) used."""
+    if gs.method == "stored":
+        raise ValueError("method 'stored' reads /labels/<target>; nothing to combine")
+    lags = estimate_lags(sessions, fps, gs.max_lag_s) if gs.align_lags else {}
+    raters = sorted({r for s in sessions for r in s})
+    weights = (
+        ewe_weights(sessions, lags)
+        if gs.method == "ewe"
+        else {r: 1.0 / len(raters) for r in raters}
+    )
+    return [combine(s, weights, lags) for s in sessions], weights, lags
+
+
+# ------------------------------------------------------------------ agreement
+def icc(ratings: np.ndarray) -> dict[str, float]:
+    """Intraclass correlations of an (n targets, k raters) matrix without missing values.
+
+    Two-way ANOVA mean squares (Shrout & Fleiss 1979; McGraw & Wong 1996): between targets
+    ``BMS = SS_rows/(n-1)``, between raters ``JMS = SS_cols/(k-1)``, residual
+    ``EMS = SS_err/((n-1)(k-1))``. Returned:
+
+    * ``ICC(2,1)`` (two-way random, absolute agreement, single rater):
+      ``(BMS - EMS) / (BMS + (k-1) EMS + k (JMS - EMS) / n)``;
+    * ``ICC(3,1)`` (two-way mixed, consistency, single rater): ``(BMS - EMS) / (BMS + (k-1) EMS)``;
+    * ``ICC(2,k)``: ``(BMS - EMS) / (BMS + (JMS - EMS) / n)``, the reliability of the raters' mean
+      (absolute agreement), the one that qualifies a mean gold standard;
+    * ``ICC(3,k)``: ``(BMS - EMS) / BMS`` (consistency of the mean).
+
+    Frames are the targets: consecutive frames are not independent, so these describe
+    agreement and carry no significance test.
+    """
+    x = np.asarray(ratings, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2 or not np.isfinite(x).all():
+        raise ValueError("icc needs an (n>=2, k>=2) matrix of finite ratings")
+    n, k = x.shape
+    grand = x.mean()
+    ss_rows = k * ((x.mean(axis=1) - grand) ** 2).sum()
+    ss_cols = n * ((x.mean(axis=0) - grand) ** 2).sum()
+    ss_err = ((x - grand) ** 2).sum() - ss_rows - ss_cols
+    bms, jms = ss_rows / (n - 1), ss_cols / (k - 1)
+    ems = ss_err / ((n - 1) * (k - 1))
+    return {
+        "ICC(2,1)": float((bms - ems) / (bms + (k - 1) * ems + k * (jms - ems) / n)),
+        "ICC(3,1)": float((bms - ems) / (bms + (k - 1) * ems)),
+        "ICC(2,k)": float((bms - ems) / (bms + (jms - ems) / n)),
+        "ICC(3,k)": float((bms - ems) / bms),
+    }
+
+
+def mean_pairwise_ccc(traces: Mapping[str, np.ndarray]) -> float:
+    """The mean over rater pairs of their CCC (frames where both rated)."""
+    vals = [ccc(traces[a], traces[b]) for a, b in combinations(sorted(traces), 2)]
+    vals = [v for v in vals if np.isfinite(v)]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def agreement(
+    sessions: Mapping[str, Mapping[str, np.ndarray]], lags: Mapping[str, int] | None = None
+) -> list[dict]:
+    """Rows ``session, raters, n_frames, ICC(...), mean_pairwise_ccc`` per session with several
+    raters, then a ``pooled`` row over all their frames (traces moved by ``lags``; frames where
+    a rater is missing are left out of the ICC)."""
+    lags = lags or {}
+    rows, pooled_x, pooled_pairs = [], [], []
+    raters_all = sorted({r for s in sessions.values() for r in s})
+    for name, traces in sessions.items():
+        if len(traces) < 2:
+            continue
+        moved = {r: shift(y, lags.get(r, 0)) for r, y in traces.items()}
+        x = np.stack([moved[r] for r in sorted(moved)], axis=1)
+        x = x[np.isfinite(x).all(axis=1)]
+        row = {"session": name, "raters": len(moved), "n_frames": len(x)}
+        row.update(icc(x) if len(x) >= 2 else {})
+        row["mean_pairwise_ccc"] = mean_pairwise_ccc(moved)
+        rows.append(row)
+        if sorted(moved) == raters_all:
+            pooled_x.append(x)
+        pooled_pairs.append(moved)
+    if pooled_pairs:
+        row = {"session": "pooled", "raters": len(raters_all)}
+        if pooled_x and sum(len(x) for x in pooled_x) >= 2:
+            x = np.concatenate(pooled_x)
+            row["n_frames"] = len(x)
+            row.update(icc(x))
+        cat = {
+            r: np.concatenate(
+                [m.get(r, np.full(len(next(iter(m.values()))), np.nan)) for m in pooled_pairs]
+            )
+            for r in raters_all
+        }
+        row["mean_pairwise_ccc"] = mean_pairwise_ccc(cat)
+        rows.append(row)
+    return rows
