@@ -1,4 +1,4 @@
-"""``featurestore`` command line: scan, extract, import, labels, transcripts, ls, inspect, verify, demo.
+"""``featurestore`` command line: scan, extract, import, labels, ratings, transcripts, ls, inspect, verify, demo.
 
 Exit codes: 0 all good, 1 some sessions failed (a summary says which and why), 2 usage error.
 """
@@ -204,6 +204,23 @@ def cmd_labels(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
+
+
+def cmd_ratings(args) -> int:
+    from .extraction.ratings import RatingsTableError, import_ratings
+
+    if _missing_store(args.store):
+        return EXIT_FAILED
+    try:
+        report = import_ratings(args.table, args.store, progress=True)
+    except RatingsTableError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"ratings {', '.join(report.targets)}: {len(report.written)} session(s) written, "
+        f"{len(report.current)} already current, in {args.store}"
+    )
+    return EXIT_OK
 
 
 def cmd_transcripts(args) -> int:
@@ -471,6 +488,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"
     )
     sp.set_defaults(func=cmd_labels)
+
+    sp = sub.add_parser(
+        "ratings",
+        help="import whole-session ratings (one number per session) from a CSV table",
+        description="Store whole-session ratings (e.g. a questionnaire score per conversation) "
+        "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
+        "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
+        "mean over raters. A manifest's rating_<target> columns do the same at extraction.",
+    )
+    sp.add_argument("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]")
+    store_arg(sp)
+    sp.set_defaults(func=cmd_ratings)
 
     sp = sub.add_parser(
         "transcripts",
