@@ -28,6 +28,7 @@ from featurestore.processes import terminate_as_interrupt
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import ConfigError, load_config
 from .config.options import ConfigWarning
+from .studies.session_cli import add_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -536,68 +537,6 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from e
     print(res.files[1].read_text())
     print(f"written: {', '.join(str(f) for f in res.files)}; MLflow run {res.run_id}")
-    return EXIT_OK
-
-
-# --------------------------------------------------------------------- sessions
-def add_sessions(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_sessions,
-        help="whole-session ratings: models over session summaries, CV by person -> MLflow, "
-        "reports/summary_sessions.{md,csv}",
-    )
-    p.add_argument(
-        "config",
-        type=Path,
-        metavar="CONFIG",
-        help="session-level config (YAML): target, channels, stats, protocol, folds, models "
-        "(docs/config.md, 'Whole-session ratings')",
-    )
-    _store_option(p)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a top-level config key, VALUE parsed as YAML (e.g. --set protocol=kfold_person)",
-    )
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI (default: the config's tracking_uri)",
-    )
-    p.add_argument(
-        "--out", default="reports", help="folder for summary_sessions.md/.csv (default: reports/)"
-    )
-
-
-def cmd_sessions(args: argparse.Namespace) -> int:
-    """Predict a whole-session rating (one value per session, /session_labels/<target>) from
-    per-session summaries of the channels (mean, std, percentiles over valid rows), with a small
-    grid of models cross-validated by person (leave-one-person-out or k folds of persons), scored
-    across sessions by Pearson r, CCC and MAE. Logged to MLflow as a parent run with a child run
-    per configuration."""
-    import yaml  # startup: see the imports above
-
-    from .studies.session_level import SessionLevelError, load_session_config, run_sessions
-
-    overrides = {}
-    for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = yaml.safe_load(value)
-    store = args.store or DEFAULT_STORE
-    _check_store(store)
-    try:
-        cfg = load_session_config(args.config, overrides)
-        res = run_sessions(cfg, store, out_dir=args.out, tracking_uri=args.tracking_uri)
-    except SessionLevelError as e:
-        raise UsageError(str(e)) from e
-    print(res.files[1].read_text())
-    print(f"written: {', '.join(str(f) for f in res.files)}; MLflow parent run {res.parent_run_id}")
     return EXIT_OK
 
 

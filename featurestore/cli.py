@@ -207,7 +207,7 @@ def cmd_labels(args) -> int:
 
 
 def cmd_ratings(args) -> int:
-    from .extraction.ratings import RatingsTableError, import_ratings
+    from .extraction.ratings import RatingsTableError, import_ratings  # startup: only this verb
 
     if _missing_store(args.store):
         return EXIT_FAILED

@@ -53,9 +53,11 @@ from tqdm.auto import tqdm
 
 from featurestore import Store
 
+from ..config.schema import ConfigError
 from ..data.folds import cv_folds
 from ..evaluation.metrics import ccc
 from ..evaluation.uncertainty import t_interval
+from ..tracking.tracker import Tracker
 
 #: summary statistic -> function of (rows, columns) float array, ignoring NaN, per column
 STATS = {
@@ -96,7 +98,7 @@ DEFAULTS: dict[str, Any] = {
 LEVEL = 0.95
 
 
-class SessionLevelError(ValueError):
+class SessionLevelError(ConfigError):
     """A session-level study that cannot run: a bad config, a store without the rating or the
     channels; the message names the file or session and the fix."""
 
@@ -300,28 +302,25 @@ class ModelSpec:
 
     def build(self, seed: int = 0) -> Any:
         """A fresh scikit-learn estimator (median imputation, scaling, the model)."""
-        from sklearn.dummy import DummyRegressor
-        from sklearn.ensemble import RandomForestRegressor
-        from sklearn.impute import SimpleImputer
-        from sklearn.linear_model import Ridge
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-        from sklearn.svm import SVR
+        # scikit-learn loads when a model is built, not with the module (startup)
+        from sklearn import dummy, ensemble, impute, linear_model, pipeline, preprocessing, svm
 
         p = dict(self.params)
         if self.name == "mean":
-            return DummyRegressor(strategy="mean")
+            return dummy.DummyRegressor(strategy="mean")
         if self.name == "ridge":
-            model: Any = Ridge(**p)
+            model: Any = linear_model.Ridge(**p)
         elif self.name == "svr":
-            model = SVR(kernel="rbf", **p)
+            model = svm.SVR(kernel="rbf", **p)
         elif self.name == "random_forest":
-            model = RandomForestRegressor(random_state=seed, n_jobs=1, **p)
+            model = ensemble.RandomForestRegressor(random_state=seed, n_jobs=1, **p)
         else:
-            from xgboost import XGBRegressor
+            from xgboost import XGBRegressor  # about 1 s; only for an xgboost configuration
 
             model = XGBRegressor(random_state=seed, n_jobs=1, verbosity=0, **p)
-        return make_pipeline(SimpleImputer(strategy="median"), StandardScaler(), model)
+        return pipeline.make_pipeline(
+            impute.SimpleImputer(strategy="median"), preprocessing.StandardScaler(), model
+        )
 
 
 def model_grid(models: Sequence[Mapping[str, Any]]) -> list[ModelSpec]:
@@ -420,8 +419,6 @@ def run_sessions(
         SessionLevelError: no session has the rating, a channel is missing, or there are fewer
             than 2 persons (no fold can hold one out).
     """
-    from ..tracking.tracker import Tracker  # MLflow: imported when a run is logged
-
     st = store if isinstance(store, Store) else Store(store)
     rated = rated_sessions(st, cfg.target)
     persons = rated["listener"].to_numpy()
