@@ -86,3 +86,44 @@ def test_manifest_ratings_are_written_once_at_extraction(store):
     assert store.session_raters("Subject_1_Story_1", "empathy") == {"o1": 2.0}
     absent = SessionFiles("Subject_7_Story_1", 7, 1, 1, "val", ratings={"empathy": {"": 1.0}})
     assert write_ratings(absent, store=store).computed == []  # no shard: nothing to add it to
+
+
+@pytest.mark.slow
+def test_extract_stores_a_manifests_ratings_and_rewrites_only_changed_ones(tmp_path):
+    from scipy.io import wavfile
+
+    from tests.featurestore.helpers import make_video
+
+    make_video(tmp_path / "a.mp4", n_frames=50, audio=False)
+    sr = 16000
+    t = np.arange(2 * sr) / sr
+    wavfile.write(tmp_path / "a.wav", sr, (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32))
+    manifest = tmp_path / "corpus.yaml"
+
+    def write(score):
+        manifest.write_text(
+            "- {session: s1, person: anna, group: chat, video_person: a.mp4, audio_person: a.wav,\n"
+            f"   ratings: {{empathy: {{obs1: {score}, obs2: 5}}, liking: 2}}}}\n"
+        )
+
+    write(3)
+    store = tmp_path / "store"
+    args = ["extract", "--manifest", str(manifest), "--store", str(store), "--channels", "egemaps"]
+    assert main(args) == 0
+    st = Store(store)
+    assert st.session_label_targets("s1") == ["empathy", "liking"]
+    assert st.session_label("s1", "empathy") == 4.0
+    assert st.session_raters("s1", "empathy") == {"obs1": 3.0, "obs2": 5.0}
+    with st.open_session("s1") as shard:
+        from featurestore.storage.session_labels import session_label_source
+
+        assert session_label_source(shard.file, "liking") == {
+            "file": str(manifest),
+            "kind": "manifest",
+        }
+    before = st.shard_path("s1").stat().st_mtime_ns
+    assert main(args) == 0
+    assert st.shard_path("s1").stat().st_mtime_ns == before  # nothing changed: nothing written
+    write(1)
+    assert main(args) == 0
+    assert st.session_label("s1", "empathy") == 3.0 and st.session_label("s1", "liking") == 2.0
