@@ -27,6 +27,10 @@ self-report) has one value per session, so frame-level models do not apply. Here
    and prediction), and ``summary.md`` / ``summary.csv`` in ``out_dir`` and on the parent.
    The best configuration is chosen on the same folds it is scored on, so its score is
    optimistic; compare it with the ``mean`` baseline and across the grid, not as a test score.
+6. **Nested selection** (``nested: true``, :func:`nested_out_of_fold`): each outer fold's
+   configuration chosen by an inner cross-validation over its training persons only, scored
+   on the held-out persons: the score of the whole procedure, grid search included (parent
+   metrics ``nested_*``).
 
 The config is a small YAML file (:func:`load_session_config`, keys in :data:`DEFAULTS`).
 """
@@ -94,6 +98,7 @@ DEFAULTS: dict[str, Any] = {
     "experiment": "session_level",
     "tracking_uri": "mlruns",
     "seed": 0,
+    "nested": True,
 }
 LEVEL = 0.95
 
@@ -116,6 +121,7 @@ class SessionLevelConfig:
     experiment: str = "session_level"
     tracking_uri: str = "mlruns"
     seed: int = 0
+    nested: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in DEFAULTS}
@@ -180,6 +186,8 @@ def _check_values(values: dict[str, Any], bad: Any) -> None:
     folds = values["folds"]
     if not isinstance(folds, int) or isinstance(folds, bool) or folds < 2:
         raise bad("folds", f"expected an integer >= 2, got {folds!r}")
+    if not isinstance(values["nested"], bool):
+        raise bad("nested", f"expected true or false, got {values['nested']!r}")
     for key in ("experiment", "tracking_uri"):
         if not isinstance(values[key], str) or not values[key]:
             raise bad(key, f"expected a non-empty string, got {values[key]!r}")
@@ -356,6 +364,38 @@ def out_of_fold(
     return pred
 
 
+def nested_out_of_fold(
+    grid: Sequence[ModelSpec],
+    x: np.ndarray,
+    y: np.ndarray,
+    persons: np.ndarray,
+    folds: Sequence[np.ndarray],
+    protocol: str,
+    n_folds: int,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[np.ndarray, list[str]]:
+    """Each session's prediction by the configuration that an inner cross-validation by person
+    over the other folds' sessions chose (best CCC, the first of the grid on a tie), refitted
+    on them; and each fold's choice. The held-out persons take no part in the choice, so the
+    score of these predictions is that of the whole procedure, grid search included."""
+    pred = np.full(len(y), np.nan)
+    chosen = []
+    for held in tqdm(folds, desc="nested selection", unit="fold", disable=not progress):
+        train = np.setdiff1d(np.arange(len(y)), held)
+        inner = person_folds(list(persons[train]), protocol, n_folds)
+        best, best_ccc = grid[0], -np.inf
+        for spec in grid if len(inner) > 1 else grid[:1]:
+            c = ccc(y[train], out_of_fold(spec, x[train], y[train], inner, seed))
+            if np.isfinite(c) and c > best_ccc:
+                best, best_ccc = spec, c
+        model = best.build(seed)
+        model.fit(x[train], y[train])
+        pred[held] = model.predict(x[held])
+        chosen.append(best.label)
+    return pred, chosen
+
+
 def score(y: np.ndarray, pred: np.ndarray, persons: Sequence[int] | np.ndarray) -> dict[str, float]:
     """Pearson r, CCC and MAE across sessions, with 95 % intervals for r (Fisher's z) and MAE
     (t over persons' mean absolute errors), and the numbers of sessions and persons.
@@ -403,6 +443,10 @@ class SessionLevelResult:
     files: list[Path]
     n_sessions: int
     n_persons: int
+    #: the nested selection's scores (:func:`nested_out_of_fold`) and each fold's choice;
+    #: empty when ``nested`` is off
+    nested: dict[str, float] = field(default_factory=dict)
+    nested_choices: list[str] = field(default_factory=list)
 
 
 def run_sessions(
@@ -470,11 +514,26 @@ def run_sessions(
             children[spec.label] = child
         table = pd.DataFrame(rows).sort_values("ccc", ascending=False, kind="stable")
         table = table.reset_index(drop=True)
+        nested: dict[str, float] = {}
+        choices: list[str] = []
+        if cfg.nested:
+            npred, choices = nested_out_of_fold(
+                grid, x, y, persons, folds, cfg.protocol, cfg.folds, cfg.seed, progress
+            )
+            nested = score(y, npred, persons)
+            tracker.log(parent, metrics={f"nested_{k}": v for k, v in nested.items()})
+            with tempfile.TemporaryDirectory() as tmp:
+                rated[["session", "listener", "story"]].assign(rating=y, prediction=npred).to_csv(
+                    Path(tmp) / "nested_oof.csv", index=False
+                )
+                tracker.log_artifacts(parent, tmp)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = [out / "summary_sessions.csv", out / "summary_sessions.md"]
         table.to_csv(files[0], index=False)
-        files[1].write_text(summary_markdown(cfg, table, n_sessions, n_persons, len(folds)))
+        files[1].write_text(
+            summary_markdown(cfg, table, n_sessions, n_persons, len(folds), nested, choices)
+        )
         with tempfile.TemporaryDirectory() as tmp:
             table.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(files[1].read_text())
@@ -489,11 +548,19 @@ def run_sessions(
         tracker.finish(parent, "FAILED")
         raise
     tracker.finish(parent)
-    return SessionLevelResult(table, preds, parent, children, files, n_sessions, n_persons)
+    return SessionLevelResult(
+        table, preds, parent, children, files, n_sessions, n_persons, nested, choices
+    )
 
 
 def summary_markdown(
-    cfg: SessionLevelConfig, table: pd.DataFrame, n_sessions: int, n_persons: int, n_folds: int
+    cfg: SessionLevelConfig,
+    table: pd.DataFrame,
+    n_sessions: int,
+    n_persons: int,
+    n_folds: int,
+    nested: Mapping[str, float] | None = None,
+    choices: Sequence[str] = (),
 ) -> str:
     """The study's report: its data, then one line per configuration, best CCC first."""
 
@@ -509,7 +576,7 @@ def summary_markdown(
         "predictions of every session, with 95 % intervals: r by Fisher's z over sessions "
         "(too narrow when a person's sessions are alike), MAE by t over persons. The best row "
         "is chosen on the folds it is scored on: an optimistic estimate, to read against the "
-        "`mean` baseline.",
+        "`mean` baseline and the nested selection.",
         "",
         "| configuration | Pearson r | CCC | MAE |",
         "| --- | --- | --- | --- |",
@@ -519,4 +586,15 @@ def summary_markdown(
             f"| {r['config']} | {r['r']:.3f}{ci(r['r_ci_low'], r['r_ci_high'])} | "
             f"{r['ccc']:.3f} | {r['mae']:.3f}{ci(r['mae_ci_low'], r['mae_ci_high'])} |"
         )
+    if nested:
+        counts = pd.Series(list(choices)).value_counts()
+        lines += [
+            "",
+            f"**Nested selection** (each fold's configuration chosen by an inner cross-validation "
+            f"over its training persons, then scored on the held-out ones): Pearson r "
+            f"{nested['r']:.3f}{ci(nested['r_ci_low'], nested['r_ci_high'])}, CCC "
+            f"{nested['ccc']:.3f}, MAE {nested['mae']:.3f}"
+            f"{ci(nested['mae_ci_low'], nested['mae_ci_high'])}; chosen: "
+            + ", ".join(f"{label} ({n} of {len(choices)} folds)" for label, n in counts.items()),
+        ]
     return "\n".join(lines) + "\n"

@@ -101,11 +101,15 @@ def test_planted_rating_is_found_with_r_near_one(planted, tmp_path):
     assert len(oof) == N_SESSIONS and oof["prediction"].notna().all()
     text = res.files[1].read_text()
     assert f"{N_SESSIONS} sessions of {len(SESSION_PERSONS)} persons" in text
+    # the nested selection chooses within the training persons of each fold, and finds it too
+    assert res.nested["r"] > 0.95 and len(res.nested_choices) == len(SESSION_PERSONS)
+    assert all(c.startswith(("ridge", "random_forest", "svr")) for c in res.nested_choices)
+    assert "**Nested selection**" in text
 
 
 def test_noise_rating_gives_r_near_zero(noise, tmp_path):
     res = run_sessions(
-        _cfg(models=[{"name": "ridge", "alpha": [100.0]}]),
+        _cfg(models=[{"name": "ridge", "alpha": [100.0]}], nested=False),
         noise,
         out_dir=tmp_path,
         tracking_uri=str(tmp_path / "mlruns"),
@@ -114,6 +118,30 @@ def test_noise_rating_gives_r_near_zero(noise, tmp_path):
     row = res.table.iloc[0]
     assert abs(row["r"]) < 0.35 and row["ccc"] < 0.3
     assert row["r_ci_low"] < 0 < row["r_ci_high"]  # an interval that does not claim a relation
+    assert res.nested == {} and "Nested" not in res.files[1].read_text()
+
+
+def test_every_model_of_the_grid_fits_and_predicts(planted):
+    rated = planted.session_labels("empathy")
+    x = session_table(planted, list(rated["session"]), ["listener/face_geom"], ["mean"]).to_numpy(
+        copy=True
+    )
+    y = rated["value"].to_numpy()
+    x[0, 0] = np.nan  # a missing summary is imputed
+    grid = model_grid(
+        [
+            {"name": "mean"},
+            {"name": "ridge", "alpha": [1.0]},
+            {"name": "svr", "C": [1.0]},
+            {"name": "random_forest", "n_estimators": [20], "max_depth": [2]},
+            {"name": "xgboost", "n_estimators": [20], "max_depth": [2], "learning_rate": [0.3]},
+        ]
+    )
+    for spec in grid:
+        pred = spec.build(0).fit(x[:30], y[:30]).predict(x[30:])
+        assert pred.shape == (len(y) - 30,) and np.isfinite(pred).all(), spec.label
+        if spec.name != "mean":
+            assert np.corrcoef(pred, y[30:])[0, 1] > 0.8, spec.label
 
 
 def test_runs_are_logged_as_a_parent_with_a_child_per_configuration(planted, tmp_path):
@@ -136,7 +164,8 @@ def test_runs_are_logged_as_a_parent_with_a_child_per_configuration(planted, tmp
         assert c.data.metrics["ccc"] == pytest.approx(row["ccc"])
         assert [a.path for a in tracker.client.list_artifacts(c.info.run_id)] == ["oof.csv"]
     arts = {a.path for a in tracker.client.list_artifacts(res.parent_run_id)}
-    assert arts == {"summary.csv", "summary.md"}
+    assert arts == {"summary.csv", "summary.md", "nested_oof.csv"}
+    assert parent.data.metrics["nested_ccc"] == pytest.approx(res.nested["ccc"])
 
 
 def test_score_without_spread_is_zero_r_and_nan_intervals_below_three_persons():
@@ -177,6 +206,7 @@ def test_a_missing_rating_is_a_clear_error(planted, tmp_path):
         ({"models": [{"name": "ridge", "alpha": 1}]}, r"models.0.alpha: expected a list"),
         ({"models": [{"name": "ridge", "C": [1]}]}, r"models.0.C: not a parameter of ridge"),
         ({"models": [{"name": "lasso"}]}, r"models.0: expected"),
+        ({"nested": "yes"}, r"nested: expected true or false"),
     ],
 )
 def test_config_errors_name_the_key(changes, message):
