@@ -291,6 +291,10 @@ def cmd_inspect(args) -> int:
             f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
             f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
         )
+    for t, by_rater in store.session_ratings(args.session).items():
+        raters = ", ".join(f"{r} {v:g}" for r, v in by_rater.items() if r)
+        mean = store.session_label(args.session, t)
+        print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
     for key in keys:
         ch = store.read_channel(args.session, key)
         rate = (

@@ -93,3 +93,25 @@ def test_read_only_store_refuses_to_write(store):
 
 def test_rating_value_is_the_mean_over_raters():
     assert rating_value({"a": 1.0, "b": 2.0, "c": 6.0}) == 3.0
+
+
+def test_verify_reports_a_session_label_that_is_not_one_finite_number(store):
+    store.write_session_labels("dyad1", {"empathy": {"": 3.0}}, {})
+    with h5py.File(store.shard_path("dyad1"), "a") as f:  # damage it behind the store's back
+        del f["session_labels/empathy"]
+        f["session_labels"].create_dataset("empathy", data=np.array([1.0, np.nan]))
+    (problem,) = store.verify()
+    assert "session_labels/empathy: not one finite number" in str(problem)
+    assert "featurestore ratings FILE" in str(problem)
+
+
+def test_inspect_shows_the_ratings_and_their_raters(store, capsys):
+    from featurestore.cli import main
+
+    store.write_session_labels(
+        "dyad1", {"empathy": {"o1": 3.0, "o2": 4.0}, "liking": {"": 2.0}}, {}
+    )
+    assert main(["inspect", "dyad1", "--store", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "  session_labels/empathy: 3.5 (mean of o1 3, o2 4)\n" in out
+    assert "  session_labels/liking: 2\n" in out
