@@ -398,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="CSV or YAML with one row per session (columns: session, person, group, "
             "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
             "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
-            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml)",
+            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
+            "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
         )
 
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
