@@ -28,6 +28,7 @@ from featurestore.processes import terminate_as_interrupt
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import ConfigError, load_config
 from .config.options import ConfigWarning
+from .studies.session_cli import add_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -561,6 +562,7 @@ VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_explain,
     add_score,
     add_agreement,
+    add_sessions,
 ]
 
 

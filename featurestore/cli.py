@@ -1,4 +1,4 @@
-"""``featurestore`` command line: scan, extract, import, labels, transcripts, ls, inspect, verify, demo.
+"""``featurestore`` command line: scan, extract, import, labels, ratings, transcripts, ls, inspect, verify, demo.
 
 Exit codes: 0 all good, 1 some sessions failed (a summary says which and why), 2 usage error.
 """
@@ -206,6 +206,23 @@ def cmd_labels(args) -> int:
     return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
+def cmd_ratings(args) -> int:
+    from .extraction.ratings import RatingsTableError, import_ratings  # startup: only this verb
+
+    if _missing_store(args.store):
+        return EXIT_FAILED
+    try:
+        report = import_ratings(args.table, args.store, progress=True)
+    except RatingsTableError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"ratings {', '.join(report.targets)}: {len(report.written)} session(s) written, "
+        f"{len(report.current)} already current, in {args.store}"
+    )
+    return EXIT_OK
+
+
 def cmd_transcripts(args) -> int:
     check_overrides_apply(args.set, TRANSCRIPT_CHANNELS, "transcripts", top_level=False)
     cfg = _load_cfg(args)
@@ -274,6 +291,10 @@ def cmd_inspect(args) -> int:
             f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
             f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
         )
+    for t, by_rater in store.session_ratings(args.session).items():
+        raters = ", ".join(f"{r} {v:g}" for r, v in by_rater.items() if r)
+        mean = store.session_label(args.session, t)
+        print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
     for key in keys:
         ch = store.read_channel(args.session, key)
         rate = (
@@ -377,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="CSV or YAML with one row per session (columns: session, person, group, "
             "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
             "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
-            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml)",
+            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
+            "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
         )
 
     sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
@@ -471,6 +493,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"
     )
     sp.set_defaults(func=cmd_labels)
+
+    sp = sub.add_parser(
+        "ratings",
+        help="import whole-session ratings (one number per session) from a CSV table",
+        description="Store whole-session ratings (e.g. a questionnaire score per conversation) "
+        "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
+        "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
+        "mean over raters. A manifest's rating_<target> columns do the same at extraction.",
+    )
+    sp.add_argument("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]")
+    store_arg(sp)
+    sp.set_defaults(func=cmd_ratings)
 
     sp = sub.add_parser(
         "transcripts",

@@ -23,6 +23,7 @@ import pytest
 from experiments.config.loading import load_config
 from experiments.config.options import ConfigWarning
 from experiments.config.schema import TOP_KEYS
+from experiments.studies.session_level import load_session_config
 from featurestore.extraction.config import load_feature_config
 from featurestore.storage.store import Store
 from tests.experiments.helpers import N_FRAMES, build_store
@@ -63,6 +64,9 @@ def test_every_yaml_config_block_loads(tmp_path, store):
         path.write_text(body)
         if "face_fps" in body or "extractors:" in body:
             load_feature_config(path)
+            continue
+        if body.startswith("# experiments sessions"):
+            load_session_config(path)  # a whole-session rating's config (experiments sessions)
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConfigWarning)  # a partial example may leave keys out

@@ -58,7 +58,11 @@ LAYERS: dict[str, dict[str, int]] = {
     },
 }
 #: modules that may import the packages inside functions (see the docstring)
-LAZY_PACKAGE_IMPORTS = {"featurestore.cli", "experiments.cli"}
+LAZY_PACKAGE_IMPORTS = {
+    "featurestore.cli",
+    "experiments.cli",
+    "experiments.studies.session_cli",  # the `sessions` verb of experiments.cli, in its own file
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -177,6 +177,7 @@ def extract_session(
         res.add(
             write(plan, store=store, channels=new, failed=bool(decoded.errors or derived.errors))
         )
+        res.add(write_ratings(sf, store=store))
         if not res.failed and not res.computed:
             res.status = "skipped"
     except SESSION_FAILURES as e:
@@ -451,3 +452,16 @@ def write(
             f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
         ) from e
     return StepResult(computed=[f"labels/{t}" for t in labels] if write_labels else [])
+
+
+def write_ratings(sf: SessionFiles, *, store: Store) -> StepResult:
+    """Store the session's whole-session ratings (a manifest's ``rating_<target>`` columns) in
+    its shard when they differ from the stored ones; nothing without ratings or a shard."""
+    if not sf.ratings or not store.shard_path(sf.session).exists():
+        return StepResult()
+    stored = store.session_ratings(sf.session)
+    changed = {t: r for t, r in sf.ratings.items() if stored.get(t) != r}
+    if not changed:
+        return StepResult()
+    store.write_session_labels(sf.session, changed, {"kind": "manifest", "file": sf.ratings_source})
+    return StepResult(computed=[f"session_labels/{t}" for t in changed])

@@ -65,6 +65,10 @@ class SessionFiles:
     media: dict[str, Path] = field(default_factory=dict)
     #: this session's crop boundary in pixels (None: the config's ``split_x``)
     split_x: int | None = None
+    #: whole-session ratings of a manifest: target -> rater -> value (rater ``""``: no rater),
+    #: and the manifest they come from (the ``source`` of ``/session_labels``)
+    ratings: dict[str, dict[str, float]] = field(default_factory=dict)
+    ratings_source: str = ""
 
     def to_record(self) -> dict:
         d = asdict(self)
@@ -94,6 +98,10 @@ class SessionFiles:
             fold=str(r.get("fold", "")),
             media={k: Path(v) for k, v in r.get("media", {}).items()},
             split_x=r.get("split_x"),
+            ratings={
+                t: {k: float(v) for k, v in by.items()} for t, by in r.get("ratings", {}).items()
+            },
+            ratings_source=str(r.get("ratings_source", "")),
         )
 
 
@@ -319,6 +327,8 @@ def scan_manifest(path: str | Path) -> ScanReport:
             fold=r.fold,
             media={k: v for k, v in r.media.items() if k != "video"},
             split_x=r.split_x,
+            ratings=r.ratings,
+            ratings_source=str(path) if r.ratings else "",
         )
         for r in rows
     ]

@@ -26,6 +26,10 @@ session; paths are relative to the manifest's folder. Columns (YAML: the same ke
                     frames (linear interpolation, NaN outside the rated span)
 ``label_<target>``  one rating file per rater (``label_valence@r1``, ``label_valence@r2``):
 ``@<rater>``        stored per rater, their mean is the target's gold standard
+``rating_<target>`` a whole-session rating (one number, e.g. a questionnaire score); per rater:
+                    ``rating_<target>@<rater>`` (YAML: ``ratings: {target: value}`` or
+                    ``ratings: {target: {rater: value}}``); stored as ``/session_labels/<target>``
+                    (the mean over raters), see :mod:`featurestore.storage.session_labels`
 ==================  ===========================================================================
 
 Ids are kept as written (``person``, ``group``, ``partner``) in the shard's root attributes
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +60,11 @@ REQUIRED = ("session", "person", "group")
 MEDIA = ("video", "video_person", "video_partner", "audio", "audio_person", "audio_partner")
 OPTIONAL = ("partner", "split", "fold", "split_x", "transcript", *MEDIA)
 LABEL_PREFIX = "label_"
+RATING_PREFIX = "rating_"
+#: ``rating_<target>@<rater>``: a target and a rater name of letters, digits, ``_ . -``
+RATING_COLUMN = re.compile(
+    r"^rating_([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@([A-Za-z0-9][A-Za-z0-9_.-]*))?$"
+)
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: manifest role -> the store's role (the experiments' names until roles are renamed)
 STORE_ROLE = {"person": "listener", "partner": "speaker"}
@@ -95,6 +105,8 @@ class ManifestRow:
     #: target (``valence``) or target and rater (``valence@r1``) -> rating file
     labels: dict[str, Path] = field(default_factory=dict)
     transcript: Path | None = None
+    #: whole-session ratings: target -> rater -> value (rater ``""``: ``rating_<target>``)
+    ratings: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def read_manifest(path: str | Path) -> list[ManifestRow]:
@@ -202,8 +214,29 @@ def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
                     entry[f"{LABEL_PREFIX}{k}"] = v
         elif labels is not None:
             entry["labels"] = labels  # reported as a bad column below
+        _yaml_ratings(entry)
         out.append((line, {str(k): "" if v is None else str(v).strip() for k, v in entry.items()}))
     return out
+
+
+def _yaml_ratings(entry: dict[str, Any]) -> None:
+    """A YAML session's ``ratings:`` mapping (``target: value`` or ``target: {rater: value}``)
+    as ``rating_<target>`` / ``rating_<target>@<rater>`` keys, in place."""
+    ratings = entry.pop("ratings", None)
+    if ratings is None:
+        return
+    if not isinstance(ratings, Mapping):
+        entry["ratings"] = ratings  # reported as a bad column below
+        return
+    for target, value in ratings.items():
+        if target == "__line__":
+            continue
+        if isinstance(value, Mapping):
+            entry.update(
+                {f"{RATING_PREFIX}{target}@{r}": v for r, v in value.items() if r != "__line__"}
+            )
+        else:
+            entry[f"{RATING_PREFIX}{target}"] = value
 
 
 class _Checker:
@@ -252,6 +285,7 @@ class _Checker:
                     row, line, "split_x", f"{values['split_x']!r} is not a whole number of pixels"
                 )
         self._files(out, values)
+        self._ratings(out, values)
         self._check_media(row, line, values)
         return out if len(self.problems) == n else None
 
@@ -259,6 +293,16 @@ class _Checker:
         """Unknown columns, each with the nearest known name."""
         known = [*REQUIRED, *OPTIONAL]
         for col in values:
+            if col.startswith(RATING_PREFIX):
+                if not RATING_COLUMN.match(col):
+                    self.fail(
+                        row,
+                        line,
+                        col,
+                        "expected rating_<target> or rating_<target>@<rater>, "
+                        "names of letters, digits, '_', '.', '-'",
+                    )
+                continue
             if col not in known and not (
                 col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX)
             ):
@@ -317,6 +361,33 @@ class _Checker:
                     out.labels[key] = p
         if values.get("transcript"):
             out.transcript = self.file(row, line, "transcript", values["transcript"])
+
+    def _ratings(self, out: ManifestRow, values: Mapping[str, str]) -> None:
+        """The row's whole-session ratings, each a finite number (an empty cell: no rating)."""
+        row, line = out.row, out.line
+        for col, value in values.items():
+            m = RATING_COLUMN.match(col)
+            if not m or value == "":
+                continue
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number):
+                self.fail(
+                    row, line, col, f"{value!r} is not a number; a rating is one number per session"
+                )
+                continue
+            out.ratings.setdefault(m.group(1), {})[m.group(2) or ""] = number
+        for target, by_rater in out.ratings.items():
+            if "" in by_rater and len(by_rater) > 1:
+                self.fail(
+                    row,
+                    line,
+                    f"{RATING_PREFIX}{target}",
+                    "given beside per-rater columns rating_" + target + "@<rater>; give one or the "
+                    "other (the stored rating is the mean over raters)",
+                )
 
     def _check_media(self, row: int, line: int, values: Mapping[str, str]) -> None:
         per_role = [c for c in ("video_person", "video_partner") if values.get(c)]

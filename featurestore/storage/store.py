@@ -4,6 +4,8 @@ Layout of a shard ``<store>/Subject_<L>_Story_<S>.h5`` (a contract, see DESIGN.m
 
     /                      attrs: session, listener, story, speaker, split, fps, n_frames, schema_version
     /labels/<target>       (n_frames,) float32
+    /session_labels/<target>            scalar float64, a whole-session rating (mean of raters)
+    /session_raters/<target>/<rater>    scalar float64 (see featurestore.storage.session_labels)
     /<role>/<channel>/data (n, d) float32
     /<role>/<channel>/time (n,) float64, seconds from session start
     /<role>/<channel>/valid (n,) bool
@@ -51,13 +53,16 @@ import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 import pandas as pd
 
 from ..processes import pid_alive
+from . import session_labels
 from .provenance import cache_key, file_fingerprint, utc_now
+from .session_labels import Ratings
 from .shard import (
     LABEL_FPS,
     ROLES,
@@ -327,6 +332,99 @@ class Store:
             "targets",
         ]
         return pd.DataFrame(rows, columns=cols)
+
+    # ------------------------------------------------------- whole-session ratings
+    def session_label_targets(self, session: str) -> list[str]:
+        """The targets with a whole-session rating (``/session_labels``) in a session's shard."""
+        with self.open_session(session) as shard:
+            return session_labels.session_label_targets(shard.file)
+
+    def session_label(self, session: str, target: str) -> float:
+        """The whole-session rating ``target`` of a session (the mean over its raters).
+
+        Raises:
+            StoreError: the shard has no such rating (the message lists those it has and how
+                to add one).
+        """
+        with self.open_session(session) as shard:
+            value = session_labels.read_session_label(shard.file, target)
+            have = session_labels.session_label_targets(shard.file)
+        if value is None:
+            raise StoreError(
+                f"session {session} has no whole-session rating {target!r} in "
+                f"{self.shard_path(session)} (it has: {', '.join(have) or 'none'}); add one with a "
+                f"manifest column `rating_{target}` or `featurestore ratings FILE --store {self.root}`"
+            )
+        return value
+
+    def session_raters(self, session: str, target: str) -> dict[str, float]:
+        """Rater -> whole-session rating ``target`` of a session (empty without raters)."""
+        with self.open_session(session) as shard:
+            return session_labels.read_session_raters(shard.file, target)
+
+    def session_ratings(self, session: str) -> dict[str, dict[str, float]]:
+        """Every whole-session rating of a session, ``target -> rater -> value`` (rater ``""``
+        without raters); {} without a shard."""
+        if not self.shard_path(session).exists():
+            return {}
+        with self.open_session(session) as shard:
+            return session_labels.read_ratings(shard.file)
+
+    def session_labels(self, target: str) -> pd.DataFrame:
+        """One row per shard with a whole-session rating ``target``: session, listener, story,
+        speaker, split, value, n_raters (shards without it are left out)."""
+        rows = []
+        for s in self.list_sessions():
+            with self.open_session(s) as shard:
+                value = session_labels.read_session_label(shard.file, target)
+                if value is None:
+                    continue
+                m = shard.meta
+                n = len(session_labels.read_session_raters(shard.file, target))
+            rows.append(
+                {
+                    "session": s,
+                    "listener": m.listener,
+                    "story": m.story,
+                    "speaker": m.speaker,
+                    "split": m.split,
+                    "value": value,
+                    "n_raters": n,
+                }
+            )
+        cols = ["session", "listener", "story", "speaker", "split", "value", "n_raters"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def write_session_labels(
+        self, session: str, ratings: Ratings, source: Mapping[str, Any]
+    ) -> Path:
+        """Add or replace whole-session ratings (``target -> rater -> value``) of an existing
+        shard, atomically as :meth:`write_session`.
+
+        Raises:
+            StoreError: no shard for ``session``, or the store is read-only.
+            ValueError: a bad target, rater or value; the shard is unchanged.
+        """
+        if self.mode != "a":
+            raise StoreError(f"store {self.root} is open read-only; use Store(root, mode='a')")
+        session_labels.check_ratings(ratings)
+        final = self.shard_path(session)
+        if not final.exists():
+            self._open(session).close()  # raises the store's "no shard" error
+        tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            shutil.copyfile(final, tmp)
+            with h5py.File(tmp, "a") as f:
+                ShardReader(f, final).check_schema(write=True)
+                session_labels.write_session_labels(f, ratings, source)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return final
 
     # --------------------------------------------------------------- writing
     def write_session(

@@ -82,6 +82,16 @@ def verify_shard(
                             f"{meta.n_frames} frames",
                         )
                     )
+    for t in f["session_labels"] if "session_labels" in f else []:
+        ds = f["session_labels"][t]
+        if ds.shape != () or not np.isfinite(ds[()]):
+            out.append(
+                Problem(
+                    s,
+                    f"session_labels/{t}: not one finite number ({ds[()]!r})",
+                    "re-import it: `featurestore ratings FILE` or the manifest's rating column",
+                )
+            )
     return out
 
 

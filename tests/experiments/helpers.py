@@ -375,3 +375,55 @@ def pick(
         ):
             return t
     raise LookupError((feature_set, model, personalization, smooth_s, rescale))
+
+
+#: persons x sessions of :func:`build_session_rating_store`
+SESSION_PERSONS = tuple(range(1, 9))
+SESSIONS_PER_PERSON = 5
+
+
+def build_session_rating_store(root: Path, planted: bool = True, seed: int = 0) -> Store:
+    """A store of whole-session ratings ``empathy``: 8 persons x 5 sessions, 20 s each, a
+    channel ``listener/face_geom`` (5 fps, columns ``c0``-``c3``, a few rows invalid) and
+    ``speaker/face_geom`` (noise). ``planted``: the rating is ``1 + 2 * mean(c0)`` plus a little
+    noise (each session's ``c0`` is centred on its own level); else it is noise, unrelated to
+    every channel. Frame labels are left out: the study reads ``/session_labels`` only."""
+    store = Store(root, mode="a")
+    n = 100
+    t = np.arange(n) / 5.0
+    for person in SESSION_PERSONS:
+        for k in range(1, SESSIONS_PER_PERSON + 1):
+            rng = np.random.default_rng(seed * 10_000 + person * 100 + k)
+            level = rng.normal(0, 1)
+            listen = rng.normal(0, 1, (n, 4)).astype(np.float32)
+            listen[:, 0] += level
+            valid = rng.random(n) > 0.05
+            speak = rng.normal(0, 1, (n, 3)).astype(np.float32)
+            channels = {
+                f"{role}/face_geom": Channel(
+                    data,
+                    t,
+                    valid,
+                    [f"c{j}" for j in range(data.shape[1])],
+                    extractor="synthetic",
+                    extractor_version="1",
+                    cache_key=f"s{person}-{k}",
+                )
+                for role, data in (("listener", listen), ("speaker", speak))
+            }
+            meta = SessionMeta(
+                session=f"p{person}_s{k}",
+                listener=person,
+                story=k,
+                speaker=0,
+                split="train",
+                n_frames=n * 5,
+                layout="manifest",
+                person=f"p{person}",
+                group=f"s{k}",
+            )
+            store.write_session(meta, channels=channels)
+            mean_c0 = float(listen[valid, 0].mean())
+            rating = 1 + 2 * mean_c0 + rng.normal(0, 0.05) if planted else rng.normal(3, 1)
+            store.write_session_labels(meta.session, {"empathy": {"": rating}}, {"kind": "test"})
+    return store
