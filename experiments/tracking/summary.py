@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from featurestore.storage.roles import roles_note
+
 from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.tracks import candidates, selection_metric
@@ -312,10 +314,13 @@ def summarise(
     n_new: int,
     unseen_selection: str = "chosen",
     nested: pd.DataFrame | None = None,
+    layout: str = "omg",
 ) -> dict[str, str]:
     """Tag the parent with the best child of each track and attach the summary tables; returns
     track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`
-    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``)."""
+    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``).
+    ``layout``: the store's corpus layout, whose words for the roles summary.md names
+    (:func:`featurestore.storage.roles.roles_note`)."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested)
@@ -348,7 +353,8 @@ def summarise(
         with tempfile.TemporaryDirectory() as tmp:
             listing.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(
-                summary_markdown(summary)
+                roles_note(layout)
+                + summary_markdown(summary)
                 + nested_markdown(nested)
                 + "\n# Every configuration (selection split only)\n\n"
                 + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"

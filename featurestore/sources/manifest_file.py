@@ -246,8 +246,10 @@ class _Checker:
         """Unknown columns, each with the nearest known name."""
         known = [*REQUIRED, *OPTIONAL]
         for col in values:
-            if col not in known and not (
-                col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX)
+            if (
+                col not in known
+                and not (col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX))
+                and not _deferred(col)
             ):
                 near = difflib.get_close_matches(col, [*known, "label_<target>"], n=1)
                 hint = (
@@ -275,6 +277,8 @@ class _Checker:
             if values.get(col) and (p := self.file(row, line, col, values[col])) is not None:
                 out.media[col] = p
         for col, value in values.items():
+            if _deferred(col):
+                continue
             if col.startswith(LABEL_PREFIX) and value:
                 if (p := self.file(row, line, col, value)) is not None:
                     out.labels[col[len(LABEL_PREFIX) :]] = p
@@ -295,6 +299,17 @@ class _Checker:
             self.fail(row, line, "partner", "empty but audio_partner is given; name the partner")
         if values.get("split_x") and not values.get("video"):
             self.fail(row, line, "split_x", "a crop boundary needs a shared `video`")
+
+
+def _deferred(column: str) -> bool:
+    """A per-rater label (``label_<target>@<rater>``) or whole-session rating
+    (``rating_<target>[@<rater>]``) column: accepted and not read yet (the raters' and the session
+    ratings' readers store them).
+
+    >>> [_deferred(c) for c in ("label_valence@r1", "rating_engagement", "label_valence", "video")]
+    [True, True, False, False]
+    """
+    return bool(re.fullmatch(r"label_[^@]+@.+|rating_[^@]+(@.+)?", column))
 
 
 def id_numbers(ids: list[str]) -> dict[str, int]:

@@ -285,7 +285,9 @@ class Store:
         return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=target)
 
     def sessions(self) -> pd.DataFrame:
-        """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets."""
+        """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets,
+        layout (``omg`` or ``manifest``: the words of its roles are
+        :func:`featurestore.storage.roles.role_names` of it)."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:
@@ -302,6 +304,7 @@ class Store:
                     "n_frames": m.n_frames,
                     "channels": chans,
                     "targets": targets,
+                    "layout": m.layout,
                 }
             )
         cols = [
@@ -313,6 +316,7 @@ class Store:
             "n_frames",
             "channels",
             "targets",
+            "layout",
         ]
         return pd.DataFrame(rows, columns=cols)
 
