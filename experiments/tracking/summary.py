@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from featurestore.storage.roles import roles_note
+from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.grid import Trial
 from ..config.options import TRACKS
@@ -354,8 +354,7 @@ def summarise(
             listing.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(
                 roles_note(layout)
-                + summary_markdown(summary)
-                + nested_markdown(nested)
+                + in_corpus_words(summary_markdown(summary) + nested_markdown(nested), layout)
                 + "\n# Every configuration (selection split only)\n\n"
                 + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"
                 + " best first; test numbers only for each track's choice, above.\n\n"

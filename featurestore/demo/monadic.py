@@ -321,8 +321,8 @@ def _frames(plan: MonadicPlan, layout: Layout, cache: TileCache) -> Iterator[np.
 
 def _wav_bytes(audio: np.ndarray) -> bytes:
     """``audio`` (``AUDIO_RATE``) as a 16 kHz mono 16-bit WAV file."""
-    from scipy.io import wavfile
-    from scipy.signal import resample_poly
+    from scipy.io import wavfile  # lazily: scipy is slow to import (0.8 s), only a build needs it
+    from scipy.signal import resample_poly  # lazily, as above
 
     pcm = resample_poly(audio.astype(np.float64), WAV_RATE, model.AUDIO_RATE)
     buf = io.BytesIO()

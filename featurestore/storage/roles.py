@@ -17,6 +17,7 @@ members in either vocabulary (:func:`store_key`); reports show the corpus's
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 #: the roles a shard stores channels under
@@ -81,3 +82,30 @@ def roles_note(layout: str) -> str:
         f"`listener`), the other person the `{names['speaker']}` (stored as `speaker`); "
         "per-session ids are the manifest's.\n\n"
     )
+
+
+#: the OMG words of a report's prose -> the store role or group they name
+_PROSE = {"listener": "listener", "speaker": "speaker", "story": "group"}
+_PROSE_WORD = re.compile(r"\b(listener|speaker|story|stories)(s?)\b", re.IGNORECASE)
+
+
+def in_corpus_words(text: str, layout: str) -> str:
+    """A report's prose with the OMG layout's words (listener, speaker, story) replaced by
+    ``layout``'s (whole words only: ``per_listener``, a config value, stays as written).
+
+    >>> in_corpus_words("mean per listener, then per story; Listeners left out", "manifest")
+    'mean per person, then per group; Persons left out'
+    >>> in_corpus_words("per story", "omg")
+    'per story'
+    """
+    if layout not in ROLE_NAMES or layout == "omg":
+        return text
+    names = {**role_names(layout), "group": GROUP_NAMES[layout]}
+
+    def repl(m: re.Match) -> str:
+        word = m.group(1).lower()
+        plural = bool(m.group(2)) or word == "stories"
+        new = names[_PROSE["story" if word == "stories" else word]] + ("s" if plural else "")
+        return new.capitalize() if m.group(1)[0].isupper() else new
+
+    return _PROSE_WORD.sub(repl, text)
