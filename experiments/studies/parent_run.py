@@ -361,6 +361,7 @@ class ParentRun:
             self.unseen_selection,
             self.nested_unseen(table),
             layout=self.layout,
+            keep=list(self.cfg.feature_sets),
         )
 
     def _reap_lost_children(self) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 #: the roles a shard stores channels under
 STORE_ROLES = ("speaker", "listener", "scene")
@@ -89,20 +89,25 @@ _PROSE = {"listener": "listener", "speaker": "speaker", "story": "group"}
 _PROSE_WORD = re.compile(r"\b(listener|speaker|story|stories)(s?)\b", re.IGNORECASE)
 
 
-def in_corpus_words(text: str, layout: str) -> str:
+def in_corpus_words(text: str, layout: str, keep: Collection[str] = ()) -> str:
     """A report's prose with the OMG layout's words (listener, speaker, story) replaced by
-    ``layout``'s (whole words only: ``per_listener``, a config value, stays as written).
+    ``layout``'s (whole words only: ``per_listener``, a config value, stays as written; so do
+    the words in ``keep``, e.g. feature-set names, which configuration labels show).
 
     >>> in_corpus_words("mean per listener, then per story; Listeners left out", "manifest")
     'mean per person, then per group; Persons left out'
     >>> in_corpus_words("per story", "omg")
     'per story'
+    >>> in_corpus_words("ridge speaker w2s, per speaker", "manifest", keep={"speaker"})
+    'ridge speaker w2s, per speaker'
     """
     if layout not in ROLE_NAMES or layout == "omg":
         return text
     names = {**role_names(layout), "group": GROUP_NAMES[layout]}
 
     def repl(m: re.Match) -> str:
+        if m.group(0) in keep:
+            return m.group(0)
         word = m.group(1).lower()
         plural = bool(m.group(2)) or word == "stories"
         new = names[_PROSE["story" if word == "stories" else word]] + ("s" if plural else "")

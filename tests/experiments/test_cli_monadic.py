@@ -103,3 +103,13 @@ def test_a_set_naming_the_partner_is_refused_before_training(store, tmp_path, ca
         not (tmp_path / "mlruns").exists()
         or MlflowClient(uri).get_experiment_by_name("monadic") is None
     )
+
+
+def test_the_ablation_report_is_in_the_corpus_words(store, tmp_path):
+    out = tmp_path / "reports"
+    args = sweep_args(store, str(tmp_path / "mlruns"), "feature_sets={face: [person/face_geom]}")
+    assert main(["ablate", *args[1:], "--out", str(out)]) == 0
+    md = (out / "ablation.md").read_text()
+    assert md.startswith("Corpus layout `manifest`")
+    assert "95 % t interval over\npersons, the test groups held fixed" in md
+    assert "listener" not in md.replace("`listener`", "")
