@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STORE  ?= features
 DATA   ?=
 DEMO   ?= demo_data
+DEMO_MONADIC ?= demo_monadic
+STORE_MONADIC ?= features_monadic
 JOBS   ?= 2
 VENV_MIN ?= .venv-min
 PYTHON_MIN ?= python3.11
@@ -25,7 +27,7 @@ ARTIFACTS ?= ./mlruns/artifacts
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
 .DEFAULT_GOAL := help
-.PHONY: help install constraints demo demo-data features sweep ablate ui mlflow-server test test-fast test-min lint bench clean
+.PHONY: help install constraints demo demo-data demo-monadic features sweep ablate ui mlflow-server test test-fast test-min lint bench clean
 
 help: ## list the targets
 	@echo "make demo          install everything, build the demo corpus, extract features, run the sweep"
@@ -65,6 +67,15 @@ $(DEMO)/.complete: $(wildcard featurestore/demo/*.py) | $(VENV)/.installed
 	@touch $@
 
 demo-data: $(VENV)/.installed $(DEMO)/.complete ## build the embedded demo corpus into demo_data/
+
+$(DEMO_MONADIC)/.complete: $(wildcard featurestore/demo/*.py) | $(VENV)/.installed
+	$(BIN)/featurestore demo --layout monadic --out $(DEMO_MONADIC)
+	@touch $@
+
+demo-monadic: $(VENV)/.installed $(DEMO_MONADIC)/.complete ## the second demo (one person per session, a manifest): build it, scan it, extract into features_monadic/
+	$(BIN)/featurestore scan --manifest $(DEMO_MONADIC)/manifest.csv --store $(STORE_MONADIC)
+	$(BIN)/featurestore extract --store $(STORE_MONADIC) --jobs $(JOBS)
+	$(BIN)/featurestore verify --store $(STORE_MONADIC)
 
 ifeq ($(strip $(DATA)),)
 features: demo-data ## extract features into features/ (DATA=<folder> for your own corpus; default: the demo corpus)
@@ -129,5 +140,5 @@ bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
 	$(BIN)/python -m bench $(if $(QUICK),--quick,)
 
 clean: ## remove the store, demo corpus, reports and MLflow runs (keeps .venv)
-	rm -rf $(STORE) $(DEMO) reports/*.md reports/*.csv reports/*.png
+	rm -rf $(STORE) $(DEMO) $(STORE_MONADIC) $(DEMO_MONADIC) reports/*.md reports/*.csv reports/*.png
 	find mlruns -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .demo import build_demo
+from .demo import DemoInfo, MonadicDemoInfo, build_demo, build_monadic_demo
 from .extraction.config import ConfigError, _hint, check_overrides_apply, load_feature_config
 from .extraction.derived import RULE_VERSIONS
 from .extraction.distributed import extract_many_dask
@@ -339,18 +339,28 @@ def cmd_verify(args) -> int:
 
 def cmd_demo(args) -> int:
     t0 = time.perf_counter()
+    info: DemoInfo | MonadicDemoInfo
     try:
-        info = build_demo(
-            args.out,
-            n_listeners=args.listeners,
-            stories=tuple(args.stories),
-            duration_s=args.duration,
-            seed=args.seed,
-        )
+        if args.layout == "monadic":
+            info = build_monadic_demo(
+                args.out or "demo_monadic",
+                n_persons=args.persons,
+                tasks=tuple(args.tasks),
+                duration_s=args.duration or 8.0,
+                seed=args.seed,
+            )
+        else:
+            info = build_demo(
+                args.out or "demo_data",
+                n_listeners=args.listeners,
+                stories=tuple(args.stories),
+                duration_s=args.duration or 24.0,
+                seed=args.seed,
+            )
     except ValueError as e:  # --listeners, --stories or --duration out of range
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"demo corpus in {args.out} ({time.perf_counter() - t0:.1f} s): {info}")
+    print(f"demo corpus in {info.out_dir} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 
 
@@ -541,9 +551,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(func=cmd_verify)
 
-    sp = sub.add_parser("demo", help="build the embedded demo corpus")
-    sp.add_argument("--out", default="demo_data", help="folder to write (default: demo_data/)")
-    sp.add_argument("--listeners", type=int, default=6, help="listeners (default 6)")
+    sp = sub.add_parser("demo", help="build an embedded demo corpus")
+    sp.add_argument(
+        "--layout",
+        choices=("omg", "monadic"),
+        default="omg",
+        help="omg: OMG-Empathy's layout (dyads, Subject_<L>_Story_<S> names; the default); "
+        "monadic: one person per session, a video and an audio file each, two raters, a "
+        "manifest.csv (scan it with --manifest)",
+    )
+    sp.add_argument(
+        "--out",
+        default=None,
+        help="folder to write (default: demo_data/, or demo_monadic/ for --layout monadic)",
+    )
+    sp.add_argument("--listeners", type=int, default=6, help="omg: listeners (default 6)")
+    sp.add_argument("--persons", type=int, default=4, help="monadic: persons (default 4)")
+    sp.add_argument(
+        "--tasks",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3, 4],
+        help="monadic: task numbers (default 1-4: train picture, recall; val plan; test opinion)",
+    )
     sp.add_argument(
         "--stories",
         type=int,
@@ -551,7 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[1, 2, 3, 4, 5, 6],
         help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)",
     )
-    sp.add_argument("--duration", type=float, default=24.0, help="seconds per session")
+    sp.add_argument(
+        "--duration", type=float, default=None, help="seconds per session (default 24; monadic 8)"
+    )
     sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.set_defaults(func=cmd_demo)
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
 from featurestore.storage.store import Store
 
@@ -45,6 +46,20 @@ class StoreNames:
     #: whether every swept feature set's channels must be in every session (``experiments
     #: agreement`` takes the largest set the sessions have: there only a misspelt name is an error)
     require_channels: bool = True
+    #: session -> its layout (``omg``, ``manifest``): the words of its roles
+    layouts: dict[str, str] = field(default_factory=dict)
+    #: session -> its partner's number (0: none, a monadic session)
+    speakers: dict[str, int] = field(default_factory=dict)
+
+    def role_names(self, sessions: Collection[str] | None = None) -> dict[str, str]:
+        """Store role -> the corpus's word, from the layout of ``sessions`` (default all); the
+        store's own words when they mix layouts."""
+        layouts = {self.layouts.get(s, "omg") for s in (sessions or self.layouts or [""])}
+        return role_names(layouts.pop() if len(layouts) == 1 else "omg")
+
+    def monadic(self, sessions: Collection[str]) -> bool:
+        """Whether none of ``sessions`` has a partner (one person per session)."""
+        return bool(self.speakers) and all(self.speakers.get(s, 1) == 0 for s in sessions)
 
 
 def store_names(store: str | os.PathLike, require_channels: bool = True) -> StoreNames:
@@ -71,7 +86,18 @@ def store_names(store: str | os.PathLike, require_channels: bool = True) -> Stor
         channels={s: frozenset(c) for s, c in zip(table.session, table.channels, strict=True)},
         targets={s: frozenset(t) for s, t in zip(table.session, table.targets, strict=True)},
         require_channels=require_channels,
+        layouts=dict(zip(table.session, table.layout, strict=True)),
+        speakers=dict(zip(table.session, map(int, table.speaker), strict=True)),
     )
+
+
+def corpus_roles(store: Store | str | os.PathLike) -> tuple[str, dict[str, str]]:
+    """(layout, store role -> word) of ``store``'s first shard, as reports name the roles;
+    (``omg``, identity) for an empty store."""
+    st = store if isinstance(store, Store) else Store(store)
+    sessions = st.list_sessions() if st.root.is_dir() else []
+    layout = st.meta(sessions[0]).layout if sessions else "omg"
+    return layout, role_names(layout)
 
 
 def _nearest(word: str, valid: Collection[str]) -> str | None:
@@ -128,6 +154,7 @@ def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
 
 
 def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: StoreNames) -> str:
+    words = names.role_names(sessions)
     have = sorted({k for s in sessions for k in names.channels[s]})
     problems = []
     for key in keys:
@@ -135,6 +162,15 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
         if not lacking:
             continue
         role, channel = key.split("/", 1)
+        if role == "speaker" and names.monadic(sessions):  # whatever the verb
+            person = words["listener"]
+            problems.append(
+                f"{corpus_key(key, words)!r}: {names.root} is a monadic corpus (no session has a "
+                f"{words['speaker']}), so a feature set can name only {person}/... and scene/... "
+                f"channels; take {corpus_key(key, words)!r} out of {fs!r}, or leave {fs!r} out of "
+                f"feature_set (e.g. --set feature_set=[...] with sets of the {person} only)"
+            )
+            continue
         # a misspelt channel: close to a channel of the store or of featurestore's, but neither
         stored = {k.split("/", 1)[1] for k in have if k.startswith(f"{role}/")}
         near = None
@@ -142,7 +178,8 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
             near = _nearest(channel, stored | set(EXTRACTOR_CHANNELS))
         if near:  # an error whatever the verb
             problems.append(
-                f"{key!r} is in no session of {names.root}; did you mean '{role}/{near}'?"
+                f"{corpus_key(key, words)!r} is in no session of {names.root}; did you mean "
+                f"'{words.get(role, role)}/{near}'?"
             )
             continue
         if not names.require_channels:
@@ -153,9 +190,12 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
             else f"`featurestore extract DATA_DIR --store {names.root}` (with {channel} in its channels)"
         )
         where = (
-            f"no session of {names.root} has it (the store has: {', '.join(have)})"
+            f"no session of {names.root} has it (the store has: "
+            f"{', '.join(corpus_key(k, words) for k in have)})"
             if len(lacking) == len(sessions)
             else f"{len(lacking)} of the {len(sessions)} sessions of the splits lack it ({_some(lacking)})"
         )
-        problems.append(f"{key!r}: {where}; add it with {add}, or leave {fs!r} out of feature_set")
+        problems.append(
+            f"{corpus_key(key, words)!r}: {where}; add it with {add}, or leave {fs!r} out of feature_set"
+        )
     return "; ".join(problems)

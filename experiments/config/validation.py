@@ -53,6 +53,8 @@ from typing import Any
 
 from ..data.gold_standard import METHODS as GOLD_STANDARD_METHODS
 from ..data.gold_standard import GoldStandard
+from featurestore.storage.roles import role_words, store_role
+
 from .checker import Checker, suggest
 from .fusion import fusion_config
 from .options import (
@@ -64,7 +66,6 @@ from .options import (
     PERSONALIZATIONS,
     PROTOCOLS,
     RESCALES,
-    ROLES,
     SMOOTH_METHODS,
     STATS,
     TRACKS,
@@ -310,21 +311,25 @@ class _Validator(Checker):
         return out
 
     def members(self, name: str, keys: Any) -> list[str]:
-        """One feature set's ``role/channel`` keys, each role checked (the channels are
-        checked against a store, when one is given)."""
+        """One feature set's ``role/channel`` keys, each role checked and put in the store's
+        words (``person/face_geom`` -> ``listener/face_geom``, :mod:`featurestore.storage.roles`;
+        the channels are checked against a store, when one is given)."""
         key = f"feature_sets.{name}"
         chans: list[str] = []
         for ch in self.as_list(key, keys):
             parts = str(ch).split("/")
             if len(parts) != 2 or not parts[1]:
                 raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
-            if parts[0] not in ROLES:
+            role = store_role(parts[0])  # a corpus's word (person, partner) or the store's
+            if role is None:
+                words = role_words()
                 raise self.fail(
                     key,
-                    f"{ch!r}: role {parts[0]!r} is not one of {', '.join(ROLES)}{suggest(parts[0], ROLES)}",
+                    f"{ch!r}: role {parts[0]!r} is not one of {', '.join(words)}{suggest(parts[0], words)}",
                 )
+            ch = f"{role}/{parts[1]}"
             if ch not in chans:
-                chans.append(str(ch))
+                chans.append(ch)
         return chans
 
     def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:

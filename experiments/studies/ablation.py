@@ -45,8 +45,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from featurestore.storage.roles import in_corpus_words, roles_note
+
 from ..config.fusion import FUSED_SET
 from ..config.schema import ExperimentConfig
+from ..config.store_check import corpus_roles
 from ..evaluation import markdown
 from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
@@ -538,6 +541,8 @@ def ablate(
     # before the published reference, which closes the report
     section = importance_markdown([e for e in explained if isinstance(e, Explanation)])
     md = md.replace("\n## Reference", section + "\n## Reference", 1)
+    layout, _ = corpus_roles(store)  # a manifest corpus's report in its words (person, group)
+    md = roles_note(layout) + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
     with tempfile.TemporaryDirectory() as tmp:

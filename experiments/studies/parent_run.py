@@ -36,6 +36,7 @@ from featurestore import Store
 from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
+from ..config.store_check import corpus_roles
 from ..config.tracks import candidates, selection_metric
 from ..executors.base import Executor, Outcome, SweepContext
 from ..executors.local import LocalExecutor
@@ -150,6 +151,7 @@ class ParentRun:
         self.tracker = Tracker(options.tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
+        self.layout, self.role_names = corpus_roles(store)
         self.code = code_version()
         self.finished = (
             self.tracker.finished_by_hash(
@@ -191,6 +193,8 @@ class ParentRun:
                 "resume": str(bool(o.resume)).lower(),
                 "sweep": "parent",
                 "executor": self.executor.name,
+                "layout": self.layout,
+                "role_names": json.dumps(self.role_names, sort_keys=True),
                 **tags,
             },
         )
@@ -387,6 +391,8 @@ class ParentRun:
             self.n_new,
             self.unseen_selection,
             self.nested_unseen(table),
+            layout=self.layout,
+            keep=list(self.cfg.feature_sets),
         )
 
     def _reap_lost_children(self) -> list[str]:

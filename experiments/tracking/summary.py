@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from featurestore.storage.roles import in_corpus_words, roles_note
+
 from ..config.grid import Trial
 from ..config.options import TRACKS
 from ..config.tracks import candidates, selection_metric
@@ -313,10 +315,15 @@ def summarise(
     n_new: int,
     unseen_selection: str = "chosen",
     nested: pd.DataFrame | None = None,
+    layout: str = "omg",
+    keep: Sequence[str] = (),
 ) -> dict[str, str]:
     """Tag the parent with the best child of each track and attach the summary tables; returns
     track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`
-    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``)."""
+    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``).
+    ``layout``: the store's corpus layout, whose words for the roles summary.md names
+    (:func:`featurestore.storage.roles.in_corpus_words`; ``keep``: words left as written, the
+    feature-set names)."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested)
@@ -349,8 +356,8 @@ def summarise(
         with tempfile.TemporaryDirectory() as tmp:
             listing.to_csv(Path(tmp) / "summary.csv", index=False)
             (Path(tmp) / "summary.md").write_text(
-                summary_markdown(summary)
-                + nested_markdown(nested)
+                roles_note(layout)
+                + in_corpus_words(summary_markdown(summary) + nested_markdown(nested), layout, keep)
                 + "\n# Every configuration (selection split only)\n\n"
                 + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"
                 + " best first; test numbers only for each track's choice, above.\n\n"

@@ -105,7 +105,9 @@ stories=(1, 2), duration_s=6)`` takes a few seconds (most of it loading dlib's l
 story curves), :mod:`~featurestore.demo.face` (face rig and warping),
 :mod:`~featurestore.demo.voice` (voice synthesis), :mod:`~featurestore.demo.plan` (one
 session's latent signals and labels), :mod:`~featurestore.demo.files` (CSV, transcript and
-video writers), :mod:`~featurestore.demo.build` (the corpus). The names below are importable
+video writers), :mod:`~featurestore.demo.build` (the corpus). :mod:`~featurestore.demo.monadic` builds a
+second corpus in another layout (one person per session, media per person, two raters, a
+manifest; ``featurestore demo --layout monadic``). The names below are importable
 from ``featurestore.demo``.
 """
 
@@ -129,6 +131,7 @@ from .model import (
     speaker_params,
     story_curve,
 )
+from .monadic import MonadicDemoInfo, build_monadic_demo, plan_monadic
 from .plan import SessionPlan, plan_session
 
 __all__ = [
@@ -143,15 +146,18 @@ __all__ = [
     "POSITIVE_WORDS",
     "SMILE_LEVELS",
     "DemoInfo",
+    "MonadicDemoInfo",
     "FaceRig",
     "ListenerParams",
     "Look",
     "SessionPlan",
     "SpeakerParams",
     "build_demo",
+    "build_monadic_demo",
     "face_rig",
     "listener_params",
     "piecewise_affine_map",
+    "plan_monadic",
     "plan_session",
     "speaker_params",
     "story_curve",

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..features import Features
 from .provenance import utc_now
+from .roles import role_names, role_names_json
 
 SCHEMA_VERSION = 1
 #: shard schema versions this tool reads (it writes :data:`SCHEMA_VERSION` only)
@@ -103,6 +104,15 @@ class SessionMeta:
     group: str = ""
     partner: str = ""
     fold: str = ""
+
+    @property
+    def role_names(self) -> dict[str, str]:
+        """Store role -> the layout's word for it (:mod:`featurestore.storage.roles`).
+
+        >>> SessionMeta("s1", 1, 1, 0, "train", 10, layout="manifest").role_names["listener"]
+        'person'
+        """
+        return role_names(self.layout)
 
     def people(self) -> str:
         """The session's people and group, as its layout names them.
@@ -394,6 +404,7 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["n_frames"] = int(meta.n_frames)
     f.attrs["schema_version"] = SCHEMA_VERSION
     f.attrs["layout"] = str(meta.layout)
+    f.attrs["role_names"] = role_names_json(meta.layout)
     for name, value in (
         ("person_id", meta.person),
         ("group_id", meta.group),

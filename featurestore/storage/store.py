@@ -302,7 +302,9 @@ class Store:
         return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=rater)
 
     def sessions(self) -> pd.DataFrame:
-        """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets."""
+        """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets,
+        layout (``omg`` or ``manifest``: the words of its roles are
+        :func:`featurestore.storage.roles.role_names` of it)."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:
@@ -319,6 +321,7 @@ class Store:
                     "n_frames": m.n_frames,
                     "channels": chans,
                     "targets": targets,
+                    "layout": m.layout,
                 }
             )
         cols = [
@@ -330,6 +333,7 @@ class Store:
             "n_frames",
             "channels",
             "targets",
+            "layout",
         ]
         return pd.DataFrame(rows, columns=cols)
 

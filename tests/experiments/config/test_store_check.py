@@ -164,3 +164,77 @@ def test_a_list_of_targets_is_checked_name_by_name(tmp_path):
             path,
             overrides=["target=[valence_self, arousal_self]", "search.method=optuna"],
         )
+# ------------------------------------------------------------------ a monadic corpus's words
+def monadic_store(root) -> Store:
+    """Four sessions of a manifest corpus with no partner: two persons x two groups, channels
+    of the person only."""
+    from featurestore.storage.shard import Channel, SessionMeta
+
+    store = Store(root, mode="a")
+    rng = np.random.default_rng(0)
+    t = np.arange(0, 10, 0.2)
+    for i, (person, group, split) in enumerate(
+        [
+            ("p1", "picture", "train"),
+            ("p1", "plan", "val"),
+            ("p2", "picture", "train"),
+            ("p2", "plan", "test"),
+        ]  # fmt: skip
+    ):
+        meta = SessionMeta(
+            f"{person}_{group}", int(person[1]), 1 + (group == "plan"), 0, split, 250,
+            layout="manifest", person=person, group=group,
+        )  # fmt: skip
+        face = Channel(rng.normal(size=(len(t), 3)), t, np.ones(len(t), bool), ["a", "b", "c"])
+        store.write_session(
+            meta,
+            channels={"listener/face_geom": face},
+            labels={"valence": rng.uniform(-1, 1, 250).astype(np.float32)},
+        )
+        assert i == len(store.list_sessions()) - 1
+    return store
+
+
+def test_members_in_the_corpus_words_resolve_to_the_store_roles(tmp_path):
+    store = monadic_store(tmp_path / "store")
+    path = write(
+        tmp_path,
+        "target: valence\nsplits: shard\nfeature_sets:\n  face: [person/face_geom]\n"
+        "  same: [listener/face_geom, person/face_geom]\n",
+    )
+    cfg = load_config(path, store=store_names(store.root))
+    assert cfg.feature_sets == {"face": ["listener/face_geom"], "same": ["listener/face_geom"]}
+    with pytest.raises(ConfigError, match=r"role 'persn' is not one of .*did you mean 'person'"):
+        load_config(write(tmp_path, "feature_sets: {f: [persn/x]}\n", "typo.yaml"))
+
+
+def test_a_partner_member_on_a_monadic_store_is_refused_in_the_corpus_words(tmp_path):
+    store = monadic_store(tmp_path / "store")
+    path = write(
+        tmp_path,
+        "target: valence\nsplits: shard\nfeature_sets:\n  face: [person/face_geom]\n"
+        "  both: [person/face_geom, partner/egemaps]\n",
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=store_names(store.root))
+    assert err.value.key == "feature_sets.both"
+    message = str(err.value)
+    assert (
+        f"'partner/egemaps': {store.root} is a monadic corpus (no session has a partner)" in message
+    )
+    assert "only person/... and scene/... channels" in message and "speaker" not in message
+    # the person's sets alone load; so does an agreement's lenient check (still an error there)
+    assert load_config(path, ["feature_set=[face]"], store=store_names(store.root)).feature_set == [
+        "face"
+    ]
+    with pytest.raises(ConfigError, match="monadic corpus"):
+        load_config(path, store=store_names(store.root, require_channels=False))
+
+
+def test_a_misspelt_channel_is_named_in_the_corpus_words(tmp_path):
+    store = monadic_store(tmp_path / "store")
+    path = write(tmp_path, "target: valence\nsplits: shard\nfeature_sets: {f: [person/face_gem]}\n")
+    with pytest.raises(
+        ConfigError, match=r"'person/face_gem' is in no session .*'person/face_geom'"
+    ):
+        load_config(path, store=store_names(store.root))

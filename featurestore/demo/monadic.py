@@ -1,0 +1,549 @@
+"""The second embedded demo: a monadic corpus laid out by a manifest, built offline in seconds.
+
+Where the OMG-shaped demo (:func:`featurestore.demo.build_demo`) films two people in one
+video and names its files ``Subject_<L>_Story_<S>``, this one is shaped like the corpora a
+lab records itself (RECOLA-like): **one person per session, no partner**, a camera and a
+microphone per person, arousal and valence from **two raters with their own reaction lags**,
+and a **whole-session rating**. :func:`build_monadic_demo` writes, for ``n_persons`` persons
+x ``tasks``::
+
+    <out_dir>/manifest.csv                       one row per session (featurestore scan --manifest)
+    <out_dir>/media/<session>.mp4                the person's camera: H.264 25 fps, AAC (room mic)
+    <out_dir>/media/<session>.wav                the person's own microphone, 16 kHz mono 16-bit
+    <out_dir>/ratings/<session>_<target>_r1.csv  rater r1: header <target>, one value per frame
+    <out_dir>/ratings/<session>_<target>_r2.csv  rater r2: header ``time,<target>``, 10 Hz
+    <out_dir>/README.md, demo_truth.json, featurestore.yaml
+
+The manifest's columns: ``session`` (``p<P>_<task>``), ``person`` (``p<P>``), ``group`` (the
+task's name), ``split`` (by task: the first two train, the third val, the fourth test),
+``video_person``, ``audio_person``, ``label_<target>@r1``, ``label_<target>@r2`` for targets
+``valence`` and ``arousal``, and ``rating_engagement``.
+
+**What is planted.** Each session has a latent smile ``smile(t)`` in [0, 1] (the person's
+baseline, their own smile events and slow noise, as the OMG demo's listener) and a latent
+arousal ``arousal(t)`` in [0, 1] (the person's level, the task's common curve, slow noise).
+The face (the OMG demo's rig: the astronaut portrait warped to 7 smile levels, tinted per
+person) shows the smile; the person talks throughout (the OMG demo's synthetic speech, their
+voice's F0 by person) and each syllable's loudness grows with the arousal
+(``0.25 + 0.75 * arousal``), so egemaps' loudness carries it; the mouth opens with the
+speech. The true affect is::
+
+    valence(t) = valence_offset_P + valence_gain_P * smile(t)
+    arousal_true(t) = -0.6 + 1.2 * arousal(t)
+
+and rater r (``RATERS``) rates ``clip(offset_r + scale_r * true(t - lag_r) + noise_r, -1, 1)``:
+r1 with a 1.0 s lag and little noise, r2 with a 2.5 s lag, more noise and a wider scale. The
+whole-session ``engagement`` (a 1-7 questionnaire mean) is
+``clip(1 + 6 * (0.6 * mean arousal + 0.4 * mean smile) + bias_P + N(0, 0.25), 1, 7)``.
+
+**Determinism.** Every random draw comes from ``numpy.random.SeedSequence`` keyed by the seed,
+the person and the task, so a session's files do not depend on the other sessions built.
+
+**Cost.** The default corpus (4 persons x 4 tasks x 8 s: 16 sessions, 3,200 frames of
+480x360) builds in a few seconds of CPU, most of it loading dlib's landmark model and
+rendering the face states; extracting ``face_geom`` and ``egemaps`` from it takes about as long.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from . import model
+from .face import Look, TileCache, face_rig
+from .files import Layout, write_bytes_atomic, write_video
+from .model import listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
+from .plan import _BLINK_SEQUENCE, _blink_onsets, _head_motion, _quantize_even, _smile_curve
+from .voice import speech_schedule, synth_speech
+
+#: task number -> its name (the manifest's ``group``) and split
+TASKS: dict[int, tuple[str, str]] = {
+    1: ("picture", "train"),
+    2: ("recall", "train"),
+    3: ("plan", "val"),
+    4: ("opinion", "test"),
+}
+#: the two raters: reaction lag (s), scale and offset of what they see, noise (slow sd, white sd),
+#: and the rate of their rating files (None: one value per video frame)
+RATERS: dict[str, dict] = {
+    "r1": {"lag_s": 1.0, "scale": 0.9, "offset": 0.0, "noise_sd": (0.03, 0.02), "rate_hz": None},
+    "r2": {"lag_s": 2.5, "scale": 1.1, "offset": 0.05, "noise_sd": (0.06, 0.03), "rate_hz": 10.0},
+}
+#: the rated targets (one file per rater each) and the whole-session rating
+TARGETS = ("valence", "arousal")
+SESSION_RATING = "engagement"
+#: the person's microphone files
+WAV_RATE = 16000
+#: the latent signals live on this grid (s) from ``-GRID_PAD_S``, so a lagged rater sees the past
+GRID_FPS = 10.0
+GRID_PAD_S = 5.0
+
+_FEATURESTORE_YAML = """\
+# featurestore settings for the monadic demo (read by `featurestore scan/extract --manifest`)
+manifest: manifest.csv
+face_fps: 5.0
+extractors:
+  egemaps: {sampling_rate: 16000}
+"""
+
+
+def session_id(person: int, task: int) -> str:
+    """The session id of ``person`` doing ``task``: ``p<P>_<task name>``.
+
+    >>> session_id(2, 3)
+    'p2_plan'
+    """
+    return f"p{int(person)}_{TASKS[int(task)][0]}"
+
+
+@dataclass(frozen=True)
+class MonadicDemoInfo:
+    """What :func:`build_monadic_demo` wrote."""
+
+    out_dir: Path
+    sessions: tuple[str, ...]
+    n_frames: dict[str, int]
+    seed: int
+    duration_s: float
+    build_seconds: float
+
+    @property
+    def manifest(self) -> Path:
+        return self.out_dir / "manifest.csv"
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.sessions)} monadic sessions of {self.duration_s:g} s, seed {self.seed}, "
+            f"manifest {self.manifest.name}, built in {self.build_seconds:.1f} s"
+        )
+
+
+@dataclass
+class MonadicPlan:
+    """One session's latent signals (per video frame), ratings and audio."""
+
+    person: int
+    task: int
+    n_frames: int
+    fps: float
+    smile: np.ndarray
+    arousal: np.ndarray
+    truth: dict[str, np.ndarray]  # target -> true affect per frame
+    ratings: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # target -> rater -> (t, values)
+    session_rating: float
+    states: dict[str, np.ndarray]  # smile/mouth/blink/brow -> state per frame
+    offsets: np.ndarray  # (n_frames, 2) head translation, pixels
+    audio: np.ndarray  # AUDIO_RATE samples
+    phrases: list[tuple[float, float]]
+
+
+def _person_extra(person: int, seed: int) -> dict[str, float]:
+    """The monadic demo's own per-person parameters (arousal level, engagement bias)."""
+    r = seeded_rng(seed, 21, person)
+    return {
+        "arousal_level": round(float(r.uniform(0.3, 0.6)), 4),
+        "engagement_bias": round(float(r.uniform(-0.6, 0.6)), 4),
+    }
+
+
+def plan_monadic(
+    person: int,
+    task: int,
+    *,
+    duration_s: float = 8.0,
+    fps: float = 25.0,
+    seed: int = 0,
+    motion_limit: tuple[int, int] = (8, 8),
+) -> MonadicPlan:
+    """Every latent signal and rating of ``person`` doing ``task``, regenerated from ``seed``."""
+    lp, voice, extra = (
+        listener_params(person, seed),
+        speaker_params(person, seed),
+        _person_extra(person, seed),
+    )
+    rng = seeded_rng(seed, 20, person, task)
+    n = int(round(duration_s * fps))
+    t = np.arange(n) / fps
+    grid = -GRID_PAD_S + np.arange(int((duration_s + GRID_PAD_S) * GRID_FPS) + 2) / GRID_FPS
+
+    events, t_event = [], -GRID_PAD_S + float(rng.exponential(1 / lp.smile_event_rate_hz))
+    while t_event < duration_s:
+        events.append(
+            {
+                "onset_s": t_event,
+                "amplitude": float(rng.uniform(0.25, 0.5) * lp.smile_event_size),
+                "rise_s": float(rng.uniform(0.6, 1.2)),
+                "hold_s": float(rng.uniform(0.8, 3.0)),
+                "decay_s": float(rng.uniform(1.2, 2.5)),
+            }
+        )
+        t_event += float(rng.exponential(1 / lp.smile_event_rate_hz)) + 1.0
+    smile_slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * GRID_FPS)
+    arousal_slow = 0.12 * smooth_noise(rng, len(grid), 2.0 * GRID_FPS)
+
+    def smile_at(x: np.ndarray) -> np.ndarray:
+        return np.clip(
+            lp.smile_baseline + _smile_curve(x, events) + np.interp(x, grid, smile_slow), 0, 1
+        )
+
+    def arousal_at(x: np.ndarray) -> np.ndarray:
+        task_curve = story_curve(100 + int(task), x, seed)  # the task's common curve
+        return np.clip(
+            extra["arousal_level"] + 0.3 * task_curve + np.interp(x, grid, arousal_slow), 0, 1
+        )
+
+    def truth_at(target: str, x: np.ndarray) -> np.ndarray:
+        if target == "valence":
+            return np.clip(lp.valence_offset + lp.valence_gain * smile_at(x), -1, 1)
+        return np.clip(-0.6 + 1.2 * arousal_at(x), -1, 1)
+
+    smile, arousal = smile_at(t), arousal_at(t)
+    truth = {target: truth_at(target, t) for target in TARGETS}
+    ratings: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for k, target in enumerate(TARGETS):
+        ratings[target] = {}
+        for j, (rater, p) in enumerate(RATERS.items()):
+            rr = seeded_rng(seed, 22, person, task, k, j)
+            times = t if p["rate_hz"] is None else np.arange(0, duration_s, 1 / p["rate_hz"])
+            slow_sd, white_sd = p["noise_sd"]
+            values = np.clip(
+                p["offset"]
+                + p["scale"] * truth_at(target, times - p["lag_s"])
+                + slow_sd * smooth_noise(rr, len(times), 1.0 * fps)
+                + white_sd * rr.standard_normal(len(times)),
+                -1,
+                1,
+            )
+            ratings[target][rater] = (times, values)
+    score = 1 + 6 * (0.6 * arousal.mean() + 0.4 * smile.mean()) + extra["engagement_bias"]
+    session_rating = round(float(np.clip(score + rng.normal(0, 0.25), 1, 7)), 2)
+
+    # the voice: the OMG demo's speech, each syllable louder with the arousal of its time
+    sr = model.AUDIO_RATE
+    n_samples = int(round(n / fps * sr))
+    phrases, syllables, _ = speech_schedule(rng, n / fps)
+    gains = 0.25 + 0.75 * arousal_at(np.array([syl["t0"] for syl in syllables]))
+    for syl, gain in zip(syllables, gains, strict=True):
+        syl["amp"] *= float(gain)
+    # synth_speech scales its loudest peak to the voice's level: undo that, so a calmer session
+    # is quieter as a whole, not only relative to its own loudest syllable
+    speech = synth_speech(syllables, phrases, voice, rng, n_samples, sr) * float(gains.max())
+    audio = np.clip(speech + 0.0015 * rng.standard_normal(n_samples), -1, 1).astype(np.float32)
+    hop = sr / fps
+    starts = (np.arange(n) * hop).astype(np.int64)
+    seg = np.minimum(np.diff(np.append(starts, n_samples)), int(hop))
+    rms = np.sqrt(np.add.reduceat(speech**2, starts) / np.maximum(seg, 1))
+    envelope = rms / rms.max() if rms.max() > 0 else rms
+
+    blink = np.zeros(n, np.int64)
+    for b in _blink_onsets(rng, n / fps):
+        i0 = int(round(b * fps))
+        for k, level in enumerate(_BLINK_SEQUENCE):
+            if i0 + k < n:
+                blink[i0 + k] = level
+    brow = np.zeros(n, np.int64)
+    for syl in syllables:
+        if syl["accent"]:
+            brow[(t >= syl["t0"] - 0.05) & (t < syl["t1"] + 0.15)] = 1
+    states = {
+        "smile": np.rint(smile * (len(model.SMILE_LEVELS) - 1)).astype(np.int64),
+        "mouth": np.digitize(envelope, [0.08, 0.35, 0.65]).astype(np.int64),
+        "blink": blink,
+        "brow": brow,
+    }
+    offsets = _quantize_even(_head_motion(rng, n, fps, (2.0, 1.5)), motion_limit)
+    return MonadicPlan(
+        person=int(person),
+        task=int(task),
+        n_frames=n,
+        fps=float(fps),
+        smile=smile,
+        arousal=arousal,
+        truth=truth,
+        ratings=ratings,
+        session_rating=session_rating,
+        states=states,
+        offsets=offsets,
+        audio=audio,
+        phrases=phrases,
+    )
+
+
+def _layout(width: int, height: int, tile: tuple[int, int]) -> Layout:
+    """One face centred in the whole frame (role ``person``)."""
+    th0, tw0 = tile
+    scale = min(1.0, (height - 20) / th0, (width - 40) / tw0)
+    th, tw = 2 * int(th0 * scale / 2), 2 * int(tw0 * scale / 2)
+    if th < 120:
+        raise ValueError(
+            f"demo: a {width}x{height} frame leaves a {tw}x{th} px face tile, too small for face "
+            "detection; use at least 240x180 (the default is 480x360)"
+        )
+    origin = (2 * ((width - tw) // 4), 2 * ((height - th) // 4))
+    limit = (min(8, (width - tw) // 2 // 2 * 2), min(8, (height - th) // 2 // 2 * 2))
+    return Layout(width, height, width, th, tw, {"person": origin}, limit)
+
+
+def _frames(plan: MonadicPlan, layout: Layout, cache: TileCache) -> Iterator[np.ndarray]:
+    """The session's frames as packed yuv420p arrays (one buffer reused)."""
+    import cv2  # lazily: only a build needs OpenCV
+
+    h, w = layout.height, layout.width
+    rgb = np.empty((h, w, 3), np.uint8)
+    rgb[:] = cache.bg
+    shade = 0.92 + 0.08 * np.sin(np.linspace(0, np.pi, h))[:, None, None]
+    bg = cv2.cvtColor(np.clip(rgb * shade, 0, 255).astype(np.uint8), cv2.COLOR_RGB2YUV_I420)
+    buf = bg.copy()
+    y_plane = buf[:h]
+    u_plane = buf[h : h + h // 4].reshape(h // 2, w // 2)
+    v_plane = buf[h + h // 4 :].reshape(h // 2, w // 2)
+    th, tw = layout.tile_h, layout.tile_w
+    st = np.stack([plan.states[k] for k in ("smile", "mouth", "blink", "brow")], axis=1)
+    x0, y0 = layout.origin["person"]
+    for i in range(plan.n_frames):
+        np.copyto(buf, bg)
+        ty, tu, tv = cache.get(tuple(int(v) for v in st[i]))  # type: ignore[arg-type]
+        x, y = x0 + int(plan.offsets[i, 0]), y0 + int(plan.offsets[i, 1])
+        y_plane[y : y + th, x : x + tw] = ty
+        u_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tu
+        v_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tv
+        yield buf
+
+
+def _wav_bytes(audio: np.ndarray) -> bytes:
+    """``audio`` (``AUDIO_RATE``) as a 16 kHz mono 16-bit WAV file."""
+    from scipy.io import wavfile  # lazily: scipy is slow to import (0.8 s), only a build needs it
+    from scipy.signal import resample_poly  # lazily, as above
+
+    pcm = resample_poly(audio.astype(np.float64), WAV_RATE, model.AUDIO_RATE)
+    buf = io.BytesIO()
+    wavfile.write(buf, WAV_RATE, np.clip(np.rint(pcm * 32767), -32768, 32767).astype(np.int16))
+    return buf.getvalue()
+
+
+def _rating_csv(target: str, times: np.ndarray, values: np.ndarray, per_frame: bool) -> str:
+    if per_frame:  # the official format: a header and one value per video frame
+        return f"{target}\n" + "".join(f"{v:.6f}\n" for v in values)
+    return f"time,{target}\n" + "".join(
+        f"{a:.3f},{v:.6f}\n" for a, v in zip(times, values, strict=True)
+    )
+
+
+def manifest_columns() -> list[str]:
+    """The columns of the demo's ``manifest.csv``, in order."""
+    labels = [f"label_{t}@{r}" for t in TARGETS for r in RATERS]
+    return [
+        "session",
+        "person",
+        "group",
+        "split",
+        "video_person",
+        "audio_person",
+        *labels,
+        f"rating_{SESSION_RATING}",
+    ]
+
+
+def _ccc(a: np.ndarray, b: np.ndarray) -> float:
+    cov = np.mean((a - a.mean()) * (b - b.mean()))
+    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
+    return float(2 * cov / den) if den > 0 else 0.0
+
+
+def build_monadic_demo(
+    out_dir: str | os.PathLike,
+    *,
+    n_persons: int = 4,
+    tasks: Sequence[int] = (1, 2, 3, 4),
+    duration_s: float = 8.0,
+    width: int = 480,
+    height: int = 360,
+    fps: float = 25,
+    seed: int = 0,
+    progress: bool = True,
+) -> MonadicDemoInfo:
+    """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s).
+
+    Same ``seed``, same files (the MP4 bytes as far as the encoder build allows, as for the
+    OMG demo). Existing files of the same sessions are overwritten.
+
+    >>> info = build_monadic_demo(tmp, n_persons=2, tasks=(1, 3), duration_s=6)  # doctest: +SKIP
+    """
+    t_start = time.perf_counter()
+    if int(n_persons) < 1:
+        raise ValueError(f"demo: n_persons must be >= 1, got {n_persons}")
+    tasks = tuple(int(k) for k in tasks)
+    bad = [k for k in tasks if k not in TASKS]
+    if not tasks or bad:
+        raise ValueError(f"demo: tasks must be some of {sorted(TASKS)}, got {list(tasks)}")
+    if not duration_s >= 4.0:
+        raise ValueError(f"demo: duration_s must be at least 4 seconds, got {duration_s}")
+    if not fps > 0:
+        raise ValueError(f"demo: fps must be positive, got {fps}")
+    if width % 2 or height % 2:
+        raise ValueError(f"demo: width and height must be even, got {width}x{height}")
+
+    rig = face_rig()
+    layout = _layout(int(width), int(height), rig.tile.shape[:2])
+    out = Path(out_dir)
+    for folder in ("media", "ratings"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    persons = range(1, int(n_persons) + 1)
+    rows, truth_sessions, n_frames = [], {}, {}
+    pairs = [(p, k) for p in persons for k in tasks]
+    for p, k in tqdm(pairs, desc="monadic demo", unit="session", disable=not progress):
+        sid = session_id(p, k)
+        plan = plan_monadic(
+            p, k, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
+        )
+        cache = TileCache(
+            rig,
+            Look(p % 2 == 0, listener_params(p, seed).tint),
+            size=(layout.tile_h, layout.tile_w),
+        )
+        write_video(
+            out / "media" / f"{sid}.mp4",
+            _frames(plan, layout, cache),
+            layout,
+            fps,
+            (0.3 * plan.audio).astype(np.float32),  # the camera's room microphone: farther, quieter
+            model.AUDIO_RATE,
+        )
+        write_bytes_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
+        row = {
+            "session": sid,
+            "person": f"p{p}",
+            "group": TASKS[k][0],
+            "split": TASKS[k][1],
+            "video_person": f"media/{sid}.mp4",
+            "audio_person": f"media/{sid}.wav",
+        }
+        for target in TARGETS:
+            for rater, (times, values) in plan.ratings[target].items():
+                name = f"ratings/{sid}_{target}_{rater}.csv"
+                per_frame = RATERS[rater]["rate_hz"] is None
+                write_bytes_atomic(
+                    out / name, _rating_csv(target, times, values, per_frame).encode()
+                )
+                row[f"label_{target}@{rater}"] = name
+        row[f"rating_{SESSION_RATING}"] = f"{plan.session_rating:.2f}"
+        rows.append(row)
+        n_frames[sid] = plan.n_frames
+        r1 = {tg: plan.ratings[tg]["r1"][1] for tg in TARGETS}
+        truth_sessions[sid] = {
+            "person": p,
+            "task": k,
+            "n_frames": plan.n_frames,
+            "smile_mean": round(float(plan.smile.mean()), 4),
+            "arousal_mean": round(float(plan.arousal.mean()), 4),
+            f"rating_{SESSION_RATING}": plan.session_rating,
+            "ccc_truth_vs_r1": {tg: round(_ccc(plan.truth[tg], r1[tg]), 4) for tg in TARGETS},
+        }
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=manifest_columns(), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_bytes_atomic(out / "manifest.csv", buf.getvalue().encode())
+    truth = {
+        "generator": "featurestore.demo.monadic",
+        "generator_version": model.GENERATOR_VERSION,
+        "seed": int(seed),
+        "fps": float(fps),
+        "duration_s": float(duration_s),
+        "width": layout.width,
+        "height": layout.height,
+        "wav_rate_hz": WAV_RATE,
+        "tasks": {str(k): {"name": n, "split": s} for k, (n, s) in TASKS.items() if k in tasks},
+        "raters": {r: {**p, "noise_sd": list(p["noise_sd"])} for r, p in RATERS.items()},
+        "targets": {
+            "valence": "valence_offset + valence_gain * smile(t)",
+            "arousal": "-0.6 + 1.2 * arousal(t)",
+            "rater": "clip(offset + scale * true(t - lag_s) + noise, -1, 1)",
+            SESSION_RATING: "clip(1 + 6 * (0.6 * mean arousal + 0.4 * mean smile) "
+            "+ engagement_bias + N(0, 0.25), 1, 7)",
+            "loudness": "each syllable's amplitude * (0.25 + 0.75 * arousal(t0))",
+        },
+        "persons": {
+            f"p{p}": {
+                **{
+                    k: v
+                    for k, v in vars(listener_params(p, seed)).items()
+                    if k in ("valence_offset", "valence_gain", "smile_baseline")
+                },
+                "f0_hz": speaker_params(p, seed).f0_hz,
+                **_person_extra(p, seed),
+            }
+            for p in persons
+        },
+        "sessions": truth_sessions,
+    }
+    write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
+    info = MonadicDemoInfo(
+        out_dir=out,
+        sessions=tuple(r["session"] for r in rows),
+        n_frames=n_frames,
+        seed=int(seed),
+        duration_s=float(duration_s),
+        build_seconds=time.perf_counter() - t_start,
+    )
+    write_bytes_atomic(out / "README.md", _readme(truth, len(rows)).encode())
+    write_bytes_atomic(out / "featurestore.yaml", _FEATURESTORE_YAML.encode())
+    return info
+
+
+def _readme(truth: dict, n_sessions: int) -> str:
+    persons = "\n".join(
+        f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['arousal_level']:.3f} "
+        f"| {v['engagement_bias']:+.3f} | {v['f0_hz']:.0f} |"
+        for k, v in truth["persons"].items()
+    )
+
+    def rate(p: dict) -> str:
+        return "one per frame" if p["rate_hz"] is None else f"{p['rate_hz']:g} Hz"
+
+    raters = "\n".join(
+        f"| {r} | {p['lag_s']:g} | {p['scale']:g} | {p['offset']:+g} | {p['noise_sd'][0]:g}, "
+        f"{p['noise_sd'][1]:g} | {rate(p)} |"
+        for r, p in truth["raters"].items()
+    )
+    tg = truth["targets"]
+    return f"""# Monadic demo corpus (generated by `featurestore demo --layout monadic`)
+
+{n_sessions} sessions of {truth["duration_s"]:g} s (one person each, no partner), seed
+{truth["seed"]}, built offline by `featurestore.demo.build_monadic_demo` (rebuild it rather
+than edit it). `manifest.csv` lists the sessions: `featurestore scan --manifest manifest.csv`.
+
+- `media/<session>.mp4`: the person's camera, {truth["width"]}x{truth["height"]} {truth["fps"]:g} fps
+  H.264, with a quiet room microphone; `media/<session>.wav`: the person's own microphone
+  ({truth["wav_rate_hz"]} Hz).
+- `ratings/<session>_<target>_<rater>.csv`: valence and arousal from two raters; r1 writes one
+  value per video frame (header `<target>`), r2 writes `time,<target>` at 10 Hz.
+- `rating_engagement` in the manifest: a whole-session 1-7 score.
+
+## What is planted
+
+The face shows a latent smile, the voice's loudness a latent arousal (the mouth opens with
+the speech). valence = {tg["valence"]}; arousal = {tg["arousal"]}; each rater rates
+{tg["rater"]}; engagement = {tg["engagement"]}.
+
+| rater | lag (s) | scale | offset | noise sd (slow, white) | rate |
+|---|---|---|---|---|---|
+{raters}
+
+| person | valence_offset | valence_gain | arousal_level | engagement_bias | F0 (Hz) |
+|---|---|---|---|---|---|
+{persons}
+
+Splits by task: {", ".join(f"{v['name']} {v['split']}" for v in truth["tasks"].values())}.
+Sources: the face photo is `skimage.data.astronaut()` (NASA, public domain); all audio is synthetic.
+"""
