@@ -51,10 +51,10 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from ..data.gold_standard import METHODS as GOLD_STANDARD_METHODS
-from ..data.gold_standard import GoldStandard
 from featurestore.storage.roles import role_words, store_role
 
+from ..data.gold_standard import METHODS as GOLD_STANDARD_METHODS
+from ..data.gold_standard import GoldStandard
 from .checker import Checker, suggest
 from .fusion import fusion_config
 from .options import (

@@ -164,6 +164,8 @@ def test_a_list_of_targets_is_checked_name_by_name(tmp_path):
             path,
             overrides=["target=[valence_self, arousal_self]", "search.method=optuna"],
         )
+
+
 # ------------------------------------------------------------------ a monadic corpus's words
 def monadic_store(root) -> Store:
     """Four sessions of a manifest corpus with no partner: two persons x two groups, channels
