@@ -120,6 +120,9 @@ class Trial:
     folds: int = 0
     #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
     ccc_averaging: str = "sessions"
+    #: the labels trained and scored on (``gold_standard``; "" = the stored labels), e.g.
+    #: ``ewe,align_lags,max_lag_s=5``: in params and the hash only when not the stored labels
+    gold_standard: str = ""
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False
 
@@ -192,6 +195,8 @@ class Trial:
         if self.folds:  # only then: the hashes of the other protocols' configurations stay
             p["folds"] = format_value(self.folds)
         p["ccc_averaging"] = self.ccc_averaging
+        if self.gold_standard:  # only then: the hashes of stored-label configurations stay
+            p["gold_standard"] = self.gold_standard
         return p
 
     def hash(self) -> str:
@@ -235,6 +240,22 @@ class Trial:
             )
             if part
         )
+
+
+def gold_standard_text(gs: Any) -> str:
+    """A config's ``gold_standard`` as a trial param: "" for the stored labels (the default),
+    else e.g. ``mean,align_lags,max_lag_s=5``.
+
+    >>> from experiments.data.gold_standard import GoldStandard
+    >>> gold_standard_text(GoldStandard()), gold_standard_text(GoldStandard("ewe", True, 3.0))
+    ('', 'ewe,align_lags,max_lag_s=3')
+    """
+    if gs.method == "stored" and not gs.align_lags:
+        return ""
+    parts = [gs.method]
+    if gs.align_lags:
+        parts += ["align_lags", f"max_lag_s={format_value(gs.max_lag_s)}"]
+    return ",".join(parts)
 
 
 def _param_value(text: str) -> Any:
@@ -293,6 +314,9 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             splits=splits,
             fit_on=params["postprocess.fit_on"],
             unseen_listener=params.get("unseen_listener") == "true",
+            folds=int(params.get("folds", 0)),
+            ccc_averaging=params.get("ccc_averaging", "sessions"),
+            gold_standard=params.get("gold_standard", ""),
         )
     except KeyError as e:
         raise KeyError(
@@ -419,6 +443,7 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         fit_on=cfg.postprocess.fit_on,
                         folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
                         ccc_averaging=cfg.ccc_averaging,
+                        gold_standard=gold_standard_text(cfg.gold_standard),
                     )
                     h = trial.hash()
                     if h not in seen:

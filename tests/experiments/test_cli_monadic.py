@@ -4,9 +4,9 @@ the partner refused before anything is trained."""
 
 from __future__ import annotations
 
-import csv
 import json
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
@@ -19,24 +19,18 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """The monadic demo (3 persons x 4 tasks x 8 s) scanned and extracted. This branch reads
-    one rating file per target: rater r1's, given as ``label_<target>``."""
+    """The monadic demo (3 persons x 4 tasks x 8 s) scanned from its own manifest (two raters
+    per target, one in the 25 fps format and one as ``time,value`` at 10 Hz; a whole-session
+    rating) and extracted."""
     out = tmp_path_factory.mktemp("monadic")
     corpus, store = out / "corpus", out / "store"
     assert (
         featurestore_main(["demo", "--layout", "monadic", "--out", str(corpus), "--persons", "3"])
         == 0
     )
-    rows = list(csv.DictReader(open(corpus / "manifest.csv", newline="")))
-    for r in rows:
-        r["label_valence"] = r["label_valence@r1"]
-    with open(corpus / "manifest_r1.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     assert (
         featurestore_main(
-            ["scan", "--manifest", str(corpus / "manifest_r1.csv"), "--store", str(store)]
+            ["scan", "--manifest", str(corpus / "manifest.csv"), "--store", str(store)]
         )
         == 0
     )
@@ -64,6 +58,8 @@ def sweep_args(store, uri, *sets: str) -> list[str]:
         "splits=shard",
         "--set",
         "window.delay_s=[1]",
+        "--set",  # the two raters' reaction lags differ by 1.5 s: align them, weight by agreement
+        "gold_standard={method: ewe, align_lags: true}",
         *[a for s in sets for a in ("--set", s)],
     ]
 
@@ -113,3 +109,21 @@ def test_the_ablation_report_is_in_the_corpus_words(store, tmp_path):
     assert md.startswith("Corpus layout `manifest`")
     assert "95 % t interval over\npersons, the test groups held fixed" in md
     assert "listener" not in md.replace("`listener`", "")
+
+
+def test_the_manifest_raters_and_session_ratings_reach_the_store(store):
+    """End to end through the manifest: each rater's trace is stored, the target's labels are
+    their mean where both rated, and the whole-session rating is in every shard."""
+    from featurestore.storage.store import Store
+
+    st = Store(store)
+    sessions = st.list_sessions()
+    assert len(sessions) == 12
+    for s in sessions:
+        assert st.raters(s, "valence") == ["r1", "r2"]
+        r1, r2 = (st.rater_labels(s, "valence", r).to_numpy() for r in ("r1", "r2"))
+        y = st.labels(s, "valence").to_numpy()
+        both = np.isfinite(r1) & np.isfinite(r2)
+        assert both.mean() > 0.8
+        np.testing.assert_allclose(y[both], (r1[both] + r2[both]) / 2, atol=1e-5)
+        assert np.isfinite(st.session_label(s, "engagement"))
