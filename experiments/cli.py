@@ -147,10 +147,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     The ground truth may hold every split: the stories scored are those with predictions (or
     --split's), and the sessions left out are listed. Exit 1 when the files of the scored
     stories do not pair up."""
-    import pandas as pd  # startup: see the imports above
-
-    from .evaluation.metrics import ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
-    from .evaluation.score_files import score_folders
+    # startup: see the imports above
+    from .evaluation.score_files import print_scores, score_folders
 
     try:
         scored = score_folders(args.ground_truth_dir, args.prediction_dir, args.split)
@@ -161,33 +159,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         for msg in scored.problems:
             print(f"  {msg}", file=sys.stderr)
         return EXIT_FAILED
-    rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
-    table = pd.DataFrame(rows)
-    matrix = ccc_matrix(table)
-    shown = matrix.copy()
-    shown["mean"] = ccc_per_listener(table)
-    shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
-    shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
-    protocols = ccc_protocols(table)
-    if skipped:
-        gone = sorted({story for _, story in skipped})
-        print(
-            f"scored {how} ({', '.join(map(str, sorted(stories)))}); skipped {len(skipped)} "
-            f"sessions of stories {', '.join(map(str, gone))} (--split NAME chooses the stories)"
-        )
-    print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
-    print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
-    print()
-    print(
-        f"personalized  {protocols['personalized']:.4f}   mean over listeners of each listener's mean over stories"
-    )
-    print(
-        f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners"
-    )
-    if args.csv is not None:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.csv, index=False)
-        print(f"per-session CCC written to {args.csv}")
+    print_scores(scored, args.csv)
     return EXIT_OK
 
 

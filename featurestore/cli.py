@@ -6,12 +6,9 @@ Exit codes: 0 all good, 1 some sessions failed (a summary says which and why), 2
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 from . import __version__
 from .demo import DemoInfo, MonadicDemoInfo, build_demo, build_monadic_demo
@@ -21,7 +18,7 @@ from .extraction.distributed import extract_many_dask
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import extract_many
-from .extraction.summary import print_extract_summary, print_import, print_table
+from .extraction.summary import print_extract_summary, print_import, print_session, print_table
 from .extractors import ExtractorUnavailable, registry
 from .processes import terminate_as_interrupt
 from .sources.manifest import read_scan_json, scan, write_manifest
@@ -281,38 +278,7 @@ def cmd_inspect(args) -> int:
     except StoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    print(
-        f"{meta.session}: {meta.people()}, split {meta.split}, "
-        f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
-    )
-    for t in store.label_targets(args.session):
-        y = store.labels(args.session, t).to_numpy()
-        print(
-            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
-            f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
-        )
-    for t, by_rater in store.session_ratings(args.session).items():
-        raters = ", ".join(f"{r} {v:g}" for r, v in by_rater.items() if r)
-        mean = store.session_label(args.session, t)
-        print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
-    for key in keys:
-        ch = store.read_channel(args.session, key)
-        rate = (
-            (len(ch.time) - 1) / (ch.time[-1] - ch.time[0])
-            if len(ch.time) > 1 and ch.time[-1] > ch.time[0]
-            else float("nan")
-        )
-        print(
-            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
-            f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
-            f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, "
-            f"created {ch.created_utc}",
-            f"      params {json.dumps(ch.params, sort_keys=True)}",
-            f"      source {ch.source.get('path') or ch.source.get('upstream', '')}",
-            sep="\n",
-        )
-        if args.columns:
-            print(f"      columns {', '.join(ch.columns)}")
+    print_session(store, args.session, meta, keys, columns=args.columns)
     return EXIT_OK
 
 

@@ -325,6 +325,7 @@ TESTS_OF_NO_MODULE = {
     "tests/experiments/tracking/test_ui_browser.py": "the MLflow UI's first view in a browser",
     "tests/experiments/studies/test_tutorial.py": "docs/tutorial.ipynb, run",
     "tests/featurestore/storage/test_store_links.py": "the store's hard-linked rows",
+    "tests/featurestore/storage/test_raters.py": "per-rater labels: shard writers, store readers, verify",
     "tests/featurestore/extractors/test_extractor_fingerprints.py": "extractor code against versions",
     "tests/featurestore/demo/test_demo_text.py": "the demo's transcripts and text channels",
 }

@@ -246,7 +246,7 @@ def gold_standard_text(gs: Any) -> str:
     """A config's ``gold_standard`` as a trial param: "" for the stored labels (the default),
     else e.g. ``mean,align_lags,max_lag_s=5``.
 
-    >>> from experiments.data.gold_standard import GoldStandard
+    >>> from experiments.config.gold_standard import GoldStandard
     >>> gold_standard_text(GoldStandard()), gold_standard_text(GoldStandard("ewe", True, 3.0))
     ('', 'ewe,align_lags,max_lag_s=3')
     """

@@ -26,8 +26,8 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
-from ..data.gold_standard import GoldStandard
 from .fusion import FusionConfig
+from .gold_standard import GoldStandard
 from .options import KFOLD_PROTOCOLS
 
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)

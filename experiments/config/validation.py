@@ -53,10 +53,10 @@ from typing import Any
 
 from featurestore.storage.roles import role_words, store_role
 
-from ..data.gold_standard import METHODS as GOLD_STANDARD_METHODS
-from ..data.gold_standard import GoldStandard
 from .checker import Checker, suggest
 from .fusion import fusion_config
+from .gold_standard import METHODS as GOLD_STANDARD_METHODS
+from .gold_standard import GoldStandard
 from .options import (
     ALIGNS,
     CCC_AVERAGINGS,

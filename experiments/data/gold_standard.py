@@ -22,32 +22,13 @@ Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout & Fleiss (1979
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 
-METHODS = ("stored", "mean", "ewe")
+from ..config.gold_standard import METHODS, GoldStandard
 
-
-@dataclass(frozen=True)
-class GoldStandard:
-    """The config's ``gold_standard`` mapping."""
-
-    method: str = "stored"
-    align_lags: bool = False
-    max_lag_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(
-                f"gold_standard.method {self.method!r} is not one of {', '.join(METHODS)}"
-            )
-        if not self.max_lag_s >= 0:
-            raise ValueError(f"gold_standard.max_lag_s {self.max_lag_s} must be >= 0 seconds")
-
-    def to_dict(self) -> dict:
-        return {"method": self.method, "align_lags": self.align_lags, "max_lag_s": self.max_lag_s}
+__all__ = ["METHODS", "GoldStandard"]
 
 
 def shift(y: np.ndarray, lag: int) -> np.ndarray:

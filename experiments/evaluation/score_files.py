@@ -18,7 +18,7 @@ from featurestore.sources.annotations import read_annotation
 from featurestore.sources.manifest import SPLITS
 from featurestore.storage.store import parse_session, session_name
 
-from .metrics import ccc
+from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
 
 
 @dataclass
@@ -128,3 +128,37 @@ def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> 
             {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
         )
     return out
+
+
+def print_scores(scored: ScoredFolders, csv: Path | None = None) -> None:
+    """``experiments score``'s report of ``scored``: the per-session CCC matrix (listeners x
+    stories), the two protocols' means, what was skipped; the per-session table to ``csv``."""
+    import pandas as pd  # only here: the scorer itself needs numpy alone
+
+    rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
+    table = pd.DataFrame(rows)
+    matrix = ccc_matrix(table)
+    shown = matrix.copy()
+    shown["mean"] = ccc_per_listener(table)
+    shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
+    shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
+    protocols = ccc_protocols(table)
+    if skipped:
+        gone = sorted({story for _, story in skipped})
+        print(
+            f"scored {how} ({', '.join(map(str, sorted(stories)))}); skipped {len(skipped)} "
+            f"sessions of stories {', '.join(map(str, gone))} (--split NAME chooses the stories)"
+        )
+    print(f"CCC per session: {len(table)} sessions (rows: listener, columns: story)")
+    print(shown.to_string(float_format=lambda v: f"{v:.4f}", na_rep=""))
+    print()
+    print(
+        f"personalized  {protocols['personalized']:.4f}   mean over listeners of each listener's mean over stories"
+    )
+    print(
+        f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners"
+    )
+    if csv is not None:
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(csv, index=False)
+        print(f"per-session CCC written to {csv}")

@@ -51,8 +51,6 @@ from ..config.grid import Trial, expand
 from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
-from ..data.gold_standard import agreement as rater_agreement
-from ..data.gold_standard import estimate_lags
 from ..evaluation import markdown
 from ..evaluation.evaluate import TrialResult, evaluate_trial, window_sessions
 from ..evaluation.metrics import ccc, ccc_protocols
@@ -60,6 +58,12 @@ from ..evaluation.plots import plot_agreement
 from ..tracking.child_runs import resolved_params
 from ..tracking.provenance import code_version
 from ..tracking.tracker import Tracker
+from .inter_rater import (
+    inter_rater_markdown,
+    inter_rater_table,
+    rater_metrics,
+    write_raters,
+)
 from .parent_run import store_fingerprint
 
 SELF_TARGET = "valence_self"
@@ -131,78 +135,6 @@ def target_pairs(store, targets: Sequence[str] | None = None) -> list[tuple[str,
             "contains 'observer' next to the videos and re-run `featurestore extract`)"
         )
     return [(SELF_TARGET, t) for t in others]
-
-
-#: columns of ``inter_rater.csv``
-RATER_COLUMNS = [
-    "target",
-    "session",
-    "aligned",
-    "raters",
-    "n_frames",
-    "ICC(2,1)",
-    "ICC(3,1)",
-    "ICC(2,k)",
-    "ICC(3,k)",
-    "mean_pairwise_ccc",
-]
-
-
-def inter_rater_table(store, max_lag_s: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
-    per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
-    lag_frames, lag_s``). Both empty when no session has raters."""
-    st = _store(store)
-    by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-    fps = 25.0
-    for s in st.list_sessions():
-        with st.open_session(s) as shard:
-            fps = shard.meta.fps
-            for t in shard.label_targets():
-                raters = shard.raters(t)
-                if raters:
-                    by_target.setdefault(t, {})[s] = {r: shard.rater_labels(t, r) for r in raters}
-    rows, lag_rows = [], []
-    for t, sessions in sorted(by_target.items()):
-        lags = estimate_lags(list(sessions.values()), fps, max_lag_s)
-        lag_rows += [
-            {"target": t, "rater": r, "lag_frames": v, "lag_s": v / fps} for r, v in lags.items()
-        ]
-        for aligned, use in ((False, None), (True, lags)):
-            rows += [
-                {"target": t, "aligned": aligned, **row} for row in rater_agreement(sessions, use)
-            ]
-    table = pd.DataFrame(rows).reindex(columns=RATER_COLUMNS)
-    return table, pd.DataFrame(lag_rows, columns=["target", "rater", "lag_frames", "lag_s"])
-
-
-def inter_rater_markdown(table: pd.DataFrame, lags: pd.DataFrame) -> str:
-    """The ``## Inter-rater agreement`` section of ``agreement.md``."""
-    lines = ["## Inter-rater agreement", ""]
-    if table.empty:
-        return "\n".join([*lines, "No target is stored with several raters.", ""])
-    lines += [
-        "Per target, over frames every rater rated: ICC(2,1) (two-way random, absolute agreement,",
-        "one rater), ICC(3,1) (two-way mixed, consistency, one rater), ICC(2,k)/ICC(3,k) (the same",
-        "for the raters' mean; Shrout & Fleiss 1979) and the mean CCC over rater pairs; `aligned`:",
-        "after removing each rater's estimated reaction lag (below). Frames are not independent:",
-        "no significance is implied.",
-        "",
-    ]
-    cols = RATER_COLUMNS[:4] + RATER_COLUMNS[5:]
-    lines += markdown.table(
-        cols,
-        (
-            [_fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
-            for _, r in table[table.session == "pooled"].iterrows()
-        ),
-    )
-    lines += ["", "Reaction lags (relative to the earliest rater):", ""]
-    lines += markdown.table(
-        ["target", "rater", "lag (frames)", "lag (s)"],
-        ([r.target, r.rater, r.lag_frames, f"{r.lag_s:.2f}"] for r in lags.itertuples()),
-    )
-    return "\n".join(lines) + "\n"
 
 
 def agreement_table(
@@ -504,7 +436,7 @@ def agreement(
         + "\n"
         + inter_rater_markdown(raters, lags)
     )
-    files += _write_raters(out, raters, lags)
+    files += write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]
     series = {
         t: st.labels(example, t).to_numpy()
@@ -528,7 +460,7 @@ def agreement(
             metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
                 r, f"ccc_{p}"
             )
-    metrics.update(_rater_metrics(raters))
+    metrics.update(rater_metrics(raters))
     for r in cross_df.itertuples():
         for p in ("personalized", "generalized"):
             metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(
@@ -551,27 +483,6 @@ def agreement(
     return AgreementResult(table, summary, cross_df, trial, run_id, files)
 
 
-def _write_raters(out: Path, raters: pd.DataFrame, lags: pd.DataFrame) -> list[Path]:
-    if raters.empty:
-        return []
-    files = [out / "inter_rater.csv", out / "inter_rater_lags.csv"]
-    raters.to_csv(files[0], index=False)
-    lags.to_csv(files[1], index=False)
-    return files
-
-
-def _rater_metrics(raters: pd.DataFrame) -> dict[str, float]:
-    """MLflow metrics of the pooled inter-rater rows (``raters.<target>[.aligned].icc_2_1``...)."""
-    out = {}
-    for _, r in raters[raters.session == "pooled"].iterrows():
-        stem = f"raters.{r.target}" + (".aligned" if r.aligned else "")
-        for c in RATER_COLUMNS[5:]:
-            name = c.lower().replace("(", "_").replace(",", "_").replace(")", "")
-            if pd.notna(r[c]):
-                out[f"{stem}.{name}"] = float(r[c])
-    return out
-
-
 def _raters_only(
     cfg: ExperimentConfig,
     st: Store,
@@ -584,7 +495,7 @@ def _raters_only(
     out.mkdir(parents=True, exist_ok=True)
     md = out / "agreement.md"
     md.write_text("# Agreement\n\n" + inter_rater_markdown(raters, lags))
-    files = [md, *_write_raters(out, raters, lags)]
+    files = [md, *write_raters(out, raters, lags)]
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     fingerprint, _ = store_fingerprint(st)
     run_id = tracker.start_run(
@@ -592,7 +503,7 @@ def _raters_only(
         tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()},
     )
     try:
-        tracker.log(run_id, params={"store": str(st.root)}, metrics=_rater_metrics(raters))
+        tracker.log(run_id, params={"store": str(st.root)}, metrics=rater_metrics(raters))
         with tempfile.TemporaryDirectory() as tmp:
             for f in files:
                 (Path(tmp) / f.name).write_bytes(f.read_bytes())

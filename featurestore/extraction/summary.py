@@ -6,9 +6,13 @@ Every summary fits one screen: past :data:`SUMMARY_LINES` sessions, lines are gr
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import Counter
+from typing import Any
+
+import numpy as np
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -92,3 +96,42 @@ def print_import(report, folder: str, expected: str) -> int:
         print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def print_session(
+    store: Any, session: str, meta: Any, keys: list[str], columns: bool = False
+) -> None:
+    """``featurestore inspect``: a session's frames, labels, whole-session ratings and each
+    channel's shape, rate, validity and provenance (``columns``: also its column names)."""
+    print(
+        f"{meta.session}: {meta.people()}, split {meta.split}, "
+        f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
+    )
+    for t in store.label_targets(session):
+        y = store.labels(session, t).to_numpy()
+        print(
+            f"  labels/{t}: {len(y)} rows, mean {np.nanmean(y):+.3f}, std {np.nanstd(y):.3f}, "
+            f"range [{np.nanmin(y):+.2f}, {np.nanmax(y):+.2f}]"
+        )
+    for t, by_rater in store.session_ratings(session).items():
+        raters = ", ".join(f"{r} {v:g}" for r, v in by_rater.items() if r)
+        mean = store.session_label(session, t)
+        print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
+    for key in keys:
+        ch = store.read_channel(session, key)
+        rate = (
+            (len(ch.time) - 1) / (ch.time[-1] - ch.time[0])
+            if len(ch.time) > 1 and ch.time[-1] > ch.time[0]
+            else float("nan")
+        )
+        print(
+            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
+            f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
+            f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, "
+            f"created {ch.created_utc}",
+            f"      params {json.dumps(ch.params, sort_keys=True)}",
+            f"      source {ch.source.get('path') or ch.source.get('upstream', '')}",
+            sep="\n",
+        )
+        if columns:
+            print(f"      columns {', '.join(ch.columns)}")

@@ -7,6 +7,7 @@ test_cli_sweep.py and test_config.py. Here: a malformed YAML file, an empty stor
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir
     captured = capsys.readouterr()
     assert (
         "1 failed" in captured.out
-        and "FAILED ridge(alpha=-1)" in captured.err
+        and re.search(r"FAILED \S+ global ridge .*\(alpha=-1\)", captured.err)
         and "alpha" in captured.err
     )
     good = write_config(tmp_path / "good.yaml", small_grid(tracking_dir, [10]))

@@ -1,0 +1,118 @@
+"""Inter-rater agreement of each target: ICC and mean pairwise CCC per session and pooled,
+as rated and with each rater's reaction lag removed (`experiments agreement`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from featurestore import Store
+
+from ..data.gold_standard import agreement as rater_agreement
+from ..data.gold_standard import estimate_lags
+from ..evaluation import markdown
+
+
+def _store(store: Any) -> Store:
+    return store if isinstance(store, Store) else Store(store)
+
+
+def _fmt(v: Any) -> str:
+    """A number (or NaN read off a DataFrame row) with 3 decimals, ``n/a`` for NaN."""
+    return "n/a" if pd.isna(v) else f"{v:.3f}"
+
+
+#: columns of ``inter_rater.csv``
+RATER_COLUMNS = [
+    "target",
+    "session",
+    "aligned",
+    "raters",
+    "n_frames",
+    "ICC(2,1)",
+    "ICC(3,1)",
+    "ICC(2,k)",
+    "ICC(3,k)",
+    "mean_pairwise_ccc",
+]
+
+
+def inter_rater_table(store, max_lag_s: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
+    per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
+    lag_frames, lag_s``). Both empty when no session has raters."""
+    st = _store(store)
+    by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    fps = 25.0
+    for s in st.list_sessions():
+        with st.open_session(s) as shard:
+            fps = shard.meta.fps
+            for t in shard.label_targets():
+                raters = shard.raters(t)
+                if raters:
+                    by_target.setdefault(t, {})[s] = {r: shard.rater_labels(t, r) for r in raters}
+    rows, lag_rows = [], []
+    for t, sessions in sorted(by_target.items()):
+        lags = estimate_lags(list(sessions.values()), fps, max_lag_s)
+        lag_rows += [
+            {"target": t, "rater": r, "lag_frames": v, "lag_s": v / fps} for r, v in lags.items()
+        ]
+        for aligned, use in ((False, None), (True, lags)):
+            rows += [
+                {"target": t, "aligned": aligned, **row} for row in rater_agreement(sessions, use)
+            ]
+    table = pd.DataFrame(rows).reindex(columns=RATER_COLUMNS)
+    return table, pd.DataFrame(lag_rows, columns=["target", "rater", "lag_frames", "lag_s"])
+
+
+def inter_rater_markdown(table: pd.DataFrame, lags: pd.DataFrame) -> str:
+    """The ``## Inter-rater agreement`` section of ``agreement.md``."""
+    lines = ["## Inter-rater agreement", ""]
+    if table.empty:
+        return "\n".join([*lines, "No target is stored with several raters.", ""])
+    lines += [
+        "Per target, over frames every rater rated: ICC(2,1) (two-way random, absolute agreement,",
+        "one rater), ICC(3,1) (two-way mixed, consistency, one rater), ICC(2,k)/ICC(3,k) (the same",
+        "for the raters' mean; Shrout & Fleiss 1979) and the mean CCC over rater pairs; `aligned`:",
+        "after removing each rater's estimated reaction lag (below). Frames are not independent:",
+        "no significance is implied.",
+        "",
+    ]
+    cols = RATER_COLUMNS[:4] + RATER_COLUMNS[5:]
+    lines += markdown.table(
+        cols,
+        (
+            [_fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
+            for _, r in table[table.session == "pooled"].iterrows()
+        ),
+    )
+    lines += ["", "Reaction lags (relative to the earliest rater):", ""]
+    lines += markdown.table(
+        ["target", "rater", "lag (frames)", "lag (s)"],
+        ([r.target, r.rater, r.lag_frames, f"{r.lag_s:.2f}"] for r in lags.itertuples()),
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_raters(out: Path, raters: pd.DataFrame, lags: pd.DataFrame) -> list[Path]:
+    if raters.empty:
+        return []
+    files = [out / "inter_rater.csv", out / "inter_rater_lags.csv"]
+    raters.to_csv(files[0], index=False)
+    lags.to_csv(files[1], index=False)
+    return files
+
+
+def rater_metrics(raters: pd.DataFrame) -> dict[str, float]:
+    """MLflow metrics of the pooled inter-rater rows (``raters.<target>[.aligned].icc_2_1``...)."""
+    out = {}
+    for _, r in raters[raters.session == "pooled"].iterrows():
+        stem = f"raters.{r.target}" + (".aligned" if r.aligned else "")
+        for c in RATER_COLUMNS[5:]:
+            name = c.lower().replace("(", "_").replace(",", "_").replace(")", "")
+            if pd.notna(r[c]):
+                out[f"{stem}.{name}"] = float(r[c])
+    return out
