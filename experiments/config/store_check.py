@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
-from featurestore.storage.store import Store
+from featurestore.storage.store import Store, StoreError
 
 from .schema import ConfigError, ExperimentConfig
 
@@ -145,12 +145,33 @@ def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
             f"labels {target!r} ({_some(lacking)}); add them with {add}, or take those stories "
             "out of splits"
         )
+    if _is_session_rating(target, sessions, names):
+        return (
+            f"{target!r} is a whole-session rating in {names.root} (one value per session, "
+            "/session_labels), not a frame-level label target: model it with `experiments "
+            "sessions CONFIG` (docs/config.md, whole-session ratings)"
+        )
     near = _nearest(target, have)
     hint = f"did you mean {near!r}?" if near else f"to add a rating as this target: {add}"
     return (
         f"{target!r} is not a label target of the store {names.root} "
         f"(it has: {', '.join(have) or 'none'}); {hint}"
     )
+
+
+def _is_session_rating(target: str, sessions: list[str], names: StoreNames) -> bool:
+    """Whether some session's shard has ``target`` as a whole-session rating (read only on the
+    error path: the first few sessions)."""
+    st = Store(names.root)
+    try:
+        return any(target in st.session_label_targets(s) for s in sessions[:5])
+    except (
+        StoreError,
+        OSError,
+        KeyError,
+        ValueError,
+    ):  # an unreadable shard: the usual message follows
+        return False
 
 
 def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: StoreNames) -> str:

@@ -9,7 +9,7 @@ from experiments.cli import main
 from experiments.config.loading import ConfigError, load_config
 from experiments.config.store_check import store_names
 from featurestore.storage.store import Store
-from tests.experiments.helpers import N_FRAMES, build_store
+from tests.experiments.helpers import N_FRAMES, build_session_rating_store, build_store
 
 
 def write(tmp_path, text: str, name: str = "exp.yaml") -> str:
@@ -240,3 +240,13 @@ def test_a_misspelt_channel_is_named_in_the_corpus_words(tmp_path):
         ConfigError, match=r"'person/face_gem' is in no session .*'person/face_geom'"
     ):
         load_config(path, store=store_names(store.root))
+
+
+def test_a_whole_session_rating_as_a_sweep_target_points_to_experiments_sessions(tmp_path):
+    store = build_session_rating_store(tmp_path / "store")
+    path = write(tmp_path, "target: empathy\nsplits: shard\n" + SETS)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=store_names(store.root))
+    message = str(err.value)
+    assert "'empathy' is a whole-session rating" in message
+    assert "experiments sessions CONFIG" in message
