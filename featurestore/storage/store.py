@@ -114,6 +114,26 @@ def parse_session(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+@contextlib.contextmanager
+def _rewritten(final: Path) -> Iterator[h5py.File]:
+    """The shard ``final`` opened for change as a temporary copy (a new file when there is no
+    shard yet), fsynced and renamed over the original only once the block completes; on any
+    error the original stays untouched and the temporary file is removed."""
+    tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        if final.exists():
+            shutil.copyfile(final, tmp)
+        with h5py.File(tmp, "a") as f:
+            yield f
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -415,19 +435,9 @@ class Store:
         final = self.shard_path(session)
         if not final.exists():
             self._open(session).close()  # raises the store's "no shard" error
-        tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            shutil.copyfile(final, tmp)
-            with h5py.File(tmp, "a") as f:
-                ShardReader(f, final).check_schema(write=True)
-                session_labels.write_session_labels(f, ratings, source)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-            _fsync_dir(final.parent)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with _rewritten(final) as f:
+            ShardReader(f, final).check_schema(write=True)
+            session_labels.write_session_labels(f, ratings, source)
         return final
 
     # --------------------------------------------------------------- writing
@@ -452,27 +462,16 @@ class Store:
         for k in channels:
             split_key(k)
         final = self.shard_path(meta.session)
-        tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            if final.exists():
-                shutil.copyfile(final, tmp)
-            with h5py.File(tmp, "a") as f:
-                if "schema_version" in f.attrs:
-                    ShardReader(f, final).check_schema(write=True)
-                write_meta(f, meta)
-                for key in drop:
-                    role, name = split_key(key)
-                    if role in f and name in f[role]:
-                        del f[role][name]
-                write_channels(f, meta.session, channels)
-                write_labels(f, meta, dict(labels or {}), label_sources or {})
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-            _fsync_dir(final.parent)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with _rewritten(final) as f:
+            if "schema_version" in f.attrs:
+                ShardReader(f, final).check_schema(write=True)
+            write_meta(f, meta)
+            for key in drop:
+                role, name = split_key(key)
+                if role in f and name in f[role]:
+                    del f[role][name]
+            write_channels(f, meta.session, channels)
+            write_labels(f, meta, dict(labels or {}), label_sources or {})
         return final
 
     # ---------------------------------------------------------------- verify
