@@ -17,7 +17,6 @@ stored ratings equal the table's is skipped, so a re-run after an interruption r
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..sources.import_errors import DataImportError
+from ..sources.manifest_file import read_text_csv
 from ..storage.store import Store
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -97,14 +97,7 @@ def read_ratings_table(path: str | Path) -> dict[str, dict[str, dict[str, float]
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ratings table {path} does not exist; check the path")
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            lines = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError) as e:
-        raise RatingsTableError(path, [f"{path}: cannot be read as a text CSV ({e})"]) from e
-    if not lines:
-        raise RatingsTableError(path, [f"{path}: empty; the first line names the columns"])
-    header = [c.strip() for c in lines[0]]
+    header, lines = read_text_csv(path, RatingsTableError)
     problems: list[str] = []
 
     def fail(line: int, column: str, what: str) -> None:

@@ -47,7 +47,7 @@ import csv
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,16 +139,24 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     return [r for r in rows if r is not None]
 
 
-def _read_csv(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line, column -> value) of each non-blank row of a CSV manifest."""
+def read_text_csv(
+    path: Path, error: Callable[[Path, list[str]], Exception]
+) -> tuple[list[str], list[list[str]]]:
+    """(the header's names stripped, every line's cells) of a CSV file in UTF-8 (a byte-order
+    mark allowed); ``error(path, [message])`` raised when it cannot be read or is empty."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             lines = list(csv.reader(f))
     except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(path, [f"{path}: cannot be read as a text CSV ({e})"]) from e
+        raise error(path, [f"{path}: cannot be read as a text CSV ({e})"]) from e
     if not lines:
-        raise ManifestError(path, [f"{path}: empty; the first line names the columns"])
-    header = [c.strip() for c in lines[0]]
+        raise error(path, [f"{path}: empty; the first line names the columns"])
+    return [c.strip() for c in lines[0]], lines
+
+
+def _read_csv(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line, column -> value) of each non-blank row of a CSV manifest."""
+    header, lines = read_text_csv(path, ManifestError)
     out = []
     for n, cells in enumerate(lines[1:], start=2):
         if not any(c.strip() for c in cells):
