@@ -1,6 +1,6 @@
 """Run the benchmarks, print a table, write ``bench/results.json``.
 
-    python -m bench [--quick] [--only NAME ...] [--out bench/results.json] [--work bench/.work]
+    python -m bench [--quick] [--only NAME ...] [--rounds N] [--out bench/results.json] [--work bench/.work]
 
 Each benchmark measures the project's path against the alternative a researcher would
 otherwise use, in the same run, and prints its records as JSON lines; the table at the end
@@ -8,6 +8,9 @@ collects them (format: :mod:`bench.harness`). Inputs (synthetic stores, a test v
 and Parquet copies) are made once and cached in the work folder. ``--quick`` runs reduced
 sizes (a smoke check, about a minute once the inputs are cached); its numbers are not the
 goals' sizes. With ``--only``, records of the other benchmarks already in ``--out`` are kept.
+``--rounds N`` sets the rounds of the benchmarks that repeat their runs (``anchor``: the
+package's rounds; ``unseen``: its grid/nested pairs): fewer rounds give a spread over fewer
+points, which their records say (``repeats``).
 The exit status is 1 when a benchmark failed to run (not when a goal is missed).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import signal
 import sys
@@ -46,15 +50,21 @@ def prefix(name: str) -> str:
     return PREFIXES.get(name, f"{name}.")
 
 
-def run_benchmarks(names: list[str], quick: bool, work: Path) -> tuple[list[dict], list[str]]:
-    """Run the named benchmarks; returns their records and the names of those that failed."""
+def run_benchmarks(
+    names: list[str], quick: bool, work: Path, rounds: int | None = None
+) -> tuple[list[dict], list[str]]:
+    """Run the named benchmarks; returns their records and the names of those that failed.
+    ``rounds``: passed to the benchmarks whose ``run`` takes it."""
     records, failed = [], []
     for name in names:
         print(f"== {name}{' (quick)' if quick else ''}", flush=True)
         t0 = time.perf_counter()
         try:
             module = importlib.import_module(BENCHMARKS[name])
-            got = module.run(work, quick=quick)
+            kwargs = {}
+            if rounds is not None and "rounds" in inspect.signature(module.run).parameters:
+                kwargs["rounds"] = rounds
+            got = module.run(work, quick=quick, **kwargs)
         except Exception:  # noqa: BLE001 - report, run the others
             traceback.print_exc()
             failed.append(name)
@@ -94,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"run only these benchmarks ({', '.join(BENCHMARKS)})",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="rounds of the benchmarks that repeat their runs (anchor, unseen); default: theirs",
+    )
+    parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help="results file (default: bench/results.json)"
     )
     parser.add_argument(
@@ -105,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
     args.work.mkdir(parents=True, exist_ok=True)
-    records, failed = run_benchmarks(names, args.quick, args.work)
+    records, failed = run_benchmarks(names, args.quick, args.work, args.rounds)
     if args.only and args.out.exists():
         try:
             records = merge(json.loads(args.out.read_text()), records, names)

@@ -6,7 +6,9 @@ on the 4 s and the 2 + 8 s windows, global and per listener, rescaled over all l
 listener, and the gradient boosting on the 2 + 8 s windows: 36 configurations) on the
 full-size synthetic store (80 sessions, 633,850 frames), two ways:
 
-* **the package**: ``experiments ablate --set unseen_listener=false --jobs 2`` in a subprocess
+* **the package**: ``experiments ablate --set unseen_listener=false --set importance=false
+  --set fusion=false --jobs 2`` (the loop computes neither the importance nor the late-fusion
+  row, so neither does the package here) in a subprocess
   with a fresh MLflow database (the command of :mod:`bench.ablation`). End to end: reading and
   resampling the shards, windowing, the fits in two forked workers, post-processing, the CCC
   with its intervals over listeners and chance levels, the plots, the MLflow runs with their
@@ -93,12 +95,12 @@ from .ablation import WITHOUT_TRANSCRIPTS, run_ablation
 from .harness import loadavg, record
 from .loading import export_tables
 from .processes import RunStats, run_measured, with_load
-from .scaling import GRID_ONLY, WARM_UP
+from .scaling import GRID_ONLY, NO_EXTRAS, WARM_UP
 
 FULL = {
     "n_sessions": 80,
     "length_range": None,
-    "set": [WITHOUT_TRANSCRIPTS, GRID_ONLY],
+    "set": [WITHOUT_TRANSCRIPTS, GRID_ONLY, *NO_EXTRAS],
     "package_rounds": 3,
     "loop_rounds": 1,
     "same_features_sets": 1,
@@ -113,7 +115,7 @@ QUICK_MODELS = (
 QUICK = {
     "n_sessions": 16,
     "length_range": (500, 1000),
-    "set": ["feature_set=[listener]", QUICK_MODELS, GRID_ONLY],
+    "set": ["feature_set=[listener]", QUICK_MODELS, GRID_ONLY, *NO_EXTRAS],
     "package_rounds": 1,
     "loop_rounds": 1,
     "same_features_sets": None,
@@ -292,9 +294,12 @@ def warm_page_cache(*folders: Path) -> None:
                 p.read_bytes()
 
 
-def run(work: Path, quick: bool = False) -> list[dict]:
-    """The interleaved package and loop runs; returns the records."""
+def run(work: Path, quick: bool = False, rounds: int | None = None) -> list[dict]:
+    """The interleaved package and loop runs; returns the records. ``rounds``: the package's
+    rounds instead of the size's (at least 1; the loop runs once)."""
     size = QUICK if quick else FULL
+    if rounds is not None:
+        size = {**size, "package_rounds": max(1, rounds)}
     store = inputs.synth_store(work, size["n_sessions"], size["length_range"])
     tables = export_tables(store, work / f"{store.name}_tables", "parquet")
     the_plan, trials = plan(size["set"])

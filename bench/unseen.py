@@ -1,8 +1,11 @@
 """Issue 25 goals (item 4) measured as ratios within one run: the nested unseen-listener
 protocol against the grid alone, and the ablation's peak memory.
 
-Per round (3; QUICK 1) two ``experiments ablate`` runs on the same store, interleaved, each from
-a fresh tracking database (the command of :mod:`bench.ablation`):
+Per round (3; QUICK 1; ``--rounds``) two ``experiments ablate`` runs on the same store,
+interleaved, each from a fresh tracking database (the command of :mod:`bench.ablation`), both
+without the steps that follow the grid and do not differ between them (the channels'
+permutation importance and the late-fusion row: ``importance=false``, ``fusion=false``), so the
+ratio's denominator is the grid and its selection:
 
 * **the grid**: ``unseen_listener=false``, the sweep only;
 * **nested**: ``unseen_listener={selection: nested}`` (the packaged default,
@@ -33,17 +36,19 @@ from . import inputs
 from .ablation import FULL, QUICK, run_ablation
 from .harness import loadavg, record
 from .processes import with_load
-from .scaling import GRID_ONLY, WARM_UP
+from .scaling import GRID_ONLY, NO_EXTRAS, WARM_UP
 
 ROUNDS = {"full": 3, "quick": 1}
 
 NESTED = "unseen_listener={selection: nested}"
 
 
-def run(work: Path, quick: bool = False) -> list[dict]:
-    """The interleaved grid and nested runs; returns the records."""
+def run(work: Path, quick: bool = False, rounds: int | None = None) -> list[dict]:
+    """The interleaved grid and nested runs; returns the records. ``rounds``: instead of
+    :data:`ROUNDS` (at least 1)."""
     size = QUICK if quick else FULL
-    rounds = ROUNDS["quick" if quick else "full"]
+    size = {**size, "set": [*size["set"], *NO_EXTRAS]}
+    rounds = max(1, rounds) if rounds is not None else ROUNDS["quick" if quick else "full"]
     store = inputs.synth_store(work, size["n_sessions"], size["length_range"])
     out = work / ("unseen_run_quick" if quick else "unseen_run")
     if not quick:  # untimed: Numba's kernels compiled if needed, the shards in the page cache

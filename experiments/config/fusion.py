@@ -79,10 +79,13 @@ def fusion_config(
         that is no feature set at all, a member twice; ``alpha`` not a number >= 0; a protocol other than
         ``val``; a feature set named like the fused row.
     """
-    if value is None:
+    if value is None or value is False:  # off, as `importance: false` is
         return FusionConfig()
     if not isinstance(value, dict):
-        raise fail("fusion", f"expected a mapping {{method: late, members: [...]}}, got {value!r}")
+        raise fail(
+            "fusion",
+            f"expected a mapping {{method: late, members: [...]}} or false (off), got {value!r}",
+        )
     allowed = ["method", "members", "blend", "alpha"]
     for k in value:
         if k not in allowed:

@@ -453,6 +453,11 @@ def test_fusion_config_round_trips_and_keeps_hashes(tmp_path):
     # off by default, and then absent from the resolved config: earlier configs keep their hash
     assert "fusion" not in from_dict({}).to_dict()
     assert from_dict({"fusion": {"method": "none"}}).hash() == from_dict({}).hash()
+    assert (
+        from_dict({"fusion": False}).hash()
+        == from_dict({"fusion": None}).hash()
+        == from_dict({}).hash()
+    )
     # a member that is no feature set fails; one that is not swept, or a protocol without
     # out-of-fold training predictions, turns fusion off and says why
     with pytest.raises(ConfigError, match="'speakr' is not a feature set.*did you mean 'speaker'"):
