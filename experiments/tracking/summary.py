@@ -306,6 +306,38 @@ def nested_markdown(nested: pd.DataFrame | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tag_tracks(
+    summary: pd.DataFrame,
+    tags: dict[str, str],
+    metrics: dict[str, float],
+    metric_prefix: str | None = None,
+    tag_prefix: str = "",
+    drop_nan: bool = False,
+) -> dict[str, str]:
+    """Add each track's best run (tags ``<tag_prefix>best_run_id_<track>``, ``..best_label_..``)
+    and its reported splits' metrics (``<metric_prefix><metric>``, by default
+    ``best_<track>.<metric>``; NaN left out with ``drop_nan``) from ``summary``
+    (:func:`track_summary`) to ``tags`` and ``metrics``; returns track -> best run id."""
+    best: dict[str, str] = {}
+    for row in summary.to_dict("records"):
+        track = row["track"]
+        best[track] = row["run_id"]
+        tags[f"{tag_prefix}best_run_id_{track}"] = row["run_id"]
+        tags[f"{tag_prefix}best_label_{track}"] = str(row["label"])[:5000]
+        if isinstance(row.get("unseen_selection"), str):
+            tags["unseen_selection"] = row["unseen_selection"]
+        splits = tuple(f"{s}." for s in _REPORTED_SPLITS[track])
+        prefix = metric_prefix if metric_prefix is not None else f"best_{track}."
+        metrics.update(
+            {
+                f"{prefix}{k}": v
+                for k, v in row.items()
+                if str(k).startswith(splits) and not (drop_nan and pd.isna(v))
+            }
+        )
+    return best
+
+
 def summarise(
     tracker: Tracker,
     parent: str,
@@ -327,21 +359,7 @@ def summarise(
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested)
-    best_ids: dict[str, str] = {}
-    for row in summary.to_dict("records"):
-        track = row["track"]
-        best_ids[track] = row["run_id"]
-        tags[f"best_run_id_{track}"] = row["run_id"]
-        tags[f"best_label_{track}"] = str(row["label"])[:5000]
-        if "unseen_selection" in row and isinstance(row["unseen_selection"], str):
-            tags["unseen_selection"] = row["unseen_selection"]
-        metrics.update(
-            {
-                f"best_{track}.{k}": v
-                for k, v in row.items()
-                if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
-            }
-        )
+    best_ids = _tag_tracks(summary, tags, metrics)
     main = best_ids.get("personalized") or best_ids.get("generalized")
     if main:
         # one name for the headline run, as before tracks existed: the personalized track's
@@ -504,22 +522,10 @@ def summarise_targets(
         part = table[table["target"] == target] if "target" in table else table.iloc[0:0]
         summary = track_summary(part, protocol, unseen_selection, (nested or {}).get(target))
         summaries[target] = summary
-        best_ids[target] = {}
-        for row in summary.to_dict("records"):
-            track = row["track"]
-            best_ids[target][track] = row["run_id"]
-            tags[f"{target}.best_run_id_{track}"] = row["run_id"]
-            tags[f"{target}.best_label_{track}"] = str(row["label"])[:5000]
-            if "unseen_selection" in row and isinstance(row["unseen_selection"], str):
-                tags["unseen_selection"] = row["unseen_selection"]
-            metrics.update(
-                {
-                    f"{target}.{k}": v
-                    for k, v in row.items()
-                    if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[track]))
-                    and pd.notna(v)  # the other track's columns of the row are NaN
-                }
-            )
+        # the other track's columns of a row are NaN: not logged
+        best_ids[target] = _tag_tracks(
+            summary, tags, metrics, f"{target}.", f"{target}.", drop_nan=True
+        )
     combined = combined_summary(summaries)
     for row in combined.to_dict("records"):
         metrics.update(
