@@ -108,6 +108,7 @@ FULL = {
 #: QUICK: the listener set on 16 short sessions (2 listeners), the gradient boosting with 20 trees, not 200
 QUICK_MODELS = (
     "models=[{name: dummy, only: {window.lengths_s: [[4]], postprocess.rescale: [none]}}, "
+    "{name: position_prior, only: {window.lengths_s: [[4]], postprocess.rescale: [none]}}, "
     "{name: ridge, alpha: [100], only: {postprocess.rescale: [train, listener]}}, "
     "{name: hist_gb, max_iter: [20], learning_rate: [0.05], max_depth: [3], "
     "only: {window.lengths_s: [[2, 8]], personalization: [global], postprocess.rescale: [train, listener]}}]"

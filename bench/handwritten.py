@@ -232,7 +232,39 @@ def estimator(name: str, p: dict, seed: int):
             n_jobs=p["n_jobs"],
             random_state=seed,
         )
+    if name == "position_prior":
+        return PositionCurve(p.get("n_bins", 100))
     raise ValueError(f"model {name!r} is not written by hand here")
+
+
+class PositionCurve:
+    """The mean training label per bin of session position (``i / (n_frames - 1)``), linear
+    between bin centres; bins without rows take the curve interpolated from their neighbours."""
+
+    def __init__(self, n_bins: int):
+        self.n = n_bins
+        self.centres = (np.arange(n_bins) + 0.5) / n_bins
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> PositionCurve:
+        u = np.clip(X[:, 0], 0.0, 1.0)
+        bins = np.minimum((u * self.n).astype(np.int64), self.n - 1)
+        counts = np.bincount(bins, minlength=self.n)
+        sums = np.bincount(bins, y, minlength=self.n)
+        seen = counts > 0
+        self.curve = np.interp(self.centres, self.centres[seen], sums[seen] / counts[seen])
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.interp(np.clip(X[:, 0], 0.0, 1.0), self.centres, self.curve)
+
+
+def inputs(cfg: dict, session: dict, features: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """A session's model inputs: its windowed features, or for the position prior the one column
+    of each frame's position in the session."""
+    if cfg["model"] == "position_prior":
+        n = len(session["y"])
+        return pd.DataFrame({"position": np.arange(n, dtype=np.float64) / max(n - 1, 1)})
+    return features[session["session"]]
 
 
 def fit(cfg: dict, train: list[dict], features: dict[str, pd.DataFrame]) -> dict:
@@ -242,7 +274,7 @@ def fit(cfg: dict, train: list[dict], features: dict[str, pd.DataFrame]) -> dict
     has hundreds, so the loop leaves it out.)"""
     hop = max(1, round(cfg["hop_s"] * FPS))
     # float64, as scikit-learn would make it anyway (the feature tables are float32)
-    X = pd.concat([features[s["session"]].iloc[::hop] for s in train]).to_numpy(np.float64)
+    X = pd.concat([inputs(cfg, s, features).iloc[::hop] for s in train]).to_numpy(np.float64)
     y = np.concatenate([s["y"][::hop] for s in train])
     listener = np.concatenate([np.full(len(s["y"][::hop]), s["listener"]) for s in train])
     ok = np.isfinite(y)
@@ -259,9 +291,11 @@ def fit(cfg: dict, train: list[dict], features: dict[str, pd.DataFrame]) -> dict
     raise ValueError(f"personalization {cfg['personalization']!r} is not written by hand here")
 
 
-def predict(models: dict, session: dict, features: dict[str, pd.DataFrame]) -> np.ndarray:
+def predict(
+    cfg: dict, models: dict, session: dict, features: dict[str, pd.DataFrame]
+) -> np.ndarray:
     model = models.get(session["listener"], models.get(None))
-    return model.predict(features[session["session"]].to_numpy(np.float64))
+    return model.predict(inputs(cfg, session, features).to_numpy(np.float64))
 
 
 def predictions(
@@ -272,12 +306,18 @@ def predictions(
     rescaling is fitted on)."""
     train = [s for s in sessions if s["split"] == "train"]
     models = fit(cfg, train, features)
-    out = {s["session"]: predict(models, s, features) for s in sessions if s["split"] != "train"}
+    out = {
+        s["session"]: predict(cfg, models, s, features) for s in sessions if s["split"] != "train"
+    }
     if out_of_fold:
         for story in sorted({s["story"] for s in train}):
             models = fit(cfg, [s for s in train if s["story"] != story], features)
             out.update(
-                {s["session"]: predict(models, s, features) for s in train if s["story"] == story}
+                {
+                    s["session"]: predict(cfg, models, s, features)
+                    for s in train
+                    if s["story"] == story
+                }
             )
     return out
 
