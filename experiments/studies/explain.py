@@ -365,7 +365,8 @@ def _importances(
             )
             for choice, result in zip(group, results, strict=True):
                 out[choice] = result
-        cache.clear()  # one window's fits at a time
+        del w  # one window at a time, with its fits
+        cache.clear()
     return out
 
 
