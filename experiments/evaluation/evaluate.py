@@ -53,6 +53,7 @@ from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_fo
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
 from .fitting import (
     CALIBRATION_SHRINKAGE,
+    FitCache,
     FitPart,
     Fitted,
     PartResult,
@@ -255,11 +256,15 @@ class MemberPredictions:
     notes: list[str] = field(default_factory=list)
 
 
-def member_predictions(trial: Trial, w: Windowed) -> MemberPredictions:
+def member_predictions(
+    trial: Trial, w: Windowed, cache: FitCache | None = None
+) -> MemberPredictions:
     """``trial``'s predictions of every session of ``w`` (protocol ``val``): see
     :class:`MemberPredictions`. The evaluated ones are those its run logged (the same fits);
     the training ones out of fold even when the configuration fits its post-processing in sample
     (``postprocess.fit_on: in_sample``: its leave-one-story-out fits are then made here too).
+    ``cache``: fits made before on the same inputs are reused (e.g. the other track's choice of
+    the same fit group; :class:`~experiments.evaluation.fitting.FitCache`), the same numbers.
 
     Raises:
         ValueError: protocol ``loso``, no training or evaluated sessions, or a single training
@@ -274,11 +279,14 @@ def member_predictions(trial: Trial, w: Windowed) -> MemberPredictions:
         raise ValueError(
             f"one training story ({train[0].story}): no out-of-fold predictions to fit a blend on"
         )
-    fitted = fit_group(trial, train, evaluate, need_post_fit=True, need_unseen=False)
+    scope = None if cache is None else cache.on(w.names)
+    fitted = fit_group(trial, train, evaluate, need_post_fit=True, need_unseen=False, cache=scope)
     evaluated = _postprocess(trial, fitted, train, evaluate)[0]
     oof_trial = replace(trial, fit_on="out_of_fold")
     if trial.fit_on != "out_of_fold":
-        fitted = fit_group(oof_trial, train, evaluate, need_post_fit=True, need_unseen=False)
+        fitted = fit_group(
+            oof_trial, train, evaluate, need_post_fit=True, need_unseen=False, cache=scope
+        )
     # the out-of-fold predictions post-processed as if they were the evaluated ones
     as_evaluated = replace(fitted, evaluated=fitted.fit_on, unseen_all={})
     on_train = _postprocess(oof_trial, as_evaluated, train, train)[0]

@@ -26,14 +26,22 @@ A ``ridge`` group (personalizations ``global`` and ``per_listener``, and the glo
 one solve, with the pipeline's imputation, standardisation and intercept folded in exactly
 (the tests compare every ridge configuration of their store with the pipeline: CCC within
 1e-8). Other models and options fall back to the pipeline.
+
+The steps after a sweep (permutation importance of each track's choice, late fusion's
+members) refit configurations whose fits the sweep made in its workers; two choices of one fit
+group (they differ in post-processing only) need the very same fits. A :class:`FitCache` makes
+each of them once: a pipeline model, its predictions of the windowed sessions and the warnings
+it raised, and each closed-form part, keyed by everything the fit reads, so what it hands back
+is what a refit would give, number for number.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -159,6 +167,140 @@ class PartResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def _ids(sessions: Sequence[WindowedSession]) -> tuple[str, ...]:
+    return tuple(s.session for s in sessions)
+
+
+def _recorded(make: Callable[[], Any]) -> tuple[Any, list[warnings.WarningMessage]]:
+    """``make()`` and the warnings it raised (recorded, not shown)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = make()
+    return out, list(caught)
+
+
+def _replay(caught: Sequence[warnings.WarningMessage]) -> None:
+    """Raise recorded warnings again, as they were raised: a reused fit warns as a refit would."""
+    for c in caught:
+        warnings.warn_explicit(c.message, c.category, c.filename, c.lineno)
+
+
+def _copied(result: PartResult) -> PartResult:
+    return PartResult(
+        {k: v.copy() for k, v in result.predictions.items()},
+        {k: v.copy() for k, v in result.in_sample.items()},
+        result.n_rows,
+        result.seconds,
+        list(result.warnings),
+    )
+
+
+@dataclass
+class _Model:
+    """A model fitted by :func:`_fit` (``fitted``) that predicts a session: ``predict`` one of
+    the windowed features (remembered per session in ``memo`` when a cache made the model, its
+    warnings raised again at each use), ``raw`` any (e.g. one whose features were permuted)."""
+
+    trial: Trial
+    fitted: tuple
+    memo: dict[str, tuple[np.ndarray, list[warnings.WarningMessage]]] | None = None
+
+    def raw(self, s: WindowedSession) -> np.ndarray:
+        return _predict_filled(self.trial, self.fitted, s)
+
+    def predict(self, s: WindowedSession) -> np.ndarray:
+        if self.memo is None:
+            return self.raw(s)
+        if s.session not in self.memo:
+            self.memo[s.session] = _recorded(lambda: self.raw(s))
+        pred, caught = self.memo[s.session]
+        _replay(caught)
+        return pred.copy()
+
+
+class FitCache:
+    """Fits made once for several steps that refit configurations of one fit group (see the
+    module docstring); :meth:`on` gives the view of one windowed feature set, :meth:`clear`
+    releases everything.
+
+    Only exact reuse: a pipeline model is keyed by the windowed features' names (their layout),
+    the configuration's :meth:`~experiments.config.grid.Trial.fit_key`, the personalization, the
+    fitted sessions in order and (per-listener models) the predicted listeners; its predictions
+    by the session too; a closed-form part (:func:`closed_form_parts`) by the part, the training
+    and the evaluated sessions and ``need_post_fit``. Every copy handed out is a new array.
+    ``fits``: models and closed-form parts made; ``reuses``: the times one was handed out again.
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[Hashable, tuple[_Model, list[warnings.WarningMessage]]] = {}
+        self._parts: dict[Hashable, PartResult] = {}
+        self.fits = 0
+        self.reuses = 0
+
+    def on(self, names: Sequence[str]) -> FitScope:
+        """This cache for the windowed features whose columns are ``names``."""
+        return FitScope(self, tuple(names))
+
+    def clear(self) -> None:
+        """Forget every fit (the counts stay)."""
+        self._models.clear()
+        self._parts.clear()
+
+
+@dataclass(frozen=True)
+class FitScope:
+    """A :class:`FitCache` for one windowed feature set (its column ``names``)."""
+
+    cache: FitCache
+    names: tuple[str, ...]
+
+    def model(
+        self,
+        trial: Trial,
+        train: Sequence[WindowedSession],
+        personalization: str,
+        predicted: Sequence[WindowedSession],
+    ) -> _Model:
+        """:func:`_fit`'s model, fitted on the first request of its key."""
+        listeners = (
+            frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
+        )
+        key = (self.names, trial.fit_key(), personalization, _ids(train), listeners)
+        c = self.cache
+        if key in c._models:
+            c.reuses += 1
+        else:
+            fitted, caught = _recorded(lambda: _fit(trial, train, personalization, predicted))
+            c._models[key] = _Model(trial, fitted, {}), caught
+            c.fits += 1
+        model, caught = c._models[key]
+        _replay(caught)
+        return model
+
+    def closed_form(
+        self,
+        trial: Trial,
+        parts: Sequence[FitPart],
+        train: Sequence[WindowedSession],
+        evaluate: Sequence[WindowedSession],
+        need_post_fit: bool,
+    ) -> dict[FitPart, PartResult]:
+        """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
+        c = self.cache
+        keys = {
+            p: (self.names, trial.fit_key(), p, _ids(train), _ids(evaluate), need_post_fit)
+            for p in parts
+        }
+        todo = [p for p in parts if keys[p] not in c._parts]
+        made = closed_form_parts(trial, todo, train, evaluate, need_post_fit)
+        for p, result in made.items():
+            c._parts[keys[p]] = result
+        c.fits += len(made)
+        out = {p: _copied(c._parts[keys[p]]) for p in parts if keys[p] in c._parts}
+        c.reuses += len(out) - len(made)
+        return out
+
+
 @dataclass
 class Fitted:
     """Predictions of one fit group on one training set, before post-processing.
@@ -265,10 +407,16 @@ def fit_part(
     train: Sequence[WindowedSession],
     evaluate: Sequence[WindowedSession],
     need_post_fit: bool,
+    cache: FitScope | None = None,
 ) -> PartResult:
     """Fit and predict one part (see the module docstring): from sufficient statistics where
-    :func:`closed_form_parts` has a closed form, else with the model's pipeline."""
-    closed = closed_form_parts(trial, [part], train, evaluate, need_post_fit)
+    :func:`closed_form_parts` has a closed form, else with the model's pipeline. ``cache``:
+    a fit made before on the same inputs is reused (:class:`FitCache`)."""
+    closed = (
+        closed_form_parts(trial, [part], train, evaluate, need_post_fit)
+        if cache is None
+        else cache.closed_form(trial, [part], train, evaluate, need_post_fit)
+    )
     if part in closed:
         return closed[part]
     t0 = time.perf_counter()
@@ -277,13 +425,18 @@ def fit_part(
         fit_on, personalization, predicted, in_sample = _part_sets(
             trial, part, train, evaluate, need_post_fit
         )
-        fitted = _fit(trial, fit_on, personalization, [*predicted, *in_sample])
-        result = PartResult(
-            {s.session: _predict_filled(trial, fitted, s) for s in predicted},
-            {s.session: _predict_filled(trial, fitted, s) for s in in_sample},
-            n_rows=fitted[2],
+        shown = [*predicted, *in_sample]
+        model = (
+            _Model(trial, _fit(trial, fit_on, personalization, shown))
+            if cache is None
+            else cache.model(trial, fit_on, personalization, shown)
         )
-        del fitted
+        result = PartResult(
+            {s.session: model.predict(s) for s in predicted},
+            {s.session: model.predict(s) for s in in_sample},
+            n_rows=model.fitted[2],
+        )
+        del model
     result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
     result.seconds = time.perf_counter() - t0
     return result
@@ -408,28 +561,32 @@ def fit_main(
     train: Sequence[WindowedSession],
     evaluate: Sequence[WindowedSession],
     need_post_fit: bool,
+    cache: FitScope | None = None,
 ) -> tuple[Callable[[WindowedSession], np.ndarray], PartResult]:
     """The ``main`` part fitted here with its model kept: (a function that predicts one session
     from its features, per frame, NaN filled with the training label mean; the part's result,
     as :func:`fit_part` gives it). For predictions on changed features (permutation importance,
-    :mod:`experiments.evaluation.importance`) from the very model the run's predictions came from."""
+    :mod:`experiments.evaluation.importance`) from the very model the run's predictions came from.
+    ``cache``: the model made before on the same inputs is reused (:class:`FitCache`); the
+    functions of configurations that share the model are then equal (``==``)."""
     t0 = time.perf_counter()
     base, calibrated = _base(trial)
     in_sample = (
         list(train) if (need_post_fit or calibrated) and not _out_of_fold(trial, train) else []
     )
-    fitted = _fit(trial, train, base, [*evaluate, *in_sample])
-
-    def predict(s: WindowedSession) -> np.ndarray:
-        return _predict_filled(trial, fitted, s)
-
+    shown = [*evaluate, *in_sample]
+    model = (
+        _Model(trial, _fit(trial, train, base, shown))
+        if cache is None
+        else cache.model(trial, train, base, shown)
+    )
     result = PartResult(
-        {s.session: predict(s) for s in evaluate},
-        {s.session: predict(s) for s in in_sample},
-        n_rows=fitted[2],
+        {s.session: model.predict(s) for s in evaluate},
+        {s.session: model.predict(s) for s in in_sample},
+        n_rows=model.fitted[2],
     )
     result.seconds = time.perf_counter() - t0
-    return predict, result
+    return model.raw, result
 
 
 def combine_parts(
@@ -509,15 +666,21 @@ def fit_group(
     need_post_fit: bool,
     need_unseen: bool,
     done: Mapping[FitPart, PartResult] | None = None,
+    cache: FitScope | None = None,
 ) -> Fitted:
     """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training
-    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here."""
+    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here, or taken
+    from ``cache`` when made before on the same inputs (:class:`FitCache`)."""
     done = dict(done or {})
     todo = [
         p for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen) if p not in done
     ]
-    done.update(closed_form_parts(trial, todo, train, evaluate, need_post_fit))
+    done.update(
+        closed_form_parts(trial, todo, train, evaluate, need_post_fit)
+        if cache is None
+        else cache.closed_form(trial, todo, train, evaluate, need_post_fit)
+    )
     for part in todo:
         if part not in done:
-            done[part] = fit_part(trial, part, train, evaluate, need_post_fit)
+            done[part] = fit_part(trial, part, train, evaluate, need_post_fit, cache)
     return combine_parts(trial, done, train, evaluate, need_post_fit, need_unseen)

@@ -43,6 +43,7 @@ from ..config.options import BLENDS
 from ..config.tracks import fused_track
 from ..windowing.windowed import Windowed
 from .evaluate import MemberPredictions, member_predictions, score_metrics, session_scores
+from .fitting import FitCache
 from .metrics import ccc
 
 
@@ -142,12 +143,15 @@ def late_fusion(
     alpha: float = 0.01,
     seed: int = 0,
     predicted: Sequence[MemberPredictions] | None = None,
+    cache: FitCache | None = None,
 ) -> FusionResult:
     """Fit and score the late fusion of ``members`` (each a configuration and its windowed
     features, protocol ``val``); see the module docstring.
 
     ``predicted``: the members' :class:`MemberPredictions` when already made (one per member, in
-    order); otherwise they are made here. ``seed`` seeds the chance level.
+    order); otherwise they are made here, with the fits of ``cache`` when it holds them (e.g.
+    another fusion's members of the same fit groups, :class:`~experiments.evaluation.fitting.FitCache`).
+    ``seed`` seeds the chance level.
 
     Raises:
         ValueError: fewer than two members, members on different sessions or labels, protocol
@@ -158,7 +162,9 @@ def late_fusion(
     t0 = time.perf_counter()
     _check_same_sessions([w for _, w in members])
     preds = (
-        list(predicted) if predicted is not None else [member_predictions(t, w) for t, w in members]
+        list(predicted)
+        if predicted is not None
+        else [member_predictions(t, w, cache) for t, w in members]
     )
     sessions = {s.session: s for s in members[0][1].sessions}
     split_of = preds[0].split_of

@@ -40,7 +40,7 @@ groups that carry nothing).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,7 +50,7 @@ from ..config.grid import Trial
 from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
-from .fitting import FitPart, combine_parts, fit_main, fit_part, fit_parts
+from .fitting import FitCache, FitPart, fit_group, fit_main
 from .metrics import ccc
 from .uncertainty import MIN_LAG_S, contributions, t_interval
 
@@ -181,6 +181,7 @@ def permutation_importance(
     track: str | None = None,
     seed: int = 0,
     min_lag_s: float = MIN_LAG_S,
+    cache: FitCache | None = None,
 ) -> ImportanceResult:
     """Permutation importance of ``trial``'s feature groups on ``split`` (see the module docstring).
 
@@ -194,6 +195,8 @@ def permutation_importance(
         track: whose averaging (``personalized`` or ``generalized``); default ``trial.track``.
         seed: seed of the lags.
         min_lag_s: smallest lag, seconds.
+        cache: fits made before on the same inputs are reused (the same numbers as a refit,
+            :class:`~experiments.evaluation.fitting.FitCache`).
 
     Returns:
         An :class:`ImportanceResult`; its table is sorted by level, then importance (largest
@@ -204,11 +207,47 @@ def permutation_importance(
         ValueError: no sessions of ``split``, no training sessions, ``repeats`` < 1, or ``val``
             under protocol ``loso`` (its predictions come from several fits).
     """
-    track = track or trial.track
-    if track not in ("personalized", "generalized"):
-        raise ValueError(f"track must be personalized or generalized, got {track!r}")
+    return permutation_importances(
+        [(trial, track)], w, levels, repeats, split, seed, min_lag_s, cache
+    )[0]
+
+
+def permutation_importances(
+    choices: Sequence[tuple[Trial, str | None]],
+    w: Windowed,
+    levels: Sequence[str] = ("channel", "column"),
+    repeats: int = 5,
+    split: str = "test",
+    seed: int = 0,
+    min_lag_s: float = MIN_LAG_S,
+    cache: FitCache | None = None,
+) -> list[ImportanceResult]:
+    """:func:`permutation_importance` of each (configuration, track) of ``choices``, which
+    share one fit group (:meth:`~experiments.config.grid.Trial.fit_key`: they differ in
+    post-processing only, e.g. the two tracks' choices ``rescale=train`` and
+    ``rescale=listener`` of one model), for what that costs one of them: the fits are made
+    once (``cache``, else a cache of this call) and each permuted prediction once, then
+    post-processed and scored per configuration. Each result is the one
+    :func:`permutation_importance` gives for its configuration alone, number for number.
+
+    Raises:
+        ValueError: as :func:`permutation_importance`, or ``choices`` of several fit groups.
+    """
+    if not choices:
+        return []
+    keys = {t.fit_key() for t, _ in choices}
+    if len(keys) > 1:
+        raise ValueError(
+            f"importance computed together needs one fit group, got {len(keys)}: "
+            + "; ".join(t.label() for t, _ in choices)
+        )
+    tracks = [track or trial.track for trial, track in choices]
+    bad = [t for t in tracks if t not in ("personalized", "generalized")]
+    if bad:
+        raise ValueError(f"track must be personalized or generalized, got {bad[0]!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    trial = choices[0][0]  # the splits and the protocol are the group's
     parts = split_sessions(w, dict(trial.splits))
     if trial.protocol == "loso":
         if split != "test":
@@ -222,15 +261,55 @@ def permutation_importance(
             f"{trial.label()}: {len(train)} training and {len(scored)} {split} sessions; "
             f"both are needed (splits {dict(trial.splits)})"
         )
-    need_post_fit = trial.rescale != "none"
-    predict, main = fit_main(trial, train, scored, need_post_fit)
-    done = {FitPart("main"): main}
-    # the out-of-fold fits the post-processing is fitted on, as the run made them
-    for part in fit_parts(trial, train, scored, need_post_fit, need_unseen=False)[1:]:
-        done[part] = fit_part(trial, part, train, scored, need_post_fit)
-    fitted = combine_parts(trial, done, train, scored, need_post_fit, need_unseen=False)
-    base = _session_ccc(scored, postprocessed(trial, fitted, train, scored))
+    scope = (cache or FitCache()).on(w.names)
+    predicts, fits, bases = [], [], []
+    for t, _ in choices:
+        need_post_fit = t.rescale != "none"
+        predict, main = fit_main(t, train, scored, need_post_fit, scope)
+        # the out-of-fold fits the post-processing is fitted on, as the run made them
+        fitted = fit_group(
+            t, train, scored, need_post_fit, False, {FitPart("main"): main}, cache=scope
+        )
+        predicts.append(predict)
+        fits.append(fitted)
+        bases.append(_session_ccc(scored, postprocessed(t, fitted, train, scored)))
+    lags = draw_lags(scored, repeats, min_lag_s, seed)
+    groups = feature_groups(w.names, list(trial.channels), levels)
+    # per choice: the drop in CCC per (group, repeat, session)
+    drops = [np.empty((len(groups), repeats, len(scored))) for _ in choices]
+    for k, g in enumerate(groups):
+        for r in range(repeats):
+            # per model (the choices' predict functions are equal when they share it): its
+            # predictions of the permuted sessions, made once
+            made: list[tuple[Callable, dict[str, np.ndarray]]] = []
+            for i, (t, _) in enumerate(choices):
+                raw = next((m for p, m in made if p == predicts[i]), None)
+                if raw is None:
+                    raw = {
+                        s.session: predicts[i](replace(s, F=shifted(s.F, g.indices, lags[r, j])))
+                        for j, s in enumerate(scored)
+                    }
+                    made.append((predicts[i], raw))
+                preds = postprocessed(t, replace(fits[i], evaluated=raw), train, scored)
+                drops[i][k, r] = bases[i] - _session_ccc(scored, preds)
+    return [
+        _result(t, track, split, repeats, scored, groups, bases[i], drops[i])
+        for i, ((t, _), track) in enumerate(zip(choices, tracks, strict=True))
+    ]
 
+
+def _result(
+    trial: Trial,
+    track: str,
+    split: str,
+    repeats: int,
+    scored: Sequence[WindowedSession],
+    groups: Sequence[FeatureGroup],
+    base: np.ndarray,
+    drops_by_group: np.ndarray,
+) -> ImportanceResult:
+    """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session CCC ``base``
+    and its drops (groups, repeats, sessions)."""
     listeners = np.array([s.listener for s in scored])
     stories = np.array([s.story for s in scored])
     rows_l, cols_s = np.unique(listeners), np.unique(stories)
@@ -242,19 +321,9 @@ def permutation_importance(
         m[li, si] = values
         return contributions(m)[track]
 
-    lags = draw_lags(scored, repeats, min_lag_s, seed)
-    groups = feature_groups(w.names, list(trial.channels), levels)
     rows, drops = [], []
     base_mean = float(share(base).mean())
-    for g in groups:
-        per_repeat = np.empty((repeats, len(scored)))
-        for r in range(repeats):
-            raw = {
-                s.session: predict(replace(s, F=shifted(s.F, g.indices, lags[r, j])))
-                for j, s in enumerate(scored)
-            }
-            preds = postprocessed(trial, replace(fitted, evaluated=raw), train, scored)
-            per_repeat[r] = base - _session_ccc(scored, preds)
+    for g, per_repeat in zip(groups, drops_by_group, strict=True):
         drop = per_repeat.mean(axis=0)
         by_listener = share(drop)
         low, high = t_interval(by_listener)

@@ -35,10 +35,15 @@ from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
-from ..evaluation.importance import ImportanceResult, permutation_importance
+from ..evaluation.fitting import FitCache
+from ..evaluation.importance import (
+    ImportanceResult,
+    permutation_importance,
+    permutation_importances,
+)
 from ..evaluation.plots import plot_importance, plot_session_ccc
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
-from ..windowing.windowed import Windowed, window_sessions
+from ..windowing.windowed import Windowed, WindowKey, window_sessions
 
 #: the logged and the refitted unpermuted CCC may differ by rounding only (float32 features)
 REPRODUCED_TOLERANCE = 1e-4
@@ -133,7 +138,7 @@ def session_map(
 
 def explain_trial(
     trial: Trial,
-    w: Windowed,
+    w: Windowed | None,
     tracker: Tracker,
     run_id: str,
     out_dir: str | os.PathLike = "reports",
@@ -143,15 +148,20 @@ def explain_trial(
     track: str | None = None,
     seed: int = 0,
     scores: pd.DataFrame | None = None,
+    result: ImportanceResult | None = None,
 ) -> Explanation:
     """Permutation importance of ``trial`` (its windowed features ``w``) on ``split`` with
     ``track``'s averaging (default the configuration's own track), written to ``out_dir`` and
     logged to the run ``run_id`` (see the module docstring). ``scores``: the run's per-session
-    CCC for the heat map (default: its ``ccc_matrix.csv``, else the refit's ``split``)."""
+    CCC for the heat map (default: its ``ccc_matrix.csv``, else the refit's ``split``).
+    ``result``: that importance when already computed (then ``w`` is not read)."""
     track = track or trial.track
-    result = permutation_importance(
-        trial, w, levels=levels, repeats=repeats, split=split, track=track, seed=seed
-    )
+    if result is None:
+        if w is None:
+            raise ValueError("explain_trial needs the windowed features w or the result")
+        result = permutation_importance(
+            trial, w, levels=levels, repeats=repeats, split=split, track=track, seed=seed
+        )
     run = tracker.client.get_run(run_id)
     logged = run.data.metrics.get(f"{split}.ccc_{track}", float("nan"))
     refit = float(result.table.ccc.iloc[0]) if len(result.table) else float("nan")
@@ -272,13 +282,18 @@ def explain_choices(
     (the ablation table, with ``run_id_<track>`` and ``label_<track>``), the CCC heat map of the
     chosen run (``scores_of(run_id)``: its per-session CCC), and, when ``cfg.importance`` is
     set, its permutation importance (:func:`explain_trial`; a baseline has none). Returns the
-    :class:`Explanation` of each importance and the path of each heat map drawn alone."""
+    :class:`Explanation` of each importance and the path of each heat map drawn alone.
+
+    A feature set's sessions are loaded once; when its two choices share a fit group (e.g. one
+    model with ``rescale`` ``train`` and ``listener``), their importance is computed together
+    (:func:`~experiments.evaluation.importance.permutation_importances`): one set of fits and
+    of permuted predictions, the same numbers as apart."""
     by_hash = trials_by_hash(cfg)
     hashes = {}
-    windowed: dict[tuple, Windowed] = {}
     out: list[Explanation | Path] = []
     for fs, rows in table.groupby("feature_set", sort=False):
         first = rows.iloc[0]
+        chosen: list[tuple[str, str, Trial | None, pd.DataFrame | None]] = []
         for track in ("personalized", "generalized"):
             run_id = str(first.get(f"run_id_{track}", "") or "")
             if not run_id:
@@ -288,26 +303,20 @@ def explain_choices(
                 hashes[run_id] = tracker.client.get_run(run_id).data.tags.get(CONFIG_HASH_TAG, "")
             trial = by_hash.get(hashes[run_id])
             if cfg.importance is None or trial is None or _reads_no_feature(trial):
+                trial = None  # a heat map alone
+            chosen.append((track, run_id, trial, scores))
+        results = _importances(cfg, store, [(t, track) for track, _, t, _ in chosen if t])
+        for track, run_id, trial, scores in chosen:
+            if trial is None or cfg.importance is None:
                 if scores is not None and not scores.empty:
                     label = str(first.get(f"label_{track}", ""))
                     out.append(session_map(scores, out_dir, str(fs), track, label, tracker, run_id))
                 continue
-            key = trial.window_key()
-            if key not in windowed:
-                windowed.clear()  # one feature set's windows at a time
-                tables = load_sessions(
-                    store,
-                    list(trial.channels),
-                    target=trial.target,
-                    splits=cfg.splits,
-                    gold_standard=cfg.gold_standard,
-                )
-                windowed[key] = window_sessions(tables, key)
             imp = cfg.importance
             out.append(
                 explain_trial(
                     trial,
-                    windowed[key],
+                    None,
                     tracker,
                     run_id,
                     out_dir,
@@ -317,8 +326,47 @@ def explain_choices(
                     track,
                     cfg.seed,
                     scores,
+                    result=results[trial, track],
                 )
             )
+    return out
+
+
+def _importances(
+    cfg: ExperimentConfig, store: str | os.PathLike, choices: Sequence[tuple[Trial, str]]
+) -> dict[tuple[Trial, str], ImportanceResult]:
+    """The importance of each (configuration, track) of one feature set's ``choices``: the
+    sessions loaded once, each window made once (one at a time), the choices of one fit group
+    computed together."""
+    out: dict[tuple[Trial, str], ImportanceResult] = {}
+    if not choices or cfg.importance is None:
+        return out
+    imp = cfg.importance
+    by_window: dict[WindowKey, dict[Trial, list[tuple[Trial, str]]]] = {}
+    for trial, track in dict.fromkeys(choices):
+        groups = by_window.setdefault(trial.window_key(), {})
+        groups.setdefault(trial.fit_key(), []).append((trial, track))
+    first = choices[0][0]
+    tables: list | None = load_sessions(
+        store,
+        list(first.channels),
+        target=first.target,
+        splits=cfg.splits,
+        gold_standard=cfg.gold_standard,
+    )
+    cache = FitCache()
+    for n, (key, groups) in enumerate(by_window.items()):
+        w = window_sessions(tables or [], key)
+        if n == len(by_window) - 1:
+            tables = None  # the last window: the frames are no longer needed
+        for group in groups.values():
+            results = permutation_importances(
+                group, w, imp.levels, imp.repeats, imp.split, cfg.seed, cache=cache
+            )
+            for choice, result in zip(group, results, strict=True):
+                out[choice] = result
+        del w  # one window at a time, with its fits
+        cache.clear()
     return out
 
 

@@ -30,6 +30,7 @@ from ..config.grid import Trial, format_value
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
+from ..evaluation.fitting import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
 from ..tracking.child_runs import warnings_tags
 from ..tracking.provenance import code_version
@@ -191,6 +192,8 @@ def fusion_rows(
     done: dict[tuple[str, ...], str] = {}
     results: dict[str, FusionResult] = {}
     run_of: dict[str, str] = {}
+    # the tracks' members often share fit groups (one model, rescaled per track): fitted once
+    cache = FitCache()
     for track in TRACKS:
         member_runs = chosen[track] or []
         key = tuple(run for _, run in member_runs)
@@ -200,12 +203,15 @@ def fusion_rows(
                 blend=cfg.fusion.blend,
                 alpha=cfg.fusion.alpha,
                 seed=cfg.seed,
+                cache=cache,
             )
             same = [t for t in TRACKS if tuple(r for _, r in chosen[t] or []) == key]
             done[key] = _log(tracker, sweep, cfg, result, member_runs, same)
             results[done[key]] = result
             sweep.scores[done[key]] = result.scores
         run_of[track] = done[key]
+    cache.clear()
+    windows.clear()
     rows = []
     for split in ("val", "test"):
         row: dict = {c: np.nan for c in df.columns}

@@ -7,7 +7,9 @@ import pytest
 
 from experiments.config.tracks import fused_track
 from experiments.data.dataset import load_sessions
+from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, member_predictions, window_sessions
+from experiments.evaluation.fitting import FitCache
 from experiments.evaluation.fusion import Blend, late_fusion
 from tests.experiments.helpers import CHANNELS, SPLITS, build_store, pick, trials_for
 
@@ -152,3 +154,56 @@ def test_late_fusion_refuses_a_single_member(fused):
     members, _ = fused
     with pytest.raises(ValueError, match="at least two members"):
         late_fusion(members[:1])
+
+
+@pytest.mark.parametrize("model", ["hist_gb", "ridge"])
+def test_the_two_tracks_fusions_fit_a_shared_member_once_with_the_same_numbers(
+    halves, monkeypatch, model
+):
+    """The ablation's common case: each track's fusion has a member of one fit group (one model,
+    ``rescale`` ``listener`` for the personalized track, ``train`` for the generalized one). With
+    one cache the group is fitted once, and both fusions are the ones made apart, exactly."""
+    models = {
+        "hist_gb": {"name": "hist_gb", "max_iter": [15], "max_depth": [2]},
+        "ridge": {"name": "ridge", "alpha": [10]},
+    }
+    trials = trials_for(
+        models=[models[model]],
+        personalization=["global"],
+        postprocess={
+            "smooth_s": [2],
+            "smooth_method": ["moving_average"],
+            "rescale": ["train", "listener"],
+        },
+    )
+    per_track = {
+        rescale: _members(halves, trials, model=model, smooth_s=2.0, rescale=rescale)
+        for rescale in ("listener", "train")
+    }
+    pipeline: list[str] = []
+    real = fitting._fit
+
+    def counting(trial, train, personalization, predicted):
+        pipeline.append(trial.model)
+        return real(trial, train, personalization, predicted)
+
+    monkeypatch.setattr(fitting, "_fit", counting)
+    apart = {r: late_fusion(m) for r, m in per_track.items()}
+    n_apart = len(pipeline)
+    pipeline.clear()
+    cache = FitCache()
+    together = {r: late_fusion(m, cache=cache) for r, m in per_track.items()}
+    # per member: the main model and one per training story; ridge's are closed-form parts
+    per_member = 1 + len(SPLITS["train"])
+    assert cache.fits == 2 * per_member  # two members (speaker, listener), once each
+    assert cache.reuses == 2 * per_member  # the other track's fusion took them all
+    if model == "hist_gb":
+        assert (n_apart, len(pipeline)) == (4 * per_member, 2 * per_member)
+    for r in apart:
+        a, b = apart[r], together[r]
+        np.testing.assert_array_equal(a.blend.weights_, b.blend.weights_)
+        assert a.blend.intercept_ == b.blend.intercept_
+        assert a.metrics == b.metrics and a.train_ccc == b.train_ccc
+        for sid, p in a.predictions.items():
+            np.testing.assert_array_equal(b.predictions[sid], p)
+    assert apart["train"].metrics != apart["listener"].metrics  # two rescalings, two fusions

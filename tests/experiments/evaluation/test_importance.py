@@ -10,11 +10,14 @@ import pytest
 from experiments.config.grid import expand
 from experiments.config.loading import from_dict
 from experiments.data.dataset import load_sessions
+from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, window_sessions
+from experiments.evaluation.fitting import FitCache
 from experiments.evaluation.importance import (
     draw_lags,
     feature_groups,
     permutation_importance,
+    permutation_importances,
     shifted,
 )
 from tests.experiments.helpers import SPLITS, build_planted_column_store, config_dict
@@ -23,10 +26,16 @@ CHANNELS = ["listener/face_geom", "speaker/face_geom"]
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    """(trials of a ridge grid on both channels, their windowed features) on the planted-column store."""
+def planted_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted_column")
     build_planted_column_store(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def planted(planted_root):
+    """(trials of a ridge grid on both channels, their windowed features) on the planted-column store."""
+    root = planted_root
     cfg = from_dict(
         config_dict(
             "unused",
@@ -108,3 +117,80 @@ def test_lags_are_at_least_ten_seconds_and_blocks_move_whole(planted):
     ]
     with pytest.raises(ValueError, match="unknown importance levels"):
         feature_groups(w.names, CHANNELS, ["columns"])
+
+
+def _counted_fits(monkeypatch) -> list[str]:
+    """The models :func:`experiments.evaluation.fitting._fit` fits from now on (their kinds)."""
+    fits: list[str] = []
+    real = fitting._fit
+
+    def counting(trial, train, personalization, predicted):
+        fits.append(trial.model)
+        return real(trial, train, personalization, predicted)
+
+    monkeypatch.setattr(fitting, "_fit", counting)
+    return fits
+
+
+@pytest.mark.parametrize("model", ["hist_gb", "ridge"])
+def test_the_two_tracks_choices_of_one_fit_group_are_fitted_once_with_the_same_numbers(
+    planted_root, monkeypatch, model
+):
+    """The ablation's common case: the personalized track chose a model with ``rescale=listener``,
+    the generalized track the same model with ``rescale=train``. Computed together, their
+    importance costs one set of fits and of permuted predictions, and every number is the one
+    each gets alone (compared exactly: a shared fit that changed anything would show)."""
+    models = {
+        "hist_gb": {"name": "hist_gb", "max_iter": [15], "max_depth": [2]},
+        "ridge": {"name": "ridge", "alpha": [10]},
+    }
+    cfg = from_dict(
+        config_dict(
+            "unused",
+            feature_sets={"both": CHANNELS},
+            models=[models[model]],
+            personalization=["global"],
+            postprocess={"smooth_s": [2], "rescale": ["train", "listener"]},
+        )
+    )
+    by_rescale = {t.rescale: t for t in expand(cfg)}
+    choices = [(by_rescale["listener"], "personalized"), (by_rescale["train"], "generalized")]
+    assert choices[0][0].fit_key() == choices[1][0].fit_key()
+    tables = load_sessions(planted_root, CHANNELS, splits=SPLITS, cache=False)
+    w = window_sessions(tables, choices[0][0].window_key())
+    kwargs = {"levels": ["channel", "column"], "repeats": 3, "split": "test", "seed": 1}
+
+    fits = _counted_fits(monkeypatch)
+    alone = [permutation_importance(t, w, track=track, **kwargs) for t, track in choices]
+    n_alone = len(fits)
+    fits.clear()
+    cache = FitCache()
+    together = permutation_importances(choices, w, cache=cache, **kwargs)
+
+    # the main model, and (hist_gb: the pipeline) one model per training story out of fold
+    per_choice = 1 + (len(SPLITS["train"]) if model == "hist_gb" else 0)
+    assert n_alone == 2 * per_choice
+    assert len(fits) == per_choice, fits
+    assert cache.reuses >= per_choice  # the second choice took every fit from the cache
+    for a, b in zip(alone, together, strict=True):
+        pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+        pd.testing.assert_frame_equal(a.drops, b.drops, check_exact=True)
+        pd.testing.assert_frame_equal(a.scores, b.scores, check_exact=True)
+    # two choices, not one: the rescaling and the averaging are each one's own
+    assert together[0].table.ccc.iloc[0] != together[1].table.ccc.iloc[0]
+    assert set(together[0].table.track) == {"personalized"}
+    # the cache handed out the same fits again: a third request fits nothing
+    fits.clear()
+    again = permutation_importance(choices[1][0], w, track="generalized", cache=cache, **kwargs)
+    assert fits == []
+    pd.testing.assert_frame_equal(again.table, alone[1].table, check_exact=True)
+    cache.clear()
+    permutation_importance(choices[1][0], w, track="generalized", cache=cache, **kwargs)
+    assert len(fits) == per_choice  # cleared: fitted again
+
+
+def test_choices_of_several_fit_groups_are_refused(planted):
+    trials, w = planted
+    a, b = _pick(trials, "global", 2.0, "train"), _pick(trials, "per_listener", 2.0, "train")
+    with pytest.raises(ValueError, match="one fit group"):
+        permutation_importances([(a, None), (b, None)], w)
