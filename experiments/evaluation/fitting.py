@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -195,6 +195,13 @@ def _copied(result: PartResult) -> PartResult:
     )
 
 
+def _fit_identity(trial: Trial) -> Trial:
+    """What of ``trial`` a fit reads: its fit key without the unseen-listener flags (a part
+    names its own personalization and sessions), so that a configuration and its
+    unseen-listener variant share fits."""
+    return replace(trial.fit_key(), unseen_listener=False, unseen_nested=False)
+
+
 @dataclass
 class _Model:
     """A model fitted by :func:`_fit` (``fitted``) that predicts a session: ``predict`` one of
@@ -232,8 +239,8 @@ class FitCache:
     """
 
     def __init__(self) -> None:
-        self._models: dict[Hashable, tuple[_Model, list[warnings.WarningMessage]]] = {}
-        self._parts: dict[Hashable, PartResult] = {}
+        self._models: dict[tuple, tuple[_Model, list[warnings.WarningMessage]]] = {}
+        self._parts: dict[tuple, PartResult] = {}
         self.fits = 0
         self.reuses = 0
 
@@ -245,6 +252,13 @@ class FitCache:
         """Forget every fit (the counts stay)."""
         self._models.clear()
         self._parts.clear()
+
+    def release(self, names: Sequence[str]) -> None:
+        """Forget the fits made on the windowed features whose columns are ``names``."""
+        names = tuple(names)
+        for store in (self._models, self._parts):
+            for key in [k for k in store if k[0] == names]:
+                del store[key]
 
 
 @dataclass(frozen=True)
@@ -265,7 +279,7 @@ class FitScope:
         listeners = (
             frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
         )
-        key = (self.names, trial.fit_key(), personalization, _ids(train), listeners)
+        key = (self.names, _fit_identity(trial), personalization, _ids(train), listeners)
         c = self.cache
         if key in c._models:
             c.reuses += 1
@@ -288,7 +302,7 @@ class FitScope:
         """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
         c = self.cache
         keys = {
-            p: (self.names, trial.fit_key(), p, _ids(train), _ids(evaluate), need_post_fit)
+            p: (self.names, _fit_identity(trial), p, _ids(train), _ids(evaluate), need_post_fit)
             for p in parts
         }
         todo = [p for p in parts if keys[p] not in c._parts]

@@ -51,6 +51,7 @@ from ..config.fusion import FUSED_SET
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
 from ..evaluation import markdown
+from ..evaluation.fitting import FitCache
 from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track
@@ -337,8 +338,10 @@ def ablate(
         df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
         df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
         df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
+    # the members' fits kept for the importance of the same choices (explain_choices)
+    cache = FitCache()
     t0 = time.perf_counter()
-    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri)
+    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
     fusion_seconds = time.perf_counter() - t0
     if len(fused):
         df = pd.concat([df, fused], ignore_index=True)
@@ -359,7 +362,9 @@ def ablate(
         store,
         tracker,
         out,
+        cache,
     )
+    cache.clear()
     explain_seconds = time.perf_counter() - t0
     md = ablation_markdown(
         df,

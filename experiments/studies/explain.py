@@ -243,10 +243,20 @@ def explain_run(
         )
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
     tables = load_sessions(
-        store, list(trial.channels), target=trial.target, splits=dict_splits(trial)
+        store, sweep_channels(trial), target=trial.target, splits=dict_splits(trial)
     )
     w = window_sessions(tables, trial.window_key())
     return explain_trial(trial, w, tracker, run_id, out_dir, levels, repeats, split, track, seed)
+
+
+def sweep_channels(trial: Trial) -> list[str]:
+    """``trial``'s channels in the order the sweep loads them (sorted, as
+    :class:`~experiments.tracking.context.SweepContext` lists every channel): the windowed
+    features' columns follow the load order, and a model's fit depends on the column order, so
+    a refit on this load is the run's fit, number for number (late fusion's load, the sorted
+    union of its members' channels, lays them out the same way, so their fits are shared).
+    """
+    return sorted(trial.channels)
 
 
 def dict_splits(trial: Trial) -> dict[str, list[int]]:
@@ -277,6 +287,7 @@ def explain_choices(
     store: str | os.PathLike,
     tracker: Tracker,
     out_dir: str | os.PathLike = "reports",
+    cache: FitCache | None = None,
 ) -> list[Explanation | Path]:
     """The ablation's per-configuration pictures: for each feature set and track of ``table``
     (the ablation table, with ``run_id_<track>`` and ``label_<track>``), the CCC heat map of the
@@ -287,7 +298,9 @@ def explain_choices(
     A feature set's sessions are loaded once; when its two choices share a fit group (e.g. one
     model with ``rescale`` ``train`` and ``listener``), their importance is computed together
     (:func:`~experiments.evaluation.importance.permutation_importances`): one set of fits and
-    of permuted predictions, the same numbers as apart."""
+    of permuted predictions, the same numbers as apart. ``cache``: fits made before (the late
+    fusion's members, :func:`experiments.studies.fusion.fusion_rows`), each window's released
+    once its importance is computed."""
     by_hash = trials_by_hash(cfg)
     hashes = {}
     out: list[Explanation | Path] = []
@@ -305,7 +318,7 @@ def explain_choices(
             if cfg.importance is None or trial is None or _reads_no_feature(trial):
                 trial = None  # a heat map alone
             chosen.append((track, run_id, trial, scores))
-        results = _importances(cfg, store, [(t, track) for track, _, t, _ in chosen if t])
+        results = _importances(cfg, store, [(t, track) for track, _, t, _ in chosen if t], cache)
         for track, run_id, trial, scores in chosen:
             if trial is None or cfg.importance is None:
                 if scores is not None and not scores.empty:
@@ -333,7 +346,10 @@ def explain_choices(
 
 
 def _importances(
-    cfg: ExperimentConfig, store: str | os.PathLike, choices: Sequence[tuple[Trial, str]]
+    cfg: ExperimentConfig,
+    store: str | os.PathLike,
+    choices: Sequence[tuple[Trial, str]],
+    cache: FitCache | None = None,
 ) -> dict[tuple[Trial, str], ImportanceResult]:
     """The importance of each (configuration, track) of one feature set's ``choices``: the
     sessions loaded once, each window made once (one at a time), the choices of one fit group
@@ -349,12 +365,12 @@ def _importances(
     first = choices[0][0]
     tables: list | None = load_sessions(
         store,
-        list(first.channels),
+        sweep_channels(first),
         target=first.target,
         splits=cfg.splits,
         gold_standard=cfg.gold_standard,
     )
-    cache = FitCache()
+    cache = cache or FitCache()
     for n, (key, groups) in enumerate(by_window.items()):
         w = window_sessions(tables or [], key)
         if n == len(by_window) - 1:
@@ -365,8 +381,8 @@ def _importances(
             )
             for choice, result in zip(group, results, strict=True):
                 out[choice] = result
+        cache.release(w.names)
         del w  # one window at a time, with its fits
-        cache.clear()
     return out
 
 

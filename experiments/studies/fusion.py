@@ -155,10 +155,13 @@ def fusion_rows(
     df: pd.DataFrame,
     store,
     tracking_uri: str | None = None,
+    cache: FitCache | None = None,
 ) -> tuple[pd.DataFrame, dict[str, FusionResult]]:
     """The ``late fusion`` rows of the ablation table (the columns of ``df``, one per split) and
     the fusions by run id; their per-session scores are added to ``sweep.scores`` so the paired
     comparisons find them. Empty when ``cfg`` has no fusion or a member has no choice.
+    ``cache``: where the members' fits are kept (for the importance of the same choices, which
+    the caller then releases); by default, one of this call.
     """
     if not cfg.fusion.enabled:
         return df.iloc[0:0], {}
@@ -193,7 +196,8 @@ def fusion_rows(
     results: dict[str, FusionResult] = {}
     run_of: dict[str, str] = {}
     # the tracks' members often share fit groups (one model, rescaled per track): fitted once
-    cache = FitCache()
+    own = cache is None
+    cache = FitCache() if cache is None else cache
     for track in TRACKS:
         member_runs = chosen[track] or []
         key = tuple(run for _, run in member_runs)
@@ -210,7 +214,8 @@ def fusion_rows(
             results[done[key]] = result
             sweep.scores[done[key]] = result.scores
         run_of[track] = done[key]
-    cache.clear()
+    if own:
+        cache.clear()
     windows.clear()
     rows = []
     for split in ("val", "test"):
