@@ -51,9 +51,9 @@ from ..data.folds import cv_folds
 from ..models.personalization import apply_listener_calibration
 from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
+from .fit_cache import FitCache
 from .fitting import (
     CALIBRATION_SHRINKAGE,
-    FitCache,
     FitPart,
     Fitted,
     PartResult,
@@ -264,7 +264,7 @@ def member_predictions(
     the training ones out of fold even when the configuration fits its post-processing in sample
     (``postprocess.fit_on: in_sample``: its leave-one-story-out fits are then made here too).
     ``cache``: fits made before on the same inputs are reused (e.g. the other track's choice of
-    the same fit group; :class:`~experiments.evaluation.fitting.FitCache`), the same numbers.
+    the same fit group; :class:`~experiments.evaluation.fit_cache.FitCache`), the same numbers.
 
     Raises:
         ValueError: protocol ``loso``, no training or evaluated sessions, or a single training

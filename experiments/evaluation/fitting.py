@@ -27,12 +27,8 @@ one solve, with the pipeline's imputation, standardisation and intercept folded 
 (the tests compare every ridge configuration of their store with the pipeline: CCC within
 1e-8). Other models and options fall back to the pipeline.
 
-The steps after a sweep (permutation importance of each track's choice, late fusion's
-members) refit configurations whose fits the sweep made in its workers; two choices of one fit
-group (they differ in post-processing only) need the very same fits. A :class:`FitCache` makes
-each of them once: a pipeline model, its predictions of the windowed sessions and the warnings
-it raised, and each closed-form part, keyed by everything the fit reads, so what it hands back
-is what a refit would give, number for number.
+The steps after a sweep reuse exact fits through
+:class:`~experiments.evaluation.fit_cache.FitCache`.
 """
 
 from __future__ import annotations
@@ -40,8 +36,8 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +48,9 @@ from ..models.personalization import PerListenerRegressor, make_personalizer
 from ..models.position_prior import session_position
 from ..models.ridge_stats import LinearFit, SufficientStats
 from ..windowing.windowed import WindowedSession
+
+if TYPE_CHECKING:  # fit_cache imports this module
+    from .fit_cache import FitScope
 
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
 CALIBRATION_SHRINKAGE = 100.0
@@ -185,23 +184,6 @@ def _replay(caught: Sequence[warnings.WarningMessage]) -> None:
         warnings.warn_explicit(c.message, c.category, c.filename, c.lineno)
 
 
-def _copied(result: PartResult) -> PartResult:
-    return PartResult(
-        {k: v.copy() for k, v in result.predictions.items()},
-        {k: v.copy() for k, v in result.in_sample.items()},
-        result.n_rows,
-        result.seconds,
-        list(result.warnings),
-    )
-
-
-def _fit_identity(trial: Trial) -> Trial:
-    """What of ``trial`` a fit reads: its fit key without the unseen-listener flags (a part
-    names its own personalization and sessions), so that a configuration and its
-    unseen-listener variant share fits."""
-    return replace(trial.fit_key(), unseen_listener=False, unseen_nested=False)
-
-
 @dataclass
 class _Model:
     """A model fitted by :func:`_fit` (``fitted``) that predicts a session: ``predict`` one of
@@ -223,96 +205,6 @@ class _Model:
         pred, caught = self.memo[s.session]
         _replay(caught)
         return pred.copy()
-
-
-class FitCache:
-    """Fits made once for several steps that refit configurations of one fit group (see the
-    module docstring); :meth:`on` gives the view of one windowed feature set, :meth:`clear`
-    releases everything.
-
-    Only exact reuse: a pipeline model is keyed by the windowed features' names (their layout),
-    the configuration's :meth:`~experiments.config.grid.Trial.fit_key`, the personalization, the
-    fitted sessions in order and (per-listener models) the predicted listeners; its predictions
-    by the session too; a closed-form part (:func:`closed_form_parts`) by the part, the training
-    and the evaluated sessions and ``need_post_fit``. Every copy handed out is a new array.
-    ``fits``: models and closed-form parts made; ``reuses``: the times one was handed out again.
-    """
-
-    def __init__(self) -> None:
-        self._models: dict[tuple, tuple[_Model, list[warnings.WarningMessage]]] = {}
-        self._parts: dict[tuple, PartResult] = {}
-        self.fits = 0
-        self.reuses = 0
-
-    def on(self, names: Sequence[str]) -> FitScope:
-        """This cache for the windowed features whose columns are ``names``."""
-        return FitScope(self, tuple(names))
-
-    def clear(self) -> None:
-        """Forget every fit (the counts stay)."""
-        self._models.clear()
-        self._parts.clear()
-
-    def release(self, names: Sequence[str]) -> None:
-        """Forget the fits made on the windowed features whose columns are ``names``."""
-        names = tuple(names)
-        for store in (self._models, self._parts):
-            for key in [k for k in store if k[0] == names]:
-                del store[key]
-
-
-@dataclass(frozen=True)
-class FitScope:
-    """A :class:`FitCache` for one windowed feature set (its column ``names``)."""
-
-    cache: FitCache
-    names: tuple[str, ...]
-
-    def model(
-        self,
-        trial: Trial,
-        train: Sequence[WindowedSession],
-        personalization: str,
-        predicted: Sequence[WindowedSession],
-    ) -> _Model:
-        """:func:`_fit`'s model, fitted on the first request of its key."""
-        listeners = (
-            frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
-        )
-        key = (self.names, _fit_identity(trial), personalization, _ids(train), listeners)
-        c = self.cache
-        if key in c._models:
-            c.reuses += 1
-        else:
-            fitted, caught = _recorded(lambda: _fit(trial, train, personalization, predicted))
-            c._models[key] = _Model(trial, fitted, {}), caught
-            c.fits += 1
-        model, caught = c._models[key]
-        _replay(caught)
-        return model
-
-    def closed_form(
-        self,
-        trial: Trial,
-        parts: Sequence[FitPart],
-        train: Sequence[WindowedSession],
-        evaluate: Sequence[WindowedSession],
-        need_post_fit: bool,
-    ) -> dict[FitPart, PartResult]:
-        """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
-        c = self.cache
-        keys = {
-            p: (self.names, _fit_identity(trial), p, _ids(train), _ids(evaluate), need_post_fit)
-            for p in parts
-        }
-        todo = [p for p in parts if keys[p] not in c._parts]
-        made = closed_form_parts(trial, todo, train, evaluate, need_post_fit)
-        for p, result in made.items():
-            c._parts[keys[p]] = result
-        c.fits += len(made)
-        out = {p: _copied(c._parts[keys[p]]) for p in parts if keys[p] in c._parts}
-        c.reuses += len(out) - len(made)
-        return out
 
 
 @dataclass
@@ -425,7 +317,8 @@ def fit_part(
 ) -> PartResult:
     """Fit and predict one part (see the module docstring): from sufficient statistics where
     :func:`closed_form_parts` has a closed form, else with the model's pipeline. ``cache``:
-    a fit made before on the same inputs is reused (:class:`FitCache`)."""
+    a fit made before on the same inputs is reused
+    (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
     closed = (
         closed_form_parts(trial, [part], train, evaluate, need_post_fit)
         if cache is None
@@ -581,8 +474,9 @@ def fit_main(
     from its features, per frame, NaN filled with the training label mean; the part's result,
     as :func:`fit_part` gives it). For predictions on changed features (permutation importance,
     :mod:`experiments.evaluation.importance`) from the very model the run's predictions came from.
-    ``cache``: the model made before on the same inputs is reused (:class:`FitCache`); the
-    functions of configurations that share the model are then equal (``==``)."""
+    ``cache``: the model made before on the same inputs is reused
+    (:class:`~experiments.evaluation.fit_cache.FitCache`); the functions of configurations
+    that share the model are then equal (``==``)."""
     t0 = time.perf_counter()
     base, calibrated = _base(trial)
     in_sample = (
@@ -684,7 +578,8 @@ def fit_group(
 ) -> Fitted:
     """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training
     set: the parts in ``done`` as given (fitted elsewhere), the others fitted here, or taken
-    from ``cache`` when made before on the same inputs (:class:`FitCache`)."""
+    from ``cache`` when made before on the same inputs
+    (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
     done = dict(done or {})
     todo = [
         p for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen) if p not in done

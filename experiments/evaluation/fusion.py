@@ -43,7 +43,7 @@ from ..config.options import BLENDS
 from ..config.tracks import fused_track
 from ..windowing.windowed import Windowed
 from .evaluate import MemberPredictions, member_predictions, score_metrics, session_scores
-from .fitting import FitCache
+from .fit_cache import FitCache
 from .metrics import ccc
 
 
@@ -150,7 +150,7 @@ def late_fusion(
 
     ``predicted``: the members' :class:`MemberPredictions` when already made (one per member, in
     order); otherwise they are made here, with the fits of ``cache`` when it holds them (e.g.
-    another fusion's members of the same fit groups, :class:`~experiments.evaluation.fitting.FitCache`).
+    another fusion's members of the same fit groups, :class:`~experiments.evaluation.fit_cache.FitCache`).
     ``seed`` seeds the chance level.
 
     Raises:

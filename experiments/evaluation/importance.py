@@ -50,7 +50,8 @@ from ..config.grid import Trial
 from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
-from .fitting import FitCache, FitPart, fit_group, fit_main
+from .fit_cache import FitCache
+from .fitting import FitPart, fit_group, fit_main
 from .metrics import ccc
 from .uncertainty import MIN_LAG_S, contributions, t_interval
 
@@ -196,7 +197,7 @@ def permutation_importance(
         seed: seed of the lags.
         min_lag_s: smallest lag, seconds.
         cache: fits made before on the same inputs are reused (the same numbers as a refit,
-            :class:`~experiments.evaluation.fitting.FitCache`).
+            :class:`~experiments.evaluation.fit_cache.FitCache`).
 
     Returns:
         An :class:`ImportanceResult`; its table is sorted by level, then importance (largest

@@ -51,7 +51,7 @@ from ..config.fusion import FUSED_SET
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
 from ..evaluation import markdown
-from ..evaluation.fitting import FitCache
+from ..evaluation.fit_cache import FitCache
 from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track

@@ -35,7 +35,7 @@ from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
-from ..evaluation.fitting import FitCache
+from ..evaluation.fit_cache import FitCache
 from ..evaluation.importance import (
     ImportanceResult,
     permutation_importance,

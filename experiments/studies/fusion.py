@@ -30,7 +30,7 @@ from ..config.grid import Trial, format_value
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
-from ..evaluation.fitting import FitCache
+from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
 from ..tracking.child_runs import warnings_tags
 from ..tracking.provenance import code_version

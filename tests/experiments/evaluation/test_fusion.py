@@ -9,7 +9,7 @@ from experiments.config.tracks import fused_track
 from experiments.data.dataset import load_sessions
 from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, member_predictions, window_sessions
-from experiments.evaluation.fitting import FitCache
+from experiments.evaluation.fit_cache import FitCache
 from experiments.evaluation.fusion import Blend, late_fusion
 from tests.experiments.helpers import CHANNELS, SPLITS, build_store, pick, trials_for
 

@@ -12,7 +12,7 @@ from experiments.config.loading import from_dict
 from experiments.data.dataset import load_sessions
 from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, window_sessions
-from experiments.evaluation.fitting import FitCache
+from experiments.evaluation.fit_cache import FitCache
 from experiments.evaluation.importance import (
     draw_lags,
     feature_groups,

@@ -1,0 +1,130 @@
+"""Fits made once for the steps after a sweep that refit configurations of one fit group.
+
+The steps after a sweep (permutation importance of each track's choice, late fusion's
+members) refit configurations whose fits the sweep made in its workers; two choices of one fit
+group (they differ in post-processing only) need the very same fits. A :class:`FitCache` makes
+each of them once: a pipeline model, its predictions of the windowed sessions and the warnings
+it raised, and each closed-form part, keyed by everything the fit reads, so what it hands back
+is what a refit would give, number for number (:mod:`experiments.evaluation.fitting` takes a
+:class:`FitScope` as ``cache=``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ..config.grid import Trial
+from ..windowing.windowed import WindowedSession
+from . import fitting  # its functions looked up at call time (the tests count the fits)
+from .fitting import FitPart, PartResult, _ids, _Model, _recorded, _replay
+
+
+def _copied(result: PartResult) -> PartResult:
+    return PartResult(
+        {k: v.copy() for k, v in result.predictions.items()},
+        {k: v.copy() for k, v in result.in_sample.items()},
+        result.n_rows,
+        result.seconds,
+        list(result.warnings),
+    )
+
+
+def _fit_identity(trial: Trial) -> Trial:
+    """What of ``trial`` a fit reads: its fit key without the unseen-listener flags (a part
+    names its own personalization and sessions), so that a configuration and its
+    unseen-listener variant share fits."""
+    return replace(trial.fit_key(), unseen_listener=False, unseen_nested=False)
+
+
+class FitCache:
+    """Fits made once for several steps that refit configurations of one fit group (see the
+    module docstring); :meth:`on` gives the view of one windowed feature set, :meth:`clear`
+    releases everything.
+
+    Only exact reuse: a pipeline model is keyed by the windowed features' names (their layout),
+    the configuration's :meth:`~experiments.config.grid.Trial.fit_key`, the personalization, the
+    fitted sessions in order and (per-listener models) the predicted listeners; its predictions
+    by the session too; a closed-form part (:func:`closed_form_parts`) by the part, the training
+    and the evaluated sessions and ``need_post_fit``. Every copy handed out is a new array.
+    ``fits``: models and closed-form parts made; ``reuses``: the times one was handed out again.
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[tuple, tuple[_Model, list[warnings.WarningMessage]]] = {}
+        self._parts: dict[tuple, PartResult] = {}
+        self.fits = 0
+        self.reuses = 0
+
+    def on(self, names: Sequence[str]) -> FitScope:
+        """This cache for the windowed features whose columns are ``names``."""
+        return FitScope(self, tuple(names))
+
+    def clear(self) -> None:
+        """Forget every fit (the counts stay)."""
+        self._models.clear()
+        self._parts.clear()
+
+    def release(self, names: Sequence[str]) -> None:
+        """Forget the fits made on the windowed features whose columns are ``names``."""
+        names = tuple(names)
+        for store in (self._models, self._parts):
+            for key in [k for k in store if k[0] == names]:
+                del store[key]
+
+
+@dataclass(frozen=True)
+class FitScope:
+    """A :class:`FitCache` for one windowed feature set (its column ``names``)."""
+
+    cache: FitCache
+    names: tuple[str, ...]
+
+    def model(
+        self,
+        trial: Trial,
+        train: Sequence[WindowedSession],
+        personalization: str,
+        predicted: Sequence[WindowedSession],
+    ) -> _Model:
+        """:func:`_fit`'s model, fitted on the first request of its key."""
+        listeners = (
+            frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
+        )
+        key = (self.names, _fit_identity(trial), personalization, _ids(train), listeners)
+        c = self.cache
+        if key in c._models:
+            c.reuses += 1
+        else:
+            fitted, caught = _recorded(
+                lambda: fitting._fit(trial, train, personalization, predicted)
+            )
+            c._models[key] = _Model(trial, fitted, {}), caught
+            c.fits += 1
+        model, caught = c._models[key]
+        _replay(caught)
+        return model
+
+    def closed_form(
+        self,
+        trial: Trial,
+        parts: Sequence[FitPart],
+        train: Sequence[WindowedSession],
+        evaluate: Sequence[WindowedSession],
+        need_post_fit: bool,
+    ) -> dict[FitPart, PartResult]:
+        """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
+        c = self.cache
+        keys = {
+            p: (self.names, _fit_identity(trial), p, _ids(train), _ids(evaluate), need_post_fit)
+            for p in parts
+        }
+        todo = [p for p in parts if keys[p] not in c._parts]
+        made = fitting.closed_form_parts(trial, todo, train, evaluate, need_post_fit)
+        for p, result in made.items():
+            c._parts[keys[p]] = result
+        c.fits += len(made)
+        out = {p: _copied(c._parts[keys[p]]) for p in parts if keys[p] in c._parts}
+        c.reuses += len(out) - len(made)
+        return out
