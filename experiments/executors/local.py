@@ -197,8 +197,11 @@ def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
 
-#: compute the next group's windowed features while the current group runs (faster; holds
-#: two groups' features at a time instead of one) ...
+#: compute the next group's windowed features while the current group runs, when a core is
+#: left over by the ``jobs`` workers (holds two groups' features at a time instead of one). With
+#: every core fitting, the windowing thread only takes CPU from the fits: on 2 cores, 2 jobs,
+#: the full-size grid took 122.0 s with it and 121.6 s without, at 3.11 GB peak PSS against
+#: 2.72 GB ...
 PREFETCH_WINDOWS = True
 #: ... when their estimated size (see :func:`windowed_nbytes`) is at most this fraction of the
 #: memory available at that moment (the current group's fits still grow into the rest)
@@ -295,9 +298,9 @@ class Scheduler:
     worker runs ``cores // jobs`` BLAS / OpenMP threads. :meth:`outcomes` yields the results
     in the order of the configurations.
 
-    Memory: the next group's features are computed ahead only when they fit
-    ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the current group is
-    done); a pool exits as soon as its configurations are done, not once their results have
+    Memory: the next group's features are computed ahead only when a core is left over by the
+    workers and they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the
+    current group is done); a pool exits as soon as its configurations are done, not once their results have
     been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
     view of them at start, so no pool keeps them alive after that.
@@ -334,6 +337,8 @@ class Scheduler:
     def prefetch(self, i: int) -> None:
         """:meth:`start_windowing` key ``i`` ahead when its features fit the memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
+            return
+        if (os.cpu_count() or 1) <= self.jobs:  # no spare core: windowing ahead gains nothing
             return
         free = available_memory()
         if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (

@@ -75,6 +75,7 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 3)  # a core left over: prefetch may run
     got = {}
     for o in Scheduler(tables, groups, jobs=2).outcomes():
         assert o.error == "" and o.result is not None
@@ -273,14 +274,24 @@ def test_plan_starts_the_slow_groups_split_into_their_fits(planted_store):
 
 
 def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
-    """The next key is windowed ahead only when its features fit PREFETCH_MEMORY_FRACTION of the
-    available memory (or the available memory is unknown), and only once."""
+    """The next key is windowed ahead only when a core is left over by the workers and its
+    features fit PREFETCH_MEMORY_FRACTION of the available memory (or the available memory is
+    unknown), and only once."""
     cfg = from_dict(config_dict("mlruns", personalization=["global"]))
     groups = _groups(cfg)
     tables = _tables(planted_store, cfg)
     need = local.windowed_nbytes(tables, list(groups)[1])
     budget = {"free": 0}
     monkeypatch.setattr(local, "available_memory", lambda: budget["free"])
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
+    busy = Scheduler(tables, groups, jobs=2)  # every core fitting: never ahead
+    try:
+        budget["free"] = 10**15
+        busy.prefetch(1)
+        assert busy.windows == {}
+    finally:
+        busy.stop()
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 3)  # one core left over
     sched = Scheduler(tables, groups, jobs=2)
     try:
         budget["free"] = int(need / local.PREFETCH_MEMORY_FRACTION) - 1
