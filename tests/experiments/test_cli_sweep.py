@@ -222,7 +222,14 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
         assert proc.poll() is None, (
             "the sweep ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
         )
-        workers = child_pids(proc.pid)
+        # between two window keys no pool may be forked yet (the next key is being windowed):
+        # wait for a pool's workers, so that the kill finds some to orphan
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = child_pids(proc.pid)
+            if len(workers) >= 2:
+                break
+            time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         # the pools' workers notice they are orphaned and leave (within about a second); the next
