@@ -317,7 +317,10 @@ class Scheduler:
         self.keys = list(groups)
         self.jobs = jobs
         self.figures = figures
-        self.threads = max(1, (os.cpu_count() or 1) // jobs)
+        cores = os.cpu_count() or 1
+        self.threads = max(1, cores // jobs)
+        #: a core the workers leave over: only then is the next key windowed ahead
+        self.spare_core = cores > jobs
         #: window keys (by index) being windowed, not launched yet
         self.windows: dict[int, cf.Future] = {}
         #: launched window keys (by index)
@@ -338,7 +341,7 @@ class Scheduler:
         """:meth:`start_windowing` key ``i`` ahead when its features fit the memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
-        if (os.cpu_count() or 1) <= self.jobs:  # no spare core: windowing ahead gains nothing
+        if not self.spare_core:  # windowing ahead would only take CPU from the fits
             return
         free = available_memory()
         if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (

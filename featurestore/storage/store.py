@@ -147,6 +147,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _session_columns(session: str, meta: SessionMeta) -> dict[str, Any]:
+    """The columns of a session that every per-session table of the store starts with."""
+    return {
+        "session": session,
+        "listener": meta.listener,
+        "story": meta.story,
+        "speaker": meta.speaker,
+        "split": meta.split,
+    }
+
+
 class Store:
     """A folder of per-session HDF5 shards.
 
@@ -333,11 +344,7 @@ class Store:
                 targets = shard.label_targets()
             rows.append(
                 {
-                    "session": s,
-                    "listener": m.listener,
-                    "story": m.story,
-                    "speaker": m.speaker,
-                    "split": m.split,
+                    **_session_columns(s, m),
                     "n_frames": m.n_frames,
                     "channels": chans,
                     "targets": targets,
@@ -407,11 +414,7 @@ class Store:
                 n = len(session_labels.read_session_raters(shard.file, target))
             rows.append(
                 {
-                    "session": s,
-                    "listener": m.listener,
-                    "story": m.story,
-                    "speaker": m.speaker,
-                    "split": m.split,
+                    **_session_columns(s, m),
                     "value": value,
                     "n_raters": n,
                 }
