@@ -197,6 +197,8 @@ def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
 
+#: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
+BACKLOG_PER_WORKER = 1
 #: compute the next group's windowed features while the current group runs, when a core is
 #: left over by the ``jobs`` workers (holds two groups' features at a time instead of one). With
 #: every core fitting, the windowing thread only takes CPU from the fits: on 2 cores, 2 jobs,
@@ -262,6 +264,9 @@ class WindowKeyState:
     futures: dict[Trial, cf.Future] = field(default_factory=dict)
     slots: dict[Trial, int] = field(default_factory=dict)
     parts: dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]] = field(default_factory=dict)
+    #: the pool's worker processes, and the futures of its tasks not yet seen done
+    workers: int = 0
+    submitted: set[cf.Future] = field(default_factory=set)
 
     def all_done(self) -> bool:
         """Nothing queued, no split group pending and every configuration's future done."""
@@ -317,7 +322,7 @@ class Scheduler:
         self.keys = list(groups)
         self.jobs = jobs
         self.figures = figures
-        cores = os.cpu_count() or 1
+        cores = self.cores = os.cpu_count() or 1
         self.threads = max(1, cores // jobs)
         #: a core the workers leave over: only then is the next key windowed ahead
         self.spare_core = cores > jobs
@@ -325,17 +330,21 @@ class Scheduler:
         self.windows: dict[int, cf.Future] = {}
         #: launched window keys (by index)
         self.states: dict[int, WindowKeyState] = {}
-        #: submitted tasks not yet seen done, over all pools (at most ``jobs``)
+        #: submitted tasks not yet seen done, over all pools: at most ``jobs`` running, and
+        #: up to ``BACKLOG_PER_WORKER * jobs`` more waiting in the queue of a busy pool
         self.running: set[cf.Future] = set()
         # starts its thread on the first submit, and is shut down by :meth:`stop`
         self._windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
 
     # ---- windowing: in a background thread, one key at a time, in order
 
-    def start_windowing(self, i: int) -> None:
-        """Compute key ``i``'s windowed features in the background (unless under way or launched)."""
+    def start_windowing(self, i: int, threads: int = 1) -> None:
+        """Compute key ``i``'s windowed features in the background (unless under way or
+        launched), ``threads`` sessions at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
-            self.windows[i] = self._windowing.submit(window_sessions, self.tables, self.keys[i])
+            self.windows[i] = self._windowing.submit(
+                window_sessions, self.tables, self.keys[i], threads
+            )
 
     def prefetch(self, i: int) -> None:
         """:meth:`start_windowing` key ``i`` ahead when its features fit the memory budget."""
@@ -386,8 +395,9 @@ class Scheduler:
         _SHARED.clear()
         _SHARED[self.keys[i]] = w
         release_free_memory()  # what the windowing freed: the workers would map it for nothing
+        state.workers = min(self.jobs, len(state.queue))
         state.pool = cf.ProcessPoolExecutor(
-            max_workers=min(self.jobs, len(state.queue)),
+            max_workers=state.workers,
             mp_context=mp.get_context("fork"),
             initializer=_worker_init,
             initargs=(self.threads, self.tables),
@@ -431,15 +441,15 @@ class Scheduler:
         """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
         if task.part is not None:
-            part = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
-            state.parts[task.fit_group][task.part] = part
-            self.running.add(part)
+            fut = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
+            state.parts[task.fit_group][task.part] = fut
         else:
             fut = state.pool.submit(_evaluate_shared, task.fit_group, self.figures, task.parts_done)
             for k, t in enumerate(task.fit_group):
                 state.futures[t] = fut
                 state.slots[t] = k
-            self.running.add(fut)
+        self.running.add(fut)
+        state.submitted.add(fut)
 
     def submit_free(self) -> None:
         """Fill the free slots from the queues, the earliest key's first."""
@@ -451,6 +461,25 @@ class Scheduler:
             state = self.states[i]
             while state.queue and len(self.running) < self.jobs:
                 self.submit(state, state.queue.pop(0))
+        # a backlog: up to one more task per worker, waiting in the queue of a pool whose
+        # workers are all busy (so that no more than ``jobs`` tasks ever run at once). A worker
+        # that finishes while this process logs a result (its artifacts: a fraction of a
+        # second each, dozens of times) then starts its next task at once instead of idling
+        # until this process comes back to hand one over
+        for i in sorted(self.states):
+            state = self.states[i]
+            while (
+                state.queue
+                and len(self.running) < self.jobs + BACKLOG_PER_WORKER * self.jobs
+                and self.in_flight(state) >= state.workers
+            ):
+                self.submit(state, state.queue.pop(0))
+
+    def in_flight(self, state: WindowKeyState) -> int:
+        """``state``'s submitted tasks not yet seen done (running or in its pool's queue); the
+        others are forgotten here (their results are kept where they are used)."""
+        state.submitted.intersection_update(self.running)
+        return len(state.submitted)
 
     # ---- handing over: one key's results in order, each as soon as it is done
 
@@ -497,7 +526,8 @@ class Scheduler:
         try:
             for i in range(len(self.keys)):
                 if i not in self.states:
-                    self.start_windowing(i)
+                    # nothing else runs now (the previous key is done): every core windows
+                    self.start_windowing(i, threads=self.cores)
                     self.launch(i)
                 self.prefetch(i + 1)
                 self.submit_free()

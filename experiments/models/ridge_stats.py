@@ -88,6 +88,36 @@ class _Block:
     keys: np.ndarray  # sorted ``column * N + rank`` of the observed values of the nan columns
 
 
+def stable_row_order(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, axis=1, kind="stable")`` of a 2-d array: the same indices, faster
+    for float32.
+
+    A float32 value maps to a 32-bit unsigned key in the same order (the sign bit flipped for
+    positive values, every bit for negative ones; NaN last, -0.0 equal to 0.0), and that key,
+    shifted up, packed with the index below it sorts as the pair (value, index): the order of
+    a stable sort. numpy sorts unsigned integers with SIMD (x86-simd-sort), in place, where
+    the stable argsort of floats is a merge sort of indices: 0.2 s against 0.8 s for 32 rows
+    of 300,000 values. Other dtypes, or rows of 2^32 values or more, take ``np.argsort``.
+    """
+    values = np.asarray(values)
+    n = values.shape[-1]
+    if values.dtype != np.float32 or values.ndim != 2 or n >= 2**32:
+        return np.argsort(values, axis=1, kind="stable")
+    v = np.ascontiguousarray(values)
+    key = (v.view(np.int32) >> 31).view(np.uint32)  # all ones where the sign bit is set
+    key |= np.uint32(0x80000000)
+    key ^= v.view(np.uint32)
+    key[v == 0] = np.uint32(0x80000000)  # -0.0 == 0.0: tied, in index order
+    key[np.isnan(v)] = np.uint32(0xFFFFFFFF)  # NaN after +inf (0xFF800000), in index order
+    packed = key.astype(np.uint64)
+    del key
+    packed <<= np.uint64(32)
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort(axis=1)
+    packed &= np.uint64(0xFFFFFFFF)
+    return packed.view(np.int64)
+
+
 class SufficientStats:
     """Per-session sums from which every ridge fit on a union of sessions is one solve.
 
@@ -169,18 +199,25 @@ class SufficientStats:
         n_all = max(1, sum(b.n for b in self._blocks.values()))
         key_dtype = np.int32 if len(k) * n_all < 2**31 else np.int64
         self._n_all, self._key_dtype = n_all, key_dtype
-        self._sorted = np.empty((n_all, len(k)), dtype)
+        #: (nan column, rank) -> value: each nan column's values over every session, sorted
+        self._sorted = np.empty((len(k), n_all), dtype)
         pieces: list[list[np.ndarray]] = [[] for _ in self._blocks]
         for a in range(0, len(k), RANK_COLUMNS):
             cols = k[a : a + RANK_COLUMNS]
             values = np.concatenate(
                 [np.asarray(X)[:, cols].astype(dtype) for X, _ in rows.values()]
             )
-            order = np.argsort(values, axis=0, kind="stable")  # NaN last
-            self._sorted[: len(values), a : a + len(cols)] = np.take_along_axis(values, order, 0)
-            ranks = np.empty(order.shape, key_dtype)
-            np.put_along_axis(ranks, order, np.arange(len(values), dtype=key_dtype)[:, None], 0)
+            # one row per column: the sorts, gathers and scatters below read contiguous rows
+            by_column = np.ascontiguousarray(values.T)
+            order = stable_row_order(by_column)  # NaN last
+            self._sorted[a : a + len(cols), : len(values)] = np.take_along_axis(by_column, order, 1)
+            del by_column
+            ranks_by_column = np.empty(order.shape, key_dtype)
+            np.put_along_axis(
+                ranks_by_column, order, np.arange(len(values), dtype=key_dtype)[None, :], 1
+            )
             del order
+            ranks = ranks_by_column.T
             offsets = (np.arange(a, a + len(cols)) * n_all).astype(key_dtype)
             start = 0
             for piece, block in zip(pieces, self._blocks.values(), strict=True):
@@ -215,7 +252,7 @@ class SufficientStats:
             active = lo < hi
             hi = np.where(active & enough, mid, hi)
             lo = np.where(active & ~enough, mid + 1, lo)
-        pick = self._sorted[lo, np.concatenate([np.arange(k), np.arange(k)])].astype(np.float64)
+        pick = self._sorted[np.concatenate([np.arange(k), np.arange(k)]), lo].astype(np.float64)
         return np.where(count > 0, (pick[:k] + pick[k:]) / 2.0, 0.0)
 
     def n_rows(self, sessions: Sequence[str]) -> int:

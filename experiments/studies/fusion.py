@@ -32,7 +32,7 @@ from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
-from ..tracking.child_runs import warnings_tags
+from ..tracking.child_runs import warnings_tags, write_prediction_csv
 from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from ..windowing.windowed import Windowed, window_sessions
@@ -129,7 +129,7 @@ def _log(
         for sid, pred in result.predictions.items():
             d = folder / "predictions" / split_of[sid]
             d.mkdir(parents=True, exist_ok=True)
-            np.savetxt(d / f"{sid}.csv", pred, fmt="%.9f", header="valence", comments="")
+            write_prediction_csv(d / f"{sid}.csv", pred)
         summary = {
             "fusion": cfg.fusion.to_dict(),
             "track": result.track,

@@ -15,6 +15,21 @@ def run(trial, tables):
     return evaluate_trial(trial, window_sessions(tables, trial.window_key()))
 
 
+def test_windowing_in_threads_gives_the_same_features(tables):
+    """Sessions windowed two at a time: the same matrices, names and order as one at a time;
+    a session without the key's channels still names itself."""
+    key = pick(trials_for(), "listener").window_key()
+    one, two = window_sessions(tables, key), window_sessions(tables, key, threads=2)
+    assert one.names == two.names and len(one.names) > 0
+    assert [s.session for s in one.sessions] == [s.session for s in two.sessions]
+    for a, b in zip(one.sessions, two.sessions, strict=True):
+        np.testing.assert_array_equal(a.F, b.F)
+        np.testing.assert_array_equal(a.y, b.y)
+    broken = [tables[0], dataclasses.replace(tables[1], channels=["nothing"])]
+    with pytest.raises(KeyError, match=tables[1].session):
+        window_sessions(broken, key, threads=2)
+
+
 def test_listener_features_beat_speaker_features(tables):
     trials = trials_for()
     listener = run(pick(trials, "listener"), tables)

@@ -69,9 +69,9 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
     }
     events: list[tuple[str, object]] = []
 
-    def windowing(tables_, key):
+    def windowing(tables_, key, threads=1):
         events.append(("window", key))
-        return window_sessions(tables_, key)
+        return window_sessions(tables_, key, threads)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
@@ -339,10 +339,10 @@ def test_a_failed_windowing_fails_its_keys_configurations_only(planted_store, mo
     groups = _groups(cfg)
     first, bad = list(groups)
 
-    def windowing(tables_, key):
+    def windowing(tables_, key, threads=1):
         if key == bad:
             raise MemoryError("no room for the windows")
-        return window_sessions(tables_, key)
+        return window_sessions(tables_, key, threads)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
@@ -375,3 +375,38 @@ def test_closing_the_outcomes_stops_the_work(planted_store):
     assert set(mp.active_children()) <= before
     with pytest.raises(StopIteration):
         next(outcomes)
+
+
+def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
+    """Besides the ``jobs`` tasks its workers run, a pool holds up to one more per worker, so a
+    worker that finishes while this process logs a result starts its next task at once; no
+    task goes beyond ``jobs`` into a pool with an idle worker, and the results stay in order."""
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            personalization=["global"],
+            models=[{"name": "ridge", "alpha": [1, 10, 100, 1000, 1e4, 1e5]}],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+        )
+    )
+    groups = _groups(cfg)
+    sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
+    try:
+        sched.start_windowing(0)
+        sched.launch(0)
+        state = sched.states[0]
+        queued = len(state.queue)
+        assert queued == 6 and state.workers == 2
+        sched.submit_free()
+        assert len(sched.running) == sched.in_flight(state) == 4  # 2 running, 2 waiting
+        assert len(state.queue) == queued - 4
+        state.workers = 3  # a worker without a task: nothing beyond ``jobs`` then
+        while sched.running:
+            sched.running.pop().result()
+        sched.submit_free()
+        assert sched.in_flight(state) == 2
+    finally:
+        sched.stop()
+    got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
+    assert [o.trial for o in got] == [t for g in groups.values() for t in g]
+    assert all(o.error == "" and o.result is not None for o in got)

@@ -63,3 +63,20 @@ def test_sufficient_statistics_refuse_what_they_cannot_fold():
     assert len(stats.nan_columns) == 0
     with pytest.raises(ValueError, match=r"no fill value.*extra_nan"):
         stats.predict(rows["s0"][0], [stats.fit(["s1"], 1.0)])
+
+
+def test_row_order_is_the_stable_argsort():
+    """The packed-key sort gives ``np.argsort(kind="stable")``'s indices exactly: ties (many of
+    them, -0.0 against 0.0, repeated NaN and infinities) in index order; float64 falls back."""
+    rng = np.random.default_rng(5)
+    v = np.round(rng.normal(size=(4, 3000)), 1).astype(np.float32)  # about 60 distinct values
+    v[:, ::7] = -0.0
+    v[:, ::11] = 0.0
+    v[rng.random(v.shape) < 0.1] = np.nan
+    v[1, ::13] = np.inf
+    v[2, ::17] = -np.inf
+    v[3, :5] = -np.nan  # a NaN with the sign bit set sorts last too
+    want = np.argsort(v, axis=1, kind="stable")
+    np.testing.assert_array_equal(ridge_stats.stable_row_order(v), want)
+    np.testing.assert_array_equal(ridge_stats.stable_row_order(v.astype(np.float64)), want)
+    assert ridge_stats.stable_row_order(np.empty((2, 0), np.float32)).shape == (2, 0)

@@ -3,6 +3,7 @@ table made of them; what executors yield (:class:`experiments.executors.base.Out
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from experiments.config.loading import expand, from_dict
@@ -63,3 +64,19 @@ def test_a_run_name_leads_with_feature_set_personalization_and_model():
         lead = f"{trial.feature_set} {trial.personalization} {trial.model} "
         assert name.startswith(lead), name
         assert "rescale=none" not in name and len(name) < 60, name
+
+
+def test_prediction_csv_has_the_bytes_of_savetxt(tmp_path):
+    """The fast writer writes what ``np.savetxt(fmt="%.9f", header="valence")`` wrote before it,
+    for ordinary values, the special ones and both float widths."""
+    from experiments.tracking.child_runs import write_prediction_csv
+
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-12, 2.0**-10, -(2.0**-10), 0.1234567895]
+    for values in (
+        np.r_[np.random.default_rng(0).uniform(-1, 1, 500), special],
+        np.random.default_rng(1).uniform(-1, 1, 300).astype(np.float32),
+        np.empty(0),
+    ):
+        np.savetxt(tmp_path / "old.csv", values, fmt="%.9f", header="valence", comments="")
+        write_prediction_csv(tmp_path / "new.csv", values)
+        assert (tmp_path / "new.csv").read_bytes() == (tmp_path / "old.csv").read_bytes()
