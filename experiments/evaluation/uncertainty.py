@@ -228,22 +228,39 @@ def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
     >>> t = np.sin(np.linspace(0, 6.28, 50)); round(float(shifted_ccc(t, t)[0]), 6)
     1.0
     """
+    return shifted_cccs(truth, [pred])[0]
+
+
+def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """:func:`shifted_ccc` of ``truth`` against each of ``preds``: the same curves, with the
+    transform of ``truth`` computed once instead of once per prediction."""
     t = np.asarray(truth, dtype=np.float64)
-    p = np.asarray(pred, dtype=np.float64)
     n = len(t)
-    if n == 0 or len(p) != n:
+    ps = [np.asarray(p, dtype=np.float64) for p in preds]
+    if n == 0 or any(len(p) != n for p in ps):
         raise ValueError(
-            f"shifted_ccc needs two equally long, non-empty series, got {len(t)} and {len(p)}"
+            "shifted_ccc needs two equally long, non-empty series, got "
+            f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
         )
-    if t.min() == t.max() or p.min() == p.max():
-        return np.zeros(n)  # the official scorer's r = 0 for a constant series
-    dt, dp = t - t.mean(), p - p.mean()
+    if t.min() == t.max():
+        return [np.zeros(n) for _ in ps]  # the official scorer's r = 0 for a constant series
+    dt = t - t.mean()
     size = 1 << int(np.ceil(np.log2(2 * n)))
-    # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
-    xc = np.fft.irfft(np.fft.rfft(dt, size) * np.conj(np.fft.rfft(dp, size)), size)
-    cov = (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n  # circular: lag k and k - n
-    den = dt.var() + dp.var() + (t.mean() - p.mean()) ** 2
-    return np.clip(2.0 * cov / den, -1.0, 1.0)
+    ft = None  # the transform of dt, once a prediction needs it
+    out = []
+    for p in ps:
+        if p.min() == p.max():
+            out.append(np.zeros(n))
+            continue
+        if ft is None:
+            ft = np.fft.rfft(dt, size)
+        dp = p - p.mean()
+        # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
+        xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
+        cov = (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n  # circular: k and k - n
+        den = dt.var() + dp.var() + (t.mean() - p.mean()) ** 2
+        out.append(np.clip(2.0 * cov / den, -1.0, 1.0))
+    return out
 
 
 #: other sessions each session may borrow a time course from (the closest to unrelated first)
@@ -328,8 +345,10 @@ def chance_level(
         n = len(t)
         lag = min(int(round(min_lag_s * rate)), n // 4)
         curves = [
-            shifted_ccc(t, level + scale * np.resize(series[j][3], n))[lag : n - lag + 1]
-            for j in others[:partners]
+            curve[lag : n - lag + 1]
+            for curve in shifted_cccs(
+                t, [level + scale * np.resize(series[j][3], n) for j in others[:partners]]
+            )
         ]
         pick = rng.integers(0, len(curves), size=n_draws)
         for k, curve in enumerate(curves):

@@ -19,6 +19,7 @@ from experiments.evaluation.uncertainty import (
     paired_comparison,
     protocol_intervals,
     shifted_ccc,
+    shifted_cccs,
     t_bounds,
 )
 
@@ -140,6 +141,14 @@ def test_shifted_ccc_is_the_official_ccc_at_every_lag():
     curve = shifted_ccc(t, p)
     assert np.abs(curve - [ccc(t, np.roll(p, k)) for k in range(157)]).max() < 1e-12
     assert np.array_equal(shifted_ccc(t, np.full(157, 0.3)), np.zeros(157))
+    # several predictions against one truth (its transform shared): each one's curve, exactly
+    q = rng.normal(size=157)
+    many = shifted_cccs(t, [p, np.full(157, 0.3), q])
+    assert [c.tolist() for c in many] == [
+        c.tolist() for c in (curve, np.zeros(157), shifted_ccc(t, q))
+    ]
+    with pytest.raises(ValueError, match="got 157 and 157, 157, 3"):
+        shifted_cccs(t, [p, q, q[:3]])
 
 
 def test_chance_level_of_slow_signals_is_far_from_zero_and_below_a_real_fit():
