@@ -171,7 +171,18 @@ class SufficientStats:
         nan = np.isnan(X)
         Xs = X - self.shift
         Xs[nan] = 0.0
-        M = nan[:, self.nan_columns].astype(np.float64)
+        # the NaN indicator's distinct columns only: a channel's columns usually go missing
+        # together (no face found: every face column), so a few patterns stand for hundreds
+        # of columns, and X'M, M'M, M'y are computed for those and copied to the rest
+        M = nan[:, self.nan_columns]
+        first = inverse = np.arange(M.shape[1])
+        if M.size:
+            _, first, inverse = np.unique(
+                np.packbits(M, axis=0).T, axis=0, return_index=True, return_inverse=True
+            )
+            inverse = inverse.ravel()
+        Mu = M[:, first].astype(np.float64)
+        mm = Mu.T @ Mu
         observed = ~nan
         return _Block(
             n=len(X),
@@ -179,10 +190,10 @@ class SufficientStats:
             sy=float(y.sum()),
             xx=Xs.T @ Xs,
             xy=Xs.T @ y,
-            nan_count=M.sum(axis=0),
-            xm=Xs.T @ M,
-            mm=M.T @ M,
-            my=M.T @ y,
+            nan_count=Mu.sum(axis=0)[inverse],
+            xm=(Xs.T @ Mu)[:, inverse],
+            mm=mm[np.ix_(inverse, inverse)],
+            my=(Mu.T @ y)[inverse],
             low=np.where(observed, X, np.inf).min(axis=0, initial=np.inf),
             high=np.where(observed, X, -np.inf).max(axis=0, initial=-np.inf),
             keys=np.empty(0, np.int64),  # set by _rank_nan_columns

@@ -80,3 +80,25 @@ def test_row_order_is_the_stable_argsort():
     np.testing.assert_array_equal(ridge_stats.stable_row_order(v), want)
     np.testing.assert_array_equal(ridge_stats.stable_row_order(v.astype(np.float64)), want)
     assert ridge_stats.stable_row_order(np.empty((2, 0), np.float32)).shape == (2, 0)
+
+
+def test_columns_missing_together_give_the_pipelines_fit():
+    """A channel lost on the same frames (no face: every face column NaN at once), beside
+    columns with their own NaN and without any: the NaN patterns shared by several columns
+    are summed once, and the fit is still the pipeline's."""
+    rng = np.random.default_rng(6)
+    rows = {}
+    for i in range(4):
+        X = rng.normal(size=(200, 6)) + [0, 1, 2, 3, 4, 5]
+        X[rng.random(200) < 0.2, :4] = np.nan  # columns 0-3 missing together
+        X[rng.random(200) < 0.1, 4] = np.nan  # column 4 on its own; column 5 complete
+        y = X[:, 5] + rng.normal(size=200)
+        rows[f"s{i}"] = (X.astype(np.float32), y)
+    stats = SufficientStats(rows)
+    assert stats.nan_columns.tolist() == [0, 1, 2, 3, 4]
+    for subset in (["s0"], ["s1", "s2", "s3"], sorted(rows)):
+        X = np.concatenate([rows[s][0] for s in subset]).astype(np.float64)
+        y = np.concatenate([rows[s][1] for s in subset])
+        want = make_model("ridge", {"alpha": 10.0}).fit(X, y).predict(X)
+        got = stats.predict(np.concatenate([rows[s][0] for s in subset]), [stats.fit(subset, 10.0)])
+        np.testing.assert_allclose(got[:, 0], want, rtol=0, atol=1e-9 * np.ptp(want))
