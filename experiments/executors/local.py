@@ -8,7 +8,8 @@ the process that logs only writes files, so parallel jobs never contend for the 
 database. With one job, or a single task, everything runs in this process.
 
 Scheduling (:class:`Scheduler`): one fork pool per window key, the next key's features
-computed while the current key's configurations run (when they fit in memory), the slowest
+computed while the current key's configurations run (on a core the workers leave over, or
+once the current key has no task left for a worker; when they fit in memory), the slowest
 models first within a key and split into their separate fits, at most ``jobs`` tasks at a
 time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP threads.
 
@@ -200,10 +201,10 @@ def _ready() -> None:
 #: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
 BACKLOG_PER_WORKER = 1
 #: compute the next group's windowed features while the current group runs, when a core is
-#: left over by the ``jobs`` workers (holds two groups' features at a time instead of one). With
-#: every core fitting, the windowing thread only takes CPU from the fits: on 2 cores, 2 jobs,
-#: the full-size grid took 122.0 s with it and 121.6 s without, at 3.11 GB peak PSS against
-#: 2.72 GB ...
+#: left over by the ``jobs`` workers, or once a worker has no task of the current group left
+#: (holds two groups' features at a time instead of one). With every core fitting, the
+#: windowing thread would only take CPU from the fits: on 2 cores, 2 jobs, the full-size grid
+#: took 122.0 s with it and 121.6 s without, at 3.11 GB peak PSS against 2.72 GB ...
 PREFETCH_WINDOWS = True
 #: ... when their estimated size (see :func:`windowed_nbytes`) is at most this fraction of the
 #: memory available at that moment (the current group's fits still grow into the rest)
@@ -304,7 +305,8 @@ class Scheduler:
     in the order of the configurations.
 
     Memory: the next group's features are computed ahead only when a core is left over by the
-    workers and they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the
+    workers, or a worker has no task of the current group left (the group's last fits), and
+    they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the
     current group is done); a pool exits as soon as its configurations are done, not once their results have
     been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
@@ -346,11 +348,13 @@ class Scheduler:
                 window_sessions, self.tables, self.keys[i], threads
             )
 
-    def prefetch(self, i: int) -> None:
-        """:meth:`start_windowing` key ``i`` ahead when its features fit the memory budget."""
+    def prefetch(self, i: int, idle_worker: bool = False) -> None:
+        """:meth:`start_windowing` key ``i`` ahead when a core is free for it (one the workers
+        leave over, or ``idle_worker``: the current key has no task left for a worker) and its
+        features fit the memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
-        if not self.spare_core:  # windowing ahead would only take CPU from the fits
+        if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
             return
         free = available_memory()
         if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (
@@ -475,6 +479,12 @@ class Scheduler:
             ):
                 self.submit(state, state.queue.pop(0))
 
+    def worker_idle(self, state: WindowKeyState) -> bool:
+        """Fewer tasks running than workers, and none of ``state``'s key queued (a split
+        group's evaluation may still come, once its last parts are done)."""
+        self.running.difference_update([f for f in self.running if f.done()])
+        return len(self.running) < self.jobs and not state.queue
+
     def in_flight(self, state: WindowKeyState) -> int:
         """``state``'s submitted tasks not yet seen done (running or in its pool's queue); the
         others are forgotten here (their results are kept where they are used)."""
@@ -488,7 +498,9 @@ class Scheduler:
         key as soon as its features are ready, so its workers take the cores this one frees."""
         state = self.states[i]
         while trial not in state.futures or not state.futures[trial].done():
-            self.prefetch(i + 1)  # again: memory may have been freed since
+            # again: memory may have been freed since, or a worker run out of this key's tasks
+            # (its last fits: the next key's windows, then its pool, take the idle core)
+            self.prefetch(i + 1, idle_worker=self.worker_idle(state))
             nxt = self.windows.get(i + 1)
             cf.wait(
                 [*self.running, *([nxt] if nxt is not None else [])],

@@ -284,11 +284,13 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
     budget = {"free": 0}
     monkeypatch.setattr(local, "available_memory", lambda: budget["free"])
     monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
-    busy = Scheduler(tables, groups, jobs=2)  # every core fitting: never ahead
+    busy = Scheduler(tables, groups, jobs=2)  # every core fitting: not ahead ...
     try:
         budget["free"] = 10**15
         busy.prefetch(1)
         assert busy.windows == {}
+        busy.prefetch(1, idle_worker=True)  # ... unless a worker has nothing left to do
+        assert list(busy.windows) == [1]
     finally:
         busy.stop()
     monkeypatch.setattr(local.os, "cpu_count", lambda: 3)  # one core left over
@@ -400,11 +402,15 @@ def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
         sched.submit_free()
         assert len(sched.running) == sched.in_flight(state) == 4  # 2 running, 2 waiting
         assert len(state.queue) == queued - 4
+        assert not sched.worker_idle(state)  # tasks queued: the next key is not windowed yet
         state.workers = 3  # a worker without a task: nothing beyond ``jobs`` then
         while sched.running:
             sched.running.pop().result()
         sched.submit_free()
         assert sched.in_flight(state) == 2
+        while sched.running:
+            sched.running.pop().result()
+        assert state.queue == [] and sched.worker_idle(state)  # done: a worker is free
     finally:
         sched.stop()
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
