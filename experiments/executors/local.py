@@ -444,6 +444,7 @@ class Scheduler:
     def submit(self, state: WindowKeyState, task: Task) -> None:
         """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
+        fut: cf.Future
         if task.part is not None:
             fut = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
             state.parts[task.fit_group][task.part] = fut
