@@ -214,9 +214,21 @@ class Trial:
 
     def fit_key(self) -> Trial:
         """The part of the trial that determines its fitted models: every field but the
-        post-processing (smoothing, rescaling), so configurations that differ only there share
-        one set of fits (see :func:`experiments.evaluation.evaluate.evaluate_trials`)."""
-        return replace(self, smooth_s=0.0, smooth_method="", rescale="")
+        post-processing (smoothing, rescaling) and the unseen-listener marks, so configurations
+        that differ only there share one set of fits (see
+        :func:`experiments.evaluation.evaluate.evaluate_trials`): the models without each
+        listener, which a generalized configuration marked for them needs, are fitted besides
+        the main and out-of-fold models that the group's configurations share (under nested
+        selection, a personalized configuration and its generalized twin once fitted those
+        twice)."""
+        return replace(
+            self,
+            smooth_s=0.0,
+            smooth_method="",
+            rescale="",
+            unseen_listener=False,
+            unseen_nested=False,
+        )
 
     def label(self) -> str:
         """Short human-readable name, e.g. for a run name: what tells configurations apart first

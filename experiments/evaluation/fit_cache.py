@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..config.grid import Trial
 from ..windowing.windowed import WindowedSession
@@ -32,10 +32,10 @@ def _copied(result: PartResult) -> PartResult:
 
 
 def _fit_identity(trial: Trial) -> Trial:
-    """What of ``trial`` a fit reads: its fit key without the unseen-listener flags (a part
+    """What of ``trial`` a fit reads: its fit key (without the unseen-listener flags: a part
     names its own personalization and sessions), so that a configuration and its
     unseen-listener variant share fits."""
-    return replace(trial.fit_key(), unseen_listener=False, unseen_nested=False)
+    return trial.fit_key()
 
 
 class FitCache:

@@ -470,15 +470,17 @@ class Scheduler:
         # workers are all busy (so that no more than ``jobs`` tasks ever run at once). A worker
         # that finishes while this process logs a result (its artifacts: a fraction of a
         # second each, dozens of times) then starts its next task at once instead of idling
-        # until this process comes back to hand one over
-        for i in sorted(self.states):
-            state = self.states[i]
-            while (
-                state.queue
-                and len(self.running) < self.jobs + BACKLOG_PER_WORKER * self.jobs
-                and self.in_flight(state) >= state.workers
-            ):
-                self.submit(state, state.queue.pop(0))
+        # until this process comes back to hand one over. Only the earliest key with work to
+        # come has a backlog: a later key's would keep the slots full, and an earlier key's
+        # last task (a split group's evaluation, queued once its parts are done) waiting
+        earliest = next((s for _, s in sorted(self.states.items()) if s.queue or s.parts), None)
+        while (
+            earliest is not None
+            and earliest.queue
+            and len(self.running) < self.jobs + BACKLOG_PER_WORKER * self.jobs
+            and self.in_flight(earliest) >= earliest.workers
+        ):
+            self.submit(earliest, earliest.queue.pop(0))
 
     def worker_idle(self, state: WindowKeyState) -> bool:
         """Fewer tasks running than workers, and none of ``state``'s key queued (a split

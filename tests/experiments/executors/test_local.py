@@ -413,6 +413,27 @@ def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
         assert state.queue == [] and sched.worker_idle(state)  # done: a worker is free
     finally:
         sched.stop()
+    # two keys launched: only the earlier one, with work to come, holds a backlog; the later
+    # key's pool never holds more than it runs, so the earlier key's last tasks get the slots
+    sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
+    try:
+        for i in (0, 1):
+            sched.start_windowing(i)
+            sched.launch(i)
+        first, second = sched.states[0], sched.states[1]
+        sched.submit_free()
+        assert sched.in_flight(first) == 4 and sched.in_flight(second) == 0
+        first.queue.clear()  # the earlier key's remaining tasks as if done ...
+        while sched.running:
+            sched.running.pop().result()
+        first.parts[("pending",)] = {"a part": None}  # ... but a split group's part queued
+        sched.submit_free()
+        assert sched.in_flight(second) == 2 and len(sched.running) == 2
+        del first.parts[("pending",)]
+        sched.submit_free()  # the earlier key done: the later one's backlog
+        assert sched.in_flight(second) == 4
+    finally:
+        sched.stop()
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
     assert [o.trial for o in got] == [t for g in groups.values() for t in g]
     assert all(o.error == "" and o.result is not None for o in got)

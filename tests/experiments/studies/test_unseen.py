@@ -323,3 +323,44 @@ def test_the_ablation_nests_under_loso(planted_store, tracking_dir, tmp_path):
     assert df[df.split == "loso"].ccc_unseen_listener.isna().all()
     assert "test unseen listeners (nested)" in (out / "ablation.md").read_text()
     assert sweep.unseen_selection == "nested" and len(sweep.nested_unseen) == len(LISTENERS)
+
+
+def test_a_personalized_configuration_and_its_nested_twin_share_their_fits(tables, monkeypatch):
+    """Under nested selection the generalized configuration (``train`` rescaling, marked for
+    the models without each listener) and the personalized one of the same model (``listener``
+    rescaling) are one fit group: the main and out-of-fold models fitted once, the models
+    without each listener besides; each gets the results it gets alone."""
+    from experiments.evaluation import fitting
+
+    trials = trials_for(
+        models=[{"name": "ridge", "alpha": [10]}],
+        personalization=["global"],
+        postprocess={"smooth_s": [0], "rescale": ["listener", "train"]},
+    )
+    pers, gen = (t for t in trials if t.feature_set == "listener")
+    gen = dataclasses.replace(gen, unseen_listener=True, unseen_nested=True)
+    assert (pers.track, gen.track) == ("personalized", "generalized")
+    assert fit_groups([pers, gen]) == [(pers, gen)]
+    w = window_sessions(tables, pers.window_key())
+    fits: list[str] = []
+    real = fitting._fit
+
+    def counting(trial, train, personalization, predicted):
+        fits.append(trial.model)
+        return real(trial, train, personalization, predicted)
+
+    monkeypatch.setattr(fitting, "_fit", counting)
+    monkeypatch.setattr(fitting, "closed_form_parts", lambda *a, **k: {})  # each fit counted
+    together = evaluate_trials([pers, gen], w)
+    shared = len(fits)
+    alone = [evaluate_trials([t], w)[0] for t in (pers, gen)]
+    separate = len(fits) - shared
+    main_and_folds = 1 + len(SPLITS["train"])  # the fits the personalized configuration needs
+    assert shared == separate - main_and_folds
+    for a, b in zip(together, alone, strict=True):
+        assert a.metrics.keys() == b.metrics.keys()
+        for k, v in a.metrics.items():
+            if k != "fit_seconds":
+                assert v == pytest.approx(b.metrics[k], abs=1e-12, nan_ok=True), k
+        assert set(a.unseen_predictions) == set(b.unseen_predictions)
+    assert not together[0].unseen_predictions and together[1].unseen_predictions
