@@ -123,7 +123,9 @@ def phase_seconds(out: Path, started: float, wall_s: float) -> tuple[float, floa
     """(grid, unseen-listener) seconds of the ablation tracked in ``out``, see the module docstring.
 
     ``started``: the epoch time (s) the command was started at. The grid ends when the last
-    child run without the ``unseen_of`` tag was written (runs are written as results arrive).
+    child run without the ``unseen_of`` tag was written (runs are written as results arrive)
+    before the first unseen-listener run started; the second phase counts what follows
+    (the unseen-listener runs, then the importance and late-fusion rows).
     """
     import mlflow
 
@@ -136,10 +138,17 @@ def phase_seconds(out: Path, started: float, wall_s: float) -> tuple[float, floa
         for r in client.search_runs([e.experiment_id], max_results=10000)
     ]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    unseen = [r.info.start_time for r in children if UNSEEN_OF_TAG in r.data.tags]
+    # runs written after the unseen-listener phase began (the importance and late-fusion rows
+    # at the end) are not the grid's
     grid = [
-        r.info.end_time for r in children if UNSEEN_OF_TAG not in r.data.tags and r.info.end_time
+        r.info.end_time
+        for r in children
+        if UNSEEN_OF_TAG not in r.data.tags
+        and r.info.end_time
+        and (not unseen or r.info.end_time <= min(unseen))
     ]
-    if not grid or not any(UNSEEN_OF_TAG in r.data.tags for r in children):
+    if not grid or not unseen:
         return wall_s, 0.0
     grid_s = min(max(grid) / 1000 - started, wall_s)
     return grid_s, wall_s - grid_s
