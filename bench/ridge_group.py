@@ -31,7 +31,7 @@ from bench import inputs
 from experiments.config.loading import expand, load_config
 from experiments.data.dataset import load_sessions
 from experiments.evaluation import fitting
-from experiments.evaluation.evaluate import _split_sessions, window_sessions
+from experiments.evaluation.evaluate import split_sessions, window_sessions
 from experiments.evaluation.metrics import ccc
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     )
     tables = load_sessions(store, list(trial.channels), splits=dict(trial.splits))
     w = window_sessions(tables, trial.window_key())
-    sets = _split_sessions(w, dict(trial.splits))
+    sets = split_sessions(w, dict(trial.splits))
     train, evaluate = sets["train"], sets["val"] + sets["test"]
     need_unseen = args.personalization == "global"
     parts = fitting.fit_parts(trial, train, evaluate, True, need_unseen)

@@ -109,3 +109,12 @@ def test_only_keeps_the_other_benchmarks_results():
     old = [{"name": "loading.vs_csv", "value": 1.0}, {"name": "face_geom.x", "value": 2.0}]
     new = [{"name": "loading.vs_csv", "value": 3.0}]
     assert merge(old, new, ["loading"]) == [{"name": "face_geom.x", "value": 2.0}, *new]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "bench").glob("*.py")))
+def test_every_bench_module_imports(name):
+    """The targeted measures outside ``make bench`` (``python -m bench.ridge_group``) import
+    what they use, too: a renamed function of the package fails here, not on the next run."""
+    import importlib
+
+    importlib.import_module(f"bench.{name}")
