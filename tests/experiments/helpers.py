@@ -427,3 +427,19 @@ def build_session_rating_store(root: Path, planted: bool = True, seed: int = 0) 
             rating = 1 + 2 * mean_c0 + rng.normal(0, 0.05) if planted else rng.normal(3, 1)
             store.write_session_labels(meta.session, {"empathy": {"": rating}}, {"kind": "test"})
     return store
+
+
+def counted_fits(monkeypatch) -> list[str]:
+    """The models :func:`experiments.evaluation.fitting._fit` fits from now on (their names),
+    each fit still made."""
+    from experiments.evaluation import fitting
+
+    fits: list[str] = []
+    real = fitting._fit
+
+    def counting(trial, train, personalization, predicted):
+        fits.append(trial.model)
+        return real(trial, train, personalization, predicted)
+
+    monkeypatch.setattr(fitting, "_fit", counting)
+    return fits

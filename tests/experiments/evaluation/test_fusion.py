@@ -7,11 +7,10 @@ import pytest
 
 from experiments.config.tracks import fused_track
 from experiments.data.dataset import load_sessions
-from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, member_predictions, window_sessions
 from experiments.evaluation.fit_cache import FitCache
 from experiments.evaluation.fusion import Blend, late_fusion
-from tests.experiments.helpers import CHANNELS, SPLITS, build_store, pick, trials_for
+from tests.experiments.helpers import CHANNELS, SPLITS, build_store, counted_fits, pick, trials_for
 
 
 def _tables(root, labels_override=None):
@@ -180,14 +179,7 @@ def test_the_two_tracks_fusions_fit_a_shared_member_once_with_the_same_numbers(
         rescale: _members(halves, trials, model=model, smooth_s=2.0, rescale=rescale)
         for rescale in ("listener", "train")
     }
-    pipeline: list[str] = []
-    real = fitting._fit
-
-    def counting(trial, train, personalization, predicted):
-        pipeline.append(trial.model)
-        return real(trial, train, personalization, predicted)
-
-    monkeypatch.setattr(fitting, "_fit", counting)
+    pipeline = counted_fits(monkeypatch)
     apart = {r: late_fusion(m) for r, m in per_track.items()}
     n_apart = len(pipeline)
     pipeline.clear()

@@ -10,7 +10,6 @@ import pytest
 from experiments.config.grid import expand
 from experiments.config.loading import from_dict
 from experiments.data.dataset import load_sessions
-from experiments.evaluation import fitting
 from experiments.evaluation.evaluate import evaluate_trial, window_sessions
 from experiments.evaluation.fit_cache import FitCache
 from experiments.evaluation.importance import (
@@ -20,7 +19,7 @@ from experiments.evaluation.importance import (
     permutation_importances,
     shifted,
 )
-from tests.experiments.helpers import SPLITS, build_planted_column_store, config_dict
+from tests.experiments.helpers import SPLITS, build_planted_column_store, config_dict, counted_fits
 
 CHANNELS = ["listener/face_geom", "speaker/face_geom"]
 
@@ -119,19 +118,6 @@ def test_lags_are_at_least_ten_seconds_and_blocks_move_whole(planted):
         feature_groups(w.names, CHANNELS, ["columns"])
 
 
-def _counted_fits(monkeypatch) -> list[str]:
-    """The models :func:`experiments.evaluation.fitting._fit` fits from now on (their kinds)."""
-    fits: list[str] = []
-    real = fitting._fit
-
-    def counting(trial, train, personalization, predicted):
-        fits.append(trial.model)
-        return real(trial, train, personalization, predicted)
-
-    monkeypatch.setattr(fitting, "_fit", counting)
-    return fits
-
-
 @pytest.mark.parametrize("model", ["hist_gb", "ridge"])
 def test_the_two_tracks_choices_of_one_fit_group_are_fitted_once_with_the_same_numbers(
     planted_root, monkeypatch, model
@@ -160,7 +146,7 @@ def test_the_two_tracks_choices_of_one_fit_group_are_fitted_once_with_the_same_n
     w = window_sessions(tables, choices[0][0].window_key())
     kwargs = {"levels": ["channel", "column"], "repeats": 3, "split": "test", "seed": 1}
 
-    fits = _counted_fits(monkeypatch)
+    fits = counted_fits(monkeypatch)
     alone = [permutation_importance(t, w, track=track, **kwargs) for t, track in choices]
     n_alone = len(fits)
     fits.clear()

@@ -12,7 +12,7 @@ import pytest
 from experiments.evaluation.evaluate import evaluate_trials, window_sessions
 from experiments.executors.base import fit_groups
 from experiments.studies.unseen import UNSEEN_COLUMNS, nested_unseen
-from tests.experiments.helpers import LISTENERS, SPLITS, trials_for
+from tests.experiments.helpers import LISTENERS, SPLITS, counted_fits, trials_for
 
 HELD = 1
 
@@ -342,14 +342,7 @@ def test_a_personalized_configuration_and_its_nested_twin_share_their_fits(table
     assert (pers.track, gen.track) == ("personalized", "generalized")
     assert fit_groups([pers, gen]) == [(pers, gen)]
     w = window_sessions(tables, pers.window_key())
-    fits: list[str] = []
-    real = fitting._fit
-
-    def counting(trial, train, personalization, predicted):
-        fits.append(trial.model)
-        return real(trial, train, personalization, predicted)
-
-    monkeypatch.setattr(fitting, "_fit", counting)
+    fits = counted_fits(monkeypatch)
     monkeypatch.setattr(fitting, "closed_form_parts", lambda *a, **k: {})  # each fit counted
     together = evaluate_trials([pers, gen], w)
     shared = len(fits)
