@@ -55,9 +55,10 @@ if TYPE_CHECKING:  # fit_cache imports this module
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
 CALIBRATION_SHRINKAGE = 100.0
 
-#: models that predict faster from a column-major float64 matrix: a tree reads one feature
-#: per node for every row, which is sequential in that layout (a hist_gb configuration of the
-#: full-size ablation took 40 % less CPU, same predictions); the others get row-major float32
+#: models fitted and predicting from a column-major float64 matrix: a tree reads one feature
+#: per node for every row, sequential in that layout (a full-size hist_gb configuration took
+#: 40 % less CPU), and at fit its first step reads that matrix's feature columns as a view
+#: (:func:`design`); the others get row-major float32. Same predictions either way
 COLUMN_MAJOR_MODELS = ("hist_gb",)
 
 
@@ -68,18 +69,20 @@ def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
 
 
 def design(
-    sessions: Sequence[WindowedSession], hop: int = 1, position: bool = False
+    sessions: Sequence[WindowedSession],
+    hop: int = 1,
+    position: bool = False,
+    column_major: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stack [listener id | features] rows (every ``hop``-th frame) and labels; ``position``:
-    [listener id | position in the session] instead (see :func:`_inputs`).
-
-    Written into one preallocated array: the training matrix exists once, never as
-    per-session pieces plus their concatenation.
-    """
+    [listener id | position in the session] instead (see :func:`_inputs`). One preallocated
+    array (never per-session pieces plus their concatenation): row-major float32, or
+    (``column_major``) column-major float64, which a tree's first step reads as it is."""
     y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
     p = _inputs(sessions[0], position).shape[1] if sessions else 0
-    X = np.empty((int(keep.sum()), 1 + p), dtype=np.float32)
+    dtype = np.float64 if column_major else np.float32
+    X = np.empty((int(keep.sum()), 1 + p), dtype=dtype, order="F" if column_major else "C")
     row = start = 0
     for s in sessions:
         k = keep[start : start + len(s.y[::hop])]
@@ -95,10 +98,8 @@ def _predict(
     model, s: WindowedSession, column_major: bool = False, position: bool = False
 ) -> np.ndarray:
     F = _inputs(s, position)
-    if column_major:
-        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float64, order="F")
-    else:
-        X = np.empty((len(F), 1 + F.shape[1]), dtype=np.float32)
+    dtype = np.float64 if column_major else np.float32
+    X = np.empty((len(F), 1 + F.shape[1]), dtype=dtype, order="F" if column_major else "C")
     X[:, 0] = s.listener
     X[:, 1:] = F
     return np.asarray(model.predict(X), dtype=np.float64)
@@ -118,7 +119,9 @@ def _fit(
     global model's, would never be used.
     """
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = design(train, hop, trial.model in SESSION_POSITION_MODELS)
+    X, y = design(
+        train, hop, trial.model in SESSION_POSITION_MODELS, trial.model in COLUMN_MAJOR_MODELS
+    )
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
     model = make_personalizer(

@@ -456,9 +456,13 @@ class Scheduler:
         self.running.add(fut)
         state.submitted.add(fut)
 
+    def forget_done(self) -> None:
+        """Drop the finished futures from ``running`` (their results are kept where used)."""
+        self.running.difference_update([f for f in self.running if f.done()])
+
     def submit_free(self) -> None:
         """Fill the free slots from the queues, the earliest key's first."""
-        self.running.difference_update([f for f in self.running if f.done()])
+        self.forget_done()
         for i in sorted(self.states):
             self.collect_parts(self.states[i])
         self.retire_finished()
@@ -485,7 +489,7 @@ class Scheduler:
     def worker_idle(self, state: WindowKeyState) -> bool:
         """Fewer tasks running than workers, and none of ``state``'s key queued (a split
         group's evaluation may still come, once its last parts are done)."""
-        self.running.difference_update([f for f in self.running if f.done()])
+        self.forget_done()
         return len(self.running) < self.jobs and not state.queue
 
     def in_flight(self, state: WindowKeyState) -> int:

@@ -193,7 +193,7 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
         # float64 input passes through without a copy (copy=False is validate_data's default)
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite="allow-nan", reset=False)
         if self.empty_.any():
-            X = X.copy()
+            X = X.copy(order="K")  # a column-major input stays so (the binning reads columns)
             X[:, self.empty_] = 0.0
         return X
 

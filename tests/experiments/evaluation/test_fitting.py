@@ -122,3 +122,50 @@ def test_the_pipeline_fits_what_has_no_closed_form(tables):
     assert closed_form_parts(ridge, parts, bad, evaluate, True) == {}
     with pytest.raises(ValueError, match="(?i)infinity"):
         fitting.fit_part(ridge, FitPart("main"), bad, evaluate, True)
+
+
+@pytest.mark.parametrize("personalization", ["global", "per_listener"])
+def test_a_column_major_model_is_fitted_from_a_float64_design_with_the_same_trees(
+    tables, monkeypatch, personalization
+):
+    """``hist_gb`` gets its training matrix column-major in float64 (its first step reads the
+    feature columns as a view, no copy beside a float32 matrix): the same predictions, bit
+    for bit, as from the row-major float32 design, with NaN and an empty column planted."""
+    trials = trials_for(
+        personalization=[personalization],
+        models=[{"name": "hist_gb", "max_iter": [15], "max_depth": [3]}],
+        postprocess={"smooth_s": [0], "rescale": ["none"]},
+    )
+    trial = trials[0]
+    assert trial.model in fitting.COLUMN_MAJOR_MODELS
+    w = _with_nan(window_sessions(tables, trial.window_key()), np.random.default_rng(3))
+    for s in w.sessions:
+        s.F[:, 1] = np.nan  # empty at fit: FillEmptyColumns fills it
+    train = [s for s in w.sessions if s.split == "train"]
+    evaluate = [s for s in w.sessions if s.split != "train"]
+    hop = max(1, int(round(trial.hop_s * train[0].fps)))
+    X, y = fitting.design(train, hop, column_major=True)
+    X32, y32 = fitting.design(train, hop)
+    assert X.dtype == np.float64 and X.flags.f_contiguous and X32.dtype == np.float32
+    np.testing.assert_array_equal(X, X32)
+    np.testing.assert_array_equal(y, y32)
+    seen = []
+    real_fit = fitting.make_personalizer
+
+    def spy(*args, **kwargs):
+        model = real_fit(*args, **kwargs)
+        fit = model.fit
+        model.fit = lambda X, y: (seen.append((X.dtype, X.flags.f_contiguous)), fit(X, y))[1]
+        return model
+
+    monkeypatch.setattr(fitting, "make_personalizer", spy)
+    column_major = fitting._fit(trial, train, personalization, evaluate)
+    real_design = fitting.design
+    monkeypatch.setattr(fitting, "design", lambda *a, **k: real_design(*a[:3], column_major=False))
+    row_major = fitting._fit(trial, train, personalization, evaluate)
+    assert seen == [(np.float64, True), (np.float32, False)]
+    for s in evaluate:
+        np.testing.assert_array_equal(
+            fitting._predict_filled(trial, column_major, s),
+            fitting._predict_filled(trial, row_major, s),
+        )
