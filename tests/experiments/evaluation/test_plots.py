@@ -217,3 +217,33 @@ def test_drawing_keeps_a_notebooks_backend(setup, backend):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == backend
+
+
+def test_saving_skips_the_draw_without_output_and_gives_the_same_bytes(monkeypatch, tmp_path):
+    """After ``tight_layout`` savefig would draw each figure twice (once without output, for a
+    layout engine that has nothing left to do): it is drawn once, into the same PNG bytes."""
+    import matplotlib.layout_engine
+
+    scores, truth, preds = scores_and_series((1, 2, 3, 4))
+    draws: list[Figure] = []
+    real_draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, r: (draws.append(self), real_draw(self, r))[1])
+
+    def every_figure(folder):
+        folder.mkdir()
+        plot_predictions(preds, truth, scores, folder / "p.png", title=LONG)
+        plot_listener_ccc(scores, folder / "l.png", title=LONG)
+        plot_session_ccc(scores, folder / "s.png", title=LONG)
+        return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    once = every_figure(tmp_path / "once")
+    assert len(draws) == len(once) == 3  # one draw per figure
+    draws.clear()
+
+    class NotThePlaceholder:  # matplotlib's own path: the draw without output, then the real one
+        pass
+
+    monkeypatch.setattr(matplotlib.layout_engine, "PlaceHolderLayoutEngine", NotThePlaceholder)
+    twice = every_figure(tmp_path / "twice")
+    assert len(draws) == 6
+    assert once == twice
