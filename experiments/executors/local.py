@@ -517,6 +517,18 @@ class Scheduler:
                 self.launch(i + 1)
             self.submit_free()
 
+    def advance(self, i: int) -> None:
+        """Before a result of key ``i`` is handed over (the caller logs it for a while), without
+        waiting: the next key windowed ahead if a worker has no task of key ``i`` left, and
+        launched if its features are ready; queued tasks started; a pool whose configurations
+        are all done let exit. Its last results, done before they are handed over, then no
+        longer keep the workers idle until the caller has logged them all."""
+        self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
+        nxt = self.windows.get(i + 1)
+        if nxt is not None and nxt.done():
+            self.launch(i + 1)
+        self.submit_free()
+
     def outcome(self, state: WindowKeyState, trial: Trial) -> Outcome:
         """``trial``'s outcome from its done future: its result, or the error its task raised."""
         try:
@@ -533,9 +545,7 @@ class Scheduler:
                 yield Outcome(t, error=state.error)
                 continue
             self.wait_for(i, t)
-            # before handing over (the caller logs for a while): start queued configurations,
-            # and let a pool whose configurations are all done exit
-            self.submit_free()
+            self.advance(i)
             yield self.outcome(state, t)
             release_free_memory()  # what the caller's logging (result, artifacts) left in the heap
 

@@ -437,3 +437,46 @@ def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
     assert [o.trial for o in got] == [t for g in groups.values() for t in g]
     assert all(o.error == "" and o.result is not None for o in got)
+
+
+def test_the_next_key_starts_while_the_last_results_are_handed_over(planted_store, monkeypatch):
+    """A key's tasks all done before the caller has taken (and logged) their results: the next
+    key's pool is launched meanwhile, as soon as its features are ready, not once the last
+    result is taken, so the workers do not wait for the caller's logging."""
+    import threading
+
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 2)  # no core left over: no early prefetch
+    cfg = from_dict(config_dict("mlruns"))
+    groups = _groups(cfg)
+    first_key, second_key = groups
+    assert len(groups[first_key]) >= 3
+    ready = threading.Event()  # the second key's windowing ends once every first-key task has
+
+    def windowing(tables_, key, threads=1):
+        if key == second_key:
+            ready.wait(timeout=60)
+        return window_sessions(tables_, key, threads)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
+    outcomes = sched.outcomes()
+    try:
+        got = [next(outcomes)]
+        state = sched.states[0]
+        assert state.queue == [] and 1 not in sched.states  # all submitted; the next key waits
+        for f in set(state.futures.values()):
+            f.result()  # every task of the first key done, as while the caller logs a result
+        ready.set()
+        got.append(next(outcomes))
+        assert 1 in sched.windows or 1 in sched.states  # windowed ahead, before its turn
+        if 1 in sched.windows:
+            sched.windows[1].result()
+            got.append(next(outcomes))
+        assert len(got) < len(groups[first_key])  # the first key's results still being taken ...
+        assert 1 in sched.states and sched.in_flight(sched.states[1]) > 0  # ... the next runs
+        got += list(outcomes)
+    finally:
+        ready.set()
+        outcomes.close()
+    assert [o.trial for o in got] == [t for g in groups.values() for t in g]
+    assert all(o.error == "" and o.result is not None for o in got)
