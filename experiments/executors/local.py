@@ -360,7 +360,9 @@ class Scheduler:
         if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (
             PREFETCH_MEMORY_FRACTION * free
         ):
-            self.start_windowing(i)
+            # a worker idle: the current key's last fits are running, and their cores free up
+            # while the windowing runs, so it takes every core (the OS shares them meanwhile)
+            self.start_windowing(i, threads=self.cores if idle_worker else 1)
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 

@@ -284,6 +284,13 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
     budget = {"free": 0}
     monkeypatch.setattr(local, "available_memory", lambda: budget["free"])
     monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
+    threads = []
+
+    def windowing(tables_, key, n_threads=1):
+        threads.append(n_threads)
+        return window_sessions(tables_, key, n_threads)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
     busy = Scheduler(tables, groups, jobs=2)  # every core fitting: not ahead ...
     try:
         budget["free"] = 10**15
@@ -291,6 +298,8 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
         assert busy.windows == {}
         busy.prefetch(1, idle_worker=True)  # ... unless a worker has nothing left to do
         assert list(busy.windows) == [1]
+        busy.windows[1].result()
+        assert threads == [2]  # on every core: the last fits' cores free up meanwhile
     finally:
         busy.stop()
     monkeypatch.setattr(local.os, "cpu_count", lambda: 3)  # one core left over
@@ -305,6 +314,7 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
         sched.prefetch(1)
         assert sched.windows == {1: ahead}
         assert ahead.result().sessions[0].F.shape[1] > 0
+        assert threads == [2, 1]  # on the core left over
         sched.prefetch(2)  # no third key
         assert list(sched.windows) == [1]
     finally:
