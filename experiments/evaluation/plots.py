@@ -63,7 +63,7 @@ def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
     layout already done that first draw changes nothing (the same bytes, tested) and is
     dropped: 15-20 % of a sweep configuration's figures.
     """
-    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine  # (heavy, as in _plt)
 
     plt = _plt()
     if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
