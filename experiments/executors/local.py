@@ -509,22 +509,20 @@ class Scheduler:
         while trial not in state.futures or not state.futures[trial].done():
             # again: memory may have been freed since, or a worker run out of this key's tasks
             # (its last fits: the next key's windows, then its pool, take the idle core)
-            self.prefetch(i + 1, idle_worker=self.worker_idle(state))
+            self.advance(i)
             nxt = self.windows.get(i + 1)
             cf.wait(
                 [*self.running, *([nxt] if nxt is not None else [])],
                 return_when=cf.FIRST_COMPLETED,
             )
-            if nxt is not None and nxt.done():
-                self.launch(i + 1)
-            self.submit_free()
 
     def advance(self, i: int) -> None:
-        """Before a result of key ``i`` is handed over (the caller logs it for a while), without
-        waiting: the next key windowed ahead if a worker has no task of key ``i`` left, and
-        launched if its features are ready; queued tasks started; a pool whose configurations
-        are all done let exit. Its last results, done before they are handed over, then no
-        longer keep the workers idle until the caller has logged them all."""
+        """Without waiting: the next key windowed ahead if a worker has no task of key ``i``
+        left, and launched if its features are ready; queued tasks started; a pool whose
+        configurations are all done let exit. :meth:`wait_for` does this between its waits,
+        :meth:`key_outcomes` before each result of key ``i`` is handed over (the caller logs
+        it for a while): its last results, done before they are handed over, then no longer
+        keep the workers idle until the caller has logged them all."""
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)
         if nxt is not None and nxt.done():
