@@ -31,13 +31,6 @@ def _copied(result: PartResult) -> PartResult:
     )
 
 
-def _fit_identity(trial: Trial) -> Trial:
-    """What of ``trial`` a fit reads: its fit key (without the unseen-listener flags: a part
-    names its own personalization and sessions), so that a configuration and its
-    unseen-listener variant share fits."""
-    return trial.fit_key()
-
-
 class FitCache:
     """Fits made once for several steps that refit configurations of one fit group (see the
     module docstring); :meth:`on` gives the view of one windowed feature set, :meth:`clear`
@@ -92,7 +85,9 @@ class FitScope:
         listeners = (
             frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
         )
-        key = (self.names, _fit_identity(trial), personalization, _ids(train), listeners)
+        # the fit key (no unseen-listener marks: a fit names its own personalization and
+        # sessions), so a configuration and its unseen-listener variant share fits
+        key = (self.names, trial.fit_key(), personalization, _ids(train), listeners)
         c = self.cache
         if key in c._models:
             c.reuses += 1
@@ -117,7 +112,7 @@ class FitScope:
         """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
         c = self.cache
         keys = {
-            p: (self.names, _fit_identity(trial), p, _ids(train), _ids(evaluate), need_post_fit)
+            p: (self.names, trial.fit_key(), p, _ids(train), _ids(evaluate), need_post_fit)
             for p in parts
         }
         todo = [p for p in parts if keys[p] not in c._parts]
