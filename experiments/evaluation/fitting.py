@@ -364,7 +364,8 @@ def _group_stats(
     for s in train:
         y = s.y[::hop]
         keep = np.isfinite(y)
-        rows[s.session] = (s.F[::hop][keep], y[keep])
+        # a view of the features when every label is finite: no copy of the training rows
+        rows[s.session] = (s.F[::hop], y) if keep.all() else (s.F[::hop][keep], y[keep])
     extra_nan = np.zeros(train[0].F.shape[1], bool)
     for s in shown:
         extra_nan |= np.isnan(s.F).any(axis=0)

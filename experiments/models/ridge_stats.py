@@ -12,7 +12,10 @@ session, which keeps the sums of squares free of cancellation):
 * ``n``, ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the rows with NaN set to 0;
 * for the columns holding a NaN anywhere (``nan_columns``): ``X'M``, ``M'M``, ``M'y`` and
   ``M'1``, with ``M`` the NaN indicator, so that any fill value ``m`` is folded in exactly
-  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), and the ranks of those columns'
+  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``); kept for the distinct columns
+  of ``M`` over every session only (a channel's columns go missing together: no face found
+  empties every face column), and spread to all of ``nan_columns`` once per fit, after the
+  sessions' sums (the same numbers as summing them spread); and the ranks of those columns'
   observed values among every session's, from which a fit finds its medians (the two middle
   order statistics, halved, as :class:`~experiments.models.factory.MedianImputer` computes
   them) by a binary search, without copying or selecting the values again;
@@ -79,10 +82,10 @@ class _Block:
     sy: float
     xx: np.ndarray  # (d, d)
     xy: np.ndarray  # (d,)
-    nan_count: np.ndarray  # (k,) NaN per nan column
-    xm: np.ndarray  # (d, k) X'M
-    mm: np.ndarray  # (k, k) M'M
-    my: np.ndarray  # (k,) M'y
+    nan_count: np.ndarray  # (g,) NaN per distinct NaN pattern of the nan columns
+    xm: np.ndarray  # (d, g) X'M of the distinct patterns
+    mm: np.ndarray  # (g, g) M'M
+    my: np.ndarray  # (g,) M'y
     low: np.ndarray  # (d,) smallest observed (raw) value, +inf if none
     high: np.ndarray  # (d,) largest observed value, -inf if none
     keys: np.ndarray  # sorted ``column * N + rank`` of the observed values of the nan columns
@@ -145,6 +148,7 @@ class SufficientStats:
         total = np.zeros(d)
         count = np.zeros(d)
         has_nan = np.zeros(d, bool) if extra_nan is None else np.asarray(extra_nan, bool).copy()
+        packed = []  # each session's NaN indicator, 8 rows a byte
         for X, y in rows.values():
             if not np.isfinite(np.asarray(y)).all():
                 raise ValueError(
@@ -154,6 +158,7 @@ class SufficientStats:
             if np.isinf(X).any():
                 raise ValueError("infinite feature values: the ridge pipeline rejects them")
             nan = np.isnan(X)
+            packed.append(np.packbits(nan, axis=0))
             has_nan |= nan.any(axis=0)
             total += np.where(nan, 0.0, X).sum(axis=0, dtype=np.float64)
             count += len(X) - nan.sum(axis=0)
@@ -162,6 +167,16 @@ class SufficientStats:
         self.shift = np.divide(total, count, out=np.zeros(d), where=count > 0)
         #: indices of the columns that hold a NaN (their fill value depends on the fit)
         self.nan_columns = np.flatnonzero(has_nan)
+        # the nan columns' distinct NaN indicators over every session's rows: column
+        # ``nan_columns[j]``'s is pattern ``_pattern[j]``, first seen in ``nan_columns[_first[j]]``
+        self._first = self._pattern = np.arange(len(self.nan_columns))
+        if len(self.nan_columns) and packed:
+            bits = np.concatenate([b[:, self.nan_columns] for b in packed])
+            _, self._first, self._pattern = np.unique(
+                bits.T, axis=0, return_index=True, return_inverse=True
+            )
+            self._pattern = self._pattern.ravel()
+        del packed
         self._blocks = {sid: self._block(X, y) for sid, (X, y) in rows.items()}
         self._rank_nan_columns(rows)
 
@@ -171,18 +186,7 @@ class SufficientStats:
         nan = np.isnan(X)
         Xs = X - self.shift
         Xs[nan] = 0.0
-        # the NaN indicator's distinct columns only: a channel's columns usually go missing
-        # together (no face found: every face column), so a few patterns stand for hundreds
-        # of columns, and X'M, M'M, M'y are computed for those and copied to the rest
-        M = nan[:, self.nan_columns]
-        first = inverse = np.arange(M.shape[1])
-        if M.size:
-            _, first, inverse = np.unique(
-                np.packbits(M, axis=0).T, axis=0, return_index=True, return_inverse=True
-            )
-            inverse = inverse.ravel()
-        Mu = M[:, first].astype(np.float64)
-        mm = Mu.T @ Mu
+        M = nan[:, self.nan_columns[self._first]].astype(np.float64)  # one column per pattern
         observed = ~nan
         return _Block(
             n=len(X),
@@ -190,10 +194,10 @@ class SufficientStats:
             sy=float(y.sum()),
             xx=Xs.T @ Xs,
             xy=Xs.T @ y,
-            nan_count=Mu.sum(axis=0)[inverse],
-            xm=(Xs.T @ Mu)[:, inverse],
-            mm=mm[np.ix_(inverse, inverse)],
-            my=(Mu.T @ y)[inverse],
+            nan_count=M.sum(axis=0),
+            xm=Xs.T @ M,
+            mm=M.T @ M,
+            my=M.T @ y,
             low=np.where(observed, X, np.inf).min(axis=0, initial=np.inf),
             high=np.where(observed, X, -np.inf).max(axis=0, initial=-np.inf),
             keys=np.empty(0, np.int64),  # set by _rank_nan_columns
@@ -240,12 +244,13 @@ class SufficientStats:
         for piece, block in zip(pieces, self._blocks.values(), strict=True):
             block.keys = np.concatenate(piece) if piece else np.empty(0, key_dtype)
 
-    def _medians(self, blocks: Sequence[_Block]) -> np.ndarray:
-        """Each nan column's median over the observed values of ``blocks`` (0 if none), as
-        :class:`~experiments.models.factory.MedianImputer` computes it: the two middle order
-        statistics (the same one twice for an odd count), summed and halved."""
+    def _medians(self, blocks: Sequence[_Block], count: np.ndarray) -> np.ndarray:
+        """Each nan column's median over the observed values of ``blocks`` (``count`` per
+        column; 0 if none), as :class:`~experiments.models.factory.MedianImputer` computes it:
+        the two middle order statistics (the same one twice for an odd count), summed and
+        halved."""
         k = len(self.nan_columns)
-        count = np.sum([b.n - b.nan_count for b in blocks], axis=0).astype(np.int64)
+        count = np.asarray(count).astype(np.int64)
         # the ranks (0-based, among the fit's values) of the two middle values of each column
         targets = np.concatenate([(count - 1) // 2, count // 2])
         columns: np.ndarray = np.concatenate([np.arange(k), np.arange(k)]) * self._n_all
@@ -292,11 +297,13 @@ class SufficientStats:
         k = self.nan_columns
         fill = np.zeros(len(k))
         if len(k):
-            nan_count = np.sum([b.nan_count for b in blocks], axis=0)
-            fill = self._medians(blocks)
-            xm = np.sum([b.xm for b in blocks], axis=0)
-            mm = np.sum([b.mm for b in blocks], axis=0)
-            my = np.sum([b.my for b in blocks], axis=0)
+            # summed per pattern, then spread to the columns of each pattern
+            p = self._pattern
+            nan_count = np.sum([b.nan_count for b in blocks], axis=0)[p]
+            fill = self._medians(blocks, n - nan_count)
+            xm = np.sum([b.xm for b in blocks], axis=0)[:, p]
+            mm = np.sum([b.mm for b in blocks], axis=0)[np.ix_(p, p)]
+            my = np.sum([b.my for b in blocks], axis=0)[p]
             t = fill - self.shift[k]  # the fill value in shifted units
             sx[k] += t * nan_count
             xy[k] += t * my

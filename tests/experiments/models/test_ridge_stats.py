@@ -85,18 +85,25 @@ def test_row_order_is_the_stable_argsort():
 def test_columns_missing_together_give_the_pipelines_fit():
     """A channel lost on the same frames (no face: every face column NaN at once), beside
     columns with their own NaN and without any: the NaN patterns shared by several columns
-    are summed once, and the fit is still the pipeline's."""
+    over every session are summed once per session, and the fit is still the pipeline's. A
+    column missing with the channel in one session but not in the others keeps its own
+    pattern; the rows are read through a strided view, as the fit groups pass them."""
     rng = np.random.default_rng(6)
     rows = {}
     for i in range(4):
-        X = rng.normal(size=(200, 6)) + [0, 1, 2, 3, 4, 5]
-        X[rng.random(200) < 0.2, :4] = np.nan  # columns 0-3 missing together
-        X[rng.random(200) < 0.1, 4] = np.nan  # column 4 on its own; column 5 complete
-        y = X[:, 5] + rng.normal(size=200)
-        rows[f"s{i}"] = (X.astype(np.float32), y)
+        X = rng.normal(size=(400, 6)) + [0, 1, 2, 3, 4, 5]
+        X[rng.random(400) < 0.2, :4] = np.nan  # columns 0-3 missing together
+        if i == 0:
+            X[:, 4] = X[:, 0]  # column 4 lost with the channel in this session only
+        else:
+            X[rng.random(400) < 0.1, 4] = np.nan  # column 4 on its own; column 5 complete
+        y = X[:, 5] + rng.normal(size=400)
+        rows[f"s{i}"] = (X.astype(np.float32)[::2], y[::2])
     stats = SufficientStats(rows)
     assert stats.nan_columns.tolist() == [0, 1, 2, 3, 4]
-    for subset in (["s0"], ["s1", "s2", "s3"], sorted(rows)):
+    for block in stats._blocks.values():  # columns 0-3: one pattern; column 4: its own
+        assert block.xm.shape == (6, 2) and block.mm.shape == (2, 2)
+    for subset in (["s0"], ["s1", "s2", "s3"], ["s0", "s3"], sorted(rows)):
         X = np.concatenate([rows[s][0] for s in subset]).astype(np.float64)
         y = np.concatenate([rows[s][1] for s in subset])
         want = make_model("ridge", {"alpha": 10.0}).fit(X, y).predict(X)
