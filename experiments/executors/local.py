@@ -9,7 +9,8 @@ database. With one job, or a single task, everything runs in this process.
 
 Scheduling (:class:`Scheduler`): one fork pool per window key, the next key's features
 computed while the current key's configurations run (on a core the workers leave over, or
-once the current key has no task left for a worker; when they fit in memory), the slowest
+once the current key has no task left for a worker; when they fit in memory) and its
+configurations started once the current key's pool has exited, the slowest
 models first within a key and split into their separate fits, at most ``jobs`` tasks at a
 time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP threads.
 
@@ -292,7 +293,9 @@ class Scheduler:
     of a group live once, in the workers that use them (never copied per configuration).
     While a group runs, a thread of this process computes the next group's features and its
     pool is forked as soon as they are ready, so that when the current group is down to its
-    last long fits the next group's configurations use the free cores. At most ``jobs``
+    last fits the free cores window the next group; its configurations start as soon as the
+    current group's pool has exited (its last task done), not beside it: two groups'
+    features and a fit's own memory on top were a sweep's peak. At most ``jobs``
     configurations run at a time over all pools, and at most two groups' features exist at a
     time. Within a group the slowest models start first (longest-first scheduling), and a slow
     model's fit group is split into its fits (:func:`experiments.evaluation.evaluate.group_fit_parts`:
@@ -472,6 +475,14 @@ class Scheduler:
             state = self.states[i]
             while state.queue and len(self.running) < self.jobs:
                 self.submit(state, state.queue.pop(0))
+            if state.pool is not None:
+                # a later key's fits wait until this key's pool has exited (its tasks all
+                # done): its features are already computed (windowed and forked while this
+                # key's last tasks run), but a fit's own memory (a tree's float64 design
+                # matrix, a ridge group's sums) on top of two keys' features is the sweep's
+                # peak; the wait is this key's last task on one core (a part or a group's
+                # evaluation: seconds, the slow groups being split and started first)
+                break
         # a backlog: up to one more task per worker, waiting in the queue of a pool whose
         # workers are all busy (so that no more than ``jobs`` tasks ever run at once). A worker
         # that finishes while this process logs a result (its artifacts: a fraction of a

@@ -424,7 +424,8 @@ def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
     finally:
         sched.stop()
     # two keys launched: only the earlier one, with work to come, holds a backlog; the later
-    # key's pool never holds more than it runs, so the earlier key's last tasks get the slots
+    # key's tasks start once the earlier key's pool has exited (its fits never run beside
+    # the earlier key's: their memory on top of both keys' features), then with a backlog
     sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
     try:
         for i in (0, 1):
@@ -438,10 +439,12 @@ def test_a_busy_pool_holds_one_more_task_per_worker(planted_store):
             sched.running.pop().result()
         first.parts[("pending",)] = {"a part": None}  # ... but a split group's part queued
         sched.submit_free()
-        assert sched.in_flight(second) == 2 and len(sched.running) == 2
+        assert first.pool is not None  # the earlier key's pool waits for its part ...
+        assert sched.in_flight(second) == 0 and not sched.running  # ... and the later key too
         del first.parts[("pending",)]
-        sched.submit_free()  # the earlier key done: the later one's backlog
-        assert sched.in_flight(second) == 4
+        sched.submit_free()  # the earlier key done: its pool exits, the later key runs
+        assert first.pool is None
+        assert sched.in_flight(second) == 4  # 2 running, 2 waiting
     finally:
         sched.stop()
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
