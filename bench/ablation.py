@@ -7,12 +7,15 @@ fresh MLflow tracking database each time (a reused one would skip every finished
 configuration), and samples the memory of the process tree (see
 :mod:`bench.processes`).
 
-Peak memory (goal: under 4 GB) is ``ablation.peak_memory_pss``: the proportional set size
+Peak memory (goal: at most 3 GB) is ``ablation.peak_memory_pss``: the proportional set size
 summed over the ``experiments`` process and its forked workers, at the sample where that sum
-is largest (pages the workers share copy-on-write counted once). Its breakdown:
+is largest (pages the workers share copy-on-write counted once);
+``ablation.peak_memory_at_seconds`` is when that sample was taken (against the phases below)
+and ``ablation.peak_memory_parent_at_peak`` the parent's share of it. The peaks of each part:
 ``ablation.peak_memory_parent_pss`` (the parent: loaded frame tables, the windowing of the
-next key, MLflow logging) and ``ablation.peak_memory_workers_pss`` (the workers together:
-the shared windowed features and each one's fit), each the peak of its own samples.
+next key, MLflow logging, the importance and late fusion at the end) and
+``ablation.peak_memory_workers_pss`` (the workers together: the shared windowed features and
+each one's fit), each the peak of its own samples.
 
 Memory check of issue 5, item 4 (a sweep does not copy the feature matrix per
 configuration): the sweep forks its workers after computing a window key's features, so
@@ -33,8 +36,9 @@ listeners x sessions. ``ablation.grid_seconds`` is the time from the start of th
 the last grid configuration's run (the answer to "speaker, listener or both", per track);
 ``ablation.unseen_listener_seconds`` the rest; ``ablation.wall_seconds`` the whole command.
 
-Goals (issue 5): the grid under 3 minutes on 2 cores (``ablation.grid_seconds``; the goal was
-set before the unseen-listener protocol existed), peak memory under 4 GB.
+Goals: the grid under 3 minutes on 2 cores (issue 5; ``ablation.grid_seconds``; the goal was
+set before the unseen-listener protocol existed), peak memory at most 3 GB (issue 25; issue
+5 asked for under 4 GB).
 QUICK: 8 short sessions, one feature set, ridge + the dummy baseline.
 """
 
@@ -187,7 +191,9 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     features_gb = largest_feature_matrix_gb(store, size["set"])
     print(
         f"ablation: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU; grid {grid_s:.1f} s, unseen listeners "
-        f"{unseen_s:.1f} s), peak PSS {stats.peak_pss_gb} GB (parent alone "
+        f"{unseen_s:.1f} s), peak PSS {stats.peak_pss_gb} GB at "
+        f"{stats.peak_pss_at_s or 0:.0f} s (the parent's share {stats.peak_pss_parent_gb} GB; "
+        f"the parent's own peak "
         f"{stats.peak_parent_pss_gb} GB, workers together {stats.peak_children_pss_gb} GB), "
         f"RSS sum {stats.peak_rss_gb} GB, "
         f"largest process {stats.max_rss_gb:.2f} GB, largest worker USS {stats.peak_worker_uss_gb} GB, shared "
@@ -203,7 +209,9 @@ def run(work: Path, quick: bool = False) -> list[dict]:
     ]
     if stats.peak_pss_gb is not None:
         out += [
-            record("ablation.peak_memory_pss", stats.peak_pss_gb, "GB", goal="< 4 GB"),
+            record("ablation.peak_memory_pss", stats.peak_pss_gb, "GB", goal="<= 3 GB"),
+            record("ablation.peak_memory_at_seconds", stats.peak_pss_at_s, "s"),
+            record("ablation.peak_memory_parent_at_peak", stats.peak_pss_parent_gb, "GB"),
             record("ablation.peak_memory_parent_pss", stats.peak_parent_pss_gb, "GB"),
             record("ablation.peak_memory_workers_pss", stats.peak_children_pss_gb, "GB"),
             record("ablation.peak_memory_rss_sum", stats.peak_rss_gb, "GB"),

@@ -16,6 +16,9 @@ its descendants (forked sweep workers included):
 * ``peak_parent_pss_gb`` and ``peak_children_pss_gb``: the breakdown of ``peak_pss_gb``, the
   largest PSS of the command's own process, and the largest PSS summed over its descendants
   (each the peak of its own samples, so they may come from different moments).
+* ``peak_pss_at_s`` and ``peak_pss_parent_gb``: when ``peak_pss_gb`` was sampled (seconds
+  from the start) and the command's own share of it then, which say what the tree was doing
+  at its peak (the phase of a run, the workers' part at that moment).
 * ``max_rss_gb``: the largest peak RSS (``VmHWM`` of ``/proc/<pid>/status``, exact even for
   a peak between two samples) of any one process of the tree.
 
@@ -53,6 +56,8 @@ class RunStats:
     samples: int
     peak_parent_pss_gb: float | None = None
     peak_children_pss_gb: float | None = None
+    peak_pss_at_s: float | None = None
+    peak_pss_parent_gb: float | None = None
 
 
 def _peak_rss(pid: int) -> int:
@@ -114,11 +119,15 @@ def run_measured(
         )
         peaks = [0] * 7
         samples = 0
+        at_s, parent_at_peak = 0.0, 0
         proc = psutil.Process(child.pid) if psutil is not None else None
         try:
             while child.poll() is None:
                 if proc is not None:
-                    peaks = [max(a, b) for a, b in zip(peaks, _tree_memory(proc), strict=True)]
+                    now = _tree_memory(proc)
+                    if now[0] > peaks[0]:  # the largest total so far: when, and the parent's share
+                        at_s, parent_at_peak = time.perf_counter() - t0, now[5]
+                    peaks = [max(a, b) for a, b in zip(peaks, now, strict=True)]
                     samples += 1
                 if time.perf_counter() - t0 > timeout_s:
                     child.kill()
@@ -148,6 +157,8 @@ def run_measured(
         samples=samples,
         peak_parent_pss_gb=peaks[5] / 1e9 if got else None,
         peak_children_pss_gb=peaks[6] / 1e9 if got else None,
+        peak_pss_at_s=at_s if got else None,
+        peak_pss_parent_gb=parent_at_peak / 1e9 if got else None,
     )
 
 
