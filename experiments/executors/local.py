@@ -160,20 +160,25 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
-        # the scheduler empties ``tables`` once it is done with them
         yield from Scheduler(tables, groups, jobs, figures).outcomes()
         return
+
+    def drop(j: int) -> None:
+        tables[j] = None  # type: ignore[call-overload]  # windowed for the last time
+        release_free_memory()
+
     for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
         release_free_memory()  # the previous key's features
+        last = n == len(groups)  # the tables' last use: each dropped once windowed
         try:
-            _SHARED[key] = window_sessions(tables, key)
+            _SHARED[key] = window_sessions(tables, key, windowed=drop if last else None)
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             for t in group:
                 yield Outcome(t, error=f"windowing failed: {type(e).__name__}: {e}")
             continue
         finally:
-            if n == len(groups):
+            if last:
                 tables.clear()  # every key is windowed: the frame tables are not needed any more
         for fit_group in fit_groups(group):
             try:
@@ -311,7 +316,8 @@ class Scheduler:
     workers, or a worker has no task of the current group left (the group's last fits), and
     they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the
     current group is done); a pool exits as soon as its configurations are done, not once their results have
-    been yielded; and ``tables`` is emptied as soon as the last key is windowed, before the
+    been yielded; and each session's table is dropped from ``tables`` as soon as it is
+    windowed for the last key (the features then grow while the tables shrink), before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
     view of them at start, so no pool keeps them alive after that.
 
@@ -347,9 +353,15 @@ class Scheduler:
         """Compute key ``i``'s windowed features in the background (unless under way or
         launched), ``threads`` sessions at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
+            last = i == len(self.keys) - 1  # the tables' last use: each dropped once windowed
             self.windows[i] = self._windowing.submit(
-                window_sessions, self.tables, self.keys[i], threads
+                window_sessions, self.tables, self.keys[i], threads, self._drop if last else None
             )
+
+    def _drop(self, j: int) -> None:
+        """Forget session ``j``'s table, windowed for the last key: its memory returns now."""
+        self.tables[j] = None
+        release_free_memory()  # the heap keeps what the table held (ms)
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
         """:meth:`start_windowing` key ``i`` ahead when a core is free for it (one the workers
@@ -476,12 +488,9 @@ class Scheduler:
             while state.queue and len(self.running) < self.jobs:
                 self.submit(state, state.queue.pop(0))
             if state.pool is not None:
-                # a later key's fits wait until this key's pool has exited (its tasks all
-                # done): its features are already computed (windowed and forked while this
-                # key's last tasks run), but a fit's own memory (a tree's float64 design
-                # matrix, a ridge group's sums) on top of two keys' features is the sweep's
-                # peak; the wait is this key's last task on one core (a part or a group's
-                # evaluation: seconds, the slow groups being split and started first)
+                # a later key's fits wait for this pool to exit (its features are windowed
+                # and forked meanwhile): a fit's own memory on top of two keys' features was
+                # a sweep's peak; the wait is this key's last task (a part, an evaluation)
                 break
         # a backlog: up to one more task per worker, waiting in the queue of a pool whose
         # workers are all busy (so that no more than ``jobs`` tasks ever run at once). A worker

@@ -168,7 +168,8 @@ class SufficientStats:
         #: indices of the columns that hold a NaN (their fill value depends on the fit)
         self.nan_columns = np.flatnonzero(has_nan)
         # the nan columns' distinct NaN indicators over every session's rows: column
-        # ``nan_columns[j]``'s is pattern ``_pattern[j]``, first seen in ``nan_columns[_first[j]]``
+        # ``nan_columns[j]`` has pattern ``_pattern[j]``; pattern ``g`` is first seen in column
+        # ``nan_columns[_first[g]]``
         self._first = self._pattern = np.arange(len(self.nan_columns))
         if len(self.nan_columns) and packed:
             bits = np.concatenate([b[:, self.nan_columns] for b in packed])

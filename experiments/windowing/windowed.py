@@ -8,7 +8,7 @@ fits on them and :mod:`experiments.evaluation.evaluate` scores them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -48,19 +48,33 @@ class _Window(TypedDict):
     align: str
 
 
-def window_sessions(tables: Sequence[SessionTable], key: WindowKey, threads: int = 1) -> Windowed:
+def window_sessions(
+    tables: Sequence[SessionTable],
+    key: WindowKey,
+    threads: int = 1,
+    windowed: Callable[[int], None] | None = None,
+) -> Windowed:
     """Windowed features of the channels in ``key`` for every session.
 
     ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
     the other statistics per column. Both are written into one float32 matrix per session.
     ``threads`` > 1 windows that many sessions at a time (the kernels release the GIL): for a
-    caller whose other cores are idle meanwhile; the same result.
+    caller whose other cores are idle meanwhile; the same result. ``windowed(i)`` is called
+    once ``tables[i]`` is windowed (from the thread that windowed it), e.g. to drop a table
+    this is the last use of while the others are windowed.
     """
+
+    def one(i: int) -> tuple[WindowedSession, list[str]]:
+        out = _window_session(tables[i], key)
+        if windowed is not None:
+            windowed(i)
+        return out
+
     if threads > 1 and len(tables) > 1:
         with cf.ThreadPoolExecutor(threads, thread_name_prefix="window") as pool:
-            done = list(pool.map(lambda t: _window_session(t, key), tables))
+            done = list(pool.map(one, range(len(tables))))
     else:
-        done = [_window_session(t, key) for t in tables]
+        done = [one(i) for i in range(len(tables))]
     names = done[0][1] if done else []
     return Windowed(key, [w for w, _ in done], names)
 

@@ -69,9 +69,9 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
     }
     events: list[tuple[str, object]] = []
 
-    def windowing(tables_, key, threads=1):
+    def windowing(tables_, key, threads=1, windowed=None):
         events.append(("window", key))
-        return window_sessions(tables_, key, threads)
+        return window_sessions(tables_, key, threads, windowed)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     monkeypatch.setattr(local, "available_memory", lambda: 0 if budget == "none" else 2**50)
@@ -286,12 +286,13 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
     monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
     threads = []
 
-    def windowing(tables_, key, n_threads=1):
+    def windowing(tables_, key, n_threads=1, windowed=None):
         threads.append(n_threads)
-        return window_sessions(tables_, key, n_threads)
+        return window_sessions(tables_, key, n_threads, windowed)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
-    busy = Scheduler(tables, groups, jobs=2)  # every core fitting: not ahead ...
+    # each scheduler its own list: windowing the last key (here key 1) empties it
+    busy = Scheduler(list(tables), groups, jobs=2)  # every core fitting: not ahead ...
     try:
         budget["free"] = 10**15
         busy.prefetch(1)
@@ -303,7 +304,7 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
     finally:
         busy.stop()
     monkeypatch.setattr(local.os, "cpu_count", lambda: 3)  # one core left over
-    sched = Scheduler(tables, groups, jobs=2)
+    sched = Scheduler(list(tables), groups, jobs=2)
     try:
         budget["free"] = int(need / local.PREFETCH_MEMORY_FRACTION) - 1
         sched.prefetch(1)
@@ -319,7 +320,7 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
         assert list(sched.windows) == [1]
     finally:
         sched.stop()
-    unknown = Scheduler(tables, groups, jobs=2)
+    unknown = Scheduler(list(tables), groups, jobs=2)
     monkeypatch.setattr(local, "available_memory", lambda: None)
     try:
         unknown.prefetch(1)
@@ -351,10 +352,10 @@ def test_a_failed_windowing_fails_its_keys_configurations_only(planted_store, mo
     groups = _groups(cfg)
     first, bad = list(groups)
 
-    def windowing(tables_, key, threads=1):
+    def windowing(tables_, key, threads=1, windowed=None):
         if key == bad:
             raise MemoryError("no room for the windows")
-        return window_sessions(tables_, key, threads)
+        return window_sessions(tables_, key, threads, windowed)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     got = _outcomes(_tables(planted_store, cfg), groups, jobs=2)
@@ -465,10 +466,10 @@ def test_the_next_key_starts_while_the_last_results_are_handed_over(planted_stor
     assert len(groups[first_key]) >= 3
     ready = threading.Event()  # the second key's windowing ends once every first-key task has
 
-    def windowing(tables_, key, threads=1):
+    def windowing(tables_, key, threads=1, windowed=None):
         if key == second_key:
             ready.wait(timeout=60)
-        return window_sessions(tables_, key, threads)
+        return window_sessions(tables_, key, threads, windowed)
 
     monkeypatch.setattr(local, "window_sessions", windowing)
     sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
@@ -493,3 +494,32 @@ def test_the_next_key_starts_while_the_last_results_are_handed_over(planted_stor
         outcomes.close()
     assert [o.trial for o in got] == [t for g in groups.values() for t in g]
     assert all(o.error == "" and o.result is not None for o in got)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_last_key_drops_each_table_once_windowed(planted_store, threads):
+    """The last window key is the frame tables' last use: each session's table leaves the list
+    once its windows are computed (their memory returns while the others are windowed); an
+    earlier key keeps them all. The windows are the same as from the full list."""
+    cfg = from_dict(config_dict("mlruns"))
+    groups = _groups(cfg)
+    assert len(groups) >= 2
+    keys = list(groups)
+    sched = Scheduler(_tables(planted_store, cfg), groups, jobs=2)
+    try:
+        n = len(sched.tables)
+        sched.start_windowing(0, threads)
+        first = sched.windows[0].result()
+        assert sum(t is not None for t in sched.tables) == n  # an earlier key: all kept
+        sched.start_windowing(len(keys) - 1, threads)
+        last = sched.windows[len(keys) - 1].result()
+        assert len(sched.tables) == n and all(t is None for t in sched.tables)
+    finally:
+        sched.stop()
+    fresh = _tables(planted_store, cfg)
+    for got, key in ((first, keys[0]), (last, keys[-1])):
+        want = window_sessions(fresh, key)
+        assert got.names == want.names
+        for a, b in zip(got.sessions, want.sessions, strict=True):
+            assert a.session == b.session
+            np.testing.assert_array_equal(a.F, b.F)
