@@ -80,6 +80,12 @@ def release_free_memory() -> None:
         trim(0)
 
 
+def _drop_table(tables: list, j: int) -> None:
+    """Forget session ``j``'s table, windowed for the last key: its memory returns now."""
+    tables[j] = None
+    release_free_memory()  # the heap keeps what the table held (ms)
+
+
 def _evaluate_shared(
     trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None
 ) -> list[TrialResult]:
@@ -162,11 +168,7 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
     if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
         yield from Scheduler(tables, groups, jobs, figures).outcomes()
         return
-
-    def drop(j: int) -> None:
-        tables[j] = None  # type: ignore[call-overload]  # windowed for the last time
-        release_free_memory()
-
+    drop = functools.partial(_drop_table, tables)
     for n, (key, group) in enumerate(groups.items(), 1):
         _SHARED.clear()
         release_free_memory()  # the previous key's features
@@ -353,15 +355,11 @@ class Scheduler:
         """Compute key ``i``'s windowed features in the background (unless under way or
         launched), ``threads`` sessions at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
-            last = i == len(self.keys) - 1  # the tables' last use: each dropped once windowed
+            # the last key is the tables' last use: each dropped once windowed
+            drop = functools.partial(_drop_table, self.tables) if i == len(self.keys) - 1 else None
             self.windows[i] = self._windowing.submit(
-                window_sessions, self.tables, self.keys[i], threads, self._drop if last else None
+                window_sessions, self.tables, self.keys[i], threads, drop
             )
-
-    def _drop(self, j: int) -> None:
-        """Forget session ``j``'s table, windowed for the last key: its memory returns now."""
-        self.tables[j] = None
-        release_free_memory()  # the heap keeps what the table held (ms)
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
         """:meth:`start_windowing` key ``i`` ahead when a core is free for it (one the workers
