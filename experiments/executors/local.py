@@ -9,10 +9,11 @@ database. With one job, or a single task, everything runs in this process.
 
 Scheduling (:class:`Scheduler`): one fork pool per window key, the next key's features
 computed while the current key's configurations run (on a core the workers leave over, or
-once the current key has no task left for a worker; when they fit in memory) and its
-configurations started once the current key's pool has exited, the slowest
-models first within a key and split into their separate fits, at most ``jobs`` tasks at a
-time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP threads.
+once the current key has no task left for a worker; when they fit in memory, and the two
+keys' features together are no larger than the largest key's) and its configurations
+started once the current key's pool has exited, the slowest models first within a key and
+split into their separate fits, at most ``jobs`` tasks at a time over all pools, and each
+worker limited to ``cores // jobs`` BLAS / OpenMP threads.
 
 >>> LocalExecutor().name
 'local'
@@ -21,7 +22,6 @@ time over all pools, and each worker limited to ``cores // jobs`` BLAS / OpenMP 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
 import functools
 import gc
 import multiprocessing as mp
@@ -32,7 +32,6 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..config.grid import Trial, WindowKey
@@ -57,27 +56,9 @@ from .base import (
     window_groups,
     with_figures,
 )
+from .memory import available_memory, release_free_memory, windowed_nbytes
 
 _SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim  # glibc
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
-def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Arrays of a few tens of MB (a session's windowed features, a fit's temporaries) come from
-    the heap, whose freed pages glibc keeps for reuse: hundreds of MB after a window key's
-    features or a fit are dropped, which forked workers would also map."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _drop_table(tables: list, j: int) -> None:
@@ -210,40 +191,14 @@ def _ready() -> None:
 BACKLOG_PER_WORKER = 1
 #: compute the next group's windowed features while the current group runs, when a core is
 #: left over by the ``jobs`` workers, or once a worker has no task of the current group left
-#: (holds two groups' features at a time instead of one). With every core fitting, the
+#: (holds two groups' features at a time instead of one, at most as much as the largest group's
+#: alone: see :meth:`Scheduler.prefetch`). With every core fitting, the
 #: windowing thread would only take CPU from the fits: on 2 cores, 2 jobs, the full-size grid
 #: took 122.0 s with it and 121.6 s without, at 3.11 GB peak PSS against 2.72 GB ...
 PREFETCH_WINDOWS = True
 #: ... when their estimated size (see :func:`windowed_nbytes`) is at most this fraction of the
 #: memory available at that moment (the current group's fits still grow into the rest)
 PREFETCH_MEMORY_FRACTION = 0.25
-
-
-def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
-    """Estimated size (bytes) of ``window_sessions(tables, key)``: frames x output columns x 4
-    (float32); one column per statistic, window length and input column, and per channel
-    and window length for ``valid_frac``."""
-    if not tables:
-        return 0
-    first = tables[0]
-    idx = [first.channels.index(c) for c in key.channels if c in first.channels]
-    n_columns = int(np.isin(first.column_channel, idx).sum())
-    stats = [s for s in key.stats if s != "valid_frac"]
-    per_frame = len(key.lengths_s) * (
-        n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats)
-    )
-    return sum(t.n_frames for t in tables) * per_frame * 4
-
-
-def available_memory() -> int | None:
-    """Memory (bytes) the system can give without swapping (psutil's ``available``), or None
-    when unknown."""
-    import psutil  # imported here: a few milliseconds that only a parallel sweep needs
-
-    try:
-        return int(psutil.virtual_memory().available)
-    except (OSError, RuntimeError):  # no /proc/meminfo (a restricted container)
-        return None
 
 
 @dataclass
@@ -315,10 +270,13 @@ class Scheduler:
     in the order of the configurations.
 
     Memory: the next group's features are computed ahead only when a core is left over by the
-    workers, or a worker has no task of the current group left (the group's last fits), and
-    they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the
-    current group is done); a pool exits as soon as its configurations are done, not once their results have
-    been yielded; and each session's table is dropped from ``tables`` as soon as it is
+    workers, or a worker has no task of the current group left (the group's last fits); when
+    they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the current group
+    is done); and when, with the features still held (a pool's that has not exited), they are
+    no larger than the largest key's features (else once that pool has exited): the sweep
+    never holds more features than its largest key alone, whose fits then set its peak. A
+    pool exits as soon as its configurations are done, not once their results have been
+    yielded; and each session's table is dropped from ``tables`` as soon as it is
     windowed for the last key (the features then grow while the tables shrink), before the
     last pool is forked; the workers, which never read the tables, drop their copy-on-write
     view of them at start, so no pool keeps them alive after that.
@@ -339,6 +297,9 @@ class Scheduler:
         self.threads = max(1, cores // jobs)
         #: a core the workers leave over: only then is the next key windowed ahead
         self.spare_core = cores > jobs
+        #: each key's estimated features (bytes): windowing ahead never holds more than the
+        #: largest of them at once (see :meth:`prefetch`)
+        self.nbytes = [windowed_nbytes(tables, key) for key in self.keys]
         #: window keys (by index) being windowed, not launched yet
         self.windows: dict[int, cf.Future] = {}
         #: launched window keys (by index)
@@ -369,6 +330,10 @@ class Scheduler:
             return
         if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
             return
+        if self.features_held() + self.nbytes[i] > max(self.nbytes):
+            # two keys' features beside the current fits were a sweep's peak: this key waits
+            # for the earlier pools to exit, and then has every core (about 1 s per GB)
+            return
         free = available_memory()
         if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (
             PREFETCH_MEMORY_FRACTION * free
@@ -376,6 +341,12 @@ class Scheduler:
             # a worker idle: the current key's last fits are running, and their cores free up
             # while the windowing runs, so it takes every core (the OS shares them meanwhile)
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
+
+    def features_held(self) -> int:
+        """Estimated bytes of the features held now: those being windowed or shared with a pool
+        that has not exited."""
+        held = [*self.windows, *(i for i, s in self.states.items() if s.pool is not None)]
+        return sum(self.nbytes[i] for i in held)
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 
@@ -541,6 +512,7 @@ class Scheduler:
         :meth:`key_outcomes` before each result of key ``i`` is handed over (the caller logs
         it for a while): its last results, done before they are handed over, then no longer
         keep the workers idle until the caller has logged them all."""
+        self.retire_finished()  # an exited pool's features no longer count against windowing
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)
         if nxt is not None and nxt.done():

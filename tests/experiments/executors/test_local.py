@@ -99,7 +99,7 @@ def test_release_free_memory_finds_glibc_malloc_trim():
     silently skipped; elsewhere releasing is a no-op."""
     import platform
 
-    from experiments.executors.local import _malloc_trim, release_free_memory
+    from experiments.executors.memory import _malloc_trim, release_free_memory
 
     if platform.libc_ver()[0] == "glibc":
         assert _malloc_trim() is not None
@@ -327,6 +327,92 @@ def test_prefetch_follows_the_memory_budget(planted_store, monkeypatch):
         assert list(unknown.windows) == [1]
     finally:
         unknown.stop()
+
+
+def _three_sizes_cfg():
+    """Feature sets speaker, listener and both: the third key's features are the first two's."""
+    d = config_dict("mlruns", personalization=["global"])
+    d["feature_sets"]["both"] = d["feature_sets"]["speaker"] + d["feature_sets"]["listener"]
+    d["feature_set"] = ["speaker", "listener", "both"]
+    return from_dict(d)
+
+
+class _LivePool:
+    """Stands for a fork pool that has not exited (what :meth:`Scheduler.prefetch` looks at)."""
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+def test_windowing_ahead_holds_no_more_features_than_the_largest_key(planted_store, monkeypatch):
+    """A key is windowed ahead only when its features, with those of the pools that have not
+    exited, are no larger than the largest key's: listener beside speaker's pool (their sum is
+    both's size), both only once listener's pool has exited."""
+    cfg = _three_sizes_cfg()
+    groups = _groups(cfg)
+    tables = _tables(planted_store, cfg)
+    monkeypatch.setattr(local, "available_memory", lambda: None)
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
+    sched = Scheduler(list(tables), groups, jobs=2)
+    try:
+        speaker, listener, both = sched.nbytes
+        assert [k.feature_set for k in sched.keys] == ["speaker", "listener", "both"]
+        assert both == speaker + listener == max(sched.nbytes) and min(sched.nbytes) > 0
+        sched.states[0] = local.WindowKeyState(pool=_LivePool())
+        sched.prefetch(1, idle_worker=True)  # speaker's pool and listener's features: both's size
+        assert list(sched.windows) == [1]
+        assert sched.features_held() == speaker + listener
+        sched.windows.pop(1).result()
+        sched.states[0].pool = None  # speaker's pool exited, listener's launched
+        sched.states[1] = local.WindowKeyState(pool=_LivePool())
+        sched.prefetch(2, idle_worker=True)  # listener's pool and both's features: held back
+        assert sched.windows == {} and sched.features_held() == listener
+        sched.states[1].pool = None  # listener's pool exited
+        sched.prefetch(2, idle_worker=True)
+        assert list(sched.windows) == [2]
+        assert sched.windows[2].result().sessions[0].F.shape[1] > 0
+    finally:
+        sched.stop()
+
+
+def test_the_largest_key_is_windowed_after_the_pool_before_it_exits(planted_store, monkeypatch):
+    """A whole sweep: both's features are computed only after listener's pool has exited; the
+    results are those of one process."""
+    cfg = _three_sizes_cfg()
+    groups = _groups(cfg)
+    tables = _tables(planted_store, cfg)
+    expected = {
+        t: evaluate_trial(t, window_sessions(tables, k)).metrics
+        for k, g in groups.items()
+        for t in g
+    }
+    events: list[tuple[str, str]] = []
+
+    def windowing(tables_, key, threads=1, windowed=None):
+        events.append(("window", key.feature_set))
+        return window_sessions(tables_, key, threads, windowed)
+
+    close = local.WindowKeyState.close_pool
+
+    def closing(state, cancel=False):
+        if state.pool is not None:  # the pool exits now: its key is its configurations'
+            events.append(("exit", next(iter(state.futures)).feature_set))
+        close(state, cancel)
+
+    monkeypatch.setattr(local, "window_sessions", windowing)
+    monkeypatch.setattr(local.WindowKeyState, "close_pool", closing)
+    monkeypatch.setattr(local, "available_memory", lambda: None)
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
+    got = {o.trial: o.result.metrics for o in Scheduler(tables, groups, jobs=2).outcomes()}
+    assert got.keys() == expected.keys()
+    for t, m in got.items():
+        assert m == pytest.approx(expected[t], abs=1e-12)
+    assert [e for e in events if e[0] == "window"] == [
+        ("window", "speaker"),
+        ("window", "listener"),
+        ("window", "both"),
+    ]
+    assert events.index(("exit", "listener")) < events.index(("window", "both"))
 
 
 def test_outcomes_come_in_the_order_of_the_configurations(planted_store):
