@@ -54,6 +54,7 @@ from ..evaluation import markdown
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
+from ..executors.memory import release_free_memory
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, cell
@@ -343,6 +344,7 @@ def ablate(
     t0 = time.perf_counter()
     fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
     fusion_seconds = time.perf_counter() - t0
+    release_free_memory()  # the members' frames and features: GBs the heap would keep
     if len(fused):
         df = pd.concat([df, fused], ignore_index=True)
     extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()

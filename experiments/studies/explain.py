@@ -42,6 +42,7 @@ from ..evaluation.importance import (
     permutation_importances,
 )
 from ..evaluation.plots import plot_importance, plot_session_ccc
+from ..executors.memory import release_free_memory
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 from ..windowing.windowed import Windowed, WindowKey, window_sessions
 
@@ -383,6 +384,7 @@ def _importances(
                 out[choice] = result
         cache.release(w.names)
         del w  # one window at a time, with its fits
+        release_free_memory()  # the heap would keep the window's pages for the next one
     return out
 
 

@@ -32,6 +32,7 @@ from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
+from ..executors.memory import release_free_memory
 from ..tracking.child_runs import warnings_tags, write_prediction_csv
 from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
@@ -198,9 +199,15 @@ def fusion_rows(
     # the tracks' members often share fit groups (one model, rescaled per track): fitted once
     own = cache is None
     cache = FitCache() if cache is None else cache
-    for track in TRACKS:
+    for n, track in enumerate(TRACKS):
         member_runs = chosen[track] or []
         key = tuple(run for _, run in member_runs)
+        # a window no later track uses is dropped before this track's are made: one track's
+        # members' features at a time, not every member's (a feature set's features take GBs)
+        later = {trials[run].window_key() for t in TRACKS[n:] for _, run in chosen[t] or []}
+        for stale in [k for k in windows if k not in later]:
+            del windows[stale]
+        release_free_memory()
         if key not in done:
             result = late_fusion(
                 [(trials[run], windowed(trials[run])) for run in key],
@@ -217,6 +224,7 @@ def fusion_rows(
     if own:
         cache.clear()
     windows.clear()
+    release_free_memory()  # the members' features: the heap would keep their pages
     rows = []
     for split in ("val", "test"):
         row: dict = {c: np.nan for c in df.columns}
