@@ -335,9 +335,7 @@ class Scheduler:
             # for the earlier pools to exit, and then has every core (about 1 s per GB)
             return
         free = available_memory()
-        if free is None or windowed_nbytes(self.tables, self.keys[i]) <= (
-            PREFETCH_MEMORY_FRACTION * free
-        ):
+        if free is None or self.nbytes[i] <= PREFETCH_MEMORY_FRACTION * free:
             # a worker idle: the current key's last fits are running, and their cores free up
             # while the windowing runs, so it takes every core (the OS shares them meanwhile)
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
