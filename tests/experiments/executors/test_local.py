@@ -33,6 +33,21 @@ def _groups(cfg):
     return window_groups(expand(cfg))
 
 
+def _one_process_metrics(tables, groups):
+    """Each configuration's metrics evaluated here, one at a time (what a sweep must give)."""
+    return {
+        t: evaluate_trial(t, window_sessions(tables, k)).metrics
+        for k, g in groups.items()
+        for t in g
+    }
+
+
+def _assert_same_metrics(got, expected):
+    assert got.keys() == expected.keys()
+    for t, m in got.items():
+        assert m == pytest.approx(expected[t], abs=1e-12)
+
+
 def test_windowed_nbytes_is_the_features_size(planted_store):
     d = config_dict(
         "mlruns",
@@ -62,11 +77,7 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
     cfg = from_dict(config_dict("mlruns", personalization=["global"]))
     groups = _groups(cfg)
     tables = _tables(planted_store, cfg)
-    expected = {
-        t: evaluate_trial(t, window_sessions(tables, k)).metrics
-        for k, g in groups.items()
-        for t in g
-    }
+    expected = _one_process_metrics(tables, groups)
     events: list[tuple[str, object]] = []
 
     def windowing(tables_, key, threads=1, windowed=None):
@@ -82,9 +93,7 @@ def test_memory_budget_keeps_the_results(planted_store, monkeypatch, budget):
         events.append(("result", o.trial.window_key()))
         got[o.trial] = o.result.metrics
     assert tables == []  # released after the last key was windowed
-    assert got.keys() == expected.keys()
-    for t, m in got.items():
-        assert m == pytest.approx(expected[t], abs=1e-12)
+    _assert_same_metrics(got, expected)
     windowed = [k for kind, k in events if kind == "window"]
     assert windowed == list(groups)  # each key once, in order
     if budget == "none":  # no prefetch: a key is windowed after the previous group's results
@@ -381,11 +390,7 @@ def test_the_largest_key_is_windowed_after_the_pool_before_it_exits(planted_stor
     cfg = _three_sizes_cfg()
     groups = _groups(cfg)
     tables = _tables(planted_store, cfg)
-    expected = {
-        t: evaluate_trial(t, window_sessions(tables, k)).metrics
-        for k, g in groups.items()
-        for t in g
-    }
+    expected = _one_process_metrics(tables, groups)
     events: list[tuple[str, str]] = []
 
     def windowing(tables_, key, threads=1, windowed=None):
@@ -404,9 +409,7 @@ def test_the_largest_key_is_windowed_after_the_pool_before_it_exits(planted_stor
     monkeypatch.setattr(local, "available_memory", lambda: None)
     monkeypatch.setattr(local.os, "cpu_count", lambda: 2)
     got = {o.trial: o.result.metrics for o in Scheduler(tables, groups, jobs=2).outcomes()}
-    assert got.keys() == expected.keys()
-    for t, m in got.items():
-        assert m == pytest.approx(expected[t], abs=1e-12)
+    _assert_same_metrics(got, expected)
     assert [e for e in events if e[0] == "window"] == [
         ("window", "speaker"),
         ("window", "listener"),
