@@ -546,8 +546,9 @@ def score_metrics(
     listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
     listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
     ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
-    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (each session's own predictions at
-    a random lag of at least 10 s, ``fps`` frames per second, one for all or per session;
+    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (another story's block of
+    predictions at each session's own level and scale, the block shifted by one lag of at least
+    10 s, ``fps`` frames per second, one for all or per session;
     :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
     from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
     ``<split>.ccc_story_<S>``.

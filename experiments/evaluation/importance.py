@@ -17,7 +17,7 @@ Groups (``levels``):
 
 **Permutation respects time.** Each session's block of the group's features is circularly
 shifted by a random lag of at least :data:`~experiments.evaluation.uncertainty.MIN_LAG_S`
-(10 s, at most a quarter of the session), the same rule as the chance level: the features keep
+(10 s, at most a quarter of the session), the same minimum lag as the chance level: the features keep
 their autocorrelation, their distribution and their relation with each other, and only their
 alignment with the ratings (and with the other groups' features) is broken. Shuffling frames
 instead would hand the model feature values it never saw in sequence, and credit a group for

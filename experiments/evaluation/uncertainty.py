@@ -15,10 +15,11 @@ new listeners, not about new stories: three stories are too few to resample):
   flips each listener's difference (exact over all 2^n patterns up to 16 listeners; smallest
   possible p ``2 / 2^n``);
 * :func:`holm`: Holm's step-down adjustment of a family of p-values;
-* :func:`chance_level`: the CCC a model earns by chance: each session's labels scored against
-  a prediction at **the session's own** prediction level and scale with another session's time
-  course, circularly shifted by a random lag of at least :data:`MIN_LAG_S` seconds; a
-  personalized model's per-listener level stays with its listener, and only the relation in
+* :func:`chance_level`: the CCC a model earns by chance: each story's labels scored against
+  another story's block of predictions, each session's at **its own** prediction level and
+  scale, the block circularly shifted by one random lag of at least :data:`MIN_LAG_S`
+  seconds; a personalized model's per-listener level stays with its listener, what the
+  predictions share across a story's listeners stays in the null, and only the relation in
   time to the labels is broken. A constant (dummy) prediction has CCC 0 by construction: it
   is a baseline, not the chance level.
 
@@ -263,8 +264,53 @@ def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndar
     return out
 
 
-#: other sessions each session may borrow a time course from (the closest to unrelated first)
-CHANCE_PARTNERS = 8
+#: whole-block mappings a story may borrow its time courses through (donor story x rotation)
+CHANCE_MAPPINGS = 8
+
+
+def block_mappings(
+    listeners: np.ndarray, stories: np.ndarray, n_mappings: int = CHANCE_MAPPINGS
+) -> dict[object, list[np.ndarray]]:
+    """For each story, up to ``n_mappings`` ways its sessions borrow time courses as a block.
+
+    A mapping gives, for each session of the story (in row order), the row of the session it
+    borrows from. Donors are the split's other stories, ``n_mappings`` split between them: the
+    base mapping takes the same listener's session of the donor story where there is one (else
+    a session of it that no listener has taken, else the listener's session of a third story:
+    never one session twice where the split allows it, as two sessions borrowing one time
+    course would move alike), and the others rotate it by one listener at a time, so that every
+    mapping keeps the donor block whole. A story alone
+    in its split borrows from itself, rotated by 1, 2, ... listeners (never a session's own
+    predictions, unless it is the only session).
+
+    >>> m = block_mappings(np.array([1, 1, 2, 2]), np.array([3, 6, 3, 6]))
+    >>> [x.tolist() for x in m[3]], [x.tolist() for x in m[6]]
+    ([[1, 3], [3, 1]], [[0, 2], [2, 0]])
+    """
+    rows = np.arange(len(stories))
+    unique = list(dict.fromkeys(stories.tolist()))
+    out: dict[object, list[np.ndarray]] = {}
+    for s in unique:
+        mine = rows[stories == s]
+        others = [d for d in unique if d != s]
+        if not others:  # one story: the next listeners' predictions of it
+            shifts = range(1, min(n_mappings, len(mine) - 1) + 1) if len(mine) > 1 else [0]
+            out[s] = [np.roll(mine, -c) for c in shifts]
+            continue
+        per_donor = max(1, n_mappings // len(others))
+        out[s] = []
+        for d in others:
+            theirs = rows[stories == d]
+            by_listener = {listeners[j]: j for j in theirs}
+            base = np.array([by_listener.get(listeners[i], -1) for i in mine])
+            spare = [j for j in theirs if j not in set(base.tolist())]
+            for b in np.flatnonzero(base < 0):
+                # a session of the donor no one took, else this listener's of a third story,
+                # else the donor's first again (a repeat: two sessions then move alike)
+                own = [j for j in rows[listeners == listeners[mine[b]]] if stories[j] != s]
+                base[b] = spare.pop(0) if spare else (own[0] if own else theirs[0])
+            out[s] += [np.roll(base, -c) for c in range(min(per_donor, len(mine)))]
+    return out
 
 
 def chance_level(
@@ -274,37 +320,41 @@ def chance_level(
     fps: float | Mapping[str, float] = 25.0,
     min_lag_s: float = MIN_LAG_S,
     n_draws: int = N_CHANCE_DRAWS,
-    partners: int = CHANCE_PARTNERS,
     seed: int = 0,
 ) -> dict[str, tuple[float, float]]:
-    """The chance distribution of both protocol means: unrelated predictions at each session's own level and scale.
+    """The chance distribution of both protocol means: the predictions, story by story, out of time.
 
-    For each draw, every session's labels are scored against a prediction that has **this
-    session's own** prediction mean and standard deviation (its level and scale: a
-    personalized model's per-listener level stays with its listener) and the time course of
-    another session's predictions (standardised; another story and another listener first,
-    among ``partners`` candidates), circularly shifted by a lag drawn uniformly from
-    ``min_lag .. n - min_lag`` frames and wrapped to the session's length. The CCC's
-    denominator sees the level and scale this model really gives this session; only the
-    relation in time to these labels is broken. Each protocol mean is averaged as its track
-    does (over listeners, or over stories), ``n_draws`` times.
+    Each draw scores every session's labels against a prediction with **this session's own**
+    prediction mean and standard deviation (a personalized model's level stays with its
+    listener) and a time course borrowed **story block by story block**: all the sessions of a
+    story take the standardised predictions of one other story of the split (each listener
+    its own session of that story where it has one), circularly shifted by **one lag common to
+    the block**, drawn uniformly between ``min_lag_s`` and the session's length minus it. The
+    relation in time to the labels is broken; what the predictions share across the
+    listeners of a story (a speaker-feature model predicts nearly the same curve for every
+    listener) is kept, because the borrowed block keeps it and one lag moves it as a whole.
+    Each protocol mean is then averaged as its track does (over listeners, or over stories),
+    ``n_draws`` times. A split of one story borrows from itself: each session takes the next
+    listener's predictions of the story, the block shifted by one lag.
 
-    Why not the rules before or beside it:
+    Why not the rules before it:
 
-    * another session's predictions *as they are* (the rule before): a partner of another
-      listener brings a mismatched level that inflates the denominator and narrows the null
-      (simulated, 10 listeners x 3 stories, level-matched predictions: a 95th percentile half
-      the true one);
+    * each session shifted on its own (the rule before this one): predictions that are alike
+      across the listeners of a story lose their likeness in the null, so the null is too
+      narrow for speaker-like models (simulated, labels sharing a story curve at rho 0.5, 10
+      listeners, fully shared predictions: its 95th percentile 0.41 of the true one);
+    * another session's predictions *as they are*: another listener's level inflates the
+      CCC's denominator and narrows a personalized model's null;
     * the session's *own* predictions at a random lag: a circular autocovariance sums to zero
       over all lags, so for a prediction that follows the labels every lag away from 0 is
-      biased negative, by about the skill times (correlation time / session length): on
-      sessions with few independent stretches (a 24-s demo session, slow ratings) the null
-      sits far below 0.
+      biased negative (badly on short or slow sessions). Another story's block has no such
+      bias; a split of one story has no other story, and the next listener's predictions keep
+      only the part of that bias that the listeners share.
 
     The minimum lag (``min_lag_s``, default :data:`MIN_LAG_S` = 10 s, at most a quarter of the
-    session) keeps a partner of the same story (a validation split has one story) from lining
-    up the story's common time course with the labels. A session alone in its split borrows
-    its own time course.
+    session) keeps a story's common time course from lining up with its labels when a block
+    borrows from its own story, and a model's position-in-session trend from lining up with
+    the labels' when it borrows from another.
 
     Args:
         truth, predictions: per session id, the labels and the predictions (same length;
@@ -313,7 +363,6 @@ def chance_level(
         fps: frames per second (one for all, or per session id), to turn ``min_lag_s`` into frames.
         min_lag_s: smallest lag, seconds.
         n_draws: random draws.
-        partners: candidate sessions to borrow a time course from.
         seed: seed of the draws.
 
     Returns:
@@ -336,24 +385,21 @@ def chance_level(
         series.append((t[ok], p.mean(), sd, shape, rate))
     listeners, stories = rows.listener.to_numpy(), rows.story.to_numpy()
     draws = np.empty((n_draws, len(rows)))
-    for i, (t, level, scale, _, rate) in enumerate(series):
-        others = [j for j in range(len(rows)) if j != i] or [i]
-        # another story and another listener first: the closest to unrelated predictions
-        others.sort(
-            key=lambda j: (stories[j] == stories[i], listeners[j] == listeners[i], rng.random())
-        )
-        n = len(t)
-        lag = min(int(round(min_lag_s * rate)), n // 4)
-        curves = [
-            curve[lag : n - lag + 1]
-            for curve in shifted_cccs(
-                t, [level + scale * np.resize(series[j][3], n) for j in others[:partners]]
+    for s, donors in block_mappings(listeners, stories).items():
+        block = np.flatnonzero(stories == s)
+        pick = rng.integers(0, len(donors), size=n_draws)
+        share = rng.random(n_draws)  # one lag per draw for the whole block, a share of its range
+        for b, i in enumerate(block):
+            t, level, scale, _, rate = series[i]
+            n = len(t)
+            lag = min(int(round(min_lag_s * rate)), n // 4)
+            lags = np.minimum(lag + np.floor(share * (n - 2 * lag + 1)).astype(int), n - 1)
+            curves = shifted_cccs(
+                t, [level + scale * np.resize(series[idx[b]][3], n) for idx in donors]
             )
-        ]
-        pick = rng.integers(0, len(curves), size=n_draws)
-        for k, curve in enumerate(curves):
-            chosen = pick == k
-            draws[chosen, i] = curve[rng.integers(0, len(curve), size=int(chosen.sum()))]
+            for k, curve in enumerate(curves):
+                chosen = pick == k
+                draws[chosen, i] = curve[lags[chosen]]
     out = {}
     for protocol, groups in (("personalized", listeners), ("generalized", stories)):
         weights = (groups[:, None] == np.unique(groups)[None, :]).astype(float)

@@ -103,9 +103,10 @@ def ablation_markdown(
         f"- **unseen listeners ({unseen_selection})**: how well the generalized track predicts a person it has",
         f"  never seen: {UNSEEN_BULLETS.get(unseen_selection, '')}.",
         "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
-        "  prediction at that session's own prediction level and scale but another session's time course,",
-        "  circularly shifted by at least 10 s (1,000 draws); a CCC below it cannot be told from chance. A",
-        "  constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
+        "  prediction at that session's own prediction level and scale but the time course of another story's",
+        "  block of predictions, the block shifted as a whole by one lag of at least 10 s (1,000 draws): what",
+        "  the predictions share across a story's listeners stays in the null. A CCC below it cannot be told",
+        "  from chance. A constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
     ]
     if FUSED_SET in set(df.feature_set):
         lines += [
