@@ -185,6 +185,7 @@ def cmd_import(args) -> int:
             fps=args.fps,
             progress=True,
             groups=args.groups,
+            lookahead_s=args.lookahead_s,
         )
     except ValueError as e:  # a bad --channel name
         print(f"error: {e}", file=sys.stderr)
@@ -456,6 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="column groups to keep of an OpenFace table (au pose gaze landmarks landmarks_3d "
         "eye_landmarks shape; default au pose gaze) or a py-feat table (au emotion pose "
         "landmarks; default au emotion pose)",
+    )
+    sp.add_argument(
+        "--lookahead-s",
+        type=float,
+        help="seconds after a row's time that the tool read of the video (0: it analyses each "
+        "frame alone; inf: it normalises over the whole video); default: not recorded, and the "
+        "experiments then tag no configuration reading the channel causal",
     )
     sp.set_defaults(func=cmd_import)
 
