@@ -17,6 +17,10 @@ From faces (:func:`speaking_from_faces`), for each scene frame at time ``t`` (fr
    still mouth (a smile, a yawn) does not. The activity is interpolated linearly onto the
    scene times; a scene frame whose nearest mouth sample has no activity (no face), or
    which lies more than one sample period outside the face track, gets NaN ("unknown").
+   The centred window reads the future: a scene frame at ``t`` depends on face samples up to
+   ``window_s / 2`` plus one face step after ``t`` (0.5 s at 5 fps,
+   :func:`mouth_activity_lookahead_s`), which the per-role channels record as their
+   ``lookahead_s`` (:mod:`featurestore.extraction.derived`).
 3. **Attribution**: on a voiced frame, a role is marked as talking when its activity is
    known, at least ``min_activity`` (default 0.02 interocular distances, above dlib's
    landmark jitter on a still face) and not clearly smaller than the other role's:
