@@ -112,8 +112,9 @@ class FrameExtractor(Extractor[C]):
 
 
 def decode_lookahead_s(sampling_rate: int) -> float:
-    """Seconds of source audio after an output sample that :func:`featurestore.sources.media.read_audio` reads to compute
-    it at ``sampling_rate`` Hz, for any source of at least 8 kHz.
+    """Seconds of source audio after an output sample that decoding reads to compute it at
+    ``sampling_rate`` Hz (:func:`featurestore.sources.media.read_audio`), for any source of at
+    least 8 kHz.
 
     FFmpeg's default resampler (libswresample, a 32-tap windowed sinc at the lower of the two
     rates, cutoff 0.97) centres its filter on the output sample: it reaches 16 / 0.97 samples
