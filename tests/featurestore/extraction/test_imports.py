@@ -192,7 +192,7 @@ def test_import_keeps_the_column_groups_asked_for_on_the_command_line(tmp_path):
     assert main([*args, "--store", str(store), "--groups", "landmarks_3d"]) == 1
 
 
-def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(tmp_path):
+def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(tmp_path, capsys):
     """``--lookahead-s`` is the channel's ``lookahead_s`` and in its params (so its cache key:
     another declaration is another store fingerprint); without it none is recorded (the
     experiments count the channel as reading the whole session); a negative one is refused."""
@@ -214,5 +214,9 @@ def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(
     assert framewise.cache_key != plain.cache_key
     assert read("Subject_1_Story_2", "listener/offline").lookahead_s == float("inf")
     assert main(["verify", "--store", str(store)]) == 0  # the cache keys match their params
+    capsys.readouterr()
+    assert main(["inspect", "Subject_1_Story_2", "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    assert "reads an unknown time past each row" in shown and "reads 0 s past each row" in shown
     with pytest.raises(ValueError, match="lookahead_s must be >= 0"):
         import_tables(tables, store, role="listener", channel="x", lookahead_s=-0.1)
