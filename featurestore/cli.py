@@ -185,8 +185,9 @@ def cmd_import(args) -> int:
             fps=args.fps,
             progress=True,
             groups=args.groups,
+            lookahead_s=args.lookahead_s,
         )
-    except ValueError as e:  # a bad --channel name
+    except ValueError as e:  # a bad --channel name or --lookahead-s
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     return print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
@@ -457,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
         "eye_landmarks shape; default au pose gaze) or a py-feat table (au emotion pose "
         "landmarks; default au emotion pose)",
     )
+    sp.add_argument("--lookahead-s", type=float, help="seconds read past each row (default: none)")
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("labels", help="import valence annotation CSVs as a label target")

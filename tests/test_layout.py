@@ -327,6 +327,7 @@ TESTS_OF_NO_MODULE = {
     "tests/featurestore/storage/test_store_links.py": "the store's hard-linked rows",
     "tests/featurestore/storage/test_raters.py": "per-rater labels: shard writers, store readers, verify",
     "tests/featurestore/extractors/test_extractor_fingerprints.py": "extractor code against versions",
+    "tests/featurestore/extractors/test_lookahead.py": "each extractor's and rule's read of the future",
     "tests/featurestore/demo/test_demo_text.py": "the demo's transcripts and text channels",
 }
 

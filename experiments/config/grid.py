@@ -29,9 +29,10 @@ from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MO
 from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
-#: params derived from the others (:meth:`Trial.params`), left out of :meth:`Trial.hash` so
-#: that runs logged before they existed still resume
-DERIVED_PARAMS = ("causal", "lookahead_s")
+#: params derived from the others and from the store (:meth:`Trial.params`), left out of
+#: :meth:`Trial.hash` so that runs logged before they existed still resume (and a
+#: configuration's hash does not depend on which store it is counted on)
+DERIVED_PARAMS = ("causal", "lookahead_s", "features.lookahead_s")
 
 
 def lookahead_frames(
@@ -42,7 +43,9 @@ def lookahead_frames(
     smooth_method: str = "",
     fps: float = LABEL_FPS,
 ) -> float:
-    """How many label frames after frame t the prediction at t reads (``inf``: the whole session).
+    """How many label frames after frame t the prediction at t reads through its windows and
+    smoothing (``inf``: the whole session); the channels' own reads beyond each frame are
+    :attr:`Trial.channel_lookahead_s`.
 
     A window of ``L`` s (``w = round(L * fps)`` frames, at least 1) positioned at ``t - delay``
     ends at ``t - delay + w // 2`` (``centred``) or ``t - delay`` (``causal``), as
@@ -125,6 +128,11 @@ class Trial:
     gold_standard: str = ""
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False
+    #: seconds after a label frame that its channels read of the source (extraction plus
+    #: resampling, the largest over the channels and the store's sessions: set by
+    #: :func:`experiments.data.lookahead.with_channel_lookahead` once the store is known; None:
+    #: not counted, so :attr:`lookahead_s` is ``inf``); param ``features.lookahead_s``, not hashed
+    channel_lookahead_s: float | None = None
 
     @property
     def track(self) -> str:
@@ -132,9 +140,10 @@ class Trial:
         return track_of(self.personalization, self.rescale)
 
     @property
-    def lookahead_s(self) -> float:
-        """Seconds after frame t that the prediction at t reads (windows and smoothing:
-        :func:`lookahead_frames`); ``inf`` for the zero-phase Butterworth filter."""
+    def window_lookahead_s(self) -> float:
+        """Seconds after frame t of the label frames the prediction at t reads (windows and
+        smoothing, less the delay: :func:`lookahead_frames`); ``inf`` for the zero-phase
+        Butterworth filter and the models that read the session's length."""
         if self.model in SESSION_POSITION_MODELS:  # it reads the session's length
             return math.inf
         return (
@@ -145,11 +154,20 @@ class Trial:
         )
 
     @property
+    def lookahead_s(self) -> float:
+        """Seconds after frame t of the source that the prediction at t reads: the label
+        frames' (:attr:`window_lookahead_s`) plus what each of those frames reads beyond it
+        (:attr:`channel_lookahead_s`: extraction and resampling); ``inf`` while that is not
+        counted. Rounded to the microsecond."""
+        if self.channel_lookahead_s is None:
+            return math.inf
+        return round(self.window_lookahead_s + self.channel_lookahead_s, 6)
+
+    @property
     def causal(self) -> bool:
-        """True when the prediction at frame t reads no feature frame after t (windows and
-        smoothing together): what a system that runs live can do. Not counted here: the
-        resampling onto label frames, which reads up to ``max_gap_s`` of source samples
-        ahead (see :mod:`experiments.data.dataset`)."""
+        """True when the prediction at frame t reads nothing of the source after t (windows,
+        smoothing, the channels' extraction and resampling, less the delay: ``lookahead_s <=
+        0``): what a system that runs live can do."""
         return self.lookahead_s <= 0
 
     @property
@@ -180,6 +198,7 @@ class Trial:
                 "track": self.track,
                 "causal": format_value(self.causal),
                 "lookahead_s": format_value(self.lookahead_s),
+                "features.lookahead_s": format_value(self.channel_lookahead_s),
                 # "nested": fitted without each listener for nested selection (under loso, more
                 # fits than a chosen configuration's unseen-listener run: a run of one is not
                 # reused for the other)
@@ -329,11 +348,18 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             folds=int(params.get("folds", 0)),
             ccc_averaging=params.get("ccc_averaging", "sessions"),
             gold_standard=params.get("gold_standard", ""),
+            channel_lookahead_s=_lookahead_param(params.get("features.lookahead_s")),
         )
     except KeyError as e:
         raise KeyError(
             f"run params lack {e.args[0]!r}: not a configuration's child run (or logged by older code)"
         ) from None
+
+
+def _lookahead_param(text: str | None) -> float | None:
+    """A logged ``features.lookahead_s`` back as seconds; None when absent (a run logged before
+    it existed) or not counted (``None``)."""
+    return None if text in (None, "None") else float(text)
 
 
 T = TypeVar("T")

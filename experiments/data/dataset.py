@@ -28,11 +28,13 @@ rewrite of a shard, or an edit of the resampling code below, invalidates its ent
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache, partial
+from typing import NamedTuple
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -80,28 +82,97 @@ def resample_channel(
     data = np.asarray(data, dtype=np.float32)
     if data.ndim == 1:
         data = data[:, None]
-    time = np.asarray(time, dtype=np.float64)
-    valid = np.asarray(valid, dtype=bool)
+    order, time, valid, step = _sampling(time, valid, fps)
+    if order is not None:
+        data = data[order]
     d = data.shape[1]
-    dt = np.diff(time)
-    if dt.size and dt.min() < 0:
-        order = np.argsort(time, kind="stable")
-        data, time, valid = data[order], time[order], valid[order]
-        dt = np.diff(time)
-    step = float(np.median(dt)) if dt.size else 1.0 / fps
     tv, dv = time[valid], data[valid]
     if tv.size == 0 or n_frames == 0:
         return np.full((n_frames, d), np.nan, np.float32), np.zeros(n_frames, bool)
-    if step < 0.75 / fps:
+    if _pooled(step, fps):
         return _pool(dv, tv, n_frames, fps)
-    return _interpolate(dv, tv, n_frames, fps, max_gap_s, hold_s=max(step, 1.0 / fps) / 2)
+    return _interpolate(dv, tv, n_frames, fps, max_gap_s, hold_s=_hold_s(step, fps))
+
+
+def resampling_lookahead_s(
+    time: np.ndarray,
+    valid: np.ndarray,
+    n_frames: int,
+    fps: float = LABEL_FPS,
+    max_gap_s: float = MAX_GAP_S,
+) -> float:
+    """The most seconds after a label frame's instant ``t_i = i / fps`` that
+    :func:`resample_channel` reads of a channel's samples (times ``time``, validity ``valid``)
+    to compute that frame; ``-inf`` when it computes none (no valid sample).
+
+    Worked out from the same steps as the resampling itself, sample by sample: a channel at
+    100 Hz (pooled) reads the samples up to half a label frame after ``t_i`` (0.01-0.02 s); a
+    slower one (interpolated) reads the next valid sample, which a gap in the channel puts up
+    to ``max_gap_s`` (0.5 s) ahead, or, past a longer gap, the nearest one within half a
+    sample period. A frame only weighs a sample it reads with a nonzero weight (a frame at a
+    sample's own instant reads that one).
+
+    >>> t = np.arange(5) / 5.0                        # 5 fps: 0, 0.2, ... 0.8 s, all valid
+    >>> round(resampling_lookahead_s(t, np.ones(5, bool), n_frames=21), 3)   # frame 1 reads 0.2 s
+    0.16
+    >>> ok = np.array([True, True, False, True, True])   # 0.4 s without a face: bridged
+    >>> round(resampling_lookahead_s(t, ok, n_frames=21), 3)
+    0.36
+    """
+    _, time, valid, step = _sampling(time, valid, fps)
+    tv = time[valid]
+    if tv.size == 0 or n_frames == 0:
+        return -math.inf
+    if _pooled(step, fps):
+        frame = _pool_frames(tv, fps)
+        keep = (frame >= 0) & (frame < n_frames)
+        return float(np.max(tv[keep] - frame[keep] / fps)) if keep.any() else -math.inf
+    t = np.arange(n_frames) / fps
+    plan = _interpolation_plan(tv, n_frames, fps, max_gap_s, _hold_s(step, fps))
+    right = (plan.inside & (plan.w > 0)) | plan.use_r  # the frame weighs the later sample
+    left = ~right & (plan.inside | plan.use_l)  # only the earlier one
+    read = np.where(right, tv[plan.jr], tv[plan.jl])
+    ok = right | left
+    return float(np.max(read[ok] - t[ok])) if ok.any() else -math.inf
+
+
+def _sampling(
+    time: np.ndarray, valid: np.ndarray, fps: float
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, float]:
+    """(order, time, valid, step): the samples sorted by time (``order`` the permutation, None
+    when they were) and the median step between them (``1 / fps`` for a single sample)."""
+    time = np.asarray(time, dtype=np.float64)
+    valid = np.asarray(valid, dtype=bool)
+    dt = np.diff(time)
+    order = None
+    if dt.size and dt.min() < 0:
+        order = np.argsort(time, kind="stable")
+        time, valid = time[order], valid[order]
+        dt = np.diff(time)
+    step = float(np.median(dt)) if dt.size else 1.0 / fps
+    return order, time, valid, step
+
+
+def _pooled(step: float, fps: float) -> bool:
+    """A channel sampled this often (``step`` seconds) is pooled, not interpolated."""
+    return step < 0.75 / fps
+
+
+def _hold_s(step: float, fps: float) -> float:
+    """How far (seconds) a frame outside an interpolation span takes the nearest sample."""
+    return max(step, 1.0 / fps) / 2
+
+
+def _pool_frames(tv: np.ndarray, fps: float) -> np.ndarray:
+    """The label frame each sample time ``tv`` (seconds) is pooled into: the nearest one."""
+    return np.floor(tv * fps + 0.5).astype(np.int64)
 
 
 def _pool(
     dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples nearest to each frame (within half a frame period), NaN-aware."""
-    frame = np.floor(tv * fps + 0.5).astype(np.int64)
+    frame = _pool_frames(tv, fps)
     keep = (frame >= 0) & (frame < n_frames)
     if not keep.all():
         frame, dv = frame[keep], dv[keep]
@@ -123,10 +194,21 @@ def _pool(
     return out, np.diff(indptr) > 0
 
 
-def _interpolate(
-    dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float, max_gap_s: float, hold_s: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Linear interpolation between valid samples not farther apart than ``max_gap_s``."""
+class _Plan(NamedTuple):
+    """Which valid samples each label frame takes (:func:`_interpolation_plan`)."""
+
+    jl: np.ndarray  # (n_frames,) the last valid sample at or before the frame
+    jr: np.ndarray  # the one after it
+    w: np.ndarray  # the weight of ``jr`` inside an interpolation span (0 .. 1)
+    inside: np.ndarray  # between two valid samples at most max_gap_s apart
+    use_l: np.ndarray  # outside a span: takes ``jl`` (within hold_s)
+    use_r: np.ndarray  # outside a span: takes ``jr`` (within hold_s)
+
+
+def _interpolation_plan(
+    tv: np.ndarray, n_frames: int, fps: float, max_gap_s: float, hold_s: float
+) -> _Plan:
+    """The samples (valid times ``tv``, sorted) and weights each label frame is interpolated from."""
     m = tv.size
     t = np.arange(n_frames) / fps
     j = np.searchsorted(tv, t + 1e-9, side="right") - 1  # last valid sample at or before t
@@ -137,18 +219,26 @@ def _interpolate(
     inside = has_l & has_r & (gap <= max_gap_s + 1e-9)
     with np.errstate(invalid="ignore", divide="ignore"):
         w = np.where(inside & (gap > 0), (t - tl) / np.where(gap > 0, gap, 1.0), 0.0)
-    w = np.clip(w, 0.0, 1.0).astype(np.float32)[:, None]
-    out = dv[jl]
-    out *= 1.0 - w
-    out += dv[jr] * w
     # outside an interpolation span: the nearest valid sample if it is within hold_s
     dl = np.where(has_l, t - tl, np.inf)
     dr = np.where(has_r, tr - t, np.inf)
     use_l = ~inside & (dl <= hold_s + 1e-9) & (dl <= dr)
     use_r = ~inside & ~use_l & (dr <= hold_s + 1e-9)
-    out[use_l] = dv[jl[use_l]]
-    out[use_r] = dv[jr[use_r]]
-    ok = inside | use_l | use_r
+    return _Plan(jl, jr, np.clip(w, 0.0, 1.0), inside, use_l, use_r)
+
+
+def _interpolate(
+    dv: np.ndarray, tv: np.ndarray, n_frames: int, fps: float, max_gap_s: float, hold_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Linear interpolation between valid samples not farther apart than ``max_gap_s``."""
+    p = _interpolation_plan(tv, n_frames, fps, max_gap_s, hold_s)
+    w = p.w.astype(np.float32)[:, None]
+    out = dv[p.jl]
+    out *= 1.0 - w
+    out += dv[p.jr] * w
+    out[p.use_l] = dv[p.jl[p.use_l]]
+    out[p.use_r] = dv[p.jr[p.use_r]]
+    ok = p.inside | p.use_l | p.use_r
     out[~ok] = np.nan
     return out, ok
 
@@ -298,7 +388,12 @@ def _resampling_code() -> str:
     return code_version(
         [
             resample_channel,
+            _sampling,
+            _pooled,
+            _hold_s,
+            _pool_frames,
             _pool,
+            _interpolation_plan,
             _interpolate,
             _read_shard,
             ShardReader.read,

@@ -30,6 +30,7 @@ from ..config.grid import Trial, format_value
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
+from ..data.lookahead import channel_lookaheads, with_channel_lookahead
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
 from ..executors.memory import release_free_memory
@@ -182,6 +183,9 @@ def fusion_rows(
                 )
             trials[run] = by_hash[h]
     channels = sorted({c for t in trials.values() for c in t.channels})
+    # the members' look-ahead on this store: the fusion is causal when every member is
+    counted = with_channel_lookahead(list(trials.values()), channel_lookaheads(store, channels))
+    trials = dict(zip(trials, counted, strict=True))
     tables = load_sessions(
         store, channels, target=cfg.target, splits=cfg.splits, gold_standard=cfg.gold_standard
     )

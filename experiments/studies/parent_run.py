@@ -38,6 +38,12 @@ from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
 from ..config.tracks import candidates, selection_metric
+from ..data.lookahead import (
+    ChannelLookahead,
+    channel_lookaheads,
+    unknown_note,
+    with_channel_lookahead,
+)
 from ..executors.base import Executor, Outcome, SweepContext
 from ..executors.local import LocalExecutor
 from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
@@ -170,6 +176,7 @@ class ParentRun:
         self.bar: Any = None
         self.best_ids: dict[str, str] = {}  # track -> best run id, once finished
         self.best_ids_by_target: dict[str, dict[str, str]] = {}  # several targets: target -> that
+        self.lookaheads: dict[str, ChannelLookahead] = {}  # role/channel -> its look-ahead here
 
     def start(
         self,
@@ -232,12 +239,27 @@ class ParentRun:
         return self.id
 
     # ------------------------------------------------------------ configurations
+    def counted(self, trials: Sequence[Trial]) -> list[Trial]:
+        """``trials`` with the look-ahead of their channels on this store
+        (:mod:`experiments.data.lookahead`; each channel scanned once per sweep), which their
+        ``lookahead_s`` and ``causal`` params include; a channel whose look-ahead is not
+        recorded is warned about once."""
+        new = sorted({c for t in trials for c in t.channels} - set(self.lookaheads))
+        if new:
+            found = channel_lookaheads(self.store, new)
+            self.lookaheads.update(found)
+            note = unknown_note(found)
+            if note:
+                warnings.warn(note, stacklevel=3)
+        return with_channel_lookahead(trials, self.lookaheads)
+
     def reused(self, trial: Trial) -> RunRow | None:
         """The row of ``trial``'s FINISHED run by the same code on the same store, added to this
         sweep's rows; None when it has none (or resume is off)."""
         old = self.finished.get(trial.hash())
         if old is None:
             return None
+        [trial] = self.counted([trial])
         row = run_row(trial, old, "reused")
         self._add(row)
         return row
@@ -254,7 +276,7 @@ class ParentRun:
         as it comes; the executor's work stops however this ends."""
         targets = list(dict.fromkeys(t.target for t in todo))
         for target in targets:  # the executor loads one target's labels at a time
-            part = [t for t in todo if t.target == target]
+            part = self.counted([t for t in todo if t.target == target])
             ctx = replace(
                 self.context,
                 cfg=self.cfg.for_target(target) if len(targets) > 1 else self.cfg,

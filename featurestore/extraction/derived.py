@@ -13,15 +13,29 @@ Both ``featurestore extract`` (:mod:`featurestore.extraction.extract`) and ``fea
   transcript (:func:`role_voice_from_transcript`), else from the faces' mouth movement
   (:func:`role_voice_from_faces`). A rule's name and version are the channel's extractor and
   version; its cache key hashes the cache keys of the channels (or the transcript) it used.
+
+Each channel records how far ahead of its time stamps it reads (``lookahead_s``, see
+:mod:`featurestore.storage.timing`): a transcript channel the longest of its role's cues
+(:meth:`featurestore.extractors.TranscriptExtractor.cues_lookahead_s`); a per-role voice channel
+the scene's (0.072 s) by the transcript rule, and by the face rule the larger of the scene's
+and the mouth activity's (half its centred window plus a face sample step: 0.5 s at 5 fps,
+:func:`featurestore.sources.speaking.mouth_activity_lookahead_s`, on top of the face channel's
+own); unknown (no attribute) when one of the channels it used has an unknown look-ahead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..extractors import TranscriptExtractor
+from ..extractors import TranscriptExtractor, known_lookahead_s
 from ..features import Features
-from ..sources.speaking import role_channels, speaking_from_faces, speaking_from_transcript
+from ..sources.speaking import (
+    SpeakingRule,
+    mouth_activity_lookahead_s,
+    role_channels,
+    speaking_from_faces,
+    speaking_from_transcript,
+)
 from ..sources.transcripts import speaking_intervals
 from ..storage.provenance import cache_key
 from ..storage.shard import LABEL_FPS, Channel
@@ -29,10 +43,10 @@ from .config import FeatureConfig
 
 #: rule name and version for the per-role voice channels (part of their cache key)
 SPEAKING_RULE = "speaking_from_faces"
-SPEAKING_VERSION = "1"
+SPEAKING_VERSION = "2"  # 2: records lookahead_s
 #: the same from a transcript's cues (replaces the face rule where a session has a transcript)
 TRANSCRIPT_SPEAKING_RULE = "speaking_from_transcript"
-TRANSCRIPT_SPEAKING_VERSION = "1"
+TRANSCRIPT_SPEAKING_VERSION = "2"  # 2: records lookahead_s
 ROLE_VOICE_KEYS = ("speaker/egemaps", "listener/egemaps")
 #: rule -> current version, for ``featurestore verify``
 RULE_VERSIONS = {
@@ -82,6 +96,7 @@ def compute_transcript_channels(
             cache_key=ck,
             source=transcript_source,
             created_utc=created,
+            lookahead_s=ex.cues_lookahead_s(cues, role),
         )
     return out
 
@@ -108,6 +123,30 @@ def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, s
     return upstream, cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params), params
 
 
+def channel_lookahead_s(feats: Features) -> float | None:
+    """Seconds a channel's rows read after their time: a :class:`Channel`'s recorded
+    ``lookahead_s``, else what its extractor declares
+    (:func:`featurestore.extractors.known_lookahead_s`); None when unknown (plain features too)."""
+    if not isinstance(feats, Channel):
+        return None
+    return known_lookahead_s(
+        feats.extractor, feats.extractor_version, feats.params, feats.lookahead_s
+    )
+
+
+def faces_voice_lookahead_s(
+    scene: Features, faces: Mapping[str, Features], window_s: float = SpeakingRule.window_s
+) -> float | None:
+    """Seconds the face rule's per-role voice rows read after their time: the larger of the
+    scene's look-ahead and, for each face, its own plus the mouth activity's (both faces: who
+    talks compares them); None when one of them is unknown."""
+    parts = [channel_lookahead_s(scene)]
+    for face in faces.values():
+        own = channel_lookahead_s(face)
+        parts.append(None if own is None else own + mouth_activity_lookahead_s(face, window_s))
+    return None if any(p is None for p in parts) else max(p for p in parts if p is not None)
+
+
 def _role_voice(
     scene: Features,
     speaking,
@@ -116,6 +155,7 @@ def _role_voice(
     key: tuple[str, str, dict],
     source: dict,
     created: str,
+    lookahead_s: float | None,
 ) -> dict[str, Channel]:
     _, ck, params = key
     return {
@@ -129,6 +169,7 @@ def _role_voice(
             created_utc=created,
             # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
             shared_with="scene/egemaps",
+            lookahead_s=lookahead_s,
         )
         for role, feats in role_channels(scene, speaking).items()
     }
@@ -144,8 +185,16 @@ def role_voice_from_transcript(
     speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
     # path + fingerprint: `featurestore verify` notices an edited transcript
     source = {"upstream": key[0], "rule": "transcript", **transcript_source}
+    # a frame is a role's from its cue's start on: the cue's end or words are not read
     return _role_voice(
-        scene, speaking, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, key, source, created
+        scene,
+        speaking,
+        TRANSCRIPT_SPEAKING_RULE,
+        TRANSCRIPT_SPEAKING_VERSION,
+        key,
+        source,
+        created,
+        channel_lookahead_s(scene),
     )
 
 
@@ -169,4 +218,5 @@ def role_voice_from_faces(
         key,
         {"upstream": key[0], "rule": "faces"},
         created,
+        faces_voice_lookahead_s(scene, faces),
     )

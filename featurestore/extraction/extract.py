@@ -224,6 +224,7 @@ def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
         cache_key=planned.cache_key,
         source=planned.source,
         created_utc=created,
+        lookahead_s=ex.lookahead_s(),  # fixed by the extractor's code and config
     )
 
 

@@ -212,8 +212,16 @@ def import_tables(
     max_overrun_s: float = 1.0,
     progress: bool = False,
     groups: Sequence[str] | None = None,
+    lookahead_s: float | None = None,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
+
+    ``lookahead_s``: seconds after a row's time that the tool which computed the table read of
+    the media (0 for a tool that analyses each frame alone; ``inf`` for one that normalises
+    over the whole video), stored as the channel's ``lookahead_s``
+    (:mod:`featurestore.storage.timing`). None (the default) records none: the experiments
+    then count the channel as reading the whole session, and tag no configuration that reads
+    it causal.
 
     ``groups``: the column groups an OpenFace or py-feat table keeps (default: AUs, head pose
     and gaze of OpenFace; AUs, emotions and head pose of py-feat; see
@@ -236,6 +244,10 @@ def import_tables(
         raise ValueError(f"role {role!r} is not one of {ROLES}")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
+    if lookahead_s is not None and not float(lookahead_s) >= 0:
+        raise ValueError(
+            f"lookahead_s must be >= 0 seconds (inf: the whole session), got {lookahead_s}"
+        )
     found = _find_session_files(
         Path(table_dir), TABLE_EXTS
     )  # a missing folder fails before the store is made
@@ -258,13 +270,19 @@ def import_tables(
                 session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta
             )
         source = file_fingerprint(path)
+        # a declared look-ahead is in the params (and so the cache key): declaring another one
+        # changes the store's fingerprint, so no sweep reuses a run counted with the old one
+        params = (
+            table.params if lookahead_s is None else {**table.params, "lookahead_s": lookahead_s}
+        )
         ch = Channel.from_features(
             table.features,
             extractor=table.extractor,
             extractor_version=IMPORT_VERSION,
-            params=table.params,
-            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, table.params),
+            params=params,
+            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, params),
             source=source,
+            lookahead_s=lookahead_s,
         )
         store.write_session(meta, channels={key: ch})
         f = table.features

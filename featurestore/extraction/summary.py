@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..extractors import known_lookahead_s
+
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
@@ -98,6 +100,15 @@ def print_import(report, folder: str, expected: str) -> int:
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
+def _lookahead_text(ch: Any) -> str:
+    """How far past its rows a channel reads, for ``inspect``: recorded, from its extractor's
+    version, or unknown (see :mod:`featurestore.storage.timing`)."""
+    known = known_lookahead_s(ch.extractor, ch.extractor_version, ch.params, ch.lookahead_s)
+    if known is None:
+        return "an unknown time"
+    return f"{known:.3g} s" + ("" if ch.lookahead_s is not None else " (its extractor's)")
+
+
 def print_session(
     store: Any, session: str, meta: Any, keys: list[str], columns: bool = False
 ) -> None:
@@ -128,7 +139,7 @@ def print_session(
             f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
             f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
             f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, "
-            f"created {ch.created_utc}",
+            f"created {ch.created_utc}, reads {_lookahead_text(ch)} past each row",
             f"      params {json.dumps(ch.params, sort_keys=True)}",
             f"      source {ch.source.get('path') or ch.source.get('upstream', '')}",
             sep="\n",

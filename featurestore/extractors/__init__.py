@@ -16,6 +16,7 @@ from .base import (
     Track,
     TranscriptExtractor,
     get_extractor,
+    known_lookahead_s,
     register,
     registry,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Track",
     "TranscriptExtractor",
     "get_extractor",
+    "known_lookahead_s",
     "register",
     "registry",
 ]

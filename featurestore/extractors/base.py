@@ -23,8 +23,8 @@ extractor's code changed without a bump.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
@@ -69,6 +69,15 @@ class Extractor(ABC, Generic[C]):
         """Raise :class:`ExtractorUnavailable` with a how-to when this extractor cannot run here."""
         return None
 
+    def lookahead_s(self) -> float | None:
+        """Seconds after a row's ``time`` that the row's values read of the input (video, audio,
+        transcript), fixed by this extractor's code and config: what a prediction at that time
+        could not yet know (stored as the channel's ``lookahead_s``; see
+        :mod:`featurestore.storage.timing`). None when it depends on the data (the transcript
+        extractors work it out per session: :meth:`TranscriptExtractor.cues_lookahead_s`) or
+        the extractor does not say."""
+        return None
+
 
 class Track(ABC):
     """Per-role state of a frame extractor over one video (e.g. a face tracker)."""
@@ -94,6 +103,29 @@ class FrameExtractor(Extractor[C]):
     @abstractmethod
     def new_track(self, role: str) -> Track:
         """A fresh per-role track for one video."""
+
+    def lookahead_s(self) -> float:
+        """0: a row is computed from the one video frame at its time (a track carries only what
+        earlier frames left, e.g. where the face was); override it for a track that waits for
+        later frames."""
+        return 0.0
+
+
+def decode_lookahead_s(sampling_rate: int) -> float:
+    """Seconds of source audio after an output sample that decoding reads to compute it at
+    ``sampling_rate`` Hz (:func:`featurestore.sources.media.read_audio`), for any source of at
+    least 8 kHz.
+
+    FFmpeg's default resampler (libswresample, a 32-tap windowed sinc at the lower of the two
+    rates, cutoff 0.97) centres its filter on the output sample: it reaches 16 / 0.97 samples
+    of the lower rate ahead. Measured at 16 kHz (a perturbation after t, the first output
+    sample that changes): 1.0 ms from 22.05, 44.1 and 48 kHz sources, 1.9 ms from 8 kHz,
+    0 from 16 kHz (no resampling); this bound: 2.06 ms.
+
+    >>> round(decode_lookahead_s(16000) * 1000, 2)
+    2.06
+    """
+    return 16.0 / (0.97 * min(float(sampling_rate), 8000.0))
 
 
 class AudioExtractor(Extractor[C]):
@@ -124,6 +156,13 @@ class TranscriptExtractor(Extractor[C]):
         """Features per role at frame times ``i / fps`` seconds, ``i < n_frames``, from
         :class:`featurestore.sources.transcripts.Cue` objects."""
 
+    def cues_lookahead_s(self, cues: Sequence, role: str) -> float:
+        """Seconds after a frame that ``role``'s channel reads of the transcript ``cues``: the
+        longest of the role's cues (0 without any). A frame inside a cue may read the whole
+        cue, which only its end makes known: its words, its duration (the words said so far
+        are estimated from them); a subclass whose frames read less may say so."""
+        return max((float(c.end_s - c.start_s) for c in cues if c.role == role), default=0.0)
+
 
 _REGISTRY: dict[str, type[Extractor[Any]]] = {}
 
@@ -148,3 +187,30 @@ def get_extractor(name: str) -> type[Extractor[Any]]:
 def registry() -> dict[str, type[Extractor[Any]]]:
     """Name -> extractor class of every registered extractor."""
     return dict(_REGISTRY)
+
+
+def known_lookahead_s(
+    extractor: str, version: str, params: Mapping[str, Any], recorded: float | None = None
+) -> float | None:
+    """A stored channel's look-ahead in seconds: ``recorded`` (its ``lookahead_s`` attribute)
+    when there is one, else what the registered extractor named ``extractor`` declares for
+    ``params`` (:meth:`Extractor.lookahead_s`) when its version is still ``version`` (a
+    channel written before the attribute existed); None (unknown) otherwise: another
+    extractor or version, an imported table, a derived rule, a data-dependent look-ahead.
+
+    >>> known_lookahead_s("face_geom", get_extractor("face_geom").version, {})
+    0.0
+    >>> known_lookahead_s("import:openface", "2", {}) is None
+    True
+    """
+    if recorded is not None:
+        return float(recorded)
+    cls = _REGISTRY.get(extractor)
+    if cls is None or cls.version != version:
+        return None
+    names = {f.name for f in fields(cls.config_class)}
+    try:
+        ex = cls(cls.config_class(**{k: v for k, v in params.items() if k in names}))
+    except (TypeError, ValueError):  # params this version's config does not take
+        return None
+    return ex.lookahead_s()

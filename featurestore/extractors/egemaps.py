@@ -13,7 +13,12 @@ the signal). eGeMAPS actually analyses each row with two frames that both *begin
 Every column is then smoothed by a centred 3-frame moving average (``_sma3``; ``_sma3nz``
 averages only non-zero values, so unvoiced frames stay 0). We store ``time = start`` in
 seconds, so a row describes the audio from ``time`` to ``time + 0.02`` s (energy/spectral)
-or ``time + 0.06`` s (voice quality), i.e. its centre lies 10-30 ms after ``time``. With
+or ``time + 0.06`` s (voice quality), i.e. its centre lies 10-30 ms after ``time``.
+So a row reads the audio up to 70 ms after ``time`` (the next row's 60 ms frame, through the
+centred average; a perturbation of the audio after ``t`` first changes the row at ``t - 0.06``
+and none before, ``tests/featurestore/extractors/test_lookahead.py``), plus the 2 ms the
+audio resampler reads ahead (:func:`featurestore.extractors.base.decode_lookahead_s`): the
+channel's ``lookahead_s`` (:meth:`EgemapsExtractor.lookahead_s`). With
 ``n`` samples at 16 kHz openSMILE returns ``floor(n / 160) - 4`` rows; a signal shorter
 than one 60 ms frame yields a single all-NaN row, which is marked invalid.
 
@@ -30,9 +35,18 @@ from math import gcd
 import numpy as np
 
 from ..features import Features
-from .base import AudioExtractor, ExtractorConfig, ExtractorUnavailable, register
+from .base import (
+    AudioExtractor,
+    ExtractorConfig,
+    ExtractorUnavailable,
+    decode_lookahead_s,
+    register,
+)
 
 HOP_S = 0.01
+#: seconds of audio after a row's ``time`` that its values read: the 60 ms frame of the next
+#: row (10 ms later), which the centred 3-row average takes in
+ANALYSIS_LOOKAHEAD_S = 0.07
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,11 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
     def sampling_rate(self) -> int:
         """Rate in Hz the audio track is decoded at for this extractor (``config.sampling_rate``)."""
         return int(self.config.sampling_rate)
+
+    def lookahead_s(self) -> float:
+        """Seconds of audio after a row's time that it reads: 0.07 s of analysis
+        (:data:`ANALYSIS_LOOKAHEAD_S`) plus the decoding resampler's reach (about 2 ms at 16 kHz)."""
+        return ANALYSIS_LOOKAHEAD_S + decode_lookahead_s(self.sampling_rate)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_smile": None}

@@ -32,7 +32,15 @@ lexicon_coverage  fraction of the recent words found in the VADER lexicon (0 .. 
 words_recent      number of the role's words spoken in the current and recent cues
 ================  =========================================================================
 
-"Recent" is causal and decays: inside a cue, words are spoken evenly over its span (word
+How far ahead a frame reads (the channel's ``lookahead_s``, see
+:meth:`featurestore.extractors.TranscriptExtractor.cues_lookahead_s`): ``talking`` and
+``since_spoke_s`` read only that a cue has started or ended; ``words_per_s`` and the
+``lexicon`` columns read a cue's word count and end from its first frame on, and the words
+"said so far" are an even spread over the cue, not when each word was said: up to the longest
+of the role's cues ahead. ``valid`` (the transcript's extent) is a property of the recording,
+not counted.
+
+"Recent" decays: inside a cue, words are spoken evenly over its span (word
 ``k`` of ``n`` at ``start + (k + 0.5) * duration / n``), so at frame ``t`` the cue
 contributes the first ``k(t)`` words, scored by VADER as that prefix (negations and
 boosters apply within the cue). A cue keeps contributing for ``window_s`` (5 s) after it
@@ -107,7 +115,7 @@ class SpeechExtractor(TranscriptExtractor[SpeechConfig]):
     """
 
     name = "speech"
-    version = "1"
+    version = "2"  # 2: its channels record lookahead_s (the longest cue)
     config_class = SpeechConfig
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
@@ -199,7 +207,7 @@ class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
     """
 
     name = "lexicon"
-    version = "1"
+    version = "2"  # 2: its channels record lookahead_s (the longest cue)
     config_class = LexiconConfig
 
     def params(self) -> dict:

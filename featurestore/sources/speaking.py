@@ -17,6 +17,10 @@ From faces (:func:`speaking_from_faces`), for each scene frame at time ``t`` (fr
    still mouth (a smile, a yawn) does not. The activity is interpolated linearly onto the
    scene times; a scene frame whose nearest mouth sample has no activity (no face), or
    which lies more than one sample period outside the face track, gets NaN ("unknown").
+   The centred window reads the future: a scene frame at ``t`` depends on face samples up to
+   ``window_s / 2`` plus one face step after ``t`` (0.5 s at 5 fps,
+   :func:`mouth_activity_lookahead_s`), which the per-role channels record as their
+   ``lookahead_s`` (:mod:`featurestore.extraction.derived`).
 3. **Attribution**: on a voiced frame, a role is marked as talking when its activity is
    known, at least ``min_activity`` (default 0.02 interocular distances, above dlib's
    landmark jitter on a still face) and not clearly smaller than the other role's:
@@ -108,6 +112,23 @@ def mouth_activity(track: Features, times: np.ndarray, window_s: float = 0.6) ->
     period = float(np.median(np.diff(t))) if t.size > 1 else window_s
     out[np.abs(times - t[nearest]) > period] = np.nan
     return out
+
+
+def mouth_activity_lookahead_s(track: Features, window_s: float = 0.6) -> float:
+    """Seconds after a time ``t`` that :func:`mouth_activity` at ``t`` reads of ``track``'s
+    samples: half the window (the centred rolling std at a sample reads the samples up to
+    ``window_s / 2`` after it, that end included) plus the longest step between two samples
+    (``t`` takes the activity of the next sample, interpolated or as the nearest one). 0.5 s
+    for the default 0.6 s window on 5 fps faces; a track of fewer than two samples counts
+    ``window_s``, the period :func:`mouth_activity` then assumes.
+
+    >>> f = Features([[0.1]] * 5, time=[0.0, 0.2, 0.4, 0.6, 0.8], valid=[True] * 5, columns=[MOUTH_COLUMN])
+    >>> round(mouth_activity_lookahead_s(f, 0.6), 3)
+    0.5
+    """
+    t = np.asarray(track.time, dtype=np.float64)
+    step = float(np.max(np.diff(t))) if t.size > 1 else window_s
+    return window_s / 2 + step
 
 
 def speaking_from_faces(

@@ -60,6 +60,10 @@ class Channel(Features):
     channel's datasets. The other channel must be written in the same call or already be in
     the shard, with equal data and time; otherwise the write fails. Channels read back from a
     shard carry None (their arrays are their own copies).
+
+    ``lookahead_s``: seconds after a row's ``time`` that its values read of the session's
+    source (e.g. 0.072 for eGeMAPS); None when the writer does not know it. Stored as the group
+    attribute ``lookahead_s`` only when known (see :mod:`featurestore.storage.timing`).
     """
 
     extractor: str = ""
@@ -69,6 +73,7 @@ class Channel(Features):
     source: dict = field(default_factory=dict)
     created_utc: str = ""
     shared_with: str | None = None
+    lookahead_s: float | None = None
 
     @classmethod
     def from_features(cls, feats: Features, **provenance) -> Channel:
@@ -385,11 +390,19 @@ def read_channel_group(grp: h5py.Group, path: Path | None = None, read=None) -> 
             cache_key=str(a.get("cache_key", "")),
             source=json.loads(a.get("source", "{}")),
             created_utc=str(a.get("created_utc", "")),
+            lookahead_s=recorded_lookahead(a),
         )
     except ValueError as e:  # column names and data disagree
         raise StoreError(
             f"{path or grp.file.filename}: {grp.name.strip('/')}: {e}; run `featurestore verify`"
         ) from e
+
+
+def recorded_lookahead(attrs: Mapping) -> float | None:
+    """A channel group's ``lookahead_s`` attribute in seconds (see :class:`Channel`); None when
+    the group has none."""
+    value = attrs.get("lookahead_s")
+    return None if value is None else float(value)
 
 
 # ----------------------------------------------------------------------- writing
@@ -439,6 +452,9 @@ def write_channel(
     grp.attrs["cache_key"] = ch.cache_key
     grp.attrs["source"] = json.dumps(ch.source, sort_keys=True, default=str)
     grp.attrs["created_utc"] = ch.created_utc or utc_now()
+    # an unknown look-ahead is no attribute (readers count it as inf)
+    if ch.lookahead_s is not None:
+        grp.attrs["lookahead_s"] = float(ch.lookahead_s)
 
 
 def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) -> None:

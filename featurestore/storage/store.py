@@ -10,7 +10,8 @@ Layout of a shard ``<store>/Subject_<L>_Story_<S>.h5`` (a contract, see DESIGN.m
     /<role>/<channel>/time (n,) float64, seconds from session start
     /<role>/<channel>/valid (n,) bool
           attrs: columns, extractor, extractor_version, params (JSON), cache_key,
-                 source (JSON: path, size, fingerprint), created_utc, [shared_with]
+                 source (JSON: path, size, fingerprint), created_utc, [shared_with],
+                 [lookahead_s] (seconds a row reads after its time; see featurestore.storage.timing)
 
 **Shared rows.** A channel whose ``data`` and ``time`` repeat another channel's (the per-role
 eGeMAPS channels are the scene's rows with their own ``valid``) says so with

@@ -385,6 +385,8 @@ def synth_session(
             source=src,
             created_utc=created,
             shared_with=shared_with,
+            # each row is the synthetic world observed at its time: nothing later is read
+            lookahead_s=0.0,
         )
 
     all_valid = np.ones(rows, bool)

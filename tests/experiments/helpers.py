@@ -73,6 +73,7 @@ def _channel(rng, t, signal, n_cols, noise, invalid_frac=0.0, key="") -> Channel
         extractor="synthetic",
         extractor_version="1",
         cache_key=key,
+        lookahead_s=0.0,  # drawn at its time stamps: reads nothing later
     )
 
 
@@ -188,6 +189,7 @@ def build_planted_column_store(root: Path, seed: int = 0) -> Store:
                     extractor="synthetic",
                     extractor_version="1",
                     cache_key=key,
+                    lookahead_s=0.0,
                 )
                 for role, data in (("listener", listen), ("speaker", speak))
             }
@@ -408,6 +410,7 @@ def build_session_rating_store(root: Path, planted: bool = True, seed: int = 0) 
                     extractor="synthetic",
                     extractor_version="1",
                     cache_key=f"s{person}-{k}",
+                    lookahead_s=0.0,
                 )
                 for role, data in (("listener", listen), ("speaker", speak))
             }

@@ -62,15 +62,18 @@ def test_packaged_configs_load_and_are_sized_for_their_job():
     smoke = load_config("smoke")
     assert len(expand(smoke)) <= 6 and len({t.window_key() for t in expand(smoke)}) == 1
     assert smoke.tracking.experiment == "omg-smoke"
-    # the live configuration: only options that read no later frame, both tracks per set
+    # the live configuration: only options that read no later frame, both tracks per set; its
+    # windows and smoothing end a second early at least (the channels' own reads are counted
+    # on a store: tests/experiments/data/test_lookahead.py)
     causal = expand(load_config("causal"))
-    assert causal and all(t.causal and t.lookahead_s <= -1.0 for t in causal)
+    assert causal and all(t.window_lookahead_s <= -1.0 for t in causal)
+    assert not any(t.causal for t in causal)  # not counted on a store yet: not known to be causal
     assert {t.align for t in causal} == {"causal"}
     for fs in load_config("causal").feature_set:
         part = [t for t in causal if t.feature_set == fs]
         assert {t.track for t in part} == {"personalized", "generalized"} and len(part) <= 25, fs
-    # and the other packaged sweeps say they are not causal
-    assert not any(t.causal for t in expand(default))
+    # and the other packaged sweeps read later frames through their windows or smoothing alone
+    assert all(t.window_lookahead_s > 0 for t in expand(default))
 
 
 def test_defaults_fill_a_minimal_config(tmp_path):

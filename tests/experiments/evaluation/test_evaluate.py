@@ -212,7 +212,12 @@ def test_a_causal_prediction_does_not_change_when_later_frames_do(
         },
         postprocess={"smooth_s": [smooth_s], "smooth_method": [method], "rescale": ["train"]},
     )
-    trial = pick(trials, "listener", smooth_s=smooth_s, rescale="train")
+    # the frame tables are altered here, after resampling: no channel reads beyond its frame
+    # (the channels' extraction and resampling: tests/experiments/data/test_lookahead.py)
+    trial = dataclasses.replace(
+        pick(trials, "listener", smooth_s=smooth_s, rescale="train"), channel_lookahead_s=0.0
+    )
+    assert trial.window_lookahead_s * 25 == lookahead
     assert trial.lookahead_s * 25 == lookahead
     assert trial.causal == (lookahead <= 0)
     assert trial.params()["causal"] == ("true" if lookahead <= 0 else "false")
@@ -235,13 +240,16 @@ def test_the_zero_phase_butterworth_is_not_causal():
         "listener",
         smooth_s=2.0,
     )
+    trial = dataclasses.replace(trial, channel_lookahead_s=0.0)  # channels that read nothing ahead
     assert trial.lookahead_s == float("inf") and not trial.causal
     assert trial.params()["lookahead_s"] == "inf"
 
 
 def _position_prior(tables):
     trials = trials_for(models=[{"name": "position_prior"}], personalization=["global"])
-    trial = pick(trials, "listener", model="position_prior")
+    trial = dataclasses.replace(
+        pick(trials, "listener", model="position_prior"), channel_lookahead_s=0.0
+    )
     assert trial.track == "generalized" and not trial.causal
     params = trial.params()  # logged like any model
     assert params["model.name"] == "position_prior"

@@ -79,6 +79,12 @@ def test_extract_shapes_validity_provenance(extracted, corpus):
         spk.valid.mean() > lst.valid.mean() > 0
     )  # the speaker talks most, the listener backchannels
     assert not np.any(spk.valid & ~scene.valid)
+    # how far after its time stamps each channel read (featurestore.storage.timing): a face row
+    # its one frame, eGeMAPS 70 ms of audio and the resampler's 2 ms, the face rule's voice
+    # rows the mouth activity's centred 0.6 s window and the next 5 fps sample
+    assert st.read_channel(s, "listener/face_geom").lookahead_s == 0.0
+    assert scene.lookahead_s == pytest.approx(0.07 + 16 / (0.97 * 8000))
+    assert spk.lookahead_s == lst.lookahead_s == pytest.approx(0.3 + 0.2)
     y = st.labels(s, "valence_self")
     assert len(y) == 150 and np.all(np.abs(y) <= 1)
     face = st.read_channel(s, "listener/face_geom")

@@ -190,3 +190,33 @@ def test_import_keeps_the_column_groups_asked_for_on_the_command_line(tmp_path):
     assert ch.params["groups"] == ["pose", "landmarks"]
     # a group the table lacks fails that session, naming the file and the group
     assert main([*args, "--store", str(store), "--groups", "landmarks_3d"]) == 1
+
+
+def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(tmp_path, capsys):
+    """``--lookahead-s`` is the channel's ``lookahead_s`` and in its params (so its cache key:
+    another declaration is another store fingerprint); without it none is recorded (the
+    experiments count the channel as reading the whole session); a negative one is refused."""
+    from featurestore.cli import main
+
+    tables = tmp_path / "openface"
+    tables.mkdir()
+    write_openface(tables / "Subject_1_Story_2.csv", n=30)
+    store = tmp_path / "store"
+    args = ["import", str(tables), "--role", "listener", "--store", str(store)]
+    assert main([*args, "--channel", "plain"]) == 0
+    assert main([*args, "--channel", "framewise", "--lookahead-s", "0"]) == 0
+    assert main([*args, "--channel", "offline", "--lookahead-s", "inf"]) == 0
+    read = Store(store).read_channel
+    plain = read("Subject_1_Story_2", "listener/plain")
+    assert plain.lookahead_s is None and "lookahead_s" not in plain.params
+    framewise = read("Subject_1_Story_2", "listener/framewise")
+    assert framewise.lookahead_s == 0.0 and framewise.params["lookahead_s"] == 0.0
+    assert framewise.cache_key != plain.cache_key
+    assert read("Subject_1_Story_2", "listener/offline").lookahead_s == float("inf")
+    assert main(["verify", "--store", str(store)]) == 0  # the cache keys match their params
+    capsys.readouterr()
+    assert main(["inspect", "Subject_1_Story_2", "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    assert "reads an unknown time past each row" in shown and "reads 0 s past each row" in shown
+    with pytest.raises(ValueError, match="lookahead_s must be >= 0"):
+        import_tables(tables, store, role="listener", channel="x", lookahead_s=-0.1)
