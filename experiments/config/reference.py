@@ -35,7 +35,7 @@ KEY_MEANINGS: dict[str, str] = {
     "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
-    "`max_lag_s`); see docs/store.md, Raters",
+    "`max_lag_s`), each session's weights and lags from its own raters alone; see docs/store.md, Raters",
     "feature_sets": "name -> list of `role/channel` a model reads",
     "feature_set": "which of `feature_sets` to sweep (default: all of them)",
     "window": "the feature windows: lengths (s; each entry one multi-scale set), label delay (s), "
