@@ -219,6 +219,7 @@ def _check_store(store: str) -> None:
 def _print_sweep(res) -> int:
     import pandas as pd  # startup: see the imports above
 
+    # startup, as pandas: these modules import pandas and numpy
     from .config.tracks import candidates
     from .studies.unseen import nested_unseen
     from .tracking.summary import (
