@@ -219,7 +219,9 @@ def _check_store(store: str) -> None:
 def _print_sweep(res) -> int:
     import pandas as pd  # startup: see the imports above
 
+    # startup, as pandas: these modules import pandas and numpy
     from .config.tracks import candidates
+    from .studies.unseen import nested_unseen
     from .tracking.summary import (
         combined_markdown,
         combined_summary,
@@ -251,8 +253,14 @@ def _print_sweep(res) -> int:
             print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     targets = list(getattr(res, "best_run_ids_by_target", {}))
     if len(targets) > 1:  # several targets: each one's choice, then their mean
+        nested = res.unseen_selection == "nested"  # each target's own nested choices
         summaries = {
-            target: track_summary(t[t["target"] == target], protocol, res.unseen_selection)
+            target: track_summary(
+                part := t[t["target"] == target],
+                protocol,
+                res.unseen_selection,
+                nested_unseen(part, protocol, per_feature_set=False) if nested else None,
+            )
             for target in targets
         }
         for target, summary in summaries.items():

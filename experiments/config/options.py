@@ -66,6 +66,14 @@ CCC_AVERAGINGS = ("sessions", "concatenated")
 #: scores under protocol ``loso``, with models fitted without them), ``fixed`` (the
 #: ``configuration`` named in the config, before any data)
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
+#: what every report writes beside an unseen-listener score of selection ``chosen`` (never the
+#: default: the choice read the left-out listener's validation labels), and the note that says why
+CHOSEN_UNSEEN_MARK = "(chosen, not nested)"
+CHOSEN_UNSEEN_NOTE = (
+    f"{CHOSEN_UNSEEN_MARK}: `unseen_listener: {{selection: chosen}}`: the configuration scored on "
+    "each left-out listener was chosen with every listener's validation labels, that listener's "
+    "included, so the number flatters: it is not a score for a person never seen"
+)
 #: how ``fusion`` combines feature sets besides a set that lists their channels together (early
 #: fusion): ``late`` blends the predictions of each member set's chosen configuration
 #: (:mod:`experiments.evaluation.fusion`)

@@ -35,7 +35,7 @@ KEY_MEANINGS: dict[str, str] = {
     "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
-    "`max_lag_s`); see docs/store.md, Raters",
+    "`max_lag_s`), each session's weights and lags from its own raters alone; see docs/store.md, Raters",
     "feature_sets": "name -> list of `role/channel` a model reads",
     "feature_set": "which of `feature_sets` to sweep (default: all of them)",
     "window": "the feature windows: lengths (s; each entry one multi-scale set), label delay (s), "
@@ -48,8 +48,11 @@ KEY_MEANINGS: dict[str, str] = {
     "fitted on",
     "tracking": "MLflow: `uri` (`mlruns`: SQLite in `mlruns/`) and the `experiment` the runs go to",
     "seed": "random seed of every model and resampling",
-    "unseen_listener": "also score each feature set's generalized choice on listeners left out of "
-    "training (`{selection: nested}`: chosen without them)",
+    "unseen_listener": "also score the generalized track on listeners left out of training: "
+    "`true` or `{selection: nested}`, each one's configuration chosen and fitted without them; "
+    "`{selection: fixed, configuration: LABEL}`, one named before any data; `{selection: chosen}` "
+    "(only when written), the choice made with every listener, marked as flattered in every "
+    "report; `false`: none (an Optuna search without the key: none)",
     "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",

@@ -271,12 +271,13 @@ class ExperimentConfig:
     #: :mod:`experiments.data.gold_standard`)
     gold_standard: GoldStandard = field(default_factory=GoldStandard)
     seed: int = 0
-    #: score each feature set's chosen generalized-track configuration on listeners left out of
-    #: training too (one more child run per feature set, see :func:`experiments.studies.sweep.run_sweep`)
+    #: score the generalized track on listeners left out of training too (see
+    #: :func:`experiments.studies.sweep.run_sweep` and ``unseen_selection``)
     unseen_listener: bool = True
     #: how the unseen-listener configuration is chosen (``UNSEEN_SELECTIONS``; config
-    #: ``unseen_listener: {selection: nested}``), and for ``fixed`` which one (a label or hash)
-    unseen_selection: str = "chosen"
+    #: ``unseen_listener: {selection: ...}``), and for ``fixed`` which one (a label or hash).
+    #: ``nested`` unless the config writes another: ``chosen`` reads the held-out listener
+    unseen_selection: str = "nested"
     unseen_configuration: str = ""
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
@@ -339,9 +340,13 @@ class ExperimentConfig:
                 else {}
             ),
             "seed": self.seed,
-            "unseen_listener": self.unseen_listener
-            if self.unseen_selection == "chosen" or not self.unseen_listener
-            else {"selection": self.unseen_selection, "configuration": self.unseen_configuration},
+            # the selection spelt out whenever the protocol is on: `true` alone would not say it
+            "unseen_listener": {
+                "selection": self.unseen_selection,
+                "configuration": self.unseen_configuration,
+            }
+            if self.unseen_listener
+            else False,
             "jobs": self.jobs,
         }
         if self.search.method != "grid":

@@ -47,6 +47,7 @@ experiments.config.schema.ConfigError: exp.yaml:4: window.algin: unknown key; di
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -70,6 +71,7 @@ from .options import (
     STATS,
     TRACKS,
     UNSEEN_SELECTIONS,
+    ConfigWarning,
 )
 from .protocols import ProtocolProblem, check_folds, check_splits, person_held_out_problem
 from .schema import (
@@ -250,6 +252,9 @@ class _Validator(Checker):
         return jobs
 
     def unseen_listener(self, raw: dict, cfg: ExperimentConfig) -> None:
+        """``unseen_listener``: false, true (selection ``nested``, the default) or
+        ``{selection, configuration}``. An Optuna search takes only false or ``chosen``: one
+        that does not write the key gets none (a :class:`ConfigWarning` says so)."""
         unseen = raw.get("unseen_listener", cfg.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
@@ -260,6 +265,27 @@ class _Validator(Checker):
                 f"expected true, false or {{selection: nested}}, got {unseen!r}",
             )
         cfg.unseen_listener = unseen
+        if unseen and self.search_method == "optuna" and cfg.unseen_selection != "chosen":
+            why = (
+                f"selection {cfg.unseen_selection} is not possible in an Optuna search: its trials "
+                "are proposed from every listener's validation scores, so no configuration is chosen "
+                "without a listener"
+            )
+            choices = (
+                "`unseen_listener: {selection: chosen}` for the search's choice refitted without "
+                "each listener (not a score for a person never seen, and marked so)"
+            )
+            if "unseen_listener" in raw:
+                raise self.fail(
+                    "unseen_listener", f"{why}; write `unseen_listener: false`, or {choices}"
+                )
+            warnings.warn(
+                f"{self.source}: unseen listeners off: {why}; write `unseen_listener: false` to "
+                f"silence this, or {choices}",
+                ConfigWarning,
+                stacklevel=2,
+            )
+            cfg.unseen_listener = False
 
     def search(self, value: Any) -> SearchConfig:
         value = self.mapping("search", value, list(SearchConfig().to_dict()))

@@ -283,9 +283,11 @@ def load_sessions(
             tables are equal to freshly resampled ones, array for array.
         gold_standard: the labels to use (:mod:`experiments.data.gold_standard`): None or method
             ``stored`` reads ``/labels/<target>``; ``mean`` or ``ewe`` combine the per-rater
-            traces ``/raters/<target>/*`` of the loaded sessions (weights and lags estimated over
-            all of them). Cached frames always hold the stored labels and the combination is
-            applied after the cache, so entries never mix gold standards.
+            traces ``/raters/<target>/*``, each session's weights and lags estimated from its
+            own raters alone (no session's label reads another's ratings: none of a test
+            session's or of a held-out listener's). Cached frames always hold the stored labels
+            and the combination is applied after the cache, so entries never mix gold
+            standards, and a session's gold standard depends on nothing but its own shard.
 
     Returns:
         One :class:`SessionTable` per session, ordered by listener then story.
@@ -342,7 +344,8 @@ def load_sessions(
 def _with_gold_standard(
     st: Store, tables: list[SessionTable], target: str, gs: GoldStandard
 ) -> list[SessionTable]:
-    """``tables`` with ``y`` replaced by the raters' combination under ``gs``."""
+    """``tables`` with ``y`` replaced by the raters' combination under ``gs``, each session's
+    from its own raters alone (:func:`experiments.data.gold_standard.gold_standards`)."""
     traces = []
     for t in tables:
         try:
@@ -359,13 +362,15 @@ def _with_gold_standard(
             )
     fps = tables[0].fps if tables else LABEL_FPS
     ys, weights, lags = gold_standards(traces, gs, fps)
-    log.info(
-        "gold standard %s of %s: weights %s, lags (frames) %s",
-        gs.method,
-        target,
-        {r: round(w, 3) for r, w in weights.items()},
-        lags,
-    )
+    for t, w, lag in zip(tables, weights, lags, strict=True):
+        log.debug(
+            "gold standard %s of %s, %s: weights %s, lags (frames) %s",
+            gs.method,
+            target,
+            t.session,
+            {r: round(v, 3) for r, v in w.items()},
+            lag,
+        )
     return [replace(t, y=y) for t, y in zip(tables, ys, strict=True)]
 
 

@@ -7,13 +7,20 @@ experiments train and score on:
 * ``stored`` (default): ``/labels/<target>`` as it is;
 * ``mean``: the mean of the raters present at each frame;
 * ``ewe``: the evaluator-weighted estimate (Grimm & Kroschel 2005): rater ``r``'s weight is
-  the Pearson correlation of its trace with the mean of the other raters (all sessions
-  pooled), clipped at 0 and normalised to sum to 1 (equal weights when every one is 0).
+  the Pearson correlation of its trace with the mean of the other raters, clipped at 0 and
+  normalised to sum to 1 (equal weights when every one is 0).
 
 With ``align_lags``, each rater's reaction lag is estimated first (:func:`estimate_lags`: the
-shift within ``max_lag_s`` maximising the CCC with the mean of the other raters, over all of
-that rater's sessions) and removed by shifting the trace earlier before combining. Lags are
-relative: only differences between raters can be seen, so the earliest rater gets lag 0.
+shift within ``max_lag_s`` maximising the CCC with the mean of the other raters) and removed
+by shifting the trace earlier before combining. Lags are relative: only differences between
+raters can be seen, so the earliest rater gets lag 0.
+
+:func:`gold_standards` estimates the weights and lags of each session from that session's
+raters alone: a session's label never depends on another session's ratings, so no rating of a
+test session, of a held-out listener (the nested unseen-listener protocol) or of a held-out
+fold reaches a label a model is trained on, and a session's label is the same whichever other
+sessions are loaded. :func:`estimate_lags` pooled over sessions describes the raters
+(``experiments agreement``); it does not make labels.
 
 Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout & Fleiss (1979) and McGraw
 & Wong (1996); see :func:`icc` for the formulas.
@@ -92,12 +99,16 @@ def estimate_lags(
     moved ``L`` frames earlier and the mean of the other raters (moved by their current lags),
     all its sessions concatenated, rater after rater; the round is repeated (at most
     ``iterations`` times) until no lag changes, each round made relative to the smallest
-    lag. Sessions with a single rater are ignored.
+    lag. Sessions with a single rater are ignored. ``max`` is ``max_lag_s`` (seconds) in
+    frames, at most a quarter of the shortest such session's frames: a shift is never judged
+    on less than three quarters of a session (on an 8 s session, 5 s of shift would leave 3 s
+    of overlap, where a chance match outscores the true lag).
     """
-    max_lag = int(round(max_lag_s * fps))
     raters = sorted({r for s in sessions for r in s})
     lags = dict.fromkeys(raters, 0)
     multi = [s for s in sessions if len(s) > 1]
+    shortest = min((len(next(iter(s.values()))) for s in multi), default=0)
+    max_lag = min(int(round(max_lag_s * fps)), shortest // 4)
     for _ in range(iterations):
         before = dict(lags)
         for r in raters:  # each rater against the others as currently aligned
@@ -159,21 +170,30 @@ def combine(
     return out.astype(np.float32)
 
 
-def gold_standards(
-    sessions: Traces, gs: GoldStandard, fps: float
-) -> tuple[list[np.ndarray], dict[str, float], dict[str, int]]:
-    """Every session's gold standard under ``gs`` (method ``mean`` or ``ewe``), with the
-    weights and lags (frames) used."""
+def gold_standard(
+    traces: Mapping[str, np.ndarray], gs: GoldStandard, fps: float
+) -> tuple[np.ndarray, dict[str, float], dict[str, int]]:
+    """One session's gold standard under ``gs`` (method ``mean`` or ``ewe``) from its own raters'
+    ``traces`` alone (``fps``: frames per second), with the weights and lags (frames) used."""
     if gs.method == "stored":
         raise ValueError("method 'stored' reads /labels/<target>; nothing to combine")
-    lags = estimate_lags(sessions, fps, gs.max_lag_s) if gs.align_lags else {}
-    raters = sorted({r for s in sessions for r in s})
+    lags = estimate_lags([traces], fps, gs.max_lag_s) if gs.align_lags else {}
+    raters = sorted(traces)
     weights = (
-        ewe_weights(sessions, lags)
+        ewe_weights([traces], lags)
         if gs.method == "ewe"
         else {r: 1.0 / len(raters) for r in raters}
     )
-    return [combine(s, weights, lags) for s in sessions], weights, lags
+    return combine(traces, weights, lags), weights, lags
+
+
+def gold_standards(
+    sessions: Traces, gs: GoldStandard, fps: float
+) -> tuple[list[np.ndarray], list[dict[str, float]], list[dict[str, int]]]:
+    """Every session's :func:`gold_standard`, each from that session's raters alone: the labels,
+    and per session the weights and lags (frames) used."""
+    out = [gold_standard(s, gs, fps) for s in sessions]
+    return [y for y, _, _ in out], [w for _, w, _ in out], [lag for _, _, lag in out]
 
 
 # ------------------------------------------------------------------ agreement

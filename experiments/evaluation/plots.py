@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 import pandas as pd
 
+from ..config.options import CHOSEN_UNSEEN_MARK
+
 if TYPE_CHECKING:
     from .evaluate import TrialResult
 
@@ -199,11 +201,13 @@ def plot_ablation(
             alpha=0.4 if split != last else 1.0,
         )
     if with_unseen:
+        chosen = "unseen_selection" in table and (table.unseen_selection == "chosen").any()
         bars(
             len(combos),
             last,
             "ccc_unseen_listener",
-            f"{last}, unseen listeners (generalized)",
+            f"{last}, unseen listeners (generalized)"
+            + (f" {CHOSEN_UNSEEN_MARK}" if chosen else ""),
             color="tab:gray",
             hatch="//",
         )

@@ -11,10 +11,11 @@ reported once on validation and test:
 * ``ccc_generalized``: the generalized track's choice (it does not know who is listening),
   averaged per story;
 * ``ccc_unseen_listener``: on test, the generalized track scored on listeners left out of
-  training: with ``unseen_listener: {selection: nested}`` (the packaged default) the mean over
-  listeners of each one's configuration chosen without them (``reports/ablation_unseen.csv``),
-  else the configuration chosen with every listener (``chosen``) or named in the config
-  (``fixed``), refitted without each listener; ``ablation.md`` names the selection;
+  training: with ``unseen_listener`` ``nested`` (the default) the mean over listeners of each
+  one's configuration chosen without them (``reports/ablation_unseen.csv``), else the
+  configuration named in the config (``fixed``) or, only when written, the one chosen with
+  every listener (``chosen``, marked in ``ablation.md`` and ``ablation.png``), refitted without
+  each listener; ``ablation.md`` names the selection, ``ablation.csv`` too (``unseen_selection``);
 
 each with the chance level (:mod:`experiments.evaluation.uncertainty`) and, on test, a 95 %
 t interval over listeners (the split's stories fixed). The selection split's numbers are
@@ -81,6 +82,9 @@ COLUMNS = [
     "ccc_unseen_listener",
     "ccc_unseen_listener_ci_low",
     "ccc_unseen_listener_ci_high",
+    # how the unseen-listener score's configuration was chosen (nested, fixed, chosen), where
+    # there is one: `chosen` read the left-out listener's validation labels
+    "unseen_selection",
     "chance_personalized_q95",
     "chance_generalized_q95",
     "split_role",
@@ -347,6 +351,9 @@ def ablate(
     release_free_memory()  # the members' frames and features: GBs the heap would keep
     if len(fused):
         df = pd.concat([df, fused], ignore_index=True)
+    df["unseen_selection"] = np.where(
+        df["ccc_unseen_listener"].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
+    )
     extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()
     pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed, extra=extra)
     out = Path(out_dir)

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from ..config.fusion import FUSED_SET
+from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from ..evaluation import markdown
 
 #: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
@@ -42,7 +43,7 @@ def ablation_markdown(
     df: pd.DataFrame,
     title: str = "",
     pairs: pd.DataFrame | None = None,
-    unseen_selection: str = "chosen",
+    unseen_selection: str = "nested",
 ) -> str:
     """The table in the shape of the paper's Table IV (both tracks), then the paired comparisons,
     the chosen configurations, and the paper's published numbers as a separate reference.
@@ -77,13 +78,13 @@ def ablation_markdown(
                 cell(r.ccc_generalized, r.ccc_generalized_ci_low, r.ccc_generalized_ci_high)
             )
         last = part.loc[splits[-1]]
-        cells.append(
-            cell(
-                last.ccc_unseen_listener,
-                last.ccc_unseen_listener_ci_low,
-                last.ccc_unseen_listener_ci_high,
-            )
+        unseen = cell(
+            last.ccc_unseen_listener,
+            last.ccc_unseen_listener_ci_low,
+            last.ccc_unseen_listener_ci_high,
         )
+        flattered = unseen_selection == "chosen" and pd.notna(last.ccc_unseen_listener)
+        cells.append(f"{unseen} {CHOSEN_UNSEEN_MARK}" if flattered else unseen)
         cells.append(
             f"{last.chance_personalized_q95:.3f} / {last.chance_generalized_q95:.3f}"
             if pd.notna(last.chance_personalized_q95) or pd.notna(last.chance_generalized_q95)
@@ -91,6 +92,8 @@ def ablation_markdown(
         )
         rows.append(cells)
     lines += markdown.table(head, rows)
+    if any(CHOSEN_UNSEEN_MARK in r[-2] for r in rows):
+        lines += ["", CHOSEN_UNSEEN_NOTE + "."]
     lines += [
         "",
         "- **personalized**: the best of every configuration, including those that use who is listening",

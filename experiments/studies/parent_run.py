@@ -202,6 +202,9 @@ class ParentRun:
                 "executor": self.executor.name,
                 "layout": self.layout,
                 "role_names": json.dumps(self.role_names, sort_keys=True),
+                # how unseen-listener configurations are chosen, from the start (the summary
+                # repeats it): `chosen` marks numbers that read the left-out listener
+                **({"unseen_selection": self.unseen_selection} if self.unseen_selection else {}),
                 **tags,
             },
         )

@@ -197,12 +197,6 @@ class _SearchRun(ParentRun):
 
     study: Any = None
 
-    @property
-    def unseen_selection(self) -> str:
-        """A search scores its generalized choice on left-out listeners (``chosen``), whatever
-        the config's selection: nesting a search would need one study per left-out listener."""
-        return "chosen" if self.cfg.unseen_listener else ""
-
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
         best_ids = super().summarise(table)
         with contextlib.suppress(Exception):  # best effort while ending, possibly on an error
@@ -228,6 +222,23 @@ def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
     return min(cfg.search.n_trials, int(np.prod([len(v) for v in space.grid().values()])))
 
 
+def _check_search(cfg: ExperimentConfig) -> None:
+    """Raise a ConfigError unless ``cfg`` is an Optuna search whose ``unseen_listener`` is off
+    or ``chosen`` (a search cannot choose a configuration without a listener)."""
+    if cfg.search.method != "optuna":
+        raise ConfigError(
+            f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
+            "(search.method: optuna); a grid runs with experiments.studies.sweep.run_sweep"
+        )
+    if cfg.unseen_listener and cfg.unseen_selection != "chosen":
+        raise ConfigError(
+            f"{cfg.source}: unseen_listener selection {cfg.unseen_selection} is not possible in an "
+            "Optuna search (its trials are proposed from every listener's validation scores); set "
+            "unseen_listener false, or {selection: chosen} for the search's choice refitted without "
+            "each listener (not a score for a person never seen, and marked so)"
+        )
+
+
 def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> SearchResult:
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow.
 
@@ -236,12 +247,12 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
     and ``optuna_study``. ``jobs`` configurations are evaluated at a time (default: the
     config's ``jobs``, else 1), by the local executor unless ``executor`` names another.
     Returns a :class:`SearchResult` (the sweep's fields, plus the study).
+
+    Raises:
+        ConfigError: not an Optuna search, or ``unseen_listener`` on with a selection other
+            than ``chosen`` (a search cannot choose without a listener).
     """
-    if cfg.search.method != "optuna":
-        raise ConfigError(
-            f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
-            "(search.method: optuna); a grid runs with experiments.studies.sweep.run_sweep"
-        )
+    _check_search(cfg)
     try:
         import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
         from optuna.trial import TrialState

@@ -32,7 +32,7 @@ import pandas as pd
 from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.grid import Trial
-from ..config.options import TRACKS
+from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, TRACKS
 from ..config.tracks import candidates, selection_metric
 from ..evaluation import markdown
 from .child_runs import UNSEEN_OF_TAG
@@ -129,7 +129,7 @@ def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) 
 def track_summary(
     table: pd.DataFrame,
     protocol: str,
-    unseen_selection: str = "chosen",
+    unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per track: its best configuration (chosen on validation or LOSO under the track's own
@@ -252,10 +252,11 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                     if pd.notna(low)
                     else _missing_interval(row, split)
                 )
+                marked = split == "test_unseen" and row.get("unseen_selection") == "chosen"
                 cells.append(
                     [
                         split,
-                        f"{row[name]:.3f}",
+                        f"{row[name]:.3f}" + (f" {CHOSEN_UNSEEN_MARK}" if marked else ""),
                         ci,
                         _number(row.get(name + ".chance_q95", np.nan)),
                     ]
@@ -265,6 +266,11 @@ def summary_markdown(summary: pd.DataFrame) -> str:
                 ["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"], cells
             ),
             "",
+            *(
+                [CHOSEN_UNSEEN_NOTE + ".", ""]
+                if any(CHOSEN_UNSEEN_MARK in c[1] for c in cells)
+                else []
+            ),
         ]
     lines += [
         "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
@@ -345,7 +351,7 @@ def summarise(
     protocol: str,
     seconds: float,
     n_new: int,
-    unseen_selection: str = "chosen",
+    unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
     layout: str = "omg",
     keep: Sequence[str] = (),
@@ -461,6 +467,8 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
             values = [float(c.get(name, np.nan)) for c in chosen]
             if all(np.isfinite(values)):
                 row[name] = float(np.mean(values))
+        if "test_unseen.ccc_generalized" in row:  # every target's selection is the config's
+            row["unseen_selection"] = chosen[0].get("unseen_selection")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -472,7 +480,9 @@ def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
         for split in _REPORTED_SPLITS[row["track"]]:
             name = f"{split}.ccc_{row['track']}"
             if name in row and pd.notna(row[name]):
-                cells.append([row["track"], split, f"{row[name]:.3f}"])
+                marked = split == "test_unseen" and row.get("unseen_selection") == "chosen"
+                mark = f" {CHOSEN_UNSEEN_MARK}" if marked else ""
+                cells.append([row["track"], split, f"{row[name]:.3f}{mark}"])
     lines = [
         "# Combined over targets",
         "",
@@ -482,6 +492,7 @@ def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
         "",
         *markdown.table(["track", "split", "mean CCC over targets"], cells),
         "",
+        *([CHOSEN_UNSEEN_NOTE + ".", ""] if any(CHOSEN_UNSEEN_MARK in c[2] for c in cells) else []),
     ]
     return "\n".join(lines)
 
@@ -499,7 +510,7 @@ def summarise_targets(
     targets: Sequence[str],
     seconds: float,
     n_new: int,
-    unseen_selection: str = "chosen",
+    unseen_selection: str = "nested",
     nested: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, dict[str, str]]:
     """:func:`summarise` for a sweep of several ``targets`` (``table`` has a ``target`` column):

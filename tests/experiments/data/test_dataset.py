@@ -140,9 +140,8 @@ def test_gold_standard_from_raters(tmp_path):
         st, keys, "valence", cache=tmp_path / "cache", threads=1, gold_standard=GoldStandard("ewe")
     )
     traces = [{r: st.rater_labels(t.session, "valence", r).to_numpy() for r in "abc"} for t in ewe]
-    w = ewe_weights(traces)
-    for t, tr in zip(ewe, traces, strict=True):
-        np.testing.assert_allclose(t.y, combine(tr, w), atol=1e-6)
+    for t, tr in zip(ewe, traces, strict=True):  # each session weighted by its own raters
+        np.testing.assert_allclose(t.y, combine(tr, ewe_weights([tr])), atol=1e-6)
     again = load_sessions(st, keys, target="valence", cache=tmp_path / "cache", threads=1)
     for s, a in zip(stored, again, strict=True):  # the cache still holds the stored labels
         np.testing.assert_array_equal(a.y, s.y)

@@ -54,7 +54,9 @@ def test_aligned_gold_standard_is_closer_to_truth():
     sessions, truths = planted(lags, {"a": 0.1, "b": 0.1})
     plain, _, _ = gold_standards(sessions, GoldStandard("mean"), FPS)
     aligned, _, found = gold_standards(sessions, GoldStandard("ewe", align_lags=True), FPS)
-    assert found == lags
+    # each session's lags from its own raters (1,500 frames): within a frame of the planted ones
+    assert [sorted(f) for f in found] == [sorted(lags)] * len(sessions)
+    assert all(abs(f[r] - lag) <= 1 for f in found for r, lag in lags.items()), found
     score = lambda ys: np.mean([ccc(y, t) for y, t in zip(ys, truths, strict=True)])  # noqa: E731
     assert score(aligned) > score(plain) + 0.05
 

@@ -12,6 +12,8 @@ import pytest
 
 from experiments.config.loading import from_dict
 from experiments.config.options import (
+    CHOSEN_UNSEEN_MARK,
+    CHOSEN_UNSEEN_NOTE,
     IDENTITY_PERSONALIZATIONS,
     IDENTITY_RESCALES,
     PERSONALIZATIONS,
@@ -336,3 +338,39 @@ def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(
         )
     assert chosen[0] == chosen[1] and set(chosen[0]) == {"personalized", "generalized"}
     assert all(abs(test_scores[0][k] - test_scores[1][k]) > 0.2 for k in test_scores[0])
+
+
+@pytest.mark.parametrize("selection", ["chosen", "nested", "fixed"])
+def test_a_chosen_unseen_score_is_marked_wherever_the_summary_shows_it(selection):
+    """Selection ``chosen`` read the left-out listener: its ``test_unseen`` number carries
+    :data:`CHOSEN_UNSEEN_MARK` and a note in summary.md and in the several-target combined
+    table; ``nested`` and ``fixed`` numbers carry neither."""
+    from experiments.tracking.summary import combined_markdown, combined_summary
+
+    # the grid's choice g (with its unseen-listener numbers, as a chosen twin carries them) and
+    # a named configuration's unseen-listener run u (fixed)
+    table = pd.DataFrame(
+        {
+            "run_id": ["g", "u"],
+            "status": "done",
+            "label": ["ridge", "named"],
+            "track": ["generalized", "generalized"],
+            "config_hash": ["g0", "u1"],
+            "val.ccc_generalized": [0.5, np.nan],
+            "test.ccc_generalized": [0.4, np.nan],
+            "test_unseen.ccc_generalized": [0.3, 0.2],
+            "unseen_of": [np.nan, "u0"],
+        }
+    )
+    nested = pd.DataFrame({"ccc_test_unseen": [0.25, 0.35]})
+    summary = track_summary(table, "val", selection, nested if selection == "nested" else None)
+    md = summary_markdown(summary)
+    combined = combined_summary({"a": summary, "b": summary})
+    both = combined_markdown(["a", "b"], combined)
+    unseen = next(line for line in md.splitlines() if line.startswith("| test_unseen |"))
+    together = next(line for line in both.splitlines() if "| test_unseen |" in line)
+    assert unseen.startswith(f"| test_unseen | {0.2 if selection == 'fixed' else 0.3:.3f}")
+    flattered = selection == "chosen"
+    assert (CHOSEN_UNSEEN_MARK in unseen) == flattered and (CHOSEN_UNSEEN_NOTE in md) == flattered
+    assert (CHOSEN_UNSEEN_MARK in together) == flattered
+    assert (CHOSEN_UNSEEN_NOTE in both) == flattered

@@ -10,6 +10,7 @@ from mlflow import MlflowClient
 from PIL import Image
 
 from experiments.cli import main
+from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
 from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
 from experiments.evaluation.uncertainty import holm
@@ -41,7 +42,7 @@ def ablation(sweep_once, planted_store, tmp_path_factory):
             config_dict(
                 cfg.tracking.uri,
                 cfg.tracking.experiment,
-                unseen_listener=True,
+                unseen_listener={"selection": "chosen"},
                 importance={"repeats": 2, "levels": ["channel"]},
             )
         )
@@ -63,8 +64,13 @@ def test_ablation_reports_written(ablation):
     md = (out / "ablation.md").read_text()
     assert md.startswith("# Speaker / listener / both (valence_self, protocol val)\n")
     ours, reference = md.split("## Reference", 1)
-    # unseen_listener: true: the column says its configuration was chosen with every listener
+    # selection chosen: the column says its configuration was chosen with every listener, each
+    # of its cells is marked, a note says why, and ablation.csv names the selection per number
     assert "| test unseen listeners (chosen) |" in ours and "not nested" in ours
+    assert f"\n\n{CHOSEN_UNSEEN_NOTE}.\n" in ours
+    unseen = df[df.ccc_unseen_listener.notna()]
+    assert len(unseen) == 2 and (unseen.unseen_selection == "chosen").all()
+    assert df[df.ccc_unseen_listener.isna()].unseen_selection.isna().all()
     by_split = df.set_index(["feature_set", "split"])
     for fs in ("speaker", "listener"):
         row = next(line for line in ours.splitlines() if line.startswith(f"| {fs} |"))
@@ -73,13 +79,14 @@ def test_ablation_reports_written(ablation):
         cells = [c.strip() for c in row.strip("| ").split(" | ")]
         assert len(cells) == 7 and all("[" in c for c in cells[3:6]), row
         assert not any("[" in c for c in cells[1:3]), row
+        assert cells[5].endswith(f" {CHOSEN_UNSEEN_MARK}"), row
         want = [
             by_split.loc[(fs, s), f"ccc_{t}"]
             for s in ("val", "test")
             for t in ("personalized", "generalized")
         ]
         want.append(by_split.loc[(fs, "test"), "ccc_unseen_listener"])
-        assert [float(c.split(" [")[0]) for c in cells[1:6]] == pytest.approx(want, abs=5e-4), row
+        assert [float(c.split(" ")[0]) for c in cells[1:6]] == pytest.approx(want, abs=5e-4), row
     # the paper's numbers (Barros et al. 2019, Table IV, test set) stand apart, in their own table
     published = {
         line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
@@ -344,7 +351,7 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
             models=[{"name": "ridge", "alpha": [10]}],
             personalization=["global"],
             postprocess={"smooth_s": [0], "rescale": ["none"]},
-            unseen_listener=True,
+            unseen_listener={"selection": "chosen"},
         )
     )
     df, sweep = ablate(cfg, store=planted_store, out_dir=tmp_path / "reports", progress=False)

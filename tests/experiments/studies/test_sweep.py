@@ -13,6 +13,7 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.config.loading import expand, from_dict
+from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
 from experiments.studies.parent_run import store_fingerprint
 from experiments.studies.sweep import run_sweep
@@ -167,7 +168,7 @@ def test_parent_best_run_and_summary(shared, tmp_path):
         )
         assert low <= parent.data.metrics[f"best_{track}.test.ccc_{track}"] <= high
     assert "best_generalized.test_unseen.ccc_generalized" in parent.data.metrics
-    # unseen_listener: true: the all-listener choice's twin, and the summary says so
+    # selection chosen (written): the all-listener choice's twin, tagged and marked as such
     assert parent.data.tags["unseen_selection"] == res.unseen_selection == "chosen"
     twin = kids[parent.data.tags["best_run_id_generalized"]]
     assert parent.data.metrics["best_generalized.test_unseen.ccc_generalized"] == pytest.approx(
@@ -202,6 +203,9 @@ def test_parent_best_run_and_summary(shared, tmp_path):
     md = open(client.download_artifacts(res.parent_run_id, "summary.md", str(tmp_path))).read()
     assert "## personalized track" in md and "## generalized track" in md and "test_unseen" in md
     assert "selection `chosen`: the generalized choice, made with every listener" in md
+    unseen_row = next(line for line in md.splitlines() if line.startswith("| test_unseen |"))
+    assert f" {CHOSEN_UNSEEN_MARK} |" in unseen_row and f"\n{CHOSEN_UNSEEN_NOTE}.\n" in md
+    assert CHOSEN_UNSEEN_MARK not in md.replace(unseen_row, "").replace(CHOSEN_UNSEEN_NOTE, "")
     assert tracks.set_index("track").at["generalized", "unseen_selection"] == "chosen"
     # every configuration listed with its selection-split CCC, and no test number
     listing = md.split("# Every configuration (selection split only)")[1]
