@@ -53,7 +53,7 @@ from .evaluate import postprocessed, split_sessions
 from .fit_cache import FitCache
 from .fitting import FitPart, fit_group, fit_main
 from .metrics import ccc
-from .uncertainty import MIN_LAG_S, contributions, t_interval
+from .uncertainty import MIN_LAG_S, contributions, mean_interval
 
 #: the kinds of feature groups, see the module docstring
 LEVELS = IMPORTANCE_LEVELS
@@ -327,7 +327,7 @@ def _result(
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
         drop = per_repeat.mean(axis=0)
         by_listener = share(drop)
-        low, high = t_interval(by_listener)
+        low, high = mean_interval(by_listener, bounds=(-2.0, 2.0))  # a drop in CCC
         importance = float(by_listener.mean())
         rows.append(
             {

@@ -60,7 +60,7 @@ from featurestore import Store
 from ..config.schema import ConfigError
 from ..data.folds import cv_folds
 from ..evaluation.metrics import ccc
-from ..evaluation.uncertainty import t_interval
+from ..evaluation.uncertainty import mean_interval
 from ..tracking.tracker import Tracker
 
 #: summary statistic -> function of (rows, columns) float array, ignoring NaN, per column
@@ -414,7 +414,7 @@ def score(y: np.ndarray, pred: np.ndarray, persons: Sequence[int] | np.ndarray) 
         r_low = r_high = math.nan if n <= 3 else r
     err = pd.Series(np.abs(y - pred)).groupby(np.asarray(persons)).mean().to_numpy()
     if len(err) >= 3:
-        mae_low, mae_high = t_interval(err, LEVEL)
+        mae_low, mae_high = mean_interval(err, LEVEL, (0.0, np.inf))
     else:
         mae_low = mae_high = math.nan
     return {
