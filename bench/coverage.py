@@ -1,6 +1,7 @@
 """Coverage of the 95 % intervals over listeners: a session-level simulation with known truth (issue 36).
 
-    python -m bench.coverage [--reps 5000] [--pool 20000] [--seed 0] [--table]
+    python -m bench.coverage [--reps 10000] [--pool 20000] [--seed 0] [--table]
+                             [--reaction-sd 0.5] [--drift 2.0]
 
 **The model.** A test split is ``n`` listeners x 3 stories; the stories are fixed (the
 interval is about new listeners hearing *these* stories), the listeners drawn at random. Every
@@ -43,7 +44,7 @@ minority listener, ``0.85^n``, and each method's coverage on them and on the oth
 ``coverage.minority.<protocol>.n<n>.level_needed`` (the nominal level the package's method needs
 to reach 0.93, and its widths and normal-case coverage there: the price of the goal).
 ``--table`` prints the markdown table of docs/results.md after the records. Not part of
-``make bench`` (a statistical measure, not a timing; about 2 min on 2 cores).
+``make bench`` (a statistical measure, not a timing; about 80 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -98,14 +99,21 @@ def _ccc(y: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def listener_pool(
-    n_listeners: int, minority: float, seed: int = 0, chunk: int = 1000
+    n_listeners: int,
+    minority: float,
+    seed: int = 0,
+    reaction_sd: float = REACTION_SD,
+    drift: float = DRIFT,
+    chunk: int = 1000,
 ) -> dict[str, np.ndarray]:
     """Per-session CCC of ``n_listeners`` simulated listeners x the fixed stories (the module's model).
 
     Returns ``{"personalized": (listeners, stories), "generalized": (listeners, stories),
     "against": (listeners,) bool}``. The stories do not depend on ``seed``; the listeners do,
     and two calls with the same seed differ only in the ``round(minority * n_listeners)``
-    listeners (chosen at random) who react against the story.
+    listeners (chosen at random) who react against the story. ``reaction_sd``, ``drift``: the
+    sd of the reaction strength and of the listener's own drift (:data:`REACTION_SD`,
+    :data:`DRIFT`), in units of the story's response.
     """
     stories = np.random.default_rng(36)
     curve = smooth_series(stories, (N_STORIES,))
@@ -118,16 +126,16 @@ def listener_pool(
     for start in range(0, n_listeners, chunk):
         k = min(chunk, n_listeners - start)
         level = rng.normal(0.0, LEVEL_SD, k)
-        strength = rng.normal(1.0, REACTION_SD, k)
+        strength = rng.normal(1.0, reaction_sd, k)
         against = against_all[start : start + k]
         strength = np.where(against, -strength, strength)
         labels = (
             level[:, None, None]
             + strength[:, None, None] * curve
-            + DRIFT * smooth_series(rng, (k, N_STORIES))
+            + drift * smooth_series(rng, (k, N_STORIES))
         )
         # the listener's label sd over the time course's
-        scale = np.sqrt(strength**2 + DRIFT**2)[:, None] / shape.std(axis=-1)
+        scale = np.sqrt(strength**2 + drift**2)[:, None] / shape.std(axis=-1)
         personal = level[:, None, None] + scale[..., None] * shape
         out["personalized"].append(_ccc(labels, personal))
         out["generalized"].append(_ccc(labels, np.broadcast_to(shape, labels.shape)))
@@ -246,10 +254,19 @@ def _width(low: np.ndarray, high: np.ndarray) -> tuple[float, float]:
     return float(np.median(w)), float(np.quantile(w, 0.9))
 
 
-def run(reps: int = 5000, pool_size: int = 20000, seed: int = 0) -> list[dict]:
+def run(
+    reps: int = 10000,
+    pool_size: int = 20000,
+    seed: int = 0,
+    reaction_sd: float = REACTION_SD,
+    drift: float = DRIFT,
+) -> list[dict]:
     """Every method's coverage and width in each case, protocol and number of listeners, and the
     bound of the minority case; returns the records (see the module docstring)."""
-    pools = {case: listener_pool(pool_size, share, seed) for case, share in CASES.items()}
+    pools = {
+        case: listener_pool(pool_size, share, seed, reaction_sd, drift)
+        for case, share in CASES.items()
+    }
     truth = {
         case: {p: float(contributions(pool[p])[p].mean()) for p in PROTOCOLS}
         for case, pool in pools.items()
@@ -330,7 +347,8 @@ def _bound(
 
 
 def table(records: list[dict]) -> str:
-    """The markdown table of docs/results.md: coverage (median width) per method, case and n."""
+    """The markdown tables of docs/results.md, one per case: coverage (median width) per method
+    (rows) and number of listeners and protocol (columns)."""
     by = {r["name"]: r for r in records}
     names = list(
         dict.fromkeys(
@@ -339,16 +357,17 @@ def table(records: list[dict]) -> str:
             if r["unit"] == "coverage" and r["name"].startswith("coverage.normal.")
         )
     )
-    head = ["method"] + [
-        f"{case} {p[:4]}. n={n}" for case in CASES for p in PROTOCOLS for n in LISTENERS
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in names:
-        cells = [m]
-        for case, p, n in itertools.product(CASES, PROTOCOLS, LISTENERS):
-            r = by[f"coverage.{case}.{p}.n{n}.{m}"]
-            cells.append(f"{r['value']:.3f} ({r['width_median']:.2f})")
-        lines.append("| " + " | ".join(cells) + " |")
+    head = ["method"] + [f"{n} listeners, {p[:4]}." for n in LISTENERS for p in PROTOCOLS]
+    lines = []
+    for case in CASES:
+        lines += [f"{case}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for m in names:
+            cells = [m]
+            for n, p in itertools.product(LISTENERS, PROTOCOLS):
+                r = by[f"coverage.{case}.{p}.n{n}.{m}"]
+                cells.append(f"{r['value']:.3f} ({r['width_median']:.2f})")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -357,14 +376,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="python -m bench.coverage", description=__doc__.split("\n")[0]
     )
-    ap.add_argument("--reps", type=int, default=5000, help="simulated test splits per cell")
+    ap.add_argument("--reps", type=int, default=10000, help="simulated test splits per cell")
     ap.add_argument("--pool", type=int, default=20000, help="listeners in the population pool")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--reaction-sd", type=float, default=REACTION_SD, help="sd of the reaction strength"
+    )
+    ap.add_argument("--drift", type=float, default=DRIFT, help="sd of each listener's own drift")
     ap.add_argument(
         "--table", action="store_true", help="print the markdown table after the records"
     )
     args = ap.parse_args(argv)
-    records = run(args.reps, args.pool, args.seed)
+    records = run(args.reps, args.pool, args.seed, args.reaction_sd, args.drift)
     for r in records:
         print(json.dumps(r), flush=True)
     if args.table:

@@ -26,7 +26,8 @@ group (common random numbers: groups are compared on the same draws).
 
 **Intervals.** Each session's drop is averaged over the ``repeats``; each listener's
 contribution to the track's mean drop (:func:`~experiments.evaluation.uncertainty.contributions`,
-the split's stories fixed) gives a 95 % Student-t interval over listeners. The interval is
+the split's stories fixed) gives a 95 % interval over listeners
+(:func:`~experiments.evaluation.uncertainty.mean_interval`). The interval is
 about new listeners hearing these stories with *this* fitted model; it does not cover the
 refit's own variability, nor say anything about a feature the model could have used instead
 (correlated groups share their credit: permuting one leaves the other to carry the signal).

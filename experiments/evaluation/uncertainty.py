@@ -10,12 +10,12 @@ new listeners, not about new stories: three stories are too few to resample):
   (:func:`skew_t_bounds`), clipped to [-1, 1]. What it covers, simulated session by session
   (``bench/coverage.py``; docs/results.md, Intervals): 0.93-0.95 with 4-10 listeners **when
   listeners differ by degree** (each reacts to the story with their own strength); 0.89-0.93
-  when 15 % of listeners react *against* the story (0.89-0.90 at 6, 0.93 at 10), and no
-  method measured beside it does better at 6-10 listeners without being much wider: a split
+  when 15 % of listeners react *against* the story (0.90 at 6, 0.92-0.93 at 10), and no
+  method measured beside it reaches 0.93 there at 6 listeners without being useless: a split
   without such a listener (0.85^n of them) looks exactly like one from a population without
-  them. The plain t interval (:func:`t_bounds`) covers 0.92-0.95
-  and 0.85-0.91, the percentile bootstrap 0.79-0.90 and 0.72-0.87. Fewer than 3 listeners: NaN,
-  with a warning that says so;
+  them. The plain t interval (:func:`t_bounds`) covers 0.92-0.94 and 0.86-0.90, the
+  percentile bootstrap 0.78-0.90 and 0.71-0.86. Fewer than 3 listeners: NaN, with a warning
+  that says so;
 * :func:`paired_comparison`: two configurations on the same sessions: the mean over listeners
   of each listener's mean difference, its interval (the same method), and a sign-flip
   permutation p-value that flips each listener's difference (exact over all 2^n patterns up to
@@ -185,13 +185,14 @@ def protocol_intervals(
     split's listeners are a random sample of the listeners it speaks for, and those differ by
     degree. Then it covers 0.93-0.95 with 4-10 listeners (simulated session by session,
     ``bench/coverage.py``, docs/results.md). When 15 % of listeners react against the story it
-    covers 0.89-0.93 (0.89-0.90 at 6 listeners, 0.93 at 10): a split that happens to hold none
+    covers 0.89-0.93 (0.90 at 6 listeners, 0.92-0.93 at 10): a split that happens to hold none
     of them cannot show they exist. Why not the alternatives measured beside it: the plain t
-    interval misses on the side of a skewed sample's long tail (0.92-0.95; 0.85-0.91 with the
+    interval misses on the side of a skewed sample's long tail (0.92-0.94; 0.86-0.90 with the
     minority), the percentile and BCa bootstraps are too narrow with few listeners
-    (0.79-0.90), the bootstrap-t covers about the same but is random, infinite below 4
+    (0.78-0.90), the bootstrap-t covers about the same but is random, infinite below 4
     listeners and 1.3-1.6 times wider at 4, and the sign-flip test's interval is the whole
-    range below 6 listeners. Why stories fixed: a split has 1-3 stories; resampling them (a
+    range below 6 listeners (at 6, the range of the listeners' values: 0.91-0.93 with the
+    minority, 0.90-0.91 at 10). Why stories fixed: a split has 1-3 stories; resampling them (a
     two-way listener x story bootstrap) cannot cover with 3 units, so the interval is about
     new listeners hearing these stories.
 
@@ -240,7 +241,7 @@ def paired_comparison(
 
     Returns:
         ``mean_diff`` (mean over listeners of each listener's mean of ``ccc_a - ccc_b``: the
-        personalized averaging of the difference), ``ci_low``, ``ci_high`` (t interval over
+        personalized averaging of the difference), ``ci_low``, ``ci_high`` (:func:`mean_interval` over
         listeners; NaN below :data:`MIN_LISTENERS`), ``p_value`` (two-sided sign-flip test of
         the listeners' differences), ``p_min`` (the smallest p this test can give:
         ``2 / 2^n_listeners``), ``n_sessions``, ``n_listeners``.
