@@ -30,7 +30,8 @@ The two cases share the pool's listeners but for the flipped ones, so a minority
 without a minority listener is distributed exactly as a split of the normal case.
 
 **The methods** (95 %, over listeners): ``t`` (Student t, :func:`t_bounds`), ``skew_t`` (the
-package's: Hall's skewness-corrected t, :func:`skew_t_bounds`), ``percentile`` and ``bca``
+package's: Hall's skewness-corrected t, :func:`skew_t_bounds`, a bound at most twice as far from
+the mean as the t interval's), ``skew_t_uncapped`` (Hall's as it is), ``percentile`` and ``bca``
 (bootstrap over listeners, :data:`BOOT` resamples), ``bootstrap_t`` (studentized bootstrap),
 ``sign_flip`` (inversion of the exact sign-flip test: Hartigan's subset means, infinite below 6
 listeners, where no sign pattern is rare enough), ``anderson`` (valid for any distribution on
@@ -226,6 +227,7 @@ def methods(rng: np.random.Generator) -> dict[str, Callable[[np.ndarray], Bounds
     return {
         "t": t_bounds,
         "skew_t": skew_t_bounds,
+        "skew_t_uncapped": lambda x: skew_t_bounds(x, max_stretch=np.inf),
         "percentile": lambda x: _chunked(percentile_bounds, x, rng),
         "bca": lambda x: _chunked(bca_bounds, x, rng),
         "bootstrap_t": lambda x: _chunked(bootstrap_t_bounds, x, rng),

@@ -9,8 +9,8 @@ new listeners, not about new stories: three stories are too few to resample):
   contributions (:func:`listener_contributions`): Hall's skewness-corrected t
   (:func:`skew_t_bounds`), clipped to [-1, 1]. What it covers, simulated session by session
   (``bench/coverage.py``; docs/results.md, Intervals): 0.93-0.95 with 4-10 listeners **when
-  listeners differ by degree** (each reacts to the story with their own strength); 0.89-0.93
-  when 15 % of listeners react *against* the story (0.90 at 6, 0.92-0.93 at 10), and no
+  listeners differ by degree** (each reacts to the story with their own strength); 0.88-0.92
+  when 15 % of listeners react *against* the story (0.90 at 6, 0.92 at 10), and no
   method measured beside it reaches 0.93 there at 6 listeners without being useless: a split
   without such a listener (0.85^n of them) looks exactly like one from a population without
   them. The plain t interval (:func:`t_bounds`) covers 0.92-0.94 and 0.86-0.90, the
@@ -56,6 +56,8 @@ LEVEL = 0.95
 MIN_LISTENERS = 3
 #: the range a mean CCC lies in: its intervals are clipped to it
 CCC_RANGE = (-1.0, 1.0)
+#: the skewness correction moves a bound at most this many t half-widths from the mean
+MAX_STRETCH = 2.0
 #: smallest circular lag of the chance level, seconds: longer than the memory of ratings and
 #: predictions (windows reading up to 4 s ahead, smoothing up to 4 s, ratings that move over
 #: several seconds), so that a time course of the same story cannot line up with the labels
@@ -106,7 +108,10 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
 
 
 def skew_t_bounds(
-    values: np.ndarray, level: float = LEVEL, bounds: tuple[float, float] | None = None
+    values: np.ndarray,
+    level: float = LEVEL,
+    bounds: tuple[float, float] | None = None,
+    max_stretch: float = MAX_STRETCH,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Skewness-corrected t interval of the mean over the last axis of ``values`` (Hall 1992).
 
@@ -115,14 +120,21 @@ def skew_t_bounds(
     ``g(T) = T + a T^2 + a^2 T^3 / 3 + b`` with ``a = g1 / (3 sqrt(n))``, ``b = g1 / (6 sqrt(n))``
     (``g1`` the sample skewness, plug-in moments) removes that skewness to second order; the
     interval is ``mean - se * g^-1(+-q)`` with ``q`` Student's t quantile on ``n - 1`` degrees of
-    freedom. With a symmetric sample (``g1 = 0``) it is :func:`t_bounds` exactly; it is always
-    finite, and extends further on the side of the sample's long tail.
+    freedom. With a symmetric sample (``g1 = 0``) it is :func:`t_bounds` exactly; it extends
+    further on the side of the sample's long tail. The cubic is flat at ``T = -1 / a``: with few
+    units and a large skewness (one listener far from the others among 6) its inverse there
+    throws the bound out of all proportion (a listener mean of 0.43 among five near 0 gave an
+    upper bound of 0.96), so a bound moves at most ``max_stretch`` t half-widths from the mean
+    (with 4-10 listeners this costs the coverage at most 0.006 and cuts the 90th percentile of
+    the width by up to a third: docs/results.md, Intervals).
 
     Args:
         values: independent units on the last axis (e.g. listeners' contributions, CCC).
         level: coverage the interval aims at (0.95 = 95 %).
         bounds: the range the mean lies in (``(-1, 1)`` for a mean CCC): the interval is
             clipped to it (coverage unchanged, the width only shorter); None: no clipping.
+        max_stretch: the farthest a bound may be from the mean, in t half-widths
+            (:data:`MAX_STRETCH`); ``np.inf``: Hall's interval as it is.
 
     Returns:
         ``(low, high)``, in the values' units, of shape ``values.shape[:-1]``; NaN where there
@@ -130,7 +142,7 @@ def skew_t_bounds(
 
     What it covers over listeners is measured in ``bench/coverage.py`` (docs/results.md,
     Intervals): 0.93-0.95 with 4-10 listeners when they differ by degree (each reacts to the
-    story with their own strength), 0.89-0.93 when 15 % of them react against the story.
+    story with their own strength), 0.88-0.92 when 15 % of them react against the story.
 
     >>> low, high = skew_t_bounds(np.array([0.5, 0.6, 0.55, 0.62, -0.4, 0.58]))
     >>> t_low, t_high = t_bounds(np.array([0.5, 0.6, 0.55, 0.62, -0.4, 0.58]))
@@ -159,7 +171,9 @@ def skew_t_bounds(
         root = np.where(x > -0.5, small, np.cbrt(1.0 + x) - 1.0)
         return np.where(a != 0, root / np.where(a != 0, a, 1.0), y - b)
 
-    low, high = mean - se * inverse(q), mean - se * inverse(-q)
+    reach = max_stretch * q  # in standard errors
+    low = mean - se * np.minimum(inverse(q), reach)
+    high = mean - se * np.maximum(inverse(-q), -reach)
     if bounds is not None:
         low, high = np.clip(low, *bounds), np.clip(high, *bounds)
     return low, high
@@ -180,21 +194,21 @@ def protocol_intervals(
 ) -> dict[str, tuple[float, float]]:
     """95 % intervals of both protocol means over listeners, the split's stories held fixed.
 
-    The interval is :func:`skew_t_bounds` (Hall's skewness-corrected t) over per-listener
-    contributions (:func:`listener_contributions`), clipped to [-1, 1]. What it assumes: the
-    split's listeners are a random sample of the listeners it speaks for, and those differ by
-    degree. Then it covers 0.93-0.95 with 4-10 listeners (simulated session by session,
-    ``bench/coverage.py``, docs/results.md). When 15 % of listeners react against the story it
-    covers 0.89-0.93 (0.90 at 6 listeners, 0.92-0.93 at 10): a split that happens to hold none
-    of them cannot show they exist. Why not the alternatives measured beside it: the plain t
-    interval misses on the side of a skewed sample's long tail (0.92-0.94; 0.86-0.90 with the
-    minority), the percentile and BCa bootstraps are too narrow with few listeners
-    (0.78-0.90), the bootstrap-t covers about the same but is random, infinite below 4
-    listeners and 1.3-1.6 times wider at 4, and the sign-flip test's interval is the whole
-    range below 6 listeners (at 6, the range of the listeners' values: 0.91-0.93 with the
-    minority, 0.90-0.91 at 10). Why stories fixed: a split has 1-3 stories; resampling them (a
-    two-way listener x story bootstrap) cannot cover with 3 units, so the interval is about
-    new listeners hearing these stories.
+    The interval is :func:`skew_t_bounds` (Hall's skewness-corrected t, capped) over
+    per-listener contributions (:func:`listener_contributions`), clipped to [-1, 1]. What it
+    assumes: the split's listeners are a random sample of the listeners it speaks for, and those
+    differ by degree. Then it covers 0.93-0.95 with 4-10 listeners (simulated session by
+    session, ``bench/coverage.py``, docs/results.md). When 15 % of listeners react against the
+    story it covers 0.88-0.92 (0.90 at 6 listeners, 0.92 at 10): a split that happens to hold
+    none of them cannot show they exist. Why not the alternatives measured beside it: the plain
+    t interval misses on the side of a skewed sample's long tail (0.92-0.94; 0.86-0.90 with the
+    minority), the percentile and BCa bootstraps are too narrow with few listeners (0.78-0.90),
+    the bootstrap-t covers about the same but is random, the whole range at 3 listeners, 1.5-1.9
+    times wider at 4, and the sign-flip test's interval is the whole range below 6 listeners (at
+    6, the range of the listeners' values: 0.91-0.93 with the minority, 0.90-0.91 at 10). Why
+    stories fixed: a split has 1-3 stories; resampling them (a two-way listener x story
+    bootstrap) cannot cover with 3 units, so the interval is about new listeners hearing these
+    stories.
 
     Args:
         scores: per-session CCC, columns ``listener, story, ccc``.
@@ -241,9 +255,10 @@ def paired_comparison(
 
     Returns:
         ``mean_diff`` (mean over listeners of each listener's mean of ``ccc_a - ccc_b``: the
-        personalized averaging of the difference), ``ci_low``, ``ci_high`` (:func:`mean_interval` over
-        listeners; NaN below :data:`MIN_LISTENERS`), ``p_value`` (two-sided sign-flip test of
-        the listeners' differences), ``p_min`` (the smallest p this test can give:
+        personalized averaging of the difference), ``ci_low``, ``ci_high``
+        (:func:`mean_interval` over listeners; NaN below :data:`MIN_LISTENERS`), ``p_value``
+        (two-sided sign-flip test of the listeners' differences), ``p_min`` (the smallest p
+        this test can give:
         ``2 / 2^n_listeners``), ``n_sessions``, ``n_listeners``.
 
     >>> a = pd.DataFrame({"listener": [1, 2, 3, 4, 5, 6], "story": 3, "ccc": [0.5] * 6})

@@ -61,7 +61,7 @@ def ablation_markdown(
         "",
         "CCC of each track's best configuration (chosen on validation); on test, [95 % skewness-corrected t interval",
         "over listeners, the test stories held fixed]. Its coverage, simulated: 0.93-0.95 with 4-10 listeners who",
-        "differ by degree; 0.89-0.93 (0.90 with 6 listeners, 0.92-0.93 with 10) when 15 % of them react against the",
+        "differ by degree; 0.88-0.92 (0.90 with 6 listeners, 0.92 with 10) when 15 % of them react against the",
         "story, which a split without such a listener cannot show (docs/results.md, Intervals). The selection",
         "split's numbers are the maximum over the grid that chose them: no interval, and they overstate what a",
         "new split would give.",

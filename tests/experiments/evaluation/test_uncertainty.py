@@ -67,6 +67,22 @@ def test_intervals_are_over_listeners_not_sessions():
     assert (low, high) == pytest.approx(tuple(map(float, t_bounds(symmetric))))
 
 
+def test_the_skewness_correction_moves_the_interval_to_the_long_tail_and_is_capped():
+    """One listener far above five (the demo's speaker-only personalized choice): the interval
+    reaches further up than the t interval and less far down, but at most two t half-widths up
+    (Hall's cubic alone put the bound at 0.96, past every listener); mirrored, the same below."""
+    means = np.array([-0.078, -0.015, 0.434, 0.127, -0.206, -0.065])
+    t_low, t_high = t_bounds(means)
+    half = (t_high - t_low) / 2
+    low, high = skew_t_bounds(means)
+    assert t_low < low and t_high < high == pytest.approx(means.mean() + 2 * half)
+    assert skew_t_bounds(means, max_stretch=np.inf)[1] > 0.9  # the cubic's flat point
+    mirrored = skew_t_bounds(-means)
+    assert (mirrored[0], mirrored[1]) == pytest.approx((-high, -low))
+    # clipped to the range of the mean, here a CCC
+    assert skew_t_bounds(means * 3, bounds=(-1.0, 1.0))[1] == 1.0
+
+
 def test_interval_holds_the_estimate_and_needs_three_listeners():
     rng = np.random.default_rng(1)
     scores = table({L: list(rng.uniform(-0.2, 0.6, 3)) for L in range(1, 11)}, stories=[3, 6, 7])
