@@ -54,10 +54,6 @@ N_CHANCE_DRAWS = 1000
 LEVEL = 0.95
 #: fewer listeners than this: no interval (NaN), with a warning
 MIN_LISTENERS = 3
-#: the range a mean CCC lies in: its intervals are clipped to it
-CCC_RANGE = (-1.0, 1.0)
-#: the skewness correction moves a bound at most this many t half-widths from the mean
-MAX_STRETCH = 2.0
 #: smallest circular lag of the chance level, seconds: longer than the memory of ratings and
 #: predictions (windows reading up to 4 s ahead, smoothing up to 4 s, ratings that move over
 #: several seconds), so that a time course of the same story cannot line up with the labels
@@ -105,6 +101,12 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
     half = stats.t.ppf(0.5 + level / 2.0, n - 1) * v.std(axis=-1, ddof=1) / np.sqrt(n)
     mean = v.mean(axis=-1)
     return mean - half, mean + half
+
+
+#: the range a mean CCC lies in: its intervals are clipped to it
+CCC_RANGE = (-1.0, 1.0)
+#: the skewness correction moves a bound at most this many t half-widths from the mean
+MAX_STRETCH = 2.0
 
 
 def skew_t_bounds(
