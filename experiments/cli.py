@@ -441,7 +441,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Refit the run's configuration on the training stories (deterministically, as the sweep
     did), then move each channel's, column's or window statistic's features in time on the test
     split (each session's block circularly shifted by at least 10 s) and report the drop in CCC
-    with the track's averaging, mean over --repeats lags, with a 95 % t interval over listeners.
+    with the track's averaging, mean over --repeats lags, with a 95 % interval over listeners.
     Writes reports/importance_<set>_<track>.{csv,png} and ccc_per_session_<set>_<track>.png and
     logs them to the run. Exit 1 when the run cannot be explained (the message says why)."""
     from .studies.explain import ExplainError, explain_run  # startup: see the imports above

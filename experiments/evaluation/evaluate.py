@@ -542,7 +542,7 @@ def score_metrics(
     predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
 
     Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
-    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % t interval over
+    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % interval over
     listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
     listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
     ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level

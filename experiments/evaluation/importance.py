@@ -26,7 +26,8 @@ group (common random numbers: groups are compared on the same draws).
 
 **Intervals.** Each session's drop is averaged over the ``repeats``; each listener's
 contribution to the track's mean drop (:func:`~experiments.evaluation.uncertainty.contributions`,
-the split's stories fixed) gives a 95 % Student-t interval over listeners. The interval is
+the split's stories fixed) gives a 95 % interval over listeners
+(:func:`~experiments.evaluation.uncertainty.mean_interval`). The interval is
 about new listeners hearing these stories with *this* fitted model; it does not cover the
 refit's own variability, nor say anything about a feature the model could have used instead
 (correlated groups share their credit: permuting one leaves the other to carry the signal).
@@ -53,7 +54,7 @@ from .evaluate import postprocessed, split_sessions
 from .fit_cache import FitCache
 from .fitting import FitPart, fit_group, fit_main
 from .metrics import ccc
-from .uncertainty import MIN_LAG_S, contributions, t_interval
+from .uncertainty import MIN_LAG_S, contributions, mean_interval
 
 #: the kinds of feature groups, see the module docstring
 LEVELS = IMPORTANCE_LEVELS
@@ -327,7 +328,7 @@ def _result(
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
         drop = per_repeat.mean(axis=0)
         by_listener = share(drop)
-        low, high = t_interval(by_listener)
+        low, high = mean_interval(by_listener, bounds=(-2.0, 2.0))  # a drop in CCC
         importance = float(by_listener.mean())
         rows.append(
             {

@@ -18,13 +18,13 @@ reported once on validation and test:
   each listener; ``ablation.md`` names the selection, ``ablation.csv`` too (``unseen_selection``);
 
 each with the chance level (:mod:`experiments.evaluation.uncertainty`) and, on test, a 95 %
-t interval over listeners (the split's stories fixed). The selection split's numbers are
+skewness-corrected t interval over listeners (the split's stories fixed). The selection split's numbers are
 labelled as such (``split_role``) and carry no interval: each is the maximum over the grid.
 The personalized track chooses among every configuration, the generalized track among those
 that do not know who is listening (:func:`experiments.config.tracks.candidates`); ``config_track_*``
 names the track of the chosen configuration's model. Paired comparisons (listener vs.
 speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
-the mean over listeners of each listener's mean difference, its t interval, a sign-flip
+the mean over listeners of each listener's mean difference, its interval, a sign-flip
 p-value with listeners as the unit, the smallest p that test can give with that many
 listeners, and Holm's adjustment over the whole family of comparisons.
 With ``fusion: {method: late, members: [...]}`` in the config the table gains a

@@ -398,7 +398,7 @@ def importance_markdown(explained: Sequence[Explanation], top: int = 3) -> str:
         "## What the chosen configurations use (permutation importance)",
         "",
         "Drop in test CCC (the track's averaging) when a group's features are moved in time (each",
-        "session's block circularly shifted by at least 10 s), mean over repeats, [95 % t interval over",
+        "session's block circularly shifted by at least 10 s), mean over repeats, [95 % interval over",
         "listeners]; the fitted model is the chosen one's. An interval per group, not adjusted for the",
         "number of groups; correlated groups share their credit. Tables: `importance_<set>_<track>.csv`.",
         "",

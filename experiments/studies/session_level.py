@@ -17,8 +17,8 @@ self-report) has one value per session, so frame-level models do not apply. Here
    one rated person out) or ``kfold_person`` (``folds`` folds of whole persons); a person's
    sessions are never on both sides of a fold. Every session gets one out-of-fold prediction.
 4. **Scores across sessions** (:func:`score`): Pearson r, CCC and MAE of the out-of-fold
-   predictions. Intervals (95 %): r by Fisher's z over sessions; MAE by a Student t interval
-   over persons' mean absolute errors (the person as the unit, as in
+   predictions. Intervals (95 %): r by Fisher's z over sessions; MAE by a skewness-corrected t
+   interval over persons' mean absolute errors (the person as the unit, as in
    :mod:`experiments.evaluation.uncertainty`); CCC has none. With tens of sessions these are
    wide, and sessions of one person are not independent (r's interval is then too narrow):
    the report gives the numbers of sessions and persons beside every score.
@@ -60,7 +60,7 @@ from featurestore import Store
 from ..config.schema import ConfigError
 from ..data.folds import cv_folds
 from ..evaluation.metrics import ccc
-from ..evaluation.uncertainty import t_interval
+from ..evaluation.uncertainty import mean_interval
 from ..tracking.tracker import Tracker
 
 #: summary statistic -> function of (rows, columns) float array, ignoring NaN, per column
@@ -398,7 +398,7 @@ def nested_out_of_fold(
 
 def score(y: np.ndarray, pred: np.ndarray, persons: Sequence[int] | np.ndarray) -> dict[str, float]:
     """Pearson r, CCC and MAE across sessions, with 95 % intervals for r (Fisher's z) and MAE
-    (t over persons' mean absolute errors), and the numbers of sessions and persons.
+    (skewness-corrected t over persons' mean absolute errors), and the numbers of sessions and persons.
 
     >>> s = score(np.array([1.0, 2, 3, 4]), np.array([1.0, 2, 3, 4]), [1, 1, 2, 2])
     >>> round(s["r"], 3), round(s["ccc"], 3), s["mae"], s["n_sessions"], s["n_persons"]
@@ -414,7 +414,7 @@ def score(y: np.ndarray, pred: np.ndarray, persons: Sequence[int] | np.ndarray) 
         r_low = r_high = math.nan if n <= 3 else r
     err = pd.Series(np.abs(y - pred)).groupby(np.asarray(persons)).mean().to_numpy()
     if len(err) >= 3:
-        mae_low, mae_high = t_interval(err, LEVEL)
+        mae_low, mae_high = mean_interval(err, LEVEL, (0.0, np.inf))
     else:
         mae_low = mae_high = math.nan
     return {
@@ -574,7 +574,7 @@ def summary_markdown(
         f"({n_folds} folds, a person's sessions all in one fold); summaries "
         f"{', '.join(cfg.stats)} of the channels' valid rows. Scores are over the out-of-fold "
         "predictions of every session, with 95 % intervals: r by Fisher's z over sessions "
-        "(too narrow when a person's sessions are alike), MAE by t over persons. The best row "
+        "(too narrow when a person's sessions are alike), MAE by a skewness-corrected t over persons. The best row "
         "is chosen on the folds it is scored on: an optimistic estimate, to read against the "
         "`mean` baseline and the nested selection.",
         "",

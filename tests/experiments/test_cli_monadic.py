@@ -109,7 +109,7 @@ def test_the_ablation_report_is_in_the_corpus_words(store, tmp_path):
     assert main(["ablate", *args[1:], "--out", str(out)]) == 0
     md = (out / "ablation.md").read_text()
     assert md.startswith("Corpus layout `manifest`")
-    assert "95 % t interval over\npersons, the test groups held fixed" in md
+    assert "95 % skewness-corrected t interval\nover persons, the test groups held fixed" in md
     assert "listener" not in md.replace("`listener`", "")
 
 
