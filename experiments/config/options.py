@@ -72,7 +72,7 @@ CHOSEN_UNSEEN_MARK = "(chosen, not nested)"
 CHOSEN_UNSEEN_NOTE = (
     f"{CHOSEN_UNSEEN_MARK}: `unseen_listener: {{selection: chosen}}`: the configuration scored on "
     "each left-out listener was chosen with every listener's validation labels, that listener's "
-    "included, so the number flatters: it is not a score for a person never seen"
+    "included, so the number can flatter: it is not a score for a person never seen"
 )
 #: how ``fusion`` combines feature sets besides a set that lists their channels together (early
 #: fusion): ``late`` blends the predictions of each member set's chosen configuration

@@ -51,7 +51,7 @@ KEY_MEANINGS: dict[str, str] = {
     "unseen_listener": "also score the generalized track on listeners left out of training: "
     "`true` or `{selection: nested}`, each one's configuration chosen and fitted without them; "
     "`{selection: fixed, configuration: LABEL}`, one named before any data; `{selection: chosen}` "
-    "(only when written), the choice made with every listener, marked as flattered in every "
+    "(only when written), the choice made with every listener's labels, marked so in every "
     "report; `false`: none (an Optuna search without the key: none)",
     "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
