@@ -188,5 +188,8 @@ def ablation_markdown(
         ["features", "personalized", "generalized"],
         ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items()),
     )
-    lines += ["", "A challenge entry, Tan et al. 2018 (arXiv:1812.04891), reached 0.14 / 0.14 on the same test set."]
+    lines += [
+        "",
+        "A challenge entry, Tan et al. 2018 (arXiv:1812.04891), reached 0.14 / 0.14 on the same test set.",
+    ]
     return "\n".join(lines) + "\n"
