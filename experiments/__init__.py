@@ -17,7 +17,7 @@ from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) 
 _EXPORTS: dict[str, str] = {
     "load_config": ".config.loading",
     "ExperimentConfig": ".config.schema",
-    "ConfigError": ".config.schema",
+    "ConfigError": "featurestore.overrides",
     "expand": ".config.grid",
     "ccc": ".evaluation.metrics",
     "ccc_protocols": ".evaluation.metrics",

@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from featurestore import Store, __version__
+from featurestore.overrides import ConfigError
 from featurestore.processes import terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
-from .config.loading import ConfigError, load_config
+from .config.loading import load_config
 from .config.options import ConfigWarning
 from .studies.session_cli import add_sessions
 

@@ -36,6 +36,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "processes": 0,
         "moved": 0,  # shared by every layer; import no layer
         "lazy": 0,
+        "overrides": 0,
         "storage": 1,
         "sources": 2,
         "extractors": 3,

@@ -26,8 +26,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from featurestore.overrides import ConfigError
+
 from .grid import format_value
-from .schema import RANGE_KEYS, ConfigError, Range, is_number
+from .schema import RANGE_KEYS, Range, is_number
 
 T = TypeVar("T")
 

@@ -23,10 +23,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
+from featurestore.overrides import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
 from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MODELS
-from .schema import ConfigError, ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
+from .schema import ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
 #: params derived from the others and from the store (:meth:`Trial.params`), left out of

@@ -28,16 +28,16 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from featurestore.extraction.config import read_yaml_file
+from featurestore.overrides import ConfigError, apply_override, parse_override
 
 from .grid import expand
 from .options import ConfigWarning
 from .reference import defaults_note
-from .schema import ConfigError, ExperimentConfig, Range, config_hash
+from .schema import ExperimentConfig, Range, config_hash
 from .store_check import StoreNames, store_names
 from .validation import validate
 
@@ -120,54 +120,6 @@ def load_config(
     if note := defaults_note(given, cfg):
         warnings.warn(note, ConfigWarning, stacklevel=2)
     return cfg
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML."""
-    if "=" not in text:
-        raise ConfigError(
-            f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]"
-        )
-    key, value = text.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError(
-            f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. window.delay_s=[2]"
-        )
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(
-            f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})"
-        ) from e
-    return key.split("."), parsed
-
-
-def apply_override(raw: dict, keys: list[str], value: Any, text: str = "") -> None:
-    """Set ``raw[k1][k2]... = value`` in place; integer keys index lists (``models.0.alpha``)."""
-    node: Any = raw
-    for i, k in enumerate(keys):
-        last = i == len(keys) - 1
-        if isinstance(node, list):
-            if not k.lstrip("-").isdigit() or not -len(node) <= int(k) < len(node):
-                raise ConfigError(
-                    f"--set {text}: {'.'.join(keys[: i + 1])}: index {k!r} is not in a list of {len(node)} entries"
-                )
-            if last:
-                node[int(k)] = value
-            else:
-                node = node[int(k)]
-        elif isinstance(node, dict):
-            if last:
-                node[k] = value
-            else:
-                if not isinstance(node.get(k), dict | list):
-                    node[k] = {}
-                node = node[k]
-        else:
-            raise ConfigError(
-                f"--set {text}: {'.'.join(keys[:i])} is a single value, it has no key {k!r}"
-            )
 
 
 def from_dict(

@@ -43,17 +43,6 @@ ONLY_AXES = (
 )
 
 
-class ConfigError(ValueError):
-    """A bad experiment config: the message names the file or ``--set`` option and the key path.
-
-    An error that reports several problems at once lists them in ``problems``; ``line`` is the
-    line of the key in the file (0 for a ``--set`` option, None when unknown)."""
-
-    line: int | None = None
-    key: str = ""  # the dotted key path, when the error is about one key
-    problems: list[ConfigError] = []  # set per instance; never appended to
-
-
 def _default_feature_sets() -> dict[str, list[str]]:
     return {
         "speaker": ["speaker/face_geom", "speaker/egemaps"],

@@ -20,11 +20,12 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from featurestore.overrides import ConfigError
 from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
 from featurestore.storage.store import Store, StoreError
 
-from .schema import ConfigError, ExperimentConfig
+from .schema import ExperimentConfig
 
 #: the channels featurestore's extractors write (a test checks them against its registry);
 #: a name close to one of them that the store lacks is taken as misspelt

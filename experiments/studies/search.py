@@ -67,10 +67,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from featurestore.overrides import ConfigError
 from featurestore.processes import pid_alive
 
 from ..config.grid import Trial
-from ..config.schema import ConfigError, ExperimentConfig, config_hash
+from ..config.schema import ExperimentConfig, config_hash
 from ..config.search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from ..config.tracks import selection_metric
 from ..executors.base import Outcome

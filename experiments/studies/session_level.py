@@ -56,8 +56,8 @@ from scipy import stats as sstats
 from tqdm.auto import tqdm
 
 from featurestore import Store
+from featurestore.overrides import ConfigError
 
-from ..config.schema import ConfigError
 from ..data.folds import cv_folds
 from ..evaluation.metrics import ccc
 from ..evaluation.uncertainty import mean_interval

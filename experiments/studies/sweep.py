@@ -28,8 +28,10 @@ from pathlib import Path
 
 import yaml
 
+from featurestore.overrides import ConfigError
+
 from ..config.grid import Trial, WindowKey, expand
-from ..config.schema import ConfigError, ExperimentConfig
+from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
 from ..executors.base import Executor, Outcome
 from ..tracking.child_runs import UNSEEN_OF_TAG

@@ -34,7 +34,9 @@ from typing import Any
 
 import yaml
 
+from .. import overrides
 from ..extractors import get_extractor, registry
+from ..overrides import ConfigError
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 
 CONFIG_NAME = "featurestore.yaml"
@@ -44,10 +46,6 @@ LEGACY_KEYS = {
     "audio_sampling_rate": ("egemaps", "sampling_rate"),
     "face_backend": ("face_geom", "backend"),
 }
-
-
-class ConfigError(ValueError):
-    """A bad key or value in a featurestore config; names the key and the file."""
 
 
 @dataclass
@@ -254,20 +252,7 @@ def parse_override(text: str) -> dict:
     ``EXTRACTOR.SETTING=VALUE`` (``face_au.device=cuda``) and ``extractors.EXTRACTOR.SETTING=VALUE``
     set an extractor's setting; a top-level key (``face_fps=10``) sets that key.
     """
-    if "=" not in text:
-        raise ConfigError(f"--set {text}: expected KEY=VALUE, e.g. --set face_au.device=cpu")
-    key, value = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not key.strip() or any(not p for p in parts):
-        raise ConfigError(
-            f"--set {text}: empty key; expected KEY=VALUE, e.g. --set face_au.device=cpu"
-        )
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(
-            f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})"
-        ) from e
+    parts, parsed = overrides.parse_override(text, example="face_au.device=cpu")
     if parts[0] == "extractors":
         parts = parts[1:]
         if len(parts) != 2:
