@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,14 +36,15 @@ PARSERS = {"experiments": experiments_parser(), "featurestore": featurestore_par
 
 
 @pytest.mark.parametrize("prog", sorted(PARSERS))
-def test_every_option_and_verb_has_help(prog):
+def test_every_option_and_verb_has_help(prog: str) -> None:
     parser = PARSERS[prog]
     found = verbs(parser)
     assert len(found) >= 5
     missing = []
     for verb, sub in found.items():
+        choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         if not sub.description and not any(
-            a.help for a in parser._subparsers._group_actions[0]._choices_actions if a.dest == verb
+            a.help for a in choices._choices_actions if a.dest == verb
         ):
             missing.append(f"{prog} {verb}: no description")
         for a in arguments(sub):
@@ -59,7 +61,9 @@ def set_examples(parser: argparse.ArgumentParser) -> list[str]:
 
 
 @pytest.mark.parametrize("verb", ["sweep", "ablate", "agreement"])
-def test_experiments_help_examples_run_on_the_verbs_default_config(verb, capsys):
+def test_experiments_help_examples_run_on_the_verbs_default_config(
+    verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     examples = set_examples(verbs(PARSERS["experiments"])[verb])
     assert any("models." in e for e in examples) and len(examples) >= 2, examples
     for example in examples:
@@ -68,7 +72,7 @@ def test_experiments_help_examples_run_on_the_verbs_default_config(verb, capsys)
 
 
 @pytest.mark.parametrize("verb", ["extract", "transcripts"])
-def test_featurestore_help_examples_are_valid_settings_for_the_verb(verb):
+def test_featurestore_help_examples_are_valid_settings_for_the_verb(verb: str) -> None:
     sub = verbs(PARSERS["featurestore"])[verb]
     examples = set_examples(sub)
     assert examples
@@ -81,7 +85,9 @@ def test_featurestore_help_examples_are_valid_settings_for_the_verb(verb):
             check_overrides_apply([example], ["face_geom", "face_au", "egemaps"], verb)
 
 
-def test_a_setting_the_verb_does_not_use_is_refused(tmp_path, capsys):
+def test_a_setting_the_verb_does_not_use_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from featurestore.cli import main
 
     store = str(tmp_path / "store")

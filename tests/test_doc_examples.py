@@ -45,7 +45,7 @@ def blocks(lang: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tests' small store, with an observer rating as the README's agreement example needs."""
     root = tmp_path_factory.mktemp("doc_store")
     st = build_store(root)
@@ -56,7 +56,7 @@ def store(tmp_path_factory) -> Path:
     return root
 
 
-def test_every_yaml_config_block_loads(tmp_path, store):
+def test_every_yaml_config_block_loads(tmp_path: Path, store: Path) -> None:
     found = blocks("yaml")
     assert len(found) >= 4
     for where, body in found:
@@ -78,7 +78,7 @@ def test_every_yaml_config_block_loads(tmp_path, store):
                 pytest.fail(f"{where}: {e}")
 
 
-def test_every_set_option_quoted_in_the_pages_is_valid():
+def test_every_set_option_quoted_in_the_pages_is_valid() -> None:
     quoted = set()
     for page in PAGES:
         for m in re.finditer(
@@ -97,7 +97,7 @@ def test_every_set_option_quoted_in_the_pages_is_valid():
             load_feature_config(overrides=[text])
 
 
-def test_the_readme_python_block_runs(store, monkeypatch):
+def test_the_readme_python_block_runs(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (body,) = [b for w, b in blocks("python") if w.startswith("README.md")]
     statements = [
         line
