@@ -74,7 +74,6 @@ COLUMNS = [
     "ccc_generalized",
     "run_id_personalized",
     "run_id_generalized",
-    "run_id",  # alias of run_id_personalized, kept for one release
     "ccc_personalized_ci_low",
     "ccc_personalized_ci_high",
     "ccc_generalized_ci_low",
@@ -149,7 +148,6 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
                 "run_id_personalized": "" if pers is None else str(pers.run_id),
                 "run_id_generalized": "" if gen is None else str(gen.run_id),
             }
-            row["run_id"] = row["run_id_personalized"]
             selection = split in SELECTION_SPLITS
             row["split_role"] = "selection" if selection else "held-out"
             row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")

@@ -256,7 +256,6 @@ def fusion_rows(
                 f"{cfg.fusion.blend} blend of {members}: weights {weights}, "
                 f"intercept {r.blend.intercept_:.3f}"
             )
-        row["run_id"] = row["run_id_personalized"]
         row["n_listeners"] = results[run_of["personalized"]].metrics.get(
             f"{split}.n_listeners", np.nan
         )
