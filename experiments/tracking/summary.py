@@ -154,7 +154,7 @@ def track_summary(
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
-            "ccc_averaging": averaging_of(best.get("ccc_averaging")),
+            "ccc_averaging": str(best.get("ccc_averaging", "sessions")),
         }
         if track == "generalized":
             source = _unseen_source(table, best, unseen_selection)
@@ -204,16 +204,6 @@ AVERAGING_TEXT = {
 }
 
 
-def averaging_of(value) -> str:
-    """The CCC averaging a run's param ``ccc_averaging`` names; runs from before it had
-    none: ``sessions``.
-
-    >>> averaging_of("concatenated"), averaging_of(float("nan")), averaging_of(None)
-    ('concatenated', 'sessions', 'sessions')
-    """
-    return "concatenated" if value == "concatenated" else "sessions"
-
-
 def summary_markdown(summary: pd.DataFrame) -> str:
     """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
     lines = ["# Best configuration of each track", ""]
@@ -229,7 +219,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
             ),
             f"- run: `{row['run_id']}`",
             f"- chosen on: `{row['chosen_on']}`",
-            f"- CCC averaging: {AVERAGING_TEXT[averaging_of(row.get('ccc_averaging'))]}",
+            f"- CCC averaging: {AVERAGING_TEXT[row['ccc_averaging']]}",
         ]
         selection = row.get("unseen_selection")
         if isinstance(selection, str) and selection in UNSEEN_NOTES:
@@ -460,7 +450,7 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
             "track": track,
             "n_targets": len(chosen),
             "chosen_on": str(chosen[0]["chosen_on"]),
-            "ccc_averaging": averaging_of(chosen[0].get("ccc_averaging")),
+            "ccc_averaging": str(chosen[0]["ccc_averaging"]),
         }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
