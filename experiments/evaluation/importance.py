@@ -281,12 +281,10 @@ def _result(
 ) -> ImportanceResult:
     """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session CCC ``base``
     and its drops (groups, repeats, sessions)."""
-    sessions = {
-        "session": [s.session for s in scored],
-        "listener": np.array([s.listener for s in scored]),
-        "story": np.array([s.story for s in scored]),
-    }
-    share = _share(sessions["listener"], sessions["story"], track)
+    listeners = np.array([s.listener for s in scored])
+    stories = np.array([s.story for s in scored])
+    sessions = {"session": [s.session for s in scored], "listener": listeners, "story": stories}
+    share = _share(listeners, stories, track)
     rows, drops = [], []
     base_mean = float(share(base).mean())
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
@@ -309,7 +307,7 @@ def _result(
                 "ccc": base_mean,
                 "ccc_permuted": base_mean - importance,
                 "n_features": len(g.indices),
-                "n_listeners": len(np.unique(sessions["listener"])),
+                "n_listeners": len(np.unique(listeners)),
                 "repeats": repeats,
             }
         )

@@ -386,13 +386,13 @@ def _chance_draws(
         block = np.flatnonzero(stories == s)
         pick = rng.integers(0, len(donors), size=n_draws)
         share = rng.random(n_draws)  # one lag per draw for the whole block, a share of its range
-        for b, i in enumerate(block):
+        for b, i in enumerate(block.tolist()):
             t, level, scale, _ = series[i]
             n = len(t)
             lag = min(int(round(min_lag_s * rates[i])), n // 4)
             lags = np.minimum(lag + np.floor(share * (n - 2 * lag + 1)).astype(int), n - 1)
             curves = shifted_cccs(
-                t, [level + scale * np.resize(series[idx[b]][3], n) for idx in donors]
+                t, [level + scale * np.resize(series[int(idx[b])][3], n) for idx in donors]
             )
             for k, curve in enumerate(curves):
                 chosen = pick == k
