@@ -59,6 +59,7 @@ from featurestore import Store
 from featurestore.overrides import ConfigError
 
 from ..data.folds import cv_folds
+from ..evaluation import markdown
 from ..evaluation.metrics import ccc
 from ..evaluation.uncertainty import mean_interval
 from ..tracking.tracker import Tracker
@@ -532,7 +533,7 @@ def run_sessions(
         files = [out / "summary_sessions.csv", out / "summary_sessions.md"]
         table.to_csv(files[0], index=False)
         files[1].write_text(
-            summary_markdown(cfg, table, n_sessions, n_persons, len(folds), nested, choices)
+            sessions_markdown(cfg, table, n_sessions, n_persons, len(folds), nested, choices)
         )
         with tempfile.TemporaryDirectory() as tmp:
             table.to_csv(Path(tmp) / "summary.csv", index=False)
@@ -553,7 +554,7 @@ def run_sessions(
     )
 
 
-def summary_markdown(
+def sessions_markdown(
     cfg: SessionLevelConfig,
     table: pd.DataFrame,
     n_sessions: int,
@@ -563,10 +564,6 @@ def summary_markdown(
     choices: Sequence[str] = (),
 ) -> str:
     """The study's report: its data, then one line per configuration, best CCC first."""
-
-    def ci(low: float, high: float) -> str:
-        return "" if not (np.isfinite(low) and np.isfinite(high)) else f" [{low:.2f}, {high:.2f}]"
-
     lines = [
         f"# Whole-session rating `{cfg.target}`",
         "",
@@ -578,23 +575,28 @@ def summary_markdown(
         "is chosen on the folds it is scored on: an optimistic estimate, to read against the "
         "`mean` baseline and the nested selection.",
         "",
-        "| configuration | Pearson r | CCC | MAE |",
-        "| --- | --- | --- | --- |",
     ]
-    for _, r in table.iterrows():
-        lines.append(
-            f"| {r['config']} | {r['r']:.3f}{ci(r['r_ci_low'], r['r_ci_high'])} | "
-            f"{r['ccc']:.3f} | {r['mae']:.3f}{ci(r['mae_ci_low'], r['mae_ci_high'])} |"
-        )
+    rows = (
+        [r.config, _with_interval(r, "r"), f"{r.ccc:.3f}", _with_interval(r, "mae")]
+        for r in table.itertuples()
+    )
+    lines += markdown.table(["configuration", "Pearson r", "CCC", "MAE"], rows)
     if nested:
         counts = pd.Series(list(choices)).value_counts()
         lines += [
             "",
             f"**Nested selection** (each fold's configuration chosen by an inner cross-validation "
             f"over its training persons, then scored on the held-out ones): Pearson r "
-            f"{nested['r']:.3f}{ci(nested['r_ci_low'], nested['r_ci_high'])}, CCC "
-            f"{nested['ccc']:.3f}, MAE {nested['mae']:.3f}"
-            f"{ci(nested['mae_ci_low'], nested['mae_ci_high'])}; chosen: "
+            f"{markdown.interval(nested['r'], nested['r_ci_low'], nested['r_ci_high'])}, CCC "
+            f"{nested['ccc']:.3f}, MAE "
+            f"{markdown.interval(nested['mae'], nested['mae_ci_low'], nested['mae_ci_high'])}; chosen: "
             + ", ".join(f"{label} ({n} of {len(choices)} folds)" for label, n in counts.items()),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _with_interval(row: Any, name: str) -> str:
+    """The score ``name`` of a table row with its 95 % interval where it has one."""
+    return markdown.interval(
+        getattr(row, name), getattr(row, f"{name}_ci_low"), getattr(row, f"{name}_ci_high")
+    )
