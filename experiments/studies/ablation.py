@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -133,11 +133,7 @@ def ablate(
     sweep = sweep_feature_sets(cfg, store, options)
     df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
     cache = FitCache()  # the late fusion members' fits, kept for the importance of the same choices
-    t0 = time.perf_counter()
-    fused, _ = fusion_rows(cfg, sweep, df, store, uri, cache)
-    seconds = {"late_fusion": time.perf_counter() - t0} if len(fused) else {}
-    df = pd.concat([df, fused], ignore_index=True) if len(fused) else df
-    extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()
+    df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
     tracker = Tracker(uri, cfg.tracking.experiment)
     scores_of = run_scores(sweep, tracker)
     pairs = comparisons(df, scores_of, seed=cfg.seed, extra=extra)
@@ -147,9 +143,8 @@ def ablate(
     cache.clear()
     seconds["explain"] = time.perf_counter() - t0
     write_report(out, cfg, store, df, pairs, [e for e in explained if isinstance(e, Explanation)])
-    log_files(
-        tracker, sweep.parent_run_id, {n: (out / n).read_bytes() for n in REPORT_FILES}, "ablation"
-    )
+    files = {name: (out / name).read_bytes() for name in REPORT_FILES}
+    log_files(tracker, sweep.parent_run_id, files, "ablation")
     metrics = ablation_metrics(df, pairs, seconds)
     tracker.log(sweep.parent_run_id, metrics=metrics, tags={"ablation": "true"})
     return df, sweep
@@ -160,26 +155,12 @@ def sweep_feature_sets(
 ) -> SweepResult:
     """The grid: one sweep (one parent run ``ablation``) over every feature set of ``cfg``, on
     the executor ``options`` names."""
-    executor, uri, jobs = (
-        options.get("executor", "local"),
-        options.get("tracking_uri"),
-        options.get("jobs"),
-    )
-    progress, resume = options.get("progress", True), options.get("resume", True)
+    executor = options.get("executor", "local")
+    run: dict[str, Any] = {k: v for k, v in options.items() if k not in ("executor", "scheduler")}
     if executor == "dask":
-        scheduler = options.get("scheduler")
-        return run_sweep_dask(
-            cfg,
-            store,
-            scheduler,
-            tracking_uri=uri,
-            jobs=jobs,
-            progress=progress,
-            run_name="ablation",
-            resume=resume,
-        )
+        return run_sweep_dask(cfg, store, options.get("scheduler"), run_name="ablation", **run)
     if executor == "local":
-        return run_sweep(cfg, store, uri, jobs, progress, "ablation", resume=resume)
+        return run_sweep(cfg, store, run_name="ablation", **run)
     raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
 
 
@@ -252,6 +233,26 @@ def unseen_listeners(
         df["ccc_unseen_listener"].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
     )
     return df, nested
+
+
+def with_late_fusion(
+    cfg: ExperimentConfig,
+    sweep: SweepResult,
+    df: pd.DataFrame,
+    store: Store | str | os.PathLike,
+    tracking_uri: str,
+    cache: FitCache,
+) -> tuple[pd.DataFrame, tuple[tuple[str, str, str], ...], dict[str, float]]:
+    """The fusion step: ``df`` with the late-fusion rows (:func:`~.fusion.fusion_rows`; the
+    members' fits kept in ``cache``), their comparisons (:func:`fusion_comparisons`) and the
+    seconds it took (``late_fusion``); ``df`` as it is without ``cfg.fusion``."""
+    t0 = time.perf_counter()
+    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
+    if not len(fused):
+        return df, (), {}
+    seconds = {"late_fusion": time.perf_counter() - t0}
+    extra = fusion_comparisons(cfg.fusion.members, list(df.feature_set.unique()))
+    return pd.concat([df, fused], ignore_index=True), extra, seconds
 
 
 def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, str, str], ...]:
