@@ -1,22 +1,7 @@
-"""Late fusion: one configuration per member feature set, blended by weights fitted out of fold.
-
-Early fusion concatenates the members' channels into one feature set (``both``) and fits one
-model; late fusion (the AVEC/MuSe baselines' and the challenge's strongest entries' way) fits
-one configuration per member (each chosen on validation like any other, see
-:mod:`experiments.studies.fusion`) and blends their per-frame predictions:
-
-1. each member predicts the **training** stories out of fold (every training story by models
-   fitted on the other training stories), post-processed as the member's own run does
-   (:func:`~experiments.evaluation.evaluate.member_predictions`);
-2. the blend (:class:`Blend`: non-negative least squares with a free intercept, or a small
-   ridge) is fitted on those frames against the training labels, and nothing else;
-3. it is applied to the members' validation and test predictions (the ones their runs logged),
-   which are scored like any configuration (CCC per session, both averagings, intervals over
-   listeners, chance level: :func:`~experiments.evaluation.evaluate.score_metrics`).
-
-Validation and test labels reach neither the members' fits nor the blend: the members were
-*chosen* on validation (so the fusion's validation score is a selection-split number, as theirs
-is), and test is scored once.
+"""Late fusion: one configuration per member feature set, blended by weights fitted on the
+training stories' out-of-fold predictions (:func:`late_fusion`, :class:`Blend`); validation and
+test labels reach neither the members' fits nor the blend. What it is and why: docs/results.md,
+"Late fusion beside early fusion".
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -146,12 +131,11 @@ def late_fusion(
     cache: FitCache | None = None,
 ) -> FusionResult:
     """Fit and score the late fusion of ``members`` (each a configuration and its windowed
-    features, protocol ``val``); see the module docstring.
-
-    ``predicted``: the members' :class:`MemberPredictions` when already made (one per member, in
-    order); otherwise they are made here, with the fits of ``cache`` when it holds them (e.g.
-    another fusion's members of the same fit groups, :class:`~experiments.evaluation.fit_cache.FitCache`).
-    ``seed`` seeds the chance level.
+    features, protocol ``val``): their out-of-fold training predictions fit the blend, which is
+    applied to their validation and test predictions and scored like a configuration's
+    (:func:`~experiments.evaluation.evaluate.score_metrics`, ``seed`` seeding the chance
+    level). ``predicted``: the members' :class:`MemberPredictions` when already made (in order);
+    otherwise they are made here, with the fits of ``cache`` when it holds them.
 
     Raises:
         ValueError: fewer than two members, members on different sessions or labels, protocol
@@ -170,37 +154,17 @@ def late_fusion(
     split_of = preds[0].split_of
     train = [sid for sid, name in split_of.items() if name == "train"]
     evaluated = [sid for sid, name in split_of.items() if name in ("val", "test")]
-
-    def stacked(sids: list[str], which: str) -> np.ndarray:
-        return np.column_stack(
-            [np.concatenate([getattr(p, which)[sid] for sid in sids]) for p in preds]
-        )
-
-    fitted = Blend(blend, alpha).fit(
-        stacked(train, "train"), np.concatenate([sessions[sid].y for sid in train])
-    )
-
-    def blended(sids: list[str], which: str) -> dict[str, np.ndarray]:
-        return {
-            sid: fitted.predict(np.column_stack([getattr(p, which)[sid] for p in preds]))
-            for sid in sids
-        }
-
-    out, on_train = blended(evaluated, "evaluated"), blended(train, "train")
+    stacked = np.concatenate([_columns(preds, "train", sid) for sid in train])
+    fitted = Blend(blend, alpha).fit(stacked, np.concatenate([sessions[sid].y for sid in train]))
+    out = {sid: fitted.predict(_columns(preds, "evaluated", sid)) for sid in evaluated}
+    on_train = {sid: fitted.predict(_columns(preds, "train", sid)) for sid in train}
     scores = session_scores((sessions[sid], split_of[sid], pred) for sid, pred in out.items())
     truth = {sid: sessions[sid].y for sid in out}
     metrics = score_metrics(
         scores, out, truth, seed=seed, fps={sid: sessions[sid].fps for sid in out}
     )
-    train_ccc = float(
-        np.mean(
-            [
-                ccc(sessions[sid].y[ok], p[ok])
-                for sid, p in on_train.items()
-                for ok in [np.isfinite(sessions[sid].y)]
-            ]
-        )
-    )
+    ok = {sid: np.isfinite(sessions[sid].y) for sid in on_train}
+    train_ccc = np.mean([ccc(sessions[sid].y[ok[sid]], p[ok[sid]]) for sid, p in on_train.items()])
     trials = [t for t, _ in members]
     return FusionResult(
         trials,
@@ -212,7 +176,13 @@ def late_fusion(
         out,
         truth,
         on_train,
-        train_ccc,
+        float(train_ccc),
         time.perf_counter() - t0,
         sorted({n for p in preds for n in p.notes}),
     )
+
+
+def _columns(preds: Sequence[MemberPredictions], which: str, sid: str) -> np.ndarray:
+    """(frames, members): each member's ``which`` (``train`` or ``evaluated``) prediction of
+    the session ``sid``."""
+    return np.column_stack([getattr(p, which)[sid] for p in preds])

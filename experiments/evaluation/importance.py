@@ -1,38 +1,6 @@
-"""Permutation importance: the CCC a channel, a column or a window statistic carries, with intervals over listeners.
-
-For one configuration, its model is fitted as the run fitted it (the ``main`` fit on the
-training stories, :func:`~experiments.evaluation.fitting.fit_main`; its post-processing fitted
-on the same out-of-fold predictions). Then, on the scored split (test by default), the
-windowed features of one **group** are moved in time and the sessions predicted, post-processed
-and scored again; the importance of the group is the **drop in CCC** (unpermuted minus
-permuted), averaged as the track averages (personalized: over each listener's stories, then
-over listeners; generalized: over each story's listeners, then over stories).
-
-Groups (``levels``):
-
-* ``channel``: every feature of a ``role/channel`` (e.g. ``listener/face_au``), its
-  ``valid_frac`` included;
-* ``column``: every window statistic of one column (e.g. ``listener/face_au/AU12``);
-* ``stat``: one window statistic (``mean``, ``std``, ``slope`` ...) of every column.
-
-**Permutation respects time.** Each session's block of the group's features is circularly
-shifted by a random lag of at least :data:`~experiments.evaluation.uncertainty.MIN_LAG_S`
-(10 s, at most a quarter of the session), the same minimum lag as the chance level: the features keep
-their autocorrelation, their distribution and their relation with each other, and only their
-alignment with the ratings (and with the other groups' features) is broken. Shuffling frames
-instead would hand the model feature values it never saw in sequence, and credit a group for
-the damage the shuffle does. The lags are drawn once per repeat and session and shared by every
-group (common random numbers: groups are compared on the same draws).
-
-**Intervals.** Each session's drop is averaged over the ``repeats``; each listener's
-contribution to the track's mean drop (:func:`~experiments.evaluation.uncertainty.contributions`,
-the split's stories fixed) gives a 95 % interval over listeners
-(:func:`~experiments.evaluation.uncertainty.mean_interval`). The interval is
-about new listeners hearing these stories with *this* fitted model; it does not cover the
-refit's own variability, nor say anything about a feature the model could have used instead
-(correlated groups share their credit: permuting one leaves the other to carry the signal).
-One interval per group: with many columns some exclude zero by chance (about 1 in 20 of the
-groups that carry nothing).
+"""Permutation importance: the drop in CCC when a channel's, a column's or a window statistic's
+features are moved in time, with a 95 % interval over listeners. What it measures and claims:
+docs/results.md, "What drives a prediction: permutation importance".
 
 >>> [g.name for g in feature_groups(["listener/face/AU12:mean@4s", "listener/face:valid_frac@4s"],
 ...                                   ["listener/face"], ["channel", "column", "stat"])]
@@ -51,14 +19,14 @@ from ..config.grid import Trial
 from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
-from .fit_cache import FitCache
-from .fitting import FitPart, fit_group, fit_main
+from .fit_cache import FitCache, FitScope
+from .fitting import FitPart, Fitted, fit_group, fit_main
 from .metrics import ccc
 from .uncertainty import MIN_LAG_S, contributions, mean_interval
 
 #: the kinds of feature groups, see the module docstring
 LEVELS = IMPORTANCE_LEVELS
-#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract, see DESIGN.md)
+#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract: docs/design.md#reports)
 COLUMNS = [
     "feature_set",
     "track",
@@ -185,25 +153,11 @@ def permutation_importance(
     min_lag_s: float = MIN_LAG_S,
     cache: FitCache | None = None,
 ) -> ImportanceResult:
-    """Permutation importance of ``trial``'s feature groups on ``split`` (see the module docstring).
-
-    Args:
-        trial: the configuration (protocol ``val``: fitted on the training stories; ``loso``:
-            on training and validation stories, test only).
-        w: its windowed features (``window_sessions(tables, trial.window_key())``).
-        levels: group kinds, of :data:`LEVELS`.
-        repeats: lags drawn per session and group.
-        split: the scored split, ``test`` or ``val``.
-        track: whose averaging (``personalized`` or ``generalized``); default ``trial.track``.
-        seed: seed of the lags.
-        min_lag_s: smallest lag, seconds.
-        cache: fits made before on the same inputs are reused (the same numbers as a refit,
-            :class:`~experiments.evaluation.fit_cache.FitCache`).
-
-    Returns:
-        An :class:`ImportanceResult`; its table is sorted by level, then importance (largest
-        first), ``rank`` 1 the largest drop of its level. ``importance`` and the interval are
-        CCC differences (-2 to 2; positive: the group helps).
+    """Permutation importance of ``trial``'s feature groups of ``levels`` (:data:`LEVELS`) on
+    ``split`` under ``track``'s averaging (default the trial's own), its windowed features ``w``
+    moved by ``repeats`` lags of at least ``min_lag_s`` seconds per session (``seed``); fits
+    of ``cache`` reused. The table is sorted by level, then importance, a CCC difference (-2 to
+    2; positive: the group helps); ``rank`` 1 is the largest drop of its level.
 
     Raises:
         ValueError: no sessions of ``split``, no training sessions, ``repeats`` < 1, or ``val``
@@ -226,17 +180,46 @@ def permutation_importances(
 ) -> list[ImportanceResult]:
     """:func:`permutation_importance` of each (configuration, track) of ``choices``, which
     share one fit group (:meth:`~experiments.config.grid.Trial.fit_key`: they differ in
-    post-processing only, e.g. the two tracks' choices ``rescale=train`` and
-    ``rescale=listener`` of one model), for what that costs one of them: the fits are made
-    once (``cache``, else a cache of this call) and each permuted prediction once, then
-    post-processed and scored per configuration. Each result is the one
-    :func:`permutation_importance` gives for its configuration alone, number for number.
+    post-processing only), for what one of them costs: the fits and each permuted prediction
+    made once, then post-processed and scored per configuration; the same numbers as apart.
 
     Raises:
         ValueError: as :func:`permutation_importance`, or ``choices`` of several fit groups.
     """
     if not choices:
         return []
+    tracks = _check_choices(choices, repeats)
+    trial = choices[0][0]  # the splits and the protocol are the group's
+    train, scored = _train_and_scored(trial, w, split)
+    scope = (cache or FitCache()).on(w.names)
+    fitted = [_fitted(t, train, scored, scope) for t, _ in choices]
+    lags = draw_lags(scored, repeats, min_lag_s, seed)
+    groups = feature_groups(w.names, list(trial.channels), levels)
+    # per choice: the drop in CCC per (group, repeat, session)
+    drops = [np.empty((len(groups), repeats, len(scored))) for _ in choices]
+    for k, g in enumerate(groups):
+        for r in range(repeats):
+            # per model (the choices' predict functions are equal when they share it): its
+            # predictions of the permuted sessions, made once
+            made: list[tuple[Callable, dict[str, np.ndarray]]] = []
+            for i, ((t, _), (predict, fits, base)) in enumerate(zip(choices, fitted, strict=True)):
+                raw = next((m for p, m in made if p == predict), None)
+                if raw is None:
+                    raw = {
+                        s.session: predict(replace(s, F=shifted(s.F, g.indices, lags[r, j])))
+                        for j, s in enumerate(scored)
+                    }
+                    made.append((predict, raw))
+                preds = postprocessed(t, replace(fits, evaluated=raw), train, scored)
+                drops[i][k, r] = base - _session_ccc(scored, preds)
+    return [
+        _result(t, track, split, repeats, scored, groups, fitted[i][2], drops[i])
+        for i, ((t, _), track) in enumerate(zip(choices, tracks, strict=True))
+    ]
+
+
+def _check_choices(choices: Sequence[tuple[Trial, str | None]], repeats: int) -> list[str]:
+    """Each choice's track (default its configuration's), the choices checked."""
     keys = {t.fit_key() for t, _ in choices}
     if len(keys) > 1:
         raise ValueError(
@@ -249,7 +232,14 @@ def permutation_importances(
         raise ValueError(f"track must be personalized or generalized, got {bad[0]!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    trial = choices[0][0]  # the splits and the protocol are the group's
+    return tracks
+
+
+def _train_and_scored(
+    trial: Trial, w: Windowed, split: str
+) -> tuple[list[WindowedSession], list[WindowedSession]]:
+    """The sessions the model is fitted on (training stories; with ``loso`` validation too)
+    and those of ``split`` it is scored on."""
     parts = split_sessions(w, dict(trial.splits))
     if trial.protocol == "loso":
         if split != "test":
@@ -263,41 +253,20 @@ def permutation_importances(
             f"{trial.label()}: {len(train)} training and {len(scored)} {split} sessions; "
             f"both are needed (splits {dict(trial.splits)})"
         )
-    scope = (cache or FitCache()).on(w.names)
-    predicts, fits, bases = [], [], []
-    for t, _ in choices:
-        need_post_fit = t.rescale != "none"
-        predict, main = fit_main(t, train, scored, need_post_fit, scope)
-        # the out-of-fold fits the post-processing is fitted on, as the run made them
-        fitted = fit_group(
-            t, train, scored, need_post_fit, False, {FitPart("main"): main}, cache=scope
-        )
-        predicts.append(predict)
-        fits.append(fitted)
-        bases.append(_session_ccc(scored, postprocessed(t, fitted, train, scored)))
-    lags = draw_lags(scored, repeats, min_lag_s, seed)
-    groups = feature_groups(w.names, list(trial.channels), levels)
-    # per choice: the drop in CCC per (group, repeat, session)
-    drops = [np.empty((len(groups), repeats, len(scored))) for _ in choices]
-    for k, g in enumerate(groups):
-        for r in range(repeats):
-            # per model (the choices' predict functions are equal when they share it): its
-            # predictions of the permuted sessions, made once
-            made: list[tuple[Callable, dict[str, np.ndarray]]] = []
-            for i, (t, _) in enumerate(choices):
-                raw = next((m for p, m in made if p == predicts[i]), None)
-                if raw is None:
-                    raw = {
-                        s.session: predicts[i](replace(s, F=shifted(s.F, g.indices, lags[r, j])))
-                        for j, s in enumerate(scored)
-                    }
-                    made.append((predicts[i], raw))
-                preds = postprocessed(t, replace(fits[i], evaluated=raw), train, scored)
-                drops[i][k, r] = bases[i] - _session_ccc(scored, preds)
-    return [
-        _result(t, track, split, repeats, scored, groups, bases[i], drops[i])
-        for i, ((t, _), track) in enumerate(zip(choices, tracks, strict=True))
-    ]
+    return train, scored
+
+
+def _fitted(
+    trial: Trial, train: list[WindowedSession], scored: list[WindowedSession], scope: FitScope
+) -> tuple[Callable[[WindowedSession], np.ndarray], Fitted, np.ndarray]:
+    """``trial``'s predict function and fits as the run made them (the main fit, and the
+    out-of-fold fits its post-processing is fitted on), and its unpermuted per-session CCC."""
+    need_post_fit = trial.rescale != "none"
+    predict, main = fit_main(trial, train, scored, need_post_fit, scope)
+    fits = fit_group(
+        trial, train, scored, need_post_fit, False, {FitPart("main"): main}, cache=scope
+    )
+    return predict, fits, _session_ccc(scored, postprocessed(trial, fits, train, scored))
 
 
 def _result(
@@ -314,15 +283,8 @@ def _result(
     and its drops (groups, repeats, sessions)."""
     listeners = np.array([s.listener for s in scored])
     stories = np.array([s.story for s in scored])
-    rows_l, cols_s = np.unique(listeners), np.unique(stories)
-    li, si = np.searchsorted(rows_l, listeners), np.searchsorted(cols_s, stories)
-
-    def share(values: np.ndarray) -> np.ndarray:
-        """Each listener's contribution to the track's mean of per-session ``values``."""
-        m = np.full((len(rows_l), len(cols_s)), np.nan)
-        m[li, si] = values
-        return contributions(m)[track]
-
+    sessions = {"session": [s.session for s in scored], "listener": listeners, "story": stories}
+    share = _share(listeners, stories, track)
     rows, drops = [], []
     base_mean = float(share(base).mean())
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
@@ -330,6 +292,7 @@ def _result(
         by_listener = share(drop)
         low, high = mean_interval(by_listener, bounds=(-2.0, 2.0))  # a drop in CCC
         importance = float(by_listener.mean())
+        sd = np.std([share(d).mean() for d in per_repeat], ddof=1) if repeats > 1 else np.nan
         rows.append(
             {
                 "feature_set": trial.feature_set,
@@ -340,27 +303,16 @@ def _result(
                 "importance": importance,
                 "ci_low": low,
                 "ci_high": high,
-                "sd_repeats": float(np.std([share(d).mean() for d in per_repeat], ddof=1))
-                if repeats > 1
-                else float("nan"),
+                "sd_repeats": float(sd),
                 "ccc": base_mean,
                 "ccc_permuted": base_mean - importance,
                 "n_features": len(g.indices),
-                "n_listeners": len(rows_l),
+                "n_listeners": len(np.unique(listeners)),
                 "repeats": repeats,
             }
         )
         drops.append(
-            pd.DataFrame(
-                {
-                    "level": g.level,
-                    "group": g.name,
-                    "session": [s.session for s in scored],
-                    "listener": listeners,
-                    "story": stories,
-                    "ccc_drop": drop,
-                }
-            )
+            pd.DataFrame({"level": g.level, "group": g.name, **sessions, "ccc_drop": drop})
         )
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "rank"])
     order = {lv: i for i, lv in enumerate(LEVELS)}
@@ -368,13 +320,21 @@ def _result(
         ["level", "importance"], key=lambda c: c.map(order) if c.name == "level" else -c
     ).reset_index(drop=True)
     table.insert(5, "rank", table.groupby("level").cumcount() + 1)
-    scores = pd.DataFrame(
-        {
-            "session": [s.session for s in scored],
-            "listener": listeners,
-            "story": stories,
-            "split": split,
-            "ccc": base,
-        }
-    )
+    scores = pd.DataFrame({**sessions, "split": split, "ccc": base})
     return ImportanceResult(table[COLUMNS], pd.concat(drops, ignore_index=True), scores)
+
+
+def _share(
+    listeners: np.ndarray, stories: np.ndarray, track: str
+) -> Callable[[np.ndarray], np.ndarray]:
+    """A function of per-session values: each listener's contribution to ``track``'s mean of
+    them (:func:`~experiments.evaluation.uncertainty.contributions`, the stories fixed)."""
+    rows_l, cols_s = np.unique(listeners), np.unique(stories)
+    li, si = np.searchsorted(rows_l, listeners), np.searchsorted(cols_s, stories)
+
+    def share(values: np.ndarray) -> np.ndarray:
+        m = np.full((len(rows_l), len(cols_s)), np.nan)
+        m[li, si] = values
+        return contributions(m)[track]
+
+    return share

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,9 @@ import pandas as pd
 from ..config.options import CHOSEN_UNSEEN_MARK
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
     from .evaluate import TrialResult
 
 
@@ -33,7 +36,8 @@ def _wrap(text: str, width_in: float, fontsize: float) -> str:
     return "\n".join(textwrap.wrap(text, chars)) if text else text
 
 
-def _plt():
+def _plt() -> Any:
+    """matplotlib.pyplot, the Agg backend chosen unless a notebook or MPLBACKEND chose one."""
     import matplotlib  # heavy (a second with its fonts): loaded when a figure is drawn, not on import
 
     # headless processes draw with Agg; a notebook (pyplot or IPython loaded, MPLBACKEND set) keeps
@@ -57,7 +61,7 @@ def load_backend() -> None:
     _save(fig, io.BytesIO())
 
 
-def _save(fig, path: str | Path | BinaryIO) -> Path | BinaryIO:
+def _save(fig: Figure, path: str | Path | BinaryIO) -> Path | BinaryIO:
     """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it.
 
     ``tight_layout`` leaves a placeholder layout engine on the figure, for which ``savefig``
@@ -149,68 +153,60 @@ def plot_ablation(
     bars), the unseen-listener score and the chance level; right, separately: published test numbers
     on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
     plt = _plt()
+    fig, axes = plt.subplots(
+        1,
+        2 if reference else 1,
+        figsize=(10.5 if reference else 7.5, 4.8),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [3, 1]} if reference else None,
+    )
+    _ablation_panel(axes[0, 0], table)
+    if reference:
+        _reference_panel(axes[0, 1], reference)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _errors(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Error bar lengths (2, n) from an interval's ends, 0 where there is none."""
+    err = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
+    return np.where(np.isfinite(err), err, 0)
+
+
+def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
+    """The ablation's bars: per feature set, each split and track, the unseen listeners and the
+    chance level of the last split."""
     sets = list(dict.fromkeys(table.feature_set))
     order = {"val": 0, "loso": 1, "cv": 1, "test": 2}
     splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
     combos = [(s, p) for s in splits for p in ("personalized", "generalized")]
     last = splits[-1]
     with_unseen = "ccc_unseen_listener" in table and table.ccc_unseen_listener.notna().any()
-    n_bars = len(combos) + with_unseen
-    ncols = 2 if reference else 1
-    fig, axes = plt.subplots(
-        1,
-        ncols,
-        figsize=(10.5 if reference else 7.5, 4.8),
-        squeeze=False,
-        gridspec_kw={"width_ratios": [3, 1]} if reference else None,
-    )
-    ax = axes[0, 0]
-    width = 0.8 / n_bars
+    width = 0.8 / (len(combos) + with_unseen)
     x = np.arange(len(sets))
 
     def column(split: str, name: str) -> np.ndarray:
         col = table[name] if name in table else pd.Series(np.nan, index=table.index)
-        return np.array(
-            [col[(table.feature_set == s) & (table.split == split)].mean() for s in sets],
-            dtype=float,
-        )
+        rows = [col[(table.feature_set == s) & (table.split == split)].mean() for s in sets]
+        return np.array(rows, dtype=float)
 
-    def bars(i: int, split: str, name: str, label: str, **style) -> None:
+    def bars(i: int, split: str, name: str, label: str, **style: Any) -> None:
         vals = column(split, name)
-        lo, hi = column(split, name + "_ci_low"), column(split, name + "_ci_high")
-        err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
-        ax.bar(
-            x + i * width - 0.4 + width / 2,
-            vals,
-            width,
-            label=label,
-            yerr=np.where(np.isfinite(err), err, 0),
-            capsize=2,
-            error_kw={"lw": 0.8},
-            **style,
-        )
+        err = _errors(vals, column(split, name + "_ci_low"), column(split, name + "_ci_high"))
+        at = x + i * width - 0.4 + width / 2
+        ax.bar(at, vals, width, label=label, yerr=err, capsize=2, error_kw={"lw": 0.8}, **style)
 
     colours = {"personalized": "tab:blue", "generalized": "tab:orange"}
     for i, (split, track) in enumerate(combos):
-        bars(
-            i,
-            split,
-            f"ccc_{track}",
-            f"{split}{' (selection)' if split in ('val', 'loso', 'cv') else ''}, {track} track",
-            color=colours[track],
-            alpha=0.4 if split != last else 1.0,
-        )
+        selection = " (selection)" if split in ("val", "loso", "cv") else ""
+        style = {"color": colours[track], "alpha": 0.4 if split != last else 1.0}
+        bars(i, split, f"ccc_{track}", f"{split}{selection}, {track} track", **style)
     if with_unseen:
         chosen = "unseen_selection" in table and (table.unseen_selection == "chosen").any()
-        bars(
-            len(combos),
-            last,
-            "ccc_unseen_listener",
-            f"{last}, unseen listeners (generalized)"
-            + (f" {CHOSEN_UNSEEN_MARK}" if chosen else ""),
-            color="tab:gray",
-            hatch="//",
+        label = f"{last}, unseen listeners (generalized)" + (
+            f" {CHOSEN_UNSEEN_MARK}" if chosen else ""
         )
+        bars(len(combos), last, "ccc_unseen_listener", label, color="tab:gray", hatch="//")
     chances = np.concatenate(
         [column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")]
     )
@@ -227,28 +223,26 @@ def plot_ablation(
     )
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.24), frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    if reference:
-        ref = axes[0, 1]
-        names = list(reference)
-        xr = np.arange(len(names))
-        ref.bar(
-            xr - 0.2, [reference[n][0] for n in names], 0.4, label="personalized", color="tab:blue"
-        )
-        ref.bar(
-            xr + 0.2, [reference[n][1] for n in names], 0.4, label="generalized", color="tab:orange"
-        )
-        ref.set_xticks(xr, names)
-        ref.set_xlabel("feature set")
-        ref.set_ylabel("CCC (-1 to 1)")
-        ref.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
-        ref.set_title(
-            "Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only",
-            fontsize=8,
-        )
-        ref.legend(fontsize=7, loc="upper left")
-        ref.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    return _save(fig, path)
+
+
+def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]]) -> None:
+    """The published test numbers (feature set -> (personalized, generalized)), apart."""
+    names = list(reference)
+    xr = np.arange(len(names))
+    for shift, k, track, colour in (
+        (-0.2, 0, "personalized", "tab:blue"),
+        (0.2, 1, "generalized", "tab:orange"),
+    ):
+        ax.bar(xr + shift, [reference[n][k] for n in names], 0.4, label=track, color=colour)
+    ax.set_xticks(xr, names)
+    ax.set_xlabel("feature set")
+    ax.set_ylabel("CCC (-1 to 1)")
+    ax.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
+    ax.set_title(
+        "Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8
+    )
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
 
 
 def plot_agreement(
@@ -331,12 +325,11 @@ def plot_importance(
     for ax, level, part in zip(axes[:, 0], levels, shown, strict=True):
         vals = part.importance.to_numpy(dtype=float)
         lo, hi = part.ci_low.to_numpy(dtype=float), part.ci_high.to_numpy(dtype=float)
-        err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
         y = np.arange(len(part))
         ax.barh(
             y,
             vals,
-            xerr=np.where(np.isfinite(err), err, 0),
+            xerr=_errors(vals, lo, hi),
             color=["tab:blue" if v > 0 else "tab:gray" for v in lo],
             capsize=2,
             error_kw={"lw": 0.8},

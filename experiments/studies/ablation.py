@@ -1,72 +1,49 @@
-"""Speaker vs. listener vs. both, on both challenge tracks: the OMG-Empathy paper's Table IV
-for this project's features.
-
-The config's grid is swept once for every feature set (one MLflow parent run covering all
-of them). For each feature set and each track (:mod:`experiments.config.tracks`) the best
-configuration is chosen on validation (or LOSO) under the track's own averaging, and
-reported once on validation and test:
-
-* ``ccc_personalized``: the personalized track's choice (it may use who is listening),
-  averaged per listener;
-* ``ccc_generalized``: the generalized track's choice (it does not know who is listening),
-  averaged per story;
-* ``ccc_unseen_listener``: on test, the generalized track scored on listeners left out of
-  training: with ``unseen_listener`` ``nested`` (the default) the mean over listeners of each
-  one's configuration chosen without them (``reports/ablation_unseen.csv``), else the
-  configuration named in the config (``fixed``) or, only when written, the one chosen with
-  every listener (``chosen``, marked in ``ablation.md`` and ``ablation.png``), refitted without
-  each listener; ``ablation.md`` names the selection, ``ablation.csv`` too (``unseen_selection``);
-
-each with the chance level (:mod:`experiments.evaluation.uncertainty`) and, on test, a 95 %
-skewness-corrected t interval over listeners (the split's stories fixed). The selection split's numbers are
-labelled as such (``split_role``) and carry no interval: each is the maximum over the grid.
-The personalized track chooses among every configuration, the generalized track among those
-that do not know who is listening (:func:`experiments.config.tracks.candidates`); ``config_track_*``
-names the track of the chosen configuration's model. Paired comparisons (listener vs.
-speaker, both vs. listener, personalized vs. generalized track) are made **on test only**:
-the mean over listeners of each listener's mean difference, its interval, a sign-flip
-p-value with listeners as the unit, the smallest p that test can give with that many
-listeners, and Holm's adjustment over the whole family of comparisons.
-With ``fusion: {method: late, members: [...]}`` in the config the table gains a
-``late fusion`` row (:mod:`experiments.studies.fusion`): each track's member choices blended by
-weights fitted on the training stories' out-of-fold predictions, compared with early fusion
-(``both``) and with each member in the same Holm family. The paper's published
-numbers come as a separate reference: they were measured on the real corpus and are not
-comparable with a demo or synthetic store.
-"""
+"""Speaker vs. listener vs. both on both challenge tracks, the OMG-Empathy paper's Table IV for
+this project's features: :func:`ablate`, a short sequence of steps (grid, selection, unseen
+listeners, fusion, comparisons, importance, reports). What each number means: docs/results.md,
+"The ablation in detail"; the columns of its CSVs are a contract: docs/design.md#reports."""
 
 from __future__ import annotations
 
-import tempfile
+import functools
+import os
+import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 
+from featurestore import Store
 from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.fusion import FUSED_SET
+from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
 from ..evaluation import markdown
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
-from ..executors.memory import release_free_memory
-from ..tracking.summary import best_per_track
-from ..tracking.tracker import Tracker, resolve_tracking_uri
-from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, cell
+from ..tracking.summary import best_per_track, log_files
+from ..tracking.tracker import Tracker
+from .ablation_report import (
+    PAPER_TEST_CCC,
+    SELECTION_SPLITS,
+    ablation_markdown,
+    importance_section,
+)
 from .distributed import run_sweep_dask
-from .explain import Explanation, explain_choices, importance_markdown
+from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
 from .parent_run import SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
 
-#: the contract columns first (DESIGN.md), then intervals, unseen listeners and chance
+#: the contract columns first (docs/design.md#reports), then intervals, unseen listeners and chance
 COLUMNS = [
     "feature_set",
     "split",
@@ -74,7 +51,6 @@ COLUMNS = [
     "ccc_generalized",
     "run_id_personalized",
     "run_id_generalized",
-    "run_id",  # alias of run_id_personalized, kept for one release
     "ccc_personalized_ci_low",
     "ccc_personalized_ci_high",
     "ccc_generalized_ci_low",
@@ -94,7 +70,7 @@ COLUMNS = [
     "causal_personalized",  # true/false: the choice reads no frame after the one it predicts
     "causal_generalized",
 ]
-#: splits that chose the configurations: reported without intervals
+#: the columns of ``ablation_comparisons.csv`` (test split only)
 COMPARISON_COLUMNS = [
     "comparison",
     "track",
@@ -115,6 +91,77 @@ SET_COMPARISONS = (
     ("listener vs speaker", "listener", "speaker"),
     ("both vs listener", "both", "listener"),
 )
+#: the report files of one target's ablation, logged to its parent run under ``ablation/``
+REPORT_FILES = (
+    "ablation.csv",
+    "ablation_comparisons.csv",
+    "ablation.md",
+    "ablation.png",
+    "ablation_unseen.csv",
+)
+
+
+class SweepOptions(TypedDict, total=False):
+    """How the ablation's sweep runs: ``tracking_uri`` (default the config's), ``jobs``,
+    ``progress``, ``executor`` (``local`` or ``dask``; with ``dask``, ``scheduler``, the address
+    of a running cluster, else a local one of ``jobs`` workers) and ``resume``; see
+    :class:`experiments.studies.parent_run.RunOptions`."""
+
+    tracking_uri: str | None
+    jobs: int | None
+    progress: bool
+    executor: str
+    scheduler: str | None
+    resume: bool
+
+
+def ablate(
+    cfg: ExperimentConfig,
+    store: Store | str | os.PathLike = "features",
+    out_dir: str | Path = "reports",
+    **options: Unpack[SweepOptions],
+) -> tuple[pd.DataFrame, SweepResult]:
+    """Sweep every feature set of ``cfg`` and write and log the ablation's reports (``ablation.md``,
+    ``.csv``, ``.png``, ``ablation_comparisons.csv``, ``ablation_unseen.csv``; per choice the
+    heat map and, with ``cfg.importance``, the importance: docs/outputs.md) into ``out_dir``.
+    With several targets, :func:`ablate_targets`. Returns the table and the sweep."""
+    if len(cfg.all_targets()) > 1:
+        return ablate_targets(cfg, store, out_dir, **options)
+    sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
+    cfg = replace(cfg, feature_set=sets)
+    uri = options.get("tracking_uri") or cfg.tracking.uri
+    sweep = sweep_feature_sets(cfg, store, options)
+    df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
+    cache = FitCache()  # the late fusion members' fits, kept for the importance of the same choices
+    df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
+    tracker = Tracker(uri, cfg.tracking.experiment)
+    scores_of = run_scores(sweep, tracker)
+    pairs = comparisons(df, scores_of, seed=cfg.seed, extra=extra)
+    out = write_tables(Path(out_dir), df, pairs, nested)
+    t0 = time.perf_counter()
+    explained = explain_choices(cfg, df, scores_of, store, tracker, out, cache)
+    cache.clear()
+    seconds["explain"] = time.perf_counter() - t0
+    write_report(out, cfg, store, df, pairs, [e for e in explained if isinstance(e, Explanation)])
+    files = {name: (out / name).read_bytes() for name in REPORT_FILES}
+    log_files(tracker, sweep.parent_run_id, files, "ablation")
+    metrics = ablation_metrics(df, pairs, seconds)
+    tracker.log(sweep.parent_run_id, metrics=metrics, tags={"ablation": "true"})
+    return df, sweep
+
+
+def sweep_feature_sets(
+    cfg: ExperimentConfig, store: Store | str | os.PathLike, options: SweepOptions
+) -> SweepResult:
+    """The grid: one sweep (one parent run ``ablation``) over every feature set of ``cfg``, on
+    the executor ``options`` names."""
+    executor = options.get("executor", "local")
+    run: dict[str, Any] = {k: v for k, v in options.items() if k not in ("executor", "scheduler")}
+    if executor == "dask":
+        return run_sweep_dask(cfg, store, options.get("scheduler"), run_name="ablation", **run)
+    if executor == "local":
+        return run_sweep(cfg, store, run_name="ablation", **run)
+    raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
 
 
 def _get(row: pd.Series | None, name: str) -> float:
@@ -124,73 +171,88 @@ def _get(row: pd.Series | None, name: str) -> float:
 
 
 def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
-    """Rows (feature set, split): each track's best configuration of the set, chosen on validation
-    (or LOSO) under the track's own averaging (the personalized track among every configuration),
-    with the unseen-listener score, chance, and intervals on test only (the selection split's
-    numbers are maxima over the grid: ``split_role`` says ``selection`` and the intervals are NaN)."""
+    """The selection: rows (feature set, split), each track's best configuration of the set,
+    chosen on validation (or LOSO) under the track's own averaging (the personalized track among
+    every configuration), with the unseen-listener score, chance, and intervals on test only (the
+    selection split's numbers are maxima over the grid: ``split_role`` says ``selection`` and
+    the intervals are NaN)."""
     table = sweep.table
     protocol = sweep.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
-    splits = (protocol, "test")
     rows = []
     for fs in feature_sets:
-        part = (
-            table[table["features.set"] == fs]
-            if not table.empty and "features.set" in table
-            else table.iloc[0:0]
-        )
+        has_sets = not table.empty and "features.set" in table
+        part = table[table["features.set"] == fs] if has_sets else table.iloc[0:0]
         best = best_per_track(part, protocol)
-        pers, gen = best.get("personalized"), best.get("generalized")
-        for split in splits:
-            row = {
-                "feature_set": fs,
-                "split": split,
-                "ccc_personalized": _get(pers, f"{split}.ccc_personalized"),
-                "ccc_generalized": _get(gen, f"{split}.ccc_generalized"),
-                "run_id_personalized": "" if pers is None else str(pers.run_id),
-                "run_id_generalized": "" if gen is None else str(gen.run_id),
-            }
-            row["run_id"] = row["run_id_personalized"]
-            selection = split in SELECTION_SPLITS
-            row["split_role"] = "selection" if selection else "held-out"
-            row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")
-            for track, chosen in (("personalized", pers), ("generalized", gen)):
-                for end in ("ci_low", "ci_high"):
-                    row[f"ccc_{track}_{end}"] = (
-                        float("nan") if selection else _get(chosen, f"{split}.ccc_{track}.{end}")
-                    )
-                row[f"chance_{track}_q95"] = _get(chosen, f"{split}.ccc_{track}.chance_q95")
-                row[f"config_track_{track}"] = (
-                    "" if chosen is None else str(chosen.get("track", track))
-                )
-                row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
-            unseen = f"{split}_unseen.ccc_generalized"
-            row["ccc_unseen_listener"] = _get(gen, unseen)
-            for end in ("ci_low", "ci_high"):
-                row[f"ccc_unseen_listener_{end}"] = (
-                    float("nan") if selection else _get(gen, f"{unseen}.{end}")
-                )
-            row["label_personalized"] = "" if pers is None else str(pers.label)
-            row["label_generalized"] = "" if gen is None else str(gen.label)
-            rows.append(row)
+        rows += [_table_row(fs, split, best) for split in (protocol, "test")]
     return pd.DataFrame(rows, columns=[*COLUMNS, "label_personalized", "label_generalized"])
 
 
-def run_scores(sweep: SweepResult, run_id: str, tracking_uri: str | None) -> pd.DataFrame | None:
-    """Per-session CCC of a child run: from this sweep, else the run's ``ccc_matrix.csv`` artifact
-    (None when the run logged no artifacts)."""
-    if not run_id:
-        return None
-    if run_id in sweep.scores:
-        return sweep.scores[run_id]
-    from mlflow import MlflowClient  # heavy: loaded only when an earlier sweep's run is read back
+def _table_row(fs: str, split: str, best: dict[str, pd.Series]) -> dict[str, object]:
+    """One row of :func:`ablation_table`: ``best``, each track's chosen run, on ``split``."""
+    pers, gen = best.get("personalized"), best.get("generalized")
+    selection = split in SELECTION_SPLITS
+    row: dict[str, object] = {"feature_set": fs, "split": split}
+    row["split_role"] = "selection" if selection else "held-out"
+    row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")
+    for track, chosen in (("personalized", pers), ("generalized", gen)):
+        name = f"{split}.ccc_{track}"
+        row[f"ccc_{track}"] = _get(chosen, name)
+        row[f"run_id_{track}"] = "" if chosen is None else str(chosen.run_id)
+        for end in ("ci_low", "ci_high"):
+            row[f"ccc_{track}_{end}"] = float("nan") if selection else _get(chosen, f"{name}.{end}")
+        row[f"chance_{track}_q95"] = _get(chosen, f"{name}.chance_q95")
+        row[f"config_track_{track}"] = "" if chosen is None else str(chosen.get("track", track))
+        row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
+        row[f"label_{track}"] = "" if chosen is None else str(chosen.label)
+    unseen = f"{split}_unseen.ccc_generalized"
+    row["ccc_unseen_listener"] = _get(gen, unseen)
+    for end in ("ci_low", "ci_high"):
+        row[f"ccc_unseen_listener_{end}"] = (
+            float("nan") if selection else _get(gen, f"{unseen}.{end}")
+        )
+    return row
 
-    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = client.download_artifacts(run_id, "ccc_matrix.csv", tmp)
-        except Exception:  # noqa: BLE001 - a run logged without artifacts has no matrix
-            return None
-        return pd.read_csv(path)
+
+def unseen_listeners(
+    df: pd.DataFrame, table: pd.DataFrame, cfg: ExperimentConfig
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The unseen-listener column: under nested selection each left-out listener's configuration
+    chosen without them (the mean over listeners, no interval), and the column
+    ``unseen_selection``; returns ``df`` so completed and the nested choices (empty unless
+    nested: ``ablation_unseen.csv``)."""
+    is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
+    nested = nested_unseen(table if is_nested else table.iloc[0:0], cfg.protocol)
+    if is_nested:
+        means = nested_unseen_mean(nested)
+        test = (df.split == "test") & df.feature_set.isin(list(means))
+        # as floats: mapping no row gives an empty column of the feature sets' (string) dtype
+        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
+        df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
+        df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
+    df["unseen_selection"] = np.where(
+        df["ccc_unseen_listener"].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
+    )
+    return df, nested
+
+
+def with_late_fusion(
+    cfg: ExperimentConfig,
+    sweep: SweepResult,
+    df: pd.DataFrame,
+    store: Store | str | os.PathLike,
+    tracking_uri: str,
+    cache: FitCache,
+) -> tuple[pd.DataFrame, tuple[tuple[str, str, str], ...], dict[str, float]]:
+    """The fusion step: ``df`` with the late-fusion rows (:func:`~.fusion.fusion_rows`; the
+    members' fits kept in ``cache``), their comparisons (:func:`fusion_comparisons`) and the
+    seconds it took (``late_fusion``); ``df`` as it is without ``cfg.fusion``."""
+    t0 = time.perf_counter()
+    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
+    if not len(fused):
+        return df, (), {}
+    seconds = {"late_fusion": time.perf_counter() - t0}
+    extra = fusion_comparisons(cfg.fusion.members, list(df.feature_set.unique()))
+    return pd.concat([df, fused], ignore_index=True), extra, seconds
 
 
 def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, str, str], ...]:
@@ -204,225 +266,133 @@ def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, 
     return tuple(early + [(f"late fusion vs {m}", FUSED_SET, m) for m in members])
 
 
+def run_scores(sweep: SweepResult, tracker: Tracker) -> Callable[[str], pd.DataFrame | None]:
+    """run id -> its per-session CCC: from ``sweep``, else the run's ``ccc_matrix.csv`` artifact
+    (None for no run, or a run that logged no artifacts); each run read once."""
+
+    @functools.cache
+    def scores(run_id: str) -> pd.DataFrame | None:
+        if not run_id:
+            return None
+        return sweep.scores[run_id] if run_id in sweep.scores else logged_scores(tracker, run_id)
+
+    return scores
+
+
 def comparisons(
-    sweep: SweepResult,
     df: pd.DataFrame,
-    tracking_uri: str | None = None,
+    scores_of: Callable[[str], pd.DataFrame | None],
     seed: int = 0,
     extra: tuple[tuple[str, str, str], ...] = (),
 ) -> pd.DataFrame:
-    """Paired comparisons of the chosen configurations on the test split (see the module docstring).
-
-    Only the held-out split: on the selection split each side is a maximum over the grid, and a
-    test there would double dip. ``p_holm`` is Holm's adjustment over every comparison of the
-    table (the family); ``p_min`` the smallest p the sign-flip test can give with
-    ``n_listeners`` listeners. A positive ``mean_diff`` favours the first named
-    (``listener vs speaker``: the listener set). When both tracks chose the same configuration
-    (the same run, or a run and its unseen-listener twin: the same scores) the comparison is
-    left out: there is nothing to test. ``extra``: more (name, feature set a, feature set b)
-    comparisons beside :data:`SET_COMPARISONS` (the late-fusion row's, :func:`fusion_comparisons`).
-    """
+    """Paired comparisons of the chosen configurations (``scores_of``: a run's per-session CCC)
+    on the held-out split only: on the selection split each side is a maximum over the grid.
+    Holm's adjustment over the whole table; a pair of one configuration (the same run, or a run
+    and its unseen-listener twin) is left out. ``extra``: more (name, feature set a, feature
+    set b) comparisons beside :data:`SET_COMPARISONS` (:func:`fusion_comparisons`). Columns
+    :data:`COMPARISON_COLUMNS`; their meaning: docs/results.md, Paired comparisons."""
     out = []
-    cache: dict[str, pd.DataFrame | None] = {}
-
-    def scores(run_id: str, split: str) -> pd.DataFrame | None:
-        if run_id not in cache:
-            cache[run_id] = run_scores(sweep, run_id, tracking_uri)
-        s = cache[run_id]
-        return None if s is None else s[s.split == split]
-
-    def add(name: str, track: str, split: str, run_a: str, run_b: str) -> None:
-        if run_a == run_b:
-            return
-        a, b = scores(run_a, split), scores(run_b, split)
-        if a is None or b is None or a.empty or b.empty:
-            return
-        shared = a.merge(b, on=["listener", "story"])
-        if len(shared) and np.array_equal(shared.ccc_x, shared.ccc_y):
-            return  # the same configuration (a run and its unseen-listener twin): nothing to test
-        try:
-            r = paired_comparison(a, b, seed=seed)
-        except ValueError:  # no shared session
-            return
-        out.append(
-            {
-                "comparison": name,
-                "track": track,
-                "split": split,
-                **r,
-                "run_id_a": run_a,
-                "run_id_b": run_b,
-            }
-        )
-
-    by = df.set_index(["feature_set", "split"])
     for split in [s for s in dict.fromkeys(df.split) if s not in SELECTION_SPLITS]:
-        for track in ("personalized", "generalized"):
-            for name, fa, fb in (*SET_COMPARISONS, *extra):
-                if (fa, split) in by.index and (fb, split) in by.index:
-                    add(
-                        name,
-                        track,
-                        split,
-                        by.loc[(fa, split), f"run_id_{track}"],
-                        by.loc[(fb, split), f"run_id_{track}"],
-                    )
-        for fs in dict.fromkeys(df.feature_set):
-            row = by.loc[(fs, split)]
-            add(
-                f"personalized vs generalized ({fs})",
-                "both",
-                split,
-                row.run_id_personalized,
-                row.run_id_generalized,
-            )
+        for name, track, run_a, run_b in _pairs(df, split, extra):
+            r = _paired(scores_of, split, run_a, run_b, seed)
+            if r is not None:
+                out.append({"comparison": name, "track": track, "split": split, **r})
+                out[-1].update(run_id_a=run_a, run_id_b=run_b)
     table = pd.DataFrame(out, columns=COMPARISON_COLUMNS)
     table["p_holm"] = holm(table["p_value"].to_numpy(dtype=float)) if len(table) else []
     return table
 
 
-def ablate(
-    cfg: ExperimentConfig,
-    store="features",
-    tracking_uri: str | None = None,
-    jobs: int | None = None,
-    out_dir: str | Path = "reports",
-    progress: bool = True,
-    executor: str = "local",
-    scheduler: str | None = None,
-    resume: bool = True,
-) -> tuple[pd.DataFrame, SweepResult]:
-    """Sweep every feature set of ``cfg``, write ``reports/ablation.{md,csv,png}`` and
-    ``reports/ablation_comparisons.csv``, and log them to MLflow; for each chosen configuration,
-    ``reports/ccc_per_session_<feature_set>_<track>.png`` and, with ``cfg.importance``,
-    ``reports/importance_<feature_set>_<track>.{csv,png}`` (:mod:`experiments.studies.explain`;
-    the parent run's metric ``ablation.explain_seconds`` is what they took).
-    With several targets, :func:`ablate_targets`.
+def _pairs(
+    df: pd.DataFrame, split: str, extra: tuple[tuple[str, str, str], ...]
+) -> Iterator[tuple[str, str, str, str]]:
+    """(name, track, run a, run b) of every comparison on ``split``, in the table's order."""
+    by = df.set_index(["feature_set", "split"])
+    for track in TRACKS:
+        for name, fa, fb in (*SET_COMPARISONS, *extra):
+            if (fa, split) in by.index and (fb, split) in by.index:
+                run_a, run_b = (str(by.loc[(f, split), f"run_id_{track}"]) for f in (fa, fb))
+                yield name, track, run_a, run_b
+    for fs in dict.fromkeys(df.feature_set):
+        row = by.loc[(fs, split)]
+        pair = str(row.run_id_personalized), str(row.run_id_generalized)
+        yield f"personalized vs generalized ({fs})", "both", *pair
 
-    ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
-    or on the cluster of ``scheduler`` (``tcp://host:8786``); see
-    :func:`experiments.studies.distributed.run_sweep_dask`.
-    """
-    if len(cfg.all_targets()) > 1:
-        return ablate_targets(
-            cfg, store, tracking_uri, jobs, out_dir, progress, executor, scheduler, resume
-        )
-    sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
-    cfg = replace(cfg, feature_set=sets)
-    if executor == "dask":
-        sweep = run_sweep_dask(
-            cfg,
-            store=store,
-            tracking_uri=tracking_uri,
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=progress,
-            run_name="ablation",
-            resume=resume,
-        )
-    elif executor == "local":
-        sweep = run_sweep(
-            cfg,
-            store=store,
-            tracking_uri=tracking_uri,
-            jobs=jobs,
-            progress=progress,
-            run_name="ablation",
-            resume=resume,
-        )
-    else:
-        raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
-    df = ablation_table(sweep, sets)
-    is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
-    nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0], cfg.protocol)
-    if is_nested:
-        # the unseen-listener column: each left-out listener's configuration chosen without them
-        means = nested_unseen_mean(nested)
-        test = (df.split == "test") & df.feature_set.isin(list(means))
-        # as floats: mapping no row gives an empty column of the feature sets' (string) dtype
-        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
-        df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
-        df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
-    # the members' fits kept for the importance of the same choices (explain_choices)
-    cache = FitCache()
-    t0 = time.perf_counter()
-    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
-    fusion_seconds = time.perf_counter() - t0
-    release_free_memory()  # the members' frames and features: GBs the heap would keep
-    if len(fused):
-        df = pd.concat([df, fused], ignore_index=True)
-    df["unseen_selection"] = np.where(
-        df["ccc_unseen_listener"].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
-    )
-    extra = fusion_comparisons(cfg.fusion.members, sets) if len(fused) else ()
-    pairs = comparisons(sweep, df, tracking_uri or cfg.tracking.uri, seed=cfg.seed, extra=extra)
-    out = Path(out_dir)
+
+def _paired(
+    scores_of: Callable[[str], pd.DataFrame | None], split: str, run_a: str, run_b: str, seed: int
+) -> dict[str, float] | None:
+    """:func:`~experiments.evaluation.uncertainty.paired_comparison` of two runs on ``split``;
+    None when there is nothing to test (one configuration, or no shared session)."""
+    if run_a == run_b:
+        return None
+    a, b = scores_of(run_a), scores_of(run_b)
+    if a is None or b is None:
+        return None
+    a, b = a[a.split == split], b[b.split == split]
+    shared = a.merge(b, on=["listener", "story"])
+    if a.empty or b.empty or (len(shared) and np.array_equal(shared.ccc_x, shared.ccc_y)):
+        return None  # the same configuration (a run and its unseen-listener twin): nothing to test
+    try:
+        return paired_comparison(a, b, seed=seed)
+    except ValueError:  # no shared session
+        return None
+
+
+def write_tables(out: Path, df: pd.DataFrame, pairs: pd.DataFrame, nested: pd.DataFrame) -> Path:
+    """``ablation.csv``, ``ablation_comparisons.csv`` and ``ablation_unseen.csv`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     df[COLUMNS].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
     nested.to_csv(out / "ablation_unseen.csv", index=False)
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
-    t0 = time.perf_counter()
-    # each chosen configuration's CCC per listener x story, and its importance if configured
-    explained = explain_choices(
-        cfg,
-        df,
-        lambda run: run_scores(sweep, run, tracking_uri or cfg.tracking.uri),
-        store,
-        tracker,
-        out,
-        cache,
-    )
-    cache.clear()
-    explain_seconds = time.perf_counter() - t0
+    return out
+
+
+def write_report(
+    out: Path,
+    cfg: ExperimentConfig,
+    store: Store | str | os.PathLike,
+    df: pd.DataFrame,
+    pairs: pd.DataFrame,
+    explained: list[Explanation],
+) -> None:
+    """``ablation.md`` (in the store's corpus words) and ``ablation.png`` into ``out``."""
     md = ablation_markdown(
         df,
         title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})",
         pairs=pairs,
         unseen_selection=cfg.unseen_selection,
+        importance=importance_section(explained),
     )
-    # before the published reference, which closes the report
-    section = importance_markdown([e for e in explained if isinstance(e, Explanation)])
-    md = md.replace("\n## Reference", section + "\n## Reference", 1)
     layout, _ = corpus_roles(store)  # a manifest corpus's report in its words (person, group)
     md = roles_note(layout) + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in (
-            "ablation.csv",
-            "ablation_comparisons.csv",
-            "ablation.md",
-            "ablation.png",
-            "ablation_unseen.csv",
-        ):
-            (Path(tmp) / name).write_bytes((out / name).read_bytes())
-        tracker.log_artifacts(sweep.parent_run_id, tmp, "ablation")
+
+
+def _metric_name(text: str) -> str:
+    """A feature set's or a comparison's name as a part of an MLflow metric name."""
+    return re.sub(r"[()]", "", str(text).replace(" ", "_"))
+
+
+def ablation_metrics(
+    df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float]
+) -> dict[str, float]:
+    """The parent run's metrics: ``ablation.<set>.<split>.ccc_<track>`` (and of the unseen
+    listeners, with the intervals), ``ablation.compare.<comparison>.<track>.<split>.*`` and
+    ``ablation.<step>_seconds``; NaN left out."""
     metrics = {}
     for r in df.to_dict("records"):
         for name in ("ccc_personalized", "ccc_generalized", "ccc_unseen_listener"):
             for suffix in ("", "_ci_low", "_ci_high"):
-                v = r[name + suffix]
-                if pd.notna(v):
-                    fs = str(r["feature_set"]).replace(" ", "_")
-                    metrics[f"ablation.{fs}.{r['split']}.{name}{suffix}"] = float(v)
+                fs = _metric_name(r["feature_set"])
+                metrics[f"ablation.{fs}.{r['split']}.{name}{suffix}"] = float(r[name + suffix])
     for r in pairs.to_dict("records"):
-        comparison = r["comparison"].replace(" ", "_").replace("(", "").replace(")", "")
-        key = f"ablation.compare.{comparison}.{r['track']}.{r['split']}"
-        metrics[f"{key}.mean_diff"], metrics[f"{key}.p_value"] = (
-            float(r["mean_diff"]),
-            float(r["p_value"]),
-        )
-        metrics[f"{key}.p_holm"] = float(r["p_holm"])
-    if len(fused):  # what the late-fusion row cost: loading, windowing, member refits, blends
-        metrics["ablation.late_fusion_seconds"] = fusion_seconds
-    metrics["ablation.explain_seconds"] = explain_seconds
-    tracker.log(
-        sweep.parent_run_id,
-        metrics={k: v for k, v in metrics.items() if np.isfinite(v)},
-        tags={"ablation": "true"},
-    )
-    return df, sweep
+        key = f"ablation.compare.{_metric_name(r['comparison'])}.{r['track']}.{r['split']}"
+        for name in ("mean_diff", "p_value", "p_holm"):
+            metrics[f"{key}.{name}"] = float(r[name])
+    metrics.update({f"ablation.{step}_seconds": v for step, v in seconds.items()})
+    return {k: v for k, v in metrics.items() if np.isfinite(v)}
 
 
 #: the columns of ``ablation.csv`` for several targets (:func:`ablate_targets`)
@@ -455,79 +425,62 @@ def combined_ablation(per_target: pd.DataFrame, targets: list[str]) -> pd.DataFr
 
 def ablate_targets(
     cfg: ExperimentConfig,
-    store: Any = "features",
-    tracking_uri: str | None = None,
-    jobs: int | None = None,
+    store: Store | str | os.PathLike = "features",
     out_dir: str | Path = "reports",
-    progress: bool = True,
-    executor: str = "local",
-    scheduler: str | None = None,
-    resume: bool = True,
+    **options: Unpack[SweepOptions],
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """:func:`ablate` for a config of several targets: the ablation of each target on its own
-    (a parent run each; reports in ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}``:
-    every target's rows (column ``target``) and the combined rows (``target`` ``combined``: the
-    mean over targets of each target's chosen configuration's CCC, per feature set, split and
-    track), logged to each target's parent run (artifacts under ``ablation``, metrics
-    ``ablation.combined.<feature set>.<split>.ccc_<track>``).
-
-    Returns the table of every target's and the combined rows, and the first target's sweep.
-    """
+    """:func:`ablate` for a config of several targets: each target's ablation on its own (a
+    parent run each; reports in ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}``:
+    every target's rows and the ``combined`` rows (the mean over targets of each target's
+    choices' CCC), logged to each target's parent run (``ablation/targets_*``, metrics
+    ``ablation.combined.<feature set>.<split>.ccc_<track>``). Returns that table and the first
+    target's sweep."""
     targets = cfg.all_targets()
     out = Path(out_dir)
     parts, sweeps = [], []
     for target in targets:
-        df, sweep = ablate(
-            cfg.for_target(target),
-            store=store,
-            tracking_uri=tracking_uri,
-            jobs=jobs,
-            out_dir=out / target,
-            progress=progress,
-            executor=executor,
-            scheduler=scheduler,
-            resume=resume,
-        )
+        df, sweep = ablate(cfg.for_target(target), store, out / target, **options)
         parts.append(df.assign(target=target))
         sweeps.append(sweep)
     per_target = pd.concat(parts, ignore_index=True)[TARGET_COLUMNS]
     table = pd.concat([per_target, combined_ablation(per_target, targets)], ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "ablation.csv", index=False)
-    cells = [
+    (out / "ablation.md").write_text(targets_markdown(table, targets, cfg.protocol))
+    combined = table[table["target"] == "combined"]
+    metrics = {
+        f"ablation.combined.{_metric_name(r['feature_set'])}.{r['split']}.{name}": float(r[name])
+        for r in combined.to_dict("records")
+        for name in ("ccc_personalized", "ccc_generalized")
+        if pd.notna(r[name])
+    }
+    tracker = Tracker(options.get("tracking_uri") or cfg.tracking.uri, cfg.tracking.experiment)
+    files = {f"targets_{n}": (out / n).read_bytes() for n in ("ablation.csv", "ablation.md")}
+    for sweep in sweeps:
+        log_files(tracker, sweep.parent_run_id, files, "ablation")
+        tracker.log(sweep.parent_run_id, metrics=metrics, tags={"targets": ",".join(targets)})
+    return table, sweeps[0]
+
+
+def targets_markdown(table: pd.DataFrame, targets: list[str], protocol: str) -> str:
+    """``ablation.md`` of several targets: every target's rows, then the combined ones."""
+    rows = (
         [
-            str(r.target),
-            str(r.feature_set),
-            str(r.split),
-            cell(r.ccc_personalized),
-            cell(r.ccc_generalized),
+            r.target,
+            r.feature_set,
+            r.split,
+            *map(markdown.interval, (r.ccc_personalized, r.ccc_generalized)),
         ]
         for r in table.itertuples()
-    ]
-    md = [
-        f"# Speaker / listener / both, several targets (protocol {cfg.protocol})",
+    )
+    lines = [
+        f"# Speaker / listener / both, several targets (protocol {protocol})",
         "",
         f"Targets: {', '.join(f'`{t}`' for t in targets)}; each target's full report is in its own "
         "folder (`<target>/ablation.md`). Each track's configuration is chosen per target and feature "
         "set on that target's selection split; `combined`: the mean over targets of those choices' CCC.",
         "",
-        *markdown.table(["target", "feature set", "split", "CCC pers.", "CCC gen."], cells),
+        *markdown.table(["target", "feature set", "split", "CCC pers.", "CCC gen."], rows),
         "",
     ]
-    (out / "ablation.md").write_text("\n".join(md))
-    metrics = {
-        f"ablation.combined.{str(r['feature_set']).replace(' ', '_')}.{r['split']}.{name}": float(
-            r[name]
-        )
-        for r in table[table["target"] == "combined"].to_dict("records")
-        for name in ("ccc_personalized", "ccc_generalized")
-        if pd.notna(r[name])
-    }
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("ablation.csv", "ablation.md"):
-            (Path(tmp) / f"targets_{name}").write_bytes((out / name).read_bytes())
-        for sweep in sweeps:
-            tracker.log_artifacts(sweep.parent_run_id, tmp, "ablation")
-            tracker.log(sweep.parent_run_id, metrics=metrics, tags={"targets": ",".join(targets)})
-    return table, sweeps[0]
+    return "\n".join(lines)

@@ -1,9 +1,11 @@
-"""The ablation's report: ``ablation.md`` from its table, comparisons and explanations
-(:func:`ablation_markdown`), with the published baseline it is read against."""
+"""The ablation's report, ``ablation.md`` (:func:`ablation_markdown`): its table, comparisons,
+choices and importance, beside the published baseline it is read against. What each part means:
+docs/results.md, "The ablation in detail"."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -11,21 +13,13 @@ from ..config.fusion import FUSED_SET
 from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from ..evaluation import markdown
 
+if TYPE_CHECKING:
+    from .explain import Explanation
+
 #: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
 PAPER_TEST_CCC = {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
 
 SELECTION_SPLITS = ("val", "loso", "cv")
-
-
-def cell(value: Any, low: Any = float("nan"), high: Any = float("nan")) -> str:
-    if pd.isna(value):
-        return "n/a"
-    return (
-        f"{value:.3f} [{low:.2f}, {high:.2f}]"
-        if pd.notna(low) and pd.notna(high)
-        else f"{value:.3f}"
-    )
-
 
 #: ``unseen_selection`` -> the ablation's words for its unseen-listener column
 UNSEEN_BULLETS = {
@@ -38,16 +32,97 @@ UNSEEN_BULLETS = {
     " listener in turn and scored on that listener",
 }
 
+INTRO = (
+    "CCC of each track's best configuration (chosen on validation); on test, [95 % skewness-corrected t interval",
+    "over listeners, the test stories held fixed]. Its coverage, simulated: 0.93-0.95 with 4-10 listeners who",
+    "differ by degree; 0.88-0.92 (0.90 with 6 listeners, 0.92 with 10) when 15 % of them react against the",
+    "story, which a split without such a listener cannot show (docs/results.md, Intervals). The selection",
+    "split's numbers are the maximum over the grid that chose them: no interval, and they overstate what a",
+    "new split would give.",
+)
+TRACK_BULLETS = (
+    "- **personalized**: the best of every configuration, including those that use who is listening",
+    "  (per-listener models, calibration or rescaling, identity as a feature); a model that does not know",
+    "  who is listening may be submitted to this track too. CCC per session, mean over each listener's",
+    "  stories, then over listeners.",
+    "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
+    "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
+    "  the tracks differ by their models.",
+)
+CHANCE_BULLET = (
+    "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
+    "  prediction at that session's own prediction level and scale but the time course of another story's",
+    "  block of predictions, the block shifted as a whole by one lag of at least 10 s (1,000 draws): what",
+    "  the predictions share across a story's listeners stays in the null. A CCC below it cannot be told",
+    "  from chance. A constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
+)
+FUSION_BULLET = (
+    "- **late fusion**: each member feature set's configuration chosen for the track, blended by weights",
+    "  fitted on the training stories' out-of-fold predictions (validation and test labels never reach",
+    "  the blend); early fusion is the set that lists both roles' channels (`both`). Its track follows its",
+    "  members: personalized if one of them uses who is listening. No unseen-listener score (not refitted",
+    "  without each listener).",
+)
+COMPARISONS_INTRO = (
+    "On test only. Mean over listeners of each listener's mean CCC difference (first minus second),",
+    "[95 % skewness-corrected t interval over listeners], a two-sided sign-flip permutation p-value",
+    "that flips each listener's difference, Holm's adjustment over the whole table (the family), and",
+    "the smallest p the test can give with that many listeners (2 / 2^listeners): a p at that floor",
+    "is the strongest evidence the split can hold, however large the difference.",
+)
+COMPARISONS_HEAD = (
+    "comparison",
+    "track",
+    "split",
+    "mean difference [95 % interval]",
+    "p",
+    "Holm p",
+    "smallest p",
+    "sessions",
+    "listeners",
+)
+IMPORTANCE_INTRO = (
+    "Drop in test CCC (the track's averaging) when a group's features are moved in time (each",
+    "session's block circularly shifted by at least 10 s), mean over repeats, [95 % interval over",
+    "listeners]; the fitted model is the chosen one's. An interval per group, not adjusted for the",
+    "number of groups; correlated groups share their credit. Tables: `importance_<set>_<track>.csv`.",
+)
+REFERENCE_INTRO = (
+    "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
+    "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.",
+)
+REFERENCE_NOTE = "A challenge entry, Tan et al. 2018 (arXiv:1812.04891), reached 0.14 / 0.14 on the same test set."
+
 
 def ablation_markdown(
     df: pd.DataFrame,
     title: str = "",
     pairs: pd.DataFrame | None = None,
     unseen_selection: str = "nested",
+    importance: Sequence[str] = (),
 ) -> str:
     """The table in the shape of the paper's Table IV (both tracks), then the paired comparisons,
-    the chosen configurations, and the paper's published numbers as a separate reference.
-    ``unseen_selection``: how the unseen-listener column was chosen (:data:`UNSEEN_BULLETS`)."""
+    the chosen configurations, ``importance`` (the lines of :func:`importance_section`), and the
+    paper's published numbers as a separate reference. ``unseen_selection``: how the
+    unseen-listener column was chosen (:data:`UNSEEN_BULLETS`)."""
+    lines = [f"# {title or 'Speaker / listener / both ablation'}", "", *INTRO, ""]
+    lines += results_table(df, unseen_selection)
+    lines += ["", *TRACK_BULLETS]
+    lines += [
+        f"- **unseen listeners ({unseen_selection})**: how well the generalized track predicts a person it has",
+        f"  never seen: {UNSEEN_BULLETS.get(unseen_selection, '')}.",
+        *CHANCE_BULLET,
+        *(FUSION_BULLET if FUSED_SET in set(df.feature_set) else ()),
+    ]
+    lines += comparisons_section(pairs)
+    lines += chosen_section(df)
+    lines += [*importance, *reference_section()]
+    return "\n".join(lines) + "\n"
+
+
+def results_table(df: pd.DataFrame, unseen_selection: str) -> list[str]:
+    """The ablation table: one row per feature set, each split's two tracks, the last split's
+    unseen-listener score and chance levels; the note on a ``chosen`` unseen score when marked."""
     splits = list(dict.fromkeys(df.split))
     head = ["features"]
     for s in splits:
@@ -57,139 +132,108 @@ def ablation_markdown(
         f"{splits[-1]} unseen listeners ({unseen_selection})",
         f"chance {splits[-1]} (pers. / gen.)",
     ]
-    lines = [
-        f"# {title or 'Speaker / listener / both ablation'}",
-        "",
-        "CCC of each track's best configuration (chosen on validation); on test, [95 % skewness-corrected t interval",
-        "over listeners, the test stories held fixed]. Its coverage, simulated: 0.93-0.95 with 4-10 listeners who",
-        "differ by degree; 0.88-0.92 (0.90 with 6 listeners, 0.92 with 10) when 15 % of them react against the",
-        "story, which a split without such a listener cannot show (docs/results.md, Intervals). The selection",
-        "split's numbers are the maximum over the grid that chose them: no interval, and they overstate what a",
-        "new split would give.",
-        "",
+    rows = [
+        _table_row(df[df.feature_set == fs].set_index("split"), splits, unseen_selection)
+        for fs in dict.fromkeys(df.feature_set)
     ]
-    rows = []
-    for fs in dict.fromkeys(df.feature_set):
-        part = df[df.feature_set == fs].set_index("split")
-        cells = [fs]
-        for s in splits:
-            r = part.loc[s]
-            cells.append(
-                cell(r.ccc_personalized, r.ccc_personalized_ci_low, r.ccc_personalized_ci_high)
-            )
-            cells.append(
-                cell(r.ccc_generalized, r.ccc_generalized_ci_low, r.ccc_generalized_ci_high)
-            )
-        last = part.loc[splits[-1]]
-        unseen = cell(
-            last.ccc_unseen_listener,
-            last.ccc_unseen_listener_ci_low,
-            last.ccc_unseen_listener_ci_high,
-        )
-        flattered = unseen_selection == "chosen" and pd.notna(last.ccc_unseen_listener)
-        cells.append(f"{unseen} {CHOSEN_UNSEEN_MARK}" if flattered else unseen)
-        cells.append(
-            f"{last.chance_personalized_q95:.3f} / {last.chance_generalized_q95:.3f}"
-            if pd.notna(last.chance_personalized_q95) or pd.notna(last.chance_generalized_q95)
-            else "n/a"
-        )
-        rows.append(cells)
-    lines += markdown.table(head, rows)
-    if any(CHOSEN_UNSEEN_MARK in r[-2] for r in rows):
-        lines += ["", CHOSEN_UNSEEN_NOTE + "."]
-    lines += [
-        "",
-        "- **personalized**: the best of every configuration, including those that use who is listening",
-        "  (per-listener models, calibration or rescaling, identity as a feature); a model that does not know",
-        "  who is listening may be submitted to this track too. CCC per session, mean over each listener's",
-        "  stories, then over listeners.",
-        "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
-        "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
-        "  the tracks differ by their models.",
-        f"- **unseen listeners ({unseen_selection})**: how well the generalized track predicts a person it has",
-        f"  never seen: {UNSEEN_BULLETS.get(unseen_selection, '')}.",
-        "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
-        "  prediction at that session's own prediction level and scale but the time course of another story's",
-        "  block of predictions, the block shifted as a whole by one lag of at least 10 s (1,000 draws): what",
-        "  the predictions share across a story's listeners stays in the null. A CCC below it cannot be told",
-        "  from chance. A constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
-    ]
-    if FUSED_SET in set(df.feature_set):
-        lines += [
-            "- **late fusion**: each member feature set's configuration chosen for the track, blended by weights",
-            "  fitted on the training stories' out-of-fold predictions (validation and test labels never reach",
-            "  the blend); early fusion is the set that lists both roles' channels (`both`). Its track follows its",
-            "  members: personalized if one of them uses who is listening. No unseen-listener score (not refitted",
-            "  without each listener).",
+    marked = any(CHOSEN_UNSEEN_MARK in r[-2] for r in rows)
+    return markdown.table(head, rows) + (["", CHOSEN_UNSEEN_NOTE + "."] if marked else [])
+
+
+def _table_row(part: pd.DataFrame, splits: list[str], unseen_selection: str) -> list[str]:
+    """One feature set's cells of :func:`results_table` (``part``: its rows by split)."""
+    cells = [str(part.feature_set.iloc[0])]
+    for s in splits:
+        r = part.loc[s]
+        for track in ("personalized", "generalized"):
+            name = f"ccc_{track}"
+            cells.append(markdown.interval(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"]))
+    last = part.loc[splits[-1]]
+    unseen = markdown.interval(
+        last.ccc_unseen_listener, last.ccc_unseen_listener_ci_low, last.ccc_unseen_listener_ci_high
+    )
+    flattered = unseen_selection == "chosen" and pd.notna(last.ccc_unseen_listener)
+    cells.append(f"{unseen} {CHOSEN_UNSEEN_MARK}" if flattered else unseen)
+    pers, gen = last.chance_personalized_q95, last.chance_generalized_q95
+    cells.append(f"{pers:.3f} / {gen:.3f}" if pd.notna(pers) or pd.notna(gen) else "n/a")
+    return cells
+
+
+def comparisons_section(pairs: pd.DataFrame | None) -> list[str]:
+    """``## Paired comparisons``: the rows of ``ablation_comparisons.csv`` (none without any)."""
+    if pairs is None or pairs.empty:
+        return []
+    rows = (
+        [
+            r.comparison,
+            r.track,
+            r.split,
+            markdown.interval(r.mean_diff, r.ci_low, r.ci_high),
+            f"{r.p_value:.3f}",
+            f"{r.p_holm:.3f}",
+            f"{r.p_min:.3f}",
+            r.n_sessions,
+            r.n_listeners,
         ]
-    if pairs is not None and not pairs.empty:
-        lines += [
-            "",
-            "## Paired comparisons",
-            "",
-            "On test only. Mean over listeners of each listener's mean CCC difference (first minus second),",
-            "[95 % skewness-corrected t interval over listeners], a two-sided sign-flip permutation p-value",
-            "that flips each listener's difference, Holm's adjustment over the whole table (the family), and",
-            "the smallest p the test can give with that many listeners (2 / 2^listeners): a p at that floor",
-            "is the strongest evidence the split can hold, however large the difference.",
-            "",
-        ]
-        lines += markdown.table(
-            [
-                "comparison",
-                "track",
-                "split",
-                "mean difference [95 % interval]",
-                "p",
-                "Holm p",
-                "smallest p",
-                "sessions",
-                "listeners",
-            ],
-            (
-                [
-                    r.comparison,
-                    r.track,
-                    r.split,
-                    cell(r.mean_diff, r.ci_low, r.ci_high),
-                    f"{r.p_value:.3f}",
-                    f"{r.p_holm:.3f}",
-                    f"{r.p_min:.3f}",
-                    r.n_sessions,
-                    r.n_listeners,
-                ]
-                for r in pairs.itertuples()
-            ),
-        )
-    lines += ["", "## Chosen configurations", ""]
+        for r in pairs.itertuples()
+    )
+    return ["", "## Paired comparisons", "", *COMPARISONS_INTRO, ""] + markdown.table(
+        COMPARISONS_HEAD, rows
+    )
+
+
+def chosen_section(df: pd.DataFrame) -> list[str]:
+    """``## Chosen configurations``: each feature set's run and label per track, with the track
+    of its model where it is the other one, and whether it reads future frames."""
+    lines = ["", "## Chosen configurations", ""]
     for fs, part in df.groupby("feature_set", sort=False):
         first = part.iloc[0]
         for track in ("personalized", "generalized"):
             run = first[f"run_id_{track}"]
-            if run:
-                own = first.get(f"config_track_{track}", track)
-                known = isinstance(own, str) and own in ("personalized", "generalized")
-                note = f", a {own} configuration" if known and own != track else ""
-                causal = {"true": ", causal", "false": ", reads future frames"}.get(
-                    str(first.get(f"causal_{track}", "")), ""
-                )
-                lines.append(
-                    f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note}{causal})"
-                )
-    lines += [
+            if not run:
+                continue
+            own = first.get(f"config_track_{track}", track)
+            known = isinstance(own, str) and own in ("personalized", "generalized")
+            note = f", a {own} configuration" if known and own != track else ""
+            causal = {"true": ", causal", "false": ", reads future frames"}.get(
+                str(first.get(f"causal_{track}", "")), ""
+            )
+            lines.append(
+                f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note}{causal})"
+            )
+    return lines
+
+
+def importance_section(explained: Sequence[Explanation], top: int = 3) -> list[str]:
+    """The section on the chosen configurations' importance: per choice, the ``top`` groups of
+    each level with their drop in CCC and 95 % interval (no lines without any)."""
+    if not explained:
+        return []
+    rows = []
+    for e in explained:
+        t = e.table
+        for level in dict.fromkeys(t.level):
+            best = t[t.level == level].head(top)
+            cells = ", ".join(
+                f"{r.group} {markdown.interval(r.importance, r.ci_low, r.ci_high)}"
+                for r in best.itertuples()
+            )
+            rows.append([e.trial.feature_set, e.track, level, cells])
+    head = ["features", "track", "level", f"top {top}: drop [95 % interval]"]
+    section = "## What the chosen configurations use (permutation importance)"
+    return ["", section, "", *IMPORTANCE_INTRO, ""] + markdown.table(head, rows)
+
+
+def reference_section() -> list[str]:
+    """The paper's published test numbers, apart: measured on the real corpus."""
+    rows = ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items())
+    return [
         "",
         "## Reference: published results (real OMG-Empathy test set)",
         "",
-        "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
-        "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.",
+        *REFERENCE_INTRO,
         "",
-    ]
-    lines += markdown.table(
-        ["features", "personalized", "generalized"],
-        ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items()),
-    )
-    lines += [
+        *markdown.table(["features", "personalized", "generalized"], rows),
         "",
-        "A challenge entry, Tan et al. 2018 (arXiv:1812.04891), reached 0.14 / 0.14 on the same test set.",
+        REFERENCE_NOTE,
     ]
-    return "\n".join(lines) + "\n"

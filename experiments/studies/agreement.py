@@ -1,45 +1,17 @@
 """Self versus observer: how well do other people's ratings agree with what the listener reports?
-
-Some OMG-Empathy releases carry, beside the listener's self-rating (``valence_self``),
-observer ratings of the listener (``valence_observer_listener``) and of the speaker
-(``valence_observer_speaker``) in the same per-frame format; ``featurestore extract`` and
-``featurestore labels DIR --target NAME`` store each as a label target. This module compares
-targets two by two:
-
-* **agreement**: per session, Lin's CCC between the two ratings (the official metric,
-  :func:`experiments.evaluation.metrics.ccc`), then both challenge protocols over the sessions
-  (personalized: mean over listeners of each listener's mean over stories; generalized:
-  mean over stories of each story's mean over listeners), over all sessions and per split.
-  CCC is symmetric: the order within a pair does not change it.
-* **cross-target**: one fixed configuration (the first non-baseline configuration of the
-  config's grid, on one feature set) is trained on one target's labels (training stories)
-  and its validation and test predictions are scored against both targets. A model trained
-  on the self-rating that scores well against an observer rating predicts what others see;
-  the gap between the two scores is how much of the prediction is private to the listener.
-
-* **inter-rater** (targets stored with several raters, ``/raters/<target>/<rater>``): per
-  session and pooled over sessions, ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) (Shrout & Fleiss
-  1979; formulas in :func:`experiments.data.gold_standard.icc`) and the mean pairwise CCC,
-  as rated and after removing each rater's estimated reaction lag (within the config's
-  ``gold_standard.max_lag_s``); the lags are reported. ICC(2,1) is single-rater absolute
-  agreement, ICC(3,1) single-rater consistency (an offset between raters does not count);
-  the ``k`` forms are the reliability of the raters' mean, the gold standard. Written to
-  ``reports/inter_rater.csv`` and ``reports/inter_rater_lags.csv``; a store with raters but
-  a single target gets only this part.
-
-``experiments agreement`` writes ``reports/agreement.csv`` (columns ``session, listener,
-story, target_a, target_b, ccc``), ``reports/agreement.md`` (both tables) and
-``reports/agreement.png``, and logs them with the summary metrics to an MLflow run named
-``agreement`` in the config's experiment.
-"""
+``experiments agreement`` (:func:`agreement`) compares label targets two by two: per session and
+per protocol (:func:`agreement_table`), a fixed configuration trained on one and scored on the
+other (:func:`cross_target_table`), and the inter-rater agreement of targets stored with raters
+(:mod:`.inter_rater`). What each number means: docs/results.md, "Observer ratings and
+self-observer agreement" and "Inter-rater agreement"; the files: docs/outputs.md."""
 
 from __future__ import annotations
 
-import tempfile
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -57,8 +29,10 @@ from ..evaluation.metrics import ccc, ccc_protocols
 from ..evaluation.plots import plot_agreement
 from ..tracking.child_runs import resolved_params
 from ..tracking.provenance import code_version
+from ..tracking.summary import log_files
 from ..tracking.tracker import Tracker
 from .inter_rater import (
+    as_store,
     inter_rater_markdown,
     inter_rater_table,
     rater_metrics,
@@ -66,26 +40,19 @@ from .inter_rater import (
 )
 from .parent_run import store_fingerprint
 
+#: a store, or its folder
+StoreLike: TypeAlias = Store | str | os.PathLike
+
 SELF_TARGET = "valence_self"
-#: columns of ``agreement.csv`` (a contract, see DESIGN.md)
+#: columns of ``agreement.csv`` (a contract: docs/design.md#reports)
 COLUMNS = ["session", "listener", "story", "target_a", "target_b", "ccc"]
-SUMMARY_COLUMNS = [
-    "target_a",
-    "target_b",
-    "split",
-    "n_sessions",
-    "ccc_personalized",
-    "ccc_generalized",
-    "ccc_min",
-    "ccc_max",
+#: columns of the per-pair summary (both protocols, per split)
+SUMMARY_COLUMNS = ["target_a", "target_b", "split", "n_sessions"] + [
+    f"ccc_{c}" for c in ("personalized", "generalized", "min", "max")
 ]
-CROSS_COLUMNS = [
-    "trained_on",
-    "scored_against",
-    "feature_set",
-    "split",
-    "ccc_personalized",
-    "ccc_generalized",
+#: columns of the cross-target table
+CROSS_COLUMNS = ["trained_on", "scored_against", "feature_set", "split"] + [
+    f"ccc_{c}" for c in ("personalized", "generalized")
 ]
 
 
@@ -93,17 +60,13 @@ class AgreementError(ValueError):
     """Nothing to compare (a target is missing everywhere); the message says how to add it."""
 
 
-def _store(store):
-    return store if isinstance(store, Store) else Store(store)
-
-
-def store_targets(store) -> dict[str, list[str]]:
+def store_targets(store: StoreLike) -> dict[str, list[str]]:
     """Session -> its label targets, for every shard of the store."""
-    st = _store(store)
+    st = as_store(store)
     return {s: st.label_targets(s) for s in st.list_sessions()}
 
 
-def target_pairs(store, targets: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def target_pairs(store: StoreLike, targets: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """The pairs to compare: ``targets`` (two names) as given, else ``valence_self`` against
     every other target found in the store (observer ratings), in name order.
 
@@ -138,14 +101,14 @@ def target_pairs(store, targets: Sequence[str] | None = None) -> list[tuple[str,
 
 
 def agreement_table(
-    store, pairs: Sequence[tuple[str, str]], splits: dict[str, list[int]] | None = None
+    store: StoreLike, pairs: Sequence[tuple[str, str]], splits: dict[str, list[int]] | None = None
 ) -> pd.DataFrame:
     """One row per session and pair holding both targets: ``COLUMNS`` plus ``split``.
 
     ``splits`` (split -> stories) names each session's split from its story; None keeps the
     split stored in the shard.
     """
-    st = _store(store)
+    st = as_store(store)
     by_story = {int(s): name for name, stories in (splits or {}).items() for s in stories}
     rows = []
     for s, targets in store_targets(st).items():
@@ -198,9 +161,11 @@ def agreement_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- cross-target
-def _sessions_with(store, targets: Sequence[str], splits: dict[str, list[int]]) -> list[str]:
+def _sessions_with(
+    store: StoreLike, targets: Sequence[str], splits: dict[str, list[int]]
+) -> list[str]:
     stories = {int(s) for v in splits.values() for s in v}
-    st = _store(store)
+    st = as_store(store)
     out = []
     for s, have in store_targets(st).items():
         if all(t in have for t in targets) and st.meta(s).story in stories:
@@ -208,10 +173,12 @@ def _sessions_with(store, targets: Sequence[str], splits: dict[str, list[int]]) 
     return out
 
 
-def pick_feature_set(cfg: ExperimentConfig, store, sessions: Sequence[str]) -> str | None:
+def pick_feature_set(
+    cfg: ExperimentConfig, store: StoreLike, sessions: Sequence[str]
+) -> str | None:
     """The feature set of ``cfg.feature_set`` with the most channels that every one of
     ``sessions`` has (first on ties); None when no set is complete."""
-    st = _store(store)
+    st = as_store(store)
     have = [set(st.channel_keys(s)) for s in sessions]
     ranked = sorted(cfg.feature_set, key=lambda n: -len(cfg.feature_sets[n]))
     for name in ranked:
@@ -232,7 +199,10 @@ def cross_target_trial(cfg: ExperimentConfig, feature_set: str) -> Trial:
 
 
 def cross_target_table(
-    cfg: ExperimentConfig, store, pairs: Sequence[tuple[str, str]], feature_set: str | None = None
+    cfg: ExperimentConfig,
+    store: StoreLike,
+    pairs: Sequence[tuple[str, str]],
+    feature_set: str | None = None,
 ) -> tuple[pd.DataFrame, Trial | None]:
     """Train :func:`cross_target_trial` on each target of each pair; score on both targets.
 
@@ -240,7 +210,7 @@ def cross_target_table(
     (``CROSS_COLUMNS``, one row per trained-on x scored-against x split) and the trial used
     (None, with an empty table, when no feature set is complete in those sessions).
     """
-    st = _store(store)
+    st = as_store(store)
     rows: list[dict] = []
     seen: set[tuple[str, str, str]] = set()
     # (trial, sessions) -> its result: the self model is fitted once
@@ -290,16 +260,18 @@ def cross_target_table(
 
 
 # ----------------------------------------------------------------------------- report
-def _fmt(v: Any) -> str:
-    """A CCC (a number or NaN read off a DataFrame row) with 3 decimals, ``n/a`` for NaN."""
-    return "n/a" if pd.isna(v) else f"{v:.3f}"
-
-
 def _index_rows(frame: pd.DataFrame) -> Iterator[tuple[tuple[Any, ...], pd.Series]]:
     """``(index, row)`` of each row of a frame whose index is a MultiIndex (a tuple each)."""
     for index, row in frame.iterrows():
         assert isinstance(index, tuple), "a MultiIndex labels its rows with tuples"
         yield index, row
+
+
+AGREEMENT_INTRO = (
+    "Lin's CCC between two label targets of the same session (population variance, Pearson r 0 when",
+    "undefined); personalized = mean over listeners of each listener's mean over stories, generalized =",
+    "mean over stories of each story's mean over listeners.",
+)
 
 
 def agreement_markdown(
@@ -309,31 +281,17 @@ def agreement_markdown(
     trial: Trial | None,
     note: str = "",
 ) -> str:
-    """``agreement.md``: the protocol summary, the per-session CCC, and the cross-target table."""
-    lines = [
-        "# Self vs. observer agreement",
-        "",
-        "Lin's CCC between two label targets of the same session (population variance, Pearson r 0 when",
-        "undefined); personalized = mean over listeners of each listener's mean over stories, generalized =",
-        "mean over stories of each story's mean over listeners.",
-        "",
-    ]
-    lines += markdown.table(
-        ["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"],
-        (
-            [
-                r.target_a,
-                r.target_b,
-                r.n_sessions,
-                r.split,
-                _fmt(r.ccc_personalized),
-                _fmt(r.ccc_generalized),
-                _fmt(r.ccc_min),
-                _fmt(r.ccc_max),
-            ]
-            for r in summary.itertuples()
-        ),
+    """``agreement.md``: the protocol summary, the per-session CCC, and the cross-target table
+    (``note`` in its place when there is none)."""
+    n = markdown.number
+    rows = (
+        [r.target_a, r.target_b, r.n_sessions, r.split]
+        + [n(r.ccc_personalized), n(r.ccc_generalized), n(r.ccc_min), n(r.ccc_max)]
+        for r in summary.itertuples()
     )
+    head = ["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"]
+    lines = ["# Self vs. observer agreement", "", *AGREEMENT_INTRO, ""]
+    lines += markdown.table(head, rows)
     lines += ["", "## Per session", ""]
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
     wide = table.pivot_table(
@@ -344,41 +302,46 @@ def agreement_markdown(
     lines += markdown.table(
         ["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
         (
-            [session, split] + [_fmt(row.get(p, np.nan)) for p in pairs]
+            [session, split] + [n(row.get(p, np.nan)) for p in pairs]
             for (_, _, session, split), row in _index_rows(wide.sort_index())
         ),
     )
     lines += ["", "## Cross-target: a model trained for one target, scored on the other", ""]
+    lines += _cross_section(cross, trial, note)
+    return "\n".join(lines) + "\n"
+
+
+def _cross_section(cross: pd.DataFrame, trial: Trial | None, note: str) -> list[str]:
+    """The cross-target part of ``agreement.md``: per (trained on, scored against), each
+    split's two protocols."""
     if trial is None or cross.empty:
-        lines.append(
+        return [
             note
             or "Not computed: no feature set of the config is complete in the sessions holding both targets."
-        )
-    else:
-        lines += [
-            f"Configuration (fixed, the config's first non-baseline one): {trial.label()}; "
-            f"feature set `{trial.feature_set}` ({', '.join(trial.channels)}). Trained on the training stories "
-            "of one target, its validation and test predictions are scored against each target.",
-            "",
         ]
-        splits = list(dict.fromkeys(cross.split))
-        rows = []
-        for (t, sa), g in cross.groupby(["trained_on", "scored_against"], sort=False):
-            g = g.set_index("split")
-            rows.append(
-                [t, sa]
-                + [
-                    _fmt(g.loc[s, c]) if s in g.index else "n/a"
-                    for s in splits
-                    for c in ("ccc_personalized", "ccc_generalized")
-                ]
-            )
-        lines += markdown.table(
-            ["trained on", "scored against"]
-            + [f"{s} {p}" for s in splits for p in ("pers.", "gen.")],
-            rows,
+    splits = list(dict.fromkeys(cross.split))
+    rows = []
+    for (t, sa), g in cross.groupby(["trained_on", "scored_against"], sort=False):
+        g = g.set_index("split")
+        protocols = ("ccc_personalized", "ccc_generalized")
+        rows.append(
+            [t, sa]
+            + [
+                markdown.number(g.loc[s, c]) if s in g.index else "n/a"
+                for s in splits
+                for c in protocols
+            ]
         )
-    return "\n".join(lines) + "\n"
+    head = ["trained on", "scored against"] + [
+        f"{s} {p}" for s in splits for p in ("pers.", "gen.")
+    ]
+    return [
+        f"Configuration (fixed, the config's first non-baseline one): {trial.label()}; "
+        f"feature set `{trial.feature_set}` ({', '.join(trial.channels)}). Trained on the training stories "
+        "of one target, its validation and test predictions are scored against each target.",
+        "",
+        *markdown.table(head, rows),
+    ]
 
 
 @dataclass
@@ -395,129 +358,105 @@ class AgreementResult:
 
 def agreement(
     cfg: ExperimentConfig,
-    store="features",
+    store: StoreLike = "features",
     targets: Sequence[str] | None = None,
     out_dir: str | Path = "reports",
     tracking_uri: str | None = None,
     feature_set: str | None = None,
     cross: bool = True,
 ) -> AgreementResult:
-    """Compare label targets (see the module docstring), write ``agreement.{csv,md,png}`` into
-    ``out_dir`` and log them to MLflow (run ``agreement`` in ``cfg.tracking.experiment``).
-
-    ``targets``: two target names, or None for ``valence_self`` against every other target.
-    ``feature_set``: the cross-target model's feature set (default: the config's largest set
-    that every compared session has). ``cross`` False skips the cross-target table.
-    """
-    st = _store(store)
+    """Compare label targets (see the module docstring), write ``agreement.{csv,md,png}`` (and the
+    inter-rater CSVs) into ``out_dir`` and log them to MLflow (run ``agreement`` in
+    ``cfg.tracking.experiment``). ``targets``: two target names, or None for ``valence_self``
+    against every other target; ``feature_set``: the cross-target model's (default: the config's
+    largest set that every compared session has); ``cross`` False skips the cross-target table."""
+    st = as_store(store)
     raters, lags = inter_rater_table(st, cfg.gold_standard.max_lag_s)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     try:
         pairs = target_pairs(st, targets)
     except AgreementError:
         if targets is not None or raters.empty:
             raise
-        return _raters_only(cfg, st, raters, lags, Path(out_dir), tracking_uri)
+        # a store with raters but no second target: the inter-rater part alone
+        (out / "agreement.md").write_text("# Agreement\n\n" + inter_rater_markdown(raters, lags))
+        files = [out / "agreement.md", *write_raters(out, raters, lags)]
+        run_id = _log_run(
+            cfg, st, tracking_uri, {"store": str(st.root)}, rater_metrics(raters), files
+        )
+        table, summary, cross_df = (
+            pd.DataFrame(columns=c) for c in (COLUMNS, SUMMARY_COLUMNS, CROSS_COLUMNS)
+        )
+        return AgreementResult(table, summary, cross_df, None, run_id, files)
     table = agreement_table(st, pairs, cfg.splits)
     summary = agreement_summary(table)
-    cross_df, trial = (
-        cross_target_table(cfg, st, pairs, feature_set)
-        if cross
-        else (pd.DataFrame(columns=CROSS_COLUMNS), None)
-    )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    none = (pd.DataFrame(columns=CROSS_COLUMNS), None)
+    cross_df, trial = cross_target_table(cfg, st, pairs, feature_set) if cross else none
     files = [out / "agreement.csv", out / "agreement.md", out / "agreement.png"]
     table.sort_values(["target_b", "listener", "story"], kind="stable")[COLUMNS].to_csv(
         files[0], index=False
     )
-    note = "" if cross else "Not computed (--no-cross)."
-    files[1].write_text(
-        agreement_markdown(table, summary, cross_df, trial, note)
-        + "\n"
-        + inter_rater_markdown(raters, lags)
+    md = agreement_markdown(
+        table, summary, cross_df, trial, "" if cross else "Not computed (--no-cross)."
     )
+    files[1].write_text(md + "\n" + inter_rater_markdown(raters, lags))
     files += write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]
+    targets_shown = dict.fromkeys([p for ab in pairs for p in ab])
     series = {
-        t: st.labels(example, t).to_numpy()
-        for t in dict.fromkeys([p for ab in pairs for p in ab])
-        if t in st.label_targets(example)
+        t: st.labels(example, t).to_numpy() for t in targets_shown if t in st.label_targets(example)
     }
     plot_agreement(table, summary, files[2], example=(example, series))
-
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
-    fingerprint, _ = store_fingerprint(st)
-    run_id = tracker.start_run(
-        "agreement",
-        tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()},
-    )
     params = {"pairs": ";".join(f"{a}~{b}" for a, b in pairs), "store": str(st.root)}
+    resolved: dict[str, object] = {"config": cfg.to_dict(), "code": code_version().tags()}
     if trial is not None:
         params.update({f"cross.{k}": v for k, v in trial.params().items() if k != "target"})
-    metrics = {}
-    for r in summary.itertuples():
-        for p in ("personalized", "generalized"):
-            metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
-                r, f"ccc_{p}"
-            )
-    metrics.update(rater_metrics(raters))
-    for r in cross_df.itertuples():
-        for p in ("personalized", "generalized"):
-            metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(
-                r, f"ccc_{p}"
-            )
-    try:
-        tracker.log(run_id, params=params, metrics=metrics)
-        with tempfile.TemporaryDirectory() as tmp:
-            for f in files:
-                (Path(tmp) / f.name).write_bytes(f.read_bytes())
-            resolved = {"config": cfg.to_dict(), "code": code_version().tags()}
-            if trial is not None:
-                resolved["cross"] = {"trial": trial.params(), "resolved": resolved_params(trial)}
-            (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-            tracker.log_artifacts(run_id, tmp, "agreement")
-    except BaseException:
-        tracker.finish(run_id, "FAILED")
-        raise
-    tracker.finish(run_id, "FINISHED")
+        resolved["cross"] = {"trial": trial.params(), "resolved": resolved_params(trial)}
+    metrics = _metrics(summary, cross_df) | rater_metrics(raters)
+    config = yaml.safe_dump(resolved, sort_keys=False)
+    run_id = _log_run(cfg, st, tracking_uri, params, metrics, files, config)
     return AgreementResult(table, summary, cross_df, trial, run_id, files)
 
 
-def _raters_only(
+def _metrics(summary: pd.DataFrame, cross: pd.DataFrame) -> dict[str, float]:
+    """The run's metrics: each pair's and each cross-target row's protocol means per split."""
+    metrics = {}
+    for p in ("personalized", "generalized"):
+        for r in summary.itertuples():
+            metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
+                r, f"ccc_{p}"
+            )
+        for r in cross.itertuples():
+            metrics[f"cross.{r.trained_on}.on.{r.scored_against}.{r.split}.ccc_{p}"] = getattr(
+                r, f"ccc_{p}"
+            )
+    return metrics
+
+
+def _log_run(
     cfg: ExperimentConfig,
     st: Store,
-    raters: pd.DataFrame,
-    lags: pd.DataFrame,
-    out: Path,
     tracking_uri: str | None,
-) -> AgreementResult:
-    """A store with raters but no second target: the inter-rater part alone."""
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / "agreement.md"
-    md.write_text("# Agreement\n\n" + inter_rater_markdown(raters, lags))
-    files = [md, *write_raters(out, raters, lags)]
+    params: dict[str, Any],
+    metrics: dict[str, float],
+    files: Sequence[Path],
+    config: str | None = None,
+) -> str:
+    """The MLflow run ``agreement``: its params, metrics, ``files`` and ``config`` (the resolved
+    config, as ``config.yaml``) under ``agreement/``; returns its id."""
     tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
     fingerprint, _ = store_fingerprint(st)
-    run_id = tracker.start_run(
-        "agreement",
-        tags={"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()},
-    )
+    tags = {"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()}
+    run_id = tracker.start_run("agreement", tags=tags)
+    contents: dict[str, bytes | str] = {f.name: f.read_bytes() for f in files}
+    if config is not None:
+        contents["config.yaml"] = config
     try:
-        tracker.log(run_id, params={"store": str(st.root)}, metrics=rater_metrics(raters))
-        with tempfile.TemporaryDirectory() as tmp:
-            for f in files:
-                (Path(tmp) / f.name).write_bytes(f.read_bytes())
-            tracker.log_artifacts(run_id, tmp, "agreement")
+        tracker.log(run_id, params=params, metrics=metrics)
+        log_files(tracker, run_id, contents, "agreement")
     except BaseException:
         tracker.finish(run_id, "FAILED")
         raise
     tracker.finish(run_id, "FINISHED")
-    empty = pd.DataFrame(columns=COLUMNS)
-    return AgreementResult(
-        empty,
-        pd.DataFrame(columns=SUMMARY_COLUMNS),
-        pd.DataFrame(columns=CROSS_COLUMNS),
-        None,
-        run_id,
-        files,
-    )
+    return run_id

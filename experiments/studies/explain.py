@@ -1,26 +1,10 @@
-"""What drives a run's prediction: ``experiments explain RUN_ID``, and the ablation's chosen configurations.
-
-For a configuration's child run, :func:`explain_run` rebuilds its :class:`~experiments.config.grid.Trial`
-from the run's params (checked against its ``config_hash`` tag), loads the store's sessions,
-fits the model on the training stories exactly as the sweep did (fits are deterministic: the
-configuration's seed, the same rows; the fitted estimator is not stored with a run, and the
-refit's unpermuted CCC is compared with the run's logged one), and computes the permutation
-importance of :mod:`experiments.evaluation.importance`. :func:`explain_trial` writes, for a
-feature set and a track:
-
-* ``reports/importance_<feature_set>_<track>.csv`` (columns
-  :data:`~experiments.evaluation.importance.COLUMNS`) and ``.png`` (the top groups per level);
-* ``reports/ccc_per_session_<feature_set>_<track>.png``: CCC per listener x story of the run;
-
-and logs them to the run under ``importance/`` (the table also as an MLflow table,
-``importance/importance_<feature_set>_<track>.json``) with the metrics
-``importance.<level>.<group>`` (mean drop in CCC) of the groups whose interval lies above zero.
-``experiments ablate`` calls :func:`explain_trial` for each feature set's two chosen
-configurations when the config has ``importance`` (:class:`~experiments.config.schema.ImportanceConfig`).
-"""
+"""What drives a run's prediction: ``experiments explain RUN_ID`` (:func:`explain_run`), and the
+ablation's chosen configurations (:func:`explain_choices`). What the importance means:
+docs/results.md, "What drives a prediction: permutation importance"; its files: docs/outputs.md."""
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -30,11 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config.grid import Trial, expand, trial_from_params
+from featurestore import Store
+
+from ..config.grid import Trial, trial_from_params
 from ..config.options import BASELINE_MODELS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
-from ..evaluation import markdown
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.importance import (
     ImportanceResult,
@@ -43,8 +28,10 @@ from ..evaluation.importance import (
 )
 from ..evaluation.plots import plot_importance, plot_session_ccc
 from ..executors.memory import release_free_memory
+from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
-from ..windowing.windowed import Windowed, WindowKey, window_sessions
+from ..windowing.windowed import WindowKey, window_sessions
+from .sweep import grid_trials
 
 #: the logged and the refitted unpermuted CCC may differ by rounding only (float32 features)
 REPRODUCED_TOLERANCE = 1e-4
@@ -95,26 +82,24 @@ def _reads_no_feature(trial: Trial) -> bool:
     return trial.model in BASELINE_MODELS
 
 
+def _explainable(trial: Trial | None) -> Trial | None:
+    """``trial`` when its importance can be computed: a configuration that reads features."""
+    return None if trial is None or _reads_no_feature(trial) else trial
+
+
 def file_stem(feature_set: str, track: str) -> str:
     """``<feature_set>_<track>``: the part of the report names after ``importance_`` (a space,
     as in ``late fusion``, becomes ``_``: file names without spaces)."""
     return f"{feature_set}_{track}".replace(" ", "_")
 
 
-def _logged_scores(tracker: Tracker, run_id: str) -> pd.DataFrame | None:
+def logged_scores(tracker: Tracker, run_id: str) -> pd.DataFrame | None:
     """The run's per-session CCC (its ``ccc_matrix.csv`` artifact), None if it logged none."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
             return pd.read_csv(tracker.client.download_artifacts(run_id, "ccc_matrix.csv", tmp))
         except Exception:  # noqa: BLE001 - a run logged without artifacts has no matrix
             return None
-
-
-def _log_files(tracker: Tracker, run_id: str, files: Sequence[Path]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        for f in files:
-            (Path(tmp) / f.name).write_bytes(f.read_bytes())
-        tracker.log_artifacts(run_id, tmp, "importance")
 
 
 def session_map(
@@ -133,38 +118,25 @@ def session_map(
     plot_session_ccc(
         scores, path, title=f"CCC per listener x story ({feature_set}, {track} track): {label}"
     )
-    _log_files(tracker, run_id, [path])
+    log_files(tracker, run_id, {path.name: path.read_bytes()}, "importance")
     return path
 
 
 def explain_trial(
     trial: Trial,
-    w: Windowed | None,
+    track: str,
+    result: ImportanceResult,
     tracker: Tracker,
     run_id: str,
     out_dir: str | os.PathLike = "reports",
-    levels: Sequence[str] = ("channel", "column"),
-    repeats: int = 5,
-    split: str = "test",
-    track: str | None = None,
-    seed: int = 0,
     scores: pd.DataFrame | None = None,
-    result: ImportanceResult | None = None,
 ) -> Explanation:
-    """Permutation importance of ``trial`` (its windowed features ``w``) on ``split`` with
-    ``track``'s averaging (default the configuration's own track), written to ``out_dir`` and
-    logged to the run ``run_id`` (see the module docstring). ``scores``: the run's per-session
-    CCC for the heat map (default: its ``ccc_matrix.csv``, else the refit's ``split``).
-    ``result``: that importance when already computed (then ``w`` is not read)."""
-    track = track or trial.track
-    if result is None:
-        if w is None:
-            raise ValueError("explain_trial needs the windowed features w or the result")
-        result = permutation_importance(
-            trial, w, levels=levels, repeats=repeats, split=split, track=track, seed=seed
-        )
-    run = tracker.client.get_run(run_id)
-    logged = run.data.metrics.get(f"{split}.ccc_{track}", float("nan"))
+    """Write the importance ``result`` of ``trial`` under ``track``'s averaging to ``out_dir``
+    and log it to the run ``run_id`` (docs/results.md, "What drives a prediction"), with the
+    heat map of ``scores`` (the run's per-session CCC; default its ``ccc_matrix.csv``, else the
+    refit's); warns when the refit's CCC is not the run's logged one."""
+    split = str(result.scores.split.iloc[0])
+    logged = tracker.client.get_run(run_id).data.metrics.get(f"{split}.ccc_{track}", float("nan"))
     refit = float(result.table.ccc.iloc[0]) if len(result.table) else float("nan")
     if abs(logged - refit) > REPRODUCED_TOLERANCE:
         warnings.warn(
@@ -173,7 +145,7 @@ def explain_trial(
             stacklevel=2,
         )
     if scores is None:
-        scores = _logged_scores(tracker, run_id)
+        scores = logged_scores(tracker, run_id)
     if scores is None or scores.empty:
         scores = result.scores
     out = Path(out_dir)
@@ -183,7 +155,7 @@ def explain_trial(
     result.table.to_csv(csv, index=False)
     what = f"{trial.feature_set}, {track} track, {split}"
     plot_importance(result.table, png, title=f"Permutation importance ({what}): {trial.label()}")
-    _log_files(tracker, run_id, [csv, png])
+    log_files(tracker, run_id, {f.name: f.read_bytes() for f in (csv, png)}, "importance")
     heat = session_map(scores, out, trial.feature_set, track, trial.label(), tracker, run_id)
     tracker.log_table(run_id, result.table, f"importance/importance_{stem}.json")
     above = result.table[result.table.ci_low > 0]
@@ -208,8 +180,9 @@ def explain_run(
     track: str | None = None,
     seed: int = 0,
 ) -> Explanation:
-    """``experiments explain RUN_ID``: the importance of a configuration's child run (see the
-    module docstring and :func:`explain_trial`).
+    """``experiments explain RUN_ID``: the permutation importance of a configuration's child run
+    (:func:`~experiments.evaluation.importance.permutation_importance` of its refit, written and
+    logged by :func:`explain_trial`).
 
     Raises:
         ExplainError: no run ``run_id``, a run that is no configuration's (a parent run), a
@@ -228,11 +201,24 @@ def explain_run(
         raise ExplainError(
             f"no run {run_id} in {uri}; copy a child run's id from the MLflow UI or reports/ablation.csv"
         ) from e
+    trial = _run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
+    tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
+    tables = load_sessions(
+        store, sweep_channels(trial), target=trial.target, splits=dict_splits(trial)
+    )
+    w = window_sessions(tables, trial.window_key())
+    track = track or trial.track
+    result = permutation_importance(trial, w, levels, repeats, split, track, seed)
+    return explain_trial(trial, track, result, tracker, run_id, out_dir)
+
+
+def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
+    """The configuration of the run ``run_id`` from its ``params``, checked against its
+    ``config_hash`` tag; :class:`ExplainError` when it is none, or the baseline."""
     try:
-        trial = trial_from_params(run.data.params)
+        trial = trial_from_params(params)
     except KeyError as e:
         raise ExplainError(f"run {run_id}: {e.args[0]}; give a configuration's child run") from e
-    logged_hash = run.data.tags.get(CONFIG_HASH_TAG, "")
     if trial.hash() != logged_hash:
         raise ExplainError(
             f"run {run_id}: its params give config hash {trial.hash()}, its tag says "
@@ -242,12 +228,7 @@ def explain_run(
         raise ExplainError(
             f"run {run_id} is the {trial.model} baseline, which reads no feature: nothing to permute"
         )
-    tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
-    tables = load_sessions(
-        store, sweep_channels(trial), target=trial.target, splits=dict_splits(trial)
-    )
-    w = window_sessions(tables, trial.window_key())
-    return explain_trial(trial, w, tracker, run_id, out_dir, levels, repeats, split, track, seed)
+    return trial
 
 
 def sweep_channels(trial: Trial) -> list[str]:
@@ -266,18 +247,19 @@ def dict_splits(trial: Trial) -> dict[str, list[int]]:
 
 
 def trials_by_hash(cfg: ExperimentConfig) -> dict[str, Trial]:
-    """Each configuration of ``cfg``'s grid under every hash a sweep may have logged it with:
-    as expanded, with ``unseen_listener`` (selection ``chosen``) and with ``unseen_nested`` too
-    (selection ``nested``, every generalized configuration), so that a chosen run's
-    configuration is found whichever selection the ablation ran."""
+    """config hash -> the configuration as fitted for predictions (no unseen-listener protocol),
+    for every configuration a sweep of ``cfg`` logs (:func:`~experiments.studies.sweep.grid_trials`)
+    under every hash it may carry: as expanded, with ``unseen_listener`` (selection ``chosen``)
+    and with ``unseen_nested`` too (selection ``nested``), whichever selection the ablation ran."""
     by_hash: dict[str, Trial] = {}
-    for t in expand(cfg):
+    for t in grid_trials(cfg):
+        plain = replace(t, unseen_listener=False, unseen_nested=False)
         for variant in (
-            t,
-            replace(t, unseen_listener=True),
-            replace(t, unseen_listener=True, unseen_nested=True),
+            plain,
+            replace(plain, unseen_listener=True),
+            replace(plain, unseen_listener=True, unseen_nested=True),
         ):
-            by_hash.setdefault(variant.hash(), t)
+            by_hash.setdefault(variant.hash(), plain)
     return by_hash
 
 
@@ -285,70 +267,52 @@ def explain_choices(
     cfg: ExperimentConfig,
     table: pd.DataFrame,
     scores_of: Callable[[str], pd.DataFrame | None],
-    store: str | os.PathLike,
+    store: Store | str | os.PathLike,
     tracker: Tracker,
     out_dir: str | os.PathLike = "reports",
     cache: FitCache | None = None,
 ) -> list[Explanation | Path]:
-    """The ablation's per-configuration pictures: for each feature set and track of ``table``
-    (the ablation table, with ``run_id_<track>`` and ``label_<track>``), the CCC heat map of the
-    chosen run (``scores_of(run_id)``: its per-session CCC), and, when ``cfg.importance`` is
-    set, its permutation importance (:func:`explain_trial`; a baseline has none). Returns the
-    :class:`Explanation` of each importance and the path of each heat map drawn alone.
+    """The importance step of the ablation: for each feature set and track of ``table`` (the
+    ablation table), the CCC heat map of the chosen run (``scores_of(run_id)``: its per-session
+    CCC) and, with ``cfg.importance``, its permutation importance (a baseline has none). Returns
+    each :class:`Explanation` and the path of each heat map drawn alone.
 
-    A feature set's sessions are loaded once; when its two choices share a fit group (e.g. one
-    model with ``rescale`` ``train`` and ``listener``), their importance is computed together
-    (:func:`~experiments.evaluation.importance.permutation_importances`): one set of fits and
-    of permuted predictions, the same numbers as apart. ``cache``: fits made before (the late
-    fusion's members, :func:`experiments.studies.fusion.fusion_rows`), each window's released
-    once its importance is computed."""
+    A feature set's sessions are loaded once, and its two choices computed together when they
+    share a fit group (:func:`_importances`); ``cache``: fits made before (the late fusion's
+    members), each window's released once its importance is computed."""
     by_hash = trials_by_hash(cfg)
-    hashes = {}
+    hash_of = functools.cache(
+        lambda run: str(tracker.client.get_run(run).data.tags.get(CONFIG_HASH_TAG, ""))
+    )
     out: list[Explanation | Path] = []
     for fs, rows in table.groupby("feature_set", sort=False):
         first = rows.iloc[0]
-        chosen: list[tuple[str, str, Trial | None, pd.DataFrame | None]] = []
-        for track in ("personalized", "generalized"):
-            run_id = str(first.get(f"run_id_{track}", "") or "")
-            if not run_id:
-                continue
-            scores = scores_of(run_id)
-            if run_id not in hashes:
-                hashes[run_id] = tracker.client.get_run(run_id).data.tags.get(CONFIG_HASH_TAG, "")
-            trial = by_hash.get(hashes[run_id])
-            if cfg.importance is None or trial is None or _reads_no_feature(trial):
-                trial = None  # a heat map alone
-            chosen.append((track, run_id, trial, scores))
-        results = _importances(cfg, store, [(t, track) for track, _, t, _ in chosen if t], cache)
-        for track, run_id, trial, scores in chosen:
-            if trial is None or cfg.importance is None:
-                if scores is not None and not scores.empty:
-                    label = str(first.get(f"label_{track}", ""))
-                    out.append(session_map(scores, out_dir, str(fs), track, label, tracker, run_id))
-                continue
-            imp = cfg.importance
-            out.append(
-                explain_trial(
-                    trial,
-                    None,
-                    tracker,
-                    run_id,
-                    out_dir,
-                    imp.levels,
-                    imp.repeats,
-                    imp.split,
-                    track,
-                    cfg.seed,
-                    scores,
-                    result=results[trial, track],
+        runs = {t: str(first.get(f"run_id_{t}", "") or "") for t in ("personalized", "generalized")}
+        trials = {
+            t: _explainable(by_hash.get(hash_of(run))) if cfg.importance else None
+            for t, run in runs.items()
+            if run
+        }
+        choices = [(x, t) for t, x in trials.items() if x is not None]
+        results = _importances(cfg, store, choices, cache)
+        for track, trial in trials.items():
+            scores = scores_of(runs[track])
+            if trial is not None:
+                result = results[trial, track]
+                out.append(
+                    explain_trial(trial, track, result, tracker, runs[track], out_dir, scores)
                 )
-            )
+            elif scores is not None and not scores.empty:  # a heat map alone
+                label = str(first.get(f"label_{track}", ""))
+                out.append(
+                    session_map(scores, out_dir, str(fs), track, label, tracker, runs[track])
+                )
     return out
 
 
 def _importances(
     cfg: ExperimentConfig,
-    store: str | os.PathLike,
+    store: Store | str | os.PathLike,
     choices: Sequence[tuple[Trial, str]],
     cache: FitCache | None = None,
 ) -> dict[tuple[Trial, str], ImportanceResult]:
@@ -386,34 +350,3 @@ def _importances(
         del w  # one window at a time, with its fits
         release_free_memory()  # the heap would keep the window's pages for the next one
     return out
-
-
-def importance_markdown(explained: Sequence[Explanation], top: int = 3) -> str:
-    """The ablation report's section on the chosen configurations' importance: per choice, the
-    ``top`` groups of each level with their drop in CCC and 95 % interval ("" without any)."""
-    if not explained:
-        return ""
-    lines = [
-        "",
-        "## What the chosen configurations use (permutation importance)",
-        "",
-        "Drop in test CCC (the track's averaging) when a group's features are moved in time (each",
-        "session's block circularly shifted by at least 10 s), mean over repeats, [95 % interval over",
-        "listeners]; the fitted model is the chosen one's. An interval per group, not adjusted for the",
-        "number of groups; correlated groups share their credit. Tables: `importance_<set>_<track>.csv`.",
-        "",
-    ]
-    rows = []
-    for e in explained:
-        t = e.table
-        for level in dict.fromkeys(t.level):
-            best = t[t.level == level].head(top)
-            cells = ", ".join(
-                f"{r.group} {r.importance:.3f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
-                for r in best.itertuples()
-            )
-            rows.append([e.trial.feature_set, e.track, level, cells])
-    lines += markdown.table(
-        ["features", "track", "level", f"top {top}: drop [95 % interval]"], rows
-    )
-    return "\n".join(lines) + "\n"

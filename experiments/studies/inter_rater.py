@@ -3,8 +3,8 @@ as rated and with each rater's reaction lag removed (`experiments agreement`).""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,22 +16,13 @@ from ..data.gold_standard import estimate_lags
 from ..evaluation import markdown
 
 
-def _store(store: Any) -> Store:
+def as_store(store: Store | str | os.PathLike) -> Store:
+    """``store`` opened, when it is a folder."""
     return store if isinstance(store, Store) else Store(store)
 
 
-def _fmt(v: Any) -> str:
-    """A number (or NaN read off a DataFrame row) with 3 decimals, ``n/a`` for NaN."""
-    return "n/a" if pd.isna(v) else f"{v:.3f}"
-
-
 #: columns of ``inter_rater.csv``
-RATER_COLUMNS = [
-    "target",
-    "session",
-    "aligned",
-    "raters",
-    "n_frames",
+RATER_COLUMNS = ["target", "session", "aligned", "raters", "n_frames"] + [
     "ICC(2,1)",
     "ICC(3,1)",
     "ICC(2,k)",
@@ -40,11 +31,13 @@ RATER_COLUMNS = [
 ]
 
 
-def inter_rater_table(store, max_lag_s: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def inter_rater_table(
+    store: Store | str | os.PathLike, max_lag_s: float = 5.0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
     per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
     lag_frames, lag_s``). Both empty when no session has raters."""
-    st = _store(store)
+    st = as_store(store)
     by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     fps = 25.0
     for s in st.list_sessions():
@@ -85,7 +78,7 @@ def inter_rater_markdown(table: pd.DataFrame, lags: pd.DataFrame) -> str:
     lines += markdown.table(
         cols,
         (
-            [_fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
+            [markdown.number(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols]
             for _, r in table[table.session == "pooled"].iterrows()
         ),
     )
@@ -98,6 +91,7 @@ def inter_rater_markdown(table: pd.DataFrame, lags: pd.DataFrame) -> str:
 
 
 def write_raters(out: Path, raters: pd.DataFrame, lags: pd.DataFrame) -> list[Path]:
+    """``inter_rater.csv`` and ``inter_rater_lags.csv`` into ``out`` (none without raters)."""
     if raters.empty:
         return []
     files = [out / "inter_rater.csv", out / "inter_rater_lags.csv"]

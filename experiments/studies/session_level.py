@@ -1,39 +1,8 @@
 """Whole-session ratings: one value per session (``/session_labels/<target>``), predicted from
-session-level summaries of the channels, cross-validated by person (``experiments sessions``).
-
-A questionnaire score per conversation (the ESHCC's perceived empathy, a post-session
-self-report) has one value per session, so frame-level models do not apply. Here:
-
-1. **Summaries** (:func:`session_table`): per session and per column of each channel, over its
-   valid rows and ignoring NaN, the statistics of ``stats`` (``mean``, ``std``, ``p10``,
-   ``p90``, ``median``, ``min``, ``max``); one row per session, named
-   ``<role>/<channel>/<column>:<stat>``.
-2. **Models** (:func:`model_grid`): a small grid, each in a pipeline that imputes a column's
-   missing summaries with its training median and standardises: ``ridge`` (``alpha``), ``svr``
-   (``C``, RBF kernel), ``random_forest`` (``n_estimators``, ``max_depth``), ``xgboost``
-   (``n_estimators``, ``max_depth``, ``learning_rate``) and the ``mean`` baseline (the training
-   sessions' mean rating).
-3. **Cross-validation by person** (:func:`~experiments.data.folds.cv_folds`): ``lopo`` (leave
-   one rated person out) or ``kfold_person`` (``folds`` folds of whole persons); a person's
-   sessions are never on both sides of a fold. Every session gets one out-of-fold prediction.
-4. **Scores across sessions** (:func:`score`): Pearson r, CCC and MAE of the out-of-fold
-   predictions. Intervals (95 %): r by Fisher's z over sessions; MAE by a skewness-corrected t
-   interval over persons' mean absolute errors (the person as the unit, as in
-   :mod:`experiments.evaluation.uncertainty`); CCC has none. With tens of sessions these are
-   wide, and sessions of one person are not independent (r's interval is then too narrow):
-   the report gives the numbers of sessions and persons beside every score.
-5. **Logging** (:func:`run_sessions`): an MLflow parent run (``sessions-<target>``) with one
-   child run per model configuration (params, the scores, ``oof.csv``: each session's rating
-   and prediction), and ``summary.md`` / ``summary.csv`` in ``out_dir`` and on the parent.
-   The best configuration is chosen on the same folds it is scored on, so its score is
-   optimistic; compare it with the ``mean`` baseline and across the grid, not as a test score.
-6. **Nested selection** (``nested: true``, :func:`nested_out_of_fold`): each outer fold's
-   configuration chosen by an inner cross-validation over its training persons only, scored
-   on the held-out persons: the score of the whole procedure, grid search included (parent
-   metrics ``nested_*``).
-
-The config is a small YAML file (:func:`load_session_config`, keys in :data:`DEFAULTS`).
-"""
+session-level summaries of the channels (:func:`session_table`), a small model grid
+(:func:`model_grid`) cross-validated by person, scored across sessions (:func:`score`), with a
+nested selection, logged to MLflow (:func:`run_sessions`). The config, what runs and how to
+read it: docs/config.md, "Whole-session ratings"."""
 
 from __future__ import annotations
 
@@ -59,6 +28,7 @@ from featurestore import Store
 from featurestore.overrides import ConfigError
 
 from ..data.folds import cv_folds
+from ..evaluation import markdown
 from ..evaluation.metrics import ccc
 from ..evaluation.uncertainty import mean_interval
 from ..tracking.tracker import Tracker
@@ -532,7 +502,7 @@ def run_sessions(
         files = [out / "summary_sessions.csv", out / "summary_sessions.md"]
         table.to_csv(files[0], index=False)
         files[1].write_text(
-            summary_markdown(cfg, table, n_sessions, n_persons, len(folds), nested, choices)
+            sessions_markdown(cfg, table, n_sessions, n_persons, len(folds), nested, choices)
         )
         with tempfile.TemporaryDirectory() as tmp:
             table.to_csv(Path(tmp) / "summary.csv", index=False)
@@ -553,7 +523,7 @@ def run_sessions(
     )
 
 
-def summary_markdown(
+def sessions_markdown(
     cfg: SessionLevelConfig,
     table: pd.DataFrame,
     n_sessions: int,
@@ -563,10 +533,6 @@ def summary_markdown(
     choices: Sequence[str] = (),
 ) -> str:
     """The study's report: its data, then one line per configuration, best CCC first."""
-
-    def ci(low: float, high: float) -> str:
-        return "" if not (np.isfinite(low) and np.isfinite(high)) else f" [{low:.2f}, {high:.2f}]"
-
     lines = [
         f"# Whole-session rating `{cfg.target}`",
         "",
@@ -578,23 +544,28 @@ def summary_markdown(
         "is chosen on the folds it is scored on: an optimistic estimate, to read against the "
         "`mean` baseline and the nested selection.",
         "",
-        "| configuration | Pearson r | CCC | MAE |",
-        "| --- | --- | --- | --- |",
     ]
-    for _, r in table.iterrows():
-        lines.append(
-            f"| {r['config']} | {r['r']:.3f}{ci(r['r_ci_low'], r['r_ci_high'])} | "
-            f"{r['ccc']:.3f} | {r['mae']:.3f}{ci(r['mae_ci_low'], r['mae_ci_high'])} |"
-        )
+    rows = (
+        [r.config, _with_interval(r, "r"), f"{r.ccc:.3f}", _with_interval(r, "mae")]
+        for r in table.itertuples()
+    )
+    lines += markdown.table(["configuration", "Pearson r", "CCC", "MAE"], rows)
     if nested:
         counts = pd.Series(list(choices)).value_counts()
         lines += [
             "",
             f"**Nested selection** (each fold's configuration chosen by an inner cross-validation "
             f"over its training persons, then scored on the held-out ones): Pearson r "
-            f"{nested['r']:.3f}{ci(nested['r_ci_low'], nested['r_ci_high'])}, CCC "
-            f"{nested['ccc']:.3f}, MAE {nested['mae']:.3f}"
-            f"{ci(nested['mae_ci_low'], nested['mae_ci_high'])}; chosen: "
+            f"{markdown.interval(nested['r'], nested['r_ci_low'], nested['r_ci_high'])}, CCC "
+            f"{nested['ccc']:.3f}, MAE "
+            f"{markdown.interval(nested['mae'], nested['mae_ci_low'], nested['mae_ci_high'])}; chosen: "
             + ", ".join(f"{label} ({n} of {len(choices)} folds)" for label, n in counts.items()),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _with_interval(row: Any, name: str) -> str:
+    """The score ``name`` of a table row with its 95 % interval where it has one."""
+    return markdown.interval(
+        getattr(row, name), getattr(row, f"{name}_ci_low"), getattr(row, f"{name}_ci_high")
+    )

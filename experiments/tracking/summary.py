@@ -1,30 +1,21 @@
-"""Choosing each track's best configuration, and the summary a sweep's parent run carries.
-
-Each challenge track is chosen on validation (or LOSO) under its own averaging
-(:func:`experiments.config.tracks.selection_metric`) among the grid's configurations it may
-use (:func:`best_per_track`: the personalized track among all, the generalized track among
-those that do not know who is listening); :func:`summarise` tags the parent run with each
-track's best child and attaches ``summary.md`` / ``summary.csv`` / ``tracks.csv``. Test
-numbers appear only for each track's chosen configuration: the per-configuration listing
-shows the selection split alone (every run's test CCC stays in MLflow for inspection).
+"""Choosing each track's best configuration (:func:`best_per_track`), and the summary a sweep's
+parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``, ``tracks.csv``).
+How the tracks choose and what is reported: docs/results.md, "Two averages, two tracks".
 
 >>> import pandas as pd
 >>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
 ...                       "val.ccc_generalized": [0.2, 0.4], "run_id": ["a", "b"], "label": ["x", "y"]})
 >>> best_per_track(table, "val")["generalized"].run_id
 'b'
->>> print(markdown_table(pd.DataFrame({"run": ["a|b"], "ccc": [0.12345]})))
-| run | ccc |
-|---|---|
-| a\\|b | 0.123 |
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,21 +31,12 @@ from .tracker import CONFIG_HASH_TAG, Tracker
 
 
 def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
-    """Each track's best finished configuration of ``table`` (rows with a ``track`` column),
-    by the track's own selection metric; the first row wins a tie. Tracks without a scored
-    row are left out.
-
-    The tracks nest (:func:`experiments.config.tracks.candidates`): the personalized track
-    chooses among every configuration, the generalized track among the generalized ones, so a
-    global model that wins on validation is both tracks' choice. A row keeps its own
-    ``track`` (the track of its model), which may differ from the track that chose it.
-
-    Only the grid's configurations compete; when the generalized track's choice was also
-    evaluated on unseen listeners (a row whose ``unseen_of`` is its config hash, see
-    :func:`experiments.studies.sweep.run_sweep`), that row is returned: the same configuration
-    and scores, plus its ``*_unseen`` metrics (a generalized-track number). The personalized
-    track's choice is always the grid's own run.
-    """
+    """Each track's best finished configuration of ``table`` (rows with a ``track`` column) by
+    the track's own selection metric, the first row winning a tie; tracks without a scored row
+    are left out. The tracks nest (the personalized track chooses among every configuration); a
+    row keeps its own ``track``. Only the grid's configurations compete; the generalized
+    track's choice is returned as its unseen-listener twin when there is one (a row whose
+    ``unseen_of`` is its config hash: the same scores, plus its ``*_unseen`` metrics)."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
@@ -104,6 +86,8 @@ _REPORTED_SPLITS = {
     "personalized": ("val", "loso", "cv", "test"),
     "generalized": ("val", "loso", "cv", "test", "test_unseen"),
 }
+#: the splits that choose a configuration: their numbers are maxima over the grid, no interval
+_SELECTION_SPLITS = ("val", "loso", "cv")
 #: ``unseen_selection`` -> what the summary says of its ``test_unseen`` number
 UNSEEN_NOTES = {
     "nested": "each left-out listener's configuration chosen on the other listeners' {split} "
@@ -132,36 +116,30 @@ def track_summary(
     unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per track: its best configuration (chosen on validation or LOSO under the track's own
-    averaging; ``config_track`` is the track of its model) with each split's CCC under that
-    averaging, the chance level (95th percentile) and, on the splits that did not choose it, its
-    95 % interval over listeners (the selection split's number is a maximum over the grid, and
-    an interval would pretend it was not).
-
-    The generalized track's ``test_unseen.*`` numbers follow ``unseen_selection``
-    (:data:`UNSEEN_NOTES`, column ``unseen_selection``): ``nested`` takes them from ``nested``
-    (:func:`experiments.studies.unseen.nested_unseen` over every feature set: one row per
-    left-out listener): ``test_unseen.ccc_generalized`` is the mean over listeners of each
-    one's test CCC with their own configuration, without interval or chance level (no single
-    run made them); ``chosen`` from the generalized choice's unseen-listener run; ``fixed``
-    from the named configuration's.
-    """
+    """One row per track: its best configuration (``config_track``: the track of its model) with
+    each split's CCC under the track's averaging, the chance level (95th percentile) and, on the
+    splits that did not choose it, its 95 % interval over listeners. The generalized track's
+    ``test_unseen.*`` numbers follow ``unseen_selection`` (:data:`UNSEEN_NOTES`): ``nested``
+    takes the mean over listeners of ``nested``'s rows (one per left-out listener,
+    :func:`experiments.studies.unseen.nested_unseen`; no interval nor chance level), ``chosen``
+    the choice's unseen-listener run, ``fixed`` the named configuration's."""
     rows = []
     for track, best in best_per_track(table, protocol).items():
-        row = {
+        row: dict[str, object] = {
             "track": track,
             "run_id": str(best.run_id),
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol),
-            "ccc_averaging": averaging_of(best.get("ccc_averaging")),
+            "ccc_averaging": str(best.get("ccc_averaging", "sessions")),
         }
         if track == "generalized":
             source = _unseen_source(table, best, unseen_selection)
             best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
             if source is not None:
-                unseen = [c for c in source.index if str(c).startswith("test_unseen.")]
-                best = pd.concat([best, source[unseen]])
+                best = pd.concat(
+                    [best, source[[c for c in source.index if str(c).startswith("test_unseen.")]]]
+                )
             if unseen_selection == "nested" and nested is not None and len(nested):
                 scores = nested["ccc_test_unseen"].dropna()
                 best["test_unseen.ccc_generalized"] = float(scores.mean())
@@ -170,30 +148,21 @@ def track_summary(
             row["unseen_label"] = "" if source is None else str(source.get("label", ""))
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
-            if name in best and pd.notna(best[name]):
-                row[name] = float(best[name])
-                # the selection split's number is the maximum over the grid: no interval
-                selected = split in ("val", "loso", "cv")
-                for suffix in (
-                    (".chance_q95",) if selected else (".ci_low", ".ci_high", ".chance_q95")
-                ):
-                    if name + suffix in best and pd.notna(best[name + suffix]):
-                        row[name + suffix] = float(best[name + suffix])
-                if f"{split}.n_listeners" in best and pd.notna(best[f"{split}.n_listeners"]):
-                    row[f"{split}.n_listeners"] = float(best[f"{split}.n_listeners"])
+            if pd.isna(best.get(name, np.nan)):
+                continue
+            # the selection split's number is the maximum over the grid: no interval
+            ends = (".ci_low", ".ci_high") if split not in _SELECTION_SPLITS else ()
+            for key in (name, *(name + e for e in (*ends, ".chance_q95")), f"{split}.n_listeners"):
+                if pd.notna(best.get(key, np.nan)):
+                    row[key] = float(best[key])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _number(value: float) -> str:
-    """A CCC with 3 decimals, or ``n/a`` (e.g. no chance level for the nested unseen mean)."""
-    return "n/a" if pd.isna(value) else f"{value:.3f}"
-
-
-def _missing_interval(row: dict, split: str) -> str:
+def _missing_interval(row: Mapping[Hashable, Any], split: str) -> str:
     """Why a held-out split's interval is missing: too few listeners, or not logged."""
     n = row.get(f"{split}.n_listeners", np.nan)
-    return f"n/a ({int(n)} listener(s); 3 needed)" if pd.notna(n) and n < 3 else "n/a"
+    return f"n/a ({int(n)} listener(s); 3 needed)" if isinstance(n, float) and n < 3 else "n/a"
 
 
 #: how the reports name each CCC averaging (``ccc_averaging`` in the config)
@@ -202,85 +171,75 @@ AVERAGING_TEXT = {
     "as OMG-Empathy",
     "concatenated": "one CCC over each split's sessions concatenated, as AVEC",
 }
-
-
-def averaging_of(value) -> str:
-    """The CCC averaging a run's param ``ccc_averaging`` names; runs from before it had
-    none: ``sessions``.
-
-    >>> averaging_of("concatenated"), averaging_of(float("nan")), averaging_of(None)
-    ('concatenated', 'sessions', 'sessions')
-    """
-    return "concatenated" if value == "concatenated" else "sessions"
+SUMMARY_NOTE = (
+    "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
+    "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
+    "each story's mean CCC. The personalized track chooses among every configuration, the generalized",
+    "track among those that do not know who is listening. Intervals: t over listeners, the split's",
+    "stories held fixed. `test_unseen`: listeners left out of training (generalized track only),",
+    "with the selection named above.",
+)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The per-track summary as Markdown: value [95 % interval] (chance 95th percentile)."""
+    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval]
+    (chance 95th percentile)."""
     lines = ["# Best configuration of each track", ""]
     for row in summary.to_dict("records"):
-        lines += [
-            f"## {row['track']} track",
-            "",
-            f"- configuration: {row['label']}"
-            + (
-                f" (a {row['config_track']} configuration: it does not know who is listening)"
-                if row.get("config_track", row["track"]) != row["track"]
-                else ""
-            ),
-            f"- run: `{row['run_id']}`",
-            f"- chosen on: `{row['chosen_on']}`",
-            f"- CCC averaging: {AVERAGING_TEXT[averaging_of(row.get('ccc_averaging'))]}",
-        ]
-        selection = row.get("unseen_selection")
-        if isinstance(selection, str) and selection in UNSEEN_NOTES:
-            note = UNSEEN_NOTES[selection].format(
-                split=str(row["chosen_on"]).split(".")[0], label=row.get("unseen_label", "")
-            )
-            lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {note}")
-        lines.append("")
-        cells = []
-        for split in _REPORTED_SPLITS[row["track"]]:
-            name = f"{split}.ccc_{row['track']}"
-            if name in row and pd.notna(row[name]):
-                low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
-                ci = (
-                    "selection split: none (a maximum over the grid)"
-                    if split in ("val", "loso", "cv")
-                    else "none: each listener's own configuration"
-                    if split == "test_unseen" and row.get("unseen_selection") == "nested"
-                    else f"[{low:.3f}, {high:.3f}]"
-                    if pd.notna(low)
-                    else _missing_interval(row, split)
-                )
-                marked = split == "test_unseen" and row.get("unseen_selection") == "chosen"
-                cells.append(
-                    [
-                        split,
-                        f"{row[name]:.3f}" + (f" {CHOSEN_UNSEEN_MARK}" if marked else ""),
-                        ci,
-                        _number(row.get(name + ".chance_q95", np.nan)),
-                    ]
-                )
-        lines += [
-            *markdown.table(
-                ["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"], cells
-            ),
-            "",
-            *(
-                [CHOSEN_UNSEEN_NOTE + ".", ""]
-                if any(CHOSEN_UNSEEN_MARK in c[1] for c in cells)
-                else []
-            ),
-        ]
-    lines += [
-        "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
-        "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
-        "each story's mean CCC. The personalized track chooses among every configuration, the generalized",
-        "track among those that do not know who is listening. Intervals: t over listeners, the split's",
-        "stories held fixed. `test_unseen`: listeners left out of training (generalized track only),",
-        "with the selection named above.",
+        lines += _track_section(row)
+    return "\n".join([*lines, *SUMMARY_NOTE]) + "\n"
+
+
+def _track_section(row: Mapping[Hashable, Any]) -> list[str]:
+    """One track's section of :func:`summary_markdown`."""
+    track = str(row["track"])
+    other = row.get("config_track", track) != track
+    lines = [
+        f"## {track} track",
+        "",
+        f"- configuration: {row['label']}"
+        + (
+            f" (a {row['config_track']} configuration: it does not know who is listening)"
+            if other
+            else ""
+        ),
+        f"- run: `{row['run_id']}`",
+        f"- chosen on: `{row['chosen_on']}`",
+        f"- CCC averaging: {AVERAGING_TEXT[str(row['ccc_averaging'])]}",
     ]
-    return "\n".join(lines) + "\n"
+    selection = row.get("unseen_selection")
+    if isinstance(selection, str) and selection in UNSEEN_NOTES:
+        split = str(row["chosen_on"]).split(".")[0]
+        note = UNSEEN_NOTES[selection].format(split=split, label=row.get("unseen_label", ""))
+        lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {note}")
+    cells = [_split_cells(row, split) for split in _REPORTED_SPLITS[track]]
+    cells = [c for c in cells if c]
+    head = ["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"]
+    marked = any(CHOSEN_UNSEEN_MARK in c[1] for c in cells)
+    return [
+        *lines,
+        "",
+        *markdown.table(head, cells),
+        "",
+        *([CHOSEN_UNSEEN_NOTE + ".", ""] if marked else []),
+    ]
+
+
+def _split_cells(row: Mapping[Hashable, Any], split: str) -> list[str]:
+    """A split's row of a track's table: CCC, its interval or why there is none, chance."""
+    name = f"{split}.ccc_{row['track']}"
+    if pd.isna(row.get(name, np.nan)):
+        return []
+    low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
+    selection = row.get("unseen_selection")
+    if split in _SELECTION_SPLITS:
+        ci = "selection split: none (a maximum over the grid)"
+    elif split == "test_unseen" and selection == "nested":
+        ci = "none: each listener's own configuration"
+    else:
+        ci = f"[{low:.3f}, {high:.3f}]" if pd.notna(low) else _missing_interval(row, split)
+    mark = f" {CHOSEN_UNSEEN_MARK}" if split == "test_unseen" and selection == "chosen" else ""
+    return [split, f"{row[name]:.3f}{mark}", ci, markdown.number(row.get(name + ".chance_q95"))]
 
 
 def nested_markdown(nested: pd.DataFrame | None) -> str:
@@ -298,14 +257,12 @@ def nested_markdown(nested: pd.DataFrame | None) -> str:
         ]
         for r in nested.sort_values("listener").itertuples()
     ]
+    head = ["listener", "configuration", "chosen on (without the listener)", "test CCC", "run"]
     lines = [
         "",
         "# Unseen listeners, nested: each left-out listener's configuration",
         "",
-        *markdown.table(
-            ["listener", "configuration", "chosen on (without the listener)", "test CCC", "run"],
-            cells,
-        ),
+        *markdown.table(head, cells),
         "",
         "`experiments export RUN --split test_unseen` writes a run's predictions of its left-out listeners.",
     ]
@@ -316,32 +273,41 @@ def _tag_tracks(
     summary: pd.DataFrame,
     tags: dict[str, str],
     metrics: dict[str, float],
-    metric_prefix: str | None = None,
-    tag_prefix: str = "",
+    prefix: str = "",
     drop_nan: bool = False,
 ) -> dict[str, str]:
-    """Add each track's best run (tags ``<tag_prefix>best_run_id_<track>``, ``..best_label_..``)
-    and its reported splits' metrics (``<metric_prefix><metric>``, by default
-    ``best_<track>.<metric>``; NaN left out with ``drop_nan``) from ``summary``
-    (:func:`track_summary`) to ``tags`` and ``metrics``; returns track -> best run id."""
+    """Add each track's best run (tags ``<prefix>best_run_id_<track>``, ``..best_label_..``)
+    and its reported splits' metrics (``<prefix><metric>``, or ``best_<track>.<metric>``
+    without ``prefix``; NaN left out with ``drop_nan``) from ``summary`` (:func:`track_summary`)
+    to ``tags`` and ``metrics``; returns track -> best run id."""
     best: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
         best[track] = row["run_id"]
-        tags[f"{tag_prefix}best_run_id_{track}"] = row["run_id"]
-        tags[f"{tag_prefix}best_label_{track}"] = str(row["label"])[:5000]
+        tags[f"{prefix}best_run_id_{track}"] = row["run_id"]
+        tags[f"{prefix}best_label_{track}"] = str(row["label"])[:5000]
         if isinstance(row.get("unseen_selection"), str):
             tags["unseen_selection"] = row["unseen_selection"]
         splits = tuple(f"{s}." for s in _REPORTED_SPLITS[track])
-        prefix = metric_prefix if metric_prefix is not None else f"best_{track}."
+        start = prefix or f"best_{track}."
         metrics.update(
             {
-                f"{prefix}{k}": v
+                f"{start}{k}": v
                 for k, v in row.items()
                 if str(k).startswith(splits) and not (drop_nan and pd.isna(v))
             }
         )
     return best
+
+
+def _headline(tags: dict[str, str], best: Mapping[str, str], prefix: str = "") -> None:
+    """Tags ``best_run_id`` / ``best_label``: the personalized track's choice (the generalized
+    track's without one), one name for the headline run."""
+    main = best.get("personalized") or best.get("generalized")
+    if main:
+        tags["best_run_id"] = main
+        label = tags.get(f"{prefix}best_label_generalized", "")
+        tags["best_label"] = tags.get(f"{prefix}best_label_personalized", label)
 
 
 def summarise(
@@ -357,41 +323,58 @@ def summarise(
     keep: Sequence[str] = (),
 ) -> dict[str, str]:
     """Tag the parent with the best child of each track and attach the summary tables; returns
-    track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`
-    (tag ``unseen_selection``; metric ``best_generalized.test_unseen.ccc_generalized``).
-    ``layout``: the store's corpus layout, whose words for the roles summary.md names
-    (:func:`featurestore.storage.roles.in_corpus_words`; ``keep``: words left as written, the
-    feature-set names)."""
+    track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`.
+    ``layout``: the store's corpus layout, whose words for the roles summary.md uses
+    (:func:`featurestore.storage.roles.in_corpus_words`; ``keep``: the feature-set names)."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested)
     best_ids = _tag_tracks(summary, tags, metrics)
-    main = best_ids.get("personalized") or best_ids.get("generalized")
-    if main:
-        # one name for the headline run, as before tracks existed: the personalized track's
-        tags["best_run_id"] = main
-        tags["best_label"] = tags.get(
-            "best_label_personalized", tags.get("best_label_generalized", "")
-        )
+    _headline(tags, best_ids)
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
-        metric = selection_metric("personalized", protocol)
         listing = selection_listing(table, protocol)
-        with tempfile.TemporaryDirectory() as tmp:
-            listing.to_csv(Path(tmp) / "summary.csv", index=False)
-            (Path(tmp) / "summary.md").write_text(
-                roles_note(layout)
-                + in_corpus_words(summary_markdown(summary) + nested_markdown(nested), layout, keep)
-                + "\n# Every configuration (selection split only)\n\n"
-                + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration,"
-                + " best first; test numbers only for each track's choice, above.\n\n"
-                + markdown_table(listing[[c for c in _LISTED if c in listing]])
-                + "\n"
-            )
-            if not summary.empty:
-                summary.to_csv(Path(tmp) / "tracks.csv", index=False)
-            tracker.log_artifacts(parent, tmp)
+        md = summary_markdown(summary) + nested_markdown(nested)
+        md = roles_note(layout) + in_corpus_words(md, layout, keep) + "\n"
+        md += _listing_markdown(listing[[c for c in _LISTED if c in listing]], protocol, "")
+        _log_summary(tracker, parent, md, listing, summary)
     return best_ids
+
+
+def _listing_markdown(listing: pd.DataFrame, protocol: str, by: str) -> str:
+    """The ``Every configuration`` section of summary.md: the selection split's numbers."""
+    metrics = f"`{selection_metric('personalized', protocol)}` and `{selection_metric('generalized', protocol)}`"
+    return (
+        "# Every configuration (selection split only)\n\n"
+        + f"{metrics} of every configuration{by}, best first; test numbers only for each track's choice,"
+        + " above.\n\n"
+        + "\n".join(markdown.frame(listing))
+        + "\n"
+    )
+
+
+def _log_summary(
+    tracker: Tracker, parent: str, md: str, listing: pd.DataFrame, tracks: pd.DataFrame
+) -> None:
+    """``summary.csv`` (``listing``), ``summary.md`` and, with rows, ``tracks.csv`` to ``parent``."""
+    files: dict[str, bytes | str] = {"summary.csv": listing.to_csv(index=False), "summary.md": md}
+    if not tracks.empty:
+        files["tracks.csv"] = tracks.to_csv(index=False)
+    log_files(tracker, parent, files)
+
+
+def log_files(
+    tracker: Tracker,
+    run_id: str,
+    files: Mapping[str, bytes | str],
+    artifact_path: str | None = None,
+) -> None:
+    """Log ``files`` (name -> content) to the run ``run_id``, under ``artifact_path``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, content in files.items():
+            path = Path(tmp) / name
+            path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+        tracker.log_artifacts(run_id, tmp, artifact_path)
 
 
 #: the columns of the per-configuration listing in summary.md (summary.csv has every column
@@ -409,14 +392,14 @@ _LISTED = (
     "cv.ccc_generalized",
 )
 #: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
-_HELD_OUT = ("test", "test_unseen", "val_unseen")  # val_unseen: runs of earlier releases
+_HELD_OUT = ("test", "test_unseen")
 
 
 def selection_listing(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
     """Every configuration of ``table`` with its selection-split (validation or LOSO) numbers
     only, best personalized-averaging first: the columns of the held-out splits (``test.*``,
-    ``test_unseen.*``, ``val_unseen.*``) are dropped, and so are intervals (a configuration's
-    number on the split it is chosen on is read against the others, not as an estimate)."""
+    ``test_unseen.*``) are dropped, and so are intervals (a configuration's number on the split
+    it is chosen on is read against the others, not as an estimate)."""
     held_out = tuple(f"{s}." for s in _HELD_OUT)
     keep = [
         c
@@ -426,21 +409,6 @@ def selection_listing(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
     metric = selection_metric("personalized", protocol)
     out = table[keep]
     return out.sort_values(metric, ascending=False) if metric in out else out
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """``table`` as a Markdown table (text cells as they are, numbers with 3 decimals)."""
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return "" if pd.isna(v) else f"{v:.3f}"
-        return str(v)
-
-    return "\n".join(
-        markdown.table(
-            list(table.columns), ([cell(v) for v in row] for row in table.itertuples(index=False))
-        )
-    )
 
 
 # ---------------------------------------------------------------- several targets
@@ -455,12 +423,12 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
         chosen = [c.iloc[0] for c in parts if len(c)]
         if not summaries or len(chosen) < len(summaries):
             continue
-        row: dict = {
+        row: dict[str, object] = {
             "target": "combined",
             "track": track,
             "n_targets": len(chosen),
             "chosen_on": str(chosen[0]["chosen_on"]),
-            "ccc_averaging": averaging_of(chosen[0].get("ccc_averaging")),
+            "ccc_averaging": str(chosen[0]["ccc_averaging"]),
         }
         for split in _REPORTED_SPLITS[track]:
             name = f"{split}.ccc_{track}"
@@ -515,78 +483,66 @@ def summarise_targets(
 ) -> dict[str, dict[str, str]]:
     """:func:`summarise` for a sweep of several ``targets`` (``table`` has a ``target`` column):
     each target's tracks chosen and reported as :func:`track_summary` does, plus the combined
-    score (:func:`combined_summary`).
-
-    The parent run gets metrics ``<target>.<split>.ccc_<track>`` (and their ``.ci_low``,
-    ``.ci_high``, ``.chance_q95``) per target and ``combined.<split>.ccc_<track>``, tags
-    ``<target>.best_run_id_<track>`` and ``<target>.best_label_<track>``, and ``best_run_id`` /
-    ``best_label`` naming the first target's headline run; artifacts ``summary.md`` (a section
-    per target, the combined score, every configuration), ``summary.csv`` (every configuration,
-    selection split only) and ``tracks.csv`` (one row per target and track, then the combined
-    rows). Returns target -> track -> best run id.
-    """
+    score (:func:`combined_summary`); the parent's metrics, tags and files: docs/outputs.md,
+    "Several targets". Returns target -> track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
-    summaries: dict[str, pd.DataFrame] = {}
-    best_ids: dict[str, dict[str, str]] = {}
-    for target in targets:
-        part = table[table["target"] == target] if "target" in table else table.iloc[0:0]
-        summary = track_summary(part, protocol, unseen_selection, (nested or {}).get(target))
-        summaries[target] = summary
-        # the other track's columns of a row are NaN: not logged
-        best_ids[target] = _tag_tracks(
-            summary, tags, metrics, f"{target}.", f"{target}.", drop_nan=True
+    nested = nested or {}
+    summaries = {
+        t: track_summary(
+            table[table["target"] == t] if "target" in table else table.iloc[0:0],
+            protocol,
+            unseen_selection,
+            nested.get(t),
         )
+        for t in targets
+    }
+    # the other track's columns of a row are NaN: not logged
+    best_ids = {
+        t: _tag_tracks(s, tags, metrics, f"{t}.", drop_nan=True) for t, s in summaries.items()
+    }
     combined = combined_summary(summaries)
     for row in combined.to_dict("records"):
-        metrics.update(
-            {
-                f"combined.{k}": v
-                for k, v in row.items()
-                if str(k).startswith(tuple(f"{s}." for s in _REPORTED_SPLITS[row["track"]]))
-                and pd.notna(v)
-            }
-        )
-    first = best_ids.get(targets[0], {}) if targets else {}
-    main = first.get("personalized") or first.get("generalized")
-    if main:
-        tags["best_run_id"] = main
-        tags["best_label"] = tags.get(
-            f"{targets[0]}.best_label_personalized",
-            tags.get(f"{targets[0]}.best_label_generalized", ""),
-        )
+        splits = tuple(f"{s}." for s in _REPORTED_SPLITS[row["track"]])
+        metrics |= {
+            f"combined.{k}": v for k, v in row.items() if str(k).startswith(splits) and pd.notna(v)
+        }
+    if targets:
+        _headline(tags, best_ids.get(targets[0], {}), f"{targets[0]}.")
     tracker.log(parent, metrics=metrics, tags=tags)
     if not table.empty:
-        listing = selection_listing(table, protocol)
-        if "target" in listing:  # each target's configurations together, best first
-            order = {t: i for i, t in enumerate(targets)}
-            listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
-        sections = [
-            f"# Target `{t}`\n\n"
-            + _demoted(summary_markdown(summaries[t]) + nested_markdown((nested or {}).get(t)))
-            for t in targets
-        ]
-        metric = selection_metric("personalized", protocol)
-        columns = [c for c in ("target", *_LISTED) if c in listing]
-        tracks = pd.concat(
-            [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
-            ignore_index=True,
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            listing.to_csv(Path(tmp) / "summary.csv", index=False)
-            (Path(tmp) / "summary.md").write_text(
-                "\n".join(sections)
-                + "\n"
-                + combined_markdown(targets, combined)
-                + "\n# Every configuration (selection split only)\n\n"
-                + f"`{metric}` and `{selection_metric('generalized', protocol)}` of every configuration"
-                + " by target, best first; test numbers only for each track's choice, above.\n\n"
-                + markdown_table(listing[columns])
-                + "\n"
-            )
-            if not tracks.empty:
-                tracks[["target", *[c for c in tracks.columns if c != "target"]]].to_csv(
-                    Path(tmp) / "tracks.csv", index=False
-                )
-            tracker.log_artifacts(parent, tmp)
+        _log_targets_summary(tracker, parent, table, protocol, targets, summaries, combined, nested)
     return best_ids
+
+
+def _log_targets_summary(
+    tracker: Tracker,
+    parent: str,
+    table: pd.DataFrame,
+    protocol: str,
+    targets: Sequence[str],
+    summaries: dict[str, pd.DataFrame],
+    combined: pd.DataFrame,
+    nested: dict[str, pd.DataFrame],
+) -> None:
+    """summary.md (a section per target, the combined score, every configuration by target),
+    summary.csv and tracks.csv (each target's rows, then the combined ones) to ``parent``."""
+    listing = selection_listing(table, protocol)
+    if "target" in listing:  # each target's configurations together, best first
+        order = {t: i for i, t in enumerate(targets)}
+        listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
+    sections = [
+        f"# Target `{t}`\n\n"
+        + _demoted(summary_markdown(summaries[t]) + nested_markdown(nested.get(t)))
+        for t in targets
+    ]
+    md = "\n".join(sections) + "\n" + combined_markdown(targets, combined) + "\n"
+    md += _listing_markdown(
+        listing[[c for c in ("target", *_LISTED) if c in listing]], protocol, " by target"
+    )
+    tracks = pd.concat(
+        [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined], ignore_index=True
+    )
+    if not tracks.empty:
+        tracks = tracks[["target", *[c for c in tracks.columns if c != "target"]]]
+    _log_summary(tracker, parent, md, listing, tracks)

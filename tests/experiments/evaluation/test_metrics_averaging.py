@@ -86,7 +86,6 @@ def test_a_sweep_configuration_scores_and_reports_its_averaging(tables):
     assert "CCC averaging: one CCC over each split's sessions concatenated, as AVEC" in (
         summary_markdown(summary)
     )
-    assert "as OMG-Empathy" in summary_markdown(summary.assign(ccc_averaging=np.nan))
 
 
 def test_an_unknown_averaging_is_refused_with_the_key():

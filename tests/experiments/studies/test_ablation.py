@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,11 +12,22 @@ from mlflow import MlflowClient
 from PIL import Image
 
 from experiments.cli import main
+from experiments.config.loading import from_dict
 from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
 from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
 from experiments.evaluation.uncertainty import holm
-from experiments.studies.ablation import COLUMNS, COMPARISON_COLUMNS, ablation_markdown
+from experiments.studies.ablation import (
+    COLUMNS,
+    COMPARISON_COLUMNS,
+    ablation_markdown,
+    ablation_metrics,
+    ablation_table,
+    comparisons,
+    sweep_feature_sets,
+    unseen_listeners,
+)
+from experiments.studies.parent_run import SweepResult
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
 from experiments.tracking.tracker import CONFIG_HASH_TAG
 from tests.experiments.helpers import config_dict
@@ -57,7 +70,6 @@ def test_ablation_reports_written(ablation):
     out, res, uri = ablation
     df = pd.read_csv(out / "ablation.csv")
     assert list(df.columns) == COLUMNS
-    assert (df.run_id == df.run_id_personalized).all()  # the alias of one release
     assert sorted(zip(df.feature_set, df.split, strict=True)) == sorted(
         (fs, split) for fs in ("speaker", "listener") for split in ("val", "test")
     )
@@ -250,7 +262,6 @@ def test_ablation_markdown_handles_a_set_without_results():
             split=split,
             ccc_personalized=value,
             ccc_generalized=value,
-            run_id=run,
             run_id_personalized=run,
             run_id_generalized=run,
             label_personalized="ridge",
@@ -446,3 +457,153 @@ def test_ablate_two_targets_reports_each_and_their_mean(tracking_dir, tmp_path):
         assert p.data.metrics["ablation.combined.listener.test.ccc_generalized"] == pytest.approx(
             table.loc[("combined", "listener", "test"), "ccc_generalized"]
         )
+
+
+# ------------------------------------------------------------------ the steps of ablate, alone
+def _sweep(table: pd.DataFrame) -> SweepResult:
+    return SweepResult(table, "parent", None, "0", "val.ccc_personalized")
+
+
+def _runs() -> pd.DataFrame:
+    """A swept table: listener's per-listener run a beats its global run b on validation; the
+    speaker has one global run c; b and c were scored on unseen listeners."""
+    nan = np.nan
+    return pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c"],
+            "status": "done",
+            "label": ["la", "lb", "lc"],
+            "features.set": ["listener", "listener", "speaker"],
+            "track": ["personalized", "generalized", "generalized"],
+            "causal": ["true", "false", "true"],
+            "val.ccc_personalized": [0.6, 0.5, 0.1],
+            "val.ccc_generalized": [0.55, 0.52, 0.12],
+            "val.n_listeners": 6.0,
+            "test.ccc_personalized": [0.4, 0.35, 0.05],
+            "test.ccc_personalized.ci_low": [0.3, 0.2, -0.1],
+            "test.ccc_personalized.ci_high": [0.5, 0.45, 0.2],
+            "test.ccc_personalized.chance_q95": [0.1, 0.1, 0.2],
+            "test.ccc_generalized": [0.38, 0.36, 0.04],
+            "test.ccc_generalized.ci_low": [0.3, 0.25, -0.1],
+            "test.ccc_generalized.ci_high": [0.45, 0.42, 0.2],
+            "test.n_listeners": 6.0,
+            "test_unseen.ccc_generalized": [nan, 0.3, 0.02],
+            "test_unseen.ccc_generalized.ci_low": [nan, 0.2, -0.1],
+            "test_unseen.ccc_generalized.ci_high": [nan, 0.4, 0.1],
+            # nested selection: each left-out listener's choice among the generalized runs
+            "val_without_listener_1.ccc_generalized": [nan, 0.5, 0.1],
+            "val_without_listener_2.ccc_generalized": [nan, 0.4, 0.2],
+            "test_unseen.ccc_listener_1": [nan, 0.6, 0.1],
+            "test_unseen.ccc_listener_2": [nan, 0.2, 0.3],
+        }
+    )
+
+
+def test_the_grid_step_refuses_an_unknown_executor():
+    cfg = from_dict(config_dict("unused"))
+    with pytest.raises(ValueError, match="unknown executor 'slurm'; use 'local' or 'dask'"):
+        sweep_feature_sets(cfg, "unused", {"executor": "slurm"})
+
+
+def test_the_selection_step_takes_each_tracks_best_run_of_each_set():
+    df = ablation_table(_sweep(_runs()), ["listener", "speaker", "both"]).set_index(
+        ["feature_set", "split"]
+    )
+    assert list(df.index) == [
+        (fs, s) for fs in ("listener", "speaker", "both") for s in ("val", "test")
+    ]
+    listener, speaker = df.loc[("listener", "test")], df.loc[("speaker", "test")]
+    assert (listener.run_id_personalized, listener.run_id_generalized) == ("a", "b")
+    # the tracks nest: the speaker's only (global) run is both tracks' choice, and says so
+    assert (speaker.run_id_personalized, speaker.config_track_personalized) == ("c", "generalized")
+    assert listener.ccc_personalized == 0.4 and listener.ccc_generalized_ci_low == 0.25
+    assert listener.ccc_unseen_listener == 0.3 and listener.causal_generalized == "false"
+    assert (listener.label_personalized, listener.chance_personalized_q95) == ("la", 0.1)
+    val = df.xs("val", level="split")
+    assert (val.split_role == "selection").all() and val.filter(like="_ci_").isna().all().all()
+    assert val.loc["listener", "ccc_personalized"] == 0.6
+    both = df.loc[("both", "test")]
+    assert both.run_id_personalized == "" and np.isnan(both.ccc_generalized)
+
+
+def test_the_unseen_listener_step_follows_the_selection():
+    cfg = from_dict(config_dict("unused"))
+    table = _runs()
+    sets = ["listener", "speaker"]
+    chosen, nested_rows = unseen_listeners(
+        ablation_table(_sweep(table), sets),
+        table,
+        replace(cfg, unseen_listener=True, unseen_selection="chosen"),
+    )
+    test = chosen.set_index(["feature_set", "split"]).xs("test", level="split")
+    assert test.ccc_unseen_listener.tolist() == [0.3, 0.02] and nested_rows.empty
+    assert (test.unseen_selection == "chosen").all()
+    nested, rows = unseen_listeners(
+        ablation_table(_sweep(table), sets), table, replace(cfg, unseen_listener=True)
+    )
+    # each left-out listener's own choice: listener 1 b (0.5 > nothing else), 2 b; speaker c
+    by = nested.set_index(["feature_set", "split"])
+    assert by.loc[("listener", "test"), "ccc_unseen_listener"] == pytest.approx((0.6 + 0.2) / 2)
+    assert by.loc[("speaker", "test"), "ccc_unseen_listener"] == pytest.approx((0.1 + 0.3) / 2)
+    assert by.filter(like="ccc_unseen_listener_ci").isna().all().all()
+    assert by.xs("val", level="split").unseen_selection.tolist() == ["", ""]
+    assert sorted(zip(rows.feature_set, rows.listener, strict=True)) == [
+        ("listener", 1),
+        ("listener", 2),
+        ("speaker", 1),
+        ("speaker", 2),
+    ]
+
+
+def test_the_comparisons_step_tests_on_test_only_within_one_holm_family():
+    df = ablation_table(_sweep(_runs()), ["listener", "speaker"])
+    rng = np.random.default_rng(0)
+
+    def scores(base: float, noise: float) -> pd.DataFrame:
+        rows = [(L, s, split) for L in range(1, 7) for s, split in ((1, "val"), (3, "test"))]
+        frame = pd.DataFrame(rows, columns=["listener", "story", "split"])
+        return frame.assign(ccc=base + rng.normal(0, noise, len(frame)))
+
+    runs = {"a": scores(0.6, 0.05), "b": scores(0.5, 0.05), "c": scores(0.05, 0.05)}
+    calls: list[str] = []
+
+    def scores_of(run: str) -> pd.DataFrame | None:
+        calls.append(run)
+        return runs.get(run)
+
+    pairs = comparisons(df, scores_of)
+    assert list(pairs.columns) == COMPARISON_COLUMNS and set(pairs.split) == {"test"}
+    # the speaker's tracks chose one run: nothing to compare; no `both` set: no both vs listener
+    assert pairs.comparison.tolist() == [
+        "listener vs speaker",
+        "listener vs speaker",
+        "personalized vs generalized (listener)",
+    ]
+    assert (pairs.mean_diff[:2] > 0.4).all() and (pairs.n_listeners == 6).all()
+    assert np.allclose(pairs.p_holm, holm(pairs.p_value))
+
+
+def test_the_metrics_step_names_each_number_and_leaves_nan_out():
+    df = ablation_table(_sweep(_runs()), ["listener", "speaker"])
+    df.loc[len(df)] = df.iloc[1].copy()
+    df.loc[len(df) - 1, "feature_set"] = "late fusion"
+    pairs = pd.DataFrame(
+        [{"comparison": "personalized vs generalized (late fusion)", "track": "both"}]
+    ).assign(split="test", mean_diff=0.1, p_value=0.5, p_holm=np.nan)
+    metrics = ablation_metrics(df, pairs, {"explain": 2.5})
+    assert metrics["ablation.late_fusion.test.ccc_personalized"] == 0.4
+    assert metrics["ablation.listener.test.ccc_generalized_ci_high"] == 0.42
+    assert metrics["ablation.listener.test.ccc_unseen_listener_ci_high"] == 0.4
+    key = "ablation.compare.personalized_vs_generalized_late_fusion.both.test"
+    assert metrics[f"{key}.p_value"] == 0.5 and f"{key}.p_holm" not in metrics
+    assert "ablation.listener.val.ccc_personalized_ci_low" not in metrics  # NaN: not logged
+    assert metrics["ablation.explain_seconds"] == 2.5
+
+
+def test_the_report_step_puts_the_importance_section_before_the_reference():
+    df = ablation_table(_sweep(_runs()), ["listener", "speaker"])
+    md = ablation_markdown(df, importance=["", "## What the chosen configurations use", "", "x"])
+    chosen = md.index("## Chosen configurations")
+    importance = md.index("## What the chosen configurations use")
+    assert chosen < importance < md.index("## Reference")
+    assert "## What the chosen" not in ablation_markdown(df)
