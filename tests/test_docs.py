@@ -239,15 +239,7 @@ def _code_columns(module: str, name: str) -> list[str]:
 
 
 REPORT_COLUMNS = [
-    pytest.param(
-        "`ablation.csv`",
-        "experiments.studies.ablation",
-        "COLUMNS",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="ablation.csv still writes the run_id column: drop this mark with it",
-        ),
-    ),
+    ("`ablation.csv`", "experiments.studies.ablation", "COLUMNS"),
     ("`ablation.csv`, several targets", "experiments.studies.ablation", "TARGET_COLUMNS"),
     ("`ablation_comparisons.csv`", "experiments.studies.ablation", "COMPARISON_COLUMNS"),
     ("`ablation_unseen.csv`", "experiments.studies.unseen", "UNSEEN_COLUMNS"),
