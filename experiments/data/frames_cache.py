@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import io
 import json
 import logging
@@ -87,12 +86,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import scipy
 from numpy.lib import format as npy
 
 from featurestore.processes import pid_alive
+from featurestore.storage.provenance import code_fingerprint, library_versions
 
 from .session_table import SessionTable
 
@@ -159,20 +159,15 @@ def _digest(parts: list) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
-def code_version(functions: Sequence[Callable]) -> str:
-    """Hash of the source of ``functions`` (the resampling code) and of numpy's and scipy's versions.
+def code_version(functions: Sequence[Callable[..., Any]]) -> str:
+    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's
+    versions (:func:`featurestore.storage.provenance.code_fingerprint`).
 
     Editing the resampling invalidates every entry without anyone remembering to bump
-    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too.
+    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too. Edits
+    elsewhere in the package leave the cache alone.
     """
-    h = hashlib.sha256(f"{np.__version__};{scipy.__version__}".encode())
-    for fn in functions:
-        try:
-            text = inspect.getsource(fn)
-        except (OSError, TypeError):  # no source shipped: the bytecode still tells versions apart
-            text = fn.__code__.co_code.hex()
-        h.update(text.encode())
-    return h.hexdigest()[:16]
+    return code_fingerprint(functions, library_versions(("numpy", "scipy")))
 
 
 def shard_identity(path: Path) -> tuple[int, int, int] | None:
