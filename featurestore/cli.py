@@ -25,7 +25,6 @@ from .sources.manifest import read_scan_json, scan, write_manifest
 from .sources.manifest_file import ManifestError
 from .storage.shard import TRANSCRIPT_CHANNELS
 from .storage.store import Store, StoreError, parse_session, session_name
-from .synth import synth_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MANIFEST = "manifest.json"
@@ -331,18 +330,6 @@ def cmd_demo(args) -> int:
     return EXIT_OK
 
 
-def cmd_synth(args) -> int:
-    try:
-        info = synth_store(
-            args.store, n_sessions=args.sessions, seed=args.seed, face_fps=args.face_fps
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"synthetic store: {info}")
-    return EXIT_OK
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards"
@@ -555,24 +542,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.set_defaults(func=cmd_demo)
 
-    sp = sub.add_parser(
-        "synth", help="write a full-size synthetic store (no media) with planted label structure"
-    )
-    store_arg(sp)
-    sp.add_argument(
-        "--sessions",
-        type=int,
-        default=80,
-        help="sessions, 8 stories per listener (default 80 = 10 x 8)",
-    )
-    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sp.add_argument(
-        "--face-fps",
-        type=float,
-        default=5.0,
-        help="face channel rate in frames/s (default 5; 25 = every frame)",
-    )
-    sp.set_defaults(func=cmd_synth)
     return p
 
 

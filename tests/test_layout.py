@@ -42,7 +42,6 @@ LAYERS: dict[str, dict[str, int]] = {
         "extractors": 3,
         "extraction": 4,
         "demo": 5,
-        "synth": 5,
         "cli": 6,
     },
     "experiments": {
