@@ -34,7 +34,6 @@ LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
         "features": 0,
         "processes": 0,
-        "moved": 0,  # shared by every layer; import no layer
         "lazy": 0,
         "overrides": 0,
         "storage": 1,
@@ -45,7 +44,6 @@ LAYERS: dict[str, dict[str, int]] = {
         "cli": 6,
     },
     "experiments": {
-        "moved": 0,
         "config": 1,
         "data": 2,
         "windowing": 3,

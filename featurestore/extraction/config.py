@@ -16,10 +16,6 @@ On the command line, ``featurestore extract --set face_au.device=cuda`` (repeata
 value is parsed as YAML) overrides the file. Every extractor setting is part of that
 extractor's parameters: it enters the channel's cache key (changing it recomputes that
 channel) and its ``params`` attribute (``featurestore inspect``).
-
-Files written before the ``extractors`` section keep working: the top-level
-``audio_sampling_rate`` means ``extractors.egemaps.sampling_rate`` and ``face_backend`` means
-``extractors.face_geom.backend`` (see :data:`LEGACY_KEYS`).
 """
 
 from __future__ import annotations
@@ -40,12 +36,6 @@ from ..overrides import ConfigError
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 
 CONFIG_NAME = "featurestore.yaml"
-
-#: top-level keys of older files -> (extractor, setting) they now stand for
-LEGACY_KEYS = {
-    "audio_sampling_rate": ("egemaps", "sampling_rate"),
-    "face_backend": ("face_geom", "backend"),
-}
 
 
 @dataclass
@@ -200,20 +190,6 @@ class _Collected:
                     )
                 for name, settings in value.items():
                     self.add_extractor(str(name), settings, where, names)
-            elif key in LEGACY_KEYS:
-                name, setting = LEGACY_KEYS[key]
-                new = (raw.get("extractors") or {}).get(name) or {}
-                if isinstance(new, Mapping) and setting in new and new[setting] != value:
-                    raise ConfigError(
-                        f"{where}: {key}: {value!r} contradicts extractors.{name}.{setting}: "
-                        f"{new[setting]!r}; keep only extractors.{name}.{setting}"
-                    )
-                self.add_extractor(
-                    name,
-                    {setting: value},
-                    f"{where} ({key}, now extractors.{name}.{setting})",
-                    names,
-                )
             elif key in top_keys:
                 self.top[key] = (value, where)
             elif key in names:
