@@ -14,7 +14,6 @@ from . import __version__
 from .demo import DemoInfo, MonadicDemoInfo, build_demo, build_monadic_demo
 from .extraction.config import ConfigError, _hint, check_overrides_apply, load_feature_config
 from .extraction.derived import RULE_VERSIONS
-from .extraction.distributed import extract_many_dask
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import extract_many
@@ -145,20 +144,16 @@ def cmd_extract(args) -> int:
     if settings := cfg.settings_line(channels):
         print(f"extractor settings (not the defaults): {settings}")
     try:
-        if args.executor == "dask":
-            results = extract_many_dask(
-                todo,
-                args.store,
-                channels,
-                cfg,
-                force=args.force,
-                scheduler=args.scheduler,
-                n_workers=args.jobs,
-            )
-        else:
-            results = extract_many(
-                todo, args.store, channels, cfg, force=args.force, jobs=args.jobs
-            )
+        results = extract_many(
+            todo,
+            args.store,
+            channels,
+            cfg,
+            force=args.force,
+            executor=args.executor,
+            jobs=args.jobs,
+            scheduler=args.scheduler,
+        )
     except (
         ExtractorUnavailable,
         ConnectionError,

@@ -20,8 +20,7 @@ then :func:`decode`, :func:`derive`, :func:`write`, each returning a :class:`Ste
    :meth:`featurestore.storage.store.Store.write_session`; the shard is read through the store only.
 
 A failure in a session is reported in its :class:`SessionResult`, never raised. Many
-sessions run in local processes (:func:`featurestore.extraction.pool.extract_many`) or on Dask
-(:func:`featurestore.extraction.distributed.extract_many_dask`).
+sessions run in local processes or on Dask (:func:`featurestore.extraction.pool.extract_many`).
 """
 
 from __future__ import annotations
