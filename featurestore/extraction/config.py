@@ -247,6 +247,14 @@ def parse_override(text: str) -> dict:
     )
 
 
+def check_channels(channels: Sequence[str], where: str) -> None:
+    """:class:`ConfigError` naming ``where`` for a name that is no extractor (with the nearest one)."""
+    names = list(_extractor_classes())
+    for c in channels:
+        if c not in names:
+            raise ConfigError(f"{where}: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
+
+
 def check_overrides_apply(
     overrides: Sequence[str], extractors: Sequence[str], verb: str, top_level: bool = True
 ) -> None:
@@ -317,19 +325,13 @@ def load_feature_config(
         where = collected.top["manifest"][1]
         if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
             cfg.manifest = str(path.parent / cfg.manifest)
-    names = _extractor_classes()
-    for key in ("channels",):
-        if key in collected.top:
-            value, where = collected.top[key]
-            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-                raise ConfigError(
-                    f"{where}: channels: expected a list of extractor names, got {value!r}"
-                )
-            for c in value:
-                if c not in names:
-                    raise ConfigError(
-                        f"{where}: channels: unknown extractor {c!r}{_hint(c, list(names), 'extractors')}"
-                    )
+    if "channels" in collected.top:
+        value, where = collected.top["channels"]
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise ConfigError(
+                f"{where}: channels: expected a list of extractor names, got {value!r}"
+            )
+        check_channels(value, f"{where}: channels")
     cfg.extractors = {
         name: build_extractor_config(name, settings)
         for name, settings in sorted(collected.extractors.items())

@@ -161,11 +161,19 @@ def run_on_dask(
         run = uuid.uuid4().hex[:8]
         futures = {
             client.submit(
-                extract_session, sf, root, channels, cfg, force, None, False,
-                key=f"extract-{sf.session}-{run}", pure=False,
+                extract_session,
+                sf,
+                root,
+                channels,
+                cfg,
+                force,
+                None,
+                False,
+                key=f"extract-{sf.session}-{run}",
+                pure=False,
             ): sf
             for sf in by_session
-        }  # fmt: skip
+        }
         try:
             for fut in distributed.as_completed(futures):
                 done(_result(fut, futures[fut]))
