@@ -89,6 +89,7 @@ def border_points(width: int, height: int, spacing: float = 20.0) -> np.ndarray:
 
 
 def even(v: float) -> int:
+    """``v`` rounded to an even integer (pixel sizes and positions of yuv420p frames)."""
     return int(2 * round(v / 2))
 
 
@@ -246,7 +247,7 @@ class FaceRig:
 
     @staticmethod
     def _paint_mouth_cavity(
-        band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin
+        band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin: tuple[int, int]
     ) -> np.ndarray:
         """Darken what the lower lip uncovered (the warp alone would stretch the teeth)."""
         import cv2  # lazily, as above
@@ -316,6 +317,7 @@ class TileCache:
         self._resize = (th, tw) != (self.h, self.w)
 
     def get(self, state: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Y, U and V planes of the dressed tile in ``state`` (smile, mouth, blink, brow)."""
         planes = self._tiles.get(state)
         if planes is None:
             import cv2  # lazily, as above

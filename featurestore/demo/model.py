@@ -139,10 +139,25 @@ BLINK_LEVELS = (0.0, 0.5, 1.0)
 #: Brow raise of each rendered state (1 = up ~0.1 interocular).
 BROW_LEVELS = (0.0, 1.0)
 SPEAKER_SMILE_STATE = 2  # a = 0.17, close to the photo's own smile
-SPEAKER_STORY_SMILE_STATES = (
-    2.0  # the speaker's smile state moves this many levels per unit of story curve
-)
+#: the speaker's smile state moves this many levels per unit of story curve
+SPEAKER_STORY_SMILE_STATES = 2.0
 BACKCHANNEL_MOUTH_STATE = 1
+
+
+def ccc(a: np.ndarray, b: np.ndarray) -> float:
+    """Lin's concordance correlation coefficient of two equal-length series (population
+    variances; 0 when both are one constant), the agreement the builds plant and report.
+
+    The plain formula with no NaN handling (the demo's series have none): featurestore may not
+    import the package's metric, :func:`experiments.evaluation.metrics.ccc`.
+
+    >>> ccc(np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0])), ccc(np.zeros(3), np.zeros(3))
+    (1.0, 0.0)
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    cov = np.mean((a - a.mean()) * (b - b.mean()))
+    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
+    return float(2 * cov / den) if den > 0 else 0.0
 
 
 def seeded_rng(seed: int, *key: int) -> np.random.Generator:
