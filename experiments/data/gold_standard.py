@@ -33,6 +33,8 @@ from itertools import combinations
 
 import numpy as np
 
+from featurestore.concordance import ccc
+
 from ..config.gold_standard import METHODS, GoldStandard
 
 __all__ = ["METHODS", "GoldStandard"]
@@ -51,18 +53,6 @@ def shift(y: np.ndarray, lag: int) -> np.ndarray:
     else:
         out[-lag:] = y[: len(y) + lag]
     return out
-
-
-def ccc(a: np.ndarray, b: np.ndarray) -> float:
-    """Lin's concordance correlation over the frames where both are finite (NaN if < 2)."""
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 2:
-        return float("nan")
-    a, b = np.asarray(a)[ok].astype(np.float64), np.asarray(b)[ok].astype(np.float64)
-    ma, mb = a.mean(), b.mean()
-    cov = np.mean((a - ma) * (b - mb))
-    den = a.var() + b.var() + (ma - mb) ** 2
-    return float(2 * cov / den) if den > 0 else float("nan")
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -118,7 +108,7 @@ def estimate_lags(
             b = np.concatenate([ref for _, ref in mine])
             best, best_lag = -np.inf, 0
             for lag in range(-max_lag, max_lag + 1):
-                c = ccc(np.concatenate([shift(y, lag) for y, _ in mine]), b)
+                c = ccc(np.concatenate([shift(y, lag) for y, _ in mine]), b, nan="drop")
                 if np.isfinite(c) and c > best + 1e-12:
                     best, best_lag = c, lag
             lags[r] = best_lag
@@ -234,7 +224,7 @@ def icc(ratings: np.ndarray) -> dict[str, float]:
 
 def mean_pairwise_ccc(traces: Mapping[str, np.ndarray]) -> float:
     """The mean over rater pairs of their CCC (frames where both rated)."""
-    vals = [ccc(traces[a], traces[b]) for a, b in combinations(sorted(traces), 2)]
+    vals = [ccc(traces[a], traces[b], nan="drop") for a, b in combinations(sorted(traces), 2)]
     vals = [v for v in vals if np.isfinite(v)]
     return float(np.mean(vals)) if vals else float("nan")
 

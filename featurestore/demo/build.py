@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..concordance import ccc
 from ..sources.manifest import STORY_SPEAKER
 from ..storage.store import session_name
 from . import model
@@ -30,7 +31,7 @@ from .files import (
     write_bytes_atomic,
     write_video,
 )
-from .model import ListenerParams, SpeakerParams, ccc, listener_params, speaker_params
+from .model import ListenerParams, SpeakerParams, listener_params, speaker_params
 from .plan import SessionPlan, plan_session
 
 #: the folders of a build (the OMG-Empathy layout)

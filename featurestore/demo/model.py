@@ -144,22 +144,6 @@ SPEAKER_STORY_SMILE_STATES = 2.0
 BACKCHANNEL_MOUTH_STATE = 1
 
 
-def ccc(a: np.ndarray, b: np.ndarray) -> float:
-    """Lin's concordance correlation coefficient of two equal-length series (population
-    variances; 0 when both are one constant), the agreement the builds plant and report.
-
-    The plain formula with no NaN handling (the demo's series have none): featurestore may not
-    import the package's metric, :func:`experiments.evaluation.metrics.ccc`.
-
-    >>> ccc(np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0])), ccc(np.zeros(3), np.zeros(3))
-    (1.0, 0.0)
-    """
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    cov = np.mean((a - a.mean()) * (b - b.mean()))
-    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
-    return float(2 * cov / den) if den > 0 else 0.0
-
-
 def seeded_rng(seed: int, *key: int) -> np.random.Generator:
     """A generator of its own for ``key`` (e.g. listener, speaker, session) under ``seed``."""
     return np.random.default_rng(np.random.SeedSequence([int(seed), *[int(k) for k in key]]))

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..concordance import ccc
 from . import model
 from .face import Look, TileCache, face_rig
 from .files import DemoInfo, Layout, video_frames, write_bytes_atomic, write_video
-from .model import ccc, listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
+from .model import listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
 from .plan import (
     MOUTH_STEPS,
     Phrases,
