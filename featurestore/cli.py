@@ -302,6 +302,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ValueError as e:  # --listeners, --stories or --duration out of range
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except ImportError as e:  # the demo extra is not installed
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"demo corpus in {info.out_dir} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 

@@ -127,7 +127,13 @@ class FaceRig:
     def from_photo(cls) -> FaceRig:
         """The rig of the astronaut portrait in scikit-image (public domain, NASA)."""
         import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
-        from skimage import data  # lazily: the photo is read only to build the rig
+        try:
+            from skimage import data  # lazily: the photo is read only to build the rig
+        except ImportError as e:
+            raise ImportError(
+                "the demo corpora need scikit-image (their face photo): "
+                "pip install 'omg-empathy-bench[demo]'"
+            ) from e
 
         crop = data.astronaut()[slice(*PHOTO_ROWS), slice(*PHOTO_COLS)]
         tile = cv2.resize(crop, None, fx=PHOTO_SCALE, fy=PHOTO_SCALE, interpolation=cv2.INTER_CUBIC)
