@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy
@@ -299,7 +299,7 @@ def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
     return {"y": (n,), "valid": (n, c), "column_channel": (d,), "X": (n, d)}
 
 
-def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
+def _write_entry(f: BinaryIO, key: EntryKey, table: SessionTable) -> None:
     """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
     arrays = {
         name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
@@ -335,7 +335,8 @@ def _checksum(a: np.ndarray) -> str:
     return f"{total:016x}{xor:016x}"
 
 
-def _read_entry(f, key: EntryKey) -> SessionTable:
+def _read_entry(f: io.FileIO, key: EntryKey) -> SessionTable:
+    """The entry of ``key`` in the open file ``f``; :class:`CorruptEntry` for anything else."""
     size = os.fstat(f.fileno()).st_size
     h = _read_header(f)
     expect = key.describe()
@@ -366,7 +367,7 @@ def _read_entry(f, key: EntryKey) -> SessionTable:
         raise CorruptEntry(f"header does not describe the arrays ({e})") from None
 
 
-def _read_header(f) -> dict:
+def _read_header(f: io.FileIO) -> dict[str, Any]:
     """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
     at the first array."""
     head = f.read(_HEADER_CHUNK)
@@ -393,7 +394,7 @@ def _read_header(f) -> dict:
     return h
 
 
-def _read_array(f, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
+def _read_array(f: io.FileIO, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
     """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
     ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
     dtype = _DTYPES[name]

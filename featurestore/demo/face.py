@@ -127,6 +127,7 @@ class FaceRig:
     def from_photo(cls) -> FaceRig:
         """The rig of the astronaut portrait in scikit-image (public domain, NASA)."""
         import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
+
         try:
             from skimage import data  # lazily: the photo is read only to build the rig
         except ImportError as e:

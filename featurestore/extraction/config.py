@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from .. import overrides
-from ..extractors import get_extractor, registry
+from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
 from ..overrides import ConfigError
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 
@@ -68,13 +68,13 @@ class FeatureConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def extractor_config(self, name: str):
+    def extractor_config(self, name: str) -> ExtractorConfig:
         """The settings of extractor ``name``: the configured ones, else its defaults."""
         cls = get_extractor(name)
         config = self.extractors.get(name)
         return config if config is not None else cls.config_class()
 
-    def extractor(self, name: str):
+    def extractor(self, name: str) -> Extractor[Any]:
         """Extractor ``name`` built with its settings from this config."""
         return get_extractor(name)(self.extractor_config(name))
 
@@ -141,7 +141,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {names}, got {value!r}")
 
 
-def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]):
+def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]) -> ExtractorConfig:
     """The frozen config of extractor ``name`` from ``setting -> (value, where it was set)``.
 
     Unknown settings, values of the wrong type and values the extractor refuses (its

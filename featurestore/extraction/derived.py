@@ -26,6 +26,9 @@ own); unknown (no attribute) when one of the channels it used has an unknown loo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from ..extractors import TranscriptExtractor, known_lookahead_s
 from ..features import Features
@@ -36,7 +39,7 @@ from ..sources.speaking import (
     speaking_from_faces,
     speaking_from_transcript,
 )
-from ..sources.transcripts import speaking_intervals
+from ..sources.transcripts import Cue, speaking_intervals
 from ..storage.provenance import cache_key
 from ..storage.shard import LABEL_FPS, Channel
 from .config import FeatureConfig
@@ -78,7 +81,11 @@ def transcript_plan(
 
 
 def compute_transcript_channels(
-    plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str
+    plan: dict[str, tuple[Any, ...]],
+    keys: Sequence[str],
+    cues: Sequence[Cue],
+    transcript_source: dict[str, Any],
+    created: str,
 ) -> dict[str, Channel]:
     """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
     out: dict[str, Channel] = {}
@@ -149,7 +156,7 @@ def faces_voice_lookahead_s(
 
 def _role_voice(
     scene: Features,
-    speaking,
+    speaking: Mapping[str, np.ndarray],
     rule: str,
     version: str,
     key: tuple[str, str, dict],
@@ -176,7 +183,11 @@ def _role_voice(
 
 
 def role_voice_from_transcript(
-    scene: Features, scene_key: str, cues, transcript_source: dict, created: str
+    scene: Features,
+    scene_key: str,
+    cues: Sequence[Cue],
+    transcript_source: dict[str, Any],
+    created: str,
 ) -> dict[str, Channel]:
     """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
     ``scene/egemaps``) with ``valid`` where that role's cues are on (see

@@ -386,7 +386,7 @@ class _RoleVoice:
         channels = role_voice_from_transcript(
             self.load("scene/egemaps"),
             scene_key,
-            transcript.cues,
+            transcript.cues or [],
             transcript.source,
             self.plan.created,
         )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
                 f"choose one of {[f.name for f in opensmile.FeatureSet]}"
             )
 
-    def smile(self):
+    def smile(self) -> Any:
         """The ``opensmile.Smile`` LLD extractor (built once per extractor object)."""
         if self._smile is None:
             self.check_available()

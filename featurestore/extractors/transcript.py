@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +160,7 @@ class LexiconConfig(ExtractorConfig):
 
 
 @lru_cache(maxsize=1)
-def vader_analyzer():
+def vader_analyzer() -> Any:
     """VADER's analyser, built once per process (reads the lexicon file inside the package)."""
     from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer  # lazily: loads a lexicon
 

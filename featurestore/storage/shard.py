@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -76,7 +77,8 @@ class Channel(Features):
     lookahead_s: float | None = None
 
     @classmethod
-    def from_features(cls, feats: Features, **provenance) -> Channel:
+    def from_features(cls, feats: Features, **provenance: Any) -> Channel:
+        """``feats`` with the provenance fields given by name."""
         return cls(feats.data, feats.time, feats.valid, feats.columns, **provenance)
 
     def to_frame(self) -> pd.DataFrame:
@@ -165,7 +167,7 @@ def how_to_add(keys: Sequence[str]) -> str:
     return "compute it with `featurestore extract` (or add it with `featurestore import`)"
 
 
-def _schema_name(version) -> str:
+def _schema_name(version: Any) -> str:
     return "no schema version" if version is None else f"schema version {int(version)}"
 
 
@@ -374,7 +376,9 @@ class ShardReader:
         return SessionData(meta, channels, y, target)
 
 
-def read_channel_group(grp: h5py.Group, path: Path | None = None, read=None) -> Channel:
+def read_channel_group(
+    grp: h5py.Group, path: Path | None = None, read: Callable[[Any], np.ndarray] | None = None
+) -> Channel:
     """The :class:`Channel` of one channel group, with provenance (``read(dataset)`` reads data/time)."""
     a = grp.attrs
     read = read if read is not None else (lambda ds: ds[()])
