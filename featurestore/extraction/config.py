@@ -1,21 +1,10 @@
-"""Extraction settings: defaults, YAML file, and command-line overrides.
+"""Extraction settings: defaults, ``featurestore.yaml``, and ``--set`` overrides.
 
-A data folder may carry a ``featurestore.yaml`` next to its videos (the demo corpus does);
-``featurestore scan/extract`` read it when no ``--config`` is given. Top-level keys are the
-settings of the extraction run (face rate, crop, channels, splits, the corpus ``manifest``); ``extractors`` holds the
-settings of each extractor, checked against its frozen config dataclass (see
-:mod:`featurestore.extractors`)::
-
-    face_fps: 5
-    extractors:
-      face_geom: {redetect_every_s: 1.0, blink_threshold: 0.2}
-      face_au: {device: cpu, batch_size: 8}
-      egemaps: {sampling_rate: 16000}
-
-On the command line, ``featurestore extract --set face_au.device=cuda`` (repeatable; the
-value is parsed as YAML) overrides the file. Every extractor setting is part of that
-extractor's parameters: it enters the channel's cache key (changing it recomputes that
-channel) and its ``params`` attribute (``featurestore inspect``).
+``featurestore scan/extract`` read ``DATA_DIR/featurestore.yaml`` when no ``--config`` is
+given: top-level keys are the run's settings (face rate, crop, channels, splits, the corpus
+``manifest``), ``extractors:`` each extractor's (checked against its config dataclass).
+``--set face_au.device=cuda`` (repeatable, YAML values) overrides the file. Every extractor
+setting enters that channel's cache key. See docs/config.md (extraction settings).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Channels computed from other inputs than the media: a session's transcript, and who is talking.
 
-Both ``featurestore extract`` (:mod:`featurestore.extraction.extract`) and ``featurestore transcripts``
-(:func:`featurestore.extraction.imports.import_transcripts`) make them, with the same cache keys:
-
-* **transcript channels** (``speech``, ``lexicon`` per role): :func:`transcript_plan` gives
-  each its extractor, cache key (transcript fingerprint, extractor name, version, params with
-  the label rate and frame count) and params; :func:`compute_transcript_channels` computes them
-  from the parsed cues;
-* **per-role voice** (``speaker/egemaps``, ``listener/egemaps``): the ``scene/egemaps`` rows
-  (stored once, as HDF5 hard links) with ``valid`` where that role talks, by one of two rules
-  (see :mod:`featurestore.sources.speaking`): from the transcript's cues where the session has a
-  transcript (:func:`role_voice_from_transcript`), else from the faces' mouth movement
-  (:func:`role_voice_from_faces`). A rule's name and version are the channel's extractor and
-  version; its cache key hashes the cache keys of the channels (or the transcript) it used.
-
-Each channel records how far ahead of its time stamps it reads (``lookahead_s``, see
-:mod:`featurestore.storage.timing`): a transcript channel the longest of its role's cues
-(:meth:`featurestore.extractors.TranscriptExtractor.cues_lookahead_s`); a per-role voice channel
-the scene's (0.072 s) by the transcript rule, and by the face rule the larger of the scene's
-and the mouth activity's (half its centred window plus a face sample step: 0.5 s at 5 fps,
-:func:`featurestore.sources.speaking.mouth_activity_lookahead_s`, on top of the face channel's
-own); unknown (no attribute) when one of the channels it used has an unknown look-ahead.
+``featurestore extract`` and ``featurestore transcripts`` make them with the same cache keys:
+the transcript channels (``speech``, ``lexicon``: :func:`transcript_plan`,
+:func:`compute_transcript_channels`) and the per-role voice (``speaker/egemaps``,
+``listener/egemaps``: the scene's rows, hard-linked, with ``valid`` where that role talks, from
+the transcript's cues or the faces' mouth movement; the rule's name and version are the
+channel's extractor and version). Each records its ``lookahead_s`` (docs/channels.md, how far
+ahead each channel reads).
 """
 
 from __future__ import annotations

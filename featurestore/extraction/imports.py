@@ -1,24 +1,10 @@
 """Bring features and labels computed elsewhere into the store: the three importers.
 
-``featurestore import`` (:func:`import_tables`)
-    One per-frame table per session (CSV or Parquet: OpenFace, py-feat or generic, read by
-    :mod:`featurestore.extraction.tables`, where the kinds and the missing-value policy are described),
-    named ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` (the name may carry more text; any
-    depth under the folder; any case), stored as ``/<role>/<channel>``.
-
-``featurestore labels`` (:func:`import_labels`)
-    The official per-frame valence CSVs (read by :mod:`featurestore.sources.annotations`) as
-    ``/labels/<target>``.
-
-``featurestore transcripts`` (:func:`import_transcripts`)
-    ``.srt``/``.ass`` transcripts (parsed by :mod:`featurestore.sources.transcripts`) -> the
-    ``speech`` and ``lexicon`` channels and the per-role voice channels
-    (:mod:`featurestore.extraction.derived`), into existing shards.
-
-Every importer writes through :meth:`featurestore.storage.store.Store.write_session`, which replaces
-a shard atomically: whatever a shard held before is kept, and a failed session leaves its
-shard exactly as it was. Each session is handled on its own: a bad file is reported in the
-:class:`ImportReport` and the other sessions go on.
+``featurestore import`` (:func:`import_tables`: per-frame CSV/Parquet tables as a channel),
+``featurestore labels`` (:func:`import_labels`: annotation CSVs as a target) and ``featurestore
+transcripts`` (:func:`import_transcripts`: the ``speech``, ``lexicon`` and per-role voice
+channels, into existing shards). Each writes a session in one atomic shard update, and a bad
+file is reported for its session in the :class:`ImportReport` while the others go on.
 """
 
 from __future__ import annotations
