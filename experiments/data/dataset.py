@@ -13,10 +13,7 @@ the feature store is brought onto these instants:
 Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data.
 Everything is vectorised (``searchsorted``, a sparse pooling product); no loop runs over frames.
 
-The tables are cached inside the store (``<store>/.frames/``, see :mod:`experiments.data.frames_cache`)
-per shard file, channel keys, target and ``max_gap_s``: a second load reads them back without
-opening a shard (full-size store, every channel: 0.08-0.3 s instead of 1.3-1.6 s), and any
-rewrite of a shard, or an edit of the resampling code below, invalidates its entries.
+The tables are cached (:mod:`experiments.data.frames_cache`; docs/store.md, the frames cache).
 
 >>> import numpy as np
 >>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
