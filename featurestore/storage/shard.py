@@ -1,9 +1,10 @@
 """One shard's HDF5 layout, read from and written to an open file (:class:`featurestore.storage.store.Store` opens it).
 
-The layout is a contract (docs/design.md#shard-layout; docs/store.md draws it). This module holds its types (:class:`Channel`, :class:`SessionMeta`,
-:class:`SessionData`), the :class:`ShardReader` of an open shard with the store's read
-errors, and the functions that write root attributes, channel groups and labels. It never
-opens, copies or renames a file: that, and the atomic replace, is the store's job.
+The layout is a contract (docs/design.md#shard-layout; docs/store.md draws it). This module
+holds its types (:class:`Channel`, :class:`SessionMeta`, :class:`SessionData`), the
+:class:`ShardReader` of an open shard with the store's read errors, and the functions that
+write root attributes, channel groups and labels. It never opens, copies or renames a file:
+that, and the atomic replace, is the store's job.
 
 >>> split_key("listener/face_geom")
 ('listener', 'face_geom')
