@@ -126,8 +126,8 @@ test: install ## lint, type-check and run the whole test suite
 test-fast: install ## the inner loop: unit tests and doctests, no demo corpus, subprocess, cluster or server
 	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "$(FAST_TESTS)"
 
-# the lowest versions setup.cfg declares (tools/min_constraints.py pins each floor) in .venv-min;
-# the tests of make test-fast
+# the lowest versions setup.cfg declares for the runtime and the demo (tools/min_constraints.py
+# pins each floor; the dev tools come at their newest) in .venv-min; the tests of make test-fast
 test-min: ## install the lowest declared versions into .venv-min (Python 3.11) and run the fast tests
 	@test -x $(VENV_MIN)/bin/python || $(PYTHON_MIN) -m venv $(VENV_MIN)
 	@$(VENV_MIN)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11), "$(VENV_MIN) must be Python 3.11, found " + sys.version.split()[0] + ": rm -r $(VENV_MIN)"'

@@ -94,7 +94,7 @@ from . import handwritten, inputs
 from .ablation import WITHOUT_TRANSCRIPTS, run_ablation
 from .harness import loadavg, record
 from .loading import export_tables
-from .processes import RunStats, run_measured, with_load
+from .processes import RunStats, print_round, run_measured, with_load
 from .scaling import GRID_ONLY, NO_EXTRAS, WARM_UP
 
 FULL = {
@@ -333,20 +333,10 @@ def run(work: Path, quick: bool = False, rounds: int | None = None) -> list[dict
                     )
                 )
             )
-            stats, others = package_runs[-1]
-            print(
-                f"anchor: package, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak PSS "
-                f"{stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
-                flush=True,
-            )
+            print_round("anchor: package", r, package_runs[-1])
         if r < size["loop_rounds"]:
             loop_runs.append(with_load(lambda: run_loop(tables, plan_file, out / "handwritten")))
-            stats, others = loop_runs[-1]
-            print(
-                f"anchor: hand-written loop, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak "
-                f"PSS {stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
-                flush=True,
-            )
+            print_round("anchor: hand-written loop", r, loop_runs[-1])
 
     load = {"before": load_before, "after": loadavg()}
     loop = pd.read_csv(out / "handwritten" / "scores.csv", index_col="id")

@@ -38,7 +38,7 @@ QUICK = {"duration_s": 6.0}
 def store_path(ex: EgemapsExtractor, signal: np.ndarray, store: Store, meta: SessionMeta) -> Path:
     """Extract and store ``scene/egemaps`` of one signal, as ``featurestore extract`` does."""
     feats = ex.process_signal(signal, RATE)["scene"]
-    params = {**ex.params(), "audio_sampling_rate": RATE}
+    params = ex.params()
     source = {"path": "bench", "size": int(signal.size), "fingerprint": "bench"}
     ch = Channel.from_features(
         feats,

@@ -9,7 +9,7 @@ For the speaker crop (1080x720) and the listener crop (1480x720), with the astro
   frame at 5 fps, features included (baseline: the same track detecting over the whole crop
   on every frame).
 
-Prints one JSON object per line (the bench/results.json format of DESIGN.md, see
+Prints one JSON object per line (the bench/results.json format, a contract: docs/design.md#benchmarks; see
 :mod:`bench.harness`); ``python -m bench`` runs it with the other benchmarks::
 
     python -m bench.face_backend [--quick]

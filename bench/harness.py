@@ -1,6 +1,6 @@
 """The benchmark harness: result records, goals, timing, and a description of the machine.
 
-Every benchmark returns records of the ``bench/results.json`` format (DESIGN.md, Benchmarks)::
+Every benchmark returns records of the ``bench/results.json`` format (a contract: docs/design.md#benchmarks)::
 
     {"name", "value", "unit", "baseline", "baseline_value", "ratio", "goal", "meets_goal", "machine"}
 

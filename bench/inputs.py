@@ -1,6 +1,6 @@
 """What the benchmarks measure on, made in the run and cached under the work folder.
 
-* synthetic feature stores (:func:`featurestore.synth.synth_store`) of 10 to 160 sessions;
+* synthetic feature stores (:func:`bench.synth.synth_store`) of 10 to 160 sessions;
 * a 2560x720 H.264 + AAC video of the demo corpus (:func:`featurestore.demo.build_demo`):
   the astronaut face at about 180 px, as large as a face in OMG-Empathy's frames.
 
@@ -61,15 +61,15 @@ def synth_store(
     work: Path, n_sessions: int = 80, length_range: tuple[int, int] | None = None, seed: int = 0
 ) -> Path:
     """A synthetic store of ``n_sessions`` sessions (real lengths unless ``length_range``, frames)."""
-    from featurestore.synth import LENGTH_RANGE
-    from featurestore.synth import synth_store as write
+    from bench.synth import LENGTH_RANGE
+    from bench.synth import synth_store as write
 
     lengths = tuple(length_range or LENGTH_RANGE)
     folder = Path(work) / f"synth_{n_sessions}_{lengths[0]}-{lengths[1]}_seed{seed}"
     stamp = {
         "what": "synth_store",
         "code": _source_hash(
-            "featurestore.synth", "featurestore.storage.store", "featurestore.storage.shard"
+            "bench.synth", "featurestore.storage.store", "featurestore.storage.shard"
         ),
         "n_sessions": int(n_sessions),
         "length_range": list(lengths),

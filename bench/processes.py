@@ -195,3 +195,14 @@ def with_load(run: Callable[[], RunStats]) -> tuple[RunStats, float]:
         else max(0.0, (after - before - stats.cpu_s) / stats.wall_s)
     )
     return stats, others
+
+
+def print_round(what: str, r: int, run: tuple[RunStats, float]) -> None:
+    """One line of a measured round ``r`` (from 0) of ``what``: wall and CPU seconds, peak PSS
+    (GB) and the cores the other processes used meanwhile (:func:`with_load`)."""
+    stats, others = run
+    print(
+        f"{what}, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, peak PSS "
+        f"{stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
+        flush=True,
+    )

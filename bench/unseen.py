@@ -35,7 +35,7 @@ from pathlib import Path
 from . import inputs
 from .ablation import FULL, QUICK, run_ablation
 from .harness import loadavg, record
-from .processes import with_load
+from .processes import print_round, with_load
 from .scaling import GRID_ONLY, NO_EXTRAS, WARM_UP
 
 ROUNDS = {"full": 3, "quick": 1}
@@ -65,12 +65,7 @@ def run(work: Path, quick: bool = False, rounds: int | None = None) -> list[dict
                     )
                 )
             )
-            stats, others = runs[-1]
-            print(
-                f"unseen: {name}, round {r + 1}: {stats.wall_s:.1f} s ({stats.cpu_s:.0f} s of CPU, "
-                f"peak PSS {stats.peak_pss_gb} GB; other processes: {others:.2f} cores)",
-                flush=True,
-            )
+            print_round(f"unseen: {name}", r, runs[-1])
     load = {"before": load_before, "after": loadavg()}
     extra = {"load": load, "quick": quick}
     wall_ratio = [

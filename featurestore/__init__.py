@@ -8,7 +8,6 @@ h5py until the store is used)::
 
 from __future__ import annotations
 
-from . import moved  # noqa: F401 - old module names (featurestore.store, ...) keep importing
 from .lazy import lazy_exports
 
 #: the version of the omg-empathy-bench distribution: written here only (setup.cfg reads it with

@@ -8,30 +8,36 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import __version__
-from .demo import DemoInfo, MonadicDemoInfo, build_demo, build_monadic_demo
-from .extraction.config import ConfigError, _hint, check_overrides_apply, load_feature_config
+from .extraction.config import (
+    ConfigError,
+    FeatureConfig,
+    check_channels,
+    check_overrides_apply,
+    load_feature_config,
+)
 from .extraction.derived import RULE_VERSIONS
-from .extraction.distributed import extract_many_dask
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
-from .extraction.pool import extract_many
+from .extraction.pool import EXECUTORS, extract_many
 from .extraction.summary import print_extract_summary, print_import, print_session, print_table
 from .extractors import ExtractorUnavailable, registry
-from .processes import terminate_as_interrupt
-from .sources.manifest import read_scan_json, scan, write_manifest
+from .processes import EXIT_USAGE, parse_args
+from .sources.manifest import ScanReport, SessionFiles, read_scan_json, scan, write_manifest
 from .sources.manifest_file import ManifestError
 from .storage.shard import TRANSCRIPT_CHANNELS
 from .storage.store import Store, StoreError, parse_session, session_name
-from .synth import synth_store
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1
 MANIFEST = "manifest.json"
 
 
-def _load_cfg(args):
+def _load_cfg(args: argparse.Namespace) -> FeatureConfig:
     cfg = load_feature_config(
         getattr(args, "config", None),
         getattr(args, "data_dir", None),
@@ -44,98 +50,86 @@ def _load_cfg(args):
     return cfg
 
 
-def _check_channels(channels: list[str]) -> None:
-    """Unknown ``--channels`` names are a usage error naming the nearest extractor."""
-    names = list(registry())
-    for c in channels:
-        if c not in names:
-            raise ConfigError(f"--channels: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
-
-
-def _scan(data_dir: Path | None, cfg, manifest: str | None = None):
+def _scan(data_dir: str | None, cfg: FeatureConfig, manifest: str | None = None) -> ScanReport:
     """Sessions of ``--manifest``, else of the config's ``manifest``, else found in ``data_dir``."""
     manifest = manifest or cfg.manifest
     if manifest is None and data_dir is None:
         raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
     try:
-        return scan(data_dir, cfg.story_speaker, cfg.splits, manifest=manifest)
+        return scan(Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest)
     except ManifestError as e:
         raise SystemExit(str(e)) from e
 
 
-def cmd_scan(args) -> int:
+def cmd_scan(args: argparse.Namespace) -> int:
     cfg = _load_cfg(args)
-    report = _scan(Path(args.data_dir) if args.data_dir else None, cfg, args.manifest)
+    report = _scan(args.data_dir, cfg, args.manifest)
     where = args.manifest or cfg.manifest or args.data_dir
+    columns = ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
     rows = [
         {
-            "session": s.session,
-            "listener": s.listener,
-            "story": s.story,
-            "speaker": s.speaker,
-            "split": s.split,
+            **{c: getattr(s, c) for c in columns[:5]},
             "video": s.video.name if s.video else "-",
             "labels": ",".join(sorted(s.annotations)) or "-",
             "transcript": "yes" if s.transcript else "-",
         }
         for s in report.sessions
     ]
-    print_table(
-        rows, ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
-    )
-    print(
-        f"\n{len(report.sessions)} sessions, {sum(1 for s in report.sessions if s.video)} "
-        f"with a shared video in {where}"
-    )
+    print_table(rows, columns)
+    with_video = sum(1 for s in report.sessions if s.video)
+    print(f"\n{len(report.sessions)} sessions, {with_video} with a shared video in {where}")
     for issue in report.issues:
         print(f"  {issue}", file=sys.stderr)
-    out = write_manifest(report, Path(args.store) / MANIFEST)
-    print(f"manifest written to {out}")
-    serious = [i for i in report.issues if i.kind in ("duplicate", "unparsable")]
+    print(f"manifest written to {write_manifest(report, Path(args.store) / MANIFEST)}")
     if not report.sessions:
         print(f"no Subject_<L>_Story_<S> files found under {args.data_dir}", file=sys.stderr)
         return EXIT_FAILED
+    serious = [i for i in report.issues if i.kind in ("duplicate", "unparsable")]
     return EXIT_FAILED if serious else EXIT_OK
 
 
-def _sessions_for_extract(args, cfg):
+def _sessions_for_extract(
+    args: argparse.Namespace, cfg: FeatureConfig
+) -> tuple[list[SessionFiles], dict[str, list[Path]]]:
+    """The sessions to extract (``--sessions`` only, when given) and the extra files of each."""
     if args.data_dir or args.manifest or cfg.manifest:
-        report = _scan(Path(args.data_dir) if args.data_dir else None, cfg, args.manifest)
-        return report.sessions, report.duplicates()
-    manifest = Path(args.store) / MANIFEST
-    if not manifest.exists():
-        raise SystemExit(
-            f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
-        )
-    return read_scan_json(manifest)
-
-
-def cmd_extract(args) -> int:
-    started = time.perf_counter()
-    cfg = _load_cfg(args)
-    channels = args.channels or cfg.channels
-    _check_channels(channels)
-    check_overrides_apply(args.set, channels, "extract")
-    sessions, dups = _sessions_for_extract(args, cfg)
+        report = _scan(args.data_dir, cfg, args.manifest)
+        sessions, dups = report.sessions, report.duplicates()
+    else:
+        manifest = Path(args.store) / MANIFEST
+        if not manifest.exists():
+            raise SystemExit(
+                f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
+            )
+        sessions, dups = read_scan_json(manifest)
     if args.sessions:
-        wanted = set(args.sessions)
-        sessions = [s for s in sessions if s.session in wanted]
-    pre_failed = []
-    todo = []
+        sessions = [s for s in sessions if s.session in set(args.sessions)]
+    return sessions, dups
+
+
+def _split_todo(
+    sessions: list[SessionFiles], dups: dict[str, list[Path]]
+) -> tuple[list[SessionFiles], list[SessionResult]]:
+    """(sessions with a video to extract, failures of sessions with several files); sessions
+    without any video are left out (``scan`` reports them)."""
+    todo, failed = [], []
     for s in sessions:
         if s.session in dups:
             files = ", ".join(str(p) for p in [s.video, *dups[s.session]] if p)
-            pre_failed.append(
-                SessionResult(
-                    s.session,
-                    status="failed",
-                    error=f"several files for one session ({files}); keep one and re-run",
-                )
-            )
-        elif s.video is None and not any(k.startswith("video_") for k in s.media):
-            continue  # annotation without video: reported by scan
-        else:
+            error = f"several files for one session ({files}); keep one and re-run"
+            failed.append(SessionResult(s.session, status="failed", error=error))
+        elif s.video is not None or any(k.startswith("video_") for k in s.media):
             todo.append(s)
+    return todo, failed
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    cfg = _load_cfg(args)
+    channels = args.channels or cfg.channels
+    check_channels(channels, "--channels")
+    check_overrides_apply(args.set, channels, "extract")
+    todo, pre_failed = _split_todo(*_sessions_for_extract(args, cfg))
     if not todo and not pre_failed:
         print("nothing to extract: no sessions with a video", file=sys.stderr)
         return EXIT_FAILED
@@ -146,24 +140,17 @@ def cmd_extract(args) -> int:
     if settings := cfg.settings_line(channels):
         print(f"extractor settings (not the defaults): {settings}")
     try:
-        if args.executor == "dask":
-            results = extract_many_dask(
-                todo,
-                args.store,
-                channels,
-                cfg,
-                force=args.force,
-                scheduler=args.scheduler,
-                n_workers=args.jobs,
-            )
-        else:
-            results = extract_many(
-                todo, args.store, channels, cfg, force=args.force, jobs=args.jobs
-            )
-    except (
-        ExtractorUnavailable,
-        ConnectionError,
-    ) as e:  # ConnectionError: no Dask scheduler at --scheduler
+        results = extract_many(
+            todo,
+            args.store,
+            channels,
+            cfg,
+            args.force,
+            executor=args.executor,
+            jobs=args.jobs,
+            scheduler=args.scheduler,
+        )
+    except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -175,7 +162,7 @@ def cmd_extract(args) -> int:
     return print_extract_summary(pre_failed + results, started)
 
 
-def cmd_import(args) -> int:
+def cmd_import(args: argparse.Namespace) -> int:
     try:
         report = import_tables(
             args.table_dir,
@@ -193,7 +180,7 @@ def cmd_import(args) -> int:
     return print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
 
 
-def cmd_labels(args) -> int:
+def cmd_labels(args: argparse.Namespace) -> int:
     try:
         report = import_labels(
             args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True
@@ -204,7 +191,7 @@ def cmd_labels(args) -> int:
     return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
-def cmd_ratings(args) -> int:
+def cmd_ratings(args: argparse.Namespace) -> int:
     from .extraction.ratings import RatingsTableError, import_ratings  # startup: only this verb
 
     if _missing_store(args.store):
@@ -221,17 +208,13 @@ def cmd_ratings(args) -> int:
     return EXIT_OK
 
 
-def cmd_transcripts(args) -> int:
+def cmd_transcripts(args: argparse.Namespace) -> int:
     check_overrides_apply(args.set, TRANSCRIPT_CHANNELS, "transcripts", top_level=False)
-    cfg = _load_cfg(args)
     report = import_transcripts(
-        args.transcript_dir, args.store, force=args.force, progress=True, cfg=cfg
+        args.transcript_dir, args.store, force=args.force, progress=True, cfg=_load_cfg(args)
     )
-    return print_import(
-        report,
-        args.transcript_dir,
-        "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass",
-    )
+    expected = "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass"
+    return print_import(report, args.transcript_dir, expected)
 
 
 def _missing_store(store: str) -> bool:
@@ -246,7 +229,7 @@ def _missing_store(store: str) -> bool:
     return True
 
 
-def cmd_ls(args) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     if _missing_store(args.store):
         return EXIT_FAILED
     df = Store(args.store).sessions()
@@ -256,10 +239,9 @@ def cmd_ls(args) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    rows = df.assign(
-        channels=df.channels.map(lambda c: ",".join(c)),
-        targets=df.targets.map(lambda t: ",".join(t)),
-    ).to_dict("records")
+    rows = df.assign(channels=df.channels.map(",".join), targets=df.targets.map(",".join)).to_dict(
+        "records"
+    )
     print_table(
         rows,
         ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"],
@@ -267,7 +249,7 @@ def cmd_ls(args) -> int:
     return EXIT_OK
 
 
-def cmd_inspect(args) -> int:
+def cmd_inspect(args: argparse.Namespace) -> int:
     if _missing_store(args.store):
         return EXIT_FAILED
     store = Store(args.store)
@@ -283,7 +265,7 @@ def cmd_inspect(args) -> int:
     return EXIT_OK
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
     if _missing_store(args.store):
         return EXIT_FAILED
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
@@ -304,285 +286,184 @@ def cmd_verify(args) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
+    # lazily: the demo is a user feature of its own (scikit-image's photo, the face rig)
+    from .demo import build_demo, build_monadic_demo
+
     t0 = time.perf_counter()
-    info: DemoInfo | MonadicDemoInfo
+    if args.layout == "monadic":
+        build: Callable[..., Any] = build_monadic_demo
+        sizes: dict[str, Any] = {"n_persons": args.persons, "tasks": tuple(args.tasks)}
+    else:
+        build, sizes = build_demo, {"n_listeners": args.listeners, "stories": tuple(args.stories)}
+    out, duration = DEMO_DEFAULTS[args.layout]
     try:
-        if args.layout == "monadic":
-            info = build_monadic_demo(
-                args.out or "demo_monadic",
-                n_persons=args.persons,
-                tasks=tuple(args.tasks),
-                duration_s=args.duration or 8.0,
-                seed=args.seed,
-            )
-        else:
-            info = build_demo(
-                args.out or "demo_data",
-                n_listeners=args.listeners,
-                stories=tuple(args.stories),
-                duration_s=args.duration or 24.0,
-                seed=args.seed,
-            )
+        info = build(args.out or out, duration_s=args.duration or duration, seed=args.seed, **sizes)
     except ValueError as e:  # --listeners, --stories or --duration out of range
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except ImportError as e:  # the demo extra is not installed
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"demo corpus in {info.out_dir} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 
 
-def cmd_synth(args) -> int:
-    try:
-        info = synth_store(
-            args.store, n_sessions=args.sessions, seed=args.seed, face_fps=args.face_fps
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"synthetic store: {info}")
-    return EXIT_OK
+#: demo layout -> (its default folder, seconds per session)
+DEMO_DEFAULTS = {"omg": ("demo_data", 24.0), "monadic": ("demo_monadic", 8.0)}
+
+
+# ------------------------------------------------------------------------- the verbs
+@dataclass(frozen=True)
+class Verb:
+    """One verb: its function, ``help`` line, ``description`` and ``options`` (flags, keywords)."""
+
+    name: str
+    func: Callable[[argparse.Namespace], int]
+    help: str
+    options: Sequence[tuple[tuple[str, ...], dict[str, Any]]] = ()
+    description: str | None = None
+
+
+def opt(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """An option of a verb: argparse's ``add_argument(*flags, **kwargs)``."""
+    return flags, kwargs
+
+
+STORE = opt("--store", default="features", help="feature store folder (default: features/)")
+CONFIG = opt("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
+FORCE = opt("--force", action="store_true", help="recompute even current channels")
+MANIFEST_OPT = opt(
+    "--manifest",
+    help="CSV or YAML with one row per session (columns: session, person, group, "
+    "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
+    "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
+    "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
+    "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
+)
+
+
+def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """``--set KEY=VALUE``, with the verb's ``examples``."""
+    return opt(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a setting of the config (repeatable; VALUE is YAML): {examples}; "
+        "it enters the channel's cache key; a setting the verb does not use is refused",
+    )
+
+
+VERBS = (
+    Verb("scan", cmd_scan, "list the sessions found in a data folder; write the manifest", [
+        opt("data_dir", nargs="?", help="corpus folder (Subject_<L>_Story_<S> files at any depth; "
+            "not needed with --manifest)"),
+        STORE, MANIFEST_OPT, CONFIG,
+    ]),
+    Verb("extract", cmd_extract, "compute missing or stale channels for every session", [
+        opt("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"),
+        STORE, MANIFEST_OPT,
+        opt("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech "
+            "lexicon; speech and lexicon only where a session has a transcript)"),
+        opt("--jobs", type=int, default=1, help="sessions in parallel processes"),
+        opt("--executor", choices=EXECUTORS, default="local", help="where sessions run: local "
+            "processes (default) or a Dask cluster (--scheduler)"),
+        opt("--scheduler", help="address of an existing Dask scheduler (with --executor dask)"),
+        FORCE,
+        opt("--face-fps", type=float, help="face sampling rate in frames/s (default 5; 25 = every frame)"),
+        opt("--split-x", type=int, help="x where the listener crop starts (default 1080/2560 of the width)"),
+        opt("--sessions", nargs="+", help="only these session ids"),
+        CONFIG,
+        set_opt("an extractor's (--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) "
+                "or a top-level key (--set face_fps=10)"),
+    ]),
+    Verb("import", cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
+        opt("table_dir", help="folder of Subject_<L>_Story_<S>.csv or .parquet tables"),
+        opt("--role", required=True, choices=["speaker", "listener", "scene"],
+            help="whose features the tables hold (scene: the whole recording, e.g. its audio)"),
+        opt("--channel", required=True,
+            help="channel name to store them as (ROLE/NAME in a feature set), e.g. openface"),
+        STORE,
+        opt("--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"),
+        opt("--groups", nargs="+", help="column groups to keep of an OpenFace table (au pose gaze "
+            "landmarks landmarks_3d eye_landmarks shape; default au pose gaze) or a py-feat table "
+            "(au emotion pose landmarks; default au emotion pose)"),
+        opt("--lookahead-s", type=float, help="seconds read past each row (default: none)"),
+    ]),
+    Verb("labels", cmd_labels, "import valence annotation CSVs as a label target", [
+        opt("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings"),
+        opt("--target", required=True,
+            help="label name, e.g. valence_self, valence_observer_listener"),
+        STORE,
+        opt("--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"),
+    ]),
+    Verb("ratings", cmd_ratings,
+         "import whole-session ratings (one number per session) from a CSV table", [
+        opt("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]"),
+        STORE,
+    ], description="Store whole-session ratings (e.g. a questionnaire score per conversation) "
+       "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
+       "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
+       "mean over raters. A manifest's rating_<target> columns do the same at extraction."),
+    Verb("transcripts", cmd_transcripts,
+         "transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues", [
+        opt("transcript_dir", help="folder of transcribed_subject_<L>_story_<S>.srt or .ass files"),
+        STORE, FORCE,
+        opt("--config", help="featurestore YAML with the speech/lexicon settings (default: none, "
+            "the defaults)"),
+        set_opt("a speech or lexicon setting (--set lexicon.window_s=8)"),
+    ]),
+    Verb("ls", cmd_ls, "list the shards of a store", [STORE]),
+    Verb("inspect", cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [
+        opt("session", help="session id, e.g. Subject_1_Story_1"),
+        STORE,
+        opt("--columns", action="store_true", help="also list column names"),
+    ]),
+    Verb("verify", cmd_verify, "check every shard; non-zero exit with the reasons", [
+        STORE,
+        opt("--no-sources", action="store_true", help="skip re-fingerprinting source videos"),
+    ]),
+    Verb("demo", cmd_demo, "build an embedded demo corpus", [
+        opt("--layout", choices=tuple(DEMO_DEFAULTS), default="omg",
+            help="omg: OMG-Empathy's layout (dyads, Subject_<L>_Story_<S> names; the default); "
+            "monadic: one person per session, a video and an audio file each, two raters, a "
+            "manifest.csv (scan it with --manifest)"),
+        opt("--out", default=None,
+            help="folder to write (default: demo_data/, or demo_monadic/ for --layout monadic)"),
+        opt("--listeners", type=int, default=6, help="omg: listeners (default 6)"),
+        opt("--persons", type=int, default=4, help="monadic: persons (default 4)"),
+        opt("--tasks", type=int, nargs="+", default=[1, 2, 3, 4],
+            help="monadic: task numbers (default 1-4: train picture, recall; val plan; test opinion)"),
+        opt("--stories", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6],
+            help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)"),
+        opt("--duration", type=float, default=None,
+            help="seconds per session (default 24; monadic 8)"),
+        opt("--seed", type=int, default=0, help="random seed (default 0)"),
+    ]),
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``featurestore`` parser: one sub-parser per entry of :data:`VERBS`."""
     p = argparse.ArgumentParser(
         prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards"
     )
     p.add_argument("--version", action="version", version=f"featurestore {__version__}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def store_arg(sp):
-        sp.add_argument(
-            "--store", default="features", help="feature store folder (default: features/)"
-        )
-
-    def set_arg(
-        sp,
-        examples="an extractor's (--set face_au.device=cuda --set "
-        "face_geom.redetect_every_s=0.5) or a top-level key (--set face_fps=10)",
-    ):
-        sp.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help=f"override a setting of the config (repeatable; VALUE is YAML): {examples}; "
-            "it enters the channel's cache key; a setting the verb does not use is refused",
-        )
-
-    def manifest_arg(sp):
-        sp.add_argument(
-            "--manifest",
-            help="CSV or YAML with one row per session (columns: session, person, group, "
-            "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
-            "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
-            "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
-            "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
-        )
-
-    sp = sub.add_parser("scan", help="list the sessions found in a data folder; write the manifest")
-    sp.add_argument(
-        "data_dir",
-        nargs="?",
-        help="corpus folder (Subject_<L>_Story_<S> files at any depth; not needed with --manifest)",
-    )
-    store_arg(sp)
-    manifest_arg(sp)
-    sp.add_argument(
-        "--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)"
-    )
-    sp.set_defaults(func=cmd_scan)
-
-    sp = sub.add_parser("extract", help="compute missing or stale channels for every session")
-    sp.add_argument(
-        "data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"
-    )
-    store_arg(sp)
-    manifest_arg(sp)
-    sp.add_argument(
-        "--channels",
-        nargs="+",
-        help="extractors to run (default: face_geom egemaps speech lexicon; "
-        "speech and lexicon only where a session has a transcript)",
-    )
-    sp.add_argument("--jobs", type=int, default=1, help="sessions in parallel processes")
-    sp.add_argument(
-        "--executor",
-        choices=["local", "dask"],
-        default="local",
-        help="where sessions run: local processes (default) or a Dask cluster (--scheduler)",
-    )
-    sp.add_argument(
-        "--scheduler", help="address of an existing Dask scheduler (with --executor dask)"
-    )
-    sp.add_argument("--force", action="store_true", help="recompute even current channels")
-    sp.add_argument(
-        "--face-fps",
-        type=float,
-        help="face sampling rate in frames/s (default 5; 25 = every frame)",
-    )
-    sp.add_argument(
-        "--split-x",
-        type=int,
-        help="x where the listener crop starts (default 1080/2560 of the width)",
-    )
-    sp.add_argument("--sessions", nargs="+", help="only these session ids")
-    sp.add_argument(
-        "--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)"
-    )
-    set_arg(sp)
-    sp.set_defaults(func=cmd_extract)
-
-    sp = sub.add_parser(
-        "import", help="import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel"
-    )
-    sp.add_argument("table_dir", help="folder of Subject_<L>_Story_<S>.csv or .parquet tables")
-    sp.add_argument(
-        "--role",
-        required=True,
-        choices=["speaker", "listener", "scene"],
-        help="whose features the tables hold (scene: the whole recording, e.g. its audio)",
-    )
-    sp.add_argument(
-        "--channel",
-        required=True,
-        help="channel name to store them as (ROLE/NAME in a feature set), e.g. openface",
-    )
-    store_arg(sp)
-    sp.add_argument(
-        "--fps", type=float, default=25.0, help="frame rate of a `frame` column (default 25)"
-    )
-    sp.add_argument(
-        "--groups",
-        nargs="+",
-        help="column groups to keep of an OpenFace table (au pose gaze landmarks landmarks_3d "
-        "eye_landmarks shape; default au pose gaze) or a py-feat table (au emotion pose "
-        "landmarks; default au emotion pose)",
-    )
-    sp.add_argument("--lookahead-s", type=float, help="seconds read past each row (default: none)")
-    sp.set_defaults(func=cmd_import)
-
-    sp = sub.add_parser("labels", help="import valence annotation CSVs as a label target")
-    sp.add_argument("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings")
-    sp.add_argument(
-        "--target", required=True, help="label name, e.g. valence_self, valence_observer_listener"
-    )
-    store_arg(sp)
-    sp.add_argument(
-        "--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"
-    )
-    sp.set_defaults(func=cmd_labels)
-
-    sp = sub.add_parser(
-        "ratings",
-        help="import whole-session ratings (one number per session) from a CSV table",
-        description="Store whole-session ratings (e.g. a questionnaire score per conversation) "
-        "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
-        "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
-        "mean over raters. A manifest's rating_<target> columns do the same at extraction.",
-    )
-    sp.add_argument("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]")
-    store_arg(sp)
-    sp.set_defaults(func=cmd_ratings)
-
-    sp = sub.add_parser(
-        "transcripts",
-        help="transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues",
-    )
-    sp.add_argument(
-        "transcript_dir", help="folder of transcribed_subject_<L>_story_<S>.srt or .ass files"
-    )
-    store_arg(sp)
-    sp.add_argument("--force", action="store_true", help="recompute even current channels")
-    sp.add_argument(
-        "--config",
-        help="featurestore YAML with the speech/lexicon settings (default: none, the defaults)",
-    )
-    set_arg(sp, "a speech or lexicon setting (--set lexicon.window_s=8)")
-    sp.set_defaults(func=cmd_transcripts)
-
-    sp = sub.add_parser("ls", help="list the shards of a store")
-    store_arg(sp)
-    sp.set_defaults(func=cmd_ls)
-
-    sp = sub.add_parser(
-        "inspect", help="channels, shapes, valid fraction and provenance of a session"
-    )
-    sp.add_argument("session", help="session id, e.g. Subject_1_Story_1")
-    store_arg(sp)
-    sp.add_argument("--columns", action="store_true", help="also list column names")
-    sp.set_defaults(func=cmd_inspect)
-
-    sp = sub.add_parser("verify", help="check every shard; non-zero exit with the reasons")
-    store_arg(sp)
-    sp.add_argument(
-        "--no-sources", action="store_true", help="skip re-fingerprinting source videos"
-    )
-    sp.set_defaults(func=cmd_verify)
-
-    sp = sub.add_parser("demo", help="build an embedded demo corpus")
-    sp.add_argument(
-        "--layout",
-        choices=("omg", "monadic"),
-        default="omg",
-        help="omg: OMG-Empathy's layout (dyads, Subject_<L>_Story_<S> names; the default); "
-        "monadic: one person per session, a video and an audio file each, two raters, a "
-        "manifest.csv (scan it with --manifest)",
-    )
-    sp.add_argument(
-        "--out",
-        default=None,
-        help="folder to write (default: demo_data/, or demo_monadic/ for --layout monadic)",
-    )
-    sp.add_argument("--listeners", type=int, default=6, help="omg: listeners (default 6)")
-    sp.add_argument("--persons", type=int, default=4, help="monadic: persons (default 4)")
-    sp.add_argument(
-        "--tasks",
-        type=int,
-        nargs="+",
-        default=[1, 2, 3, 4],
-        help="monadic: task numbers (default 1-4: train picture, recall; val plan; test opinion)",
-    )
-    sp.add_argument(
-        "--stories",
-        type=int,
-        nargs="+",
-        default=[1, 2, 3, 4, 5, 6],
-        help="story numbers (default 1-6: train 2, 4, 5; validation 1; test 3, 6)",
-    )
-    sp.add_argument(
-        "--duration", type=float, default=None, help="seconds per session (default 24; monadic 8)"
-    )
-    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sp.set_defaults(func=cmd_demo)
-
-    sp = sub.add_parser(
-        "synth", help="write a full-size synthetic store (no media) with planted label structure"
-    )
-    store_arg(sp)
-    sp.add_argument(
-        "--sessions",
-        type=int,
-        default=80,
-        help="sessions, 8 stories per listener (default 80 = 10 x 8)",
-    )
-    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sp.add_argument(
-        "--face-fps",
-        type=float,
-        default=5.0,
-        help="face channel rate in frames/s (default 5; 25 = every frame)",
-    )
-    sp.set_defaults(func=cmd_synth)
+    for verb in VERBS:
+        sp = sub.add_parser(verb.name, help=verb.help, description=verb.description)
+        for flags, kwargs in verb.options:
+            sp.add_argument(*flags, **kwargs)
+        sp.set_defaults(func=verb.func)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    terminate_as_interrupt()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:
-        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    """Run ``featurestore VERB ...``; the exit code (0 ok, 1 failures, 2 usage error)."""
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         return int(args.func(args) or 0)
     except (ConfigError, FileNotFoundError) as e:

@@ -1,9 +1,28 @@
-"""Process helpers shared by the command lines: SIGTERM as Ctrl-C, and whether a pid is alive."""
+"""Process helpers shared by the command lines: their start, SIGTERM as Ctrl-C, whether a pid lives."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+from collections.abc import Sequence
+from types import FrameType
+
+#: the exit code of a usage error (argparse's)
+EXIT_USAGE = 2
+
+
+def parse_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace | int:
+    """A command line's start: SIGTERM made Ctrl-C (:func:`terminate_as_interrupt`), then ``argv``
+    parsed; the exit code instead when argparse exits (0 after ``--help``/``--version``,
+    :data:`EXIT_USAGE` for a usage error, which argparse has printed)."""
+    terminate_as_interrupt()
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else 0
 
 
 def terminate_as_interrupt() -> None:
@@ -13,7 +32,7 @@ def terminate_as_interrupt() -> None:
     temporary shards are removed and MLflow runs are marked KILLED.
     """
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:

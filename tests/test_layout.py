@@ -34,19 +34,17 @@ LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
         "features": 0,
         "processes": 0,
-        "moved": 0,  # shared by every layer; import no layer
         "lazy": 0,
         "overrides": 0,
+        "concordance": 0,
         "storage": 1,
         "sources": 2,
         "extractors": 3,
         "extraction": 4,
         "demo": 5,
-        "synth": 5,
         "cli": 6,
     },
     "experiments": {
-        "moved": 0,
         "config": 1,
         "data": 2,
         "windowing": 3,

@@ -1,10 +1,12 @@
-"""Write pip constraints that pin every declared dependency to its floor (``name==floor``).
+"""Write pip constraints that pin every runtime dependency to its declared floor (``name==floor``).
 
-Reads ``install_requires`` and the ``dev`` extra of ``setup.cfg`` and prints one ``name==X``
+Reads ``install_requires`` and the ``demo`` extra of ``setup.cfg`` and prints one ``name==X``
 line for each ``name>=X`` requirement, so that ``pip install -c <output> -e .[dev]`` installs
-the lowest versions the package declares (``make test-min``). Extras (``dask[distributed]``)
-are dropped, since pip refuses them in a constraints file. Standard library only: it runs
-before any virtual environment exists.
+the lowest versions the package declares it runs on (``make test-min``). The tools of the
+``dev`` extra (pytest, type stubs, linters) are not pinned: their floors say which features the
+tests use, not versions the package runs on (a stub's version names no release of its own).
+Extras (``dask[distributed]``) are dropped, since pip refuses them in a constraints file.
+Standard library only: it runs before any virtual environment exists.
 
     python tools/min_constraints.py > .venv-min/floors.txt
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 _REQ = re.compile(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*>=\s*([0-9][^,;\s]*)")
 
 
-def floor_pins(setup_cfg: Path, extras: tuple[str, ...] = ("dev",)) -> list[str]:
+def floor_pins(setup_cfg: Path, extras: tuple[str, ...] = ("demo",)) -> list[str]:
     """``name==floor`` for each ``name>=floor`` in install_requires and the given extras.
 
     Raises ValueError naming the line when a requirement has no ``>=`` floor, since then

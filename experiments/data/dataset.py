@@ -13,10 +13,7 @@ the feature store is brought onto these instants:
 Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data.
 Everything is vectorised (``searchsorted``, a sparse pooling product); no loop runs over frames.
 
-The tables are cached inside the store (``<store>/.frames/``, see :mod:`experiments.data.frames_cache`)
-per shard file, channel keys, target and ``max_gap_s``: a second load reads them back without
-opening a shard (full-size store, every channel: 0.08-0.3 s instead of 1.3-1.6 s), and any
-rewrite of a shard, or an edit of the resampling code below, invalidates its entries.
+The tables are cached (:mod:`experiments.data.frames_cache`; docs/store.md, the frames cache).
 
 >>> import numpy as np
 >>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
@@ -30,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache, partial
@@ -269,25 +266,18 @@ def load_sessions(
         store: a :class:`featurestore.Store` or its folder.
         feature_keys: ``role/channel`` keys, e.g. ``["listener/face_geom", "listener/egemaps"]``.
         target: label target (``valence_self``, ``valence_observer_listener``, ...).
-        splits: split name -> stories (the config's ``splits``); each session's split is looked
-            up from its story (not from the shard's stored attribute), and sessions whose story
-            is in no split are skipped. None, or an empty mapping (the config's ``splits:
-            shard``), keeps every session with the split its shard records.
+        splits: split name -> stories (the config's ``splits``): a session's split comes from
+            its story, sessions of no split are skipped; None or {} (``splits: shard``) keeps
+            every session with the split its shard records.
         sessions: restrict to these session ids.
         max_gap_s: longest gap (seconds) interpolation bridges for channels at <= 25 fps.
-        threads: sessions loaded concurrently; HDF5 reads are serialised by h5py, but the
-            resampling of one session overlaps the reading of the next. 1 = sequential.
-        cache: True reads and writes the frames cache (``<store>/.frames/``, or the folder in
-            ``$OMG_FRAMES_CACHE``; see :mod:`experiments.data.frames_cache`), False bypasses it, a
-            folder puts it there. An unwritable cache folder only means no caching. Cached
-            tables are equal to freshly resampled ones, array for array.
-        gold_standard: the labels to use (:mod:`experiments.data.gold_standard`): None or method
-            ``stored`` reads ``/labels/<target>``; ``mean`` or ``ewe`` combine the per-rater
-            traces ``/raters/<target>/*``, each session's weights and lags estimated from its
-            own raters alone (no session's label reads another's ratings: none of a test
-            session's or of a held-out listener's). Cached frames always hold the stored labels
-            and the combination is applied after the cache, so entries never mix gold
-            standards, and a session's gold standard depends on nothing but its own shard.
+        threads: sessions loaded concurrently (the resampling of one overlaps the reading of
+            the next). 1 = sequential.
+        cache: the frames cache (docs/store.md, the frames cache): True the store's, False
+            none, or a folder. Cached tables equal freshly resampled ones, array for array.
+        gold_standard: the labels (:mod:`experiments.data.gold_standard`): None or ``stored``
+            reads ``/labels/<target>``; ``mean``/``ewe`` combine each session's own raters
+            (applied after the cache, which holds the stored labels).
 
     Returns:
         One :class:`SessionTable` per session, ordered by listener then story.
@@ -309,6 +299,21 @@ def load_sessions(
     def load(s: str) -> tuple[SessionTable | None, _Pending | None]:
         return _load_session(st, s, keys, target, by_story, max_gap_s, frames_cache)
 
+    out = _load_all(st, names, load, frames_cache, threads)
+    if gold_standard is not None and gold_standard.method != "stored":
+        out = _with_gold_standard(st, out, target, gold_standard)
+    return out
+
+
+def _load_all(
+    st: Store,
+    names: list[str],
+    load: Callable[[str], tuple[SessionTable | None, _Pending | None]],
+    frames_cache: FramesCache | None,
+    threads: int,
+) -> list[SessionTable]:
+    """Every session's table (``threads`` at a time), checked for equal columns; then the
+    resampled ones written to the frames cache, only once every load has succeeded."""
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 and len(names) > 1 else None
     try:
         loaded = list(pool.map(load, names)) if pool else [load(s) for s in names]
@@ -321,23 +326,19 @@ def load_sessions(
             out.append(table)
         # only a load that succeeded writes to the cache: a failing one leaves the store as it was
         pending = [p for _, p in loaded if p is not None]  # none without a frames cache
-        written = 0
         if frames_cache is not None:
             write = partial(_write_entry, frames_cache, st)
             written = sum(pool.map(write, pending) if pool else map(write, pending))
+            log.debug(
+                "frames cache %s: %d of %d sessions resampled, %d cached",
+                frames_cache.folder,
+                len(pending),
+                len(names),
+                written,
+            )
     finally:
         if pool:
             pool.shutdown()
-    if frames_cache is not None:
-        log.debug(
-            "frames cache %s: %d of %d sessions resampled, %d cached",
-            frames_cache.folder,
-            len(pending),
-            len(names),
-            written,
-        )
-    if gold_standard is not None and gold_standard.method != "stored":
-        out = _with_gold_standard(st, out, target, gold_standard)
     return out
 
 

@@ -1,81 +1,16 @@
 """A cache of the 25 fps frame tables that :func:`experiments.data.dataset.load_sessions` builds.
 
-Resampling every channel onto label frames (100 Hz eGeMAPS pooled, 5 fps face channels
-interpolated) is most of a load's time, and every load repeated it. The cache keeps each
-session's result, written once per (shard file, channel keys, target, ``max_gap_s``,
-resampling code) and read back without opening the HDF5 shard.
-
-**Where.** ``<store>/.frames/`` by default: a hidden folder, which
-:meth:`featurestore.Store.list_sessions`, ``featurestore verify`` and ``featurestore scan``
-do not look into. The environment variable ``OMG_FRAMES_CACHE`` names another folder (each
-store gets a subfolder there, named after the store's path), or ``off`` to turn caching
-off; ``load_sessions(..., cache=FOLDER)`` does the same for one call. When the folder
-cannot be written (a read-only store on a cluster), tables are built without caching and
-one debug line is logged.
-
-**Entries.** One file per session and request, ``<session>.<shard tag>.<request tag>.frames``:
-
-- the shard tag hashes the shard file's inode, size and modification time (ns), with
-  :data:`FRAMES_VERSION` and a hash of the resampling code: every rewrite of a shard
-  (``extract --force``, ``featurestore labels``, ``transcripts``, ``import``: all rename a
-  new file into place) changes it. Writing an entry deletes the session's entries with
-  another shard tag, so stale entries are replaced, not accumulated;
-- the request tag hashes the channel keys (in order), the target and ``max_gap_s``:
-  different requests of one session have their own entries.
-
-**File layout**: standard formats only, one file per entry, readable without this module::
-
-    with open(path, "rb") as f:
-        header = json.loads(f.readline())["header"]             # line 1: a JSON object
-        y, valid, column_channel, X = (np.load(f) for _ in range(4))   # then four .npy arrays
-
-Line 1 is ``{"crc32": "<8 hex digits>", "header": {...}}``, padded with spaces: the CRC-32
-of the header object's bytes as written, and the header, which says what the entry was made
-from (the fields of :meth:`EntryKey.describe`), holds the session's metadata (``meta``:
-frames, listener, story, speaker, stored split, fps, columns, channels) and a checksum per
-array. The arrays follow in ``.npy`` format (version 1.0, C order): y (n,) float32, valid
-(n, channels) bool, column_channel (d,) int64, X (n, d) float32. The padding puts X's data
-at a multiple of 64 bytes in the file (unaligned, reading it took 1.1x longer).
-
-An entry is trusted only when the header's CRC-32 agrees, the header describes this shard
-and request, each array's ``.npy`` header is the one written for the dtype and shape the
-metadata implies (compared before anything is allocated), every array's checksum agrees
-and nothing follows the last array; anything else is a miss, and the entry is rebuilt from
-the shard. The array checksum is the 64-bit wrapping sum and the XOR of the array's 8-byte
-words (numpy, 0.03 s for 385 MB): it catches truncation, zeroed or overwritten blocks and
-any flipped bit, which is what crashes and disk faults do, though not two words swapped in
-place. ``zlib.crc32`` of the payload took 0.09 s, and made warm loads 1.5-2x slower.
-
-**Why this format.** Until ``FRAMES_VERSION`` 2 the cache had its own binary layout (a
-magic number, the header's length and CRC-32, a JSON header, the arrays as raw bytes at
-64-byte aligned offsets). Measured on the full-size synthetic store (80 sessions, 633,850
-frames, 149 columns, 378 MB of tables, page cache warm, 2 shared cores), reading every
-entry back, checksums checked, median of 15 interleaved rounds: the old layout 0.132 s;
-a JSON line + ``.npy`` arrays read with :func:`numpy.lib.format.read_array` 0.148 s; one
-folder per entry holding a ``.npy`` file per array and a JSON file 0.158 s; Arrow IPC (X
-and valid as fixed-size lists, the metadata in the schema) 0.166 s. Most of the ``.npy``
-reader's lead was ``read_array``'s header parsing (``ast.literal_eval``) and unaligned
-data: comparing each ``.npy`` header with the expected bytes and reading the data with
-``readinto`` into preallocated arrays, as here, reads the JSON + ``.npy`` file as fast as
-the old layout (0.056 s against 0.055-0.057 s, best of 7, interleaved).
-``bench/loading.py`` measures this on every ``make bench`` (``loading.frames_cache_format``,
-the old layout as baseline, goal: at least 0.9 of its speed). Entries of the old layout
-have another version in their name: they are misses, and deleted as stale when the session
-is cached again. The entries take 385 MB on disk, 1.17x the shards (25 fps rows of every
-column, against 5 fps face rows and eGeMAPS rows stored once). Memory-mapping the entries
-would skip the copy, but a mapped table changes (or faults) if anyone rewrites the file in
-place after it was checked.
-
-**Concurrency.** An entry is written to a hidden temporary file in the same folder and
-renamed into place: two processes writing the same entry each leave a complete file (the
-last rename wins; both are identical), and a reader sees the old file or the new one.
+One file per session and request in ``<store>/.frames/`` (``$OMG_FRAMES_CACHE``: another folder,
+or ``off``), keyed by the shard file's identity, the request and the resampling code, trusted
+only when every checksum agrees, written to a temporary file and renamed into place. The
+entry format is a contract (docs/design.md#frames-cache); docs/store.md (the frames cache)
+describes the folder, the entry layout, what makes an entry stale and why this format.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import io
 import json
 import logging
@@ -87,12 +22,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
-import scipy
 from numpy.lib import format as npy
 
 from featurestore.processes import pid_alive
+from featurestore.storage.provenance import code_fingerprint, library_versions
 
 from .session_table import SessionTable
 
@@ -159,20 +95,15 @@ def _digest(parts: list) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
-def code_version(functions: Sequence[Callable]) -> str:
-    """Hash of the source of ``functions`` (the resampling code) and of numpy's and scipy's versions.
+def code_version(functions: Sequence[Callable[..., Any]]) -> str:
+    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's
+    versions (:func:`featurestore.storage.provenance.code_fingerprint`).
 
     Editing the resampling invalidates every entry without anyone remembering to bump
-    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too.
+    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too. Edits
+    elsewhere in the package leave the cache alone.
     """
-    h = hashlib.sha256(f"{np.__version__};{scipy.__version__}".encode())
-    for fn in functions:
-        try:
-            text = inspect.getsource(fn)
-        except (OSError, TypeError):  # no source shipped: the bytecode still tells versions apart
-            text = fn.__code__.co_code.hex()
-        h.update(text.encode())
-    return h.hexdigest()[:16]
+    return code_fingerprint(functions, library_versions(("numpy", "scipy")))
 
 
 def shard_identity(path: Path) -> tuple[int, int, int] | None:
@@ -368,7 +299,7 @@ def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
     return {"y": (n,), "valid": (n, c), "column_channel": (d,), "X": (n, d)}
 
 
-def _write_entry(f, key: EntryKey, table: SessionTable) -> None:
+def _write_entry(f: BinaryIO, key: EntryKey, table: SessionTable) -> None:
     """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
     arrays = {
         name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
@@ -404,7 +335,8 @@ def _checksum(a: np.ndarray) -> str:
     return f"{total:016x}{xor:016x}"
 
 
-def _read_entry(f, key: EntryKey) -> SessionTable:
+def _read_entry(f: io.FileIO, key: EntryKey) -> SessionTable:
+    """The entry of ``key`` in the open file ``f``; :class:`CorruptEntry` for anything else."""
     size = os.fstat(f.fileno()).st_size
     h = _read_header(f)
     expect = key.describe()
@@ -435,7 +367,7 @@ def _read_entry(f, key: EntryKey) -> SessionTable:
         raise CorruptEntry(f"header does not describe the arrays ({e})") from None
 
 
-def _read_header(f) -> dict:
+def _read_header(f: io.FileIO) -> dict[str, Any]:
     """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
     at the first array."""
     head = f.read(_HEADER_CHUNK)
@@ -462,7 +394,7 @@ def _read_header(f) -> dict:
     return h
 
 
-def _read_array(f, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
+def _read_array(f: io.FileIO, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
     """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
     ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
     dtype = _DTYPES[name]

@@ -1,29 +1,12 @@
 """A gold standard from several raters' traces, and how well the raters agree.
 
-A session's per-rater traces are stored at ``/raters/<target>/<rater>`` (see docs/store.md);
-``/labels/<target>`` holds their mean. A config's ``gold_standard`` chooses what the
-experiments train and score on:
-
-* ``stored`` (default): ``/labels/<target>`` as it is;
-* ``mean``: the mean of the raters present at each frame;
-* ``ewe``: the evaluator-weighted estimate (Grimm & Kroschel 2005): rater ``r``'s weight is
-  the Pearson correlation of its trace with the mean of the other raters, clipped at 0 and
-  normalised to sum to 1 (equal weights when every one is 0).
-
-With ``align_lags``, each rater's reaction lag is estimated first (:func:`estimate_lags`: the
-shift within ``max_lag_s`` maximising the CCC with the mean of the other raters) and removed
-by shifting the trace earlier before combining. Lags are relative: only differences between
-raters can be seen, so the earliest rater gets lag 0.
-
-:func:`gold_standards` estimates the weights and lags of each session from that session's
-raters alone: a session's label never depends on another session's ratings, so no rating of a
-test session, of a held-out listener (the nested unseen-listener protocol) or of a held-out
-fold reaches a label a model is trained on, and a session's label is the same whichever other
-sessions are loaded. :func:`estimate_lags` pooled over sessions describes the raters
-(``experiments agreement``); it does not make labels.
-
-Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout & Fleiss (1979) and McGraw
-& Wong (1996); see :func:`icc` for the formulas.
+A config's ``gold_standard`` chooses the labels (docs/store.md, raters): ``stored``
+(``/labels/<target>``), ``mean`` (the raters present at each frame) or ``ewe`` (evaluator-
+weighted, Grimm & Kroschel 2005); with ``align_lags`` each rater's reaction lag
+(:func:`estimate_lags`) is removed first. :func:`gold_standards` works on each session's own
+raters alone, so no session's label reads another's ratings (a test session's, a held-out
+listener's or fold's). Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout &
+Fleiss (1979) and McGraw & Wong (1996).
 """
 
 from __future__ import annotations
@@ -32,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 
 import numpy as np
+
+from featurestore.concordance import ccc
 
 from ..config.gold_standard import METHODS, GoldStandard
 
@@ -51,18 +36,6 @@ def shift(y: np.ndarray, lag: int) -> np.ndarray:
     else:
         out[-lag:] = y[: len(y) + lag]
     return out
-
-
-def ccc(a: np.ndarray, b: np.ndarray) -> float:
-    """Lin's concordance correlation over the frames where both are finite (NaN if < 2)."""
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 2:
-        return float("nan")
-    a, b = np.asarray(a)[ok].astype(np.float64), np.asarray(b)[ok].astype(np.float64)
-    ma, mb = a.mean(), b.mean()
-    cov = np.mean((a - ma) * (b - mb))
-    den = a.var() + b.var() + (ma - mb) ** 2
-    return float(2 * cov / den) if den > 0 else float("nan")
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -118,7 +91,7 @@ def estimate_lags(
             b = np.concatenate([ref for _, ref in mine])
             best, best_lag = -np.inf, 0
             for lag in range(-max_lag, max_lag + 1):
-                c = ccc(np.concatenate([shift(y, lag) for y, _ in mine]), b)
+                c = ccc(np.concatenate([shift(y, lag) for y, _ in mine]), b, nan="drop")
                 if np.isfinite(c) and c > best + 1e-12:
                     best, best_lag = c, lag
             lags[r] = best_lag
@@ -234,7 +207,7 @@ def icc(ratings: np.ndarray) -> dict[str, float]:
 
 def mean_pairwise_ccc(traces: Mapping[str, np.ndarray]) -> float:
     """The mean over rater pairs of their CCC (frames where both rated)."""
-    vals = [ccc(traces[a], traces[b]) for a, b in combinations(sorted(traces), 2)]
+    vals = [ccc(traces[a], traces[b], nan="drop") for a, b in combinations(sorted(traces), 2)]
     vals = [v for v in vals if np.isfinite(v)]
     return float(np.mean(vals)) if vals else float("nan")
 

@@ -1,25 +1,12 @@
 """How far after a label frame each channel of a store reads: extraction plus resampling.
 
-A configuration's prediction at frame ``t`` reads its windows' frames (up to ``t`` plus half a
-centred window, less the delay), smoothing reads later predictions; both are counted from the
-configuration alone (:func:`experiments.config.grid.lookahead_frames`). Each of those label
-frames reads a little further of the session's source, in two steps counted here, per channel
-and session:
-
-- **extraction**: a channel's row at time ``s`` read its source up to ``s + e``: ``e`` is the
-  channel's ``lookahead_s`` as its shard records it (:mod:`featurestore.storage.timing`: 0.072 s
-  for eGeMAPS, 0.5 s for the per-role voice channels of the face rule, the longest cue for a
-  transcript channel), else what its extractor declares for its version
-  (:func:`featurestore.extractors.known_lookahead_s`), else unknown and counted as ``inf``;
-- **resampling** onto the label frames (:func:`experiments.data.dataset.resampling_lookahead_s`):
-  the latest sample a frame reads, up to half a frame for 100 Hz channels, up to ``max_gap_s``
-  for slower ones, worked out from the session's own sample times and validity.
-
-A channel's look-ahead is the largest over the sessions of the two added (a frame at ``t``
-reads a sample at up to ``t + r``, which read its source up to ``t + r + e``), rounded up to
-the microsecond. :func:`with_channel_lookahead` hands each configuration the largest over its
-channels (:attr:`experiments.config.grid.Trial.channel_lookahead_s`): it enters the logged
-``lookahead_s`` and ``causal``, not the configuration's hash, so runs logged before resume.
+Per channel and session: its rows read the source up to ``lookahead_s`` after their time (as
+the shard records it, else as its extractor declares, else ``inf``; docs/channels.md, how far
+ahead each channel reads), and resampling onto the label frames reads the latest sample a frame
+uses (:func:`experiments.data.dataset.resampling_lookahead_s`). A channel's look-ahead is the
+largest over the sessions of the two added, rounded up to the microsecond;
+:func:`with_channel_lookahead` hands each configuration the largest over its channels (it
+enters the logged ``lookahead_s`` and ``causal``, not the configuration's hash).
 
 >>> from experiments.config.grid import Trial
 >>> t = Trial("listener", ("listener/face_geom",), (4.0,), 1.0, "causal", ("mean",), 0.2,

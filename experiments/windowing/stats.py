@@ -18,28 +18,15 @@ fraction per channel instead of per column, call it on the channel mask:
 ``window_stats(np.where(valid, 1.0, np.nan), stats=["valid_frac"], ...)`` (``mean`` of the 0/1
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
-Implementation: two Numba kernels, compiled on first use (about 10 s) and cached on disk
-(``__pycache__``, loaded in well under a second), single-threaded, releasing the GIL, so a
-caller may window sessions in threads; no Numba threading layer is used, so forked workers
-are safe. This replaces whole-session NumPy prefix sums (DESIGN.md's "cumulative sums, strided
-views"): those made a dozen full passes over (frames x columns) float64 temporaries per window
-length, and took half the time pandas does; one compiled pass over the frames that writes each
-output row once is about 20x faster than pandas on the full-size store (``bench/windowing.py``).
-
-The first kernel copies the values with the missing ones as NaN and takes each column's mean;
-the second walks the frames once, every window length at once, row-major throughout (a
-frame's columns are contiguous in the input, the running state and the output, so every
-inner loop runs over contiguous columns and vectorises). Per window length and column it
-keeps running float64 sums of the present values' count, centred values (the session's column
-mean subtracted, which keeps the squares well conditioned) and their squares, and for
-``slope`` their frame index within the window, its square (integers: those sums are exact) and
-index times value; the frame entering a window is added, the one leaving it subtracted. Sums
-slid through a whole session carry rounding of about 1e-16 of the largest values that passed
-through the window, far below float32 (a constant stretch after values 1000x larger gives a
-std of exactly 0, where pandas' gives 3e-4). ``min`` and ``max`` are van Herk / Gil-Werman:
-blocks of ``w`` frames, the running extreme from each block's start and the suffix extremes of
-each block (once per block), any window the extreme of one suffix and one prefix: three
-comparisons per value whatever ``w``, exact as no arithmetic is involved.
+Implementation: two Numba kernels, compiled on first use and cached on disk, single-threaded
+and releasing the GIL (a caller may window sessions in threads; forked workers are safe). The
+first copies the values with the missing ones as NaN and takes each column's mean; the second
+walks the frames once, every window length at once, row-major, keeping running float64 sums
+(count, values centred on the column mean and their squares; for ``slope`` the integer frame
+index sums and index times value): the frame entering a window is added, the one leaving it
+subtracted. ``min`` and ``max`` are van Herk / Gil-Werman (three comparisons per value
+whatever the window, exact). About 20x faster than pandas on the full-size store
+(``bench/windowing.py``).
 
 >>> import numpy as np
 >>> F, names = window_stats(np.arange(5.0)[:, None], fps=1.0, lengths_s=[3], stats=["mean", "slope"],
@@ -133,28 +120,11 @@ def window_stats(
         (F, names): F is (n_frames, d * len(stats) * len(lengths_s)) float32, ordered by window
         length, then statistic, then column; names are ``column:stat@<L>s``.
     """
-    X = np.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"X must be (n_frames, d), got shape {X.shape}")
-    if X.dtype != np.float32 and X.dtype != np.float64:
-        X = X.astype(np.float64)
+    X = _as_matrix(X)
     n, d = X.shape
     cols = [f"c{i}" for i in range(d)] if columns is None else [str(c) for c in columns]
-    if len(cols) != d:
-        raise ValueError(f"{d} columns in X but {len(cols)} names")
-    bad = [s for s in stats if s not in STATS]
-    if bad:
-        raise ValueError(f"unknown statistics {bad}; valid: {', '.join(STATS)}")
-    if align not in ALIGNS:
-        raise ValueError(f"align must be one of {', '.join(ALIGNS)}, got {align!r}")
-    if fps <= 0:
-        raise ValueError(f"fps must be > 0, got {fps}")
     lengths = [float(L) for L in lengths_s]
-    if not lengths or any(L <= 0 for L in lengths):
-        raise ValueError(f"window lengths must be > 0 seconds, got {list(lengths_s)}")
-
+    _check_args(d, cols, stats, align, fps, lengths)
     names = [feature_name(c, s, L) for L in lengths for s in stats for c in cols]
     if out is None:
         out = np.empty((n, len(names)), dtype=np.float32)
@@ -178,6 +148,33 @@ def window_stats(
     if parent is None:  # another layout: written row-major, then copied
         out[...] = rows
     return out, names
+
+
+def _as_matrix(X: np.ndarray) -> np.ndarray:
+    """``X`` as an (n_frames, d) float32 or float64 matrix (a 1-D ``X`` is one column)."""
+    X = np.asarray(X)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"X must be (n_frames, d), got shape {X.shape}")
+    return X if X.dtype in (np.float32, np.float64) else X.astype(np.float64)
+
+
+def _check_args(
+    d: int, cols: list[str], stats: Sequence[str], align: str, fps: float, lengths: list[float]
+) -> None:
+    """ValueError naming the argument of :func:`window_stats` that cannot be used."""
+    if len(cols) != d:
+        raise ValueError(f"{d} columns in X but {len(cols)} names")
+    bad = [s for s in stats if s not in STATS]
+    if bad:
+        raise ValueError(f"unknown statistics {bad}; valid: {', '.join(STATS)}")
+    if align not in ALIGNS:
+        raise ValueError(f"align must be one of {', '.join(ALIGNS)}, got {align!r}")
+    if fps <= 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    if not lengths or any(L <= 0 for L in lengths):
+        raise ValueError(f"window lengths must be > 0 seconds, got {lengths}")
 
 
 def _column_block(out: np.ndarray) -> tuple[np.ndarray | None, int]:
@@ -217,7 +214,9 @@ def _validity(valid: np.ndarray | None, n: int, d: int) -> tuple[int, np.ndarray
 
 
 @numba.njit(**_JIT)
-def _missing_as_nan(X, V, mode, z, centre):  # pragma: no cover - compiled
+def _missing_as_nan(
+    X: np.ndarray, V: np.ndarray, mode: int, z: np.ndarray, centre: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """``z[:n]`` = X with non-finite and invalid values as NaN, ``z[n]`` all NaN (a frame outside
     the session); ``centre`` = each column's mean of its present values (0 if none)."""
     n, d = X.shape
@@ -245,7 +244,15 @@ def _missing_as_nan(X, V, mode, z, centre):  # pragma: no cover - compiled
 
 
 @numba.njit(**_JIT)
-def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover - compiled
+def _window_rows(
+    z: np.ndarray,
+    centre: np.ndarray,
+    bounds: np.ndarray,
+    codes: np.ndarray,
+    fps: float,
+    out: np.ndarray,
+    col0: int,
+) -> None:  # pragma: no cover - compiled
     """Every statistic ``codes`` of every window ``bounds`` (offset, size) for every frame.
 
     ``z``: (n + 1, d) values, NaN = missing, row ``n`` all NaN; the results go to the
@@ -259,20 +266,46 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
     sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
     extremes = first[_MIN] >= 0 or first[_MAX] >= 0
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
-    # running sums per window length and column: count, centred value, its square; frame
-    # index u within the window (0 .. w - 1), its square, u times centred value
+    cnt, sx, sxx, su, suu, sux = _initial_sums(z, centre, bounds, sums)
+    glo, ghi, hlo, hhi, hpos = _extremes_state(z, bounds, extremes)
+    for t in range(n):
+        for li in range(nl):
+            a, w = t + bounds[li, 0], bounds[li, 1]
+            row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
+            if sums:
+                _window_sums(
+                    z,
+                    centre,
+                    a,
+                    w,
+                    fps,
+                    first,
+                    cnt[li],
+                    sx[li],
+                    sxx[li],
+                    su[li],
+                    suu[li],
+                    sux[li],
+                    row,
+                    scratch,
+                )
+            if extremes:
+                h0, h1 = hpos[li], hpos[li + 1]
+                _window_extremes(
+                    z, t, a, w, li, first, glo, ghi, hlo[h0:h1], hhi[h0:h1], row, scratch
+                )
+            _copy_repeated(row, codes, first, d)
+
+
+@numba.njit(inline="always", **_JIT)
+def _initial_sums(
+    z: np.ndarray, centre: np.ndarray, bounds: np.ndarray, sums: bool
+) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
+    """Running sums per window length and column (count, centred value, its square; frame index
+    u within the window, its square, u times centred value), as of frame -1's window."""
+    n, d, nl = z.shape[0] - 1, z.shape[1], bounds.shape[0]
     cnt, sx, sxx = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
     su, suu, sux = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
-    # van Herk / Gil-Werman per length: prefix extremes g of the block of the window's last
-    # frame (two rows used in turn: rewriting a row in place compiles to slow masked stores)
-    # and suffix extremes h (rows hpos[l] .. hpos[l + 1]) of the block of its first frame
-    inf = z.dtype.type(np.inf)
-    glo, ghi = np.full((2 * nl, d), inf, dtype=z.dtype), np.full((2 * nl, d), -inf, dtype=z.dtype)
-    hpos = np.zeros(nl + 1, dtype=np.int64)
-    for li in range(nl):
-        hpos[li + 1] = hpos[li] + (bounds[li, 1] if extremes else 0)
-    hlo, hhi = np.empty((hpos[nl], d), dtype=z.dtype), np.empty((hpos[nl], d), dtype=z.dtype)
-
     if sums:  # the state of frame -1: its window, u counted from its first frame
         for li in range(nl):
             a = bounds[li, 0] - 1
@@ -280,72 +313,111 @@ def _window_rows(z, centre, bounds, codes, fps, out, col0):  # pragma: no cover 
                 _add_frame(
                     z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li]
                 )
-
-    for t in range(n):
-        for li in range(nl):
-            a, w = t + bounds[li, 0], bounds[li, 1]
-            row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
-            if sums:
-                leave = z[a - 1 if 0 <= a - 1 < n else n]
-                enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
-                k = first[_SLOPE]
-                if k >= 0:  # before the sums it reads move on
-                    _slope_step(
-                        leave,
-                        enter,
-                        centre,
-                        float(w - 1),
-                        fps,
-                        cnt[li],
-                        sx[li],
-                        su[li],
-                        suu[li],
-                        sux[li],
-                        row[k * d : (k + 1) * d],
-                    )
-                k, k2 = first[_MEAN], first[_STD]
-                _sums_step(
-                    leave,
-                    enter,
-                    centre,
-                    cnt[li],
-                    sx[li],
-                    sxx[li],
-                    row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
-                    row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD],
-                )
-                k = first[_VALID_FRAC]
-                if k >= 0:
-                    inside = min(a + w, n) - min(max(a, 0), n)
-                    vf = row[k * d : (k + 1) * d]
-                    for c in range(d):
-                        vf[c] = cnt[li, c] / inside if inside > 0 else 0.0
-            if extremes:
-                p = t % w  # the window's first frame is the p-th of its block
-                if p == 0:
-                    _block_suffix(
-                        z, a, w, hlo[hpos[li] : hpos[li + 1]], hhi[hpos[li] : hpos[li + 1]]
-                    )
-                b = a + w - 1
-                g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
-                k, k2 = first[_MIN], first[_MAX]
-                _extremes_step(
-                    z[b if 0 <= b < n else n],
-                    p == 1 or w == 1,
-                    glo[g0],
-                    ghi[g0],
-                    glo[g],
-                    ghi[g],
-                    hlo[hpos[li] + p],
-                    hhi[hpos[li] + p],
-                    row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
-                    row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
-                )
-            _copy_repeated(row, codes, first, d)
+    return cnt, sx, sxx, su, suu, sux
 
 
 @numba.njit(inline="always", **_JIT)
-def _first_places(codes):  # pragma: no cover - compiled
+def _extremes_state(
+    z: np.ndarray, bounds: np.ndarray, extremes: bool
+) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
+    """Van Herk / Gil-Werman state per length: prefix extremes g of the block of the window's
+    last frame (two rows used in turn: rewriting a row in place compiles to slow masked stores)
+    and suffix extremes h (rows ``hpos[l] .. hpos[l + 1]``) of the block of its first frame."""
+    d, nl = z.shape[1], bounds.shape[0]
+    inf = z.dtype.type(np.inf)
+    glo, ghi = np.full((2 * nl, d), inf, dtype=z.dtype), np.full((2 * nl, d), -inf, dtype=z.dtype)
+    hpos = np.zeros(nl + 1, dtype=np.int64)
+    for li in range(nl):
+        hpos[li + 1] = hpos[li] + (bounds[li, 1] if extremes else 0)
+    hlo, hhi = np.empty((hpos[nl], d), dtype=z.dtype), np.empty((hpos[nl], d), dtype=z.dtype)
+    return glo, ghi, hlo, hhi, hpos
+
+
+@numba.njit(inline="always", **_JIT)
+def _window_sums(
+    z: np.ndarray,
+    centre: np.ndarray,
+    a: int,
+    w: int,
+    fps: float,
+    first: np.ndarray,
+    cnt: np.ndarray,
+    sx: np.ndarray,
+    sxx: np.ndarray,
+    su: np.ndarray,
+    suu: np.ndarray,
+    sux: np.ndarray,
+    row: np.ndarray,
+    scratch: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Slide one window length's sums to the window ``a .. a + w - 1`` and write its slope,
+    mean, std and valid fraction into ``row`` (those asked for)."""
+    n, d = z.shape[0] - 1, z.shape[1]
+    leave = z[a - 1 if 0 <= a - 1 < n else n]
+    enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
+    k = first[_SLOPE]
+    if k >= 0:  # before the sums it reads move on
+        _slope_step(
+            leave, enter, centre, float(w - 1), fps, cnt, sx, su, suu, sux, row[k * d : (k + 1) * d]
+        )
+    k, k2 = first[_MEAN], first[_STD]
+    _sums_step(
+        leave,
+        enter,
+        centre,
+        cnt,
+        sx,
+        sxx,
+        row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
+        row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD],
+    )
+    k = first[_VALID_FRAC]
+    if k >= 0:
+        inside = min(a + w, n) - min(max(a, 0), n)
+        vf = row[k * d : (k + 1) * d]
+        for c in range(d):
+            vf[c] = cnt[c] / inside if inside > 0 else 0.0
+
+
+@numba.njit(inline="always", **_JIT)
+def _window_extremes(
+    z: np.ndarray,
+    t: int,
+    a: int,
+    w: int,
+    li: int,
+    first: np.ndarray,
+    glo: np.ndarray,
+    ghi: np.ndarray,
+    hlo: np.ndarray,
+    hhi: np.ndarray,
+    row: np.ndarray,
+    scratch: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """One window length's minimum and maximum of the window ``a .. a + w - 1`` into ``row``."""
+    n, d = z.shape[0] - 1, z.shape[1]
+    p = t % w  # the window's first frame is the p-th of its block
+    if p == 0:
+        _block_suffix(z, a, w, hlo, hhi)
+    b = a + w - 1
+    g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
+    k, k2 = first[_MIN], first[_MAX]
+    _extremes_step(
+        z[b if 0 <= b < n else n],
+        p == 1 or w == 1,
+        glo[g0],
+        ghi[g0],
+        glo[g],
+        ghi[g],
+        hlo[p],
+        hhi[p],
+        row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
+        row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
+    )
+
+
+@numba.njit(inline="always", **_JIT)
+def _first_places(codes: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """Statistic code -> its first place in ``codes`` (-1: not asked for)."""
     first = np.full(len(STATS), -1)
     for k in range(codes.shape[0]):
@@ -355,7 +427,9 @@ def _first_places(codes):  # pragma: no cover - compiled
 
 
 @numba.njit(inline="always", **_JIT)
-def _copy_repeated(row, codes, first, d):  # pragma: no cover - compiled
+def _copy_repeated(
+    row: np.ndarray, codes: np.ndarray, first: np.ndarray, d: int
+) -> None:  # pragma: no cover - compiled
     """A statistic asked for twice in ``codes``: its later places in ``row`` (``d`` columns
     each) copy the first one, which the window loop computed."""
     for k in range(codes.shape[0]):
@@ -365,7 +439,17 @@ def _copy_repeated(row, codes, first, d):  # pragma: no cover - compiled
 
 
 @numba.njit(inline="always", **_JIT)
-def _add_frame(zr, centre, u, cnt, sx, sxx, su, suu, sux):  # pragma: no cover - compiled
+def _add_frame(
+    zr: np.ndarray,
+    centre: np.ndarray,
+    u: float,
+    cnt: np.ndarray,
+    sx: np.ndarray,
+    sxx: np.ndarray,
+    su: np.ndarray,
+    suu: np.ndarray,
+    sux: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     """Add one frame ``zr`` at index ``u`` within the window to the running sums."""
     for c in range(zr.shape[0]):
         v = zr[c]
@@ -386,8 +470,15 @@ def _add_frame(zr, centre, u, cnt, sx, sxx, su, suu, sux):  # pragma: no cover -
 
 @numba.njit(inline="always", **_JIT)
 def _sums_step(
-    leave, enter, centre, cnt, sx, sxx, mean_row, std_row
-):  # pragma: no cover - compiled
+    leave: np.ndarray,
+    enter: np.ndarray,
+    centre: np.ndarray,
+    cnt: np.ndarray,
+    sx: np.ndarray,
+    sxx: np.ndarray,
+    mean_row: np.ndarray,
+    std_row: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     """Slide the count, sum and sum of squares by one frame (``leave`` out, ``enter`` in) and
     write each column's mean and std, NaN for an empty window."""
     for c in range(cnt.shape[0]):
@@ -412,8 +503,18 @@ def _sums_step(
 
 @numba.njit(inline="always", **_JIT)
 def _slope_step(
-    leave, enter, centre, u_enter, fps, cnt, sx, su, suu, sux, slope_row
-):  # pragma: no cover - compiled
+    leave: np.ndarray,
+    enter: np.ndarray,
+    centre: np.ndarray,
+    u_enter: float,
+    fps: float,
+    cnt: np.ndarray,
+    sx: np.ndarray,
+    su: np.ndarray,
+    suu: np.ndarray,
+    sux: np.ndarray,
+    slope_row: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     """Slide the index sums by one frame (``leave`` at u = 0, the rest u -> u - 1, ``enter`` at
     ``u_enter``) and write each column's least-squares slope (units per second).
 
@@ -442,7 +543,9 @@ def _slope_step(
 
 
 @numba.njit(inline="always", **_JIT)
-def _block_suffix(z, a, w, hlo, hhi):  # pragma: no cover - compiled
+def _block_suffix(
+    z: np.ndarray, a: int, w: int, hlo: np.ndarray, hhi: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """Suffix minima and maxima of frames ``a .. a + w - 1`` (row ``k``: frames ``a + k ..``)."""
     n, d = z.shape[0] - 1, z.shape[1]
     inf = z.dtype.type(np.inf)
@@ -463,8 +566,17 @@ def _block_suffix(z, a, w, hlo, hhi):  # pragma: no cover - compiled
 
 @numba.njit(inline="always", **_JIT)
 def _extremes_step(
-    zb, restart, glo0, ghi0, glo, ghi, hlo, hhi, min_row, max_row
-):  # pragma: no cover - compiled
+    zb: np.ndarray,
+    restart: bool,
+    glo0: np.ndarray,
+    ghi0: np.ndarray,
+    glo: np.ndarray,
+    ghi: np.ndarray,
+    hlo: np.ndarray,
+    hhi: np.ndarray,
+    min_row: np.ndarray,
+    max_row: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     """Van Herk / Gil-Werman step: ``g`` = ``g0`` with the window's last frame ``zb`` added (or
     ``zb`` alone when it starts a block); each column's window minimum and maximum are those of
     ``h`` (the first frame's block from that frame on) and ``g``; NaN where the window holds none.

@@ -1,7 +1,7 @@
 """Build the demo corpus: every session's files, then ``demo_truth.json``, the README and the settings.
 
-:func:`build_demo` writes the folder described in :mod:`featurestore.demo` and returns a
-:class:`DemoInfo`; ``featurestore demo`` and ``make demo-data`` call it.
+:func:`build_demo` writes the folder docs/demo.md describes and returns a :class:`DemoInfo`;
+``featurestore demo`` and ``make demo-data`` call it.
 """
 
 from __future__ import annotations
@@ -10,17 +10,20 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from ..concordance import ccc
 from ..sources.manifest import STORY_SPEAKER
 from ..storage.store import session_name
 from . import model
 from .face import PHOTO_COLS, PHOTO_ROWS, PHOTO_SCALE, Look, TileCache, face_rig
 from .files import (
+    DemoInfo,
+    Layout,
     frame_layout,
     transcript_srt,
     valence_csv,
@@ -28,70 +31,116 @@ from .files import (
     write_bytes_atomic,
     write_video,
 )
-from .model import listener_params, speaker_params
+from .model import ListenerParams, SpeakerParams, listener_params, speaker_params
 from .plan import SessionPlan, plan_session
 
-
-def _ccc(a: np.ndarray, b: np.ndarray) -> float:
-    """Lin's concordance correlation coefficient (population variances), for the build's README."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    cov = np.mean((a - a.mean()) * (b - b.mean()))
-    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
-    return float(2 * cov / den) if den > 0 else 0.0
+#: the folders of a build (the OMG-Empathy layout)
+FOLDERS = ("Videos", "Annotations", "Transcripts", "Observer_Listener", "Observer_Speaker")
 
 
-@dataclass(frozen=True)
-class DemoInfo:
-    """What :func:`build_demo` wrote."""
-
-    out_dir: Path
-    sessions: tuple[str, ...]
-    n_frames: dict[str, int]
-    seed: int
-    duration_s: float
-    width: int
-    height: int
-    fps: float
-    build_seconds: float
-
-    @property
-    def videos(self) -> list[Path]:
-        return [self.out_dir / "Videos" / f"{s}.mp4" for s in self.sessions]
-
-    @property
-    def annotations(self) -> list[Path]:
-        return [self.out_dir / "Annotations" / f"{s}.csv" for s in self.sessions]
-
-    @property
-    def transcripts(self) -> list[Path]:
-        return [
-            self.out_dir
-            / "Transcripts"
-            / f"{s.lower().replace('subject', 'transcribed_subject')}.srt"
-            for s in self.sessions
-        ]
-
-    @property
-    def observer_annotations(self) -> dict[str, list[Path]]:
-        """Target -> the observer rating files, per session."""
-        return {
-            "valence_observer_listener": [
-                self.out_dir / "Observer_Listener" / f"{s}.csv" for s in self.sessions
-            ],
-            "valence_observer_speaker": [
-                self.out_dir / "Observer_Speaker" / f"{s}.csv" for s in self.sessions
-            ],
-        }
-
-    def __str__(self) -> str:
-        return (
-            f"{len(self.sessions)} session{'s' if len(self.sessions) != 1 else ''} of "
-            f"{self.duration_s:g} s, {self.width}x{self.height} at "
-            f"{self.fps:g} fps, seed {self.seed}, built in {self.build_seconds:.1f} s"
-        )
+def _truth_face(layout: Layout) -> dict[str, Any]:
+    """The face part of ``demo_truth.json``: the photo, the tiles and the state levels."""
+    return {
+        "photo": "skimage.data.astronaut() (public domain, NASA)",
+        "photo_rows": list(PHOTO_ROWS),
+        "photo_cols": list(PHOTO_COLS),
+        "scale": PHOTO_SCALE,
+        "tile_size": [layout.tile_w, layout.tile_h],
+        "tile_origin": {r: list(v) for r, v in layout.origin.items()},
+        "smile_levels": list(model.SMILE_LEVELS),
+        "mouth_levels": list(model.MOUTH_LEVELS),
+        "blink_levels": list(model.BLINK_LEVELS),
+        "brow_levels": list(model.BROW_LEVELS),
+        "listener_smile_state": "round(smile * 6)",
+        "speaker_smile_state": model.SPEAKER_SMILE_STATE,
+        "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
+        "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
+    }
 
 
-def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
+def _truth_label() -> dict[str, Any]:
+    """The label model of ``demo_truth.json`` (``valence_self``)."""
+    return {
+        "target": "valence_self",
+        "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
+        "+ text_term(t) + noise(t), -1, 1)",
+        "delay_s": model.LABEL_DELAY_S,
+        "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS "
+        f"envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
+        "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
+        "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
+        "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
+        "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
+        "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
+        "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
+        "affect": "affect of the latest phrase the speaker has started, held until the next one "
+        "(0 before the first)",
+    }
+
+
+def _truth_words() -> dict[str, Any]:
+    """The speaker's words and the listener's backchannel words of ``demo_truth.json``."""
+    return {
+        "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
+        "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
+        "(a_p > 0) or negative lexicon words",
+        "positive_words": list(model.POSITIVE_WORDS),
+        "negative_words": list(model.NEGATIVE_WORDS),
+        "neutral_words": list(model.NEUTRAL_WORDS),
+        "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
+    }
+
+
+def _truth_observers() -> dict[str, str]:
+    """The two observer ratings' formulas of ``demo_truth.json``."""
+    return {
+        "valence_observer_listener": (
+            "clip(observer_offset + observer_scale * moving_average(valence_self, "
+            f"{model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
+            f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise "
+            f"(slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
+            f"{model.OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
+        ),
+        "valence_observer_speaker": (
+            f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, "
+            f"tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
+            f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise "
+            f"(slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
+            f"{model.OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
+        ),
+    }
+
+
+def _truth_session(p: SessionPlan) -> dict[str, Any]:
+    """One session's entry of ``demo_truth.json``: its talk, smile events, blinks and labels."""
+    return {
+        "listener": p.listener,
+        "story": p.story,
+        "speaker": p.speaker,
+        "n_frames": p.n_frames,
+        "speech_phrases_s": [list(x) for x in p.phrases],
+        "backchannels_s": [list(x) for x in p.backchannels],
+        "smile_events": p.smile_events,
+        "blink_onsets_s": p.blinks,
+        "valence_mean": round(float(p.valence.mean()), 4),
+        "valence_sd": round(float(p.valence.std()), 4),
+        "phrase_affect": p.phrase_affect,
+        "backchannel_words": p.backchannel_words,
+        "ccc_self_vs_observer_listener": round(ccc(p.valence, p.observer_listener), 4),
+        "ccc_self_vs_observer_speaker": round(ccc(p.valence, p.observer_speaker), 4),
+    }
+
+
+def _truth(
+    seed: int,
+    listeners: dict[int, ListenerParams],
+    speakers: dict[int, SpeakerParams],
+    plans: list[SessionPlan],
+    layout: Layout,
+    fps: float,
+    duration_s: float,
+) -> dict[str, Any]:
+    """``demo_truth.json``: the seed and every latent signal's parameters."""
     return {
         "generator": "featurestore.demo",
         "generator_version": model.GENERATOR_VERSION,
@@ -100,109 +149,22 @@ def _truth(seed, listeners, speakers, plans, layout, fps, duration_s) -> dict:
         "duration_s": float(duration_s),
         "width": layout.width,
         "height": layout.height,
-        "split_x": layout.split_x,
+        "split_x": layout.regions["speaker"][1],
         "audio_rate_hz": model.AUDIO_RATE,
-        "face": {
-            "photo": "skimage.data.astronaut() (public domain, NASA)",
-            "photo_rows": list(PHOTO_ROWS),
-            "photo_cols": list(PHOTO_COLS),
-            "scale": PHOTO_SCALE,
-            "tile_size": [layout.tile_w, layout.tile_h],
-            "tile_origin": {r: list(v) for r, v in layout.origin.items()},
-            "smile_levels": list(model.SMILE_LEVELS),
-            "mouth_levels": list(model.MOUTH_LEVELS),
-            "blink_levels": list(model.BLINK_LEVELS),
-            "brow_levels": list(model.BROW_LEVELS),
-            "listener_smile_state": "round(smile * 6)",
-            "speaker_smile_state": model.SPEAKER_SMILE_STATE,
-            "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
-            "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
-        },
-        "label": {
-            "target": "valence_self",
-            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
-            "+ text_term(t) + noise(t), -1, 1)",
-            "delay_s": model.LABEL_DELAY_S,
-            "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS "
-            f"envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
-            "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
-            "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
-            "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
-            "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
-            "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
-            "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
-            "affect": "affect of the latest phrase the speaker has started, held until the next one "
-            "(0 before the first)",
-        },
-        "words": {
-            "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
-            "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
-            "(a_p > 0) or negative lexicon words",
-            "positive_words": list(model.POSITIVE_WORDS),
-            "negative_words": list(model.NEGATIVE_WORDS),
-            "neutral_words": list(model.NEUTRAL_WORDS),
-            "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
-        },
-        "observers": {
-            "valence_observer_listener": (
-                "clip(observer_offset + observer_scale * moving_average(valence_self, "
-                f"{model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
-                f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise "
-                f"(slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
-                f"{model.OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
-            ),
-            "valence_observer_speaker": (
-                f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, "
-                f"tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
-                f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise "
-                f"(slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
-                f"{model.OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
-            ),
-        },
+        "face": _truth_face(layout),
+        "label": _truth_label(),
+        "words": _truth_words(),
+        "observers": _truth_observers(),
         "listeners": {str(k): vars(v) for k, v in listeners.items()},
         "speakers": {str(k): vars(v) for k, v in speakers.items()},
-        "sessions": {
-            session_name(p.listener, p.story): {
-                "listener": p.listener,
-                "story": p.story,
-                "speaker": p.speaker,
-                "n_frames": p.n_frames,
-                "speech_phrases_s": [list(x) for x in p.phrases],
-                "backchannels_s": [list(x) for x in p.backchannels],
-                "smile_events": p.smile_events,
-                "blink_onsets_s": p.blinks,
-                "valence_mean": round(float(p.valence.mean()), 4),
-                "valence_sd": round(float(p.valence.std()), 4),
-                "phrase_affect": p.phrase_affect,
-                "backchannel_words": p.backchannel_words,
-                "ccc_self_vs_observer_listener": round(_ccc(p.valence, p.observer_listener), 4),
-                "ccc_self_vs_observer_speaker": round(_ccc(p.valence, p.observer_speaker), 4),
-            }
-            for p in plans
-        },
+        "sessions": {session_name(p.listener, p.story): _truth_session(p) for p in plans},
     }
 
 
-def _readme(truth: dict, info_line: str) -> str:
-    lab = truth["label"]
-    rows = "\n".join(
-        f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['smile_baseline']:.3f} | "
-        f"{v['smile_event_rate_hz']:.3f} | {v['smile_event_size']:.3f} | {v['backchannel_f0_hz']:.0f} |"
-        for k, v in truth["listeners"].items()
-    )
-    spk = "\n".join(
-        f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
-        for k, v in truth["speakers"].items()
-    )
-    words, obs = truth["words"], truth["observers"]
-    sessions = truth["sessions"]
-    agree = "\n".join(
-        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |"
-        for k, v in sessions.items()
-    )
-    agree_l = float(np.mean([v["ccc_self_vs_observer_listener"] for v in sessions.values()]))
-    agree_s = float(np.mean([v["ccc_self_vs_observer_speaker"] for v in sessions.values()]))
-    return f"""# Demo corpus (generated by `featurestore demo`)
+def _readme_files(truth: dict[str, Any], info_line: str) -> str:
+    """The build's README: what the folder holds."""
+    return f"""\
+# Demo corpus (generated by `featurestore demo`)
 
 {info_line}. Built offline and deterministically from seed {truth["seed"]} by
 `featurestore.demo.build_demo` (generator version {truth["generator_version"]}); rebuild it
@@ -219,6 +181,20 @@ rather than edit it. Layout as in OMG-Empathy:
 - `demo_truth.json`: the seed and the parameters of every latent signal;
   `featurestore.demo.plan_session(L, S, duration_s=..., seed=...)` regenerates the per-frame signals.
 
+"""
+
+
+def _readme_planted(truth: dict[str, Any]) -> str:
+    """The build's README: what is planted, with the agreement the build has."""
+    lab, words, obs = truth["label"], truth["words"], truth["observers"]
+    sessions = truth["sessions"]
+    agree = "\n".join(
+        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |"
+        for k, v in sessions.items()
+    )
+    agree_l = float(np.mean([v["ccc_self_vs_observer_listener"] for v in sessions.values()]))
+    agree_s = float(np.mean([v["ccc_self_vs_observer_speaker"] for v in sessions.values()]))
+    return f"""\
 ## What is planted
 
 Faces: one real face (the public-domain NASA astronaut portrait shipped with scikit-image),
@@ -263,6 +239,21 @@ Planted agreement with the self-rating (CCC per session, this build):
 {agree}
 | mean | {agree_l:.3f} | {agree_s:.3f} |
 
+"""
+
+
+def _readme_people(truth: dict[str, Any]) -> str:
+    """The build's README: each listener's and speaker's parameters, and how to use the folder."""
+    rows = "\n".join(
+        f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['smile_baseline']:.3f} | "
+        f"{v['smile_event_rate_hz']:.3f} | {v['smile_event_size']:.3f} | {v['backchannel_f0_hz']:.0f} |"
+        for k, v in truth["listeners"].items()
+    )
+    spk = "\n".join(
+        f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
+        for k, v in truth["speakers"].items()
+    )
+    return f"""\
 | listener | valence_offset | valence_gain | smile_baseline | smile events / s | event size | backchannel F0 (Hz) |
 |---|---|---|---|---|---|---|
 {rows}
@@ -292,8 +283,42 @@ extractors:
 """
 
 
+def _check_args(n_listeners: int, stories: tuple[int, ...], duration_s: float, fps: float) -> None:
+    """ValueError naming the argument that no demo can be built with."""
+    if int(n_listeners) < 1:
+        raise ValueError(f"demo: n_listeners must be >= 1, got {n_listeners}")
+    if not stories:
+        raise ValueError("demo: give at least one story")
+    bad = [s for s in stories if s not in STORY_SPEAKER]
+    if bad:
+        raise ValueError(
+            f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}"
+        )
+    if not duration_s >= 2.0:
+        raise ValueError(f"demo: duration_s must be at least 2 seconds, got {duration_s}")
+    if not fps > 0:
+        raise ValueError(f"demo: fps must be positive, got {fps}")
+
+
+def _write_session(
+    out: Path, plan: SessionPlan, layout: Layout, caches: dict[str, TileCache], fps: float
+) -> None:
+    """One session's video, self-rating, transcript and observer ratings."""
+    sid, L, S = session_name(plan.listener, plan.story), plan.listener, plan.story
+    frames = video_frames(plan.n_frames, plan.states, plan.offsets, layout, caches)
+    write_video(out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.audio, plan.audio_rate)
+    write_bytes_atomic(out / "Annotations" / f"{sid}.csv", valence_csv(plan.valence).encode())
+    srt = out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt"
+    write_bytes_atomic(srt, transcript_srt(plan))
+    for folder, y in (
+        ("Observer_Listener", plan.observer_listener),
+        ("Observer_Speaker", plan.observer_speaker),
+    ):
+        write_bytes_atomic(out / folder / f"{sid}.csv", valence_csv(y).encode())
+
+
 def build_demo(
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike[str],
     *,
     n_listeners: int = 6,
     stories: Sequence[int] = (1, 2, 3, 4, 5, 6),
@@ -307,71 +332,36 @@ def build_demo(
     """Write the demo corpus (``n_listeners`` x ``stories`` sessions of ``duration_s`` seconds).
 
     Frames are ``width`` x ``height`` pixels at ``fps`` frames per second; audio is 44.1 kHz
-    mono. Same ``seed``, same files (see the module docstring). ``progress`` shows a tqdm
-    bar over sessions. Existing files of the same sessions are overwritten.
+    mono. Same ``seed``, same files (see docs/demo.md). ``progress`` shows a tqdm bar over
+    sessions. Existing files of the same sessions are overwritten.
 
     >>> info = build_demo(tmp, n_listeners=2, stories=(1, 2), duration_s=6)  # doctest: +SKIP
     """
     t_start = time.perf_counter()
-    if int(n_listeners) < 1:
-        raise ValueError(f"demo: n_listeners must be >= 1, got {n_listeners}")
     stories = tuple(int(s) for s in stories)
-    if not stories:
-        raise ValueError("demo: give at least one story")
-    bad = [s for s in stories if s not in STORY_SPEAKER]
-    if bad:
-        raise ValueError(
-            f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}"
-        )
-    if not duration_s >= 2.0:
-        raise ValueError(f"demo: duration_s must be at least 2 seconds, got {duration_s}")
-    if not fps > 0:
-        raise ValueError(f"demo: fps must be positive, got {fps}")
-
+    _check_args(n_listeners, stories, duration_s, fps)
     rig = face_rig()
     layout = frame_layout(int(width), int(height), rig)
     out = Path(out_dir)
-    for folder in ("Videos", "Annotations", "Transcripts", "Observer_Listener", "Observer_Speaker"):
+    for folder in FOLDERS:
         (out / folder).mkdir(parents=True, exist_ok=True)
     listeners = {L: listener_params(L, seed) for L in range(1, int(n_listeners) + 1)}
     speakers = {S: speaker_params(S, seed) for S in sorted({STORY_SPEAKER[s] for s in stories})}
     size = (layout.tile_h, layout.tile_w)
     speaker_caches = {S: TileCache(rig, Look(True, p.tint), size) for S, p in speakers.items()}
-
     plans: list[SessionPlan] = []
     pairs = [(L, S) for L in listeners for S in stories]
     bar = tqdm(pairs, desc="demo corpus", unit="session", disable=not progress)
     for L, S in bar:
-        sid = session_name(L, S)
-        bar.set_postfix_str(sid)
+        bar.set_postfix_str(session_name(L, S))
         plan = plan_session(
             L, S, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
         )
-        caches = {
-            "speaker": speaker_caches[plan.speaker],
-            "listener": TileCache(rig, Look(False, listeners[L].tint), size),
-        }
-        write_video(
-            out / "Videos" / f"{sid}.mp4",
-            video_frames(plan, layout, caches),
-            layout,
-            fps,
-            plan.audio,
-            plan.audio_rate,
-        )
-        write_bytes_atomic(out / "Annotations" / f"{sid}.csv", valence_csv(plan.valence).encode())
-        write_bytes_atomic(
-            out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt", transcript_srt(plan)
-        )
-        write_bytes_atomic(
-            out / "Observer_Listener" / f"{sid}.csv", valence_csv(plan.observer_listener).encode()
-        )
-        write_bytes_atomic(
-            out / "Observer_Speaker" / f"{sid}.csv", valence_csv(plan.observer_speaker).encode()
-        )
+        listener_cache = TileCache(rig, Look(False, listeners[L].tint), size)
+        caches = {"speaker": speaker_caches[plan.speaker], "listener": listener_cache}
+        _write_session(out, plan, layout, caches, fps)
         plan.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
-
     truth = _truth(seed, listeners, speakers, plans, layout, fps, duration_s)
     info = DemoInfo(
         out_dir=out,
@@ -388,7 +378,8 @@ def build_demo(
         f"{len(pairs)} sessions ({len(listeners)} listener{'s' if len(listeners) > 1 else ''} x "
         f"stor{'ies' if len(stories) > 1 else 'y'} {', '.join(map(str, stories))}), {duration_s:g} s each"
     )
+    readme = _readme_files(truth, line) + _readme_planted(truth) + _readme_people(truth)
     write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
-    write_bytes_atomic(out / "README.md", _readme(truth, line).encode())
+    write_bytes_atomic(out / "README.md", readme.encode())
     write_bytes_atomic(out / "featurestore.yaml", _FEATURESTORE_YAML.encode())
     return info

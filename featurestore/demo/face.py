@@ -89,6 +89,7 @@ def border_points(width: int, height: int, spacing: float = 20.0) -> np.ndarray:
 
 
 def even(v: float) -> int:
+    """``v`` rounded to an even integer (pixel sizes and positions of yuv420p frames)."""
     return int(2 * round(v / 2))
 
 
@@ -126,7 +127,14 @@ class FaceRig:
     def from_photo(cls) -> FaceRig:
         """The rig of the astronaut portrait in scikit-image (public domain, NASA)."""
         import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
-        from skimage import data  # lazily: the photo is read only to build the rig
+
+        try:
+            from skimage import data  # lazily: the photo is read only to build the rig
+        except ImportError as e:
+            raise ImportError(
+                "the demo corpora need scikit-image (their face photo): "
+                "pip install 'omg-empathy-bench[demo]'"
+            ) from e
 
         crop = data.astronaut()[slice(*PHOTO_ROWS), slice(*PHOTO_COLS)]
         tile = cv2.resize(crop, None, fx=PHOTO_SCALE, fy=PHOTO_SCALE, interpolation=cv2.INTER_CUBIC)
@@ -246,7 +254,7 @@ class FaceRig:
 
     @staticmethod
     def _paint_mouth_cavity(
-        band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin
+        band: np.ndarray, closed: np.ndarray, opened: np.ndarray, origin: tuple[int, int]
     ) -> np.ndarray:
         """Darken what the lower lip uncovered (the warp alone would stretch the teeth)."""
         import cv2  # lazily, as above
@@ -316,6 +324,7 @@ class TileCache:
         self._resize = (th, tw) != (self.h, self.w)
 
     def get(self, state: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Y, U and V planes of the dressed tile in ``state`` (smile, mouth, blink, brow)."""
         planes = self._tiles.get(state)
         if planes is None:
             import cv2  # lazily, as above

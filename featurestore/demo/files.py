@@ -1,4 +1,5 @@
-"""The demo's file writers: annotation CSVs, SubRip transcripts, and the H.264 + AAC videos.
+"""The demo's file writers: annotation CSVs, SubRip transcripts, the H.264 + AAC videos, and
+what a build reports (:class:`DemoInfo`).
 
 Every file is written to a temporary name and renamed into place. The frame layout
 (:func:`frame_layout`) puts the speaker left and the listener right of the split that
@@ -8,7 +9,7 @@ Every file is written to a temporary name and renamed into place. The frame layo
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -20,7 +21,53 @@ from .face import FaceRig, TileCache, even
 from .plan import SessionPlan
 
 
+@dataclass(frozen=True)
+class DemoInfo:
+    """What a demo build wrote: its folder, sessions, frames per session, seed, seconds per
+    session, frame size (pixels) and rate (frames/s), build time (s) and ``layout`` (``omg``:
+    :func:`~featurestore.demo.build_demo`; ``monadic``: :func:`~featurestore.demo.build_monadic_demo`)."""
+
+    out_dir: Path
+    sessions: tuple[str, ...]
+    n_frames: dict[str, int]
+    seed: int
+    duration_s: float
+    width: int
+    height: int
+    fps: float
+    build_seconds: float
+    layout: str = "omg"
+
+    @property
+    def transcripts(self) -> list[Path]:
+        """The transcript of each session (the OMG layout)."""
+        folder = self.out_dir / "Transcripts"
+        return [
+            folder / f"{s.lower().replace('subject', 'transcribed_subject')}.srt"
+            for s in self.sessions
+        ]
+
+    @property
+    def observer_annotations(self) -> dict[str, list[Path]]:
+        """Target -> the observer rating files, per session (the OMG layout)."""
+        folders = {
+            "valence_observer_listener": "Observer_Listener",
+            "valence_observer_speaker": "Observer_Speaker",
+        }
+        return {
+            t: [self.out_dir / f / f"{s}.csv" for s in self.sessions] for t, f in folders.items()
+        }
+
+    def __str__(self) -> str:
+        n, kind = len(self.sessions), "monadic " if self.layout == "monadic" else ""
+        return (
+            f"{n} {kind}session{'s' if n != 1 else ''} of {self.duration_s:g} s, {self.width}x"
+            f"{self.height} at {self.fps:g} fps, seed {self.seed}, built in {self.build_seconds:.1f} s"
+        )
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(data)
     tmp.replace(path)
@@ -88,16 +135,20 @@ def transcript_srt(plan: SessionPlan) -> bytes:
 
 @dataclass(frozen=True)
 class Layout:
+    """Where the faces go in a frame: each role's pixel columns ``[x0, x1)`` (its background),
+    the tile size, each tile's top-left at rest and how far heads may move (pixels)."""
+
     width: int
     height: int
-    split_x: int
+    regions: dict[str, tuple[int, int]]
     tile_h: int
     tile_w: int
-    origin: dict  # role -> (x, y) of the tile's top-left at rest
+    origin: dict[str, tuple[int, int]]
     motion_limit: tuple[int, int]
 
 
 def frame_layout(width: int, height: int, rig: FaceRig) -> Layout:
+    """The OMG demo's layout: the speaker's face centred left of the split, the listener's right."""
     if width % 2 or height % 2:
         raise ValueError(
             f"demo: width and height must be even for yuv420p video, got {width}x{height}"
@@ -118,15 +169,15 @@ def frame_layout(width: int, height: int, rig: FaceRig) -> Layout:
     mx = min(8, (split - tile_w) // 2 - 2, (width - split - tile_w) // 2 - 2)
     my = min(8, (height - tile_h) // 2)
     limit = (max(0, mx - mx % 2), max(0, my - my % 2))
-    return Layout(width, height, split, tile_h, tile_w, origin, limit)
+    return Layout(width, height, regions, tile_h, tile_w, origin, limit)
 
 
-def _background_i420(layout: Layout, colours: dict[str, np.ndarray]) -> np.ndarray:
+def _background_i420(layout: Layout, colours: Mapping[str, np.ndarray]) -> np.ndarray:
     import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
 
     rgb = np.empty((layout.height, layout.width, 3), np.uint8)
-    rgb[:, : layout.split_x] = colours["speaker"]
-    rgb[:, layout.split_x :] = colours["listener"]
+    for role, (x0, x1) in layout.regions.items():
+        rgb[:, x0:x1] = colours[role]
     # soft vertical shading, like a lit room
     shade = 0.92 + 0.08 * np.sin(np.linspace(0, np.pi, layout.height))[:, None, None]
     rgb = np.clip(rgb * shade, 0, 255).astype(np.uint8)
@@ -134,9 +185,15 @@ def _background_i420(layout: Layout, colours: dict[str, np.ndarray]) -> np.ndarr
 
 
 def video_frames(
-    plan: SessionPlan, layout: Layout, caches: dict[str, TileCache]
+    n_frames: int,
+    states: Mapping[str, Mapping[str, np.ndarray]],
+    offsets: Mapping[str, np.ndarray],
+    layout: Layout,
+    caches: Mapping[str, TileCache],
 ) -> Iterator[np.ndarray]:
-    """The session's frames as packed yuv420p arrays ((H * 3 / 2, W) uint8; one buffer reused)."""
+    """The frames as packed yuv420p arrays ((H * 3 / 2, W) uint8; one buffer reused): each
+    role's face (``caches``) in its ``states`` (smile/mouth/blink/brow per frame), moved by its
+    ``offsets`` ((n_frames, 2) pixels), on its region's background."""
     h, w = layout.height, layout.width
     bg = _background_i420(layout, {r: c.bg for r, c in caches.items()})
     buf = bg.copy()
@@ -145,16 +202,16 @@ def video_frames(
     v_plane = buf[h + h // 4 :].reshape(h // 2, w // 2)
     th, tw = layout.tile_h, layout.tile_w
     st = {
-        role: np.stack([plan.states[role][k] for k in ("smile", "mouth", "blink", "brow")], axis=1)
+        role: np.stack([states[role][k] for k in ("smile", "mouth", "blink", "brow")], axis=1)
         for role in caches
     }
-    for i in range(plan.n_frames):
+    for i in range(n_frames):
         np.copyto(buf, bg)
         for role, cache in caches.items():
             smile, mouth, blink, brow = (int(v) for v in st[role][i])
             ty, tu, tv = cache.get((smile, mouth, blink, brow))
-            x = layout.origin[role][0] + int(plan.offsets[role][i, 0])
-            y = layout.origin[role][1] + int(plan.offsets[role][i, 1])
+            x = layout.origin[role][0] + int(offsets[role][i, 0])
+            y = layout.origin[role][1] + int(offsets[role][i, 1])
             y_plane[y : y + th, x : x + tw] = ty
             u_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tu
             v_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tv

@@ -139,9 +139,8 @@ BLINK_LEVELS = (0.0, 0.5, 1.0)
 #: Brow raise of each rendered state (1 = up ~0.1 interocular).
 BROW_LEVELS = (0.0, 1.0)
 SPEAKER_SMILE_STATE = 2  # a = 0.17, close to the photo's own smile
-SPEAKER_STORY_SMILE_STATES = (
-    2.0  # the speaker's smile state moves this many levels per unit of story curve
-)
+#: the speaker's smile state moves this many levels per unit of story curve
+SPEAKER_STORY_SMILE_STATES = 2.0
 BACKCHANNEL_MOUTH_STATE = 1
 
 

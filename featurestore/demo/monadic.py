@@ -1,47 +1,8 @@
 """The second embedded demo: a monadic corpus laid out by a manifest, built offline in seconds.
 
-Where the OMG-shaped demo (:func:`featurestore.demo.build_demo`) films two people in one
-video and names its files ``Subject_<L>_Story_<S>``, this one is shaped like the corpora a
-lab records itself (RECOLA-like): **one person per session, no partner**, a camera and a
-microphone per person, arousal and valence from **two raters with their own reaction lags**,
-and a **whole-session rating**. :func:`build_monadic_demo` writes, for ``n_persons`` persons
-x ``tasks``::
-
-    <out_dir>/manifest.csv                       one row per session (featurestore scan --manifest)
-    <out_dir>/media/<session>.mp4                the person's camera: H.264 25 fps, AAC (room mic)
-    <out_dir>/media/<session>.wav                the person's own microphone, 16 kHz mono 16-bit
-    <out_dir>/ratings/<session>_<target>_r1.csv  rater r1: header <target>, one value per frame
-    <out_dir>/ratings/<session>_<target>_r2.csv  rater r2: header ``time,<target>``, 10 Hz
-    <out_dir>/README.md, demo_truth.json, featurestore.yaml
-
-The manifest's columns: ``session`` (``p<P>_<task>``), ``person`` (``p<P>``), ``group`` (the
-task's name), ``split`` (by task: the first two train, the third val, the fourth test),
-``video_person``, ``audio_person``, ``label_<target>@r1``, ``label_<target>@r2`` for targets
-``valence`` and ``arousal``, and ``rating_engagement``.
-
-**What is planted.** Each session has a latent smile ``smile(t)`` in [0, 1] (the person's
-baseline, their own smile events and slow noise, as the OMG demo's listener) and a latent
-arousal ``arousal(t)`` in [0, 1] (the person's level, the task's common curve, slow noise).
-The face (the OMG demo's rig: the astronaut portrait warped to 7 smile levels, tinted per
-person) shows the smile; the person talks throughout (the OMG demo's synthetic speech, their
-voice's F0 by person) and each syllable's loudness grows with the arousal
-(``0.25 + 0.75 * arousal``), so egemaps' loudness carries it; the mouth opens with the
-speech. The true affect is::
-
-    valence(t) = valence_offset_P + valence_gain_P * smile(t)
-    arousal_true(t) = -0.6 + 1.2 * arousal(t)
-
-and rater r (``RATERS``) rates ``clip(offset_r + scale_r * true(t - lag_r) + noise_r, -1, 1)``:
-r1 with a 1.0 s lag and little noise, r2 with a 2.5 s lag, more noise and a wider scale. The
-whole-session ``engagement`` (a 1-7 questionnaire mean) is
-``clip(1 + 6 * (0.6 * mean arousal + 0.4 * mean smile) + bias_P + N(0, 0.25), 1, 7)``.
-
-**Determinism.** Every random draw comes from ``numpy.random.SeedSequence`` keyed by the seed,
-the person and the task, so a session's files do not depend on the other sessions built.
-
-**Cost.** The default corpus (4 persons x 4 tasks x 8 s: 16 sessions, 3,200 frames of
-480x360) builds in a few seconds of CPU, most of it loading dlib's landmark model and
-rendering the face states; extracting ``face_geom`` and ``egemaps`` from it takes about as long.
+One person per session, a camera and a microphone each, arousal and valence from two raters
+with their own reaction lags, and a whole-session rating: docs/demo.md (the monadic demo)
+describes the files and what is planted. :func:`build_monadic_demo` writes it.
 """
 
 from __future__ import annotations
@@ -51,18 +12,31 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from ..concordance import ccc
 from . import model
 from .face import Look, TileCache, face_rig
-from .files import Layout, write_bytes_atomic, write_video
+from .files import DemoInfo, Layout, video_frames, write_bytes_atomic, write_video
 from .model import listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
-from .plan import _BLINK_SEQUENCE, _blink_onsets, _head_motion, _quantize_even, _smile_curve
+from .plan import (
+    MOUTH_STEPS,
+    Phrases,
+    accent_brows,
+    blink_onsets,
+    blink_states,
+    head_motion,
+    quantize_even,
+    smile_curve,
+    smile_events,
+    speech_envelope,
+)
 from .voice import speech_schedule, synth_speech
 
 #: task number -> its name (the manifest's ``group``) and split
@@ -74,7 +48,7 @@ TASKS: dict[int, tuple[str, str]] = {
 }
 #: the two raters: reaction lag (s), scale and offset of what they see, noise (slow sd, white sd),
 #: and the rate of their rating files (None: one value per video frame)
-RATERS: dict[str, dict] = {
+RATERS: dict[str, dict[str, Any]] = {
     "r1": {"lag_s": 1.0, "scale": 0.9, "offset": 0.0, "noise_sd": (0.03, 0.02), "rate_hz": None},
     "r2": {"lag_s": 2.5, "scale": 1.1, "offset": 0.05, "noise_sd": (0.06, 0.03), "rate_hz": 10.0},
 }
@@ -105,28 +79,6 @@ def session_id(person: int, task: int) -> str:
     return f"p{int(person)}_{TASKS[int(task)][0]}"
 
 
-@dataclass(frozen=True)
-class MonadicDemoInfo:
-    """What :func:`build_monadic_demo` wrote."""
-
-    out_dir: Path
-    sessions: tuple[str, ...]
-    n_frames: dict[str, int]
-    seed: int
-    duration_s: float
-    build_seconds: float
-
-    @property
-    def manifest(self) -> Path:
-        return self.out_dir / "manifest.csv"
-
-    def __str__(self) -> str:
-        return (
-            f"{len(self.sessions)} monadic sessions of {self.duration_s:g} s, seed {self.seed}, "
-            f"manifest {self.manifest.name}, built in {self.build_seconds:.1f} s"
-        )
-
-
 @dataclass
 class MonadicPlan:
     """One session's latent signals (per video frame), ratings and audio."""
@@ -143,7 +95,7 @@ class MonadicPlan:
     states: dict[str, np.ndarray]  # smile/mouth/blink/brow -> state per frame
     offsets: np.ndarray  # (n_frames, 2) head translation, pixels
     audio: np.ndarray  # AUDIO_RATE samples
-    phrases: list[tuple[float, float]]
+    phrases: Phrases
 
 
 def _person_extra(person: int, seed: int) -> dict[str, float]:
@@ -155,59 +107,59 @@ def _person_extra(person: int, seed: int) -> dict[str, float]:
     }
 
 
-def plan_monadic(
-    person: int,
-    task: int,
-    *,
-    duration_s: float = 8.0,
-    fps: float = 25.0,
-    seed: int = 0,
-    motion_limit: tuple[int, int] = (8, 8),
-) -> MonadicPlan:
-    """Every latent signal and rating of ``person`` doing ``task``, regenerated from ``seed``."""
-    lp, voice, extra = (
-        listener_params(person, seed),
-        speaker_params(person, seed),
-        _person_extra(person, seed),
-    )
-    rng = seeded_rng(seed, 20, person, task)
-    n = int(round(duration_s * fps))
-    t = np.arange(n) / fps
-    grid = -GRID_PAD_S + np.arange(int((duration_s + GRID_PAD_S) * GRID_FPS) + 2) / GRID_FPS
+@dataclass
+class _Latents:
+    """A session's latent smile and arousal (0..1) and true affect, as functions of time (s)."""
 
-    events, t_event = [], -GRID_PAD_S + float(rng.exponential(1 / lp.smile_event_rate_hz))
-    while t_event < duration_s:
-        events.append(
-            {
-                "onset_s": t_event,
-                "amplitude": float(rng.uniform(0.25, 0.5) * lp.smile_event_size),
-                "rise_s": float(rng.uniform(0.6, 1.2)),
-                "hold_s": float(rng.uniform(0.8, 3.0)),
-                "decay_s": float(rng.uniform(1.2, 2.5)),
-            }
-        )
-        t_event += float(rng.exponential(1 / lp.smile_event_rate_hz)) + 1.0
+    lp: model.ListenerParams
+    arousal_level: float
+    task: int
+    seed: int
+    events: list[dict[str, float]]
+    grid: np.ndarray
+    smile_slow: np.ndarray
+    arousal_slow: np.ndarray
+
+    def smile(self, x: np.ndarray) -> np.ndarray:
+        """The person's baseline, their smile events and slow noise."""
+        latent = self.lp.smile_baseline + smile_curve(x, self.events)
+        return np.clip(latent + np.interp(x, self.grid, self.smile_slow), 0, 1)
+
+    def arousal(self, x: np.ndarray) -> np.ndarray:
+        """The person's level, the task's common curve and slow noise."""
+        task_curve = story_curve(100 + int(self.task), x, self.seed)
+        latent = self.arousal_level + 0.3 * task_curve
+        return np.clip(latent + np.interp(x, self.grid, self.arousal_slow), 0, 1)
+
+    def truth(self, target: str, x: np.ndarray) -> np.ndarray:
+        """The true ``valence`` or ``arousal`` (-1..1) at times ``x``."""
+        if target == "valence":
+            return np.clip(self.lp.valence_offset + self.lp.valence_gain * self.smile(x), -1, 1)
+        return np.clip(-0.6 + 1.2 * self.arousal(x), -1, 1)
+
+
+def _latents(
+    rng: np.random.Generator, person: int, task: int, seed: int, duration_s: float
+) -> _Latents:
+    lp = listener_params(person, seed)
+    grid = -GRID_PAD_S + np.arange(int((duration_s + GRID_PAD_S) * GRID_FPS) + 2) / GRID_FPS
+    events = smile_events(rng, lp, -GRID_PAD_S, duration_s, rounded=False)
     smile_slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * GRID_FPS)
     arousal_slow = 0.12 * smooth_noise(rng, len(grid), 2.0 * GRID_FPS)
+    level = _person_extra(person, seed)["arousal_level"]
+    return _Latents(lp, level, task, seed, events, grid, smile_slow, arousal_slow)
 
-    def smile_at(x: np.ndarray) -> np.ndarray:
-        return np.clip(
-            lp.smile_baseline + _smile_curve(x, events) + np.interp(x, grid, smile_slow), 0, 1
-        )
 
-    def arousal_at(x: np.ndarray) -> np.ndarray:
-        task_curve = story_curve(100 + int(task), x, seed)  # the task's common curve
-        return np.clip(
-            extra["arousal_level"] + 0.3 * task_curve + np.interp(x, grid, arousal_slow), 0, 1
-        )
-
-    def truth_at(target: str, x: np.ndarray) -> np.ndarray:
-        if target == "valence":
-            return np.clip(lp.valence_offset + lp.valence_gain * smile_at(x), -1, 1)
-        return np.clip(-0.6 + 1.2 * arousal_at(x), -1, 1)
-
-    smile, arousal = smile_at(t), arousal_at(t)
-    truth = {target: truth_at(target, t) for target in TARGETS}
+def _rater_ratings(
+    latents: _Latents,
+    seed: int,
+    person: int,
+    task: int,
+    t: np.ndarray,
+    duration_s: float,
+    fps: float,
+) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Target -> rater -> (times, ratings): each rater sees the truth late, scaled, offset and noisy."""
     ratings: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for k, target in enumerate(TARGETS):
         ratings[target] = {}
@@ -217,17 +169,25 @@ def plan_monadic(
             slow_sd, white_sd = p["noise_sd"]
             values = np.clip(
                 p["offset"]
-                + p["scale"] * truth_at(target, times - p["lag_s"])
+                + p["scale"] * latents.truth(target, times - p["lag_s"])
                 + slow_sd * smooth_noise(rr, len(times), 1.0 * fps)
                 + white_sd * rr.standard_normal(len(times)),
                 -1,
                 1,
             )
             ratings[target][rater] = (times, values)
-    score = 1 + 6 * (0.6 * arousal.mean() + 0.4 * smile.mean()) + extra["engagement_bias"]
-    session_rating = round(float(np.clip(score + rng.normal(0, 0.25), 1, 7)), 2)
+    return ratings
 
-    # the voice: the OMG demo's speech, each syllable louder with the arousal of its time
+
+def _voice(
+    rng: np.random.Generator,
+    voice: model.SpeakerParams,
+    arousal_at: Callable[[np.ndarray], np.ndarray],
+    n: int,
+    fps: float,
+) -> tuple[Phrases, list[dict[str, Any]], np.ndarray, np.ndarray]:
+    """(phrases, syllables, speech, audio): the OMG demo's speech, each syllable louder with the
+    arousal of its time; the audio adds a faint room noise."""
     sr = model.AUDIO_RATE
     n_samples = int(round(n / fps * sr))
     phrases, syllables, _ = speech_schedule(rng, n / fps)
@@ -238,29 +198,41 @@ def plan_monadic(
     # is quieter as a whole, not only relative to its own loudest syllable
     speech = synth_speech(syllables, phrases, voice, rng, n_samples, sr) * float(gains.max())
     audio = np.clip(speech + 0.0015 * rng.standard_normal(n_samples), -1, 1).astype(np.float32)
-    hop = sr / fps
-    starts = (np.arange(n) * hop).astype(np.int64)
-    seg = np.minimum(np.diff(np.append(starts, n_samples)), int(hop))
-    rms = np.sqrt(np.add.reduceat(speech**2, starts) / np.maximum(seg, 1))
-    envelope = rms / rms.max() if rms.max() > 0 else rms
+    return phrases, syllables, speech, audio
 
-    blink = np.zeros(n, np.int64)
-    for b in _blink_onsets(rng, n / fps):
-        i0 = int(round(b * fps))
-        for k, level in enumerate(_BLINK_SEQUENCE):
-            if i0 + k < n:
-                blink[i0 + k] = level
-    brow = np.zeros(n, np.int64)
-    for syl in syllables:
-        if syl["accent"]:
-            brow[(t >= syl["t0"] - 0.05) & (t < syl["t1"] + 0.15)] = 1
+
+def plan_monadic(
+    person: int,
+    task: int,
+    *,
+    duration_s: float = 8.0,
+    fps: float = 25.0,
+    seed: int = 0,
+    motion_limit: tuple[int, int] = (8, 8),
+) -> MonadicPlan:
+    """Every latent signal and rating of ``person`` doing ``task``, regenerated from ``seed``
+    (one random stream in a fixed order: latents, the session rating, the voice, blinks, head
+    motion; each rater has a stream of its own)."""
+    rng = seeded_rng(seed, 20, person, task)
+    n = int(round(duration_s * fps))
+    t = np.arange(n) / fps
+    latents = _latents(rng, person, task, seed, duration_s)
+    smile, arousal = latents.smile(t), latents.arousal(t)
+    ratings = _rater_ratings(latents, seed, person, task, t, duration_s, fps)
+    bias = _person_extra(person, seed)["engagement_bias"]
+    score = 1 + 6 * (0.6 * arousal.mean() + 0.4 * smile.mean()) + bias
+    session_rating = round(float(np.clip(score + rng.normal(0, 0.25), 1, 7)), 2)
+    voice = speaker_params(person, seed)
+    phrases, syllables, speech, audio = _voice(rng, voice, latents.arousal, n, fps)
+    envelope = speech_envelope(speech, n, fps, model.AUDIO_RATE)
     states = {
         "smile": np.rint(smile * (len(model.SMILE_LEVELS) - 1)).astype(np.int64),
-        "mouth": np.digitize(envelope, [0.08, 0.35, 0.65]).astype(np.int64),
-        "blink": blink,
-        "brow": brow,
+        "mouth": np.digitize(envelope, MOUTH_STEPS).astype(np.int64),
+        "blink": blink_states(blink_onsets(rng, n / fps), n, fps),
+        "brow": accent_brows(syllables, t),
     }
-    offsets = _quantize_even(_head_motion(rng, n, fps, (2.0, 1.5)), motion_limit)
+    offsets = quantize_even(head_motion(rng, n, fps, (2.0, 1.5)), motion_limit)
+    truth = {target: latents.truth(target, t) for target in TARGETS}
     return MonadicPlan(
         person=int(person),
         task=int(task),
@@ -290,33 +262,7 @@ def _layout(width: int, height: int, tile: tuple[int, int]) -> Layout:
         )
     origin = (2 * ((width - tw) // 4), 2 * ((height - th) // 4))
     limit = (min(8, (width - tw) // 2 // 2 * 2), min(8, (height - th) // 2 // 2 * 2))
-    return Layout(width, height, width, th, tw, {"person": origin}, limit)
-
-
-def _frames(plan: MonadicPlan, layout: Layout, cache: TileCache) -> Iterator[np.ndarray]:
-    """The session's frames as packed yuv420p arrays (one buffer reused)."""
-    import cv2  # lazily: only a build needs OpenCV
-
-    h, w = layout.height, layout.width
-    rgb = np.empty((h, w, 3), np.uint8)
-    rgb[:] = cache.bg
-    shade = 0.92 + 0.08 * np.sin(np.linspace(0, np.pi, h))[:, None, None]
-    bg = cv2.cvtColor(np.clip(rgb * shade, 0, 255).astype(np.uint8), cv2.COLOR_RGB2YUV_I420)
-    buf = bg.copy()
-    y_plane = buf[:h]
-    u_plane = buf[h : h + h // 4].reshape(h // 2, w // 2)
-    v_plane = buf[h + h // 4 :].reshape(h // 2, w // 2)
-    th, tw = layout.tile_h, layout.tile_w
-    st = np.stack([plan.states[k] for k in ("smile", "mouth", "blink", "brow")], axis=1)
-    x0, y0 = layout.origin["person"]
-    for i in range(plan.n_frames):
-        np.copyto(buf, bg)
-        ty, tu, tv = cache.get(tuple(int(v) for v in st[i]))  # type: ignore[arg-type]
-        x, y = x0 + int(plan.offsets[i, 0]), y0 + int(plan.offsets[i, 1])
-        y_plane[y : y + th, x : x + tw] = ty
-        u_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tu
-        v_plane[y // 2 : (y + th) // 2, x // 2 : (x + tw) // 2] = tv
-        yield buf
+    return Layout(width, height, {"person": (0, width)}, th, tw, {"person": origin}, limit)
 
 
 def _wav_bytes(audio: np.ndarray) -> bytes:
@@ -331,6 +277,7 @@ def _wav_bytes(audio: np.ndarray) -> bytes:
 
 
 def _rating_csv(target: str, times: np.ndarray, values: np.ndarray, per_frame: bool) -> str:
+    """One rater's file: one value per video frame (``per_frame``), else ``time,<target>`` rows."""
     if per_frame:  # the official format: a header and one value per video frame
         return f"{target}\n" + "".join(f"{v:.6f}\n" for v in values)
     return f"time,{target}\n" + "".join(
@@ -353,35 +300,12 @@ def manifest_columns() -> list[str]:
     ]
 
 
-def _ccc(a: np.ndarray, b: np.ndarray) -> float:
-    cov = np.mean((a - a.mean()) * (b - b.mean()))
-    den = a.var() + b.var() + (a.mean() - b.mean()) ** 2
-    return float(2 * cov / den) if den > 0 else 0.0
-
-
-def build_monadic_demo(
-    out_dir: str | os.PathLike,
-    *,
-    n_persons: int = 4,
-    tasks: Sequence[int] = (1, 2, 3, 4),
-    duration_s: float = 8.0,
-    width: int = 480,
-    height: int = 360,
-    fps: float = 25,
-    seed: int = 0,
-    progress: bool = True,
-) -> MonadicDemoInfo:
-    """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s).
-
-    Same ``seed``, same files (the MP4 bytes as far as the encoder build allows, as for the
-    OMG demo). Existing files of the same sessions are overwritten.
-
-    >>> info = build_monadic_demo(tmp, n_persons=2, tasks=(1, 3), duration_s=6)  # doctest: +SKIP
-    """
-    t_start = time.perf_counter()
+def _check_args(
+    n_persons: int, tasks: tuple[int, ...], duration_s: float, fps: float, width: int, height: int
+) -> None:
+    """ValueError naming the argument that no monadic demo can be built with."""
     if int(n_persons) < 1:
         raise ValueError(f"demo: n_persons must be >= 1, got {n_persons}")
-    tasks = tuple(int(k) for k in tasks)
     bad = [k for k in tasks if k not in TASKS]
     if not tasks or bad:
         raise ValueError(f"demo: tasks must be some of {sorted(TASKS)}, got {list(tasks)}")
@@ -392,69 +316,58 @@ def build_monadic_demo(
     if width % 2 or height % 2:
         raise ValueError(f"demo: width and height must be even, got {width}x{height}")
 
-    rig = face_rig()
-    layout = _layout(int(width), int(height), rig.tile.shape[:2])
-    out = Path(out_dir)
-    for folder in ("media", "ratings"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-    persons = range(1, int(n_persons) + 1)
-    rows, truth_sessions, n_frames = [], {}, {}
-    pairs = [(p, k) for p in persons for k in tasks]
-    for p, k in tqdm(pairs, desc="monadic demo", unit="session", disable=not progress):
-        sid = session_id(p, k)
-        plan = plan_monadic(
-            p, k, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
-        )
-        cache = TileCache(
-            rig,
-            Look(p % 2 == 0, listener_params(p, seed).tint),
-            size=(layout.tile_h, layout.tile_w),
-        )
-        write_video(
-            out / "media" / f"{sid}.mp4",
-            _frames(plan, layout, cache),
-            layout,
-            fps,
-            (0.3 * plan.audio).astype(np.float32),  # the camera's room microphone: farther, quieter
-            model.AUDIO_RATE,
-        )
-        write_bytes_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
-        row = {
-            "session": sid,
-            "person": f"p{p}",
-            "group": TASKS[k][0],
-            "split": TASKS[k][1],
-            "video_person": f"media/{sid}.mp4",
-            "audio_person": f"media/{sid}.wav",
-        }
-        for target in TARGETS:
-            for rater, (times, values) in plan.ratings[target].items():
-                name = f"ratings/{sid}_{target}_{rater}.csv"
-                per_frame = RATERS[rater]["rate_hz"] is None
-                write_bytes_atomic(
-                    out / name, _rating_csv(target, times, values, per_frame).encode()
-                )
-                row[f"label_{target}@{rater}"] = name
-        row[f"rating_{SESSION_RATING}"] = f"{plan.session_rating:.2f}"
-        rows.append(row)
-        n_frames[sid] = plan.n_frames
-        r1 = {tg: plan.ratings[tg]["r1"][1] for tg in TARGETS}
-        truth_sessions[sid] = {
-            "person": p,
-            "task": k,
-            "n_frames": plan.n_frames,
-            "smile_mean": round(float(plan.smile.mean()), 4),
-            "arousal_mean": round(float(plan.arousal.mean()), 4),
-            f"rating_{SESSION_RATING}": plan.session_rating,
-            "ccc_truth_vs_r1": {tg: round(_ccc(plan.truth[tg], r1[tg]), 4) for tg in TARGETS},
-        }
 
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=manifest_columns(), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_bytes_atomic(out / "manifest.csv", buf.getvalue().encode())
+def _write_session(
+    out: Path, plan: MonadicPlan, layout: Layout, cache: TileCache
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """One session's camera video, microphone and rating files; its manifest row and truth."""
+    p, k, sid = plan.person, plan.task, session_id(plan.person, plan.task)
+    frames = video_frames(
+        plan.n_frames, {"person": plan.states}, {"person": plan.offsets}, layout, {"person": cache}
+    )
+    room = (0.3 * plan.audio).astype(np.float32)  # the camera's room microphone: farther, quieter
+    write_video(out / "media" / f"{sid}.mp4", frames, layout, plan.fps, room, model.AUDIO_RATE)
+    write_bytes_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
+    row = {
+        "session": sid,
+        "person": f"p{p}",
+        "group": TASKS[k][0],
+        "split": TASKS[k][1],
+        "video_person": f"media/{sid}.mp4",
+        "audio_person": f"media/{sid}.wav",
+    }
+    for target in TARGETS:
+        for rater, (times, values) in plan.ratings[target].items():
+            name = f"ratings/{sid}_{target}_{rater}.csv"
+            text = _rating_csv(target, times, values, RATERS[rater]["rate_hz"] is None)
+            write_bytes_atomic(out / name, text.encode())
+            row[f"label_{target}@{rater}"] = name
+    row[f"rating_{SESSION_RATING}"] = f"{plan.session_rating:.2f}"
+    r1 = {tg: plan.ratings[tg]["r1"][1] for tg in TARGETS}
     truth = {
+        "person": p,
+        "task": k,
+        "n_frames": plan.n_frames,
+        "smile_mean": round(float(plan.smile.mean()), 4),
+        "arousal_mean": round(float(plan.arousal.mean()), 4),
+        f"rating_{SESSION_RATING}": plan.session_rating,
+        "ccc_truth_vs_r1": {tg: round(ccc(plan.truth[tg], r1[tg]), 4) for tg in TARGETS},
+    }
+    return row, truth
+
+
+def _truth(
+    seed: int,
+    fps: float,
+    duration_s: float,
+    layout: Layout,
+    tasks: tuple[int, ...],
+    persons: range,
+    sessions: dict[str, Any],
+) -> dict[str, Any]:
+    """``demo_truth.json``: the seed, the raters, the formulas and every person's parameters."""
+    keep = ("valence_offset", "valence_gain", "smile_baseline")
+    return {
         "generator": "featurestore.demo.monadic",
         "generator_version": model.GENERATOR_VERSION,
         "seed": int(seed),
@@ -475,33 +388,86 @@ def build_monadic_demo(
         },
         "persons": {
             f"p{p}": {
-                **{
-                    k: v
-                    for k, v in vars(listener_params(p, seed)).items()
-                    if k in ("valence_offset", "valence_gain", "smile_baseline")
-                },
+                **{k: v for k, v in vars(listener_params(p, seed)).items() if k in keep},
                 "f0_hz": speaker_params(p, seed).f0_hz,
                 **_person_extra(p, seed),
             }
             for p in persons
         },
-        "sessions": truth_sessions,
+        "sessions": sessions,
     }
+
+
+def _manifest_csv(rows: list[dict[str, str]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=manifest_columns(), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def build_monadic_demo(
+    out_dir: str | os.PathLike[str],
+    *,
+    n_persons: int = 4,
+    tasks: Sequence[int] = (1, 2, 3, 4),
+    duration_s: float = 8.0,
+    width: int = 480,
+    height: int = 360,
+    fps: float = 25,
+    seed: int = 0,
+    progress: bool = True,
+) -> DemoInfo:
+    """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s).
+
+    Same ``seed``, same files (the MP4 bytes as far as the encoder build allows, as for the
+    OMG demo). Existing files of the same sessions are overwritten.
+
+    >>> info = build_monadic_demo(tmp, n_persons=2, tasks=(1, 3), duration_s=6)  # doctest: +SKIP
+    """
+    t_start = time.perf_counter()
+    tasks = tuple(int(k) for k in tasks)
+    _check_args(n_persons, tasks, duration_s, fps, width, height)
+    rig = face_rig()
+    layout = _layout(int(width), int(height), rig.tile.shape[:2])
+    out = Path(out_dir)
+    for folder in ("media", "ratings"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    persons = range(1, int(n_persons) + 1)
+    rows, truth_sessions, n_frames = [], {}, {}
+    pairs = [(p, k) for p in persons for k in tasks]
+    for p, k in tqdm(pairs, desc="monadic demo", unit="session", disable=not progress):
+        plan = plan_monadic(
+            p, k, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
+        )
+        look = Look(p % 2 == 0, listener_params(p, seed).tint)
+        cache = TileCache(rig, look, size=(layout.tile_h, layout.tile_w))
+        sid = session_id(p, k)
+        row, truth_sessions[sid] = _write_session(out, plan, layout, cache)
+        rows.append(row)
+        n_frames[sid] = plan.n_frames
+    write_bytes_atomic(out / "manifest.csv", _manifest_csv(rows))
+    truth = _truth(seed, fps, duration_s, layout, tasks, persons, truth_sessions)
     write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
-    info = MonadicDemoInfo(
+    info = DemoInfo(
         out_dir=out,
         sessions=tuple(r["session"] for r in rows),
         n_frames=n_frames,
         seed=int(seed),
         duration_s=float(duration_s),
+        width=layout.width,
+        height=layout.height,
+        fps=float(fps),
         build_seconds=time.perf_counter() - t_start,
+        layout="monadic",
     )
     write_bytes_atomic(out / "README.md", _readme(truth, len(rows)).encode())
     write_bytes_atomic(out / "featurestore.yaml", _FEATURESTORE_YAML.encode())
     return info
 
 
-def _readme(truth: dict, n_sessions: int) -> str:
+def _readme(truth: dict[str, Any], n_sessions: int) -> str:
+    """The build's README: the files, what is planted, the raters' and persons' parameters."""
     persons = "\n".join(
         f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['arousal_level']:.3f} "
         f"| {v['engagement_bias']:+.3f} | {v['f0_hz']:.0f} |"

@@ -1,14 +1,15 @@
 """One demo session's plan: every latent signal per video frame, the labels and the words.
 
-:func:`plan_session` regenerates, from the seed, what a session shows and says (speech and
-backchannel times, syllables, phrase affects and words, the listener's latent smile, blinks,
-head motion, the expression state of each face per frame) and the label model's outputs
-(``valence_self`` and the two observer ratings), as described in :mod:`featurestore.demo`.
+:func:`plan_session` regenerates, from the seed, what a session shows and says and the label
+model's outputs (``valence_self`` and the two observer ratings), as docs/demo.md describes;
+the helpers it shares with the monadic demo (:mod:`featurestore.demo.monadic`) are public.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,8 @@ from .model import (
     STORY_SMILE_WEIGHT,
     TEXT_TERM_TAU_S,
     TEXT_TERM_WEIGHT,
+    ListenerParams,
+    SpeakerParams,
     listener_params,
     seeded_rng,
     smooth_noise,
@@ -49,7 +52,13 @@ from .model import (
 )
 from .voice import speech_schedule, synth_backchannel, synth_speech
 
-_BLINK_SEQUENCE = (1, 2, 2, 1)  # blink states of the frames of one blink
+#: blink states of the frames of one blink
+BLINK_SEQUENCE = (1, 2, 2, 1)
+#: speech envelope levels (0..1) at which the mouth state steps up
+MOUTH_STEPS = (0.08, 0.35, 0.65)
+
+Phrases = list[tuple[float, float]]
+Syllables = list[dict[str, Any]]
 
 
 @dataclass
@@ -57,7 +66,7 @@ class SessionPlan:
     """Every latent signal of one session, per video frame (and the audio per sample).
 
     States are indices into :data:`SMILE_LEVELS`, :data:`MOUTH_LEVELS`, :data:`BLINK_LEVELS`
-    and :data:`BROW_LEVELS`; offsets are head translations in pixels (x, y).
+    and :data:`BROW_LEVELS`; offsets are head translations in pixels (x, y); times in seconds.
     """
 
     listener: int
@@ -65,11 +74,11 @@ class SessionPlan:
     speaker: int
     fps: float
     n_frames: int
-    phrases: list[tuple[float, float]]  # speaker speech, seconds
-    syllables: list[dict]  # t0, t1 (s), vowel, accent
-    backchannels: list[tuple[float, float]]  # listener "mm-hm", seconds
-    smile_events: list[dict]  # onset_s, amplitude, rise_s, hold_s, decay_s
-    blinks: dict[str, list[float]]  # role -> blink onsets, seconds
+    phrases: Phrases  # speaker speech
+    syllables: Syllables  # t0, t1 (s), vowel, accent
+    backchannels: Phrases  # listener "mm-hm"
+    smile_events: list[dict[str, float]]  # onset_s, amplitude, rise_s, hold_s, decay_s
+    blinks: dict[str, list[float]]  # role -> blink onsets
     smile: np.ndarray  # latent listener smile at frame times, 0..1
     smile_delayed: np.ndarray  # smile(t - LABEL_DELAY_S)
     speech_envelope: np.ndarray  # speaker loudness per frame, 0..1
@@ -79,23 +88,14 @@ class SessionPlan:
     offsets: dict[str, np.ndarray]  # role -> (n_frames, 2) int head translation, pixels
     audio: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.float32))
     audio_rate: int = AUDIO_RATE
-    phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase's words, -1..1
-    phrase_words: list[str] = field(default_factory=list)  # what the speaker says in each phrase
-    backchannel_words: list[str] = field(
-        default_factory=list
-    )  # what the listener says in each backchannel
-    affect: np.ndarray = field(
-        repr=False, default_factory=lambda: np.zeros(0)
-    )  # latest phrase's affect, held, per frame
-    text_term: np.ndarray = field(
-        repr=False, default_factory=lambda: np.zeros(0)
-    )  # the valence's text term per frame
-    observer_listener: np.ndarray = field(
-        repr=False, default_factory=lambda: np.zeros(0)
-    )  # per frame, [-1, 1]
-    observer_speaker: np.ndarray = field(
-        repr=False, default_factory=lambda: np.zeros(0)
-    )  # per frame, [-1, 1]
+    phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase, -1..1
+    phrase_words: list[str] = field(default_factory=list)  # what the speaker says per phrase
+    backchannel_words: list[str] = field(default_factory=list)  # the listener's, per backchannel
+    # per frame: the latest phrase's affect (held), the valence's text term, the observers'
+    affect: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    text_term: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    observer_listener: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    observer_speaker: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
 
     @property
     def times(self) -> np.ndarray:
@@ -103,7 +103,7 @@ class SessionPlan:
         return np.arange(self.n_frames) / self.fps
 
 
-def _smile_curve(t: np.ndarray, events: list[dict]) -> np.ndarray:
+def smile_curve(t: np.ndarray, events: list[dict[str, float]]) -> np.ndarray:
     """Sum of raised-cosine rise / hold / raised-cosine decay events at times ``t`` (s)."""
     y = np.zeros_like(t)
     for e in events:
@@ -120,7 +120,8 @@ def _smile_curve(t: np.ndarray, events: list[dict]) -> np.ndarray:
     return y
 
 
-def _blink_onsets(rng: np.random.Generator, duration_s: float) -> list[float]:
+def blink_onsets(rng: np.random.Generator, duration_s: float) -> list[float]:
+    """Blink onsets (s): the first after 0.5-3 s, then every 2-6 s."""
     out, t = [], float(rng.uniform(0.5, 3.0))
     while t < duration_s - 0.3:
         out.append(round(t, 3))
@@ -128,19 +129,16 @@ def _blink_onsets(rng: np.random.Generator, duration_s: float) -> list[float]:
     return out
 
 
-def _head_motion(rng, n: int, fps: float, amplitude: tuple[float, float]) -> np.ndarray:
-    """Smooth random head translation, even pixels (chroma planes stay aligned)."""
-    xy = np.stack(
-        [
-            smooth_noise(rng, n, 0.6 * fps) * amplitude[0],
-            smooth_noise(rng, n, 0.8 * fps) * amplitude[1],
-        ],
-        axis=1,
-    )
-    return xy
+def head_motion(
+    rng: np.random.Generator, n: int, fps: float, amplitude: tuple[float, float]
+) -> np.ndarray:
+    """(n, 2) smooth random head translation in pixels (x, y) of ``amplitude`` sd."""
+    x = smooth_noise(rng, n, 0.6 * fps) * amplitude[0]
+    return np.stack([x, smooth_noise(rng, n, 0.8 * fps) * amplitude[1]], axis=1)
 
 
-def _quantize_even(xy: np.ndarray, limit: tuple[int, int]) -> np.ndarray:
+def quantize_even(xy: np.ndarray, limit: tuple[int, int]) -> np.ndarray:
+    """Translations rounded to even pixels (the chroma planes stay aligned), within ``limit``."""
     out = 2 * np.round(xy / 2)
     out[:, 0] = np.clip(out[:, 0], -limit[0], limit[0])
     out[:, 1] = np.clip(out[:, 1], -limit[1], limit[1])
@@ -161,15 +159,13 @@ def _causal_smooth(x: np.ndarray, tau_s: float, fps: float) -> np.ndarray:
 def _delayed(x: np.ndarray, delay_s: float, fps: float) -> np.ndarray:
     """``x(t - delay_s)`` per frame; the first value is held before the start."""
     d = int(round(delay_s * fps))
-    return (
-        np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]])
-        if d
-        else x.copy()
-    )
+    if not d:
+        return x.copy()
+    return np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]])
 
 
 def _phrase_words(
-    rng: np.random.Generator, phrases, syllables, curve_at_start
+    rng: np.random.Generator, phrases: Phrases, syllables: Syllables, curve_at_start: np.ndarray
 ) -> tuple[list[float], list[str]]:
     """Per phrase an affect in [-1, 1] (the story curve at the phrase's start plus the telling's own
     variation) and a sentence: about one word per 1.5 syllables, of which round(3 * |affect|) are
@@ -189,29 +185,242 @@ def _phrase_words(
     return affects, texts
 
 
-def _backchannel_words(phrases, affects, backchannels) -> list[str]:
+def _backchannel_words(phrases: Phrases, affects: list[float], backchannels: Phrases) -> list[str]:
     """The listener's word for each backchannel, from the affect of the phrase just before it."""
     out = []
     for b0, _ in backchannels:
         before = [a for (p0, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
         a = before[-1] if before else 0.0
-        kind = (
-            "positive"
-            if a > BACKCHANNEL_AFFECT
-            else "negative"
-            if a < -BACKCHANNEL_AFFECT
-            else "neutral"
-        )
-        out.append(BACKCHANNEL_WORDS[kind])
+        kind = "positive" if a > BACKCHANNEL_AFFECT else "neutral"
+        out.append(BACKCHANNEL_WORDS["negative" if a < -BACKCHANNEL_AFFECT else kind])
     return out
 
 
-def _held_affect(t: np.ndarray, phrases, affects) -> np.ndarray:
+def _held_affect(t: np.ndarray, phrases: Phrases, affects: list[float]) -> np.ndarray:
     """Per frame, the affect of the latest phrase that has started (0 before the first)."""
     starts = np.array([p0 for p0, _ in phrases], dtype=np.float64)
     idx = np.searchsorted(starts, t, side="right") - 1
     values = np.append(np.asarray(affects, dtype=np.float64), 0.0)
     return np.where(idx >= 0, values[idx], 0.0)
+
+
+def smile_events(
+    rng: np.random.Generator, lp: ListenerParams, first_s: float, end_s: float, rounded: bool
+) -> list[dict[str, float]]:
+    """Random smile events of a listener from ``first_s`` on until ``end_s`` (s): onset, amplitude,
+    rise, hold and decay, rounded to 3-4 decimals when ``rounded`` (the OMG demo's truth file)."""
+
+    def r(value: float, digits: int) -> float:
+        return round(value, digits) if rounded else value
+
+    events = []
+    t = first_s + float(rng.exponential(1 / lp.smile_event_rate_hz))
+    while t < end_s:
+        events.append(
+            {
+                "onset_s": r(t, 3),
+                "amplitude": r(float(rng.uniform(0.25, 0.5) * lp.smile_event_size), 4),
+                "rise_s": r(float(rng.uniform(0.6, 1.2)), 3),
+                "hold_s": r(float(rng.uniform(0.8, 3.0)), 3),
+                "decay_s": r(float(rng.uniform(1.2, 2.5)), 3),
+            }
+        )
+        t += float(rng.exponential(1 / lp.smile_event_rate_hz)) + 1.0
+    return events
+
+
+def speech_envelope(speech: np.ndarray, n: int, fps: float, sr: int) -> np.ndarray:
+    """The speech's RMS per video frame (``n`` frames at ``fps``), scaled to a peak of 1."""
+    hop = sr / fps
+    starts = (np.arange(n) * hop).astype(np.int64)
+    seg = np.minimum(np.diff(np.append(starts, len(speech))), int(hop))
+    rms = np.sqrt(np.add.reduceat(speech**2, starts) / np.maximum(seg, 1))
+    return rms / rms.max() if rms.max() > 0 else rms
+
+
+def blink_states(onsets: list[float], n: int, fps: float) -> np.ndarray:
+    """Blink state per frame (indices into :data:`BLINK_LEVELS`) for blinks at ``onsets`` (s)."""
+    blink = np.zeros(n, np.int64)
+    for b in onsets:
+        i0 = int(round(b * fps))
+        for k, level in enumerate(BLINK_SEQUENCE):
+            if i0 + k < n:
+                blink[i0 + k] = level
+    return blink
+
+
+def accent_brows(syllables: Syllables, t: np.ndarray) -> np.ndarray:
+    """Brow state per frame at times ``t`` (s): raised around every accented syllable."""
+    brow = np.zeros(len(t), np.int64)
+    for syl in syllables:
+        if syl["accent"]:
+            brow[(t >= syl["t0"] - 0.05) & (t < syl["t1"] + 0.15)] = 1
+    return brow
+
+
+@dataclass
+class _Voices:
+    """The session's talk: speech and backchannel times, the mixed audio, the speech envelope."""
+
+    phrases: Phrases
+    syllables: Syllables
+    backchannels: Phrases
+    audio: np.ndarray
+    envelope: np.ndarray
+
+
+def _voices(
+    rng: np.random.Generator, lp: ListenerParams, sp: SpeakerParams, n: int, fps: float
+) -> _Voices:
+    sr = AUDIO_RATE
+    n_samples = int(round(n / fps * sr))
+    phrases, syllables, backchannels = speech_schedule(rng, n / fps)
+    speech = synth_speech(syllables, phrases, sp, rng, n_samples, sr)
+    bc_audio = np.zeros(n_samples)
+    for b0, _ in backchannels:
+        bc_audio += synth_backchannel(b0, lp, n_samples, sr)
+    room = 0.0015 * rng.standard_normal(n_samples)
+    audio = np.clip(speech + bc_audio + room, -1, 1).astype(np.float32)
+    envelope = speech_envelope(speech, n, fps, sr)
+    return _Voices(phrases, syllables, backchannels, audio, envelope)
+
+
+def _latent_smile(
+    rng: np.random.Generator, lp: ListenerParams, story: int, seed: int, n: int, fps: float
+) -> tuple[list[dict[str, float]], Callable[[np.ndarray], np.ndarray]]:
+    """The listener's smile events and their latent smile as a function of time (s): baseline,
+    the story as this listener feels it, the events and slow noise on a 10 Hz grid."""
+    events = smile_events(rng, lp, -LABEL_DELAY_S - 6.0, n / fps, rounded=True)
+    grid_fps = 10.0  # the slow smile noise lives on a 10 Hz grid from -delay - 1 s
+    g0 = -LABEL_DELAY_S - 1.0
+    grid = g0 + np.arange(int((n / fps - g0) * grid_fps) + 2) / grid_fps
+    slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * grid_fps)
+
+    def smile_at(times: np.ndarray) -> np.ndarray:
+        felt = lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)
+        latent = lp.smile_baseline + felt + smile_curve(times, events)
+        return np.clip(latent + np.interp(times, grid, slow), 0.0, 1.0)
+
+    return events, smile_at
+
+
+def _speaker_term(envelope: np.ndarray, fps: float) -> np.ndarray:
+    """The valence's speaker-voice term: the z-scored causal mean of the speech envelope."""
+    n = len(envelope)
+    win = max(1, int(round(SPEAKER_TERM_WINDOW_S * fps)))
+    csum = np.cumsum(np.insert(envelope, 0, 0.0))
+    lo = np.maximum(np.arange(1, n + 1) - win, 0)
+    causal_mean = (csum[1:] - csum[lo]) / (np.arange(1, n + 1) - lo)
+    sd = causal_mean.std()
+    z = (causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean
+    return SPEAKER_TERM_WEIGHT * z
+
+
+@dataclass
+class _Words:
+    """What the speaker says (per phrase: affect, sentence), the listener's backchannel words,
+    and the affect of the latest phrase per frame."""
+
+    phrase_affect: list[float]
+    phrase_words: list[str]
+    backchannel_words: list[str]
+    affect: np.ndarray
+
+
+def _words(seed: int, listener: int, story: int, voices: _Voices, t: np.ndarray) -> _Words:
+    # their own random stream, so adding the words left every other signal as it was
+    text_rng = seeded_rng(seed, 4, listener, story)
+    starts = np.array([p0 for p0, _ in voices.phrases])
+    affect, words = _phrase_words(
+        text_rng, voices.phrases, voices.syllables, story_curve(story, starts, seed)
+    )
+    backchannel = _backchannel_words(voices.phrases, affect, voices.backchannels)
+    return _Words(affect, words, backchannel, _held_affect(t, voices.phrases, affect))
+
+
+def _noisy(
+    rng: np.random.Generator, x: np.ndarray, sd: tuple[float, float], fps: float
+) -> np.ndarray:
+    """``x`` plus slow (1 s) and white noise of the two ``sd``, clipped to [-1, 1]."""
+    slow = sd[0] * smooth_noise(rng, len(x), 1.0 * fps)
+    return np.clip(x + slow + sd[1] * rng.standard_normal(len(x)), -1.0, 1.0)
+
+
+def _observers(
+    seed: int, lp: ListenerParams, story: int, valence: np.ndarray, affect: np.ndarray, fps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A third person rating the listener (the self-rating smoothed and late) and another
+    rating the speaker (the words' affect smoothed and late)."""
+    obs_rng = seeded_rng(seed, 5, lp.listener, story)
+    win = max(1, int(round(OBSERVER_LISTENER_SMOOTH_S * fps)))
+    padded = np.concatenate(
+        [np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])]
+    )
+    smoothed = np.convolve(padded, np.ones(win) / win, mode="valid")
+    seen = _delayed(smoothed, OBSERVER_LISTENER_DELAY_S, fps)
+    rated = lp.observer_offset + lp.observer_scale * seen
+    observer_listener = _noisy(obs_rng, rated, OBSERVER_LISTENER_NOISE_SD, fps)
+    told = _delayed(
+        _causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps
+    )
+    told_rating = 0.05 + OBSERVER_SPEAKER_GAIN * told
+    return observer_listener, _noisy(obs_rng, told_rating, OBSERVER_SPEAKER_NOISE_SD, fps)
+
+
+def _face_states(
+    blinks: dict[str, list[float]],
+    smile: np.ndarray,
+    curve: np.ndarray,
+    voices: _Voices,
+    t: np.ndarray,
+    fps: float,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Role -> smile/mouth/blink/brow state per frame: the listener smiles with the latent
+    smile and opens the mouth to backchannel; the speaker's face tells the story's curve
+    (smile states around the neutral one), the mouth follows the speech, the brows the accents."""
+    n = len(t)
+    n_smile = len(SMILE_LEVELS) - 1
+    lmouth = np.zeros(n, np.int64)
+    for b0, b1 in voices.backchannels:
+        lmouth[(t >= b0) & (t < b1)] = BACKCHANNEL_MOUTH_STATE
+    speaker_smile = np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * curve)
+    return {
+        "speaker": {
+            "blink": blink_states(blinks["speaker"], n, fps),
+            "smile": np.clip(speaker_smile, 0, n_smile).astype(np.int64),
+            "mouth": np.digitize(voices.envelope, MOUTH_STEPS).astype(np.int64),
+            "brow": accent_brows(voices.syllables, t),
+        },
+        "listener": {
+            "blink": blink_states(blinks["listener"], n, fps),
+            "smile": np.rint(smile * n_smile).astype(np.int64),
+            "mouth": lmouth,
+            "brow": np.zeros(n, np.int64),
+        },
+    }
+
+
+def _head_offsets(
+    rng: np.random.Generator,
+    voices: _Voices,
+    t: np.ndarray,
+    fps: float,
+    motion_limit: tuple[int, int],
+) -> dict[str, np.ndarray]:
+    """Role -> (n, 2) head translation: the speaker moves more while talking, the listener nods
+    during backchannels."""
+    n = len(t)
+    speaking = np.convolve(voices.envelope > MOUTH_STEPS[0], np.ones(int(fps)) / fps, mode="same")
+    spk_xy = head_motion(rng, n, fps, (2.5, 1.5))
+    spk_xy[:, 0] += 2.0 * speaking * smooth_noise(rng, n, 0.25 * fps)
+    lis_xy = head_motion(rng, n, fps, (1.5, 1.5))
+    for b0, b1 in voices.backchannels:  # a nod
+        u = (t - b0 + 0.1) / (b1 - b0 + 0.2)
+        lis_xy[:, 1] += np.where((u > 0) & (u < 1), 4.0 * np.sin(np.pi * np.clip(u, 0, 1)), 0.0)
+    return {
+        "speaker": quantize_even(spk_xy, motion_limit),
+        "listener": quantize_even(lis_xy, motion_limit),
+    }
 
 
 def plan_session(
@@ -226,7 +435,9 @@ def plan_session(
     """All latent signals of session (``listener``, ``story``), regenerated from ``seed``.
 
     ``duration_s`` is the session length in seconds (``round(duration_s * fps)`` frames);
-    ``motion_limit`` bounds the head translation in pixels (x, y).
+    ``motion_limit`` bounds the head translation in pixels (x, y). The steps draw from one
+    random stream in a fixed order (voices, smile, label noise, blinks, head motion); the
+    words and the observers have streams of their own.
     """
     if int(story) not in STORY_SPEAKER:
         raise ValueError(f"demo: story {story} has no speaker; use stories {sorted(STORY_SPEAKER)}")
@@ -235,180 +446,47 @@ def plan_session(
     rng = seeded_rng(seed, 3, listener, story)
     n = int(round(duration_s * fps))
     t = np.arange(n) / fps
-    sr = AUDIO_RATE
-    n_samples = int(round(n / fps * sr))
-
-    # --- speech and backchannels ---
-    phrases, syllables, backchannels = speech_schedule(rng, n / fps)
-    speech = synth_speech(syllables, phrases, sp, rng, n_samples, sr)
-    bc_audio = np.zeros(n_samples)
-    for b0, _ in backchannels:
-        bc_audio += synth_backchannel(b0, lp, n_samples, sr)
-    room = 0.0015 * rng.standard_normal(n_samples)
-    audio = np.clip(speech + bc_audio + room, -1, 1).astype(np.float32)
-
-    hop = sr / fps
-    starts = (np.arange(n) * hop).astype(np.int64)
-    seg = np.minimum(np.diff(np.append(starts, n_samples)), int(hop))
-    energy = np.add.reduceat(speech**2, starts) / np.maximum(seg, 1)
-    rms = np.sqrt(energy)
-    envelope = rms / rms.max() if rms.max() > 0 else rms
-
-    # --- the latent smile ---
-    events = []
-    t_event = -LABEL_DELAY_S - 6.0 + float(rng.exponential(1 / lp.smile_event_rate_hz))
-    while t_event < n / fps:
-        events.append(
-            {
-                "onset_s": round(t_event, 3),
-                "amplitude": round(float(rng.uniform(0.25, 0.5) * lp.smile_event_size), 4),
-                "rise_s": round(float(rng.uniform(0.6, 1.2)), 3),
-                "hold_s": round(float(rng.uniform(0.8, 3.0)), 3),
-                "decay_s": round(float(rng.uniform(1.2, 2.5)), 3),
-            }
-        )
-        t_event += float(rng.exponential(1 / lp.smile_event_rate_hz)) + 1.0
-    grid_fps = 10.0  # the slow smile noise lives on a 10 Hz grid from -delay - 1 s
-    g0 = -LABEL_DELAY_S - 1.0
-    grid = g0 + np.arange(int((n / fps - g0) * grid_fps) + 2) / grid_fps
-    slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * grid_fps)
-
-    def smile_at(times: np.ndarray) -> np.ndarray:
-        felt = (
-            lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)
-        )  # the story, as this listener feels it
-        return np.clip(
-            lp.smile_baseline + felt + _smile_curve(times, events) + np.interp(times, grid, slow),
-            0.0,
-            1.0,
-        )
-
-    smile = smile_at(t)
-    smile_delayed = smile_at(t - LABEL_DELAY_S)
-
-    # --- the label ---
-    win = max(1, int(round(SPEAKER_TERM_WINDOW_S * fps)))
-    csum = np.cumsum(np.insert(envelope, 0, 0.0))
-    lo = np.maximum(np.arange(1, n + 1) - win, 0)
-    causal_mean = (csum[1:] - csum[lo]) / (np.arange(1, n + 1) - lo)
-    sd = causal_mean.std()
-    speaker_term = SPEAKER_TERM_WEIGHT * (
-        (causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean
+    voices = _voices(rng, lp, sp, n, fps)
+    events, smile_at = _latent_smile(rng, lp, story, seed, n, fps)
+    smile, smile_delayed = smile_at(t), smile_at(t - LABEL_DELAY_S)
+    speaker_term = _speaker_term(voices.envelope, fps)
+    noise = LABEL_SLOW_NOISE_SD * smooth_noise(rng, n, 1.0 * fps)
+    noise = noise + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
+    words = _words(seed, listener, story, voices, t)
+    text_term = (
+        lp.story_sign * TEXT_TERM_WEIGHT * _causal_smooth(words.affect, TEXT_TERM_TAU_S, fps)
     )
-    noise = LABEL_SLOW_NOISE_SD * smooth_noise(
-        rng, n, 1.0 * fps
-    ) + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
-    # words: their own random stream, so adding them left every other signal as it was
-    text_rng = seeded_rng(seed, 4, listener, story)
-    phrase_affect, phrase_words = _phrase_words(
-        text_rng, phrases, syllables, story_curve(story, np.array([p0 for p0, _ in phrases]), seed)
-    )
-    backchannel_words = _backchannel_words(phrases, phrase_affect, backchannels)
-    affect = _held_affect(t, phrases, phrase_affect)
-    text_term = lp.story_sign * TEXT_TERM_WEIGHT * _causal_smooth(affect, TEXT_TERM_TAU_S, fps)
     valence = np.clip(
         lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise,
         -1.0,
         1.0,
     )
-
-    # observers: a third person rating the listener, another rating the speaker
-    obs_rng = seeded_rng(seed, 5, listener, story)
-    win = max(1, int(round(OBSERVER_LISTENER_SMOOTH_S * fps)))
-    padded = np.concatenate(
-        [np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])]
-    )
-    seen = _delayed(
-        np.convolve(padded, np.ones(win) / win, mode="valid"), OBSERVER_LISTENER_DELAY_S, fps
-    )
-    slow_sd, white_sd = OBSERVER_LISTENER_NOISE_SD
-    observer_listener = np.clip(
-        lp.observer_offset
-        + lp.observer_scale * seen
-        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps)
-        + white_sd * obs_rng.standard_normal(n),
-        -1.0,
-        1.0,
-    )
-    told = _delayed(
-        _causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps
-    )
-    slow_sd, white_sd = OBSERVER_SPEAKER_NOISE_SD
-    observer_speaker = np.clip(
-        0.05
-        + OBSERVER_SPEAKER_GAIN * told
-        + slow_sd * smooth_noise(obs_rng, n, 1.0 * fps)
-        + white_sd * obs_rng.standard_normal(n),
-        -1.0,
-        1.0,
-    )
-
-    # --- faces ---
-    blinks = {"speaker": _blink_onsets(rng, n / fps), "listener": _blink_onsets(rng, n / fps)}
-    states: dict[str, dict[str, np.ndarray]] = {}
-    for role in ("speaker", "listener"):
-        blink = np.zeros(n, np.int64)
-        for b in blinks[role]:
-            i0 = int(round(b * fps))
-            for k, level in enumerate(_BLINK_SEQUENCE):
-                if i0 + k < n:
-                    blink[i0 + k] = level
-        states[role] = {"blink": blink}
-    n_smile = len(SMILE_LEVELS) - 1
-    states["listener"]["smile"] = np.rint(smile * n_smile).astype(np.int64)
-    lmouth = np.zeros(n, np.int64)
-    for b0, b1 in backchannels:
-        lmouth[(t >= b0) & (t < b1)] = BACKCHANNEL_MOUTH_STATE
-    states["listener"]["mouth"] = lmouth
-    states["listener"]["brow"] = np.zeros(n, np.int64)
-    # the speaker's face tells the story's curve: smile states 0-4 around the neutral state
-    states["speaker"]["smile"] = np.clip(
-        np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * story_curve(story, t, seed)),
-        0,
-        len(SMILE_LEVELS) - 1,
-    ).astype(np.int64)
-    states["speaker"]["mouth"] = np.digitize(envelope, [0.08, 0.35, 0.65]).astype(np.int64)
-    brow = np.zeros(n, np.int64)
-    for syl in syllables:
-        if syl["accent"]:
-            brow[(t >= syl["t0"] - 0.05) & (t < syl["t1"] + 0.15)] = 1
-    states["speaker"]["brow"] = brow
-
-    speaking = np.convolve(envelope > 0.08, np.ones(int(fps)) / fps, mode="same")
-    spk_xy = _head_motion(rng, n, fps, (2.5, 1.5))
-    spk_xy[:, 0] += 2.0 * speaking * smooth_noise(rng, n, 0.25 * fps)
-    lis_xy = _head_motion(rng, n, fps, (1.5, 1.5))
-    for b0, b1 in backchannels:  # a nod
-        u = (t - b0 + 0.1) / (b1 - b0 + 0.2)
-        lis_xy[:, 1] += np.where((u > 0) & (u < 1), 4.0 * np.sin(np.pi * np.clip(u, 0, 1)), 0.0)
-    offsets = {
-        "speaker": _quantize_even(spk_xy, motion_limit),
-        "listener": _quantize_even(lis_xy, motion_limit),
-    }
-
+    observer_listener, observer_speaker = _observers(seed, lp, story, valence, words.affect, fps)
+    blinks = {"speaker": blink_onsets(rng, n / fps), "listener": blink_onsets(rng, n / fps)}
+    states = _face_states(blinks, smile, story_curve(story, t, seed), voices, t, fps)
     return SessionPlan(
         listener=int(listener),
         story=int(story),
         speaker=speaker,
         fps=float(fps),
         n_frames=n,
-        phrases=phrases,
-        syllables=syllables,
-        backchannels=backchannels,
+        phrases=voices.phrases,
+        syllables=voices.syllables,
+        backchannels=voices.backchannels,
         smile_events=events,
         blinks=blinks,
         smile=smile,
         smile_delayed=smile_delayed,
-        speech_envelope=envelope,
+        speech_envelope=voices.envelope,
         speaker_term=speaker_term,
         valence=valence,
         states=states,
-        offsets=offsets,
-        audio=audio,
-        phrase_affect=phrase_affect,
-        phrase_words=phrase_words,
-        backchannel_words=backchannel_words,
-        affect=affect,
+        offsets=_head_offsets(rng, voices, t, fps, motion_limit),
+        audio=voices.audio,
+        phrase_affect=words.phrase_affect,
+        phrase_words=words.phrase_words,
+        backchannel_words=words.backchannel_words,
+        affect=words.affect,
         text_term=text_term,
         observer_listener=observer_listener,
         observer_speaker=observer_speaker,

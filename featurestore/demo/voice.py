@@ -53,6 +53,7 @@ def _resonators(x: np.ndarray, freqs: Sequence[float], bws: Sequence[float], sr:
 
 
 def _ramp_envelope(n: int, attack: int, release: int) -> np.ndarray:
+    """``n`` samples of 1 with raised-cosine ramps of ``attack`` and ``release`` samples."""
     env = np.ones(n)
     a, r = min(attack, n // 2), min(release, n // 2)
     if a:
@@ -62,8 +63,10 @@ def _ramp_envelope(n: int, attack: int, release: int) -> np.ndarray:
     return env
 
 
-def speech_schedule(rng: np.random.Generator, duration_s: float):
-    """Phrases, syllables and backchannel slots of one session."""
+def speech_schedule(
+    rng: np.random.Generator, duration_s: float
+) -> tuple[list[tuple[float, float]], list[dict[str, Any]], list[tuple[float, float]]]:
+    """Phrases, syllables and backchannel slots (seconds) of a session of ``duration_s`` s."""
     phrases: list[tuple[float, float]] = []
     syllables: list[dict[str, Any]] = []
     backchannels: list[tuple[float, float]] = []
@@ -100,7 +103,12 @@ def speech_schedule(rng: np.random.Generator, duration_s: float):
 
 
 def synth_speech(
-    plan_syllables, phrases, sp: SpeakerParams, rng, n_samples: int, sr: int
+    plan_syllables: Sequence[dict[str, Any]],
+    phrases: Sequence[tuple[float, float]],
+    sp: SpeakerParams,
+    rng: np.random.Generator,
+    n_samples: int,
+    sr: int,
 ) -> np.ndarray:
     """The speaker's voice: per phrase an F0 contour, a glottal source, one vowel per syllable."""
     from scipy.signal import butter, lfilter  # lazily, as above

@@ -1,25 +1,10 @@
-"""Extraction settings: defaults, YAML file, and command-line overrides.
+"""Extraction settings: defaults, ``featurestore.yaml``, and ``--set`` overrides.
 
-A data folder may carry a ``featurestore.yaml`` next to its videos (the demo corpus does);
-``featurestore scan/extract`` read it when no ``--config`` is given. Top-level keys are the
-settings of the extraction run (face rate, crop, channels, splits, the corpus ``manifest``); ``extractors`` holds the
-settings of each extractor, checked against its frozen config dataclass (see
-:mod:`featurestore.extractors`)::
-
-    face_fps: 5
-    extractors:
-      face_geom: {redetect_every_s: 1.0, blink_threshold: 0.2}
-      face_au: {device: cpu, batch_size: 8}
-      egemaps: {sampling_rate: 16000}
-
-On the command line, ``featurestore extract --set face_au.device=cuda`` (repeatable; the
-value is parsed as YAML) overrides the file. Every extractor setting is part of that
-extractor's parameters: it enters the channel's cache key (changing it recomputes that
-channel) and its ``params`` attribute (``featurestore inspect``).
-
-Files written before the ``extractors`` section keep working: the top-level
-``audio_sampling_rate`` means ``extractors.egemaps.sampling_rate`` and ``face_backend`` means
-``extractors.face_geom.backend`` (see :data:`LEGACY_KEYS`).
+``featurestore scan/extract`` read ``DATA_DIR/featurestore.yaml`` when no ``--config`` is
+given: top-level keys are the run's settings (face rate, crop, channels, splits, the corpus
+``manifest``), ``extractors:`` each extractor's (checked against its config dataclass).
+``--set face_au.device=cuda`` (repeatable, YAML values) overrides the file. Every extractor
+setting enters that channel's cache key. See docs/config.md (extraction settings).
 """
 
 from __future__ import annotations
@@ -35,17 +20,11 @@ from typing import Any
 import yaml
 
 from .. import overrides
-from ..extractors import get_extractor, registry
+from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
 from ..overrides import ConfigError
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 
 CONFIG_NAME = "featurestore.yaml"
-
-#: top-level keys of older files -> (extractor, setting) they now stand for
-LEGACY_KEYS = {
-    "audio_sampling_rate": ("egemaps", "sampling_rate"),
-    "face_backend": ("face_geom", "backend"),
-}
 
 
 @dataclass
@@ -78,13 +57,13 @@ class FeatureConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def extractor_config(self, name: str):
+    def extractor_config(self, name: str) -> ExtractorConfig:
         """The settings of extractor ``name``: the configured ones, else its defaults."""
         cls = get_extractor(name)
         config = self.extractors.get(name)
         return config if config is not None else cls.config_class()
 
-    def extractor(self, name: str):
+    def extractor(self, name: str) -> Extractor[Any]:
         """Extractor ``name`` built with its settings from this config."""
         return get_extractor(name)(self.extractor_config(name))
 
@@ -151,7 +130,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {names}, got {value!r}")
 
 
-def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]):
+def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]) -> ExtractorConfig:
     """The frozen config of extractor ``name`` from ``setting -> (value, where it was set)``.
 
     Unknown settings, values of the wrong type and values the extractor refuses (its
@@ -200,20 +179,6 @@ class _Collected:
                     )
                 for name, settings in value.items():
                     self.add_extractor(str(name), settings, where, names)
-            elif key in LEGACY_KEYS:
-                name, setting = LEGACY_KEYS[key]
-                new = (raw.get("extractors") or {}).get(name) or {}
-                if isinstance(new, Mapping) and setting in new and new[setting] != value:
-                    raise ConfigError(
-                        f"{where}: {key}: {value!r} contradicts extractors.{name}.{setting}: "
-                        f"{new[setting]!r}; keep only extractors.{name}.{setting}"
-                    )
-                self.add_extractor(
-                    name,
-                    {setting: value},
-                    f"{where} ({key}, now extractors.{name}.{setting})",
-                    names,
-                )
             elif key in top_keys:
                 self.top[key] = (value, where)
             elif key in names:
@@ -269,6 +234,14 @@ def parse_override(text: str) -> dict:
     raise ConfigError(
         f"--set {text}: unknown extractor {parts[0]!r}{_hint(parts[0], names, 'extractors')}"
     )
+
+
+def check_channels(channels: Sequence[str], where: str) -> None:
+    """:class:`ConfigError` naming ``where`` for a name that is no extractor (with the nearest one)."""
+    names = list(_extractor_classes())
+    for c in channels:
+        if c not in names:
+            raise ConfigError(f"{where}: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
 
 
 def check_overrides_apply(
@@ -341,19 +314,13 @@ def load_feature_config(
         where = collected.top["manifest"][1]
         if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
             cfg.manifest = str(path.parent / cfg.manifest)
-    names = _extractor_classes()
-    for key in ("channels",):
-        if key in collected.top:
-            value, where = collected.top[key]
-            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-                raise ConfigError(
-                    f"{where}: channels: expected a list of extractor names, got {value!r}"
-                )
-            for c in value:
-                if c not in names:
-                    raise ConfigError(
-                        f"{where}: channels: unknown extractor {c!r}{_hint(c, list(names), 'extractors')}"
-                    )
+    if "channels" in collected.top:
+        value, where = collected.top["channels"]
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise ConfigError(
+                f"{where}: channels: expected a list of extractor names, got {value!r}"
+            )
+        check_channels(value, f"{where}: channels")
     cfg.extractors = {
         name: build_extractor_config(name, settings)
         for name, settings in sorted(collected.extractors.items())

@@ -1,31 +1,20 @@
 """Channels computed from other inputs than the media: a session's transcript, and who is talking.
 
-Both ``featurestore extract`` (:mod:`featurestore.extraction.extract`) and ``featurestore transcripts``
-(:func:`featurestore.extraction.imports.import_transcripts`) make them, with the same cache keys:
-
-* **transcript channels** (``speech``, ``lexicon`` per role): :func:`transcript_plan` gives
-  each its extractor, cache key (transcript fingerprint, extractor name, version, params with
-  the label rate and frame count) and params; :func:`compute_transcript_channels` computes them
-  from the parsed cues;
-* **per-role voice** (``speaker/egemaps``, ``listener/egemaps``): the ``scene/egemaps`` rows
-  (stored once, as HDF5 hard links) with ``valid`` where that role talks, by one of two rules
-  (see :mod:`featurestore.sources.speaking`): from the transcript's cues where the session has a
-  transcript (:func:`role_voice_from_transcript`), else from the faces' mouth movement
-  (:func:`role_voice_from_faces`). A rule's name and version are the channel's extractor and
-  version; its cache key hashes the cache keys of the channels (or the transcript) it used.
-
-Each channel records how far ahead of its time stamps it reads (``lookahead_s``, see
-:mod:`featurestore.storage.timing`): a transcript channel the longest of its role's cues
-(:meth:`featurestore.extractors.TranscriptExtractor.cues_lookahead_s`); a per-role voice channel
-the scene's (0.072 s) by the transcript rule, and by the face rule the larger of the scene's
-and the mouth activity's (half its centred window plus a face sample step: 0.5 s at 5 fps,
-:func:`featurestore.sources.speaking.mouth_activity_lookahead_s`, on top of the face channel's
-own); unknown (no attribute) when one of the channels it used has an unknown look-ahead.
+``featurestore extract`` and ``featurestore transcripts`` make them with the same cache keys:
+the transcript channels (``speech``, ``lexicon``: :func:`transcript_plan`,
+:func:`compute_transcript_channels`) and the per-role voice (``speaker/egemaps``,
+``listener/egemaps``: the scene's rows, hard-linked, with ``valid`` where that role talks, from
+the transcript's cues or the faces' mouth movement; the rule's name and version are the
+channel's extractor and version). Each records its ``lookahead_s`` (docs/channels.md, how far
+ahead each channel reads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from ..extractors import TranscriptExtractor, known_lookahead_s
 from ..features import Features
@@ -36,7 +25,7 @@ from ..sources.speaking import (
     speaking_from_faces,
     speaking_from_transcript,
 )
-from ..sources.transcripts import speaking_intervals
+from ..sources.transcripts import Cue, speaking_intervals
 from ..storage.provenance import cache_key
 from ..storage.shard import LABEL_FPS, Channel
 from .config import FeatureConfig
@@ -78,7 +67,11 @@ def transcript_plan(
 
 
 def compute_transcript_channels(
-    plan: dict[str, tuple], keys: Sequence[str], cues, transcript_source: dict, created: str
+    plan: dict[str, tuple[Any, ...]],
+    keys: Sequence[str],
+    cues: Sequence[Cue],
+    transcript_source: dict[str, Any],
+    created: str,
 ) -> dict[str, Channel]:
     """The channels ``keys`` of a :func:`transcript_plan`, computed from ``cues``, with provenance."""
     out: dict[str, Channel] = {}
@@ -149,7 +142,7 @@ def faces_voice_lookahead_s(
 
 def _role_voice(
     scene: Features,
-    speaking,
+    speaking: Mapping[str, np.ndarray],
     rule: str,
     version: str,
     key: tuple[str, str, dict],
@@ -176,7 +169,11 @@ def _role_voice(
 
 
 def role_voice_from_transcript(
-    scene: Features, scene_key: str, cues, transcript_source: dict, created: str
+    scene: Features,
+    scene_key: str,
+    cues: Sequence[Cue],
+    transcript_source: dict[str, Any],
+    created: str,
 ) -> dict[str, Channel]:
     """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
     ``scene/egemaps``) with ``valid`` where that role's cues are on (see

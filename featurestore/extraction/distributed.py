@@ -1,14 +1,10 @@
-"""Extraction on a Dask cluster: one task per session, the same results as
-:func:`featurestore.extraction.pool.extract_many`.
+"""Dask: the one client helper of both packages (:func:`dask_client`; ``experiments sweep
+--executor dask`` connects with it too) and the extraction's tasks (:func:`run_on_dask`).
 
 ``featurestore extract --executor dask`` starts a local cluster (processes, one thread each)
-or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker runs
-:func:`featurestore.extraction.extract.extract_session` for its sessions and writes its shards itself,
-so on a real cluster the store folder must be on a file system every worker mounts at the
-same path (see the README, "Scaling out"). The client only removes stale temporary files,
-checks the extractors, shows progress and collects the per-session results.
-
-:func:`dask_client` is also what ``experiments sweep --executor dask`` connects with.
+or, with ``--scheduler tcp://host:8786``, connects to an existing one. Every worker writes its
+sessions' shards itself, so the store must be on a file system every worker mounts at the same
+path (see docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -19,12 +15,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-
-from tqdm.auto import tqdm
+from typing import Any, cast
 
 from ..extractors import ExtractorUnavailable
 from ..sources.manifest import SessionFiles
-from ..storage.store import Store
 from .config import FeatureConfig
 from .extract import SessionResult, extract_session
 
@@ -34,7 +28,7 @@ DEFAULT_LOCAL_WORKERS = 2
 WAIT_FOR_WORKERS_S = 60.0
 
 
-def _import_distributed():
+def _import_distributed() -> Any:
     try:
         import distributed  # lazily: 0.5 s to import, only the Dask executor needs it
     except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
@@ -47,7 +41,7 @@ def _import_distributed():
 @contextlib.contextmanager
 def dask_client(
     scheduler: str | None = None, n_workers: int | None = None, connect_timeout_s: float = 30.0
-) -> Iterator:
+) -> Iterator[Any]:
     """A ``distributed.Client`` for the duration of a ``with`` block.
 
     Args:
@@ -100,21 +94,18 @@ def dask_client(
         cluster.close()
 
 
-def n_workers_of(client) -> int:
+def n_workers_of(client: Any) -> int:
     """Number of workers currently connected to the client's scheduler."""
     return len(client.nthreads())  # scheduler_info() lists only 5 workers in some Dask versions
 
 
 def _absolute(sf: SessionFiles) -> SessionFiles:
-    def absolute(p):
-        return Path(p).resolve() if p else p
-
     return replace(
         sf,
-        video=absolute(sf.video),
-        transcript=absolute(sf.transcript),
-        annotations={k: absolute(p) for k, p in sf.annotations.items()},
-        media={k: absolute(p) for k, p in sf.media.items()},
+        video=Path(sf.video).resolve() if sf.video else None,
+        transcript=Path(sf.transcript).resolve() if sf.transcript else None,
+        annotations={k: Path(p).resolve() for k, p in sf.annotations.items()},
+        media={k: Path(p).resolve() for k, p in sf.media.items()},
     )
 
 
@@ -128,7 +119,7 @@ def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
     return ""
 
 
-def _check_workers(client, channels: list[str], cfg: FeatureConfig) -> None:
+def _check_workers(client: Any, channels: list[str], cfg: FeatureConfig) -> None:
     problems = {
         addr: msg for addr, msg in client.run(_unavailable_here, list(channels), cfg).items() if msg
     }
@@ -139,57 +130,34 @@ def _check_workers(client, channels: list[str], cfg: FeatureConfig) -> None:
         )
 
 
-def extract_many_dask(
+def run_on_dask(
     sessions: Sequence[SessionFiles],
-    store_root: str | os.PathLike,
-    channels: Sequence[str],
+    store_root: str | os.PathLike[str],
+    channels: list[str],
     cfg: FeatureConfig,
-    force: bool = False,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    on_result: Callable[[SessionResult], None] | None = None,
-    progress: bool = True,
-) -> list[SessionResult]:
-    """Extract many sessions on Dask, one task per session; same semantics as
-    :func:`featurestore.extraction.pool.extract_many`.
+    force: bool,
+    scheduler: str | None,
+    n_workers: int | None,
+    done: Callable[[SessionResult], None],
+    bar: Any = None,
+) -> None:
+    """Run every session as a Dask task and pass each result to ``done`` as it completes (the
+    Dask side of :func:`featurestore.extraction.pool.extract_many`).
 
-    Leftover temporary shards of killed runs are removed first, every extractor is checked
-    once (here and on every worker), and results come back in the order of ``sessions``.
-    A session whose worker died is reported as failed; the others go on.
-
-    Args:
-        sessions: sessions to extract (from :func:`featurestore.sources.manifest.scan`).
-        store_root: the store folder. With ``scheduler``, it and the videos must be on a
-            shared file system (NFS, CephFS, Lustre) at the same absolute path on the client
-            and every worker (relative paths are made absolute here); over NFS, set
-            ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
-        channels: extractor names (``face_geom``, ``face_au``, ``egemaps``).
-        cfg: extraction settings (face rate in frames per second, crop, each extractor's settings).
-        force: recompute channels whose cache key is current.
-        scheduler: address of a running Dask scheduler (``tcp://host:8786``); None starts a
-            local cluster of ``n_workers`` processes (default 2).
-        n_workers: local cluster size; ignored with ``scheduler``.
-        on_result: called with each session's result as it completes.
-        progress: show an overall tqdm bar over sessions.
+    With ``scheduler``, the store and the videos must be on a shared file system (NFS, CephFS,
+    Lustre) at the same absolute path on the client and every worker (relative paths are made
+    absolute here); over NFS, set ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the
+    workers. Without one, a local cluster of ``n_workers`` processes runs them. A session whose
+    worker died is reported as failed; the others go on. ``bar``: a tqdm bar to name the cluster.
     """
     distributed = _import_distributed()
-    store = Store(store_root, mode="a")
-    store.clean_temp_files()
-    channels = list(channels)
-    for name in channels:  # fail fast, once, for an extractor that cannot run here
-        cfg.extractor(name).check_available()
     root = str(Path(store_root).resolve())
     # paths as the client sees them, absolute: a worker's working folder may be anywhere
-    sessions = [_absolute(sf) for sf in sessions]
-    results: dict[str, SessionResult] = {}
+    by_session = [_absolute(sf) for sf in sessions]
     with dask_client(scheduler, n_workers) as client:
         _check_workers(client, channels, cfg)
-        overall = tqdm(
-            total=len(sessions),
-            desc=f"sessions (dask, {n_workers_of(client)} workers)",
-            unit="session",
-            disable=not progress,
-        )
+        if bar is not None:
+            bar.set_description(f"sessions (dask, {n_workers_of(client)} workers)")
         run = uuid.uuid4().hex[:8]
         futures = {
             client.submit(
@@ -204,27 +172,23 @@ def extract_many_dask(
                 key=f"extract-{sf.session}-{run}",
                 pure=False,
             ): sf
-            for sf in sessions
+            for sf in by_session
         }
         try:
             for fut in distributed.as_completed(futures):
-                sf = futures[fut]
-                try:
-                    r = fut.result()
-                except Exception as e:  # noqa: BLE001 - extract_session never raises: the worker was lost
-                    r = SessionResult(
-                        sf.session,
-                        status="failed",
-                        error=f"Dask could not run this session ({type(e).__name__}: {e}); re-run to resume",
-                    )
-                results[r.session] = r
-                overall.update(1)
-                overall.set_postfix_str(f"failed={sum(x.failed for x in results.values())}")
-                if on_result:
-                    on_result(r)
+                done(_result(fut, futures[fut]))
         except BaseException:
             client.cancel(list(futures))
             raise
-        finally:
-            overall.close()
-    return [results[s.session] for s in sessions if s.session in results]
+
+
+def _result(fut: Any, sf: SessionFiles) -> SessionResult:
+    """A finished task's result; a failed one when the task itself failed (its worker was lost)."""
+    try:
+        return cast(SessionResult, fut.result())
+    except Exception as e:  # noqa: BLE001 - extract_session never raises: the worker was lost
+        return SessionResult(
+            sf.session,
+            status="failed",
+            error=f"Dask could not run this session ({type(e).__name__}: {e}); re-run to resume",
+        )

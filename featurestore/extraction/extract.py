@@ -1,27 +1,12 @@
 """Extraction of one session: plan from cache keys, decode once, derive, write atomically.
 
-For each session (:func:`extract_session`: :func:`~featurestore.extraction.plan.plan_session`,
-then :func:`decode`, :func:`derive`, :func:`write`, each returning a :class:`StepResult`):
-
-1. the labels (if any) are read first: they define the frame count. A video whose length
-   differs from the labels by more than ``max_length_mismatch_s`` (1 s) is an error;
-2. every requested channel gets its expected cache key (source fingerprint + extractor
-   name, version and parameters, crop and face rate included); channels whose stored key
-   matches are skipped unless ``force``;
-3. the video is decoded once for all face channels that need work, the audio once for the
-   audio channels;
-4. transcript channels (``speech``, ``lexicon``) are computed from the session's transcript
-   when it has one (a session without one skips them with a note);
-5. ``speaker/egemaps`` and ``listener/egemaps`` are derived from ``scene/egemaps`` and who
-   is talking: from the transcript's cues when the session has a transcript, else from the
-   faces' mouth movement (see :mod:`featurestore.extraction.derived`); the channel's extractor,
-   params ``rule`` and source say which rule was used, and both are in its cache key;
-6. everything is written in one atomic shard update (temporary file + rename) through
-   :meth:`featurestore.storage.store.Store.write_session`; the shard is read through the store only.
-
-A failure in a session is reported in its :class:`SessionResult`, never raised. Many
-sessions run in local processes (:func:`featurestore.extraction.pool.extract_many`) or on Dask
-(:func:`featurestore.extraction.distributed.extract_many_dask`).
+:func:`extract_session` runs :func:`~featurestore.extraction.plan.plan_session` (the labels
+define the frame count; every channel's expected cache key; current ones are skipped unless
+``force``), :func:`decode` (the video once for every face channel, the audio once per rate,
+the transcript), :func:`derive` (the per-role voice from the transcript or the faces) and
+:func:`write` (one atomic shard update), each returning a :class:`StepResult`. A failure is
+reported in the session's :class:`SessionResult`, never raised; many sessions run through
+:func:`featurestore.extraction.pool.extract_many`. See docs/store.md (extraction).
 """
 
 from __future__ import annotations
@@ -387,7 +372,7 @@ class _RoleVoice:
         channels = role_voice_from_transcript(
             self.load("scene/egemaps"),
             scene_key,
-            transcript.cues,
+            transcript.cues or [],
             transcript.source,
             self.plan.created,
         )

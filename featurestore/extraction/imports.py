@@ -1,24 +1,10 @@
 """Bring features and labels computed elsewhere into the store: the three importers.
 
-``featurestore import`` (:func:`import_tables`)
-    One per-frame table per session (CSV or Parquet: OpenFace, py-feat or generic, read by
-    :mod:`featurestore.extraction.tables`, where the kinds and the missing-value policy are described),
-    named ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` (the name may carry more text; any
-    depth under the folder; any case), stored as ``/<role>/<channel>``.
-
-``featurestore labels`` (:func:`import_labels`)
-    The official per-frame valence CSVs (read by :mod:`featurestore.sources.annotations`) as
-    ``/labels/<target>``.
-
-``featurestore transcripts`` (:func:`import_transcripts`)
-    ``.srt``/``.ass`` transcripts (parsed by :mod:`featurestore.sources.transcripts`) -> the
-    ``speech`` and ``lexicon`` channels and the per-role voice channels
-    (:mod:`featurestore.extraction.derived`), into existing shards.
-
-Every importer writes through :meth:`featurestore.storage.store.Store.write_session`, which replaces
-a shard atomically: whatever a shard held before is kept, and a failed session leaves its
-shard exactly as it was. Each session is handled on its own: a bad file is reported in the
-:class:`ImportReport` and the other sessions go on.
+``featurestore import`` (:func:`import_tables`: per-frame CSV/Parquet tables as a channel),
+``featurestore labels`` (:func:`import_labels`: annotation CSVs as a target) and ``featurestore
+transcripts`` (:func:`import_transcripts`: the ``speech``, ``lexicon`` and per-role voice
+channels, into existing shards). Each writes a session in one atomic shard update, and a bad
+file is reported for its session in the :class:`ImportReport` while the others go on.
 """
 
 from __future__ import annotations
@@ -201,6 +187,61 @@ def _import_each(
     return report
 
 
+@dataclass(frozen=True)
+class _TableImport:
+    """What :func:`import_tables` stores each table as, and how it reads them."""
+
+    store: Store
+    role: str
+    channel: str
+    fps: float
+    sessions_meta: Mapping[str, SessionMeta] | None
+    min_confidence: float
+    max_overrun_s: float
+    groups: Sequence[str] | None
+    lookahead_s: float | None
+
+    def meta(self, session: str, path: Path, end_s: float) -> SessionMeta:
+        """The session's metadata: its shard's (the table may not run past its end), else new."""
+        if not self.store.shard_path(session).exists():
+            n = _frames_covering(end_s, LABEL_FPS)
+            return _meta_for_new_session(session, n, LABEL_FPS, self.sessions_meta)
+        meta = self.store.meta(session)
+        end = meta.n_frames / meta.fps
+        if end_s > end + self.max_overrun_s:
+            raise DataImportError(
+                f"{path} runs to {end_s:.2f} s but {session} lasts {end:.2f} s "
+                f"({meta.n_frames} frames in its shard); check that the table belongs to this "
+                "session and that --fps matches its frame rate"
+            )
+        return meta
+
+    def __call__(self, session: str, path: Path) -> str:
+        """Store one session's table as its channel; the report line."""
+        table = read_table(
+            path, fps=self.fps, min_confidence=self.min_confidence, groups=self.groups
+        )
+        meta = self.meta(session, path, table.end_s)
+        source = file_fingerprint(path)
+        # a declared look-ahead is in the params (and so the cache key): declaring another one
+        # changes the store's fingerprint, so no sweep reuses a run counted with the old one
+        params = table.params
+        if self.lookahead_s is not None:
+            params = {**params, "lookahead_s": self.lookahead_s}
+        ch = Channel.from_features(
+            table.features,
+            extractor=table.extractor,
+            extractor_version=IMPORT_VERSION,
+            params=params,
+            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, params),
+            source=source,
+            lookahead_s=self.lookahead_s,
+        )
+        self.store.write_session(meta, channels={f"{self.role}/{self.channel}": ch})
+        f = table.features
+        return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
+
+
 def import_tables(
     table_dir: str | Path,
     store_root: str | Path,
@@ -216,29 +257,16 @@ def import_tables(
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
 
-    ``lookahead_s``: seconds after a row's time that the tool which computed the table read of
-    the media (0 for a tool that analyses each frame alone; ``inf`` for one that normalises
-    over the whole video), stored as the channel's ``lookahead_s``
-    (:mod:`featurestore.storage.timing`). None (the default) records none: the experiments
-    then count the channel as reading the whole session, and tag no configuration that reads
-    it causal.
-
-    ``groups``: the column groups an OpenFace or py-feat table keeps (default: AUs, head pose
-    and gaze of OpenFace; AUs, emotions and head pose of py-feat; see
-    :data:`featurestore.extraction.tables.COLUMN_GROUPS`); they are in the channel's params.
-
     ``table_dir`` holds ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` files (any depth, any
-    case). ``fps`` converts ``frame`` columns to seconds. A session with a shard keeps its
-    metadata and every other channel and label; a table whose last row lies more than
-    ``max_overrun_s`` seconds past that session's end (``n_frames / fps``) is an error for the
-    session. A session without a shard gets its metadata from ``sessions_meta`` when given,
-    else from its name (speaker and split from the OMG-Empathy maps), with ``n_frames`` the
-    number of 25 fps frames the table spans. Each channel records its provenance (extractor
-    ``import:<kind>``, :data:`IMPORT_VERSION`, read options, source file fingerprint, cache key).
-
-    Errors in one session (unreadable table, two tables, overrun) are reported in the returned
-    :class:`ImportReport`; the other sessions go on and the failed session's shard is untouched.
-    ``progress`` shows a bar over sessions (with an ETA).
+    case; read by :func:`featurestore.extraction.tables.read_table`: ``fps`` converts
+    ``frame`` columns to seconds, ``min_confidence`` and ``groups`` shape OpenFace and py-feat
+    tables). A session with a shard keeps its metadata and everything else it holds; a table
+    running more than ``max_overrun_s`` seconds past that session's end is an error for the
+    session. A session without a shard gets its metadata from ``sessions_meta``, else from its
+    name, with as many 25 fps frames as the table spans. ``lookahead_s``: seconds after a row
+    that the tool read (None: unknown, so no configuration reading it is tagged causal; see
+    docs/store.md, tables and labels computed elsewhere). Errors of one session are reported
+    in the :class:`ImportReport`, its shard untouched; ``progress`` shows a bar.
     """
     if role not in ROLES:
         raise ValueError(f"role {role!r} is not one of {ROLES}")
@@ -248,47 +276,20 @@ def import_tables(
         raise ValueError(
             f"lookahead_s must be >= 0 seconds (inf: the whole session), got {lookahead_s}"
         )
-    found = _find_session_files(
-        Path(table_dir), TABLE_EXTS
-    )  # a missing folder fails before the store is made
-    store = Store(store_root, mode="a")
-    key = f"{role}/{channel}"
-
-    def one(session: str, path: Path) -> str:
-        table = read_table(path, fps=fps, min_confidence=min_confidence, groups=groups)
-        if store.shard_path(session).exists():
-            meta = store.meta(session)
-            end = meta.n_frames / meta.fps
-            if table.end_s > end + max_overrun_s:
-                raise DataImportError(
-                    f"{path} runs to {table.end_s:.2f} s but {session} lasts {end:.2f} s "
-                    f"({meta.n_frames} frames in its shard); check that the table belongs to this "
-                    "session and that --fps matches its frame rate"
-                )
-        else:
-            meta = _meta_for_new_session(
-                session, _frames_covering(table.end_s, LABEL_FPS), LABEL_FPS, sessions_meta
-            )
-        source = file_fingerprint(path)
-        # a declared look-ahead is in the params (and so the cache key): declaring another one
-        # changes the store's fingerprint, so no sweep reuses a run counted with the old one
-        params = (
-            table.params if lookahead_s is None else {**table.params, "lookahead_s": lookahead_s}
-        )
-        ch = Channel.from_features(
-            table.features,
-            extractor=table.extractor,
-            extractor_version=IMPORT_VERSION,
-            params=params,
-            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, params),
-            source=source,
-            lookahead_s=lookahead_s,
-        )
-        store.write_session(meta, channels={key: ch})
-        f = table.features
-        return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
-
-    return _import_each(found, f"import {key}", "tables", one, progress)
+    # a missing folder fails before the store is made
+    found = _find_session_files(Path(table_dir), TABLE_EXTS)
+    one = _TableImport(
+        store=Store(store_root, mode="a"),
+        role=role,
+        channel=channel,
+        fps=fps,
+        sessions_meta=sessions_meta,
+        min_confidence=min_confidence,
+        max_overrun_s=max_overrun_s,
+        groups=groups,
+        lookahead_s=lookahead_s,
+    )
+    return _import_each(found, f"import {role}/{channel}", "tables", one, progress)
 
 
 def import_labels(

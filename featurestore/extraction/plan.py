@@ -307,8 +307,7 @@ def _plan_audio(
     if not plan.audios:
         plan.notes.append(f"no audio track in {plan.video}: {ex.name} skipped")
         return {}
-    # the track is decoded at the extractor's own rate (recorded as in older shards)
-    params = {**ex.params(), "audio_sampling_rate": ex.sampling_rate}
+    params = ex.params()  # the track is decoded at the extractor's own rate (a param)
     out: _Planned = {}
     for role, path in plan.audios.items():
         own = source if path == plan.video else file_fingerprint(path)

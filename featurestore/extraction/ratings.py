@@ -1,12 +1,8 @@
 """``featurestore ratings FILE``: whole-session ratings from a table, into existing shards.
 
-For a store built without a manifest (the OMG-Empathy layout) or ratings gathered later. The
-table is a CSV with a header ``session,<target>[,<target>...][,rater]``: one row per session
-(and rater), one column per target, a number per cell (an empty cell: no rating). With a
-``rater`` column each row is one rater's ratings and the stored rating is the mean over the
-raters (:mod:`featurestore.storage.session_labels`). Every problem of the table is reported
-at once, naming the file, the line and the column, before any shard is touched; a session whose
-stored ratings equal the table's is skipped, so a re-run after an interruption resumes.
+A CSV ``session,<target>[,<target>...][,rater]`` (docs/store.md, whole-session ratings). Every
+problem is reported at once, naming the file, line and column, before any shard is touched;
+sessions whose stored ratings equal the table's are skipped, so a re-run resumes.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.csv"

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ def some(names: list[str], shown: int = 4) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def print_extract_summary(results, started: float) -> int:
+def print_extract_summary(results: Sequence[Any], started: float) -> int:
     """Counts, computed channels and notes of an extraction (``started``: its
     ``time.perf_counter()``), failures on stderr; returns the exit code."""
     counts = Counter(r.status for r in results)
@@ -74,7 +75,7 @@ def print_extract_summary(results, started: float) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def print_import(report, folder: str, expected: str) -> int:
+def print_import(report: Any, folder: str, expected: str) -> int:
     """Per-session lines (failures on stderr), then the one-line summary; returns the exit code."""
     ok = report.succeeded
     if len(ok) <= SUMMARY_LINES:

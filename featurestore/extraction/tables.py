@@ -1,32 +1,13 @@
 """Per-frame feature tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet), read as :class:`Features`.
 
-One CSV or Parquet file per session (``featurestore import``, :func:`featurestore.extraction.imports.import_tables`).
-Three kinds are recognised from the columns:
-
-* **OpenFace 2.x** (``FeatureExtraction`` output; header names may start with a space):
-  time is ``timestamp`` (seconds); a frame is valid when ``success == 1`` and ``confidence >=
-  min_confidence``. Stored with extractor ``import:openface``.
-* **py-feat** (``Fex.to_csv`` output: ``FaceRectX`` ... ``FaceScore``, ``AU01`` ...,
-  ``frame``): time is ``frame / fps``; of several faces in a frame the largest box is kept;
-  a frame without a face is invalid. ``import:pyfeat``.
-
-What the tools measured is kept by **column groups** (:data:`COLUMN_GROUPS`; ``groups`` of
-:func:`read_table`, ``featurestore import --groups``): by default every group of
-:data:`DEFAULT_GROUPS` the table has (OpenFace: ``au`` intensities and presences, head
-``pose``, ``gaze``; py-feat: ``au``, ``emotion`` probabilities, head ``pose``); landmarks and
-the other groups on request. A group asked for by name that the table lacks is an error.
-* **generic**: a ``time`` column (seconds) or a ``frame`` column (index at ``fps``), an
-  optional ``valid`` column (0/1 or bool), and every other column is a numeric feature.
-  ``import:table``.
-
-Missing-value policy
-    A generic table must be complete: a non-numeric value, NaN or inf in a feature column is a
-    :class:`TableError` naming the file, the column and the first bad row (clean the values or
-    drop the column), except in rows whose ``valid`` column is 0. In OpenFace and py-feat
-    tables, a row where *every* kept feature is NaN is a frame the tool could not analyse: it
-    is stored as ``valid=False`` (like a failed OpenFace frame or a py-feat frame without a
-    face), not reported. A partly NaN row, or inf anywhere, means a damaged file and is a
-    :class:`TableError`. Invalid rows always hold NaN in the store.
+One file per session (``featurestore import``). The kind is recognised from the columns:
+OpenFace 2.x (``import:openface``: time ``timestamp``, valid where ``success`` and the
+confidence pass), py-feat (``import:pyfeat``: time ``frame / fps``, the largest face per
+frame) or generic (``import:table``: a ``time`` or ``frame`` column, an optional ``valid``).
+OpenFace and py-feat tables keep their :data:`COLUMN_GROUPS` (default :data:`DEFAULT_GROUPS`).
+A generic table must be complete; in the others an all-NaN row is a frame the tool could not
+analyse (``valid`` False), a partly NaN row or inf is an error (:class:`TableError`, naming the
+file, column and row). See docs/store.md (tables and labels computed elsewhere).
 
 >>> table_kind(["frame", "timestamp", "confidence", "success", "AU01_r"]), table_kind(["time", "x"])
 ('openface', 'table')

@@ -1,23 +1,12 @@
 """The one small interface every extractor implements, and the registry by name.
 
-Three kinds of extractor exist:
-
-* :class:`FrameExtractor` sees the sampled video frames of each role (a crop of the
-  full frame) through a per-role :class:`Track`, and returns :class:`~featurestore.features.Features`
-  for that role when the video ends.
-* :class:`AudioExtractor` sees the whole audio track once (mono float32, resampled) and
-  returns features per role (usually ``scene``).
-* :class:`TranscriptExtractor` sees a session's transcript cues (see
-  :mod:`featurestore.sources.transcripts`) and returns features per role at the label rate.
-
-An extractor's configuration is a frozen dataclass: ``params()`` is what goes into the
-cache key and the shard's provenance, so what was computed is always known. Every field can
-be set in ``featurestore.yaml`` (``extractors: {name: {field: value}}``) or with
-``featurestore extract --set name.field=value`` (see :mod:`featurestore.extraction.config`); the
-constructor may refuse values with a :class:`ValueError` (the config loader reports it with
-the file and key). ``version`` must be bumped whenever the output can change for the same
-input and settings; ``tests/featurestore/extractors/test_extractor_fingerprints.py`` fails when an
-extractor's code changed without a bump.
+:class:`FrameExtractor` sees each role's sampled video crops through a per-role
+:class:`Track`; :class:`AudioExtractor` the audio track once; :class:`TranscriptExtractor` the
+transcript's cues. An extractor's config is a frozen dataclass whose fields are its params
+(the cache key and the provenance; set in ``featurestore.yaml`` or with ``--set
+name.field=value``). ``version`` is bumped whenever the output can change for the same input:
+``tests/featurestore/extractors/test_extractor_fingerprints.py`` fails when an extractor's
+code changed without a bump.
 """
 
 from __future__ import annotations

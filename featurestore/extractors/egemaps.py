@@ -1,36 +1,17 @@
 """eGeMAPSv02 low-level descriptors from openSMILE: 25 columns every 10 ms for the ``scene`` role.
 
-What ``time`` means. openSMILE indexes each LLD row by ``(start, end)``; ``start`` is
-``k * 0.01`` s and ``end`` is ``start + 0.02`` s (the last row's end is clipped to the end of
-the signal). eGeMAPS actually analyses each row with two frames that both *begin* at
-``start`` (``frameCenterSpecial = left`` in ``GeMAPSv01b_core.lld.conf.inc``):
-
-* a 20 ms Hamming frame for loudness, spectral slopes, alpha ratio, Hammarberg index,
-  spectral flux, MFCC 1-4 and the formant (LPC) frequencies and bandwidths;
-* a 60 ms Gaussian frame for F0, jitter, shimmer, HNR, H1-H2, H1-A3 and the formant
-  amplitudes relative to F0.
-
-Every column is then smoothed by a centred 3-frame moving average (``_sma3``; ``_sma3nz``
-averages only non-zero values, so unvoiced frames stay 0). We store ``time = start`` in
-seconds, so a row describes the audio from ``time`` to ``time + 0.02`` s (energy/spectral)
-or ``time + 0.06`` s (voice quality), i.e. its centre lies 10-30 ms after ``time``.
-So a row reads the audio up to 70 ms after ``time`` (the next row's 60 ms frame, through the
-centred average; a perturbation of the audio after ``t`` first changes the row at ``t - 0.06``
-and none before, ``tests/featurestore/extractors/test_lookahead.py``), plus the 2 ms the
-audio resampler reads ahead (:func:`featurestore.extractors.base.decode_lookahead_s`): the
-channel's ``lookahead_s`` (:meth:`EgemapsExtractor.lookahead_s`). With
-``n`` samples at 16 kHz openSMILE returns ``floor(n / 160) - 4`` rows; a signal shorter
-than one 60 ms frame yields a single all-NaN row, which is marked invalid.
-
-``valid`` is True where all 25 values are finite. Silence is *not* invalid here: it is a
-legitimate eGeMAPS observation (F0 = 0). Per-role channels, where ``valid`` marks who is
-talking, are derived in :mod:`featurestore.sources.speaking`.
+A row's ``time`` is the start of its analysis frames (20 ms for energy and spectra, 60 ms for
+voice quality, then a centred 3-row average), so a row reads the audio up to 70 ms after its
+time, plus the resampler's 2 ms (:meth:`EgemapsExtractor.lookahead_s`; docs/channels.md, how
+far ahead each channel reads). ``valid`` is True where all 25 values are finite: silence is an
+observation (F0 = 0); per-role channels are derived in :mod:`featurestore.sources.speaking`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +92,7 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
                 f"choose one of {[f.name for f in opensmile.FeatureSet]}"
             )
 
-    def smile(self):
+    def smile(self) -> Any:
         """The ``opensmile.Smile`` LLD extractor (built once per extractor object)."""
         if self._smile is None:
             self.check_available()

@@ -128,7 +128,7 @@ def _hub_offline() -> Iterator[None]:
                 constants.HF_HUB_OFFLINE = restore
 
 
-def _import_feat():
+def _import_feat() -> Any:
     """Import py-feat, translating every failure into :class:`ExtractorUnavailable`."""
     try:
         with _hub_offline():
@@ -148,7 +148,7 @@ def _import_feat():
 
 
 @lru_cache(maxsize=2)
-def _load_detector(cfg: FaceAUConfig):
+def _load_detector(cfg: FaceAUConfig) -> Any:
     """The py-feat detector for ``cfg``, weights loaded from local files only (cached per config)."""
     feat = _import_feat()
     cls = getattr(feat, cfg.detector, None)

@@ -1,55 +1,11 @@
 """``face_geom``: FACS-inspired face geometry and head pose from 68 dlib landmarks (offline).
 
-The face is found with dlib's HOG detector on the first frame of a role's video and again
-every ``redetect_every_s`` seconds; in between it is *tracked*: the landmarks are predicted
-inside a box derived from the previous frame's landmarks (under 1 ms instead of 10-80 ms
-for a detection). A cheap sanity check (the face size jumps, the face leaves the crop, or a
-16x16 thumbnail of the face no longer correlates with the one taken at the last detection)
-declares the track lost and triggers a new detection. dlib's predictor follows a move of up
-to ~0.25 IOD per frame; a larger one fails the thumbnail check and is re-detected.
-
-A detection searches near the previous face first (its box grown by ``search_margin`` of
-its side: a tenth of the time of a whole-crop search, the cameras being fixed) and the whole
-crop only when that finds nothing, when no face was seen in the previous frame, or every
-``full_detect_every_s`` seconds. On the benchmark video this leaves the landmarks within
-0.006 IOD of detecting on every frame at full resolution (``bench/video.py``).
-
-Distances are measured in a face-aligned frame (x along the line through the outer eye
-corners, landmarks 36 and 45; y perpendicular, pointing down the face) and divided by the
-interocular distance (IOD, 36-45), so they do not depend on face size, position or roll.
-Left/right (``_l``/``_r``) are the subject's own: ``_r`` is the eye and brow on the image's
-left. Frames without a face keep their row with ``valid`` False and NaN values.
-
-=================  ==========================================================  ==========  =======
-column             meaning                                                     AU          unit
-=================  ==========================================================  ==========  =======
-brow_raise_l       brow (22-26) height above the eye (42-47), mean vertical    AU1, AU2    IOD
-brow_raise_r       brow (17-21) height above the eye (36-41), mean vertical    AU1, AU2    IOD
-brow_gap           distance between the inner brow ends (21-22); falls with   AU4         IOD
-                   a frown (brows drawn together)
-eye_open_l         eye aspect ratio of 42-47 (Soukupova & Cech 2016):          AU5, AU7    ratio
-                   mean lid gap / eye width; ~0.3 open, <0.2 closed
-eye_open_r         eye aspect ratio of 36-41                                   AU5, AU7    ratio
-blink              1 when the mean of eye_open_l/_r < ``blink_threshold``      AU45        0/1
-lip_corner_pull    mouth width, corner to corner (48-54)                       AU12, AU20  IOD
-lip_corner_raise   height of the mouth corners (48, 54) above the upper lip    AU12 (+),   IOD
-                   centre (51, 62); rises with a smile, falls with AU15        AU15 (-)
-mouth_open         inner lip gap (62-66)                                       AU25, AU26  IOD
-lip_thickness      outer lip thickness, upper (51-62) plus lower (57-66);      AU23, AU24  IOD
-                   falls when the lips are pressed or tightened
-jaw_drop           nose tip to chin (30-8)                                     AU26, AU27  IOD
-head_yaw           head turn, positive = nose towards the image's right        AU51/52     degrees
-head_pitch         head nod, positive = chin up                                AU53/54     degrees
-head_roll          head tilt, positive = clockwise as seen in the image        AU55/56     degrees
-face_scale         IOD / crop width (distance to the camera)                   -           ratio
-face_x             mean landmark x / crop width (0 left, 1 right)              -           0-1
-face_y             mean landmark y / crop height (0 top, 1 bottom)             -           0-1
-=================  ==========================================================  ==========  =======
-
-Head pose comes from :func:`cv2.solvePnP` (SQPnP) of six landmarks (nose tip, chin, outer
-eye corners, mouth corners) against a generic 3D face, with a pinhole camera whose focal
-length is the crop width and whose principal point is the crop centre: angles are
-approximate (a generic face, an unknown camera) but consistent within a video.
+Detect-then-track per role (HOG detection near the previous face every ``redetect_every_s``,
+over the whole crop every ``full_detect_every_s``; landmarks tracked in between, with a
+sanity check that re-detects a lost face). Distances are in a face-aligned frame divided by
+the interocular distance; head pose comes from ``cv2.solvePnP`` against a generic 3D face. The
+columns (:data:`COLUMNS`) and their units: docs/channels.md (``face_geom``); the choice of the
+backend: docs/channels.md (the face backend).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ brow, 22-26 left brow (subject's right/left as seen in the image: image-left fir
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,8 @@ HOG_CELL_PX = 8
 
 
 @lru_cache(maxsize=1)
-def _models():
+def _models() -> tuple[Any, Any]:
+    """dlib's face detector and 68-point shape predictor (loaded once)."""
     import dlib  # lazily: dlib and its models load only when faces are processed
     import face_recognition_models  # lazily, with dlib
 

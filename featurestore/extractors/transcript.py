@@ -1,54 +1,10 @@
 """Per-frame features of each role from transcript cues: ``speech`` and ``lexicon``.
 
-Both run at the label rate (frames ``t_i = i / fps`` seconds, 25 fps) on the cues of
-:func:`featurestore.sources.transcripts.read_transcript`; cues without a role are ignored, cues of
-one role may overlap (their contributions add up). A frame is inside a cue when
-``start_s <= t < end_s``, the rule of :func:`featurestore.sources.speaking.speaking_from_transcript`.
-
-``valid`` (both channels) is True where the transcript covers the session: from 0 to the
-end of its last cue (any role, untagged too) plus ``coverage_tail_s`` (5 s: a pause after
-the last words is still transcribed silence). Beyond that the transcript may simply have
-stopped, so nothing is claimed there. A transcript without cues is valid nowhere.
-
-``speech`` columns:
-
-==============  ===========================================================================
-talking         1 while one of the role's cues is on, else 0
-words_per_s     sum over the role's cues on at the frame of (words in the cue / cue duration
-                in seconds); a cue shorter than one frame counts as one frame long
-since_spoke_s   seconds since the role's last cue ended; 0 while talking; ``since_cap_s``
-                (60) when the role has not spoken yet or not for that long
-==============  ===========================================================================
-
-``lexicon`` columns, from the VADER sentiment lexicon and rules (Hutto & Gilbert 2014; the
-``vaderSentiment`` package ships its lexicon file, so this runs offline):
-
-================  =========================================================================
-vader_compound    VADER compound score (-1 .. 1) of the role's recent words
-vader_pos         VADER proportion of positive text (0 .. 1)
-vader_neg         VADER proportion of negative text (0 .. 1)
-vader_neu         VADER proportion of neutral text (0 .. 1)
-lexicon_coverage  fraction of the recent words found in the VADER lexicon (0 .. 1)
-words_recent      number of the role's words spoken in the current and recent cues
-================  =========================================================================
-
-How far ahead a frame reads (the channel's ``lookahead_s``, see
-:meth:`featurestore.extractors.TranscriptExtractor.cues_lookahead_s`): ``talking`` and
-``since_spoke_s`` read only that a cue has started or ended; ``words_per_s`` and the
-``lexicon`` columns read a cue's word count and end from its first frame on, and the words
-"said so far" are an even spread over the cue, not when each word was said: up to the longest
-of the role's cues ahead. ``valid`` (the transcript's extent) is a property of the recording,
-not counted.
-
-"Recent" decays: inside a cue, words are spoken evenly over its span (word
-``k`` of ``n`` at ``start + (k + 0.5) * duration / n``), so at frame ``t`` the cue
-contributes the first ``k(t)`` words, scored by VADER as that prefix (negations and
-boosters apply within the cue). A cue keeps contributing for ``window_s`` (5 s) after it
-ends, with weight ``k * 0.5 ** (age / half_life_s)`` (``age`` = seconds since its end, 0
-while it is on; ``half_life_s`` 2 s). The four VADER columns and ``lexicon_coverage`` are
-the weighted means over the contributing cues; ``words_recent`` is the plain sum of
-``k``. With no recent words all columns are 0, which VADER also returns for empty text
-(and ``valid`` stays True: silence is an observation, and ``words_recent`` says so).
+Both run at the label rate (frames ``i / fps`` s) on the cues of
+:func:`featurestore.sources.transcripts.read_transcript`; cues without a role are ignored and
+overlapping cues add up; ``valid`` covers the session up to the last cue's end plus
+``coverage_tail_s``. The columns, the VADER scoring of the words said so far with its decay,
+and how far ahead a frame reads: docs/channels.md (``speech``, ``lexicon``).
 """
 
 from __future__ import annotations
@@ -57,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +116,7 @@ class LexiconConfig(ExtractorConfig):
 
 
 @lru_cache(maxsize=1)
-def vader_analyzer():
+def vader_analyzer() -> Any:
     """VADER's analyser, built once per process (reads the lexicon file inside the package)."""
     from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer  # lazily: loads a lexicon
 

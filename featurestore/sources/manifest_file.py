@@ -1,43 +1,9 @@
 """A corpus manifest: one row per session, for recordings not named like OMG-Empathy's.
 
 ``featurestore scan --manifest FILE`` (or ``manifest: FILE`` in ``featurestore.yaml``) reads a
-CSV or YAML file instead of looking for ``Subject_<L>_Story_<S>`` names. Each row is one
-session; paths are relative to the manifest's folder. Columns (YAML: the same keys, and
-``labels:`` may be a mapping ``target: file`` or ``target: {rater: file}``):
-
-==================  ===========================================================================
-``session``         the session's id (letters, digits, ``_ . -``); its shard is ``<session>.h5``
-``person``          the rated person (stored as the ``listener`` role)
-``group``           the group or item the session belongs to, e.g. a story or a task
-``partner``         optional: the other person of a dyad (stored as the ``speaker`` role)
-``split``           optional: ``train``, ``val``, ``test`` or another name (default ``unassigned``)
-``fold``            optional: a fold label for cross-validation
-``video``           one shared video of both people, cut into crops as for OMG-Empathy
-                    (``split_x``, optional, is this session's crop boundary in pixels)
-``video_person``,   a video per role (the whole frame is that person), instead of ``video``
-``video_partner``
-``audio``           optional: the shared microphone, instead of the video's audio track
-``audio_person``,   optional: an audio file per role (its own ``<role>/egemaps``)
-``audio_partner``
-``transcript``      optional: ``.srt``/``.ass`` as in the OMG-Empathy layout
-``label_<target>``  a rating file per target (``label_valence``, ``label_arousal``): the
-                    official format (a header line and one value per 25 fps frame) or a
-                    two-column CSV ``time,<value>`` at any rate, resampled onto the session's
-                    frames (linear interpolation, NaN outside the rated span)
-``label_<target>``  one rating file per rater (``label_valence@r1``, ``label_valence@r2``):
-``@<rater>``        stored per rater, their mean is the target's gold standard
-``rating_<target>`` a whole-session rating (one number, e.g. a questionnaire score); per rater:
-                    ``rating_<target>@<rater>`` (YAML: ``ratings: {target: value}`` or
-                    ``ratings: {target: {rater: value}}``); stored as ``/session_labels/<target>``
-                    (the mean over raters), see :mod:`featurestore.storage.session_labels`
-==================  ===========================================================================
-
-Ids are kept as written (``person``, ``group``, ``partner``) in the shard's root attributes
-(``layout: manifest``, ``person_id``, ``group_id``, ``partner_id``, ``fold``); the integer
-``listener``, ``story`` and ``speaker`` attributes the experiments read are the ids themselves
-when every id of that kind is an integer, else their rank in sorted order (1, 2, ...).
-
-Every error names the manifest, the row (its line in the file) and the column, and all of a
+CSV or YAML file instead of looking for ``Subject_<L>_Story_<S>`` names; paths are relative to
+the manifest's folder. The columns and how ids become the shard's attributes: docs/store.md
+(manifests). Every error names the manifest, the row (its line) and the column, and all of a
 manifest's errors are reported at once (:class:`ManifestError`).
 """
 

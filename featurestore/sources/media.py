@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,7 +43,8 @@ class VideoInfo:
     audio_sampling_rate: int | None
 
 
-def _open(path: Path):
+def _open(path: Path) -> Any:
+    """The PyAV container of ``path``; :class:`MediaError` when it is missing or unreadable."""
     import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     if not path.exists():
@@ -120,7 +121,7 @@ _LIMITED_TO_FULL = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).
 _COLOR_RANGE_JPEG = 2  # AVCOL_RANGE_JPEG: full range
 
 
-def luma(frame) -> np.ndarray:
+def luma(frame: Any) -> np.ndarray:
     """(H, W) uint8 grey image of a decoded PyAV video frame, full range (0-255).
 
     For 8-bit YUV video it is the decoded Y plane itself (limited range stretched to full with
@@ -140,7 +141,7 @@ def luma(frame) -> np.ndarray:
     return cv2.LUT(y, _LIMITED_TO_FULL)
 
 
-def _convert(frame, pixel_format: str) -> np.ndarray:
+def _convert(frame: Any, pixel_format: str) -> np.ndarray:
     return luma(frame) if pixel_format == "gray" else frame.to_ndarray(format="rgb24")
 
 
@@ -172,7 +173,10 @@ def iter_frames(
     return _prefetched(frames, prefetch) if prefetch > 0 else frames
 
 
-def _decode_sampled(path: Path, sample_fps, threads: bool, formats: tuple[str, ...], single: bool):
+def _decode_sampled(
+    path: Path, sample_fps: float | None, threads: bool, formats: tuple[str, ...], single: bool
+) -> Generator[tuple[int, float, Any], None, None]:
+    """``(index, time_s, image or format -> image)`` of the sampled frames (see :func:`iter_frames`)."""
     import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     c = _open(path)
@@ -219,7 +223,7 @@ def _prefetched(items: Generator[T, None, None], size: int) -> Iterator[T]:
     q: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
 
-    def put(entry) -> bool:
+    def put(entry: tuple[str, Any]) -> bool:
         while not stop.is_set():
             try:
                 q.put(entry, timeout=0.05)

@@ -1,44 +1,11 @@
 """Who is talking, per 10 ms eGeMAPS frame, and the per-role audio channels built from it.
 
-OMG-Empathy has one centre microphone, so the ``scene/egemaps`` LLDs mix both people.
-``speaker/egemaps`` and ``listener/egemaps`` hold the *same* rows; only ``valid`` differs:
-it is True where the scene frame is valid and that role is talking.
-
-From faces (:func:`speaking_from_faces`), for each scene frame at time ``t`` (frame start, s):
-
-1. **Voiced**: the frame is valid, ``F0semitoneFrom27.5Hz_sma3nz > 0`` (openSMILE found a
-   pitch) and ``Loudness_sma3 > min_loudness`` (default 0.05, well above digital silence
-   but below speech, to reject faint tonal hum).
-2. **Mouth activity** of each role: the ``mouth_open`` column of its ``face_geom`` channel
-   (mouth opening / interocular distance, so comparable across the two faces), set to NaN
-   where ``valid`` is False (no face), then its standard deviation over a centred window of
-   ``window_s`` seconds (default 0.6 s, about one syllable or three samples at 5 fps),
-   ignoring NaN and needing at least 2 finite samples. A moving mouth talks; an open but
-   still mouth (a smile, a yawn) does not. The activity is interpolated linearly onto the
-   scene times; a scene frame whose nearest mouth sample has no activity (no face), or
-   which lies more than one sample period outside the face track, gets NaN ("unknown").
-   The centred window reads the future: a scene frame at ``t`` depends on face samples up to
-   ``window_s / 2`` plus one face step after ``t`` (0.5 s at 5 fps,
-   :func:`mouth_activity_lookahead_s`), which the per-role channels record as their
-   ``lookahead_s`` (:mod:`featurestore.extraction.derived`).
-3. **Attribution**: on a voiced frame, a role is marked as talking when its activity is
-   known, at least ``min_activity`` (default 0.02 interocular distances, above dlib's
-   landmark jitter on a still face) and not clearly smaller than the other role's:
-   ``activity * tie_ratio >= other activity`` (default ``tie_ratio`` 1.25), or the other
-   face is not visible. So the clearly more active mouth wins, both are marked when they
-   are within 25 % of each other (overlapping talk, or no way to tell), and a visible
-   moving mouth is credited even when the other face is lost.
-4. A role whose face is not visible is **never** marked, and when neither face is visible
-   no one is. Why: ``valid`` gates which frames feed that role's audio statistics; a
-   wrong "talking" pours the other person's voice into the role's features, whereas a
-   missed frame only lowers the fraction of valid frames, which windowing already reports.
-
-Unvoiced frames (pauses, most consonants) are never marked: eGeMAPS' own voice features
-are zero there, as in its ``*_sma3nz`` functionals. The defaults are reasoned guesses;
-sessions with transcripts (:func:`speaking_from_transcript`) give ground truth to tune them.
-
-From a transcript (:func:`speaking_from_transcript`): a frame at time ``t`` is talking for a
-role when ``start_s <= t < end_s`` for one of that role's cues; voicing is not required.
+OMG-Empathy has one centre microphone: ``speaker/egemaps`` and ``listener/egemaps`` hold the
+scene's rows with ``valid`` where that role talks. From faces (:func:`speaking_from_faces`): a
+voiced frame is a role's when its mouth moves (the std of ``mouth_open`` over a centred
+window) and not clearly less than the other's; a role whose face is not visible is never
+marked. From a transcript (:func:`speaking_from_transcript`): inside one of the role's cues.
+The rule and its reasons: docs/channels.md (who is talking).
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """Transcripts (``.srt``, ``.ass``/``.ssa``) -> timed cues, each attributed to a role.
 
-Some OMG-Empathy releases carry a transcript per session, named like
-``transcribed_subject_<L>_story_<S>.srt`` (any name containing ``Subject_<L>_Story_<S>``,
-any case), whose lines are tagged ``[S]`` (the speaker, who tells the story) or ``[L]``
-(the listener). :func:`read_transcript` turns one into a list of :class:`Cue`
-``(start_s, end_s, role, text)``; the features built from cues live in
-:mod:`featurestore.extractors.transcript`.
-
-Reading rules (tolerant where real files vary, strict where a guess would be wrong):
-
-* **Encoding and line ends.** UTF-8 with or without a byte-order mark (a stray BOM inside
-  the text is dropped too); a file that is not valid UTF-8 is read as Windows-1252, the
-  other encoding subtitle editors write. LF, CRLF and CR line ends.
-* **SRT.** Blocks separated by blank lines: an optional index line, a time line
-  ``HH:MM:SS,mmm --> HH:MM:SS,mmm`` (``.`` is accepted for ``,``, the hours may be
-  omitted, 1-3 fraction digits, trailing position coordinates are ignored), then text
-  lines. A block without a time line continues the previous cue's text (a blank line
-  inside a cue); HTML-like tags (``<i>``) and ``{\\...}`` override blocks are removed.
-* **ASS/SSA.** ``Dialogue:`` lines, split by the ``Format:`` line of ``[Events]`` (the ASS
-  default when there is none); ``Comment:`` lines are ignored. Times ``H:MM:SS.cc``.
-  Override blocks (``{\\i1}``, ``{\\pos(1,2)}``) are removed, ``\\N``/``\\n`` break lines,
-  ``\\h`` is a space. When the ``Name`` (actor) field, or else the ``Style``, is ``S``,
-  ``L``, ``Speaker`` or ``Listener``, it is the role of the cue's untagged lines.
-* **Tags.** ``[S]``/``[L]`` (also ``[Speaker]``/``[Listener]``, any case, optionally
-  followed by ``:``) start a segment of that role; a tag may also appear inside a line.
-* **Untagged text** continues the role of the text before it in the same cue (a wrapped
-  line). Untagged text at the start of a cue gets the cue's default role (the ASS actor
-  or style above), else **no role** (``None``). Such cues are kept (they count for the
-  transcript's coverage) but ignored by every per-role channel. Why not attribute them to
-  the speaker, who talks most: a wrong guess pours the listener's words and voice into the
-  speaker's features, whereas an unattributed cue only loses information. Why not inherit
-  the previous cue's role: consecutive cues are very often different people.
-* **A cue with lines of both roles** becomes one :class:`Cue` per role, each with the cue's
-  full time span: a subtitle has no timing finer than its cue, so both count as talking
-  throughout (like the face-based rule, which marks both when it cannot tell them apart).
-* **Overlapping cues** are kept as they are; the per-frame channels add them up.
-* **Errors.** A time that cannot be read, minutes or seconds of 60 or more, or an end
-  before its start raises :class:`TranscriptError` naming the file and line and saying
-  what to fix. Cues are returned sorted by start time.
+:func:`read_transcript` turns a session's transcript (lines tagged ``[S]``, the speaker, or
+``[L]``, the listener) into :class:`Cue` objects ``(start_s, end_s, role, text)`` sorted by
+start. The reading rules (encodings, SRT and ASS syntax, tags, untagged text, cues of both
+roles, overlaps, errors): docs/channels.md (transcripts: parsing rules). A time that cannot be
+read, minutes or seconds of 60 or more, or an end before its start raises
+:class:`TranscriptError` naming the file and line.
 
 >>> cues = parse_srt("1\\n00:00:01,000 --> 00:00:02,500\\n[S] It was a lovely day.\\n[L] mm-hm\\n")
 >>> [(c.start_s, c.end_s, c.role, c.text) for c in cues]

@@ -1,4 +1,4 @@
-"""What a channel was computed from: content fingerprints of source files, cache keys, UTC stamps.
+"""What a result was computed from: fingerprints of data files and of code, cache keys, UTC stamps.
 
 A channel's cache key hashes its source (a file fingerprint, or the cache keys of the channels
 it was derived from), its extractor's name and version and its parameters: a re-run of
@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
+
+#: the version recorded for a library that is not installed
+ABSENT = "absent"
 
 
 def utc_now() -> str:
@@ -26,7 +32,7 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 22) -> dict:
+def file_fingerprint(path: str | os.PathLike[str], chunk: int = 1 << 22) -> dict[str, Any]:
     """Content fingerprint of a file: size plus a BLAKE2b hash of its head, middle and tail.
 
     Reading three 4 MiB chunks (``chunk`` bytes) instead of the whole file keeps this cheap
@@ -45,7 +51,9 @@ def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 22) -> dict:
     return {"path": str(path), "size": size, "fingerprint": h.hexdigest()}
 
 
-def cache_key(source: Mapping | str, extractor: str, version: str, params: Mapping) -> str:
+def cache_key(
+    source: Mapping[str, Any] | str, extractor: str, version: str, params: Mapping[str, Any]
+) -> str:
     """Hash of what a channel was computed from: source content, extractor name + version, params.
 
     ``source`` is a fingerprint from :func:`file_fingerprint` (only size and content hash
@@ -60,3 +68,56 @@ def cache_key(source: Mapping | str, extractor: str, version: str, params: Mappi
         default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def library_versions(names: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """(distribution, installed version) of each of ``names``, in order; :data:`ABSENT` for one
+    that is not installed (read from its metadata, without importing it)."""
+    found = []
+    for name in names:
+        try:
+            found.append((name, version(name)))
+        except PackageNotFoundError:
+            found.append((name, ABSENT))
+    return tuple(found)
+
+
+def _source_text(fn: Callable[..., Any]) -> bytes:
+    try:
+        return inspect.getsource(fn).encode()
+    except (OSError, TypeError):  # no source shipped: the bytecode still tells versions apart
+        return fn.__code__.co_code
+
+
+def code_fingerprint(
+    sources: Iterable[Path | Callable[..., Any]],
+    libraries: Iterable[tuple[str, str]] = (),
+    *,
+    root: Path | None = None,
+    salt: str = "",
+) -> str:
+    """Which code computed a result: 16 hex digits of SHA-256 over ``salt``, the library versions
+    and the source of each of ``sources``, in the order given.
+
+    Args:
+        sources: source files (their path relative to ``root``, or as given without one, and
+            their bytes) and functions (the text of their source, or their bytecode when no
+            source is shipped). The caller picks the scope: the fewer sources, the fewer edits
+            invalidate what was keyed on it.
+        libraries: ``(distribution, version)`` pairs, e.g. from :func:`library_versions`.
+        root: the folder file paths are named relative to (so a copied checkout keeps its
+            fingerprint).
+        salt: any other text that should change the fingerprint (a package version).
+
+    >>> code_fingerprint([utc_now], [("numpy", "2.0")]) != code_fingerprint([utc_now], [("numpy", "2.1")])
+    True
+    """
+    h = hashlib.sha256(salt.encode())
+    h.update(b"\0" + " ".join(f"{name}={v}" for name, v in libraries).encode())
+    for source in sources:
+        if isinstance(source, Path):
+            name = source.relative_to(root) if root is not None else source
+            h.update(b"\0" + name.as_posix().encode() + b"\0" + source.read_bytes())
+        else:
+            h.update(b"\0" + _source_text(source))
+    return h.hexdigest()[:16]

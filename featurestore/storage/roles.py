@@ -1,12 +1,8 @@
 """The corpus's words for the store's roles: the role vocabulary of each layout.
 
-A shard stores its channels under three roles whatever the corpus: ``listener`` (the rated
-person), ``speaker`` (their partner, absent in a monadic corpus) and ``scene`` (media both
-share). A layout names them in its own words (:data:`ROLE_NAMES`): OMG-Empathy's are the
-store's; a manifest's are ``person`` and ``partner``. Each shard records its layout's words in
-the root attribute ``role_names`` (JSON, store role -> word). Configs may name feature-set
-members in either vocabulary (:func:`store_key`); reports show the corpus's
-(:func:`corpus_key`).
+A shard stores channels under ``listener`` (the rated person), ``speaker`` (the partner) and
+``scene`` whatever the corpus; a layout names them in its own words (:data:`ROLE_NAMES`), which
+configs may use (:func:`store_key`) and reports show (:func:`corpus_key`).
 
 >>> store_key("person/face_geom"), store_key("speaker/egemaps")
 ('listener/face_geom', 'speaker/egemaps')

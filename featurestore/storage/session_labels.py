@@ -1,16 +1,9 @@
 """Whole-session ratings in a shard: one number per session and target (a questionnaire score
 per conversation), read from and written to an open file.
 
-Layout (beside the per-frame ``/labels``)::
-
-    /session_labels/<target>          scalar float64: the rating, the mean over its raters
-          attrs: raters (JSON list, empty for a rating without raters), source (JSON)
-    /session_raters/<target>/<rater>  scalar float64: one rater's rating
-
-Ratings come from a manifest's ``rating_<target>`` / ``rating_<target>@<rater>`` columns
-(:mod:`featurestore.sources.manifest_file`) or from a table imported with ``featurestore
-ratings FILE`` (:mod:`featurestore.extraction.ratings`). ``ratings`` below is always
-``target -> rater -> value``, the rater ``""`` standing for a rating given without a rater.
+Stored as ``/session_labels/<target>`` (the mean over raters) and
+``/session_raters/<target>/<rater>`` (docs/store.md, whole-session ratings). ``ratings`` below
+is always ``target -> rater -> value``, the rater ``""`` standing for a rating given without one.
 
 >>> rating_value({"": 3.0}), rating_value({"a": 2.0, "b": 4.0})
 (3.0, 3.0)

@@ -1,10 +1,8 @@
 """One shard's HDF5 layout, read from and written to an open file (:class:`featurestore.storage.store.Store` opens it).
 
-The layout is a contract (DESIGN.md; the module docstring of :mod:`featurestore.storage.store`
-draws it). This module holds its types (:class:`Channel`, :class:`SessionMeta`,
-:class:`SessionData`), the :class:`ShardReader` of an open shard with the store's read
-errors, and the functions that write root attributes, channel groups and labels. It never
-opens, copies or renames a file: that, and the atomic replace, is the store's job.
+The layout is a contract (docs/design.md#shard-layout; docs/store.md draws it). Its types, the
+:class:`ShardReader` of an open shard, and the writers of attributes, channels and labels; it
+never opens, copies or renames a file (the store's job, with the atomic replace).
 
 >>> split_key("listener/face_geom")
 ('listener', 'face_geom')
@@ -14,9 +12,10 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -76,7 +75,8 @@ class Channel(Features):
     lookahead_s: float | None = None
 
     @classmethod
-    def from_features(cls, feats: Features, **provenance) -> Channel:
+    def from_features(cls, feats: Features, **provenance: Any) -> Channel:
+        """``feats`` with the provenance fields given by name."""
         return cls(feats.data, feats.time, feats.valid, feats.columns, **provenance)
 
     def to_frame(self) -> pd.DataFrame:
@@ -165,7 +165,7 @@ def how_to_add(keys: Sequence[str]) -> str:
     return "compute it with `featurestore extract` (or add it with `featurestore import`)"
 
 
-def _schema_name(version) -> str:
+def _schema_name(version: Any) -> str:
     return "no schema version" if version is None else f"schema version {int(version)}"
 
 
@@ -374,7 +374,9 @@ class ShardReader:
         return SessionData(meta, channels, y, target)
 
 
-def read_channel_group(grp: h5py.Group, path: Path | None = None, read=None) -> Channel:
+def read_channel_group(
+    grp: h5py.Group, path: Path | None = None, read: Callable[[Any], np.ndarray] | None = None
+) -> Channel:
     """The :class:`Channel` of one channel group, with provenance (``read(dataset)`` reads data/time)."""
     a = grp.attrs
     read = read if read is not None else (lambda ds: ds[()])

@@ -1,47 +1,13 @@
 """HDF5 feature store: one shard per session, atomic writes, provenance, verify.
 
-Layout of a shard ``<store>/Subject_<L>_Story_<S>.h5`` (a contract, see DESIGN.md)::
-
-    /                      attrs: session, listener, story, speaker, split, fps, n_frames, schema_version
-    /labels/<target>       (n_frames,) float32
-    /session_labels/<target>            scalar float64, a whole-session rating (mean of raters)
-    /session_raters/<target>/<rater>    scalar float64 (see featurestore.storage.session_labels)
-    /<role>/<channel>/data (n, d) float32
-    /<role>/<channel>/time (n,) float64, seconds from session start
-    /<role>/<channel>/valid (n,) bool
-          attrs: columns, extractor, extractor_version, params (JSON), cache_key,
-                 source (JSON: path, size, fingerprint), created_utc, [shared_with],
-                 [lookahead_s] (seconds a row reads after its time; see featurestore.storage.timing)
-
-**Shared rows.** A channel whose ``data`` and ``time`` repeat another channel's (the per-role
-eGeMAPS channels are the scene's rows with their own ``valid``) says so with
-:attr:`Channel.shared_with`; its ``data`` and ``time`` are then written as HDF5 *hard links*
-to that channel's datasets (the group attribute ``shared_with`` names it). The paths above all
-still exist and read as ordinary datasets, so readers need no change, and deleting or
-replacing the other channel later leaves the linked rows intact (a hard link keeps the
-dataset alive). With the storage below, the full-size synthetic store (80 sessions) went from
-660 MB to 314 MB and loading all its channels (``experiments.data.dataset.load_sessions``) from
-5.8 s to 1.5 s.
-
-**Compression** (measured on the full-size synthetic store and on real openSMILE output of
-the demo corpus; ``python -m bench --only loading`` repeats it): float32 features are
-high-entropy, so gzip level 1 with byte shuffle saves only about 23 % (lzf + shuffle 16 %)
-while decompressing costs 4-5 times the read itself; eGeMAPS rows at 100 Hz are about 85 %
-of a store's bytes and dominate loading. ``data`` datasets are therefore written
-uncompressed and contiguous (one read per dataset); ``time`` and ``valid`` always were.
-Shards written with gzip by earlier releases read unchanged: HDF5 records each dataset's
-filters.
-
-Every write goes to a hidden temporary file next to the shard, which is flushed,
-fsync'ed and renamed over the old shard: a crash or a kill at any moment leaves
-either the old shard or the new one, never a half-written file.
-
-Code that computes features never opens a shard; it hands :class:`Channel`
-objects to :meth:`Store.write_session`, and code that reads them goes through the store too:
-:meth:`Store.read_session` reads several channels and a label target of a session in one
-open (the experiments' loader does), the other readers one item each. The layout itself is
-read and written by :mod:`featurestore.storage.shard`, the checks of ``featurestore verify`` live in
-:mod:`featurestore.storage.verify`, the cache keys in :mod:`featurestore.storage.provenance`.
+The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every
+write goes to a hidden temporary file that is fsynced and renamed over the shard, so a crash
+leaves the old shard or the new one. Code that computes features hands :class:`Channel`
+objects to :meth:`Store.write_session`; readers go through the store too
+(:meth:`Store.read_session` reads several channels and a target in one open). Channels that
+repeat another's rows (the per-role eGeMAPS) are stored as HDF5 hard links, and ``data`` is
+written uncompressed and contiguous (docs/store.md says why, with the measurements). The
+layout itself is :mod:`featurestore.storage.shard`, the checks :mod:`featurestore.storage.verify`.
 """
 
 from __future__ import annotations

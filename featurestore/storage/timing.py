@@ -1,16 +1,8 @@
 """When a stored channel was sampled and how far ahead of its time stamps it reads.
 
-A row of a channel stands for the instant ``time``, but what computed it may have read the
-source a little later: eGeMAPS analyses 60 ms of audio starting at ``time``, the per-role voice
-rule a centred window of mouth movement. The group attribute ``lookahead_s`` (seconds; ``inf``:
-the whole session) records that, written by whatever wrote the channel (extraction, the
-derived rules, ``featurestore import --lookahead-s``); the experiments add it to a
-configuration's look-ahead (:mod:`experiments.data.lookahead`), which decides whether the
-configuration is tagged causal. A channel without the attribute (imported without a declared
-look-ahead, or written before the attribute existed) has an unknown look-ahead: readers that
-cannot derive it from the extractor's version (:func:`featurestore.extractors.known_lookahead_s`)
-count it as ``inf``. Adding the attribute changed no other part of the layout: shards without
-it read as before.
+The group attribute ``lookahead_s`` (seconds; ``inf``: the whole session) records how far after
+a row's ``time`` what computed it read of the source; a channel without it has an unknown
+look-ahead (docs/channels.md, how far ahead each channel reads).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def verify_shard(
 def _channel_problems(
     s: str,
     key: str,
-    grp,
+    grp: Any,
     duration: float,
     versions: Mapping[str, str],
     check_sources: bool,

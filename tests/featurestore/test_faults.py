@@ -559,11 +559,6 @@ def test_exit_codes_of_every_verb(corpus, extracted, tmp_path, capsys):
                 ]
             ],
         ),
-        "synth": (
-            [["synth", "--store", str(tmp_path / "synth"), "--sessions", "0"]],
-            [],
-            [["synth", "--store", str(tmp_path / "synth"), "--sessions", "1"]],
-        ),
     }
     got = {}
     for usage, partial, success in cases.values():

@@ -74,11 +74,11 @@ def test_set_overrides_the_file_and_numbers_are_normalised(tmp_path):
     )
 
 
-def test_old_files_keep_working(tmp_path):
+def test_top_level_keys(tmp_path):
     path = write(
         tmp_path,
-        "face_fps: 2.5\naudio_sampling_rate: 8000\nsplit_x: 500\nface_backend: dlib\n"
-        "channels: [face_geom, egemaps]\nmax_length_mismatch_s: 2\n",
+        "face_fps: 2.5\nsplit_x: 500\nchannels: [face_geom, egemaps]\nmax_length_mismatch_s: 2\n"
+        "extractors: {egemaps: {sampling_rate: 8000}}\n",
     )
     cfg = load_feature_config(path)
     assert (cfg.face_fps, cfg.split_x, cfg.channels, cfg.max_length_mismatch_s) == (
@@ -88,21 +88,10 @@ def test_old_files_keep_working(tmp_path):
         2.0,
     )
     assert cfg.extractor("egemaps").sampling_rate == 8000  # the audio track is decoded at this rate
-    assert cfg.extractor_config("face_geom").backend == "dlib"
-    # the default old demo file gives the default settings, hence the same cache keys as before
-    old = load_feature_config(write(tmp_path, "face_fps: 5.0\naudio_sampling_rate: 16000\n"))
-    for name in ("face_geom", "egemaps", "face_au"):
-        assert old.extractor(name).params() == FeatureConfig().extractor(name).params()
-    with pytest.raises(
-        ConfigError,
-        match=r"audio_sampling_rate: 8000 contradicts extractors.egemaps.sampling_rate: 16000",
-    ):
-        load_feature_config(
-            write(
-                tmp_path,
-                "audio_sampling_rate: 8000\nextractors: {egemaps: {sampling_rate: 16000}}\n",
-            )
-        )
+    # the keys of files older than the extractors section are unknown keys now
+    for old in ("audio_sampling_rate: 8000", "face_backend: dlib"):
+        with pytest.raises(ConfigError, match=f"unknown key '{old.split(':')[0]}'"):
+            load_feature_config(write(tmp_path, old + "\n"))
 
 
 @pytest.mark.parametrize(
@@ -123,10 +112,6 @@ def test_old_files_keep_working(tmp_path):
         (
             "extractors: {face_geom: {backend: mediapipe}}",
             "unknown face_geom backend 'mediapipe'; only 'dlib' is available",
-        ),
-        (
-            "face_backend: mediapipe",
-            "(face_backend, now extractors.face_geom.backend): extractors.face_geom: unknown face_geom backend",
         ),
         (
             "face_au: {device: cpu}",

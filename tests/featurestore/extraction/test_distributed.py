@@ -9,7 +9,7 @@ import pytest
 from featurestore.cli import main
 from featurestore.demo import build_demo
 from featurestore.extraction.config import FeatureConfig
-from featurestore.extraction.distributed import dask_client, extract_many_dask
+from featurestore.extraction.distributed import dask_client
 from featurestore.extraction.pool import extract_many
 from featurestore.sources.manifest import scan
 from featurestore.storage.store import Store
@@ -49,12 +49,13 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
     cfg = FeatureConfig()
     local = extract_many(sessions, tmp_path / "local", CHANNELS, cfg, jobs=1)
     seen = []
-    dask = extract_many_dask(
+    dask = extract_many(
         sessions,
         tmp_path / "dask",
         CHANNELS,
         cfg,
-        n_workers=2,
+        executor="dask",
+        jobs=2,
         on_result=seen.append,
         progress=False,
     )

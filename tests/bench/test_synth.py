@@ -3,12 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from featurestore.cli import main
-from featurestore.extractors.egemaps import EgemapsExtractor
-from featurestore.extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
-from featurestore.sources.manifest import STORY_SPEAKER, story_split
-from featurestore.storage.store import Store
-from featurestore.synth import (
+from bench.synth import (
     AU_COLUMNS,
     CHANNEL_KEYS,
     CORPUS_TOTAL_FRAMES,
@@ -21,6 +16,12 @@ from featurestore.synth import (
     synth_session,
     synth_store,
 )
+from bench.synth.__main__ import main as synth_main
+from featurestore.cli import main
+from featurestore.extractors.egemaps import EgemapsExtractor
+from featurestore.extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
+from featurestore.sources.manifest import STORY_SPEAKER, story_split
+from featurestore.storage.store import Store
 
 SHORT = (1000, 2000)  # 40-80 s sessions keep the tests fast
 
@@ -222,11 +223,10 @@ def test_planted_relation_listener_predicts_valence_speaker_weakly(store8):
     assert abs(best_lag_s - LABEL_DELAY_S) <= 0.4, best_lag_s
 
 
-def test_cli_synth(tmp_path, capsys):
+def test_python_m_bench_synth(tmp_path, capsys):
     out = tmp_path / "store"
     assert (
-        main(["synth", "--store", str(out), "--sessions", "1", "--seed", "2", "--face-fps", "25"])
-        == 0
+        synth_main(["--store", str(out), "--sessions", "1", "--seed", "2", "--face-fps", "25"]) == 0
     )
     assert "1 synthetic sessions" in capsys.readouterr().out
     store = Store(out)
@@ -236,4 +236,5 @@ def test_cli_synth(tmp_path, capsys):
         "Subject_1_Story_1", "listener/face_au"
     ).data.shape == (n, 20)
     assert main(["verify", "--store", str(out)]) == 0
-    assert main(["synth", "--store", str(out), "--sessions", "0"]) == 2
+    assert synth_main(["--store", str(out), "--sessions", "0"]) == 2
+    assert "error:" in capsys.readouterr().err

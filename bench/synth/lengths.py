@@ -1,6 +1,6 @@
 """Session lengths of the synthetic corpus: the real corpus' count, range and total, drawn from a Beta law.
 
-See "Lengths" in :mod:`featurestore.synth`.
+See "Lengths" in :mod:`bench.synth`.
 """
 
 from __future__ import annotations

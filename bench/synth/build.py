@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..sources.manifest import STORY_SPEAKER
-from ..storage.store import LABEL_FPS, Store, session_name
+from featurestore.sources.manifest import STORY_SPEAKER
+from featurestore.storage.store import LABEL_FPS, Store, session_name
+
 from .lengths import CORPUS_SESSIONS, LENGTH_RANGE, session_lengths, session_plan
 from .model import (
     AFFECT_HZ,
@@ -56,7 +57,7 @@ def _truth_record(seed: int, face_fps: float, plan, lengths) -> dict:
     listeners = sorted({lis for lis, _ in plan})
     speakers = sorted({STORY_SPEAKER.get(s, 0) for _, s in plan})
     return {
-        "generator": f"featurestore.synth {SYNTH_VERSION}",
+        "generator": f"bench.synth {SYNTH_VERSION}",
         "seed": int(seed),
         "face_fps": float(face_fps),
         "label": "valence_self = clip(offset_L + gain_L * affect(t - delay) + speaker_weight * voice(t - delay) "

@@ -1,7 +1,7 @@
 """The synthetic corpus' latent model: the label formula's constants, the planted per-listener
 and per-speaker parameters, and the random building blocks every signal is drawn with.
 
-See "Latent signals" and "Labels" in :mod:`featurestore.synth`. Everything random comes from
+See "Latent signals" and "Labels" in :mod:`bench.synth`. Everything random comes from
 :func:`seeded_rng` keyed by the seed and the listener, speaker or session.
 """
 

@@ -1,6 +1,6 @@
 """One synthetic session: its channels (face_geom, face_au, eGeMAPS per role) and labels, from the latents.
 
-See "Channels" in :mod:`featurestore.synth`. :func:`synth_session` is pure: it opens no file.
+See "Channels" in :mod:`bench.synth`. :func:`synth_session` is pure: it opens no file.
 """
 
 from __future__ import annotations
@@ -11,11 +11,19 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..extractors.egemaps import EgemapsExtractor
-from ..extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
-from ..sources.manifest import SPLITS, STORY_SPEAKER, story_split
-from ..sources.media import sample_mask_step
-from ..storage.store import LABEL_FPS, Channel, SessionMeta, cache_key, session_name, utc_now
+from featurestore.extractors.egemaps import EgemapsExtractor
+from featurestore.extractors.face_geom import COLUMNS as FACE_GEOM_COLUMNS
+from featurestore.sources.manifest import SPLITS, STORY_SPEAKER, story_split
+from featurestore.sources.media import sample_mask_step
+from featurestore.storage.store import (
+    LABEL_FPS,
+    Channel,
+    SessionMeta,
+    cache_key,
+    session_name,
+    utc_now,
+)
+
 from .model import (
     AFFECT_HZ,
     DRIFT_HZ,
@@ -176,7 +184,7 @@ def egemaps_columns() -> tuple[str, ...]:
     unknown = set(names) ^ set(_EGEMAPS_SPEC)
     if unknown:  # a different openSMILE release renamed a column: the table below needs it
         raise RuntimeError(
-            f"openSMILE's eGeMAPSv02 LLD names differ from featurestore.synth's table in {sorted(unknown)}; "
+            f"openSMILE's eGeMAPSv02 LLD names differ from bench.synth's table in {sorted(unknown)}; "
             "update _EGEMAPS_SPEC in featurestore/synth/session.py"
         )
     return names

@@ -77,11 +77,11 @@ jointly to meet the total). Same seed, same arrays.
 store (about 310 MB: the per-role eGeMAPS channels link the scene's rows, see
 :class:`featurestore.storage.store.Channel`) takes about 10 s on one core.
 
-**Modules.** :mod:`~featurestore.synth.lengths` (session lengths),
-:mod:`~featurestore.synth.model` (latents, planted parameters),
-:mod:`~featurestore.synth.session` (one session's channels and labels),
-:mod:`~featurestore.synth.build` (the store). The names below are importable from
-``featurestore.synth``.
+**Modules.** :mod:`~bench.synth.lengths` (session lengths),
+:mod:`~bench.synth.model` (latents, planted parameters),
+:mod:`~bench.synth.session` (one session's channels and labels),
+:mod:`~bench.synth.build` (the store). The names below are importable from
+``bench.synth``.
 """
 
 from .build import SynthInfo, synth_store

@@ -1,0 +1,77 @@
+"""Lin's concordance correlation coefficient (CCC), with the arithmetic of the official
+OMG-Empathy scorer: the one implementation both packages use (the lowest layer, so the demo
+and the experiments' data layer may import it).
+
+The official scorer (``calculateCCC.py`` of knowledgetechnologyuhh/OMGEmpathyChallenge)
+computes ``2 * rho * std(y_true) * std(y_pred) / (var(y_pred) + var(y_true) + (mean_pred -
+mean_true) ** 2)`` with population statistics (ddof 0) and Pearson's ``rho`` set to 0 when it
+is undefined (a constant series). :func:`ccc` reproduces it in float64; where the official
+code divides 0 by 0 (both series constant and equal) it returns 0.0.
+
+>>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
+(1.0, 0.0)
+>>> round(ccc([0.1, float("nan"), 0.3, 0.5], [0.1, 0.2, 0.3, 0.5], nan="drop"), 12)
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+#: what :func:`ccc` does with NaN/inf values
+NAN_RULES = ("raise", "drop")
+
+
+def ccc(
+    y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float], nan: str = "raise"
+) -> float:
+    """Lin's concordance correlation coefficient of two equally long series, in [-1, 1].
+
+    ``nan``: ``"raise"`` (a NaN/inf value is a ValueError naming the series and the first row)
+    or ``"drop"`` (the pairs where either value is not finite are left out; NaN when fewer than
+    2 pairs remain: nothing to measure).
+
+    Raises:
+        ValueError: different lengths, empty input, an unknown ``nan`` rule, or (``raise``)
+            NaN/inf values.
+    """
+    t = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    p = np.asarray(y_pred, dtype=np.float64).reshape(-1)
+    if nan not in NAN_RULES:
+        raise ValueError(f"ccc: nan={nan!r}; use one of {', '.join(NAN_RULES)}")
+    if t.shape != p.shape:
+        raise ValueError(f"ccc: ground truth has {t.size} values but prediction has {p.size}")
+    if nan == "drop":
+        ok = np.isfinite(t) & np.isfinite(p)
+        if ok.sum() < 2:
+            return float("nan")
+        t, p = t[ok], p[ok]
+    if t.size == 0:
+        raise ValueError("ccc: empty input")
+    for name, a in (("ground truth", t), ("prediction", p)):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            raise ValueError(
+                f"ccc: {name} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})"
+            )
+    return _ccc(t, p)
+
+
+def _ccc(t: np.ndarray, p: np.ndarray) -> float:
+    mt, mp = t.mean(), p.mean()
+    dt, dp = t - mt, p - mp
+    vt, vp = float(np.mean(dt * dt)), float(np.mean(dp * dp))
+    st, sp = np.sqrt(vt), np.sqrt(vp)
+    # a series of identical values (tested exactly, as scipy's pearsonr does, since its
+    # computed variance may be a rounding residue) has no Pearson r: the official scorer's
+    # NaN -> 0
+    if vt > 0 and vp > 0 and t.min() != t.max() and p.min() != p.max():
+        rho = float(np.clip(np.mean(dt * dp) / (st * sp), -1.0, 1.0))  # as pearsonr clips
+    else:
+        rho = 0.0
+    den = vp + vt + (mp - mt) ** 2
+    if den == 0:
+        return 0.0
+    return float(np.clip(2.0 * rho * st * sp / den, -1.0, 1.0))  # |CCC| <= 1 up to rounding
