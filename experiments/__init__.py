@@ -11,8 +11,6 @@ from __future__ import annotations
 from featurestore import __version__  # the one version of the distribution (setup.cfg reads it)
 from featurestore.lazy import lazy_exports
 
-from . import moved  # noqa: F401 - old module names (experiments.metrics, ...) keep importing
-
 #: public name -> module that defines it (add an entry to export another function)
 _EXPORTS: dict[str, str] = {
     "load_config": ".config.loading",

@@ -188,7 +188,6 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--no-resume",
-        "--rerun",
         dest="resume",
         action="store_false",
         help="run every configuration again, even those with a finished run by the same code on the same store",

@@ -14,7 +14,7 @@ order of their lines.
 >>> c.raise_errors()
 Traceback (most recent call last):
 ...
-experiments.config.schema.ConfigError: 2 problems in exp.yaml:
+featurestore.overrides.ConfigError: 2 problems in exp.yaml:
   exp.yaml:3: window.algin: unknown key; did you mean 'align'?
   exp.yaml:4: window.lenghts_s: unknown key; did you mean 'lengths_s'?
 """

@@ -31,8 +31,7 @@ from .schema import ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
 from .tracks import track_of
 
 #: params derived from the others and from the store (:meth:`Trial.params`), left out of
-#: :meth:`Trial.hash` so that runs logged before they existed still resume (and a
-#: configuration's hash does not depend on which store it is counted on)
+#: :meth:`Trial.hash`: a configuration's hash does not depend on which store it is counted on
 DERIVED_PARAMS = ("causal", "lookahead_s", "features.lookahead_s")
 
 
@@ -124,9 +123,9 @@ class Trial:
     folds: int = 0
     #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
     ccc_averaging: str = "sessions"
-    #: the labels trained and scored on (``gold_standard``; "" = the stored labels), e.g.
-    #: ``ewe,align_lags,max_lag_s=5``: in params and the hash only when not the stored labels
-    gold_standard: str = ""
+    #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
+    #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
+    gold_standard: str = "stored"
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False
     #: seconds after a label frame that its channels read of the source (extraction plus
@@ -212,19 +211,14 @@ class Trial:
                 "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
             }
         )
-        if self.folds:  # only then: the hashes of the other protocols' configurations stay
-            p["folds"] = format_value(self.folds)
+        p["folds"] = format_value(self.folds)
         p["ccc_averaging"] = self.ccc_averaging
-        if self.gold_standard:  # only then: the hashes of stored-label configurations stay
-            p["gold_standard"] = self.gold_standard
+        p["gold_standard"] = self.gold_standard
         return p
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
-        params = self.params()
-        if params["ccc_averaging"] == "sessions":  # the hashes from before the choice stay
-            del params["ccc_averaging"]
-        return config_hash({k: v for k, v in params.items() if k not in DERIVED_PARAMS})
+        return config_hash({k: v for k, v in self.params().items() if k not in DERIVED_PARAMS})
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
@@ -275,15 +269,12 @@ class Trial:
 
 
 def gold_standard_text(gs: Any) -> str:
-    """A config's ``gold_standard`` as a trial param: "" for the stored labels (the default),
-    else e.g. ``mean,align_lags,max_lag_s=5``.
+    """A config's ``gold_standard`` as a trial param, e.g. ``stored`` or ``mean,align_lags,max_lag_s=5``.
 
     >>> from experiments.config.gold_standard import GoldStandard
     >>> gold_standard_text(GoldStandard()), gold_standard_text(GoldStandard("ewe", True, 3.0))
-    ('', 'ewe,align_lags,max_lag_s=3')
+    ('stored', 'ewe,align_lags,max_lag_s=3')
     """
-    if gs.method == "stored" and not gs.align_lags:
-        return ""
     parts = [gs.method]
     if gs.align_lags:
         parts += ["align_lags", f"max_lag_s={format_value(gs.max_lag_s)}"]
@@ -345,22 +336,16 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             seed=int(params["seed"]),
             splits=splits,
             fit_on=params["postprocess.fit_on"],
-            unseen_listener=params.get("unseen_listener") == "true",
-            folds=int(params.get("folds", 0)),
-            ccc_averaging=params.get("ccc_averaging", "sessions"),
-            gold_standard=params.get("gold_standard", ""),
-            channel_lookahead_s=_lookahead_param(params.get("features.lookahead_s")),
+            unseen_listener=params["unseen_listener"] == "true",
+            folds=int(params["folds"]),
+            ccc_averaging=params["ccc_averaging"],
+            gold_standard=params["gold_standard"],
+            channel_lookahead_s=None
+            if params["features.lookahead_s"] == "None"
+            else float(params["features.lookahead_s"]),
         )
     except KeyError as e:
-        raise KeyError(
-            f"run params lack {e.args[0]!r}: not a configuration's child run (or logged by older code)"
-        ) from None
-
-
-def _lookahead_param(text: str | None) -> float | None:
-    """A logged ``features.lookahead_s`` back as seconds; None when absent (a run logged before
-    it existed) or not counted (``None``)."""
-    return None if text in (None, "None") else float(text)
+        raise KeyError(f"run params lack {e.args[0]!r}: not a configuration's child run") from None
 
 
 T = TypeVar("T")

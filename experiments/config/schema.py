@@ -292,16 +292,15 @@ class ExperimentConfig:
         return replace(self, target=target, targets=[])
 
     def to_dict(self) -> dict:
-        """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
-
-        ``search`` is included only for an Optuna search, and ``fusion`` only when on, so a grid
-        config's hash is what it was before searches and fusion existed."""
-        d = {
-            # a list only with several targets: a one-target config's hash stays
+        """The resolved config as plain YAML/JSON-dumpable types (every default filled in;
+        ``folds`` only under the k-fold protocols it applies to)."""
+        return {
             "target": self.target if len(self.all_targets()) == 1 else self.all_targets(),
             "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
             "protocol": self.protocol,
             **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),
+            "ccc_averaging": self.ccc_averaging,
+            "gold_standard": self.gold_standard.to_dict(),
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
@@ -322,12 +321,6 @@ class ExperimentConfig:
                 "fit_on": self.postprocess.fit_on,
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
-            **({"ccc_averaging": self.ccc_averaging} if self.ccc_averaging != "sessions" else {}),
-            **(
-                {"gold_standard": self.gold_standard.to_dict()}
-                if self.gold_standard != GoldStandard()
-                else {}
-            ),
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it
             "unseen_listener": {
@@ -337,14 +330,10 @@ class ExperimentConfig:
             if self.unseen_listener
             else False,
             "jobs": self.jobs,
+            "search": self.search.to_dict(),
+            "fusion": self.fusion.to_dict(),
+            "importance": None if self.importance is None else self.importance.to_dict(),
         }
-        if self.search.method != "grid":
-            d["search"] = self.search.to_dict()
-        if self.fusion.enabled:
-            d["fusion"] = self.fusion.to_dict()
-        if self.importance is not None:  # absent when off: the hash of a config without it stays
-            d["importance"] = self.importance.to_dict()
-        return d
 
     def to_yaml(self) -> str:
         """The resolved config as YAML text (what ``--print-config`` shows)."""

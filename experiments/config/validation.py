@@ -42,7 +42,7 @@ between releases: more code than the validator below, and a new dependency of th
 >>> validate({"window": {"algin": "causal"}}, "exp.yaml", lines={"window": 3, "window.algin": 4})
 Traceback (most recent call last):
 ...
-experiments.config.schema.ConfigError: exp.yaml:4: window.algin: unknown key; did you mean 'align'?
+featurestore.overrides.ConfigError: exp.yaml:4: window.algin: unknown key; did you mean 'align'?
 """
 
 from __future__ import annotations
