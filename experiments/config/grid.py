@@ -8,7 +8,7 @@ narrowing the axes for that model (:func:`model_axes`)::
       - {name: ridge, alpha: [1, 100]}
       - {name: svr, C: [1], only: {window.lengths_s: [[2, 8]], personalization: [global]}}
 
->>> trials = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))
+>>> trials = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))
 >>> len(trials), trials[0].params()["window.lengths_s"], trials[0].track
 (48, '4', 'generalized')
 """
@@ -26,8 +26,9 @@ import yaml
 from featurestore.overrides import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
-from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MODELS
-from .schema import ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
+from .models import model_spec
+from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS
+from .schema import ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
 from .tracks import track_of
 
 #: params derived from the others and from the store (:meth:`Trial.params`), left out of
@@ -144,7 +145,7 @@ class Trial:
         """Seconds after frame t of the label frames the prediction at t reads (windows and
         smoothing, less the delay: :func:`lookahead_frames`); ``inf`` for the zero-phase
         Butterworth filter and the models that read the session's length."""
-        if self.model in SESSION_POSITION_MODELS:  # it reads the session's length
+        if model_spec(self.model).inputs == "position":  # it reads the session's length
             return math.inf
         return (
             lookahead_frames(
@@ -300,7 +301,7 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
     Raises:
         KeyError: a param of :meth:`Trial.params` is missing (the message names it).
 
-    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))[5]
+    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))[5]
     >>> trial_from_params(t.params()).hash() == t.hash()
     True
     """
@@ -383,7 +384,7 @@ def _axis_values(cfg: ExperimentConfig) -> GridAxes:
     }
 
 
-def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> GridAxes:
+def model_axes(cfg: ExperimentConfig, spec: ModelGrid) -> GridAxes:
     """The grid axes for one model: the global values, narrowed by the model's ``only``.
 
     ``only`` keeps the grid values it lists; when it lists none of them (e.g. after

@@ -8,8 +8,6 @@ scikit-learn, so the config can be validated before the modelling stack is loade
 
 from __future__ import annotations
 
-from typing import Any
-
 #: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
 from featurestore.storage.store import ROLES  # noqa: F401 - re-exported
 
@@ -94,47 +92,6 @@ TRACKS = ("personalized", "generalized")
 IDENTITY_PERSONALIZATIONS = ("per_listener", "global_calibrated", "listener_onehot")
 #: rescaling modes that use the listener's identity (per-listener statistics)
 IDENTITY_RESCALES = ("listener", "listener_bias")
-
-#: model name -> allowed hyperparameters with their defaults (:func:`experiments.models.make_model`
-#: builds them; the config validator checks names against them)
-MODEL_PARAMS: dict[str, dict[str, Any]] = {
-    "svr": {
-        "C": 1.0,
-        "gamma": "scale",  # float, "scale" or "auto"
-        "epsilon": 0.1,
-        "nystroem_components": None,  # int: Nystroem(RBF) + LinearSVR instead of exact SVR
-    },
-    "linear_svr": {
-        "C": 1.0,
-        "epsilon": 0.0,
-        "loss": "epsilon_insensitive",  # or "squared_epsilon_insensitive" (allows the primal solver)
-        "max_iter": 5000,
-    },
-    "xgboost": {
-        "n_estimators": 300,
-        "max_depth": 3,
-        "learning_rate": 0.05,
-        "subsample": 1.0,
-        "colsample_bytree": 1.0,
-        "n_jobs": 1,  # 1 so that parallel sweep workers do not oversubscribe the cores
-    },
-    "hist_gb": {
-        "max_iter": 200,
-        "learning_rate": 0.1,
-        "max_depth": None,
-    },
-    "ridge": {
-        "alpha": 1.0,
-    },
-    "dummy": {},
-    # the mean training-label curve over normalised session time (experiments.models.position_prior)
-    "position_prior": {"n_bins": 100},
-}
-#: models whose input is each frame's position in its session (i / (n_frames - 1)), not the
-#: windowed features: they read the session's length, so they are never causal
-SESSION_POSITION_MODELS = ("position_prior",)
-#: models that read no feature: the baselines every sweep carries beside the feature models
-BASELINE_MODELS = ("dummy", *SESSION_POSITION_MODELS)
 
 
 class ConfigWarning(UserWarning):

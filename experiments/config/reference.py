@@ -2,7 +2,7 @@
 
 :func:`markdown_tables` writes the two tables of ``docs/config.md`` (every top-level key with its
 default, every model's hyperparameters with theirs) from :class:`~experiments.config.schema.ExperimentConfig`
-and :data:`~experiments.config.options.MODEL_PARAMS`; ``tools/config_tables.py --write`` puts
+and the model registry (:mod:`.models`); ``tools/config_tables.py --write`` puts
 them into the page and a test fails when the page and the code differ, so they cannot drift.
 
 :func:`defaults_note` says what a config file left to the defaults costs: a config without
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .grid import expand
-from .options import MODEL_PARAMS
+from .models import model_specs
 from .schema import TOP_KEYS, ExperimentConfig
 
 #: what each top-level key means (a test checks every key of :data:`TOP_KEYS` is here)
@@ -62,29 +62,6 @@ KEY_MEANINGS: dict[str, str] = {
     "(`{repeats, levels: [channel, column, stat], split}`); null: none",
 }
 
-#: model -> the estimator it builds (:mod:`experiments.models.factory`)
-MODEL_ESTIMATORS: dict[str, str] = {
-    "ridge": "scikit-learn `Ridge` after median imputation and scaling",
-    "linear_svr": "scikit-learn `LinearSVR` after median imputation and scaling",
-    "svr": "scikit-learn `SVR` (RBF kernel) after median imputation and scaling",
-    "xgboost": "XGBoost `XGBRegressor` (missing values handled natively)",
-    "hist_gb": "scikit-learn `HistGradientBoostingRegressor` (missing values handled natively)",
-    "dummy": "the training mean (per listener when personalized): the baseline",
-    "position_prior": "the mean training-label curve over normalised session time",
-}
-
-#: (model, hyperparameter) -> what it sets, where the estimator's documentation is not enough
-PARAM_MEANINGS: dict[tuple[str, str], str] = {
-    ("svr", "gamma"): "`scale`, `auto` or a number",
-    ("svr", "nystroem_components"): "an integer: Nystroem RBF features + `LinearSVR` instead of "
-    "the exact SVR (for more than about 20,000 training rows)",
-    ("linear_svr", "loss"): "or `squared_epsilon_insensitive`",
-    ("xgboost", "n_jobs"): "threads per fit; 1 so that parallel configurations do not "
-    "oversubscribe the cores",
-    ("hist_gb", "max_depth"): "null: unlimited",
-    ("position_prior", "n_bins"): "bins of normalised session time",
-}
-
 
 def _flow(value: Any) -> str:
     """A value as one line of YAML flow style (``[0.0, 2.0]``, ``null``)."""
@@ -93,26 +70,35 @@ def _flow(value: Any) -> str:
 
 
 def markdown_tables() -> str:
-    """The two Markdown tables of ``docs/config.md``: top-level keys and model hyperparameters."""
+    """The tables of ``docs/config.md``: top-level keys, then the registered models (:mod:`.models`)."""
     cfg = ExperimentConfig()
     defaults = {"folds": cfg.folds, **cfg.to_dict()}  # folds: written under k-fold protocols only
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    for key in TOP_KEYS:
-        lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")
-    lines += [
-        "",
-        "| model | estimator | hyperparameter | default | note |",
+    lines += [f"| `{k}` | `{_flow(defaults[k])}` | {KEY_MEANINGS[k]} |" for k in TOP_KEYS]
+    return "\n".join([*lines, "", model_table()]) + "\n"
+
+
+def model_table() -> str:
+    """One row per hyperparameter of each registered model: its default and values; the model's
+    estimator, input and kind on its first row."""
+    lines = [
+        "| model | estimator | hyperparameter | default | values |",
         "|---|---|---|---|---|",
     ]
-    for model, params in MODEL_PARAMS.items():
-        first = f"| `{model}` | {MODEL_ESTIMATORS[model]} |"
-        if not params:
+    for name, spec in model_specs().items():
+        kind = [k for k, on in (("baseline", spec.baseline), ("slow", spec.slow)) if on]
+        if spec.inputs != "rows":
+            kind.append(f"input: {spec.inputs}")
+        note = f" ({'; '.join(kind)})" if kind else ""
+        first = f"| `{name}` | {spec.doc}{note} |"
+        if not spec.params:
             lines.append(f"{first} (none) | | |")
-        for i, (hp, default) in enumerate(params.items()):
-            lead = first if i == 0 else "| | |"
-            note = PARAM_MEANINGS.get((model, hp), "")
-            lines.append(f"{lead} `{hp}` | `{_flow(default)}` | {note} |")
-    return "\n".join(lines) + "\n"
+        for i, (hp, h) in enumerate(spec.params.items()):
+            values = h.domain.text() + (f"; {h.note}" if h.note else "")
+            lines.append(
+                f"{first if i == 0 else '| | |'} `{hp}` | `{_flow(h.default)}` | {values} |"
+            )
+    return "\n".join(lines)
 
 
 def defaults_note(given: Collection[str], cfg: ExperimentConfig) -> str:

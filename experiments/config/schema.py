@@ -172,7 +172,7 @@ class WindowConfig:
 
 
 @dataclass
-class ModelSpec:
+class ModelGrid:
     """One ``models`` entry: a model name, a grid per hyperparameter, optional narrowed axes."""
 
     name: str
@@ -187,11 +187,11 @@ class ModelSpec:
         return d
 
 
-def _default_models() -> list[ModelSpec]:
+def _default_models() -> list[ModelGrid]:
     return [
-        ModelSpec("ridge", {"alpha": [1.0, 10.0]}),
-        ModelSpec("linear_svr", {"C": [0.01, 0.1]}),
-        ModelSpec("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
+        ModelGrid("ridge", {"alpha": [1.0, 10.0]}),
+        ModelGrid("linear_svr", {"C": [0.01, 0.1]}),
+        ModelGrid("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
     ]
 
 
@@ -248,7 +248,7 @@ class ExperimentConfig:
     #: names of the feature sets to sweep (default: all of ``feature_sets``)
     feature_set: list[str] = field(default_factory=list)
     window: WindowConfig = field(default_factory=WindowConfig)
-    models: list[ModelSpec] = field(default_factory=_default_models)
+    models: list[ModelGrid] = field(default_factory=_default_models)
     personalization: list[str] = field(
         default_factory=lambda: ["global", "per_listener", "global_calibrated"]
     )

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .grid import Trial, format_value
+from .models import BASELINE
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, KFOLD_PROTOCOLS, TRACKS
-from .schema import ExperimentConfig, ModelSpec, Range
+from .schema import ExperimentConfig, ModelGrid, Range
 
 
 class SearchSpaceError(ValueError):
@@ -66,7 +67,7 @@ class ModelSpace:
         str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
     )
     index: int  # its place in ``models``
-    spec: ModelSpec
+    spec: ModelGrid
     axes: dict[str, Choices]
 
     def choices(self, axis: str) -> list[Any]:
@@ -335,9 +336,9 @@ def _trial(
 
 
 def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
-    """The ``dummy`` baseline logged before the first trial (not a trial of the study): the first
-    value of every window list (the low end of a range), global, no smoothing, no rescaling, as
-    the grid's baseline."""
+    """The baseline (:data:`~experiments.config.models.BASELINE`) logged before the first trial
+    (not a trial of the study): the first value of every window list (the low end of a range),
+    global, no smoothing, no rescaling, as the grid's baseline."""
 
     def first(axis: str) -> Any:
         v = space.full[axis]
@@ -350,7 +351,7 @@ def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
         lengths if isinstance(lengths, tuple) else (lengths,),
         first("window.delay_s"),
         first("window.align"),
-        "dummy",
+        BASELINE,
         (),
         "global",
         0.0,

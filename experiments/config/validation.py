@@ -58,12 +58,12 @@ from .checker import Checker, suggest
 from .fusion import fusion_config
 from .gold_standard import METHODS as GOLD_STANDARD_METHODS
 from .gold_standard import GoldStandard
+from .models import model_specs
 from .options import (
     ALIGNS,
     CCC_AVERAGINGS,
     FIT_ON,
     IMPORTANCE_LEVELS,
-    MODEL_PARAMS,
     PERSONALIZATIONS,
     PROTOCOLS,
     RESCALES,
@@ -81,7 +81,7 @@ from .schema import (
     TOP_KEYS,
     ExperimentConfig,
     ImportanceConfig,
-    ModelSpec,
+    ModelGrid,
     PostprocessConfig,
     SearchConfig,
     TrackingConfig,
@@ -479,7 +479,7 @@ class _Validator(Checker):
                 )
         return t
 
-    def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelSpec]:
+    def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelGrid]:
         if not isinstance(value, list) or not value:
             raise self.fail(
                 "models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
@@ -490,7 +490,7 @@ class _Validator(Checker):
         ]
         return [m for m in out if m is not None]
 
-    def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelSpec:
+    def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelGrid:
         """One ``models`` entry; every unknown hyperparameter of it is reported."""
         key = f"models[{i}]"
         if isinstance(entry, str):
@@ -500,29 +500,28 @@ class _Validator(Checker):
                 key,
                 f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}",
             )
-        name = entry["name"]
-        if name not in MODEL_PARAMS:
-            raise self.fail(
-                f"{key}.name", f"unknown model {name!r}{suggest(name, sorted(MODEL_PARAMS))}"
-            )
-        spec = ModelSpec(str(name))
-        allowed = list(MODEL_PARAMS[name])
-        for hp, grid in entry.items():
+        name, models = entry["name"], model_specs()
+        if name not in models:
+            raise self.fail(f"{key}.name", f"unknown model {name!r}{suggest(name, sorted(models))}")
+        spec, grid = models[name], ModelGrid(str(name))
+        for hp, values in entry.items():
             if hp in ("name", "only"):
                 continue
-            if hp not in allowed:
-                hint = (
-                    suggest(hp, allowed + ["only"])
-                    if allowed
-                    else "; this model has no hyperparameters"
-                )
+            if hp not in spec.params:
+                hint = suggest(hp, [*spec.params, "only"]) if spec.params else "; it has none"
                 self.note(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
-            elif isinstance(grid, dict):
-                spec.params[hp] = self.range(f"{key}.{hp}", grid)
+                continue
+            domain = spec.params[hp].domain
+            if isinstance(values, dict):
+                grid.params[hp] = r = self.range(f"{key}.{hp}", values)
+                values = [r.low, r.high]
             else:
-                spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
-        spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
-        return spec
+                grid.params[hp] = values = self.as_list(f"{key}.{hp}", values)
+            for v in values:
+                if not domain.admits(v):
+                    self.note(f"{key}.{hp}", f"expected {domain.text()}, got {v!r}")
+        grid.only = self.only(f"{key}.only", entry.get("only"), cfg)
+        return grid
 
     def only(self, key: str, value: Any, cfg: ExperimentConfig) -> dict[str, list[Any]]:
         flat: dict[str, Any] = {}

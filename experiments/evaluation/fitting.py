@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config.grid import Trial
-from ..config.options import SESSION_POSITION_MODELS
-from ..models.factory import make_model, resolve_model_params
+from ..config.models import model_spec
+from ..models.factory import make_model
 from ..models.personalization import PerListenerRegressor, make_personalizer
 from ..models.position_prior import session_position
 from ..models.ridge_stats import LinearFit, SufficientStats
@@ -55,16 +55,19 @@ if TYPE_CHECKING:  # fit_cache imports this module
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
 CALIBRATION_SHRINKAGE = 100.0
 
-#: models fitted and predicting from a column-major float64 matrix: a tree reads one feature
-#: per node for every row, sequential in that layout (a full-size hist_gb configuration took
-#: 40 % less CPU), and at fit its first step reads that matrix's feature columns as a view
-#: (:func:`design`); the others get row-major float32. Same predictions either way
-COLUMN_MAJOR_MODELS = ("hist_gb",)
+
+def _layout(trial: Trial) -> tuple[bool, bool]:
+    """(whether the model reads each frame's position in its session, whether it reads a
+    column-major float64 matrix) from its spec's ``inputs``: a tree reads one feature per node
+    for every row, sequential in that layout (a full-size hist_gb configuration took 40 % less
+    CPU); the others get row-major float32. The same predictions either way."""
+    inputs = model_spec(trial.model).inputs
+    return inputs == "position", inputs == "columns"
 
 
 def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
     """A session's model inputs: its windowed features, or (``position``) the one column of
-    each frame's position in the session (:data:`SESSION_POSITION_MODELS`)."""
+    each frame's position in the session."""
     return session_position(len(s.y))[:, None] if position else s.F
 
 
@@ -119,9 +122,7 @@ def _fit(
     global model's, would never be used.
     """
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = design(
-        train, hop, trial.model in SESSION_POSITION_MODELS, trial.model in COLUMN_MAJOR_MODELS
-    )
+    X, y = design(train, hop, *_layout(trial))
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
     model = make_personalizer(
@@ -139,9 +140,8 @@ def _fit(
 
 def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
     model, y_mean, _ = fitted
-    p = _predict(
-        model, s, trial.model in COLUMN_MAJOR_MODELS, trial.model in SESSION_POSITION_MODELS
-    )
+    position, column_major = _layout(trial)
+    p = _predict(model, s, column_major, position)
     return np.where(np.isfinite(p), p, y_mean)
 
 
@@ -416,10 +416,9 @@ def closed_form_parts(
     whether it is fitted alone or with the others.
     """
     t0 = time.perf_counter()
-    if trial.model != "ridge" or not parts:
-        return {}
-    alpha = float(resolve_model_params(trial.model, trial.hyperparams)["alpha"])
-    if not alpha > 0:
+    spec = model_spec(trial.model)
+    alpha = spec.closed_form(spec.resolve(trial.hyperparams)) if spec.closed_form else None
+    if alpha is None or not parts:
         return {}
     sets = {p: _part_sets(trial, p, train, evaluate, need_post_fit) for p in parts}
     sets = {p: v for p, v in sets.items() if v[1] in CLOSED_FORM_PERSONALIZATIONS}

@@ -34,6 +34,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 from ..config.grid import Trial, WindowKey
+from ..config.models import model_spec
 from ..evaluation.evaluate import TrialResult
 from ..evaluation.plots import with_figures
 from ..tracking.child_runs import RunRow
@@ -41,7 +42,6 @@ from ..tracking.context import SweepContext
 
 #: defined in the layers below (the child runs log with them); importable from here as before
 __all__ = [
-    "SLOW_MODELS",
     "Executor",
     "Outcome",
     "SweepContext",
@@ -50,11 +50,6 @@ __all__ = [
     "window_groups",
     "with_figures",
 ]
-
-#: models whose fit takes much longer than a linear model's: submitted first within a group,
-#: so that the short ones fill the other workers meanwhile (longest-first scheduling), and
-#: their fit groups split into their separate fits (:func:`split_into_parts`)
-SLOW_MODELS = ("hist_gb", "xgboost", "svr")
 
 
 @dataclass(frozen=True)
@@ -120,4 +115,4 @@ def split_into_parts(group: Sequence[Trial]) -> bool:
     spread over the workers instead of one after another in one; a fast model's parts would
     cost more to hand around than they save). See
     :func:`experiments.evaluation.evaluate.group_fit_parts`."""
-    return group[0].model in SLOW_MODELS
+    return model_spec(group[0].model).slow

@@ -17,7 +17,7 @@ the sweep):
   artifacts) through the server and returns only the summary row, so logging and plotting
   scale with the workers.
 
-A slow model's fit group (gradient boosting, SVR: :data:`~experiments.executors.base.SLOW_MODELS`)
+A slow model's fit group (a spec's ``slow``: gradient boosting, SVR)
 is split into its separate fits as in the local executor (its main fit, each out-of-fold and
 unseen-listener fit: :func:`experiments.evaluation.evaluate.group_fit_parts`), each a task of its
 own, and scored from their predictions by one more task; the same results as fitted whole.
@@ -56,6 +56,7 @@ from typing import Any
 from featurestore import Store
 
 from ..config.grid import Trial, WindowKey
+from ..config.models import BASELINE
 from ..data.dataset import DatasetError, load_sessions
 from ..data.session_table import SessionTable
 from ..evaluation.evaluate import (
@@ -436,7 +437,7 @@ class DaskExecutor(Executor):
             self.split_groups[order[i][0].label()] = len(listed)
 
         try:
-            baselines = [i for i, g in enumerate(order) if g[0].model == "dummy"]
+            baselines = [i for i, g in enumerate(order) if g[0].model == BASELINE]
             first = submit(baselines)
             if self.log_on_workers:
                 from distributed import wait  # dask: see the module docstring
@@ -444,7 +445,7 @@ class DaskExecutor(Executor):
                 wait(
                     first
                 )  # a worker-logged run appears when it finishes: baselines before the rest start
-            submit([i for i, g in enumerate(order) if g[0].model != "dummy"])
+            submit([i for i, g in enumerate(order) if g[0].model != BASELINE])
             for i in sorted(listing):
                 submit_parts(i)
             for i, group in enumerate(order):

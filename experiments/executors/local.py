@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from threadpoolctl import threadpool_limits
 
 from ..config.grid import Trial, WindowKey
+from ..config.models import BASELINE, model_spec
 from ..data.dataset import load_sessions
 from ..evaluation.evaluate import (
     TrialResult,
@@ -47,7 +48,6 @@ from ..evaluation.evaluate import (
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from .base import (
-    SLOW_MODELS,
     Executor,
     Outcome,
     SweepContext,
@@ -177,8 +177,8 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
 def _expected_cost(group: Sequence[Trial]) -> int:
     trial = group[0]
     return (
-        (trial.model != "dummy")
-        + 2 * (trial.model in SLOW_MODELS)
+        (trial.model != BASELINE)
+        + 2 * model_spec(trial.model).slow
         + (trial.personalization == "per_listener")
     )
 

@@ -1,6 +1,6 @@
 """Layer 4, the models: estimators, per-listener strategies and post-processing.
 
-Modules: :mod:`~.factory` (a model's pipeline by name, :func:`~.factory.make_model`),
+Modules: :mod:`~.factory` (a registered model's pipeline, :func:`~.factory.make_model`),
 :mod:`~.personalization` (global, per-listener and calibrated strategies as
 meta-estimators), :mod:`~.postprocess` (smoothing and rescaling of predictions).
 

@@ -31,6 +31,11 @@ def session_position(n_frames: int) -> np.ndarray:
     return np.arange(n_frames, dtype=np.float64) / max(n_frames - 1, 1)
 
 
+def build(params: dict[str, Any], seed: int) -> PositionPrior:
+    """The ``position_prior`` model of :mod:`experiments.config.models` (it draws nothing at random)."""
+    return PositionPrior(n_bins=int(params["n_bins"]))
+
+
 class PositionPrior(RegressorMixin, BaseEstimator):
     """Mean label per bin of session position, interpolated linearly between bin centres.
 

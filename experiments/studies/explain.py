@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config.grid import Trial, expand, trial_from_params
-from ..config.options import BASELINE_MODELS
+from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
@@ -92,7 +92,7 @@ class Explanation:
 
 def _reads_no_feature(trial: Trial) -> bool:
     """The baselines: the training mean, the position prior."""
-    return trial.model in BASELINE_MODELS
+    return model_spec(trial.model).baseline
 
 
 def file_stem(feature_set: str, track: str) -> str:

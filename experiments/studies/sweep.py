@@ -31,6 +31,7 @@ import yaml
 from featurestore.overrides import ConfigError
 
 from ..config.grid import Trial, WindowKey, expand
+from ..config.models import BASELINE
 from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
 from ..executors.base import Executor, Outcome
@@ -54,7 +55,7 @@ def _order(trials: Sequence[Trial]) -> list[Trial]:
         keys.setdefault(t.window_key(), len(keys))
         fits.setdefault(t.fit_key(), len(fits))
     return sorted(
-        trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()])
+        trials, key=lambda t: (t.model != BASELINE, keys[t.window_key()], fits[t.fit_key()])
     )
 
 
@@ -63,11 +64,11 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     firsts: dict[str, Trial] = {}
     for t in trials:
         firsts.setdefault(t.target, t)
-    have = {t.target for t in trials if t.model == "dummy"}
+    have = {t.target for t in trials if t.model == BASELINE}
     baselines = [
         replace(
             t0,
-            model="dummy",
+            model=BASELINE,
             model_params=(),
             personalization="global",
             smooth_s=0.0,

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from experiments.config.grid import expand, trial_from_params
-from experiments.config.schema import ExperimentConfig, ModelSpec
+from experiments.config.schema import ExperimentConfig, ModelGrid
 
 
 def test_a_gold_standard_other_than_the_stored_labels_changes_the_hash():
@@ -11,7 +11,7 @@ def test_a_gold_standard_other_than_the_stored_labels_changes_the_hash():
     evaluator-weighted estimate."""
     from experiments.data.gold_standard import GoldStandard
 
-    base = ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})])
+    base = ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})])
     stored = expand(base)[0]
     ewe = expand(replace(base, gold_standard=GoldStandard("ewe", True, 3.0)))[0]
     assert stored.params()["gold_standard"] == "stored"
