@@ -17,7 +17,7 @@ _EXPORTS: dict[str, str] = {
     "ExperimentConfig": ".config.schema",
     "ConfigError": "featurestore.overrides",
     "expand": ".config.grid",
-    "ccc": ".evaluation.metrics",
+    "ccc": ".config.metrics",
     "ccc_protocols": ".evaluation.metrics",
     "ccc_matrix": ".evaluation.metrics",
     "load_sessions": ".data.dataset",

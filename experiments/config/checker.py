@@ -134,6 +134,13 @@ class Checker:
             raise self.fail(key, f"expected a value or a list of values, got a mapping {value!r}")
         return [value]
 
+    def one(self, key: str, value: Any, valid: Iterable[str]) -> str:
+        """One of ``valid`` (a list is refused)."""
+        valid = list(valid)
+        if isinstance(value, list):
+            raise self.fail(key, f"expected one of {', '.join(valid)}, not a list {value!r}")
+        return self.enum_list(key, value, valid)[0]
+
     def enum_list(self, key: str, value: Any, valid: Sequence[str]) -> list[str]:
         out = []
         for v in self.as_list(key, value):

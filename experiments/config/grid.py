@@ -122,7 +122,9 @@ class Trial:
     unseen_nested: bool = False
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
-    #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
+    #: the metric scored and chosen by (:mod:`experiments.config.metrics`), and how a split's
+    #: values of it are averaged (``CCC_AVERAGINGS``)
+    metric: str = "ccc"
     ccc_averaging: str = "sessions"
     #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
     #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
@@ -213,6 +215,7 @@ class Trial:
             }
         )
         p["folds"] = format_value(self.folds)
+        p["metric"] = self.metric
         p["ccc_averaging"] = self.ccc_averaging
         p["gold_standard"] = self.gold_standard
         return p
@@ -339,6 +342,7 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             fit_on=params["postprocess.fit_on"],
             unseen_listener=params["unseen_listener"] == "true",
             folds=int(params["folds"]),
+            metric=params["metric"],
             ccc_averaging=params["ccc_averaging"],
             gold_standard=params["gold_standard"],
             channel_lookahead_s=None
@@ -467,6 +471,7 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
                         splits=splits,
                         fit_on=cfg.postprocess.fit_on,
                         folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+                        metric=cfg.metric,
                         ccc_averaging=cfg.ccc_averaging,
                         gold_standard=gold_standard_text(cfg.gold_standard),
                     )

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .grid import expand
+from .metrics import metric_specs
 from .models import model_specs
 from .schema import TOP_KEYS, ExperimentConfig
 
@@ -31,8 +32,10 @@ KEY_MEANINGS: dict[str, str] = {
     "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val; "
     "`lopo`, `kfold_person`, `kfold_group`: persons or groups held out (scored as split `cv`)",
     "folds": "the number of folds of `kfold_person` / `kfold_group`",
-    "ccc_averaging": "`sessions`: the mean of per-session CCCs (OMG-Empathy's two averagings); "
-    "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
+    "metric": "what every configuration is scored and chosen by (a registered metric, table below; "
+    "`ccc` logs `<split>.ccc_<track>`, another `<split>.<metric>_<track>`)",
+    "ccc_averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
+    "`concatenated`: one value over a split's sessions joined (AVEC's); default: the metric's own",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
     "`max_lag_s`), each session's weights and lags from its own raters alone; see docs/store.md, Raters",
@@ -70,12 +73,22 @@ def _flow(value: Any) -> str:
 
 
 def markdown_tables() -> str:
-    """The tables of ``docs/config.md``: top-level keys, then the registered models (:mod:`.models`)."""
+    """The tables of ``docs/config.md``: top-level keys, the registered models (:mod:`.models`)
+    and metrics (:mod:`.metrics`)."""
     cfg = ExperimentConfig()
     defaults = {"folds": cfg.folds, **cfg.to_dict()}  # folds: written under k-fold protocols only
     lines = ["| key | default | meaning |", "|---|---|---|"]
     lines += [f"| `{k}` | `{_flow(defaults[k])}` | {KEY_MEANINGS[k]} |" for k in TOP_KEYS]
-    return "\n".join([*lines, "", model_table()]) + "\n"
+    return "\n".join([*lines, "", model_table(), "", metric_table()]) + "\n"
+
+
+def metric_table() -> str:
+    """One row per registered metric (:mod:`.metrics`): its direction, NaN rule and averaging."""
+    lines = ["| metric | better | NaN rule | averaging | what |", "|---|---|---|---|---|"]
+    for name, m in metric_specs().items():
+        better = "higher" if m.higher_is_better else "lower"
+        lines.append(f"| `{name}` | {better} | `{m.nan}` | `{m.averaging}` | {m.doc} |")
+    return "\n".join(lines)
 
 
 def model_table() -> str:

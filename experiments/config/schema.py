@@ -57,6 +57,7 @@ TOP_KEYS = (
     "splits",
     "protocol",
     "folds",
+    "metric",
     "ccc_averaging",
     "gold_standard",
     "feature_sets",
@@ -254,7 +255,10 @@ class ExperimentConfig:
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    #: ``sessions`` (OMG-Empathy's means of per-session CCC) or ``concatenated`` (AVEC)
+    #: the metric every configuration is scored and chosen by (:mod:`experiments.config.metrics`)
+    metric: str = "ccc"
+    #: ``sessions`` (OMG-Empathy's means of per-session values) or ``concatenated`` (AVEC);
+    #: unless the config says, the metric's own averaging
     ccc_averaging: str = "sessions"
     #: the labels trained and scored on: stored, or the raters' mean / EWE (see
     #: :mod:`experiments.data.gold_standard`)
@@ -299,6 +303,7 @@ class ExperimentConfig:
             "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
             "protocol": self.protocol,
             **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),
+            "metric": self.metric,
             "ccc_averaging": self.ccc_averaging,
             "gold_standard": self.gold_standard.to_dict(),
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},

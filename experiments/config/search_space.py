@@ -330,6 +330,7 @@ def _trial(
         seed=cfg.seed,
         splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()),
         folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+        metric=cfg.metric,
         ccc_averaging=cfg.ccc_averaging,
         fit_on=cfg.postprocess.fit_on,
     )

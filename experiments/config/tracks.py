@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .metrics import get_metric
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selection_split
 
 
@@ -78,12 +79,11 @@ def candidates(track: str) -> tuple[str, ...]:
     return tuple(t for t in TRACKS if track in competes_in(t))
 
 
-def selection_metric(track: str, protocol: str = "val") -> str:
-    """The metric a track's configurations are ranked by: its own averaging on validation or LOSO.
-
-    ``protocol`` is the config's protocol (``val``, ``loso``, or another cross-validation,
-    whose held-out sessions are scored as split ``cv``: :func:`~.options.selection_split`).
-    """
+def selection_metric(track: str, protocol: str = "val", metric: str = "ccc") -> str:
+    """The logged metric a track's configurations are ranked by: ``metric`` (a registered one,
+    :mod:`~.metrics`, whose direction says which way is better) under the track's own averaging
+    on the split the config's ``protocol`` chooses on (``val``, ``loso`` or ``cv``:
+    :func:`~.options.selection_split`)."""
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
-    return f"{selection_split(protocol)}.ccc_{track}"
+    return get_metric(metric).key(selection_split(protocol), track)

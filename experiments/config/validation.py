@@ -58,6 +58,7 @@ from .checker import Checker, suggest
 from .fusion import fusion_config
 from .gold_standard import METHODS as GOLD_STANDARD_METHODS
 from .gold_standard import GoldStandard
+from .metrics import metric_specs
 from .models import model_specs
 from .options import (
     ALIGNS,
@@ -133,7 +134,9 @@ class _Validator(Checker):
         )
         cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
         cfg.protocol = self.attempt(
-            "protocol", lambda: self.protocol(raw.get("protocol", d.protocol)), d.protocol
+            "protocol",
+            lambda: self.one("protocol", raw.get("protocol", d.protocol), PROTOCOLS),
+            d.protocol,
         )
         cfg.folds = self.attempt(
             "folds",
@@ -169,11 +172,13 @@ class _Validator(Checker):
             "tracking", lambda: self.tracking(raw.get("tracking", {})), d.tracking
         )
         cfg.seed = self.attempt("seed", lambda: self.integer("seed", raw.get("seed", d.seed)), 0)
+        cfg.metric = self.attempt(
+            "metric", lambda: self.one("metric", raw.get("metric", d.metric), metric_specs()), "ccc"
+        )
+        averaging = metric_specs()[cfg.metric].averaging if cfg.metric in metric_specs() else None
         cfg.ccc_averaging = self.attempt(
             "ccc_averaging",
-            lambda: self.enum_list(
-                "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
-            )[0],
+            lambda: self.one("ccc_averaging", raw.get("ccc_averaging", averaging), CCC_AVERAGINGS),
             d.ccc_averaging,
         )
         cfg.gold_standard = self.attempt(
@@ -234,13 +239,6 @@ class _Validator(Checker):
             raise self.fail("target", f"{', '.join(twice)} listed twice; name each target once")
         return names
 
-    def protocol(self, value: Any) -> str:
-        if isinstance(value, list):
-            raise self.fail(
-                "protocol", f"expected one protocol ({', '.join(PROTOCOLS)}), not a list"
-            )
-        return self.enum_list("protocol", value, PROTOCOLS)[0]
-
     def integer(self, key: str, value: Any) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.fail(key, f"expected an integer, got {value!r}")
@@ -291,12 +289,12 @@ class _Validator(Checker):
         value = self.mapping("search", value, list(SearchConfig().to_dict()))
         d = SearchConfig()
         out = SearchConfig()
-        for k in ("method", "sampler", "track"):
-            v = value.get(k, getattr(d, k))
-            if isinstance(v, list):
-                raise self.fail(f"search.{k}", f"expected one value, not a list {v!r}")
-            valid = {"method": SEARCH_METHODS, "sampler": SEARCH_SAMPLERS, "track": TRACKS}[k]
-            setattr(out, k, self.enum_list(f"search.{k}", v, valid)[0])
+        for k, valid in (
+            ("method", SEARCH_METHODS),
+            ("sampler", SEARCH_SAMPLERS),
+            ("track", TRACKS),
+        ):
+            setattr(out, k, self.one(f"search.{k}", value.get(k, getattr(d, k)), valid))
         for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
             v = value.get(k, getattr(d, k))
             if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
@@ -394,13 +392,8 @@ class _Validator(Checker):
             "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
         )
         d = PostprocessConfig()
-        fit_on = value.get("fit_on", d.fit_on)
-        if isinstance(fit_on, list):
-            raise self.fail(
-                "postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list"
-            )
         return PostprocessConfig(
-            fit_on=self.enum_list("postprocess.fit_on", fit_on, FIT_ON)[0],
+            fit_on=self.one("postprocess.fit_on", value.get("fit_on", d.fit_on), FIT_ON),
             smooth_s=self.number_axis(
                 "postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0
             ),

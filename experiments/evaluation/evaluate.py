@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -61,8 +61,7 @@ from .fitting import (
     fit_part,
     fit_parts,
 )
-from .metrics import ccc, ccc_protocols, concatenated_ccc
-from .uncertainty import chance_level, protocol_intervals
+from .scores import nested_selection_metrics, score_metrics, session_scores
 
 #: re-exported: the sweep, the agreement study and the tests take them from here
 __all__ = [
@@ -210,35 +209,6 @@ def _held_out(
         for s in evaluate
         if s.listener in nested and s.session in nested[s.listener]
     }
-
-
-def nested_selection_metrics(
-    nested: dict[int, dict[str, np.ndarray]],
-    sessions: dict[str, WindowedSession],
-    split_of: dict[str, str],
-    split: str = "val",
-) -> dict[str, float]:
-    """``<split>_without_listener_<L>.ccc_generalized``: for each held-out listener L, the
-    generalized mean CCC on the *other* listeners' ``split`` sessions, predicted by the models
-    (and post-processing) fitted without L: the score that chooses L's configuration without
-    anything of L (nested selection, see :mod:`experiments.studies.unseen`). ``split``: ``val``
-    (protocol ``val``) or ``loso`` (each of the others' train + val stories predicted by a
-    model fitted without that story and without L)."""
-    out: dict[str, float] = {}
-    for listener, preds in nested.items():
-        rows = []
-        for sid, pred in preds.items():
-            s = sessions[sid]
-            if s.listener == listener or split_of.get(sid) != split:
-                continue
-            ok = np.isfinite(s.y)
-            rows.append({"listener": s.listener, "story": s.story, "ccc": ccc(s.y[ok], pred[ok])})
-        if rows:
-            df = pd.DataFrame(rows)
-            out[f"{split}_without_listener_{listener}.ccc_generalized"] = float(
-                ccc_protocols(df)["generalized"]
-            )
-    return out
 
 
 @dataclass
@@ -472,9 +442,12 @@ def _evaluate_group(
     results = []
     for t, p, u, n in zip(trials, preds, unseen, nested, strict=True):
         scores = session_scores(
-            (by_session[sid], split_of[sid] + suffix, pred)
-            for suffix, source in (("", p), ("_unseen", u))
-            for sid, pred in source.items()
+            (
+                (by_session[sid], split_of[sid] + suffix, pred)
+                for suffix, source in (("", p), ("_unseen", u))
+                for sid, pred in source.items()
+            ),
+            t.metric,
         )
         truth = {sid: by_session[sid].y for sid in p}
         metrics = score_metrics(
@@ -485,8 +458,9 @@ def _evaluate_group(
             unseen_predictions=u,
             fps={sid: by_session[sid].fps for sid in p},
             averaging=t.ccc_averaging,
+            metric=t.metric,
         )
-        metrics.update(nested_selection_metrics(n, by_session, split_of, first.protocol))
+        metrics.update(nested_selection_metrics(n, by_session, split_of, first.protocol, t.metric))
         results.append(
             TrialResult(
                 t,
@@ -501,93 +475,3 @@ def _evaluate_group(
             )
         )
     return results
-
-
-def session_scores(
-    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]],
-) -> pd.DataFrame:
-    """Per-session CCC (columns ``session, listener, story, split, ccc``) of (session, split
-    name, its per-frame prediction) triples, on the frames with a finite label."""
-    rows = []
-    for s, split, pred in predicted:
-        ok = np.isfinite(s.y)
-        rows.append(
-            {
-                "session": s.session,
-                "listener": s.listener,
-                "story": s.story,
-                "split": split,
-                "ccc": ccc(s.y[ok], pred[ok]),
-            }
-        )
-    return pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
-
-
-def score_metrics(
-    scores: pd.DataFrame,
-    predictions: dict[str, np.ndarray] | None = None,
-    truth: dict[str, np.ndarray] | None = None,
-    seed: int = 0,
-    unseen_predictions: dict[str, np.ndarray] | None = None,
-    fps: float | dict[str, float] = 25.0,
-    averaging: str = "sessions",
-) -> dict[str, float]:
-    """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
-
-    ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
-    per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
-    ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
-    and ``truth`` needed; the tracks differ by their models, not by this number), with no
-    interval or chance level over listeners (NaN: those are of the per-session means). Given
-    predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
-
-    Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
-    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % interval over
-    listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
-    listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
-    ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
-    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (another story's block of
-    predictions at each session's own level and scale, the block shifted by one lag of at least
-    10 s, ``fps`` frames per second, one for all or per session;
-    :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
-    from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
-    ``<split>.ccc_story_<S>``.
-    """
-    metrics: dict[str, float] = {}
-    for split, df in scores.groupby("split"):
-        prot = ccc_protocols(df)
-        intervals = protocol_intervals(df, split=str(split))
-        metrics[f"{split}.n_listeners"] = float(df.listener.nunique())
-        chance = None
-        if predictions is not None and truth is not None:
-            source = unseen_predictions if str(split).endswith("_unseen") else predictions
-            if source is None:
-                raise ValueError(
-                    f"scores of split {split} need unseen_predictions for its chance level"
-                )
-            chance = chance_level(
-                truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
-            )
-        concatenated = np.nan
-        if predictions is not None and truth is not None:
-            source = unseen_predictions if str(split).endswith("_unseen") else predictions
-            concatenated = concatenated_ccc(truth, source or {}, list(df.session))
-            metrics[f"{split}.ccc_concatenated"] = concatenated
-        elif averaging == "concatenated":
-            raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
-        for p in ("personalized", "generalized"):
-            name = f"{split}.ccc_{p}"
-            if averaging == "concatenated":
-                metrics[name] = concatenated
-                metrics[f"{name}.ci_low"] = metrics[f"{name}.ci_high"] = np.nan
-                metrics[f"{name}.chance_mean"] = metrics[f"{name}.chance_q95"] = np.nan
-                continue
-            metrics[name] = float(prot[p])
-            metrics[f"{name}.ci_low"], metrics[f"{name}.ci_high"] = intervals[p]
-            if chance is not None:
-                metrics[f"{name}.chance_mean"], metrics[f"{name}.chance_q95"] = chance[p]
-        for listener, g in df.groupby("listener"):
-            metrics[f"{split}.ccc_listener_{listener}"] = float(g["ccc"].mean())
-        for story, g in df.groupby("story"):
-            metrics[f"{split}.ccc_story_{story}"] = float(g["ccc"].mean())
-    return metrics

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from featurestore import Store
 
 from ..config.grid import Trial
+from ..config.metrics import get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
@@ -166,7 +167,8 @@ class ParentRun:
             if options.resume
             else {}
         )
-        self.metrics_by_track = {track: selection_metric(track, cfg.protocol) for track in TRACKS}
+        self.metric = get_metric(cfg.metric)
+        self.metrics_by_track = {t: selection_metric(t, cfg.protocol, cfg.metric) for t in TRACKS}
         self.rows: list[RunRow] = []
         self.failed: list[tuple[str, str]] = []  # (label, error)
         self.scores: dict[str, pd.DataFrame] = {}
@@ -320,17 +322,16 @@ class ParentRun:
         if row.failed:
             self.failed.append((row.label, row.error))
         self.rows.append(row)
-        best = {
-            track: max(
-                (
-                    r.metrics.get(m, -np.inf)
-                    for r in self.rows
-                    if not r.failed and r.track in candidates(track)
-                ),
-                default=np.nan,
+        best = {}
+        for track, name in self.metrics_by_track.items():
+            values = [
+                r.metrics.get(name, np.nan)
+                for r in self.rows
+                if not r.failed and r.track in candidates(track)
+            ]
+            best[track] = (
+                values[self.metric.best_index(values)] if np.isfinite(values).any() else np.nan
             )
-            for track, m in self.metrics_by_track.items()
-        }
         self.bar.set_postfix_str(
             f"best {self.cfg.protocol} pers={best['personalized']:.3f} gen={best['generalized']:.3f} "
             f"failed={len(self.failed)}"
@@ -382,7 +383,7 @@ class ParentRun:
         feature set's (the sweep's generalized track); else an empty table."""
         if self.unseen_selection != "nested":
             return nested_unseen(table.iloc[0:0])
-        return nested_unseen(table, self.cfg.protocol, per_feature_set=False)
+        return nested_unseen(table, self.cfg.protocol, False, self.cfg.metric)
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
         """Tag the parent with each track's best child and attach the summary tables; with several

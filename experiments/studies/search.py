@@ -71,6 +71,7 @@ from featurestore.overrides import ConfigError
 from featurestore.processes import pid_alive
 
 from ..config.grid import Trial
+from ..config.metrics import get_metric
 from ..config.schema import ExperimentConfig, config_hash
 from ..config.search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from ..config.tracks import selection_metric
@@ -157,7 +158,8 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
 
 
 def open_study(cfg: ExperimentConfig, name: str, storage: str):
-    """Create or load the study ``name`` (maximising the objective) in the RDB ``storage``."""
+    """Create or load the study ``name`` in the RDB ``storage``, the direction the config's
+    metric's (higher or lower is better)."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     optuna.logging.set_verbosity(
@@ -169,7 +171,7 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str):
         study_name=name,
         storage=rdb,
         sampler=_sampler(cfg, search_space(cfg)),
-        direction="maximize",
+        direction=get_metric(cfg.metric).direction,
         load_if_exists=True,
     )
 
@@ -264,7 +266,7 @@ def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> Searc
     space = search_space(cfg)
     run = _SearchRun(cfg, store, RunOptions(**options))
     track = cfg.search.track
-    metric = selection_metric(track, cfg.protocol)
+    metric = selection_metric(track, cfg.protocol, cfg.metric)
     storage = (
         storage_url(cfg.search.storage) if cfg.search.storage else default_storage(run.tracker.uri)
     )

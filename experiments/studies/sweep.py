@@ -43,8 +43,9 @@ __all__ = ["UNSEEN_OF_TAG", "SweepResult", "grid_trials", "run_sweep", "selectio
 
 
 def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
-    """The metric ``track``'s configurations are ranked by: its averaging on validation (or LOSO)."""
-    return track_selection_metric(track, cfg.protocol)
+    """The metric ``track``'s configurations are ranked by: the config's metric under the track's
+    averaging on validation (or LOSO)."""
+    return track_selection_metric(track, cfg.protocol, cfg.metric)
 
 
 def _order(trials: Sequence[Trial]) -> list[Trial]:

@@ -23,6 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
 #: the columns of ``reports/ablation_unseen.csv``
@@ -42,7 +43,7 @@ ALL_SETS = "all"
 
 
 def nested_unseen(
-    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True
+    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True, metric: str = "ccc"
 ) -> pd.DataFrame:
     """One row per feature set and held-out listener: the generalized configuration chosen on the
     other listeners' selection split (``protocol``: their validation stories, or their LOSO
@@ -53,11 +54,15 @@ def nested_unseen(
     without the nested metrics (another track, or ``unseen_listener`` not nested) do not
     compete. ``per_feature_set`` False: every feature set's configurations compete together
     (the sweep summary's choice), and ``feature_set`` is the chosen configuration's set.
+    ``metric``: the config's (:mod:`experiments.config.metrics`): its values and direction choose.
     """
     rows = []
     if table.empty or "features.set" not in table:
         return pd.DataFrame(columns=UNSEEN_COLUMNS)
-    selection = re.compile(rf"^{re.escape(protocol)}_without_listener_(.+)\.ccc_generalized$")
+    spec = get_metric(metric)
+    selection = re.compile(
+        rf"^{re.escape(protocol)}_without_listener_(.+)\.{re.escape(spec.name)}_generalized$"
+    )
     done = table[table["status"].isin(["done", "reused"])] if "status" in table else table
     matched = {str(c): m for c in done.columns if (m := selection.match(str(c))) is not None}
     groups = (
@@ -70,8 +75,8 @@ def nested_unseen(
             if candidates.empty:
                 continue
             # the first best, as idxmax gives it (NaN rows are not candidates)
-            best = candidates.iloc[int(np.argmax(candidates[column].to_numpy(dtype=float)))]
-            test = f"test_unseen.ccc_listener_{listener}"
+            best = candidates.iloc[spec.best_index(candidates[column].to_numpy(dtype=float))]
+            test = spec.key("test_unseen", f"listener_{listener}")
             rows.append(
                 {
                     "feature_set": str(best["features.set"]),

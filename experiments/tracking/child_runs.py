@@ -141,7 +141,7 @@ def log_child(
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
-    m.update(track_metrics(m, trial.track))
+    m.update(track_metrics(m, trial.track, trial.metric))
     tracker.log(
         run_id,
         params=params,

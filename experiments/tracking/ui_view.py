@@ -45,8 +45,6 @@ VIEW_PARAMS = (
     "window.delay_s",
     "postprocess.smooth_s",
 )
-#: a split's CCC under one track's averaging, as the evaluation logs it
-_SPLIT_CCC = re.compile(r"^([a-z]+)\.ccc_(personalized|generalized)$")
 #: the two averagings differ when their CCCs differ by more than this
 SAME_CCC_TOL = 1e-6
 #: the runs table's column id of the run names
@@ -81,12 +79,14 @@ def ccc_view() -> dict:
     }
 
 
-def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
-    """The runs table's CCC metrics of a run scored on ``track``, from its logged ``metrics``.
+def track_metrics(
+    metrics: Mapping[str, float], track: str, metric: str = "ccc"
+) -> dict[str, float]:
+    """The runs table's metrics of a run scored on ``track``, from its logged ``metrics``.
 
-    For each split with ``<split>.ccc_<track>``: ``track_ccc.<split>`` (its value) and, where the
-    other track's averaging gives another number (by more than :data:`SAME_CCC_TOL`, or one is
-    NaN and the other not), ``other_avg_ccc.<split>``.
+    For each split with ``<split>.<metric>_<track>``: ``track_<metric>.<split>`` (its value) and,
+    where the other track's averaging gives another number (by more than :data:`SAME_CCC_TOL`,
+    or one is NaN and the other not), ``other_avg_<metric>.<split>`` (the view shows CCC's).
 
     >>> track_metrics({"val.ccc_personalized": 0.5, "val.ccc_generalized": 0.5,
     ...                "test.ccc_personalized": 0.25, "test.ccc_generalized": 0.5}, "personalized")
@@ -94,13 +94,15 @@ def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     other: dict[str, float] = {}
+    pattern = re.compile(rf"^([a-z]+)\.{re.escape(metric)}_(personalized|generalized)$")
+    mine_prefix = TRACK_CCC.replace("ccc", metric)
     for name, value in metrics.items():
-        m = _SPLIT_CCC.match(name)
+        m = pattern.match(name)
         if m is None:
             continue
         split, averaging = m.groups()
         if averaging == track:
-            out[f"{TRACK_CCC}.{split}"] = value
+            out[f"{mine_prefix}.{split}"] = value
         else:
             other[split] = value
     for key, mine in list(out.items()):
@@ -109,7 +111,7 @@ def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
         if theirs is None:
             continue
         if math.isnan(mine) != math.isnan(theirs) or abs(mine - theirs) > SAME_CCC_TOL:
-            out[f"{OTHER_CCC}.{split}"] = theirs
+            out[f"{OTHER_CCC.replace('ccc', metric)}.{split}"] = theirs
     return out
 
 
