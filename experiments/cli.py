@@ -179,7 +179,11 @@ def _store_and_tracking(p: argparse.ArgumentParser) -> None:
         help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
     )
     p.add_argument(
-        "--executor", choices=["local", "dask"], default="local", help="where configurations run"
+        "--executor",
+        default=None,
+        metavar="NAME",
+        help="where configurations run: local (this machine) or dask (a cluster); default: the "
+        "config's executor",
     )
     p.add_argument(
         "--scheduler",
@@ -292,32 +296,18 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .studies.distributed import run_sweep_dask  # startup: see the imports above
-    from .studies.search import run_search
-    from .studies.sweep import SweepResult, run_sweep
+    from .studies.sweep import run_sweep  # startup: see the imports above
 
     _check_store(args.store)
-    run: Callable[..., SweepResult]
-    if args.cfg.search.method == "optuna":
-        if args.executor == "dask":
-            raise UsageError(
-                "an Optuna search (search.method: optuna) runs its trials with the local executor: "
-                "use --executor local --jobs N"
-            )
-        run = run_search
-    elif args.executor == "dask":
-        run = run_sweep_dask
-    else:
-        run = run_sweep
-    kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
     try:
-        res = run(
+        res = run_sweep(
             args.cfg,
             store=args.store,
+            executor=args.executor,
+            scheduler=args.scheduler,
             tracking_uri=args.tracking_uri,
             jobs=args.jobs,
             resume=args.resume,
-            **kw,
         )
     except user_errors() as e:
         raise UsageError(str(e)) from e

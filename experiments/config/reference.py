@@ -56,7 +56,10 @@ KEY_MEANINGS: dict[str, str] = {
     "`{selection: fixed, configuration: LABEL}`, one named before any data; `{selection: chosen}` "
     "(only when written), the choice made with every listener's labels, marked so in every "
     "report; `false`: none (an Optuna search without the key: none)",
-    "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
+    "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1, or "
+    "a local Dask cluster's 2 workers)",
+    "executor": "where configurations run (`--executor` overrides it): `local` (this machine's "
+    "processes) or `dask` (a cluster, docs/scaling.md), or a registered executor",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
     "fusion": "`experiments ablate`: `{method: late, members: [SET, SET], blend: nnls|ridge}` adds a "

@@ -70,6 +70,7 @@ TOP_KEYS = (
     "seed",
     "unseen_listener",
     "jobs",
+    "executor",
     "search",
     "fusion",
     "importance",
@@ -274,6 +275,8 @@ class ExperimentConfig:
     unseen_configuration: str = ""
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
+    #: where configurations run: a registered executor (:mod:`experiments.executors`)
+    executor: str = "local"
     #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
     #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
@@ -335,6 +338,7 @@ class ExperimentConfig:
             if self.unseen_listener
             else False,
             "jobs": self.jobs,
+            "executor": self.executor,
             "search": self.search.to_dict(),
             "fusion": self.fusion.to_dict(),
             "importance": None if self.importance is None else self.importance.to_dict(),

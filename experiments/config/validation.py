@@ -186,6 +186,7 @@ class _Validator(Checker):
         )
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
         cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
+        cfg.executor = self.attempt("executor", lambda: self.name("executor", raw), "local")
         models = raw["models"] if "models" in raw else [m.to_dict() for m in d.models]
         cfg.models = self.attempt("models", lambda: self.models(models, cfg), d.models)
         cfg.importance = self.attempt(
@@ -238,6 +239,13 @@ class _Validator(Checker):
             twice = sorted({t for t in names if names.count(t) > 1})
             raise self.fail("target", f"{', '.join(twice)} listed twice; name each target once")
         return names
+
+    def name(self, key: str, raw: dict) -> str:
+        """A name checked where it is used (an executor: a layer above the config's)."""
+        value = raw.get(key, getattr(ExperimentConfig(), key))
+        if not isinstance(value, str) or not value.isidentifier():
+            raise self.fail(key, f"expected a name such as local or dask, got {value!r}")
+        return value
 
     def integer(self, key: str, value: Any) -> int:
         if not isinstance(value, int) or isinstance(value, bool):

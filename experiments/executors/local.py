@@ -52,6 +52,7 @@ from .base import (
     Outcome,
     SweepContext,
     fit_groups,
+    register_executor,
     split_into_parts,
     window_groups,
     with_figures,
@@ -117,6 +118,7 @@ def _worker_init(threads: int | None = None, release: list | None = None) -> Non
     threading.Thread(target=leave_when_orphaned, name="orphan-watch", daemon=True).start()
 
 
+@register_executor
 class LocalExecutor(Executor):
     """Evaluates configurations here or, with ``ctx.jobs`` > 1, in forked worker processes."""
 

@@ -59,7 +59,6 @@ from ..executors.memory import release_free_memory
 from ..tracking.summary import best_per_track
 from ..tracking.tracker import Tracker, resolve_tracking_uri
 from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, cell
-from .distributed import run_sweep_dask
 from .explain import Explanation, explain_choices, importance_markdown
 from .fusion import fusion_rows
 from .parent_run import SweepResult
@@ -288,7 +287,7 @@ def ablate(
     jobs: int | None = None,
     out_dir: str | Path = "reports",
     progress: bool = True,
-    executor: str = "local",
+    executor: str | None = None,
     scheduler: str | None = None,
     resume: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:
@@ -299,9 +298,8 @@ def ablate(
     the parent run's metric ``ablation.explain_seconds`` is what they took).
     With several targets, :func:`ablate_targets`.
 
-    ``executor`` ``dask`` runs the configurations on a local Dask cluster of ``jobs`` workers,
-    or on the cluster of ``scheduler`` (``tcp://host:8786``); see
-    :func:`experiments.studies.distributed.run_sweep_dask`.
+    ``executor`` and ``scheduler``: where the configurations run
+    (:func:`experiments.studies.sweep.run_sweep`; default: the config's ``executor``).
     """
     if len(cfg.all_targets()) > 1:
         return ablate_targets(
@@ -309,29 +307,17 @@ def ablate(
         )
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
-    if executor == "dask":
-        sweep = run_sweep_dask(
-            cfg,
-            store=store,
-            tracking_uri=tracking_uri,
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=progress,
-            run_name="ablation",
-            resume=resume,
-        )
-    elif executor == "local":
-        sweep = run_sweep(
-            cfg,
-            store=store,
-            tracking_uri=tracking_uri,
-            jobs=jobs,
-            progress=progress,
-            run_name="ablation",
-            resume=resume,
-        )
-    else:
-        raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
+    sweep = run_sweep(
+        cfg,
+        store=store,
+        executor=executor,
+        scheduler=scheduler,
+        tracking_uri=tracking_uri,
+        jobs=jobs,
+        progress=progress,
+        run_name="ablation",
+        resume=resume,
+    )
     df = ablation_table(sweep, sets)
     is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
     nested = nested_unseen(sweep.table if is_nested else sweep.table.iloc[0:0], cfg.protocol)
@@ -460,7 +446,7 @@ def ablate_targets(
     jobs: int | None = None,
     out_dir: str | Path = "reports",
     progress: bool = True,
-    executor: str = "local",
+    executor: str | None = None,
     scheduler: str | None = None,
     resume: bool = True,
 ) -> tuple[pd.DataFrame, SweepResult]:
