@@ -22,6 +22,7 @@ featurestore.overrides.ConfigError: 2 problems in exp.yaml:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -133,6 +134,23 @@ class Checker:
         if isinstance(value, dict):
             raise self.fail(key, f"expected a value or a list of values, got a mapping {value!r}")
         return [value]
+
+    def integer(self, key: str, value: Any, minimum: int | None = None, none: bool = False) -> Any:
+        """An integer (``>= minimum``; or None when ``none``)."""
+        if value is None and none:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < (minimum or -math.inf):
+            floor = "" if minimum is None else f" >= {minimum}"
+            raise self.fail(
+                key, f"expected an integer{floor}{' or null' if none else ''}, got {value!r}"
+            )
+        return value
+
+    def name(self, key: str, value: Any) -> str:
+        """A name, checked where it is used (an executor: a layer above the config's)."""
+        if not isinstance(value, str) or not value.isidentifier():
+            raise self.fail(key, f"expected a name such as local or dask, got {value!r}")
+        return value
 
     def one(self, key: str, value: Any, valid: Iterable[str]) -> str:
         """One of ``valid`` (a list is refused)."""

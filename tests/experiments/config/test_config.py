@@ -163,7 +163,7 @@ def test_overrides(tmp_path):
         ("feature_set: [bothh]", r"feature_set: 'bothh' is not defined .*did you mean 'both'\?"),
         ("seed: 1.5", r"seed: expected an integer"),
         ("importance: {levels: [colum]}", r"importance\.levels: 'colum' .*did you mean 'column'\?"),
-        ("importance: {repeats: 0}", r"importance\.repeats: expected a positive integer"),
+        ("importance: {repeats: 0}", r"importance\.repeats: expected an integer >= 1, got 0"),
         ("importance: {repeat: 5}", r"importance\.repeat: unknown key; did you mean 'repeats'\?"),
         (
             "models: [{name: svr, only: {window.delay_s: [-4]}}]",
