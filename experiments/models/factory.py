@@ -42,30 +42,11 @@ __all__ = [
 
 
 class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Replaces NaN by the column's median at fit; a column all NaN at fit becomes 0.
-
-    The same statistics and output as ``SimpleImputer(strategy="median",
-    keep_empty_features=True)`` (float32 stays float32, other input becomes float64; the
-    median of an even count is the mean of the two middle values, computed in the input's
-    dtype), with a small memory footprint and in less time: ``fit`` copies ``block_bytes``
-    worth of columns at a time instead of a masked copy of the whole matrix (SimpleImputer
-    needs several times the matrix's size for its temporaries) and selects each column's two
-    middle values (``numpy.partition``, linear time) instead of sorting it; ``transform``
-    fills the copy it returns one block of rows at a time. Infinite values are rejected, as
-    by SimpleImputer.
-
-    Args:
-        block_bytes: size (bytes) of the column block copied at once by ``fit``, and of the
-            row block filled at once by ``transform``; memory only, never the result.
-        dtype: None: as above (float32 kept); ``"float64"``: float32 input is converted as the
-            blocks are copied and ``transform`` returns a float64 copy, the same numbers as
-            converting the input first, without a float64 copy of it beside the output.
-
-    Attributes:
-        statistics_: (n_features,) the fill value of each column, in the fitted dtype.
-        n_features_in_: number of columns seen at fit.
-
-    Example:
+    """Replaces NaN by the column's median at fit (0 for a column all NaN): ``SimpleImputer(strategy=
+    "median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``fit``
+    copies ``block_bytes`` of columns at a time and selects each column's two middle values;
+    ``transform`` fills its copy a block of rows at a time). ``dtype="float64"``: float32 input
+    converted as it is copied. ``statistics_``: each column's fill value.
 
     >>> import numpy as np
     >>> X = np.array([[1.0, np.nan], [np.nan, np.nan], [4.0, np.nan], [5.0, np.nan]])
@@ -132,16 +113,8 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
 
 class FillEmptyColumns(TransformerMixin, BaseEstimator):
-    """Sets the columns that were entirely NaN at fit to 0; other NaNs are left in place.
-
-    Row-preserving; for estimators that handle NaN natively but fail on a column without a
-    single observed value (``HistGradientBoostingRegressor``). ``transform`` copies only
-    when there is a column to fill: with none, a float64 input is returned as it is (the
-    estimators after it only read it), which spares a copy of the training matrix; float32
-    input is converted to float64 once, here (``fit`` reads it as it is).
-
-    Attributes:
-        empty_: boolean mask, shape (n_features,), of the columns all NaN at fit.
+    """Sets the columns all NaN at fit (``empty_``) to 0, other NaNs left (``HistGradientBoostingRegressor``
+    fails on an empty column); ``transform`` copies only when there is one to fill.
     """
 
     def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
