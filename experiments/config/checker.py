@@ -1,12 +1,6 @@
-"""The value checks of the config validator, and its error list.
-
-A :class:`Checker` turns each problem into a :class:`ConfigError` that names where the value
-came from (the file and the line of the key, or the ``--set`` option), the key path as it is
-written (``models[0].alpha``), what was expected and, for a misspelt key or value, the nearest
-valid one (:func:`suggest`). Problems are collected, not raised one at a time: an unknown key is
-noted and skipped, a section that fails is noted and left at its default
-(:meth:`Checker.attempt`), and :meth:`Checker.raise_errors` raises them all in one error, in the
-order of their lines.
+"""The value checks of the config validator, and its error list: each problem a
+:class:`ConfigError` naming the file and line (or ``--set`` option), the key path, what was
+expected and the nearest valid name; collected, then raised at once in the order of their lines.
 
 >>> c = Checker("exp.yaml", {}, {"window": 2, "window.algin": 3, "window.lenghts_s": 4})
 >>> c.mapping("window", {"algin": "causal", "lenghts_s": [[4]], "delay_s": [0]}, ["align", "lengths_s", "delay_s"])

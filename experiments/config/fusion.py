@@ -1,19 +1,10 @@
-"""The config's ``fusion`` section: late fusion of feature sets, beside early fusion.
-
-Early fusion is a feature set that lists several roles' channels (``both``); late fusion
-(``fusion: {method: late, members: [speaker, listener]}``) takes each member feature set's
-chosen configuration per track from the same sweep, and blends their predictions with weights
-fitted on the training stories' out-of-fold predictions (:mod:`experiments.evaluation.fusion`).
-``experiments ablate`` reports it as the row :data:`FUSED_SET`.
+"""The config's ``fusion`` section: late fusion (a blend of each member feature set's chosen
+configuration, fitted on the training stories' out-of-fold predictions:
+:mod:`experiments.evaluation.fusion`) beside early fusion (a set listing several roles'
+channels); ``experiments ablate`` reports it as the row :data:`FUSED_SET`.
 
 >>> fusion_config({"method": "late", "members": ["speaker", "listener"]}, ["speaker", "listener"], "val", ValueError)
 FusionConfig(method='late', members=['speaker', 'listener'], blend='nnls', alpha=0.01)
->>> def fail(key, msg):
-...     return ValueError(f"{key}: {msg}")
->>> fusion_config({"method": "late", "members": ["speaker"]}, ["speaker", "listener"], "val", fail)
-Traceback (most recent call last):
-...
-ValueError: fusion.members: expected at least two feature sets to blend, e.g. [speaker, listener]; got ['speaker']
 """
 
 from __future__ import annotations
@@ -67,17 +58,14 @@ def fusion_config(
     fail: Callable[[str, str], Exception],
     defined: Sequence[str] | None = None,
 ) -> FusionConfig:
-    """Check the ``fusion`` mapping against the swept feature sets ``swept`` (the config's
-    ``feature_set``) and the ``protocol``; ``fail(key, message)`` makes the error to raise.
-    ``defined``: every feature set the config defines (default: ``swept``). A member that is
-    defined but not swept (an ablation narrowed with ``--set feature_set=[listener]``), or a
-    protocol other than ``val``, turns fusion off with a :class:`ConfigWarning` that says why,
-    instead of failing the whole config.
+    """The ``fusion`` mapping checked against the swept feature sets ``swept``, those ``defined``
+    (default: ``swept``) and the ``protocol``; ``fail(key, message)`` makes the error. A member
+    defined but not swept, or a protocol other than ``val``, turns fusion off with a
+    :class:`ConfigWarning` that says why.
 
     Raises:
-        the error of ``fail``: an unknown key, method or blend; fewer than two members, a member
-        that is no feature set at all, a member twice; ``alpha`` not a number >= 0; a protocol other than
-        ``val``; a feature set named like the fused row.
+        ``fail``'s error: an unknown key, method or blend; fewer than two members, one that is no
+        feature set, one twice; ``alpha`` not a number >= 0; a feature set named like the fused row.
     """
     if value is None or value is False:  # off, as `importance: false` is
         return FusionConfig()

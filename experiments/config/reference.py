@@ -1,13 +1,5 @@
-"""The experiment config's reference tables, generated from the code, and the note on defaults.
-
-:func:`markdown_tables` writes the two tables of ``docs/config.md`` (every top-level key with its
-default, every model's hyperparameters with theirs) from :class:`~experiments.config.schema.ExperimentConfig`
-and the model registry (:mod:`.models`); ``tools/config_tables.py --write`` puts
-them into the page and a test fails when the page and the code differ, so they cannot drift.
-
-:func:`defaults_note` says what a config file left to the defaults costs: a config without
-``models`` or ``feature_set`` sweeps the default models over every feature set, hundreds of
-configurations where the file may have meant a few.
+"""The docs/config.md tables generated from the code (keys with defaults, the model and metric
+registries; ``tools/config_tables.py --write``, checked by a test), and :func:`defaults_note`.
 
 >>> print(markdown_tables().splitlines()[2])
 | `target` | `valence_self` | a label target in the store (`featurestore ls` lists them), or a list of them |

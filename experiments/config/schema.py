@@ -1,10 +1,5 @@
-"""The experiment config's schema: typed dataclasses with their defaults, and the config hash.
-
-A config file (see ``experiments/configs/*.yaml`` and DESIGN.md "Experiment config") describes
-a grid: every list is an axis, and every combination is one configuration (see
-:mod:`experiments.config.grid`). Missing keys take the defaults of the dataclasses below, so a
-config only needs to say what differs. :mod:`experiments.config` reads a file into these
-classes, :mod:`experiments.config.validation` checks every value on the way.
+"""The experiment config's schema: typed dataclasses with their defaults, and the config hash (see
+docs/design.md#experiment-config; every list is an axis of the grid, :mod:`.grid`).
 
 >>> cfg = ExperimentConfig()
 >>> cfg.feature_set, cfg.window.align, len(cfg.hash())
@@ -129,13 +124,10 @@ def has_ranges(cfg: ExperimentConfig) -> bool:
 
 @dataclass
 class SearchConfig:
-    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search.
-
-    An Optuna search runs ``n_trials`` configurations in all (a re-run continues the same study
-    up to that number), each sampled by ``sampler`` (seeded with ``seed``) to maximise the
-    validation (or LOSO) CCC of ``track``; ``startup_trials`` random trials come before TPE
-    models the results. ``storage`` is the Optuna storage URL (default: ``optuna.db`` beside a
-    SQLite tracking database; needed for any other tracking URI).
+    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search of
+    ``n_trials`` in all, sampled by ``sampler`` (``seed``; ``startup_trials`` random ones first) for
+    ``track``'s selection metric, its study in ``storage`` (default: ``optuna.db`` beside a SQLite
+    tracking database).
     """
 
     method: str = "grid"
