@@ -1,13 +1,7 @@
-"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry.
-
-A spec is a function of (labels, predictions) with its NaN rule, its direction and the averaging
-a split's per-session values get by default. ``ccc`` is the default metric, and :func:`ccc` the
-package's one CCC, with the arithmetic of the official challenge scorer (``calculateCCC.py`` of
-knowledgetechnologyuhh/OMGEmpathyChallenge: population statistics, Pearson's r taken as 0 when
-undefined), except that two constant series give 0.0 where the scorer divides 0 by 0. Another
-metric is one :func:`register_metric` call (tests/experiments/config/test_metrics.py sweeps one).
-Selection reads a metric's direction through :meth:`MetricSpec.better` and
-:meth:`MetricSpec.best_index`.
+"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each (function, NaN rule,
+direction, default averaging), in one registry; ``ccc`` the default, and :func:`ccc` the
+package's one CCC, the official challenge scorer's arithmetic (population statistics, Pearson's
+r 0 when undefined; two constant series 0.0, where the scorer divides 0 by 0).
 
 >>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
 (1.0, 0.0)
@@ -66,11 +60,8 @@ def finite_pairs(
 def ccc(
     y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float], nan: str = "raise"
 ) -> float:
-    """Lin's concordance correlation coefficient of two equally long series (official formula).
-
-    Population variances (ddof 0); Pearson's r is 0 when undefined (a constant series), which
-    makes the CCC 0; both constant gives 0.0. ``nan``: :data:`NAN_RULES` (``drop``: NaN when
-    fewer than two finite pairs are left).
+    """Lin's concordance correlation coefficient of two equally long series (see the module
+    docstring); ``nan``: :data:`NAN_RULES`.
 
     Raises:
         ValueError: different lengths, empty input, or (``nan="raise"``) NaN/inf values.

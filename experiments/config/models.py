@@ -1,12 +1,7 @@
-"""The models a config may name: one :class:`ModelSpec` each, in one registry.
-
-A spec is all the package knows of a model: its hyperparameters (default, the values a config
-may give, checked when it loads), how its estimator is built
-(:func:`experiments.models.factory.make_model`), the input it reads, whether it is slow or a
-baseline, an optional closed form, and its line of docs/config.md's model table. The built-in
-models are registered at the end of this module; another is one :func:`register_model` call
-(tests/experiments/config/test_models.py sweeps one). Nothing here imports scikit-learn: a
-builder imports its estimator when it is called.
+"""The models a config may name: one :class:`ModelSpec` each (hyperparameters with defaults and the
+values a config may give, checked at load; builder and preprocessing; input; slow; baseline;
+closed form; docs line), in one registry; the built-in ones are registered at the end, another
+is one :func:`register_model` call. Builders import their estimators when called.
 
 >>> model_spec("ridge").resolve({"alpha": 10})
 {'alpha': 10}
@@ -88,13 +83,11 @@ Builder = Callable[[dict[str, Any], int], Any]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model a config may name (see the module docstring).
-
-    ``build``: a :data:`Builder`, or ``"module:function"`` naming one (resolved when the model is
-    built: for estimators of :mod:`experiments.models`, a layer above this one). ``closed_form``:
-    hyperparameters -> the ridge penalty (> 0) with which the model's pipeline is the one
-    :class:`experiments.models.ridge_stats.SufficientStats` fits from per-session sums, or None
-    for a pipeline fit.
+    """A model a config may name: ``build`` a :data:`Builder` or ``"module:function"`` naming one
+    (for an estimator of :mod:`experiments.models`, a layer above); ``closed_form``:
+    hyperparameters -> the ridge penalty (> 0) with which its pipeline is the one
+    :class:`experiments.models.ridge_stats.SufficientStats` fits from per-session sums (None: fit
+    the pipeline).
     """
 
     name: str

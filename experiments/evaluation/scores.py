@@ -43,21 +43,16 @@ def score_metrics(
     averaging: str = "sessions",
     metric: str = "ccc",
 ) -> dict[str, float]:
-    """MLflow metrics from per-session values (:func:`session_scores`), per split.
-
-    For each split and track: ``<split>.<metric>_<track>``, the track's averaging of the
-    sessions' values (``averaging`` ``sessions``, OMG-Empathy's) or the value of the split's
-    sessions concatenated (``concatenated``, AVEC's: ``predictions`` and ``truth`` needed), and
-    for CCC its 95 % interval over listeners (``.ci_low``, ``.ci_high``; NaN below 3 listeners)
-    and, given the predictions, its chance level (``.chance_mean``, ``.chance_q95``; a ``*_unseen``
-    split's from ``unseen_predictions``, ``fps`` frames per second); ``<split>.n_listeners``;
-    ``<split>.<metric>_concatenated`` given the predictions; ``<split>.<metric>_listener_<L>``
-    and ``<split>.<metric>_story_<S>``. The intervals and chance levels: docs/results.md,
-    Intervals and Chance level.
+    """MLflow metrics from per-session values (:func:`session_scores`), per split: for each track
+    ``<split>.<metric>_<track>``, its averaging of the sessions' values (``sessions``) or the value of
+    the split concatenated (``concatenated``: ``predictions`` and ``truth`` needed); for CCC its 95 %
+    interval over listeners (``.ci_low``, ``.ci_high``) and, given the predictions, its chance level
+    (``.chance_mean``, ``.chance_q95``; ``fps`` frames per second; docs/results.md, Intervals and
+    Chance level); ``<split>.n_listeners``; ``<split>.<metric>_concatenated``, ``_listener_<L>``,
+    ``_story_<S>``. A ``*_unseen`` split's predictions are ``unseen_predictions``.
 
     Raises:
-        ValueError: ``concatenated`` without the predictions, or an unseen split without
-            ``unseen_predictions``.
+        ValueError: ``concatenated`` without the predictions, or an unseen split without its own.
     """
     m = get_metric(metric)
     out: dict[str, float] = {}

@@ -1,14 +1,8 @@
-"""The executor interface and registry: where the configurations of a sweep or a search run.
-
-An :class:`Executor` takes the pending configurations and a :class:`SweepContext` and yields
-one :class:`Outcome` per configuration, in their order (so the sweep table, and the choice
-among equal scores, do not depend on where or how fast they ran). Executors are registered by
-name (:func:`register_executor`); the config's ``executor`` (or ``--executor``) names one, and
-:func:`make_executor` builds it, importing this package's modules (each registers its own) the
-first time an unknown name is asked for: adding an executor is one module. Both built-in ones (``local``:
-:mod:`.local`, ``dask``: :mod:`.dask`) evaluate a fit group per task (:func:`fit_groups`; a
-slow model's split into its fits with more than one worker: :func:`split_into_parts`) and draw
-each configuration's figures where it ran (:func:`with_figures`).
+"""The executor interface and registry: an :class:`Executor` yields one :class:`Outcome` per pending
+configuration, in their order (so neither the table nor a choice among equal scores depends on
+where they ran); :func:`register_executor` names one and :func:`make_executor` builds one by
+name (adding an executor is one module). Both built-in ones evaluate a fit group per task, a slow
+model's split into its fits (:func:`split_into_parts`), and draw the figures where they ran.
 
 >>> from experiments.config import expand, load_config
 >>> trials = expand(load_config("smoke"))

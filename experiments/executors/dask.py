@@ -1,16 +1,9 @@
-"""The Dask executor (``executor: dask``): a fit group per task on a Dask cluster, the local
-executor's outcomes (see docs/scaling.md, A cluster).
-
-It starts a local cluster of ``jobs`` workers or joins the one at ``scheduler`` for the sweep
-(:meth:`DaskExecutor.opened`); every worker reads the store itself (at the client's absolute
-path) and keeps the frame tables and the last window keys' features. With a SQLite or file
-tracking URI the client logs every child run; with an MLflow server (``http(s)://``) each worker
-logs its own (:func:`evaluate_on_worker`) and returns the row. A slow model's fit group is split
-into its fits as locally; baselines go first. A worker whose code fingerprint differs from the
-client's is refused (:func:`check_worker_code`); a child run its lost worker left RUNNING is
-reaped by the sweep (:meth:`experiments.tracking.tracker.Tracker.reap_children`), and a task
-Dask runs again returns the run a first attempt logged (:func:`logged_row`). ``distributed`` is
-imported only where a cluster is used.
+"""The Dask executor (``executor: dask``): a fit group per task on a cluster, the local executor's
+outcomes (docs/scaling.md, A cluster). Every worker reads the store at the client's absolute
+path and keeps the frame tables and the last window keys' features; with an MLflow server each
+worker logs its own child runs, else the client logs them all. A worker whose code differs is
+refused (:func:`check_worker_code`); a task Dask runs again returns the run it logged
+(:func:`logged_row`). ``distributed`` is imported only where a cluster is used.
 """
 
 from __future__ import annotations
@@ -318,9 +311,8 @@ class DaskExecutor(Executor):
 
     @contextlib.contextmanager
     def opened(self, jobs: int | None, tracking_uri: str, log_artifacts: bool) -> Iterator[int]:
-        """The cluster for a sweep (a local one of ``jobs`` workers, default 2, unless
-        ``scheduler`` names one, or ``client``'s), its workers warming up; yields how many
-        workers it has.
+        """The cluster of a sweep (a local one of ``jobs`` workers, default 2, the one at ``scheduler``, or
+        ``client``'s), its workers warming up; yields how many workers it has.
 
         Raises:
             ValueError: workers asked to log to a SQLite or file store (one writer only).

@@ -50,17 +50,11 @@ from .unseen import nested_unseen
 
 @dataclass
 class SweepResult:
-    """What a sweep did: one row per configuration, the parent run and each track's best child.
-
-    ``best_run_ids`` / ``selection_metrics``: per track, its best child run and the metric it
-    was chosen by (the personalized track chooses among every configuration, the generalized
-    among those that do not know who is listening); ``best_run_id`` / ``selection_metric``: the
-    personalized track's (the generalized's when there is none). ``metric``: the config's
-    (:mod:`experiments.config.metrics`); ``scores``: per-session scores of the runs computed
-    in this sweep, by run id; ``unseen_selection``: how the unseen-listener configuration was
-    chosen (empty when off), and under ``nested`` each left-out listener's choice
-    (``nested_unseen``, :func:`experiments.studies.unseen.nested_unseen`);
-    ``best_run_ids_by_target``: with several targets, target -> track -> best run id.
+    """What a sweep did: a ``table`` row per configuration, the parent run, and per track its best child
+    (``best_run_ids``) and the metric it was chosen by (``selection_metrics``; ``best_run_id`` and
+    ``selection_metric``: the personalized track's, else the generalized's); the config's
+    ``metric``, per-session ``scores`` by run id, the unseen-listener ``unseen_selection`` and its
+    ``nested_unseen`` choices, and with several targets target -> track -> best run id.
     """
 
     table: pd.DataFrame
@@ -86,22 +80,12 @@ class SweepResult:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a sweep or a search runs and logs (the keyword arguments of
-    :func:`experiments.studies.sweep.run_sweep` and :func:`experiments.studies.search.run_search`).
-
-    Attributes:
-        tracking_uri: MLflow tracking URI (default: the config's ``tracking.uri``).
-        jobs: configurations evaluated at a time (default: the config's ``jobs``, else 1; the
-            workers of a local Dask cluster, default 2).
-        progress: show a tqdm bar.
-        run_name: the parent run's name (default: the kind of run and the time).
-        log_artifacts: log each child's config, CCC matrix, predictions and plots.
-        on_result: called with each new child run's table row (column -> value) as it is logged.
-        executor: where configurations are evaluated: a registered executor's name
-            (:func:`experiments.executors.base.make_executor`) or an
-            :class:`~experiments.executors.base.Executor` (default: the config's ``executor``).
-        scheduler: the address of a cluster the executor joins (``dask``; None: a local one).
-        resume: reuse finished runs of the same code on the same store; False runs all again.
+    """How a sweep or a search runs and logs (the keyword arguments of ``run_sweep``/``run_search``):
+    ``tracking_uri`` (default: the config's), ``jobs`` at a time (default: the config's, else 1; a
+    local Dask cluster's workers, 2), a ``progress`` bar, the parent's ``run_name``, whether to
+    ``log_artifacts``, ``on_result`` (called with each new child's table row), the ``executor``
+    (a registered name or an :class:`~experiments.executors.base.Executor`; default the config's)
+    and the cluster it joins (``scheduler``), and ``resume``.
     """
 
     tracking_uri: str | None = None

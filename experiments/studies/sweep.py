@@ -135,17 +135,13 @@ def run_sweep(
     on_result: Callable[[dict], None] | None = None,
     resume: bool = True,
 ) -> SweepResult:
-    """Run every configuration of ``cfg`` and log them to MLflow: its grid, or its Optuna search
-    (``search.method: optuna``: :func:`experiments.studies.search.run_search`).
-
-    ``executor``: where they run, a registered executor's name (``local``, ``dask``) or an
-    :class:`~experiments.executors.base.Executor` (default: the config's ``executor``), joining
-    the cluster at ``scheduler`` if it has one. A configuration with a FINISHED run of its hash,
-    on a store of the same fingerprint, by the same code, is reused unless ``resume`` is False.
-    The other arguments: :class:`experiments.studies.parent_run.RunOptions`.
-
-    Returns a :class:`SweepResult` whose ``table`` has one row per configuration (run id,
-    status ``done``, ``reused`` or ``failed``, params, metrics).
+    """Run every configuration of ``cfg`` (its grid, or its Optuna search: :func:`run_search`) and log
+    them to MLflow; ``executor``: a registered executor's name or an
+    :class:`~experiments.executors.base.Executor` (default: the config's), joining the cluster at
+    ``scheduler``; a configuration with a FINISHED run of its hash on the same store by the same
+    code is reused unless ``resume`` is False; the rest: :class:`~.parent_run.RunOptions`. Returns
+    a :class:`SweepResult` (``table``: a row per configuration with its run id, status, params and
+    metrics).
 
     Raises:
         ConfigError: an unknown executor, or an unusable unseen-listener selection.
