@@ -23,17 +23,11 @@ from typing import Any, TypeVar
 
 from featurestore.overrides import ConfigError
 
+from .choices import suggest
 from .grid import format_value
 from .schema import RANGE_KEYS, Range, is_number
 
 T = TypeVar("T")
-
-
-def suggest(word: Any, valid: Iterable[Any]) -> str:
-    """``"; did you mean 'x'?"`` for the valid name nearest ``word`` (difflib), else ``"; valid: a, b"``."""
-    valid = [str(v) for v in valid]
-    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
 
 
 class Checker:

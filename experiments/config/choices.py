@@ -12,7 +12,15 @@ ValueError: unknown rescale mode 'trian' (did you mean 'train'?); valid: none, t
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def suggest(word: Any, valid: Iterable[Any]) -> str:
+    """``"; did you mean 'x'?"`` for the valid name nearest ``word`` (difflib), else ``"; valid: a, b"``."""
+    valid = [str(v) for v in valid]
+    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
 
 
 def check_choice(kind: str, value: str, valid: Sequence[str], context: str = "") -> None:

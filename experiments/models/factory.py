@@ -106,7 +106,7 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             np.copyto(rows, fill, where=np.isnan(rows))
         return X
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         return tags
@@ -134,7 +134,7 @@ class FillEmptyColumns(TransformerMixin, BaseEstimator):
             X[:, self.empty_] = 0.0
         return X
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         return tags

@@ -194,7 +194,7 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
                 "the id plus at least one feature column (np.column_stack([listener_ids, features]))"
             )
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # in feature columns, if the wrapped estimator takes it
         return tags

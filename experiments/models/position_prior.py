@@ -70,7 +70,7 @@ class PositionPrior(RegressorMixin, BaseEstimator):
         out = np.interp(np.nan_to_num(u, nan=0.0), self.centres_, self.curve_)
         return np.where(np.isfinite(u), out, self.mean_)
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.regressor_tags.poor_score = True  # it reads one column by design

@@ -94,7 +94,7 @@ def _public_url(url: str) -> str:
         return url.split("://", 1)[0] + "://..."
 
 
-def _sampler(cfg: ExperimentConfig, space: SearchSpace):
+def _sampler(cfg: ExperimentConfig, space: SearchSpace) -> Any:
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -102,7 +102,7 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
         outside ``study.optimize`` (ask-and-tell; optuna/optuna#5141): :func:`run_search` stops
         itself, at ``n_trials`` capped to the grid's size."""
 
-        def after_trial(self, study, trial, state, values) -> None:
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             return None
 
     s = cfg.search
@@ -116,7 +116,7 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
     )
 
 
-def open_study(cfg: ExperimentConfig, name: str, storage: str):
+def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
     """Create or load the study ``name`` in the RDB ``storage``, the direction the config's
     metric's (higher or lower is better)."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
@@ -135,7 +135,7 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str):
     )
 
 
-def _owned_elsewhere(t) -> bool:
+def _owned_elsewhere(t: Any) -> bool:
     """Whether a RUNNING trial belongs to a search still running (another live process on this
     host, or another host): it is then left alone."""
     host, pid = t.user_attrs.get("host"), int(t.user_attrs.get("pid", 0) or 0)

@@ -19,7 +19,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -86,7 +86,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -189,7 +189,7 @@ class Tracker:
         with_retry(lambda: self.client.set_terminated(run_id, status))
 
     # ---------------------------------------------------------------- resume
-    def search(self, filter_string: str = "", max_results: int = 5000):
+    def search(self, filter_string: str = "", max_results: int = 5000) -> Any:
         return with_retry(
             lambda: self.client.search_runs(
                 [self.experiment_id], filter_string=filter_string, max_results=max_results

@@ -11,12 +11,13 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
 from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
 
 
-def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
+def prepare_experiments(client: Any, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
     """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id) of each.
 
     With ``only_with_sweeps`` an experiment counts when one of its runs carries a
