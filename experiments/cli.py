@@ -223,7 +223,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _sweep_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`~experiments.studies.sweep.run_sweep` the options give."""
-    names = ("executor", "scheduler", "tracking_uri", "jobs", "resume")
+    return _kw(args, "executor", "scheduler", "tracking_uri", "jobs", "resume")
+
+
+def _kw(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options ``names`` as keyword arguments."""
     return {name: getattr(args, name) for name in names}
 
 
@@ -343,17 +347,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     try:
-        e = explain_run(
-            args.run_id,
-            store=store,
-            tracking_uri=args.tracking_uri,
-            out_dir=args.out,
-            levels=args.levels,
-            repeats=args.repeats,
-            split=args.split,
-            track=args.track,
-            seed=args.seed,
-        )
+        options = _kw(args, "tracking_uri", "levels", "repeats", "split", "track", "seed")
+        e = explain_run(args.run_id, store=store, out_dir=args.out, **options)
     except ExplainError as err:
         print(f"experiments explain: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -373,15 +368,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
     store = _check_store(args.store)
     try:
-        res = agreement(
-            args.cfg,
-            store=store,
-            targets=args.targets,
-            out_dir=args.out,
-            tracking_uri=args.tracking_uri,
-            feature_set=args.feature_set,
-            cross=not args.no_cross,
-        )
+        options = _kw(args, "targets", "tracking_uri", "feature_set")
+        res = agreement(args.cfg, store=store, out_dir=args.out, cross=not args.no_cross, **options)
     except AgreementError as e:  # a target the store lacks: nothing to compare
         print(f"experiments agreement: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -2,28 +2,5 @@
 the registries a config names (models, metrics).
 """
 
-from .loading import (
-    CONFIG_DIR,
-    DEFAULT_CONFIG,
-    ConfigError,
-    ExperimentConfig,
-    Range,
-    config_hash,
-    expand,
-    from_dict,
-    load_config,
-    resolve_config_path,
-)
-
-__all__ = [
-    "CONFIG_DIR",
-    "DEFAULT_CONFIG",
-    "ConfigError",
-    "ExperimentConfig",
-    "Range",
-    "config_hash",
-    "expand",
-    "from_dict",
-    "load_config",
-    "resolve_config_path",
-]
+from .loading import *  # noqa: F403 - the config's front door: the names a notebook needs
+from .loading import __all__ as __all__

@@ -30,6 +30,7 @@ from .validation import validate
 #: the names outside code imports from here (defined in the modules above)
 __all__ = [
     "CONFIG_DIR",
+    "DEFAULT_CONFIG",
     "ConfigError",
     "ExperimentConfig",
     "Range",

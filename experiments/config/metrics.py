@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from .choices import check_choice
+from .choices import Registry, check_choice
 from .options import CCC_AVERAGINGS
 
 #: what a metric does with a pair holding a NaN or an infinity: ``raise`` (ValueError naming the
@@ -143,33 +143,10 @@ class MetricSpec:
         return f"{split}.{self.name}_{what}"
 
 
-_METRICS: dict[str, MetricSpec] = {}
-
-
-def register_metric(spec: MetricSpec) -> MetricSpec:
-    """Make ``spec`` available by its name (replacing a metric of that name); returns it."""
-    _METRICS[spec.name] = spec
-    return spec
-
-
-def unregister_metric(name: str) -> None:
-    """Forget the metric ``name`` (a test's own metric, once it has swept with it)."""
-    _METRICS.pop(name, None)
-
-
-def get_metric(name: str) -> MetricSpec:
-    """The registered metric ``name``.
-
-    Raises:
-        ValueError: no such metric (the message suggests the nearest and lists them all).
-    """
-    check_choice("metric", name, sorted(_METRICS))
-    return _METRICS[name]
-
-
-def metric_specs() -> dict[str, MetricSpec]:
-    """Name -> spec of every registered metric, in the order they were registered."""
-    return dict(_METRICS)
+#: the metrics a config may name (:meth:`~.choices.Registry.get` raises with the nearest name)
+METRICS: Registry[MetricSpec] = Registry("metric")
+register_metric, unregister_metric = METRICS.register, METRICS.unregister
+get_metric, metric_specs = METRICS.get, METRICS.all
 
 
 register_metric(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .choices import check_choice
+from .choices import Registry, check_choice
 
 #: the inputs a model reads: ``rows`` (the windowed features, row-major float32), ``columns``
 #: (the same, column-major float64: a tree reads one feature per node for every row, sequential
@@ -127,33 +127,10 @@ class ModelSpec:
         return {**self.defaults, **given}
 
 
-_MODELS: dict[str, ModelSpec] = {}
-
-
-def register_model(spec: ModelSpec) -> ModelSpec:
-    """Make ``spec`` available by its name (replacing a model of that name); returns it."""
-    _MODELS[spec.name] = spec
-    return spec
-
-
-def unregister_model(name: str) -> None:
-    """Forget the model ``name`` (a test's own model, once it has swept it)."""
-    _MODELS.pop(name, None)
-
-
-def model_spec(name: str) -> ModelSpec:
-    """The registered model ``name``.
-
-    Raises:
-        ValueError: no such model (the message suggests the nearest and lists them all).
-    """
-    check_choice("model", name, sorted(_MODELS))
-    return _MODELS[name]
-
-
-def model_specs() -> dict[str, ModelSpec]:
-    """Name -> spec of every registered model, in the order they were registered."""
-    return dict(_MODELS)
+#: the models a config may name (:meth:`~.choices.Registry.get` raises with the nearest name)
+MODELS: Registry[ModelSpec] = Registry("model")
+register_model, unregister_model = MODELS.register, MODELS.unregister
+model_spec, model_specs = MODELS.get, MODELS.all
 
 
 def resolve_model_params(name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:

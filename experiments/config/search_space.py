@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .grid import Trial, config_axes, format_value, make_trial
+from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial
 from .models import BASELINE
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
 from .schema import ExperimentConfig, ModelGrid, Range
@@ -93,14 +93,7 @@ class SearchSpace:
 
         add("model", [m.label for m in self.models], "models")
         for m in self.models:
-            for axis in (
-                "feature_set",
-                "window.lengths_s",
-                "window.delay_s",
-                "window.align",
-                "personalization",
-                "postprocess.smooth_s",
-            ):
+            for axis in (*WINDOW_AXES, "personalization", "postprocess.smooth_s"):
                 add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
             for hp, values in m.spec.params.items():
                 add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")

@@ -22,10 +22,11 @@ from typing import ClassVar, TypeVar
 
 from featurestore.overrides import ConfigError
 
-from ..config.choices import check_choice
+from ..config.choices import Registry
 from ..config.grid import Trial, WindowKey
 from ..config.models import model_spec
-from ..evaluation.evaluate import TrialResult
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_trials
+from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import with_figures
 from ..tracking.child_runs import RunRow
 from ..tracking.context import SweepContext
@@ -34,6 +35,7 @@ __all__ = [
     "Executor",
     "Outcome",
     "SweepContext",
+    "evaluated",
     "fit_groups",
     "make_executor",
     "register_executor",
@@ -93,13 +95,13 @@ class Executor(abc.ABC):
         """
 
 
-_EXECUTORS: dict[str, type[Executor]] = {}
+_EXECUTORS: Registry[type[Executor]] = Registry("executor")
 E = TypeVar("E", bound=type[Executor])
 
 
 def register_executor(cls: E) -> E:
     """Class decorator: make an :class:`Executor` available by its ``name``."""
-    _EXECUTORS[cls.name] = cls
+    _EXECUTORS.register(cls)
     return cls
 
 
@@ -112,15 +114,25 @@ def make_executor(executor: str | Executor, scheduler: str | None = None) -> Exe
     """
     if isinstance(executor, Executor):
         return executor
-    if executor not in _EXECUTORS:  # the package's modules register theirs when imported
+    if executor not in _EXECUTORS.all():  # the package's modules register theirs when imported
         package = importlib.import_module(__package__ or "")
         for module in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{__package__}.{module.name}")
     try:
-        check_choice("executor", executor, sorted(_EXECUTORS))
+        cls = _EXECUTORS.get(executor)
     except ValueError as e:
         raise ConfigError(f"{e} (config key executor, or --executor)") from None
-    return _EXECUTORS[executor](scheduler=scheduler)
+    return cls(scheduler=scheduler)
+
+
+def evaluated(
+    trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult], figures: bool
+) -> list[TrialResult]:
+    """One fit group evaluated on its windowed features ``w`` (``done``: parts fitted in other
+    tasks), with its figures drawn here when ``figures`` (where it ran: the logging process then
+    only writes the bytes)."""
+    results = evaluate_trials(trials, w, done)
+    return [with_figures(r) for r in results] if figures else results
 
 
 def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:

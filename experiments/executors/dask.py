@@ -26,28 +26,22 @@ from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE
 from ..data.dataset import DatasetError, load_sessions
 from ..data.session_table import SessionTable
-from ..evaluation.evaluate import (
-    TrialResult,
-    Windowed,
-    evaluate_part,
-    evaluate_trials,
-    group_fit_parts,
-    window_sessions,
-)
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_part, group_fit_parts
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import RunRow, log_child, run_row
 from ..tracking.provenance import code_version
 from ..tracking.tracker import Tracker
+from ..windowing.windowed import window_sessions
 from .base import (
     Executor,
     Outcome,
     SweepContext,
+    evaluated,
     fit_groups,
     register_executor,
     split_into_parts,
     window_groups,
-    with_figures,
 )
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
@@ -189,12 +183,10 @@ def _evaluate(
         w = _windowed(job, trials[0].window_key())
     except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
         return [None] * len(trials), f"windowing failed: {type(e).__name__}: {e}"
-    try:
-        results = evaluate_trials(trials, w, done)
+    try:  # figures drawn before any run exists: a worker-logged run is RUNNING for the upload only
+        return list(evaluated(trials, w, done, job.ctx.log_artifacts)), ""
     except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
         return [None] * len(trials), f"{type(e).__name__}: {e}"
-    # drawn before any run exists: a worker-logged run stays RUNNING for the upload only
-    return [with_figures(r) if job.ctx.log_artifacts else r for r in results], ""
 
 
 def _evaluate_and_log(
