@@ -33,16 +33,8 @@ from ..tracking.child_runs import RunRow, log_child, run_row
 from ..tracking.provenance import code_version
 from ..tracking.tracker import Tracker
 from ..windowing.windowed import window_sessions
-from .base import (
-    Executor,
-    Outcome,
-    SweepContext,
-    evaluated,
-    fit_groups,
-    register_executor,
-    split_into_parts,
-    window_groups,
-)
+from . import base
+from .base import Executor, Outcome, SweepContext, register_executor
 
 #: windowed feature sets a worker keeps (least recently used dropped first)
 WINDOW_CACHE_SIZE = 2
@@ -184,7 +176,7 @@ def _evaluate(
     except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
         return [None] * len(trials), f"windowing failed: {type(e).__name__}: {e}"
     try:  # figures drawn before any run exists: a worker-logged run is RUNNING for the upload only
-        return list(evaluated(trials, w, done, job.ctx.log_artifacts)), ""
+        return list(base.evaluated(trials, w, done, job.ctx.log_artifacts)), ""
     except Exception as e:  # noqa: BLE001 - one failed fit group does not stop the sweep
         return [None] * len(trials), f"{type(e).__name__}: {e}"
 
@@ -345,7 +337,9 @@ class DaskExecutor(Executor):
             bool(self.log_on_workers),
         )
         tasks = _Tasks(
-            self, job, [g for grp in window_groups(todo).values() for g in fit_groups(grp)]
+            self,
+            job,
+            [g for grp in base.window_groups(todo).values() for g in base.fit_groups(grp)],
         )
         try:
             yield from tasks.outcomes()
@@ -377,7 +371,7 @@ class _Tasks:
         """Each group's task, or for a slow one (with workers to spread it over) the task listing
         its parts, ahead of the queue (it needs the windowed features); the group tasks submitted."""
         for i in indices:
-            if self.split and split_into_parts(self.order[i]):
+            if self.split and base.split_into_parts(self.order[i]):
                 self.listing[i] = self._submit(parts_on_worker, "fit-parts", i, priority=2)
             else:
                 self.futures[i] = self._submit(evaluate_on_worker, "fit-group", i)

@@ -24,14 +24,23 @@ from threadpoolctl import threadpool_limits
 from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE, model_spec
 from ..data.dataset import load_sessions
-from ..evaluation import evaluate as ev
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_part, group_fit_parts
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
-from . import base
-from .base import Executor, Outcome, SweepContext, fit_groups, register_executor, window_groups
+from ..windowing.windowed import window_sessions
+from .base import (
+    Executor,
+    Outcome,
+    SweepContext,
+    evaluated,
+    fit_groups,
+    register_executor,
+    split_into_parts,
+    window_groups,
+)
 from .memory import available_memory, release_free_memory, windowed_nbytes
 
-_SHARED: dict[WindowKey, ev.Windowed] = {}  # windowed features visible to forked workers
+_SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
 
 
 def _drop_table(tables: list, j: int) -> None:
@@ -42,12 +51,12 @@ def _drop_table(tables: list, j: int) -> None:
 
 def _evaluate_shared(
     trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None
-) -> list[ev.TrialResult]:
+) -> list[TrialResult]:
     """Evaluate one fit group on the shared windowed features (``done``: its parts fitted in other
     tasks); with ``figures``, draw their plots here too (in a forked worker: the parent then
     only writes the bytes)."""
     try:
-        return base.evaluated(trials, _SHARED[trials[0].window_key()], done or {}, figures)
+        return evaluated(trials, _SHARED[trials[0].window_key()], done or {}, figures)
     finally:
         release_free_memory()  # an idle worker does not keep the fit's memory
 
@@ -55,7 +64,7 @@ def _evaluate_shared(
 def _evaluate_part_shared(trials: Sequence[Trial], part: FitPart) -> PartResult:
     """One fit part of a fit group on the shared windowed features (see :class:`Scheduler`)."""
     try:
-        return ev.evaluate_part(trials, _SHARED[trials[0].window_key()], part)
+        return evaluate_part(trials, _SHARED[trials[0].window_key()], part)
     finally:
         release_free_memory()
 
@@ -124,7 +133,7 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
         release_free_memory()  # the previous key's features
         last = n == len(groups)  # the tables' last use: each dropped once windowed
         try:
-            _SHARED[key] = ev.window_sessions(tables, key, windowed=drop if last else None)
+            _SHARED[key] = window_sessions(tables, key, windowed=drop if last else None)
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
             for t in group:
                 yield Outcome(t, error=f"windowing failed: {type(e).__name__}: {e}")
@@ -247,7 +256,7 @@ class Scheduler:
             # the last key is the tables' last use: each dropped once windowed
             drop = functools.partial(_drop_table, self.tables) if i == len(self.keys) - 1 else None
             self.windows[i] = self._windowing.submit(
-                ev.window_sessions, self.tables, self.keys[i], threads, drop
+                window_sessions, self.tables, self.keys[i], threads, drop
             )
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
@@ -274,15 +283,15 @@ class Scheduler:
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 
-    def plan(self, group: list[Trial], w: ev.Windowed) -> WindowKeyState:
+    def plan(self, group: list[Trial], w: Windowed) -> WindowKeyState:
         """A key's state with its tasks queued: slowest fit groups first, a slow model's split
         into its parts (a group whose parts cannot be listed runs whole and reports why)."""
         state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
             try:
                 split = (
-                    ev.group_fit_parts(fit_group, w)
-                    if self.jobs > 1 and base.split_into_parts(fit_group)
+                    group_fit_parts(fit_group, w)
+                    if self.jobs > 1 and split_into_parts(fit_group)
                     else []
                 )
             except ValueError:  # e.g. no training sessions: the group's task reports it
