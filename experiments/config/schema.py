@@ -226,7 +226,7 @@ class TrackingConfig:
 
 @dataclass
 class ExperimentConfig:
-    """A resolved, validated experiment config (see DESIGN.md "Experiment config")."""
+    """A resolved, validated experiment config (its keys are a contract: docs/design.md#experiment-config)."""
 
     #: the label target predicted; with several (config ``target: [a, b]``) the first of ``targets``
     target: str = "valence_self"

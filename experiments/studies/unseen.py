@@ -16,7 +16,7 @@ import pandas as pd
 from ..config.metrics import get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
-#: the columns of ``reports/ablation_unseen.csv``
+#: the columns of ``reports/ablation_unseen.csv`` (a contract: docs/design.md#reports)
 UNSEEN_COLUMNS = [
     "feature_set",
     "listener",
