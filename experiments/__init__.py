@@ -11,26 +11,25 @@ from __future__ import annotations
 from featurestore import __version__  # the one version of the distribution (setup.cfg reads it)
 from featurestore.lazy import lazy_exports
 
-#: public name -> module that defines it (add an entry to export another function)
-_EXPORTS: dict[str, str] = {
-    "load_config": ".config.loading",
-    "ExperimentConfig": ".config.schema",
-    "ConfigError": "featurestore.overrides",
-    "expand": ".config.grid",
-    "ccc": ".evaluation.metrics",
-    "ccc_protocols": ".evaluation.metrics",
-    "ccc_matrix": ".evaluation.metrics",
-    "load_sessions": ".data.dataset",
-    "SessionTable": ".data.session_table",
-    "window_stats": ".windowing.stats",
-    "run_sweep": ".studies.sweep",
-    "ablate": ".studies.ablation",
-    "export_predictions": ".tracking.tracker",
-    "evaluate_trial": ".evaluation.evaluate",
-    "agreement": ".studies.agreement",
-    "agreement_table": ".studies.agreement",
+#: module -> the public names it defines (add one to export another function)
+_MODULES: dict[str, tuple[str, ...]] = {
+    ".config.loading": ("load_config",),
+    ".config.schema": ("ExperimentConfig",),
+    "featurestore.overrides": ("ConfigError",),
+    ".config.grid": ("expand",),
+    ".config.metrics": ("ccc", "get_metric", "register_metric"),
+    ".config.models": ("model_spec", "register_model"),
+    ".evaluation.metrics": ("ccc_protocols", "ccc_matrix"),
+    ".data.dataset": ("load_sessions",),
+    ".data.session_table": ("SessionTable",),
+    ".windowing.stats": ("window_stats",),
+    ".studies.sweep": ("run_sweep",),
+    ".studies.ablation": ("ablate",),
+    ".tracking.tracker": ("export_predictions",),
+    ".evaluation.evaluate": ("evaluate_trial",),
+    ".studies.agreement": ("agreement", "agreement_table"),
 }
-
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 

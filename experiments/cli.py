@@ -1,11 +1,9 @@
 """``experiments`` command line.
 
-Each verb is a pair of functions: ``add_<verb>(subparsers)`` declares its arguments and
-``cmd_<verb>(args) -> int`` runs it (:func:`add_verb` names the verb after ``cmd_<verb>``, whose
-docstring is the verb's ``--help`` description); :data:`VERBS` lists the ``add_*`` functions. A verb that
-works from an experiment config calls :func:`add_config_options`, and :func:`main` then loads
-the config (``--config``, every ``--set KEY=VALUE``) into ``args.cfg`` before the verb runs, and
-handles ``--print-config`` (print the resolved config, exit 0) for it.
+Each verb is a :class:`Verb` of :data:`VERBS`: its ``cmd_<verb>(args) -> int`` (whose docstring is
+its ``--help`` description), its own arguments and the shared options it takes (:data:`SHARED`).
+A verb with a ``config`` gets ``--config``, ``--set`` and ``--print-config``, and :func:`main`
+loads the config into ``args.cfg`` (checked against ``--store``) before it runs.
 
 Exit codes: 0 all good, 1 some sessions or configurations failed (the message says which),
 2 usage error (bad arguments, bad config).
@@ -18,7 +16,9 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
 from featurestore.overrides import ConfigError
@@ -29,29 +29,90 @@ from featurestore.processes import terminate_as_interrupt
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
 from .config.loading import load_config
 from .config.options import ConfigWarning
+from .config.schema import ExperimentConfig
+
+if TYPE_CHECKING:
+    from .studies.parent_run import SweepResult
 from .studies.session_cli import add_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: the store a verb reads when --store is not given
+DEFAULT_STORE = "features"
 
 
 class UsageError(Exception):
     """Bad command-line input; :func:`main` prints it and exits with code 2."""
 
 
-# --------------------------------------------------------------------- shared options
-def add_verb(
-    sub: argparse._SubParsersAction,
-    func: Callable[[argparse.Namespace], int],
-    help: str,
-    **defaults: object,
-) -> argparse.ArgumentParser:
-    """The parser of the verb ``func`` runs (``cmd_score`` -> ``score``), described in its ``--help``
-    by ``func``'s docstring; ``defaults`` are set on its arguments."""
-    p = sub.add_parser(
-        func.__name__.removeprefix("cmd_"), help=help, description=inspect.getdoc(func)
-    )
-    p.set_defaults(func=func, **defaults)
-    return p
+def _opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return flags, kw
+
+
+#: options several verbs take, by name
+SHARED = {
+    "store": _opt(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="feature store folder (default: features/); a config's target and channels are "
+        "checked against it before anything runs",
+    ),
+    "tracking": _opt(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: the config's tracking.uri, else mlruns/ -> "
+        "sqlite:///mlruns/mlflow.db)",
+    ),
+    "jobs": _opt(
+        "--jobs",
+        type=int,
+        default=None,
+        help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
+    ),
+    "executor": _opt(
+        "--executor",
+        default=None,
+        metavar="NAME",
+        help="where configurations run: local (this machine) or dask (a cluster); default: the "
+        "config's executor",
+    ),
+    "scheduler": _opt(
+        "--scheduler", default=None, help="address of an existing Dask scheduler (--executor dask)"
+    ),
+    "no-resume": _opt(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="run every configuration again, even those with a finished run by the same code on "
+        "the same store",
+    ),
+}
+#: the shared options of the verbs that sweep
+SWEEPING = ("store", "tracking", "jobs", "executor", "scheduler", "no-resume")
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A verb: ``run`` (``cmd_<verb>``, named after it), its one-line ``help``, the packaged
+    ``config`` it reads without ``--config`` (None: it takes no config), the :data:`SHARED`
+    options it takes and its own ``arguments`` (flags, ``add_argument`` keywords)."""
+
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    config: str | None = None
+    shared: tuple[str, ...] = ()
+    arguments: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = ()
+
+    def __call__(self, sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        """Add the verb's parser to ``sub``."""
+        name = self.run.__name__.removeprefix("cmd_")
+        p = sub.add_parser(name, help=self.help, description=inspect.getdoc(self.run))
+        p.set_defaults(func=self.run)
+        if self.config is not None:
+            add_config_options(p, self.config)
+        for flags, kw in (*(SHARED[s] for s in self.shared), *self.arguments):
+            p.add_argument(*flags, **kw)
+        return p
 
 
 def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> None:
@@ -82,14 +143,9 @@ def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> 
     p.set_defaults(takes_config=True, config_default=default)
 
 
-#: the store a verb reads when --store is not given
-DEFAULT_STORE = "features"
-
-
-def config_from_args(args: argparse.Namespace):
-    """The :class:`~experiments.config.schema.ExperimentConfig` named by ``--config`` and ``--set``,
-    checked against the store (``--store``, else ``features/``) unless only ``--print-config``
-    was asked for without ``--store``."""
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """The config named by ``--config`` and ``--set``, checked against the store (``--store``,
+    else ``features/``) unless only ``--print-config`` was asked for without ``--store``."""
     store = getattr(args, "store", None)  # a verb without --store reads no store
     if store is None and not args.print_config and hasattr(args, "store"):
         store = args.store = DEFAULT_STORE
@@ -106,41 +162,29 @@ def config_from_args(args: argparse.Namespace):
     return load_config(path, overrides=args.overrides, store=names)
 
 
-# --------------------------------------------------------------------- score
-def add_score(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_score,
-        help="score challenge-format predictions against ground truth (both protocols)",
-    )
-    p.add_argument(
-        "ground_truth_dir",
-        type=Path,
-        metavar="GROUND_TRUTH_DIR",
-        help="folder of the true Subject_<L>_Story_<S>.csv ratings (may hold every split)",
-    )
-    p.add_argument(
-        "prediction_dir",
-        type=Path,
-        metavar="PREDICTION_DIR",
-        help="folder of predicted Subject_<L>_Story_<S>.csv files (experiments export writes them)",
-    )
-    p.add_argument(
-        "--csv",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="also write session, listener, story, ccc to FILE",
-    )
-    p.add_argument(
-        "--split",
-        choices=["train", "val", "test"],
-        default=None,
-        help="score the stories of this official split (test: 3, 6, 7); default: the stories that "
-        "have predictions. Either way every listener of a scored story needs a prediction",
-    )
+def _check_store(store: str | None) -> str:
+    """``store`` (default ``features/``), refused unless it is a folder with shards."""
+    store = store or DEFAULT_STORE
+    build = f"`make features` (or `featurestore extract DATA_DIR --store {store}`)"
+    if not Path(store).is_dir():
+        raise UsageError(
+            f"feature store {store}: no such folder; build it with {build}, or pass its folder with --store"
+        )
+    if not Store(store).list_sessions():
+        raise UsageError(f"no shards in {store}; run {build} first")
+    return store
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
+    scheduler answers, Dask workers run other code than this process."""
+    from .data.dataset import DatasetError  # startup: see the imports above
+    from .executors.dask import WorkerCodeMismatch
+
+    return (DatasetError, ConnectionError, WorkerCodeMismatch)
+
+
+# --------------------------------------------------------------------- the verbs
 def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the
@@ -148,8 +192,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     The ground truth may hold every split: the stories scored are those with predictions (or
     --split's), and the sessions left out are listed. Exit 1 when the files of the scored
     stories do not pair up."""
-    # startup: see the imports above
-    from .evaluation.score_files import print_scores, score_folders
+    from .evaluation.score_files import print_scores, score_folders  # startup: see above
 
     try:
         scored = score_folders(args.ground_truth_dir, args.prediction_dir, args.split)
@@ -164,65 +207,75 @@ def cmd_score(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --------------------------------------------------------------------- sweep / ablate / export
-def _store_and_tracking(p: argparse.ArgumentParser) -> None:
-    _store_option(p)
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI (default: the config's tracking.uri, mlruns/ -> sqlite:///mlruns/mlflow.db)",
-    )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
-    )
-    p.add_argument(
-        "--executor", choices=["local", "dask"], default="local", help="where configurations run"
-    )
-    p.add_argument(
-        "--scheduler",
-        default=None,
-        help="address of an existing Dask scheduler (with --executor dask)",
-    )
-    p.add_argument(
-        "--no-resume",
-        "--rerun",
-        dest="resume",
-        action="store_false",
-        help="run every configuration again, even those with a finished run by the same code on the same store",
-    )
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run the config's grid, or its Optuna search (search.method: optuna), on a feature store and
+    log every configuration to MLflow as a child run of one parent run; print each track's best
+    configurations on the selection split and its choice. Exit 1 when a configuration failed."""
+    from .studies.sweep import run_sweep  # startup: see the imports above
+
+    store = _check_store(args.store)
+    try:
+        res = run_sweep(args.cfg, store=store, **_sweep_options(args))
+    except user_errors() as e:
+        raise UsageError(str(e)) from e
+    return _print_sweep(res)
 
 
-def _store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store",
-        default=None,
-        metavar="DIR",
-        help="feature store folder (default: features/); the config's target and channels are "
-        "checked against it before anything runs",
+def _sweep_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`~experiments.studies.sweep.run_sweep` the options give."""
+    return _kw(args, "executor", "scheduler", "tracking_uri", "jobs", "resume")
+
+
+def _kw(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options ``names`` as keyword arguments."""
+    return {name: getattr(args, name) for name in names}
+
+
+def _print_sweep(res: SweepResult) -> int:
+    """Print what a sweep did: counts, each track's best five on the selection split, each
+    track's choice (per target, then combined, with several), the runs; EXIT_FAILED if any failed."""
+    t = res.table
+    done, reused = ((t.status == s).sum() if not t.empty else 0 for s in ("done", "reused"))
+    print(
+        f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
+    _print_best(res)
+    print(_choices(res), end="")
+    if study := getattr(res, "study_name", ""):
+        print(f"optuna study {study} in {res.storage}: {len(res.trials)} trials")  # type: ignore[attr-defined]
+    per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
+    print(
+        f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child "
+        f"{res.best_run_id} (per track: {per_track})"
+    )
+    for label, err in res.failed:
+        print(f"  FAILED {label}: {err}", file=sys.stderr)
+    return EXIT_FAILED if res.n_failed else EXIT_OK
 
 
-def _check_store(store: str) -> None:
-    if not Path(store).is_dir():
-        raise UsageError(
-            f"feature store {store}: no such folder; build it with `make features` (or "
-            f"`featurestore extract DATA_DIR --store {store}`), or pass its folder with --store"
-        )
-    if not Store(store).list_sessions():
-        raise UsageError(
-            f"no shards in {store}; run `make features` (or `featurestore extract DATA_DIR --store {store}`) first"
-        )
-
-
-def _print_sweep(res) -> int:
+def _print_best(res: SweepResult) -> None:
+    """Each track's best five on the selection split (test numbers are for the choices only)."""
     import pandas as pd  # startup: see the imports above
 
-    # startup, as pandas: these modules import pandas and numpy
+    from .config.metrics import get_metric  # startup, as pandas
     from .config.tracks import candidates
-    from .studies.unseen import nested_unseen
+
+    t, ascending = res.table, not get_metric(res.metric).higher_is_better
+    for track, metric in res.selection_metrics.items():
+        if t.empty or metric not in t or "track" not in t:
+            continue
+        ok = t[(t.status != "failed") & t.track.isin(candidates(track))]
+        top = ok.sort_values(metric, ascending=ascending).head(5)
+        if not top.empty:
+            print(f"\n{track} track, best 5 on {metric} (the selection split):")
+            cols = [c for c in ("label", "track", metric) if c in t]
+            with pd.option_context("display.width", 200, "display.max_colwidth", 80):
+                print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _choices(res: SweepResult) -> str:
+    """Each track's choice as Markdown: of each target, then combined, with several targets."""
+    from .studies.unseen import nested_unseen  # startup: see the imports above
     from .tracking.summary import (
         combined_markdown,
         combined_summary,
@@ -230,171 +283,46 @@ def _print_sweep(res) -> int:
         track_summary,
     )
 
-    t = res.table
-    done = int((t.status == "done").sum()) if not t.empty else 0
-    reused = int((t.status == "reused").sum()) if not t.empty else 0
-    print(
-        f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
-    )
-    protocol = res.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
-    for track, metric in res.selection_metrics.items():
-        if t.empty or metric not in t or "track" not in t:
-            continue
-        # the selection split only: test numbers are printed for each track's choice, below
-        cols = [c for c in ["label", "track", metric] if c in t]
-        top = (
-            t[(t.status != "failed") & t.track.isin(candidates(track))]
-            .sort_values(metric, ascending=False)
-            .head(5)
-        )
-        if top.empty:
-            continue
-        print(f"\n{track} track, best 5 on {metric} (the selection split):")
-        with pd.option_context("display.width", 200, "display.max_colwidth", 80):
-            print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    targets = list(getattr(res, "best_run_ids_by_target", {}))
-    if len(targets) > 1:  # several targets: each one's choice, then their mean
-        nested = res.unseen_selection == "nested"  # each target's own nested choices
-        summaries = {
-            target: track_summary(
-                part := t[t["target"] == target],
-                protocol,
-                res.unseen_selection,
-                nested_unseen(part, protocol, per_feature_set=False) if nested else None,
-            )
-            for target in targets
-        }
-        for target, summary in summaries.items():
-            print(f"\ntarget {target}:\n\n{summary_markdown(summary)}")
-        print(combined_markdown(targets, combined_summary(summaries)))
-    elif not (summary := track_summary(t, protocol, res.unseen_selection, res.nested_unseen)).empty:
-        print()
-        print(summary_markdown(summary))
-    if getattr(res, "study_name", ""):
-        print(f"optuna study {res.study_name} in {res.storage}: {len(res.trials)} trials")
-    per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
-    print(
-        f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child {res.best_run_id} "
-        f"(per track: {per_track})"
-    )
-    for label, err in res.failed:
-        print(f"  FAILED {label}: {err}", file=sys.stderr)
-    return EXIT_FAILED if res.n_failed else EXIT_OK
-
-
-def add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_sweep,
-        help="run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow",
-    )
-    add_config_options(p)
-    _store_and_tracking(p)
-
-
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from .studies.distributed import run_sweep_dask  # startup: see the imports above
-    from .studies.search import run_search
-    from .studies.sweep import SweepResult, run_sweep
-
-    _check_store(args.store)
-    run: Callable[..., SweepResult]
-    if args.cfg.search.method == "optuna":
-        if args.executor == "dask":
-            raise UsageError(
-                "an Optuna search (search.method: optuna) runs its trials with the local executor: "
-                "use --executor local --jobs N"
-            )
-        run = run_search
-    elif args.executor == "dask":
-        run = run_sweep_dask
-    else:
-        run = run_sweep
-    kw = {"scheduler": args.scheduler} if args.executor == "dask" else {}
-    try:
-        res = run(
-            args.cfg,
-            store=args.store,
-            tracking_uri=args.tracking_uri,
-            jobs=args.jobs,
-            resume=args.resume,
-            **kw,
-        )
-    except user_errors() as e:
-        raise UsageError(str(e)) from e
-    return _print_sweep(res)
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-    scheduler answers, Dask workers run other code than this process."""
-    from .data.dataset import DatasetError  # startup: see the imports above
-    from .executors.dask import WorkerCodeMismatch
-
-    return (DatasetError, ConnectionError, WorkerCodeMismatch)
-
-
-def add_ablate(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_ablate,
-        help="speaker / listener / both table -> reports/ablation.{md,csv,png}",
-    )
-    add_config_options(p, default="ablation")
-    _store_and_tracking(p)
-    p.add_argument(
-        "--out",
-        default="reports",
-        help="folder for ablation.md, .csv, .png, ablation_comparisons.csv, ablation_unseen.csv "
-        "(default: reports/)",
-    )
+    t, protocol = res.table, res.selection_metric.split(".", 1)[0]  # the selection split
+    targets = list(res.best_run_ids_by_target)
+    if len(targets) <= 1:
+        summary = track_summary(t, protocol, res.unseen_selection, res.nested_unseen)
+        return "" if summary.empty else f"\n{summary_markdown(summary)}\n"
+    summaries = {}
+    for target in targets:  # each target's own nested choices
+        part = t[t["target"] == target]
+        nested = res.unseen_selection == "nested"
+        chosen = nested_unseen(part, protocol, False, res.metric) if nested else None
+        summaries[target] = track_summary(part, protocol, res.unseen_selection, chosen)
+    text = "".join(f"\ntarget {k}:\n\n{summary_markdown(v)}\n" for k, v in summaries.items())
+    return text + combined_markdown(targets, combined_summary(summaries)) + "\n"
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
+    """Sweep every feature set of the config (default: the packaged ablation config) and write the
+    ablation report: each feature set's chosen configuration per track with its validation and test
+    CCC, intervals, chance levels and paired comparisons (docs/outputs.md says what each file
+    holds). Exit 1 when a configuration failed."""
     from .studies.ablation import ablate  # startup: see the imports above
 
-    _check_store(args.store)
+    store = _check_store(args.store)
     try:
-        df, res = ablate(
-            args.cfg,
-            store=args.store,
-            tracking_uri=args.tracking_uri,
-            jobs=args.jobs,
-            out_dir=args.out,
-            executor=args.executor,
-            scheduler=args.scheduler,
-            resume=args.resume,
-        )
+        _, res = ablate(args.cfg, store=store, out_dir=args.out, **_sweep_options(args))
     except user_errors() as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
-    print()
-    print((Path(args.out) / "ablation.md").read_text())
-    names = ["ablation.md", "ablation.csv", "ablation_comparisons.csv", "ablation_unseen.csv"]
-    written = [
-        Path(args.out) / n for n in [*names, "ablation.png"] if (Path(args.out) / n).exists()
-    ]
+    out = Path(args.out)
+    print(f"\n{(out / 'ablation.md').read_text()}")
+    names = ("ablation.md", "ablation.csv", "ablation_comparisons.csv", "ablation_unseen.csv")
+    written = [out / n for n in (*names, "ablation.png") if (out / n).exists()]
     print(f"written: {', '.join(map(str, written))} (docs/outputs.md says what each holds)")
     return code
 
 
-def add_export(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(sub, cmd_export, help="write a run's predictions in challenge format")
-    p.add_argument(
-        "run_id",
-        help="MLflow run id of one configuration (a child run; the UI and the sweep print them)",
-    )
-    p.add_argument(
-        "--split",
-        choices=["val", "test", "loso", "test_unseen"],
-        required=True,
-        help="which predictions (test_unseen: listeners left out of training, generalized track)",
-    )
-    p.add_argument("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
-
-
 def cmd_export(args: argparse.Namespace) -> int:
+    """Write a configuration's predictions of one split as challenge-format CSV files
+    (Subject_<L>_Story_<S>.csv, header `valence`, one row per label frame), as `experiments score`
+    reads them. Exit 1 when the run has none for the split."""
     from .tracking.tracker import export_predictions  # startup: see the imports above
 
     try:
@@ -406,38 +334,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --------------------------------------------------------------------- explain
-def add_explain(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_explain,
-        help="permutation importance of a run's channels and columns -> reports/importance_<set>_<track>.{csv,png}",
-    )
-    p.add_argument("run_id", metavar="RUN_ID", help="a configuration's child run")
-    p.add_argument("--store", default="features", help="feature store folder (default: features/)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: mlruns/)")
-    p.add_argument(
-        "--levels",
-        nargs="+",
-        choices=["channel", "column", "stat"],
-        default=["channel", "column"],
-        help="feature groups to permute: a role/channel, one column, one window statistic "
-        "(default: channel column)",
-    )
-    p.add_argument("--repeats", type=int, default=5, help="random lags per session (default: 5)")
-    p.add_argument("--split", choices=["test", "val"], default="test", help="scored split")
-    p.add_argument(
-        "--track",
-        choices=["personalized", "generalized"],
-        default=None,
-        help="whose averaging (default: the configuration's own track)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the lags (default: 0)")
-    p.add_argument(
-        "--out", default="reports", help="folder for the importance files (default: reports/)"
-    )
-
-
 def cmd_explain(args: argparse.Namespace) -> int:
     """Refit the run's configuration on the training stories (deterministically, as the sweep
     did), then move each channel's, column's or window statistic's features in time on the test
@@ -447,21 +343,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     logs them to the run. Exit 1 when the run cannot be explained (the message says why)."""
     from .studies.explain import ExplainError, explain_run  # startup: see the imports above
 
-    _check_store(args.store)
+    store = _check_store(args.store)
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     try:
-        e = explain_run(
-            args.run_id,
-            store=args.store,
-            tracking_uri=args.tracking_uri,
-            out_dir=args.out,
-            levels=args.levels,
-            repeats=args.repeats,
-            split=args.split,
-            track=args.track,
-            seed=args.seed,
-        )
+        options = _kw(args, "tracking_uri", "levels", "repeats", "split", "track", "seed")
+        e = explain_run(args.run_id, store=store, out_dir=args.out, **options)
     except ExplainError as err:
         print(f"experiments explain: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -469,40 +356,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
     print(e.summary())
     return EXIT_OK
-
-
-# --------------------------------------------------------------------- agreement
-def add_agreement(sub: argparse._SubParsersAction) -> None:
-    p = add_verb(
-        sub,
-        cmd_agreement,
-        help="CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
-    )
-    add_config_options(p, default="ablation")
-    _store_option(p)
-    p.add_argument(
-        "--targets",
-        nargs=2,
-        metavar=("A", "B"),
-        default=None,
-        help="compare these two label targets (default: valence_self vs every other target)",
-    )
-    p.add_argument(
-        "--feature-set",
-        default=None,
-        help="feature set of the cross-target model (default: the config's largest set the sessions have)",
-    )
-    p.add_argument(
-        "--no-cross", action="store_true", help="skip the cross-target table (no model is trained)"
-    )
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI (default: the config's tracking.uri)",
-    )
-    p.add_argument(
-        "--out", default="reports", help="folder for agreement.md/.csv/.png (default: reports/)"
-    )
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
@@ -513,17 +366,10 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     from .data.dataset import DatasetError  # startup: see the imports above
     from .studies.agreement import AgreementError, agreement
 
-    _check_store(args.store)
+    store = _check_store(args.store)
     try:
-        res = agreement(
-            args.cfg,
-            store=args.store,
-            targets=args.targets,
-            out_dir=args.out,
-            tracking_uri=args.tracking_uri,
-            feature_set=args.feature_set,
-            cross=not args.no_cross,
-        )
+        options = _kw(args, "targets", "tracking_uri", "feature_set")
+        res = agreement(args.cfg, store=store, out_dir=args.out, cross=not args.no_cross, **options)
     except AgreementError as e:  # a target the store lacks: nothing to compare
         print(f"experiments agreement: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -534,20 +380,134 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --------------------------------------------------------------------- entry point
-#: one ``add_<verb>`` per verb; a new verb is one function pair and one entry here
-VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
-    add_sweep,
-    add_ablate,
-    add_export,
-    add_explain,
-    add_score,
-    add_agreement,
+def _out(files: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return _opt("--out", default="reports", help=f"folder for {files} (default: reports/)")
+
+
+#: the verbs, in ``--help``'s order (a verb is one ``cmd_<verb>`` and one entry here)
+VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
+    Verb(
+        cmd_sweep,
+        "run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow",
+        config="default",
+        shared=SWEEPING,
+    ),
+    Verb(
+        cmd_ablate,
+        "speaker / listener / both table -> reports/ablation.{md,csv,png}",
+        config="ablation",
+        shared=SWEEPING,
+        arguments=(_out("ablation.md, .csv, .png, ablation_comparisons.csv, ablation_unseen.csv"),),
+    ),
+    Verb(
+        cmd_export,
+        "write a run's predictions in challenge format",
+        shared=("tracking",),
+        arguments=(
+            _opt(
+                "run_id",
+                help="MLflow run id of one configuration (a child run; the UI and the sweep print them)",
+            ),
+            _opt(
+                "--split",
+                choices=["val", "test", "loso", "test_unseen"],
+                required=True,
+                help="which predictions (test_unseen: listeners left out of training, generalized track)",
+            ),
+            _opt("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files"),
+        ),
+    ),
+    Verb(
+        cmd_explain,
+        "permutation importance of a run's channels and columns -> reports/importance_<set>_<track>.{csv,png}",
+        shared=("store", "tracking"),
+        arguments=(
+            _opt("run_id", metavar="RUN_ID", help="a configuration's child run"),
+            _opt(
+                "--levels",
+                nargs="+",
+                choices=["channel", "column", "stat"],
+                default=["channel", "column"],
+                help="feature groups to permute: a role/channel, one column, one window statistic "
+                "(default: channel column)",
+            ),
+            _opt("--repeats", type=int, default=5, help="random lags per session (default: 5)"),
+            _opt("--split", choices=["test", "val"], default="test", help="scored split"),
+            _opt(
+                "--track",
+                choices=["personalized", "generalized"],
+                default=None,
+                help="whose averaging (default: the configuration's own track)",
+            ),
+            _opt("--seed", type=int, default=0, help="seed of the lags (default: 0)"),
+            _out("the importance files"),
+        ),
+    ),
+    Verb(
+        cmd_score,
+        "score challenge-format predictions against ground truth (both protocols)",
+        arguments=(
+            _opt(
+                "ground_truth_dir",
+                type=Path,
+                metavar="GROUND_TRUTH_DIR",
+                help="folder of the true Subject_<L>_Story_<S>.csv ratings (may hold every split)",
+            ),
+            _opt(
+                "prediction_dir",
+                type=Path,
+                metavar="PREDICTION_DIR",
+                help="folder of predicted Subject_<L>_Story_<S>.csv files (experiments export writes them)",
+            ),
+            _opt(
+                "--csv",
+                type=Path,
+                default=None,
+                metavar="FILE",
+                help="also write session, listener, story, ccc to FILE",
+            ),
+            _opt(
+                "--split",
+                choices=["train", "val", "test"],
+                default=None,
+                help="score the stories of this official split (test: 3, 6, 7); default: the stories "
+                "that have predictions. Either way every listener of a scored story needs a prediction",
+            ),
+        ),
+    ),
+    Verb(
+        cmd_agreement,
+        "CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
+        config="ablation",
+        shared=("store", "tracking"),
+        arguments=(
+            _opt(
+                "--targets",
+                nargs=2,
+                metavar=("A", "B"),
+                default=None,
+                help="compare these two label targets (default: valence_self vs every other target)",
+            ),
+            _opt(
+                "--feature-set",
+                default=None,
+                help="feature set of the cross-target model (default: the config's largest set the "
+                "sessions have)",
+            ),
+            _opt(
+                "--no-cross",
+                action="store_true",
+                help="skip the cross-target table (no model is trained)",
+            ),
+            _out("agreement.md/.csv/.png"),
+        ),
+    ),
     add_sessions,
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``experiments`` parser: one sub-parser per verb of :data:`VERBS`."""
     parser = argparse.ArgumentParser(
         prog="experiments",
         description="Sweep, score and export empathy-prediction experiments on a feature store.",
@@ -563,9 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
     terminate_as_interrupt()
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help / --version exit 0, usage errors exit 2
         return int(e.code or 0)
     try:

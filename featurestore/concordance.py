@@ -24,38 +24,52 @@ import numpy as np
 NAN_RULES = ("raise", "drop")
 
 
+def finite_pairs(
+    y_true: np.ndarray | Iterable[float],
+    y_pred: np.ndarray | Iterable[float],
+    nan: str = "raise",
+    name: str = "ccc",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two equally long float64 series with their non-finite pairs handled by the rule ``nan``:
+    ``"raise"`` (a ValueError naming the series and the first row) or ``"drop"`` (left out).
+
+    Raises:
+        ValueError: different lengths, empty input, an unknown rule, or (``raise``) NaN/inf.
+    """
+    if nan not in NAN_RULES:
+        raise ValueError(f"{name}: unknown NaN rule {nan!r}; use one of {', '.join(NAN_RULES)}")
+    t = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    p = np.asarray(y_pred, dtype=np.float64).reshape(-1)
+    if t.shape != p.shape:
+        raise ValueError(f"{name}: ground truth has {t.size} values but prediction has {p.size}")
+    if t.size == 0:
+        raise ValueError(f"{name}: empty input")
+    if nan == "drop":
+        ok = np.isfinite(t) & np.isfinite(p)
+        return t[ok], p[ok]
+    for what, a in (("ground truth", t), ("prediction", p)):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            raise ValueError(
+                f"{name}: {what} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})"
+            )
+    return t, p
+
+
 def ccc(
     y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float], nan: str = "raise"
 ) -> float:
     """Lin's concordance correlation coefficient of two equally long series, in [-1, 1].
 
-    ``nan``: ``"raise"`` (a NaN/inf value is a ValueError naming the series and the first row)
-    or ``"drop"`` (the pairs where either value is not finite are left out; NaN when fewer than
-    2 pairs remain: nothing to measure).
+    ``nan``: ``"raise"`` or ``"drop"`` (:func:`finite_pairs`); NaN when fewer than 2 pairs
+    remain after dropping (nothing to measure).
 
     Raises:
-        ValueError: different lengths, empty input, an unknown ``nan`` rule, or (``raise``)
-            NaN/inf values.
+        ValueError: as :func:`finite_pairs`.
     """
-    t = np.asarray(y_true, dtype=np.float64).reshape(-1)
-    p = np.asarray(y_pred, dtype=np.float64).reshape(-1)
-    if nan not in NAN_RULES:
-        raise ValueError(f"ccc: nan={nan!r}; use one of {', '.join(NAN_RULES)}")
-    if t.shape != p.shape:
-        raise ValueError(f"ccc: ground truth has {t.size} values but prediction has {p.size}")
-    if nan == "drop":
-        ok = np.isfinite(t) & np.isfinite(p)
-        if ok.sum() < 2:
-            return float("nan")
-        t, p = t[ok], p[ok]
-    if t.size == 0:
-        raise ValueError("ccc: empty input")
-    for name, a in (("ground truth", t), ("prediction", p)):
-        bad = ~np.isfinite(a)
-        if bad.any():
-            raise ValueError(
-                f"ccc: {name} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})"
-            )
+    t, p = finite_pairs(y_true, y_pred, nan)
+    if t.size < 2 and nan == "drop":
+        return float("nan")
     return _ccc(t, p)
 
 

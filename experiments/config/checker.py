@@ -1,12 +1,6 @@
-"""The value checks of the config validator, and its error list.
-
-A :class:`Checker` turns each problem into a :class:`ConfigError` that names where the value
-came from (the file and the line of the key, or the ``--set`` option), the key path as it is
-written (``models[0].alpha``), what was expected and, for a misspelt key or value, the nearest
-valid one (:func:`suggest`). Problems are collected, not raised one at a time: an unknown key is
-noted and skipped, a section that fails is noted and left at its default
-(:meth:`Checker.attempt`), and :meth:`Checker.raise_errors` raises them all in one error, in the
-order of their lines.
+"""The value checks of the config validator, and its error list: each problem a
+:class:`ConfigError` naming the file and line (or ``--set`` option), the key path, what was
+expected and the nearest valid name; collected, then raised at once in the order of their lines.
 
 >>> c = Checker("exp.yaml", {}, {"window": 2, "window.algin": 3, "window.lenghts_s": 4})
 >>> c.mapping("window", {"algin": "causal", "lenghts_s": [[4]], "delay_s": [0]}, ["align", "lengths_s", "delay_s"])
@@ -22,23 +16,18 @@ featurestore.overrides.ConfigError: 2 problems in exp.yaml:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from featurestore.overrides import ConfigError
 
+from .choices import suggest
 from .grid import format_value
 from .schema import RANGE_KEYS, Range, is_number
 
 T = TypeVar("T")
-
-
-def suggest(word: Any, valid: Iterable[Any]) -> str:
-    """``"; did you mean 'x'?"`` for the valid name nearest ``word`` (difflib), else ``"; valid: a, b"``."""
-    valid = [str(v) for v in valid]
-    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
 
 
 class Checker:
@@ -133,6 +122,30 @@ class Checker:
         if isinstance(value, dict):
             raise self.fail(key, f"expected a value or a list of values, got a mapping {value!r}")
         return [value]
+
+    def integer(self, key: str, value: Any, minimum: int | None = None, none: bool = False) -> Any:
+        """An integer (``>= minimum``; or None when ``none``)."""
+        if value is None and none:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < (minimum or -math.inf):
+            floor = "" if minimum is None else f" >= {minimum}"
+            raise self.fail(
+                key, f"expected an integer{floor}{' or null' if none else ''}, got {value!r}"
+            )
+        return value
+
+    def name(self, key: str, value: Any) -> str:
+        """A name, checked where it is used (an executor: a layer above the config's)."""
+        if not isinstance(value, str) or not value.isidentifier():
+            raise self.fail(key, f"expected a name such as local or dask, got {value!r}")
+        return value
+
+    def one(self, key: str, value: Any, valid: Iterable[str]) -> str:
+        """One of ``valid`` (a list is refused)."""
+        valid = list(valid)
+        if isinstance(value, list):
+            raise self.fail(key, f"expected one of {', '.join(valid)}, not a list {value!r}")
+        return self.enum_list(key, value, valid)[0]
 
     def enum_list(self, key: str, value: Any, valid: Sequence[str]) -> list[str]:
         out = []

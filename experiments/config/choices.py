@@ -1,7 +1,5 @@
-"""Checking a name against its valid choices, with the nearest valid one suggested.
-
-The estimator factory, the personalization strategies and the post-processing refuse an
-unknown name the same way (the config validator has its own messages, with file and line):
+"""Checking a name against its valid choices, with the nearest valid one suggested, and the
+registries of named specs (models, metrics, executors) built on it.
 
 >>> check_choice("rescale mode", "trian", ("none", "train", "bias"))
 Traceback (most recent call last):
@@ -12,7 +10,15 @@ ValueError: unknown rescale mode 'trian' (did you mean 'train'?); valid: none, t
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+
+def suggest(word: Any, valid: Iterable[Any]) -> str:
+    """``"; did you mean 'x'?"`` for the valid name nearest ``word`` (difflib), else ``"; valid: a, b"``."""
+    valid = [str(v) for v in valid]
+    close = difflib.get_close_matches(str(word), valid, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
 
 
 def check_choice(kind: str, value: str, valid: Sequence[str], context: str = "") -> None:
@@ -25,3 +31,43 @@ def check_choice(kind: str, value: str, valid: Sequence[str], context: str = "")
     raise ValueError(
         f"unknown {kind} {value!r}{context}{hint}; valid: {', '.join(map(str, valid)) or '(none)'}"
     )
+
+
+class Named(Protocol):
+    """A spec registered by its ``name``."""
+
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=Named)
+
+
+class Registry(Generic[S]):
+    """The specs of one ``kind`` by name, in the order they were registered."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._specs: dict[str, S] = {}
+
+    def register(self, spec: S) -> S:
+        """Make ``spec`` available by its name (replacing one of that name); returns it."""
+        self._specs[spec.name] = spec
+        return spec
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (a test's own spec, once it has used it)."""
+        self._specs.pop(name, None)
+
+    def get(self, name: str) -> S:
+        """The spec registered as ``name``.
+
+        Raises:
+            ValueError: none (the message suggests the nearest name and lists them all).
+        """
+        check_choice(self.kind, name, sorted(self._specs))
+        return self._specs[name]
+
+    def all(self) -> dict[str, S]:
+        """Name -> spec of every one registered, in order."""
+        return dict(self._specs)

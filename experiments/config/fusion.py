@@ -1,29 +1,20 @@
-"""The config's ``fusion`` section: late fusion of feature sets, beside early fusion.
-
-Early fusion is a feature set that lists several roles' channels (``both``); late fusion
-(``fusion: {method: late, members: [speaker, listener]}``) takes each member feature set's
-chosen configuration per track from the same sweep, and blends their predictions with weights
-fitted on the training stories' out-of-fold predictions (:mod:`experiments.evaluation.fusion`).
-``experiments ablate`` reports it as the row :data:`FUSED_SET`.
+"""The config's ``fusion`` section: late fusion (a blend of each member feature set's chosen
+configuration, fitted on the training stories' out-of-fold predictions:
+:mod:`experiments.evaluation.fusion`) beside early fusion (a set listing several roles'
+channels); ``experiments ablate`` reports it as the row :data:`FUSED_SET`.
 
 >>> fusion_config({"method": "late", "members": ["speaker", "listener"]}, ["speaker", "listener"], "val", ValueError)
 FusionConfig(method='late', members=['speaker', 'listener'], blend='nnls', alpha=0.01)
->>> def fail(key, msg):
-...     return ValueError(f"{key}: {msg}")
->>> fusion_config({"method": "late", "members": ["speaker"]}, ["speaker", "listener"], "val", fail)
-Traceback (most recent call last):
-...
-ValueError: fusion.members: expected at least two feature sets to blend, e.g. [speaker, listener]; got ['speaker']
 """
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .choices import suggest
 from .options import BLENDS, FUSION_METHODS, ConfigWarning
 
 #: the name of late fusion's row in the ablation table (beside the feature sets)
@@ -55,11 +46,6 @@ class FusionConfig:
         }
 
 
-def _suggest(word: Any, valid: Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(word), list(valid), n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
-
-
 def fusion_config(
     value: Any,
     swept: Sequence[str],
@@ -67,80 +53,45 @@ def fusion_config(
     fail: Callable[[str, str], Exception],
     defined: Sequence[str] | None = None,
 ) -> FusionConfig:
-    """Check the ``fusion`` mapping against the swept feature sets ``swept`` (the config's
-    ``feature_set``) and the ``protocol``; ``fail(key, message)`` makes the error to raise.
-    ``defined``: every feature set the config defines (default: ``swept``). A member that is
-    defined but not swept (an ablation narrowed with ``--set feature_set=[listener]``), or a
-    protocol other than ``val``, turns fusion off with a :class:`ConfigWarning` that says why,
-    instead of failing the whole config.
+    """The ``fusion`` mapping checked against the swept feature sets ``swept``, those ``defined``
+    (default: ``swept``) and the ``protocol``; ``fail(key, message)`` makes the error. A member
+    defined but not swept, or a protocol other than ``val``, turns fusion off with a
+    :class:`ConfigWarning` that says why.
 
     Raises:
-        the error of ``fail``: an unknown key, method or blend; fewer than two members, a member
-        that is no feature set at all, a member twice; ``alpha`` not a number >= 0; a protocol other than
-        ``val``; a feature set named like the fused row.
+        ``fail``'s error: an unknown key, method or blend; fewer than two members, one that is no
+        feature set, one twice; ``alpha`` not a number >= 0; a feature set named like the fused row.
     """
     if value is None or value is False:  # off, as `importance: false` is
         return FusionConfig()
     if not isinstance(value, dict):
-        raise fail(
-            "fusion",
-            f"expected a mapping {{method: late, members: [...]}} or false (off), got {value!r}",
-        )
+        expected = "expected a mapping {method: late, members: [...]} or false (off)"
+        raise fail("fusion", f"{expected}, got {value!r}")
     allowed = ["method", "members", "blend", "alpha"]
-    for k in value:
-        if k not in allowed:
-            raise fail(f"fusion.{k}", f"unknown key{_suggest(k, allowed)}")
+    for k in [k for k in value if k not in allowed]:
+        raise fail(f"fusion.{k}", f"unknown key{suggest(k, allowed)}")
     method = value.get("method", "late")
     if method in ("none", None, False):
         return FusionConfig()
     if method not in FUSION_METHODS:
-        hint = (
-            "; early fusion is a feature set listing both roles' channels (e.g. both)"
-            if method == "early"
-            else _suggest(method, FUSION_METHODS)
-        )
+        early = "; early fusion is a feature set listing both roles' channels (e.g. both)"
+        hint = early if method == "early" else suggest(method, FUSION_METHODS)
         raise fail(
             "fusion.method", f"{method!r} is not one of none, {', '.join(FUSION_METHODS)}{hint}"
         )
-    members = value.get("members")
-    if not isinstance(members, list) or len(members) < 2:
-        raise fail(
-            "fusion.members",
-            f"expected at least two feature sets to blend, e.g. [speaker, listener]; got {members!r}",
-        )
-    known = list(defined) if defined is not None else list(swept)
-    for m in members:
-        if m not in known:
-            raise fail(
-                "fusion.members",
-                f"{m!r} is not a feature set (feature_sets: {', '.join(known)}){_suggest(m, known)}",
-            )
-    if len(set(members)) != len(members):
-        raise fail("fusion.members", f"a feature set is listed twice in {members}")
-    if FUSED_SET in swept:
-        raise fail(
-            "feature_sets", f"{FUSED_SET!r} names the late-fusion row; rename that feature set"
-        )
+    members = _members(
+        value.get("members"), swept, list(swept if defined is None else defined), fail
+    )
     blend = value.get("blend", "nnls")
     if blend not in BLENDS:
         raise fail(
-            "fusion.blend", f"{blend!r} is not one of {', '.join(BLENDS)}{_suggest(blend, BLENDS)}"
+            "fusion.blend", f"{blend!r} is not one of {', '.join(BLENDS)}{suggest(blend, BLENDS)}"
         )
     alpha = value.get("alpha", FusionConfig.alpha)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha >= 0:
-        raise fail(
-            "fusion.alpha", f"expected a number >= 0 (the ridge penalty per frame), got {alpha!r}"
-        )
-    off = [m for m in members if m not in swept]
-    why = (
-        f"member {', '.join(map(repr, off))} is not swept (feature_set: {', '.join(swept)})"
-        if off
-        else f"protocol {protocol}: the blend is fitted on the training stories' out-of-fold "
-        "predictions and applied to validation and test, which needs protocol val"
-        if protocol != "val"
-        else ""
-    )
-    if why:
+        expected = "expected a number >= 0 (the ridge penalty per frame)"
+        raise fail("fusion.alpha", f"{expected}, got {alpha!r}")
+    if why := _off(members, swept, protocol):
         warnings.warn(
             f"late fusion off: {why}; sweep every member under protocol val to get the row "
             "(or set fusion.method=none to silence this)",
@@ -148,4 +99,37 @@ def fusion_config(
             stacklevel=2,
         )
         return FusionConfig()
-    return FusionConfig("late", [str(m) for m in members], str(blend), float(alpha))
+    return FusionConfig("late", members, str(blend), float(alpha))
+
+
+def _members(
+    members: Any, swept: Sequence[str], known: list[str], fail: Callable[[str, str], Exception]
+) -> list[str]:
+    """``fusion.members``: two or more feature sets the config defines, each once; and no swept
+    set named like the fused row."""
+    if not isinstance(members, list) or len(members) < 2:
+        example = "expected at least two feature sets to blend, e.g. [speaker, listener]"
+        raise fail("fusion.members", f"{example}; got {members!r}")
+    for m in [m for m in members if m not in known]:
+        known_sets = f"(feature_sets: {', '.join(known)}){suggest(m, known)}"
+        raise fail("fusion.members", f"{m!r} is not a feature set {known_sets}")
+    if len(set(members)) != len(members):
+        raise fail("fusion.members", f"a feature set is listed twice in {members}")
+    if FUSED_SET in swept:
+        raise fail(
+            "feature_sets", f"{FUSED_SET!r} names the late-fusion row; rename that feature set"
+        )
+    return [str(m) for m in members]
+
+
+def _off(members: list[str], swept: Sequence[str], protocol: str) -> str:
+    """Why late fusion is off for this sweep (a member not swept; a protocol other than ``val``,
+    the blend being fitted on out-of-fold training predictions), or ""."""
+    if off := [m for m in members if m not in swept]:
+        return f"member {', '.join(map(repr, off))} is not swept (feature_set: {', '.join(swept)})"
+    if protocol != "val":
+        return (
+            f"protocol {protocol}: the blend is fitted on the training stories' out-of-fold "
+            "predictions and applied to validation and test, which needs protocol val"
+        )
+    return ""

@@ -1,14 +1,7 @@
-"""The configurations of a config: :class:`Trial` (one child run each) and the grid's expansion.
+"""The configurations of a config: :class:`Trial` (one child run each) and the grid's expansion
+(:func:`expand`: every list an axis, a model's ``only`` narrowing them for that model).
 
-Every list of a config is an axis; :func:`expand` crosses them into trials, grouped by
-:class:`WindowKey` (the windowed features are computed once per key), a model's ``only``
-narrowing the axes for that model (:func:`model_axes`)::
-
-    models:
-      - {name: ridge, alpha: [1, 100]}
-      - {name: svr, C: [1], only: {window.lengths_s: [[2, 8]], personalization: [global]}}
-
->>> trials = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))
+>>> trials = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))
 >>> len(trials), trials[0].params()["window.lengths_s"], trials[0].track
 (48, '4', 'generalized')
 """
@@ -26,13 +19,13 @@ import yaml
 from featurestore.overrides import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
-from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS, SESSION_POSITION_MODELS
-from .schema import ExperimentConfig, ModelSpec, Range, config_hash, has_ranges
+from .models import model_spec
+from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS
+from .schema import ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
 from .tracks import track_of
 
 #: params derived from the others and from the store (:meth:`Trial.params`), left out of
-#: :meth:`Trial.hash` so that runs logged before they existed still resume (and a
-#: configuration's hash does not depend on which store it is counted on)
+#: :meth:`Trial.hash`: a configuration's hash does not depend on which store it is counted on
 DERIVED_PARAMS = ("causal", "lookahead_s", "features.lookahead_s")
 
 
@@ -44,17 +37,12 @@ def lookahead_frames(
     smooth_method: str = "",
     fps: float = LABEL_FPS,
 ) -> float:
-    """How many label frames after frame t the prediction at t reads through its windows and
-    smoothing (``inf``: the whole session); the channels' own reads beyond each frame are
-    :attr:`Trial.channel_lookahead_s`.
-
-    A window of ``L`` s (``w = round(L * fps)`` frames, at least 1) positioned at ``t - delay``
-    ends at ``t - delay + w // 2`` (``centred``) or ``t - delay`` (``causal``), as
-    :func:`experiments.windowing.stats.window_bounds` places it; a centred smoothing of ``s``
-    seconds (moving average, median) reads ``round(s * fps) // 2`` predictions ahead, each of
-    which reads its windows' frames; the zero-phase Butterworth filter reads the whole
-    session; ``trailing`` and ``causal_butterworth`` read none. The result may be negative (a
-    delay longer than the look-ahead): the prediction is then known that many frames early.
+    """How many label frames after frame t the prediction at t reads through its windows (a window of
+    ``L`` s at ``t - delay`` ends ``w // 2`` frames later when ``centred``, at it when ``causal``)
+    and its smoothing (a centred one of ``s`` s reads ``round(s * fps) // 2`` predictions ahead; the
+    zero-phase Butterworth the whole session: ``inf``; ``trailing`` and ``causal_butterworth``
+    none); negative when the delay is longer (known that many frames early). The channels' own
+    reads are :attr:`Trial.channel_lookahead_s`; docs/config.md, Future frames.
     """
     d = int(round(float(delay_s) * fps))
     ahead = max(
@@ -122,11 +110,13 @@ class Trial:
     unseen_nested: bool = False
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
-    #: how a split's CCC is averaged (``CCC_AVERAGINGS``)
+    #: the metric scored and chosen by (:mod:`experiments.config.metrics`), and how a split's
+    #: values of it are averaged (``CCC_AVERAGINGS``)
+    metric: str = "ccc"
     ccc_averaging: str = "sessions"
-    #: the labels trained and scored on (``gold_standard``; "" = the stored labels), e.g.
-    #: ``ewe,align_lags,max_lag_s=5``: in params and the hash only when not the stored labels
-    gold_standard: str = ""
+    #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
+    #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
+    gold_standard: str = "stored"
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False
     #: seconds after a label frame that its channels read of the source (extraction plus
@@ -145,7 +135,7 @@ class Trial:
         """Seconds after frame t of the label frames the prediction at t reads (windows and
         smoothing, less the delay: :func:`lookahead_frames`); ``inf`` for the zero-phase
         Butterworth filter and the models that read the session's length."""
-        if self.model in SESSION_POSITION_MODELS:  # it reads the session's length
+        if model_spec(self.model).inputs == "position":  # it reads the session's length
             return math.inf
         return (
             lookahead_frames(
@@ -212,19 +202,15 @@ class Trial:
                 "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
             }
         )
-        if self.folds:  # only then: the hashes of the other protocols' configurations stay
-            p["folds"] = format_value(self.folds)
+        p["folds"] = format_value(self.folds)
+        p["metric"] = self.metric
         p["ccc_averaging"] = self.ccc_averaging
-        if self.gold_standard:  # only then: the hashes of stored-label configurations stay
-            p["gold_standard"] = self.gold_standard
+        p["gold_standard"] = self.gold_standard
         return p
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
-        params = self.params()
-        if params["ccc_averaging"] == "sessions":  # the hashes from before the choice stay
-            del params["ccc_averaging"]
-        return config_hash({k: v for k, v in params.items() if k not in DERIVED_PARAMS})
+        return config_hash({k: v for k, v in self.params().items() if k not in DERIVED_PARAMS})
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
@@ -233,14 +219,10 @@ class Trial:
         )
 
     def fit_key(self) -> Trial:
-        """The part of the trial that determines its fitted models: every field but the
-        post-processing (smoothing, rescaling) and the unseen-listener marks, so configurations
-        that differ only there share one set of fits (see
-        :func:`experiments.evaluation.evaluate.evaluate_trials`): the models without each
-        listener, which a generalized configuration marked for them needs, are fitted besides
-        the main and out-of-fold models that the group's configurations share (under nested
-        selection, a personalized configuration and its generalized twin once fitted those
-        twice)."""
+        """The part of the trial that determines its fitted models: every field but the post-processing
+        and the unseen-listener marks, so configurations that differ only there share one set of fits
+        (the models without each listener fitted besides, when one of them needs them).
+        """
         return replace(
             self,
             smooth_s=0.0,
@@ -275,15 +257,12 @@ class Trial:
 
 
 def gold_standard_text(gs: Any) -> str:
-    """A config's ``gold_standard`` as a trial param: "" for the stored labels (the default),
-    else e.g. ``mean,align_lags,max_lag_s=5``.
+    """A config's ``gold_standard`` as a trial param, e.g. ``stored`` or ``mean,align_lags,max_lag_s=5``.
 
     >>> from experiments.config.gold_standard import GoldStandard
     >>> gold_standard_text(GoldStandard()), gold_standard_text(GoldStandard("ewe", True, 3.0))
-    ('', 'ewe,align_lags,max_lag_s=3')
+    ('stored', 'ewe,align_lags,max_lag_s=3')
     """
-    if gs.method == "stored" and not gs.align_lags:
-        return ""
     parts = [gs.method]
     if gs.align_lags:
         parts += ["align_lags", f"max_lag_s={format_value(gs.max_lag_s)}"]
@@ -300,16 +279,14 @@ def _param_value(text: str) -> Any:
 
 
 def trial_from_params(params: Mapping[str, str]) -> Trial:
-    """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params).
-
-    Hyperparameters come back as numbers where their text is one (``format_value`` wrote
-    ``10.0`` as ``10``; the models take either). Check the result's :meth:`Trial.hash`
-    against the run's ``config_hash`` tag: equal, it is the configuration that ran.
+    """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params),
+    hyperparameters back as numbers where their text is one; its :meth:`Trial.hash` equals the
+    run's ``config_hash`` tag when it is the configuration that ran.
 
     Raises:
         KeyError: a param of :meth:`Trial.params` is missing (the message names it).
 
-    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelSpec("ridge", {"alpha": [1.0]})]))[5]
+    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))[5]
     >>> trial_from_params(t.params()).hash() == t.hash()
     True
     """
@@ -345,28 +322,25 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             seed=int(params["seed"]),
             splits=splits,
             fit_on=params["postprocess.fit_on"],
-            unseen_listener=params.get("unseen_listener") == "true",
-            folds=int(params.get("folds", 0)),
-            ccc_averaging=params.get("ccc_averaging", "sessions"),
-            gold_standard=params.get("gold_standard", ""),
-            channel_lookahead_s=_lookahead_param(params.get("features.lookahead_s")),
+            unseen_listener=params["unseen_listener"] == "true",
+            folds=int(params["folds"]),
+            metric=params["metric"],
+            ccc_averaging=params["ccc_averaging"],
+            gold_standard=params["gold_standard"],
+            channel_lookahead_s=None
+            if params["features.lookahead_s"] == "None"
+            else float(params["features.lookahead_s"]),
         )
     except KeyError as e:
-        raise KeyError(
-            f"run params lack {e.args[0]!r}: not a configuration's child run (or logged by older code)"
-        ) from None
-
-
-def _lookahead_param(text: str | None) -> float | None:
-    """A logged ``features.lookahead_s`` back as seconds; None when absent (a run logged before
-    it existed) or not counted (``None``)."""
-    return None if text in (None, "None") else float(text)
+        raise KeyError(f"run params lack {e.args[0]!r}: not a configuration's child run") from None
 
 
 T = TypeVar("T")
 
 #: a grid's axes: dotted config key -> its list of values (a grid has no ranges)
 GridAxes = dict[str, list[Any]]
+#: the axes that make a window key, in the order a grid is expanded
+WINDOW_AXES = ("feature_set", "window.lengths_s", "window.delay_s", "window.align")
 
 
 def listed(cfg: ExperimentConfig, key: str, axis: list[T] | Range) -> list[T]:
@@ -383,22 +357,65 @@ def listed(cfg: ExperimentConfig, key: str, axis: list[T] | Range) -> list[T]:
     return axis
 
 
-def _axis_values(cfg: ExperimentConfig) -> GridAxes:
+def config_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
+    """Each axis a configuration takes one value of (besides its model): the config's list
+    (window lengths as tuples), or a search's :class:`~.schema.Range`."""
+    w, p = cfg.window, cfg.postprocess
+
+    def values(v: Any) -> list[Any] | Range:
+        return v if isinstance(v, Range) else list(v)
+
+    lengths = w.lengths_s if isinstance(w.lengths_s, Range) else [tuple(x) for x in w.lengths_s]
     return {
         "feature_set": list(cfg.feature_set),
-        "window.lengths_s": [
-            tuple(x) for x in listed(cfg, "window.lengths_s", cfg.window.lengths_s)
-        ],
-        "window.delay_s": list(listed(cfg, "window.delay_s", cfg.window.delay_s)),
-        "window.align": list(cfg.window.align),
+        "window.lengths_s": lengths,
+        "window.delay_s": values(w.delay_s),
+        "window.align": list(w.align),
         "personalization": list(cfg.personalization),
-        "postprocess.smooth_s": list(listed(cfg, "postprocess.smooth_s", cfg.postprocess.smooth_s)),
-        "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
-        "postprocess.rescale": list(cfg.postprocess.rescale),
+        "postprocess.smooth_s": values(p.smooth_s),
+        "postprocess.smooth_method": list(p.smooth_method),
+        "postprocess.rescale": list(p.rescale),
     }
 
 
-def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> GridAxes:
+def _axis_values(cfg: ExperimentConfig) -> GridAxes:
+    return {k: listed(cfg, k, v) for k, v in config_axes(cfg).items()}
+
+
+def make_trial(
+    cfg: ExperimentConfig, axes: dict[str, Any], model: str, hyperparams: dict[str, Any]
+) -> Trial:
+    """The configuration of ``cfg`` with one value of each axis of :func:`config_axes`
+    (``axes``), ``model`` and its ``hyperparams``."""
+    return Trial(
+        feature_set=axes["feature_set"],
+        channels=tuple(cfg.feature_sets[axes["feature_set"]]),
+        lengths_s=tuple(float(x) for x in axes["window.lengths_s"]),
+        delay_s=float(axes["window.delay_s"]),
+        align=axes["window.align"],
+        stats=tuple(cfg.window.stats),
+        hop_s=cfg.window.train_hop_s,
+        model=model,
+        model_params=tuple(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in hyperparams.items()
+        ),
+        personalization=axes["personalization"],
+        smooth_s=float(axes["postprocess.smooth_s"]),
+        smooth_method=axes["postprocess.smooth_method"],
+        rescale=axes["postprocess.rescale"],
+        target=cfg.target,
+        protocol=cfg.protocol,
+        seed=cfg.seed,
+        splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()),
+        fit_on=cfg.postprocess.fit_on,
+        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
+        metric=cfg.metric,
+        ccc_averaging=cfg.ccc_averaging,
+        gold_standard=gold_standard_text(cfg.gold_standard),
+    )
+
+
+def model_axes(cfg: ExperimentConfig, spec: ModelGrid) -> GridAxes:
     """The grid axes for one model: the global values, narrowed by the model's ``only``.
 
     ``only`` keeps the grid values it lists; when it lists none of them (e.g. after
@@ -415,79 +432,41 @@ def model_axes(cfg: ExperimentConfig, spec: ModelSpec) -> GridAxes:
 
 
 def expand(cfg: ExperimentConfig) -> list[Trial]:
-    """Every configuration of the grid, grouped by window key (features computed once per key).
-
-    A model's ``only`` narrows the axes for that model (see :func:`model_axes`). With
-    ``smooth_s`` 0 there is nothing to smooth, so only the first smoothing method is kept for
-    it. Duplicates (same params) are dropped, keeping the first. With several targets the
-    grid is repeated for each, in the config's order.
+    """Every configuration of the grid, grouped by window key (features computed once per key), each
+    model's axes narrowed by its ``only`` (:func:`model_axes`); with ``smooth_s`` 0 only the first
+    smoothing method; duplicates dropped; with several targets the grid once per target.
 
     Raises:
-        ConfigError: ``cfg`` has ranges (an Optuna search space: see :mod:`experiments.studies.search`).
+        ConfigError: ``cfg`` has ranges (an Optuna search space: :mod:`experiments.studies.search`).
     """
     if has_ranges(cfg):
         raise ConfigError(
             f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
             "a grid lists values. Run it with experiments.studies.search.run_search (experiments sweep does)"
         )
-    glob = _axis_values(cfg)
-    per_model = [model_axes(cfg, spec) for spec in cfg.models]
-    hyper = [
-        {n: listed(cfg, f"models[{i}].{n}", v) for n, v in spec.params.items()}
-        for i, spec in enumerate(cfg.models)
-    ]
-    splits = tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items())
-    stats = tuple(cfg.window.stats)
-    out: list[Trial] = []
-    seen: set[str] = set()
-    window_axes = ("feature_set", "window.lengths_s", "window.delay_s", "window.align")
-    for key in itertools.product(*(glob[a] for a in window_axes)):
-        fs, lengths, delay, align = key
-        for spec, axes, grids in zip(cfg.models, per_model, hyper, strict=True):
-            if any(v not in axes[a] for a, v in zip(window_axes, key, strict=True)):
-                continue
-            names = list(grids)
-            methods = axes["postprocess.smooth_method"]
-            for values in itertools.product(*(grids[n] for n in names)):
-                hp = tuple(
-                    (n, tuple(v) if isinstance(v, list) else v)
-                    for n, v in zip(names, values, strict=True)
-                )
-                for pers, smooth, method, rescale in itertools.product(
-                    axes["personalization"],
-                    axes["postprocess.smooth_s"],
-                    methods,
-                    axes["postprocess.rescale"],
+    out: dict[str, Trial] = {}  # hash -> the first configuration of it
+    for i, spec in enumerate(cfg.models):
+        axes = model_axes(cfg, spec)
+        grids = {n: listed(cfg, f"models[{i}].{n}", v) for n, v in spec.params.items()}
+        first_method = axes["postprocess.smooth_method"][0]
+        for values in itertools.product(*grids.values()):
+            for point in itertools.product(*axes.values()):
+                at = dict(zip(axes, point, strict=True))
+                if (
+                    at["postprocess.smooth_s"] == 0
+                    and at["postprocess.smooth_method"] != first_method
                 ):
-                    if smooth == 0 and method != methods[0]:
-                        continue
-                    trial = Trial(
-                        feature_set=fs,
-                        channels=tuple(cfg.feature_sets[fs]),
-                        lengths_s=tuple(lengths),
-                        delay_s=delay,
-                        align=align,
-                        stats=stats,
-                        hop_s=cfg.window.train_hop_s,
-                        model=spec.name,
-                        model_params=hp,
-                        personalization=pers,
-                        smooth_s=smooth,
-                        smooth_method=method,
-                        rescale=rescale,
-                        target=cfg.target,
-                        protocol=cfg.protocol,
-                        seed=cfg.seed,
-                        splits=splits,
-                        fit_on=cfg.postprocess.fit_on,
-                        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
-                        ccc_averaging=cfg.ccc_averaging,
-                        gold_standard=gold_standard_text(cfg.gold_standard),
-                    )
-                    h = trial.hash()
-                    if h not in seen:
-                        seen.add(h)
-                        out.append(trial)
+                    continue  # nothing to smooth: the first method only
+                trial = make_trial(cfg, at, spec.name, dict(zip(grids, values, strict=True)))
+                out.setdefault(trial.hash(), trial)
+    # grouped by window key, in the grid's order (stable: each model's configurations in order)
+    keys = itertools.product(*(_axis_values(cfg)[a] for a in WINDOW_AXES))
+    order = {key: n for n, key in enumerate(keys)}
+    trials = sorted(
+        out.values(), key=lambda t: order[t.feature_set, t.lengths_s, t.delay_s, t.align]
+    )
     if len(cfg.all_targets()) > 1:  # the grid once per target, each trial named with its target
-        out = [replace(t, target=x, named_target=True) for x in cfg.all_targets() for t in out]
-    return out
+        trials = [
+            replace(t, target=x, named_target=True) for x in cfg.all_targets() for t in trials
+        ]
+    return trials

@@ -1,24 +1,10 @@
-"""Reading an experiment config: a YAML file (or a packaged name) plus ``--set`` overrides.
-
-This is the config's front door: :func:`load_config` reads the file, applies the overrides
-and validates the result (:mod:`experiments.config.validation`) into the typed config of
-:mod:`experiments.config.schema`, whose grid :mod:`experiments.config.grid` expands. The names a
-notebook needs are importable from here::
+"""Reading an experiment config: a YAML file (or a packaged name) plus ``--set`` overrides
+(dotted keys, YAML values, list items by index: ``models.0.alpha=[1, 10]``), validated into the
+typed config (:mod:`.validation`, :mod:`.schema`); every error names the file and line (or the
+``--set`` option) and the key path, and suggests the nearest valid key or value::
 
     from experiments.config import load_config, expand
-    cfg = load_config("experiments/configs/default.yaml", overrides=["window.delay_s=[2]"])
-    trials = expand(cfg)
-
-Overrides use dotted keys and YAML values, as on the command line (``--set``); list items
-are addressed by index (``models.0.alpha=[1, 10]``).
-
-With ``search: {method: optuna, ...}`` (see :class:`experiments.config.schema.SearchConfig`
-and :mod:`experiments.studies.search`) a model hyperparameter or a numeric window/postprocess axis
-may also be a :class:`Range` (``{low: 0.01, high: 10, log: true}``, ``{low: 1, high: 8, int:
-true}``); lists stay categorical choices. A range without ``search.method: optuna`` is an error.
-
-Errors are :class:`ConfigError`; each names the file and the line of the key (or the
-``--set`` option) and the key path (``window.align``), and suggests the nearest valid key or value.
+    trials = expand(load_config("default", overrides=["window.delay_s=[2]"]))
 """
 
 from __future__ import annotations
@@ -44,6 +30,7 @@ from .validation import validate
 #: the names outside code imports from here (defined in the modules above)
 __all__ = [
     "CONFIG_DIR",
+    "DEFAULT_CONFIG",
     "ConfigError",
     "ExperimentConfig",
     "Range",
@@ -80,25 +67,17 @@ def load_config(
     overrides: Iterable[str] = (),
     store: str | os.PathLike | StoreNames | None = None,
 ) -> ExperimentConfig:
-    """Read, override and validate an experiment config.
-
-    Args:
-        path: a YAML file, a packaged config name (``default``, ``ablation``, ``smoke``), or
-            None for ``experiments/configs/default.yaml``.
-        overrides: ``KEY=VALUE`` strings with dotted keys and YAML values, applied in order
-            (``"window.delay_s=[2]"``, ``"models.0.alpha=[1, 10]"``, ``"window.align=causal"``).
-        store: a feature store folder (or its :func:`~experiments.config.store_check.store_names`):
-            the target and the swept feature sets' channels must be in its sessions, a
-            misspelt one is refused with the nearest name the store has. None: not checked.
+    """Read, override and validate an experiment config: ``path`` a YAML file, a packaged config's
+    name, or None (``default``); ``overrides`` ``KEY=VALUE`` strings applied in order; ``store`` a
+    feature store (or its :func:`~.store_check.store_names`) whose sessions must hold the target and
+    the swept channels (None: not checked).
 
     Warns:
-        ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults (the
-            message says how many configurations that makes).
+        ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults.
 
     Raises:
-        ConfigError: unreadable or malformed file, unknown keys, bad values, names the store
-            lacks; every problem of the file at once, each naming the file and line (of the
-            syntax error, or of the key) or the ``--set`` option, and the key path.
+        ConfigError: every problem of the file at once (unreadable, malformed, unknown keys, bad
+            values, names the store lacks).
     """
     p = resolve_config_path(path)
     raw = read_yaml_file(p, ConfigError)

@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Any
 
 from featurestore.sources.manifest import SPLITS
 
+from .choices import suggest
 from .options import (
     IDENTITY_PERSONALIZATIONS,
     IDENTITY_RESCALES,
@@ -84,9 +84,7 @@ def check_splits(value: Any, protocol: str) -> dict[str, list[int]]:
         )
     for k in value:
         if k not in SPLIT_NAMES:
-            near = difflib.get_close_matches(str(k), SPLIT_NAMES, n=1, cutoff=0.5)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(SPLIT_NAMES)}"
-            raise ProtocolProblem(f"splits.{k}", f"unknown key{hint}")
+            raise ProtocolProblem(f"splits.{k}", f"unknown key{suggest(k, SPLIT_NAMES)}")
     out: dict[str, list[int]] = {}
     owner: dict[int, str] = {}
     for name in SPLIT_NAMES:

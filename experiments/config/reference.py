@@ -1,13 +1,5 @@
-"""The experiment config's reference tables, generated from the code, and the note on defaults.
-
-:func:`markdown_tables` writes the two tables of ``docs/config.md`` (every top-level key with its
-default, every model's hyperparameters with theirs) from :class:`~experiments.config.schema.ExperimentConfig`
-and :data:`~experiments.config.options.MODEL_PARAMS`; ``tools/config_tables.py --write`` puts
-them into the page and a test fails when the page and the code differ, so they cannot drift.
-
-:func:`defaults_note` says what a config file left to the defaults costs: a config without
-``models`` or ``feature_set`` sweeps the default models over every feature set, hundreds of
-configurations where the file may have meant a few.
+"""The docs/config.md tables generated from the code (keys with defaults, the model and metric
+registries; ``tools/config_tables.py --write``, checked by a test), and :func:`defaults_note`.
 
 >>> print(markdown_tables().splitlines()[2])
 | `target` | `valence_self` | a label target in the store (`featurestore ls` lists them), or a list of them |
@@ -21,8 +13,9 @@ from typing import Any
 import yaml
 
 from .grid import expand
-from .options import MODEL_PARAMS
-from .schema import TOP_KEYS, ExperimentConfig, SearchConfig
+from .metrics import metric_specs
+from .models import model_specs
+from .schema import TOP_KEYS, ExperimentConfig
 
 #: what each top-level key means (a test checks every key of :data:`TOP_KEYS` is here)
 KEY_MEANINGS: dict[str, str] = {
@@ -31,8 +24,10 @@ KEY_MEANINGS: dict[str, str] = {
     "protocol": "`val`: fit on train, choose on val; `loso`: leave one story out over train + val; "
     "`lopo`, `kfold_person`, `kfold_group`: persons or groups held out (scored as split `cv`)",
     "folds": "the number of folds of `kfold_person` / `kfold_group`",
-    "ccc_averaging": "`sessions`: the mean of per-session CCCs (OMG-Empathy's two averagings); "
-    "`concatenated`: one CCC over a split's sessions joined (AVEC's)",
+    "metric": "what every configuration is scored and chosen by (a registered metric, table below; "
+    "`ccc` logs `<split>.ccc_<track>`, another `<split>.<metric>_<track>`)",
+    "ccc_averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
+    "`concatenated`: one value over a split's sessions joined (AVEC's); default: the metric's own",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
     "`max_lag_s`), each session's weights and lags from its own raters alone; see docs/store.md, Raters",
@@ -53,36 +48,16 @@ KEY_MEANINGS: dict[str, str] = {
     "`{selection: fixed, configuration: LABEL}`, one named before any data; `{selection: chosen}` "
     "(only when written), the choice made with every listener's labels, marked so in every "
     "report; `false`: none (an Optuna search without the key: none)",
-    "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1)",
+    "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1, or "
+    "a local Dask cluster's 2 workers)",
+    "executor": "where configurations run (`--executor` overrides it): `local` (this machine's "
+    "processes) or `dask` (a cluster, docs/scaling.md), or a registered executor",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
     "fusion": "`experiments ablate`: `{method: late, members: [SET, SET], blend: nnls|ridge}` adds a "
     "late-fusion row (a blend of the members' chosen configurations); `method: none`: off",
     "importance": "`experiments ablate`: permutation importance of each chosen configuration "
     "(`{repeats, levels: [channel, column, stat], split}`); null: none",
-}
-
-#: model -> the estimator it builds (:mod:`experiments.models.factory`)
-MODEL_ESTIMATORS: dict[str, str] = {
-    "ridge": "scikit-learn `Ridge` after median imputation and scaling",
-    "linear_svr": "scikit-learn `LinearSVR` after median imputation and scaling",
-    "svr": "scikit-learn `SVR` (RBF kernel) after median imputation and scaling",
-    "xgboost": "XGBoost `XGBRegressor` (missing values handled natively)",
-    "hist_gb": "scikit-learn `HistGradientBoostingRegressor` (missing values handled natively)",
-    "dummy": "the training mean (per listener when personalized): the baseline",
-    "position_prior": "the mean training-label curve over normalised session time",
-}
-
-#: (model, hyperparameter) -> what it sets, where the estimator's documentation is not enough
-PARAM_MEANINGS: dict[tuple[str, str], str] = {
-    ("svr", "gamma"): "`scale`, `auto` or a number",
-    ("svr", "nystroem_components"): "an integer: Nystroem RBF features + `LinearSVR` instead of "
-    "the exact SVR (for more than about 20,000 training rows)",
-    ("linear_svr", "loss"): "or `squared_epsilon_insensitive`",
-    ("xgboost", "n_jobs"): "threads per fit; 1 so that parallel configurations do not "
-    "oversubscribe the cores",
-    ("hist_gb", "max_depth"): "null: unlimited",
-    ("position_prior", "n_bins"): "bins of normalised session time",
 }
 
 
@@ -92,40 +67,46 @@ def _flow(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def omitted_defaults(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The top-level keys :meth:`ExperimentConfig.to_dict` leaves out at their default (so that
-    older configs keep their hash), with the default each stands for."""
-    return {
-        "search": {"method": SearchConfig().method},
-        "folds": cfg.folds,
-        "ccc_averaging": cfg.ccc_averaging,
-        "gold_standard": cfg.gold_standard.to_dict(),
-        "fusion": {"method": cfg.fusion.method},
-        "importance": cfg.importance,
-    }
-
-
 def markdown_tables() -> str:
-    """The two Markdown tables of ``docs/config.md``: top-level keys and model hyperparameters."""
+    """The tables of ``docs/config.md``: top-level keys, the registered models (:mod:`.models`)
+    and metrics (:mod:`.metrics`)."""
     cfg = ExperimentConfig()
-    defaults = {**omitted_defaults(cfg), **cfg.to_dict()}
+    defaults = {"folds": cfg.folds, **cfg.to_dict()}  # folds: written under k-fold protocols only
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    for key in TOP_KEYS:
-        lines.append(f"| `{key}` | `{_flow(defaults[key])}` | {KEY_MEANINGS[key]} |")
-    lines += [
-        "",
-        "| model | estimator | hyperparameter | default | note |",
+    lines += [f"| `{k}` | `{_flow(defaults[k])}` | {KEY_MEANINGS[k]} |" for k in TOP_KEYS]
+    return "\n".join([*lines, "", model_table(), "", metric_table()]) + "\n"
+
+
+def metric_table() -> str:
+    """One row per registered metric (:mod:`.metrics`): its direction, NaN rule and averaging."""
+    lines = ["| metric | better | NaN rule | averaging | what |", "|---|---|---|---|---|"]
+    for name, m in metric_specs().items():
+        better = "higher" if m.higher_is_better else "lower"
+        lines.append(f"| `{name}` | {better} | `{m.nan}` | `{m.averaging}` | {m.doc} |")
+    return "\n".join(lines)
+
+
+def model_table() -> str:
+    """One row per hyperparameter of each registered model: its default and values; the model's
+    estimator, input and kind on its first row."""
+    lines = [
+        "| model | estimator | hyperparameter | default | values |",
         "|---|---|---|---|---|",
     ]
-    for model, params in MODEL_PARAMS.items():
-        first = f"| `{model}` | {MODEL_ESTIMATORS[model]} |"
-        if not params:
+    for name, spec in model_specs().items():
+        kind = [k for k, on in (("baseline", spec.baseline), ("slow", spec.slow)) if on]
+        if spec.inputs != "rows":
+            kind.append(f"input: {spec.inputs}")
+        note = f" ({'; '.join(kind)})" if kind else ""
+        first = f"| `{name}` | {spec.doc}{note} |"
+        if not spec.params:
             lines.append(f"{first} (none) | | |")
-        for i, (hp, default) in enumerate(params.items()):
-            lead = first if i == 0 else "| | |"
-            note = PARAM_MEANINGS.get((model, hp), "")
-            lines.append(f"{lead} `{hp}` | `{_flow(default)}` | {note} |")
-    return "\n".join(lines) + "\n"
+        for i, (hp, h) in enumerate(spec.params.items()):
+            values = h.domain.text() + (f"; {h.note}" if h.note else "")
+            lines.append(
+                f"{first if i == 0 else '| | |'} `{hp}` | `{_flow(h.default)}` | {values} |"
+            )
+    return "\n".join(lines)
 
 
 def defaults_note(given: Collection[str], cfg: ExperimentConfig) -> str:

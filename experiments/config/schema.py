@@ -1,10 +1,5 @@
-"""The experiment config's schema: typed dataclasses with their defaults, and the config hash.
-
-A config file (see ``experiments/configs/*.yaml`` and DESIGN.md "Experiment config") describes
-a grid: every list is an axis, and every combination is one configuration (see
-:mod:`experiments.config.grid`). Missing keys take the defaults of the dataclasses below, so a
-config only needs to say what differs. :mod:`experiments.config` reads a file into these
-classes, :mod:`experiments.config.validation` checks every value on the way.
+"""The experiment config's schema: typed dataclasses with their defaults, and the config hash (see
+docs/design.md#experiment-config; every list is an axis of the grid, :mod:`.grid`).
 
 >>> cfg = ExperimentConfig()
 >>> cfg.feature_set, cfg.window.align, len(cfg.hash())
@@ -57,6 +52,7 @@ TOP_KEYS = (
     "splits",
     "protocol",
     "folds",
+    "metric",
     "ccc_averaging",
     "gold_standard",
     "feature_sets",
@@ -69,6 +65,7 @@ TOP_KEYS = (
     "seed",
     "unseen_listener",
     "jobs",
+    "executor",
     "search",
     "fusion",
     "importance",
@@ -127,13 +124,10 @@ def has_ranges(cfg: ExperimentConfig) -> bool:
 
 @dataclass
 class SearchConfig:
-    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search.
-
-    An Optuna search runs ``n_trials`` configurations in all (a re-run continues the same study
-    up to that number), each sampled by ``sampler`` (seeded with ``seed``) to maximise the
-    validation (or LOSO) CCC of ``track``; ``startup_trials`` random trials come before TPE
-    models the results. ``storage`` is the Optuna storage URL (default: ``optuna.db`` beside a
-    SQLite tracking database; needed for any other tracking URI).
+    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search of
+    ``n_trials`` in all, sampled by ``sampler`` (``seed``; ``startup_trials`` random ones first) for
+    ``track``'s selection metric, its study in ``storage`` (default: ``optuna.db`` beside a SQLite
+    tracking database).
     """
 
     method: str = "grid"
@@ -172,7 +166,7 @@ class WindowConfig:
 
 
 @dataclass
-class ModelSpec:
+class ModelGrid:
     """One ``models`` entry: a model name, a grid per hyperparameter, optional narrowed axes."""
 
     name: str
@@ -187,11 +181,11 @@ class ModelSpec:
         return d
 
 
-def _default_models() -> list[ModelSpec]:
+def _default_models() -> list[ModelGrid]:
     return [
-        ModelSpec("ridge", {"alpha": [1.0, 10.0]}),
-        ModelSpec("linear_svr", {"C": [0.01, 0.1]}),
-        ModelSpec("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
+        ModelGrid("ridge", {"alpha": [1.0, 10.0]}),
+        ModelGrid("linear_svr", {"C": [0.01, 0.1]}),
+        ModelGrid("xgboost", {"n_estimators": [300], "max_depth": [3], "learning_rate": [0.05]}),
     ]
 
 
@@ -232,7 +226,7 @@ class TrackingConfig:
 
 @dataclass
 class ExperimentConfig:
-    """A resolved, validated experiment config (see DESIGN.md "Experiment config")."""
+    """A resolved, validated experiment config (its keys are a contract: docs/design.md#experiment-config)."""
 
     #: the label target predicted; with several (config ``target: [a, b]``) the first of ``targets``
     target: str = "valence_self"
@@ -248,13 +242,16 @@ class ExperimentConfig:
     #: names of the feature sets to sweep (default: all of ``feature_sets``)
     feature_set: list[str] = field(default_factory=list)
     window: WindowConfig = field(default_factory=WindowConfig)
-    models: list[ModelSpec] = field(default_factory=_default_models)
+    models: list[ModelGrid] = field(default_factory=_default_models)
     personalization: list[str] = field(
         default_factory=lambda: ["global", "per_listener", "global_calibrated"]
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    #: ``sessions`` (OMG-Empathy's means of per-session CCC) or ``concatenated`` (AVEC)
+    #: the metric every configuration is scored and chosen by (:mod:`experiments.config.metrics`)
+    metric: str = "ccc"
+    #: ``sessions`` (OMG-Empathy's means of per-session values) or ``concatenated`` (AVEC);
+    #: unless the config says, the metric's own averaging
     ccc_averaging: str = "sessions"
     #: the labels trained and scored on: stored, or the raters' mean / EWE (see
     #: :mod:`experiments.data.gold_standard`)
@@ -270,6 +267,8 @@ class ExperimentConfig:
     unseen_configuration: str = ""
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
+    #: where configurations run: a registered executor (:mod:`experiments.executors`)
+    executor: str = "local"
     #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
     #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
@@ -292,16 +291,16 @@ class ExperimentConfig:
         return replace(self, target=target, targets=[])
 
     def to_dict(self) -> dict:
-        """The resolved config as plain YAML/JSON-dumpable types (every default filled in).
-
-        ``search`` is included only for an Optuna search, and ``fusion`` only when on, so a grid
-        config's hash is what it was before searches and fusion existed."""
-        d = {
-            # a list only with several targets: a one-target config's hash stays
+        """The resolved config as plain YAML/JSON-dumpable types (every default filled in;
+        ``folds`` only under the k-fold protocols it applies to)."""
+        return {
             "target": self.target if len(self.all_targets()) == 1 else self.all_targets(),
             "splits": {k: list(v) for k, v in self.splits.items()} if self.splits else "shard",
             "protocol": self.protocol,
             **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),
+            "metric": self.metric,
+            "ccc_averaging": self.ccc_averaging,
+            "gold_standard": self.gold_standard.to_dict(),
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
@@ -322,12 +321,6 @@ class ExperimentConfig:
                 "fit_on": self.postprocess.fit_on,
             },
             "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
-            **({"ccc_averaging": self.ccc_averaging} if self.ccc_averaging != "sessions" else {}),
-            **(
-                {"gold_standard": self.gold_standard.to_dict()}
-                if self.gold_standard != GoldStandard()
-                else {}
-            ),
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it
             "unseen_listener": {
@@ -337,14 +330,11 @@ class ExperimentConfig:
             if self.unseen_listener
             else False,
             "jobs": self.jobs,
+            "executor": self.executor,
+            "search": self.search.to_dict(),
+            "fusion": self.fusion.to_dict(),
+            "importance": None if self.importance is None else self.importance.to_dict(),
         }
-        if self.search.method != "grid":
-            d["search"] = self.search.to_dict()
-        if self.fusion.enabled:
-            d["fusion"] = self.fusion.to_dict()
-        if self.importance is not None:  # absent when off: the hash of a config without it stays
-            d["importance"] = self.importance.to_dict()
-        return d
 
     def to_yaml(self) -> str:
         """The resolved config as YAML text (what ``--print-config`` shows)."""

@@ -1,13 +1,6 @@
-"""The search space of an Optuna search, and the configuration each Optuna trial samples from it.
-
-A config with ``search: {method: optuna, ...}`` (see :class:`experiments.config.schema.SearchConfig`)
-is a search space instead of a grid: every list stays a set of categorical choices and an
-axis or hyperparameter may be a range (:class:`experiments.config.schema.Range`). The space
-is the configurations the search's track chooses among (the tracks nest,
-:func:`experiments.config.tracks.candidates`): a generalized search proposes only configurations
-that do not know who is listening, a personalized search any configuration
-(:func:`search_space`). :mod:`experiments.studies.search` runs the study; the config validator
-checks here that the space is not empty.
+"""The search space of an Optuna search (every list a set of choices, an axis or hyperparameter
+possibly a :class:`~.schema.Range`), limited to the configurations its track chooses among, and
+the configuration each Optuna trial samples from it (docs/config.md, Optuna search).
 
 >>> import optuna
 >>> from experiments.config import from_dict
@@ -27,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .grid import Trial, format_value
-from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, KFOLD_PROTOCOLS, TRACKS
-from .schema import ExperimentConfig, ModelSpec, Range
+from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial
+from .models import BASELINE
+from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
+from .schema import ExperimentConfig, ModelGrid, Range
 
 
 class SearchSpaceError(ValueError):
@@ -66,7 +60,7 @@ class ModelSpace:
         str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
     )
     index: int  # its place in ``models``
-    spec: ModelSpec
+    spec: ModelGrid
     axes: dict[str, Choices]
 
     def choices(self, axis: str) -> list[Any]:
@@ -99,14 +93,7 @@ class SearchSpace:
 
         add("model", [m.label for m in self.models], "models")
         for m in self.models:
-            for axis in (
-                "feature_set",
-                "window.lengths_s",
-                "window.delay_s",
-                "window.align",
-                "personalization",
-                "postprocess.smooth_s",
-            ):
+            for axis in (*WINDOW_AXES, "personalization", "postprocess.smooth_s"):
                 add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
             for hp, values in m.spec.params.items():
                 add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
@@ -140,40 +127,16 @@ class SearchSpace:
         return rescales
 
 
-def _global_axes(cfg: ExperimentConfig) -> dict[str, Choices]:
-    lengths = cfg.window.lengths_s
-    return {
-        "feature_set": list(cfg.feature_set),
-        "window.lengths_s": lengths if isinstance(lengths, Range) else [tuple(x) for x in lengths],
-        "window.delay_s": cfg.window.delay_s
-        if isinstance(cfg.window.delay_s, Range)
-        else list(cfg.window.delay_s),
-        "window.align": list(cfg.window.align),
-        "personalization": list(cfg.personalization),
-        "postprocess.rescale": list(cfg.postprocess.rescale),
-        "postprocess.smooth_s": cfg.postprocess.smooth_s
-        if isinstance(cfg.postprocess.smooth_s, Range)
-        else list(cfg.postprocess.smooth_s),
-        "postprocess.smooth_method": list(cfg.postprocess.smooth_method),
-    }
-
-
 def search_space(cfg: ExperimentConfig) -> SearchSpace:
-    """The search space of ``cfg`` for its ``search.track``.
-
-    A model's ``only`` narrows an axis as in the grid (:func:`experiments.config.grid.model_axes`):
-    it keeps the listed values of a list, and the listed values inside a range (which then
-    become that model's choices). Then the track: a generalized search keeps the
-    personalizations and rescalings that do not use the listener's identity; a personalized
-    search keeps every configuration (the tracks nest: a model that does not know who is
-    listening may be submitted to the personalized track too). A model left without a choice
-    on the track drops out of the search.
+    """The search space of ``cfg`` for its ``search.track``: each model's axes narrowed by its ``only``
+    (inside a range too), then to the options the track may use (a generalized search none that
+    uses who is listening); a model left without a choice drops out.
 
     Raises:
         SearchSpaceError: no model has a configuration on the track.
     """
     track = cfg.search.track
-    full = _global_axes(cfg)
+    full = config_axes(cfg)
     labels = [m.name for m in cfg.models]
     models: list[ModelSpace] = []
     dropped: list[str] = []
@@ -249,111 +212,50 @@ def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
 
 def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
     """The configuration an Optuna trial ``ot`` (``optuna.trial.Trial`` or ``FixedTrial``)
-    samples from ``space``: the model entry, then every axis and hyperparameter of it."""
-    m = (
-        space.models[0]
-        if len(space.models) == 1
-        else next(
-            x
-            for x in space.models
-            if x.label == ot.suggest_categorical("model", [x.label for x in space.models])
-        )
+    samples from ``space``: the model entry, then every axis and hyperparameter of it, always in
+    the same order (the sampler's)."""
+    labels = [x.label for x in space.models]
+    m = space.models[
+        0 if len(labels) == 1 else labels.index(ot.suggest_categorical("model", labels))
+    ]
+
+    def pick(axis: str, choices: Choices | None = None, as_float: bool = False) -> Any:
+        choices = m.axes[axis] if choices is None else choices
+        return _pick(ot, space.name(axis, choices), choices, as_float)
+
+    at = {"feature_set": pick("feature_set")}
+    lengths = pick("window.lengths_s", as_float=True)
+    at["window.lengths_s"] = lengths if isinstance(lengths, tuple) else (lengths,)
+    at["window.delay_s"] = pick("window.delay_s", as_float=True)
+    at["window.align"] = pick("window.align")
+    hp = {n: _pick(ot, f"{m.label}.{n}", values) for n, values in m.spec.params.items()}
+    at["personalization"] = pick("personalization")
+    at["postprocess.rescale"] = pick(
+        "postprocess.rescale", space.rescales(m, at["personalization"])
     )
-    a = m.axes
-    fs = _pick(ot, space.name("feature_set", a["feature_set"]), a["feature_set"])
-    lengths = _pick(
-        ot,
-        space.name("window.lengths_s", a["window.lengths_s"]),
-        a["window.lengths_s"],
-        as_float=True,
-    )
-    delay = _pick(
-        ot, space.name("window.delay_s", a["window.delay_s"]), a["window.delay_s"], as_float=True
-    )
-    align = _pick(ot, space.name("window.align", a["window.align"]), a["window.align"])
-    hp = tuple(
-        (n, tuple(v) if isinstance(v, list) else v)
-        for n, v in (
-            (n, _pick(ot, f"{m.label}.{n}", values)) for n, values in m.spec.params.items()
-        )
-    )
-    pers = _pick(ot, space.name("personalization", a["personalization"]), a["personalization"])
-    rescales = space.rescales(m, pers)
-    rescale = _pick(ot, space.name("postprocess.rescale", rescales), rescales)
-    smooth = _pick(
-        ot,
-        space.name("postprocess.smooth_s", a["postprocess.smooth_s"]),
-        a["postprocess.smooth_s"],
-        as_float=True,
-    )
+    at["postprocess.smooth_s"] = smooth = pick("postprocess.smooth_s", as_float=True)
     methods = m.choices("postprocess.smooth_method")
-    method = (
-        methods[0]
-        if smooth == 0
-        else _pick(ot, space.name("postprocess.smooth_method", methods), methods)
+    at["postprocess.smooth_method"] = (
+        methods[0] if smooth == 0 else pick("postprocess.smooth_method", methods)
     )
-    return _trial(
-        cfg,
-        fs,
-        lengths if isinstance(lengths, tuple) else (lengths,),
-        delay,
-        align,
-        m.spec.name,
-        hp,
-        pers,
-        smooth,
-        method,
-        rescale,
-    )
-
-
-def _trial(
-    cfg: ExperimentConfig, fs, lengths, delay, align, model, hp, pers, smooth, method, rescale
-) -> Trial:
-    return Trial(
-        feature_set=fs,
-        channels=tuple(cfg.feature_sets[fs]),
-        lengths_s=tuple(float(x) for x in lengths),
-        delay_s=float(delay),
-        align=align,
-        stats=tuple(cfg.window.stats),
-        hop_s=cfg.window.train_hop_s,
-        model=model,
-        model_params=hp,
-        personalization=pers,
-        smooth_s=float(smooth),
-        smooth_method=method,
-        rescale=rescale,
-        target=cfg.target,
-        protocol=cfg.protocol,
-        seed=cfg.seed,
-        splits=tuple((k, tuple(int(s) for s in v)) for k, v in cfg.splits.items()),
-        folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
-        ccc_averaging=cfg.ccc_averaging,
-        fit_on=cfg.postprocess.fit_on,
-    )
+    return make_trial(cfg, at, m.spec.name, hp)
 
 
 def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
-    """The ``dummy`` baseline logged before the first trial (not a trial of the study): the first
-    value of every window list (the low end of a range), global, no smoothing, no rescaling, as
-    the grid's baseline."""
+    """The baseline (:data:`~experiments.config.models.BASELINE`) logged before the first trial
+    (not a trial of the study): the first value of every window list (the low end of a range),
+    global, no smoothing, no rescaling, as the grid's baseline."""
 
     def first(axis: str) -> Any:
         v = space.full[axis]
         return v.low if isinstance(v, Range) else v[0]
 
-    lengths = first("window.lengths_s")
-    return _trial(
-        cfg,
-        first("feature_set"),
-        lengths if isinstance(lengths, tuple) else (lengths,),
-        first("window.delay_s"),
-        first("window.align"),
-        "dummy",
-        (),
-        "global",
-        0.0,
-        first("postprocess.smooth_method"),
-        "none",
-    )
+    axes = {axis: first(axis) for axis in space.full}
+    lengths = axes["window.lengths_s"]
+    axes["window.lengths_s"] = lengths if isinstance(lengths, tuple) else (lengths,)
+    baseline = {
+        "personalization": "global",
+        "postprocess.smooth_s": 0.0,
+        "postprocess.rescale": "none",
+    }
+    return make_trial(cfg, {**axes, **baseline}, BASELINE, {})

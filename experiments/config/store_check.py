@@ -1,16 +1,8 @@
-"""A config's names checked against a feature store, before anything is trained.
-
-The label ``target`` and the ``role/channel`` members of the swept feature sets must be in the
-store's shards: a misspelt name (``valence_slef``, ``listener/face_gem``) is refused with the
-nearest name the store holds, a name the store lacks with the command that adds it. Without this
-check the same mistake surfaces only when the sessions load, after the models were set up.
-
-:func:`store_names` reads the names once (one open per shard); :func:`store_problems` lists the
-problems of a config, each as (key path, message), which the validator places at the key's line::
-
-    names = store_names("features")
-    for key, msg in store_problems(cfg, names):
-        print(key, msg)
+"""A config's names checked against a feature store before anything is trained: the target and the
+swept feature sets' channels must be in the store's shards; a misspelt name is refused with the
+nearest one the store holds, a missing one with the command that adds it.
+:func:`store_names` reads the names (one open per shard), :func:`store_problems` lists (key
+path, message) for the validator to place at the key's line.
 """
 
 from __future__ import annotations

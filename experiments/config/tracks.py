@@ -1,34 +1,14 @@
-"""The OMG-Empathy challenge's two tracks: which configuration competes in which, and how each is scored.
+"""The OMG-Empathy challenge's two tracks: which configuration competes in which, and the metric
+each is chosen by (docs/results.md, Two averages, two tracks).
 
-The challenge (Barros et al., ACII 2019, section V) has two tracks that differ by the
-*model*, not by the averaging:
+A configuration is **personalized** as soon as something in it uses who is listening (a
+personalization or rescaling of :data:`~.options.IDENTITY_PERSONALIZATIONS`,
+:data:`~.options.IDENTITY_RESCALES`), else **generalized**. The tracks nest: the personalized
+track chooses among every configuration, the generalized among its own; each is chosen on the
+selection split under its own averaging (per listener, or per story, of per-session values).
 
-* **personalized**: a model of how the stories affect *a specific person*; it may use who
-  is listening (one model per listener, per-listener calibration or rescaling, the
-  listener's identity as a feature);
-* **generalized**: a model of a story's impact on listeners *in general*; it does not know
-  who is listening.
-
-A configuration belongs to the personalized track as soon as anything in it uses the
-listener's identity (:data:`~experiments.config.options.IDENTITY_PERSONALIZATIONS`,
-:data:`~experiments.config.options.IDENTITY_RESCALES`); smoothing is a fixed filter and never
-does. The tracks **nest** (:func:`competes_in`): a model that does not know who is listening
-may be submitted to the personalized track too (the challenge allows the same predictions in
-both), so the personalized track chooses among every configuration and the generalized track
-among its own; the personalized choice is then never below the generalized one on the
-selection split. Each track is chosen on validation (or LOSO) under its own averaging of
-per-session CCC, and reported once on test under the same averaging:
-
-* personalized: for each listener the mean over their stories, then the mean over listeners;
-* generalized: for each story the mean over listeners, then the mean over stories.
-
-On a complete listener x story table the two averages are the same number; the tracks then
-differ only by their models, which is the point of the comparison.
-
->>> track_of("global", "train")
-'generalized'
->>> track_of("global", "listener")
-'personalized'
+>>> track_of("global", "train"), track_of("global", "listener")
+('generalized', 'personalized')
 >>> competes_in("generalized")
 ('personalized', 'generalized')
 >>> selection_metric("generalized", "val")
@@ -41,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .metrics import get_metric
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selection_split
 
 
@@ -78,12 +59,11 @@ def candidates(track: str) -> tuple[str, ...]:
     return tuple(t for t in TRACKS if track in competes_in(t))
 
 
-def selection_metric(track: str, protocol: str = "val") -> str:
-    """The metric a track's configurations are ranked by: its own averaging on validation or LOSO.
-
-    ``protocol`` is the config's protocol (``val``, ``loso``, or another cross-validation,
-    whose held-out sessions are scored as split ``cv``: :func:`~.options.selection_split`).
-    """
+def selection_metric(track: str, protocol: str = "val", metric: str = "ccc") -> str:
+    """The logged metric a track's configurations are ranked by: ``metric`` (a registered one,
+    :mod:`~.metrics`, whose direction says which way is better) under the track's own averaging
+    on the split the config's ``protocol`` chooses on (``val``, ``loso`` or ``cv``:
+    :func:`~.options.selection_split`)."""
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; valid: {', '.join(TRACKS)}")
-    return f"{selection_split(protocol)}.ccc_{track}"
+    return get_metric(metric).key(selection_split(protocol), track)

@@ -1,41 +1,9 @@
 """Validation of an experiment config: every key and value checked, with errors a user can act on.
 
-Each error names where the value came from (the file and the line of the key, or the
-``--set`` option), the key path as it is written (``models[0].alpha``), what was expected,
-and for a misspelt key or value the nearest valid one (``difflib``), else the valid ones.
-
-**Hand-written, not pydantic (issue 13).** Both were tried on the same mistakes; pydantic
-2.14 with ``extra="forbid"`` and ``Literal`` fields, the closest a model of these dataclasses
-gets without custom validators:
-
-============================  ===========================================  ============================================
-config (file ``exp.yaml``)    this module                                  pydantic v2
-============================  ===========================================  ============================================
-``window: {algin: causal}``   ``exp.yaml:1: window.algin: unknown key;     ``window.algin  Extra inputs are not
-                              did you mean 'align'?``                      permitted [type=extra_forbidden,
-                                                                           input_value='causal']``
-``window: {align: centered}`` ``exp.yaml:1: window.align: 'centered' is    ``window.align  Input should be a valid list
-                              not one of centred, causal; did you mean     [type=list_type, input_value='centered']``
-                              'centred'?``                                 (as a list: ``window.align.0  Input should
-                                                                           be 'centred' or 'causal'``)
-``models: [{name: xgbost}]``  ``exp.yaml:1: models[0].name: unknown model  ``models.0.name  Input should be 'ridge',
-                              'xgbost'; did you mean 'xgboost'?``          'linear_svr', 'svr', 'xgboost', 'hist_gb' or
-                                                                           'dummy' [type=literal_error]``
-``personalisation: [global]`` ``exp.yaml:1: personalisation: unknown key;  ``personalisation  Extra inputs are not
-                              did you mean 'personalization'?``            permitted [type=extra_forbidden]``
-``seed: 1.5``                 ``exp.yaml:1: seed: expected an integer,     ``seed  Input should be a valid integer, got
-                              got 1.5``                                    a number with a fractional part``
-============================  ===========================================  ============================================
-
-pydantic gives the key path, but no file, no line and no suggestion; a single value where
-the config takes a list (``align: causal``, which every packaged config writes) is an error
-unless each axis gets a before-validator; and the rules that span keys (a story in two
-splits, ``protocol: val`` without validation stories, ``lengths_s: [2, 8]`` being ambiguous,
-ranges only in an Optuna search, a model's ``only`` naming grid axes, an empty search space
-on the chosen track) would be model validators, the same code as here inside pydantic's
-hooks. Reaching today's messages would mean a layer mapping pydantic's error locations to
-lines and its ``expected`` lists to suggestions, tied to its message wording, which changes
-between releases: more code than the validator below, and a new dependency of the config.
+Each error names where the value came from (the file and the line of the key, or the ``--set``
+option), the key path as written (``models[0].alpha``), what was expected and, for a misspelt
+key or value, the nearest valid one. Hand-written rather than pydantic, which gives neither file,
+line nor suggestion: see docs/design.md#experiment-config.
 
 >>> validate({"window": {"align": "causal"}}).window.align
 ['causal']
@@ -48,7 +16,7 @@ featurestore.overrides.ConfigError: exp.yaml:4: window.algin: unknown key; did y
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -58,12 +26,13 @@ from .checker import Checker, suggest
 from .fusion import fusion_config
 from .gold_standard import METHODS as GOLD_STANDARD_METHODS
 from .gold_standard import GoldStandard
+from .metrics import metric_specs
+from .models import model_specs
 from .options import (
     ALIGNS,
     CCC_AVERAGINGS,
     FIT_ON,
     IMPORTANCE_LEVELS,
-    MODEL_PARAMS,
     PERSONALIZATIONS,
     PROTOCOLS,
     RESCALES,
@@ -81,7 +50,7 @@ from .schema import (
     TOP_KEYS,
     ExperimentConfig,
     ImportanceConfig,
-    ModelSpec,
+    ModelGrid,
     PostprocessConfig,
     SearchConfig,
     TrackingConfig,
@@ -119,106 +88,118 @@ def validate(
 class _Validator(Checker):
     """The sections of a config; the value checks and error collection are :class:`Checker`'s."""
 
-    # ---- sections
     def config(self, raw: dict, store: StoreNames | None = None) -> ExperimentConfig:
         """Every section checked, each problem recorded (a failed section keeps its default so
-        the others are still checked); then, with ``store``, the names the store must hold."""
+        the others are still checked); then the rules across keys and, with ``store``, the
+        names the store must hold."""
         self.mapping("", raw, TOP_KEYS)
-        d = ExperimentConfig()
         cfg = ExperimentConfig(source=self.source)
-        cfg.search = self.attempt("search", lambda: self.search(raw.get("search")), d.search)
-        self.search_method = cfg.search.method
-        targets = self.attempt(
-            "target", lambda: self.target(raw.get("target", d.target)), [d.target]
-        )
-        cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
-        cfg.protocol = self.attempt(
-            "protocol", lambda: self.protocol(raw.get("protocol", d.protocol)), d.protocol
-        )
-        cfg.folds = self.attempt(
-            "folds",
-            lambda: self.folds(raw.get("folds", d.folds), cfg.protocol, "folds" in raw),
-            d.folds,
-        )
-        cfg.splits = self.attempt(
-            "splits", lambda: self.splits(raw.get("splits", d.splits), cfg.protocol), d.splits
-        )
-        cfg.feature_sets = self.attempt(
-            "feature_sets",
-            lambda: self.feature_sets(raw.get("feature_sets", d.feature_sets)),
-            d.feature_sets,
-        )
-        if "feature_sets" not in self.failed:  # the names are checked against the sets
-            cfg.feature_set = self.attempt(
-                "feature_set",
-                lambda: self.feature_set(raw.get("feature_set", "all"), cfg.feature_sets),
-                list(cfg.feature_sets),
-            )
-        cfg.window = self.attempt("window", lambda: self.window(raw.get("window", {})), d.window)
-        cfg.personalization = self.attempt(
-            "personalization",
-            lambda: self.enum_list(
-                "personalization", raw.get("personalization", d.personalization), PERSONALIZATIONS
-            ),
-            d.personalization,
-        )
-        cfg.postprocess = self.attempt(
-            "postprocess", lambda: self.postprocess(raw.get("postprocess", {})), d.postprocess
-        )
-        cfg.tracking = self.attempt(
-            "tracking", lambda: self.tracking(raw.get("tracking", {})), d.tracking
-        )
-        cfg.seed = self.attempt("seed", lambda: self.integer("seed", raw.get("seed", d.seed)), 0)
-        cfg.ccc_averaging = self.attempt(
-            "ccc_averaging",
-            lambda: self.enum_list(
-                "ccc_averaging", raw.get("ccc_averaging", d.ccc_averaging), CCC_AVERAGINGS
-            )[0],
-            d.ccc_averaging,
-        )
-        cfg.gold_standard = self.attempt(
-            "gold_standard", lambda: self.gold_standard(raw.get("gold_standard")), d.gold_standard
-        )
-        self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
-        cfg.jobs = self.attempt("jobs", lambda: self.jobs(raw.get("jobs")), None)
-        models = raw["models"] if "models" in raw else [m.to_dict() for m in d.models]
-        cfg.models = self.attempt("models", lambda: self.models(models, cfg), d.models)
-        cfg.importance = self.attempt(
-            "importance", lambda: self.importance(raw.get("importance")), None
-        )
-        cfg.fusion = self.attempt(
-            "fusion",
-            lambda: fusion_config(
-                raw.get("fusion"), cfg.feature_set, cfg.protocol, self.fail, list(cfg.feature_sets)
-            ),
-            d.fusion,
-        )
-        if not self.errors and (problem := person_held_out_problem(cfg)):
-            self.errors.append(self.fail(*problem))
-        if len(cfg.all_targets()) > 1 and not self.errors:
-            for key, on in (
-                ("search", cfg.search.method == "optuna"),
-                ("fusion", cfg.fusion.enabled),
-            ):
-                if on:  # the grid's sweep and ablation report per target; these do not yet
-                    self.errors.append(
-                        self.fail(
-                            key,
-                            f"{key} takes one target, the config names {len(cfg.all_targets())} "
-                            f"({', '.join(cfg.all_targets())}); run one config per target "
-                            "(--set target=NAME)",
-                        )
-                    )
-        if cfg.search.method == "optuna" and not self.errors:
-            try:
-                search_space(cfg)
-            except SearchSpaceError as e:
-                self.errors.append(self.fail(e.key, str(e)))
+        self._splits_and_sets(raw, cfg)
+        self._grid(raw, cfg)
+        self._scoring(raw, cfg)
+        self._across_keys(cfg)
         if store is not None:
             for key, msg in store_problems(cfg, store, skip=self.failed):
                 self.errors.append(self.fail(key, msg))
         self.raise_errors()
         return cfg
+
+    def _read(
+        self, cfg: ExperimentConfig, key: str, check: Callable[[Any], Any], value: Any
+    ) -> None:
+        """``cfg.<key> = check(value)``, or its default when that raises (recorded)."""
+        setattr(cfg, key, self.attempt(key, partial(check, value), getattr(cfg, key)))
+
+    def _splits_and_sets(self, raw: dict, cfg: ExperimentConfig) -> None:
+        """``search`` (first: ranges depend on it), ``target``, the protocol, its folds and
+        splits, the feature sets and those swept."""
+        get = raw.get
+        self._read(cfg, "search", self.search, get("search"))
+        self.search_method = cfg.search.method
+        targets = self.attempt(
+            "target", partial(self.target, get("target", cfg.target)), [cfg.target]
+        )
+        cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
+        protocol = get("protocol", cfg.protocol)
+        self._read(cfg, "protocol", lambda v: self.one("protocol", v, PROTOCOLS), protocol)
+        folds = partial(self.folds, protocol=cfg.protocol, given="folds" in raw)
+        self._read(cfg, "folds", folds, get("folds", cfg.folds))
+        splits = partial(self.splits, protocol=cfg.protocol)
+        self._read(cfg, "splits", splits, get("splits", cfg.splits))
+        self._read(cfg, "feature_sets", self.feature_sets, get("feature_sets", cfg.feature_sets))
+        cfg.feature_set = list(cfg.feature_sets)
+        if "feature_sets" not in self.failed:  # the names are checked against the sets
+            chosen = partial(self.feature_set, sets=cfg.feature_sets)
+            self._read(cfg, "feature_set", chosen, get("feature_set", "all"))
+
+    def _grid(self, raw: dict, cfg: ExperimentConfig) -> None:
+        """The grid's axes: window, personalization, post-processing, models."""
+        get = raw.get
+        self._read(cfg, "window", self.window, get("window", {}))
+        pers = get("personalization", cfg.personalization)
+        self._read(
+            cfg,
+            "personalization",
+            lambda v: self.enum_list("personalization", v, PERSONALIZATIONS),
+            pers,
+        )
+        self._read(cfg, "postprocess", self.postprocess, get("postprocess", {}))
+        models = get("models", [m.to_dict() for m in cfg.models])
+        self._read(cfg, "models", partial(self.models, cfg=cfg), models)
+
+    def _scoring(self, raw: dict, cfg: ExperimentConfig) -> None:
+        """How configurations are scored, chosen, tracked and run, and the ablation's extras."""
+        get = raw.get
+        self._read(cfg, "tracking", self.tracking, get("tracking", {}))
+        self._read(cfg, "seed", lambda v: self.integer("seed", v), get("seed", cfg.seed))
+        metrics = metric_specs()
+        self._read(
+            cfg, "metric", lambda v: self.one("metric", v, metrics), get("metric", cfg.metric)
+        )
+        own = metrics[cfg.metric].averaging if cfg.metric in metrics else cfg.ccc_averaging
+        averaging = get("ccc_averaging", own)
+        self._read(
+            cfg, "ccc_averaging", lambda v: self.one("ccc_averaging", v, CCC_AVERAGINGS), averaging
+        )
+        self._read(cfg, "gold_standard", self.gold_standard, get("gold_standard"))
+        self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
+        self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))
+        self._read(
+            cfg, "executor", lambda v: self.name("executor", v), get("executor", cfg.executor)
+        )
+        self._read(cfg, "importance", self.importance, get("importance"))
+        fusion = partial(
+            fusion_config,
+            swept=cfg.feature_set,
+            protocol=cfg.protocol,
+            fail=self.fail,
+            defined=list(cfg.feature_sets),
+        )
+        self._read(cfg, "fusion", fusion, get("fusion"))
+
+    def _across_keys(self, cfg: ExperimentConfig) -> None:
+        """The rules that span keys, once every section is valid: a person held out meets an
+        option that uses who is listening; a search or fusion with several targets (the grid's
+        sweep and ablation report per target; these do not yet); an empty search space."""
+        if self.errors:
+            return
+        if problem := person_held_out_problem(cfg):
+            self.errors.append(self.fail(*problem))
+        targets = cfg.all_targets()
+        on = {"search": cfg.search.method == "optuna", "fusion": cfg.fusion.enabled}
+        for key in [k for k, v in on.items() if v and len(targets) > 1]:
+            self.errors.append(
+                self.fail(
+                    key,
+                    f"{key} takes one target, the config names {len(targets)} "
+                    f"({', '.join(targets)}); run one config per target (--set target=NAME)",
+                )
+            )
+        if cfg.search.method == "optuna" and not self.errors:
+            try:
+                search_space(cfg)
+            except SearchSpaceError as e:
+                self.errors.append(self.fail(e.key, str(e)))
 
     def target(self, target: Any) -> list[str]:
         """One target name, or a list of different names (several targets)."""
@@ -234,193 +215,49 @@ class _Validator(Checker):
             raise self.fail("target", f"{', '.join(twice)} listed twice; name each target once")
         return names
 
-    def protocol(self, value: Any) -> str:
-        if isinstance(value, list):
-            raise self.fail(
-                "protocol", f"expected one protocol ({', '.join(PROTOCOLS)}), not a list"
-            )
-        return self.enum_list("protocol", value, PROTOCOLS)[0]
-
-    def integer(self, key: str, value: Any) -> int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(key, f"expected an integer, got {value!r}")
-        return value
-
-    def jobs(self, jobs: Any) -> int | None:
-        if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
-            raise self.fail("jobs", f"expected a positive integer or null, got {jobs!r}")
-        return jobs
-
     def unseen_listener(self, raw: dict, cfg: ExperimentConfig) -> None:
-        """``unseen_listener``: false, true (selection ``nested``, the default) or
-        ``{selection, configuration}``. An Optuna search takes only false or ``chosen``: one
-        that does not write the key gets none (a :class:`ConfigWarning` says so)."""
+        """``unseen_listener``: false, true (selection ``nested``) or ``{selection, configuration}``.
+        An Optuna search takes only false or ``chosen``: one that does not write the key gets
+        none (a :class:`ConfigWarning` says so)."""
         unseen = raw.get("unseen_listener", cfg.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
             unseen = True
         if not isinstance(unseen, bool):
-            raise self.fail(
-                "unseen_listener",
-                f"expected true, false or {{selection: nested}}, got {unseen!r}",
-            )
+            expected = "expected true, false or {selection: nested}"
+            raise self.fail("unseen_listener", f"{expected}, got {unseen!r}")
         cfg.unseen_listener = unseen
-        if unseen and self.search_method == "optuna" and cfg.unseen_selection != "chosen":
-            why = (
-                f"selection {cfg.unseen_selection} is not possible in an Optuna search: its trials "
-                "are proposed from every listener's validation scores, so no configuration is chosen "
-                "without a listener"
-            )
-            choices = (
-                "`unseen_listener: {selection: chosen}` for the search's choice refitted without "
-                "each listener (not a score for a person never seen, and marked so)"
-            )
-            if "unseen_listener" in raw:
-                raise self.fail(
-                    "unseen_listener", f"{why}; write `unseen_listener: false`, or {choices}"
-                )
-            warnings.warn(
-                f"{self.source}: unseen listeners off: {why}; write `unseen_listener: false` to "
-                f"silence this, or {choices}",
-                ConfigWarning,
-                stacklevel=2,
-            )
-            cfg.unseen_listener = False
-
-    def search(self, value: Any) -> SearchConfig:
-        value = self.mapping("search", value, list(SearchConfig().to_dict()))
-        d = SearchConfig()
-        out = SearchConfig()
-        for k in ("method", "sampler", "track"):
-            v = value.get(k, getattr(d, k))
-            if isinstance(v, list):
-                raise self.fail(f"search.{k}", f"expected one value, not a list {v!r}")
-            valid = {"method": SEARCH_METHODS, "sampler": SEARCH_SAMPLERS, "track": TRACKS}[k]
-            setattr(out, k, self.enum_list(f"search.{k}", v, valid)[0])
-        for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
-            v = value.get(k, getattr(d, k))
-            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-                raise self.fail(f"search.{k}", f"expected an integer >= {minimum}, got {v!r}")
-            setattr(out, k, v)
-        storage = value.get("storage")
-        if storage is not None and (not isinstance(storage, str) or not storage):
-            raise self.fail(
-                "search.storage",
-                f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {storage!r}",
-            )
-        out.storage = storage
-        return out  # with method grid the other keys are kept unused: --set search.method=grid runs the lists as a grid
-
-    def folds(self, value: Any, protocol: str, given: bool) -> int:
-        try:
-            return check_folds(value, protocol, given)
-        except ProtocolProblem as e:
-            raise self.fail(e.key, e.message) from None
-
-    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
-        try:
-            return check_splits(value, protocol)
-        except ProtocolProblem as e:
-            raise self.fail(e.key, e.message) from None
-
-    def feature_sets(self, value: Any) -> dict[str, list[str]]:
-        value = self.mapping("feature_sets", value)
-        if not value:
-            raise self.fail(
-                "feature_sets", "no feature sets; define at least one name -> [role/channel, ...]"
-            )
-        out: dict[str, list[str]] = {}
-        for name, keys in value.items():
-            chans = self.attempt("feature_sets", partial(self.members, str(name), keys), None)
-            if chans is not None:
-                out[str(name)] = chans
-        return out
-
-    def members(self, name: str, keys: Any) -> list[str]:
-        """One feature set's ``role/channel`` keys, each role checked and put in the store's
-        words (``person/face_geom`` -> ``listener/face_geom``, :mod:`featurestore.storage.roles`;
-        the channels are checked against a store, when one is given)."""
-        key = f"feature_sets.{name}"
-        chans: list[str] = []
-        for ch in self.as_list(key, keys):
-            parts = str(ch).split("/")
-            if len(parts) != 2 or not parts[1]:
-                raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
-            role = store_role(parts[0])  # a corpus's word (person, partner) or the store's
-            if role is None:
-                words = role_words()
-                raise self.fail(
-                    key,
-                    f"{ch!r}: role {parts[0]!r} is not one of {', '.join(words)}{suggest(parts[0], words)}",
-                )
-            ch = f"{role}/{parts[1]}"
-            if ch not in chans:
-                chans.append(ch)
-        return chans
-
-    def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:
-        if value == "all" or value is None:
-            return list(sets)
-        names = []
-        for v in self.as_list("feature_set", value):
-            if v not in sets:
-                raise self.fail(
-                    "feature_set",
-                    f"{v!r} is not defined in feature_sets ({', '.join(sets)}){suggest(v, sets)}",
-                )
-            if v not in names:
-                names.append(v)
-        return names
-
-    def window(self, value: Any) -> WindowConfig:
-        allowed = ["lengths_s", "delay_s", "align", "stats", "train_hop_s"]
-        value = self.mapping("window", value, allowed)
-        d = WindowConfig()
-        w = WindowConfig()
-        lengths = value.get("lengths_s", d.lengths_s)
-        if isinstance(lengths, dict):
-            w.lengths_s = self.range("window.lengths_s", lengths, 0.0, strict=True)
-        else:
-            w.lengths_s = self.lengths("window.lengths_s", lengths)
-        w.delay_s = self.number_axis("window.delay_s", value.get("delay_s", d.delay_s), 0.0)
-        w.align = self.enum_list("window.align", value.get("align", d.align), ALIGNS)
-        w.stats = self.enum_list("window.stats", value.get("stats", d.stats), STATS)
-        hop = value.get("train_hop_s", d.train_hop_s)
-        w.train_hop_s = self.number("window.train_hop_s", hop, 0.0, strict=True)
-        return w
-
-    def postprocess(self, value: Any) -> PostprocessConfig:
-        value = self.mapping(
-            "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
+        if not unseen or self.search_method != "optuna" or cfg.unseen_selection == "chosen":
+            return
+        why = (
+            f"selection {cfg.unseen_selection} is not possible in an Optuna search: its trials are "
+            "proposed from every listener's validation scores, so no configuration is chosen "
+            "without a listener"
         )
-        d = PostprocessConfig()
-        fit_on = value.get("fit_on", d.fit_on)
-        if isinstance(fit_on, list):
-            raise self.fail(
-                "postprocess.fit_on", f"expected one of {', '.join(FIT_ON)}, not a list"
-            )
-        return PostprocessConfig(
-            fit_on=self.enum_list("postprocess.fit_on", fit_on, FIT_ON)[0],
-            smooth_s=self.number_axis(
-                "postprocess.smooth_s", value.get("smooth_s", d.smooth_s), 0.0
-            ),
-            smooth_method=self.enum_list(
-                "postprocess.smooth_method",
-                value.get("smooth_method", d.smooth_method),
-                SMOOTH_METHODS,
-            ),
-            rescale=self.enum_list(
-                "postprocess.rescale", value.get("rescale", d.rescale), RESCALES
-            ),
+        choices = (
+            "`unseen_listener: {selection: chosen}` for the search's choice refitted without each "
+            "listener (not a score for a person never seen, and marked so)"
         )
+        if "unseen_listener" in raw:
+            raise self.fail(
+                "unseen_listener", f"{why}; write `unseen_listener: false`, or {choices}"
+            )
+        warnings.warn(
+            f"{self.source}: unseen listeners off: {why}; write `unseen_listener: false` to "
+            f"silence this, or {choices}",
+            ConfigWarning,
+            stacklevel=2,
+        )
+        cfg.unseen_listener = False
 
     def unseen(self, value: dict) -> tuple[str, str]:
         """``unseen_listener: {selection, configuration}`` -> (selection, configuration)."""
         value = self.mapping("unseen_listener", value, ["selection", "configuration"])
-        selection = self.enum_list(
-            "unseen_listener.selection", value.get("selection", "nested"), UNSEEN_SELECTIONS
-        )[0]
-        configuration = value.get("configuration", "")
+        get = value.get
+        selection = self.one(
+            "unseen_listener.selection", get("selection", "nested"), UNSEEN_SELECTIONS
+        )
+        configuration = get("configuration", "")
         if selection == "fixed" and (not isinstance(configuration, str) or not configuration):
             raise self.fail(
                 "unseen_listener.configuration",
@@ -429,102 +266,198 @@ class _Validator(Checker):
             )
         return selection, str(configuration or "")
 
+    def search(self, value: Any) -> SearchConfig:
+        """``search``; with ``method: grid`` its other keys are kept unused (``--set
+        search.method=grid`` runs a search's lists as a grid)."""
+        out = SearchConfig()
+        value = self.mapping("search", value, list(out.to_dict()))
+        get = value.get
+        for k, valid in (
+            ("method", SEARCH_METHODS),
+            ("sampler", SEARCH_SAMPLERS),
+            ("track", TRACKS),
+        ):
+            setattr(out, k, self.one(f"search.{k}", get(k, getattr(out, k)), valid))
+        for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
+            setattr(out, k, self.integer(f"search.{k}", get(k, getattr(out, k)), minimum))
+        out.storage = get("storage")
+        if out.storage is not None and (not isinstance(out.storage, str) or not out.storage):
+            raise self.fail(
+                "search.storage",
+                f"expected an Optuna storage URL such as sqlite:///mlruns/optuna.db, got {out.storage!r}",
+            )
+        return out
+
+    def folds(self, value: Any, protocol: str, given: bool) -> int:
+        """``folds`` (:func:`~.protocols.check_folds`)."""
+        try:
+            return check_folds(value, protocol, given)
+        except ProtocolProblem as e:
+            raise self.fail(e.key, e.message) from None
+
+    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
+        """``splits`` (:func:`~.protocols.check_splits`)."""
+        try:
+            return check_splits(value, protocol)
+        except ProtocolProblem as e:
+            raise self.fail(e.key, e.message) from None
+
+    def feature_sets(self, value: Any) -> dict[str, list[str]]:
+        """``feature_sets``: name -> its members (:meth:`members`), each set checked."""
+        value = self.mapping("feature_sets", value)
+        if not value:
+            msg = "no feature sets; define at least one name -> [role/channel, ...]"
+            raise self.fail("feature_sets", msg)
+        sets = {
+            str(n): self.attempt("feature_sets", partial(self.members, str(n), keys), None)
+            for n, keys in value.items()
+        }
+        return {name: chans for name, chans in sets.items() if chans is not None}
+
+    def members(self, name: str, keys: Any) -> list[str]:
+        """One feature set's ``role/channel`` keys, each role put in the store's words
+        (``person/face_geom`` -> ``listener/face_geom``, :mod:`featurestore.storage.roles`)."""
+        key = f"feature_sets.{name}"
+        chans: list[str] = []
+        for ch in self.as_list(key, keys):
+            role_word, _, channel = str(ch).partition("/")
+            if not channel or "/" in channel:
+                raise self.fail(key, f"{ch!r} is not ROLE/CHANNEL, e.g. listener/egemaps")
+            role = store_role(role_word)  # a corpus's word (person, partner) or the store's
+            if role is None:
+                words = role_words()
+                valid = f"{', '.join(words)}{suggest(role_word, words)}"
+                raise self.fail(key, f"{ch!r}: role {role_word!r} is not one of {valid}")
+            if f"{role}/{channel}" not in chans:
+                chans.append(f"{role}/{channel}")
+        return chans
+
+    def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:
+        """``feature_set``: the sets swept (``all``, or names of ``feature_sets``)."""
+        if value == "all" or value is None:
+            return list(sets)
+        for v in self.as_list("feature_set", value):
+            if v not in sets:
+                known = f"({', '.join(sets)}){suggest(v, sets)}"
+                raise self.fail("feature_set", f"{v!r} is not defined in feature_sets {known}")
+        return list(dict.fromkeys(self.as_list("feature_set", value)))
+
+    def window(self, value: Any) -> WindowConfig:
+        """``window``: lengths (seconds; a range in a search), delays, alignments, statistics, hop."""
+        w = WindowConfig()
+        value = self.mapping(
+            "window", value, ["lengths_s", "delay_s", "align", "stats", "train_hop_s"]
+        )
+        get = value.get
+        lengths = get("lengths_s", w.lengths_s)
+        if isinstance(lengths, dict):
+            w.lengths_s = self.range("window.lengths_s", lengths, 0.0, strict=True)
+        else:
+            w.lengths_s = self.lengths("window.lengths_s", lengths)
+        w.delay_s = self.number_axis("window.delay_s", get("delay_s", w.delay_s), 0.0)
+        w.align = self.enum_list("window.align", get("align", w.align), ALIGNS)
+        w.stats = self.enum_list("window.stats", get("stats", w.stats), STATS)
+        hop = get("train_hop_s", w.train_hop_s)
+        w.train_hop_s = self.number("window.train_hop_s", hop, 0.0, strict=True)
+        return w
+
+    def postprocess(self, value: Any) -> PostprocessConfig:
+        """``postprocess``: smoothing windows and methods, rescalings, what they are fitted on."""
+        d = PostprocessConfig()
+        value = self.mapping(
+            "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
+        )
+        get = value.get
+        methods = get("smooth_method", d.smooth_method)
+        return PostprocessConfig(
+            fit_on=self.one("postprocess.fit_on", get("fit_on", d.fit_on), FIT_ON),
+            smooth_s=self.number_axis("postprocess.smooth_s", get("smooth_s", d.smooth_s), 0.0),
+            smooth_method=self.enum_list("postprocess.smooth_method", methods, SMOOTH_METHODS),
+            rescale=self.enum_list("postprocess.rescale", get("rescale", d.rescale), RESCALES),
+        )
+
     def importance(self, value: Any) -> ImportanceConfig | None:
         """``importance``: false/null (none), true (defaults) or ``{repeats, levels, split}``."""
         if value is None or value is False:
             return None
         d = ImportanceConfig()
-        value = {} if value is True else self.mapping("importance", value, list(d.to_dict()))
-        repeats = value.get("repeats", d.repeats)
-        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-            raise self.fail("importance.repeats", f"expected a positive integer, got {repeats!r}")
-        levels = self.enum_list(
-            "importance.levels", value.get("levels", d.levels), IMPORTANCE_LEVELS
+        get = ({} if value is True else self.mapping("importance", value, list(d.to_dict()))).get
+        return ImportanceConfig(
+            self.integer("importance.repeats", get("repeats", d.repeats), 1),
+            self.enum_list("importance.levels", get("levels", d.levels), IMPORTANCE_LEVELS),
+            self.one("importance.split", get("split", d.split), ("test", "val")),
         )
-        split = self.enum_list("importance.split", value.get("split", d.split), ("test", "val"))
-        return ImportanceConfig(repeats, levels, split[0])
 
     def gold_standard(self, value: Any) -> GoldStandard:
         """``{method: stored|mean|ewe, align_lags: bool, max_lag_s: seconds}`` (or just the method)."""
         if value is None:
             return GoldStandard()
-        if isinstance(value, str):
-            value = {"method": value}
-        value = self.mapping("gold_standard", value, ["method", "align_lags", "max_lag_s"])
         d = GoldStandard()
-        method = value.get("method", d.method)
-        if method not in GOLD_STANDARD_METHODS:
-            raise self.fail(
-                "gold_standard.method",
-                f"{method!r} is not one of {', '.join(GOLD_STANDARD_METHODS)}",
-            )
-        align = value.get("align_lags", d.align_lags)
+        value = {"method": value} if isinstance(value, str) else value
+        get = self.mapping("gold_standard", value, ["method", "align_lags", "max_lag_s"]).get
+        method = self.one("gold_standard.method", get("method", d.method), GOLD_STANDARD_METHODS)
+        align = get("align_lags", d.align_lags)
         if not isinstance(align, bool):
             raise self.fail("gold_standard.align_lags", f"expected true or false, got {align!r}")
-        lag = value.get("max_lag_s", d.max_lag_s)
-        if isinstance(lag, bool) or not isinstance(lag, (int, float)) or not lag >= 0:
+        lag = get("max_lag_s", d.max_lag_s)
+        if isinstance(lag, bool) or not isinstance(lag, int | float) or not lag >= 0:
             raise self.fail("gold_standard.max_lag_s", f"expected seconds >= 0, got {lag!r}")
         return GoldStandard(method, align, float(lag))
 
     def tracking(self, value: Any) -> TrackingConfig:
+        """``tracking``: the MLflow ``uri`` and ``experiment``, non-empty strings."""
+        t = TrackingConfig()
         value = self.mapping("tracking", value, ["uri", "experiment"])
-        d = TrackingConfig()
-        t = TrackingConfig(
-            uri=value.get("uri", d.uri), experiment=value.get("experiment", d.experiment)
-        )
         for k in ("uri", "experiment"):
-            if not isinstance(getattr(t, k), str) or not getattr(t, k):
-                raise self.fail(
-                    f"tracking.{k}", f"expected a non-empty string, got {getattr(t, k)!r}"
-                )
+            v = value.get(k, getattr(t, k))
+            if not isinstance(v, str) or not v:
+                raise self.fail(f"tracking.{k}", f"expected a non-empty string, got {v!r}")
+            setattr(t, k, v)
         return t
 
-    def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelSpec]:
+    def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelGrid]:
+        """``models``: a list of entries (:meth:`model`), each checked."""
         if not isinstance(value, list) or not value:
-            raise self.fail(
-                "models", "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
-            )
+            msg = "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
+            raise self.fail("models", msg)
         out = [
             self.attempt("models", partial(self.model, i, e, cfg), None)
             for i, e in enumerate(value)
         ]
         return [m for m in out if m is not None]
 
-    def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelSpec:
-        """One ``models`` entry; every unknown hyperparameter of it is reported."""
+    def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelGrid:
+        """One ``models`` entry: a registered model, each hyperparameter's values in its domain
+        (every unknown one and every value outside reported), and its ``only``."""
         key = f"models[{i}]"
-        if isinstance(entry, str):
-            entry = {"name": entry}
+        entry = {"name": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or "name" not in entry:
-            raise self.fail(
-                key,
-                f"expected a mapping with a name, e.g. {{name: ridge, alpha: [1, 10]}}, got {entry!r}",
-            )
-        name = entry["name"]
-        if name not in MODEL_PARAMS:
-            raise self.fail(
-                f"{key}.name", f"unknown model {name!r}{suggest(name, sorted(MODEL_PARAMS))}"
-            )
-        spec = ModelSpec(str(name))
-        allowed = list(MODEL_PARAMS[name])
-        for hp, grid in entry.items():
+            example = "e.g. {name: ridge, alpha: [1, 10]}"
+            raise self.fail(key, f"expected a mapping with a name, {example}, got {entry!r}")
+        name, models = entry["name"], model_specs()
+        if name not in models:
+            raise self.fail(f"{key}.name", f"unknown model {name!r}{suggest(name, sorted(models))}")
+        spec, grid = models[name], ModelGrid(str(name))
+        for hp, values in entry.items():
             if hp in ("name", "only"):
                 continue
-            if hp not in allowed:
-                hint = (
-                    suggest(hp, allowed + ["only"])
-                    if allowed
-                    else "; this model has no hyperparameters"
-                )
+            if hp not in spec.params:
+                hint = suggest(hp, [*spec.params, "only"]) if spec.params else "; it has none"
                 self.note(f"{key}.{hp}", f"unknown hyperparameter of {name}{hint}")
-            elif isinstance(grid, dict):
-                spec.params[hp] = self.range(f"{key}.{hp}", grid)
+                continue
+            if isinstance(values, dict):
+                grid.params[hp] = r = self.range(f"{key}.{hp}", values)
+                values = [r.low, r.high]
             else:
-                spec.params[hp] = self.as_list(f"{key}.{hp}", grid)
-        spec.only = self.only(f"{key}.only", entry.get("only"), cfg)
-        return spec
+                grid.params[hp] = values = self.as_list(f"{key}.{hp}", values)
+            domain = spec.params[hp].domain
+            for v in [v for v in values if not domain.admits(v)]:
+                self.note(f"{key}.{hp}", f"expected {domain.text()}, got {v!r}")
+        grid.only = self.only(f"{key}.only", entry.get("only"), cfg)
+        return grid
 
     def only(self, key: str, value: Any, cfg: ExperimentConfig) -> dict[str, list[Any]]:
+        """A model's ``only``: grid axes (dotted, or nested mappings) -> the values it keeps."""
         flat: dict[str, Any] = {}
 
         def walk(prefix: str, node: Any) -> None:

@@ -1,45 +1,23 @@
-"""One configuration, start to finish: windowed features -> fit -> predict -> post-process -> CCC.
+"""One configuration, start to finish: windowed features -> fit -> predict -> post-process -> scores.
 
-Protocols:
-
-* ``val``: fit on the training stories, predict every frame of the validation and test
-  stories; both are scored (selection uses validation only).
-* ``loso``: leave one story out over train + val: for each of those stories, fit on the
-  others and predict it (scored as split ``loso``); test is predicted by a model fitted on
-  all train + val stories.
-* ``lopo``, ``kfold_person``, ``kfold_group``: the same with other folds over train + val
-  (leave one person out; ``folds`` folds of whole persons or whole groups, see
-  :func:`experiments.data.folds.cv_folds`), scored as split ``cv``.
-* **unseen listeners** (generalized-track configurations, ``unseen_listener`` on): for each
-  listener, a model fitted on the *other* listeners' training sessions predicts that
-  listener's test sessions (split ``test_unseen``): how well the model predicts a person it
-  has never seen. The same models predict the other listeners' validation sessions (under
-  ``loso``, with ``unseen_listener: {selection: nested}``: each LOSO fold also fitted without
-  each listener, predicting the other listeners' held-out story), whose scores
-  ``<val|loso>_without_listener_<L>.ccc_generalized`` choose L's configuration without L
-  (:func:`nested_selection_metrics`). No ``val_unseen`` split: L's validation stories are
-  among the labels that choose a configuration for every other listener, and a score of L on
-  them would be read as a held-out number it is not.
-
-Post-processing that is fitted (rescaling, and the per-listener maps of
-``global_calibrated``) is fitted on **out-of-fold** predictions of the training stories:
-each training story predicted by a model fitted on the other training stories (leave one
-training story out), smoothed like the predictions it will transform. In-sample predictions
-of a flexible model are optimistic (too close to the labels, too wide), which skews the
-rescaling; ``postprocess.fit_on: in_sample`` keeps the old behaviour to show the difference.
-
-Configurations that differ only in post-processing (smoothing, rescaling) share their fits:
-:func:`evaluate_trials` fits once per :meth:`~experiments.config.grid.Trial.fit_key` and
-post-processes for each.
-
-Test stories never reach ``fit``, the rescaler, or any choice made from data.
+Under protocol ``val`` the models are fitted on the training stories and predict validation and
+test; under a cross-validation (``loso``, ``lopo``, ``kfold_person``, ``kfold_group``:
+:func:`experiments.data.folds.cv_folds`) each fold of train + val is predicted by a model fitted
+on the others (split ``loso`` or ``cv``) and test by one fitted on all of them. A generalized
+configuration with ``unseen_listener`` is also scored on each listener by models fitted
+without them (split ``test_unseen``), whose predictions of the other listeners choose that
+listener's configuration (:func:`~experiments.evaluation.scores.nested_selection_metrics`).
+Rescaling and calibration are fitted on out-of-fold predictions of the training stories
+(``postprocess.fit_on: in_sample`` for the in-sample ones), smoothed as they will be; test
+stories never reach a fit or a choice. Configurations that differ only in post-processing share
+their fits (:func:`evaluate_trials`). See docs/config.md for the protocols.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -61,10 +39,9 @@ from .fitting import (
     fit_part,
     fit_parts,
 )
-from .metrics import ccc, ccc_protocols, concatenated_ccc
-from .uncertainty import chance_level, protocol_intervals
+from .scores import nested_selection_metrics, score_metrics, session_scores
 
-#: re-exported: the sweep, the agreement study and the tests take them from here
+#: the sweep, the studies and the tests take these from here too
 __all__ = [
     "CALIBRATION_SHRINKAGE",
     "TrialResult",
@@ -82,34 +59,33 @@ __all__ = [
     "window_sessions",
 ]
 
+Sessions = Sequence[WindowedSession]
+Predictions = dict[str, np.ndarray]
+
 
 @dataclass
 class TrialResult:
+    """One configuration's evaluation: its metrics, per-session scores (``session, listener,
+    story, split, <metric>``; a test session twice, as ``test`` and ``test_unseen``), per-frame
+    predictions and labels by session, the unseen-listener predictions of its test sessions,
+    fitting time (s) and rows, warnings, and the figures a worker drew (PNG bytes by file name
+    under the run's ``plots/``: :func:`experiments.evaluation.plots.with_figures`)."""
+
     trial: Trial
     metrics: dict[str, float]
-    scores: (
-        pd.DataFrame
-    )  # session, listener, story, split, ccc (a test session twice: test and test_unseen)
-    predictions: dict[str, np.ndarray] = field(
-        default_factory=dict
-    )  # session -> per-frame prediction
-    truth: dict[str, np.ndarray] = field(default_factory=dict)
-    #: test session -> prediction of a model fitted without that session's listener (generalized track)
-    unseen_predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    scores: pd.DataFrame
+    predictions: Predictions = field(default_factory=dict)
+    truth: Predictions = field(default_factory=dict)
+    unseen_predictions: Predictions = field(default_factory=dict)
     fit_seconds: float = 0.0
     n_train_rows: int = 0
     warnings: list[str] = field(default_factory=list)
-    #: figures drawn where the configuration was evaluated (a worker process): PNG bytes by file
-    #: name under the run's ``plots/`` (see ``experiments.evaluation.plots.trial_figures``); empty if not drawn
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
 def _calibrate(
-    trial: Trial,
-    fitted: Fitted,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
+) -> tuple[Predictions, Predictions]:
     """``global_calibrated``: each listener's map fitted on the training stories' out-of-fold
     predictions smoothed as ``trial`` smooths, applied to the evaluated and the training
     predictions (unsmoothed; smoothing commutes with the map): (evaluated, fit_on)."""
@@ -124,7 +100,7 @@ def _calibrate(
         CALIBRATION_SHRINKAGE,
     )
 
-    def apply(sessions, predictions):
+    def apply(sessions: Sessions, predictions: Predictions) -> Predictions:
         return {
             s.session: apply_listener_calibration(
                 maps, np.full(len(s.y), s.listener), predictions[s.session]
@@ -135,123 +111,79 @@ def _calibrate(
     return apply(evaluate, fitted.evaluated), apply(train, fitted.fit_on)
 
 
+class _Post:
+    """``trial``'s smoothing and rescaling of its group's predictions."""
+
+    def __init__(self, trial: Trial) -> None:
+        self.trial = trial
+
+    def smooth(self, s: WindowedSession, p: np.ndarray) -> np.ndarray:
+        t = self.trial
+        return smooth(p, s.fps, t.smooth_s, t.smooth_method) if t.smooth_s else p
+
+    def rescaler(self, sessions: Sessions, predictions: Predictions) -> tuple[Rescaler, bool]:
+        """The trial's rescaler fitted on ``sessions``' labels and smoothed ``predictions``, and
+        whether it is per listener."""
+        rescaler, per_listener = rescaler_for(self.trial.rescale)
+        y = np.concatenate([s.y for s in sessions])
+        p = np.concatenate([self.smooth(s, predictions[s.session]) for s in sessions])
+        ok = np.isfinite(y)
+        groups = np.concatenate([np.full(len(s.y), s.listener) for s in sessions])[ok]
+        return rescaler.fit(y[ok], p[ok], groups=groups if per_listener else None), per_listener
+
+
 def _postprocess(
-    trial: Trial,
-    fitted: Fitted,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-):
-    """``trial``'s smoothing and rescaling of the group's predictions: (predictions, unseen predictions)."""
-
-    def post(s: WindowedSession, p: np.ndarray) -> np.ndarray:
-        return smooth(p, s.fps, trial.smooth_s, trial.smooth_method) if trial.smooth_s else p
-
+    trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
+) -> tuple[Predictions, Predictions, dict[int, Predictions]]:
+    """``trial``'s calibration, smoothing and rescaling of the group's predictions: (evaluated,
+    each one's by the models without its listener, per held-out listener every evaluated one's)."""
+    post = _Post(trial)
     evaluated, fit_on = fitted.evaluated, fitted.fit_on
     if trial.personalization == "global_calibrated":
         evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
-    preds = {s.session: post(s, evaluated[s.session]) for s in evaluate}
+    preds = {s.session: post.smooth(s, evaluated[s.session]) for s in evaluate}
     with_unseen = trial.track == "generalized" and trial.unseen_listener
-    # per held-out listener: every evaluated session predicted by the models without them
     nested = {
-        listener: {s.session: post(s, raw[s.session]) for s in evaluate if s.session in raw}
+        listener: {s.session: post.smooth(s, raw[s.session]) for s in evaluate if s.session in raw}
         for listener, raw in (fitted.unseen_all.items() if with_unseen else ())
     }
-    if trial.rescale == "none":
-        return preds, _held_out(nested, evaluate), nested
-
-    def fitted_rescaler(
-        sessions: Sequence[WindowedSession], predictions: dict[str, np.ndarray]
-    ) -> tuple[Rescaler, bool]:
-        rescaler, per_listener = rescaler_for(trial.rescale)
-        y = np.concatenate([s.y for s in sessions])
-        p = np.concatenate([post(s, predictions[s.session]) for s in sessions])
-        groups = (
-            np.concatenate([np.full(len(s.y), s.listener) for s in sessions])
-            if per_listener
-            else None
-        )
-        ok = np.isfinite(y)
-        return rescaler.fit(
-            y[ok], p[ok], groups=None if groups is None else groups[ok]
-        ), per_listener
-
-    rescaler, per_listener = fitted_rescaler(train, fit_on)
-    preds = {
-        sid: rescaler.transform(p, group=by.listener if per_listener else None)
-        for (sid, p), by in zip(preds.items(), evaluate, strict=True)
-    }
-    # an unseen listener's rescaling: fitted on the other listeners, predicted by models without them
-    for listener, raw in nested.items():
-        others = [t for t in train if t.listener != listener]
-        held_rescaler = fitted_rescaler(others, fitted.unseen_fit_on[listener])[0]
-        nested[listener] = {sid: held_rescaler.transform(p) for sid, p in raw.items()}
-    return preds, _held_out(nested, evaluate), nested
-
-
-def postprocessed(
-    trial: Trial,
-    fitted: Fitted,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-) -> dict[str, np.ndarray]:
-    """``trial``'s calibration, smoothing and rescaling of ``fitted.evaluated`` (the sessions
-    ``evaluate``), fitted on ``fitted.fit_on`` (the sessions ``train``), by session: the
-    predictions the run scores. The same function of its inputs whatever ``fitted.evaluated``
-    holds, so permuted features' predictions are post-processed as the run's were."""
-    return _postprocess(trial, fitted, train, evaluate)[0]
-
-
-def _held_out(
-    nested: dict[int, dict[str, np.ndarray]], evaluate: Sequence[WindowedSession]
-) -> dict[str, np.ndarray]:
-    """Each evaluated session's prediction by the models fitted without its listener."""
-    return {
+    if trial.rescale != "none":
+        rescaler, per_listener = post.rescaler(train, fit_on)
+        preds = {
+            s.session: rescaler.transform(
+                preds[s.session], group=s.listener if per_listener else None
+            )
+            for s in evaluate
+        }
+        # a held-out listener's rescaling: fitted on the others, predicted by models without them
+        for listener, raw in nested.items():
+            others = [t for t in train if t.listener != listener]
+            held = post.rescaler(others, fitted.unseen_fit_on[listener])[0]
+            nested[listener] = {sid: held.transform(p) for sid, p in raw.items()}
+    held_out = {
         s.session: nested[s.listener][s.session]
         for s in evaluate
         if s.listener in nested and s.session in nested[s.listener]
     }
+    return preds, held_out, nested
 
 
-def nested_selection_metrics(
-    nested: dict[int, dict[str, np.ndarray]],
-    sessions: dict[str, WindowedSession],
-    split_of: dict[str, str],
-    split: str = "val",
-) -> dict[str, float]:
-    """``<split>_without_listener_<L>.ccc_generalized``: for each held-out listener L, the
-    generalized mean CCC on the *other* listeners' ``split`` sessions, predicted by the models
-    (and post-processing) fitted without L: the score that chooses L's configuration without
-    anything of L (nested selection, see :mod:`experiments.studies.unseen`). ``split``: ``val``
-    (protocol ``val``) or ``loso`` (each of the others' train + val stories predicted by a
-    model fitted without that story and without L)."""
-    out: dict[str, float] = {}
-    for listener, preds in nested.items():
-        rows = []
-        for sid, pred in preds.items():
-            s = sessions[sid]
-            if s.listener == listener or split_of.get(sid) != split:
-                continue
-            ok = np.isfinite(s.y)
-            rows.append({"listener": s.listener, "story": s.story, "ccc": ccc(s.y[ok], pred[ok])})
-        if rows:
-            df = pd.DataFrame(rows)
-            out[f"{split}_without_listener_{listener}.ccc_generalized"] = float(
-                ccc_protocols(df)["generalized"]
-            )
-    return out
+def postprocessed(trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions) -> Predictions:
+    """``trial``'s post-processing of ``fitted.evaluated`` (the sessions ``evaluate``), fitted on
+    ``fitted.fit_on`` (``train``): the predictions the run scores, whatever ``fitted.evaluated``
+    holds (permuted features' predictions are post-processed as the run's were)."""
+    return _postprocess(trial, fitted, train, evaluate)[0]
 
 
 @dataclass
 class MemberPredictions:
-    """One configuration's post-processed predictions, for a late fusion
-    (:mod:`experiments.evaluation.fusion`): ``evaluated``, the validation and test sessions'
-    (what the configuration's run scores); ``train``, the training sessions' **out of fold**
-    (each training story predicted by the models fitted on the other training stories, then
-    smoothed, calibrated and rescaled as the configuration does, the rescaling fitted on the
-    training labels only); ``split_of``: session -> ``train``, ``val`` or ``test``."""
+    """One configuration's post-processed predictions for a late fusion
+    (:mod:`experiments.evaluation.fusion`): ``evaluated``, the validation and test sessions' (as
+    its run scores them); ``train``, the training sessions' out of fold (post-processed as the
+    configuration does, fitted on the training labels only); ``split_of``: session -> split."""
 
-    evaluated: dict[str, np.ndarray]
-    train: dict[str, np.ndarray]
+    evaluated: Predictions
+    train: Predictions
     split_of: dict[str, str]
     notes: list[str] = field(default_factory=list)
 
@@ -259,16 +191,12 @@ class MemberPredictions:
 def member_predictions(
     trial: Trial, w: Windowed, cache: FitCache | None = None
 ) -> MemberPredictions:
-    """``trial``'s predictions of every session of ``w`` (protocol ``val``): see
-    :class:`MemberPredictions`. The evaluated ones are those its run logged (the same fits);
-    the training ones out of fold even when the configuration fits its post-processing in sample
-    (``postprocess.fit_on: in_sample``: its leave-one-story-out fits are then made here too).
-    ``cache``: fits made before on the same inputs are reused (e.g. the other track's choice of
-    the same fit group; :class:`~experiments.evaluation.fit_cache.FitCache`), the same numbers.
+    """``trial``'s predictions of every session of ``w`` (protocol ``val``): the evaluated ones its
+    run logged, the training ones out of fold even when it fits its post-processing in sample;
+    ``cache``: fits made before on the same inputs are reused, the same numbers.
 
     Raises:
-        ValueError: protocol ``loso``, no training or evaluated sessions, or a single training
-            story (no out-of-fold predictions).
+        ValueError: another protocol, no training or evaluated sessions, one training story.
     """
     if trial.protocol != "val":
         raise ValueError("out-of-fold member predictions are made under protocol val only")
@@ -276,17 +204,16 @@ def member_predictions(
     parts, _, _ = _group_sets([trial], w)
     train, evaluate = parts["train"], parts["val"] + parts["test"]
     if len({s.story for s in train}) < 2:
+        story = train[0].story
         raise ValueError(
-            f"one training story ({train[0].story}): no out-of-fold predictions to fit a blend on"
+            f"one training story ({story}): no out-of-fold predictions to fit a blend on"
         )
     scope = None if cache is None else cache.on(w.names)
-    fitted = fit_group(trial, train, evaluate, need_post_fit=True, need_unseen=False, cache=scope)
+    fitted = fit_group(trial, train, evaluate, True, False, cache=scope)
     evaluated = _postprocess(trial, fitted, train, evaluate)[0]
     oof_trial = replace(trial, fit_on="out_of_fold")
     if trial.fit_on != "out_of_fold":
-        fitted = fit_group(
-            oof_trial, train, evaluate, need_post_fit=True, need_unseen=False, cache=scope
-        )
+        fitted = fit_group(oof_trial, train, evaluate, True, False, cache=scope)
     # the out-of-fold predictions post-processed as if they were the evaluated ones
     as_evaluated = replace(fitted, evaluated=fitted.fit_on, unseen_all={})
     on_train = _postprocess(oof_trial, as_evaluated, train, train)[0]
@@ -297,50 +224,46 @@ def member_predictions(
 def split_sessions(
     w: Windowed, splits: dict[str, tuple[int, ...]]
 ) -> dict[str, list[WindowedSession]]:
-    """``w``'s sessions by split (``train``, ``val``, ``test``), each session's split looked up from its story."""
+    """``w``'s sessions by split (``train``, ``val``, ``test``), from their stories (else their own)."""
     by_story = {int(st): name for name, stories in splits.items() for st in stories}
     out: dict[str, list[WindowedSession]] = {"train": [], "val": [], "test": []}
     for s in w.sessions:
-        name = by_story.get(s.story, s.split)
-        if name in out:
-            out[name].append(s)
+        out.get(by_story.get(s.story, s.split), []).append(s)
     return out
 
 
 def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
-    """Fit, predict, post-process and score one configuration under its protocol.
-
-    Warnings raised while fitting (e.g. a solver that did not converge) are collected in
-    ``TrialResult.warnings`` instead of flooding the console; the sweep logs them as a tag.
-    """
+    """Fit, predict, post-process and score one configuration under its protocol (the warnings
+    raised while fitting collected in ``TrialResult.warnings``)."""
     return evaluate_trials([trial], w)[0]
 
 
 def evaluate_trials(
     trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None
 ) -> list[TrialResult]:
-    """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`, fitting once.
-
-    Each result is what :func:`evaluate_trial` gives for that configuration alone; only the
-    fits are shared. ``fit_seconds`` of each result is the group's time divided among them.
-    ``done``: fit parts already fitted elsewhere (:func:`group_fit_parts`,
-    :func:`evaluate_part`; protocol ``val`` only); the same results as without them.
+    """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`,
+    fitting once: each result is :func:`evaluate_trial`'s, ``fit_seconds`` the group's share.
+    ``done``: parts fitted elsewhere (:func:`evaluate_part`; protocol ``val`` only).
 
     Raises:
-        ValueError: the configurations do not share a fit key, or there is nothing to fit or
-            score, or ``done`` is given for the ``loso`` protocol.
+        ValueError: different fit keys, nothing to fit or score, or ``done`` under a cross-validation.
     """
     trials = list(trials)
     if not trials:
         return []
     _check_group(trials)
+    results, caught = _recordings(lambda: _evaluate_group(trials, w, dict(done or {})))
+    for r in results:
+        r.warnings = sorted({*caught, *r.warnings})
+    return results
+
+
+def _recordings(make: Callable[[], list[TrialResult]]) -> tuple[list[TrialResult], set[str]]:
+    """``make()`` and the warnings it raised, as text."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = _evaluate_group(trials, w, dict(done or {}))
-    messages = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
-    for r in results:
-        r.warnings = sorted({*messages, *r.warnings})
-    return results
+        results = make()
+    return results, {f"{type(c.message).__name__}: {c.message}" for c in caught}
 
 
 def _check_group(trials: Sequence[Trial]) -> None:
@@ -351,7 +274,7 @@ def _check_group(trials: Sequence[Trial]) -> None:
         )
 
 
-def _refuse_loso(trial: Trial) -> None:
+def _refuse_cv(trial: Trial) -> None:
     if trial.protocol in CV_PROTOCOLS:
         raise ValueError(
             f"fit parts are made apart under protocol val only; {trial.protocol} groups are fitted whole"
@@ -375,19 +298,9 @@ def _group_sets(
     return parts, need_post_fit, need_unseen
 
 
-def _nested_loso(trials: Sequence[Trial]) -> bool:
-    """Whether each LOSO fold is also fitted without each listener: nested selection of the
-    unseen-listener configuration under protocol ``loso`` (generalized configurations only)."""
-    return any(
-        t.protocol == "loso" and t.track == "generalized" and t.unseen_listener and t.unseen_nested
-        for t in trials
-    )
-
-
 def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
-    """The fits (:class:`~experiments.evaluation.fitting.FitPart`) of a fit group under protocol ``val``,
-    which :func:`evaluate_part` can make apart (in other processes) and :func:`evaluate_trials`
-    then uses; ``[]`` under ``loso`` (several training sets: the group is fitted as a whole)."""
+    """The fits of a fit group under protocol ``val``, which :func:`evaluate_part` makes apart (in
+    other processes) for :func:`evaluate_trials`; ``[]`` under a cross-validation (fitted whole)."""
     trials = list(trials)
     _check_group(trials)
     if trials[0].protocol in CV_PROTOCOLS:
@@ -402,192 +315,107 @@ def evaluate_part(trials: Sequence[Trial], w: Windowed, part: FitPart) -> PartRe
     """Fit and predict one part of a fit group (protocol ``val``), see :func:`group_fit_parts`."""
     trials = list(trials)
     _check_group(trials)
-    _refuse_loso(trials[0])
+    _refuse_cv(trials[0])
     sets, need_post_fit, _ = _group_sets(trials, w)
     return fit_part(trials[0], part, sets["train"], sets["val"] + sets["test"], need_post_fit)
+
+
+@dataclass
+class _Group:
+    """What a fit group's configurations predicted, gathered over its training sets."""
+
+    trials: list[Trial]
+    preds: list[Predictions]
+    unseen: list[Predictions]
+    nested: list[dict[int, Predictions]]
+    split_of: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    n_rows: int = 0
+
+    def add(
+        self, fitted: Fitted, train: Sessions, evaluate: Sessions, split: dict[str, str]
+    ) -> None:
+        """Post-process ``fitted`` for each configuration; a listener's held-out predictions are
+        kept on test only (no ``val_unseen``: that listener's validation labels choose every
+        other listener's configuration)."""
+        self.notes.extend([*fitted.notes, *fitted.warnings])
+        self.n_rows = max(self.n_rows, fitted.n_rows)
+        for i, t in enumerate(self.trials):
+            p, u, by_held_out = _postprocess(t, fitted, train, evaluate)
+            self.preds[i].update(p)
+            self.unseen[i].update({sid: pred for sid, pred in u.items() if split[sid] == "test"})
+            for listener, held in by_held_out.items():
+                self.nested[i].setdefault(listener, {}).update(held)
+        self.split_of.update(split)
 
 
 def _evaluate_group(
     trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]
 ) -> list[TrialResult]:
+    """Fit the group on each of its protocol's training sets, post-process, score."""
     t0 = time.perf_counter()
     first = trials[0]
     parts, need_post_fit, need_unseen = _group_sets(trials, w)
     if done:
-        _refuse_loso(first)
-    preds: list[dict[str, np.ndarray]] = [{} for _ in trials]
-    unseen: list[dict[str, np.ndarray]] = [{} for _ in trials]
-    nested: list[dict[int, dict[str, np.ndarray]]] = [{} for _ in trials]
-    split_of: dict[str, str] = {}
-    notes: list[str] = []
-    n_rows = 0
+        _refuse_cv(first)
+    n = len(trials)
+    group = _Group(trials, [{} for _ in range(n)], [{} for _ in range(n)], [{} for _ in range(n)])
 
     def run(
         train: list[WindowedSession],
         evaluate: list[WindowedSession],
         split: dict[str, str],
-        with_unseen: bool,
+        unseen: bool,
     ) -> None:
-        nonlocal n_rows
-        fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and with_unseen, done)
-        notes.extend([*fitted.notes, *fitted.warnings])
-        n_rows = max(n_rows, fitted.n_rows)
-        for i, t in enumerate(trials):
-            p, u, by_held_out = _postprocess(t, fitted, train, evaluate)
-            preds[i].update(p)
-            # a listener's held-out score on test only (no val_unseen: see the module docstring)
-            unseen[i].update({sid: pred for sid, pred in u.items() if split[sid] == "test"})
-            for listener, held in by_held_out.items():
-                nested[i].setdefault(listener, {}).update(held)
-        split_of.update(split)
+        fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and unseen, done)
+        group.add(fitted, train, evaluate, split)
 
     if first.protocol in CV_PROTOCOLS:
-        pool = parts["train"] + parts["val"]
-        scored_as = selection_split(first.protocol)
+        pool, scored_as = parts["train"] + parts["val"], selection_split(first.protocol)
+        # nested (LOSO): each fold fitted without each listener too, to score the others' story
+        nested = any(
+            t.protocol == "loso"
+            and t.track == "generalized"
+            and t.unseen_listener
+            and t.unseen_nested
+            for t in trials
+        )
         for held in cv_folds(pool, first.protocol, first.folds):
             out = {s.session for s in held}
-            rest = [s for s in pool if s.session not in out]
-            if rest:
-                # nested (LOSO): the fold fitted without each listener too, to score the others' story
-                run(
-                    rest,
-                    held,
-                    {s.session: scored_as for s in held},
-                    with_unseen=_nested_loso(trials),
-                )
+            if rest := [s for s in pool if s.session not in out]:
+                run(rest, held, {s.session: scored_as for s in held}, nested)
         if parts["test"]:
-            run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, with_unseen=True)
+            run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, True)
     else:
         evaluate = parts["val"] + parts["test"]
         run(
             parts["train"],
             evaluate,
-            {s.session: name for name in ("val", "test") for s in parts[name]},
-            with_unseen=True,
+            {s.session: k for k in ("val", "test") for s in parts[k]},
+            True,
         )
-
-    by_session = {s.session: s for s in w.sessions}
     # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
-    seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / len(trials)
-    results = []
-    for t, p, u, n in zip(trials, preds, unseen, nested, strict=True):
-        scores = session_scores(
-            (by_session[sid], split_of[sid] + suffix, pred)
-            for suffix, source in (("", p), ("_unseen", u))
-            for sid, pred in source.items()
-        )
-        truth = {sid: by_session[sid].y for sid in p}
-        metrics = score_metrics(
-            scores,
-            predictions=p,
-            truth=truth,
-            seed=t.seed,
-            unseen_predictions=u,
-            fps={sid: by_session[sid].fps for sid in p},
-            averaging=t.ccc_averaging,
-        )
-        metrics.update(nested_selection_metrics(n, by_session, split_of, first.protocol))
-        results.append(
-            TrialResult(
-                t,
-                metrics,
-                scores,
-                p,
-                truth,
-                u,
-                fit_seconds=seconds,
-                n_train_rows=n_rows,
-                warnings=sorted(set(notes)),
-            )
-        )
-    return results
+    seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / n
+    return [_result(group, i, w, seconds) for i in range(n)]
 
 
-def session_scores(
-    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]],
-) -> pd.DataFrame:
-    """Per-session CCC (columns ``session, listener, story, split, ccc``) of (session, split
-    name, its per-frame prediction) triples, on the frames with a finite label."""
-    rows = []
-    for s, split, pred in predicted:
-        ok = np.isfinite(s.y)
-        rows.append(
-            {
-                "session": s.session,
-                "listener": s.listener,
-                "story": s.story,
-                "split": split,
-                "ccc": ccc(s.y[ok], pred[ok]),
-            }
-        )
-    return pd.DataFrame(rows, columns=["session", "listener", "story", "split", "ccc"])
-
-
-def score_metrics(
-    scores: pd.DataFrame,
-    predictions: dict[str, np.ndarray] | None = None,
-    truth: dict[str, np.ndarray] | None = None,
-    seed: int = 0,
-    unseen_predictions: dict[str, np.ndarray] | None = None,
-    fps: float | dict[str, float] = 25.0,
-    averaging: str = "sessions",
-) -> dict[str, float]:
-    """MLflow metrics from per-session CCC: both protocols per split, per listener, per story.
-
-    ``averaging`` (the corpus's choice, ``ccc_averaging`` in the config): ``sessions`` averages
-    per-session CCC as below (OMG-Empathy); ``concatenated`` (AVEC) makes both
-    ``<split>.ccc_<protocol>`` the CCC of the split's sessions concatenated (``predictions``
-    and ``truth`` needed; the tracks differ by their models, not by this number), with no
-    interval or chance level over listeners (NaN: those are of the per-session means). Given
-    predictions, ``<split>.ccc_concatenated`` is logged under either averaging.
-
-    Per split (``val``, ``test``, ``loso``, ``cv``, ``test_unseen``) and protocol
-    (``personalized``, ``generalized``): ``<split>.ccc_<protocol>``, its 95 % interval over
-    listeners ``<split>.ccc_<protocol>.ci_low`` / ``.ci_high`` (stories fixed; NaN below 3
-    listeners, with a warning; :func:`~experiments.evaluation.uncertainty.protocol_intervals`),
-    ``<split>.n_listeners``, and, given ``predictions`` and ``truth``, the chance level
-    ``<split>.ccc_<protocol>.chance_mean`` / ``.chance_q95`` (another story's block of
-    predictions at each session's own level and scale, the block shifted by one lag of at least
-    10 s, ``fps`` frames per second, one for all or per session;
-    :func:`~experiments.evaluation.uncertainty.chance_level`; the ``*_unseen`` splits take theirs
-    from ``unseen_predictions``). Per listener and story: ``<split>.ccc_listener_<L>``,
-    ``<split>.ccc_story_<S>``.
-    """
-    metrics: dict[str, float] = {}
-    for split, df in scores.groupby("split"):
-        prot = ccc_protocols(df)
-        intervals = protocol_intervals(df, split=str(split))
-        metrics[f"{split}.n_listeners"] = float(df.listener.nunique())
-        chance = None
-        if predictions is not None and truth is not None:
-            source = unseen_predictions if str(split).endswith("_unseen") else predictions
-            if source is None:
-                raise ValueError(
-                    f"scores of split {split} need unseen_predictions for its chance level"
-                )
-            chance = chance_level(
-                truth, {sid: source[sid] for sid in df.session}, df, fps=fps, seed=seed
-            )
-        concatenated = np.nan
-        if predictions is not None and truth is not None:
-            source = unseen_predictions if str(split).endswith("_unseen") else predictions
-            concatenated = concatenated_ccc(truth, source or {}, list(df.session))
-            metrics[f"{split}.ccc_concatenated"] = concatenated
-        elif averaging == "concatenated":
-            raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
-        for p in ("personalized", "generalized"):
-            name = f"{split}.ccc_{p}"
-            if averaging == "concatenated":
-                metrics[name] = concatenated
-                metrics[f"{name}.ci_low"] = metrics[f"{name}.ci_high"] = np.nan
-                metrics[f"{name}.chance_mean"] = metrics[f"{name}.chance_q95"] = np.nan
-                continue
-            metrics[name] = float(prot[p])
-            metrics[f"{name}.ci_low"], metrics[f"{name}.ci_high"] = intervals[p]
-            if chance is not None:
-                metrics[f"{name}.chance_mean"], metrics[f"{name}.chance_q95"] = chance[p]
-        for listener, g in df.groupby("listener"):
-            metrics[f"{split}.ccc_listener_{listener}"] = float(g["ccc"].mean())
-        for story, g in df.groupby("story"):
-            metrics[f"{split}.ccc_story_{story}"] = float(g["ccc"].mean())
-    return metrics
+def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
+    """Configuration ``i``'s :class:`TrialResult`: its scores and metrics."""
+    t, p, u = group.trials[i], group.preds[i], group.unseen[i]
+    by_session = {s.session: s for s in w.sessions}
+    predicted = (
+        (by_session[sid], group.split_of[sid] + suffix, pred)
+        for suffix, source in (("", p), ("_unseen", u))
+        for sid, pred in source.items()
+    )
+    scores = session_scores(predicted, t.metric)
+    truth = {sid: by_session[sid].y for sid in p}
+    fps = {sid: by_session[sid].fps for sid in p}
+    metrics = score_metrics(scores, p, truth, t.seed, u, fps, t.ccc_averaging, t.metric)
+    protocol = group.trials[0].protocol
+    metrics.update(
+        nested_selection_metrics(group.nested[i], by_session, group.split_of, protocol, t.metric)
+    )
+    return TrialResult(
+        t, metrics, scores, p, truth, u, seconds, group.n_rows, sorted(set(group.notes))
+    )

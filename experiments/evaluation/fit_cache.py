@@ -1,12 +1,6 @@
-"""Fits made once for the steps after a sweep that refit configurations of one fit group.
-
-The steps after a sweep (permutation importance of each track's choice, late fusion's
-members) refit configurations whose fits the sweep made in its workers; two choices of one fit
-group (they differ in post-processing only) need the very same fits. A :class:`FitCache` makes
-each of them once: a pipeline model, its predictions of the windowed sessions and the warnings
-it raised, and each closed-form part, keyed by everything the fit reads, so what it hands back
-is what a refit would give, number for number (:mod:`experiments.evaluation.fitting` takes a
-:class:`FitScope` as ``cache=``).
+"""Fits made once for the steps after a sweep that refit configurations of one fit group (each
+track's choice for permutation importance, late fusion's members): a :class:`FitCache` keyed by
+everything a fit reads hands back what a refit would give, number for number.
 """
 
 from __future__ import annotations
@@ -32,16 +26,11 @@ def _copied(result: PartResult) -> PartResult:
 
 
 class FitCache:
-    """Fits made once for several steps that refit configurations of one fit group (see the
-    module docstring); :meth:`on` gives the view of one windowed feature set, :meth:`clear`
-    releases everything.
-
-    Only exact reuse: a pipeline model is keyed by the windowed features' names (their layout),
-    the configuration's :meth:`~experiments.config.grid.Trial.fit_key`, the personalization, the
-    fitted sessions in order and (per-listener models) the predicted listeners; its predictions
-    by the session too; a closed-form part (:func:`closed_form_parts`) by the part, the training
-    and the evaluated sessions and ``need_post_fit``. Every copy handed out is a new array.
-    ``fits``: models and closed-form parts made; ``reuses``: the times one was handed out again.
+    """Fits made once (see the module docstring): :meth:`on` is the view of one windowed feature set,
+    :meth:`clear` forgets everything. A pipeline model is keyed by the features' names, the
+    configuration's fit key, the personalization, the fitted sessions and (per listener) the
+    predicted listeners; a closed-form part by the part, the sessions and ``need_post_fit``.
+    ``fits``: made; ``reuses``: handed out again (every copy a new array).
     """
 
     def __init__(self) -> None:

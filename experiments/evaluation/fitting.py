@@ -1,34 +1,14 @@
 """The fits of one fit group, as independent parts that can run apart and be put together.
 
-A group of configurations that share a :meth:`~experiments.config.grid.Trial.fit_key` needs, on
-one training set, several model fits (:func:`fit_parts` lists them):
-
-* ``main``: the model on every training session; predicts the evaluated sessions (and the
-  training sessions in sample, when the post-processing is fitted in sample);
-* ``fold`` (one per training story): the model on the other training stories; predicts the
-  held-out story, the out-of-fold predictions that rescaling (or calibration) is fitted on;
-* ``unseen`` (one per evaluated listener, generalized track): a global model on the other
-  listeners' sessions; predicts that listener's evaluated sessions;
-* ``unseen_fold`` (per evaluated listener and training story): the same without that story,
-  for the held-out listener's own out-of-fold rescaling.
-
-Each part depends only on the windowed features, never on another part, so
-:func:`fit_part` can run them in any order and in different processes (the local executor
-spreads a slow model's parts over its workers); :func:`combine_parts` puts their
-predictions together into the :class:`Fitted` that post-processing reads. :func:`fit_group`
-does both in this process. The result does not depend on where or in which order the parts
-ran: each is the same fit on the same rows.
-
-A ``ridge`` group (personalizations ``global`` and ``per_listener``, and the global fits of
-``global_calibrated`` and of unseen listeners) is not refitted part by part:
-:func:`closed_form_parts` computes each training session's sums once
-(:mod:`experiments.models.ridge_stats`) and makes every fit of the group a sum of them and
-one solve, with the pipeline's imputation, standardisation and intercept folded in exactly
-(the tests compare every ridge configuration of their store with the pipeline: CCC within
-1e-8). Other models and options fall back to the pipeline.
-
-The steps after a sweep reuse exact fits through
-:class:`~experiments.evaluation.fit_cache.FitCache`.
+Configurations that share a :meth:`~experiments.config.grid.Trial.fit_key` need, on one training
+set, the fits :func:`fit_parts` lists: ``main`` (every training session), ``fold`` (each
+training story left out: the out-of-fold predictions post-processing is fitted on), ``unseen``
+(each evaluated listener left out, generalized track) and ``unseen_fold`` (both). Each depends
+only on the windowed features, so :func:`fit_part` runs them in any order and process and
+:func:`combine_parts` puts their predictions together: the same numbers wherever they ran. A
+model whose spec has a closed form (ridge) makes every part of the group from per-session
+sums (:func:`closed_form_parts`, :mod:`experiments.models.ridge_stats`); the steps after a sweep
+reuse exact fits through :class:`~experiments.evaluation.fit_cache.FitCache`.
 """
 
 from __future__ import annotations
@@ -42,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config.grid import Trial
-from ..config.options import SESSION_POSITION_MODELS
-from ..models.factory import make_model, resolve_model_params
+from ..config.models import model_spec
+from ..models.factory import make_model
 from ..models.personalization import PerListenerRegressor, make_personalizer
 from ..models.position_prior import session_position
 from ..models.ridge_stats import LinearFit, SufficientStats
@@ -54,35 +34,41 @@ if TYPE_CHECKING:  # fit_cache imports this module
 
 #: the shrinkage (rows) of the per-listener maps of ``global_calibrated``
 CALIBRATION_SHRINKAGE = 100.0
+#: personalizations whose fits :func:`closed_form_parts` makes from sufficient statistics
+CLOSED_FORM_PERSONALIZATIONS = ("global", "per_listener")
 
-#: models fitted and predicting from a column-major float64 matrix: a tree reads one feature
-#: per node for every row, sequential in that layout (a full-size hist_gb configuration took
-#: 40 % less CPU), and at fit its first step reads that matrix's feature columns as a view
-#: (:func:`design`); the others get row-major float32. Same predictions either way
-COLUMN_MAJOR_MODELS = ("hist_gb",)
+Sessions = Sequence[WindowedSession]
+
+
+def _layout(trial: Trial) -> tuple[bool, bool]:
+    """(reads each frame's position in its session, reads a column-major float64 matrix), from
+    the spec's ``inputs``; a tree reads one feature per node for every row, sequential in that
+    layout (a full-size hist_gb configuration took 40 % less CPU). The same predictions either way."""
+    inputs = model_spec(trial.model).inputs
+    return inputs == "position", inputs == "columns"
 
 
 def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
-    """A session's model inputs: its windowed features, or (``position``) the one column of
-    each frame's position in the session (:data:`SESSION_POSITION_MODELS`)."""
+    """A session's model inputs: its windowed features, or (``position``) each frame's position."""
     return session_position(len(s.y))[:, None] if position else s.F
 
 
+def _matrix(rows: int, columns: int, column_major: bool) -> np.ndarray:
+    """An empty design matrix: column-major float64, or row-major float32."""
+    if column_major:
+        return np.empty((rows, columns), dtype=np.float64, order="F")
+    return np.empty((rows, columns), dtype=np.float32)
+
+
 def design(
-    sessions: Sequence[WindowedSession],
-    hop: int = 1,
-    position: bool = False,
-    column_major: bool = False,
+    sessions: Sessions, hop: int = 1, position: bool = False, column_major: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Stack [listener id | features] rows (every ``hop``-th frame) and labels; ``position``:
-    [listener id | position in the session] instead (see :func:`_inputs`). One preallocated
-    array (never per-session pieces plus their concatenation): row-major float32, or
-    (``column_major``) column-major float64, which a tree's first step reads as it is."""
+    """[listener id | inputs] rows of every ``hop``-th frame with a finite label, and the labels:
+    one preallocated array, row-major float32 or (``column_major``) column-major float64."""
     y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
     p = _inputs(sessions[0], position).shape[1] if sessions else 0
-    dtype = np.float64 if column_major else np.float32
-    X = np.empty((int(keep.sum()), 1 + p), dtype=dtype, order="F" if column_major else "C")
+    X = _matrix(int(keep.sum()), 1 + p, column_major)
     row = start = 0
     for s in sessions:
         k = keep[start : start + len(s.y[::hop])]
@@ -94,54 +80,33 @@ def design(
     return X, y[keep]
 
 
-def _predict(
-    model, s: WindowedSession, column_major: bool = False, position: bool = False
-) -> np.ndarray:
-    F = _inputs(s, position)
-    dtype = np.float64 if column_major else np.float32
-    X = np.empty((len(F), 1 + F.shape[1]), dtype=dtype, order="F" if column_major else "C")
-    X[:, 0] = s.listener
-    X[:, 1:] = F
-    return np.asarray(model.predict(X), dtype=np.float64)
-
-
-def _fit(
-    trial: Trial,
-    train: Sequence[WindowedSession],
-    personalization: str,
-    predicted: Sequence[WindowedSession],
-):
-    """Fit ``trial``'s model with ``personalization`` on ``train``, to predict the sessions
-    ``predicted``; returns (model, label mean, rows).
-
-    A per-listener model fits its global fallback only when one of ``predicted``'s listeners
-    lacks a model of their own (too few training rows): otherwise that fit, as costly as a
-    global model's, would never be used.
-    """
+def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Sessions) -> tuple:
+    """``trial``'s model with ``personalization`` fitted on ``train``: (model, label mean, rows).
+    A per-listener model fits its global fallback only when a listener of ``predicted`` has too
+    few rows for a model of their own (else that costly fit would never be used)."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
-    X, y = design(
-        train, hop, trial.model in SESSION_POSITION_MODELS, trial.model in COLUMN_MAJOR_MODELS
-    )
+    X, y = design(train, hop, *_layout(trial))
     if len(y) == 0:
         raise ValueError("no training rows with a finite label")
-    model = make_personalizer(
-        personalization, make_model(trial.model, trial.hyperparams, seed=trial.seed)
-    )
+    estimator = make_model(trial.model, trial.hyperparams, seed=trial.seed)
+    model = make_personalizer(personalization, estimator)
     if personalization == "per_listener":
         ids, counts = np.unique(X[:, 0], return_counts=True)
         rows = dict(zip(ids.tolist(), counts.tolist(), strict=True))
-        model.set_params(
-            fallback=any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted)
-        )
+        lacking = any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted)
+        model.set_params(fallback=lacking)
     model.fit(X, y)
     return model, float(np.mean(y)), len(y)
 
 
-def _predict_filled(trial: Trial, fitted, s: WindowedSession) -> np.ndarray:
+def _predict_filled(trial: Trial, fitted: tuple, s: WindowedSession) -> np.ndarray:
+    """A session's predictions by a fitted model (:func:`_fit`), NaN as the training label mean."""
     model, y_mean, _ = fitted
-    p = _predict(
-        model, s, trial.model in COLUMN_MAJOR_MODELS, trial.model in SESSION_POSITION_MODELS
-    )
+    position, column_major = _layout(trial)
+    F = _inputs(s, position)
+    X = _matrix(len(F), 1 + F.shape[1], column_major)
+    X[:, 0], X[:, 1:] = s.listener, F
+    p = np.asarray(model.predict(X), dtype=np.float64)
     return np.where(np.isfinite(p), p, y_mean)
 
 
@@ -156,11 +121,8 @@ class FitPart:
 
 @dataclass
 class PartResult:
-    """What one part predicted (session -> per-frame predictions) and what it cost.
-
-    ``in_sample``: training sessions predicted by the part's own model (``main`` and
-    ``unseen`` when the post-processing is fitted in sample); ``warnings``: those raised
-    while fitting, as text."""
+    """What one part predicted (session -> per-frame predictions; ``in_sample``: training sessions
+    predicted by its own model), its training rows, seconds and warnings (as text)."""
 
     predictions: dict[str, np.ndarray]
     in_sample: dict[str, np.ndarray] = field(default_factory=dict)
@@ -169,7 +131,7 @@ class PartResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _ids(sessions: Sequence[WindowedSession]) -> tuple[str, ...]:
+def _ids(sessions: Sessions) -> tuple[str, ...]:
     return tuple(s.session for s in sessions)
 
 
@@ -189,18 +151,20 @@ def _replay(caught: Sequence[warnings.WarningMessage]) -> None:
 
 @dataclass
 class _Model:
-    """A model fitted by :func:`_fit` (``fitted``) that predicts a session: ``predict`` one of
-    the windowed features (remembered per session in ``memo`` when a cache made the model, its
-    warnings raised again at each use), ``raw`` any (e.g. one whose features were permuted)."""
+    """A model fitted by :func:`_fit`: ``raw`` predicts any session (features permuted, say);
+    ``predict`` a windowed one, remembered in ``memo`` when a cache made it (its warnings raised
+    again at each use)."""
 
     trial: Trial
     fitted: tuple
     memo: dict[str, tuple[np.ndarray, list[warnings.WarningMessage]]] | None = None
 
     def raw(self, s: WindowedSession) -> np.ndarray:
+        """``s``'s predictions, per frame."""
         return _predict_filled(self.trial, self.fitted, s)
 
     def predict(self, s: WindowedSession) -> np.ndarray:
+        """``s``'s predictions, a new array each time."""
         if self.memo is None:
             return self.raw(s)
         if s.session not in self.memo:
@@ -214,13 +178,11 @@ class _Model:
 class Fitted:
     """Predictions of one fit group on one training set, before post-processing.
 
-    ``evaluated``: the evaluated sessions; ``fit_on``: the training sessions, out of fold (or
-    in sample), for fitting the post-processing; ``unseen``: evaluated sessions predicted by
-    models that never saw their listener; ``unseen_fit_on``: per held-out listener, the other
-    listeners' training sessions predicted (out of fold, or in sample) by models that never saw
-    the held-out listener either, for fitting that listener's post-processing.
-    ``global_calibrated``'s per-listener maps are not applied here: they are fitted on
-    ``fit_on`` smoothed as each configuration smooths (``experiments.evaluation.evaluate``).
+    ``evaluated``: the evaluated sessions'; ``fit_on``: the training sessions' (out of fold, or in
+    sample), which the post-processing is fitted on; ``unseen``: each evaluated session's by the
+    models without its listener; ``unseen_fit_on``: per held-out listener, the other listeners'
+    training sessions by models without them either; ``unseen_all``: per held-out listener,
+    every evaluated session's by those models (the others' choose that listener's configuration).
     """
 
     evaluated: dict[str, np.ndarray]
@@ -229,10 +191,7 @@ class Fitted:
     n_rows: int
     notes: list[str]
     unseen_fit_on: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-    #: per held-out listener, every evaluated session predicted by the models without them
-    #: (the other listeners' validation sessions choose that listener's configuration)
     unseen_all: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-    #: the warnings raised while fitting the parts
     warnings: list[str] = field(default_factory=list)
 
 
@@ -242,86 +201,96 @@ def _base(trial: Trial) -> tuple[str, bool]:
     return ("global" if calibrated else trial.personalization), calibrated
 
 
-def _out_of_fold(trial: Trial, train: Sequence[WindowedSession]) -> bool:
+def _out_of_fold(trial: Trial, train: Sessions) -> bool:
     return trial.fit_on == "out_of_fold" and len({s.story for s in train}) >= 2
 
 
-def _others(train: Sequence[WindowedSession], listener: int | None) -> list[WindowedSession]:
+def _others(train: Sessions, listener: int | None) -> list[WindowedSession]:
     return [s for s in train if s.listener != listener]
 
 
+def _stories(sessions: Sessions) -> list[int]:
+    return sorted({s.story for s in sessions})
+
+
 def fit_parts(
-    trial: Trial,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-    need_post_fit: bool,
-    need_unseen: bool,
+    trial: Trial, train: Sessions, evaluate: Sessions, need_post_fit: bool, need_unseen: bool
 ) -> list[FitPart]:
     """Every fit the group of ``trial`` needs on ``train``, the costliest kinds first."""
     base, calibrated = _base(trial)
     parts = [FitPart("main")]
     if (need_post_fit or calibrated) and _out_of_fold(trial, train):
-        parts += [FitPart("fold", story=st) for st in sorted({s.story for s in train})]
-    if need_unseen and base == "global" and not calibrated:
-        for listener in sorted({s.listener for s in evaluate}):
-            others = _others(train, listener)
-            if not others:
-                continue  # combine_parts notes it
-            parts.append(FitPart("unseen", listener=listener))
-            if need_post_fit and _out_of_fold(trial, others):
-                parts += [
-                    FitPart("unseen_fold", listener=listener, story=st)
-                    for st in sorted({s.story for s in others})
-                ]
+        parts += [FitPart("fold", story=st) for st in _stories(train)]
+    if not need_unseen or base != "global" or calibrated:
+        return parts
+    for listener in sorted({s.listener for s in evaluate}):
+        others = _others(train, listener)
+        if not others:
+            continue  # combine_parts notes it
+        parts.append(FitPart("unseen", listener=listener))
+        if need_post_fit and _out_of_fold(trial, others):
+            parts += [FitPart("unseen_fold", st, listener) for st in _stories(others)]
     return parts
 
 
 def _part_sets(
-    trial: Trial,
-    part: FitPart,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-    need_post_fit: bool,
+    trial: Trial, part: FitPart, train: Sessions, evaluate: Sessions, need_post_fit: bool
 ) -> tuple[list[WindowedSession], str, list[WindowedSession], list[WindowedSession]]:
     """What ``part`` fits and predicts: (fitted on, personalization, predicted, predicted in sample)."""
     base, calibrated = _base(trial)
-    in_sample: list[WindowedSession] = []
-    if part.kind == "main":
-        fit_on, predicted = list(train), list(evaluate)
-        personalization = base
-        if (need_post_fit or calibrated) and not _out_of_fold(trial, train):
-            in_sample = list(train)
-    elif part.kind == "fold":
-        fit_on = [s for s in train if s.story != part.story]
-        predicted, personalization = [s for s in train if s.story == part.story], base
-    elif part.kind == "unseen":
-        # every evaluated session: the held-out listener's are scored, the others' choose
-        # the held-out listener's configuration without them (nested selection)
-        fit_on, personalization = _others(train, part.listener), "global"
-        predicted = list(evaluate)
-        if need_post_fit and not _out_of_fold(trial, fit_on):
-            in_sample = list(fit_on)
-    elif part.kind == "unseen_fold":
-        others = _others(train, part.listener)
-        fit_on, personalization = [s for s in others if s.story != part.story], "global"
-        predicted = [s for s in others if s.story == part.story]
-    else:
+    if part.kind in ("unseen", "unseen_fold"):
+        base, train = "global", _others(train, part.listener)
+    if part.kind in ("fold", "unseen_fold"):
+        held = [s for s in train if s.story == part.story]
+        return [s for s in train if s.story != part.story], base, held, []
+    if part.kind not in ("main", "unseen"):
         raise ValueError(f"unknown fit part {part.kind!r}: main, fold, unseen or unseen_fold")
-    return fit_on, personalization, predicted, in_sample
+    # unseen: every evaluated session, the held-out listener's scored, the others' choosing
+    # that listener's configuration without them (nested selection)
+    in_sample = need_post_fit or (calibrated and part.kind == "main")
+    return (
+        list(train),
+        base,
+        list(evaluate),
+        list(train) if in_sample and not _out_of_fold(trial, train) else [],
+    )
+
+
+def _pipeline_part(
+    trial: Trial,
+    sets: tuple[Sessions, str, Sessions, Sessions],
+    cache: FitScope | None,
+) -> tuple[_Model, PartResult]:
+    """The pipeline of ``sets`` (:func:`_part_sets`; or the cache's, made on the same inputs)
+    and what it predicted."""
+    t0 = time.perf_counter()
+    fit_on, personalization, predicted, in_sample = sets
+    shown = [*predicted, *in_sample]
+    model = (
+        _Model(trial, _fit(trial, fit_on, personalization, shown))
+        if cache is None
+        else cache.model(trial, fit_on, personalization, shown)
+    )
+    result = PartResult(
+        {s.session: model.predict(s) for s in predicted},
+        {s.session: model.predict(s) for s in in_sample},
+        n_rows=model.fitted[2],
+    )
+    result.seconds = time.perf_counter() - t0
+    return model, result
 
 
 def fit_part(
     trial: Trial,
     part: FitPart,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
+    train: Sessions,
+    evaluate: Sessions,
     need_post_fit: bool,
     cache: FitScope | None = None,
 ) -> PartResult:
-    """Fit and predict one part (see the module docstring): from sufficient statistics where
-    :func:`closed_form_parts` has a closed form, else with the model's pipeline. ``cache``:
-    a fit made before on the same inputs is reused
-    (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
+    """Fit and predict one part: from sufficient statistics where :func:`closed_form_parts` has
+    a closed form, else with the model's pipeline; ``cache``: fits made before on the same
+    inputs are reused (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
     closed = (
         closed_form_parts(trial, [part], train, evaluate, need_post_fit)
         if cache is None
@@ -329,36 +298,33 @@ def fit_part(
     )
     if part in closed:
         return closed[part]
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit_on, personalization, predicted, in_sample = _part_sets(
-            trial, part, train, evaluate, need_post_fit
-        )
-        shown = [*predicted, *in_sample]
-        model = (
-            _Model(trial, _fit(trial, fit_on, personalization, shown))
-            if cache is None
-            else cache.model(trial, fit_on, personalization, shown)
-        )
-        result = PartResult(
-            {s.session: model.predict(s) for s in predicted},
-            {s.session: model.predict(s) for s in in_sample},
-            n_rows=model.fitted[2],
-        )
-        del model
+    sets = _part_sets(trial, part, train, evaluate, need_post_fit)
+    (_, result), caught = _recorded(lambda: _pipeline_part(trial, sets, cache))
     result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
-    result.seconds = time.perf_counter() - t0
     return result
 
 
-def _group_stats(
-    trial: Trial, train: Sequence[WindowedSession], shown: Sequence[WindowedSession]
-) -> SufficientStats | None:
-    """The sufficient statistics of ``train``'s training rows (every hop-th frame with a
-    finite label), with a fill value for each column holding NaN in ``shown`` (every session
-    a part of the group may predict, whichever parts are fitted, so that a part fitted alone
-    gives the same numbers); ``None`` if a feature is infinite (the pipeline raises the error)."""
+def fit_main(
+    trial: Trial,
+    train: Sessions,
+    evaluate: Sessions,
+    need_post_fit: bool,
+    cache: FitScope | None = None,
+) -> tuple[Callable[[WindowedSession], np.ndarray], PartResult]:
+    """The ``main`` part fitted here with its model kept: (a function that predicts a session
+    from its features, NaN filled with the training label mean; the part's result), for
+    predictions on changed features (:mod:`experiments.evaluation.importance`) by the very model
+    the run's came from; with ``cache``, configurations sharing the model get equal functions."""
+    sets = _part_sets(trial, FitPart("main"), train, evaluate, need_post_fit)
+    model, result = _pipeline_part(trial, sets, cache)
+    return model.raw, result
+
+
+def _group_stats(trial: Trial, train: Sessions, shown: Sessions) -> SufficientStats | None:
+    """The sufficient statistics of ``train``'s training rows (every hop-th frame with a finite
+    label), with a fill value for each column holding NaN in ``shown`` (every session a part may
+    predict, so that a part fitted alone gives the same numbers); None if a feature is infinite
+    (the pipeline raises the error)."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
     rows = {}
     for s in train:
@@ -375,141 +341,87 @@ def _group_stats(
         return None
 
 
-def _own_models(
-    stats: SufficientStats, fit_on: Sequence[WindowedSession]
-) -> dict[int, list[WindowedSession]]:
-    """The listeners of ``fit_on`` that get a model of their own under ``per_listener`` (at
-    least ``PerListenerRegressor``'s ``min_samples`` training rows): listener -> sessions."""
+def _own_models(stats: SufficientStats, fit_on: Sessions) -> dict[int, list[WindowedSession]]:
+    """The listeners of ``fit_on`` with a model of their own under ``per_listener`` (at least
+    ``PerListenerRegressor``'s ``min_samples`` training rows): listener -> sessions."""
     min_samples = PerListenerRegressor(estimator=None).min_samples
     own: dict[int, list[WindowedSession]] = {}
     for s in fit_on:
         own.setdefault(s.listener, []).append(s)
-    return {
-        listener: sessions
-        for listener, sessions in own.items()
-        if stats.n_rows([s.session for s in sessions]) >= min_samples
-    }
-
-
-#: personalizations whose ridge fits :func:`closed_form_parts` makes from sufficient statistics
-CLOSED_FORM_PERSONALIZATIONS = ("global", "per_listener")
+    return {k: v for k, v in own.items() if stats.n_rows(_ids(v)) >= min_samples}
 
 
 def closed_form_parts(
-    trial: Trial,
-    parts: Sequence[FitPart],
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-    need_post_fit: bool,
+    trial: Trial, parts: Sequence[FitPart], train: Sessions, evaluate: Sessions, need_post_fit: bool
 ) -> dict[FitPart, PartResult]:
-    """The ``parts`` of a ridge fit group that have a closed form, fitted from the training
-    sessions' sufficient statistics (:class:`~experiments.models.ridge_stats.SufficientStats`):
-    each session's sums computed once, each fit a sum of them and one solve, the same
-    predictions as the pipeline's (:func:`fit_part`) up to rounding.
-
-    The parts left out (returned dict without them) are fitted by the pipeline: every part of
-    a model other than ``ridge``, of a personalization other than
-    :data:`CLOSED_FORM_PERSONALIZATIONS` (``listener_onehot``), with ``alpha <= 0``, without
-    training rows, or when a feature is infinite (the pipeline then raises its own error).
-    ``seconds`` of each part is an equal share of the time of all of them. Each fit predicts
-    on its own (one matrix-vector product per session), so a part gives the same numbers
-    whether it is fitted alone or with the others.
-    """
+    """The ``parts`` with a closed form, each fit a sum of the training sessions' sufficient
+    statistics and one solve: the pipeline's predictions up to rounding (the tests: CCC within
+    1e-8). Left out (fitted by the pipeline): a model whose spec has no ``closed_form`` (or
+    gives none for its hyperparameters), a personalization other than
+    :data:`CLOSED_FORM_PERSONALIZATIONS`, a part without training rows, an infinite feature.
+    Each part's ``seconds`` is an equal share; a part's numbers do not depend on the others asked."""
     t0 = time.perf_counter()
-    if trial.model != "ridge" or not parts:
-        return {}
-    alpha = float(resolve_model_params(trial.model, trial.hyperparams)["alpha"])
-    if not alpha > 0:
-        return {}
+    spec = model_spec(trial.model)
+    alpha = spec.closed_form(spec.resolve(trial.hyperparams)) if spec.closed_form else None
     sets = {p: _part_sets(trial, p, train, evaluate, need_post_fit) for p in parts}
     sets = {p: v for p, v in sets.items() if v[1] in CLOSED_FORM_PERSONALIZATIONS}
-    if not sets:
+    stats = _group_stats(trial, train, [*train, *evaluate]) if alpha is not None and sets else None
+    if stats is None or alpha is None:
         return {}
-    stats = _group_stats(trial, train, [*train, *evaluate])
-    if stats is None:
-        return {}
+    done = {
+        p: v for p, v in sets.items() if stats.n_rows(_ids(v[0])) > 0
+    }  # else: the pipeline's error
+    predictions = _closed_form_predictions(stats, alpha, done)
+    share = (time.perf_counter() - t0) / max(1, len(done))
+    return {
+        p: PartResult(
+            {s.session: predictions[p, s.session, False] for s in predicted},
+            {s.session: predictions[p, s.session, True] for s in in_sample},
+            n_rows=stats.n_rows(_ids(fit_on)),
+            seconds=share,
+        )
+        for p, (fit_on, _, predicted, in_sample) in done.items()
+    }
+
+
+def _closed_form_predictions(
+    stats: SufficientStats, alpha: float, sets: Mapping[FitPart, tuple]
+) -> dict[tuple[FitPart, str, bool], np.ndarray]:
+    """(part, session, in sample) -> its predictions: each distinct union of sessions fitted
+    once, each session predicted by all the fits that predict it in one pass."""
     fits: dict[frozenset[str], LinearFit] = {}
-
-    def fit(sessions: Sequence[WindowedSession]) -> LinearFit:
-        key = frozenset(s.session for s in sessions)
-        if key not in fits:
-            fits[key] = stats.fit(sorted(key), alpha)
-        return fits[key]
-
-    # per predicted session: (part, in sample) -> the fit that predicts it
     uses: dict[str, dict[tuple[FitPart, bool], LinearFit]] = {}
     shown: dict[str, WindowedSession] = {}
-    n_rows = {p: stats.n_rows([s.session for s in v[0]]) for p, v in sets.items()}
     for part, (fit_on, personalization, predicted, in_sample) in sets.items():
-        if n_rows[part] == 0:
-            continue  # the pipeline raises its error
         own = _own_models(stats, fit_on) if personalization == "per_listener" else {}
         for flag, sessions in ((False, predicted), (True, in_sample)):
             for s in sessions:
+                key = frozenset(_ids(own.get(s.listener, fit_on)))
+                if key not in fits:
+                    fits[key] = stats.fit(sorted(key), alpha)
                 shown[s.session] = s
-                uses.setdefault(s.session, {})[part, flag] = fit(own.get(s.listener, fit_on))
-    predictions: dict[tuple[FitPart, str, bool], np.ndarray] = {}
+                uses.setdefault(s.session, {})[part, flag] = fits[key]
+    out = {}
     for sid, by_part in uses.items():
         columns = stats.predict(shown[sid].F, list(by_part.values()))
         for (part, flag), column in zip(by_part, columns.T, strict=True):
-            predictions[part, sid, flag] = column
-    done = [p for p in sets if n_rows[p] > 0]
-    share = (time.perf_counter() - t0) / max(1, len(done))
-    out = {}
-    for part in done:
-        _, _, predicted, in_sample = sets[part]
-        out[part] = PartResult(
-            {s.session: predictions[part, s.session, False] for s in predicted},
-            {s.session: predictions[part, s.session, True] for s in in_sample},
-            n_rows=n_rows[part],
-            seconds=share,
-        )
+            out[part, sid, flag] = column
     return out
-
-
-def fit_main(
-    trial: Trial,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
-    need_post_fit: bool,
-    cache: FitScope | None = None,
-) -> tuple[Callable[[WindowedSession], np.ndarray], PartResult]:
-    """The ``main`` part fitted here with its model kept: (a function that predicts one session
-    from its features, per frame, NaN filled with the training label mean; the part's result,
-    as :func:`fit_part` gives it). For predictions on changed features (permutation importance,
-    :mod:`experiments.evaluation.importance`) from the very model the run's predictions came from.
-    ``cache``: the model made before on the same inputs is reused
-    (:class:`~experiments.evaluation.fit_cache.FitCache`); the functions of configurations
-    that share the model are then equal (``==``)."""
-    t0 = time.perf_counter()
-    base, calibrated = _base(trial)
-    in_sample = (
-        list(train) if (need_post_fit or calibrated) and not _out_of_fold(trial, train) else []
-    )
-    shown = [*evaluate, *in_sample]
-    model = (
-        _Model(trial, _fit(trial, train, base, shown))
-        if cache is None
-        else cache.model(trial, train, base, shown)
-    )
-    result = PartResult(
-        {s.session: model.predict(s) for s in evaluate},
-        {s.session: model.predict(s) for s in in_sample},
-        n_rows=model.fitted[2],
-    )
-    result.seconds = time.perf_counter() - t0
-    return model.raw, result
 
 
 def combine_parts(
     trial: Trial,
     done: Mapping[FitPart, PartResult],
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
+    train: Sessions,
+    evaluate: Sessions,
     need_post_fit: bool,
     need_unseen: bool,
 ) -> Fitted:
-    """The group's :class:`Fitted` from its parts' results (every part of :func:`fit_parts`)."""
+    """The group's :class:`Fitted` from its parts' results (every part of :func:`fit_parts`).
+
+    Raises:
+        ValueError: a part is missing.
+    """
     parts = fit_parts(trial, train, evaluate, need_post_fit, need_unseen)
     missing = [p for p in parts if p not in done]
     if missing:
@@ -517,17 +429,15 @@ def combine_parts(
 
     def predictions(kind: str, listener: int | None = None) -> dict[str, np.ndarray]:
         """The predictions of every part of ``kind`` (of ``listener``), in the order of ``parts``."""
-        out: dict[str, np.ndarray] = {}
-        for p in parts:
-            if p.kind == kind and p.listener == listener:
-                out.update(done[p].predictions)
-        return out
+        return {
+            k: v
+            for p in parts
+            if (p.kind, p.listener) == (kind, listener)
+            for k, v in done[p].predictions.items()
+        }
 
-    notes: list[str] = []
     base, calibrated = _base(trial)
-    main = done[FitPart("main")]
-    evaluated = dict(main.predictions)
-
+    main, notes = done[FitPart("main")], []
     fit_on: dict[str, np.ndarray] = {}
     if need_post_fit or calibrated:
         if _out_of_fold(trial, train):
@@ -535,55 +445,57 @@ def combine_parts(
         else:
             if trial.fit_on == "out_of_fold":
                 notes.append(
-                    f"one training story ({sorted({s.story for s in train})}): post-processing fitted in sample"
+                    f"one training story ({_stories(train)}): post-processing fitted in sample"
                 )
             fit_on = dict(main.in_sample)
-    unseen: dict[str, np.ndarray] = {}
-    unseen_fit_on: dict[int, dict[str, np.ndarray]] = {}
-    unseen_all: dict[int, dict[str, np.ndarray]] = {}
+    fitted = Fitted(dict(main.predictions), fit_on, {}, main.n_rows, notes)
     if need_unseen and base == "global" and not calibrated:
-        for listener in sorted({s.listener for s in evaluate}):
-            others = _others(train, listener)
-            if not others:
-                notes.append(
-                    f"listener {listener}: no other listener to train on, no unseen-listener score"
-                )
-                continue
-            part = done[FitPart("unseen", listener=listener)]
-            unseen_all[listener] = dict(part.predictions)
-            unseen.update(
-                {s.session: part.predictions[s.session] for s in evaluate if s.listener == listener}
+        _combine_unseen(trial, fitted, done, predictions, train, evaluate, need_post_fit)
+    fitted.warnings = sorted({w for p in parts for w in done[p].warnings})
+    return fitted
+
+
+def _combine_unseen(
+    trial: Trial,
+    fitted: Fitted,
+    done: Mapping[FitPart, PartResult],
+    predictions: Callable[[str, int | None], dict[str, np.ndarray]],
+    train: Sessions,
+    evaluate: Sessions,
+    need_post_fit: bool,
+) -> None:
+    """The unseen-listener predictions of :class:`Fitted`, per evaluated listener, from the
+    ``unseen`` and ``unseen_fold`` parts (a listener without another to train on noted)."""
+    for listener in sorted({s.listener for s in evaluate}):
+        others = _others(train, listener)
+        if not others:
+            fitted.notes.append(
+                f"listener {listener}: no other listener to train on, no unseen-listener score"
             )
-            if need_post_fit:  # the held-out listener's rescaling must not see them either
-                if _out_of_fold(trial, others):
-                    unseen_fit_on[listener] = predictions("unseen_fold", listener)
-                else:
-                    unseen_fit_on[listener] = dict(part.in_sample)
-    return Fitted(
-        evaluated,
-        fit_on,
-        unseen,
-        main.n_rows,
-        notes,
-        unseen_fit_on,
-        unseen_all,
-        warnings=sorted({w for p in parts for w in done[p].warnings}),
-    )
+            continue
+        part = done[FitPart("unseen", listener=listener)]
+        fitted.unseen_all[listener] = dict(part.predictions)
+        own = [s for s in evaluate if s.listener == listener]
+        fitted.unseen.update({s.session: part.predictions[s.session] for s in own})
+        if need_post_fit:  # the held-out listener's rescaling must not see them either
+            oof = _out_of_fold(trial, others)
+            fitted.unseen_fit_on[listener] = (
+                predictions("unseen_fold", listener) if oof else dict(part.in_sample)
+            )
 
 
 def fit_group(
     trial: Trial,
-    train: Sequence[WindowedSession],
-    evaluate: Sequence[WindowedSession],
+    train: Sessions,
+    evaluate: Sessions,
     need_post_fit: bool,
     need_unseen: bool,
     done: Mapping[FitPart, PartResult] | None = None,
     cache: FitScope | None = None,
 ) -> Fitted:
     """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training
-    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here, or taken
-    from ``cache`` when made before on the same inputs
-    (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
+    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here, or taken from
+    ``cache`` when made before on the same inputs."""
     done = dict(done or {})
     todo = [
         p for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen) if p not in done

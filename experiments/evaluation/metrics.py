@@ -1,22 +1,14 @@
-"""CCC and the two OMG-Empathy protocols, with the arithmetic of the official challenge scorer.
+"""A split's per-session scores averaged as OMG-Empathy's two protocols, or concatenated (AVEC).
 
-The official scorer (``calculateCCC.py`` of knowledgetechnologyuhh/OMGEmpathyChallenge)
-computes, per session::
+Personalized: the mean over listeners of each listener's mean over their stories; generalized:
+the mean over stories of each story's mean over listeners (the official scorer's averaging).
+The per-session values are a metric's (:mod:`experiments.config.metrics`; column ``ccc`` by
+default, the metric's name otherwise).
 
-    rho = pearsonr(y_pred, y_true)            # set to 0 when NaN (constant input)
-    ccc = 2 * rho * std(y_true) * std(y_pred) / (var(y_pred) + var(y_true) + (mean_pred - mean_true)**2)
-
-with NumPy's population statistics (ddof 0), then the personalized protocol as the mean over
-listeners of each listener's mean over stories, and the generalized protocol as the mean over
-stories of each story's mean over listeners. :func:`ccc` reproduces this in float64. One case
-differs: when both series are constant and equal, the official code divides 0 by 0 and gives
-NaN; :func:`ccc` returns 0.0 (no agreement is measurable), so one degenerate session cannot
-turn a protocol mean into NaN.
-
->>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
-1.0
->>> ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
-0.0
+>>> rows = [{"listener": 1, "story": 1, "ccc": 0.2}, {"listener": 1, "story": 2, "ccc": 0.4},
+...         {"listener": 2, "story": 1, "ccc": 0.6}]
+>>> {k: round(v, 4) for k, v in ccc_protocols(rows).items()}
+{'personalized': 0.45, 'generalized': 0.4}
 """
 
 from __future__ import annotations
@@ -26,116 +18,84 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import ccc, get_metric
 
-def ccc(y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]) -> float:
-    """Lin's concordance correlation coefficient of two equally long series (official formula).
+__all__ = ["ccc", "ccc_matrix", "ccc_per_listener", "ccc_per_story", "ccc_protocols"]
 
-    Population variances (ddof 0); Pearson's r is taken as 0 when undefined (a constant
-    series), which makes the CCC 0; both constant gives 0.0 (the official code gives NaN when
-    their means are equal too).
+#: a table of per-session scores: a DataFrame, or rows of ``{listener, story, <column>}``
+Scores = pd.DataFrame | Iterable[Mapping]
+
+
+def _protocol_frame(df: Scores, column: str = "ccc") -> pd.DataFrame:
+    """The ``listener, story, <column>`` columns of ``df``, one row per session, in a fixed order
+    (every mean bit-for-bit independent of the input order).
 
     Raises:
-        ValueError: different lengths, empty input, or NaN/inf values (the message says which).
+        ValueError: a column is missing, or a session has two rows.
     """
-    t = np.asarray(y_true, dtype=np.float64).reshape(-1)
-    p = np.asarray(y_pred, dtype=np.float64).reshape(-1)
-    if t.shape != p.shape:
-        raise ValueError(f"ccc: ground truth has {t.size} values but prediction has {p.size}")
-    if t.size == 0:
-        raise ValueError("ccc: empty input")
-    for name, a in (("ground truth", t), ("prediction", p)):
-        bad = ~np.isfinite(a)
-        if bad.any():
-            raise ValueError(
-                f"ccc: {name} has {int(bad.sum())} NaN/inf values (first at row {int(np.argmax(bad))})"
-            )
-    mt, mp = t.mean(), p.mean()
-    dt, dp = t - mt, p - mp
-    vt, vp = float(np.mean(dt * dt)), float(np.mean(dp * dp))
-    st, sp = np.sqrt(vt), np.sqrt(vp)
-    # a series of identical values (tested exactly, as scipy's pearsonr does, since its
-    # computed variance may be a rounding residue) has no Pearson r: the official scorer's
-    # NaN -> 0
-    if vt > 0 and vp > 0 and t.min() != t.max() and p.min() != p.max():
-        rho = float(np.clip(np.mean(dt * dp) / (st * sp), -1.0, 1.0))  # as pearsonr clips
-    else:
-        rho = 0.0
-    den = vp + vt + (mp - mt) ** 2
-    if den == 0:
-        return 0.0
-    return float(np.clip(2.0 * rho * st * sp / den, -1.0, 1.0))  # |CCC| <= 1 up to rounding
-
-
-def _protocol_frame(df: pd.DataFrame | Iterable[Mapping]) -> pd.DataFrame:
     frame = df if isinstance(df, pd.DataFrame) else pd.DataFrame(list(df))
-    missing = [c for c in ("listener", "story", "ccc") if c not in frame.columns]
+    missing = [c for c in ("listener", "story", column) if c not in frame.columns]
     if missing:
         raise ValueError(
-            f"CCC table lacks columns {missing}; expected listener, story, ccc (one row per session)"
+            f"score table lacks columns {missing}; expected listener, story, {column} (one row per session)"
         )
-    frame = frame[["listener", "story", "ccc"]].astype({"ccc": float})
+    frame = frame[["listener", "story", column]].astype({column: float})
     dup = frame.duplicated(["listener", "story"], keep=False)
     if dup.any():
         pairs = sorted(
             {(int(a), int(b)) for a, b in frame.loc[dup, ["listener", "story"]].to_numpy()}
         )
-        raise ValueError(f"CCC table has more than one row for (listener, story) {pairs[:5]}")
-    # a fixed row order makes every mean bit-for-bit independent of the input order
+        raise ValueError(f"score table has more than one row for (listener, story) {pairs[:5]}")
     return frame.sort_values(["listener", "story"], kind="stable").reset_index(drop=True)
 
 
-def ccc_per_listener(df: pd.DataFrame | Iterable[Mapping]) -> pd.Series:
-    """Mean CCC over each listener's stories (index: listener)."""
-    f = _protocol_frame(df)
-    return f.groupby("listener", sort=True)["ccc"].mean()
+def ccc_per_listener(df: Scores, column: str = "ccc") -> pd.Series:
+    """Mean score over each listener's stories (index: listener)."""
+    return _protocol_frame(df, column).groupby("listener", sort=True)[column].mean()
 
 
-def ccc_per_story(df: pd.DataFrame | Iterable[Mapping]) -> pd.Series:
-    """Mean CCC over each story's listeners (index: story)."""
-    f = _protocol_frame(df)
-    return f.groupby("story", sort=True)["ccc"].mean()
+def ccc_per_story(df: Scores, column: str = "ccc") -> pd.Series:
+    """Mean score over each story's listeners (index: story)."""
+    return _protocol_frame(df, column).groupby("story", sort=True)[column].mean()
 
 
-def ccc_protocols(df: pd.DataFrame | Iterable[Mapping]) -> dict[str, float]:
-    """Both challenge protocols from per-session CCCs (columns listener, story, ccc).
+def ccc_protocols(df: Scores, column: str = "ccc") -> dict[str, float]:
+    """Both challenge protocols from per-session scores (see the module docstring); on a
+    complete listener x story table both are the grand mean.
 
-    personalized: mean over listeners of each listener's mean over their stories;
-    generalized: mean over stories of each story's mean over listeners. On a complete
-    listener x story table both equal the grand mean; they differ when sessions are missing.
-
-    >>> rows = [{"listener": 1, "story": 1, "ccc": 0.2}, {"listener": 1, "story": 2, "ccc": 0.4},
-    ...         {"listener": 2, "story": 1, "ccc": 0.6}]
-    >>> {k: round(v, 4) for k, v in ccc_protocols(rows).items()}
-    {'personalized': 0.45, 'generalized': 0.4}
+    Raises:
+        ValueError: an empty table (or as :func:`_protocol_frame`).
     """
-    f = _protocol_frame(df)
+    f = _protocol_frame(df, column)
     if f.empty:
-        raise ValueError("CCC table is empty; there is nothing to average")
+        raise ValueError("score table is empty; there is nothing to average")
     return {
-        "personalized": float(ccc_per_listener(f).mean()),
-        "generalized": float(ccc_per_story(f).mean()),
+        "personalized": float(ccc_per_listener(f, column).mean()),
+        "generalized": float(ccc_per_story(f, column).mean()),
     }
 
 
-def concatenated_ccc(
-    truth: Mapping[str, np.ndarray], predictions: Mapping[str, np.ndarray], sessions: Sequence[str]
+def concatenated_score(
+    truth: Mapping[str, np.ndarray],
+    predictions: Mapping[str, np.ndarray],
+    sessions: Sequence[str],
+    metric: str = "ccc",
 ) -> float:
-    """The CCC of ``sessions`` concatenated (AVEC's averaging): one CCC over every frame with a
-    finite label of those sessions, their labels ``truth`` against ``predictions``.
+    """The metric of ``sessions`` concatenated (AVEC's averaging): one value over every frame
+    with a finite label of those sessions, their labels ``truth`` against ``predictions``.
 
     >>> y = {"a": np.array([0.0, 1.0]), "b": np.array([2.0, 3.0])}
-    >>> round(concatenated_ccc(y, y, ["a", "b"]), 6)
+    >>> round(concatenated_score(y, y, ["a", "b"]), 6)
     1.0
     """
     ys = np.concatenate([np.asarray(truth[s], float) for s in sessions])
     ps = np.concatenate([np.asarray(predictions[s], float) for s in sessions])
     ok = np.isfinite(ys)
-    return float(ccc(ys[ok], ps[ok]))
+    return get_metric(metric)(ys[ok], ps[ok])
 
 
-def ccc_matrix(rows: pd.DataFrame | Iterable[Mapping]) -> pd.DataFrame:
-    """Per-session CCC as a listeners x stories table (NaN where a session is missing)."""
-    f = _protocol_frame(rows)
-    m = f.pivot(index="listener", columns="story", values="ccc")
+def ccc_matrix(rows: Scores, column: str = "ccc") -> pd.DataFrame:
+    """Per-session scores as a listeners x stories table (NaN where a session is missing)."""
+    m = _protocol_frame(rows, column).pivot(index="listener", columns="story", values=column)
     m.index.name, m.columns.name = "listener", "story"
     return m

@@ -1,10 +1,7 @@
-"""Scoring challenge-format folders: predicted and true ``Subject_<L>_Story_<S>.csv`` files
-paired by session, each pair's CCC (what ``experiments score`` prints).
-
-The ground-truth folder may hold every split (the corpus's ``Annotations/`` does): the stories
-scored are those with predictions, or an official split's (``split``); the sessions of other
-stories are counted as skipped. Within a scored story every session needs its prediction, so
-a score of an incomplete export is refused, not averaged over what happens to be there.
+"""Scoring challenge-format folders (``experiments score``): true and predicted
+``Subject_<L>_Story_<S>.csv`` files paired by session, each pair's CCC. The stories scored are
+those with predictions, or an official split's; within them every session needs its prediction
+(an incomplete export is refused, not averaged).
 """
 
 from __future__ import annotations
@@ -73,13 +70,8 @@ def read_valence(path: Path) -> np.ndarray:
 
 
 def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> ScoredFolders:
-    """Pair the two folders' files by session and compute each pair's CCC.
-
-    Args:
-        truth_dir: the true ratings (may hold every split).
-        pred_dir: the predictions.
-        split: score the stories of this official split (``test``: 3, 6, 7); None: the stories
-            that have predictions.
+    """Pair the files of ``truth_dir`` (may hold every split) and ``pred_dir`` by session and score
+    each pair, on ``split``'s stories (None: those with predictions).
     """
     out = ScoredFolders()
     truth, out.problems = session_csvs(truth_dir)

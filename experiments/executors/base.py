@@ -1,73 +1,54 @@
-"""The executor interface: where the configurations of a sweep or a search are evaluated.
-
-An :class:`Executor` takes the pending configurations (:class:`experiments.config.grid.Trial`) and a
-:class:`SweepContext`, and yields one :class:`Outcome` per configuration as it finishes, in
-the order of the configurations (so the sweep table, and the choice among equal scores, do
-not depend on where or how fast they ran). The sweep (:func:`experiments.studies.sweep.run_sweep`)
-and the Optuna search (:func:`experiments.studies.search.run_search`) hand their configurations to
-an executor through :meth:`experiments.studies.parent_run.ParentRun.evaluate` and log what comes
-back; two executors exist side by side:
-
-* :class:`experiments.executors.local.LocalExecutor`: this machine; windowed features once
-  per window key, shared with forked worker processes (the default);
-* :class:`experiments.executors.dask.DaskExecutor`: a Dask cluster, each worker reading the
-  store itself (``experiments sweep --executor dask``).
-
-Both evaluate a fit group (the configurations that differ only in post-processing, see
-:func:`fit_groups`) as one task (a slow model's split into its separate fits when there are
-several workers: :func:`split_into_parts`), and draw each configuration's figures where it ran
-(:func:`with_figures`), so the process that logs only writes files.
+"""The executor interface and registry: an :class:`Executor` yields one :class:`Outcome` per pending
+configuration, in their order (so neither the table nor a choice among equal scores depends on
+where they ran); :func:`register_executor` names one and :func:`make_executor` builds one by
+name (adding an executor is one module). Both built-in ones evaluate a fit group per task, a slow
+model's split into its fits (:func:`split_into_parts`), and draw the figures where they ran.
 
 >>> from experiments.config import expand, load_config
 >>> trials = expand(load_config("smoke"))
->>> groups = window_groups(trials)
->>> len(groups), sum(len(g) for g in groups.values()) == len(trials)
-(1, True)
->>> [len(g) for g in fit_groups(trials)][:3]
-[1, 2, 2]
+>>> [len(g) for g in fit_groups(trials)][:3], make_executor("local").name
+([1, 2, 2], 'local')
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Generator, Sequence
+import contextlib
+import importlib
+import pkgutil
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, TypeVar
 
+from featurestore.overrides import ConfigError
+
+from ..config.choices import Registry
 from ..config.grid import Trial, WindowKey
-from ..evaluation.evaluate import TrialResult
+from ..config.models import model_spec
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_trials
+from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import with_figures
 from ..tracking.child_runs import RunRow
 from ..tracking.context import SweepContext
 
-#: defined in the layers below (the child runs log with them); importable from here as before
 __all__ = [
-    "SLOW_MODELS",
     "Executor",
     "Outcome",
     "SweepContext",
+    "evaluated",
     "fit_groups",
+    "make_executor",
+    "register_executor",
     "split_into_parts",
     "window_groups",
     "with_figures",
 ]
 
-#: models whose fit takes much longer than a linear model's: submitted first within a group,
-#: so that the short ones fill the other workers meanwhile (longest-first scheduling), and
-#: their fit groups split into their separate fits (:func:`split_into_parts`)
-SLOW_MODELS = ("hist_gb", "xgboost", "svr")
-
 
 @dataclass(frozen=True)
 class Outcome:
     """What an executor yields per configuration: its ``result`` (for the sweep to log), or the
-    ``row`` of the child run its worker logged itself (see
-    :func:`experiments.tracking.child_runs.log_child`), or neither and the ``error`` that
-    failed it.
-
-    >>> from experiments.config import expand, load_config
-    >>> Outcome(expand(load_config("smoke"))[0], error="ValueError: no sessions").failed
-    True
-    """
+    ``row`` of the child run its worker logged itself, or neither and the ``error`` that failed it."""
 
     trial: Trial
     result: TrialResult | None = None
@@ -81,10 +62,27 @@ class Outcome:
 
 
 class Executor(abc.ABC):
-    """Evaluates configurations somewhere; see the module docstring."""
+    """Evaluates configurations somewhere; see the module docstring.
 
-    #: the parent run's ``executor`` tag
-    name: str = ""
+    ``scheduler``: the address of a cluster to join, for an executor that has one (else None).
+    """
+
+    #: the name the config and ``--executor`` give it (and the parent run's ``executor`` tag)
+    name: ClassVar[str] = ""
+
+    def __init__(self, scheduler: str | None = None) -> None:
+        if scheduler is not None:
+            raise ConfigError(
+                f"executor {self.name} joins no cluster: --scheduler (the address of one) is for "
+                "--executor dask"
+            )
+
+    @contextlib.contextmanager
+    def opened(self, jobs: int | None, tracking_uri: str, log_artifacts: bool) -> Iterator[int]:
+        """Hold what the executor needs for a sweep (a cluster, ...) while the sweep runs; yields
+        how many configurations it evaluates at a time (the ``jobs`` asked for, else 1, unless
+        it knows better)."""
+        yield jobs or 1
 
     @abc.abstractmethod
     def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
@@ -97,6 +95,46 @@ class Executor(abc.ABC):
         """
 
 
+_EXECUTORS: Registry[type[Executor]] = Registry("executor")
+E = TypeVar("E", bound=type[Executor])
+
+
+def register_executor(cls: E) -> E:
+    """Class decorator: make an :class:`Executor` available by its ``name``."""
+    _EXECUTORS.register(cls)
+    return cls
+
+
+def make_executor(executor: str | Executor, scheduler: str | None = None) -> Executor:
+    """``executor`` itself, or the registered executor of that name built with ``scheduler``.
+
+    Raises:
+        ConfigError: no executor of that name (the nearest is suggested), or one that takes no
+            ``scheduler`` given one.
+    """
+    if isinstance(executor, Executor):
+        return executor
+    if executor not in _EXECUTORS.all():  # the package's modules register theirs when imported
+        package = importlib.import_module(__package__ or "")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{__package__}.{module.name}")
+    try:
+        cls = _EXECUTORS.get(executor)
+    except ValueError as e:
+        raise ConfigError(f"{e} (config key executor, or --executor)") from None
+    return cls(scheduler=scheduler)
+
+
+def evaluated(
+    trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult], figures: bool
+) -> list[TrialResult]:
+    """One fit group evaluated on its windowed features ``w`` (``done``: parts fitted in other
+    tasks), with its figures drawn here when ``figures`` (where it ran: the logging process then
+    only writes the bytes)."""
+    results = evaluate_trials(trials, w, done)
+    return [with_figures(r) for r in results] if figures else results
+
+
 def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:
     """``trials`` by window key (first appearance order): each key's windowed features are computed once."""
     groups: dict[WindowKey, list[Trial]] = {}
@@ -107,7 +145,7 @@ def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:
 
 def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
     """``trials`` grouped by :meth:`Trial.fit_key` (first appearance order): each group is
-    evaluated in one task, its fits shared (see :func:`experiments.evaluation.evaluate.evaluate_trials`)."""
+    evaluated in one task, its fits shared (:func:`experiments.evaluation.evaluate.evaluate_trials`)."""
     groups: dict[Trial, list[Trial]] = {}
     for t in trials:
         groups.setdefault(t.fit_key(), []).append(t)
@@ -115,9 +153,7 @@ def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
 
 
 def split_into_parts(group: Sequence[Trial]) -> bool:
-    """Whether a fit group's fits run as separate tasks (both executors, when they have more
-    than one worker): a slow model's (its main fit, each out-of-fold and unseen-listener fit,
-    spread over the workers instead of one after another in one; a fast model's parts would
-    cost more to hand around than they save). See
-    :func:`experiments.evaluation.evaluate.group_fit_parts`."""
-    return group[0].model in SLOW_MODELS
+    """Whether a fit group's fits run as separate tasks when there is more than one worker: a
+    slow model's (:attr:`~experiments.config.models.ModelSpec.slow`; a fast model's parts would
+    cost more to hand around than they save)."""
+    return model_spec(group[0].model).slow

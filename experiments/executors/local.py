@@ -1,19 +1,6 @@
-"""The local executor: configurations evaluated on this machine, in forked worker processes.
-
-Work is grouped by window key (feature set, window lengths, delay, alignment, statistics):
-the windowed features are computed once per group in this process and shared with the
-worker processes by ``fork`` (copy-on-write, never pickled per configuration). Workers fit
-and score a fit group per task and draw its figures (PNG bytes returned with the result);
-the process that logs only writes files, so parallel jobs never contend for the tracking
-database. With one job, or a single task, everything runs in this process.
-
-Scheduling (:class:`Scheduler`): one fork pool per window key, the next key's features
-computed while the current key's configurations run (on a core the workers leave over, or
-once the current key has no task left for a worker; when they fit in memory, and the two
-keys' features together are no larger than the largest key's) and its configurations
-started once the current key's pool has exited, the slowest models first within a key and
-split into their separate fits, at most ``jobs`` tasks at a time over all pools, and each
-worker limited to ``cores // jobs`` BLAS / OpenMP threads.
+"""The local executor (``executor: local``): configurations evaluated on this machine, in forked
+worker processes sharing each window key's features (:class:`Scheduler`; how it schedules:
+docs/scaling.md, How the local executor schedules).
 
 >>> LocalExecutor().name
 'local'
@@ -35,26 +22,21 @@ from dataclasses import dataclass, field
 from threadpoolctl import threadpool_limits
 
 from ..config.grid import Trial, WindowKey
+from ..config.models import BASELINE, model_spec
 from ..data.dataset import load_sessions
-from ..evaluation.evaluate import (
-    TrialResult,
-    Windowed,
-    evaluate_part,
-    evaluate_trials,
-    group_fit_parts,
-    window_sessions,
-)
+from ..evaluation.evaluate import TrialResult, Windowed, evaluate_part, group_fit_parts
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
+from ..windowing.windowed import window_sessions
 from .base import (
-    SLOW_MODELS,
     Executor,
     Outcome,
     SweepContext,
+    evaluated,
     fit_groups,
+    register_executor,
     split_into_parts,
     window_groups,
-    with_figures,
 )
 from .memory import available_memory, release_free_memory, windowed_nbytes
 
@@ -74,8 +56,7 @@ def _evaluate_shared(
     tasks); with ``figures``, draw their plots here too (in a forked worker: the parent then
     only writes the bytes)."""
     try:
-        results = evaluate_trials(trials, _SHARED[trials[0].window_key()], done)
-        return [with_figures(r) for r in results] if figures else results
+        return evaluated(trials, _SHARED[trials[0].window_key()], done or {}, figures)
     finally:
         release_free_memory()  # an idle worker does not keep the fit's memory
 
@@ -91,21 +72,17 @@ def _evaluate_part_shared(trials: Sequence[Trial], part: FitPart) -> PartResult:
 def _worker_init(threads: int | None = None, release: list | None = None) -> None:
     """Set up a forked worker: ``threads`` BLAS / OpenMP threads; ``release`` is emptied here,
     so the worker stops mapping what its items hold (the parent's frame tables)."""
-    # the objects inherited from the parent are never garbage here: kept out of the collector,
-    # whose traversals would otherwise write to (and so copy) every page of the parent's heap
+    # inherited objects kept out of the collector, whose traversals would copy every page
     gc.freeze()
     if release:
-        # the list is this process's copy: the parent keeps its tables; once the parent drops
-        # them, their memory is freed, not kept alive by a pool forked earlier
+        # this process's copy: once the parent drops the tables, no pool keeps them alive
         release.clear()
         release_free_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
     if threads is not None:
-        # OpenMP (HistGradientBoosting) and BLAS would each start one thread per core in every
-        # worker; oversubscribed, OpenMP spins and a fit takes several times longer
+        # oversubscribed (a thread per core in every worker), OpenMP spins: fits take far longer
         threadpool_limits(limits=threads)
-    # a killed sweep (SIGKILL) cannot stop its pool: a worker leaves on its own once orphaned,
-    # instead of waiting forever on the task queue with a copy of the features
+    # a killed sweep cannot stop its pool: a worker leaves on its own once orphaned
     parent = os.getppid()
 
     def leave_when_orphaned() -> None:
@@ -117,6 +94,7 @@ def _worker_init(threads: int | None = None, release: list | None = None) -> Non
     threading.Thread(target=leave_when_orphaned, name="orphan-watch", daemon=True).start()
 
 
+@register_executor
 class LocalExecutor(Executor):
     """Evaluates configurations here or, with ``ctx.jobs`` > 1, in forked worker processes."""
 
@@ -177,8 +155,8 @@ def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]
 def _expected_cost(group: Sequence[Trial]) -> int:
     trial = group[0]
     return (
-        (trial.model != "dummy")
-        + 2 * (trial.model in SLOW_MODELS)
+        (trial.model != BASELINE)
+        + 2 * model_spec(trial.model).slow
         + (trial.personalization == "per_listener")
     )
 
@@ -189,23 +167,17 @@ def _ready() -> None:
 
 #: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
 BACKLOG_PER_WORKER = 1
-#: compute the next group's windowed features while the current group runs, when a core is
-#: left over by the ``jobs`` workers, or once a worker has no task of the current group left
-#: (holds two groups' features at a time instead of one, at most as much as the largest group's
-#: alone: see :meth:`Scheduler.prefetch`). With every core fitting, the
-#: windowing thread would only take CPU from the fits: on 2 cores, 2 jobs, the full-size grid
-#: took 122.0 s with it and 121.6 s without, at 3.11 GB peak PSS against 2.72 GB ...
+#: window the next key while the current one runs (see :meth:`Scheduler.prefetch`) ...
 PREFETCH_WINDOWS = True
-#: ... when their estimated size (see :func:`windowed_nbytes`) is at most this fraction of the
-#: memory available at that moment (the current group's fits still grow into the rest)
+#: ... when its estimated features are at most this fraction of the memory available then
 PREFETCH_MEMORY_FRACTION = 0.25
 
 
 @dataclass
 class Task:
-    """One task of a window key's queue: ``fit_group`` evaluated whole (no ``part``, no
-    ``parts_done``), one ``part`` of a split fit group fitted, or a split fit group evaluated
-    from its ``parts_done`` (each part's result) once they are all fitted."""
+    """A task of a key's queue: ``fit_group`` evaluated whole, one ``part`` of it fitted, or it scored
+    from its ``parts_done`` once they are all fitted.
+    """
 
     fit_group: tuple[Trial, ...]
     part: FitPart | None = None
@@ -214,13 +186,12 @@ class Task:
 
 @dataclass
 class WindowKeyState:
-    """What the scheduler holds for one launched window key (its features computed).
-
-    ``error`` is set when windowing failed (then nothing else is); ``pool`` is the fork pool
-    sharing the features, None once it exited; ``queue``: tasks not yet submitted;
-    ``futures``: each configuration's future (a fit group's task, whose results list holds the
-    configuration at ``slots[trial]``); ``parts``: split fit groups not yet evaluated, each
-    part's future (None while the part is queued)."""
+    """What the scheduler holds for one launched window key: ``error`` (windowing failed; nothing else
+    is set), its fork ``pool`` (None once exited), the tasks not yet submitted (``queue``), each
+    configuration's future (its group's task, the configuration at ``slots[trial]`` of its results),
+    each split group's parts' futures (``parts``; None while queued), the pool's ``workers`` and its
+    tasks not yet seen done (``submitted``).
+    """
 
     error: str = ""
     pool: cf.ProcessPoolExecutor | None = None
@@ -245,44 +216,12 @@ class WindowKeyState:
 
 
 class Scheduler:
-    """Configurations of every window key in forked worker pools, the next key's windows meanwhile.
+    """Configurations of every window key in forked worker pools, one pool per key sharing its
+    features, the next key windowed meanwhile (docs/scaling.md, How the local executor schedules).
 
-    With ``figures``, each worker also draws its configurations' plots (``TrialResult.figures``),
-    so the parent, which logs the results one at a time, does not keep the workers waiting.
-
-    One pool per window key, forked right after that key's windowed features are computed, so
-    its workers share them copy-on-write; the parent then drops its reference, so the features
-    of a group live once, in the workers that use them (never copied per configuration).
-    While a group runs, a thread of this process computes the next group's features and its
-    pool is forked as soon as they are ready, so that when the current group is down to its
-    last fits the free cores window the next group; its configurations start as soon as the
-    current group's pool has exited (its last task done), not beside it: two groups'
-    features and a fit's own memory on top were a sweep's peak. At most ``jobs``
-    configurations run at a time over all pools, and at most two groups' features exist at a
-    time. Within a group the slowest models start first (longest-first scheduling), and a slow
-    model's fit group is split into its fits (:func:`experiments.evaluation.evaluate.group_fit_parts`:
-    the main fit, each out-of-fold and unseen-listener fit), which run as separate tasks on
-    any worker; once they are all done, one more task post-processes and scores the group
-    from their predictions (the same numbers as one task fitting them in turn). A group of
-    five gradient-boosting fits then takes the time of three instead of five on two workers,
-    and its last fits no longer leave the other worker idle at the end of a sweep. Each
-    worker runs ``cores // jobs`` BLAS / OpenMP threads. :meth:`outcomes` yields the results
-    in the order of the configurations.
-
-    Memory: the next group's features are computed ahead only when a core is left over by the
-    workers, or a worker has no task of the current group left (the group's last fits); when
-    they fit ``PREFETCH_MEMORY_FRACTION`` of the available memory (else once the current group
-    is done); and when, with the features still held (a pool's that has not exited), they are
-    no larger than the largest key's features (else once that pool has exited): the sweep
-    never holds more features than its largest key alone, whose fits then set its peak. A
-    pool exits as soon as its configurations are done, not once their results have been
-    yielded; and each session's table is dropped from ``tables`` as soon as it is
-    windowed for the last key (the features then grow while the tables shrink), before the
-    last pool is forked; the workers, which never read the tables, drop their copy-on-write
-    view of them at start, so no pool keeps them alive after that.
-
-    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``:
-    the configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time.
+    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``: the
+    configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time;
+    ``figures``: the workers draw each configuration's plots.
     """
 
     def __init__(
@@ -297,15 +236,13 @@ class Scheduler:
         self.threads = max(1, cores // jobs)
         #: a core the workers leave over: only then is the next key windowed ahead
         self.spare_core = cores > jobs
-        #: each key's estimated features (bytes): windowing ahead never holds more than the
-        #: largest of them at once (see :meth:`prefetch`)
+        #: each key's estimated features (bytes; see :meth:`prefetch`)
         self.nbytes = [windowed_nbytes(tables, key) for key in self.keys]
         #: window keys (by index) being windowed, not launched yet
         self.windows: dict[int, cf.Future] = {}
         #: launched window keys (by index)
         self.states: dict[int, WindowKeyState] = {}
-        #: submitted tasks not yet seen done, over all pools: at most ``jobs`` running, and
-        #: up to ``BACKLOG_PER_WORKER * jobs`` more waiting in the queue of a busy pool
+        #: submitted tasks not yet seen done, over all pools (``jobs`` running, and a backlog)
         self.running: set[cf.Future] = set()
         # starts its thread on the first submit, and is shut down by :meth:`stop`
         self._windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
@@ -331,13 +268,11 @@ class Scheduler:
         if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
             return
         if self.features_held() + self.nbytes[i] > max(self.nbytes):
-            # two keys' features beside the current fits were a sweep's peak: this key waits
-            # for the earlier pools to exit, and then has every core (about 1 s per GB)
+            # this key waits for the earlier pools to exit, and then has every core
             return
         free = available_memory()
         if free is None or self.nbytes[i] <= PREFETCH_MEMORY_FRACTION * free:
-            # a worker idle: the current key's last fits are running, and their cores free up
-            # while the windowing runs, so it takes every core (the OS shares them meanwhile)
+            # a worker idle: the last fits' cores free up while it windows, so it takes them all
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
 
     def features_held(self) -> int:
@@ -393,8 +328,7 @@ class Scheduler:
         state.pool.submit(_ready).result()  # with fork, every worker starts now, with the features
         _SHARED.clear()
         del w
-        # the features now live in the workers only: their pages return to the system when the
-        # workers exit, instead of staying in this process's heap, mapped by the next pools too
+        # the features live in the workers only: their pages return when the workers exit
         release_free_memory()
 
     # ---- submitting: at most ``jobs`` tasks at a time over all pools
@@ -455,17 +389,11 @@ class Scheduler:
             while state.queue and len(self.running) < self.jobs:
                 self.submit(state, state.queue.pop(0))
             if state.pool is not None:
-                # a later key's fits wait for this pool to exit (its features are windowed
-                # and forked meanwhile): a fit's own memory on top of two keys' features was
-                # a sweep's peak; the wait is this key's last task (a part, an evaluation)
+                # a later key's fits wait for this pool to exit (memory: see prefetch)
                 break
-        # a backlog: up to one more task per worker, waiting in the queue of a pool whose
-        # workers are all busy (so that no more than ``jobs`` tasks ever run at once). A worker
-        # that finishes while this process logs a result (its artifacts: a fraction of a
-        # second each, dozens of times) then starts its next task at once instead of idling
-        # until this process comes back to hand one over. Only the earliest key with work to
-        # come has a backlog: a later key's would keep the slots full, and an earlier key's
-        # last task (a split group's evaluation, queued once its parts are done) waiting
+        # a backlog of one task per worker in the earliest key's busy pool: a worker finishing
+        # while this process logs starts its next task at once (a later key's backlog would
+        # keep an earlier key's last task waiting)
         earliest = next((s for _, s in sorted(self.states.items()) if s.queue or s.parts), None)
         while (
             earliest is not None
@@ -494,8 +422,7 @@ class Scheduler:
         key as soon as its features are ready, so its workers take the cores this one frees."""
         state = self.states[i]
         while trial not in state.futures or not state.futures[trial].done():
-            # again: memory may have been freed since, or a worker run out of this key's tasks
-            # (its last fits: the next key's windows, then its pool, take the idle core)
+            # again: memory may have been freed, or a worker run out of this key's tasks
             self.advance(i)
             nxt = self.windows.get(i + 1)
             cf.wait(
@@ -504,12 +431,10 @@ class Scheduler:
             )
 
     def advance(self, i: int) -> None:
-        """Without waiting: the next key windowed ahead if a worker has no task of key ``i``
-        left, and launched if its features are ready; queued tasks started; a pool whose
-        configurations are all done let exit. :meth:`wait_for` does this between its waits,
-        :meth:`key_outcomes` before each result of key ``i`` is handed over (the caller logs
-        it for a while): its last results, done before they are handed over, then no longer
-        keep the workers idle until the caller has logged them all."""
+        """Without waiting: the next key windowed ahead (or launched, its features ready), queued tasks
+        started, pools whose configurations are done let exit; between waits, and before each result
+        is handed over (the caller then logs it for a while, the workers busy meanwhile).
+        """
         self.retire_finished()  # an exited pool's features no longer count against windowing
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)

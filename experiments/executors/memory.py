@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from ..config.grid import WindowKey
 
 
 @functools.cache
-def _malloc_trim():
+def _malloc_trim() -> Any:
     try:
         return ctypes.CDLL(None).malloc_trim  # glibc
     except (OSError, AttributeError, TypeError):

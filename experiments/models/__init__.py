@@ -1,11 +1,5 @@
-"""Layer 4, the models: estimators, per-listener strategies and post-processing.
-
-Modules: :mod:`~.factory` (a model's pipeline by name, :func:`~.factory.make_model`),
-:mod:`~.personalization` (global, per-listener and calibrated strategies as
-meta-estimators), :mod:`~.postprocess` (smoothing and rescaling of predictions).
-
-The names below were the public names of the former module ``experiments.models``.
-"""
+"""Layer 4, the models: a registered model's pipeline (:func:`~.factory.make_model`), per-listener
+strategies, post-processing, and the closed-form ridge."""
 
 from .factory import FillEmptyColumns, MedianImputer, make_model, resolve_model_params
 

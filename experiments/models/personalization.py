@@ -1,23 +1,10 @@
 """Per-listener meta-estimators: one model per listener, calibration, listener as a feature.
 
-Convention: the listener id travels inside ``X``
-------------------------------------------------
-scikit-learn passes only ``X`` and ``y`` through ``fit``/``predict``, so every estimator
-here reads the listener id from one column of ``X``, column ``listener_column`` (0 by
-default), and **removes that column before the wrapped estimator sees the features**. The
-id must be numeric and not NaN (the corpus numbers its listeners 1-10); the feature
-columns may hold NaN if the wrapped estimator accepts it (the pipelines of
-``experiments.models`` do). Build the matrix as ``np.column_stack([listener_ids, features])``.
-All strategies, ``global`` included, take this same layout, so the sweep can switch
-strategy without changing its data.
-
-Every class follows the scikit-learn estimator contract: ``__init__`` stores its
-arguments untouched, all work happens in ``fit``, learned state ends in ``_``; ``clone``,
-``get_params``/``set_params`` (also nested: ``estimator__model__alpha``) and ``Pipeline``
-work. These estimators only see the rows ``fit`` is given; keeping validation and test
-rows out of ``fit`` is the caller's job.
-
-Example:
+Every strategy (``global`` too) takes the listener id in column ``listener_column`` of ``X``
+(0 by default: ``np.column_stack([listener_ids, features])``; numeric, never NaN) and removes
+it before the wrapped estimator sees the features, so the sweep switches strategy without
+changing its data. Each class follows scikit-learn's estimator contract (``clone``,
+``get_params``, ``Pipeline``); keeping validation and test rows out of ``fit`` is the caller's job.
 
 >>> import numpy as np
 >>> from sklearn.linear_model import LinearRegression
@@ -84,13 +71,8 @@ def copies_features(estimator: Any) -> bool:
 def split_listener_column(
     X: Any, listener_column: int = 0, dtype: Any = np.float64, copy: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Split ``X`` into (listener ids, shape (n,) float; features, shape (n, d - 1) ``dtype``).
-
-    The features are one contiguous copy of ``X`` without the listener column (a slice when
-    the column is the first or the last, converted once; never a copy then another). With
-    ``copy=False`` they are that slice as it is (a view of ``X`` in its dtype, ``dtype``
-    ignored), for an estimator that copies them itself (:func:`copies_features`); a column
-    in the middle is still cut out (one copy in ``X``'s dtype).
+    """(listener ids, float (n,); features (n, d - 1) in ``dtype``): one contiguous copy without the
+    listener column, or (``copy=False``) that slice as it is, for an estimator that copies it itself.
 
     Raises:
         ValueError: ``X`` is not 2-D, has no column ``listener_column``, or an id is NaN.
@@ -136,17 +118,9 @@ def _listener_key(value: float) -> int | float:
 def fit_listener_calibration(
     listeners: Any, pred: Any, y: Any, shrinkage: float = 100.0
 ) -> dict[int | float, tuple[float, float]]:
-    """Each listener's shrunk least-squares map ``y ~ a_L * pred + b_L`` (see :class:`CalibratedPerListener`).
-
-    Args:
-        listeners: listener id of each row.
-        pred: the global model's prediction of each row (out of fold, ideally).
-        y: the label of each row.
-        shrinkage: prior strength in rows: ``w = n / (n + shrinkage)`` pulls the map of a
-            listener with ``n`` rows towards the identity.
-
-    Returns:
-        listener id -> ``(a_L, b_L)``.
+    """Each listener's map ``y ~ a_L * pred + b_L`` (least squares of the labels ``y`` on the
+    predictions ``pred``), shrunk towards the identity by ``w = n / (n + shrinkage)`` for a listener
+    of ``n`` rows (:class:`CalibratedPerListener`): listener id -> ``(a_L, b_L)``.
     """
     listeners = np.asarray(listeners, dtype=float).ravel()
     pred = np.asarray(pred, dtype=float).ravel()
@@ -220,21 +194,15 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
                 "the id plus at least one feature column (np.column_stack([listener_ids, features]))"
             )
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # in feature columns, if the wrapped estimator takes it
         return tags
 
 
 class GlobalRegressor(_ListenerMetaEstimator):
-    """One model for everyone: drops the listener column and fits ``estimator`` on all rows.
-
-    Args:
-        estimator: any scikit-learn regressor (cloned at fit).
-        listener_column: index of the listener-id column in ``X``.
-
-    Attributes:
-        estimator_: the fitted clone.
+    """One model for everyone: the listener column dropped, ``estimator`` fitted on every row
+    (``estimator_``).
     """
 
     def __init__(self, estimator: Any, listener_column: int = 0):
@@ -256,25 +224,10 @@ class GlobalRegressor(_ListenerMetaEstimator):
 
 
 class PerListenerRegressor(_ListenerMetaEstimator):
-    """One clone of ``estimator`` per listener, with a global model as the fallback.
-
-    ``fit`` trains one clone on each listener's rows, plus one clone on all rows (the
-    global model). At ``predict``, a listener gets their own model; a listener never seen
-    at fit, or seen with fewer than ``min_samples`` rows, gets the global model.
-
-    Args:
-        estimator: any scikit-learn regressor (cloned at fit).
-        listener_column: index of the listener-id column in ``X``.
-        min_samples: fewest training rows for a listener to get their own model.
-        fallback: fit the global model (``True``). With ``False`` it is not fitted, which
-            saves a fit on all rows when the caller knows every listener it will predict has
-            a model of their own (the sweep checks this); ``predict`` then refuses a
-            listener without one instead of guessing.
-
-    Attributes:
-        estimators_: dict listener id -> fitted clone (listeners with enough rows).
-        global_: the fallback clone fitted on all rows (``None`` with ``fallback=False``).
-        fallback_listeners_: sorted ids seen at fit with fewer than ``min_samples`` rows.
+    """One clone of ``estimator`` per listener with at least ``min_samples`` rows (``estimators_``),
+    and a global clone on all rows (``global_``) for the others; ``fallback`` False does not fit it
+    (the caller knows every listener it predicts has a model) and ``predict`` refuses one without.
+    ``fallback_listeners_``: the ids seen at fit with too few rows.
     """
 
     def __init__(
@@ -322,34 +275,13 @@ class PerListenerRegressor(_ListenerMetaEstimator):
 
 
 class CalibratedPerListener(_ListenerMetaEstimator):
-    """A global model followed by a per-listener linear map ``a_L * pred + b_L``.
-
-    ``fit`` trains ``estimator`` on all rows, predicts the training rows, and for each
-    listener fits ``(a, b)`` by least squares of ``y`` on those predictions. The map is
-    then shrunk towards the identity by the number of rows ``n`` the listener has:
-    ``w = n / (n + shrinkage)``, ``a_L = w * a + (1 - w)``, ``b_L = w * b``; so the
-    calibrated prediction is ``w * (least-squares map) + (1 - w) * (global prediction)``,
-    and a listener with few rows keeps nearly the global prediction. When a listener's
-    training predictions are constant the slope is undefined and ``a = 1`` (bias only).
-    A listener never seen at fit gets the identity.
-
-    Given ``groups`` at fit (the sweep passes each row's story), the maps are fitted on
-    out-of-fold predictions of the global model (leave one group out). Without them they
-    use its in-sample predictions: for a flexible model that fits the training rows closely
-    those are optimistic, and ``a_L`` is then closer to 1 than it would be on unseen data.
-    Smoothing the predictions afterwards is the caller's job, and so is fitting the maps on
-    predictions smoothed the same way (the sweep does: see
-    :func:`experiments.models.postprocess.fit_smoothed_calibration`); maps fitted before
-    smoothing take the fast part of the prediction for noise and shrink ``a_L``.
-
-    Args:
-        estimator: any scikit-learn regressor (cloned at fit).
-        listener_column: index of the listener-id column in ``X``.
-        shrinkage: prior strength in training rows (0 = plain least squares).
-
-    Attributes:
-        global_: the fitted global clone.
-        calibration_: dict listener id -> (a_L, b_L).
+    """A global model followed by each listener's linear map ``a_L * pred + b_L`` (identity for one not
+    seen at fit), fitted by least squares and shrunk towards the identity by the listener's rows
+    ``n``: ``w = n / (n + shrinkage)``, ``a_L = w * a + (1 - w)``, ``b_L = w * b``; a constant
+    prediction keeps ``a = 1``. Given ``groups`` at fit (each row's story) the maps are fitted on
+    out-of-fold predictions (leave one group out), else on the optimistic in-sample ones. Smoothing
+    comes after, and the sweep fits the maps on predictions smoothed the same way
+    (:func:`experiments.models.postprocess.fit_smoothed_calibration`).
     """
 
     def __init__(self, estimator: Any, listener_column: int = 0, shrinkage: float = 100.0):
@@ -358,15 +290,8 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         self.shrinkage = shrinkage
 
     def fit(self, X: Any, y: Any, groups: Any = None) -> CalibratedPerListener:
-        """Fit the global model, then each listener's shrunk least-squares map.
-
-        Args:
-            X: ``[listener id, features...]`` rows.
-            y: labels, one per row.
-            groups: optional group of each row (e.g. its story). Given two or more groups,
-                the maps are fitted on out-of-fold predictions (leave one group out: each
-                group predicted by a global model fitted on the others), not on the global
-                model's in-sample predictions, which are optimistic for a flexible model.
+        """Fit the global model, then each listener's shrunk map, on out-of-fold predictions when
+        ``groups`` (one per row) has two or more groups.
         """
         if self.shrinkage < 0:
             raise ValueError(f"shrinkage must be >= 0 rows, got {self.shrinkage}")
@@ -391,19 +316,8 @@ class CalibratedPerListener(_ListenerMetaEstimator):
 
 
 class ListenerOneHot(_ListenerMetaEstimator):
-    """Listener identity as features: one-hot columns appended after the other features.
-
-    The wrapped estimator sees ``[features..., is_listener_1, is_listener_2, ...]`` with one
-    column per listener seen at fit (in ascending id order). A listener never seen at fit
-    gets all zeros, i.e. the model's baseline for "no listener known".
-
-    Args:
-        estimator: any scikit-learn regressor (cloned at fit).
-        listener_column: index of the listener-id column in ``X``.
-
-    Attributes:
-        categories_: sorted listener ids seen at fit (one one-hot column each).
-        estimator_: the fitted clone.
+    """Listener identity as features: one-hot columns (``categories_``, the ids seen at fit, ascending)
+    appended after the features; an unseen listener gets zeros.
     """
 
     def __init__(self, estimator: Any, listener_column: int = 0):
@@ -443,16 +357,8 @@ _STRATEGY_CLASSES: dict[str, type[_ListenerMetaEstimator]] = {
 
 
 def make_personalizer(strategy: str, estimator: Any, **params: Any) -> _ListenerMetaEstimator:
-    """Wrap ``estimator`` in the meta-estimator for personalization ``strategy``.
-
-    Args:
-        strategy: one of ``PERSONALIZATION_STRATEGIES``.
-        estimator: the (unfitted) regressor to wrap, e.g. ``make_model("ridge", {})``.
-        **params: options of the strategy's class, e.g. ``listener_column``,
-            ``min_samples`` (per_listener), ``shrinkage`` (global_calibrated).
-
-    Returns:
-        An unfitted meta-estimator whose ``X`` carries the listener id in ``listener_column``.
+    """``estimator`` wrapped in personalization ``strategy``'s meta-estimator, with its ``params``
+    (``listener_column``, ``min_samples``, ``shrinkage``).
 
     Raises:
         ValueError: unknown strategy or option (with a suggestion).

@@ -1,14 +1,7 @@
-"""The position prior: the mean training-label curve over normalised session time.
-
-A baseline that tells more than a constant: whatever the features, it predicts the label
-that training sessions had on average at the same *position* in their session (``t /
-duration``), so a reader sees what the shape common to the stories gives on its own. It is
-listener-agnostic as a ``global`` model (generalized track); wrapped per listener
-(``personalization: per_listener``) it learns each listener's own curve (personalized).
-
-Its input is one column: each frame's position in its session, ``i / (n_frames - 1)`` in
-[0, 1]; :mod:`experiments.evaluation.fitting` builds that column for it instead of the windowed
-features. It needs the session's length, so it reads the whole session: it is never causal.
+"""The position prior: the mean training-label curve over normalised session time, a baseline that
+shows what the shape common to the stories gives on its own (per listener when personalized).
+Its one input column is each frame's position ``i / (n_frames - 1)``, so it reads the session's
+length: never causal.
 
 >>> import numpy as np
 >>> u = np.linspace(0, 1, 201)[:, None]
@@ -31,19 +24,15 @@ def session_position(n_frames: int) -> np.ndarray:
     return np.arange(n_frames, dtype=np.float64) / max(n_frames - 1, 1)
 
 
+def build(params: dict[str, Any], seed: int) -> PositionPrior:
+    """The ``position_prior`` model of :mod:`experiments.config.models` (it draws nothing at random)."""
+    return PositionPrior(n_bins=int(params["n_bins"]))
+
+
 class PositionPrior(RegressorMixin, BaseEstimator):
-    """Mean label per bin of session position, interpolated linearly between bin centres.
-
-    Args:
-        n_bins: bins over [0, 1] (100: 3 s each for a 5-minute session).
-
-    Column 0 of ``X`` is the position (values outside [0, 1] are clipped; NaN predicts the
-    training mean); other columns are ignored. A bin without training rows takes the curve
-    interpolated from its neighbours.
-
-    Attributes:
-        centres_: (n_bins,) bin centres; curve_: (n_bins,) the mean label at each;
-        mean_: the mean training label.
+    """Mean label per bin of session position (``n_bins`` over [0, 1]: 100 is 3 s of a 5-minute
+    session), interpolated between bin centres (``centres_``, ``curve_``); column 0 of ``X`` is the
+    position (clipped; NaN predicts the training mean ``mean_``), the others are ignored.
     """
 
     def __init__(self, n_bins: int = 100):
@@ -81,7 +70,7 @@ class PositionPrior(RegressorMixin, BaseEstimator):
         out = np.interp(np.nan_to_num(u, nan=0.0), self.centres_, self.curve_)
         return np.where(np.isfinite(u), out, self.mean_)
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.regressor_tags.poor_score = True  # it reads one column by design

@@ -1,13 +1,6 @@
-"""Post-processing of per-frame predictions: temporal smoothing and bias/scale rescaling.
-
-Both are swept like any other parameter (config ``postprocess: {smooth_s, rescale}``).
-Smoothing works on one session at a time (a window must never straddle two sessions);
-``smooth_per_session`` applies it to a concatenation of sessions. The ``Rescaler`` learns
-from training labels and training predictions only; fit it on training predictions that
-went through the same smoothing as the predictions it will transform, since smoothing
-shrinks their spread.
-
-Example:
+"""Post-processing of per-frame predictions: smoothing, session by session, and rescaling to the
+training labels' level and spread (fitted on training predictions smoothed as the ones it
+transforms, since smoothing shrinks their spread).
 
 >>> import numpy as np
 >>> smooth(np.array([0.0, 0.0, 3.0, 0.0, 0.0]), fps=25, smooth_s=0.12).round(2).tolist()
@@ -97,26 +90,11 @@ def _causal_butterworth(x: np.ndarray, fps: float, smooth_s: float) -> np.ndarra
 
 
 def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average") -> np.ndarray:
-    """Smooth one session's per-frame predictions over about ``smooth_s`` seconds.
-
-    Args:
-        pred: predictions of one session, shape (n_frames,), in frame order.
-        fps: frame rate of ``pred``, Hz (25 for the corpus labels).
-        smooth_s: smoothing scale, seconds; 0 returns ``pred`` unchanged.
-        method: ``moving_average``: centred mean over ``window_frames(fps, smooth_s)``
-            frames, the window shrinking at the edges (no zero padding, so the edges keep
-            their level); ``butterworth``: order-2 low-pass with cutoff ``1 / smooth_s``
-            Hz, run forwards and backwards (zero phase), padded with an even reflection of
-            one window length (shorter for short sessions); ``median``: running median
-            over the same window, edges repeating the first/last value. These three read
-            future frames (up to half a window; the Butterworth filter, the whole session).
-            Causal (the output at frame t reads frames up to t only): ``trailing``: mean over
-            the ``round(smooth_s * fps)`` frames ending at t (fewer at the start);
-            ``causal_butterworth``: the same low-pass run forwards only, starting at rest
-            on the first value (it lags the signal, as any causal filter does).
-
-    Returns:
-        Smoothed predictions, float, same shape as ``pred``.
+    """One session's per-frame predictions ``pred`` (at ``fps`` Hz) smoothed over ``smooth_s`` seconds
+    (0: unchanged) by ``method``: ``moving_average`` (centred, the window shrinking at the edges),
+    ``butterworth`` (order-2 low-pass at ``1 / smooth_s`` Hz, zero phase, reflect-padded) and
+    ``median`` read future frames; ``trailing`` (the mean of the frames ending at t) and
+    ``causal_butterworth`` (forwards only, from rest on the first value) do not.
 
     Raises:
         ValueError: unknown method, ``pred`` not 1-D, or non-finite values.
@@ -149,16 +127,8 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
 def smooth_per_session(
     pred: Any, sessions: Any, fps: float, smooth_s: float, method: str = "moving_average"
 ) -> np.ndarray:
-    """``smooth`` applied to each session of a concatenation of sessions separately.
-
-    Args:
-        pred: predictions, shape (n_rows,).
-        sessions: session id of each row, shape (n_rows,); within a session the rows must be
-            in frame order (they need not be contiguous).
-        fps, smooth_s, method: as in ``smooth``.
-
-    Returns:
-        Smoothed predictions in the original row order.
+    """:func:`smooth` of each session separately (``sessions``: each row's session, its rows in frame
+    order), in the original row order.
     """
     x = np.asarray(pred, dtype=float)
     sessions = np.asarray(sessions)
@@ -181,25 +151,12 @@ def fit_smoothed_calibration(
     method: str = "moving_average",
     shrinkage: float = 100.0,
 ) -> dict[int | float, tuple[float, float]]:
-    """The per-listener maps of ``global_calibrated``, fitted like the :class:`Rescaler`: on
-    (out-of-fold) training predictions smoothed as the predictions the maps will transform.
-
-    Smoothing removes the part of a prediction that varies faster than ``smooth_s``; a map
-    fitted before it sees that part as noise (``a_L`` shrinks by var(signal) / var(prediction))
-    and the smoothed, calibrated predictions then have too little spread. Smoothing commutes
-    with an affine map (moving average and Butterworth are linear; the running median is
-    equivariant), so the maps fitted here apply to the raw predictions or the smoothed ones alike.
-
-    Args:
-        y: label of each row (NaN rows are left out).
-        pred: prediction of each row, unsmoothed (out of fold, ideally).
-        listeners: listener id of each row.
-        sessions: session id of each row (rows of a session in frame order).
-        fps: frame rate, Hz; smooth_s: smoothing scale, seconds (0: none); method: as in :func:`smooth`.
-        shrinkage: prior strength in rows (see :func:`~experiments.models.personalization.fit_listener_calibration`).
-
-    Returns:
-        listener id -> ``(a_L, b_L)``.
+    """The per-listener maps of ``global_calibrated`` (listener id -> ``(a_L, b_L)``), fitted on the
+    unsmoothed (out-of-fold) predictions ``pred`` smoothed per session as the predictions they will
+    transform: a map fitted before smoothing takes the fast part for noise and shrinks ``a_L``.
+    Smoothing commutes with an affine map, so the maps apply to raw or smoothed predictions alike.
+    NaN labels are left out; ``shrinkage``: rows, as
+    :func:`~experiments.models.personalization.fit_listener_calibration`.
     """
     p = smooth_per_session(pred, sessions, fps, smooth_s, method) if smooth_s else pred
     y = np.asarray(y, dtype=float).ravel()
@@ -226,22 +183,10 @@ def _moments(values: np.ndarray) -> tuple[float, float]:
 
 
 class Rescaler:
-    """Maps predictions onto the training labels' mean and standard deviation.
-
-    ``train``: ``(pred - mean(pred_train)) / std(pred_train) * std(y_train) + mean(y_train)``.
-    ``bias``: ``pred - mean(pred_train) + mean(y_train)`` (level only, spread kept).
-    ``none``: identity. When the training predictions have (near) zero spread, ``train``
-    shifts only (scale 1), as there is nothing to standardise by.
-
-    Given ``groups`` at fit (e.g. the listener of each training row), the statistics are
-    taken per group and ``transform`` uses the group's own; a group unseen at fit, or seen
-    with fewer than ``min_samples`` rows, uses the statistics over all training rows.
-
-    Args:
-        mode: one of ``RESCALE_MODES``.
-        min_samples: fewest training rows for a group to get its own statistics.
-
-    Example:
+    """Maps predictions onto the training labels' mean and standard deviation: ``train`` standardises
+    them by the training predictions' and rescales (a shift only when those have no spread),
+    ``bias`` matches the mean only, ``none`` is the identity. Given ``groups`` at fit the statistics
+    are per group, and a group unseen or under ``min_samples`` rows takes the overall ones.
 
     >>> r = Rescaler("train").fit(y_train=[0.0, 2.0], pred_train=[0.0, 0.5])
     >>> r.transform([0.0, 0.25, 0.5]).tolist()
@@ -281,12 +226,8 @@ class Rescaler:
         return (p - p_mean) * scale + y_mean
 
     def transform(self, pred: Any, group: Any = None) -> np.ndarray:
-        """Rescale ``pred``.
-
-        Args:
-            pred: predictions, any shape.
-            group: None (overall statistics), one group id for all of ``pred`` (e.g. the
-                session's listener), or an array with one group id per element of ``pred``.
+        """``pred`` rescaled by the statistics of ``group``: None (overall), one id for all of ``pred``,
+        or one id per element.
         """
         p = np.asarray(pred, dtype=float)
         if self.mode == "none":

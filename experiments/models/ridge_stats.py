@@ -1,36 +1,16 @@
 """Ridge fits of one fit group from per-session sufficient statistics, without refitting.
 
-A fit group fits the same ``ridge`` pipeline (:func:`~experiments.models.factory.make_model`:
-median imputation, standardisation, ``Ridge``) on many unions of the same sessions: every
-training session (the main fit), all but one training story (the out-of-fold fits), all but
-one listener (unseen-listener fits) and so on. Each of those fits needs only sums over its
-rows, and a sum over a union of sessions is the sum of the sessions' sums. So
-:class:`SufficientStats` reads each session's training rows once and keeps, per session (in
-float64, with every column shifted by ``shift``, the mean of its observed values over every
-session, which keeps the sums of squares free of cancellation):
-
-* ``n``, ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the rows with NaN set to 0;
-* for the columns holding a NaN anywhere (``nan_columns``): ``X'M``, ``M'M``, ``M'y`` and
-  ``M'1``, with ``M`` the NaN indicator, so that any fill value ``m`` is folded in exactly
-  (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``); kept for the distinct columns
-  of ``M`` over every session only (a channel's columns go missing together: no face found
-  empties every face column), and spread to all of ``nan_columns`` once per fit, after the
-  sessions' sums (the same numbers as summing them spread); and the ranks of those columns'
-  observed values among every session's, from which a fit finds its medians (the two middle
-  order statistics, halved, as :class:`~experiments.models.factory.MedianImputer` computes
-  them) by a binary search, without copying or selecting the values again;
-* the smallest and largest observed value of each column, so that a column constant over a
-  fit's rows is found exactly.
-
-:meth:`SufficientStats.fit` sums the blocks of the given sessions, folds in that fit's medians,
-standardises as ``StandardScaler`` does (the mean and the population variance from the same
-sums; a constant column, or one ``StandardScaler`` would take for constant, keeps scale 1) and
-centres as ``Ridge(fit_intercept=True)`` does, then solves ``(Z'Z + alpha I) w = Z'y`` once:
-the same model as the pipeline's, in exact arithmetic, for a cost of ``d^3`` instead of
-``n d^2``. :meth:`SufficientStats.predict` applies several fitted models to one session at
-once (one matrix product). The tests compare with the scikit-learn pipeline (CCC within 1e-8).
-
-Example:
+A fit group fits the ridge pipeline (median imputation, standardisation, ``Ridge``) on many
+unions of the same sessions, and each fit needs only sums over its rows. :class:`SufficientStats`
+keeps, per session (float64, columns shifted by their overall mean against cancellation):
+``n``, ``X'1``, ``y'1``, ``X'X``, ``X'y`` with NaN as 0; for the columns with a NaN, ``X'M``,
+``M'M``, ``M'y`` of the NaN indicator ``M`` (per distinct NaN pattern), so any fill value ``m``
+folds in exactly (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), and the ranks of
+their observed values, from which a fit finds its medians by binary search; and each column's
+range (a constant column is found exactly). :meth:`SufficientStats.fit` sums the sessions' blocks,
+folds in the medians, standardises as ``StandardScaler`` and centres as ``Ridge`` do, and solves
+``(Z'Z + alpha I) w = Z'y`` once (``d^3`` instead of ``n d^2``): the pipeline's model in exact
+arithmetic (the tests: CCC within 1e-8).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -57,16 +37,9 @@ PREDICT_ROWS = 1024
 
 @dataclass(frozen=True)
 class LinearFit:
-    """A fitted ridge pipeline as one linear map of the raw features.
-
-    ``prediction = (x_filled - shift) @ coef + offset``, where ``x_filled`` is ``x`` with each
-    NaN of column ``nan_columns[k]`` replaced by ``fill[k]`` (the fit's median).
-
-    Attributes:
-        coef: (d,) coefficients on the raw (unscaled) features, label units per feature unit.
-        offset: the prediction at ``x = shift``, label units.
-        fill: (k,) the fit's median of each column of ``nan_columns`` (0 if it had no value).
-        n_rows: number of training rows.
+    """A fitted ridge pipeline as one linear map of the raw features: ``(x_filled - shift) @ coef +
+    offset`` (label units), ``x_filled`` being ``x`` with each NaN of column ``nan_columns[k]`` set
+    to ``fill[k]``, the fit's median; ``n_rows``: its training rows.
     """
 
     coef: np.ndarray
@@ -92,15 +65,9 @@ class _Block:
 
 
 def stable_row_order(values: np.ndarray) -> np.ndarray:
-    """``np.argsort(values, axis=1, kind="stable")`` of a 2-d array: the same indices, faster
-    for float32.
-
-    A float32 value maps to a 32-bit unsigned key in the same order (the sign bit flipped for
-    positive values, every bit for negative ones; NaN last, -0.0 equal to 0.0), and that key,
-    shifted up, packed with the index below it sorts as the pair (value, index): the order of
-    a stable sort. numpy sorts unsigned integers with SIMD (x86-simd-sort), in place, where
-    the stable argsort of floats is a merge sort of indices: 0.2 s against 0.8 s for 32 rows
-    of 300,000 values. Other dtypes, or rows of 2^32 values or more, take ``np.argsort``.
+    """``np.argsort(values, axis=1, kind="stable")`` of a 2-d array, faster for float32: each value
+    mapped to an order-preserving 32-bit key (NaN last, -0.0 equal to 0.0) packed above its index
+    and sorted as unsigned integers (SIMD, in place): 0.2 s against 0.8 s for 32 rows of 300,000.
     """
     values = np.asarray(values)
     n = values.shape[-1]
@@ -124,16 +91,11 @@ def stable_row_order(values: np.ndarray) -> np.ndarray:
 class SufficientStats:
     """Per-session sums from which every ridge fit on a union of sessions is one solve.
 
-    Args:
-        rows: session id -> (training rows ``(n, d)`` of raw features, NaN allowed; labels
-            ``(n,)``, all finite). Read once; only the sorted values of the columns with NaN
-            are kept (for the medians).
-        extra_nan: (d,) columns that also need a fill value, e.g. those with NaN in the rows
-            that will be predicted but in no training row.
+    ``rows``: session id -> (raw training features ``(n, d)``, NaN allowed; finite labels ``(n,)``),
+    read once; ``extra_nan``: (d,) columns that also need a fill value (NaN only where predicted).
 
     Raises:
-        ValueError: the sessions disagree on the number of columns, a label is not finite,
-            or a feature is infinite (the pipeline rejects it too; use it to get its message).
+        ValueError: different numbers of columns, a label not finite, or an infinite feature.
     """
 
     def __init__(

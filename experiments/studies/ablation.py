@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,6 @@ from .ablation_report import (
     ablation_markdown,
     importance_section,
 )
-from .distributed import run_sweep_dask
 from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
 from .parent_run import SweepResult
@@ -103,14 +102,14 @@ REPORT_FILES = (
 
 class SweepOptions(TypedDict, total=False):
     """How the ablation's sweep runs: ``tracking_uri`` (default the config's), ``jobs``,
-    ``progress``, ``executor`` (``local`` or ``dask``; with ``dask``, ``scheduler``, the address
-    of a running cluster, else a local one of ``jobs`` workers) and ``resume``; see
-    :class:`experiments.studies.parent_run.RunOptions`."""
+    ``progress``, ``executor`` (a registered name, ``local`` or ``dask``; with ``dask``,
+    ``scheduler``, the address of a running cluster, else a local one of ``jobs`` workers) and
+    ``resume``; see :func:`experiments.studies.sweep.run_sweep`."""
 
     tracking_uri: str | None
     jobs: int | None
     progress: bool
-    executor: str
+    executor: str | None
     scheduler: str | None
     resume: bool
 
@@ -155,13 +154,7 @@ def sweep_feature_sets(
 ) -> SweepResult:
     """The grid: one sweep (one parent run ``ablation``) over every feature set of ``cfg``, on
     the executor ``options`` names."""
-    executor = options.get("executor", "local")
-    run: dict[str, Any] = {k: v for k, v in options.items() if k not in ("executor", "scheduler")}
-    if executor == "dask":
-        return run_sweep_dask(cfg, store, options.get("scheduler"), run_name="ablation", **run)
-    if executor == "local":
-        return run_sweep(cfg, store, run_name="ablation", **run)
-    raise ValueError(f"unknown executor {executor!r}; use 'local' or 'dask'")
+    return run_sweep(cfg, store, run_name="ablation", **options)
 
 
 def _get(row: pd.Series | None, name: str) -> float:

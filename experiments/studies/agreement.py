@@ -20,7 +20,7 @@ import yaml
 from featurestore import Store
 
 from ..config.grid import Trial, expand
-from ..config.options import BASELINE_MODELS
+from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
@@ -195,7 +195,7 @@ def cross_target_trial(cfg: ExperimentConfig, feature_set: str) -> Trial:
             f"feature set {feature_set!r} is not defined in the config ({', '.join(cfg.feature_sets)})"
         )
     trials = expand(replace(cfg, feature_set=[feature_set]))
-    return next((t for t in trials if t.model not in BASELINE_MODELS), trials[0])
+    return next((t for t in trials if not model_spec(t.model).baseline), trials[0])
 
 
 def cross_target_table(

@@ -17,7 +17,7 @@ import pandas as pd
 from featurestore import Store
 
 from ..config.grid import Trial, trial_from_params
-from ..config.options import BASELINE_MODELS
+from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation.fit_cache import FitCache
@@ -79,7 +79,7 @@ class Explanation:
 
 def _reads_no_feature(trial: Trial) -> bool:
     """The baselines: the training mean, the position prior."""
-    return trial.model in BASELINE_MODELS
+    return model_spec(trial.model).baseline
 
 
 def _explainable(trial: Trial | None) -> Trial | None:

@@ -1,56 +1,14 @@
-"""Optuna search beside the grid: the same configurations, child runs and summary, sampled.
+"""An Optuna search over a config's search space (``search: {method: optuna, ...}``): the same
+configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search).
 
-A config with ``search: {method: optuna, n_trials: N, sampler: tpe, seed: S, track: T}``
-(see :class:`experiments.config.schema.SearchConfig`) is a search space instead of a grid
-(:mod:`experiments.config.search_space`): every list stays a set of categorical choices and an axis
-or hyperparameter may be a range (:class:`experiments.config.schema.Range`)::
-
-    search: {method: optuna, n_trials: 40, sampler: tpe, seed: 0, track: generalized}
-    window: {lengths_s: [[4], [2, 8]], delay_s: {low: 0, high: 4}}
-    models:
-      - {name: linear_svr, C: {low: 0.001, high: 10, log: true}}
-      - {name: xgboost, max_depth: {low: 2, high: 8, int: true}, learning_rate: {low: 0.01, high: 0.3, log: true}}
-
-**Objective.** The validation CCC of the configured track under its own averaging
-(``val.ccc_<track>``, or ``loso.ccc_<track>`` under protocol loso:
-:func:`experiments.config.tracks.selection_metric`), never a test metric. The personalization and
-rescaling choices are those the track chooses among (the tracks nest): a generalized search
-never proposes a configuration that knows who is listening, a personalized search may propose
-any (:func:`experiments.config.search_space.search_space`).
-
-**Trials are child runs.** Each trial becomes an :class:`experiments.config.grid.Trial`, evaluated by
-an executor (:mod:`experiments.executors`; the local one unless another is given) and logged
-by :class:`experiments.studies.parent_run.ParentRun`, as a grid's configurations are: the same params
-(``track`` included), metrics, artifacts and tags, plus the tags ``optuna_study`` and ``optuna_trial``, so the
-ablation, the summary and the MLflow UI read a search like a grid. Optuna's own MLflow
-integration (``optuna_integration.MLflowCallback``) is not used: it opens its own run per trial
-through MLflow's global fluent state, names params after Optuna's parameter names and logs
-only the objective, so its runs would be neither our child runs nor resumable by config hash.
-The link runs the other way: each Optuna trial carries the child run's id
-(user attribute ``mlflow_run_id``) and ``config_hash``.
-
-**Parallel trials without locks.** Ask and tell happen in this process, which is also the only
-MLflow writer: up to ``jobs`` sampled configurations are evaluated at a time by the local
-executor's fork pool (Optuna's batch ask-and-tell; TPE's ``constant_liar`` keeps the trials in
-flight apart), and each is told as soon as it is logged.
-
-**Where the study lives, and resume.** An Optuna RDB storage: by default ``optuna.db`` beside a
-SQLite tracking database (``mlruns/optuna.db`` next to ``mlruns/mlflow.db``; a file of its own
-because both MLflow and Optuna keep an ``alembic_version`` table); for a tracking server or
-PostgreSQL give ``search.storage`` (any SQLAlchemy URL Optuna accepts). The study is named
-``<experiment>.<hash>``, the hash covering the resolved config (without ``jobs``,
-``search.n_trials`` and ``search.storage``), the store fingerprint and the code fingerprint;
-the parent run carries it (tag ``optuna_study``). Re-running the same config continues that
-study up to ``n_trials`` trials in all: finished trials stay, a trial asked but never told by a
-killed search is evaluated with its sampled parameters, and a configuration with a FINISHED
-MLflow run by the same code on the same store is reused (its run and metrics), as the grid's
-resume does. ``--no-resume`` starts a new study.
-
-Example (a notebook)::
-
-    from experiments import load_config
-    from experiments.studies.search import run_search
-    res = run_search(load_config("search"), store="features", jobs=2)
+The objective is the configured metric of ``search.track`` on the selection split, in the
+metric's direction; the trials are sampled in this process and evaluated ``jobs`` at a time by
+the local executor (batch ask-and-tell; TPE's ``constant_liar`` keeps the trials in flight
+apart), each told once it is logged. Optuna's own MLflow callback is not used: its runs would
+be neither these child runs nor resumable by config hash; each trial carries its child run's id
+(user attribute ``mlflow_run_id``) instead. The study lives in an RDB storage (default
+``optuna.db`` beside a SQLite tracking database), named after the config, the store and the
+code, so a re-run continues it; ``--no-resume`` starts a new one.
 """
 
 from __future__ import annotations
@@ -71,6 +29,7 @@ from featurestore.overrides import ConfigError
 from featurestore.processes import pid_alive
 
 from ..config.grid import Trial
+from ..config.metrics import get_metric
 from ..config.schema import ExperimentConfig, config_hash
 from ..config.search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from ..config.tracks import selection_metric
@@ -118,6 +77,7 @@ def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: 
     fingerprints, so the same search on the same data by the same code continues one study."""
     d = cfg.to_dict()
     d.pop("jobs", None)
+    d.pop("executor", None)
     d["search"] = {k: v for k, v in d["search"].items() if k not in ("n_trials", "storage")}
     key = {"config": d, "store": store_fingerprint, "code": code_fingerprint}
     return f"{cfg.tracking.experiment}.{config_hash(key)}"
@@ -134,7 +94,7 @@ def _public_url(url: str) -> str:
         return url.split("://", 1)[0] + "://..."
 
 
-def _sampler(cfg: ExperimentConfig, space: SearchSpace):
+def _sampler(cfg: ExperimentConfig, space: SearchSpace) -> Any:
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -142,7 +102,7 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
         outside ``study.optimize`` (ask-and-tell; optuna/optuna#5141): :func:`run_search` stops
         itself, at ``n_trials`` capped to the grid's size."""
 
-        def after_trial(self, study, trial, state, values) -> None:
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             return None
 
     s = cfg.search
@@ -156,8 +116,9 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace):
     )
 
 
-def open_study(cfg: ExperimentConfig, name: str, storage: str):
-    """Create or load the study ``name`` (maximising the objective) in the RDB ``storage``."""
+def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
+    """Create or load the study ``name`` in the RDB ``storage``, the direction the config's
+    metric's (higher or lower is better)."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     optuna.logging.set_verbosity(
@@ -169,12 +130,12 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str):
         study_name=name,
         storage=rdb,
         sampler=_sampler(cfg, search_space(cfg)),
-        direction="maximize",
+        direction=get_metric(cfg.metric).direction,
         load_if_exists=True,
     )
 
 
-def _owned_elsewhere(t) -> bool:
+def _owned_elsewhere(t: Any) -> bool:
     """Whether a RUNNING trial belongs to a search still running (another live process on this
     host, or another host): it is then left alone."""
     host, pid = t.user_attrs.get("host"), int(t.user_attrs.get("pid", 0) or 0)
@@ -193,26 +154,130 @@ class SearchResult(SweepResult):
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-class _SearchRun(ParentRun):
-    """The parent run of a search: the sweep's, plus the study's trials table in its summary."""
+class _Search(ParentRun):
+    """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`) and
+    its trials table in the summary."""
 
-    study: Any = None
+    def __init__(self, cfg: ExperimentConfig, store: Any, options: RunOptions) -> None:
+        super().__init__(cfg, store, options)
+        if self.executor.name != "local":
+            raise ConfigError(
+                f"{cfg.source}: an Optuna search (search.method: optuna) runs its trials with the "
+                f"local executor, not {self.executor.name}: use --executor local --jobs N"
+            )
+        self.space = search_space(cfg)
+        self.objective = selection_metric(cfg.search.track, cfg.protocol, cfg.metric)
+        storage = cfg.search.storage
+        self.storage = storage_url(storage) if storage else default_storage(self.tracker.uri)
+        self.name = study_name(cfg, self.fingerprint, self.code.fingerprint) + (
+            "" if options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
+        )
+        self.study = open_study(cfg, self.name, self.storage)
+        self.n_trials = _n_trials(cfg, self.space)
+        self.known: dict[str, RunRow] = {}  # config hash -> its row in this search
+        self.trials: dict[str, Trial] = {}  # config hash -> configuration, every one met
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
+        """The sweep's summary, plus the trials' counts and ``optuna_trials.csv``."""
         best_ids = super().summarise(table)
         with contextlib.suppress(Exception):  # best effort while ending, possibly on an error
             trials_table = self.study.trials_dataframe()
+            complete = int((trials_table.get("state") == "COMPLETE").sum())
             self.tracker.log(
-                self.id,
-                metrics={
-                    "n_trials": len(trials_table),
-                    "n_trials_complete": int((trials_table.get("state") == "COMPLETE").sum()),
-                },
+                self.id, metrics={"n_trials": len(trials_table), "n_trials_complete": complete}
             )
             with tempfile.TemporaryDirectory() as tmp:
                 trials_table.to_csv(Path(tmp) / "optuna_trials.csv", index=False)
                 self.tracker.log_artifacts(self.id, tmp)
         return best_ids
+
+    def known_row(self, t: Trial) -> RunRow | None:
+        """The row of a configuration this search has, or one reused from a finished run."""
+        h = t.hash()
+        if h not in self.known and (row := self.reused(t)) is not None:
+            self.known[h] = row
+        return self.known.get(h)
+
+    def tell(self, number: int, row: RunRow) -> None:
+        """Tell trial ``number`` its configuration's objective (FAIL when it has none)."""
+        from optuna.trial import TrialState  # heavy (SQLAlchemy): only when a search runs
+
+        value = np.nan if row.failed else row.metrics.get(self.objective, np.nan)
+        ok = value is not None and np.isfinite(value)
+        state = TrialState.COMPLETE if ok else TrialState.FAIL
+        self.study.tell(number, float(value) if ok else None, state=state)
+
+    def evaluate_asked(
+        self, todo: dict[str, Trial], numbers: dict[str, list[int]], asked: dict[int, Any]
+    ) -> None:
+        """Evaluate ``todo`` (hash -> configuration), log each, tell the trials waiting on it."""
+
+        def record(outcome: Outcome) -> None:
+            h = outcome.trial.hash()
+            waiting = numbers.get(h, [])
+            tags = {TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None
+            row = self.known[h] = self.record(outcome, tags=tags)
+            for number in waiting:
+                asked[number].set_user_attr("mlflow_run_id", row.run_id)
+                self.tell(number, row)
+            self.bar.update(len(waiting))
+            self.notify(row)
+
+        self.evaluate(list(todo.values()), record)
+
+    def ask(self, stale: list[Any]) -> tuple[Any, Trial]:
+        """The next trial (a stale one, asked but never told by a killed search, first: its
+        suggestions return the parameters it was given) and its configuration."""
+        import optuna  # heavy (SQLAlchemy, alembic): only when a search runs
+
+        ot = optuna.trial.Trial(self.study, stale.pop(0)._trial_id) if stale else self.study.ask()
+        ot.set_user_attr("host", socket.gethostname())
+        ot.set_user_attr("pid", os.getpid())
+        t = sample_trial(self.space, self.cfg, ot)
+        ot.set_user_attr("config_hash", t.hash())
+        self.trials.setdefault(t.hash(), t)
+        return ot, t
+
+    def run(self) -> None:
+        """The baseline first, then batches of ``jobs`` sampled configurations until ``n_trials``
+        are told; then, with unseen listeners, each feature set's choice without each listener."""
+        from optuna.trial import TrialState  # heavy (SQLAlchemy): only when a search runs
+
+        states = (TrialState.RUNNING,)
+        stale = [t for t in self.study.get_trials(False, states=states) if not _owned_elsewhere(t)]
+        done = (TrialState.COMPLETE, TrialState.FAIL)
+        told = sum(t.state in done for t in self.study.get_trials(deepcopy=False))
+        self.bar.update(min(told, self.n_trials))
+        base = baseline_trial(self.space, self.cfg)
+        self.trials[base.hash()] = base
+        todo = {} if self.known_row(base) is not None else {base.hash(): base}
+        while True:
+            numbers: dict[str, list[int]] = {}  # config hash -> the trials waiting for it
+            asked: dict[int, Any] = {}
+            pending = 0
+            while len(todo) < self.jobs + (base.hash() in todo) and (
+                stale or told + pending < self.n_trials
+            ):
+                ot, t = self.ask(stale)
+                asked[ot.number] = ot
+                row = self.known_row(t)
+                if row is not None:  # sampled again, or finished by an earlier run of the same code
+                    ot.set_user_attr("mlflow_run_id", row.run_id)
+                    self.tell(ot.number, row)
+                    told += 1
+                    self.bar.update(1)
+                    continue
+                todo.setdefault(t.hash(), t)
+                numbers.setdefault(t.hash(), []).append(ot.number)
+                pending += 1
+            if not todo:
+                break
+            self.evaluate_asked(todo, numbers, asked)
+            told, todo = told + pending, {}
+        if self.cfg.unseen_listener and self.cfg.search.track == "generalized":
+            self.bar.set_description("unseen listeners")
+            again = self.unseen_listener_todo(list(self.trials.values()))
+            self.evaluate_asked({t.hash(): t for t in again}, {}, {})
 
 
 def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
@@ -240,156 +305,42 @@ def _check_search(cfg: ExperimentConfig) -> None:
         )
 
 
-def run_search(cfg: ExperimentConfig, store="features", **options: Any) -> SearchResult:
-    """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow.
-
-    Same keyword arguments (:class:`experiments.studies.parent_run.RunOptions`), parent run, child runs
-    and summary as :func:`experiments.studies.sweep.run_sweep`; the parent is tagged ``search=optuna``
-    and ``optuna_study``. ``jobs`` configurations are evaluated at a time (default: the
-    config's ``jobs``, else 1), by the local executor unless ``executor`` names another.
-    Returns a :class:`SearchResult` (the sweep's fields, plus the study).
+def run_search(cfg: ExperimentConfig, store: Any = "features", **options: Any) -> SearchResult:
+    """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow, as
+    :func:`experiments.studies.sweep.run_sweep` (which calls it for such a config) logs a grid,
+    with the same keyword arguments (:class:`experiments.studies.parent_run.RunOptions`); the
+    parent is tagged ``search=optuna`` and ``optuna_study``.
 
     Raises:
-        ConfigError: not an Optuna search, or ``unseen_listener`` on with a selection other
-            than ``chosen`` (a search cannot choose without a listener).
+        ConfigError: not an Optuna search, an executor other than ``local``, or
+            ``unseen_listener`` on with a selection other than ``chosen``.
     """
     _check_search(cfg)
-    try:
-        import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
-        from optuna.trial import TrialState
-    except ImportError as e:  # pragma: no cover - optuna is in install_requires
-        raise ConfigError(
-            "search.method optuna needs the optuna package: pip install 'optuna>=3.6'"
-        ) from e
-    space = search_space(cfg)
-    run = _SearchRun(cfg, store, RunOptions(**options))
-    track = cfg.search.track
-    metric = selection_metric(track, cfg.protocol)
-    storage = (
-        storage_url(cfg.search.storage) if cfg.search.storage else default_storage(run.tracker.uri)
-    )
-    name = study_name(cfg, run.fingerprint, run.code.fingerprint) + (
-        "" if run.options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
-    )
-    study = run.study = open_study(cfg, name, storage)
-    n_trials = _n_trials(cfg, space)
-    run.start(
+    run = _Search(cfg, store, RunOptions(**options))
+    s = cfg.search
+    params = {"n_trials": run.n_trials, "search.sampler": s.sampler, "search.seed": s.seed}
+    tags = {"search": "optuna", STUDY_TAG: run.name, "optuna_storage": _public_url(run.storage)}
+    progress = {"total": run.n_trials, "desc": f"optuna {s.track}", "unit": "trial"}
+    with run.opened(
         "search",
-        tags={"search": "optuna", STUDY_TAG: name, "optuna_storage": _public_url(storage)},
-        params={
-            "n_trials": n_trials,
-            "search.sampler": cfg.search.sampler,
-            "search.seed": cfg.search.seed,
-            "search.track": track,
-            "search.objective": metric,
-        },
-        child_tags={STUDY_TAG: name},
-        progress={"total": n_trials, "desc": f"optuna {track}", "unit": "trial"},
-    )
-    known: dict[str, RunRow] = {}  # config hash -> its row in this search
-    trials: dict[str, Trial] = {}  # config hash -> configuration, every one this search met
-
-    def known_row(t: Trial) -> RunRow | None:
-        """The row of a configuration this search has, or one reused from a finished run."""
-        h = t.hash()
-        if h not in known and (row := run.reused(t)) is not None:
-            known[h] = row
-        return known.get(h)
-
-    def tell(number: int, row: RunRow) -> None:
-        value = row.metrics.get(metric, np.nan) if not row.failed else np.nan
-        ok = value is not None and np.isfinite(value)
-        study.tell(
-            number,
-            float(value) if ok else None,
-            state=TrialState.COMPLETE if ok else TrialState.FAIL,
-        )
-
-    def evaluate(
-        todo: dict[str, Trial], numbers: dict[str, list[int]], opened: dict[int, Any]
-    ) -> None:
-        """Evaluate ``todo`` (hash -> configuration), log each, tell the trials waiting on it."""
-
-        def record(outcome: Outcome) -> None:
-            h = outcome.trial.hash()
-            waiting = numbers.get(h, [])
-            row = known[h] = run.record(
-                outcome, tags={TRIAL_TAG: ",".join(map(str, waiting))} if waiting else None
-            )
-            for number in waiting:
-                opened[number].set_user_attr("mlflow_run_id", row.run_id)
-                tell(number, row)
-            run.bar.update(len(waiting))
-            run.notify(row)
-
-        run.evaluate(list(todo.values()), record)
-
-    def n_told() -> int:
-        return sum(
-            t.state in (TrialState.COMPLETE, TrialState.FAIL)
-            for t in study.get_trials(deepcopy=False)
-        )
-
-    with run.closing():
-        # trials asked but never told by a killed search: evaluated now, with their sampled parameters
-        stale = [
-            t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if not _owned_elsewhere(t)
-        ]
-        told = n_told()
-        run.bar.update(min(told, n_trials))
-        base = baseline_trial(space, cfg)
-        trials[base.hash()] = base
-        todo: dict[str, Trial] = (
-            {} if known_row(base) is not None else {base.hash(): base}
-        )  # the baseline first
-        while True:
-            numbers: dict[str, list[int]] = {}  # config hash -> the trials waiting for it
-            opened: dict[int, Any] = {}
-            pending = 0
-            while len(todo) < run.jobs + (base.hash() in todo) and (
-                stale or told + pending < n_trials
-            ):
-                # a stale trial is the stored one: its suggest_* calls return the parameters it was given
-                ot = optuna.trial.Trial(study, stale.pop(0)._trial_id) if stale else study.ask()
-                ot.set_user_attr("host", socket.gethostname())
-                ot.set_user_attr("pid", os.getpid())
-                t = sample_trial(space, cfg, ot)
-                ot.set_user_attr("config_hash", t.hash())
-                trials.setdefault(t.hash(), t)
-                opened[ot.number] = ot
-                row = known_row(t)
-                if row is not None:  # sampled again, or finished by an earlier run of the same code
-                    ot.set_user_attr("mlflow_run_id", row.run_id)
-                    tell(ot.number, row)
-                    told += 1
-                    run.bar.update(1)
-                    continue
-                todo.setdefault(t.hash(), t)
-                numbers.setdefault(t.hash(), []).append(ot.number)
-                pending += 1
-            if not todo:
-                break
-            evaluate(todo, numbers, opened)
-            told += pending
-            todo = {}
-        if cfg.unseen_listener and track == "generalized":
-            # each feature set's chosen configuration, again, on listeners left out of training
-            run.bar.set_description("unseen listeners")
-            evaluate({t.hash(): t for t in run.unseen_listener_todo(list(trials.values()))}, {}, {})
+        {**params, "search.track": s.track, "search.objective": run.objective},
+        tags,
+        {STUDY_TAG: run.name},
+        progress,
+    ):
+        run.run()
     result = run.result(
         skipped=sum(r.status == "reused" for r in run.rows),
         cls=SearchResult,
-        study_name=name,
-        storage=_public_url(storage),
-        trials=study.trials_dataframe(),
+        study_name=run.name,
+        storage=_public_url(run.storage),
+        trials=run.study.trials_dataframe(),
     )
     assert isinstance(result, SearchResult)  # what cls= builds
     return result
 
 
-def trial_sequence(study) -> list[dict[str, Any]]:
+def trial_sequence(study: Any) -> list[dict[str, Any]]:
     """The parameters of a study's trials in trial order (what the sampler proposed)."""
     return [
         dict(t.params) for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)

@@ -1,18 +1,10 @@
 """Sweep a config's grid over a feature store and log every configuration to MLflow.
 
-One experiment per config (``tracking.experiment``), a parent run per sweep, one nested
-child run per configuration, the ``dummy`` baseline first. The configurations are ordered
-so that the windowed features are computed once per window key and the fits once per fit
-group; an executor evaluates them (:mod:`experiments.executors`: on this machine in forked
-worker processes by default, on a Dask cluster with :func:`experiments.studies.distributed.run_sweep_dask`),
-and this process logs each as its child run as it comes (:mod:`experiments.studies.parent_run`).
-
-Resume: a configuration whose hash already has a FINISHED run in the experiment is not
-run again (its earlier run is reused in the summary); runs left RUNNING by a killed sweep
-are marked KILLED when the next sweep starts. When a sweep ends (or its executor raises),
-every child run of its parent still RUNNING is marked KILLED with a ``worker_lost`` tag: its
-writer (e.g. a Dask worker logging through an MLflow server, on any host) is gone, and the
-configuration runs again on resume unless another run of it finished.
+One experiment per config (``tracking.experiment``), a parent run per sweep, one child run per
+configuration, the baseline first; the configurations ordered so that the windowed features are
+computed once per window key and the fits once per fit group. :func:`run_sweep` is the one entry
+point of every executor (:mod:`experiments.executors`) and of the Optuna search; resume and the
+parent run: :mod:`experiments.studies.parent_run`.
 
 >>> from experiments.config import load_config
 >>> [t.model for t in _order(_ensure_baseline(expand(load_config("smoke"))))][:2]
@@ -25,25 +17,29 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from featurestore.overrides import ConfigError
 
 from ..config.grid import Trial, WindowKey, expand
+from ..config.models import BASELINE
 from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
 from ..executors.base import Executor, Outcome
 from ..tracking.child_runs import UNSEEN_OF_TAG
 from .parent_run import ParentRun, RunOptions, SweepResult
+from .search import run_search
 
 #: names outside code imports from here (defined in the modules above)
 __all__ = ["UNSEEN_OF_TAG", "SweepResult", "grid_trials", "run_sweep", "selection_metric"]
 
 
 def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
-    """The metric ``track``'s configurations are ranked by: its averaging on validation (or LOSO)."""
-    return track_selection_metric(track, cfg.protocol)
+    """The metric ``track``'s configurations are ranked by: the config's metric under the track's
+    averaging on validation (or LOSO)."""
+    return track_selection_metric(track, cfg.protocol, cfg.metric)
 
 
 def _order(trials: Sequence[Trial]) -> list[Trial]:
@@ -54,7 +50,7 @@ def _order(trials: Sequence[Trial]) -> list[Trial]:
         keys.setdefault(t.window_key(), len(keys))
         fits.setdefault(t.fit_key(), len(fits))
     return sorted(
-        trials, key=lambda t: (t.model != "dummy", keys[t.window_key()], fits[t.fit_key()])
+        trials, key=lambda t: (t.model != BASELINE, keys[t.window_key()], fits[t.fit_key()])
     )
 
 
@@ -63,11 +59,11 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     firsts: dict[str, Trial] = {}
     for t in trials:
         firsts.setdefault(t.target, t)
-    have = {t.target for t in trials if t.model == "dummy"}
+    have = {t.target for t in trials if t.model == BASELINE}
     baselines = [
         replace(
             t0,
-            model="dummy",
+            model=BASELINE,
             model_params=(),
             personalization="global",
             smooth_s=0.0,
@@ -127,63 +123,56 @@ def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
 
 def run_sweep(
     cfg: ExperimentConfig,
-    store="features",
+    store: Any = "features",
+    *,
+    executor: str | Executor | None = None,
+    scheduler: str | None = None,
     tracking_uri: str | None = None,
     jobs: int | None = None,
     progress: bool = True,
     run_name: str | None = None,
     log_artifacts: bool = True,
     on_result: Callable[[dict], None] | None = None,
-    executor: Executor | None = None,
     resume: bool = True,
 ) -> SweepResult:
-    """Run every configuration of ``cfg`` (skipping finished ones) and log them to MLflow.
+    """Run every configuration of ``cfg`` (its grid, or its Optuna search: :func:`run_search`) and log
+    them to MLflow; ``executor``: a registered executor's name or an
+    :class:`~experiments.executors.base.Executor` (default: the config's), joining the cluster at
+    ``scheduler``; a configuration with a FINISHED run of its hash on the same store by the same
+    code is reused unless ``resume`` is False; the rest: :class:`~.parent_run.RunOptions`. Returns
+    a :class:`SweepResult` (``table``: a row per configuration with its run id, status, params and
+    metrics).
 
-    A configuration is reused when the experiment holds a FINISHED run with its hash computed
-    on a store with the same fingerprint by the same code (the code fingerprint of
-    :mod:`experiments.tracking.provenance`, which covers every default); ``resume`` False runs every
-    configuration again. ``jobs`` None takes the config's ``jobs`` (default 1). The other
-    arguments are described in :class:`experiments.studies.parent_run.RunOptions`; ``executor`` None
-    evaluates on this machine (:class:`experiments.executors.local.LocalExecutor`).
-
-    Returns a :class:`SweepResult` whose ``table`` has one row per configuration with its
-    run id, status (``done``, ``reused``, ``failed``), params and metrics.
+    Raises:
+        ConfigError: an unknown executor, or an unusable unseen-listener selection.
     """
     options = RunOptions(
-        tracking_uri=tracking_uri,
-        jobs=jobs,
-        progress=progress,
-        run_name=run_name,
-        log_artifacts=log_artifacts,
-        on_result=on_result,
-        executor=executor,
-        resume=resume,
+        tracking_uri,
+        jobs,
+        progress,
+        run_name,
+        log_artifacts,
+        on_result,
+        executor,
+        scheduler,
+        resume,
     )
+    if cfg.search.method == "optuna":
+        return run_search(cfg, store, **vars(options))
     trials = grid_trials(cfg)
     run = ParentRun(cfg, store, options)
     todo = [t for t in trials if run.finished.get(t.hash()) is None]
-    run.start(
-        "sweep",
-        tags={},
-        params={"n_configurations": len(trials)},
-        progress={"total": len(todo), "desc": "configurations", "unit": "cfg"},
-    )
-    with (
-        tempfile.TemporaryDirectory() as tmp
-    ):  # the resolved config (every default filled in) and the code
-        (Path(tmp) / "config.yaml").write_text(
-            yaml.safe_dump({"config": cfg.to_dict(), "code": run.code.tags()}, sort_keys=False)
-        )
-        run.tracker.log_artifacts(run.id, tmp)
-    for t in trials:
-        run.reused(t)
+    progress_bar = {"total": len(todo), "desc": "configurations", "unit": "cfg"}
+    with run.opened("sweep", {"n_configurations": len(trials)}, progress=progress_bar):
+        _log_resolved_config(run)
+        for t in trials:
+            run.reused(t)
 
-    def record(outcome: Outcome) -> None:
-        row = run.record(outcome)
-        run.bar.update(1)
-        run.notify(row)
+        def record(outcome: Outcome) -> None:
+            row = run.record(outcome)
+            run.bar.update(1)
+            run.notify(row)
 
-    with run.closing():
         run.evaluate(todo, record)
         if cfg.unseen_listener and cfg.unseen_selection != "nested":
             extra = (
@@ -197,3 +186,13 @@ def run_sweep(
                 run.evaluate(extra, record)
                 todo += extra
     return run.result(skipped=len(trials) - len(todo))
+
+
+def _log_resolved_config(run: ParentRun) -> None:
+    """The parent run's ``config.yaml``: the resolved config (every default filled in) and the code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        text = yaml.safe_dump(
+            {"config": run.cfg.to_dict(), "code": run.code.tags()}, sort_keys=False
+        )
+        (Path(tmp) / "config.yaml").write_text(text)
+        run.tracker.log_artifacts(run.id, tmp)

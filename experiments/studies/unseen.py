@@ -1,19 +1,9 @@
-"""Unseen listeners, nested: each held-out listener's configuration chosen without them.
-
-For a person never seen, the configuration must be chosen, fitted and post-processed without
-that person. With ``unseen_listener: {selection: nested}``, every generalized-track
-configuration of the sweep is also fitted once per listener L without L
-(:mod:`experiments.evaluation.fitting`, parts ``unseen``) and scores, with those models and
-their post-processing, the *other* listeners' selection split: under protocol ``val`` their
-validation stories (metric ``val_without_listener_<L>.ccc_generalized``); under ``loso`` their
-train + val stories, each predicted by a model fitted without that story and without L
-(``loso_without_listener_<L>.ccc_generalized``). :func:`nested_unseen` then chooses, for each
-feature set and each L, the configuration with the best such score, and reports the chosen
-configuration's ``test_unseen`` score on L (``test_unseen.ccc_listener_<L>``): nothing of L
-(labels, rescaling, calibration, imputation, selection) reached it.
-
-The run that holds L's predictions is the chosen configuration's child run:
-``experiments export RUN_ID --split test_unseen`` writes them per session.
+"""Unseen listeners, nested: each held-out listener's configuration chosen without them
+(docs/results.md, Unseen listeners). Under ``unseen_listener: {selection: nested}`` every
+generalized configuration is also fitted without each listener L and scores the other
+listeners' selection split (``<val|loso>_without_listener_<L>.<metric>_generalized``);
+:func:`nested_unseen` chooses each L's configuration by it and reports its ``test_unseen`` score
+on L, which nothing of L reached (``experiments export RUN_ID --split test_unseen``).
 """
 
 from __future__ import annotations
@@ -23,9 +13,10 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
-#: the columns of ``reports/ablation_unseen.csv``
+#: the columns of ``reports/ablation_unseen.csv`` (a contract: docs/design.md#reports)
 UNSEEN_COLUMNS = [
     "feature_set",
     "listener",
@@ -42,22 +33,21 @@ ALL_SETS = "all"
 
 
 def nested_unseen(
-    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True
+    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True, metric: str = "ccc"
 ) -> pd.DataFrame:
-    """One row per feature set and held-out listener: the generalized configuration chosen on the
-    other listeners' selection split (``protocol``: their validation stories, or their LOSO
-    scores; models fitted without the listener), its selection score, and its test score on the
-    held-out listener (``ccc_test_unseen``).
-
-    ``table``: the sweep's table (one row per configuration with params and metrics). Rows
-    without the nested metrics (another track, or ``unseen_listener`` not nested) do not
-    compete. ``per_feature_set`` False: every feature set's configurations compete together
-    (the sweep summary's choice), and ``feature_set`` is the chosen configuration's set.
+    """One row per feature set and held-out listener of the sweep's ``table``: the generalized
+    configuration chosen by ``metric`` (its values and direction) on the other listeners'
+    selection split (``protocol``), its score there and its test score on the listener
+    (``ccc_test_unseen``); rows without the nested metrics do not compete. ``per_feature_set``
+    False: every feature set's configurations compete together (the sweep summary's choice).
     """
     rows = []
     if table.empty or "features.set" not in table:
         return pd.DataFrame(columns=UNSEEN_COLUMNS)
-    selection = re.compile(rf"^{re.escape(protocol)}_without_listener_(.+)\.ccc_generalized$")
+    spec = get_metric(metric)
+    selection = re.compile(
+        rf"^{re.escape(protocol)}_without_listener_(.+)\.{re.escape(spec.name)}_generalized$"
+    )
     done = table[table["status"].isin(["done", "reused"])] if "status" in table else table
     matched = {str(c): m for c in done.columns if (m := selection.match(str(c))) is not None}
     groups = (
@@ -70,8 +60,8 @@ def nested_unseen(
             if candidates.empty:
                 continue
             # the first best, as idxmax gives it (NaN rows are not candidates)
-            best = candidates.iloc[int(np.argmax(candidates[column].to_numpy(dtype=float)))]
-            test = f"test_unseen.ccc_listener_{listener}"
+            best = candidates.iloc[spec.best_index(candidates[column].to_numpy(dtype=float))]
+            test = spec.key("test_unseen", f"listener_{listener}")
             rows.append(
                 {
                     "feature_set": str(best["features.set"]),

@@ -1,12 +1,7 @@
-"""One configuration's MLflow child run: its identity tags, params, metrics, artifacts and table row.
-
-A child run is created, filled and closed in one go (:func:`log_child`) by the process that
-logs the sweep, or by a Dask worker logging through a tracking server. Its artifacts are the
-resolved config (every estimator parameter included, :func:`resolved_params`), the
-per-session CCC matrix, the predictions in the challenge's CSV format and the two figures.
-Each child run's row of the sweep table (:class:`RunRow`, :func:`run_row`) carries its run id,
-status, the configuration's identity tags, params and metrics; :func:`sweep_table` makes the
-table of them.
+"""One configuration's MLflow child run, created, filled and closed in one go (:func:`log_child`:
+identity tags, params, metrics; artifacts: the resolved config with every estimator parameter,
+the per-session scores, the predictions as challenge CSV files, the figures), and its row of
+the sweep table (:class:`RunRow`, :func:`sweep_table`). See docs/design.md#mlflow-runs.
 """
 
 from __future__ import annotations
@@ -47,12 +42,10 @@ def identity_tags(trial: Trial) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunRow:
-    """One configuration's child run as a row of the sweep table.
-
-    ``status``: ``done`` (logged by this sweep), ``reused`` (a run of an earlier sweep) or
-    ``failed`` (``error`` says why); ``tags``: the identity tags (:func:`identity_tags`);
-    ``params``: the configuration's (:meth:`Trial.params`, ``track`` among them); ``metrics``:
-    the run's (CCC per split and averaging, ``fit_seconds`` ...)."""
+    """One configuration's child run as a row of the sweep table: ``status`` ``done`` (logged by this
+    sweep), ``reused`` (an earlier sweep's) or ``failed`` (``error`` says why), its identity
+    ``tags`` (:func:`identity_tags`), ``params`` (:meth:`Trial.params`) and ``metrics``.
+    """
 
     run_id: str
     status: str
@@ -141,7 +134,7 @@ def log_child(
     m = dict(result.metrics)
     m["fit_seconds"] = result.fit_seconds
     m["n_train_rows"] = result.n_train_rows
-    m.update(track_metrics(m, trial.track))
+    m.update(track_metrics(m, trial.track, trial.metric))
     tracker.log(
         run_id,
         params=params,

@@ -1,21 +1,9 @@
-"""Which code computed a result: the code fingerprint that every run records and that resume keys on.
-
-A sweep reuses a finished run only when it was computed by the same code (see
-:func:`experiments.studies.sweep.run_sweep`). "The same code" is the **code fingerprint**: a SHA-256
-of the installed package version and of every source file of the two packages
-(``experiments/`` and ``featurestore/``: Python modules and the packaged configs), path and
-bytes, and of the installed versions of the libraries that compute the numbers
-(:data:`LIBRARIES`: numpy, scipy, pandas, scikit-learn, XGBoost, and numba with llvmlite, the
-compiler of the windowing kernels). It is what a git commit plus a hash of the uncommitted
-changes to the package would identify, computed the same way with or without git (an sdist, a
-copied folder), and it ignores edits outside the package (README, tests). Every default lives
-in that source (model defaults, ``min_samples``, ``shrinkage``, interpolation limits), so
-changing one changes the fingerprint and the next sweep recomputes instead of reusing; so does
-upgrading scikit-learn or XGBoost, whose defaults and numerics change between releases.
-
-Runs also record the git commit and whether the package's files differed from it
-(``git_dirty``), for a reader who wants to check out what ran, and the library versions
-(``library_versions``, ``numpy=2.4.6 scipy=...``).
+"""Which code computed a result: the code fingerprint every run records and resume keys on
+(docs/results.md, Resume and provenance): a SHA-256 of the package version, every source file
+of ``experiments/`` and ``featurestore/`` (path and bytes) and the versions of the libraries
+that compute the numbers (:data:`LIBRARIES`), the same with or without git; every default lives
+in that source. Runs also record the git commit, whether the package differed from it and the
+library versions.
 
 >>> v = code_version()
 >>> len(v.fingerprint), sorted(v.tags())

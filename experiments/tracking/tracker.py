@@ -1,25 +1,12 @@
-"""MLflow tracking: explicit URI, one experiment per config, parent + nested child runs, resume.
+"""MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs,
+resume (docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs).
 
-Design choices (each against a failure seen in practice):
-
-* The tracking URI is always set explicitly. ``mlruns`` (the default) means the SQLite
-  database ``mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts/<experiment>``;
-  MLflow 3 refuses the plain ``./mlruns`` file store.
-* The database is created under a file lock before anything else writes: two writers on a
-  brand-new SQLite database crash one of them.
-* A sweep has a single writer: worker processes compute, the parent process logs. A child
-  run is created, filled and terminated in one go, so it is RUNNING only for the moment it
-  takes to log it; runs left RUNNING by a killed process (its pid is in the ``pid`` tag) are
-  marked KILLED at the next start. A child run whose writer is elsewhere (a Dask worker
-  logging through an MLflow server) cannot be judged by its pid: the sweep's driver marks its
-  own children still RUNNING when it ends as KILLED, tagged ``worker_lost``
-  (:meth:`Tracker.reap_children`).
-* Every client call retries on SQLite's ``database is locked`` (two sweeps on one store).
-* MLflow is imported where a run is logged or read (a second or more of import time), so
-  that importing this module, as every sweep module does, stays light.
-* Experiments carry MLflow 3's experiment kind (``mlflow.experimentKind``:
-  ``custom_model_development``) and a saved view of the runs table with the CCC columns, so
-  the UI opens on the runs (see :mod:`experiments.tracking.ui`).
+``mlruns`` (the default) is the SQLite database ``mlruns/mlflow.db``, created under a file lock
+(two writers on a new database crash one), artifacts under ``mlruns/artifacts/<experiment>``.
+A sweep has one writer; a child run is created, filled and closed in one go, and runs a killed
+process left RUNNING (its ``pid`` tag) are marked KILLED at the next start; every client call
+retries on SQLite's ``database is locked``. Experiments carry the tags that open MLflow's UI on
+the runs (:mod:`.ui_view`). MLflow is imported only where a run is logged or read.
 """
 
 from __future__ import annotations
@@ -32,14 +19,13 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from featurestore.processes import pid_alive
 
-from .provenance import git
 from .ui_view import experiment_tags
 
 T = TypeVar("T")
@@ -51,11 +37,9 @@ WORKER_LOST_TAG = "worker_lost"
 
 
 def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
-    """Turn the config's ``tracking.uri`` into a URI MLflow accepts.
-
-    ``mlruns`` or any plain folder -> ``sqlite:///<folder>/mlflow.db`` (folder created);
-    a path ending in ``.db`` -> that SQLite file; URIs with a scheme (``sqlite://``,
-    ``http://``, ``postgresql://`` ...) are returned unchanged.
+    """The config's ``tracking.uri`` as a URI MLflow accepts: a folder (``mlruns``) ->
+    ``sqlite:///<folder>/mlflow.db`` (folder created, relative to ``base``, default the working
+    directory), a ``.db`` path -> that file, a URI with a scheme unchanged.
 
     >>> resolve_tracking_uri("http://127.0.0.1:5000")
     'http://127.0.0.1:5000'
@@ -102,7 +86,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -110,22 +94,6 @@ def _file_lock(path: Path):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def git_commit(cwd: str | os.PathLike | None = None) -> str:
-    """Git commit of the checkout this package runs from (``unknown`` outside a checkout).
-
-    ``cwd`` defaults to the package's folder, not the caller's working directory, so the tag
-    names the code that ran even when a sweep is started from elsewhere.
-    """
-    return (
-        git(
-            "rev-parse",
-            "HEAD",
-            root=Path(cwd) if cwd is not None else Path(__file__).resolve().parent,
-        )
-        or ""
-    ).strip() or "unknown"
 
 
 class Tracker:
@@ -221,7 +189,7 @@ class Tracker:
         with_retry(lambda: self.client.set_terminated(run_id, status))
 
     # ---------------------------------------------------------------- resume
-    def search(self, filter_string: str = "", max_results: int = 5000):
+    def search(self, filter_string: str = "", max_results: int = 5000) -> Any:
         return with_retry(
             lambda: self.client.search_runs(
                 [self.experiment_id], filter_string=filter_string, max_results=max_results
@@ -231,12 +199,8 @@ class Tracker:
     def finished_by_hash(
         self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
     ) -> dict[str, Any]:
-        """config hash -> the most recent FINISHED run carrying it (for skipping on re-run).
-
-        With ``store_fingerprint``, only runs computed on that store (tag ``store_fingerprint``)
-        count: a run on other features or labels is no result for this store. With
-        ``code_fingerprint``, only runs computed by that code (tag ``code_fingerprint``, see
-        :mod:`experiments.tracking.provenance`): a result of other code, or other defaults, is not reused.
+        """config hash -> the most recent FINISHED run carrying it (a resume skips it), counting only the
+        runs on the store of ``store_fingerprint`` by the code of ``code_fingerprint`` when given.
         """
         out: dict[str, Any] = {}
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
@@ -250,11 +214,8 @@ class Tracker:
         return out
 
     def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
-        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None.
-
-        For a Dask task that logs its own child run and may be run twice: Dask computes a task
-        again when the worker holding its result dies before the client fetched it, and the
-        second run must not log the configuration again.
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again
+        must not log its configuration twice).
         """
         runs = self.search(
             f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
@@ -279,15 +240,10 @@ class Tracker:
         return reaped
 
     def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
-        """Mark the child runs of ``parent_id`` still RUNNING as KILLED, tagged ``worker_lost``.
-
-        For the sweep's driver once it expects no more logging (the sweep ended or its executor
-        raised): a child still RUNNING then was being logged by a process that died, e.g. a
-        Dask worker logging through an MLflow server on another host, which
-        :meth:`reap_stale` cannot judge. ``finished`` maps config hash -> run id for the
-        configurations that did finish in this sweep (a task Dask ran again elsewhere); the
-        tag names that run, or says a resumed sweep runs the configuration again.
-        Returns the ids of the runs marked.
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag: their
+        writer died (e.g. a Dask worker logging through a server, which :meth:`reap_stale` cannot
+        judge). ``finished``: config hash -> the run of it that did finish (the tag names it, else says a
+        resume runs it again). Returns the ids marked.
         """
         finished = finished or {}
         marked = []
@@ -312,10 +268,12 @@ class Tracker:
 def export_predictions(
     run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
 ) -> list[Path]:
-    """Copy a run's predictions of ``split`` (``val``, ``test`` or ``loso``) into ``out_dir``.
+    """Copy a run's predictions of ``split`` (``val``, ``test``, ``loso``, ``test_unseen``) into
+    ``out_dir`` as challenge files (``Subject_<L>_Story_<S>.csv``, header ``valence``, one row per
+    label frame).
 
-    Files are in challenge format: ``Subject_<L>_Story_<S>.csv``, header ``valence``, one row
-    per label frame. Raises ``FileNotFoundError`` naming the run when it has none for the split.
+    Raises:
+        FileNotFoundError: no such run, or none for the split (the message says where they are).
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # mlflow: see the module docstring

@@ -1,26 +1,6 @@
-"""What the MLflow UI shows first for this package's experiments: the runs table with the CCC columns.
-
-MLflow 3 may open an experiment on its GenAI overview (traces, judges) instead of its runs.
-What decides, read in the UI bundle MLflow ships (``mlflow/server/js/build``, MLflow 3.17):
-
-* the experiment tag ``mlflow.experimentKind`` (experiment kinds came with MLflow 3.4): the kind
-  ``custom_model_development`` ("Machine learning") opens the runs table, ``genai_development``
-  the GenAI overview. :func:`experiments.tracking.ui_view.experiment_tags` gives it, and
-  :class:`~experiments.tracking.Tracker` sets it on every experiment it creates or opens that
-  lacks it;
-* since the sidebar's "GenAI / Model training" switch (MLflow 3.17 has it) the switch decides
-  instead, for every experiment. A browser remembers it (local storage ``mlflow.workflowType``,
-  GenAI until changed); a link sets it with ``workflowType=machine_learning``.
-
-So the package does both, and the links :func:`experiments.tracking.ui_view.runs_url` builds
-(``make ui`` prints one per experiment) carry the switch and a saved view: an experiment tag
-``mlflow.sharedViewState.<key>`` holds a runs-table view as JSON (sort order, columns), and the
-runs page opens it with ``?viewStateShareKey=<key>``; it is what the UI's own "Share" button
-writes. The view :func:`experiments.tracking.ui_view.ccc_view` lists the child runs best
-validation CCC first, with the four CCC metrics and the main parameters as columns.
-
-``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` tags this package's experiments
-(those with sweep runs) and prints their links; ``make ui`` runs it before starting the UI.
+"""``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` (``make ui``): tag this
+package's experiments so that MLflow's UI opens them on the runs table with the CCC columns, and
+print a link to each (docs/results.md, Why a link, and what the package sets).
 """
 
 from __future__ import annotations
@@ -31,12 +11,13 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
 from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
 
 
-def prepare_experiments(client, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
+def prepare_experiments(client: Any, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
     """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id) of each.
 
     With ``only_with_sweeps`` an experiment counts when one of its runs carries a

@@ -1,8 +1,5 @@
-"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs.
-
-Why these tags, and how MLflow 3 reads them: see :mod:`experiments.tracking.ui`. The tracking code
-(:class:`experiments.tracking.Tracker`) sets :func:`experiment_tags` on every experiment it
-opens; ``python -m experiments.tracking.ui`` sets them on existing ones and prints :func:`runs_url` links.
+"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs
+(docs/results.md, Why a link, and what the package sets).
 """
 
 from __future__ import annotations
@@ -45,8 +42,6 @@ VIEW_PARAMS = (
     "window.delay_s",
     "postprocess.smooth_s",
 )
-#: a split's CCC under one track's averaging, as the evaluation logs it
-_SPLIT_CCC = re.compile(r"^([a-z]+)\.ccc_(personalized|generalized)$")
 #: the two averagings differ when their CCCs differ by more than this
 SAME_CCC_TOL = 1e-6
 #: the runs table's column id of the run names
@@ -56,12 +51,9 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 
 def ccc_view() -> dict:
-    """The runs-table view of :data:`VIEW_TAG`: child runs by their track's validation CCC; the
-    track, its CCC per split, the other averaging's and the main params as columns.
-
-    Keys are the UI's own (its search facets and UI state); column ids are
-    ``metrics.`<name>``` and ``params.`<name>```. The UI's default columns (source, models,
-    dataset) are left out: they are empty for these runs.
+    """The runs-table view of :data:`VIEW_TAG` (the UI's own keys): child runs best validation CCC of
+    their track first; the track, its CCC per split, the other averaging's and the main params as
+    columns (``metrics.`<name>``` and ``params.`<name>```).
     """
     metrics = [f"metrics.`{m}`" for m in CCC_METRICS]
     track, *params = [f"params.`{p}`" for p in VIEW_PARAMS]
@@ -81,12 +73,12 @@ def ccc_view() -> dict:
     }
 
 
-def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
-    """The runs table's CCC metrics of a run scored on ``track``, from its logged ``metrics``.
-
-    For each split with ``<split>.ccc_<track>``: ``track_ccc.<split>`` (its value) and, where the
-    other track's averaging gives another number (by more than :data:`SAME_CCC_TOL`, or one is
-    NaN and the other not), ``other_avg_ccc.<split>``.
+def track_metrics(
+    metrics: Mapping[str, float], track: str, metric: str = "ccc"
+) -> dict[str, float]:
+    """The runs table's metrics of a run scored on ``track``: for each split with
+    ``<split>.<metric>_<track>``, ``track_<metric>.<split>``, and ``other_avg_<metric>.<split>``
+    where the other track's averaging differs (by more than :data:`SAME_CCC_TOL`, or NaN on one side).
 
     >>> track_metrics({"val.ccc_personalized": 0.5, "val.ccc_generalized": 0.5,
     ...                "test.ccc_personalized": 0.25, "test.ccc_generalized": 0.5}, "personalized")
@@ -94,13 +86,15 @@ def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     other: dict[str, float] = {}
+    pattern = re.compile(rf"^([a-z]+)\.{re.escape(metric)}_(personalized|generalized)$")
+    mine_prefix = TRACK_CCC.replace("ccc", metric)
     for name, value in metrics.items():
-        m = _SPLIT_CCC.match(name)
+        m = pattern.match(name)
         if m is None:
             continue
         split, averaging = m.groups()
         if averaging == track:
-            out[f"{TRACK_CCC}.{split}"] = value
+            out[f"{mine_prefix}.{split}"] = value
         else:
             other[split] = value
     for key, mine in list(out.items()):
@@ -109,7 +103,7 @@ def track_metrics(metrics: Mapping[str, float], track: str) -> dict[str, float]:
         if theirs is None:
             continue
         if math.isnan(mine) != math.isnan(theirs) or abs(mine - theirs) > SAME_CCC_TOL:
-            out[f"{OTHER_CCC}.{split}"] = theirs
+            out[f"{OTHER_CCC.replace('ccc', metric)}.{split}"] = theirs
     return out
 
 

@@ -19,6 +19,7 @@ import yaml
 from mlflow import MlflowClient
 
 from experiments.cli import main
+from experiments.config.models import Domain, Hyper, ModelSpec, register_model, unregister_model
 from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.storage.store import Store
 from tests.experiments.helpers import LISTENERS, SPLITS, config_dict
@@ -127,31 +128,63 @@ def write_config(path: Path, raw: dict) -> str:
     return str(path)
 
 
-def small_grid(uri: str, alphas: list[float]) -> dict:
+def _unchecked_ridge(params: dict, seed: int):
+    from sklearn.linear_model import Ridge  # scikit-learn, as a builder imports it
+
+    return Ridge(alpha=params["alpha"])
+
+
+#: ridge without its alpha checked when a config loads: a negative alpha fails when it is fitted
+UNCHECKED = ModelSpec(
+    "ridge_unchecked",
+    "scikit-learn `Ridge`, alpha unchecked",
+    _unchecked_ridge,
+    {"alpha": Hyper(1.0, Domain())},
+    preprocess="impute_scale",
+)
+
+
+@pytest.fixture
+def unchecked_ridge():
+    register_model(UNCHECKED)
+    yield UNCHECKED
+    unregister_model(UNCHECKED.name)
+
+
+def small_grid(uri: str, alphas: list[float], model: str = "ridge") -> dict:
     """dummy + ridge(alpha) on the listener set, global, no smoothing: about a second per configuration."""
     return config_dict(
         uri,
         "exit-codes",
         feature_set=["listener"],
-        models=[{"name": "ridge", "alpha": alphas}],
+        models=[{"name": model, "alpha": alphas}],
         personalization=["global"],
         postprocess={"smooth_s": [0], "rescale": ["none"]},
     )
 
 
-def test_exit_codes_of_sweep_ablate_export_and_score(planted_store, tracking_dir, tmp_path, capsys):
+def test_exit_codes_of_sweep_ablate_export_and_score(
+    planted_store, tracking_dir, tmp_path, capsys, unchecked_ridge
+):
     opts = ["--store", str(planted_store)]
-    # sweep: a usage error, then a grid where one configuration fails (a negative ridge alpha)
+    # sweep: usage errors (a misspelt key; a ridge alpha outside its domain, refused at load), then
+    # a grid where one configuration fails (a negative alpha of a model that does not check it)
     assert main(["sweep", "--config", "smoke", *opts, "--set", "window.dealy_s=[1]"]) == 2
-    failing = write_config(tmp_path / "failing.yaml", small_grid(tracking_dir, [10, -1]))
+    refused = write_config(tmp_path / "refused.yaml", small_grid(tracking_dir, [10, -1]))
+    assert main(["sweep", "--config", refused, *opts]) == 2
+    assert "models[0].alpha: expected a number >= 0, got -1" in capsys.readouterr().err
+    grid = small_grid(tracking_dir, [10, -1], model=unchecked_ridge.name)
+    failing = write_config(tmp_path / "failing.yaml", grid)
     assert main(["sweep", "--config", failing, *opts]) == 1
     captured = capsys.readouterr()
     assert (
         "1 failed" in captured.out
-        and re.search(r"FAILED \S+ global ridge .*\(alpha=-1\)", captured.err)
+        and re.search(r"FAILED \S+ global ridge_unchecked .*\(alpha=-1\)", captured.err)
         and "alpha" in captured.err
     )
-    good = write_config(tmp_path / "good.yaml", small_grid(tracking_dir, [10]))
+    good = write_config(
+        tmp_path / "good.yaml", small_grid(tracking_dir, [10], unchecked_ridge.name)
+    )
     assert main(["sweep", "--config", good, *opts]) == 0
     out = capsys.readouterr().out
     assert (

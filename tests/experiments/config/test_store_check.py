@@ -153,7 +153,7 @@ def test_a_list_of_targets_is_checked_name_by_name(tmp_path):
     cfg = load_config(path, overrides=["target=[valence_self, arousal_self]"], store=root)
     assert cfg.all_targets() == ["valence_self", "arousal_self"] and cfg.target == "valence_self"
     assert cfg.to_dict()["target"] == ["valence_self", "arousal_self"]
-    # one target: a string, as before (the config hash stays)
+    # one target: a string, as the config writes it
     one = load_config(path, overrides=["target=valence_self"], store=root)
     assert one.to_dict()["target"] == "valence_self" and one.all_targets() == ["valence_self"]
     # a name twice, and the verbs that take one target, are refused

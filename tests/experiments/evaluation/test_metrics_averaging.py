@@ -9,7 +9,7 @@ import pytest
 
 from experiments.config import ConfigError
 from experiments.evaluation.evaluate import evaluate_trial, score_metrics, window_sessions
-from experiments.evaluation.metrics import ccc, concatenated_ccc
+from experiments.evaluation.metrics import ccc, concatenated_score
 from experiments.tracking.summary import summary_markdown
 from tests.experiments.helpers import config_dict, from_dict, pick, trials_for
 
@@ -42,7 +42,7 @@ def _two_sessions():
 
 def test_concatenated_and_session_averaging_differ_and_are_logged_side_by_side():
     truth, predictions, scores = _two_sessions()
-    joined = concatenated_ccc(truth, predictions, ["a", "b"])
+    joined = concatenated_score(truth, predictions, ["a", "b"])
     assert joined == pytest.approx(
         ccc(
             np.concatenate([truth["a"], truth["b"]]),
@@ -69,7 +69,7 @@ def test_a_sweep_configuration_scores_and_reports_its_averaging(tables):
     res = evaluate_trial(trial, window_sessions(tables, trial.window_key()))
     val = [s for s in res.scores[res.scores.split == "val"].session]
     assert res.metrics["val.ccc_generalized"] == pytest.approx(
-        concatenated_ccc(res.truth, res.predictions, val)
+        concatenated_score(res.truth, res.predictions, val)
     )
     summary = pd.DataFrame(
         [

@@ -6,7 +6,10 @@ from sklearn.base import clone
 from sklearn.metrics import r2_score
 from sklearn.pipeline import Pipeline
 
-from experiments.models.factory import MODEL_PARAMS, make_model, resolve_model_params
+from experiments.config.models import model_specs
+from experiments.models.factory import make_model, resolve_model_params
+
+MODEL_PARAMS = {name: spec.defaults for name, spec in model_specs().items()}
 
 # small settings keep the whole file fast on 2 shared cores
 FAST = {

@@ -253,12 +253,12 @@ def test_the_cross_target_configuration_is_no_baseline():
     # the packaged ablation config lists dummy and position_prior first: neither reads a
     # feature, so neither can tell how a model of one target scores on the other
     from experiments.config.loading import load_config
-    from experiments.config.options import BASELINE_MODELS
+    from experiments.config.models import model_spec
     from experiments.studies.agreement import cross_target_trial
 
     cfg = load_config("ablation")
     assert [m.name for m in cfg.models][:2] == ["dummy", "position_prior"]
-    assert cross_target_trial(cfg, "both_with_text").model not in BASELINE_MODELS
+    assert not model_spec(cross_target_trial(cfg, "both_with_text").model).baseline
 
 
 def test_inter_rater_agreement_with_lags(tmp_path, cfg_file):

@@ -14,7 +14,6 @@ from experiments.tracking.tracker import (
     WORKER_LOST_TAG,
     Tracker,
     artifact_root_for,
-    git_commit,
     resolve_tracking_uri,
     with_retry,
 )
@@ -48,13 +47,6 @@ def test_resolve_db_path_and_scheme_uris(tmp_path):
     for u in ("http://127.0.0.1:5000", "https://mlflow.example.org", "postgresql://u@h/db", uri):
         assert resolve_tracking_uri(u) == u
     assert artifact_root_for("http://127.0.0.1:5000") is None
-
-
-def test_git_commit_does_not_depend_on_working_directory(tmp_path, monkeypatch):
-    here = git_commit()
-    monkeypatch.chdir(tmp_path)  # not a checkout
-    assert git_commit() == here
-    assert git_commit(cwd=tmp_path) == "unknown"
 
 
 @pytest.fixture(scope="module")

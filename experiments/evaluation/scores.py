@@ -1,0 +1,140 @@
+"""A configuration's predictions scored: per-session values of its metric, and the metrics its
+run logs (both protocols per split, intervals, chance levels, per listener and per story).
+
+The logged names are :meth:`~experiments.config.metrics.MetricSpec.key`'s: ``<split>.ccc_<track>``
+for the default metric, ``<split>.<metric>_<track>`` for another (see docs/design.md#mlflow-runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..config.metrics import MetricSpec, get_metric
+from ..config.options import TRACKS
+from ..windowing.windowed import WindowedSession
+from .metrics import ccc_protocols, concatenated_score
+from .uncertainty import chance_level, protocol_intervals
+
+
+def session_scores(
+    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]], metric: str = "ccc"
+) -> pd.DataFrame:
+    """Per-session values of ``metric`` (columns ``session, listener, story, split, <metric>``)
+    of (session, split name, its per-frame prediction) triples, on the frames with a finite label."""
+    m = get_metric(metric)
+    rows = [
+        (s.session, s.listener, s.story, split, m(s.y[ok], pred[ok]))
+        for s, split, pred in predicted
+        for ok in [np.isfinite(s.y)]
+    ]
+    return pd.DataFrame(rows, columns=["session", "listener", "story", "split", metric])
+
+
+def score_metrics(
+    scores: pd.DataFrame,
+    predictions: Mapping[str, np.ndarray] | None = None,
+    truth: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    unseen_predictions: Mapping[str, np.ndarray] | None = None,
+    fps: float | Mapping[str, float] = 25.0,
+    averaging: str = "sessions",
+    metric: str = "ccc",
+) -> dict[str, float]:
+    """MLflow metrics from per-session values (:func:`session_scores`), per split: for each track
+    ``<split>.<metric>_<track>``, its averaging of the sessions' values (``sessions``) or the value of
+    the split concatenated (``concatenated``: ``predictions`` and ``truth`` needed); for CCC its 95 %
+    interval over listeners (``.ci_low``, ``.ci_high``) and, given the predictions, its chance level
+    (``.chance_mean``, ``.chance_q95``; ``fps`` frames per second; docs/results.md, Intervals and
+    Chance level); ``<split>.n_listeners``; ``<split>.<metric>_concatenated``, ``_listener_<L>``,
+    ``_story_<S>``. A ``*_unseen`` split's predictions are ``unseen_predictions``.
+
+    Raises:
+        ValueError: ``concatenated`` without the predictions, or an unseen split without its own.
+    """
+    m = get_metric(metric)
+    out: dict[str, float] = {}
+    for split, df in scores.groupby("split"):
+        split = str(split)
+        source = unseen_predictions if split.endswith("_unseen") else predictions
+        if truth is None or predictions is None:
+            source = None
+            if averaging == "concatenated":
+                raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
+        elif source is None:
+            raise ValueError(
+                f"scores of split {split} need unseen_predictions for its chance level"
+            )
+        out.update(_split_metrics(split, df, m, averaging, truth, source, fps, seed))
+    return out
+
+
+def _split_metrics(
+    split: str,
+    df: pd.DataFrame,
+    m: MetricSpec,
+    averaging: str,
+    truth: Mapping[str, np.ndarray] | None,
+    source: Mapping[str, np.ndarray] | None,
+    fps: float | Mapping[str, float],
+    seed: int,
+) -> dict[str, float]:
+    """One split's metrics (see :func:`score_metrics`); ``source``: its predictions, or None."""
+    means = ccc_protocols(df, m.name)
+    is_ccc = m.name == "ccc"
+    intervals = protocol_intervals(df, split=split) if is_ccc else {}
+    out = {f"{split}.n_listeners": float(df.listener.nunique())}
+    chance = None
+    if source is not None and truth is not None:
+        if is_ccc:
+            own = {sid: source[sid] for sid in df.session}
+            chance = chance_level(truth, own, df, fps=fps, seed=seed)
+        concatenated = concatenated_score(truth, source, list(df.session), m.name)
+        out[m.key(split, "concatenated")] = concatenated
+    for track in TRACKS:
+        name = m.key(split, track)
+        if averaging == "concatenated":
+            out[name] = concatenated
+            if is_ccc:
+                out[f"{name}.ci_low"] = out[f"{name}.ci_high"] = np.nan
+                out[f"{name}.chance_mean"] = out[f"{name}.chance_q95"] = np.nan
+            continue
+        out[name] = float(means[track])
+        if is_ccc:
+            out[f"{name}.ci_low"], out[f"{name}.ci_high"] = intervals[track]
+        if chance is not None:
+            out[f"{name}.chance_mean"], out[f"{name}.chance_q95"] = chance[track]
+    for what in ("listener", "story"):
+        for value, g in df.groupby(what):
+            out[m.key(split, f"{what}_{value}")] = float(g[m.name].mean())
+    return out
+
+
+def nested_selection_metrics(
+    nested: Mapping[int, Mapping[str, np.ndarray]],
+    sessions: Mapping[str, WindowedSession],
+    split_of: Mapping[str, str],
+    split: str = "val",
+    metric: str = "ccc",
+) -> dict[str, float]:
+    """``<split>_without_listener_<L>.<metric>_generalized`` for each held-out listener L: the
+    generalized mean on the *other* listeners' ``split`` sessions (``val``, or ``loso``: each
+    story predicted by a model fitted without it and without L), predicted by the models and
+    post-processing fitted without L, which choose L's configuration without anything of L
+    (:mod:`experiments.studies.unseen`)."""
+    m = get_metric(metric)
+    out: dict[str, float] = {}
+    for listener, preds in nested.items():
+        rows = [
+            (sessions[sid].listener, sessions[sid].story, m(sessions[sid].y[ok], pred[ok]))
+            for sid, pred in preds.items()
+            if sessions[sid].listener != listener and split_of.get(sid) == split
+            for ok in [np.isfinite(sessions[sid].y)]
+        ]
+        if rows:
+            df = pd.DataFrame(rows, columns=["listener", "story", m.name])
+            key = m.key(f"{split}_without_listener_{listener}", "generalized")
+            out[key] = float(ccc_protocols(df, m.name)["generalized"])
+    return out
