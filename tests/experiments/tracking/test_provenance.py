@@ -154,15 +154,15 @@ def test_other_library_versions_are_recomputed_not_reused(planted_store, trackin
         res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
         return sorted(res.table["status"])
 
-    real = provenance.installed_version
+    real = dict(provenance.library_versions())
     code_version.cache_clear()
     try:
         assert statuses() == ["done", "done"]
         assert statuses() == ["reused", "reused"]
         monkeypatch.setattr(
             provenance,
-            "installed_version",
-            lambda name: "0.0.1" if name == "scikit-learn" else real(name),
+            "library_versions",
+            lambda: tuple((n, "0.0.1" if n == "scikit-learn" else v) for n, v in real.items()),
         )
         code_version.cache_clear()
         assert statuses() == ["done", "done"]  # another scikit-learn: not this run's numbers
@@ -174,7 +174,7 @@ def test_other_library_versions_are_recomputed_not_reused(planted_store, trackin
     experiment = client.get_experiment_by_name("resume-by-libraries").experiment_id
     children = client.search_runs([experiment], "tags.config_hash != ''")
     sklearn = {parse_libraries(r.data.tags["library_versions"])["scikit-learn"] for r in children}
-    assert len(children) == 4 and sklearn == {real("scikit-learn"), "0.0.1"}
+    assert len(children) == 4 and sklearn == {real["scikit-learn"], "0.0.1"}
 
 
 def test_runs_record_the_code_and_every_resolved_parameter(sweep_once, tmp_path):
