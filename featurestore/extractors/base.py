@@ -62,7 +62,7 @@ class Extractor(ABC, Generic[C]):
         """Seconds after a row's ``time`` that the row's values read of the input (video, audio,
         transcript), fixed by this extractor's code and config: what a prediction at that time
         could not yet know (stored as the channel's ``lookahead_s``; see
-        :mod:`featurestore.storage.timing`). None when it depends on the data (the transcript
+        docs/channels.md). None when it depends on the data (the transcript
         extractors work it out per session: :meth:`TranscriptExtractor.cues_lookahead_s`) or
         the extractor does not say."""
         return None
