@@ -83,12 +83,12 @@ def write_corpus_files(
     write_bytes_atomic(out / "featurestore.yaml", template(f"featurestore_{layout}.yaml").encode())
     keys = ("seed", "duration_s", "width", "height", "fps")
     return DemoInfo(
-        out,
-        tuple(n_frames),
-        n_frames,
-        *(truth[k] for k in keys),
-        time.perf_counter() - started,
-        layout,
+        out_dir=out,
+        sessions=tuple(n_frames),
+        n_frames=n_frames,
+        **{k: truth[k] for k in keys},
+        build_seconds=time.perf_counter() - started,
+        layout=layout,
     )
 
 
@@ -145,7 +145,6 @@ def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
 
 
 def _srt_time(t: float) -> str:
-    """``HH:MM:SS,mmm`` of ``t`` seconds."""
     ms = int(round(t * 1000))
     return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d},{ms % 1000:03d}"
 

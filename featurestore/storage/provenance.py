@@ -73,7 +73,6 @@ def library_versions(names: Iterable[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _source_text(fn: Callable[..., Any]) -> bytes:
-    """A function's source text, else its bytecode."""
     try:
         return inspect.getsource(fn).encode()
     except (OSError, TypeError):  # no source shipped: the bytecode still tells versions apart

@@ -98,7 +98,6 @@ def in_corpus_words(text: str, layout: str, keep: Collection[str] = ()) -> str:
     names = {**role_names(layout), "group": GROUP_NAMES[layout]}
 
     def repl(m: re.Match) -> str:
-        """The word ``m`` in the layout's words, in its case and number."""
         if m.group(0) in keep:
             return m.group(0)
         word = m.group(1).lower()

@@ -160,7 +160,6 @@ def how_to_add(keys: Sequence[str]) -> str:
 
 
 def _schema_name(version: Any) -> str:
-    """How an error names a schema version."""
     return "no schema version" if version is None else f"schema version {int(version)}"
 
 
@@ -572,7 +571,6 @@ def write_labels(
 
 
 def _write_label(grp: h5py.Group, name: str, y: np.ndarray, source: dict) -> h5py.Dataset:
-    """One label dataset with its ``source`` and ``created_utc``."""
     if name in grp:
         del grp[name]
     ds = grp.create_dataset(name, data=np.asarray(y, dtype=np.float32))

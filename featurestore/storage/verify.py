@@ -75,7 +75,6 @@ def _channel_problems(
     check_sources: bool,
     fp_cache: dict,
 ) -> list[Problem]:
-    """The problems of one channel group (``fp_cache``: source path -> fingerprint)."""
     try:
         shapes = [grp[d].shape for d in ("data", "time", "valid")]
     except KeyError as e:
