@@ -141,4 +141,5 @@ bench: install ## benchmarks -> bench/results.json (QUICK=1 for a reduced size)
 
 clean: ## remove the store, demo corpus, reports and MLflow runs (keeps .venv)
 	rm -rf $(STORE) $(DEMO) $(STORE_MONADIC) $(DEMO_MONADIC) reports/*.md reports/*.csv reports/*.png
-	find mlruns -mindepth 1 ! -name .gitkeep -exec rm -rf {} +
+	@# -delete goes depth-first (children before their folder); only the top .gitkeep stays
+	[ ! -d mlruns ] || find mlruns -mindepth 1 ! -path mlruns/.gitkeep -delete

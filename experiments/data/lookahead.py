@@ -25,7 +25,6 @@ from dataclasses import dataclass, replace
 
 from featurestore.extractors import known_lookahead_s
 from featurestore.storage.store import Store
-from featurestore.storage.timing import channel_timing
 
 from ..config.grid import Trial
 from .dataset import MAX_GAP_S, resampling_lookahead_s
@@ -74,7 +73,7 @@ def channel_lookaheads(
                 if not shard.has_channel(key):
                     continue
                 seen[key] = True
-                c = channel_timing(shard, key)
+                c = shard.timing(key)
                 e = known_lookahead_s(c.extractor, c.extractor_version, c.params, c.lookahead_s)
                 if e is None:
                     unknown[key].append(s)

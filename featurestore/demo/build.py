@@ -1,12 +1,11 @@
-"""Build the demo corpus: every session's files, then ``demo_truth.json``, the README and the settings.
+"""The OMG-shaped demo corpus: every session's files, ``demo_truth.json``, README and settings.
 
-:func:`build_demo` writes the folder docs/demo.md describes and returns a :class:`DemoInfo`;
-``featurestore demo`` and ``make demo-data`` call it.
+:func:`build_demo` writes the folder docs/demo.md describes (``featurestore demo``, ``make
+demo-data``); the README is ``templates/README_omg.md`` filled in with this build's numbers.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -25,10 +24,12 @@ from .files import (
     DemoInfo,
     Layout,
     frame_layout,
+    template,
     transcript_srt,
     valence_csv,
     video_frames,
     write_bytes_atomic,
+    write_corpus_files,
     write_video,
 )
 from .model import ListenerParams, SpeakerParams, listener_params, speaker_params
@@ -39,7 +40,6 @@ FOLDERS = ("Videos", "Annotations", "Transcripts", "Observer_Listener", "Observe
 
 
 def _truth_face(layout: Layout) -> dict[str, Any]:
-    """The face part of ``demo_truth.json``: the photo, the tiles and the state levels."""
     return {
         "photo": "skimage.data.astronaut() (public domain, NASA)",
         "photo_rows": list(PHOTO_ROWS),
@@ -59,7 +59,6 @@ def _truth_face(layout: Layout) -> dict[str, Any]:
 
 
 def _truth_label() -> dict[str, Any]:
-    """The label model of ``demo_truth.json`` (``valence_self``)."""
     return {
         "target": "valence_self",
         "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
@@ -79,7 +78,6 @@ def _truth_label() -> dict[str, Any]:
 
 
 def _truth_words() -> dict[str, Any]:
-    """The speaker's words and the listener's backchannel words of ``demo_truth.json``."""
     return {
         "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
         "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
@@ -91,28 +89,14 @@ def _truth_words() -> dict[str, Any]:
     }
 
 
-def _truth_observers() -> dict[str, str]:
-    """The two observer ratings' formulas of ``demo_truth.json``."""
-    return {
-        "valence_observer_listener": (
-            "clip(observer_offset + observer_scale * moving_average(valence_self, "
-            f"{model.OBSERVER_LISTENER_SMOOTH_S:g} s)"
-            f"(t - {model.OBSERVER_LISTENER_DELAY_S:g} s) + noise "
-            f"(slow sd {model.OBSERVER_LISTENER_NOISE_SD[0]}, white sd "
-            f"{model.OBSERVER_LISTENER_NOISE_SD[1]}), -1, 1)"
-        ),
-        "valence_observer_speaker": (
-            f"clip(0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, "
-            f"tau {model.OBSERVER_SPEAKER_TAU_S:g} s)"
-            f"(t - {model.OBSERVER_SPEAKER_DELAY_S:g} s) + noise "
-            f"(slow sd {model.OBSERVER_SPEAKER_NOISE_SD[0]}, white sd "
-            f"{model.OBSERVER_SPEAKER_NOISE_SD[1]}), -1, 1)"
-        ),
-    }
+def _observer(formula: str, smooth_s: float, delay_s: float, noise: tuple[float, float]) -> str:
+    return (
+        f"clip({formula}{smooth_s:g} s)(t - {delay_s:g} s) + noise (slow sd {noise[0]}, "
+        f"white sd {noise[1]}), -1, 1)"
+    )
 
 
 def _truth_session(p: SessionPlan) -> dict[str, Any]:
-    """One session's entry of ``demo_truth.json``: its talk, smile events, blinks and labels."""
     return {
         "listener": p.listener,
         "story": p.story,
@@ -141,146 +125,73 @@ def _truth(
     duration_s: float,
 ) -> dict[str, Any]:
     """``demo_truth.json``: the seed and every latent signal's parameters."""
+    m = model
     return {
         "generator": "featurestore.demo",
-        "generator_version": model.GENERATOR_VERSION,
+        "generator_version": m.GENERATOR_VERSION,
         "seed": int(seed),
         "fps": float(fps),
         "duration_s": float(duration_s),
         "width": layout.width,
         "height": layout.height,
         "split_x": layout.regions["speaker"][1],
-        "audio_rate_hz": model.AUDIO_RATE,
+        "audio_rate_hz": m.AUDIO_RATE,
         "face": _truth_face(layout),
         "label": _truth_label(),
         "words": _truth_words(),
-        "observers": _truth_observers(),
+        "observers": {
+            "valence_observer_listener": _observer(
+                "observer_offset + observer_scale * moving_average(valence_self, ",
+                m.OBSERVER_LISTENER_SMOOTH_S,
+                m.OBSERVER_LISTENER_DELAY_S,
+                m.OBSERVER_LISTENER_NOISE_SD,
+            ),
+            "valence_observer_speaker": _observer(
+                f"0.05 + {m.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau ",
+                m.OBSERVER_SPEAKER_TAU_S,
+                m.OBSERVER_SPEAKER_DELAY_S,
+                m.OBSERVER_SPEAKER_NOISE_SD,
+            ),
+        },
         "listeners": {str(k): vars(v) for k, v in listeners.items()},
         "speakers": {str(k): vars(v) for k, v in speakers.items()},
         "sessions": {session_name(p.listener, p.story): _truth_session(p) for p in plans},
     }
 
 
-def _readme_files(truth: dict[str, Any], info_line: str) -> str:
-    """The build's README: what the folder holds."""
-    return f"""\
-# Demo corpus (generated by `featurestore demo`)
-
-{info_line}. Built offline and deterministically from seed {truth["seed"]} by
-`featurestore.demo.build_demo` (generator version {truth["generator_version"]}); rebuild it
-rather than edit it. Layout as in OMG-Empathy:
-
-- `Videos/Subject_<L>_Story_<S>.mp4`: {truth["width"]}x{truth["height"]}, {truth["fps"]:g} fps H.264,
-  AAC mono {truth["audio_rate_hz"]} Hz; speaker left of x={truth["split_x"]}, listener right of it.
-- `Annotations/Subject_<L>_Story_<S>.csv`: header `valence`, one row per video frame, [-1, 1]
-  (the listener's self-rating, target `valence_self`).
-- `Transcripts/transcribed_subject_<L>_story_<S>.srt`: cues tagged `[S]` (speaker) and `[L]`
-  (listener) at the synthesised speech and backchannel times (UTF-8 with BOM, CRLF).
-- `Observer_Listener/` and `Observer_Speaker/Subject_<L>_Story_<S>.csv`: observer ratings in
-  the same format (targets `valence_observer_listener`, `valence_observer_speaker`).
-- `demo_truth.json`: the seed and the parameters of every latent signal;
-  `featurestore.demo.plan_session(L, S, duration_s=..., seed=...)` regenerates the per-frame signals.
-
-"""
-
-
-def _readme_planted(truth: dict[str, Any]) -> str:
-    """The build's README: what is planted, with the agreement the build has."""
-    lab, words, obs = truth["label"], truth["words"], truth["observers"]
-    sessions = truth["sessions"]
-    agree = "\n".join(
-        f"| {k} | {v['ccc_self_vs_observer_listener']:.3f} | {v['ccc_self_vs_observer_speaker']:.3f} |"
-        for k, v in sessions.items()
-    )
-    agree_l = float(np.mean([v["ccc_self_vs_observer_listener"] for v in sessions.values()]))
-    agree_s = float(np.mean([v["ccc_self_vs_observer_speaker"] for v in sessions.values()]))
-    return f"""\
-## What is planted
-
-Faces: one real face (the public-domain NASA astronaut portrait shipped with scikit-image),
-the speaker mirrored and colour-shifted, each listener tinted. Expressions are rendered by
-piecewise-affine warps around the 68 dlib landmarks: 7 smile levels, 4 mouth openings,
-3 blink levels, a brow raise; heads move a few pixels.
-
-Voices: the speaker talks in phrases of synthetic voiced syllables (glottal source, F0
-about 125 Hz for odd speakers and 175 Hz for even ones, intonation, five vowels) separated by
-pauses; the speaker's mouth opens with the speech loudness and the brows rise on pitch
-accents. The listener answers with short "mm-hm" backchannels (F0 200-240 Hz) in some pauses,
-opening the mouth and nodding. Backchannels carry no label information.
-
-Label:
-
-    valence(t) = valence_offset + valence_gain * smile(t - {lab["delay_s"]:g} s) \
-+ speaker_term(t) + text_term(t) + noise(t)
-
-clipped to [-1, 1], where `smile(t)` in [0, 1] is the listener's latent smile, which their
-face shows at time t (so it reaches the valence {lab["delay_s"]:g} s later),
-`speaker_term` = {lab["speaker_term"]} (weak),
-`text_term` = {lab["text_term"]}, with `affect(t)` the affect of the
-speaker's latest phrase (below), and the noise is slow (sd {lab["slow_noise_sd"]})
-plus white (sd {lab["white_noise_sd"]}). Listener features (mouth width, smile) with a label
-delay of about {lab["delay_s"]:g} s should predict the valence well; speaker face and voice only
-weakly; the speaker's words (the `lexicon` channel) add what neither face nor voice shows.
-
-Words: each phrase has an affect a_p in [-1, 1] ({words["phrase_affect"]}); its sentence has
-{words["phrase_words"]}. Positive words: {", ".join(words["positive_words"])}. Negative words:
-{", ".join(words["negative_words"])}. The listener says "{words["backchannel_words"]["positive"]}" after a
-phrase with a_p > {words["backchannel_words"]["threshold"]}, "{words["backchannel_words"]["negative"]}" after
-one below -{words["backchannel_words"]["threshold"]}, else "{words["backchannel_words"]["neutral"]}". In each
-transcript the first backchannel shares one cue with the phrase before it (both tags) and
-the longest other phrase is split into two overlapping `[S]` cues.
-
-Observers: `valence_observer_listener` = {obs["valence_observer_listener"]};
-`valence_observer_speaker` = {obs["valence_observer_speaker"]}.
-Planted agreement with the self-rating (CCC per session, this build):
-
-| session | self vs observer of listener | self vs observer of speaker |
-|---|---|---|
-{agree}
-| mean | {agree_l:.3f} | {agree_s:.3f} |
-
-"""
-
-
-def _readme_people(truth: dict[str, Any]) -> str:
-    """The build's README: each listener's and speaker's parameters, and how to use the folder."""
-    rows = "\n".join(
+def _readme(truth: dict[str, Any], info_line: str) -> str:
+    """``templates/README_omg.md`` filled in: the files, what is planted, this build's numbers."""
+    sessions, words = truth["sessions"].values(), truth["words"]
+    agree = [
+        (v["ccc_self_vs_observer_listener"], v["ccc_self_vs_observer_speaker"]) for v in sessions
+    ]
+    listeners = [
         f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['smile_baseline']:.3f} | "
         f"{v['smile_event_rate_hz']:.3f} | {v['smile_event_size']:.3f} | {v['backchannel_f0_hz']:.0f} |"
         for k, v in truth["listeners"].items()
+    ]
+    return template("README_omg.md").format(
+        **truth,
+        **truth["label"],
+        **truth["observers"],
+        **words["backchannel_words"],
+        info_line=info_line,
+        phrase_affect=words["phrase_affect"],
+        phrase_words=words["phrase_words"],
+        positive_words=", ".join(words["positive_words"]),
+        negative_words=", ".join(words["negative_words"]),
+        agree="\n".join(
+            f"| {k} | {a:.3f} | {b:.3f} |"
+            for k, (a, b) in zip(truth["sessions"], agree, strict=True)
+        ),
+        agree_l=float(np.mean([a for a, _ in agree])),
+        agree_s=float(np.mean([b for _, b in agree])),
+        listener_rows="\n".join(listeners),
+        speaker_rows="\n".join(
+            f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
+            for k, v in truth["speakers"].items()
+        ),
     )
-    spk = "\n".join(
-        f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
-        for k, v in truth["speakers"].items()
-    )
-    return f"""\
-| listener | valence_offset | valence_gain | smile_baseline | smile events / s | event size | backchannel F0 (Hz) |
-|---|---|---|---|---|---|---|
-{rows}
-
-| speaker | F0 (Hz) | formant scale |
-|---|---|---|
-{spk}
-
-## Use
-
-Treat the folder like a copy of OMG-Empathy: `featurestore scan <folder>` then
-`featurestore extract <folder>` (what `make features` does with the demo corpus): it reads
-the transcripts (channels `speech`, `lexicon`; who talks for the per-role voice channels)
-and the observer ratings (label targets) too. `experiments agreement` compares the ratings.
-Official split by story: train 2, 4, 5, 8; validation 1; test 3, 6, 7.
-
-Sources: the face photo is `skimage.data.astronaut()` (Eileen Collins, NASA, public domain);
-all audio is synthetic.
-"""
-
-
-_FEATURESTORE_YAML = """\
-# featurestore settings for the demo corpus (read by `featurestore scan/extract DATA_DIR`)
-face_fps: 5.0
-extractors:
-  egemaps: {sampling_rate: 16000}
-"""
 
 
 def _check_args(n_listeners: int, stories: tuple[int, ...], duration_s: float, fps: float) -> None:
@@ -307,10 +218,10 @@ def _write_session(
     sid, L, S = session_name(plan.listener, plan.story), plan.listener, plan.story
     frames = video_frames(plan.n_frames, plan.states, plan.offsets, layout, caches)
     write_video(out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.audio, plan.audio_rate)
-    write_bytes_atomic(out / "Annotations" / f"{sid}.csv", valence_csv(plan.valence).encode())
     srt = out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt"
     write_bytes_atomic(srt, transcript_srt(plan))
     for folder, y in (
+        ("Annotations", plan.valence),
         ("Observer_Listener", plan.observer_listener),
         ("Observer_Speaker", plan.observer_speaker),
     ):
@@ -332,7 +243,7 @@ def build_demo(
     """Write the demo corpus (``n_listeners`` x ``stories`` sessions of ``duration_s`` seconds).
 
     Frames are ``width`` x ``height`` pixels at ``fps`` frames per second; audio is 44.1 kHz
-    mono. Same ``seed``, same files (see docs/demo.md). ``progress`` shows a tqdm bar over
+    mono. Same ``seed``, same files (docs/demo.md). ``progress`` shows a tqdm bar over
     sessions. Existing files of the same sessions are overwritten.
 
     >>> info = build_demo(tmp, n_listeners=2, stories=(1, 2), duration_s=6)  # doctest: +SKIP
@@ -363,23 +274,9 @@ def build_demo(
         plan.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
     truth = _truth(seed, listeners, speakers, plans, layout, fps, duration_s)
-    info = DemoInfo(
-        out_dir=out,
-        sessions=tuple(session_name(L, S) for L, S in pairs),
-        n_frames={session_name(p.listener, p.story): p.n_frames for p in plans},
-        seed=int(seed),
-        duration_s=float(duration_s),
-        width=layout.width,
-        height=layout.height,
-        fps=float(fps),
-        build_seconds=time.perf_counter() - t_start,
-    )
     line = (
         f"{len(pairs)} sessions ({len(listeners)} listener{'s' if len(listeners) > 1 else ''} x "
         f"stor{'ies' if len(stories) > 1 else 'y'} {', '.join(map(str, stories))}), {duration_s:g} s each"
     )
-    readme = _readme_files(truth, line) + _readme_planted(truth) + _readme_people(truth)
-    write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
-    write_bytes_atomic(out / "README.md", readme.encode())
-    write_bytes_atomic(out / "featurestore.yaml", _FEATURESTORE_YAML.encode())
-    return info
+    n_frames = {session_name(p.listener, p.story): p.n_frames for p in plans}
+    return write_corpus_files(out, truth, _readme(truth, line), "omg", t_start, n_frames)

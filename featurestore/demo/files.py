@@ -1,24 +1,26 @@
-"""The demo's file writers: annotation CSVs, SubRip transcripts, the H.264 + AAC videos, and
-what a build reports (:class:`DemoInfo`).
-
-Every file is written to a temporary name and renamed into place. The frame layout
-(:func:`frame_layout`) puts the speaker left and the listener right of the split that
-:func:`featurestore.sources.media.role_regions` uses, each face tile centred in its half.
+"""The demo's file writers: annotation CSVs, SubRip transcripts, the H.264 + AAC videos, the
+templates, and what a build reports (:class:`DemoInfo`). Every file is written to a temporary
+name and renamed into place.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..sources.media import role_regions
 from .face import FaceRig, TileCache, even
 from .plan import SessionPlan
+
+TEMPLATES = Path(__file__).parent / "templates"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,30 @@ class DemoInfo:
             f"{n} {kind}session{'s' if n != 1 else ''} of {self.duration_s:g} s, {self.width}x"
             f"{self.height} at {self.fps:g} fps, seed {self.seed}, built in {self.build_seconds:.1f} s"
         )
+
+
+def template(name: str) -> str:
+    """The text of ``templates/<name>`` (a README with ``str.format`` fields, the settings)."""
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def write_corpus_files(
+    out: Path, truth: dict[str, Any], readme: str, layout: str, started: float, n_frames: dict
+) -> DemoInfo:
+    """A build's last files (``demo_truth.json``, README, ``featurestore.yaml``) and its
+    :class:`DemoInfo` (``started``: its ``time.perf_counter()``; ``n_frames``: per session)."""
+    write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
+    write_bytes_atomic(out / "README.md", readme.encode())
+    write_bytes_atomic(out / "featurestore.yaml", template(f"featurestore_{layout}.yaml").encode())
+    keys = ("seed", "duration_s", "width", "height", "fps")
+    return DemoInfo(
+        out_dir=out,
+        sessions=tuple(n_frames),
+        n_frames=n_frames,
+        **{k: truth[k] for k in keys},
+        build_seconds=time.perf_counter() - started,
+        layout=layout,
+    )
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

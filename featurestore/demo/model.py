@@ -46,85 +46,17 @@ OBSERVER_SPEAKER_NOISE_SD = (0.06, 0.02)
 
 #: Words of the speaker's phrases: every word in the first two lists is in the VADER lexicon
 #: (valence > 0 and < 0), no word of the third is, nor is it a VADER negation or booster.
-POSITIVE_WORDS = (
-    "happy",
-    "great",
-    "love",
-    "wonderful",
-    "fun",
-    "beautiful",
-    "amazing",
-    "laughed",
-    "glad",
-    "best",
-    "funny",
-    "proud",
-    "lucky",
-    "nice",
-    "smiled",
+POSITIVE_WORDS = tuple(
+    """happy great love wonderful fun beautiful amazing laughed glad best funny proud lucky nice
+    smiled""".split()
 )
-NEGATIVE_WORDS = (
-    "sad",
-    "terrible",
-    "lost",
-    "hurt",
-    "cried",
-    "awful",
-    "bad",
-    "angry",
-    "lonely",
-    "worried",
-    "pain",
-    "sick",
-    "died",
-    "scared",
-    "alone",
+NEGATIVE_WORDS = tuple(
+    "sad terrible lost hurt cried awful bad angry lonely worried pain sick died scared alone".split()
 )
-NEUTRAL_WORDS = (
-    "then",
-    "we",
-    "went",
-    "to",
-    "the",
-    "house",
-    "and",
-    "my",
-    "brother",
-    "it",
-    "was",
-    "a",
-    "day",
-    "at",
-    "school",
-    "in",
-    "summer",
-    "car",
-    "walked",
-    "home",
-    "said",
-    "that",
-    "morning",
-    "city",
-    "old",
-    "door",
-    "after",
-    "dinner",
-    "mother",
-    "train",
-    "letter",
-    "street",
-    "her",
-    "his",
-    "window",
-    "week",
-    "father",
-    "teacher",
-    "village",
-    "river",
-    "told",
-    "us",
-    "one",
-    "evening",
+NEUTRAL_WORDS = tuple(
+    """then we went to the house and my brother it was a day at school in summer car walked home
+    said that morning city old door after dinner mother train letter street her his window week
+    father teacher village river told us one evening""".split()
 )
 #: The listener's backchannel word after a phrase of affect a: "wow" if a > 0.35, "oh no" if a < -0.35, else "mm-hm".
 BACKCHANNEL_WORDS = {"positive": "wow", "negative": "oh no", "neutral": "mm-hm"}

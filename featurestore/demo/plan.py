@@ -14,34 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..sources.manifest import STORY_SPEAKER
+from . import model
 from .model import (
-    AUDIO_RATE,
-    BACKCHANNEL_AFFECT,
-    BACKCHANNEL_MOUTH_STATE,
-    BACKCHANNEL_WORDS,
-    LABEL_DELAY_S,
-    LABEL_SLOW_NOISE_SD,
-    LABEL_WHITE_NOISE_SD,
-    NEGATIVE_WORDS,
-    NEUTRAL_WORDS,
-    OBSERVER_LISTENER_DELAY_S,
-    OBSERVER_LISTENER_NOISE_SD,
-    OBSERVER_LISTENER_SMOOTH_S,
-    OBSERVER_SPEAKER_DELAY_S,
-    OBSERVER_SPEAKER_GAIN,
-    OBSERVER_SPEAKER_NOISE_SD,
-    OBSERVER_SPEAKER_TAU_S,
-    PHRASE_AFFECT_SD,
-    POSITIVE_WORDS,
-    SMILE_LEVELS,
-    SPEAKER_SMILE_STATE,
-    SPEAKER_STORY_SMILE_STATES,
-    SPEAKER_TERM_WEIGHT,
-    SPEAKER_TERM_WINDOW_S,
-    STORY_AFFECT_WEIGHT,
-    STORY_SMILE_WEIGHT,
-    TEXT_TERM_TAU_S,
-    TEXT_TERM_WEIGHT,
     ListenerParams,
     SpeakerParams,
     listener_params,
@@ -65,7 +39,7 @@ Syllables = list[dict[str, Any]]
 class SessionPlan:
     """Every latent signal of one session, per video frame (and the audio per sample).
 
-    States are indices into :data:`SMILE_LEVELS`, :data:`MOUTH_LEVELS`, :data:`BLINK_LEVELS`
+    States are indices into :data:`model.SMILE_LEVELS`, :data:`MOUTH_LEVELS`, :data:`BLINK_LEVELS`
     and :data:`BROW_LEVELS`; offsets are head translations in pixels (x, y); times in seconds.
     """
 
@@ -80,14 +54,14 @@ class SessionPlan:
     smile_events: list[dict[str, float]]  # onset_s, amplitude, rise_s, hold_s, decay_s
     blinks: dict[str, list[float]]  # role -> blink onsets
     smile: np.ndarray  # latent listener smile at frame times, 0..1
-    smile_delayed: np.ndarray  # smile(t - LABEL_DELAY_S)
+    smile_delayed: np.ndarray  # smile(t - model.LABEL_DELAY_S)
     speech_envelope: np.ndarray  # speaker loudness per frame, 0..1
     speaker_term: np.ndarray  # the valence's speaker-voice term per frame
     valence: np.ndarray  # the label per frame, [-1, 1]
     states: dict[str, dict[str, np.ndarray]]  # role -> smile/mouth/blink/brow -> int per frame
     offsets: dict[str, np.ndarray]  # role -> (n_frames, 2) int head translation, pixels
     audio: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.float32))
-    audio_rate: int = AUDIO_RATE
+    audio_rate: int = model.AUDIO_RATE
     phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase, -1..1
     phrase_words: list[str] = field(default_factory=list)  # what the speaker says per phrase
     backchannel_words: list[str] = field(default_factory=list)  # the listener's, per backchannel
@@ -172,11 +146,15 @@ def _phrase_words(
     positive (affect > 0) or negative lexicon words."""
     affects, texts = [], []
     for (p0, p1), c in zip(phrases, curve_at_start, strict=True):
-        a = float(np.clip(STORY_AFFECT_WEIGHT * c + rng.normal(0.0, PHRASE_AFFECT_SD), -1.0, 1.0))
+        a = float(
+            np.clip(
+                model.STORY_AFFECT_WEIGHT * c + rng.normal(0.0, model.PHRASE_AFFECT_SD), -1.0, 1.0
+            )
+        )
         n_syl = sum(1 for syl in syllables if p0 <= syl["t0"] < p1)
         n = max(2, int(round(n_syl / 1.5)))
-        sentence = [str(w) for w in rng.choice(NEUTRAL_WORDS, n)]
-        pool = POSITIVE_WORDS if a > 0 else NEGATIVE_WORDS
+        sentence = [str(w) for w in rng.choice(model.NEUTRAL_WORDS, n)]
+        pool = model.POSITIVE_WORDS if a > 0 else model.NEGATIVE_WORDS
         for _ in range(min(n - 1, int(round(3 * abs(a))))):
             sentence[int(rng.integers(1, n))] = str(rng.choice(pool))
         sentence[0] = sentence[0].capitalize()
@@ -191,8 +169,8 @@ def _backchannel_words(phrases: Phrases, affects: list[float], backchannels: Phr
     for b0, _ in backchannels:
         before = [a for (p0, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
         a = before[-1] if before else 0.0
-        kind = "positive" if a > BACKCHANNEL_AFFECT else "neutral"
-        out.append(BACKCHANNEL_WORDS["negative" if a < -BACKCHANNEL_AFFECT else kind])
+        kind = "positive" if a > model.BACKCHANNEL_AFFECT else "neutral"
+        out.append(model.BACKCHANNEL_WORDS["negative" if a < -model.BACKCHANNEL_AFFECT else kind])
     return out
 
 
@@ -272,7 +250,7 @@ class _Voices:
 def _voices(
     rng: np.random.Generator, lp: ListenerParams, sp: SpeakerParams, n: int, fps: float
 ) -> _Voices:
-    sr = AUDIO_RATE
+    sr = model.AUDIO_RATE
     n_samples = int(round(n / fps * sr))
     phrases, syllables, backchannels = speech_schedule(rng, n / fps)
     speech = synth_speech(syllables, phrases, sp, rng, n_samples, sr)
@@ -290,14 +268,14 @@ def _latent_smile(
 ) -> tuple[list[dict[str, float]], Callable[[np.ndarray], np.ndarray]]:
     """The listener's smile events and their latent smile as a function of time (s): baseline,
     the story as this listener feels it, the events and slow noise on a 10 Hz grid."""
-    events = smile_events(rng, lp, -LABEL_DELAY_S - 6.0, n / fps, rounded=True)
+    events = smile_events(rng, lp, -model.LABEL_DELAY_S - 6.0, n / fps, rounded=True)
     grid_fps = 10.0  # the slow smile noise lives on a 10 Hz grid from -delay - 1 s
-    g0 = -LABEL_DELAY_S - 1.0
+    g0 = -model.LABEL_DELAY_S - 1.0
     grid = g0 + np.arange(int((n / fps - g0) * grid_fps) + 2) / grid_fps
     slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * grid_fps)
 
     def smile_at(times: np.ndarray) -> np.ndarray:
-        felt = lp.story_sign * STORY_SMILE_WEIGHT * story_curve(story, times, seed)
+        felt = lp.story_sign * model.STORY_SMILE_WEIGHT * story_curve(story, times, seed)
         latent = lp.smile_baseline + felt + smile_curve(times, events)
         return np.clip(latent + np.interp(times, grid, slow), 0.0, 1.0)
 
@@ -307,13 +285,13 @@ def _latent_smile(
 def _speaker_term(envelope: np.ndarray, fps: float) -> np.ndarray:
     """The valence's speaker-voice term: the z-scored causal mean of the speech envelope."""
     n = len(envelope)
-    win = max(1, int(round(SPEAKER_TERM_WINDOW_S * fps)))
+    win = max(1, int(round(model.SPEAKER_TERM_WINDOW_S * fps)))
     csum = np.cumsum(np.insert(envelope, 0, 0.0))
     lo = np.maximum(np.arange(1, n + 1) - win, 0)
     causal_mean = (csum[1:] - csum[lo]) / (np.arange(1, n + 1) - lo)
     sd = causal_mean.std()
     z = (causal_mean - causal_mean.mean()) / sd if sd > 0 else 0 * causal_mean
-    return SPEAKER_TERM_WEIGHT * z
+    return model.SPEAKER_TERM_WEIGHT * z
 
 
 @dataclass
@@ -352,19 +330,21 @@ def _observers(
     """A third person rating the listener (the self-rating smoothed and late) and another
     rating the speaker (the words' affect smoothed and late)."""
     obs_rng = seeded_rng(seed, 5, lp.listener, story)
-    win = max(1, int(round(OBSERVER_LISTENER_SMOOTH_S * fps)))
+    win = max(1, int(round(model.OBSERVER_LISTENER_SMOOTH_S * fps)))
     padded = np.concatenate(
         [np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])]
     )
     smoothed = np.convolve(padded, np.ones(win) / win, mode="valid")
-    seen = _delayed(smoothed, OBSERVER_LISTENER_DELAY_S, fps)
+    seen = _delayed(smoothed, model.OBSERVER_LISTENER_DELAY_S, fps)
     rated = lp.observer_offset + lp.observer_scale * seen
-    observer_listener = _noisy(obs_rng, rated, OBSERVER_LISTENER_NOISE_SD, fps)
+    observer_listener = _noisy(obs_rng, rated, model.OBSERVER_LISTENER_NOISE_SD, fps)
     told = _delayed(
-        _causal_smooth(affect, OBSERVER_SPEAKER_TAU_S, fps), OBSERVER_SPEAKER_DELAY_S, fps
+        _causal_smooth(affect, model.OBSERVER_SPEAKER_TAU_S, fps),
+        model.OBSERVER_SPEAKER_DELAY_S,
+        fps,
     )
-    told_rating = 0.05 + OBSERVER_SPEAKER_GAIN * told
-    return observer_listener, _noisy(obs_rng, told_rating, OBSERVER_SPEAKER_NOISE_SD, fps)
+    told_rating = 0.05 + model.OBSERVER_SPEAKER_GAIN * told
+    return observer_listener, _noisy(obs_rng, told_rating, model.OBSERVER_SPEAKER_NOISE_SD, fps)
 
 
 def _face_states(
@@ -379,11 +359,11 @@ def _face_states(
     smile and opens the mouth to backchannel; the speaker's face tells the story's curve
     (smile states around the neutral one), the mouth follows the speech, the brows the accents."""
     n = len(t)
-    n_smile = len(SMILE_LEVELS) - 1
+    n_smile = len(model.SMILE_LEVELS) - 1
     lmouth = np.zeros(n, np.int64)
     for b0, b1 in voices.backchannels:
-        lmouth[(t >= b0) & (t < b1)] = BACKCHANNEL_MOUTH_STATE
-    speaker_smile = np.rint(SPEAKER_SMILE_STATE + SPEAKER_STORY_SMILE_STATES * curve)
+        lmouth[(t >= b0) & (t < b1)] = model.BACKCHANNEL_MOUTH_STATE
+    speaker_smile = np.rint(model.SPEAKER_SMILE_STATE + model.SPEAKER_STORY_SMILE_STATES * curve)
     return {
         "speaker": {
             "blink": blink_states(blinks["speaker"], n, fps),
@@ -448,13 +428,15 @@ def plan_session(
     t = np.arange(n) / fps
     voices = _voices(rng, lp, sp, n, fps)
     events, smile_at = _latent_smile(rng, lp, story, seed, n, fps)
-    smile, smile_delayed = smile_at(t), smile_at(t - LABEL_DELAY_S)
+    smile, smile_delayed = smile_at(t), smile_at(t - model.LABEL_DELAY_S)
     speaker_term = _speaker_term(voices.envelope, fps)
-    noise = LABEL_SLOW_NOISE_SD * smooth_noise(rng, n, 1.0 * fps)
-    noise = noise + LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
+    noise = model.LABEL_SLOW_NOISE_SD * smooth_noise(rng, n, 1.0 * fps)
+    noise = noise + model.LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
     words = _words(seed, listener, story, voices, t)
     text_term = (
-        lp.story_sign * TEXT_TERM_WEIGHT * _causal_smooth(words.affect, TEXT_TERM_TAU_S, fps)
+        lp.story_sign
+        * model.TEXT_TERM_WEIGHT
+        * _causal_smooth(words.affect, model.TEXT_TERM_TAU_S, fps)
     )
     valence = np.clip(
         lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise,

@@ -1,12 +1,6 @@
-"""Extraction of one session: plan from cache keys, decode once, derive, write atomically.
-
-:func:`extract_session` runs :func:`~featurestore.extraction.plan.plan_session` (the labels
-define the frame count; every channel's expected cache key; current ones are skipped unless
-``force``), :func:`decode` (the video once for every face channel, the audio once per rate,
-the transcript), :func:`derive` (the per-role voice from the transcript or the faces) and
-:func:`write` (one atomic shard update), each returning a :class:`StepResult`. A failure is
-reported in the session's :class:`SessionResult`, never raised; many sessions run through
-:func:`featurestore.extraction.pool.extract_many`. See docs/store.md (extraction).
+"""Extraction of one session (:func:`extract_session`): plan from cache keys, decode once,
+derive, write atomically, each step returning a :class:`StepResult`; a failure is reported in
+the :class:`SessionResult`, never raised. See docs/store.md (extraction).
 """
 
 from __future__ import annotations
@@ -21,9 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..extractors import (
-    ExtractorUnavailable,
-)
+from ..extractors import ExtractorUnavailable
 from ..extractors.base import Track
 from ..features import Features
 from ..sources import media
@@ -44,8 +36,11 @@ from .plan import ChannelPlan, SessionError, SessionPlan, plan_session
 
 @dataclass
 class SessionResult:
+    """One session's extraction: ``status`` ``ok``, ``skipped`` (all current) or ``failed``
+    (``error`` says why), the keys computed and current, notes, seconds taken."""
+
     session: str
-    status: str = "ok"  # ok | skipped | failed
+    status: str = "ok"
     computed: list[str] = field(default_factory=list)
     current: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -54,6 +49,7 @@ class SessionResult:
 
     @property
     def failed(self) -> bool:
+        """The session failed."""
         return self.status == "failed"
 
     def add(self, step: StepResult) -> None:
@@ -86,12 +82,9 @@ def run_frame_jobs(
     sample_fps: float | None,
     on_frame: Callable[[], object] | None = None,
 ) -> None:
-    """Decode ``video`` once and feed each job's track its role's crop of every frame sampled at
-    ``sample_fps`` (Hz); ``regions`` are the roles' pixel columns ``[x0, x1)``.
-
-    Decoding runs ahead in a background thread (:data:`PREFETCH_FRAMES`), overlapping the
-    tracks' work; each pixel format a job asks for is made once per frame.
-    """
+    """Decode ``video`` once (ahead, in a background thread) and feed each job's track its
+    role's crop (``regions``: pixel columns ``[x0, x1)``) of every frame sampled at
+    ``sample_fps`` (Hz), in each pixel format asked for, made once per frame."""
     jobs = list(jobs)
     formats = tuple(sorted({job.pixel_format for job in jobs}))
     for _, t, images in media.iter_frames(
@@ -105,7 +98,7 @@ def run_frame_jobs(
 
 
 def _label_sources_current(store: Store, session: str, annotations: dict[str, Path]) -> bool:
-    """True when every annotation of ``annotations`` (target -> file) is stored, from the same file content."""
+    """Every annotation (target -> file) is stored, from the same file content."""
     if not store.shard_path(session).exists():
         return not annotations
     stored = store.label_sources(session)
@@ -136,17 +129,10 @@ def extract_session(
     position: int | None = None,
     progress: bool = True,
 ) -> SessionResult:
-    """Compute the missing or stale channels of one session and store them.
-
-    ``channels`` are extractor names (``face_geom``, ``face_au``, ``egemaps``, ``speech``,
-    ``lexicon``; the last two need the session's transcript and are skipped with a note
-    without one). Never raises
-    for a bad input: the returned result carries ``status="failed"`` and the reason.
-
-    The steps: :func:`plan_session` (what each channel needs and whether it is current),
-    :func:`decode` (the video once, the audio once per rate, the transcript),
-    :func:`derive` (the per-role voice), :func:`write` (one atomic shard update).
-    """
+    """Compute the missing or stale ``channels`` (extractor names; ``speech`` and ``lexicon``
+    skipped with a note without a transcript) of one session and store them: :func:`plan_session`,
+    :func:`decode`, :func:`derive`, :func:`write`. Never raises for a bad input: the result
+    carries ``status="failed"`` and the reason."""
     t0 = time.perf_counter()
     res = SessionResult(sf.session)
     try:
@@ -166,10 +152,8 @@ def extract_session(
         if not res.failed and not res.computed:
             res.status = "skipped"
     except SESSION_FAILURES as e:
-        res.status, res.error = (
-            "failed",
-            str(e) or f"{type(e).__name__} while extracting {sf.session}",
-        )
+        res.status = "failed"
+        res.error = str(e) or f"{type(e).__name__} while extracting {sf.session}"
     except Exception as e:  # noqa: BLE001 - report, never kill the other sessions
         res.status = "failed"
         res.error = f"unexpected {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
@@ -179,9 +163,8 @@ def extract_session(
 
 @dataclass
 class StepResult:
-    """What one extraction step made: ``channels`` to store (in order), the keys it
-    ``computed`` and found ``current``, its ``notes``, and ``errors`` of channels that failed
-    while the session's others are stored."""
+    """What one extraction step made: ``channels`` to store, the keys ``computed`` and found
+    ``current``, ``notes``, and ``errors`` of channels that failed (the others are stored)."""
 
     channels: dict[str, Channel] = field(default_factory=dict)
     computed: list[str] = field(default_factory=list)
@@ -216,9 +199,9 @@ def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
 def decode(
     plan: SessionPlan, *, cfg: FeatureConfig, position: int | None = None, progress: bool = True
 ) -> StepResult:
-    """The planned channels that need work, from the media and the transcript: the video
-    decoded once for every frame extractor, the audio once per sampling rate, the transcript's
-    cues parsed once. ``position``/``progress``: the face progress bar's line and whether it shows."""
+    """The planned channels that need work: the video decoded once for every frame extractor,
+    the audio once per rate, the transcript once; ``position``/``progress``: the face bar's
+    line and whether it shows."""
     out = StepResult()
     out.add(_decode_video(plan, cfg, position, progress))
     out.add(_decode_audio(plan))
@@ -229,8 +212,8 @@ def decode(
 def _decode_video(
     plan: SessionPlan, cfg: FeatureConfig, position: int | None, progress: bool
 ) -> StepResult:
-    """The frame channels to compute, from one decode of the video at ``cfg.face_fps`` Hz; a
-    channel with no face in any sampled frame is an error, not stored."""
+    """The frame channels, from one decode of each video at ``cfg.face_fps`` Hz; a channel with
+    no face in any sampled frame is an error, not stored."""
     todo = plan.todo("video")
     out = StepResult()
     if not todo:
@@ -263,7 +246,6 @@ def _decode_video(
         video = plan.videos[c.role]
         feats = jobs[c.key].track.result()
         if len(feats.valid) and not feats.valid.any():
-            # this channel fails; the session's other channels (audio) are still stored
             x0, x1 = plan.regions[c.role]
             out.errors.append(
                 f"{plan.session}: {c.key} not stored: no face found in the {c.role} region (x {x0}-{x1}) of "
@@ -278,8 +260,7 @@ def _decode_video(
 
 
 def _decode_audio(plan: SessionPlan) -> StepResult:
-    """The audio channels to compute, each audio file (the shared microphone, a role's own
-    file) decoded once per sampling rate (Hz)."""
+    """The audio channels, each audio file decoded once per sampling rate."""
     out = StepResult()
     signals: dict[tuple[Path, int], np.ndarray] = {}
     silent: set[Path] = set()
@@ -302,8 +283,7 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
 
 
 def _decode_transcript(plan: SessionPlan) -> StepResult:
-    """The transcript channels to compute, from the parsed cues (an unreadable transcript is an
-    error of those channels)."""
+    """The transcript channels (an unreadable transcript is an error of those channels)."""
     out = StepResult()
     todo = plan.todo("transcript")
     if not todo:
@@ -322,10 +302,9 @@ def _decode_transcript(plan: SessionPlan) -> StepResult:
 
 
 def derive(plan: SessionPlan, *, store: Store, decoded: StepResult) -> StepResult:
-    """``speaker/egemaps`` and ``listener/egemaps`` from ``scene/egemaps`` (planned) and who is
-    talking: the transcript's cues where the session has a transcript, else the faces' mouth
-    movement; current ones (same upstream cache keys) are not derived again. ``decoded``: the
-    channels :func:`decode` made (the rest is read from ``store``)."""
+    """``speaker/egemaps`` and ``listener/egemaps`` from ``scene/egemaps`` and who is talking
+    (the transcript's cues, else the faces' mouth movement), unless current; ``decoded``: what
+    :func:`decode` made (the rest is read from ``store``)."""
     if "scene/egemaps" not in plan.channels or plan.per_role_audio:
         return StepResult()  # a file per role: each role's voice is its own channel
     transcript = plan.transcript
@@ -346,7 +325,7 @@ class _RoleVoice:
     new: dict[str, Channel]
 
     def cache_key(self, key: str) -> str | None:
-        """The cache key of channel ``key`` as the shard will hold it (None: nowhere)."""
+        """Channel ``key``'s cache key as the shard will hold it (None: nowhere)."""
         return self.new[key].cache_key if key in self.new else self.plan.stored.get(key)
 
     def is_current(self, ck: str) -> bool:
@@ -413,8 +392,7 @@ def write(
     plan: SessionPlan, *, store: Store, channels: dict[str, Channel], failed: bool
 ) -> StepResult:
     """One atomic shard update with ``channels`` and the labels when they changed (or
-    ``force``); nothing is written when there is nothing new, except a first shard for a
-    session none of whose channels ``failed``.
+    ``force``); nothing when nothing is new, but a first shard when no channel ``failed``.
 
     Raises:
         SessionError: the shard cannot be written (the previous one is left unchanged).
@@ -432,7 +410,7 @@ def write(
             labels=labels if write_labels else None,
             label_sources=plan.label_sources,
         )
-    except OSError as e:  # full disk, read-only folder: write_session left the old shard as it was
+    except OSError as e:  # full disk, read-only folder
         raise SessionError(
             f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
             f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
@@ -441,8 +419,8 @@ def write(
 
 
 def write_ratings(sf: SessionFiles, *, store: Store) -> StepResult:
-    """Store the session's whole-session ratings (a manifest's ``rating_<target>`` columns) in
-    its shard when they differ from the stored ones; nothing without ratings or a shard."""
+    """Store a manifest's whole-session ratings in the session's shard when they differ from
+    the stored ones; nothing without ratings or a shard."""
     if not sf.ratings or not store.shard_path(sf.session).exists():
         return StepResult()
     stored = store.session_ratings(sf.session)

@@ -32,9 +32,8 @@ class SessionError(RuntimeError):
 def _read_labels(
     sf: SessionFiles,
 ) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
-    """Per-frame ratings (official format), timed ratings (``time,<value>``, resampled once the
-    frame count is known) and every file's fingerprint, by label key (``target`` or
-    ``target@rater``)."""
+    """Per-frame ratings, timed ratings (resampled once the frame count is known) and every
+    file's fingerprint, by label key (``target`` or ``target@rater``)."""
     labels, timed, sources = {}, {}, {}
     for key, path in sorted(sf.annotations.items()):
         y = read_label_file(path)
@@ -54,8 +53,7 @@ def _read_labels(
 @dataclass(frozen=True)
 class ChannelPlan:
     """One channel (``role/name``) a session's extraction makes: its extractor, cache key,
-    params (what goes into the key and the provenance), ``source`` (the fingerprint of the
-    file it is computed from) and whether the store holds it already (``current``)."""
+    params, ``source`` (its file's fingerprint) and whether the store holds it (``current``)."""
 
     key: str
     extractor: Extractor
@@ -71,19 +69,19 @@ class ChannelPlan:
 
     @property
     def kind(self) -> str:
-        """The extractor's declared kind: ``video``, ``audio`` or ``transcript``."""
+        """The extractor's kind: ``video``, ``audio`` or ``transcript``."""
         return self.extractor.kind
 
     @property
     def frame_extractor(self) -> FrameExtractor:
-        """The extractor of a ``video`` channel, typed as what its kind declares."""
+        """The extractor of a ``video`` channel, typed as such."""
         if not isinstance(self.extractor, FrameExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not a frame extractor")
         return self.extractor
 
     @property
     def audio_extractor(self) -> AudioExtractor:
-        """The extractor of an ``audio`` channel, typed as what its kind declares."""
+        """The extractor of an ``audio`` channel, typed as such."""
         if not isinstance(self.extractor, AudioExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not an audio extractor")
         return self.extractor
@@ -91,16 +89,10 @@ class ChannelPlan:
 
 @dataclass
 class SessionPlan:
-    """What one session's extraction will do, decided before any decoding.
-
-    ``channels``: each requested channel's :class:`ChannelPlan` (the extractors' order); ``stored``:
-    the cache keys the shard holds; ``regions``: each role's pixel columns ``[x0, x1)``;
-    ``labels`` and ``label_sources``: the annotations read (they define ``meta.n_frames``);
-    ``created``: the UTC time recorded as every new channel's creation; ``notes``: channels
-    skipped and why (no audio track, no transcript). ``videos``: role -> the video its face is
-    in (one shared video for both roles, or a video per role from a manifest); ``audios``:
-    role -> the audio its voice channel is computed from (``scene``: the shared microphone).
-    """
+    """What one session's extraction will do, decided before any decoding: each channel's
+    :class:`ChannelPlan`, the cache keys ``stored``, each role's pixel columns ``regions``,
+    video and audio file, the labels read (they define ``meta.n_frames``), the UTC time
+    ``created``, and ``notes`` on the channels skipped."""
 
     files: SessionFiles
     meta: SessionMeta
@@ -119,8 +111,7 @@ class SessionPlan:
 
     @property
     def video(self) -> Path:
-        """The session's main video: the shared one, else the rated person's, else the
-        partner's (planning refuses a session without any)."""
+        """The session's main video (:func:`main_video`)."""
         video = main_video(self.files)
         if video is None:
             raise ValueError(f"{self.session}: no video")
@@ -128,7 +119,7 @@ class SessionPlan:
 
     @property
     def per_role_audio(self) -> bool:
-        """The session has an audio file per role (its voice channels are not derived)."""
+        """The session has an audio file per role (no derived voice channels)."""
         return any(r != "scene" for r in self.audios)
 
     @property
@@ -148,8 +139,8 @@ class SessionPlan:
 def plan_session(
     sf: SessionFiles, *, store: Store, channels: Sequence[str], cfg: FeatureConfig, force: bool
 ) -> SessionPlan:
-    """Read the labels, probe the video and plan every channel of ``channels`` (extractor names):
-    its cache key, and whether the shard holds it with that key (``force``: never).
+    """Read the labels, probe the video and plan every channel of ``channels`` (extractor
+    names): its cache key and whether the shard holds it (``force``: never).
 
     Raises:
         SessionError: no video, annotations of different lengths, or a video whose length
@@ -217,8 +208,8 @@ def main_video(sf: SessionFiles) -> Path | None:
 def _role_videos(
     sf: SessionFiles, info: media.VideoInfo, cfg: FeatureConfig
 ) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
-    """(role -> video, role -> pixel columns ``[x0, x1)``): both roles in the shared video, cut
-    at the session's ``split_x`` (else the config's), or each role the whole of its own video."""
+    """(role -> video, role -> pixel columns ``[x0, x1)``): the shared video cut at ``split_x``,
+    or each role's own video whole."""
     if sf.video is not None:
         regions = media.role_regions(info.width, sf.split_x or cfg.split_x)
         return {role: sf.video for role in regions}, regions
@@ -233,8 +224,8 @@ def _role_videos(
 
 
 def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
-    """Role -> audio file: ``scene`` from the shared ``audio`` file, else the shared video's
-    track (when it has one); each role's own ``audio_person``/``audio_partner`` file."""
+    """Role -> audio file: ``scene`` the shared ``audio`` file or the shared video's track;
+    each role's own file."""
     out: dict[str, Path] = {}
     if "audio" in sf.media:
         out["scene"] = sf.media["audio"]
@@ -247,8 +238,7 @@ def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
 
 
 def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
-    """Add extractor ``ex``'s channels to ``plan``, planned by its declared kind; ``source``:
-    the video's fingerprint."""
+    """Add extractor ``ex``'s channels to ``plan`` by its kind (``source``: the video's fingerprint)."""
     planner = _PLANNERS.get(getattr(ex, "kind", ""))
     if planner is None:
         raise SessionError(
@@ -262,9 +252,8 @@ def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureCo
 def _frame_count(
     sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
 ) -> int:
-    """The session's frame count at the label rate: the per-frame labels' length (which the
-    video must match within ``cfg.max_length_mismatch_s`` seconds), or the video's duration
-    without them (only timed ``time,<value>`` ratings, or none)."""
+    """The frame count at the label rate: the per-frame labels' (the video within
+    ``cfg.max_length_mismatch_s`` seconds of them), else the video's duration's."""
     if not labels:
         return int(round(info.n_frames / info.fps * LABEL_FPS))
     n_frames = len(next(iter(labels.values())))
@@ -286,8 +275,7 @@ _Planned = dict[str, tuple[str, dict, dict]]
 def _plan_frames(
     plan: SessionPlan, ex: FrameExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """A frame extractor's channel per role with a video, over that role's crop sampled at
-    ``cfg.face_fps`` Hz (``source``: the main video's fingerprint; a role's own video has its own)."""
+    """A frame extractor's channel per role with a video (its crop at ``cfg.face_fps`` Hz)."""
     ex.check_available()
     out: _Planned = {}
     for role in ex.roles:
@@ -302,8 +290,7 @@ def _plan_frames(
 def _plan_audio(
     plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """An audio extractor's channel per audio of :attr:`SessionPlan.audios`: ``scene`` from the
-    shared microphone, a role's from its own file (none, with a note, without any audio)."""
+    """An audio extractor's channel per audio file (none, with a note, without any)."""
     if not plan.audios:
         plan.notes.append(f"no audio track in {plan.video}: {ex.name} skipped")
         return {}
@@ -318,8 +305,7 @@ def _plan_audio(
 def _plan_transcript(
     plan: SessionPlan, ex: TranscriptExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """A transcript extractor's channel per role, keyed by the transcript's fingerprint (none,
-    with a note, without a transcript)."""
+    """A transcript extractor's channel per role (none, with a note, without a transcript)."""
     if plan.files.transcript is None:
         plan.notes.append(f"no transcript: {ex.name} skipped")
         return {}
@@ -348,6 +334,7 @@ class TranscriptFile:
 
     @property
     def source(self) -> dict:
+        """The transcript's fingerprint."""
         if self._source is None:
             if self.path is None:
                 raise ValueError("no transcript: it has no fingerprint")

@@ -103,7 +103,7 @@ def print_import(report: Any, folder: str, expected: str) -> int:
 
 def _lookahead_text(ch: Any) -> str:
     """How far past its rows a channel reads, for ``inspect``: recorded, from its extractor's
-    version, or unknown (see :mod:`featurestore.storage.timing`)."""
+    version, or unknown (docs/channels.md, how far ahead each channel reads)."""
     known = known_lookahead_s(ch.extractor, ch.extractor_version, ch.params, ch.lookahead_s)
     if known is None:
         return "an unknown time"

@@ -1,12 +1,8 @@
-"""The one small interface every extractor implements, and the registry by name.
-
-:class:`FrameExtractor` sees each role's sampled video crops through a per-role
-:class:`Track`; :class:`AudioExtractor` the audio track once; :class:`TranscriptExtractor` the
-transcript's cues. An extractor's config is a frozen dataclass whose fields are its params
-(the cache key and the provenance; set in ``featurestore.yaml`` or with ``--set
-name.field=value``). ``version`` is bumped whenever the output can change for the same input:
-``tests/featurestore/extractors/test_extractor_fingerprints.py`` fails when an extractor's
-code changed without a bump.
+"""The one small interface every extractor implements, and the registry by name: a
+:class:`FrameExtractor` sees each role's video crops through a :class:`Track`, an
+:class:`AudioExtractor` the audio once, a :class:`TranscriptExtractor` the cues. Its config is
+a frozen dataclass of its params; its ``version`` is bumped whenever its output can change
+(docs/development.md, adding an extractor).
 """
 
 from __future__ import annotations
@@ -59,12 +55,9 @@ class Extractor(ABC, Generic[C]):
         return None
 
     def lookahead_s(self) -> float | None:
-        """Seconds after a row's ``time`` that the row's values read of the input (video, audio,
-        transcript), fixed by this extractor's code and config: what a prediction at that time
-        could not yet know (stored as the channel's ``lookahead_s``; see
-        :mod:`featurestore.storage.timing`). None when it depends on the data (the transcript
-        extractors work it out per session: :meth:`TranscriptExtractor.cues_lookahead_s`) or
-        the extractor does not say."""
+        """Seconds after a row's ``time`` that its values read of the input, fixed by the code
+        and config (docs/channels.md, how far ahead each channel reads); None when it depends
+        on the data or the extractor does not say."""
         return None
 
 
@@ -82,6 +75,8 @@ class Track(ABC):
 
 
 class FrameExtractor(Extractor[C]):
+    """Sees each role's sampled video crops through a per-role :class:`Track`."""
+
     kind: ClassVar[str] = "video"
     #: roles whose crops this extractor wants
     roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
@@ -94,22 +89,14 @@ class FrameExtractor(Extractor[C]):
         """A fresh per-role track for one video."""
 
     def lookahead_s(self) -> float:
-        """0: a row is computed from the one video frame at its time (a track carries only what
-        earlier frames left, e.g. where the face was); override it for a track that waits for
-        later frames."""
+        """0: a row reads the one video frame at its time (a track only carries the past)."""
         return 0.0
 
 
 def decode_lookahead_s(sampling_rate: int) -> float:
-    """Seconds of source audio after an output sample that decoding reads to compute it at
-    ``sampling_rate`` Hz (:func:`featurestore.sources.media.read_audio`), for any source of at
-    least 8 kHz.
-
-    FFmpeg's default resampler (libswresample, a 32-tap windowed sinc at the lower of the two
-    rates, cutoff 0.97) centres its filter on the output sample: it reaches 16 / 0.97 samples
-    of the lower rate ahead. Measured at 16 kHz (a perturbation after t, the first output
-    sample that changes): 1.0 ms from 22.05, 44.1 and 48 kHz sources, 1.9 ms from 8 kHz,
-    0 from 16 kHz (no resampling); this bound: 2.06 ms.
+    """Seconds of source audio (of at least 8 kHz) after an output sample that decoding at
+    ``sampling_rate`` Hz reads: FFmpeg's resampler reaches 16 / 0.97 samples of the lower rate
+    ahead (docs/channels.md, how far ahead each channel reads).
 
     >>> round(decode_lookahead_s(16000) * 1000, 2)
     2.06
@@ -125,8 +112,7 @@ class AudioExtractor(Extractor[C]):
     @property
     @abstractmethod
     def sampling_rate(self) -> int:
-        """Rate in Hz the audio track is decoded at for this extractor (usually its config's
-        ``sampling_rate``)."""
+        """Rate in Hz the audio track is decoded at for this extractor."""
 
     @abstractmethod
     def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
@@ -146,10 +132,8 @@ class TranscriptExtractor(Extractor[C]):
         :class:`featurestore.sources.transcripts.Cue` objects."""
 
     def cues_lookahead_s(self, cues: Sequence, role: str) -> float:
-        """Seconds after a frame that ``role``'s channel reads of the transcript ``cues``: the
-        longest of the role's cues (0 without any). A frame inside a cue may read the whole
-        cue, which only its end makes known: its words, its duration (the words said so far
-        are estimated from them); a subclass whose frames read less may say so."""
+        """Seconds after a frame that ``role``'s channel reads of ``cues``: the longest of the
+        role's cues (0 without any), as a frame inside a cue may read all of it."""
         return max((float(c.end_s - c.start_s) for c in cues if c.role == role), default=0.0)
 
 
@@ -181,11 +165,9 @@ def registry() -> dict[str, type[Extractor[Any]]]:
 def known_lookahead_s(
     extractor: str, version: str, params: Mapping[str, Any], recorded: float | None = None
 ) -> float | None:
-    """A stored channel's look-ahead in seconds: ``recorded`` (its ``lookahead_s`` attribute)
-    when there is one, else what the registered extractor named ``extractor`` declares for
-    ``params`` (:meth:`Extractor.lookahead_s`) when its version is still ``version`` (a
-    channel written before the attribute existed); None (unknown) otherwise: another
-    extractor or version, an imported table, a derived rule, a data-dependent look-ahead.
+    """A stored channel's look-ahead in seconds: ``recorded`` when there is one, else what the
+    registered ``extractor`` declares for ``params`` while its version is still ``version``;
+    None (unknown) otherwise.
 
     >>> known_lookahead_s("face_geom", get_extractor("face_geom").version, {})
     0.0

@@ -1,10 +1,6 @@
-"""eGeMAPSv02 low-level descriptors from openSMILE: 25 columns every 10 ms for the ``scene`` role.
-
-A row's ``time`` is the start of its analysis frames (20 ms for energy and spectra, 60 ms for
-voice quality, then a centred 3-row average), so a row reads the audio up to 70 ms after its
-time, plus the resampler's 2 ms (:meth:`EgemapsExtractor.lookahead_s`; docs/channels.md, how
-far ahead each channel reads). ``valid`` is True where all 25 values are finite: silence is an
-observation (F0 = 0); per-role channels are derived in :mod:`featurestore.sources.speaking`.
+"""eGeMAPSv02 low-level descriptors from openSMILE: 25 columns every 10 ms for the ``scene``
+role, a row's ``time`` the start of its analysis frames (docs/channels.md, how far ahead each
+channel reads); ``valid`` where all 25 are finite (silence is an observation, F0 = 0).
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from .base import (
     register,
 )
 
+#: seconds between rows
 HOP_S = 0.01
 #: seconds of audio after a row's ``time`` that its values read: the 60 ms frame of the next
 #: row (10 ms later), which the centred 3-row average takes in
@@ -72,14 +69,15 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
         return int(self.config.sampling_rate)
 
     def lookahead_s(self) -> float:
-        """Seconds of audio after a row's time that it reads: 0.07 s of analysis
-        (:data:`ANALYSIS_LOOKAHEAD_S`) plus the decoding resampler's reach (about 2 ms at 16 kHz)."""
+        """Seconds of audio after a row's time that it reads: analysis plus the resampler."""
         return ANALYSIS_LOOKAHEAD_S + decode_lookahead_s(self.sampling_rate)
 
     def __getstate__(self) -> dict:
+        """Pickled without the openSMILE object (a worker rebuilds it)."""
         return {**self.__dict__, "_smile": None}
 
     def check_available(self) -> None:
+        """:class:`ExtractorUnavailable` without openSMILE or for an unknown feature set."""
         try:
             import opensmile  # lazily: openSMILE loads its native library; a missing one is reported
         except ImportError as exc:
@@ -105,10 +103,8 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
         return self._smile
 
     def process_signal(self, signal: np.ndarray, sampling_rate: int) -> dict[str, Features]:
-        """LLDs every 10 ms of a mono signal at ``sampling_rate`` Hz (resampled to the config's rate).
-
-        ``time`` is each row's frame start in seconds (see the module docstring).
-        """
+        """LLDs every 10 ms of a mono signal at ``sampling_rate`` Hz (resampled to the config's),
+        ``time`` each row's frame start in seconds."""
         signal = np.asarray(signal, dtype=np.float32)
         if signal.ndim != 1:
             raise ValueError(

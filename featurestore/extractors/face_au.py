@@ -1,19 +1,7 @@
-"""Facial action units from py-feat (optional extra ``pyfeat``).
-
-Channel ``face_au``: one column per action unit (``AU01``, ``AU02`` ...), the per-face AU
-activation that py-feat predicts (a probability in [0, 1] for both the ``Detectorv1`` XGBoost
-AU model and the ``Detectorv2`` multitask model), for the largest face in each sampled crop.
-Frames without a face are ``valid=False`` and hold NaN.
-
-py-feat is imported lazily, only inside this backend: importing it pulls in torch and sets
-``OMP_NUM_THREADS=1`` for the whole process when that variable is unset, which would slow
-every other extractor in a process that merely listed the registry.
-
-py-feat fetches its model weights from the Hugging Face hub on first use and keeps them in
-its own package folder (``<site-packages>/feat/resources``, not the usual Hugging Face cache).
-This extractor never downloads: it loads the detector with the hub in offline mode, and when
-a weight file is missing :meth:`FaceAUExtractor.check_available` says how to fetch the weights
-on a networked machine and copy them over. It never falls back to another model.
+"""Facial action units from py-feat (optional extra ``pyfeat``): channel ``face_au``, one AU
+activation column (``AU01`` ...) for the largest face in each sampled crop, NaN and invalid
+without a face. py-feat (which pulls in torch and sets ``OMP_NUM_THREADS``) is imported only
+here, and its weights are loaded offline, never downloaded: docs/channels.md (``face_au``).
 """
 
 from __future__ import annotations
@@ -60,11 +48,10 @@ _WEIGHTS_HINT = (
 
 @dataclass(frozen=True)
 class FaceAUConfig(ExtractorConfig):
-    """Settings of :class:`FaceAUExtractor` (all recorded in provenance and the cache key)."""
+    """Settings of :class:`FaceAUExtractor` (all in the cache key)."""
 
-    #: py-feat (>= 2) detector class: ``Detectorv1`` (RetinaFace + landmarks + XGBoost AUs,
-    #: the classic pipeline) or ``Detectorv2`` (multitask network; ignores the three model
-    #: names below)
+    #: py-feat detector class: ``Detectorv1`` (RetinaFace + landmarks + XGBoost AUs) or
+    #: ``Detectorv2`` (multitask network; ignores the three model names below)
     detector: str = "Detectorv1"
     #: face detector of Detectorv1: ``retinaface`` or ``img2pose``
     face_model: str = "retinaface"
@@ -100,11 +87,8 @@ _HUB_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _hub_offline() -> Iterator[None]:
-    """Run with the Hugging Face hub in offline mode: a missing file fails at once, never waits.
-
-    ``huggingface_hub`` reads ``HF_HUB_OFFLINE`` when it is first imported, so the variable is
-    set before that import and the module constant is switched for an already imported hub.
-    """
+    """The Hugging Face hub offline (a missing file fails at once): the variable for a first
+    import of ``huggingface_hub``, its module constant for an imported one; both restored."""
     with _HUB_LOCK:
         old_env = os.environ.get("HF_HUB_OFFLINE")
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -137,9 +121,7 @@ def _import_feat() -> Any:
         raise ExtractorUnavailable(
             f"face_au needs py-feat, which is not installed ({e}); {_INSTALL_HINT}"
         ) from e
-    except (RuntimeError, OSError) as e:
-        # typically a torchvision build that does not match torch (e.g. a CUDA torchvision
-        # next to a CPU torch: "operator torchvision::nms does not exist")
+    except (RuntimeError, OSError) as e:  # e.g. a CUDA torchvision next to a CPU torch
         raise ExtractorUnavailable(
             f"py-feat is installed but cannot be imported ({type(e).__name__}: {e}); torch and "
             f"torchvision must be matching builds (both CPU or both CUDA, same release); {_INSTALL_HINT}"
@@ -185,12 +167,8 @@ def au_columns_of(fex: pd.DataFrame) -> list[str]:
 
 
 def largest_face_rows(fex: pd.DataFrame, frame_column: str = "frame") -> np.ndarray:
-    """Row positions of the largest face (box area) of each frame, in frame order.
-
-    Rows without a face box (NaN width/height, py-feat's placeholder for a frame with no
-    detection) rank below any real face; a frame whose rows are all such placeholders keeps
-    one of them.
-    """
+    """Row positions of the largest face (box area) of each frame, in frame order; a row
+    without a box (py-feat's placeholder for no detection) ranks below any face."""
     frames = pd.to_numeric(fex[frame_column]).to_numpy()
     if FACE_WIDTH in fex.columns and FACE_HEIGHT in fex.columns:
         area = pd.to_numeric(fex[FACE_WIDTH]).to_numpy(dtype=np.float64) * pd.to_numeric(
@@ -225,13 +203,9 @@ def fex_to_features(
     frames: Sequence[int] | np.ndarray | None = None,
     au_columns: Sequence[str] | None = None,
 ) -> Features:
-    """Convert py-feat output (a ``feat.Fex``, or any DataFrame with its columns) to Features.
-
-    ``times[i]`` (seconds) is the time of the frame whose py-feat ``frame`` value is
-    ``frames[i]`` (default ``0, 1, ..., len(times)-1``: the order of the images handed to
-    ``detect``). Of several faces in a frame the largest box is kept; a frame with no face, no
-    row, or a non-finite AU value is ``valid=False`` with NaN. Columns: the AU columns
-    (``fex.au_columns``, else every ``AUnn`` column), in py-feat's order.
+    """py-feat output (a ``feat.Fex`` or any DataFrame with its columns) as Features: ``times[i]``
+    (s) is the time of py-feat ``frame`` ``frames[i]`` (default ``0, 1, ...``); the largest face
+    per frame; no face, no row or a non-finite AU value is invalid (NaN); columns: the AU ones.
 
     >>> df = pd.DataFrame({"frame": [0, 0, 1], "FaceRectWidth": [10.0, 40.0, float("nan")],
     ...                    "FaceRectHeight": [10.0, 40.0, float("nan")], "FaceScore": [0.9, 0.8, 0.0],
@@ -285,6 +259,7 @@ class _FaceAUTrack(Track):
         self._parts: list[Features] = []
 
     def add(self, time_s: float, image: np.ndarray) -> None:
+        """Queue one RGB crop; a full batch, or one of another size, runs the detector."""
         if self._images and image.shape != self._images[0].shape:
             self._flush()  # a batch is one tensor: crops of one size only
         self._images.append(np.ascontiguousarray(image))
@@ -314,6 +289,7 @@ class _FaceAUTrack(Track):
         self._images, self._times = [], []
 
     def result(self) -> Features:
+        """Every crop's AU activations, in order."""
         self._flush()
         if not self._parts:
             return Features(np.zeros((0, 0), np.float32), np.zeros(0), np.zeros(0, bool), [])
@@ -349,5 +325,6 @@ class FaceAUExtractor(FrameExtractor[FaceAUConfig]):
         _load_detector(self.config)
 
     def new_track(self, role: str) -> Track:
+        """A fresh batching track for one role's crops."""
         self.check_available()
         return _FaceAUTrack(self)

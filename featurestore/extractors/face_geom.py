@@ -1,11 +1,6 @@
-"""``face_geom``: FACS-inspired face geometry and head pose from 68 dlib landmarks (offline).
-
-Detect-then-track per role (HOG detection near the previous face every ``redetect_every_s``,
-over the whole crop every ``full_detect_every_s``; landmarks tracked in between, with a
-sanity check that re-detects a lost face). Distances are in a face-aligned frame divided by
-the interocular distance; head pose comes from ``cv2.solvePnP`` against a generic 3D face. The
-columns (:data:`COLUMNS`) and their units: docs/channels.md (``face_geom``); the choice of the
-backend: docs/channels.md (the face backend).
+"""``face_geom``: FACS-inspired face geometry and head pose from 68 dlib landmarks (offline),
+detected then tracked per role; distances in interocular units in a face-aligned frame, pose
+from ``cv2.solvePnP``. The columns and the backend: docs/channels.md (``face_geom``).
 """
 
 from __future__ import annotations
@@ -19,24 +14,10 @@ from ..features import Features
 from .base import ExtractorConfig, ExtractorUnavailable, FrameExtractor, Track, register
 from .landmarks import DlibLandmarker
 
-COLUMNS = (
-    "brow_raise_l",
-    "brow_raise_r",
-    "brow_gap",
-    "eye_open_l",
-    "eye_open_r",
-    "blink",
-    "lip_corner_pull",
-    "lip_corner_raise",
-    "mouth_open",
-    "lip_thickness",
-    "jaw_drop",
-    "head_yaw",
-    "head_pitch",
-    "head_roll",
-    "face_scale",
-    "face_x",
-    "face_y",
+COLUMNS = tuple(
+    """brow_raise_l brow_raise_r brow_gap eye_open_l eye_open_r blink lip_corner_pull
+    lip_corner_raise mouth_open lip_thickness jaw_drop head_yaw head_pitch head_roll face_scale
+    face_x face_y""".split()
 )
 
 # iBUG 68-point indices (see landmarks.py); _R = subject's right = image left
@@ -91,11 +72,8 @@ def _eye_aspect_ratio(eye: np.ndarray) -> np.ndarray:
 
 
 def head_pose(landmarks: np.ndarray, frame_size: np.ndarray) -> np.ndarray:
-    """(n, 3) yaw, pitch, roll in degrees (see the module table) from (n, 68, 2) pixel landmarks.
-
-    ``frame_size`` is (width, height) in pixels, one pair or one per frame; rows with NaN
-    landmarks, or where the pose cannot be solved, are NaN.
-    """
+    """(n, 3) yaw, pitch, roll in degrees from (n, 68, 2) pixel landmarks; ``frame_size``:
+    (width, height) in pixels, one pair or one per frame; NaN where it cannot be solved."""
     import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
     lm = np.asarray(landmarks, dtype=np.float64).reshape(-1, 68, 2)
@@ -121,11 +99,8 @@ def head_pose(landmarks: np.ndarray, frame_size: np.ndarray) -> np.ndarray:
 def face_geometry(
     landmarks: np.ndarray, frame_size: np.ndarray, blink_threshold: float = 0.2
 ) -> np.ndarray:
-    """(n, len(COLUMNS)) face_geom features from (n, 68, 2) landmarks in pixels.
-
-    ``frame_size`` is the crop's (width, height) in pixels, one pair or one per frame.
-    Rows whose landmarks are NaN come out NaN. Column order is :data:`COLUMNS`.
-    """
+    """(n, len(COLUMNS)) face_geom features from (n, 68, 2) landmarks in pixels (NaN rows stay
+    NaN); ``frame_size``: the crop's (width, height) in pixels, one pair or one per frame."""
     lm = np.asarray(landmarks, dtype=np.float64).reshape(-1, 68, 2)
     size = np.broadcast_to(np.asarray(frame_size, dtype=np.float64), (len(lm), 2))
     axis = lm[:, EYE_CORNER_L] - lm[:, EYE_CORNER_R]
@@ -185,12 +160,8 @@ def _iod(lm: np.ndarray) -> float:
 
 
 class FaceGeomTrack(Track):
-    """Detect-then-track 68-point landmarks over one role's frames.
-
-    ``n_detections`` counts the detections (near the previous face or, when that finds
-    nothing or a whole-crop search is due, over the whole crop), ``n_full_detections`` the
-    (slow) whole-crop searches among them, ``n_frames`` the frames added.
-    """
+    """Detect-then-track 68-point landmarks over one role's frames; ``n_detections`` counts
+    the detections, ``n_full_detections`` the (slow) whole-crop ones among them."""
 
     def __init__(self, config: FaceGeomConfig) -> None:
         self.config = config
@@ -210,14 +181,12 @@ class FaceGeomTrack(Track):
 
     @property
     def n_frames(self) -> int:
+        """Frames added."""
         return len(self._times)
 
     def add(self, time_s: float, image: np.ndarray) -> None:
-        """Landmarks of one grey (H, W) or RGB (H, W, 3) uint8 crop taken at ``time_s`` seconds.
-
-        Extraction passes the decoder's luma (:func:`featurestore.sources.media.luma`); an RGB crop is
-        converted with OpenCV, whose grey levels differ from the luma by 1-2.
-        """
+        """Landmarks of one grey (H, W) (extraction passes the decoder's luma) or RGB (H, W, 3)
+        uint8 crop taken at ``time_s`` seconds."""
         import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
         # a grey view is used as it is: the detector and the landmark model copy what they read
@@ -250,8 +219,8 @@ class FaceGeomTrack(Track):
     # -- detection and tracking ------------------------------------------------------------
 
     def _detect(self, gray: np.ndarray, time_s: float) -> np.ndarray | None:
-        """Landmarks of a detected face: near the previous one first (a fixed camera: faces
-        barely move, and ~2 face areas take a tenth of a whole crop's time), else everywhere."""
+        """Landmarks of a detected face: near the previous one first (faces barely move), else
+        over the whole crop."""
         self.n_detections += 1
         self._last_detect_s = time_s
         box = None

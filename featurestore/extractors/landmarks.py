@@ -1,8 +1,6 @@
-"""Offline 68-point facial landmarks from dlib (model files ship in the face-recognition-models wheel).
-
-The 68-point scheme is the iBUG 300-W one that OpenFace also uses: 0-16 jaw, 17-21 right
-brow, 22-26 left brow (subject's right/left as seen in the image: image-left first),
-27-35 nose, 36-41 and 42-47 eyes, 48-59 outer lip, 60-67 inner lip.
+"""Offline 68-point facial landmarks from dlib (models from the face-recognition-models wheel),
+in the iBUG 300-W scheme: 0-16 jaw, 17-21 and 22-26 brows, 27-35 nose, 36-41 and 42-47 eyes,
+48-59 outer and 60-67 inner lip (image-left first).
 """
 
 from __future__ import annotations
@@ -36,13 +34,8 @@ def _gray(rgb: np.ndarray) -> np.ndarray:
 
 
 class DlibLandmarker:
-    """Face detection (HOG) and 68-point landmark prediction.
-
-    ``detect_scale`` shrinks the image before the (slow) HOG detector; landmarks are always
-    predicted at full resolution. The dlib models are shared by every instance of a process
-    and must not be called from two threads at once (the detector releases the GIL and is
-    not thread-safe).
-    """
+    """Face detection (HOG, on the image shrunk by ``detect_scale``) and 68-point landmarks (at
+    full resolution). The dlib models are shared by a process: not from two threads at once."""
 
     def __init__(self, detect_scale: float = 0.5, upsample: int = 0) -> None:
         self.detect_scale = float(detect_scale)
@@ -51,15 +44,9 @@ class DlibLandmarker:
     def detect_box(
         self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None
     ) -> tuple[int, int, int, int] | None:
-        """Largest face as (left, top, right, bottom) in pixels of ``rgb``, or None.
-
-        ``region`` (left, top, right, bottom, pixels) limits the search to that part of the
-        image (clipped to it); the box is still in the whole image's pixels. The region's
-        origin is moved down to a multiple of the HOG cell (8 px of the scaled image), so the
-        finest pyramid level sees the whole image's cells; a face found at a coarser level
-        may come out a few pixels off its whole-image box (the landmark model absorbs it:
-        ``bench/video.py`` compares the landmarks).
-        """
+        """Largest face as (left, top, right, bottom) in pixels of ``rgb``, or None; ``region``
+        (pixels) limits the search, its origin moved down to a multiple of the HOG cell so the
+        finest pyramid level sees the whole image's cells (``bench/video.py`` compares)."""
         import cv2  # lazily: OpenCV takes 0.1 s to import; only face work needs it
 
         detector, _ = _models()
@@ -90,11 +77,8 @@ class DlibLandmarker:
         )
 
     def landmarks_in_box(self, rgb: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-        """(68, 2) float landmark coordinates (x, y) in pixels of ``rgb`` given a face box.
-
-        The model reads pixels near the box only, so it is given a contiguous copy of the box
-        grown by half its side (a few hundred kB instead of the whole crop; same landmarks).
-        """
+        """(68, 2) landmarks (x, y) in pixels of ``rgb`` in a face box (the model reads the box
+        grown by half its side only, so it gets a copy of that, not the whole crop)."""
         import dlib  # lazily: dlib and its models load only when faces are processed
 
         _, predictor = _models()

@@ -1,10 +1,6 @@
-"""Per-frame features of each role from transcript cues: ``speech`` and ``lexicon``.
-
-Both run at the label rate (frames ``i / fps`` s) on the cues of
-:func:`featurestore.sources.transcripts.read_transcript`; cues without a role are ignored and
-overlapping cues add up; ``valid`` covers the session up to the last cue's end plus
-``coverage_tail_s``. The columns, the VADER scoring of the words said so far with its decay,
-and how far ahead a frame reads: docs/channels.md (``speech``, ``lexicon``).
+"""Per-frame features of each role from transcript cues at the label rate: ``speech`` and
+``lexicon``. Untagged cues are ignored, overlapping ones add up, ``valid`` runs to the last
+cue's end plus ``coverage_tail_s``; the columns and the VADER scoring: docs/channels.md.
 """
 
 from __future__ import annotations
@@ -23,14 +19,9 @@ from ..sources.transcripts import normalise_word, words
 from .base import ExtractorConfig, ExtractorUnavailable, TranscriptExtractor, register
 
 SPEECH_COLUMNS = ["talking", "words_per_s", "since_spoke_s"]
-LEXICON_COLUMNS = [
-    "vader_compound",
-    "vader_pos",
-    "vader_neg",
-    "vader_neu",
-    "lexicon_coverage",
-    "words_recent",
-]
+LEXICON_COLUMNS = (
+    "vader_compound vader_pos vader_neg vader_neu lexicon_coverage words_recent".split()
+)
 
 
 def frame_times(n_frames: int, fps: float) -> np.ndarray:
@@ -55,7 +46,7 @@ def _frame_span(times: np.ndarray, start: float, end: float) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class SpeechConfig(ExtractorConfig):
-    """``since_cap_s``: cap of ``since_spoke_s`` (s); ``coverage_tail_s``: see the module docstring (s)."""
+    """``since_cap_s``: cap of ``since_spoke_s`` (s); ``coverage_tail_s``: see the module (s)."""
 
     since_cap_s: float = 60.0
     coverage_tail_s: float = 5.0
@@ -76,6 +67,7 @@ class SpeechExtractor(TranscriptExtractor[SpeechConfig]):
     config_class = SpeechConfig
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
+        """Per role: talking (0/1), words per second and seconds since the role last spoke."""
         cfg: SpeechConfig = self.config
         t = frame_times(n_frames, fps)
         valid = coverage(cues, t, cfg.coverage_tail_s)
@@ -106,8 +98,8 @@ class SpeechExtractor(TranscriptExtractor[SpeechConfig]):
 
 @dataclass(frozen=True)
 class LexiconConfig(ExtractorConfig):
-    """``window_s``: how long a cue counts after it ends (s); ``half_life_s``: its weight halves
-    every ``half_life_s`` seconds after its end; ``coverage_tail_s``: see the module docstring (s)."""
+    """``window_s``: how long a cue counts after it ends (s), its weight halving every
+    ``half_life_s`` (s); ``coverage_tail_s``: see the module (s)."""
 
     lexicon: str = "vader"
     window_s: float = 5.0
@@ -168,9 +160,11 @@ class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
     config_class = LexiconConfig
 
     def params(self) -> dict:
+        """The config's fields and the installed VADER version."""
         return {**super().params(), "vader_version": vader_version()}
 
     def check_available(self) -> None:
+        """:class:`ExtractorUnavailable` for another lexicon or without vaderSentiment."""
         if self.config.lexicon != "vader":
             raise ExtractorUnavailable(
                 f"lexicon {self.config.lexicon!r} is not supported; use 'vader'"
@@ -184,6 +178,7 @@ class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
             ) from exc
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
+        """Per role: the decayed VADER scores of the words said so far, and their count."""
         self.check_available()
         cfg: LexiconConfig = self.config
         t = frame_times(n_frames, fps)

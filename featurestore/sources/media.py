@@ -1,9 +1,6 @@
-"""Video decoding, speaker/listener crops, and the audio track as mono PCM (PyAV).
-
-A video is decoded once per extraction; frames are converted to arrays only when a face
-extractor wants them (the face sampling rate, 5 fps by default), which is where most of the
-decoding cost would otherwise go, and only to the pixel formats the extractors ask for
-(``face_geom`` reads the decoded luma plane directly, no colour conversion).
+"""Video decoding (PyAV), speaker/listener crops, and the audio track as mono PCM. Only the
+sampled frames are converted, and only to the pixel formats asked for (``face_geom`` reads the
+decoded luma plane itself).
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ import queue
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +29,8 @@ class NoAudioError(MediaError):
 
 @dataclass(frozen=True)
 class VideoInfo:
+    """A video's geometry (pixels), rate (frames/s), length and whether it has audio."""
+
     path: Path
     width: int
     height: int
@@ -87,9 +85,8 @@ def probe(path: str | Path) -> VideoInfo:
 
 
 def role_regions(width: int, split_x: int | None = None) -> dict[str, tuple[int, int]]:
-    """Horizontal pixel ranges ``[x0, x1)`` of the speaker (left) and listener (right).
-
-    ``split_x`` defaults to the official x=1080 of 2560, scaled proportionally to ``width``.
+    """Pixel columns ``[x0, x1)`` of the speaker (left) and listener (right), split at ``split_x``
+    (default: the official x=1080 of 2560, scaled to ``width``).
 
     >>> role_regions(2560)
     {'speaker': (0, 1080), 'listener': (1080, 2560)}
@@ -122,13 +119,8 @@ _COLOR_RANGE_JPEG = 2  # AVCOL_RANGE_JPEG: full range
 
 
 def luma(frame: Any) -> np.ndarray:
-    """(H, W) uint8 grey image of a decoded PyAV video frame, full range (0-255).
-
-    For 8-bit YUV video it is the decoded Y plane itself (limited range stretched to full with
-    a table), equal to FFmpeg's ``gray`` conversion and about 10x cheaper; it differs from
-    OpenCV's RGB-to-grey of the RGB frame by 1-2 levels (rounding through RGB). Other pixel
-    layouts are converted by FFmpeg.
-    """
+    """(H, W) uint8 full-range grey image of a decoded PyAV frame: for 8-bit YUV the Y plane itself
+    (equal to FFmpeg's ``gray`` conversion, about 10x cheaper), else FFmpeg's conversion."""
     name = frame.format.name
     if name not in _YUV8:
         return frame.to_ndarray(format="gray")
@@ -153,15 +145,10 @@ def iter_frames(
     pixel_format: str | tuple[str, ...] = "rgb24",
     prefetch: int = 0,
 ) -> Iterator[tuple[int, float, np.ndarray | dict[str, np.ndarray]]]:
-    """Yield ``(frame_index, time_s, image)`` for frames sampled at ``sample_fps`` (all when None).
-
-    Time stamps are ``frame_index / fps`` (frame-accurate at constant frame rate, like the
-    labels). Every frame is decoded (inter-frame codecs need it) but only sampled frames are
-    converted. ``pixel_format`` is ``"rgb24"`` ((H, W, 3) RGB), ``"gray"`` ((H, W) luma, see
-    :func:`luma`), or a tuple of them: then ``image`` is a dict format -> array. With
-    ``prefetch`` > 0, a background thread decodes and converts up to that many sampled frames
-    ahead (FFmpeg runs without the GIL, so decoding overlaps the caller's work). A decoding
-    error mid-file raises :class:`MediaError` naming the file.
+    """``(frame_index, time_s = frame_index / fps, image)`` of the frames sampled at
+    ``sample_fps`` (all when None). ``pixel_format``: ``rgb24`` ((H, W, 3)), ``gray`` ((H, W),
+    :func:`luma`) or a tuple of them (then ``image`` is format -> array); ``prefetch`` > 0
+    decodes that many sampled frames ahead in a thread. A decoding error raises :class:`MediaError`.
     """
     formats = (pixel_format,) if isinstance(pixel_format, str) else tuple(pixel_format)
     unknown = [f for f in formats if f not in PIXEL_FORMATS]
@@ -218,8 +205,8 @@ T = TypeVar("T")
 
 
 def _prefetched(items: Generator[T, None, None], size: int) -> Iterator[T]:
-    """``items`` produced by a background thread up to ``size`` ahead, in order; an exception
-    raised there is raised here. Closing this iterator early stops and joins the thread."""
+    """``items`` produced by a thread up to ``size`` ahead, in order (its exception raised here;
+    closing early stops and joins it)."""
     q: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
 
@@ -259,10 +246,8 @@ def _prefetched(items: Generator[T, None, None], size: int) -> Iterator[T]:
 
 
 def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
-    """The audio track as mono float32 in [-1, 1] at ``sampling_rate`` Hz (resampled by FFmpeg).
-
-    Raises :class:`NoAudioError` when the file has no audio stream.
-    """
+    """The audio track as mono float32 in [-1, 1] at ``sampling_rate`` Hz (resampled by FFmpeg);
+    :class:`NoAudioError` without one."""
     import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     path = Path(path)
@@ -292,8 +277,3 @@ def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
             f"{path}: the audio track is empty; audio channels (egemaps) are skipped for it"
         )
     return np.concatenate(chunks).astype(np.float32, copy=False)
-
-
-def fraction_fps(fps: float) -> Fraction:
-    """A frame rate as a Fraction, for encoders."""
-    return Fraction(fps).limit_denominator(1001)

@@ -1,11 +1,7 @@
-"""Who is talking, per 10 ms eGeMAPS frame, and the per-role audio channels built from it.
-
-OMG-Empathy has one centre microphone: ``speaker/egemaps`` and ``listener/egemaps`` hold the
-scene's rows with ``valid`` where that role talks. From faces (:func:`speaking_from_faces`): a
-voiced frame is a role's when its mouth moves (the std of ``mouth_open`` over a centred
-window) and not clearly less than the other's; a role whose face is not visible is never
-marked. From a transcript (:func:`speaking_from_transcript`): inside one of the role's cues.
-The rule and its reasons: docs/channels.md (who is talking).
+"""Who is talking, per 10 ms eGeMAPS frame, from the faces' mouth movement
+(:func:`speaking_from_faces`) or a transcript's cues (:func:`speaking_from_transcript`), and the
+per-role voice channels built from it: the scene's rows, ``valid`` where that role talks. The
+rule and its reasons: docs/channels.md (who is talking).
 """
 
 from __future__ import annotations
@@ -26,11 +22,8 @@ MOUTH_COLUMN = "mouth_open"
 
 @dataclass(frozen=True)
 class SpeakingRule:
-    """Parameters of :func:`speaking_from_faces` (see the module docstring).
-
-    ``min_loudness``: eGeMAPS loudness (sone-like units); ``window_s``: seconds;
-    ``min_activity``: std of ``mouth_open`` (interocular distances); ``tie_ratio``: >= 1.
-    """
+    """Parameters of :func:`speaking_from_faces`: ``min_loudness`` (eGeMAPS loudness),
+    ``window_s`` (s), ``min_activity`` (std of ``mouth_open``, interocular), ``tie_ratio`` (>= 1)."""
 
     min_loudness: float = 0.05
     window_s: float = 0.6
@@ -82,12 +75,8 @@ def mouth_activity(track: Features, times: np.ndarray, window_s: float = 0.6) ->
 
 
 def mouth_activity_lookahead_s(track: Features, window_s: float = 0.6) -> float:
-    """Seconds after a time ``t`` that :func:`mouth_activity` at ``t`` reads of ``track``'s
-    samples: half the window (the centred rolling std at a sample reads the samples up to
-    ``window_s / 2`` after it, that end included) plus the longest step between two samples
-    (``t`` takes the activity of the next sample, interpolated or as the nearest one). 0.5 s
-    for the default 0.6 s window on 5 fps faces; a track of fewer than two samples counts
-    ``window_s``, the period :func:`mouth_activity` then assumes.
+    """Seconds after a time ``t`` that :func:`mouth_activity` at ``t`` reads of ``track``: half
+    the window plus the longest step between two samples (``window_s`` with fewer than two).
 
     >>> f = Features([[0.1]] * 5, time=[0.0, 0.2, 0.4, 0.6, 0.8], valid=[True] * 5, columns=[MOUTH_COLUMN])
     >>> round(mouth_activity_lookahead_s(f, 0.6), 3)
@@ -101,11 +90,8 @@ def mouth_activity_lookahead_s(track: Features, window_s: float = 0.6) -> float:
 def speaking_from_faces(
     scene: Features, mouth: Mapping[str, Features], *, rule: SpeakingRule | None = None
 ) -> dict[str, np.ndarray]:
-    """Bool per scene frame for ``speaker`` and ``listener``: voiced and that role's mouth moving.
-
-    ``scene`` is the ``scene/egemaps`` channel (10 ms frames); ``mouth`` maps a role to its
-    ``face_geom`` channel (any rate, e.g. 5 fps); a missing role counts as never visible.
-    """
+    """Bool per ``scene/egemaps`` frame for ``speaker`` and ``listener``: voiced and that role's
+    mouth moving (``mouth``: role -> its ``face_geom``; a missing role is never visible)."""
     rule = rule or SpeakingRule()
     unknown = set(mouth) - set(TALKING_ROLES)
     if unknown:
@@ -129,12 +115,8 @@ def speaking_from_faces(
 def speaking_from_transcript(
     cues: Iterable[tuple[float, float, str]], times: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Bool per time for ``speaker`` and ``listener``: inside one of that role's cues.
-
-    ``cues`` are ``(start_s, end_s, role)`` with role ``"speaker"`` or ``"listener"`` (a cue
-    tagged with both becomes two tuples); ``times`` are sorted frame times in seconds.
-    A frame at ``t`` is inside a cue when ``start_s <= t < end_s``.
-    """
+    """Bool per time (sorted, seconds) for ``speaker`` and ``listener``: ``start_s <= t < end_s``
+    of one of that role's ``cues`` ``(start_s, end_s, role)``."""
     times = np.asarray(times, dtype=np.float64)
     if np.any(np.diff(times) < 0):
         raise ValueError("speaking_from_transcript: times must be sorted ascending (seconds)")
@@ -158,8 +140,8 @@ def speaking_from_transcript(
 
 
 def role_channels(scene: Features, speaking: Mapping[str, np.ndarray]) -> dict[str, Features]:
-    """Per-role egemaps Features: the scene's data and time (shared, not copied), ``valid`` =
-    scene valid & that role talking (one bool per scene frame)."""
+    """Per-role egemaps Features: the scene's data and time (shared), ``valid`` where the scene's
+    is and that role talks (``speaking``: one bool per scene frame)."""
     out = {}
     for role, talking in speaking.items():
         talking = np.asarray(talking, dtype=bool)

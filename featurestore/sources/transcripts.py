@@ -1,11 +1,6 @@
-"""Transcripts (``.srt``, ``.ass``/``.ssa``) -> timed cues, each attributed to a role.
-
-:func:`read_transcript` turns a session's transcript (lines tagged ``[S]``, the speaker, or
-``[L]``, the listener) into :class:`Cue` objects ``(start_s, end_s, role, text)`` sorted by
-start. The reading rules (encodings, SRT and ASS syntax, tags, untagged text, cues of both
-roles, overlaps, errors): docs/channels.md (transcripts: parsing rules). A time that cannot be
-read, minutes or seconds of 60 or more, or an end before its start raises
-:class:`TranscriptError` naming the file and line.
+"""Transcripts (``.srt``, ``.ass``/``.ssa``, lines tagged ``[S]`` or ``[L]``) -> :class:`Cue`
+objects sorted by start (:func:`read_transcript`); the reading rules: docs/channels.md
+(transcripts: parsing rules). A bad time raises :class:`TranscriptError` naming file and line.
 
 >>> cues = parse_srt("1\\n00:00:01,000 --> 00:00:02,500\\n[S] It was a lovely day.\\n[L] mm-hm\\n")
 >>> [(c.start_s, c.end_s, c.role, c.text) for c in cues]
@@ -29,18 +24,7 @@ _SRT_TIME_LINE = re.compile(rf"^\s*{_SRT_TIME}\s*-->\s*{_SRT_TIME}(?:\s+.*)?\s*$
 _ASS_TIME = re.compile(r"^\s*(\d+):(\d{1,2}):(\d{1,2})(?:\.(\d{1,3}))?\s*$")
 _MARKUP_RE = re.compile(r"<[^>\n]*>|\{\\[^}\n]*\}")
 _ASS_OVERRIDE_RE = re.compile(r"\{[^}]*\}")
-_ASS_DEFAULT_FORMAT = [
-    "layer",
-    "start",
-    "end",
-    "style",
-    "name",
-    "marginl",
-    "marginr",
-    "marginv",
-    "effect",
-    "text",
-]
+_ASS_DEFAULT_FORMAT = "layer start end style name marginl marginr marginv effect text".split()
 _WORD_STRIP = "\"'.,;:!?()[]{}<>«»“”‘’…-"
 
 
@@ -50,12 +34,8 @@ class TranscriptError(ValueError):
 
 @dataclass(frozen=True)
 class Cue:
-    """What one role says during one subtitle cue.
-
-    ``start_s``/``end_s`` are seconds from the session start (``end_s >= start_s``);
-    ``role`` is ``"speaker"``, ``"listener"`` or None (untagged, see the module docstring);
-    ``text`` is the cleaned text; ``line`` the 1-based line of the cue's time in the file.
-    """
+    """What one ``role`` (``speaker``, ``listener`` or None: untagged) says from ``start_s`` to
+    ``end_s`` (seconds from the session start): the cleaned ``text``, at ``line`` of the file."""
 
     start_s: float
     end_s: float
@@ -65,6 +45,7 @@ class Cue:
 
     @property
     def duration_s(self) -> float:
+        """Seconds from start to end."""
         return self.end_s - self.start_s
 
     @property
@@ -98,7 +79,7 @@ def decode(data: bytes) -> str:
 
 
 def _lines(text: str) -> list[str]:
-    # splitlines() also splits at \x1c-\x1e, \x85, \u2028 ...; subtitle files only use \r and \n
+    # not splitlines(), which also splits at \x1c-\x1e, \x85, \u2028 ...
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
@@ -138,7 +119,6 @@ def _cues_of(
 
 def _clean_srt_text(line: str) -> str:
     text = _MARKUP_RE.sub("", line).strip()
-    # a leading dash marks a change of voice in subtitles; the tag (if any) says whose
     return re.sub(r"^-\s*", "", text)
 
 
@@ -283,11 +263,8 @@ def parse_ass(text: str, source: str = "<ass>") -> list[Cue]:
 
 # ----------------------------------------------------------------------------- files
 def read_transcript(path: str | Path) -> list[Cue]:
-    """Cues of one ``.srt``, ``.ass`` or ``.ssa`` file, sorted by start time.
-
-    Raises :class:`TranscriptError` (naming the file and line) for unreadable times and
-    unknown extensions; ``OSError`` when the file cannot be opened.
-    """
+    """Cues of one ``.srt``, ``.ass`` or ``.ssa`` file, sorted by start time; raises
+    :class:`TranscriptError` (file and line) for an unreadable time or another extension."""
     path = Path(path)
     ext = path.suffix.lower()
     text = decode(path.read_bytes())
@@ -306,8 +283,7 @@ def cues_of_role(cues: Iterable[Cue], role: str) -> list[Cue]:
 
 
 def speaking_intervals(cues: Iterable[Cue]) -> list[tuple[float, float, str]]:
-    """``(start_s, end_s, role)`` of every attributed cue, the input of
-    :func:`featurestore.sources.speaking.speaking_from_transcript` (untagged cues left out)."""
+    """``(start_s, end_s, role)`` of every tagged cue (for :func:`~.speaking.speaking_from_transcript`)."""
     return [(c.start_s, c.end_s, c.role) for c in cues if c.role in ROLES]
 
 

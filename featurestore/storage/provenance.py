@@ -1,9 +1,6 @@
-"""What a result was computed from: fingerprints of data files and of code, cache keys, UTC stamps.
-
-A channel's cache key hashes its source (a file fingerprint, or the cache keys of the channels
-it was derived from), its extractor's name and version and its parameters: a re-run of
-``featurestore extract`` skips a channel whose stored key equals the expected one and redoes
-it otherwise. The computing side makes the keys; the store records and checks them.
+"""What a result was computed from: fingerprints of data files and of code, cache keys, UTC
+stamps. A channel's cache key hashes its source, its extractor's name and version and its
+params: ``featurestore extract`` skips a channel whose stored key is the expected one.
 
 >>> key = cache_key({"size": 10, "fingerprint": "ab"}, "egemaps", "2", {"sampling_rate": 16000})
 >>> len(key), key == cache_key({"size": 10, "fingerprint": "ab", "path": "elsewhere"}, "egemaps", "2",
@@ -33,12 +30,9 @@ def utc_now() -> str:
 
 
 def file_fingerprint(path: str | os.PathLike[str], chunk: int = 1 << 22) -> dict[str, Any]:
-    """Content fingerprint of a file: size plus a BLAKE2b hash of its head, middle and tail.
-
-    Reading three 4 MiB chunks (``chunk`` bytes) instead of the whole file keeps this cheap
-    for multi-GB videos while still changing whenever the content is re-encoded, truncated or
-    replaced. The modification time is deliberately left out, so copying a corpus keeps its cache.
-    """
+    """Content fingerprint of a file: its size and a BLAKE2b hash of its head, middle and tail
+    (``chunk`` bytes each: cheap for multi-GB videos); no modification time, so a copied corpus
+    keeps its cache."""
     path = Path(path)
     size = path.stat().st_size
     h = hashlib.blake2b(digest_size=16)
@@ -54,12 +48,8 @@ def file_fingerprint(path: str | os.PathLike[str], chunk: int = 1 << 22) -> dict
 def cache_key(
     source: Mapping[str, Any] | str, extractor: str, version: str, params: Mapping[str, Any]
 ) -> str:
-    """Hash of what a channel was computed from: source content, extractor name + version, params.
-
-    ``source`` is a fingerprint from :func:`file_fingerprint` (only size and content hash
-    are used, not the path) or any string identifying upstream inputs (for derived channels,
-    the cache keys they were computed from).
-    """
+    """Hash of what a channel was computed from: ``source`` (a :func:`file_fingerprint`, whose
+    path does not count, or a string naming upstream inputs), extractor name, version, params."""
     if isinstance(source, Mapping):
         source = f"{source.get('size')}:{source.get('fingerprint')}"
     blob = json.dumps(
@@ -96,18 +86,9 @@ def code_fingerprint(
     root: Path | None = None,
     salt: str = "",
 ) -> str:
-    """Which code computed a result: 16 hex digits of SHA-256 over ``salt``, the library versions
-    and the source of each of ``sources``, in the order given.
-
-    Args:
-        sources: source files (their path relative to ``root``, or as given without one, and
-            their bytes) and functions (the text of their source, or their bytecode when no
-            source is shipped). The caller picks the scope: the fewer sources, the fewer edits
-            invalidate what was keyed on it.
-        libraries: ``(distribution, version)`` pairs, e.g. from :func:`library_versions`.
-        root: the folder file paths are named relative to (so a copied checkout keeps its
-            fingerprint).
-        salt: any other text that should change the fingerprint (a package version).
+    """Which code computed a result: 16 hex digits of SHA-256 over ``salt`` (e.g. a package
+    version), the ``libraries`` ``(distribution, version)`` and each of ``sources`` in order: a
+    file (its path relative to ``root`` and its bytes) or a function (its source, else bytecode).
 
     >>> code_fingerprint([utc_now], [("numpy", "2.0")]) != code_fingerprint([utc_now], [("numpy", "2.1")])
     True

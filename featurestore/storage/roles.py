@@ -1,8 +1,6 @@
-"""The corpus's words for the store's roles: the role vocabulary of each layout.
-
-A shard stores channels under ``listener`` (the rated person), ``speaker`` (the partner) and
-``scene`` whatever the corpus; a layout names them in its own words (:data:`ROLE_NAMES`), which
-configs may use (:func:`store_key`) and reports show (:func:`corpus_key`).
+"""The corpus's words for the store's roles ``listener`` (the rated person), ``speaker`` (the
+partner) and ``scene``: each layout's (:data:`ROLE_NAMES`), which configs may use
+(:func:`store_key`) and reports show (:func:`corpus_key`); docs/store.md, layout.
 
 >>> store_key("person/face_geom"), store_key("speaker/egemaps")
 ('listener/face_geom', 'speaker/egemaps')
@@ -62,8 +60,7 @@ def corpus_key(key: str, names: Mapping[str, str]) -> str:
 
 
 def roles_note(layout: str) -> str:
-    """A report's note of the corpus's words for the roles: empty for the OMG layout (whose
-    words are the store's), else one Markdown paragraph.
+    """A report's Markdown note of the corpus's words for the roles (empty for the OMG layout).
 
     >>> roles_note("omg")
     ''
@@ -86,9 +83,8 @@ _PROSE_WORD = re.compile(r"\b(listener|speaker|story|stories)(s?)\b", re.IGNOREC
 
 
 def in_corpus_words(text: str, layout: str, keep: Collection[str] = ()) -> str:
-    """A report's prose with the OMG layout's words (listener, speaker, story) replaced by
-    ``layout``'s (whole words only: ``per_listener``, a config value, stays as written; so do
-    the words in ``keep``, e.g. feature-set names, which configuration labels show).
+    """A report's prose with the OMG words (listener, speaker, story) in ``layout``'s (whole
+    words only, and none of ``keep``, e.g. feature-set names).
 
     >>> in_corpus_words("mean per listener, then per story; Listeners left out", "manifest")
     'mean per person, then per group; Persons left out'

@@ -1,9 +1,6 @@
-"""Whole-session ratings in a shard: one number per session and target (a questionnaire score
-per conversation), read from and written to an open file.
-
-Stored as ``/session_labels/<target>`` (the mean over raters) and
-``/session_raters/<target>/<rater>`` (docs/store.md, whole-session ratings). ``ratings`` below
-is always ``target -> rater -> value``, the rater ``""`` standing for a rating given without one.
+"""Whole-session ratings (one number per session and target) in an open shard:
+``/session_labels/<target>`` (the mean over raters) and ``/session_raters/<target>/<rater>``
+(docs/store.md). ``ratings`` are ``target -> rater -> value``, rater ``""`` for none.
 
 >>> rating_value({"": 3.0}), rating_value({"a": 2.0, "b": 4.0})
 (3.0, 3.0)
@@ -68,8 +65,8 @@ def session_label_source(f: h5py.File, target: str) -> dict:
 
 
 def check_ratings(ratings: Ratings, where: str | Path = "") -> None:
-    """Raise ValueError for a target or rater name that cannot be an HDF5 name, a rating
-    that is not a finite number, or a target mixing a rater-less rating with raters."""
+    """ValueError for a target or rater that cannot be an HDF5 name, a rating that is not a
+    finite number, or a target mixing a rating without a rater with raters."""
     at = f"{where}: " if where else ""
     for target, by_rater in ratings.items():
         if not target or "/" in target or target.strip() != target:

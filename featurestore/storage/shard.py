@@ -1,8 +1,6 @@
-"""One shard's HDF5 layout, read from and written to an open file (:class:`featurestore.storage.store.Store` opens it).
-
-The layout is a contract (docs/design.md#shard-layout; docs/store.md draws it). Its types, the
-:class:`ShardReader` of an open shard, and the writers of attributes, channels and labels; it
-never opens, copies or renames a file (the store's job, with the atomic replace).
+"""One shard's HDF5 layout (a contract: docs/design.md#shard-layout; docs/store.md draws it):
+its types, the :class:`ShardReader` of an open shard and the writers of attributes, channels
+and labels. It never opens, copies or renames a file (the store's job, with the atomic replace).
 
 >>> split_key("listener/face_geom")
 ('listener', 'face_geom')
@@ -30,8 +28,7 @@ SCHEMA_VERSION = 1
 READABLE_SCHEMAS = range(1, SCHEMA_VERSION + 1)
 LABEL_FPS = 25.0
 ROLES = ("speaker", "listener", "scene")
-#: HDF5 storage of ``data`` datasets; see "Compression" in :mod:`featurestore.storage.store`. An empty
-#: dict means uncompressed and contiguous.
+#: HDF5 storage of ``data`` datasets: uncompressed and contiguous (docs/store.md, no compression)
 DATA_STORAGE: dict = {}
 #: channels computed from a session's transcript (a missing one gets the transcript hint)
 TRANSCRIPT_CHANNELS = ("speech", "lexicon")
@@ -51,18 +48,12 @@ class MissingChannelError(StoreError):
 
 @dataclass
 class Channel(Features):
-    """Features plus the provenance stored with them.
+    """Features plus the provenance stored with them (docs/store.md, layout).
 
-    ``shared_with`` (``role/channel`` or None): this channel's ``data`` and ``time`` are
-    exactly that channel's (e.g. ``speaker/egemaps`` repeats ``scene/egemaps`` with its own
-    ``valid``), so :meth:`Store.write_session` stores them once, as HDF5 hard links to that
-    channel's datasets. The other channel must be written in the same call or already be in
-    the shard, with equal data and time; otherwise the write fails. Channels read back from a
-    shard carry None (their arrays are their own copies).
-
-    ``lookahead_s``: seconds after a row's ``time`` that its values read of the session's
-    source (e.g. 0.072 for eGeMAPS); None when the writer does not know it. Stored as the group
-    attribute ``lookahead_s`` only when known (see :mod:`featurestore.storage.timing`).
+    ``shared_with``: the ``role/channel`` whose ``data`` and ``time`` these are exactly (written
+    in the same call or already stored), stored once as hard links (None when read back).
+    ``lookahead_s``: seconds after a row's ``time`` that its values read of the source; None
+    when the writer does not know it.
     """
 
     extractor: str = ""
@@ -88,14 +79,9 @@ class Channel(Features):
 
 @dataclass(frozen=True)
 class SessionMeta:
-    """Root attributes of a shard.
-
-    ``layout``: how the session was found, ``omg`` (by its ``Subject_<L>_Story_<S>`` name) or
-    ``manifest`` (a row of a corpus manifest); a manifest's ids as written are kept in
-    ``person``, ``group`` and ``partner`` (root attributes ``person_id``, ``group_id``,
-    ``partner_id``; ``listener``, ``story`` and ``speaker`` are their integers), with its
-    ``fold``. Shards written before these existed read as the OMG layout.
-    """
+    """Root attributes of a shard: ``layout`` ``omg`` (found by name) or ``manifest`` (a row of
+    one, whose ids as written are ``person``, ``group``, ``partner``; ``listener``, ``story`` and
+    ``speaker`` are their integers) and its ``fold``."""
 
     session: str
     listener: int
@@ -132,18 +118,27 @@ class SessionMeta:
 
 @dataclass
 class SessionData:
-    """Several channels and one label target of a session, read in one open of its shard.
-
-    ``channels``: ``role/channel`` -> :class:`~featurestore.features.Features` (a
-    :class:`Channel` with its provenance when it was asked for); per-role channels that
-    hard-link the scene's rows share its arrays. ``labels``: (n_frames,) float32 of
-    ``target``, or None when no target was asked for.
-    """
+    """Channels (``role/channel`` -> :class:`~featurestore.features.Features`, or :class:`Channel`
+    with provenance) and the (n_frames,) float32 labels of ``target`` (None: none asked for) of a
+    session, read in one open; hard-linked rows are shared arrays."""
 
     meta: SessionMeta
     channels: dict[str, Features]
     labels: np.ndarray | None = None
     target: str | None = None
+
+
+@dataclass(frozen=True)
+class ChannelTiming:
+    """A stored channel without its data: ``time`` (n,) seconds, ``valid`` (n,) bool, what wrote
+    it and its recorded ``lookahead_s`` (seconds; None when the shard records none)."""
+
+    time: np.ndarray
+    valid: np.ndarray
+    extractor: str
+    extractor_version: str
+    params: dict
+    lookahead_s: float | None
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -156,7 +151,6 @@ def split_key(key: str) -> tuple[str, str]:
 
 def how_to_add(keys: Sequence[str]) -> str:
     """The command that adds the channels ``keys`` to a store (transcript channels need a transcript)."""
-    # speech and lexicon come from a transcript, which extraction alone may not have had
     if any(k.split("/")[-1] in TRANSCRIPT_CHANNELS for k in keys):
         return (
             "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
@@ -170,10 +164,8 @@ def _schema_name(version: Any) -> str:
 
 
 class ShardReader:
-    """Reads the layout of one open shard ``f`` (at ``path``, named in every error).
-
-    Obtained from :meth:`featurestore.storage.store.Store.open_session`; valid while that block is open.
-    """
+    """Reads the layout of one open shard ``f`` (at ``path``, named in every error), from
+    :meth:`featurestore.storage.store.Store.open_session`, while that block is open."""
 
     def __init__(self, f: h5py.File, path: Path) -> None:
         self.file = f
@@ -182,6 +174,7 @@ class ShardReader:
 
     @property
     def session(self) -> str:
+        """The session id (the file's name)."""
         return self.path.stem
 
     @property
@@ -189,11 +182,8 @@ class ShardReader:
         """The root attributes; :class:`StoreError` when some are missing."""
         if self._meta is None:
             a = self.file.attrs
-            missing = [
-                k
-                for k in ("session", "listener", "story", "n_frames", "schema_version")
-                if k not in a
-            ]
+            required = ("session", "listener", "story", "n_frames", "schema_version")
+            missing = [k for k in required if k not in a]
             if missing:
                 raise StoreError(
                     f"{self.path} lacks root attributes {missing}; rebuild it with `featurestore extract --force`"
@@ -250,14 +240,10 @@ class ShardReader:
         }
 
     def has_channel(self, key: str) -> bool:
+        """The shard holds channel ``role/channel`` (a group with ``data``)."""
         role, name = split_key(key)
-        f = self.file
-        return (
-            role in f
-            and name in f[role]
-            and isinstance(f[role][name], h5py.Group)
-            and "data" in f[role][name]
-        )
+        grp = self.file[role][name] if role in self.file and name in self.file[role] else None
+        return isinstance(grp, h5py.Group) and "data" in grp
 
     def require_channels(self, keys: Sequence[str]) -> None:
         """:class:`MissingChannelError` naming the missing ones, what the shard has and how to add them."""
@@ -275,8 +261,23 @@ class ShardReader:
         self.require_channels([key])
         return read_channel_group(self.file[key], self.path)
 
+    def timing(self, key: str) -> ChannelTiming:
+        """The :class:`ChannelTiming` of ``role/channel`` (its ``data`` is not read)."""
+        self.require_channels([key])
+        g = self.file[key]
+        a = g.attrs
+        return ChannelTiming(
+            time=np.asarray(g["time"][()], dtype=np.float64),
+            valid=np.asarray(g["valid"][()], dtype=bool),
+            extractor=str(a.get("extractor", "")),
+            extractor_version=str(a.get("extractor_version", "")),
+            params=json.loads(a.get("params", "{}")),
+            lookahead_s=recorded_lookahead(a),
+        )
+
     # ------------------------------------------------------------------ labels
     def label_targets(self) -> list[str]:
+        """The label targets stored, sorted."""
         return sorted(self.file["labels"]) if "labels" in self.file else []
 
     def label_sources(self) -> dict[str, dict]:
@@ -330,15 +331,15 @@ class ShardReader:
     def read(
         self, keys: Sequence[str], target: str | None = None, provenance: bool = False
     ) -> SessionData:
-        """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first.
+        """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first; a
+        hard-linked dataset is read once. ``provenance``: :class:`Channel` objects, else plain
+        :class:`Features`.
 
-        Errors (:class:`StoreError`) name the shard: a schema version this tool does not read,
-        missing root attributes, missing channels (:class:`MissingChannelError`, with what the
-        shard has and the command that adds them), a missing target, labels whose length is
-        not ``n_frames``, a channel whose column names do not match its data. A dataset that
-        several channels hard-link (per-role rows of the scene's) is read once.
-        ``provenance``: return :class:`Channel` objects with their provenance attributes
-        (about 0.25 ms more per channel), else plain :class:`Features`.
+        Raises:
+            StoreError: naming the shard: a schema version this tool does not read, missing root
+                attributes, missing channels (:class:`MissingChannelError`, with the command that
+                adds them), a missing target, labels not ``n_frames`` long, columns that do not
+                match the data.
         """
         self.check_schema()
         meta = self.meta
@@ -355,7 +356,6 @@ class ShardReader:
         arrays: dict[h5py.h5d.DatasetID, np.ndarray] = {}
 
         def once(ds: h5py.Dataset) -> np.ndarray:
-            # per-role channels hard-link the scene's data/time (Channel.shared_with): read once
             if ds.id not in arrays:
                 arrays[ds.id] = ds[()]
             return arrays[ds.id]
@@ -401,8 +401,7 @@ def read_channel_group(
 
 
 def recorded_lookahead(attrs: Mapping) -> float | None:
-    """A channel group's ``lookahead_s`` attribute in seconds (see :class:`Channel`); None when
-    the group has none."""
+    """A channel group's ``lookahead_s`` attribute in seconds; None when it has none."""
     value = attrs.get("lookahead_s")
     return None if value is None else float(value)
 
@@ -420,12 +419,9 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["schema_version"] = SCHEMA_VERSION
     f.attrs["layout"] = str(meta.layout)
     f.attrs["role_names"] = role_names_json(meta.layout)
-    for name, value in (
-        ("person_id", meta.person),
-        ("group_id", meta.group),
-        ("partner_id", meta.partner),
-        ("fold", meta.fold),
-    ):
+    m = meta
+    ids = {"person_id": m.person, "group_id": m.group, "partner_id": m.partner, "fold": m.fold}
+    for name, value in ids.items():
         if value:
             f.attrs[name] = str(value)
         elif name in f.attrs:
@@ -454,8 +450,7 @@ def write_channel(
     grp.attrs["cache_key"] = ch.cache_key
     grp.attrs["source"] = json.dumps(ch.source, sort_keys=True, default=str)
     grp.attrs["created_utc"] = ch.created_utc or utc_now()
-    # an unknown look-ahead is no attribute (readers count it as inf)
-    if ch.lookahead_s is not None:
+    if ch.lookahead_s is not None:  # an unknown look-ahead is no attribute
         grp.attrs["lookahead_s"] = float(ch.lookahead_s)
 
 
@@ -469,11 +464,9 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 f"{session}: channel {key} shares the rows of {ch.shared_with}, which itself "
                 "shares another channel's; name the channel that holds the rows"
             )
-        shared = (
-            _shared_target(f, session, key, ch, ch.shared_with, channels)
-            if ch.shared_with is not None
-            else None
-        )
+        shared = None
+        if ch.shared_with is not None:
+            shared = _shared_target(f, session, key, ch, ch.shared_with, channels)
         write_channel(f.require_group(role), name, ch, shared)
 
 
@@ -496,8 +489,7 @@ def _shared_target(
     target: str,
     channels: Mapping[str, Channel],
 ) -> h5py.Group:
-    """The group whose datasets ``key`` links to (``target``, ``ch.shared_with``), after
-    checking its rows equal ``ch``'s."""
+    """The group ``target`` (``ch.shared_with``) whose rows ``key`` links to, checked equal."""
     role, name = split_key(target)
     if target == key:
         raise StoreError(
@@ -513,10 +505,8 @@ def _shared_target(
     if other is not None:
         same = _same_rows(ch.data, other.data) and _same_rows(ch.time, other.time)
     else:
-        same = ch.data.shape == grp["data"].shape and ch.time.shape == grp["time"].shape
-        same = (
-            same and _same_rows(ch.data, grp["data"][()]) and _same_rows(ch.time, grp["time"][()])
-        )
+        shapes = ch.data.shape == grp["data"].shape and ch.time.shape == grp["time"].shape
+        same = shapes and all(_same_rows(getattr(ch, d), grp[d][()]) for d in ("data", "time"))
     if not same:
         raise StoreError(
             f"{session}: channel {key} says its data and time are {target}'s (shared_with), but they differ; "
@@ -528,12 +518,11 @@ def _shared_target(
 def write_labels(
     f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]
 ) -> None:
-    """Add or replace label targets, then check every stored target has ``meta.n_frames`` rows.
+    """Add or replace label targets, then check every stored one has ``meta.n_frames`` rows.
 
-    A key ``target@rater`` is one rater's trace: stored at ``/raters/<target>/<rater>`` (attrs
-    ``source``, ``created_utc``), and ``/labels/<target>`` becomes the mean of every rater stored
-    for that target (NaN where none rated; attrs ``raters``, a JSON list, and ``gold_standard``
-    ``"mean"``). A plain ``target`` replaces that target's labels and drops its raters.
+    A key ``target@rater`` is one rater's trace (``/raters/<target>/<rater>``), and
+    ``/labels/<target>`` becomes the mean of the raters stored (docs/store.md, layout); a plain
+    ``target`` replaces that target's labels and drops its raters.
     """
     plain: dict[str, np.ndarray] = {}
     rated: dict[str, dict[str, np.ndarray]] = {}

@@ -1,13 +1,8 @@
 """HDF5 feature store: one shard per session, atomic writes, provenance, verify.
 
-The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every
-write goes to a hidden temporary file that is fsynced and renamed over the shard, so a crash
-leaves the old shard or the new one. Code that computes features hands :class:`Channel`
-objects to :meth:`Store.write_session`; readers go through the store too
-(:meth:`Store.read_session` reads several channels and a target in one open). Channels that
-repeat another's rows (the per-role eGeMAPS) are stored as HDF5 hard links, and ``data`` is
-written uncompressed and contiguous (docs/store.md says why, with the measurements). The
-layout itself is :mod:`featurestore.storage.shard`, the checks :mod:`featurestore.storage.verify`.
+The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every write
+goes to a hidden temporary file that is fsynced and renamed over the shard, so a crash leaves the
+old shard or the new one; the layout itself is :mod:`featurestore.storage.shard`.
 """
 
 from __future__ import annotations
@@ -18,9 +13,9 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
@@ -49,6 +44,9 @@ from .verify import Problem, verify_shard
 
 SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
 _TMP_MARK = ".tmp-"
+#: the columns every per-session table of the store starts with
+SESSION_COLUMNS = ("session", "listener", "story", "speaker", "split")
+T = TypeVar("T")
 
 # the layout's names and the provenance helpers are part of the store's API (notebooks, bench/, experiments/)
 __all__ = [
@@ -83,9 +81,7 @@ def parse_session(text: str) -> tuple[int, int] | None:
 
 @contextlib.contextmanager
 def _rewritten(final: Path) -> Iterator[h5py.File]:
-    """The shard ``final`` opened for change as a temporary copy (a new file when there is no
-    shard yet), fsynced and renamed over the original only once the block completes; on any
-    error the original stays untouched and the temporary file is removed."""
+    """``final`` changed in a temporary copy, fsynced and renamed over it once the block completes."""
     tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         if final.exists():
@@ -95,38 +91,19 @@ def _rewritten(final: Path) -> Iterator[h5py.File]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        with contextlib.suppress(OSError):  # the rename itself is durable once its folder is
+            fd = os.open(final.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _session_columns(session: str, meta: SessionMeta) -> dict[str, Any]:
-    """The columns of a session that every per-session table of the store starts with."""
-    return {
-        "session": session,
-        "listener": meta.listener,
-        "story": meta.story,
-        "speaker": meta.speaker,
-        "split": meta.split,
-    }
-
-
 class Store:
-    """A folder of per-session HDF5 shards.
+    """A folder of per-session HDF5 shards (``mode`` ``r``: read-only, ``a``: read and write).
 
     >>> import tempfile
     >>> store = Store(tempfile.mkdtemp(), mode="a")
@@ -144,12 +121,12 @@ class Store:
 
     # ----------------------------------------------------------------- paths
     def shard_path(self, session: str) -> Path:
+        """The session's shard file."""
         return self.root / f"{session}.h5"
 
     def list_sessions(self) -> list[str]:
-        """Session ids with a shard: ``Subject_<L>_Story_<S>`` ones sorted by listener then
-        story, then those of a manifest (any other id) sorted by name; hidden files (the
-        temporary shards of a writer) are not sessions."""
+        """Session ids with a shard: ``Subject_<L>_Story_<S>`` by listener then story, then any
+        other id (a manifest's) by name; hidden files (a writer's temporary shards) are none."""
         if not self.root.is_dir():
             return []
         omg, other = [], []
@@ -165,9 +142,7 @@ class Store:
 
     def temp_files(self) -> list[Path]:
         """Leftover temporary shards (from a killed writer)."""
-        if not self.root.is_dir():
-            return []
-        return sorted(p for p in self.root.glob(f".*.h5{_TMP_MARK}*"))
+        return sorted(self.root.glob(f".*.h5{_TMP_MARK}*")) if self.root.is_dir() else []
 
     def clean_temp_files(self) -> list[Path]:
         """Delete temporary shards whose writing process is gone; returns what was removed."""
@@ -191,19 +166,15 @@ class Store:
                 )
             sessions = self.list_sessions()
             # a misspelt name gets the nearest one; a well-formed one the store lacks, the list
-            near = (
-                difflib.get_close_matches(session, sessions, n=1, cutoff=0.6)
-                if parse_session(session) is None
-                else []
-            )
+            near = [] if parse_session(session) else difflib.get_close_matches(session, sessions, 1)
             known = ", ".join(sessions[:5]) + (" ..." if len(sessions) > 5 else "") or "none"
+            fix = (
+                f"did you mean {near[0]}?"
+                if near
+                else "run `featurestore extract` or check the session name"
+            )
             raise StoreError(
-                f"no shard for {session} in {self.root} (sessions there: {known}); "
-                + (
-                    f"did you mean {near[0]}?"
-                    if near
-                    else "run `featurestore extract` or check the session name"
-                )
+                f"no shard for {session} in {self.root} (sessions there: {known}); {fix}"
             )
         try:
             return h5py.File(path, "r")
@@ -214,128 +185,97 @@ class Store:
 
     @contextlib.contextmanager
     def open_session(self, session: str) -> Iterator[ShardReader]:
-        """The :class:`~featurestore.storage.shard.ShardReader` of a session's shard, open for a ``with`` block.
-
-        For several reads in one open; :class:`StoreError` when there is no shard or it is not HDF5.
-        """
+        """The session's :class:`~featurestore.storage.shard.ShardReader`, open for a ``with``
+        block; :class:`StoreError` when there is no shard or it is not HDF5."""
         with self._open(session) as f:
             yield ShardReader(f, self.shard_path(session))
+
+    def _read(self, session: str, read: Callable[[ShardReader], T], absent: T | None = None) -> T:
+        """``read`` of the session's open shard; ``absent`` (when given) without a shard."""
+        if absent is not None and not self.shard_path(session).exists():
+            return absent
+        with self.open_session(session) as shard:
+            return read(shard)
 
     def read_session(
         self, session: str, keys: Sequence[str], target: str | None = None, provenance: bool = False
     ) -> SessionData:
-        """Channels ``keys`` (``role/channel``) and the labels of ``target`` of one session, in one open.
-
-        Returns a :class:`~featurestore.storage.shard.SessionData` (meta, channels, labels). Rows that
-        several channels share (the per-role eGeMAPS channels link the scene's) are read once.
-        Raises :class:`StoreError` naming the shard for a schema version this tool does not
-        read, a missing channel (:class:`MissingChannelError`: says what the shard has and how
-        to add it), a missing target, or labels whose length is not the session's frame count;
-        see :meth:`featurestore.storage.shard.ShardReader.read` (``provenance``).
-        """
-        with self.open_session(session) as shard:
-            return shard.read(keys, target, provenance)
+        """Channels ``keys`` and the labels of ``target`` of one session, in one open
+        (:meth:`featurestore.storage.shard.ShardReader.read`, which lists what it raises)."""
+        return self._read(session, lambda shard: shard.read(keys, target, provenance))
 
     def check_schema(self, session: str, write: bool = False) -> None:
-        """:class:`StoreError` when the session's shard has a schema version this tool does not read
-        (``write``: does not write); nothing when the session has no shard yet."""
+        """:class:`StoreError` when the session's shard has a schema version this tool does not
+        read (``write``: does not write); nothing when the session has no shard yet."""
         if self.shard_path(session).exists():
-            with self.open_session(session) as shard:
-                shard.check_schema(write)
+            self._read(session, lambda shard: shard.check_schema(write))
 
     def meta(self, session: str) -> SessionMeta:
-        with self.open_session(session) as shard:
-            return shard.meta
+        """The session's root attributes."""
+        return self._read(session, lambda shard: shard.meta)
 
     def channel_keys(self, session: str) -> list[str]:
         """``role/channel`` keys stored for a session."""
-        with self.open_session(session) as shard:
-            return shard.channel_keys()
+        return self._read(session, ShardReader.channel_keys)
 
     def cache_keys(self, session: str) -> dict[str, str]:
         """``role/channel`` -> stored cache key (empty dict when there is no shard)."""
-        if not self.shard_path(session).exists():
-            return {}
-        with self.open_session(session) as shard:
-            return shard.cache_keys()
+        return self._read(session, ShardReader.cache_keys, absent={})
 
     def label_sources(self, session: str) -> dict[str, dict]:
         """Label target -> the stored source fingerprint of its annotation (empty without a shard)."""
-        if not self.shard_path(session).exists():
-            return {}
-        with self.open_session(session) as shard:
-            return shard.label_sources()
+        return self._read(session, ShardReader.label_sources, absent={})
 
     def read_channel(self, session: str, key: str) -> Channel:
         """The stored :class:`Channel` ``role/channel`` of a session, with provenance."""
         split_key(key)
-        with self.open_session(session) as shard:
-            return shard.channel(key)
+        return self._read(session, lambda shard: shard.channel(key))
 
     def channel(self, session: str, key: str) -> pd.DataFrame:
         """A channel as a DataFrame indexed by time in seconds, plus a ``valid`` column."""
         return self.read_channel(session, key).to_frame()
 
     def label_targets(self, session: str) -> list[str]:
-        with self.open_session(session) as shard:
-            return shard.label_targets()
+        """The label targets stored for a session."""
+        return self._read(session, ShardReader.label_targets)
+
+    def _trace(
+        self, session: str, read: Callable[[ShardReader], np.ndarray], name: str
+    ) -> pd.Series:
+        """A per-frame trace of a session, indexed by frame time in seconds."""
+        y, fps = self._read(
+            session, lambda shard: (read(shard), shard.file.attrs.get("fps", LABEL_FPS))
+        )
+        return pd.Series(y, index=pd.Index(np.arange(len(y)) / float(fps), name="time"), name=name)
 
     def labels(self, session: str, target: str = "valence_self") -> pd.Series:
         """Per-frame labels at 25 fps, indexed by frame time in seconds."""
-        with self.open_session(session) as shard:
-            y = shard.labels(target)
-            fps = float(shard.file.attrs.get("fps", LABEL_FPS))
-        return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=target)
+        return self._trace(session, lambda shard: shard.labels(target), target)
 
     def raters(self, session: str, target: str) -> list[str]:
         """The raters stored for ``target`` in a session (empty: one rating file, no raters)."""
-        with self.open_session(session) as shard:
-            return shard.raters(target)
+        return self._read(session, lambda shard: shard.raters(target))
 
     def rater_labels(self, session: str, target: str, rater: str) -> pd.Series:
         """One rater's per-frame trace of ``target`` (NaN where not rated), indexed like :meth:`labels`."""
-        with self.open_session(session) as shard:
-            y = shard.rater_labels(target, rater)
-            fps = float(shard.file.attrs.get("fps", LABEL_FPS))
-        return pd.Series(y, index=pd.Index(np.arange(len(y)) / fps, name="time"), name=rater)
+        return self._trace(session, lambda shard: shard.rater_labels(target, rater), rater)
 
     def sessions(self) -> pd.DataFrame:
-        """One row per shard: session, listener, story, speaker, split, n_frames, channels, targets,
-        layout (``omg`` or ``manifest``: the words of its roles are
-        :func:`featurestore.storage.roles.role_names` of it)."""
+        """One row per shard: session, listener, story, speaker, split, n_frames, channels,
+        targets, layout (``omg`` or ``manifest``; :func:`featurestore.storage.roles.role_names`)."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:
                 m = shard.meta
-                chans = shard.channel_keys()
-                targets = shard.label_targets()
-            rows.append(
-                {
-                    **_session_columns(s, m),
-                    "n_frames": m.n_frames,
-                    "channels": chans,
-                    "targets": targets,
-                    "layout": m.layout,
-                }
-            )
-        cols = [
-            "session",
-            "listener",
-            "story",
-            "speaker",
-            "split",
-            "n_frames",
-            "channels",
-            "targets",
-            "layout",
-        ]
-        return pd.DataFrame(rows, columns=cols)
+                row = [s, m.listener, m.story, m.speaker, m.split, m.n_frames]
+                rows.append([*row, shard.channel_keys(), shard.label_targets(), m.layout])
+        columns = [*SESSION_COLUMNS, "n_frames", "channels", "targets", "layout"]
+        return pd.DataFrame(rows, columns=columns)
 
     # ------------------------------------------------------- whole-session ratings
     def session_label_targets(self, session: str) -> list[str]:
         """The targets with a whole-session rating (``/session_labels``) in a session's shard."""
-        with self.open_session(session) as shard:
-            return session_labels.session_label_targets(shard.file)
+        return self._read(session, lambda shard: session_labels.session_label_targets(shard.file))
 
     def session_label(self, session: str, target: str) -> float:
         """The whole-session rating ``target`` of a session (the mean over its raters).
@@ -357,16 +297,12 @@ class Store:
 
     def session_raters(self, session: str, target: str) -> dict[str, float]:
         """Rater -> whole-session rating ``target`` of a session (empty without raters)."""
-        with self.open_session(session) as shard:
-            return session_labels.read_session_raters(shard.file, target)
+        return self._read(session, lambda sh: session_labels.read_session_raters(sh.file, target))
 
     def session_ratings(self, session: str) -> dict[str, dict[str, float]]:
         """Every whole-session rating of a session, ``target -> rater -> value`` (rater ``""``
         without raters); {} without a shard."""
-        if not self.shard_path(session).exists():
-            return {}
-        with self.open_session(session) as shard:
-            return session_labels.read_ratings(shard.file)
+        return self._read(session, lambda shard: session_labels.read_ratings(shard.file), {})
 
     def session_labels(self, target: str) -> pd.DataFrame:
         """One row per shard with a whole-session rating ``target``: session, listener, story,
@@ -377,17 +313,9 @@ class Store:
                 value = session_labels.read_session_label(shard.file, target)
                 if value is None:
                     continue
-                m = shard.meta
-                n = len(session_labels.read_session_raters(shard.file, target))
-            rows.append(
-                {
-                    **_session_columns(s, m),
-                    "value": value,
-                    "n_raters": n,
-                }
-            )
-        cols = ["session", "listener", "story", "speaker", "split", "value", "n_raters"]
-        return pd.DataFrame(rows, columns=cols)
+                m, n = shard.meta, len(session_labels.read_session_raters(shard.file, target))
+            rows.append([s, m.listener, m.story, m.speaker, m.split, value, n])
+        return pd.DataFrame(rows, columns=[*SESSION_COLUMNS, "value", "n_raters"])
 
     def write_session_labels(
         self, session: str, ratings: Ratings, source: Mapping[str, Any]
@@ -399,8 +327,7 @@ class Store:
             StoreError: no shard for ``session``, or the store is read-only.
             ValueError: a bad target, rater or value; the shard is unchanged.
         """
-        if self.mode != "a":
-            raise StoreError(f"store {self.root} is open read-only; use Store(root, mode='a')")
+        self._check_writable()
         session_labels.check_ratings(ratings)
         final = self.shard_path(session)
         if not final.exists():
@@ -411,6 +338,10 @@ class Store:
         return final
 
     # --------------------------------------------------------------- writing
+    def _check_writable(self) -> None:
+        if self.mode != "a":
+            raise StoreError(f"store {self.root} is open read-only; use Store(root, mode='a')")
+
     def write_session(
         self,
         meta: SessionMeta,
@@ -419,15 +350,10 @@ class Store:
         label_sources: Mapping[str, dict] | None = None,
         drop: Iterable[str] = (),
     ) -> Path:
-        """Add or replace channels and labels of one session, atomically.
-
-        The existing shard (if any) is copied to a temporary file, changed there, and renamed
-        over the original only once complete; on any error the original stays untouched and
-        the temporary file is removed. A channel with :attr:`Channel.shared_with` is written
-        after the channels with their own rows, its ``data`` and ``time`` as hard links.
-        """
-        if self.mode != "a":
-            raise StoreError(f"store {self.root} is open read-only; use Store(root, mode='a')")
+        """Add or replace channels and labels of one session, atomically (a changed copy renamed
+        over the shard; on any error the shard is untouched). A channel with
+        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links."""
+        self._check_writable()
         channels = dict(channels or {})
         for k in channels:
             split_key(k)
@@ -448,43 +374,32 @@ class Store:
     def verify(
         self, current_versions: Mapping[str, str] | None = None, check_sources: bool = True
     ) -> list[Problem]:
-        """Check every shard; returns the problems found (an empty list means all good).
-
-        Checks: the file opens, and those of :mod:`featurestore.storage.verify` (root attributes and
-        schema version; per channel, shapes, times inside the session, valid rows finite, the
-        stored cache key against its provenance, the extractor version against
-        ``current_versions`` (extractor name -> version), the source file's fingerprint when it
-        still exists and ``check_sources``; label lengths). Leftover temporary files of a killed
-        writer are not problems (shards are never partial); see :meth:`temp_files`.
-        """
-        problems: list[Problem] = []
+        """Check every shard (:mod:`featurestore.storage.verify`); the problems found, none when
+        all is good. ``current_versions``: extractor name -> version; ``check_sources``:
+        re-fingerprint the source files that still exist. A writer's leftover temporary files
+        are not problems (:meth:`temp_files`)."""
         sessions = self.list_sessions()
-        if not sessions:
-            problems.append(
+        problems = (
+            []
+            if sessions
+            else [
                 Problem(
                     str(self.root),
                     "no shards found",
                     "run `featurestore extract` or `make features`",
                 )
-            )
+            ]
+        )
         fp_cache: dict[str, dict] = {}
         for s in sessions:
             path = self.shard_path(s)
             try:
                 f = h5py.File(path, "r")
             except OSError as e:
-                problems.append(
-                    Problem(
-                        s,
-                        f"{path.name} is not readable HDF5 ({e})",
-                        "delete it and re-run `featurestore extract`",
-                    )
-                )
+                why = f"{path.name} is not readable HDF5 ({e})"
+                problems.append(Problem(s, why, "delete it and re-run `featurestore extract`"))
                 continue
             with f:
-                problems.extend(
-                    verify_shard(
-                        s, ShardReader(f, path), current_versions or {}, check_sources, fp_cache
-                    )
-                )
+                shard = ShardReader(f, path)
+                problems += verify_shard(s, shard, current_versions or {}, check_sources, fp_cache)
         return problems

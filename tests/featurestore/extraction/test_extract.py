@@ -79,7 +79,7 @@ def test_extract_shapes_validity_provenance(extracted, corpus):
         spk.valid.mean() > lst.valid.mean() > 0
     )  # the speaker talks most, the listener backchannels
     assert not np.any(spk.valid & ~scene.valid)
-    # how far after its time stamps each channel read (featurestore.storage.timing): a face row
+    # how far after its time stamps each channel read (docs/channels.md): a face row
     # its one frame, eGeMAPS 70 ms of audio and the resampler's 2 ms, the face rule's voice
     # rows the mouth activity's centred 0.6 s window and the next 5 fps sample
     assert st.read_channel(s, "listener/face_geom").lookahead_s == 0.0
