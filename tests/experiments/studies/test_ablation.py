@@ -501,7 +501,7 @@ def _runs() -> pd.DataFrame:
 
 def test_the_grid_step_refuses_an_unknown_executor():
     cfg = from_dict(config_dict("unused"))
-    with pytest.raises(ValueError, match="unknown executor 'slurm'; use 'local' or 'dask'"):
+    with pytest.raises(ValueError, match="unknown executor 'slurm'; valid: dask, local"):
         sweep_feature_sets(cfg, "unused", {"executor": "slurm"})
 
 
