@@ -33,7 +33,7 @@ from .config.schema import ExperimentConfig
 
 if TYPE_CHECKING:
     from .studies.parent_run import SweepResult
-from .studies.session_cli import add_sessions
+from .studies.session_cli import CONFIG_ARGUMENT, cmd_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: the store a verb reads when --store is not given
@@ -78,6 +78,15 @@ SHARED = {
     ),
     "scheduler": _opt(
         "--scheduler", default=None, help="address of an existing Dask scheduler (--executor dask)"
+    ),
+    "set": _opt(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
+        "(e.g. --set window.delay_s=[2] --set models.2.alpha=[1,10]: list items by index)",
     ),
     "no-resume": _opt(
         "--no-resume",
@@ -125,15 +134,7 @@ def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> 
         help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
         f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
-        "(e.g. --set window.delay_s=[2] --set models.2.alpha=[1,10]: list items by index)",
-    )
+    p.add_argument(*SHARED["set"][0], **SHARED["set"][1])
     p.add_argument(
         "--print-config",
         action="store_true",
@@ -286,14 +287,14 @@ def _choices(res: SweepResult) -> str:
     t, protocol = res.table, res.selection_metric.split(".", 1)[0]  # the selection split
     targets = list(res.best_run_ids_by_target)
     if len(targets) <= 1:
-        summary = track_summary(t, protocol, res.unseen_selection, res.nested_unseen)
+        summary = track_summary(t, protocol, res.unseen_selection, res.nested_unseen, res.metric)
         return "" if summary.empty else f"\n{summary_markdown(summary)}\n"
     summaries = {}
     for target in targets:  # each target's own nested choices
         part = t[t["target"] == target]
         nested = res.unseen_selection == "nested"
         chosen = nested_unseen(part, protocol, False, res.metric) if nested else None
-        summaries[target] = track_summary(part, protocol, res.unseen_selection, chosen)
+        summaries[target] = track_summary(part, protocol, res.unseen_selection, chosen, res.metric)
     text = "".join(f"\ntarget {k}:\n\n{summary_markdown(v)}\n" for k, v in summaries.items())
     return text + combined_markdown(targets, combined_summary(summaries)) + "\n"
 
@@ -502,7 +503,13 @@ VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
             _out("agreement.md/.csv/.png"),
         ),
     ),
-    add_sessions,
+    Verb(
+        cmd_sessions,
+        "whole-session ratings: models over session summaries, CV by person -> MLflow, "
+        "reports/summary_sessions.{md,csv}",
+        shared=("store", "tracking", "set", "no-resume"),
+        arguments=(CONFIG_ARGUMENT, _out("summary_sessions.md/.csv")),
+    ),
 ]
 
 

@@ -23,7 +23,7 @@ import pytest
 from experiments.config.loading import load_config
 from experiments.config.options import ConfigWarning
 from experiments.config.schema import TOP_KEYS
-from experiments.studies.session_level import load_session_config
+from experiments.studies.session_config import load_session_config
 from featurestore.extraction.config import load_feature_config
 from featurestore.storage.store import Store
 from tests.experiments.helpers import N_FRAMES, build_store

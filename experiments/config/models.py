@@ -185,6 +185,12 @@ def _hist_gb(p: dict[str, Any], seed: int) -> Any:
     return HistGradientBoostingRegressor(**p, early_stopping=False, random_state=seed)
 
 
+def _random_forest(p: dict[str, Any], seed: int) -> Any:
+    from sklearn.ensemble import RandomForestRegressor  # scikit-learn: loaded when built
+
+    return RandomForestRegressor(**p, n_jobs=1, random_state=seed)
+
+
 def _dummy(p: dict[str, Any], seed: int) -> Any:
     from sklearn.dummy import DummyRegressor  # scikit-learn: loaded when a model is built
 
@@ -256,6 +262,17 @@ for _spec in (
         },
         preprocess="fill_empty",
         inputs="columns",
+        slow=True,
+    ),
+    ModelSpec(
+        "random_forest",
+        f"scikit-learn `RandomForestRegressor` {_SCALED} (the whole-session study's tree model)",
+        _random_forest,
+        {
+            "n_estimators": Hyper(200, COUNT),
+            "max_depth": Hyper(None, Domain(low=1, integer=True, none=True), "null: unlimited"),
+        },
+        preprocess="impute_scale",
         slow=True,
     ),
     ModelSpec(

@@ -24,12 +24,12 @@ from scipy.optimize import nnls
 
 from ..config.choices import check_choice
 from ..config.grid import Trial
+from ..config.metrics import get_metric
 from ..config.options import BLENDS
 from ..config.tracks import fused_track
 from ..windowing.windowed import Windowed
 from .evaluate import MemberPredictions, member_predictions, score_metrics, session_scores
 from .fit_cache import FitCache
-from .metrics import ccc
 
 
 class Blend:
@@ -158,14 +158,14 @@ def late_fusion(
     fitted = Blend(blend, alpha).fit(stacked, np.concatenate([sessions[sid].y for sid in train]))
     out = {sid: fitted.predict(_columns(preds, "evaluated", sid)) for sid in evaluated}
     on_train = {sid: fitted.predict(_columns(preds, "train", sid)) for sid in train}
-    scores = session_scores((sessions[sid], split_of[sid], pred) for sid, pred in out.items())
-    truth = {sid: sessions[sid].y for sid in out}
-    metrics = score_metrics(
-        scores, out, truth, seed=seed, fps={sid: sessions[sid].fps for sid in out}
-    )
-    ok = {sid: np.isfinite(sessions[sid].y) for sid in on_train}
-    train_ccc = np.mean([ccc(sessions[sid].y[ok[sid]], p[ok[sid]]) for sid, p in on_train.items()])
     trials = [t for t, _ in members]
+    m = get_metric(trials[0].metric)
+    scores = session_scores(((sessions[s], split_of[s], p) for s, p in out.items()), m.name)
+    truth = {sid: sessions[sid].y for sid in out}
+    fps = {sid: sessions[sid].fps for sid in out}
+    metrics = score_metrics(scores, out, truth, seed=seed, fps=fps, metric=m.name)
+    ok = {sid: np.isfinite(sessions[sid].y) for sid in on_train}
+    train_ccc = np.mean([m(sessions[sid].y[ok[sid]], p[ok[sid]]) for sid, p in on_train.items()])
     return FusionResult(
         trials,
         fitted,

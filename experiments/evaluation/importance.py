@@ -1,6 +1,7 @@
-"""Permutation importance: the drop in CCC when a channel's, a column's or a window statistic's
-features are moved in time, with a 95 % interval over listeners. What it measures and claims:
-docs/results.md, "What drives a prediction: permutation importance".
+"""Permutation importance: the drop in a configuration's metric (CCC by default) when a
+channel's, a column's or a window statistic's features are moved in time, with a 95 % interval
+over listeners. What it measures and claims: docs/results.md, "What drives a prediction:
+permutation importance".
 
 >>> [g.name for g in feature_groups(["listener/face/AU12:mean@4s", "listener/face:valid_frac@4s"],
 ...                                   ["listener/face"], ["channel", "column", "stat"])]
@@ -16,34 +17,22 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
+from ..config.metrics import MetricSpec, get_metric
 from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
 from .fit_cache import FitCache, FitScope
 from .fitting import FitPart, Fitted, fit_group, fit_main
-from .metrics import ccc
-from .uncertainty import MIN_LAG_S, contributions, mean_interval
+from .uncertainty import DIFF_RANGE, MIN_LAG_S, contributions, mean_interval
 
 #: the kinds of feature groups, see the module docstring
 LEVELS = IMPORTANCE_LEVELS
-#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract: docs/design.md#reports)
-COLUMNS = [
-    "feature_set",
-    "track",
-    "split",
-    "level",
-    "group",
-    "rank",
-    "importance",
-    "ci_low",
-    "ci_high",
-    "sd_repeats",
-    "ccc",
-    "ccc_permuted",
-    "n_features",
-    "n_listeners",
-    "repeats",
-]
+#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract: docs/design.md#reports;
+#: ``ccc`` and ``ccc_permuted`` hold the configuration's metric)
+COLUMNS = (
+    "feature_set track split level group rank importance ci_low ci_high sd_repeats ccc "
+    "ccc_permuted n_features n_listeners repeats"
+).split()
 
 
 @dataclass(frozen=True)
@@ -127,19 +116,19 @@ def shifted(F: np.ndarray, indices: Sequence[int], lag: int) -> np.ndarray:
 class ImportanceResult:
     """``table``: one row per group (:data:`COLUMNS`); ``drops``: the mean drop over repeats per
     group and session (columns level, group, session, listener, story, ccc_drop); ``scores``: the
-    unpermuted per-session CCC of the split (session, listener, story, split, ccc)."""
+    unpermuted per-session values of the split (session, listener, story, split, <metric>)."""
 
     table: pd.DataFrame
     drops: pd.DataFrame
     scores: pd.DataFrame
 
 
-def _session_ccc(sessions: Sequence[WindowedSession], preds: dict[str, np.ndarray]) -> np.ndarray:
-    out = np.empty(len(sessions))
-    for j, s in enumerate(sessions):
-        ok = np.isfinite(s.y)
-        out[j] = ccc(s.y[ok], preds[s.session][ok])
-    return out
+def _session_values(
+    sessions: Sequence[WindowedSession], preds: dict[str, np.ndarray], m: MetricSpec
+) -> np.ndarray:
+    """``m`` of each session's prediction, over its frames with a finite label."""
+    ok = [np.isfinite(s.y) for s in sessions]
+    return np.array([m(s.y[k], preds[s.session][k]) for s, k in zip(sessions, ok, strict=True)])
 
 
 def permutation_importance(
@@ -156,8 +145,9 @@ def permutation_importance(
     """Permutation importance of ``trial``'s feature groups of ``levels`` (:data:`LEVELS`) on
     ``split`` under ``track``'s averaging (default the trial's own), its windowed features ``w``
     moved by ``repeats`` lags of at least ``min_lag_s`` seconds per session (``seed``); fits
-    of ``cache`` reused. The table is sorted by level, then importance, a CCC difference (-2 to
-    2; positive: the group helps); ``rank`` 1 is the largest drop of its level.
+    of ``cache`` reused. The table is sorted by level, then importance, the drop in the trial's
+    metric (a CCC difference, -2 to 2, by default; positive: the group helps); ``rank`` 1 is the
+    largest drop of its level.
 
     Raises:
         ValueError: no sessions of ``split``, no training sessions, ``repeats`` < 1, or ``val``
@@ -192,10 +182,12 @@ def permutation_importances(
     trial = choices[0][0]  # the splits and the protocol are the group's
     train, scored = _train_and_scored(trial, w, split)
     scope = (cache or FitCache()).on(w.names)
-    fitted = [_fitted(t, train, scored, scope) for t, _ in choices]
+    fitted = [_fitted(t, train, scored, scope, get_metric(trial.metric)) for t, _ in choices]
     lags = draw_lags(scored, repeats, min_lag_s, seed)
     groups = feature_groups(w.names, list(trial.channels), levels)
-    # per choice: the drop in CCC per (group, repeat, session)
+    m = get_metric(trial.metric)
+    sign = 1.0 if m.higher_is_better else -1.0  # a drop is a loss, whichever way is better
+    # per choice: the drop in the metric per (group, repeat, session)
     drops = [np.empty((len(groups), repeats, len(scored))) for _ in choices]
     for k, g in enumerate(groups):
         for r in range(repeats):
@@ -211,7 +203,7 @@ def permutation_importances(
                     }
                     made.append((predict, raw))
                 preds = postprocessed(t, replace(fits, evaluated=raw), train, scored)
-                drops[i][k, r] = base - _session_ccc(scored, preds)
+                drops[i][k, r] = sign * (base - _session_values(scored, preds, m))
     return [
         _result(t, track, split, repeats, scored, groups, fitted[i][2], drops[i])
         for i, ((t, _), track) in enumerate(zip(choices, tracks, strict=True))
@@ -257,16 +249,20 @@ def _train_and_scored(
 
 
 def _fitted(
-    trial: Trial, train: list[WindowedSession], scored: list[WindowedSession], scope: FitScope
+    trial: Trial,
+    train: list[WindowedSession],
+    scored: list[WindowedSession],
+    scope: FitScope,
+    m: MetricSpec,
 ) -> tuple[Callable[[WindowedSession], np.ndarray], Fitted, np.ndarray]:
     """``trial``'s predict function and fits as the run made them (the main fit, and the
-    out-of-fold fits its post-processing is fitted on), and its unpermuted per-session CCC."""
+    out-of-fold fits its post-processing is fitted on), and its unpermuted per-session ``m``."""
     need_post_fit = trial.rescale != "none"
     predict, main = fit_main(trial, train, scored, need_post_fit, scope)
     fits = fit_group(
         trial, train, scored, need_post_fit, False, {FitPart("main"): main}, cache=scope
     )
-    return predict, fits, _session_ccc(scored, postprocessed(trial, fits, train, scored))
+    return predict, fits, _session_values(scored, postprocessed(trial, fits, train, scored), m)
 
 
 def _result(
@@ -279,8 +275,10 @@ def _result(
     base: np.ndarray,
     drops_by_group: np.ndarray,
 ) -> ImportanceResult:
-    """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session CCC ``base``
+    """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session values ``base``
     and its drops (groups, repeats, sessions)."""
+    m = get_metric(trial.metric)
+    sign, bounds = (1.0 if m.higher_is_better else -1.0), DIFF_RANGE if m.name == "ccc" else None
     listeners = np.array([s.listener for s in scored])
     stories = np.array([s.story for s in scored])
     sessions = {"session": [s.session for s in scored], "listener": listeners, "story": stories}
@@ -290,7 +288,7 @@ def _result(
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
         drop = per_repeat.mean(axis=0)
         by_listener = share(drop)
-        low, high = mean_interval(by_listener, bounds=(-2.0, 2.0))  # a drop in CCC
+        low, high = mean_interval(by_listener, bounds=bounds)
         importance = float(by_listener.mean())
         sd = np.std([share(d).mean() for d in per_repeat], ddof=1) if repeats > 1 else np.nan
         rows.append(
@@ -305,7 +303,7 @@ def _result(
                 "ci_high": high,
                 "sd_repeats": float(sd),
                 "ccc": base_mean,
-                "ccc_permuted": base_mean - importance,
+                "ccc_permuted": base_mean - sign * importance,
                 "n_features": len(g.indices),
                 "n_listeners": len(np.unique(listeners)),
                 "repeats": repeats,
@@ -320,7 +318,7 @@ def _result(
         ["level", "importance"], key=lambda c: c.map(order) if c.name == "level" else -c
     ).reset_index(drop=True)
     table.insert(5, "rank", table.groupby("level").cumcount() + 1)
-    scores = pd.DataFrame({**sessions, "split": split, "ccc": base})
+    scores = pd.DataFrame({**sessions, "split": split, m.name: base})
     return ImportanceResult(table[COLUMNS], pd.concat(drops, ignore_index=True), scores)
 
 

@@ -1,9 +1,8 @@
-"""Figures logged with runs: predicted vs. true valence, per-listener CCC, the ablation table, agreement,
-permutation importance and CCC per listener x story.
-
-Every ``plot_*`` function saves a PNG to a path or to a binary file object (``io.BytesIO``):
-a sweep's worker processes draw a configuration's figures into memory and hand the bytes to
-the process that logs the run (see :func:`trial_figures`).
+"""Figures logged with runs: predicted vs. true valence, the per-listener score, the ablation
+table, agreement, permutation importance and the score per listener x story. Every ``plot_*``
+saves a PNG to a path or a binary file object: a sweep's workers draw into memory and hand the
+bytes to the process that logs the run (:func:`trial_figures`). The per-session scores are a
+metric's (column ``metric``, ``ccc`` by default).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import get_metric
 from ..config.options import CHOSEN_UNSEEN_MARK
 
 if TYPE_CHECKING:
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 def _wrap(text: str, width_in: float, fontsize: float) -> str:
     """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
-    chars = max(
-        20, int(0.8 * width_in * 72 / (0.62 * fontsize))
-    )  # axes ~80 % of the width, ~0.6 em a character
+    chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 %, ~0.6 em a character
     return "\n".join(textwrap.wrap(text, chars)) if text else text
+
+
+def _name(metric: str) -> str:
+    """A metric as the figures name it: ``CCC``, or its own name."""
+    return "CCC" if metric == "ccc" else metric
 
 
 def _plt() -> Any:
@@ -62,13 +65,9 @@ def load_backend() -> None:
 
 
 def _save(fig: Figure, path: str | Path | BinaryIO) -> Path | BinaryIO:
-    """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close it.
-
-    ``tight_layout`` leaves a placeholder layout engine on the figure, for which ``savefig``
-    draws the whole figure once without output before drawing it for real; with the
-    layout already done that first draw changes nothing (the same bytes, tested) and is
-    dropped: 15-20 % of a sweep configuration's figures.
-    """
+    """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close
+    it, without the draw without output that ``tight_layout``'s placeholder engine costs (the
+    same bytes; 15-20 % of a configuration's figures)."""
     from matplotlib.layout_engine import PlaceHolderLayoutEngine  # (heavy, as in _plt)
 
     plt = _plt()
@@ -88,13 +87,12 @@ def plot_predictions(
     fps: float = 25.0,
     max_sessions: int = 4,
     title: str = "",
+    metric: str = "ccc",
 ) -> Path | BinaryIO:
-    """Predicted vs. self-rated valence over time (s) for a few sessions (best and worst CCC first).
-
-    ``fps``: the label rate (Hz) of ``predictions`` and ``truth``. Returns where the PNG went.
-    """
+    """Predicted vs. self-rated valence over time (s, ``fps`` the label rate in Hz) for a few
+    sessions, the best and the worst by ``metric`` first. Returns where the PNG went."""
     plt = _plt()
-    df = scores.sort_values("ccc", ascending=False)
+    df = scores.sort_values(metric, ascending=not get_metric(metric).higher_is_better)
     pick = list(df.session[: max_sessions // 2]) + list(
         df.session[::-1][: max_sessions - max_sessions // 2]
     )
@@ -108,7 +106,7 @@ def plot_predictions(
         row = scores.set_index("session").loc[sid]
         ax.plot(t, y, color="black", lw=1.4, label="self-rated valence")
         ax.plot(t, p, color="tab:orange", lw=1.2, label="prediction")
-        ax.set_title(f"{sid} ({row['split']}): CCC {row['ccc']:.3f}", fontsize=9)
+        ax.set_title(f"{sid} ({row['split']}): {_name(metric)} {row[metric]:.3f}", fontsize=9)
         ax.set_ylabel("valence (-1 to 1)")
         ax.set_ylim(-1.05, 1.05)
         ax.grid(alpha=0.3)
@@ -121,11 +119,11 @@ def plot_predictions(
 
 
 def plot_listener_ccc(
-    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = ""
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = "ccc"
 ) -> Path | BinaryIO:
-    """Bar chart of each listener's mean CCC over their stories, one bar group per split."""
+    """Bar chart of each listener's mean score over their stories, one bar group per split."""
     plt = _plt()
-    table = scores.groupby(["listener", "split"])["ccc"].mean().unstack("split")
+    table = scores.groupby(["listener", "split"])[metric].mean().unstack("split")
     width_in = max(5.5, 0.7 * len(table) + 2)
     fig, ax = plt.subplots(figsize=(width_in, 3.4))
     splits = list(table.columns)
@@ -136,8 +134,9 @@ def plot_listener_ccc(
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, [f"L{v}" for v in table.index])
     ax.set_xlabel("listener")
-    ax.set_ylabel("mean CCC over stories\n(-1 to 1)")
-    ax.set_title(_wrap(title or "CCC per listener", width_in, 9), fontsize=9)
+    unit = "\n(-1 to 1)" if metric == "ccc" else ""
+    ax.set_ylabel(f"mean {_name(metric)} over stories{unit}")
+    ax.set_title(_wrap(title or f"{_name(metric)} per listener", width_in, 9), fontsize=9)
     ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -357,19 +356,20 @@ def plot_importance(
 
 
 def plot_session_ccc(
-    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = ""
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = "ccc"
 ) -> Path | BinaryIO:
-    """Heat map of CCC per listener (rows) x story (columns, with their split), each cell's
-    value written in it, each listener's mean over the stories beside its name: the picture
-    that shows whether one listener or one story carries a mean. ``scores``: columns session,
-    listener, story, split, ccc (the ``*_unseen`` splits are left out)."""
+    """Heat map of the score per listener (rows) x story (columns, with their split), each value
+    written in its cell, each listener's mean beside its name: whether one listener or one story
+    carries a mean. ``scores``: columns session, listener, story, split, ``metric`` (the
+    ``*_unseen`` splits left out)."""
     plt = _plt()
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
-    m = own.pivot_table(index="listener", columns="story", values="ccc", aggfunc="mean")
+    m = own.pivot_table(index="listener", columns="story", values=metric, aggfunc="mean")
     split_of = own.drop_duplicates("story").set_index("story").split
     width_in = max(4.5, 0.9 * m.shape[1] + 2.5)
     fig, ax = plt.subplots(figsize=(width_in, 0.45 * m.shape[0] + 2.0))
-    image = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+    scale = {"vmin": -1, "vmax": 1} if metric == "ccc" else {}
+    image = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu", aspect="auto", **scale)
     for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
@@ -378,8 +378,8 @@ def plot_session_ccc(
     ax.set_yticks(np.arange(m.shape[0]), [f"L{v} ({means[v]:.2f})" for v in m.index], fontsize=8)
     ax.set_xlabel("story (split)")
     ax.set_ylabel("listener (mean over stories)")
-    fig.colorbar(image, ax=ax, label="CCC (-1 to 1)")
-    fig.suptitle(_wrap(title or "CCC per listener x story", width_in, 9), fontsize=9)
+    fig.colorbar(image, ax=ax, label=_name(metric) + (" (-1 to 1)" if metric == "ccc" else ""))
+    fig.suptitle(_wrap(title or f"{_name(metric)} per listener x story", width_in, 9), fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -395,35 +395,26 @@ def trial_figures(
     scores: pd.DataFrame,
     label: str,
     fps: float = 25.0,
+    metric: str = "ccc",
 ) -> dict[str, bytes]:
-    """A configuration's two figures as PNG bytes, by file name (see ``PREDICTIONS_FIGURE``).
-
-    ``predictions`` / ``truth``: per-frame valence by session at ``fps`` (Hz); ``scores``: the
-    per-session CCC table; ``label``: the configuration's label, used in the titles. Drawn with
-    the Agg backend into memory, so a worker process can draw them and send the bytes.
-    """
-    out: dict[str, bytes] = {}
-    # the time series are the configuration's own predictions; the bars show the unseen-listener splits too
+    """A configuration's two figures as PNG bytes by file name, drawn into memory (a worker
+    sends the bytes): ``predictions`` / ``truth`` per-frame valence by session at ``fps`` (Hz),
+    ``scores`` its per-session ``metric``, ``label`` in the titles."""
+    # the time series are the configuration's own predictions; the bars show the unseen listeners too
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
-    for name, draw in (
-        (
-            PREDICTIONS_FIGURE,
-            lambda buf: plot_predictions(predictions, truth, own, buf, fps=fps, title=label),
-        ),
-        (
-            LISTENER_CCC_FIGURE,
-            lambda buf: plot_listener_ccc(scores, buf, title=f"CCC per listener: {label}"),
-        ),
-    ):
-        buf = io.BytesIO()
-        draw(buf)
-        out[name] = buf.getvalue()
-    return out
+    title = f"{_name(metric)} per listener: {label}"
+    out = {PREDICTIONS_FIGURE: io.BytesIO(), LISTENER_CCC_FIGURE: io.BytesIO()}
+    plot_predictions(
+        predictions, truth, own, out[PREDICTIONS_FIGURE], fps, title=label, metric=metric
+    )
+    plot_listener_ccc(scores, out[LISTENER_CCC_FIGURE], title, metric)
+    return {name: buf.getvalue() for name, buf in out.items()}
 
 
 def with_figures(result: TrialResult) -> TrialResult:
     """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
+    t = result.trial
     result.figures = trial_figures(
-        result.predictions, result.truth, result.scores, result.trial.label()
+        result.predictions, result.truth, result.scores, t.label(), metric=t.metric
     )
     return result

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..config.metrics import get_metric
 from .metrics import _protocol_frame
 
 #: permutation draws (more than 16 listeners) and chance draws used by the sweep and the ablation
@@ -80,6 +81,8 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
 
 #: the range a mean CCC lies in: its intervals are clipped to it
 CCC_RANGE = (-1.0, 1.0)
+#: the range a difference of two CCC lies in
+DIFF_RANGE = (-2.0, 2.0)
 #: the skewness correction moves a bound at most this many t half-widths from the mean
 MAX_STRETCH = 2.0
 
@@ -174,13 +177,15 @@ def paired_comparison(
     n_permutations: int = N_PERMUTATIONS,
     level: float = LEVEL,
     seed: int = 0,
+    metric: str = "ccc",
 ) -> dict[str, float]:
-    """``a`` minus ``b`` (per-session CCC, columns ``listener, story, ccc``) on their shared
-    sessions, listeners the unit: ``mean_diff`` (the mean over listeners of each one's mean
-    difference), its interval ``ci_low``, ``ci_high`` (:func:`mean_interval`), ``p_value`` (a
-    two-sided sign-flip test, exact up to 16 listeners, else ``n_permutations`` draws of
-    ``seed``), ``p_min`` (its floor), ``n_sessions``, ``n_listeners`` (docs/results.md, Paired
-    comparisons).
+    """``a`` against ``b`` (per-session values of ``metric``, columns ``listener, story,
+    <metric>``) on their shared sessions, listeners the unit: ``mean_diff`` (the mean over
+    listeners of each one's mean difference, ``a - b``, or ``b - a`` for a metric whose lower is
+    better: positive when ``a`` is better), its interval ``ci_low``, ``ci_high``
+    (:func:`mean_interval`), ``p_value`` (a two-sided sign-flip test, exact up to 16 listeners,
+    else ``n_permutations`` draws of ``seed``), ``p_min`` (its floor), ``n_sessions``,
+    ``n_listeners`` (docs/results.md, Paired comparisons).
 
     >>> a = pd.DataFrame({"listener": [1, 2, 3, 4, 5, 6], "story": 3, "ccc": [0.5] * 6})
     >>> b = a.assign(ccc=0.1)
@@ -188,14 +193,16 @@ def paired_comparison(
     >>> round(r["mean_diff"], 3), round(r["p_value"], 4), round(r["p_min"], 4)
     (0.4, 0.0312, 0.0312)
     """
-    fa, fb = _protocol_frame(a), _protocol_frame(b)
+    fa, fb = _protocol_frame(a, metric), _protocol_frame(b, metric)
     both = fa.merge(fb, on=["listener", "story"], suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError("the two configurations share no session; nothing to compare")
-    d = (both["ccc_a"] - both["ccc_b"]).groupby(both["listener"]).mean().to_numpy()
+    sign = 1.0 if get_metric(metric).higher_is_better else -1.0
+    diff = sign * (both[f"{metric}_a"] - both[f"{metric}_b"])
+    d = diff.groupby(both["listener"]).mean().to_numpy()
     observed = float(d.mean())
     n_listeners = len(d)
-    low, high = mean_interval(d, level, (-2.0, 2.0))  # a difference of two CCC
+    low, high = mean_interval(d, level, DIFF_RANGE if metric == "ccc" else None)
     if n_listeners <= 16:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=n_listeners)))
     else:

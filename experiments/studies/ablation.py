@@ -1,7 +1,8 @@
 """Speaker vs. listener vs. both on both challenge tracks, the OMG-Empathy paper's Table IV for
 this project's features: :func:`ablate`, a short sequence of steps (grid, selection, unseen
-listeners, fusion, comparisons, importance, reports). What each number means: docs/results.md,
-"The ablation in detail"; the columns of its CSVs are a contract: docs/design.md#reports."""
+listeners, fusion, comparisons, importance, reports), each chosen and compared by the config's
+``metric``. What each number means: docs/results.md, "The ablation in detail"; the columns of
+its CSVs are a contract: docs/design.md#reports."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from featurestore import Store
 from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.fusion import FUSED_SET
+from ..config.metrics import MetricSpec, get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
@@ -30,12 +32,7 @@ from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track, log_files
 from ..tracking.tracker import Tracker
-from .ablation_report import (
-    PAPER_TEST_CCC,
-    SELECTION_SPLITS,
-    ablation_markdown,
-    importance_section,
-)
+from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, importance_section
 from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
 from .parent_run import SweepResult
@@ -46,65 +43,39 @@ from .unseen import nested_unseen, nested_unseen_mean
 COLUMNS = [
     "feature_set",
     "split",
-    "ccc_personalized",
-    "ccc_generalized",
-    "run_id_personalized",
-    "run_id_generalized",
-    "ccc_personalized_ci_low",
-    "ccc_personalized_ci_high",
-    "ccc_generalized_ci_low",
-    "ccc_generalized_ci_high",
+    *(f"ccc_{t}" for t in TRACKS),
+    *(f"run_id_{t}" for t in TRACKS),
+    *(f"ccc_{t}_ci_{end}" for t in TRACKS for end in ("low", "high")),
     "ccc_unseen_listener",
     "ccc_unseen_listener_ci_low",
     "ccc_unseen_listener_ci_high",
-    # how the unseen-listener score's configuration was chosen (nested, fixed, chosen), where
-    # there is one: `chosen` read the left-out listener's validation labels
+    # how the unseen-listener score's configuration was chosen (nested, fixed, chosen)
     "unseen_selection",
-    "chance_personalized_q95",
-    "chance_generalized_q95",
+    *(f"chance_{t}_q95" for t in TRACKS),
     "split_role",
     "n_listeners",
-    "config_track_personalized",
-    "config_track_generalized",
-    "causal_personalized",  # true/false: the choice reads no frame after the one it predicts
-    "causal_generalized",
+    *(f"config_track_{t}" for t in TRACKS),
+    *(
+        f"causal_{t}" for t in TRACKS
+    ),  # true/false: the choice reads no frame after the one it predicts
 ]
 #: the columns of ``ablation_comparisons.csv`` (test split only)
-COMPARISON_COLUMNS = [
-    "comparison",
-    "track",
-    "split",
-    "mean_diff",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "p_holm",
-    "p_min",
-    "n_sessions",
-    "n_listeners",
-    "run_id_a",
-    "run_id_b",
-]
+COMPARISON_COLUMNS = (
+    "comparison track split mean_diff ci_low ci_high p_value p_holm p_min n_sessions n_listeners "
+    "run_id_a run_id_b"
+).split()
 #: (name, feature set a, feature set b) of the paired comparisons between feature sets
 SET_COMPARISONS = (
     ("listener vs speaker", "listener", "speaker"),
     ("both vs listener", "both", "listener"),
 )
 #: the report files of one target's ablation, logged to its parent run under ``ablation/``
-REPORT_FILES = (
-    "ablation.csv",
-    "ablation_comparisons.csv",
-    "ablation.md",
-    "ablation.png",
-    "ablation_unseen.csv",
-)
+REPORT_FILES = "ablation.csv ablation_comparisons.csv ablation.md ablation.png ablation_unseen.csv"
 
 
 class SweepOptions(TypedDict, total=False):
-    """How the ablation's sweep runs: ``tracking_uri`` (default the config's), ``jobs``,
-    ``progress``, ``executor`` (a registered name, ``local`` or ``dask``; with ``dask``,
-    ``scheduler``, the address of a running cluster, else a local one of ``jobs`` workers) and
-    ``resume``; see :func:`experiments.studies.sweep.run_sweep`."""
+    """How the ablation's sweep runs: the keyword arguments of
+    :func:`experiments.studies.sweep.run_sweep` it passes on."""
 
     tracking_uri: str | None
     jobs: int | None
@@ -120,10 +91,9 @@ def ablate(
     out_dir: str | Path = "reports",
     **options: Unpack[SweepOptions],
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """Sweep every feature set of ``cfg`` and write and log the ablation's reports (``ablation.md``,
-    ``.csv``, ``.png``, ``ablation_comparisons.csv``, ``ablation_unseen.csv``; per choice the
-    heat map and, with ``cfg.importance``, the importance: docs/outputs.md) into ``out_dir``.
-    With several targets, :func:`ablate_targets`. Returns the table and the sweep."""
+    """Sweep every feature set of ``cfg`` and write and log the ablation's reports into
+    ``out_dir`` (docs/outputs.md); with several targets, :func:`ablate_targets`. Returns the
+    table and the sweep."""
     if len(cfg.all_targets()) > 1:
         return ablate_targets(cfg, store, out_dir, **options)
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
@@ -135,14 +105,14 @@ def ablate(
     df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
     tracker = Tracker(uri, cfg.tracking.experiment)
     scores_of = run_scores(sweep, tracker)
-    pairs = comparisons(df, scores_of, seed=cfg.seed, extra=extra)
+    pairs = comparisons(df, scores_of, cfg.seed, extra, cfg.metric)
     out = write_tables(Path(out_dir), df, pairs, nested)
     t0 = time.perf_counter()
     explained = explain_choices(cfg, df, scores_of, store, tracker, out, cache)
     cache.clear()
     seconds["explain"] = time.perf_counter() - t0
     write_report(out, cfg, store, df, pairs, [e for e in explained if isinstance(e, Explanation)])
-    files = {name: (out / name).read_bytes() for name in REPORT_FILES}
+    files = {name: (out / name).read_bytes() for name in REPORT_FILES.split()}
     log_files(tracker, sweep.parent_run_id, files, "ablation")
     metrics = ablation_metrics(df, pairs, seconds)
     tracker.log(sweep.parent_run_id, metrics=metrics, tags={"ablation": "true"})
@@ -152,35 +122,31 @@ def ablate(
 def sweep_feature_sets(
     cfg: ExperimentConfig, store: Store | str | os.PathLike, options: SweepOptions
 ) -> SweepResult:
-    """The grid: one sweep (one parent run ``ablation``) over every feature set of ``cfg``, on
-    the executor ``options`` names."""
+    """The grid: one sweep (parent run ``ablation``) over every feature set of ``cfg``."""
     return run_sweep(cfg, store, run_name="ablation", **options)
 
 
 def _get(row: pd.Series | None, name: str) -> float:
-    if row is None or name not in row or pd.isna(row[name]):
-        return float("nan")
-    return float(row[name])
+    """``row[name]`` as a float, NaN when there is none."""
+    return float("nan") if row is None or pd.isna(row.get(name, np.nan)) else float(row[name])
 
 
 def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
-    """The selection: rows (feature set, split), each track's best configuration of the set,
-    chosen on validation (or LOSO) under the track's own averaging (the personalized track among
-    every configuration), with the unseen-listener score, chance, and intervals on test only (the
-    selection split's numbers are maxima over the grid: ``split_role`` says ``selection`` and
-    the intervals are NaN)."""
-    table = sweep.table
+    """The selection: rows (feature set, split), each track's best configuration of the set by
+    the sweep's metric on the selection split (:func:`~experiments.tracking.summary.best_per_track`),
+    with the unseen-listener score, chance, and intervals off the selection split."""
+    table, m = sweep.table, get_metric(sweep.metric)
     protocol = sweep.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
     rows = []
     for fs in feature_sets:
         has_sets = not table.empty and "features.set" in table
         part = table[table["features.set"] == fs] if has_sets else table.iloc[0:0]
-        best = best_per_track(part, protocol)
-        rows += [_table_row(fs, split, best) for split in (protocol, "test")]
+        best = best_per_track(part, protocol, m.name)
+        rows += [_table_row(fs, split, best, m) for split in (protocol, "test")]
     return pd.DataFrame(rows, columns=[*COLUMNS, "label_personalized", "label_generalized"])
 
 
-def _table_row(fs: str, split: str, best: dict[str, pd.Series]) -> dict[str, object]:
+def _table_row(fs: str, split: str, best: dict[str, pd.Series], m: MetricSpec) -> dict[str, object]:
     """One row of :func:`ablation_table`: ``best``, each track's chosen run, on ``split``."""
     pers, gen = best.get("personalized"), best.get("generalized")
     selection = split in SELECTION_SPLITS
@@ -188,7 +154,7 @@ def _table_row(fs: str, split: str, best: dict[str, pd.Series]) -> dict[str, obj
     row["split_role"] = "selection" if selection else "held-out"
     row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")
     for track, chosen in (("personalized", pers), ("generalized", gen)):
-        name = f"{split}.ccc_{track}"
+        name = m.key(split, track)
         row[f"ccc_{track}"] = _get(chosen, name)
         row[f"run_id_{track}"] = "" if chosen is None else str(chosen.run_id)
         for end in ("ci_low", "ci_high"):
@@ -197,7 +163,7 @@ def _table_row(fs: str, split: str, best: dict[str, pd.Series]) -> dict[str, obj
         row[f"config_track_{track}"] = "" if chosen is None else str(chosen.get("track", track))
         row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
         row[f"label_{track}"] = "" if chosen is None else str(chosen.label)
-    unseen = f"{split}_unseen.ccc_generalized"
+    unseen = m.key(f"{split}_unseen", "generalized")
     row["ccc_unseen_listener"] = _get(gen, unseen)
     for end in ("ci_low", "ci_high"):
         row[f"ccc_unseen_listener_{end}"] = (
@@ -209,12 +175,11 @@ def _table_row(fs: str, split: str, best: dict[str, pd.Series]) -> dict[str, obj
 def unseen_listeners(
     df: pd.DataFrame, table: pd.DataFrame, cfg: ExperimentConfig
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The unseen-listener column: under nested selection each left-out listener's configuration
-    chosen without them (the mean over listeners, no interval), and the column
-    ``unseen_selection``; returns ``df`` so completed and the nested choices (empty unless
-    nested: ``ablation_unseen.csv``)."""
+    """The unseen-listener column: under nested selection each left-out listener's own choice
+    (the mean over listeners, no interval), and ``unseen_selection``; returns ``df`` so completed
+    and the nested choices (``ablation_unseen.csv``, empty unless nested)."""
     is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
-    nested = nested_unseen(table if is_nested else table.iloc[0:0], cfg.protocol)
+    nested = nested_unseen(table if is_nested else table.iloc[0:0], cfg.protocol, metric=cfg.metric)
     if is_nested:
         means = nested_unseen_mean(nested)
         test = (df.split == "test") & df.feature_set.isin(list(means))
@@ -236,9 +201,9 @@ def with_late_fusion(
     tracking_uri: str,
     cache: FitCache,
 ) -> tuple[pd.DataFrame, tuple[tuple[str, str, str], ...], dict[str, float]]:
-    """The fusion step: ``df`` with the late-fusion rows (:func:`~.fusion.fusion_rows`; the
-    members' fits kept in ``cache``), their comparisons (:func:`fusion_comparisons`) and the
-    seconds it took (``late_fusion``); ``df`` as it is without ``cfg.fusion``."""
+    """The fusion step: ``df`` with the late-fusion rows (:func:`~.fusion.fusion_rows`, the
+    members' fits kept in ``cache``), their comparisons and the seconds it took; ``df`` as it is
+    without ``cfg.fusion``."""
     t0 = time.perf_counter()
     fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
     if not len(fused):
@@ -249,8 +214,7 @@ def with_late_fusion(
 
 
 def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, str, str], ...]:
-    """The paired comparisons of the late-fusion row: against early fusion (``both``, when swept)
-    and against each member.
+    """The late-fusion row's comparisons: against early fusion (``both``, when swept) and each member.
 
     >>> fusion_comparisons(["speaker", "listener"], ["speaker", "listener", "both"])[0]
     ('late fusion vs both', 'late fusion', 'both')
@@ -260,8 +224,8 @@ def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, 
 
 
 def run_scores(sweep: SweepResult, tracker: Tracker) -> Callable[[str], pd.DataFrame | None]:
-    """run id -> its per-session CCC: from ``sweep``, else the run's ``ccc_matrix.csv`` artifact
-    (None for no run, or a run that logged no artifacts); each run read once."""
+    """run id -> its per-session scores: from ``sweep``, else its ``ccc_matrix.csv`` (None for no
+    run, or a run without artifacts); each run read once."""
 
     @functools.cache
     def scores(run_id: str) -> pd.DataFrame | None:
@@ -277,17 +241,16 @@ def comparisons(
     scores_of: Callable[[str], pd.DataFrame | None],
     seed: int = 0,
     extra: tuple[tuple[str, str, str], ...] = (),
+    metric: str = "ccc",
 ) -> pd.DataFrame:
-    """Paired comparisons of the chosen configurations (``scores_of``: a run's per-session CCC)
-    on the held-out split only: on the selection split each side is a maximum over the grid.
-    Holm's adjustment over the whole table; a pair of one configuration (the same run, or a run
-    and its unseen-listener twin) is left out. ``extra``: more (name, feature set a, feature
-    set b) comparisons beside :data:`SET_COMPARISONS` (:func:`fusion_comparisons`). Columns
-    :data:`COMPARISON_COLUMNS`; their meaning: docs/results.md, Paired comparisons."""
+    """Paired comparisons of the chosen configurations' per-session ``metric`` (``scores_of``)
+    off the selection split, with Holm's adjustment over the whole table; a pair of one
+    configuration is left out; ``extra``: more (name, set a, set b) beside
+    :data:`SET_COMPARISONS`. Columns :data:`COMPARISON_COLUMNS`: docs/results.md, Paired comparisons."""
     out = []
     for split in [s for s in dict.fromkeys(df.split) if s not in SELECTION_SPLITS]:
         for name, track, run_a, run_b in _pairs(df, split, extra):
-            r = _paired(scores_of, split, run_a, run_b, seed)
+            r = _paired(scores_of, split, run_a, run_b, seed, metric)
             if r is not None:
                 out.append({"comparison": name, "track": track, "split": split, **r})
                 out[-1].update(run_id_a=run_a, run_id_b=run_b)
@@ -313,21 +276,25 @@ def _pairs(
 
 
 def _paired(
-    scores_of: Callable[[str], pd.DataFrame | None], split: str, run_a: str, run_b: str, seed: int
+    scores_of: Callable[[str], pd.DataFrame | None],
+    split: str,
+    run_a: str,
+    run_b: str,
+    seed: int,
+    metric: str,
 ) -> dict[str, float] | None:
     """:func:`~experiments.evaluation.uncertainty.paired_comparison` of two runs on ``split``;
     None when there is nothing to test (one configuration, or no shared session)."""
-    if run_a == run_b:
-        return None
-    a, b = scores_of(run_a), scores_of(run_b)
+    a, b = (None, None) if run_a == run_b else (scores_of(run_a), scores_of(run_b))
     if a is None or b is None:
         return None
     a, b = a[a.split == split], b[b.split == split]
     shared = a.merge(b, on=["listener", "story"])
-    if a.empty or b.empty or (len(shared) and np.array_equal(shared.ccc_x, shared.ccc_y)):
+    same = len(shared) and np.array_equal(shared[f"{metric}_x"], shared[f"{metric}_y"])
+    if a.empty or b.empty or same:
         return None  # the same configuration (a run and its unseen-listener twin): nothing to test
     try:
-        return paired_comparison(a, b, seed=seed)
+        return paired_comparison(a, b, seed=seed, metric=metric)
     except ValueError:  # no shared session
         return None
 
@@ -356,6 +323,7 @@ def write_report(
         pairs=pairs,
         unseen_selection=cfg.unseen_selection,
         importance=importance_section(explained),
+        metric=cfg.metric,
     )
     layout, _ = corpus_roles(store)  # a manifest corpus's report in its words (person, group)
     md = roles_note(layout) + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
@@ -371,9 +339,7 @@ def _metric_name(text: str) -> str:
 def ablation_metrics(
     df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float]
 ) -> dict[str, float]:
-    """The parent run's metrics: ``ablation.<set>.<split>.ccc_<track>`` (and of the unseen
-    listeners, with the intervals), ``ablation.compare.<comparison>.<track>.<split>.*`` and
-    ``ablation.<step>_seconds``; NaN left out."""
+    """The parent run's metrics (docs/design.md#mlflow-runs), NaN left out."""
     metrics = {}
     for r in df.to_dict("records"):
         for name in ("ccc_personalized", "ccc_generalized", "ccc_unseen_listener"):
@@ -389,21 +355,15 @@ def ablation_metrics(
 
 
 #: the columns of ``ablation.csv`` for several targets (:func:`ablate_targets`)
-TARGET_COLUMNS = [
-    "target",
-    "feature_set",
-    "split",
-    "split_role",
-    "ccc_personalized",
-    "ccc_generalized",
-    "run_id_personalized",
-    "run_id_generalized",
-]
+TARGET_COLUMNS = (
+    "target feature_set split split_role ccc_personalized ccc_generalized run_id_personalized "
+    "run_id_generalized"
+).split()
 
 
 def combined_ablation(per_target: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
-    """Rows ``target`` ``combined``: per feature set and split, the mean over ``targets`` of
-    each target's chosen configuration's CCC per track (NaN unless every target has one)."""
+    """Rows ``target`` ``combined``: per feature set and split, the mean over ``targets`` of each
+    target's choices' values per track (NaN unless every target has one)."""
     rows = []
     for (fs, split), part in per_target.groupby(["feature_set", "split"], sort=False):
         row = {"target": "combined", "feature_set": fs, "split": split}
@@ -422,12 +382,10 @@ def ablate_targets(
     out_dir: str | Path = "reports",
     **options: Unpack[SweepOptions],
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """:func:`ablate` for a config of several targets: each target's ablation on its own (a
-    parent run each; reports in ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}``:
-    every target's rows and the ``combined`` rows (the mean over targets of each target's
-    choices' CCC), logged to each target's parent run (``ablation/targets_*``, metrics
-    ``ablation.combined.<feature set>.<split>.ccc_<track>``). Returns that table and the first
-    target's sweep."""
+    """:func:`ablate` for several targets: each target's ablation on its own (reports in
+    ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}`` with every target's rows and the
+    ``combined`` ones, logged to each target's parent run (docs/outputs.md, "Several targets").
+    Returns that table and the first target's sweep."""
     targets = cfg.all_targets()
     out = Path(out_dir)
     parts, sweeps = [], []
@@ -440,10 +398,9 @@ def ablate_targets(
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "ablation.csv", index=False)
     (out / "ablation.md").write_text(targets_markdown(table, targets, cfg.protocol))
-    combined = table[table["target"] == "combined"]
     metrics = {
         f"ablation.combined.{_metric_name(r['feature_set'])}.{r['split']}.{name}": float(r[name])
-        for r in combined.to_dict("records")
+        for r in table[table["target"] == "combined"].to_dict("records")
         for name in ("ccc_personalized", "ccc_generalized")
         if pd.notna(r[name])
     }
@@ -458,12 +415,8 @@ def ablate_targets(
 def targets_markdown(table: pd.DataFrame, targets: list[str], protocol: str) -> str:
     """``ablation.md`` of several targets: every target's rows, then the combined ones."""
     rows = (
-        [
-            r.target,
-            r.feature_set,
-            r.split,
-            *map(markdown.interval, (r.ccc_personalized, r.ccc_generalized)),
-        ]
+        [r.target, r.feature_set, r.split, markdown.interval(r.ccc_personalized)]
+        + [markdown.interval(r.ccc_generalized)]
         for r in table.itertuples()
     )
     lines = [

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..config.fusion import FUSED_SET
+from ..config.metrics import get_metric
 from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from ..evaluation import markdown
 
@@ -70,17 +71,8 @@ COMPARISONS_INTRO = (
     "the smallest p the test can give with that many listeners (2 / 2^listeners): a p at that floor",
     "is the strongest evidence the split can hold, however large the difference.",
 )
-COMPARISONS_HEAD = (
-    "comparison",
-    "track",
-    "split",
-    "mean difference [95 % interval]",
-    "p",
-    "Holm p",
-    "smallest p",
-    "sessions",
-    "listeners",
-)
+COMPARISONS_HEAD = ["comparison", "track", "split", "mean difference [95 % interval]", "p"]
+COMPARISONS_HEAD += ["Holm p", "smallest p", "sessions", "listeners"]
 IMPORTANCE_INTRO = (
     "Drop in test CCC (the track's averaging) when a group's features are moved in time (each",
     "session's block circularly shifted by at least 10 s), mean over repeats, [95 % interval over",
@@ -100,12 +92,20 @@ def ablation_markdown(
     pairs: pd.DataFrame | None = None,
     unseen_selection: str = "nested",
     importance: Sequence[str] = (),
+    metric: str = "ccc",
 ) -> str:
     """The table in the shape of the paper's Table IV (both tracks), then the paired comparisons,
     the chosen configurations, ``importance`` (the lines of :func:`importance_section`), and the
-    paper's published numbers as a separate reference. ``unseen_selection``: how the
-    unseen-listener column was chosen (:data:`UNSEEN_BULLETS`)."""
+    paper's published numbers apart. ``unseen_selection``: how the unseen-listener column was
+    chosen (:data:`UNSEEN_BULLETS`); ``metric``: what chose and compared (its values under the
+    CCC headings when it is another)."""
     lines = [f"# {title or 'Speaker / listener / both ablation'}", "", *INTRO, ""]
+    if metric != "ccc":
+        better = "higher" if get_metric(metric).higher_is_better else "lower"
+        lines += [
+            f"Chosen and compared by `{metric}` ({better} is better): every number is its.",
+            "",
+        ]
     lines += results_table(df, unseen_selection)
     lines += ["", *TRACK_BULLETS]
     lines += [

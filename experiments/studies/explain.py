@@ -17,6 +17,7 @@ import pandas as pd
 from featurestore import Store
 
 from ..config.grid import Trial, trial_from_params
+from ..config.metrics import get_metric
 from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
@@ -110,14 +111,15 @@ def session_map(
     label: str,
     tracker: Tracker,
     run_id: str,
+    metric: str = "ccc",
 ) -> Path:
-    """``out_dir/ccc_per_session_<feature_set>_<track>.png``: the run's CCC per listener x story
-    (every split it scored), also logged to the run under ``importance/``."""
+    """``out_dir/ccc_per_session_<feature_set>_<track>.png``: the run's ``metric`` per listener x
+    story (every split it scored), also logged to the run under ``importance/``."""
     path = Path(out_dir) / f"ccc_per_session_{file_stem(feature_set, track)}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    plot_session_ccc(
-        scores, path, title=f"CCC per listener x story ({feature_set}, {track} track): {label}"
-    )
+    name = "CCC" if metric == "ccc" else metric
+    title = f"{name} per listener x story ({feature_set}, {track} track): {label}"
+    plot_session_ccc(scores, path, title, metric)
     log_files(tracker, run_id, {path.name: path.read_bytes()}, "importance")
     return path
 
@@ -136,7 +138,8 @@ def explain_trial(
     heat map of ``scores`` (the run's per-session CCC; default its ``ccc_matrix.csv``, else the
     refit's); warns when the refit's CCC is not the run's logged one."""
     split = str(result.scores.split.iloc[0])
-    logged = tracker.client.get_run(run_id).data.metrics.get(f"{split}.ccc_{track}", float("nan"))
+    key = get_metric(trial.metric).key(split, track)
+    logged = tracker.client.get_run(run_id).data.metrics.get(key, float("nan"))
     refit = float(result.table.ccc.iloc[0]) if len(result.table) else float("nan")
     if abs(logged - refit) > REPRODUCED_TOLERANCE:
         warnings.warn(
@@ -156,7 +159,9 @@ def explain_trial(
     what = f"{trial.feature_set}, {track} track, {split}"
     plot_importance(result.table, png, title=f"Permutation importance ({what}): {trial.label()}")
     log_files(tracker, run_id, {f.name: f.read_bytes() for f in (csv, png)}, "importance")
-    heat = session_map(scores, out, trial.feature_set, track, trial.label(), tracker, run_id)
+    heat = session_map(
+        scores, out, trial.feature_set, track, trial.label(), tracker, run_id, trial.metric
+    )
     tracker.log_table(run_id, result.table, f"importance/importance_{stem}.json")
     above = result.table[result.table.ci_low > 0]
     tracker.log(
@@ -305,7 +310,9 @@ def explain_choices(
             elif scores is not None and not scores.empty:  # a heat map alone
                 label = str(first.get(f"label_{track}", ""))
                 out.append(
-                    session_map(scores, out_dir, str(fs), track, label, tracker, runs[track])
+                    session_map(
+                        scores, out_dir, str(fs), track, label, tracker, runs[track], cfg.metric
+                    )
                 )
     return out
 

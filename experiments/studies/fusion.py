@@ -18,6 +18,7 @@ from featurestore import Store
 
 from ..config.fusion import FUSED_SET
 from ..config.grid import Trial, format_value
+from ..config.metrics import get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
@@ -166,7 +167,7 @@ def _row(
     row["split_role"] = "selection" if split == "val" else "held-out"
     for track in TRACKS:
         r = results[run_of[track]]
-        name = f"{split}.ccc_{track}"
+        name = get_metric(cfg.metric).key(split, track)
         row[f"ccc_{track}"] = r.metrics.get(name, np.nan)
         row[f"run_id_{track}"] = run_of[track]
         for end in ("ci_low", "ci_high"):

@@ -319,7 +319,7 @@ class ParentRun:
         (:func:`experiments.tracking.summary.unseen_listener_trials`): those with a finished run
         are reused here, the others returned to be evaluated."""
         table = sweep_table(self.rows)
-        chosen = unseen_listener_trials(table, trials, self.cfg.protocol)
+        chosen = unseen_listener_trials(table, trials, self.cfg.protocol, self.cfg.metric)
         return [t for t in chosen if self.reused(t) is None]
 
     # ------------------------------------------------------------ the end
@@ -362,6 +362,7 @@ class ParentRun:
                 self.nested_unseen(table),
                 layout=self.layout,
                 keep=list(self.cfg.feature_sets),
+                metric=self.cfg.metric,
             )
         nested = {
             t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
@@ -377,6 +378,7 @@ class ParentRun:
             self.n_new,
             self.unseen_selection,
             nested,
+            self.cfg.metric,
         )
         return self.best_ids_by_target.get(targets[0], {})
 

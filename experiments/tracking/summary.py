@@ -1,6 +1,6 @@
-"""Choosing each track's best configuration (:func:`best_per_track`), and the summary a sweep's
-parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``, ``tracks.csv``).
-How the tracks choose and what is reported: docs/results.md, "Two averages, two tracks".
+"""Each track's best configuration by the config's metric (:func:`best_per_track`), and the
+summary a sweep's parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``,
+``tracks.csv``). How the tracks choose: docs/results.md, "Two averages, two tracks".
 
 >>> import pandas as pd
 >>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
@@ -23,20 +23,21 @@ import pandas as pd
 from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.grid import Trial
+from ..config.metrics import MetricSpec, get_metric
 from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, TRACKS
 from ..config.tracks import candidates, selection_metric
 from ..evaluation import markdown
 from .child_runs import UNSEEN_OF_TAG
 from .tracker import CONFIG_HASH_TAG, Tracker
 
+Row = Mapping[Hashable, Any]
 
-def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
-    """Each track's best finished configuration of ``table`` (rows with a ``track`` column) by
-    the track's own selection metric, the first row winning a tie; tracks without a scored row
-    are left out. The tracks nest (the personalized track chooses among every configuration); a
-    row keeps its own ``track``. Only the grid's configurations compete; the generalized
-    track's choice is returned as its unseen-listener twin when there is one (a row whose
-    ``unseen_of`` is its config hash: the same scores, plus its ``*_unseen`` metrics)."""
+
+def best_per_track(table: pd.DataFrame, protocol: str, metric: str = "ccc") -> dict[str, pd.Series]:
+    """Each track's best finished grid configuration of ``table`` by the track's selection metric
+    (``metric`` under its averaging and direction; the first best wins), as its unseen-listener
+    twin (the row whose ``unseen_of`` is its config hash) for the generalized track when there
+    is one; tracks without a scored row left out. The tracks nest: docs/results.md."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
@@ -44,40 +45,32 @@ def best_per_track(table: pd.DataFrame, protocol: str) -> dict[str, pd.Series]:
     twins = table[ok & table[UNSEEN_OF_TAG].notna()] if UNSEEN_OF_TAG in table else table.iloc[0:0]
     grid = table[ok & ~table.index.isin(twins.index)]
     for track in TRACKS:
-        metric = selection_metric(track, protocol)
+        name = selection_metric(track, protocol, metric)
         part = grid[grid["track"].isin(candidates(track))]
-        if metric in part and part[metric].notna().any():
-            # the first best, as idxmax gives it (NaN skipped)
-            best = part.iloc[int(np.nanargmax(part[metric].to_numpy(dtype=float)))]
-            twin = (
-                twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)]
-                if len(twins) and track == "generalized"
-                else twins.iloc[0:0]
-            )
-            out[track] = twin.iloc[0] if len(twin) else best
+        if name in part and part[name].notna().any():
+            best = part.iloc[get_metric(metric).best_index(part[name].to_numpy(dtype=float))]
+            if len(twins) and track == "generalized":
+                twin = twins[twins[UNSEEN_OF_TAG] == best.get(CONFIG_HASH_TAG)]
+                best = twin.iloc[0] if len(twin) else best
+            out[track] = best
     return out
 
 
 def unseen_listener_trials(
-    table: pd.DataFrame, trials: Sequence[Trial], protocol: str
+    table: pd.DataFrame, trials: Sequence[Trial], protocol: str, metric: str = "ccc"
 ) -> list[Trial]:
-    """For each feature set, its chosen generalized-track configuration with the unseen-listener
-    protocol on (see :func:`experiments.evaluation.evaluate.evaluate_trials`); none for a set whose choice
-    already has its unseen-listener run in ``table``."""
+    """Each feature set's (and target's) generalized choice with the unseen-listener protocol on;
+    none for a set whose choice already has its unseen-listener run in ``table``."""
     by_hash = {t.hash(): t for t in trials}
-    out: list[Trial] = []
     if table.empty or "features.set" not in table:
-        return out
-    by = ["target", "features.set"] if "target" in table else "features.set"  # per target too
+        return []
+    out: list[Trial] = []
+    by = ["target", "features.set"] if "target" in table else "features.set"
     for _, part in table.groupby(by, sort=False):
-        best = best_per_track(part, protocol).get("generalized")
-        if (
-            best is None
-            or pd.notna(best.get(UNSEEN_OF_TAG, np.nan))
-            or best[CONFIG_HASH_TAG] not in by_hash
-        ):
-            continue
-        out.append(replace(by_hash[best[CONFIG_HASH_TAG]], unseen_listener=True))
+        best = best_per_track(part, protocol, metric).get("generalized")
+        if best is not None and pd.isna(best.get(UNSEEN_OF_TAG, np.nan)):
+            if best[CONFIG_HASH_TAG] in by_hash:
+                out.append(replace(by_hash[best[CONFIG_HASH_TAG]], unseen_listener=True))
     return out
 
 
@@ -100,14 +93,43 @@ UNSEEN_NOTES = {
 }
 
 
+def _metric_of(row: Mapping[Any, Any]) -> MetricSpec:
+    """The metric a :func:`track_summary` row was chosen by (its ``chosen_on`` names it)."""
+    return get_metric(str(row["chosen_on"]).split(".", 1)[1].removesuffix(f"_{row['track']}"))
+
+
 def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) -> pd.Series | None:
-    """The run whose ``test_unseen.*`` numbers the generalized track reports: the chosen
-    configuration's (``chosen``), the named configuration's unseen-listener run (``fixed``), or
-    none (``nested``: each listener's own choice, :func:`track_summary`)."""
+    """The run whose ``test_unseen.*`` numbers the generalized track reports: the choice's
+    (``chosen``), the named configuration's unseen-listener run (``fixed``), or none (``nested``)."""
     if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
         named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
         return named.iloc[0] if len(named) else None
     return best if unseen_selection == "chosen" else None
+
+
+def _with_unseen(
+    table: pd.DataFrame,
+    best: pd.Series,
+    row: dict[str, object],
+    unseen_selection: str,
+    nested: pd.DataFrame | None,
+    m: MetricSpec,
+) -> pd.Series:
+    """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection``
+    (:data:`UNSEEN_NOTES`; ``nested``: the mean over the left-out listeners' own choices)."""
+    source = _unseen_source(table, best, unseen_selection)
+    best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
+    if source is not None:
+        best = pd.concat(
+            [best, source[[c for c in source.index if str(c).startswith("test_unseen.")]]]
+        )
+    if unseen_selection == "nested" and nested is not None and len(nested):
+        scores = nested["ccc_test_unseen"].dropna()
+        best[m.key("test_unseen", "generalized")] = float(scores.mean())
+        best["test_unseen.n_listeners"] = float(len(scores))
+    row["unseen_selection"] = unseen_selection
+    row["unseen_label"] = "" if source is None else str(source.get("label", ""))
+    return best
 
 
 def track_summary(
@@ -115,54 +137,35 @@ def track_summary(
     protocol: str,
     unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
+    metric: str = "ccc",
 ) -> pd.DataFrame:
-    """One row per track: its best configuration (``config_track``: the track of its model) with
-    each split's CCC under the track's averaging, the chance level (95th percentile) and, on the
-    splits that did not choose it, its 95 % interval over listeners. The generalized track's
-    ``test_unseen.*`` numbers follow ``unseen_selection`` (:data:`UNSEEN_NOTES`): ``nested``
-    takes the mean over listeners of ``nested``'s rows (one per left-out listener,
-    :func:`experiments.studies.unseen.nested_unseen`; no interval nor chance level), ``chosen``
-    the choice's unseen-listener run, ``fixed`` the named configuration's."""
-    rows = []
-    for track, best in best_per_track(table, protocol).items():
+    """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best
+    configuration with each split's ``metric`` under the track's averaging, the chance level and,
+    off the selection split, its 95 % interval over listeners; the generalized track's
+    ``test_unseen.*`` follow ``unseen_selection`` (``nested``: the mean over ``nested``'s rows,
+    :func:`experiments.studies.unseen.nested_unseen`)."""
+    m, rows = get_metric(metric), []
+    for track, best in best_per_track(table, protocol, metric).items():
         row: dict[str, object] = {
             "track": track,
             "run_id": str(best.run_id),
             "label": best.label,
             "config_track": str(best.get("track", track)),
-            "chosen_on": selection_metric(track, protocol),
+            "chosen_on": selection_metric(track, protocol, metric),
             "ccc_averaging": str(best.get("ccc_averaging", "sessions")),
         }
         if track == "generalized":
-            source = _unseen_source(table, best, unseen_selection)
-            best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
-            if source is not None:
-                best = pd.concat(
-                    [best, source[[c for c in source.index if str(c).startswith("test_unseen.")]]]
-                )
-            if unseen_selection == "nested" and nested is not None and len(nested):
-                scores = nested["ccc_test_unseen"].dropna()
-                best["test_unseen.ccc_generalized"] = float(scores.mean())
-                best["test_unseen.n_listeners"] = float(len(scores))
-            row["unseen_selection"] = unseen_selection
-            row["unseen_label"] = "" if source is None else str(source.get("label", ""))
+            best = _with_unseen(table, best, row, unseen_selection, nested, m)
         for split in _REPORTED_SPLITS[track]:
-            name = f"{split}.ccc_{track}"
+            name = m.key(split, track)
             if pd.isna(best.get(name, np.nan)):
                 continue
             # the selection split's number is the maximum over the grid: no interval
             ends = (".ci_low", ".ci_high") if split not in _SELECTION_SPLITS else ()
-            for key in (name, *(name + e for e in (*ends, ".chance_q95")), f"{split}.n_listeners"):
-                if pd.notna(best.get(key, np.nan)):
-                    row[key] = float(best[key])
+            keys = (name, *(name + e for e in (*ends, ".chance_q95")), f"{split}.n_listeners")
+            row |= {k: float(best[k]) for k in keys if pd.notna(best.get(k, np.nan))}
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _missing_interval(row: Mapping[Hashable, Any], split: str) -> str:
-    """Why a held-out split's interval is missing: too few listeners, or not logged."""
-    n = row.get(f"{split}.n_listeners", np.nan)
-    return f"n/a ({int(n)} listener(s); 3 needed)" if isinstance(n, float) and n < 3 else "n/a"
 
 
 #: how the reports name each CCC averaging (``ccc_averaging`` in the config)
@@ -182,27 +185,22 @@ SUMMARY_NOTE = (
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval]
-    (chance 95th percentile)."""
+    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance)."""
     lines = ["# Best configuration of each track", ""]
     for row in summary.to_dict("records"):
         lines += _track_section(row)
     return "\n".join([*lines, *SUMMARY_NOTE]) + "\n"
 
 
-def _track_section(row: Mapping[Hashable, Any]) -> list[str]:
+def _track_section(row: Row) -> list[str]:
     """One track's section of :func:`summary_markdown`."""
-    track = str(row["track"])
-    other = row.get("config_track", track) != track
+    track, m = str(row["track"]), _metric_of(row)
+    own = row.get("config_track", track)
+    own = f" (a {own} configuration: it does not know who is listening)" if own != track else ""
     lines = [
         f"## {track} track",
         "",
-        f"- configuration: {row['label']}"
-        + (
-            f" (a {row['config_track']} configuration: it does not know who is listening)"
-            if other
-            else ""
-        ),
+        f"- configuration: {row['label']}{own}",
         f"- run: `{row['run_id']}`",
         f"- chosen on: `{row['chosen_on']}`",
         f"- CCC averaging: {AVERAGING_TEXT[str(row['ccc_averaging'])]}",
@@ -210,51 +208,49 @@ def _track_section(row: Mapping[Hashable, Any]) -> list[str]:
     selection = row.get("unseen_selection")
     if isinstance(selection, str) and selection in UNSEEN_NOTES:
         split = str(row["chosen_on"]).split(".")[0]
-        note = UNSEEN_NOTES[selection].format(split=split, label=row.get("unseen_label", ""))
-        lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {note}")
-    cells = [_split_cells(row, split) for split in _REPORTED_SPLITS[track]]
-    cells = [c for c in cells if c]
-    head = ["split", "CCC", "95 % interval (listeners)", "chance (95th pct.)"]
+        how = UNSEEN_NOTES[selection].format(split=split, label=row.get("unseen_label", ""))
+        lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {how}")
+    cells = [c for split in _REPORTED_SPLITS[track] if (c := _split_cells(row, split, m))]
+    head = ["split", _title(m), "95 % interval (listeners)", "chance (95th pct.)"]
     marked = any(CHOSEN_UNSEEN_MARK in c[1] for c in cells)
-    return [
-        *lines,
-        "",
-        *markdown.table(head, cells),
-        "",
-        *([CHOSEN_UNSEEN_NOTE + ".", ""] if marked else []),
-    ]
+    note = [CHOSEN_UNSEEN_NOTE + ".", ""] if marked else []
+    return [*lines, "", *markdown.table(head, cells), "", *note]
 
 
-def _split_cells(row: Mapping[Hashable, Any], split: str) -> list[str]:
-    """A split's row of a track's table: CCC, its interval or why there is none, chance."""
-    name = f"{split}.ccc_{row['track']}"
+def _title(m: MetricSpec) -> str:
+    """The metric as a column heading: ``CCC``, or its name."""
+    return "CCC" if m.name == "ccc" else m.name
+
+
+def _split_cells(row: Row, split: str, m: MetricSpec) -> list[str]:
+    """A split's row of a track's table: the value, its interval or why there is none, chance."""
+    name = m.key(split, str(row["track"]))
     if pd.isna(row.get(name, np.nan)):
         return []
     low, high = row.get(name + ".ci_low", np.nan), row.get(name + ".ci_high", np.nan)
     selection = row.get("unseen_selection")
+    n = row.get(f"{split}.n_listeners", np.nan)
     if split in _SELECTION_SPLITS:
         ci = "selection split: none (a maximum over the grid)"
     elif split == "test_unseen" and selection == "nested":
         ci = "none: each listener's own configuration"
+    elif pd.notna(low):
+        ci = f"[{low:.3f}, {high:.3f}]"
     else:
-        ci = f"[{low:.3f}, {high:.3f}]" if pd.notna(low) else _missing_interval(row, split)
+        few = isinstance(n, float) and n < 3
+        ci = f"n/a ({int(n)} listener(s); 3 needed)" if few else "n/a"
     mark = f" {CHOSEN_UNSEEN_MARK}" if split == "test_unseen" and selection == "chosen" else ""
     return [split, f"{row[name]:.3f}{mark}", ci, markdown.number(row.get(name + ".chance_q95"))]
 
 
 def nested_markdown(nested: pd.DataFrame | None) -> str:
-    """The nested unseen-listener choices as Markdown (empty without them): one line per
-    left-out listener, its configuration, its selection score and its test CCC."""
+    """The nested unseen-listener choices as Markdown, one line per left-out listener (empty
+    without them)."""
     if nested is None or nested.empty:
         return ""
     cells = [
-        [
-            str(r.listener),
-            str(r.label),
-            f"`{r.selection_metric}` {r.selection_ccc:.3f}",
-            f"{r.ccc_test_unseen:.3f}",
-            f"`{r.run_id}`",
-        ]
+        [str(r.listener), str(r.label), f"`{r.selection_metric}` {r.selection_ccc:.3f}"]
+        + [f"{r.ccc_test_unseen:.3f}", f"`{r.run_id}`"]
         for r in nested.sort_values("listener").itertuples()
     ]
     head = ["listener", "configuration", "chosen on (without the listener)", "test CCC", "run"]
@@ -276,10 +272,9 @@ def _tag_tracks(
     prefix: str = "",
     drop_nan: bool = False,
 ) -> dict[str, str]:
-    """Add each track's best run (tags ``<prefix>best_run_id_<track>``, ``..best_label_..``)
-    and its reported splits' metrics (``<prefix><metric>``, or ``best_<track>.<metric>``
-    without ``prefix``; NaN left out with ``drop_nan``) from ``summary`` (:func:`track_summary`)
-    to ``tags`` and ``metrics``; returns track -> best run id."""
+    """Add each track's best run (tags ``<prefix>best_run_id_<track>``, ``..best_label_..``) and
+    its reported splits' metrics (``<prefix><name>``, else ``best_<track>.<name>``; NaN left out
+    with ``drop_nan``) to ``tags`` and ``metrics``; returns track -> best run id."""
     best: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
@@ -290,21 +285,17 @@ def _tag_tracks(
             tags["unseen_selection"] = row["unseen_selection"]
         splits = tuple(f"{s}." for s in _REPORTED_SPLITS[track])
         start = prefix or f"best_{track}."
-        metrics.update(
-            {
-                f"{start}{k}": v
-                for k, v in row.items()
-                if str(k).startswith(splits) and not (drop_nan and pd.isna(v))
-            }
-        )
+        metrics |= {
+            f"{start}{k}": v
+            for k, v in row.items()
+            if str(k).startswith(splits) and not (drop_nan and pd.isna(v))
+        }
     return best
 
 
 def _headline(tags: dict[str, str], best: Mapping[str, str], prefix: str = "") -> None:
-    """Tags ``best_run_id`` / ``best_label``: the personalized track's choice (the generalized
-    track's without one), one name for the headline run."""
-    main = best.get("personalized") or best.get("generalized")
-    if main:
+    """Tags ``best_run_id`` / ``best_label``: the personalized choice, else the generalized."""
+    if main := best.get("personalized") or best.get("generalized"):
         tags["best_run_id"] = main
         label = tags.get(f"{prefix}best_label_generalized", "")
         tags["best_label"] = tags.get(f"{prefix}best_label_personalized", label)
@@ -321,34 +312,38 @@ def summarise(
     nested: pd.DataFrame | None = None,
     layout: str = "omg",
     keep: Sequence[str] = (),
+    metric: str = "ccc",
 ) -> dict[str, str]:
-    """Tag the parent with the best child of each track and attach the summary tables; returns
-    track -> best run id. ``unseen_selection`` and ``nested``: see :func:`track_summary`.
-    ``layout``: the store's corpus layout, whose words for the roles summary.md uses
-    (:func:`featurestore.storage.roles.in_corpus_words`; ``keep``: the feature-set names)."""
+    """Tag the parent with each track's best child by ``metric`` and attach the summary tables
+    (docs/design.md#mlflow-runs); returns track -> best run id. ``layout``: the store's corpus
+    layout, in whose words summary.md names the roles (``keep``: the feature sets' names)."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
-    summary = track_summary(table, protocol, unseen_selection, nested)
+    summary = track_summary(table, protocol, unseen_selection, nested, metric)
     best_ids = _tag_tracks(summary, tags, metrics)
     _headline(tags, best_ids)
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
-        listing = selection_listing(table, protocol)
+        listing = selection_listing(table, protocol, metric)
         md = summary_markdown(summary) + nested_markdown(nested)
         md = roles_note(layout) + in_corpus_words(md, layout, keep) + "\n"
-        md += _listing_markdown(listing[[c for c in _LISTED if c in listing]], protocol, "")
+        md += _listing_markdown(listing, protocol, metric)
         _log_summary(tracker, parent, md, listing, summary)
     return best_ids
 
 
-def _listing_markdown(listing: pd.DataFrame, protocol: str, by: str) -> str:
+def _listing_markdown(listing: pd.DataFrame, protocol: str, metric: str, by: str = "") -> str:
     """The ``Every configuration`` section of summary.md: the selection split's numbers."""
-    metrics = f"`{selection_metric('personalized', protocol)}` and `{selection_metric('generalized', protocol)}`"
+    m = get_metric(metric)
+    listed = ["target"] if by else []
+    listed += ["run_id", "status", "track", "label"]
+    listed += [m.key(s, t) for s in _SELECTION_SPLITS for t in TRACKS]
+    names = " and ".join(f"`{selection_metric(t, protocol, metric)}`" for t in TRACKS)
     return (
         "# Every configuration (selection split only)\n\n"
-        + f"{metrics} of every configuration{by}, best first; test numbers only for each track's choice,"
+        + f"{names} of every configuration{by}, best first; test numbers only for each track's choice,"
         + " above.\n\n"
-        + "\n".join(markdown.frame(listing))
+        + "\n".join(markdown.frame(listing[[c for c in listed if c in listing]]))
         + "\n"
     )
 
@@ -377,65 +372,39 @@ def log_files(
         tracker.log_artifacts(run_id, tmp, artifact_path)
 
 
-#: the columns of the per-configuration listing in summary.md (summary.csv has every column
-#: of the selection split)
-_LISTED = (
-    "run_id",
-    "status",
-    "track",
-    "label",
-    "val.ccc_personalized",
-    "val.ccc_generalized",
-    "loso.ccc_personalized",
-    "loso.ccc_generalized",
-    "cv.ccc_personalized",
-    "cv.ccc_generalized",
-)
-#: splits that did not choose a configuration: their numbers stay out of the per-configuration listing
-_HELD_OUT = ("test", "test_unseen")
-
-
-def selection_listing(table: pd.DataFrame, protocol: str) -> pd.DataFrame:
-    """Every configuration of ``table`` with its selection-split (validation or LOSO) numbers
-    only, best personalized-averaging first: the columns of the held-out splits (``test.*``,
-    ``test_unseen.*``) are dropped, and so are intervals (a configuration's number on the split
-    it is chosen on is read against the others, not as an estimate)."""
-    held_out = tuple(f"{s}." for s in _HELD_OUT)
+def selection_listing(table: pd.DataFrame, protocol: str, metric: str = "ccc") -> pd.DataFrame:
+    """Every configuration of ``table`` with its selection-split numbers only (no ``test.*``,
+    ``test_unseen.*`` or interval columns), best personalized value first."""
     keep = [
         c
         for c in table.columns
-        if not str(c).startswith(held_out) and not str(c).endswith((".ci_low", ".ci_high"))
+        if not str(c).startswith(("test.", "test_unseen."))
+        and not str(c).endswith((".ci_low", ".ci_high"))
     ]
-    metric = selection_metric("personalized", protocol)
-    out = table[keep]
-    return out.sort_values(metric, ascending=False) if metric in out else out
+    name, out = selection_metric("personalized", protocol, metric), table[keep]
+    if name not in out:
+        return out
+    return out.sort_values(name, ascending=not get_metric(metric).higher_is_better)
 
 
 # ---------------------------------------------------------------- several targets
 def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per track (``target`` ``combined``): for each reported split, the mean over
-    targets of each target's chosen configuration's CCC (each target chosen on its own
-    validation or LOSO scores, as in :func:`track_summary`). A track, or a split, is left out
-    unless every target has it: a mean over some targets would not be comparable."""
+    """One row per track (``target`` ``combined``): per reported split, the mean over targets of
+    each target's choice's value; a track or split left out unless every target has it."""
     rows = []
     for track in TRACKS:
         parts = [s[s["track"] == track] for s in summaries.values() if "track" in s]
         chosen = [c.iloc[0] for c in parts if len(c)]
         if not summaries or len(chosen) < len(summaries):
             continue
-        row: dict[str, object] = {
-            "target": "combined",
-            "track": track,
-            "n_targets": len(chosen),
-            "chosen_on": str(chosen[0]["chosen_on"]),
-            "ccc_averaging": str(chosen[0]["ccc_averaging"]),
-        }
+        row: dict[str, Any] = {"target": "combined", "track": track, "n_targets": len(chosen)}
+        row |= {k: str(chosen[0][k]) for k in ("chosen_on", "ccc_averaging")}
+        m = _metric_of(row)
         for split in _REPORTED_SPLITS[track]:
-            name = f"{split}.ccc_{track}"
-            values = [float(c.get(name, np.nan)) for c in chosen]
+            values = [float(c.get(m.key(split, track), np.nan)) for c in chosen]
             if all(np.isfinite(values)):
-                row[name] = float(np.mean(values))
-        if "test_unseen.ccc_generalized" in row:  # every target's selection is the config's
+                row[m.key(split, track)] = float(np.mean(values))
+        if m.key("test_unseen", "generalized") in row:  # every target's selection is the config's
             row["unseen_selection"] = chosen[0].get("unseen_selection")
         rows.append(row)
     return pd.DataFrame(rows)
@@ -443,10 +412,12 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
     """The combined score as Markdown: per track and split, the mean over targets."""
-    cells = []
+    cells, title = [], "CCC"
     for row in combined.to_dict("records"):
+        m = _metric_of(row)
+        title = _title(m)
         for split in _REPORTED_SPLITS[row["track"]]:
-            name = f"{split}.ccc_{row['track']}"
+            name = m.key(split, row["track"])
             if name in row and pd.notna(row[name]):
                 marked = split == "test_unseen" and row.get("unseen_selection") == "chosen"
                 mark = f" {CHOSEN_UNSEEN_MARK}" if marked else ""
@@ -458,16 +429,11 @@ def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
         "targets of each target's chosen configuration's CCC (each chosen on its own validation or LOSO",
         "scores); a track or split is left out unless every target has it.",
         "",
-        *markdown.table(["track", "split", "mean CCC over targets"], cells),
+        *markdown.table(["track", "split", f"mean {title} over targets"], cells),
         "",
         *([CHOSEN_UNSEEN_NOTE + ".", ""] if any(CHOSEN_UNSEEN_MARK in c[2] for c in cells) else []),
     ]
     return "\n".join(lines)
-
-
-def _demoted(text: str) -> str:
-    """Markdown ``text`` with each heading one level down (a section inside a target's)."""
-    return "\n".join("#" + line if line.startswith("#") else line for line in text.split("\n"))
 
 
 def summarise_targets(
@@ -480,11 +446,12 @@ def summarise_targets(
     n_new: int,
     unseen_selection: str = "nested",
     nested: dict[str, pd.DataFrame] | None = None,
+    metric: str = "ccc",
 ) -> dict[str, dict[str, str]]:
-    """:func:`summarise` for a sweep of several ``targets`` (``table`` has a ``target`` column):
-    each target's tracks chosen and reported as :func:`track_summary` does, plus the combined
-    score (:func:`combined_summary`); the parent's metrics, tags and files: docs/outputs.md,
-    "Several targets". Returns target -> track -> best run id."""
+    """:func:`summarise` for several ``targets`` (``table`` has a ``target`` column): each
+    target's tracks as :func:`track_summary` chooses them, and the combined score
+    (:func:`combined_summary`); what the parent gets: docs/outputs.md, "Several targets".
+    Returns target -> track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
     nested = nested or {}
@@ -494,6 +461,7 @@ def summarise_targets(
             protocol,
             unseen_selection,
             nested.get(t),
+            metric,
         )
         for t in targets
     }
@@ -511,38 +479,32 @@ def summarise_targets(
         _headline(tags, best_ids.get(targets[0], {}), f"{targets[0]}.")
     tracker.log(parent, metrics=metrics, tags=tags)
     if not table.empty:
-        _log_targets_summary(tracker, parent, table, protocol, targets, summaries, combined, nested)
+        listing = selection_listing(table, protocol, metric)
+        if "target" in listing:  # each target's configurations together, best first
+            order = {t: i for i, t in enumerate(targets)}
+            listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
+        md = _targets_markdown(targets, summaries, combined, nested)
+        md += _listing_markdown(listing, protocol, metric, " by target")
+        tracks = pd.concat(
+            [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
+            ignore_index=True,
+        )
+        if not tracks.empty:
+            tracks = tracks[["target", *[c for c in tracks.columns if c != "target"]]]
+        _log_summary(tracker, parent, md, listing, tracks)
     return best_ids
 
 
-def _log_targets_summary(
-    tracker: Tracker,
-    parent: str,
-    table: pd.DataFrame,
-    protocol: str,
+def _targets_markdown(
     targets: Sequence[str],
     summaries: dict[str, pd.DataFrame],
     combined: pd.DataFrame,
     nested: dict[str, pd.DataFrame],
-) -> None:
-    """summary.md (a section per target, the combined score, every configuration by target),
-    summary.csv and tracks.csv (each target's rows, then the combined ones) to ``parent``."""
-    listing = selection_listing(table, protocol)
-    if "target" in listing:  # each target's configurations together, best first
-        order = {t: i for i, t in enumerate(targets)}
-        listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
-    sections = [
-        f"# Target `{t}`\n\n"
-        + _demoted(summary_markdown(summaries[t]) + nested_markdown(nested.get(t)))
-        for t in targets
-    ]
-    md = "\n".join(sections) + "\n" + combined_markdown(targets, combined) + "\n"
-    md += _listing_markdown(
-        listing[[c for c in ("target", *_LISTED) if c in listing]], protocol, " by target"
-    )
-    tracks = pd.concat(
-        [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined], ignore_index=True
-    )
-    if not tracks.empty:
-        tracks = tracks[["target", *[c for c in tracks.columns if c != "target"]]]
-    _log_summary(tracker, parent, md, listing, tracks)
+) -> str:
+    """summary.md's sections of several targets (each heading a level down), then the combined score."""
+    sections = []
+    for t in targets:
+        text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t))
+        demoted = "\n".join("#" + s if s.startswith("#") else s for s in text.split("\n"))
+        sections.append(f"# Target `{t}`\n\n" + demoted)
+    return "\n".join(sections) + "\n" + combined_markdown(targets, combined) + "\n"

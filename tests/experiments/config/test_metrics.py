@@ -82,6 +82,11 @@ def test_a_sweep_scores_and_chooses_by_the_registered_metric(mae, planted_store,
     t = res.table
     assert "val.mae_test_generalized" in t and not any(c.startswith("val.ccc") for c in t)
     assert (t["val.mae_test_generalized"] >= 0).all()
+    # each track's best run is the one with the lowest validation error, not a CCC's choice
+    assert set(res.best_run_ids) == {"personalized", "generalized"}
+    for track, run_id in res.best_run_ids.items():
+        col = f"val.mae_test_{track}"
+        assert t.loc[t["run_id"] == run_id, col].item() == t[col].min() < t[col].max()
     assert len(res.nested_unseen) == 3
     for row in res.nested_unseen.itertuples():
         candidates = t[t[row.selection_metric].notna()]

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from experiments.cli import main
+from experiments.studies.session_config import load_session_config
 from experiments.studies.session_level import (
-    SessionLevelError,
-    load_session_config,
     model_grid,
     person_folds,
     run_sessions,
@@ -17,6 +16,7 @@ from experiments.studies.session_level import (
     summarise_channel,
 )
 from featurestore import Store
+from featurestore.overrides import ConfigError
 from tests.experiments.helpers import (
     SESSION_PERSONS,
     SESSIONS_PER_PERSON,
@@ -25,7 +25,7 @@ from tests.experiments.helpers import (
 
 N_SESSIONS = len(SESSION_PERSONS) * SESSIONS_PER_PERSON
 GRID = [
-    {"name": "mean"},
+    {"name": "dummy"},
     {"name": "ridge", "alpha": [1.0, 100.0]},
     {"name": "svr", "C": [1.0]},
     {"name": "random_forest", "n_estimators": [50], "max_depth": [3]},
@@ -89,13 +89,13 @@ def test_planted_rating_is_found_with_r_near_one(planted, tmp_path):
     assert (res.n_sessions, res.n_persons) == (N_SESSIONS, len(SESSION_PERSONS))
     assert t.loc["ridge alpha=1.0", "r"] > 0.95
     assert t.loc["ridge alpha=1.0", "ccc"] > 0.9
-    assert t.loc["ridge alpha=1.0", "mae"] < 0.5 * t.loc["mean", "mae"]
+    assert t.loc["ridge alpha=1.0", "mae"] < 0.5 * t.loc["dummy", "mae"]
     assert (
         t.loc["ridge alpha=1.0", "r_ci_low"]
         < t.loc["ridge alpha=1.0", "r"]
         < t.loc["ridge alpha=1.0", "r_ci_high"]
     )
-    assert res.table.iloc[0]["model"] != "mean"
+    assert res.table.iloc[0]["model"] != "dummy"
     # every session has one out-of-fold prediction, made without its person in training
     oof = res.predictions["ridge alpha=1.0"]
     assert len(oof) == N_SESSIONS and oof["prediction"].notna().all()
@@ -130,7 +130,7 @@ def test_every_model_of_the_grid_fits_and_predicts(planted):
     x[0, 0] = np.nan  # a missing summary is imputed
     grid = model_grid(
         [
-            {"name": "mean"},
+            {"name": "dummy"},
             {"name": "ridge", "alpha": [1.0]},
             {"name": "svr", "C": [1.0]},
             {"name": "random_forest", "n_estimators": [20], "max_depth": [2]},
@@ -140,7 +140,7 @@ def test_every_model_of_the_grid_fits_and_predicts(planted):
     for spec in grid:
         pred = spec.build(0).fit(x[:30], y[:30]).predict(x[30:])
         assert pred.shape == (len(y) - 30,) and np.isfinite(pred).all(), spec.label
-        if spec.name != "mean":
+        if spec.name != "dummy":
             assert np.corrcoef(pred, y[30:])[0, 1] > 0.8, spec.label
 
 
@@ -176,7 +176,7 @@ def test_score_without_spread_is_zero_r_and_nan_intervals_below_three_persons():
 
 def test_a_missing_rating_is_a_clear_error(planted, tmp_path):
     with pytest.raises(
-        SessionLevelError,
+        ConfigError,
         match=r"no session .* rating 'arousal' \(ratings there: empathy\).*rating_arousal",
     ):
         run_sessions(
@@ -186,7 +186,7 @@ def test_a_missing_rating_is_a_clear_error(planted, tmp_path):
             tracking_uri=str(tmp_path / "m"),
             progress=False,
         )
-    with pytest.raises(SessionLevelError, match=r"has no channel\(s\) listener/voice"):
+    with pytest.raises(ConfigError, match=r"has no channel\(s\) listener/voice"):
         run_sessions(
             _cfg(channels=["listener/voice"]),
             planted,
@@ -210,14 +210,14 @@ def test_a_missing_rating_is_a_clear_error(planted, tmp_path):
     ],
 )
 def test_config_errors_name_the_key(changes, message):
-    with pytest.raises(SessionLevelError, match=message):
+    with pytest.raises(ConfigError, match=message):
         load_session_config({"target": "empathy", **changes})
 
 
 def test_config_file_errors_name_the_file(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("target: empathy\nfolds: 1\n")
-    with pytest.raises(SessionLevelError, match=rf"{p}: folds: expected an integer >= 2"):
+    with pytest.raises(ConfigError, match=rf"{p}: folds: expected an integer >= 2"):
         load_session_config(p)
 
 
@@ -225,7 +225,7 @@ def test_cli_runs_a_config_and_reports_sessions_and_persons(planted, tmp_path, c
     cfg = tmp_path / "sessions.yaml"
     cfg.write_text(
         "target: empathy\nchannels: [listener/face_geom]\nprotocol: kfold_person\nfolds: 4\n"
-        "models:\n  - {name: mean}\n  - {name: ridge, alpha: [1]}\n"
+        "models:\n  - {name: dummy}\n  - {name: ridge, alpha: [1]}\n"
     )
     code = main(
         [
