@@ -36,6 +36,7 @@ from .shard import (
     ShardReader,
     StoreError,
     split_key,
+    upgrade,
     write_channels,
     write_labels,
     write_meta,
@@ -334,6 +335,7 @@ class Store:
             self._open(session).close()  # raises the store's "no shard" error
         with _rewritten(final) as f:
             ShardReader(f, final).check_schema(write=True)
+            upgrade(f)
             session_labels.write_session_labels(f, ratings, source)
         return final
 

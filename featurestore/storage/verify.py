@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 
+from . import checksums
+from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
 from .shard import ROLES, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
 
@@ -44,7 +47,12 @@ def verify_shard(
     out: list[Problem] = []
     if (version := int(f.attrs["schema_version"])) != SCHEMA_VERSION:
         fix = "move the file aside and re-run `featurestore extract` to rebuild it"
-        out.append(Problem(s, f"schema version {version}, expected {SCHEMA_VERSION}", fix))
+        what = f"schema version {version}, expected {SCHEMA_VERSION}"
+        if version < checksums.FIRST_CHECKED_SCHEMA:
+            what += ": its datasets carry no checksums, so edits cannot be detected"
+            fix += " with them"
+        out.append(Problem(s, what, fix))
+    out += _checksum_problems(s, shard)
     duration = meta.n_frames / meta.fps
     for key in (f"{r}/{c}" for r in ROLES if r in f for c in f[r]):
         out += _channel_problems(s, key, f[key], duration, versions, check_sources, fp_cache)
@@ -66,6 +74,19 @@ def verify_shard(
     return out
 
 
+def _checksum_problems(s: str, shard: ShardReader) -> list[Problem]:
+    """A problem per dataset whose rows do not match the digest the store wrote with them (or
+    that lacks one in a shard whose schema has them); a hard-linked dataset is checked once."""
+    out: list[Problem] = []
+
+    def check(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and (why := checksums.problem(obj)):
+            out.append(Problem(s, f"{shard.path.name}: dataset {name} {why}", checksums.REEXTRACT))
+
+    shard.file.visititems(check)
+    return out
+
+
 def _channel_problems(
     s: str,
     key: str,
@@ -84,6 +105,8 @@ def _channel_problems(
         return [Problem(s, f"{key}: {rows}", REBUILD)]
     try:
         ch = read_channel_group(grp)
+    except DamagedShardError:  # reported, dataset by dataset, by _checksum_problems
+        return []
     except Exception as e:  # noqa: BLE001 - any read failure is a finding
         return [Problem(s, f"{key} unreadable ({e.__cause__ or e})", REBUILD)]
     out: list[Problem] = []
@@ -107,11 +130,19 @@ def _channel_problems(
     if want is not None and want != ch.extractor_version:
         made = f"{key}: made by {ch.extractor} {ch.extractor_version}, current is {want}"
         out.append(Problem(s, made, "re-run `featurestore extract`"))
-    sp = ch.source.get("path")
-    if check_sources and sp and ch.source.get("fingerprint") and Path(sp).exists():
-        if sp not in fp_cache:
-            fp_cache[sp] = file_fingerprint(sp)
-        if fp_cache[sp]["fingerprint"] != ch.source["fingerprint"]:
-            changed = f"{key}: source {sp} changed since extraction"
-            out.append(Problem(s, changed, "re-run `featurestore extract`"))
+    if check_sources:
+        out += _source_problems(s, key, ch.source, fp_cache)
     return out
+
+
+def _source_problems(s: str, key: str, source: Mapping, fp_cache: dict) -> list[Problem]:
+    """A problem when the source file recorded for ``key`` changed since it was read."""
+    sp = source.get("path")
+    if not (sp and source.get("fingerprint") and Path(sp).exists()):
+        return []
+    if sp not in fp_cache:
+        fp_cache[sp] = file_fingerprint(sp)
+    if fp_cache[sp]["fingerprint"] != source["fingerprint"]:
+        changed = f"{key}: source {sp} changed since extraction"
+        return [Problem(s, changed, "re-run `featurestore extract`")]
+    return []
