@@ -6,7 +6,7 @@ the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,24 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.session}: {self.what}" + (f" ({self.hint})" if self.hint else "")
+
+
+def missing_shards(
+    root: Path, have: Sequence[str], expected: Sequence[str], corpus: str
+) -> list[Problem]:
+    """A problem per session of ``expected`` (the sessions of the corpus recorded in ``corpus``,
+    a file name) that has no shard among ``have``."""
+    present = set(have)
+    return [
+        Problem(
+            s,
+            f"no shard {root / f'{s}.h5'}, though {corpus} lists the session",
+            "re-run `featurestore extract` (it resumes; a session that fails says why), or "
+            "`featurestore scan` again if the corpus changed",
+        )
+        for s in expected
+        if s not in present
+    ]
 
 
 def verify_shard(
