@@ -232,6 +232,10 @@ class ShardReader:
             for c in f[r]
         }
 
+    def channel_sources(self) -> dict[str, dict]:
+        """``role/channel`` -> the source recorded with it (path, size, content fingerprint)."""
+        return {k: json.loads(self.file[k].attrs.get("source", "{}")) for k in self.channel_keys()}
+
     def has_channel(self, key: str) -> bool:
         """The shard holds channel ``role/channel`` (a group with ``data``)."""
         role, name = split_key(key)

@@ -74,6 +74,9 @@ def verify_shard(
     duration = meta.n_frames / meta.fps
     for key in (f"{r}/{c}" for r in ROLES if r in f for c in f[r]):
         out += _channel_problems(s, key, f[key], duration, versions, check_sources, fp_cache)
+    if check_sources:
+        for label, src in shard.label_sources().items():
+            out += _source_problems(s, f"labels {label}", src, fp_cache)
     traces = [f"labels/{t}" for t in shard.label_targets()]
     traces += [f"raters/{t}/{r}" for t in f.get("raters", {}) for r in f["raters"][t]]
     for name in traces:
@@ -162,5 +165,8 @@ def _source_problems(s: str, key: str, source: Mapping, fp_cache: dict) -> list[
         fp_cache[sp] = file_fingerprint(sp)
     if fp_cache[sp]["fingerprint"] != source["fingerprint"]:
         changed = f"{key}: source {sp} changed since extraction"
-        return [Problem(s, changed, "re-run `featurestore extract`")]
+        fix = "re-run `featurestore extract`"
+        if key.startswith("labels "):
+            fix += "; labels added with `featurestore labels`: re-run that"
+        return [Problem(s, changed, fix)]
     return []
