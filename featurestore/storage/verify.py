@@ -17,7 +17,14 @@ import numpy as np
 from . import checksums
 from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
-from .shard import ROLES, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
+from .shard import (
+    READABLE_SCHEMAS,
+    ROLES,
+    SCHEMA_VERSION,
+    ShardReader,
+    StoreError,
+    read_channel_group,
+)
 
 REBUILD = "re-run `featurestore extract --force`"
 
@@ -66,7 +73,7 @@ def verify_shard(
     if (version := int(f.attrs["schema_version"])) != SCHEMA_VERSION:
         fix = "move the file aside and re-run `featurestore extract` to rebuild it"
         what = f"schema version {version}, expected {SCHEMA_VERSION}"
-        if version < checksums.FIRST_CHECKED_SCHEMA:
+        if version in READABLE_SCHEMAS and version < checksums.FIRST_CHECKED_SCHEMA:
             what += ": its datasets carry no checksums, so edits cannot be detected"
             fix += " with them"
         out.append(Problem(s, what, fix))
