@@ -34,10 +34,10 @@ REEXTRACT = (
 
 
 def digest(values: Any) -> str:
-    """SHA-256 (hex) of an array's dtype, shape and C-order bytes: about 1.8 GB/s here."""
+    """SHA-256 (hex) of an array's dtype, shape and C-order bytes (about 1 GB/s on one core)."""
     a = np.ascontiguousarray(values)
     h = hashlib.sha256(f"{a.dtype.str}|{a.shape}|".encode())
-    h.update(a.tobytes())
+    h.update(a.reshape(-1).view(np.uint8).data)  # the bytes in place, no copy
     return h.hexdigest()
 
 
