@@ -265,13 +265,38 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
+    """(the store's ``manifest.json``, the sessions ``extract`` would extract from it: those with
+    a video and one file each); None when the store records no corpus."""
+    manifest = store / MANIFEST
+    if not manifest.exists():
+        return None
+    try:
+        sessions, dups = read_scan_json(manifest)
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(
+            f"error: {manifest} is not a manifest `featurestore scan` wrote ({e}); re-run "
+            f"`featurestore scan DATA_DIR --store {store}`"
+        ) from e
+    todo, _ = _split_todo(sessions, dups)
+    return str(manifest), [s.session for s in todo]
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     if _missing_store(args.store):
         return EXIT_FAILED
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
-    problems = store.verify(current_versions=versions, check_sources=not args.no_sources)
+    corpus = _recorded_corpus(Path(args.store))
+    problems = store.verify(
+        current_versions=versions, check_sources=not args.no_sources, corpus=corpus
+    )
     n = len(store.list_sessions())
+    if corpus is None:
+        print(
+            f"  note: {args.store} records no corpus ({MANIFEST}, written by `featurestore scan "
+            f"DATA_DIR --store {args.store}`): shards missing from it cannot be found"
+        )
     for tmp in store.temp_files():
         print(
             f"  note: {tmp.name} is a temporary file left by a killed writer (no shard is affected); "

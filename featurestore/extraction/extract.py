@@ -149,7 +149,7 @@ def extract_session(
             write(plan, store=store, channels=new, failed=bool(decoded.errors or derived.errors))
         )
         res.add(write_ratings(sf, store=store))
-        if not res.failed and not res.computed:
+        if not res.failed and not res.computed and not plan.drop:  # a removal is a change
             res.status = "skipped"
     except SESSION_FAILURES as e:
         res.status = "failed"
@@ -401,7 +401,8 @@ def write(
     write_labels = bool(labels) and (
         plan.force or not _label_sources_current(store, sf.session, sf.annotations)
     )
-    if not (channels or write_labels or (not failed and not store.shard_path(sf.session).exists())):
+    new_shard = not failed and not store.shard_path(sf.session).exists()
+    if not (channels or write_labels or plan.drop or new_shard):
         return StepResult()
     try:
         store.write_session(
@@ -409,6 +410,7 @@ def write(
             channels=channels,
             labels=labels if write_labels else None,
             label_sources=plan.label_sources,
+            drop=[k for k in plan.drop if k not in channels],
         )
     except OSError as e:  # full disk, read-only folder
         raise SessionError(

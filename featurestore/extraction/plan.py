@@ -21,6 +21,7 @@ from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS
 from ..storage.store import SessionMeta, Store
+from . import stale
 from .config import FeatureConfig
 from .derived import transcript_plan
 
@@ -41,7 +42,7 @@ def _read_labels(
             timed[key] = y
         else:
             labels[key] = y
-        sources[key] = file_fingerprint(path)
+        sources[key] = {**file_fingerprint(path), "by": stale.EXTRACTED}
     lengths = {t: len(y) for t, y in labels.items()}
     if len(set(lengths.values())) > 1:
         raise SessionError(
@@ -108,6 +109,7 @@ class SessionPlan:
     notes: list[str] = field(default_factory=list)
     videos: dict[str, Path] = field(default_factory=dict)
     audios: dict[str, Path] = field(default_factory=dict)
+    drop: list[str] = field(default_factory=list)
 
     @property
     def video(self) -> Path:
@@ -154,6 +156,7 @@ def plan_session(
         )
     info = media.probe(video)
     source = file_fingerprint(video)
+    stale.check_label_sources(sf, store.label_sources(sf.session))
     labels, timed, label_sources = _read_labels(sf)
     n_frames = _frame_count(sf, info, labels, cfg)
     labels.update({k: r.on_frames(n_frames, LABEL_FPS) for k, r in timed.items()})
@@ -186,8 +189,28 @@ def plan_session(
     )
     for name in channels:
         _plan_channel(plan, cfg.extractor(name), source, cfg)
+    _plan_drops(plan, store, channels)
     plan.created = utc_now()
     return plan
+
+
+def _plan_drops(plan: SessionPlan, store: Store, channels: Sequence[str]) -> None:
+    """The stored channels of ``channels`` (extractor names) whose source no longer provides
+    them (:func:`featurestore.extraction.stale.vanished_channels`), with a note each."""
+    if not store.shard_path(plan.session).exists():
+        return
+    with store.open_session(plan.session) as shard:
+        stored = shard.channel_sources()
+    media_files = [*plan.videos.values(), *plan.audios.values(), plan.video]
+    plan.drop = stale.vanished_channels(list(plan.channels), channels, stored, media_files)
+    for key in plan.drop:
+        src = stored[key]
+        why = (
+            "it was derived from a channel removed here"
+            if "upstream" in src
+            else f"its source {src.get('path')} no longer provides it"
+        )
+        plan.notes.append(f"{key} removed from the shard: {why}")
 
 
 #: a manifest's media column -> the store's role it describes

@@ -32,7 +32,7 @@ def utc_now() -> str:
 def file_fingerprint(path: str | os.PathLike[str], chunk: int = 1 << 22) -> dict[str, Any]:
     """Content fingerprint of a file: its size and a BLAKE2b hash of its head, middle and tail
     (``chunk`` bytes each: cheap for multi-GB videos); no modification time, so a copied corpus
-    keeps its cache."""
+    keeps its cache. ``path`` is recorded absolute (a later run may start elsewhere)."""
     path = Path(path)
     size = path.stat().st_size
     h = hashlib.blake2b(digest_size=16)
@@ -42,7 +42,7 @@ def file_fingerprint(path: str | os.PathLike[str], chunk: int = 1 << 22) -> dict
         for off in offsets:
             f.seek(off)
             h.update(f.read(chunk))
-    return {"path": str(path), "size": size, "fingerprint": h.hexdigest()}
+    return {"path": str(path.absolute()), "size": size, "fingerprint": h.hexdigest()}
 
 
 def cache_key(

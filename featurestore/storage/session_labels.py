@@ -16,6 +16,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from . import checksums
+from .checksums import read_rows
+
 GROUP = "session_labels"
 RATERS_GROUP = "session_raters"
 
@@ -37,7 +40,7 @@ def read_session_label(f: h5py.File, target: str) -> float | None:
     """The rating of ``target`` in an open shard; None when it has none."""
     if GROUP not in f or target not in f[GROUP]:
         return None
-    return float(f[GROUP][target][()])
+    return float(read_rows(f[GROUP][target]))
 
 
 def read_session_raters(f: h5py.File, target: str) -> dict[str, float]:
@@ -45,7 +48,7 @@ def read_session_raters(f: h5py.File, target: str) -> dict[str, float]:
     if RATERS_GROUP not in f or target not in f[RATERS_GROUP]:
         return {}
     g = f[RATERS_GROUP][target]
-    return {r: float(g[r][()]) for r in sorted(g)}
+    return {r: float(read_rows(g[r])) for r in sorted(g)}
 
 
 def read_ratings(f: h5py.File) -> dict[str, dict[str, float]]:
@@ -53,7 +56,7 @@ def read_ratings(f: h5py.File) -> dict[str, dict[str, float]]:
     shape :func:`write_session_labels` takes: equal when nothing changed."""
     out: dict[str, dict[str, float]] = {}
     for t in session_label_targets(f):
-        out[t] = read_session_raters(f, t) or {"": float(f[GROUP][t][()])}
+        out[t] = read_session_raters(f, t) or {"": float(read_rows(f[GROUP][t]))}
     return out
 
 
@@ -99,13 +102,13 @@ def write_session_labels(f: h5py.File, ratings: Ratings, source: Mapping) -> Non
             del labels[target]
         if target in raters_root:
             del raters_root[target]
-        ds = labels.create_dataset(target, data=np.float64(rating_value(by_rater)))
+        ds = checksums.create(labels, target, np.float64(rating_value(by_rater)))
         named = sorted(r for r in by_rater if r)
         ds.attrs["raters"] = json.dumps(named)
         ds.attrs["source"] = json.dumps(dict(source), sort_keys=True)
         if named:
             g = raters_root.create_group(target)
             for r in named:
-                g.create_dataset(r, data=np.float64(by_rater[r]))
+                checksums.create(g, r, np.float64(by_rater[r]))
     if not len(raters_root):
         del f[RATERS_GROUP]

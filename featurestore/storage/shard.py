@@ -20,10 +20,14 @@ import numpy as np
 import pandas as pd
 
 from ..features import Features
+from . import checksums
+from .checksums import read_rows
+from .errors import MissingChannelError, StoreError
 from .provenance import utc_now
 from .roles import role_names, role_names_json
 
-SCHEMA_VERSION = 1
+#: 2: every dataset carries its SHA-256 (:mod:`featurestore.storage.checksums`); 1: none
+SCHEMA_VERSION = 2
 #: shard schema versions this tool reads (it writes :data:`SCHEMA_VERSION` only)
 READABLE_SCHEMAS = range(1, SCHEMA_VERSION + 1)
 LABEL_FPS = 25.0
@@ -32,18 +36,6 @@ ROLES = ("speaker", "listener", "scene")
 DATA_STORAGE: dict = {}
 #: channels computed from a session's transcript (a missing one gets the transcript hint)
 TRANSCRIPT_CHANNELS = ("speech", "lexicon")
-
-
-class StoreError(RuntimeError):
-    """A shard is missing, unreadable or inconsistent; the message names the file."""
-
-
-class MissingChannelError(StoreError):
-    """A shard lacks channels that were asked for; ``keys`` lists them, the message says how to add them."""
-
-    def __init__(self, message: str, keys: Sequence[str]) -> None:
-        super().__init__(message)
-        self.keys = list(keys)
 
 
 @dataclass
@@ -205,20 +197,21 @@ class ShardReader:
         return self._meta
 
     def check_schema(self, write: bool = False) -> None:
-        """:class:`StoreError` unless this tool reads (``write``: and writes) the shard's schema version."""
+        """:class:`StoreError` unless this tool reads the shard's schema version (``write``:
+        also one it cannot upgrade to :data:`SCHEMA_VERSION` when writing, see :func:`upgrade`)."""
         version = self.file.attrs.get("schema_version")
-        if write and (version is None or int(version) != SCHEMA_VERSION):
-            raise StoreError(
-                f"{self.path} has {_schema_name(version)}, this tool reads and writes "
-                f"{SCHEMA_VERSION}; it was left as it is: move it aside (keep it if you need its "
-                "channels) and re-run `featurestore extract` to rebuild it"
-            )
         if version is None or int(version) not in READABLE_SCHEMAS:
             readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
+            left = "; it was left as it is: move it aside (keep it if you need its channels) and "
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}; this tool reads schema version "
-                f"{readable}. Move it aside and rebuild it with `featurestore extract` "
-                "(check the store with `featurestore verify`)"
+                f"{self.path} has {_schema_name(version)}; this tool reads and writes schema version "
+                f"{readable}"
+                + (
+                    f"{left}re-run `featurestore extract` to rebuild it"
+                    if write
+                    else ". Move it aside and rebuild it with `featurestore extract` "
+                    "(check the store with `featurestore verify`)"
+                )
             )
 
     # ---------------------------------------------------------------- channels
@@ -238,6 +231,10 @@ class ShardReader:
             if r in f
             for c in f[r]
         }
+
+    def channel_sources(self) -> dict[str, dict]:
+        """``role/channel`` -> the source recorded with it (path, size, content fingerprint)."""
+        return {k: json.loads(self.file[k].attrs.get("source", "{}")) for k in self.channel_keys()}
 
     def has_channel(self, key: str) -> bool:
         """The shard holds channel ``role/channel`` (a group with ``data``)."""
@@ -267,8 +264,8 @@ class ShardReader:
         g = self.file[key]
         a = g.attrs
         return ChannelTiming(
-            time=np.asarray(g["time"][()], dtype=np.float64),
-            valid=np.asarray(g["valid"][()], dtype=bool),
+            time=np.asarray(read_rows(g["time"], self.path), dtype=np.float64),
+            valid=np.asarray(read_rows(g["valid"], self.path), dtype=bool),
             extractor=str(a.get("extractor", "")),
             extractor_version=str(a.get("extractor_version", "")),
             params=json.loads(a.get("params", "{}")),
@@ -308,7 +305,7 @@ class ShardReader:
                 f"session {self.session} has no labels {target!r} in {self.path} "
                 f"(it has: {', '.join(targets) or 'none'}); {fix}"
             )
-        return f["labels"][target][()].astype(np.float32).reshape(-1)
+        return read_rows(f["labels"][target], self.path).astype(np.float32).reshape(-1)
 
     def raters(self, target: str) -> list[str]:
         """The raters stored for ``target`` (``/raters/<target>``), sorted; empty when none."""
@@ -325,7 +322,8 @@ class ShardReader:
                 f"(raters: {', '.join(have) or 'none'}); per-rater labels come from manifest "
                 f"columns label_{target}@<rater>"
             )
-        return self.file["raters"][target][rater][()].astype(np.float32).reshape(-1)
+        ds = self.file["raters"][target][rater]
+        return read_rows(ds, self.path).astype(np.float32).reshape(-1)
 
     # ----------------------------------------------------- several channels at once
     def read(
@@ -357,7 +355,7 @@ class ShardReader:
 
         def once(ds: h5py.Dataset) -> np.ndarray:
             if ds.id not in arrays:
-                arrays[ds.id] = ds[()]
+                arrays[ds.id] = read_rows(ds, self.path)
             return arrays[ds.id]
 
         channels: dict[str, Features] = {}
@@ -368,7 +366,8 @@ class ShardReader:
                 continue
             columns = json.loads(g.attrs["columns"])
             try:
-                channels[key] = Features(once(g["data"]), once(g["time"]), g["valid"][()], columns)
+                valid = read_rows(g["valid"], self.path)
+                channels[key] = Features(once(g["data"]), once(g["time"]), valid, columns)
             except ValueError as e:
                 raise StoreError(f"{self.path}: {key}: {e}; run `featurestore verify`") from e
         return SessionData(meta, channels, y, target)
@@ -379,12 +378,12 @@ def read_channel_group(
 ) -> Channel:
     """The :class:`Channel` of one channel group, with provenance (``read(dataset)`` reads data/time)."""
     a = grp.attrs
-    read = read if read is not None else (lambda ds: ds[()])
+    read = read if read is not None else (lambda ds: read_rows(ds, path))
     try:
         return Channel(
             data=read(grp["data"]),
             time=read(grp["time"]),
-            valid=grp["valid"][()],
+            valid=read_rows(grp["valid"], path),
             columns=[str(c) for c in json.loads(a["columns"])],
             extractor=str(a.get("extractor", "")),
             extractor_version=str(a.get("extractor_version", "")),
@@ -416,7 +415,7 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["split"] = str(meta.split)
     f.attrs["fps"] = float(meta.fps)
     f.attrs["n_frames"] = int(meta.n_frames)
-    f.attrs["schema_version"] = SCHEMA_VERSION
+    upgrade(f)
     f.attrs["layout"] = str(meta.layout)
     f.attrs["role_names"] = role_names_json(meta.layout)
     m = meta
@@ -428,6 +427,16 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
             del f.attrs[name]
 
 
+def upgrade(f: h5py.File) -> None:
+    """Bring a shard being written to :data:`SCHEMA_VERSION`: from version 1, each dataset
+    without a checksum gets that of its rows as they are (what a version-1 shard cannot prove;
+    `featurestore extract --force` recomputes them)."""
+    version = f.attrs.get("schema_version")
+    if version is not None and int(version) < checksums.FIRST_CHECKED_SCHEMA:
+        checksums.stamp_unchecked(f)
+    f.attrs["schema_version"] = SCHEMA_VERSION
+
+
 def write_channel(
     parent: h5py.Group, name: str, ch: Channel, shared: h5py.Group | None = None
 ) -> None:
@@ -436,13 +445,13 @@ def write_channel(
         del parent[name]
     grp = parent.create_group(name)
     if shared is None:
-        grp.create_dataset("data", data=ch.data, **DATA_STORAGE)
-        grp.create_dataset("time", data=ch.time)
+        checksums.create(grp, "data", ch.data, **DATA_STORAGE)
+        checksums.create(grp, "time", ch.time)
     else:
         grp["data"] = shared["data"]  # assigning a dataset object makes a hard link
         grp["time"] = shared["time"]
         grp.attrs["shared_with"] = shared.name.strip("/")
-    grp.create_dataset("valid", data=ch.valid)
+    checksums.create(grp, "valid", ch.valid)
     grp.attrs["columns"] = json.dumps(ch.columns)
     grp.attrs["extractor"] = ch.extractor
     grp.attrs["extractor_version"] = ch.extractor_version
@@ -551,7 +560,7 @@ def write_labels(
         for rater, y in by_rater.items():
             _write_label(grp, rater, y, sources.get(f"{target}@{rater}", {}))
         raters = sorted(grp)
-        stack = np.stack([grp[r][()].astype(np.float64) for r in raters])
+        stack = np.stack([read_rows(grp[r]).astype(np.float64) for r in raters])
         with np.errstate(all="ignore"):
             counts = np.sum(~np.isnan(stack), axis=0)
             mean = np.where(counts > 0, np.nansum(stack, axis=0) / np.maximum(counts, 1), np.nan)
@@ -573,7 +582,7 @@ def write_labels(
 def _write_label(grp: h5py.Group, name: str, y: np.ndarray, source: dict) -> h5py.Dataset:
     if name in grp:
         del grp[name]
-    ds = grp.create_dataset(name, data=np.asarray(y, dtype=np.float32))
+    ds = checksums.create(grp, name, np.asarray(y, dtype=np.float32))
     ds.attrs["source"] = json.dumps(source, default=str)
     ds.attrs["created_utc"] = utc_now()
     return ds

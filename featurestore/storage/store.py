@@ -36,11 +36,12 @@ from .shard import (
     ShardReader,
     StoreError,
     split_key,
+    upgrade,
     write_channels,
     write_labels,
     write_meta,
 )
-from .verify import Problem, verify_shard
+from .verify import Problem, missing_shards, verify_shard
 
 SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
 _TMP_MARK = ".tmp-"
@@ -334,6 +335,7 @@ class Store:
             self._open(session).close()  # raises the store's "no shard" error
         with _rewritten(final) as f:
             ShardReader(f, final).check_schema(write=True)
+            upgrade(f)
             session_labels.write_session_labels(f, ratings, source)
         return final
 
@@ -372,15 +374,20 @@ class Store:
 
     # ---------------------------------------------------------------- verify
     def verify(
-        self, current_versions: Mapping[str, str] | None = None, check_sources: bool = True
+        self,
+        current_versions: Mapping[str, str] | None = None,
+        check_sources: bool = True,
+        corpus: tuple[str, Sequence[str]] | None = None,
     ) -> list[Problem]:
         """Check every shard (:mod:`featurestore.storage.verify`); the problems found, none when
         all is good. ``current_versions``: extractor name -> version; ``check_sources``:
-        re-fingerprint the source files that still exist. A writer's leftover temporary files
-        are not problems (:meth:`temp_files`)."""
+        re-fingerprint the source files that still exist; ``corpus``: (the file that records
+        the corpus, its sessions), each without a shard is a problem. A writer's leftover
+        temporary files are not problems (:meth:`temp_files`)."""
         sessions = self.list_sessions()
+        missing = missing_shards(self.root, sessions, corpus[1], corpus[0]) if corpus else []
         problems = (
-            []
+            missing
             if sessions
             else [
                 Problem(

@@ -6,15 +6,25 @@ the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 
+from . import checksums
+from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
-from .shard import ROLES, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
+from .shard import (
+    READABLE_SCHEMAS,
+    ROLES,
+    SCHEMA_VERSION,
+    ShardReader,
+    StoreError,
+    read_channel_group,
+)
 
 REBUILD = "re-run `featurestore extract --force`"
 
@@ -31,6 +41,24 @@ class Problem:
         return f"{self.session}: {self.what}" + (f" ({self.hint})" if self.hint else "")
 
 
+def missing_shards(
+    root: Path, have: Sequence[str], expected: Sequence[str], corpus: str
+) -> list[Problem]:
+    """A problem per session of ``expected`` (the sessions of the corpus recorded in ``corpus``,
+    a file name) that has no shard among ``have``."""
+    present = set(have)
+    return [
+        Problem(
+            s,
+            f"no shard {root / f'{s}.h5'}, though {corpus} lists the session",
+            "re-run `featurestore extract` (it resumes; a session that fails says why), or "
+            "`featurestore scan` again if the corpus changed",
+        )
+        for s in expected
+        if s not in present
+    ]
+
+
 def verify_shard(
     s: str, shard: ShardReader, versions: Mapping[str, str], check_sources: bool, fp_cache: dict
 ) -> list[Problem]:
@@ -44,10 +72,18 @@ def verify_shard(
     out: list[Problem] = []
     if (version := int(f.attrs["schema_version"])) != SCHEMA_VERSION:
         fix = "move the file aside and re-run `featurestore extract` to rebuild it"
-        out.append(Problem(s, f"schema version {version}, expected {SCHEMA_VERSION}", fix))
+        what = f"schema version {version}, expected {SCHEMA_VERSION}"
+        if version in READABLE_SCHEMAS and version < checksums.FIRST_CHECKED_SCHEMA:
+            what += ": its datasets carry no checksums, so edits cannot be detected"
+            fix += " with them"
+        out.append(Problem(s, what, fix))
+    out += _checksum_problems(s, shard)
     duration = meta.n_frames / meta.fps
     for key in (f"{r}/{c}" for r in ROLES if r in f for c in f[r]):
         out += _channel_problems(s, key, f[key], duration, versions, check_sources, fp_cache)
+    if check_sources:
+        for label, src in shard.label_sources().items():
+            out += _source_problems(s, f"labels {label}", src, fp_cache)
     traces = [f"labels/{t}" for t in shard.label_targets()]
     traces += [f"raters/{t}/{r}" for t in f.get("raters", {}) for r in f["raters"][t]]
     for name in traces:
@@ -63,6 +99,19 @@ def verify_shard(
                     "re-import it: `featurestore ratings FILE` or the manifest's rating column",
                 )
             )
+    return out
+
+
+def _checksum_problems(s: str, shard: ShardReader) -> list[Problem]:
+    """A problem per dataset whose rows do not match the digest the store wrote with them (or
+    that lacks one in a shard whose schema has them); a hard-linked dataset is checked once."""
+    out: list[Problem] = []
+
+    def check(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and (why := checksums.problem(obj)):
+            out.append(Problem(s, f"{shard.path.name}: dataset {name} {why}", checksums.REEXTRACT))
+
+    shard.file.visititems(check)
     return out
 
 
@@ -84,6 +133,8 @@ def _channel_problems(
         return [Problem(s, f"{key}: {rows}", REBUILD)]
     try:
         ch = read_channel_group(grp)
+    except DamagedShardError:  # reported, dataset by dataset, by _checksum_problems
+        return []
     except Exception as e:  # noqa: BLE001 - any read failure is a finding
         return [Problem(s, f"{key} unreadable ({e.__cause__ or e})", REBUILD)]
     out: list[Problem] = []
@@ -107,11 +158,22 @@ def _channel_problems(
     if want is not None and want != ch.extractor_version:
         made = f"{key}: made by {ch.extractor} {ch.extractor_version}, current is {want}"
         out.append(Problem(s, made, "re-run `featurestore extract`"))
-    sp = ch.source.get("path")
-    if check_sources and sp and ch.source.get("fingerprint") and Path(sp).exists():
-        if sp not in fp_cache:
-            fp_cache[sp] = file_fingerprint(sp)
-        if fp_cache[sp]["fingerprint"] != ch.source["fingerprint"]:
-            changed = f"{key}: source {sp} changed since extraction"
-            out.append(Problem(s, changed, "re-run `featurestore extract`"))
+    if check_sources:
+        out += _source_problems(s, key, ch.source, fp_cache)
     return out
+
+
+def _source_problems(s: str, key: str, source: Mapping, fp_cache: dict) -> list[Problem]:
+    """A problem when the source file recorded for ``key`` changed since it was read."""
+    sp = source.get("path")
+    if not (sp and source.get("fingerprint") and Path(sp).exists()):
+        return []
+    if sp not in fp_cache:
+        fp_cache[sp] = file_fingerprint(sp)
+    if fp_cache[sp]["fingerprint"] != source["fingerprint"]:
+        changed = f"{key}: source {sp} changed since extraction"
+        fix = "re-run `featurestore extract`"
+        if key.startswith("labels "):
+            fix += "; labels added with `featurestore labels`: re-run that"
+        return [Problem(s, changed, fix)]
+    return []

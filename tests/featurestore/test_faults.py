@@ -456,7 +456,8 @@ def test_shard_of_an_older_schema_is_named_and_never_overwritten(
         f.attrs["schema_version"] = 0
     before = snapshot(store)
     assert main(["verify", "--store", str(store)]) == 1
-    assert f"{SESSIONS[0]}: schema version 0, expected 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{SESSIONS[0]}: schema version 0, expected 2 (move" in err
     for extra in ([], ["--force", "--sessions", SESSIONS[0]]):
         assert main(["extract", str(corpus), "--store", str(store), *extra]) == 1
         captured = capsys.readouterr()

@@ -17,6 +17,7 @@ import pytest
 import experiments.data.dataset as dataset
 from experiments.data.dataset import DatasetError, load_sessions
 from experiments.data.frames_cache import CACHE_ENV, FOLDER_NAME, SUFFIX, FramesCache
+from featurestore.storage import checksums
 from featurestore.storage.store import Store
 from tests.experiments.data.helpers import SPLITS, N, face_channel, write_store
 from tests.experiments.helpers import ROOT
@@ -111,12 +112,25 @@ def test_rewriting_a_shard_replaces_its_entry(store):
     assert {n: t for n, t in after.items() if n != new} == {
         n: t for n, t in before.items() if n != old
     }
-    # an in-place edit of a shard (same file, new modification time) invalidates too
+    # an in-place edit of a shard (same file, new modification time, its checksum kept right)
+    # invalidates too
     with h5py.File(store.shard_path(s), "r+") as f:
-        f["labels/valence_self"][:10] = 0.5
+        ds = f["labels/valence_self"]
+        ds[:10] = 0.5
+        checksums.stamp(ds, ds[()])
     table = {t.session: t for t in load_sessions(store, KEYS)}[s]
     assert (table.y[:10] == 0.5).all() and (table.y[10:] == y[10:]).all()
     assert len(entries(store, s)) == 1
+
+
+def test_a_shard_edited_outside_the_store_is_refused_not_loaded(store):
+    load_sessions(store, KEYS)  # cached: the edit below must not be served from the cache either
+    with h5py.File(store.shard_path("Subject_1_Story_2"), "r+") as f:
+        f["labels/valence_self"][:10] = 0.5  # by hand, as a sweep on an edited store would meet it
+    with pytest.raises(
+        DatasetError, match=r"Subject_1_Story_2.h5: dataset labels/valence_self does not match"
+    ):
+        load_sessions(store, KEYS)
 
 
 def test_each_request_has_its_own_entry(store):

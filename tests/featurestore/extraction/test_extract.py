@@ -269,6 +269,27 @@ def test_kill_mid_extraction_leaves_no_partial_shard_and_resumes(corpus, tmp_pat
     assert main(["verify", "--store", str(store)]) == 0
 
 
+def test_verify_names_the_shards_missing_from_the_scanned_corpus(
+    corpus, extracted, tmp_path, capsys
+):
+    store = tmp_path / "store"
+    shutil.copytree(extracted, store)
+    assert main(["verify", "--store", str(store)]) == 0  # no record of the corpus: it says so
+    assert "records no corpus (manifest.json" in capsys.readouterr().out
+    assert main(["scan", str(corpus), "--store", str(store)]) == 0
+    assert main(["verify", "--store", str(store)]) == 0
+    capsys.readouterr()
+    for s in ("Subject_1_Story_2", "Subject_2_Story_1"):  # as a killed extract leaves it
+        (store / f"{s}.h5").unlink()
+    assert main(["verify", "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    for s in ("Subject_1_Story_2", "Subject_2_Story_1"):
+        assert f"no shard {store / s}.h5, though {store / 'manifest.json'} lists the session" in err
+    assert "verify: 2 problem(s)" in err
+    assert main(["extract", "--store", str(store)]) == 0  # resumes from the recorded corpus
+    assert main(["verify", "--store", str(store)]) == 0
+
+
 def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     from featurestore.extraction.extract import FrameJob, run_frame_jobs
     from featurestore.extractors import get_extractor

@@ -100,7 +100,8 @@ def test_verify_reports_a_session_label_that_is_not_one_finite_number(store):
     with h5py.File(store.shard_path("dyad1"), "a") as f:  # damage it behind the store's back
         del f["session_labels/empathy"]
         f["session_labels"].create_dataset("empathy", data=np.array([1.0, np.nan]))
-    (problem,) = store.verify()
+    unchecked, problem = store.verify()  # written by hand: no checksum, and not one number
+    assert "dataset session_labels/empathy has no checksum" in str(unchecked)
     assert "session_labels/empathy: not one finite number" in str(problem)
     assert "featurestore ratings FILE" in str(problem)
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from featurestore.features import Features
+from featurestore.storage import checksums
 from featurestore.storage.shard import MissingChannelError
 from featurestore.storage.store import Channel, SessionMeta, Store, StoreError
 
@@ -112,8 +113,8 @@ def test_missing_target_and_label_length_mismatch_are_named(store):
     ):
         store.read_session(META.session, ["listener/face_geom"], "valence_slef")
     with h5py.File(store.shard_path(META.session), "a") as f:
-        del f["labels/valence_self"]
-        f["labels/valence_self"] = np.zeros(90, np.float32)
+        del f["labels/valence_self"]  # 90 rows with their checksum: only the length is wrong
+        checksums.create(f["labels"], "valence_self", np.zeros(90, np.float32))
     with pytest.raises(
         StoreError,
         match=r"labels 'valence_self' have 90 rows but the session has 100 frames; re-add",
@@ -126,11 +127,13 @@ def test_schema_version_and_unreadable_or_missing_shards(store, tmp_path):
     with h5py.File(path, "a") as f:
         f.attrs["schema_version"] = 7
     with pytest.raises(
-        StoreError, match=rf"{path} has schema version 7; this tool reads schema version 1"
+        StoreError,
+        match=rf"{path} has schema version 7; this tool reads and writes schema version 1, 2\. Move",
     ):
         store.read_session(META.session, ["listener/face_geom"])
     with pytest.raises(
-        StoreError, match=r"schema version 7, this tool reads and writes 1; it was left as it is"
+        StoreError,
+        match=r"schema version 7; this tool reads and writes schema version 1, 2; it was left as it is",
     ):
         store.check_schema(META.session, write=True)
     store.check_schema("Subject_9_Story_9", write=True)  # no shard yet: nothing to refuse

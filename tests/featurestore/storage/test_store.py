@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from featurestore.storage.store import (
+    SCHEMA_VERSION,
     Channel,
     SessionMeta,
     Store,
@@ -65,7 +66,7 @@ def test_write_and_read_back(tmp_path):
     ]
     assert store.cache_keys("Subject_1_Story_2") == {"listener/face_geom": "k1"}
     with h5py.File(store.shard_path(META.session)) as f:
-        assert f.attrs["schema_version"] == 1 and f.attrs["fps"] == 25.0
+        assert f.attrs["schema_version"] == SCHEMA_VERSION and f.attrs["fps"] == 25.0
         assert json.loads(f["listener/face_geom"].attrs["columns"]) == ["c0", "c1", "c2"]
 
 
