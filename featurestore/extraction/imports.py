@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
-from ..sources.manifest import STORY_SPEAKER, story_split
+from ..sources.manifest import STORY_SPEAKER, SessionFiles, read_scan_json, story_split
+from ..sources.manifest_file import STORE_ROLE
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS, ROLES
@@ -36,6 +37,9 @@ from .derived import (
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 
 __all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
+
+#: why a file an importer found was skipped: its name is no session
+OMG_ONLY = "name has no Subject_<L>_Story_<S>"
 
 
 @dataclass
@@ -65,6 +69,7 @@ class ImportReport:
     what: str
     results: list[SessionResult] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
+    skip_reason: str = OMG_ONLY
 
     @property
     def failed(self) -> list[SessionResult]:
@@ -77,7 +82,7 @@ class ImportReport:
 
     def __str__(self) -> str:
         lines = [str(r) for r in self.results]
-        lines += [f"skipped {p}: name has no Subject_<L>_Story_<S>" for p in self.skipped]
+        lines += [f"skipped {p}: {self.skip_reason}" for p in self.skipped]
         lines.append(
             f"{self.what}: {len(self.succeeded)} session(s) written, {len(self.failed)} failed"
         )
@@ -85,28 +90,133 @@ class ImportReport:
 
 
 # ------------------------------------------------------------ file discovery
+@dataclass(frozen=True)
+class Recordings:
+    """The recordings a store knows (its shards' and its ``manifest.json``'s, by id) and how a
+    file's name maps to one (:meth:`session_of`). ``manifest``: the store holds a manifest's
+    recordings, so an OMG-Empathy name that is none of them is refused, never a new shard."""
+
+    known: dict[str, SessionMeta]
+    manifest: bool
+
+    @classmethod
+    def of(cls, store: Store) -> Recordings:
+        """The recordings of ``store``'s shards and of the ``manifest.json`` ``scan`` wrote there."""
+        known: dict[str, SessionMeta] = {}
+        manifest = False
+        for session in store.list_sessions():
+            try:
+                meta = store.meta(session)
+            except StoreError:  # an unreadable shard: `verify` names it
+                continue
+            known[session] = meta
+            manifest = manifest or meta.layout == "manifest"
+        scanned = store.root / "manifest.json"
+        if scanned.is_file():
+            for sf in read_scan_json(scanned)[0]:
+                known.setdefault(sf.session, _scanned_meta(sf))
+                manifest = manifest or sf.layout == "manifest"
+        return cls(known, manifest)
+
+    def session_of(self, path: Path) -> str | None:
+        """The recording ``path`` is named for: a known recording id equal to its stem, else
+        its ``Subject_<L>_Story_<S>`` name; None when it names neither.
+
+        Raises:
+            DataImportError: an OMG-Empathy name in a store of a manifest's recordings that has
+                no such recording.
+        """
+        if path.stem in self.known:
+            return path.stem
+        ls = parse_session(path.stem)
+        if ls is None:
+            return None
+        session = session_name(*ls)
+        if self.manifest and session not in self.known:
+            raise DataImportError(
+                f"{path} is named for {session} but this store holds a manifest's recordings "
+                f"({some(sorted(self.known))}) and no {session}; name the file after a recording "
+                "id (e.g. <id>.csv) or pass --session ID"
+            )
+        return session
+
+
+def _scanned_meta(sf: SessionFiles) -> SessionMeta:
+    """A scanned recording's metadata, its frame count unknown (0) until a file gives it."""
+    return SessionMeta(
+        sf.session,
+        sf.listener,
+        sf.story,
+        sf.speaker,
+        sf.split,
+        0,
+        layout=sf.layout,
+        person=sf.person,
+        group=sf.group,
+        partner=sf.partner,
+        fold=sf.fold,
+    )
+
+
+def some(names: Sequence[str], n: int = 3) -> str:
+    """The first ``n`` of ``names``, then how many more."""
+    head = ", ".join(names[:n])
+    return head + (f" and {len(names) - n} more" if len(names) > n else "") if names else "none"
+
+
+@dataclass
+class _Found:
+    """What an importer found under its folder: each session's files, the files named for no
+    session (``skipped``, with ``skip_reason``) and those refused (file -> why)."""
+
+    files: dict[str, list[Path]]
+    skipped: list[Path] = field(default_factory=list)
+    refused: dict[Path, tuple[str, str]] = field(default_factory=dict)  # file -> (session, why)
+    skip_reason: str = OMG_ONLY
+
+
+def _order(session: str) -> tuple[int, int, int, str]:
+    """Sort key: OMG-Empathy sessions by listener and story, then other ids by name."""
+    ls = parse_session(session)
+    return (0, *ls, "") if ls else (1, 0, 0, session)
+
+
 def _find_session_files(
-    root: Path, exts: tuple[str, ...]
-) -> tuple[dict[str, list[Path]], list[Path]]:
+    root: Path, exts: tuple[str, ...], recordings: Recordings | None = None
+) -> _Found:
+    """The files of extension ``exts`` under ``root`` (any depth, hidden folders left out) by
+    the session they are named for: a recording of ``recordings``
+    (:meth:`Recordings.session_of`), else by their ``Subject_<L>_Story_<S>`` name."""
     if not root.is_dir():
         raise FileNotFoundError(
-            f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files"
+            f"folder {root} does not exist; pass the folder holding one file per recording "
+            "(named by its id or Subject_<L>_Story_<S>)"
         )
-    found: dict[str, list[Path]] = defaultdict(list)
-    order: dict[str, tuple[int, int]] = {}  # session -> (listener, story)
-    skipped: list[Path] = []
+    out = _Found(defaultdict(list))
+    if recordings is not None and recordings.known:
+        out.skip_reason = "name is neither a recording id of the store nor Subject_<L>_Story_<S>"
     for p in sorted(root.rglob("*")):
         if not p.is_file() or p.suffix.lower() not in exts:
             continue
         if any(part.startswith(".") for part in p.relative_to(root).parts):
             continue
-        ls = parse_session(p.stem)
-        if ls is None:
-            skipped.append(p)
+        try:
+            session = recordings.session_of(p) if recordings else _omg_session(p)
+        except DataImportError as e:
+            out.refused[p] = (_omg_session(p) or p.stem, str(e))
+            continue
+        if session is None:
+            out.skipped.append(p)
         else:
-            order[session_name(*ls)] = ls
-            found[session_name(*ls)].append(p)
-    return dict(sorted(found.items(), key=lambda kv: order[kv[0]])), skipped
+            out.files[session].append(p)
+    out.files = dict(sorted(out.files.items(), key=lambda kv: _order(kv[0])))
+    return out
+
+
+def _omg_session(path: Path) -> str | None:
+    """The ``Subject_<L>_Story_<S>`` session ``path`` is named for, or None."""
+    ls = parse_session(path.stem)
+    return session_name(*ls) if ls else None
 
 
 def _meta_for_new_session(
@@ -147,7 +257,7 @@ def _frames_covering(end_s: float, fps: float) -> int:
 
 
 def _import_each(
-    found: tuple[dict[str, list[Path]], list[Path]],
+    found: _Found,
     what: str,
     files_are: str,
     one: Callable[[str, Path], str],
@@ -157,16 +267,18 @@ def _import_each(
     """Run ``one(session, path) -> detail`` for each session's file in ``found``.
 
     The loop every import shares, over :func:`_find_session_files`' result (files whose
-    names carry no session are reported as skipped), a tqdm bar over sessions when ``progress``, two files for one
-    session an error for that session (``files_are`` names them, e.g. ``"tables"``), and an
+    names carry no session are reported as skipped, refused files as failed), a tqdm bar
+    over sessions when ``progress``, two files for one session an error for that session
+    (``files_are`` names them, e.g. ``"tables"``), and an
     exception of ``errors`` raised by ``one`` recorded for its session while the others go on
     (``one`` writes a session's shard in a single atomic update, so a failed one is untouched).
     """
-    files, skipped = found
-    report = ImportReport(what=what, skipped=skipped)
+    report = ImportReport(what=what, skipped=found.skipped, skip_reason=found.skip_reason)
+    for path, (session, why) in found.refused.items():
+        report.results.append(SessionResult(session, [path], error=why))
     for session, paths in tqdm(
-        files.items(),
-        total=len(files),
+        found.files.items(),
+        total=len(found.files),
         desc=what,
         unit="session",
         disable=not progress,
@@ -242,6 +354,22 @@ class _TableImport:
         return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
 
 
+def _one_file(path: Path, session: str, recordings: Recordings, exts: tuple[str, ...]) -> _Found:
+    """File ``path`` as recording ``session``'s (``--session``): refused when the store holds a
+    manifest's recordings and none is ``session``."""
+    if not path.is_file() or path.suffix.lower() not in exts:
+        raise FileNotFoundError(
+            f"{path}: no such file; with --session ID give one file ({', '.join(exts)})"
+        )
+    if recordings.manifest and session not in recordings.known:
+        why = (
+            f"{path}: --session {session} is no recording of this store (its recordings: "
+            f"{some(sorted(recordings.known))}); give a recording id of the manifest"
+        )
+        return _Found({}, refused={path: (session, why)})
+    return _Found({session: [path]})
+
+
 def import_tables(
     table_dir: str | Path,
     store_root: str | Path,
@@ -254,22 +382,29 @@ def import_tables(
     progress: bool = False,
     groups: Sequence[str] | None = None,
     lookahead_s: float | None = None,
+    session: str | None = None,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
 
-    ``table_dir`` holds ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` files (any depth, any
-    case; read by :func:`featurestore.extraction.tables.read_table`: ``fps`` converts
-    ``frame`` columns to seconds, ``min_confidence`` and ``groups`` shape OpenFace and py-feat
-    tables). A session with a shard keeps its metadata and everything else it holds; a table
+    ``table_dir`` holds one ``.csv`` / ``.parquet`` table per recording (any depth), named by
+    the recording's id (a shard of the store or a row of the ``manifest.json`` that ``scan``
+    wrote there) or ``Subject_<L>_Story_<S>`` (any case); with ``session``, ``table_dir`` is
+    one table, stored as that recording's. An OMG-Empathy name in a store of a manifest's
+    recordings that has no such recording is refused (:class:`Recordings`). Tables are read
+    by :func:`featurestore.extraction.tables.read_table` (``fps`` converts ``frame`` columns to
+    seconds, ``min_confidence`` and ``groups`` shape OpenFace and py-feat tables). A session
+    with a shard keeps its metadata and everything else it holds; a table
     running more than ``max_overrun_s`` seconds past that session's end is an error for the
-    session. A session without a shard gets its metadata from ``sessions_meta``, else from its
-    name, with as many 25 fps frames as the table spans. ``lookahead_s``: seconds after a row
-    that the tool read (None: unknown, so no configuration reading it is tagged causal; see
+    session. A session without a shard gets its metadata from ``sessions_meta``, else from the
+    store's ``manifest.json``, else from its name, with as many 25 fps frames as the table
+    spans. ``lookahead_s``: seconds after a row that the tool read (None: unknown, so no
+    configuration reading it is tagged causal; see
     docs/store.md, tables and labels computed elsewhere). Errors of one session are reported
     in the :class:`ImportReport`, its shard untouched; ``progress`` shows a bar.
     """
+    role = STORE_ROLE.get(role, role)  # a manifest's words: person, partner
     if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {ROLES}")
+        raise ValueError(f"role {role!r} is not one of {ROLES} (or person, partner)")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
     if lookahead_s is not None and not float(lookahead_s) >= 0:
@@ -277,13 +412,18 @@ def import_tables(
             f"lookahead_s must be >= 0 seconds (inf: the whole session), got {lookahead_s}"
         )
     # a missing folder fails before the store is made
-    found = _find_session_files(Path(table_dir), TABLE_EXTS)
+    store = Store(store_root)
+    recordings = Recordings.of(store)
+    if session is None:
+        found = _find_session_files(Path(table_dir), TABLE_EXTS, recordings)
+    else:
+        found = _one_file(Path(table_dir), session, recordings, TABLE_EXTS)
     one = _TableImport(
         store=Store(store_root, mode="a"),
         role=role,
         channel=channel,
         fps=fps,
-        sessions_meta=sessions_meta,
+        sessions_meta={**recordings.known, **(sessions_meta or {})},
         min_confidence=min_confidence,
         max_overrun_s=max_overrun_s,
         groups=groups,
@@ -316,7 +456,9 @@ def import_labels(
         raise ValueError(f"target name {target!r} must be one non-empty word without '/'")
     if not fps or fps <= 0 or not math.isfinite(fps):
         raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
-    found = _find_session_files(Path(annotation_dir), (".csv",))
+    recordings = Recordings.of(Store(store_root))
+    found = _find_session_files(Path(annotation_dir), (".csv",), recordings)
+    sessions_meta = {**recordings.known, **(sessions_meta or {})}
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:
