@@ -89,3 +89,23 @@ def test_an_omg_named_file_in_a_manifest_store_is_refused_not_a_stray_shard(tmp_
     assert "Subject_1_Story_1.csv is named for Subject_1_Story_1" in err
     assert "manifest's recordings" in err and "--session ID" in err
     assert Store(store).list_sessions() == []
+
+
+def test_verify_flags_a_shard_with_no_labels_or_no_media(tmp_path, capsys):
+    tables, annotations = tmp_path / "openface", tmp_path / "ratings"
+    tables.mkdir()
+    annotations.mkdir()
+    write_openface(tables / "Subject_1_Story_1.csv", n=10)  # features, never any labels
+    (annotations / "Subject_2_Story_1.csv").write_text("valence\n" + "0.1\n" * 10)  # labels alone
+    store = str(tmp_path / "store")
+    assert (
+        main(["import", str(tables), "--role", "listener", "--channel", "of", "--store", store])
+        == 0
+    )
+    assert main(["labels", str(annotations), "--target", "valence", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--store", store, "--no-sources"]) == 1
+    err = capsys.readouterr().err
+    assert "Subject_1_Story_1: no labels" in err and "featurestore labels" in err
+    assert "Subject_2_Story_1: no media" in err and "featurestore extract" in err
+    assert "2 problem(s)" in err
