@@ -149,6 +149,7 @@ def extract_session(
             write(plan, store=store, channels=new, failed=bool(decoded.errors or derived.errors))
         )
         res.add(write_ratings(sf, store=store))
+        res.add(missing_channels(plan))
         if not res.failed and not res.computed:
             res.status = "skipped"
     except SESSION_FAILURES as e:
@@ -273,13 +274,26 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
             try:
                 signals[(path, rate)] = media.read_audio(path, rate)
             except media.NoAudioError as e:
-                out.notes.append(str(e))
+                out.errors.append(f"{plan.session}: {c.key} not stored: {e}")
                 silent.add(path)
                 continue
         feats = ex.process_signal(signals[(path, rate)], rate)
         out.channels[c.key] = _wrap(c, feats["scene"], plan.created)
         out.computed.append(c.key)
     return out
+
+
+def missing_channels(plan: SessionPlan) -> StepResult:
+    """The channels the config needs that the recording cannot give (``plan.missing``), as one
+    error of the session: its other channels are stored, and extract exits non-zero."""
+    if not plan.missing:
+        return StepResult()
+    return StepResult(
+        errors=[
+            f"{plan.session} lacks {len(plan.missing)} channel(s) the config needs (the others "
+            f"are stored): " + "; ".join(plan.missing)
+        ]
+    )
 
 
 def _decode_transcript(plan: SessionPlan) -> StepResult:
