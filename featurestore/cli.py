@@ -338,7 +338,8 @@ MANIFEST_OPT = opt(
     "--manifest",
     help="CSV or YAML with one row per session (columns: session, person, group, "
     "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
-    "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
+    "audio_partner, split_x, transcript, label_<target>, import_<role>_<channel>]); "
+    "replaces the search for "
     "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
     "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
 )

@@ -10,7 +10,6 @@ file is reported for its session in the :class:`ImportReport` while the others g
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,12 +19,12 @@ from tqdm.auto import tqdm
 
 from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
-from ..sources.manifest import STORY_SPEAKER, SessionFiles, read_scan_json, story_split
+from ..sources.manifest import STORY_SPEAKER, story_split
 from ..sources.manifest_file import STORE_ROLE
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS, ROLES
-from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session, session_name
+from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
@@ -34,12 +33,18 @@ from .derived import (
     transcript_plan,
     transcript_voice_key,
 )
+from .recordings import OMG_ONLY, Found, Recordings, find_session_files, one_file
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 
-__all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
-
-#: why a file an importer found was skipped: its name is no session
-OMG_ONLY = "name has no Subject_<L>_Story_<S>"
+__all__ = [
+    "ImportReport",
+    "ImportedChannels",
+    "SessionResult",
+    "import_labels",
+    "import_tables",
+    "import_transcripts",
+    "imported_channels",
+]
 
 
 @dataclass
@@ -89,136 +94,6 @@ class ImportReport:
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------ file discovery
-@dataclass(frozen=True)
-class Recordings:
-    """The recordings a store knows (its shards' and its ``manifest.json``'s, by id) and how a
-    file's name maps to one (:meth:`session_of`). ``manifest``: the store holds a manifest's
-    recordings, so an OMG-Empathy name that is none of them is refused, never a new shard."""
-
-    known: dict[str, SessionMeta]
-    manifest: bool
-
-    @classmethod
-    def of(cls, store: Store) -> Recordings:
-        """The recordings of ``store``'s shards and of the ``manifest.json`` ``scan`` wrote there."""
-        known: dict[str, SessionMeta] = {}
-        manifest = False
-        for session in store.list_sessions():
-            try:
-                meta = store.meta(session)
-            except StoreError:  # an unreadable shard: `verify` names it
-                continue
-            known[session] = meta
-            manifest = manifest or meta.layout == "manifest"
-        scanned = store.root / "manifest.json"
-        if scanned.is_file():
-            for sf in read_scan_json(scanned)[0]:
-                known.setdefault(sf.session, _scanned_meta(sf))
-                manifest = manifest or sf.layout == "manifest"
-        return cls(known, manifest)
-
-    def session_of(self, path: Path) -> str | None:
-        """The recording ``path`` is named for: a known recording id equal to its stem, else
-        its ``Subject_<L>_Story_<S>`` name; None when it names neither.
-
-        Raises:
-            DataImportError: an OMG-Empathy name in a store of a manifest's recordings that has
-                no such recording.
-        """
-        if path.stem in self.known:
-            return path.stem
-        ls = parse_session(path.stem)
-        if ls is None:
-            return None
-        session = session_name(*ls)
-        if self.manifest and session not in self.known:
-            raise DataImportError(
-                f"{path} is named for {session} but this store holds a manifest's recordings "
-                f"({some(sorted(self.known))}) and no {session}; name the file after a recording "
-                "id (e.g. <id>.csv) or pass --session ID"
-            )
-        return session
-
-
-def _scanned_meta(sf: SessionFiles) -> SessionMeta:
-    """A scanned recording's metadata, its frame count unknown (0) until a file gives it."""
-    return SessionMeta(
-        sf.session,
-        sf.listener,
-        sf.story,
-        sf.speaker,
-        sf.split,
-        0,
-        layout=sf.layout,
-        person=sf.person,
-        group=sf.group,
-        partner=sf.partner,
-        fold=sf.fold,
-    )
-
-
-def some(names: Sequence[str], n: int = 3) -> str:
-    """The first ``n`` of ``names``, then how many more."""
-    head = ", ".join(names[:n])
-    return head + (f" and {len(names) - n} more" if len(names) > n else "") if names else "none"
-
-
-@dataclass
-class _Found:
-    """What an importer found under its folder: each session's files, the files named for no
-    session (``skipped``, with ``skip_reason``) and those refused (file -> why)."""
-
-    files: dict[str, list[Path]]
-    skipped: list[Path] = field(default_factory=list)
-    refused: dict[Path, tuple[str, str]] = field(default_factory=dict)  # file -> (session, why)
-    skip_reason: str = OMG_ONLY
-
-
-def _order(session: str) -> tuple[int, int, int, str]:
-    """Sort key: OMG-Empathy sessions by listener and story, then other ids by name."""
-    ls = parse_session(session)
-    return (0, *ls, "") if ls else (1, 0, 0, session)
-
-
-def _find_session_files(
-    root: Path, exts: tuple[str, ...], recordings: Recordings | None = None
-) -> _Found:
-    """The files of extension ``exts`` under ``root`` (any depth, hidden folders left out) by
-    the session they are named for: a recording of ``recordings``
-    (:meth:`Recordings.session_of`), else by their ``Subject_<L>_Story_<S>`` name."""
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"folder {root} does not exist; pass the folder holding one file per recording "
-            "(named by its id or Subject_<L>_Story_<S>)"
-        )
-    out = _Found(defaultdict(list))
-    if recordings is not None and recordings.known:
-        out.skip_reason = "name is neither a recording id of the store nor Subject_<L>_Story_<S>"
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.suffix.lower() not in exts:
-            continue
-        if any(part.startswith(".") for part in p.relative_to(root).parts):
-            continue
-        try:
-            session = recordings.session_of(p) if recordings else _omg_session(p)
-        except DataImportError as e:
-            out.refused[p] = (_omg_session(p) or p.stem, str(e))
-            continue
-        if session is None:
-            out.skipped.append(p)
-        else:
-            out.files[session].append(p)
-    out.files = dict(sorted(out.files.items(), key=lambda kv: _order(kv[0])))
-    return out
-
-
-def _omg_session(path: Path) -> str | None:
-    """The ``Subject_<L>_Story_<S>`` session ``path`` is named for, or None."""
-    ls = parse_session(path.stem)
-    return session_name(*ls) if ls else None
-
-
 def _meta_for_new_session(
     session: str, n_frames: int, fps: float, sessions_meta: Mapping[str, SessionMeta] | None
 ) -> SessionMeta:
@@ -257,7 +132,7 @@ def _frames_covering(end_s: float, fps: float) -> int:
 
 
 def _import_each(
-    found: _Found,
+    found: Found,
     what: str,
     files_are: str,
     one: Callable[[str, Path], str],
@@ -354,22 +229,6 @@ class _TableImport:
         return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
 
 
-def _one_file(path: Path, session: str, recordings: Recordings, exts: tuple[str, ...]) -> _Found:
-    """File ``path`` as recording ``session``'s (``--session``): refused when the store holds a
-    manifest's recordings and none is ``session``."""
-    if not path.is_file() or path.suffix.lower() not in exts:
-        raise FileNotFoundError(
-            f"{path}: no such file; with --session ID give one file ({', '.join(exts)})"
-        )
-    if recordings.manifest and session not in recordings.known:
-        why = (
-            f"{path}: --session {session} is no recording of this store (its recordings: "
-            f"{some(sorted(recordings.known))}); give a recording id of the manifest"
-        )
-        return _Found({}, refused={path: (session, why)})
-    return _Found({session: [path]})
-
-
 def import_tables(
     table_dir: str | Path,
     store_root: str | Path,
@@ -415,9 +274,9 @@ def import_tables(
     store = Store(store_root)
     recordings = Recordings.of(store)
     if session is None:
-        found = _find_session_files(Path(table_dir), TABLE_EXTS, recordings)
+        found = find_session_files(Path(table_dir), TABLE_EXTS, recordings)
     else:
-        found = _one_file(Path(table_dir), session, recordings, TABLE_EXTS)
+        found = one_file(Path(table_dir), session, recordings, TABLE_EXTS)
     one = _TableImport(
         store=Store(store_root, mode="a"),
         role=role,
@@ -430,6 +289,63 @@ def import_tables(
         lookahead_s=lookahead_s,
     )
     return _import_each(found, f"import {role}/{channel}", "tables", one, progress)
+
+
+@dataclass
+class ImportedChannels:
+    """A manifest's imported tables of one recording (:func:`imported_channels`): the
+    ``channels`` to store, the keys ``computed`` and ``current``, and ``errors`` of files
+    that cannot be used (each naming the file and the recording)."""
+
+    channels: dict[str, Channel] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def imported_channels(
+    files: Mapping[str, Path],
+    meta: SessionMeta,
+    stored: Mapping[str, str],
+    *,
+    force: bool = False,
+    max_overrun_s: float = 1.0,
+) -> ImportedChannels:
+    """The tables a manifest names for one recording (store channel key -> file, e.g.
+    ``listener/openface``), read as :func:`import_tables` reads them (a ``frame`` column at
+    25 fps, the default column groups, look-ahead unknown), each skipped when ``stored``
+    (key -> cache key) holds it from the same content unless ``force``. A table running more
+    than ``max_overrun_s`` seconds past the recording's ``meta.n_frames / meta.fps`` or that
+    cannot be read is an error of its channel; the others go on."""
+    out = ImportedChannels()
+    end = meta.n_frames / meta.fps
+    for key, path in sorted(files.items()):
+        try:
+            source = file_fingerprint(path)
+            table = read_table(path, fps=LABEL_FPS)
+            if table.end_s > end + max_overrun_s:
+                raise DataImportError(
+                    f"{path} runs to {table.end_s:.2f} s but {meta.session} lasts {end:.2f} s; "
+                    "check that the table belongs to this recording (a `frame` column is read "
+                    f"at {LABEL_FPS:g} fps: give a `time` or `timestamp` column in seconds)"
+                )
+        except (DataImportError, OSError) as e:
+            out.errors.append(f"{meta.session}: {key} not stored: {e}")
+            continue
+        ck = cache_key(source, table.extractor, IMPORT_VERSION, table.params)
+        if not force and stored.get(key) == ck:
+            out.current.append(key)
+            continue
+        out.channels[key] = Channel.from_features(
+            table.features,
+            extractor=table.extractor,
+            extractor_version=IMPORT_VERSION,
+            params=table.params,
+            cache_key=ck,
+            source=source,
+        )
+        out.computed.append(key)
+    return out
 
 
 def import_labels(
@@ -457,7 +373,7 @@ def import_labels(
     if not fps or fps <= 0 or not math.isfinite(fps):
         raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
     recordings = Recordings.of(Store(store_root))
-    found = _find_session_files(Path(annotation_dir), (".csv",), recordings)
+    found = find_session_files(Path(annotation_dir), (".csv",), recordings)
     sessions_meta = {**recordings.known, **(sessions_meta or {})}
     store = Store(store_root, mode="a")
 
@@ -508,7 +424,7 @@ def import_transcripts(
     session, no shard) is reported for its session, whose shard stays untouched. The
     extractors' settings come from ``cfg`` (default: their defaults), as in ``extract``.
     """
-    found = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    found = find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:
