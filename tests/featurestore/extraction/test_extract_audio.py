@@ -54,3 +54,48 @@ def test_a_recording_without_the_audio_its_config_needs_fails_with_a_summary(tmp
     assert st.channel_keys("rec01") == ["listener/egemaps"]
     assert st.label_targets("rec02") == ["valence"]  # the rest of rec02 is stored
     assert main(args) == 1  # still missing on a re-run: never reported as current
+
+
+def _mkv_with_pcm(path, seconds=3.0, fps=25, sr=48000):
+    """A Matroska clip: H.264 noise and an uncompressed PCM (s16) tone at ``sr`` Hz muxed in."""
+    import av
+
+    rng = np.random.default_rng(1)
+    with av.open(str(path), "w") as c:
+        v = c.add_stream("libx264", rate=fps)
+        v.width, v.height, v.pix_fmt = 160, 96, "yuv420p"
+        a = c.add_stream("pcm_s16le", rate=sr)
+        a.layout = "mono"
+        for _ in range(int(seconds * fps)):
+            img = rng.integers(0, 255, (96, 160, 3), dtype=np.uint8)
+            for p in v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in v.encode():
+            c.mux(p)
+        t = np.arange(int(seconds * sr)) / sr
+        sig = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16)
+        for start in range(0, len(sig), 1024):
+            fr = av.AudioFrame.from_ndarray(
+                sig[None, start : start + 1024], format="s16", layout="mono"
+            )
+            fr.sample_rate = sr
+            for p in a.encode(fr):
+                c.mux(p)
+        for p in a.encode():
+            c.mux(p)
+    return path
+
+
+def test_a_pcm_track_in_a_matroska_clip_gives_egemaps(tmp_path):
+    _mkv_with_pcm(tmp_path / "rec03_cam.mkv")
+    write_valence(tmp_path / "rec03_val.csv", 75)
+    (tmp_path / "m.csv").write_text(
+        "session,person,group,video_person,label_valence\nrec03,p3,talk,rec03_cam.mkv,rec03_val.csv\n"
+    )
+    store = tmp_path / "store"
+    args = ["extract", "--manifest", str(tmp_path / "m.csv"), "--store", str(store)]
+    assert main([*args, "--channels", "egemaps"]) == 0
+    voice = Store(store).read_channel("rec03", "listener/egemaps")
+    assert voice.source["path"].endswith("rec03_cam.mkv") and voice.valid.mean() > 0.5
+    loud = voice.columns.index("Loudness_sma3")
+    assert np.nanmean(voice.data[voice.valid, loud]) > 0.1

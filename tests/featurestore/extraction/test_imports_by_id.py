@@ -109,3 +109,17 @@ def test_verify_flags_a_shard_with_no_labels_or_no_media(tmp_path, capsys):
     assert "Subject_1_Story_1: no labels" in err and "featurestore labels" in err
     assert "Subject_2_Story_1: no media" in err and "featurestore extract" in err
     assert "2 problem(s)" in err
+
+
+def test_labels_named_by_recording_id_land_in_that_recording(tmp_path, capsys):
+    store = _manifest_store(tmp_path)
+    ratings = tmp_path / "ratings"
+    ratings.mkdir()
+    (ratings / "rec02.csv").write_text("valence\n" + "0.2\n" * 20)
+    (ratings / "Subject_3_Story_1.csv").write_text("valence\n" + "0.2\n" * 20)
+    args = ["labels", str(ratings), "--target", "valence", "--store", str(store)]
+    assert main(args) == 1  # the OMG-named file is refused, the other written
+    assert "Subject_3_Story_1.csv is named for Subject_3_Story_1" in capsys.readouterr().err
+    st = Store(store)
+    assert st.list_sessions() == ["rec02"]
+    assert st.label_targets("rec02") == ["valence"] and st.meta("rec02").split == "test"
