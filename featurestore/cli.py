@@ -173,11 +173,12 @@ def cmd_import(args: argparse.Namespace) -> int:
             progress=True,
             groups=args.groups,
             lookahead_s=args.lookahead_s,
+            session=args.session,
         )
     except ValueError as e:  # a bad --channel name or --lookahead-s
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return print_import(report, args.table_dir, "Subject_<L>_Story_<S>.csv or .parquet")
+    return print_import(report, args.table_dir, "<recording id>.csv or .parquet")
 
 
 def cmd_labels(args: argparse.Namespace) -> int:
@@ -362,7 +363,8 @@ MANIFEST_OPT = opt(
     "--manifest",
     help="CSV or YAML with one row per session (columns: session, person, group, "
     "[partner, split, fold, video | video_person/video_partner, audio, audio_person/"
-    "audio_partner, split_x, transcript, label_<target>]); replaces the search for "
+    "audio_partner, split_x, transcript, label_<target>, import_<role>_<channel>]); "
+    "replaces the search for "
     "Subject_<L>_Story_<S> names (also `manifest:` in featurestore.yaml); whole-session "
     "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
 )
@@ -404,9 +406,12 @@ VERBS = (
                 "or a top-level key (--set face_fps=10)"),
     ]),
     Verb("import", cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
-        opt("table_dir", help="folder of Subject_<L>_Story_<S>.csv or .parquet tables"),
-        opt("--role", required=True, choices=["speaker", "listener", "scene"],
-            help="whose features the tables hold (scene: the whole recording, e.g. its audio)"),
+        opt("table_dir", help="folder of tables named by recording id (a manifest's session, "
+            "e.g. rec01.csv) or Subject_<L>_Story_<S>.csv/.parquet; with --session, one table"),
+        opt("--role", required=True, choices=["speaker", "listener", "scene", "person", "partner"],
+            help="whose features the tables hold (person/partner: a manifest's words for "
+            "listener/speaker; scene: the whole recording, e.g. its audio)"),
+        opt("--session", metavar="ID", help="store the one table TABLE_DIR as this recording's"),
         opt("--channel", required=True,
             help="channel name to store them as (ROLE/NAME in a feature set), e.g. openface"),
         STORE,

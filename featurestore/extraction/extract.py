@@ -31,6 +31,7 @@ from .derived import (
     role_voice_from_transcript,
     transcript_voice_key,
 )
+from .imports import imported_channels
 from .plan import ChannelPlan, SessionError, SessionPlan, plan_session
 
 
@@ -144,11 +145,13 @@ def extract_session(
         res.add(decoded)
         derived = derive(plan, store=store, decoded=decoded)
         res.add(derived)
-        new = {**decoded.channels, **derived.channels}
-        res.add(
-            write(plan, store=store, channels=new, failed=bool(decoded.errors or derived.errors))
-        )
+        imported = _imported(plan)
+        res.add(imported)
+        new = {**decoded.channels, **derived.channels, **imported.channels}
+        failed = bool(decoded.errors or derived.errors or imported.errors)
+        res.add(write(plan, store=store, channels=new, failed=failed))
         res.add(write_ratings(sf, store=store))
+        res.add(missing_channels(plan))
         if not res.failed and not res.computed and not plan.drop:  # a removal is a change
             res.status = "skipped"
     except SESSION_FAILURES as e:
@@ -273,13 +276,37 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
             try:
                 signals[(path, rate)] = media.read_audio(path, rate)
             except media.NoAudioError as e:
-                out.notes.append(str(e))
+                out.errors.append(f"{plan.session}: {c.key} not stored: {e}")
                 silent.add(path)
                 continue
         feats = ex.process_signal(signals[(path, rate)], rate)
         out.channels[c.key] = _wrap(c, feats["scene"], plan.created)
         out.computed.append(c.key)
     return out
+
+
+def _imported(plan: SessionPlan) -> StepResult:
+    """The per-frame tables the manifest names for this recording (``import_<role>_<channel>``
+    columns), read into channels unless current."""
+    if not plan.files.imports:
+        return StepResult()
+    got = imported_channels(plan.files.imports, plan.meta, plan.stored, force=plan.force)
+    return StepResult(
+        channels=got.channels, computed=got.computed, current=got.current, errors=got.errors
+    )
+
+
+def missing_channels(plan: SessionPlan) -> StepResult:
+    """The channels the config needs that the recording cannot give (``plan.missing``), as one
+    error of the session: its other channels are stored, and extract exits non-zero."""
+    if not plan.missing:
+        return StepResult()
+    return StepResult(
+        errors=[
+            f"{plan.session} lacks {len(plan.missing)} channel(s) the config needs (the others "
+            f"are stored): " + "; ".join(plan.missing)
+        ]
+    )
 
 
 def _decode_transcript(plan: SessionPlan) -> StepResult:

@@ -10,7 +10,6 @@ file is reported for its session in the :class:`ImportReport` while the others g
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,10 +20,11 @@ from tqdm.auto import tqdm
 from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
 from ..sources.manifest import STORY_SPEAKER, story_split
+from ..sources.manifest_file import STORE_ROLE
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS, ROLES
-from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session, session_name
+from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
@@ -33,9 +33,18 @@ from .derived import (
     transcript_plan,
     transcript_voice_key,
 )
+from .recordings import OMG_ONLY, Found, Recordings, find_session_files, one_file
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 
-__all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
+__all__ = [
+    "ImportReport",
+    "ImportedChannels",
+    "SessionResult",
+    "import_labels",
+    "import_tables",
+    "import_transcripts",
+    "imported_channels",
+]
 
 
 @dataclass
@@ -65,6 +74,7 @@ class ImportReport:
     what: str
     results: list[SessionResult] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
+    skip_reason: str = OMG_ONLY
 
     @property
     def failed(self) -> list[SessionResult]:
@@ -77,36 +87,11 @@ class ImportReport:
 
     def __str__(self) -> str:
         lines = [str(r) for r in self.results]
-        lines += [f"skipped {p}: name has no Subject_<L>_Story_<S>" for p in self.skipped]
+        lines += [f"skipped {p}: {self.skip_reason}" for p in self.skipped]
         lines.append(
             f"{self.what}: {len(self.succeeded)} session(s) written, {len(self.failed)} failed"
         )
         return "\n".join(lines)
-
-
-# ------------------------------------------------------------ file discovery
-def _find_session_files(
-    root: Path, exts: tuple[str, ...]
-) -> tuple[dict[str, list[Path]], list[Path]]:
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"folder {root} does not exist; pass the folder holding the Subject_<L>_Story_<S> files"
-        )
-    found: dict[str, list[Path]] = defaultdict(list)
-    order: dict[str, tuple[int, int]] = {}  # session -> (listener, story)
-    skipped: list[Path] = []
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.suffix.lower() not in exts:
-            continue
-        if any(part.startswith(".") for part in p.relative_to(root).parts):
-            continue
-        ls = parse_session(p.stem)
-        if ls is None:
-            skipped.append(p)
-        else:
-            order[session_name(*ls)] = ls
-            found[session_name(*ls)].append(p)
-    return dict(sorted(found.items(), key=lambda kv: order[kv[0]])), skipped
 
 
 def _meta_for_new_session(
@@ -147,7 +132,7 @@ def _frames_covering(end_s: float, fps: float) -> int:
 
 
 def _import_each(
-    found: tuple[dict[str, list[Path]], list[Path]],
+    found: Found,
     what: str,
     files_are: str,
     one: Callable[[str, Path], str],
@@ -157,16 +142,18 @@ def _import_each(
     """Run ``one(session, path) -> detail`` for each session's file in ``found``.
 
     The loop every import shares, over :func:`_find_session_files`' result (files whose
-    names carry no session are reported as skipped), a tqdm bar over sessions when ``progress``, two files for one
-    session an error for that session (``files_are`` names them, e.g. ``"tables"``), and an
+    names carry no session are reported as skipped, refused files as failed), a tqdm bar
+    over sessions when ``progress``, two files for one session an error for that session
+    (``files_are`` names them, e.g. ``"tables"``), and an
     exception of ``errors`` raised by ``one`` recorded for its session while the others go on
     (``one`` writes a session's shard in a single atomic update, so a failed one is untouched).
     """
-    files, skipped = found
-    report = ImportReport(what=what, skipped=skipped)
+    report = ImportReport(what=what, skipped=found.skipped, skip_reason=found.skip_reason)
+    for path, (session, why) in found.refused.items():
+        report.results.append(SessionResult(session, [path], error=why))
     for session, paths in tqdm(
-        files.items(),
-        total=len(files),
+        found.files.items(),
+        total=len(found.files),
         desc=what,
         unit="session",
         disable=not progress,
@@ -254,22 +241,29 @@ def import_tables(
     progress: bool = False,
     groups: Sequence[str] | None = None,
     lookahead_s: float | None = None,
+    session: str | None = None,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
 
-    ``table_dir`` holds ``Subject_<L>_Story_<S>.csv`` / ``.parquet`` files (any depth, any
-    case; read by :func:`featurestore.extraction.tables.read_table`: ``fps`` converts
-    ``frame`` columns to seconds, ``min_confidence`` and ``groups`` shape OpenFace and py-feat
-    tables). A session with a shard keeps its metadata and everything else it holds; a table
+    ``table_dir`` holds one ``.csv`` / ``.parquet`` table per recording (any depth), named by
+    the recording's id (a shard of the store or a row of the ``manifest.json`` that ``scan``
+    wrote there) or ``Subject_<L>_Story_<S>`` (any case); with ``session``, ``table_dir`` is
+    one table, stored as that recording's. An OMG-Empathy name in a store of a manifest's
+    recordings that has no such recording is refused (:class:`Recordings`). Tables are read
+    by :func:`featurestore.extraction.tables.read_table` (``fps`` converts ``frame`` columns to
+    seconds, ``min_confidence`` and ``groups`` shape OpenFace and py-feat tables). A session
+    with a shard keeps its metadata and everything else it holds; a table
     running more than ``max_overrun_s`` seconds past that session's end is an error for the
-    session. A session without a shard gets its metadata from ``sessions_meta``, else from its
-    name, with as many 25 fps frames as the table spans. ``lookahead_s``: seconds after a row
-    that the tool read (None: unknown, so no configuration reading it is tagged causal; see
+    session. A session without a shard gets its metadata from ``sessions_meta``, else from the
+    store's ``manifest.json``, else from its name, with as many 25 fps frames as the table
+    spans. ``lookahead_s``: seconds after a row that the tool read (None: unknown, so no
+    configuration reading it is tagged causal; see
     docs/store.md, tables and labels computed elsewhere). Errors of one session are reported
     in the :class:`ImportReport`, its shard untouched; ``progress`` shows a bar.
     """
+    role = STORE_ROLE.get(role, role)  # a manifest's words: person, partner
     if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {ROLES}")
+        raise ValueError(f"role {role!r} is not one of {ROLES} (or person, partner)")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
     if lookahead_s is not None and not float(lookahead_s) >= 0:
@@ -277,19 +271,81 @@ def import_tables(
             f"lookahead_s must be >= 0 seconds (inf: the whole session), got {lookahead_s}"
         )
     # a missing folder fails before the store is made
-    found = _find_session_files(Path(table_dir), TABLE_EXTS)
+    store = Store(store_root)
+    recordings = Recordings.of(store)
+    if session is None:
+        found = find_session_files(Path(table_dir), TABLE_EXTS, recordings)
+    else:
+        found = one_file(Path(table_dir), session, recordings, TABLE_EXTS)
     one = _TableImport(
         store=Store(store_root, mode="a"),
         role=role,
         channel=channel,
         fps=fps,
-        sessions_meta=sessions_meta,
+        sessions_meta={**recordings.known, **(sessions_meta or {})},
         min_confidence=min_confidence,
         max_overrun_s=max_overrun_s,
         groups=groups,
         lookahead_s=lookahead_s,
     )
     return _import_each(found, f"import {role}/{channel}", "tables", one, progress)
+
+
+@dataclass
+class ImportedChannels:
+    """A manifest's imported tables of one recording (:func:`imported_channels`): the
+    ``channels`` to store, the keys ``computed`` and ``current``, and ``errors`` of files
+    that cannot be used (each naming the file and the recording)."""
+
+    channels: dict[str, Channel] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def imported_channels(
+    files: Mapping[str, Path],
+    meta: SessionMeta,
+    stored: Mapping[str, str],
+    *,
+    force: bool = False,
+    max_overrun_s: float = 1.0,
+) -> ImportedChannels:
+    """The tables a manifest names for one recording (store channel key -> file, e.g.
+    ``listener/openface``), read as :func:`import_tables` reads them (a ``frame`` column at
+    25 fps, the default column groups, look-ahead unknown), each skipped when ``stored``
+    (key -> cache key) holds it from the same content unless ``force``. A table running more
+    than ``max_overrun_s`` seconds past the recording's ``meta.n_frames / meta.fps`` or that
+    cannot be read is an error of its channel; the others go on."""
+    out = ImportedChannels()
+    end = meta.n_frames / meta.fps
+    for key, path in sorted(files.items()):
+        try:
+            source = file_fingerprint(path)
+            table = read_table(path, fps=LABEL_FPS)
+            if table.end_s > end + max_overrun_s:
+                raise DataImportError(
+                    f"{path} runs to {table.end_s:.2f} s but {meta.session} lasts {end:.2f} s; "
+                    "check that the table belongs to this recording (a `frame` column is read "
+                    f"at {LABEL_FPS:g} fps: give a `time` or `timestamp` column in seconds)"
+                )
+        except (DataImportError, OSError) as e:
+            out.errors.append(f"{meta.session}: {key} not stored: {e}")
+            continue
+        ck = cache_key(source, table.extractor, IMPORT_VERSION, table.params)
+        if not force and stored.get(key) == ck:
+            out.current.append(key)
+            continue
+        out.channels[key] = Channel.from_features(
+            table.features,
+            extractor=table.extractor,
+            extractor_version=IMPORT_VERSION,
+            params=table.params,
+            cache_key=ck,
+            source=source,
+        )
+        out.computed.append(key)
+    return out
 
 
 def import_labels(
@@ -316,7 +372,9 @@ def import_labels(
         raise ValueError(f"target name {target!r} must be one non-empty word without '/'")
     if not fps or fps <= 0 or not math.isfinite(fps):
         raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
-    found = _find_session_files(Path(annotation_dir), (".csv",))
+    recordings = Recordings.of(Store(store_root))
+    found = find_session_files(Path(annotation_dir), (".csv",), recordings)
+    sessions_meta = {**recordings.known, **(sessions_meta or {})}
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:
@@ -366,7 +424,7 @@ def import_transcripts(
     session, no shard) is reported for its session, whose shard stays untouched. The
     extractors' settings come from ``cfg`` (default: their defaults), as in ``extract``.
     """
-    found = _find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    found = find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:

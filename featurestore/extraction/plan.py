@@ -93,7 +93,8 @@ class SessionPlan:
     """What one session's extraction will do, decided before any decoding: each channel's
     :class:`ChannelPlan`, the cache keys ``stored``, each role's pixel columns ``regions``,
     video and audio file, the labels read (they define ``meta.n_frames``), the UTC time
-    ``created``, and ``notes`` on the channels skipped."""
+    ``created``, ``notes`` on the channels skipped and ``missing``: the channels the config
+    needs that the recording cannot give (each naming the channel, the file and the fix)."""
 
     files: SessionFiles
     meta: SessionMeta
@@ -107,6 +108,7 @@ class SessionPlan:
     created: str = ""
     channels: dict[str, ChannelPlan] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     videos: dict[str, Path] = field(default_factory=dict)
     audios: dict[str, Path] = field(default_factory=dict)
     drop: list[str] = field(default_factory=list)
@@ -248,7 +250,7 @@ def _role_videos(
 
 def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
     """Role -> audio file: ``scene`` the shared ``audio`` file or the shared video's track;
-    each role's own file."""
+    each role's own file, else (without a shared ``audio``) its own video's first audio track."""
     out: dict[str, Path] = {}
     if "audio" in sf.media:
         out["scene"] = sf.media["audio"]
@@ -257,7 +259,26 @@ def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
     for column, path in sf.media.items():
         if column.startswith("audio_"):
             out[ROLE_MEDIA[column]] = path
+    if "scene" in out:
+        return out
+    for column, path in sf.media.items():
+        role = ROLE_MEDIA.get(column)
+        if column.startswith("video_") and role not in out and _has_audio(path, info):
+            out[ROLE_MEDIA[column]] = path
     return out
+
+
+def _has_audio(path: Path, info: media.VideoInfo) -> bool:
+    """The video at ``path`` has an audio stream (``info``: the main video's, probed already)."""
+    return info.has_audio if path == info.path else media.probe(path).has_audio
+
+
+def _audio_roles(sf: SessionFiles) -> dict[str, Path]:
+    """Role -> the media file its voice should come from: ``scene`` the shared video, else each
+    role's video (a role with its own audio file is never missing)."""
+    if sf.video is not None:
+        return {"scene": sf.video}
+    return {ROLE_MEDIA[c]: p for c, p in sf.media.items() if c.startswith("video_")}
 
 
 def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
@@ -313,10 +334,16 @@ def _plan_frames(
 def _plan_audio(
     plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """An audio extractor's channel per audio file (none, with a note, without any)."""
-    if not plan.audios:
-        plan.notes.append(f"no audio track in {plan.video}: {ex.name} skipped")
-        return {}
+    """An audio extractor's channel per audio file; a role whose media has no audio track is
+    ``missing`` (the config needs it)."""
+    words = plan.meta.role_names
+    for role, path in _audio_roles(plan.files).items():
+        if role not in plan.audios and not (role == "scene" and plan.per_role_audio):
+            column = "audio" if role == "scene" else f"audio_{words.get(role, role)}"
+            plan.missing.append(
+                f"{words.get(role, role)}/{ex.name}: no audio track in {path}; give the "
+                f"recording's audio file (manifest column {column}) or a video with sound"
+            )
     params = ex.params()  # the track is decoded at the extractor's own rate (a param)
     out: _Planned = {}
     for role, path in plan.audios.items():

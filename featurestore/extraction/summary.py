@@ -86,7 +86,7 @@ def print_import(report: Any, folder: str, expected: str) -> int:
     for r in report.failed:
         print(r, file=sys.stderr)
     for p in report.skipped:
-        print(f"skipped {p}: name has no Subject_<L>_Story_<S>")
+        print(f"skipped {p}: {report.skip_reason}")
     print(
         f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
         + (

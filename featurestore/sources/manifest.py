@@ -69,6 +69,8 @@ class SessionFiles:
     #: and the manifest they come from (the ``source`` of ``/session_labels``)
     ratings: dict[str, dict[str, float]] = field(default_factory=dict)
     ratings_source: str = ""
+    #: a manifest's imported per-frame tables: the store's channel key -> file
+    imports: dict[str, Path] = field(default_factory=dict)
 
     def to_record(self) -> dict:
         d = asdict(self)
@@ -76,6 +78,7 @@ class SessionFiles:
         d["transcript"] = str(self.transcript) if self.transcript else ""
         d["annotations"] = {k: str(v) for k, v in self.annotations.items()}
         d["media"] = {k: str(v) for k, v in self.media.items()}
+        d["imports"] = {k: str(v) for k, v in self.imports.items()}
         return d
 
     @classmethod
@@ -102,6 +105,7 @@ class SessionFiles:
                 t: {k: float(v) for k, v in by.items()} for t, by in r.get("ratings", {}).items()
             },
             ratings_source=str(r.get("ratings_source", "")),
+            imports={k: Path(v) for k, v in r.get("imports", {}).items()},
         )
 
 
@@ -329,6 +333,7 @@ def scan_manifest(path: str | Path) -> ScanReport:
             split_x=r.split_x,
             ratings=r.ratings,
             ratings_source=str(path) if r.ratings else "",
+            imports=dict(r.imports),
         )
         for r in rows
     ]

@@ -32,6 +32,10 @@ RATING_COLUMN = re.compile(
     r"^rating_([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@([A-Za-z0-9][A-Za-z0-9_.-]*))?$"
 )
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+IMPORT_PREFIX = "import_"
+#: ``import_<role>_<channel>``: a per-frame table computed elsewhere (OpenFace, py-feat, a CSV
+#: with a time column), stored as that role's channel (person, partner or scene)
+IMPORT_COLUMN = re.compile(r"^import_(person|partner|scene)_([A-Za-z0-9][A-Za-z0-9_.-]*)$")
 #: manifest role -> the store's role (the experiments' names until roles are renamed)
 STORE_ROLE = {"person": "listener", "partner": "speaker"}
 #: errors shown in one :class:`ManifestError` before "and N more"
@@ -73,6 +77,8 @@ class ManifestRow:
     transcript: Path | None = None
     #: whole-session ratings: target -> rater -> value (rater ``""``: ``rating_<target>``)
     ratings: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: imported per-frame tables: the store's channel key (``listener/openface``) -> file
+    imports: dict[str, Path] = field(default_factory=dict)
 
 
 def read_manifest(path: str | Path) -> list[ManifestRow]:
@@ -267,6 +273,16 @@ class _Checker:
         """Unknown columns, each with the nearest known name."""
         known = [*REQUIRED, *OPTIONAL]
         for col in values:
+            if col.startswith(IMPORT_PREFIX):
+                if not IMPORT_COLUMN.match(col):
+                    self.fail(
+                        row,
+                        line,
+                        col,
+                        "expected import_<role>_<channel>: role person, partner or scene, a "
+                        "channel name of letters, digits, '_', '.', '-'",
+                    )
+                continue
             if col.startswith(RATING_PREFIX):
                 if not RATING_COLUMN.match(col):
                     self.fail(
@@ -335,6 +351,12 @@ class _Checker:
                     out.labels[key] = p
         if values.get("transcript"):
             out.transcript = self.file(row, line, "transcript", values["transcript"])
+        for col, value in values.items():
+            m = IMPORT_COLUMN.match(col)
+            if m and value and m.group(1) == "partner" and not values.get("partner"):
+                self.fail(row, line, "partner", f"empty but {col} is given; name the partner")
+            elif m and value and (p := self.file(row, line, col, value)) is not None:
+                out.imports[f"{STORE_ROLE.get(m.group(1), m.group(1))}/{m.group(2)}"] = p
 
     def _ratings(self, out: ManifestRow, values: Mapping[str, str]) -> None:
         """The row's whole-session ratings, each a finite number (an empty cell: no rating)."""

@@ -1,7 +1,8 @@
 """The checks of ``featurestore verify`` on one open shard (docs/store.md, layout): root
 attributes and schema version; per channel, consistent shapes, finite increasing times inside
 the session, finite valid rows, the cache key against its provenance, the extractor version,
-the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session ratings.
+the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session ratings; some
+labels and some channel (a shard without is stray or unfinished).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def verify_shard(
     for name in traces:
         if (n := len(f[name])) != meta.n_frames:
             out.append(Problem(s, f"{name}: {n} rows, session has {meta.n_frames} frames"))
+    out += _content_problems(s, shard)
     for t in f["session_labels"] if "session_labels" in f else []:
         ds = f["session_labels"][t]
         if ds.shape != () or not np.isfinite(ds[()]):
@@ -177,3 +179,19 @@ def _source_problems(s: str, key: str, source: Mapping, fp_cache: dict) -> list[
             fix += "; labels added with `featurestore labels`: re-run that"
         return [Problem(s, changed, fix)]
     return []
+
+
+def _content_problems(s: str, shard: ShardReader) -> list[Problem]:
+    """A shard no sweep can use: no labels (per frame or whole-session), or no channel."""
+    f = shard.file
+    out: list[Problem] = []
+    if not shard.label_targets() and not len(f.get("session_labels", {})):
+        hint = (
+            "import its ratings (`featurestore labels`, a manifest's label_<target>) or, if the "
+            "shard is stray (a file named for no recording), delete it"
+        )
+        out.append(Problem(s, "no labels: no sweep can train or score on it", hint))
+    if not any(len(f[r]) for r in ROLES if r in f):
+        hint = "extract its media (`featurestore extract`) or import its features (`featurestore import`)"
+        out.append(Problem(s, "no media: the shard holds no feature channel", hint))
+    return out

@@ -236,9 +236,11 @@ def test_no_audio_no_face_and_duplicates(tmp_path, capsys):
         data / "Videos" / "Subject_1_Story_2.mp4", n_frames=50, width=320, height=96, audio=False
     )
     store = tmp_path / "store"
-    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps"]) == 0
-    out = capsys.readouterr().out
-    assert "no audio track" in out and "egemaps skipped" in out
+    # the config needs egemaps and the video has no sound: the session fails, its labels stored
+    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED Subject_1_Story_2: Subject_1_Story_2 lacks 1 channel(s) the config needs" in err
+    assert "scene/egemaps: no audio track in" in err and "column audio" in err
     assert main(["extract", str(data), "--store", str(store), "--channels", "face_geom"]) == 1
     assert "no face found in the speaker region (x 0-135)" in capsys.readouterr().err
     shutil.copy(data / "Videos" / "Subject_1_Story_2.mp4", data / "Subject_1_Story_2.avi")

@@ -52,7 +52,11 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
     assert ch.extractor == "import:openface" and ch.extractor_version == "2"
     assert ch.cache_key == cache_key(ch.source, ch.extractor, ch.extractor_version, ch.params)
     assert ch.source == file_fingerprint(tables / "Subject_1_Story_2.csv")
-    assert store.verify() == []
+    # consistent, but no sweep can use a shard without labels: verify says so for both
+    assert [(p.session, p.what) for p in store.verify()] == [
+        (s, "no labels: no sweep can train or score on it")
+        for s in ("Subject_1_Story_2", "Subject_3_Story_6")
+    ]
 
 
 def test_import_into_existing_shard_keeps_other_content(tmp_path):
@@ -140,7 +144,10 @@ def test_import_labels_sets_frame_count_and_reads_back(tmp_path):
     assert len(s) == 25 and s.index[1] == pytest.approx(0.04)
     np.testing.assert_allclose(s.to_numpy(), y2, atol=1e-6)
     assert store.meta("Subject_6_Story_2").split == "train"
-    assert store.verify() == []
+    # labels alone (no feature channel yet) are flagged; the other shard is complete
+    assert [(p.session, p.what) for p in store.verify()] == [
+        ("Subject_6_Story_2", "no media: the shard holds no feature channel")
+    ]
 
 
 def test_label_length_mismatch_over_one_second_is_an_error_and_shard_unchanged(tmp_path):
@@ -213,7 +220,10 @@ def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(
     assert framewise.lookahead_s == 0.0 and framewise.params["lookahead_s"] == 0.0
     assert framewise.cache_key != plain.cache_key
     assert read("Subject_1_Story_2", "listener/offline").lookahead_s == float("inf")
-    assert main(["verify", "--store", str(store)]) == 0  # the cache keys match their params
+    # the cache keys match their params: only the missing labels are a problem
+    assert {p.what for p in Store(store).verify()} == {
+        "no labels: no sweep can train or score on it"
+    }
     capsys.readouterr()
     assert main(["inspect", "Subject_1_Story_2", "--store", str(store)]) == 0
     shown = capsys.readouterr().out
