@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
-from ..sources.manifest import STORY_SPEAKER, story_split
+from ..sources.label_checks import label_scale
+from ..sources.manifest import OMG_SCALES, STORY_SPEAKER, story_split
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS, ROLES
@@ -320,7 +321,7 @@ def import_labels(
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:
-        y = read_annotation(path)
+        y = read_annotation(path, label_scale(target, OMG_SCALES))  # OMG's valence: [-1, 1]
         n = len(y)
         label_end = (n - 1) / fps
         if store.shard_path(session).exists():
