@@ -34,6 +34,7 @@ from .derived import (
     transcript_plan,
     transcript_voice_key,
 )
+from .import_times import check_table_times
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 
 __all__ = ["ImportReport", "SessionResult", "import_labels", "import_tables", "import_transcripts"]
@@ -223,6 +224,11 @@ class _TableImport:
             path, fps=self.fps, min_confidence=self.min_confidence, groups=self.groups
         )
         meta = self.meta(session, path, table.end_s)
+        time_column = str(table.params.get("time_column", ""))
+        if problem := check_table_times(
+            path, table.features.time, meta.n_frames / meta.fps, session, time_column
+        ):
+            raise DataImportError(problem)
         source = file_fingerprint(path)
         # a declared look-ahead is in the params (and so the cache key): declaring another one
         # changes the store's fingerprint, so no sweep reuses a run counted with the old one
