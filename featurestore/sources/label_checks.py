@@ -12,7 +12,7 @@ and coverage).
 
 >>> parse_targets({"valence": {"scale": [1, 9]}}, "featurestore.yaml")
 {'valence': (1.0, 9.0)}
->>> coverage_problem("r2.csv", (30.0, 48.0), 18.0, 0.5, "rec.mp4")[:60]
+>>> coverage_problem("r2.csv", (30.0, 48.0), 18.0, 0.5, "rec.mp4")[:63]
 'r2.csv: its times span 30.00-48.00 s but the recording (rec.mp4'
 """
 
