@@ -28,7 +28,15 @@ from .extraction.pool import EXECUTORS, extract_many
 from .extraction.summary import print_extract_summary, print_import, print_session, print_table
 from .extractors import ExtractorUnavailable, registry
 from .processes import EXIT_USAGE, parse_args
-from .sources.manifest import ScanReport, SessionFiles, read_scan_json, scan, write_manifest
+from .sources.label_checks import apply_declarations
+from .sources.manifest import (
+    ScanReport,
+    SessionFiles,
+    check_labels,
+    read_scan_json,
+    scan,
+    write_manifest,
+)
 from .sources.manifest_file import ManifestError
 from .storage.shard import TRANSCRIPT_CHANNELS
 from .storage.store import Store, StoreError, parse_session, session_name
@@ -50,20 +58,27 @@ def _load_cfg(args: argparse.Namespace) -> FeatureConfig:
     return cfg
 
 
-def _scan(data_dir: str | None, cfg: FeatureConfig, manifest: str | None = None) -> ScanReport:
-    """Sessions of ``--manifest``, else of the config's ``manifest``, else found in ``data_dir``."""
+def _scan(
+    data_dir: str | None, cfg: FeatureConfig, manifest: str | None = None, config: str | None = None
+) -> ScanReport:
+    """Sessions of ``--manifest``, else of the config's ``manifest``, else found in ``data_dir``,
+    with the rating scales and coverage the config (``config``, else featurestore.yaml) declares."""
     manifest = manifest or cfg.manifest
     if manifest is None and data_dir is None:
         raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
     try:
-        return scan(Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest)
-    except ManifestError as e:
+        report = scan(Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest)
+        where = config or "featurestore.yaml"
+        apply_declarations(report.sessions, cfg.targets, cfg.min_coverage, where)
+    except (ManifestError, ValueError) as e:
         raise SystemExit(str(e)) from e
+    return report
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
     cfg = _load_cfg(args)
-    report = _scan(args.data_dir, cfg, args.manifest)
+    report = _scan(args.data_dir, cfg, args.manifest, args.config)
+    check_labels(report)
     where = args.manifest or cfg.manifest or args.data_dir
     columns = ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
     rows = [
@@ -84,7 +99,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if not report.sessions:
         print(f"no Subject_<L>_Story_<S> files found under {args.data_dir}", file=sys.stderr)
         return EXIT_FAILED
-    serious = [i for i in report.issues if i.kind in ("duplicate", "unparsable")]
+    serious = [i for i in report.issues if i.kind in ("duplicate", "unparsable", "invalid")]
     return EXIT_FAILED if serious else EXIT_OK
 
 
@@ -93,7 +108,7 @@ def _sessions_for_extract(
 ) -> tuple[list[SessionFiles], dict[str, list[Path]]]:
     """The sessions to extract (``--sessions`` only, when given) and the extra files of each."""
     if args.data_dir or args.manifest or cfg.manifest:
-        report = _scan(args.data_dir, cfg, args.manifest)
+        report = _scan(args.data_dir, cfg, args.manifest, args.config)
         sessions, dups = report.sessions, report.duplicates()
     else:
         manifest = Path(args.store) / MANIFEST

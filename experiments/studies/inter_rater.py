@@ -4,6 +4,7 @@ as rated and with each rater's reaction lag removed (`experiments agreement`).""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,41 @@ RATER_COLUMNS = ["target", "session", "aligned", "raters", "n_frames"] + [
 ]
 
 
+class EmptyRaterWarning(UserWarning):
+    """A rater stored for a session holds no rating at all (every frame missing)."""
+
+
+def warn_empty_raters(by_target: dict[str, dict[str, dict[str, np.ndarray]]]) -> list[str]:
+    """``target@rater in session`` for each rater whose stored trace is all missing, in one
+    :class:`EmptyRaterWarning` naming each (none: no warning). Such a rater contributes no
+    frame, so its session's ICCs are blank: usually its file's times miss the recording."""
+    empty = [
+        f"{t}@{r} in {s}"
+        for t, sessions in sorted(by_target.items())
+        for s, raters in sorted(sessions.items())
+        for r, y in sorted(raters.items())
+        if not np.isfinite(np.asarray(y, dtype=float)).any()
+    ]
+    if empty:
+        warnings.warn(
+            EmptyRaterWarning(
+                f"{len(empty)} rater trace(s) are empty (every frame missing): {', '.join(empty)}; "
+                "they add no frame to the agreement (blank ICCs where no two raters overlap). "
+                "Check that each rater's file rates its recording (`featurestore scan` names a "
+                "file covering less than min_coverage of it) and re-extract"
+            ),
+            stacklevel=3,
+        )
+    return empty
+
+
 def inter_rater_table(
     store: Store | str | os.PathLike, max_lag_s: float = 5.0
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
     per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
-    lag_frames, lag_s``). Both empty when no session has raters."""
+    lag_frames, lag_s``). Both empty when no session has raters. A rater stored empty (every
+    frame missing) for a session is named in an :class:`EmptyRaterWarning`."""
     st = as_store(store)
     by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     fps = 25.0
@@ -47,6 +77,7 @@ def inter_rater_table(
                 raters = shard.raters(t)
                 if raters:
                     by_target.setdefault(t, {})[s] = {r: shard.rater_labels(t, r) for r in raters}
+    warn_empty_raters(by_target)
     rows, lag_rows = [], []
     for t, sessions in sorted(by_target.items()):
         lags = estimate_lags(list(sessions.values()), fps, max_lag_s)

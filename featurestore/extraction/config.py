@@ -22,6 +22,7 @@ import yaml
 from .. import overrides
 from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
 from ..overrides import ConfigError
+from ..sources.label_checks import parse_min_coverage, parse_targets
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 
 CONFIG_NAME = "featurestore.yaml"
@@ -50,6 +51,12 @@ class FeatureConfig:
     manifest: str | None = None
     #: largest tolerated difference between label rows and video length, seconds
     max_length_mismatch_s: float = 1.0
+    #: target -> ``{scale: [low, high]}``, the range its ratings are checked against (in their
+    #: own units; an undeclared target takes any finite value; the OMG layout declares [-1, 1]
+    #: for its valence targets): :mod:`featurestore.sources.label_checks`
+    targets: dict[str, Any] = field(default_factory=dict)
+    #: the share of its recording a rating file's times must cover (0-1; None: 0.5)
+    min_coverage: float | None = None
     #: extractor name -> its settings (that extractor's frozen config dataclass); an extractor
     #: not listed runs with its defaults
     extractors: dict[str, Any] = field(default_factory=dict)
@@ -273,6 +280,20 @@ def check_overrides_apply(
                 )
 
 
+def _check_declarations(cfg: FeatureConfig, collected: _Collected) -> None:
+    """``targets`` and ``min_coverage`` checked (:class:`ConfigError` naming where they were set)."""
+    try:
+        for key in ("targets", "min_coverage"):
+            where = collected.top.get(key, (None, "featurestore.yaml"))[1]
+            if key == "targets":
+                scales = parse_targets(cfg.targets, where)
+                cfg.targets = {t: {"scale": list(s)} for t, s in scales.items()}
+            else:
+                cfg.min_coverage = parse_min_coverage(cfg.min_coverage, where)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
 def load_feature_config(
     path: str | Path | None = None,
     data_dir: str | Path | None = None,
@@ -314,6 +335,7 @@ def load_feature_config(
         where = collected.top["manifest"][1]
         if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
             cfg.manifest = str(path.parent / cfg.manifest)
+    _check_declarations(cfg, collected)
     if "channels" in collected.top:
         value, where = collected.top["channels"]
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):

@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
-from ..sources.manifest import STORY_SPEAKER, story_split
+from ..sources.label_checks import label_scale
+from ..sources.manifest import OMG_SCALES, STORY_SPEAKER, story_split
 from ..sources.manifest_file import STORE_ROLE
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
@@ -33,6 +34,7 @@ from .derived import (
     transcript_plan,
     transcript_voice_key,
 )
+from .import_times import check_table_times
 from .recordings import OMG_ONLY, Found, Recordings, find_session_files, one_file
 from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
 
@@ -209,6 +211,11 @@ class _TableImport:
             path, fps=self.fps, min_confidence=self.min_confidence, groups=self.groups
         )
         meta = self.meta(session, path, table.end_s)
+        time_column = str(table.params.get("time_column", ""))
+        if problem := check_table_times(
+            path, table.features.time, meta.n_frames / meta.fps, session, time_column
+        ):
+            raise DataImportError(problem)
         source = file_fingerprint(path)
         # a declared look-ahead is in the params (and so the cache key): declaring another one
         # changes the store's fingerprint, so no sweep reuses a run counted with the old one
@@ -378,7 +385,7 @@ def import_labels(
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:
-        y = read_annotation(path)
+        y = read_annotation(path, label_scale(target, OMG_SCALES))  # OMG's valence: [-1, 1]
         n = len(y)
         label_end = (n - 1) / fps
         if store.shard_path(session).exists():

@@ -15,7 +15,13 @@ import numpy as np
 from ..extractors import AudioExtractor, FrameExtractor, TranscriptExtractor
 from ..extractors.base import Extractor
 from ..sources import media
-from ..sources.annotations import TimedRating, read_label_file
+from ..sources.annotations import AnnotationError, TimedRating, read_label_file
+from ..sources.label_checks import (
+    DEFAULT_MIN_COVERAGE,
+    coverage_problem,
+    label_scale,
+    rating_span,
+)
 from ..sources.manifest import SessionFiles
 from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
@@ -31,13 +37,18 @@ class SessionError(RuntimeError):
 
 
 def _read_labels(
-    sf: SessionFiles,
+    sf: SessionFiles, cfg: FeatureConfig
 ) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
     """Per-frame ratings, timed ratings (resampled once the frame count is known) and every
-    file's fingerprint, by label key (``target`` or ``target@rater``)."""
+    file's fingerprint, by label key (``target`` or ``target@rater``); each checked against its
+    target's scale declared at scan time or in ``cfg``."""
     labels, timed, sources = {}, {}, {}
+    scales = {**sf.scales, **{t: spec["scale"] for t, spec in cfg.targets.items()}}
     for key, path in sorted(sf.annotations.items()):
-        y = read_label_file(path)
+        try:
+            y = read_label_file(path, label_scale(key, scales))
+        except AnnotationError as e:
+            raise SessionError(f"{sf.session}: {e}") from e
         if isinstance(y, TimedRating):
             timed[key] = y
         else:
@@ -49,6 +60,24 @@ def _read_labels(
             f"{sf.session}: annotation files have different lengths {lengths}; fix or remove the odd one"
         )
     return labels, timed, sources
+
+
+def _check_coverage(
+    sf: SessionFiles,
+    timed: dict[str, TimedRating],
+    duration_s: float,
+    video: Path,
+    cfg: FeatureConfig,
+) -> None:
+    """:class:`SessionError` for a timed rating covering less than the declared share of the
+    session (``min_coverage`` of the scan, else of ``cfg``, else 0.5); per-frame ratings define
+    the frame count, so they cover it."""
+    share = sf.min_coverage if sf.min_coverage is not None else cfg.min_coverage
+    share = DEFAULT_MIN_COVERAGE if share is None else share
+    for key, rating in sorted(timed.items()):
+        problem = coverage_problem(rating.path, rating_span(rating), duration_s, share, str(video))
+        if problem:
+            raise SessionError(f"{sf.session}: {key}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -159,8 +188,9 @@ def plan_session(
     info = media.probe(video)
     source = file_fingerprint(video)
     stale.check_label_sources(sf, store.label_sources(sf.session))
-    labels, timed, label_sources = _read_labels(sf)
+    labels, timed, label_sources = _read_labels(sf, cfg)
     n_frames = _frame_count(sf, info, labels, cfg)
+    _check_coverage(sf, timed, n_frames / LABEL_FPS, video, cfg)
     labels.update({k: r.on_frames(n_frames, LABEL_FPS) for k, r in timed.items()})
     store.check_schema(sf.session, write=True)  # refuse, before any work, a shard of another schema
     videos, regions = _role_videos(sf, info, cfg)

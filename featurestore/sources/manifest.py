@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..storage.store import parse_session, session_name
-from .manifest_file import id_numbers, read_manifest
+from .label_checks import check_session_labels
+from .manifest_file import id_numbers, read_manifest, read_manifest_declarations
 
 VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".mov")
 TRANSCRIPT_EXTS = (".srt", ".ass")
@@ -31,6 +32,13 @@ TABLE_EXTS = (".csv",)
 STORY_SPEAKER: dict[int, int] = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4}
 #: The official split by story.
 SPLITS: dict[str, list[int]] = {"train": [2, 4, 5, 8], "val": [1], "test": [3, 6, 7]}
+#: The OMG-Empathy layout's targets and their declared scale: its valence is rated in [-1, 1]
+#: (``targets:`` in featurestore.yaml may declare others; :mod:`.label_checks`).
+OMG_SCALES: dict[str, list[float]] = {
+    "valence_self": [-1.0, 1.0],
+    "valence_observer_listener": [-1.0, 1.0],
+    "valence_observer_speaker": [-1.0, 1.0],
+}
 
 
 def story_split(story: int, splits: Mapping[str, list[int]] = SPLITS) -> str:
@@ -71,6 +79,11 @@ class SessionFiles:
     ratings_source: str = ""
     #: a manifest's imported per-frame tables: the store's channel key -> file
     imports: dict[str, Path] = field(default_factory=dict)
+    #: declared scales, target -> [low, high] in the ratings' own units (an undeclared target
+    #: takes any finite value), and the share of the recording a rating file must cover (None:
+    #: :data:`~.label_checks.DEFAULT_MIN_COVERAGE`)
+    scales: dict[str, list[float]] = field(default_factory=dict)
+    min_coverage: float | None = None
 
     def to_record(self) -> dict:
         d = asdict(self)
@@ -106,13 +119,15 @@ class SessionFiles:
             },
             ratings_source=str(r.get("ratings_source", "")),
             imports={k: Path(v) for k, v in r.get("imports", {}).items()},
+            scales={t: [float(v) for v in s] for t, s in r.get("scales", {}).items()},
+            min_coverage=r.get("min_coverage"),
         )
 
 
 @dataclass
 class ScanIssue:
     path: Path
-    kind: str  # duplicate | unmatched | unparsable
+    kind: str  # duplicate | unmatched | unparsable | invalid (a rating file that cannot be used)
     reason: str
 
     def __str__(self) -> str:
@@ -197,6 +212,8 @@ def scan(
         found.session(sid, listener, story, story_speaker[story], splits or SPLITS)
         for sid, (listener, story) in sorted(found.ids.items(), key=lambda kv: kv[1])
     ]
+    for sf in sessions:
+        sf.scales = {t: list(s) for t, s in OMG_SCALES.items()}
     return ScanReport(sessions, found.issues)
 
 
@@ -312,6 +329,7 @@ class _Found:
 def scan_manifest(path: str | Path) -> ScanReport:
     """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`."""
     rows = read_manifest(path)
+    scales, min_coverage = read_manifest_declarations(path)
     people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])
     groups = id_numbers([r.group for r in rows])
     sessions = [
@@ -334,10 +352,21 @@ def scan_manifest(path: str | Path) -> ScanReport:
             ratings=r.ratings,
             ratings_source=str(path) if r.ratings else "",
             imports=dict(r.imports),
+            scales={t: list(s) for t, s in scales.items()},
+            min_coverage=min_coverage,
         )
         for r in rows
     ]
     return ScanReport(sessions, [])
+
+
+def check_labels(report: ScanReport) -> None:
+    """Read every session's rating files against their declared scales and coverage
+    (:func:`~.label_checks.check_session_labels`), adding an ``invalid`` issue per problem."""
+    for sf in report.sessions:
+        for path, problem in check_session_labels(sf):
+            reason = problem.removeprefix(f"{path}: ")
+            report.issues.append(ScanIssue(path, "invalid", f"{sf.session}: {reason}"))
 
 
 def read_scan_json(path: str | Path) -> tuple[list[SessionFiles], dict[str, list[Path]]]:

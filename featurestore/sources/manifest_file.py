@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .import_errors import DataImportError
+from .label_checks import parse_min_coverage, parse_targets
 
 REQUIRED = ("session", "person", "group")
 MEDIA = ("video", "video_person", "video_partner", "audio", "audio_person", "audio_partner")
@@ -109,6 +110,41 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     if checker.problems:
         raise ManifestError(path, checker.problems)
     return [r for r in rows if r is not None]
+
+
+#: the keys of a YAML manifest's top-level mapping besides ``sessions``
+DECLARATIONS = ("targets", "min_coverage")
+
+
+def read_manifest_declarations(
+    path: str | Path,
+) -> tuple[dict[str, tuple[float, float]], float | None]:
+    """(target -> declared scale, ``min_coverage`` or None) of a YAML manifest written as a
+    mapping (``targets: {valence: {scale: [1, 9]}}``, ``min_coverage: 0.8``, ``sessions: [...]``);
+    nothing for a CSV manifest or a bare list (declare them in featurestore.yaml).
+
+    Raises:
+        ManifestError: an unknown top-level key, or a malformed declaration, named.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return {}, None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))  # read_manifest parsed it already
+    if not isinstance(data, Mapping):
+        return {}, None
+    unknown = [str(k) for k in data if k not in ("sessions", *DECLARATIONS)]
+    if unknown:
+        known = ", ".join(("sessions", *DECLARATIONS))
+        raise ManifestError(
+            path, [f"{path}: unknown top-level key(s) {unknown}; a manifest's keys are {known}"]
+        )
+    try:
+        return (
+            parse_targets(data.get("targets"), str(path)),
+            parse_min_coverage(data.get("min_coverage"), str(path)),
+        )
+    except ValueError as e:
+        raise ManifestError(path, [str(e)]) from e
 
 
 def read_text_csv(

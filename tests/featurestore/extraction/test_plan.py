@@ -111,7 +111,7 @@ def test_rater_and_timed_label_files_are_read_by_key(tmp_path):
         "train",
         annotations={"valence@a": tmp_path / "a.csv", "valence@b": tmp_path / "b.csv"},
     )
-    labels, timed, sources = _read_labels(sf)
+    labels, timed, sources = _read_labels(sf, FeatureConfig())
     assert list(labels) == ["valence@a"] and len(labels["valence@a"]) == 50
     assert isinstance(timed["valence@b"], TimedRating)
     assert timed["valence@b"].on_frames(50, 25.0)[49] == pytest.approx(0.5)

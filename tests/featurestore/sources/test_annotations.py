@@ -29,5 +29,19 @@ def test_read_annotation_errors_name_file_and_line(tmp_path, body, match):
     p = tmp_path / "Subject_1_Story_1.csv"
     p.write_text(body)
     with pytest.raises(AnnotationError, match=match) as e:
-        read_annotation(p)
+        read_annotation(p, value_range=(-1.0, 1.0))
     assert "Subject_1_Story_1.csv" in str(e.value)
+
+
+def test_an_undeclared_scale_takes_any_finite_value(tmp_path):
+    """No hidden [-1, 1]: 1-9, 0-100 or joystick units are read as rated."""
+    p = tmp_path / "a.csv"
+    p.write_text("valence\n1\n9\n87.5\n-300\n")
+    np.testing.assert_allclose(read_annotation(p), [1, 9, 87.5, -300])
+    with pytest.raises(
+        AnnotationError, match=r"line 4 holds 87.5, outside the declared scale \[1, 9\]"
+    ):
+        read_annotation(p, value_range=(1.0, 9.0))
+    p.write_text("valence\n1\ninf\n")
+    with pytest.raises(AnnotationError, match="line 3 holds inf; give a finite number"):
+        read_annotation(p)

@@ -48,7 +48,10 @@ def test_timed_rating_resampled(tmp_path):
     [
         ("time,valence\n0,0.1\n0.5,abc\n", r"line 3, column 2 \('valence'\)"),
         ("time,valence\n0,0.1\nx,0.2\n", r"line 3, column 1 \('time'\)"),
-        ("time,valence\n0,0.1\n0.5,3\n", r"line 3, column 2 .*outside"),
+        (
+            "time,valence\n0,0.1\n0.5,3\n",
+            r"line 3, column 2 .*outside the declared scale \[-1, 1\]",
+        ),
         ("time,valence\n1,0.1\n0.5,0.2\n", r"line 3, column 1 .*increase"),
     ],
 )
@@ -56,7 +59,22 @@ def test_bad_rater_file_names_file_line_column(tmp_path, text, where):
     p = tmp_path / "rater2.csv"
     p.write_text(text)
     with pytest.raises(AnnotationError, match=rf"rater2\.csv: {where}"):
+        read_label_file(p, value_range=(-1.0, 1.0))
+
+
+@pytest.mark.parametrize("header", ["tiem,value", "time,valence,arousal", "t,valence"])
+def test_a_header_of_neither_format_quotes_both(tmp_path, header):
+    """`tiem,value` used to get advice for the one-column format only, against the documented
+    `time,<name>` one: the error now quotes both formats as docs/corpus.md gives them."""
+    p = tmp_path / "r.csv"
+    p.write_text(f"{header}\n0,1\n0.1,2\n")
+    with pytest.raises(AnnotationError) as e:
         read_label_file(p)
+    text = str(e.value)
+    assert f"r.csv: header {header!r} is of neither format" in text
+    assert "one value per 25 fps frame" in text and "'time,<name>'" in text
+    if header == "tiem,value":
+        assert "did you mean 'time,value'?" in text
 
 
 def test_manifest_rater_columns(tmp_path):
