@@ -8,7 +8,7 @@ its rename. A second writer of the same shard waits (saying so once per process 
 gives up with :class:`LockTimeout` after :func:`lock_timeout_s` seconds. Readers take no lock:
 they open the shard's final path only, which the rename replaces whole. The operating system
 releases the lock when its process ends, however it ends, so a killed writer never leaves a
-stale lock behind. See docs/store.md (writers).
+stale lock behind. See docs/store.md (writers: one at a time per shard, and a full disk).
 """
 
 from __future__ import annotations

@@ -307,7 +307,7 @@ def test_write_error_keeps_the_previous_shard_and_no_temporary_file(
     if how == "read-only folder":
         assert f"FAILED {SESSIONS[0]}" in err and f"cannot write {store / SESSIONS[0]}.h5" in err
         assert "Permission denied" in err and "make" in err and "previous shard" in err, err
-    else:  # a full disk ends the extraction with one message (tests/featurestore/test_disk_full.py)
+    else:  # a full disk ends the extraction with one message (tests/featurestore/test_faults_disk_full.py)
         assert f"error: {SESSIONS[0]}: disk full: writing {store / SESSIONS[0]}.h5" in err, err
         assert "the shard is unchanged" in err and "extraction stopped" in err
     assert main(["verify", "--store", str(store)]) == 0

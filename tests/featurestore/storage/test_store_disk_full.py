@@ -1,5 +1,5 @@
 """A full disk while writing a shard: one :class:`DiskFullError` naming the shard and the space,
-the shard unchanged, no temporary file (the real full disk: tests/featurestore/test_disk_full.py)."""
+the shard unchanged, no temporary file (the real full disk: tests/featurestore/test_faults_disk_full.py)."""
 
 from __future__ import annotations
 

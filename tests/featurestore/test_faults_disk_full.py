@@ -2,7 +2,7 @@
 and a half shards, mounted in a user namespace (``unshare -rm``, no root needed; skipped where
 the kernel does not allow one). Checked: exit 1, one message naming the session, the space and
 what to do, no traceback or HDF5 error stack, no crash, and the shard stored before is
-byte-identical (injected failures of each write step: tests/featurestore/storage/test_disk_full.py).
+byte-identical (injected failures of each write step: tests/featurestore/storage/test_store_disk_full.py).
 """
 
 from __future__ import annotations
