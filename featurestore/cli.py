@@ -138,6 +138,20 @@ def _split_todo(
     return todo, failed
 
 
+class _DiskFull(Exception):
+    """Raised from a session's result to end an extraction: the disk is full."""
+
+    def __init__(self, result: SessionResult) -> None:
+        super().__init__(result.error)
+        self.result = result
+
+
+def _stop_when_disk_full(result: SessionResult) -> None:
+    """End the extraction at the first session that failed for want of disk space."""
+    if result.disk_full:
+        raise _DiskFull(result)
+
+
 def cmd_extract(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     cfg = _load_cfg(args)
@@ -164,7 +178,15 @@ def cmd_extract(args: argparse.Namespace) -> int:
             executor=args.executor,
             jobs=args.jobs,
             scheduler=args.scheduler,
+            on_result=_stop_when_disk_full,
         )
+    except _DiskFull as e:  # one message: every later session would fail the same way
+        print(
+            f"error: {e.result.session}: {e.result.error}; extraction stopped at this session "
+            "(the sessions stored before it are intact; the re-run does only what is missing)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -514,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreError as e:  # e.g. a full disk, another writer holding a shard's lock too long
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except SystemExit as e:
         if isinstance(e.code, str):
             print(f"error: {e.code}", file=sys.stderr)

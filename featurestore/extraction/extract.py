@@ -21,7 +21,7 @@ from ..features import Features
 from ..sources import media
 from ..sources.manifest import SessionFiles
 from ..storage.provenance import file_fingerprint
-from ..storage.store import Channel, Store, StoreError
+from ..storage.store import DISK_FULL_ERRNOS, Channel, DiskFullError, Store, StoreError
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
@@ -38,7 +38,8 @@ from .plan import ChannelPlan, SessionError, SessionPlan, plan_session
 @dataclass
 class SessionResult:
     """One session's extraction: ``status`` ``ok``, ``skipped`` (all current) or ``failed``
-    (``error`` says why), the keys computed and current, notes, seconds taken."""
+    (``error`` says why; ``disk_full``: for want of disk space, which ends the extraction), the
+    keys computed and current, notes, seconds taken."""
 
     session: str
     status: str = "ok"
@@ -47,6 +48,7 @@ class SessionResult:
     notes: list[str] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
+    disk_full: bool = False
 
     @property
     def failed(self) -> bool:
@@ -157,6 +159,9 @@ def extract_session(
     except SESSION_FAILURES as e:
         res.status = "failed"
         res.error = str(e) or f"{type(e).__name__} while extracting {sf.session}"
+        res.disk_full = (
+            isinstance(e, DiskFullError) or getattr(e, "errno", None) in DISK_FULL_ERRNOS
+        )
     except Exception as e:  # noqa: BLE001 - report, never kill the other sessions
         res.status = "failed"
         res.error = f"unexpected {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
@@ -422,7 +427,8 @@ def write(
     ``force``); nothing when nothing is new, but a first shard when no channel ``failed``.
 
     Raises:
-        SessionError: the shard cannot be written (the previous one is left unchanged).
+        DiskFullError: no room for the shard (the previous one is left unchanged).
+        SessionError: the shard cannot be written otherwise (the previous one is left unchanged).
     """
     sf, labels = plan.files, plan.labels
     write_labels = bool(labels) and (
@@ -439,10 +445,10 @@ def write(
             label_sources=plan.label_sources,
             drop=[k for k in plan.drop if k not in channels],
         )
-    except OSError as e:  # full disk, read-only folder
+    except OSError as e:  # a read-only folder (a full disk is a DiskFullError)
         raise SessionError(
             f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
-            f"unchanged and no temporary file is left: free disk space or make {store.root} writable, then re-run"
+            f"unchanged and no temporary file is left: make {store.root} writable, then re-run"
         ) from e
     return StepResult(computed=[f"labels/{t}" for t in labels] if write_labels else [])
 

@@ -1,14 +1,18 @@
-"""HDF5 feature store: one shard per session, atomic writes, provenance, verify.
+"""HDF5 feature store: one shard per session, atomic locked writes, provenance, verify.
 
 The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every write
-goes to a hidden temporary file that is fsynced and renamed over the shard, so a crash leaves the
-old shard or the new one; the layout itself is :mod:`featurestore.storage.shard`.
+holds the shard's lock (:mod:`featurestore.storage.lock`), changes an in-memory copy, writes it
+to a hidden temporary file that is fsynced and renamed over the shard, so a crash leaves the old
+shard or the new one and two writers never lose each other's changes; the layout itself is
+:mod:`featurestore.storage.shard`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
+import io
 import os
 import re
 import shutil
@@ -23,6 +27,7 @@ import pandas as pd
 
 from ..processes import pid_alive
 from . import session_labels
+from .lock import shard_lock
 from .provenance import cache_key, file_fingerprint, utc_now
 from .session_labels import Ratings
 from .shard import (
@@ -55,6 +60,7 @@ __all__ = [
     "ROLES",
     "SCHEMA_VERSION",
     "Channel",
+    "DiskFullError",
     "MissingChannelError",
     "Problem",
     "SessionData",
@@ -80,24 +86,82 @@ def parse_session(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+#: the errno values of a full disk (no space; over quota)
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFullError(StoreError):
+    """A shard could not be written for want of disk space (ENOSPC); the shard is unchanged and
+    no temporary file is left. ``path``: the shard; ``needed``/``free``: bytes (-1: unknown)."""
+
+    def __init__(self, path: Path, needed: int, free: int) -> None:
+        self.path, self.needed, self.free = path, needed, free
+        need = f"needs {needed / 1e6:.1f} MB" if needed >= 0 else "failed"
+        room = f"{free / 1e6:.1f} MB free" if free >= 0 else "free space unknown"
+        super().__init__(
+            f"disk full: writing {path} {need} ({room} in {path.parent}); the shard is unchanged "
+            f"and no temporary file is left: free disk space there (or use another --store), "
+            f"then re-run"
+        )
+
+
+def _free_bytes(folder: Path) -> int:
+    """Bytes free for this user in ``folder``'s file system (-1 when it cannot be asked)."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return -1
+
+
+def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
+    """Write a shard's bytes to ``tmp`` and fsync them; :class:`DiskFullError` (before writing
+    anything when the space is known to be short) when the disk is full."""
+    free = _free_bytes(tmp.parent)
+    if 0 <= free < len(image):
+        raise DiskFullError(final, len(image), free)
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(image)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        if e.errno in DISK_FULL_ERRNOS:
+            raise DiskFullError(final, len(image), _free_bytes(tmp.parent)) from e
+        raise
+
+
 @contextlib.contextmanager
 def _rewritten(final: Path) -> Iterator[h5py.File]:
-    """``final`` changed in a temporary copy, fsynced and renamed over it once the block completes."""
+    """``final`` changed in a copy and renamed over it once the block completes, under the
+    shard's write lock (:func:`featurestore.storage.lock.shard_lock`).
+
+    The copy is made and changed in memory: HDF5 never writes to the disk, so a full disk is one
+    :class:`DiskFullError` from Python's write of the finished file, never an HDF5 failure
+    half-way through a flush. That file is written to a hidden temporary name, fsynced and
+    renamed over ``final``: a reader (who opens ``final`` only) sees the old shard or the new one.
+    """
     tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        if final.exists():
-            shutil.copyfile(final, tmp)
-        with h5py.File(tmp, "a") as f:
-            yield f
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        with contextlib.suppress(OSError):  # the rename itself is durable once its folder is
-            fd = os.open(final.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        with shard_lock(final):
+            old = final.read_bytes() if final.exists() else b""
+            buffer = io.BytesIO(old)
+            del old  # the buffer holds its own copy
+            with h5py.File(buffer, "a" if buffer.getbuffer().nbytes else "w") as f:
+                yield f
+            with buffer.getbuffer() as image:
+                _write_image(tmp, image, final)
+            os.replace(tmp, final)
+            with contextlib.suppress(OSError):  # the rename itself is durable once its folder is
+                fd = os.open(final.parent, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    except OSError as e:  # e.g. no room for the lock file
+        tmp.unlink(missing_ok=True)
+        if e.errno in DISK_FULL_ERRNOS:
+            raise DiskFullError(final, -1, _free_bytes(final.parent)) from e
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
