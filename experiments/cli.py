@@ -30,6 +30,7 @@ from featurestore.processes import terminate_as_interrupt
 from .config.loading import load_config
 from .config.options import ConfigWarning
 from .config.schema import ExperimentConfig
+from .tracking.redact import mask_uri
 
 if TYPE_CHECKING:
     from .studies.parent_run import SweepResult
@@ -243,7 +244,7 @@ def _print_sweep(res: SweepResult) -> int:
     _print_best(res)
     print(_choices(res), end="")
     if study := getattr(res, "study_name", ""):
-        print(f"optuna study {study} in {res.storage}: {len(res.trials)} trials")  # type: ignore[attr-defined]
+        print(f"optuna study {study} in {mask_uri(res.storage)}: {len(res.trials)} trials")  # type: ignore[attr-defined]
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
     print(
         f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child "

@@ -21,6 +21,7 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
+from ..tracking.redact import mask_uri
 from .fusion import FusionConfig
 from .gold_standard import GoldStandard
 from .options import KFOLD_PROTOCOLS
@@ -146,7 +147,7 @@ class SearchConfig:
             "seed": self.seed,
             "track": self.track,
             "startup_trials": self.startup_trials,
-            "storage": self.storage,
+            "storage": None if self.storage is None else mask_uri(self.storage),
         }
 
 
@@ -320,7 +321,11 @@ class ExperimentConfig:
                 "rescale": list(self.postprocess.rescale),
                 "fit_on": self.postprocess.fit_on,
             },
-            "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            # passwords masked: this dict is the runs' config.yaml and --print-config's output
+            "tracking": {
+                "uri": mask_uri(self.tracking.uri),
+                "experiment": self.tracking.experiment,
+            },
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it
             "unseen_listener": {

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from featurestore.processes import pid_alive
 
+from .redact import mask_uri
 from .ui_view import experiment_tags
 
 T = TypeVar("T")
@@ -134,7 +135,7 @@ class Tracker:
     # ------------------------------------------------------------------ runs
     def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
         tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
-        tags.update({k: str(v) for k, v in (extra or {}).items()})
+        tags.update({k: mask_uri(str(v)) for k, v in (extra or {}).items()})
         return tags
 
     def start_run(
@@ -156,17 +157,18 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Log params (as strings), finite metrics and tags in batches."""
+        """Log params (as strings), finite metrics and tags in batches; a password in a URI among the
+        values is masked (:func:`.redact.mask_uri`)."""
         from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
 
         now = int(time.time() * 1000)
-        p = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        p = [Param(k, mask_uri(str(v))[:6000]) for k, v in (params or {}).items()]
         m = [
             Metric(k, float(v), now, 0)
             for k, v in (metrics or {}).items()
             if v is not None and math.isfinite(float(v))
         ]
-        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        t = [RunTag(k, mask_uri(str(v))) for k, v in (tags or {}).items()]
         # MLflow's batch limits: 100 params, 100 tags, 1000 metrics per call
         for i in range(0, max(len(p), len(t)), 100):
             with_retry(
@@ -284,7 +286,7 @@ def export_predictions(
         run = client.get_run(run_id)
     except MlflowException as e:
         raise FileNotFoundError(
-            f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI"
+            f"no run {run_id} in {mask_uri(resolve_tracking_uri(tracking_uri))}; copy the id from the MLflow UI"
         ) from e
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
