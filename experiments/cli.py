@@ -179,11 +179,12 @@ def _check_store(store: str | None) -> str:
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-    scheduler answers, Dask workers run other code than this process."""
+    scheduler answers, Dask workers run other code than this process, no artifact location."""
     from .data.dataset import DatasetError  # startup: see the imports above
     from .executors.dask import WorkerCodeMismatch
+    from .tracking.tracker import ArtifactLocationError
 
-    return (DatasetError, ConnectionError, WorkerCodeMismatch)
+    return (DatasetError, ConnectionError, WorkerCodeMismatch, ArtifactLocationError)
 
 
 # --------------------------------------------------------------------- the verbs

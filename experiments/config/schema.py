@@ -219,10 +219,12 @@ class ImportanceConfig:
 
 @dataclass
 class TrackingConfig:
-    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``."""
+    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``; ``artifacts``:
+    where a new experiment's artifacts go (a folder or URI; needed with a database ``uri``)."""
 
     uri: str = "mlruns"
     experiment: str = "omg-default"
+    artifacts: str | None = None
 
 
 @dataclass
@@ -325,6 +327,7 @@ class ExperimentConfig:
             "tracking": {
                 "uri": mask_uri(self.tracking.uri),
                 "experiment": self.tracking.experiment,
+                **({"artifacts": self.tracking.artifacts} if self.tracking.artifacts else {}),
             },
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it

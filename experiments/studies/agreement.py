@@ -445,7 +445,9 @@ def _log_run(
 ) -> str:
     """The MLflow run ``agreement``: its params, metrics, ``files`` and ``config`` (the resolved
     config, as ``config.yaml``) under ``agreement/``; returns its id."""
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    tracker = Tracker(
+        tracking_uri or cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifacts
+    )
     fingerprint, _ = store_fingerprint(st)
     tags = {"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()}
     run_id = tracker.start_run("agreement", tags=tags)
