@@ -45,7 +45,8 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] = (-1.0, 
     header = [c.strip() for c in rows[0]]
     if len(header) != 1 or not header[0]:
         raise AnnotationError(
-            f"{path}: header {rows[0]} should be one column name such as 'valence'; one column per file"
+            f"{path}: the header has {len(header)} fields; it should be one column name such as "
+            "'valence' (one column per file)"
         )
     try:
         float(header[0])
@@ -66,13 +67,13 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] = (-1.0, 
         cells = [c.strip() for c in row]
         if len(cells) != 1:
             raise AnnotationError(
-                f"{path}: line {line} has {len(cells)} fields {row}; the format has one value per line"
+                f"{path}: line {line} has {len(cells)} fields; the format has one value per line"
             )
         try:
             v = float(cells[0])
         except ValueError:
             raise AnnotationError(
-                f"{path}: line {line} holds {cells[0]!r}, not a number; fix or remove that line"
+                f"{path}: line {line} is not a number; fix or remove that line (is this a rating file?)"
             ) from None
         if not math.isfinite(v) or v < lo - 1e-6 or v > hi + 1e-6:
             raise AnnotationError(
@@ -128,7 +129,8 @@ def read_label_file(
 def _read_timed(path: Path, header: list[str], value_range: tuple[float, float]) -> TimedRating:
     if len(header) != 2 or not header[1]:
         raise AnnotationError(
-            f"{path}: header {header} should be two columns 'time,<value name>', e.g. 'time,valence'"
+            f"{path}: the header has {len(header)} fields; it should be two columns "
+            "'time,<value name>', e.g. 'time,valence'"
         )
     with open(path, newline="", encoding="utf-8-sig") as f:
         rows = list(csv.reader(f))[1:]
@@ -144,15 +146,15 @@ def _read_timed(path: Path, header: list[str], value_range: tuple[float, float])
         cells = [c.strip() for c in row]
         if len(cells) != 2:
             raise AnnotationError(
-                f"{path}: line {line} has {len(cells)} fields {row}; each line is 'time,value'"
+                f"{path}: line {line} has {len(cells)} fields; each line is 'time,value'"
             )
         for col, (name, cell) in enumerate(zip(header, cells, strict=True)):
             try:
                 v = float(cell)
             except ValueError:
                 raise AnnotationError(
-                    f"{path}: line {line}, column {col + 1} ({name!r}) holds {cell!r}, not a "
-                    "number; fix or remove that line"
+                    f"{path}: line {line}, column {col + 1} ({name!r}) is not a number; fix or "
+                    "remove that line"
                 ) from None
             if not math.isfinite(v):
                 raise AnnotationError(
