@@ -112,6 +112,13 @@ def test_four_sweeps_at_once_on_a_fresh_postgres_database(planted_store, tmp_pat
             cwd=work, env=cli_env(), capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         shown += refused.stdout + refused.stderr
+        export = subprocess.run(
+            cli_cmd("export", "0" * 32, "--split", "val", "--out", str(tmp_path / "x"),
+                    "--tracking-uri", uri),
+            cwd=work, env=cli_env(), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert export.returncode != 0 and "no run" in export.stderr, export.stderr[-2000:]
+        shown += export.stdout + export.stderr
         for run in client.search_runs([client.get_experiment_by_name("pg-claimed").experiment_id]):
             shown += str(run.data.params) + str(run.data.tags)
     assert refused.returncode != 0 and "tracking.artifacts" in refused.stderr, refused.stderr
