@@ -544,7 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for note in notes:
                 print(f"experiments {args.verb}: note: {note.message}", file=sys.stderr)
             if args.print_config:
-                print(args.cfg.to_yaml(), end="")
+                print(mask_uri(args.cfg.to_yaml()), end="")
                 return EXIT_OK
         return int(args.func(args))
     except (ConfigError, UsageError) as e:

@@ -21,7 +21,6 @@ import yaml
 
 from featurestore.sources.manifest import SPLITS  # the official split: defined there only
 
-from ..tracking.redact import mask_uri
 from .fusion import FusionConfig
 from .gold_standard import GoldStandard
 from .options import KFOLD_PROTOCOLS
@@ -147,7 +146,7 @@ class SearchConfig:
             "seed": self.seed,
             "track": self.track,
             "startup_trials": self.startup_trials,
-            "storage": None if self.storage is None else mask_uri(self.storage),
+            "storage": self.storage,
         }
 
 
@@ -323,9 +322,8 @@ class ExperimentConfig:
                 "rescale": list(self.postprocess.rescale),
                 "fit_on": self.postprocess.fit_on,
             },
-            # passwords masked: this dict is the runs' config.yaml and --print-config's output
             "tracking": {
-                "uri": mask_uri(self.tracking.uri),
+                "uri": self.tracking.uri,
                 "experiment": self.tracking.experiment,
                 **({"artifacts": self.tracking.artifacts} if self.tracking.artifacts else {}),
             },

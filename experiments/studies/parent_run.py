@@ -289,7 +289,9 @@ class ParentRun:
             )
             first = True
             while waiting:
-                part, waiting = self.claim(waiting)
+                part, done, waiting = self.claim(waiting)
+                for t, row in done:  # finished by another sweep: its run, as this sweep's row
+                    on_outcome(Outcome(t, row=row))
                 if part:
                     with contextlib.closing(self.executor.run(part, ctx)) as outcomes:
                         for outcome in outcomes:
@@ -302,15 +304,19 @@ class ParentRun:
                     first = False
                     time.sleep(CLAIM_POLL_S)
 
-    def claim(self, trials: Sequence[Trial]) -> tuple[list[Trial], list[Trial]]:
+    def claim(
+        self, trials: Sequence[Trial]
+    ) -> tuple[list[Trial], list[tuple[Trial, RunRow]], list[Trial]]:
         """Claim ``trials`` (:mod:`experiments.tracking.claims`): returns (those to evaluate here,
-        those another live sweep holds). A claimed one that another sweep finished meanwhile (or an
-        earlier one, with resume on) is reused instead of evaluated."""
+        the rows of those another sweep finished meanwhile, or an earlier one with resume on, to
+        reuse, those another live sweep holds)."""
         got = self.claims.take(t.hash() for t in trials)
         if not got:
-            return [], list(trials)
+            return [], [], list(trials)
         done = self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
-        mine, waiting = [], []
+        mine: list[Trial] = []
+        reused: list[tuple[Trial, RunRow]] = []
+        waiting: list[Trial] = []
         for t in trials:
             h = t.hash()
             old = done.get(h)
@@ -319,13 +325,10 @@ class ParentRun:
             elif old is not None and (
                 self.options.resume or old.info.start_time >= self.started_ms
             ):
-                self.finished[h] = old
-                self.reused(t)
-                if self.bar is not None:
-                    self.bar.update(1)
+                reused.append((t, run_row(t, old, "reused")))
             else:
                 mine.append(t)
-        return mine, waiting
+        return mine, reused, waiting
 
     def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
         """Log an outcome as a child run with ``tags`` besides the usual ones (a row its worker
@@ -340,7 +343,7 @@ class ParentRun:
             row = log_child(self.tracker, ctx, outcome.trial, outcome.result, outcome.error)
         if outcome.result is not None and not row.failed:
             self.scores[row.run_id] = outcome.result.scores
-        self.n_new += 1
+        self.n_new += row.status != "reused"  # another sweep's run: not new here
         self._add(row)
         return row
 

@@ -91,7 +91,7 @@ class Claims:
         return int(pid) != os.getpid() and pid_alive(int(pid))
 
     def _take_advisory(self, hashes: list[str]) -> set[str]:
-        import sqlalchemy
+        import sqlalchemy  # with mlflow: only where runs are logged
 
         if self._conn is None:
             self._conn = self._engine.connect()

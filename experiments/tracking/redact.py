@@ -13,6 +13,8 @@ MLflow and the database driver still get the URI as given.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 #: the mask that stands for a password
 MASK = "***"
@@ -27,3 +29,15 @@ _USERINFO = re.compile(
 def mask_uri(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@host`` in it replaced by ``***``."""
     return _USERINFO.sub(lambda m: m.group("head") + MASK, text)
+
+
+def mask_all(obj: Any) -> Any:
+    """``obj`` (nested dicts, lists, tuples of strings and other values, such as a resolved config)
+    with :func:`mask_uri` applied to every string in it; other values as they are."""
+    if isinstance(obj, str):
+        return mask_uri(obj)
+    if isinstance(obj, Mapping):
+        return {k: mask_all(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(mask_all(v) for v in obj)
+    return obj

@@ -8,7 +8,7 @@ import yaml
 
 from experiments.cli import main
 from experiments.config.loading import from_dict
-from experiments.tracking.redact import mask_uri
+from experiments.tracking.redact import mask_all, mask_uri
 from experiments.tracking.tracker import Tracker
 from tests.experiments.helpers import config_dict
 
@@ -32,10 +32,10 @@ def test_mask_uri(text, masked):
 
 def test_config_yaml_and_print_config_mask_the_password(capsys):
     cfg = from_dict(config_dict(URI, "masked", search={"storage": URI}))
-    assert cfg.tracking.uri == URI  # MLflow still gets the real URI
-    text = cfg.to_yaml()  # the runs' config.yaml artifacts are this dict
-    assert SECRET not in text and SECRET not in str(cfg.to_dict())
-    assert yaml.safe_load(text)["tracking"]["uri"] == mask_uri(URI)
+    assert cfg.tracking.uri == URI and cfg.to_dict()["tracking"]["uri"] == URI  # MLflow's
+    shown = mask_all(cfg.to_dict())  # what the runs' config.yaml artifacts hold
+    assert SECRET not in yaml.safe_dump(shown) and shown["tracking"]["uri"] == mask_uri(URI)
+    assert shown["search"]["storage"] == mask_uri(URI) and shown["seed"] == cfg.seed
     args = ["sweep", "--config", "smoke", "--set", f"tracking.uri={URI}", "--print-config"]
     assert main(args) == 0
     out = capsys.readouterr()
