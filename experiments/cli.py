@@ -30,6 +30,7 @@ from featurestore.processes import terminate_as_interrupt
 from .config.loading import load_config
 from .config.options import ConfigWarning
 from .config.schema import ExperimentConfig
+from .tracking.redact import mask_uri
 
 if TYPE_CHECKING:
     from .studies.parent_run import SweepResult
@@ -178,11 +179,12 @@ def _check_store(store: str | None) -> str:
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-    scheduler answers, Dask workers run other code than this process."""
+    scheduler answers, Dask workers run other code than this process, no artifact location."""
     from .data.dataset import DatasetError  # startup: see the imports above
     from .executors.dask import WorkerCodeMismatch
+    from .tracking.tracker import ArtifactLocationError
 
-    return (DatasetError, ConnectionError, WorkerCodeMismatch)
+    return (DatasetError, ConnectionError, WorkerCodeMismatch, ArtifactLocationError)
 
 
 # --------------------------------------------------------------------- the verbs
@@ -243,7 +245,7 @@ def _print_sweep(res: SweepResult) -> int:
     _print_best(res)
     print(_choices(res), end="")
     if study := getattr(res, "study_name", ""):
-        print(f"optuna study {study} in {res.storage}: {len(res.trials)} trials")  # type: ignore[attr-defined]
+        print(f"optuna study {study} in {mask_uri(res.storage)}: {len(res.trials)} trials")  # type: ignore[attr-defined]
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
     print(
         f"parent run {res.parent_run_id} (experiment {res.experiment_id}); best child "
@@ -542,7 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for note in notes:
                 print(f"experiments {args.verb}: note: {note.message}", file=sys.stderr)
             if args.print_config:
-                print(args.cfg.to_yaml(), end="")
+                print(mask_uri(args.cfg.to_yaml()), end="")
                 return EXIT_OK
         return int(args.func(args))
     except (ConfigError, UsageError) as e:

@@ -58,26 +58,46 @@ def _load_cfg(args: argparse.Namespace) -> FeatureConfig:
     return cfg
 
 
-def _scan(
-    data_dir: str | None, cfg: FeatureConfig, manifest: str | None = None, config: str | None = None
-) -> ScanReport:
-    """Sessions of ``--manifest``, else of the config's ``manifest``, else found in ``data_dir``,
-    with the rating scales and coverage the config (``config``, else featurestore.yaml) declares."""
-    manifest = manifest or cfg.manifest
+def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
+    """Sessions of ``--manifest``, else of the config's ``manifest`` (inside the config's folder
+    unless --allow-outside-paths), else found in ``data_dir``, with the rating scales and
+    coverage the config (``--config``, else featurestore.yaml) declares."""
+    data_dir, allow = args.data_dir, args.allow_outside_paths
+    manifest = args.manifest or cfg.manifest
     if manifest is None and data_dir is None:
         raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
+    if not args.manifest and cfg.manifest and not allow:
+        _check_inside(Path(cfg.manifest), _config_folder(args), "the config's manifest")
     try:
-        report = scan(Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest)
-        where = config or "featurestore.yaml"
+        report = scan(
+            Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest, allow
+        )
+        where = getattr(args, "config", None) or "featurestore.yaml"
         apply_declarations(report.sessions, cfg.targets, cfg.min_coverage, where)
     except (ManifestError, ValueError) as e:
         raise SystemExit(str(e)) from e
     return report
 
 
+def _config_folder(args: argparse.Namespace) -> Path:
+    """The folder of the featurestore YAML in use (--config, else DATA_DIR's featurestore.yaml)."""
+    if getattr(args, "config", None):
+        return Path(args.config).parent
+    return Path(args.data_dir or ".")
+
+
+def _check_inside(path: Path, folder: Path, what: str) -> None:
+    """Exit with a message when ``path`` (symbolic links and ``..`` resolved) is outside ``folder``."""
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise SystemExit(
+            f"{what} {path} is outside the config's folder {folder}; move it there, or pass "
+            "--allow-outside-paths to read files elsewhere"
+        )
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     cfg = _load_cfg(args)
-    report = _scan(args.data_dir, cfg, args.manifest, args.config)
+    report = _scan(args, cfg)
     check_labels(report)
     where = args.manifest or cfg.manifest or args.data_dir
     columns = ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
@@ -108,7 +128,7 @@ def _sessions_for_extract(
 ) -> tuple[list[SessionFiles], dict[str, list[Path]]]:
     """The sessions to extract (``--sessions`` only, when given) and the extra files of each."""
     if args.data_dir or args.manifest or cfg.manifest:
-        report = _scan(args.data_dir, cfg, args.manifest, args.config)
+        report = _scan(args, cfg)
         sessions, dups = report.sessions, report.duplicates()
     else:
         manifest = Path(args.store) / MANIFEST
@@ -406,6 +426,13 @@ MANIFEST_OPT = opt(
     "ratings: columns rating_<target> or rating_<target>@<rater>, one number each",
 )
 
+ALLOW_OUTSIDE = opt(
+    "--allow-outside-paths",
+    action="store_true",
+    help="read files a manifest names outside its folder (and a config's manifest outside the "
+    "config's folder); refused by default",
+)
+
 
 def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
     """``--set KEY=VALUE``, with the verb's ``examples``."""
@@ -423,11 +450,11 @@ VERBS = (
     Verb("scan", cmd_scan, "list the sessions found in a data folder; write the manifest", [
         opt("data_dir", nargs="?", help="corpus folder (Subject_<L>_Story_<S> files at any depth; "
             "not needed with --manifest)"),
-        STORE, MANIFEST_OPT, CONFIG,
+        STORE, MANIFEST_OPT, ALLOW_OUTSIDE, CONFIG,
     ]),
     Verb("extract", cmd_extract, "compute missing or stale channels for every session", [
         opt("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"),
-        STORE, MANIFEST_OPT,
+        STORE, MANIFEST_OPT, ALLOW_OUTSIDE,
         opt("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech "
             "lexicon; speech and lexicon only where a session has a transcript)"),
         opt("--jobs", type=int, default=1, help="sessions in parallel processes"),

@@ -41,7 +41,11 @@ KEY_MEANINGS: dict[str, str] = {
     "personalized)",
     "postprocess": "prediction smoothing (window s, method), rescaling, and what rescaling is "
     "fitted on",
-    "tracking": "MLflow: `uri` (`mlruns`: SQLite in `mlruns/`) and the `experiment` the runs go to",
+    "tracking": "MLflow: `uri` (`mlruns`: SQLite in `mlruns/`), the `experiment` the runs go to, "
+    "and `artifacts`: where a new experiment's artifacts go (a folder or an `s3://` URI; default "
+    "beside a SQLite database, the server's with `http://`; a database `uri` such as "
+    "`postgresql://...` without it is refused rather than writing into `./mlruns` of the working "
+    "folder); a password in `uri` is shown and stored as `***`",
     "seed": "random seed of every model and resampling",
     "unseen_listener": "also score the generalized track on listeners left out of training: "
     "`true` or `{selection: nested}`, each one's configuration chosen and fitted without them; "

@@ -218,10 +218,12 @@ class ImportanceConfig:
 
 @dataclass
 class TrackingConfig:
-    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``."""
+    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``; ``artifacts``:
+    where a new experiment's artifacts go (a folder or URI; needed with a database ``uri``)."""
 
     uri: str = "mlruns"
     experiment: str = "omg-default"
+    artifacts: str | None = None
 
 
 @dataclass
@@ -320,7 +322,11 @@ class ExperimentConfig:
                 "rescale": list(self.postprocess.rescale),
                 "fit_on": self.postprocess.fit_on,
             },
-            "tracking": {"uri": self.tracking.uri, "experiment": self.tracking.experiment},
+            "tracking": {
+                "uri": self.tracking.uri,
+                "experiment": self.tracking.experiment,
+                **({"artifacts": self.tracking.artifacts} if self.tracking.artifacts else {}),
+            },
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it
             "unseen_listener": {

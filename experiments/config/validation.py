@@ -405,10 +405,10 @@ class _Validator(Checker):
         return GoldStandard(method, align, float(lag))
 
     def tracking(self, value: Any) -> TrackingConfig:
-        """``tracking``: the MLflow ``uri`` and ``experiment``, non-empty strings."""
+        """``tracking``: the MLflow ``uri``, ``experiment`` and (optional) ``artifacts``, non-empty strings."""
         t = TrackingConfig()
-        value = self.mapping("tracking", value, ["uri", "experiment"])
-        for k in ("uri", "experiment"):
+        value = self.mapping("tracking", value, ["uri", "experiment", "artifacts"])
+        for k in ("uri", "experiment", *(("artifacts",) if "artifacts" in value else ())):
             v = value.get(k, getattr(t, k))
             if not isinstance(v, str) or not v:
                 raise self.fail(f"tracking.{k}", f"expected a non-empty string, got {v!r}")

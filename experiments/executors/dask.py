@@ -31,6 +31,7 @@ from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import RunRow, log_child, run_row
 from ..tracking.provenance import code_version
+from ..tracking.redact import mask_uri
 from ..tracking.tracker import Tracker
 from ..windowing.windowed import window_sessions
 from . import base
@@ -305,7 +306,7 @@ class DaskExecutor(Executor):
         server = tracking_uri.startswith(("http://", "https://"))
         if self.log_on_workers and tracking_uri.startswith(("sqlite:", "file:")):
             raise ValueError(
-                f"workers cannot log to {tracking_uri}: SQLite and file stores take a single writer; "
+                f"workers cannot log to {mask_uri(tracking_uri)}: SQLite and file stores take a single writer; "
                 "start an MLflow server (`make mlflow-server`) and pass its http:// URI, or let the "
                 "client log (log_on_workers=False)"
             )

@@ -103,7 +103,7 @@ def ablate(
     df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
     cache = FitCache()  # the late fusion members' fits, kept for the importance of the same choices
     df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
-    tracker = Tracker(uri, cfg.tracking.experiment)
+    tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     scores_of = run_scores(sweep, tracker)
     pairs = comparisons(df, scores_of, cfg.seed, extra, cfg.metric)
     out = write_tables(Path(out_dir), df, pairs, nested)
@@ -404,7 +404,11 @@ def ablate_targets(
         for name in ("ccc_personalized", "ccc_generalized")
         if pd.notna(r[name])
     }
-    tracker = Tracker(options.get("tracking_uri") or cfg.tracking.uri, cfg.tracking.experiment)
+    tracker = Tracker(
+        options.get("tracking_uri") or cfg.tracking.uri,
+        cfg.tracking.experiment,
+        cfg.tracking.artifacts,
+    )
     files = {f"targets_{n}": (out / n).read_bytes() for n in ("ablation.csv", "ablation.md")}
     for sweep in sweeps:
         log_files(tracker, sweep.parent_run_id, files, "ablation")

@@ -29,6 +29,7 @@ from ..evaluation.metrics import ccc, ccc_protocols
 from ..evaluation.plots import plot_agreement
 from ..tracking.child_runs import resolved_params
 from ..tracking.provenance import code_version
+from ..tracking.redact import mask_all
 from ..tracking.summary import log_files
 from ..tracking.tracker import Tracker
 from .inter_rater import (
@@ -409,7 +410,7 @@ def agreement(
     }
     plot_agreement(table, summary, files[2], example=(example, series))
     params = {"pairs": ";".join(f"{a}~{b}" for a, b in pairs), "store": str(st.root)}
-    resolved: dict[str, object] = {"config": cfg.to_dict(), "code": code_version().tags()}
+    resolved: dict[str, object] = {"config": mask_all(cfg.to_dict()), "code": code_version().tags()}
     if trial is not None:
         params.update({f"cross.{k}": v for k, v in trial.params().items() if k != "target"})
         resolved["cross"] = {"trial": trial.params(), "resolved": resolved_params(trial)}
@@ -445,7 +446,9 @@ def _log_run(
 ) -> str:
     """The MLflow run ``agreement``: its params, metrics, ``files`` and ``config`` (the resolved
     config, as ``config.yaml``) under ``agreement/``; returns its id."""
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    tracker = Tracker(
+        tracking_uri or cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifacts
+    )
     fingerprint, _ = store_fingerprint(st)
     tags = {"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()}
     run_id = tracker.start_run("agreement", tags=tags)

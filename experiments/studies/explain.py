@@ -29,6 +29,7 @@ from ..evaluation.importance import (
 )
 from ..evaluation.plots import plot_importance, plot_session_ccc
 from ..executors.memory import release_free_memory
+from ..tracking.redact import mask_uri
 from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 from ..windowing.windowed import WindowKey, window_sessions
@@ -204,7 +205,7 @@ def explain_run(
         run = client.get_run(run_id)
     except MlflowException as e:
         raise ExplainError(
-            f"no run {run_id} in {uri}; copy a child run's id from the MLflow UI or reports/ablation.csv"
+            f"no run {run_id} in {mask_uri(uri)}; copy a child run's id from the MLflow UI or reports/ablation.csv"
         ) from e
     trial = _run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)

@@ -70,7 +70,9 @@ def fusion_rows(
         return df.iloc[0:0], {}
     members = {t: runs or [] for t, runs in chosen.items()}
     trials = _member_trials(cfg, sweep, store, [r for runs in members.values() for _, r in runs])
-    tracker = Tracker(tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    tracker = Tracker(
+        tracking_uri or cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifacts
+    )
     results, run_of = _fuse(cfg, sweep, store, members, trials, tracker, cache)
     rows = [_row(df.columns, split, cfg, members, results, run_of) for split in ("val", "test")]
     return pd.DataFrame(rows, columns=df.columns), results

@@ -7,8 +7,10 @@ fingerprints the store and the code and looks up the FINISHED runs a resume reus
 hash, store and code: :meth:`ParentRun.reused`); :meth:`ParentRun.opened` opens the executor and
 the parent run, whose configurations :meth:`ParentRun.evaluate` hands to the executor and
 :meth:`ParentRun.record` logs as child runs; however it ends, the children still RUNNING are
-marked KILLED, the summary attached and the parent closed (:meth:`ParentRun.finish`). See
-docs/design.md#mlflow-runs.
+marked KILLED, the summary attached and the parent closed (:meth:`ParentRun.finish`). Sweeps of one
+experiment running at once claim each configuration before evaluating it
+(:mod:`experiments.tracking.claims`): one claimed by another sweep is waited for and its run
+reused, so each configuration is logged once. See docs/design.md#mlflow-runs.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ from ..data.lookahead import (
 )
 from ..executors.base import Executor, Outcome, SweepContext, make_executor
 from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
+from ..tracking.claims import Claims
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from .unseen import nested_unseen
+
+#: how often (seconds) a sweep looks whether the configurations another sweep claimed are done
+CLAIM_POLL_S = 2.0
 
 
 @dataclass
@@ -129,7 +135,11 @@ class ParentRun:
         self.executor = make_executor(options.executor or cfg.executor, options.scheduler)
         self.jobs = 1
         self.t_start = time.perf_counter()
-        self.tracker = Tracker(options.tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+        self.tracker = Tracker(
+            options.tracking_uri or cfg.tracking.uri,
+            cfg.tracking.experiment,
+            cfg.tracking.artifacts,
+        )
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
         self.layout, self.role_names = corpus_roles(store)
@@ -151,6 +161,8 @@ class ParentRun:
         self.best_ids: dict[str, str] = {}  # track -> best run id, once finished
         self.best_ids_by_target: dict[str, dict[str, str]] = {}  # several targets: target -> that
         self.lookaheads: dict[str, ChannelLookahead] = {}  # role/channel -> its look-ahead here
+        self.claims = Claims(self.tracker.uri, self.tracker.experiment_id)
+        self.started_ms = int(time.time() * 1000)
 
     @contextlib.contextmanager
     def opened(
@@ -166,7 +178,10 @@ class ParentRun:
         (both re-raised), ``best_ids`` holding each track's best child."""
         o = self.options
         requested = o.jobs if o.jobs is not None else self.cfg.jobs
-        with self.executor.opened(requested, self.tracker.uri, o.log_artifacts) as self.jobs:
+        with (
+            contextlib.closing(self.claims) as _,
+            self.executor.opened(requested, self.tracker.uri, o.log_artifacts) as self.jobs,
+        ):
             self.start(kind, params, tags or {}, child_tags or {}, progress or {})
             status = "FAILED"
             try:
@@ -261,18 +276,59 @@ class ParentRun:
 
     def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
         """Evaluate ``todo`` with the executor, one target's labels at a time, handing each
-        :class:`Outcome` to ``on_outcome`` as it comes; the executor's work stops however this ends."""
+        :class:`Outcome` to ``on_outcome`` as it comes; the executor's work stops however this ends.
+        A configuration another sweep has claimed is waited for, then reused once it finished
+        (or evaluated here when that sweep ended without it)."""
         targets = list(dict.fromkeys(t.target for t in todo))
         for target in targets:
-            part = self.counted([t for t in todo if t.target == target])
+            waiting = self.counted([t for t in todo if t.target == target])
             ctx = replace(
                 self.context,
                 cfg=self.cfg.for_target(target) if len(targets) > 1 else self.cfg,
-                channels=tuple(sorted({c for t in part for c in t.channels})),
+                channels=tuple(sorted({c for t in waiting for c in t.channels})),
             )
-            with contextlib.closing(self.executor.run(part, ctx)) as outcomes:
-                for outcome in outcomes:
-                    on_outcome(outcome)
+            first = True
+            while waiting:
+                part, done, waiting = self.claim(waiting)
+                for t, row in done:  # finished by another sweep: its run, as this sweep's row
+                    on_outcome(Outcome(t, row=row))
+                if part:
+                    with contextlib.closing(self.executor.run(part, ctx)) as outcomes:
+                        for outcome in outcomes:
+                            on_outcome(outcome)
+                if waiting:
+                    if first and self.bar is not None:
+                        self.bar.set_description(
+                            f"waiting for {len(waiting)} claimed by another sweep"
+                        )
+                    first = False
+                    time.sleep(CLAIM_POLL_S)
+
+    def claim(
+        self, trials: Sequence[Trial]
+    ) -> tuple[list[Trial], list[tuple[Trial, RunRow]], list[Trial]]:
+        """Claim ``trials`` (:mod:`experiments.tracking.claims`): returns (those to evaluate here,
+        the rows of those another sweep finished meanwhile, or an earlier one with resume on, to
+        reuse, those another live sweep holds)."""
+        got = self.claims.take(t.hash() for t in trials)
+        if not got:
+            return [], [], list(trials)
+        done = self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
+        mine: list[Trial] = []
+        reused: list[tuple[Trial, RunRow]] = []
+        waiting: list[Trial] = []
+        for t in trials:
+            h = t.hash()
+            old = done.get(h)
+            if h not in got:
+                waiting.append(t)
+            elif old is not None and (
+                self.options.resume or old.info.start_time >= self.started_ms
+            ):
+                reused.append((t, run_row(t, old, "reused")))
+            else:
+                mine.append(t)
+        return mine, reused, waiting
 
     def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
         """Log an outcome as a child run with ``tags`` besides the usual ones (a row its worker
@@ -287,7 +343,7 @@ class ParentRun:
             row = log_child(self.tracker, ctx, outcome.trial, outcome.result, outcome.error)
         if outcome.result is not None and not row.failed:
             self.scores[row.run_id] = outcome.result.scores
-        self.n_new += 1
+        self.n_new += row.status != "reused"  # another sweep's run: not new here
         self._add(row)
         return row
 

@@ -35,6 +35,7 @@ from ..config.search_space import SearchSpace, baseline_trial, sample_trial, sea
 from ..config.tracks import selection_metric
 from ..executors.base import Outcome
 from ..tracking.child_runs import RunRow
+from ..tracking.redact import mask_uri
 from .parent_run import ParentRun, RunOptions, SweepResult
 
 #: tags of a search's child runs and parent run
@@ -53,7 +54,7 @@ def default_storage(tracking_uri: str) -> str:
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(tracking_uri[len('sqlite:///') :]).with_name('optuna.db')}"
     raise ConfigError(
-        f"tracking URI {tracking_uri} is not a SQLite file: say where the Optuna study lives with "
+        f"tracking URI {mask_uri(tracking_uri)} is not a SQLite file: say where the Optuna study lives with "
         "search.storage, e.g. --set search.storage=postgresql://USER@DBHOST/optuna "
         "(a database of its own) or sqlite:///mlruns/optuna.db on a local disk"
     )

@@ -29,6 +29,7 @@ from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
 from ..executors.base import Executor, Outcome
 from ..tracking.child_runs import UNSEEN_OF_TAG
+from ..tracking.redact import mask_all
 from .parent_run import ParentRun, RunOptions, SweepResult
 from .search import run_search
 
@@ -192,7 +193,7 @@ def _log_resolved_config(run: ParentRun) -> None:
     """The parent run's ``config.yaml``: the resolved config (every default filled in) and the code."""
     with tempfile.TemporaryDirectory() as tmp:
         text = yaml.safe_dump(
-            {"config": run.cfg.to_dict(), "code": run.code.tags()}, sort_keys=False
+            {"config": mask_all(run.cfg.to_dict()), "code": run.code.tags()}, sort_keys=False
         )
         (Path(tmp) / "config.yaml").write_text(text)
         run.tracker.log_artifacts(run.id, tmp)

@@ -23,6 +23,7 @@ from ..models.factory import make_model
 from ..models.personalization import make_personalizer
 from .context import SweepContext
 from .provenance import code_version
+from .redact import mask_all
 from .tracker import CONFIG_HASH_TAG, Tracker
 from .ui_view import track_metrics
 
@@ -182,7 +183,8 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
         "code": code_version().tags(),
         "config": cfg_dict,
     }
-    (folder / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    # passwords in URIs (tracking.uri, search.storage) as ***: an artifact is read by everyone
+    (folder / "config.yaml").write_text(yaml.safe_dump(mask_all(resolved), sort_keys=False))
     result.scores.sort_values(["split", "listener", "story"]).to_csv(
         folder / "ccc_matrix.csv", index=False
     )

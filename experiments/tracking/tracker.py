@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from featurestore.processes import pid_alive
 
+from .redact import mask_uri
 from .ui_view import experiment_tags
 
 T = TypeVar("T")
@@ -96,26 +97,96 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class Tracker:
-    """One MLflow experiment on one tracking store, used by a single writer process."""
+class ArtifactLocationError(ValueError):
+    """A new experiment on a database with nowhere configured for its artifacts."""
 
-    def __init__(self, uri: str | None, experiment: str) -> None:
+
+def is_database_uri(uri: str) -> bool:
+    """Whether ``uri`` names a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite,
+    a folder or a tracking server."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return bool(scheme) and not scheme.startswith(("sqlite", "file", "http", "https", "databricks"))
+
+
+#: the PostgreSQL advisory lock key every writer takes while MLflow creates or upgrades its tables
+SCHEMA_LOCK_KEY = 0x6F6D67_5343  # "omg" "SC"
+
+
+@contextlib.contextmanager
+def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
+    """Hold PostgreSQL's session advisory lock ``key`` on the database of ``uri`` for the block (one
+    holder at a time across processes and machines; released when the connection closes)."""
+    import sqlalchemy  # with mlflow: see the module docstring
+
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    finally:
+        engine.dispose()
+
+
+def schema_lock(uri: str) -> contextlib.AbstractContextManager[None]:
+    """The lock that serialises creating the tracking database's tables and an experiment: a file
+    lock beside a SQLite database, an advisory lock on PostgreSQL, none for servers (the server
+    serialises) and other databases."""
+    if uri.startswith("sqlite:///"):
+        return _file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
+    if uri.split("://", 1)[0].lower().startswith("postgres"):
+        return postgres_advisory_lock(uri, SCHEMA_LOCK_KEY)
+    return contextlib.nullcontext()
+
+
+def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -> str | None:
+    """Where a new experiment's artifacts go: ``<artifacts>/<experiment>`` when the config names a
+    folder or URI (``tracking.artifacts``), else beside a SQLite database, else None (a tracking
+    server decides).
+
+    Raises:
+        ArtifactLocationError: ``uri`` is a database (PostgreSQL, ...) and no ``artifacts`` is
+            given: MLflow would put them into ``./mlruns`` of whatever folder the command runs in.
+    """
+    if artifacts:
+        root = artifacts if "://" in artifacts else Path(artifacts).resolve().as_uri()
+        return f"{root.rstrip('/')}/{experiment}"
+    if beside := artifact_root_for(uri):
+        return f"{beside}/{experiment}"
+    if is_database_uri(uri):
+        raise ArtifactLocationError(
+            f"tracking.uri {mask_uri(uri)} is a database and no tracking.artifacts says where the runs' "
+            "artifacts go: set one (a folder every writer reaches, or an s3:// URI), e.g. "
+            "--set tracking.artifacts=/shared/mlartifacts, or log through an MLflow server "
+            "(make mlflow-server) and pass its http:// URI"
+        )
+    return None
+
+
+class Tracker:
+    """One MLflow experiment on one tracking store, used by a single writer process.
+
+    Raises:
+        ArtifactLocationError: a new experiment on a database with no ``artifacts``
+            (:func:`artifact_location`).
+    """
+
+    def __init__(self, uri: str | None, experiment: str, artifacts: str | None = None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow import MlflowClient  # mlflow: see the module docstring
 
         self.uri = resolve_tracking_uri(uri)
         self.experiment = experiment
-        lock = (
-            Path(self.uri[len("sqlite:///") :]).with_suffix(".lock")
-            if self.uri.startswith("sqlite:///")
-            else None
-        )
-        with _file_lock(lock) if lock else contextlib.nullcontext():
+        # two writers creating the tables (or the experiment) at once crash one: one at a time
+        with schema_lock(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
             exp = with_retry(lambda: self.client.get_experiment_by_name(experiment))
             if exp is None:
-                root = artifact_root_for(self.uri)
-                loc = f"{root}/{experiment}" if root else None
+                loc = artifact_location(self.uri, experiment, artifacts)
                 self.experiment_id = with_retry(
                     lambda: self.client.create_experiment(
                         experiment, artifact_location=loc, tags=experiment_tags()
@@ -134,7 +205,7 @@ class Tracker:
     # ------------------------------------------------------------------ runs
     def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
         tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
-        tags.update({k: str(v) for k, v in (extra or {}).items()})
+        tags.update({k: mask_uri(str(v)) for k, v in (extra or {}).items()})
         return tags
 
     def start_run(
@@ -156,17 +227,18 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Log params (as strings), finite metrics and tags in batches."""
+        """Log params (as strings), finite metrics and tags in batches; a password in a URI among the
+        values is masked (:func:`.redact.mask_uri`)."""
         from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
 
         now = int(time.time() * 1000)
-        p = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        p = [Param(k, mask_uri(str(v))[:6000]) for k, v in (params or {}).items()]
         m = [
             Metric(k, float(v), now, 0)
             for k, v in (metrics or {}).items()
             if v is not None and math.isfinite(float(v))
         ]
-        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        t = [RunTag(k, mask_uri(str(v))) for k, v in (tags or {}).items()]
         # MLflow's batch limits: 100 params, 100 tags, 1000 metrics per call
         for i in range(0, max(len(p), len(t)), 100):
             with_retry(
@@ -284,7 +356,7 @@ def export_predictions(
         run = client.get_run(run_id)
     except MlflowException as e:
         raise FileNotFoundError(
-            f"no run {run_id} in {resolve_tracking_uri(tracking_uri)}; copy the id from the MLflow UI"
+            f"no run {run_id} in {mask_uri(resolve_tracking_uri(tracking_uri))}; copy the id from the MLflow UI"
         ) from e
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .redact import mask_uri
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
 from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = args.url or ui_base_url(uri)
     found = prepare_experiments(MlflowClient(tracking_uri=uri))
     if not found:
-        print(f"no sweeps in {uri} yet: run `make sweep` first")
+        print(f"no sweeps in {mask_uri(uri)} yet: run `make sweep` first")
     for name, eid in found:
         print(f"{name}: {runs_url(eid, base)}")
     if found:

@@ -24,6 +24,8 @@ from .extract import SessionResult, extract_session
 
 #: worker processes of the local cluster when no number is given
 DEFAULT_LOCAL_WORKERS = 2
+#: the interface every server of the local cluster listens on (the scheduler, its HTTP endpoint, workers)
+LOCAL_HOST = "127.0.0.1"
 #: how long (seconds) to wait for a first worker on an existing scheduler
 WAIT_FOR_WORKERS_S = 60.0
 
@@ -48,7 +50,7 @@ def dask_client(
         scheduler: address of a running scheduler (``tcp://host:8786``, as printed by
             ``dask scheduler``); the cluster is left running afterwards. None starts a
             :class:`distributed.LocalCluster` of ``n_workers`` processes with one thread each
-            and no dashboard, closed at the end of the block.
+            and no dashboard, listening on 127.0.0.1 only, closed at the end of the block.
         n_workers: worker processes of the local cluster (default 2); ignored with ``scheduler``.
         connect_timeout_s: how long to try reaching ``scheduler`` (seconds).
     """
@@ -76,13 +78,15 @@ def dask_client(
     n = int(n_workers or DEFAULT_LOCAL_WORKERS)
     if n < 1:
         raise ValueError(f"a local Dask cluster needs at least 1 worker, got {n}")
-    # no dashboard; the scheduler's small HTTP endpoint (health, metrics) takes a free port, not 8787
+    # no dashboard; the scheduler's small HTTP endpoint (health, metrics) takes a free port, not
+    # 8787, on the loopback interface only (":0" would serve its logs and worker list to the network)
     cluster = distributed.LocalCluster(
         n_workers=n,
         threads_per_worker=1,
         processes=True,
+        host=LOCAL_HOST,
         dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": ":0"},
+        scheduler_kwargs={"dashboard_address": f"{LOCAL_HOST}:0"},
     )
     try:
         client = distributed.Client(cluster)

@@ -74,7 +74,8 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
     header = [c.strip() for c in rows[0]]
     if len(header) != 1 or not header[0]:
         raise AnnotationError(
-            f"{path}: header {','.join(rows[0])!r} is not one column name such as 'valence'; {FORMATS}"
+            f"{path}: the header has {len(header)} fields; it should be one column name such as "
+            f"'valence'; {FORMATS}"
         )
     try:
         float(header[0])
@@ -95,13 +96,13 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
         cells = [c.strip() for c in row]
         if len(cells) != 1:
             raise AnnotationError(
-                f"{path}: line {line} has {len(cells)} fields {row}; the format has one value per line"
+                f"{path}: line {line} has {len(cells)} fields; the format has one value per line"
             )
         try:
             v = float(cells[0])
         except ValueError:
             raise AnnotationError(
-                f"{path}: line {line} holds {cells[0]!r}, not a number; fix or remove that line"
+                f"{path}: line {line} is not a number; fix or remove that line (is this a rating file?)"
             ) from None
         if not math.isfinite(v):
             raise AnnotationError(
@@ -160,7 +161,7 @@ def read_label_file(
         near = difflib.get_close_matches(header[0].lower(), ["time"], n=1, cutoff=0.5)
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
         raise AnnotationError(
-            f"{path}: header {','.join(header)!r} is of neither format: {FORMATS}{hint}"
+            f"{path}: its header ({len(header)} fields) is of neither format: {FORMATS}{hint}"
         )
     return _read_timed(path, header, value_range)
 
@@ -181,15 +182,15 @@ def _read_timed(
         cells = [c.strip() for c in row]
         if len(cells) != 2:
             raise AnnotationError(
-                f"{path}: line {line} has {len(cells)} fields {row}; each line is 'time,value'"
+                f"{path}: line {line} has {len(cells)} fields; each line is 'time,value'"
             )
         for col, (name, cell) in enumerate(zip(header, cells, strict=True)):
             try:
                 v = float(cell)
             except ValueError:
                 raise AnnotationError(
-                    f"{path}: line {line}, column {col + 1} ({name!r}) holds {cell!r}, not a "
-                    "number; fix or remove that line"
+                    f"{path}: line {line}, column {col + 1} ({name!r}) is not a number; fix or "
+                    "remove that line"
                 ) from None
             if not math.isfinite(v):
                 raise AnnotationError(

@@ -179,8 +179,10 @@ def scan(
     story_speaker: Mapping[int, int] | None = None,
     splits: Mapping[str, list[int]] | None = None,
     manifest: str | Path | None = None,
+    allow_outside: bool = False,
 ) -> ScanReport:
-    """Find sessions under ``data_dir`` (OMG-Empathy layout), or read them from ``manifest``.
+    """Find sessions under ``data_dir`` (OMG-Empathy layout), or read them from ``manifest``
+    (whose files must be inside its folder unless ``allow_outside``).
 
     With ``manifest`` (a CSV or YAML file, see :mod:`featurestore.sources.manifest_file`),
     ``data_dir`` is not searched and ``story_speaker``/``splits`` do not apply: the manifest's
@@ -195,7 +197,7 @@ def scan(
     story with no speaker mapping, a CSV without a ``valence`` header).
     """
     if manifest is not None:
-        return scan_manifest(manifest)
+        return scan_manifest(manifest, allow_outside)
     if data_dir is None:
         raise FileNotFoundError("give a data folder or a manifest (--manifest FILE)")
     root = Path(data_dir)
@@ -326,9 +328,10 @@ class _Found:
         return sf
 
 
-def scan_manifest(path: str | Path) -> ScanReport:
-    """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`."""
-    rows = read_manifest(path)
+def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
+    """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`
+    (``allow_outside``: accept files outside the manifest's folder)."""
+    rows = read_manifest(path, allow_outside)
     scales, min_coverage = read_manifest_declarations(path)
     people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])
     groups = id_numbers([r.group for r in rows])

@@ -82,13 +82,17 @@ class ManifestRow:
     imports: dict[str, Path] = field(default_factory=dict)
 
 
-def read_manifest(path: str | Path) -> list[ManifestRow]:
-    """The sessions of a CSV (``.csv``) or YAML (``.yaml``/``.yml``) manifest, checked.
+def read_manifest(path: str | Path, allow_outside: bool = False) -> list[ManifestRow]:
+    """The sessions of a CSV (``.csv``) or YAML (``.yaml``/``.yml``) manifest, checked; every file
+    it names must be inside the manifest's folder (symbolic links and ``..`` resolved) unless
+    ``allow_outside`` (``--allow-outside-paths``), so a manifest cannot make the tools read, and
+    quote, files elsewhere on the machine.
 
     Raises:
         FileNotFoundError: no file at ``path``.
         ManifestError: unknown or missing columns, empty required values, duplicate session
-            ids, files that do not exist, a session without media; each problem names the
+            ids, files that do not exist or lie outside the manifest's folder, a session without
+            media; each problem names the
             file, the row (and its line) and the column.
     """
     path = Path(path)
@@ -103,7 +107,7 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
         raise ManifestError(
             path, [f"{path}: a manifest is a .csv or .yaml file, not {suffix or 'no suffix'}"]
         )
-    checker = _Checker(path)
+    checker = _Checker(path, allow_outside)
     rows = [checker.row(i + 1, line, values) for i, (line, values) in enumerate(raw)]
     if not raw:
         checker.problems.append(f"{path}: no sessions; add one row per session")
@@ -204,7 +208,9 @@ def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "somewhere"
-        raise ManifestError(path, [f"{path}: {where}: malformed YAML ({e})"]) from e
+        # the problem only: the error's own text quotes the file's lines around it
+        what = getattr(e, "problem", None) or type(e).__name__
+        raise ManifestError(path, [f"{path}: {where}: malformed YAML ({what})"]) from e
     if isinstance(data, Mapping):
         data = data.get("sessions")
     if not isinstance(data, list):
@@ -258,9 +264,10 @@ def _yaml_ratings(entry: dict[str, Any]) -> None:
 class _Checker:
     """Checks rows of one manifest, collecting every problem."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, allow_outside: bool = False) -> None:
         self.path = path
         self.base = path.parent
+        self.allow_outside = allow_outside
         self.problems: list[str] = []
         self.seen: dict[str, int] = {}
 
@@ -271,6 +278,15 @@ class _Checker:
     def file(self, row: int, line: int, column: str, value: str) -> Path | None:
         p = Path(value)
         p = p if p.is_absolute() else self.base / p
+        if not self.allow_outside and not p.resolve().is_relative_to(self.base.resolve()):
+            self.fail(
+                row,
+                line,
+                column,
+                f"{value} is outside the manifest's folder {self.base}; keep the corpus's files "
+                "under it, or pass --allow-outside-paths to read files elsewhere",
+            )
+            return None
         if not p.is_file():
             self.fail(
                 row, line, column, f"no file {p}; paths are relative to the manifest's folder"

@@ -330,7 +330,7 @@ def dask_cluster(n_workers: int = 2, allowed_failures: int | None = None):
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         )
     try:
         yield c

@@ -176,3 +176,21 @@ def test_with_retry_retries_locks_only():
             attempts=2,
             first_wait_s=0.001,
         )
+
+
+def test_artifacts_go_where_the_tracking_config_says(tmp_path, monkeypatch):
+    """A database tracking URI with no tracking.artifacts is refused (MLflow would write into
+    ./mlruns of the working folder); a configured folder is used; SQLite keeps them beside it."""
+    from experiments.tracking.tracker import ArtifactLocationError, artifact_location
+
+    monkeypatch.chdir(tmp_path)
+    db = "postgresql://mlflow:pw@db.lab:5432/mlflow"
+    with pytest.raises(ArtifactLocationError, match="tracking.artifacts") as e:
+        artifact_location(db, "exp")
+    assert "pw" not in str(e.value) and "mlflow:***@" in str(e.value)
+    assert artifact_location(db, "exp", "shared/art") == (tmp_path / "shared/art").as_uri() + "/exp"
+    assert artifact_location(db, "exp", "s3://bucket/art/") == "s3://bucket/art/exp"
+    sqlite = resolve_tracking_uri(str(tmp_path / "runs"))
+    assert artifact_location(sqlite, "exp") == (tmp_path / "runs/artifacts").as_uri() + "/exp"
+    assert artifact_location("http://127.0.0.1:5000", "exp") is None  # the server decides
+    assert not (tmp_path / "mlruns").exists()

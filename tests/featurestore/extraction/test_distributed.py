@@ -105,3 +105,33 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     with pytest.raises(ConnectionError, match="dask scheduler"):
         with dask_client("tcp://127.0.0.1:9", connect_timeout_s=1):
             pass
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state owned by one of ``pids``."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        out += [(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    return out
+
+
+def test_local_cluster_listens_on_loopback_only():
+    """The scheduler, its HTTP endpoint and every worker of the local cluster bind 127.0.0.1,
+    never all interfaces (a scheduler's web page serves its logs and worker list)."""
+    import psutil
+
+    me = psutil.Process()
+    with dask_client(n_workers=1) as client:
+        info = client.scheduler_info()
+        assert info["address"].startswith("tcp://127.0.0.1:")
+        assert all(a.startswith("tcp://127.0.0.1:") for a in info["workers"])
+        pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+        bound = _listening(pids)
+    assert bound  # the scheduler at least
+    assert all(ip in ("127.0.0.1", "::1") for ip, _ in bound), bound

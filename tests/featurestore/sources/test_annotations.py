@@ -17,7 +17,7 @@ def test_read_annotation_accepts_any_single_header(tmp_path):
 @pytest.mark.parametrize(
     "body, match",
     [
-        ("valence\n0.1\nabc\n0.2\n", r"line 3 holds 'abc'"),
+        ("valence\n0.1\nabc\n0.2\n", r"line 3 is not a number"),
         ("valence\n0.1\n1.5\n", r"line 3 holds 1.5, outside"),
         ("valence\n0.1\nnan\n", r"line 3 holds nan"),
         ("valence,arousal\n0.1,0.2\n", "one column name"),

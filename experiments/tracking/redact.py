@@ -1,0 +1,43 @@
+"""Passwords out of everything shown or stored: :func:`mask_uri` turns
+``postgresql://user:secret@host/db`` into ``postgresql://user:***@host/db`` in any text (a URI
+alone, an error message, a YAML dump). Every tracking or storage URI the package prints, logs,
+writes into an artifact (the runs' ``config.yaml``), or logs as a param or tag goes through it;
+MLflow and the database driver still get the URI as given.
+
+>>> mask_uri("postgresql://mlflow:secret@db.lab:5432/mlflow")
+'postgresql://mlflow:***@db.lab:5432/mlflow'
+>>> mask_uri("no run 1 in sqlite:////data/mlflow.db")
+'no run 1 in sqlite:////data/mlflow.db'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: the mask that stands for a password
+MASK = "***"
+
+# scheme://user:password@ : the password runs to the last '@' before the host (an '@' inside a
+# password should be written %40, but a raw one is masked too); no whitespace, '/' or quote in it
+_USERINFO = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*:)(?P<password>[^\s/'\"]*)(?=@[^\s@/'\"]*(?:[/\s'\"]|$))"
+)
+
+
+def mask_uri(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` in it replaced by ``***``."""
+    return _USERINFO.sub(lambda m: m.group("head") + MASK, text)
+
+
+def mask_all(obj: Any) -> Any:
+    """``obj`` (nested dicts, lists, tuples of strings and other values, such as a resolved config)
+    with :func:`mask_uri` applied to every string in it; other values as they are."""
+    if isinstance(obj, str):
+        return mask_uri(obj)
+    if isinstance(obj, Mapping):
+        return {k: mask_all(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(mask_all(v) for v in obj)
+    return obj
