@@ -19,6 +19,7 @@ import yaml
 
 from featurestore.extraction.config import read_yaml_file
 from featurestore.overrides import ConfigError, apply_override, parse_override
+from featurestore.yaml_loader import compose_yaml
 
 from .grid import expand
 from .options import ConfigWarning
@@ -141,7 +142,7 @@ def key_lines(text: str) -> dict[str, int]:
                 walk(item, f"{path}.{i}")
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose_yaml(text)
     except yaml.YAMLError:  # the file's reader reports it, with its line
         return out
     if root is not None:

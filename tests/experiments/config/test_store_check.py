@@ -244,7 +244,7 @@ def test_a_misspelt_channel_is_named_in_the_corpus_words(tmp_path):
 
 def test_a_whole_session_rating_as_a_sweep_target_points_to_experiments_sessions(tmp_path):
     store = build_session_rating_store(tmp_path / "store")
-    path = write(tmp_path, "target: empathy\nsplits: shard\n" + SETS)
+    path = write(tmp_path, "target: empathy\n" + SETS)
     with pytest.raises(ConfigError) as err:
         load_config(path, store=store_names(store.root))
     message = str(err.value)
