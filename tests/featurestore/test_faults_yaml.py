@@ -26,7 +26,9 @@ def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
     assert str(err.value) == f"{exp}:5: key 'alpha' given twice (first on line 4); keep one"
     fs = tmp_path / "featurestore.yaml"
     fs.write_text("face_fps: 5\nchannels: [face_geom]\nface_fps: 10\n")
-    with pytest.raises(ConfigError, match=rf"^{fs}:3: key 'face_fps' given twice \(first on line 1\)"):
+    with pytest.raises(
+        ConfigError, match=rf"^{fs}:3: key 'face_fps' given twice \(first on line 1\)"
+    ):
         load_feature_config(fs)
     manifest = tmp_path / "sessions.yaml"
     manifest.write_text("- {session: a, video: a.mp4, video: b.mp4}\n")
