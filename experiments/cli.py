@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
 from featurestore.overrides import ConfigError
-from featurestore.processes import terminate_as_interrupt
+from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
@@ -539,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
+    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error, 130
+    Ctrl-C, 143 SIGTERM)."""
     terminate_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
@@ -559,9 +560,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UsageError) as e:
         print(f"experiments {args.verb}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"experiments {args.verb}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(
+            f"experiments {args.verb}: {what}; the configurations finished are logged, a re-run "
+            "resumes",
+            file=sys.stderr,
+        )
+        return interrupt_exit_code(e)
 
 
 if __name__ == "__main__":
