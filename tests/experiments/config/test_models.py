@@ -89,7 +89,7 @@ def test_hyperparameters_outside_their_domain_are_refused_at_load(tmp_path, entr
     assert str(err.value) == f"{path}:3: {expected}"
 
 
-def test_a_search_range_of_an_integer_hyperparameter_needs_int_and_lags_are_finite():
+def test_a_search_range_of_an_integer_hyperparameter_needs_int_and_other_numbers_are_finite():
     with pytest.raises(
         ConfigError, match=r"n_estimators: an integer hyperparameter: add `int: true`"
     ):
@@ -101,6 +101,9 @@ def test_a_search_range_of_an_integer_hyperparameter_needs_int_and_lags_are_fini
         ConfigError, match=r"gold_standard.max_lag_s: expected seconds >= 0, got inf"
     ):
         load_config("smoke", [gold])
+    fusion = "fusion={method: late, members: [speaker, listener], alpha: .inf}"
+    with pytest.raises(ConfigError, match=r"fusion.alpha: expected a number >= 0 .*, got inf"):
+        load_config("ablation", [fusion])
 
 
 def test_a_config_is_checked_against_the_registered_models(knn):
