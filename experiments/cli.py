@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
 from featurestore.overrides import ConfigError
-from featurestore.processes import terminate_as_interrupt
+from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
 # about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
 # imports when it looks for cycles. `main` needs the config's errors whatever the verb.
+from .config.grid import MAX_CONFIGURATIONS
 from .config.loading import load_config
 from .config.options import ConfigWarning
 from .config.schema import ExperimentConfig
@@ -127,7 +128,7 @@ class Verb:
 
 def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> None:
     """``--config FILE`` (``default``: the packaged config the verb reads without it),
-    repeatable ``--set KEY=VALUE`` and ``--print-config``."""
+    repeatable ``--set KEY=VALUE``, ``--print-config`` and ``--max-configurations N``."""
     p.add_argument(
         "--config",
         default=None,
@@ -142,6 +143,14 @@ def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> 
         help="print the resolved config and exit (with --store: after checking its target and "
         "channels against the store)",
     )
+    p.add_argument(
+        "--max-configurations",
+        type=int,
+        default=MAX_CONFIGURATIONS,
+        metavar="N",
+        help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
+        f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
+    )
     p.set_defaults(takes_config=True, config_default=default)
 
 
@@ -152,6 +161,8 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     if store is None and not args.print_config and hasattr(args, "store"):
         store = args.store = DEFAULT_STORE
     path = args.config or args.config_default
+    if args.max_configurations < 1:
+        raise UsageError(f"--max-configurations must be at least 1, got {args.max_configurations}")
     names = None
     if store is not None:
         from .config.store_check import store_names  # startup: see the imports above
@@ -159,9 +170,9 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         try:
             names = store_names(store, require_channels=args.verb != "agreement")
         except ConfigError:  # no store to check against: the config's own problems first
-            load_config(path, overrides=args.overrides)
+            load_config(path, args.overrides, max_configurations=args.max_configurations)
             raise
-    return load_config(path, overrides=args.overrides, store=names)
+    return load_config(path, args.overrides, names, args.max_configurations)
 
 
 def _check_store(store: str | None) -> str:
@@ -530,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error)."""
+    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error, 130
+    Ctrl-C, 143 SIGTERM)."""
     terminate_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
@@ -550,9 +562,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UsageError) as e:
         print(f"experiments {args.verb}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"experiments {args.verb}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(
+            f"experiments {args.verb}: {what}; the configurations finished are logged, a re-run "
+            "resumes",
+            file=sys.stderr,
+        )
+        return interrupt_exit_code(e)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import EXECUTORS, extract_many
 from .extraction.summary import print_extract_summary, print_import, print_session, print_table
 from .extractors import ExtractorUnavailable, registry
-from .processes import EXIT_USAGE, parse_args
+from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
     ScanReport,
@@ -210,12 +210,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
     except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
         print(
             "\ninterrupted: finished sessions are stored, no partial shard was left; re-run to resume",
             file=sys.stderr,
         )
-        return 130
+        return interrupt_exit_code(e)
     return print_extract_summary(pre_failed + results, started)
 
 
@@ -554,7 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``featurestore VERB ...``; the exit code (0 ok, 1 failures, 2 usage error)."""
+    """Run ``featurestore VERB ...``; the exit code (0 ok, 1 failures, 2 usage error, 130 Ctrl-C,
+    143 SIGTERM)."""
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):
         return args
@@ -571,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e.code}", file=sys.stderr)
             return EXIT_USAGE
         raise
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt), in any phase
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"featurestore {args.verb}: {what}; re-run to resume", file=sys.stderr)
+        return interrupt_exit_code(e)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from .yaml_loader import load_yaml
+
 
 class ConfigError(ValueError):
     """A bad config: the message names the file or ``--set`` option and the key path.
@@ -40,7 +42,7 @@ def parse_override(text: str, example: str = "window.delay_s=[2]") -> tuple[list
             f"--set {text}: empty key; expected KEY=VALUE with a dotted KEY, e.g. {example}"
         )
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = load_yaml(value) if value.strip() else None
     except yaml.YAMLError as e:
         raise ConfigError(
             f"--set {text}: the value is not valid YAML ({getattr(e, 'problem', e)})"

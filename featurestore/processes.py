@@ -25,15 +25,31 @@ def parse_args(
         return EXIT_USAGE if e.code not in (0, None) else 0
 
 
-def terminate_as_interrupt() -> None:
-    """Install a SIGTERM handler that raises KeyboardInterrupt (main thread only; else a no-op).
+#: the exit codes of a command stopped by Ctrl-C (SIGINT) and by SIGTERM (128 + the signal)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
-    A scheduler's or ``kill``'s default signal then takes the same clean-up path as Ctrl-C:
-    temporary shards are removed and MLflow runs are marked KILLED.
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C's KeyboardInterrupt is (so the same
+    clean-up runs: temporary shards removed, MLflow runs marked KILLED, a re-run resumes)."""
+
+
+def interrupt_exit_code(e: KeyboardInterrupt) -> int:
+    """:data:`EXIT_TERMINATED` for a :class:`Terminated`, else :data:`EXIT_INTERRUPTED`."""
+    return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+
+
+def terminate_as_interrupt() -> None:
+    """Install a SIGTERM handler that raises :class:`Terminated` (a KeyboardInterrupt; main
+    thread only, else a no-op).
+
+    A scheduler's or ``kill``'s default signal then takes the same clean-up path as Ctrl-C, at
+    the next line of Python the main thread runs (a long call into C code that holds the GIL
+    delays it until the call returns).
     """
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Terminated(f"signal {signum}")
 
     try:
         signal.signal(signal.SIGTERM, handler)

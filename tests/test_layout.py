@@ -36,6 +36,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "processes": 0,
         "lazy": 0,
         "overrides": 0,
+        "yaml_loader": 0,
         "concordance": 0,
         "storage": 1,
         "sources": 2,

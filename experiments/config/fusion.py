@@ -9,6 +9,7 @@ FusionConfig(method='late', members=['speaker', 'listener'], blend='nnls', alpha
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ def fusion_config(
             "fusion.blend", f"{blend!r} is not one of {', '.join(BLENDS)}{suggest(blend, BLENDS)}"
         )
     alpha = value.get("alpha", FusionConfig.alpha)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha >= 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha < math.inf:
         expected = "expected a number >= 0 (the ridge penalty per frame)"
         raise fail("fusion.alpha", f"{expected}, got {alpha!r}")
     if why := _off(members, swept, protocol):

@@ -470,3 +470,34 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
             replace(t, target=x, named_target=True) for x in cfg.all_targets() for t in trials
         ]
     return trials
+
+
+#: the configurations a grid may have unless the user raises it (``--max-configurations``)
+MAX_CONFIGURATIONS = 10_000
+
+
+def grid_size(cfg: ExperimentConfig) -> tuple[int, dict[str, int]]:
+    """(configurations, axis -> its number of values) of ``cfg``'s grid, counted from the config
+    without expanding it: per model the product of its axes (:func:`model_axes`, smoothing
+    methods only where ``smooth_s`` > 0) and of its hyperparameters' lists, summed over the
+    models, times the targets. As :func:`expand`'s length, unless two model entries repeat a
+    configuration (then it counts it twice). Axes: ``feature_set``, ``window.delay_s``, ...,
+    ``models[i].alpha``, ``target``; ``models`` (their number).
+
+    >>> grid_size(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0, 10.0]})]))[0]
+    96
+    """
+    total, sizes = 0, {k: len(listed(cfg, k, v)) for k, v in config_axes(cfg).items()}
+    for i, spec in enumerate(cfg.models):
+        axes = model_axes(cfg, spec)
+        n = math.prod(len(v) for k, v in axes.items() if not k.startswith("postprocess.smooth"))
+        zero = sum(1 for s in axes["postprocess.smooth_s"] if s == 0)
+        n *= zero + (len(axes["postprocess.smooth_s"]) - zero) * len(
+            axes["postprocess.smooth_method"]
+        )
+        for name, values in spec.params.items():
+            sizes[f"models[{i}].{name}"] = len(listed(cfg, f"models[{i}].{name}", values))
+            n *= sizes[f"models[{i}].{name}"]
+        total += n
+    sizes["models"], sizes["target"] = len(cfg.models), len(cfg.all_targets())
+    return total * sizes["target"], sizes

@@ -19,8 +19,9 @@ import yaml
 
 from featurestore.extraction.config import read_yaml_file
 from featurestore.overrides import ConfigError, apply_override, parse_override
+from featurestore.yaml_loader import compose_yaml
 
-from .grid import expand
+from .grid import MAX_CONFIGURATIONS, expand
 from .options import ConfigWarning
 from .reference import defaults_note
 from .schema import ExperimentConfig, Range, config_hash
@@ -66,23 +67,30 @@ def load_config(
     path: str | Path | None = None,
     overrides: Iterable[str] = (),
     store: str | os.PathLike | StoreNames | None = None,
+    max_configurations: int = MAX_CONFIGURATIONS,
 ) -> ExperimentConfig:
     """Read, override and validate an experiment config: ``path`` a YAML file, a packaged config's
     name, or None (``default``); ``overrides`` ``KEY=VALUE`` strings applied in order; ``store`` a
     feature store (or its :func:`~.store_check.store_names`) whose sessions must hold the target and
-    the swept channels (None: not checked).
+    the swept channels and the splits' stories (None: not checked); ``max_configurations`` the
+    largest grid (or Optuna search) accepted, counted before it is expanded.
 
     Warns:
         ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults.
 
     Raises:
-        ConfigError: every problem of the file at once (unreadable, malformed, unknown keys, bad
-            values, names the store lacks).
+        ConfigError: every problem of the file at once (unreadable, malformed, empty, a key
+            given twice, unknown keys, bad values, names or stories the store lacks, a grid
+            beyond ``max_configurations``).
     """
     p = resolve_config_path(path)
     raw = read_yaml_file(p, ConfigError)
-    if raw is None:
-        raw = {}
+    if raw is None or raw == {}:
+        raise ConfigError(
+            f"{p}: the config is empty (no settings), which would sweep every built-in default; "
+            f"copy a packaged config, e.g. {CONFIG_DIR / 'smoke.yaml'} (5 configurations: "
+            "--config smoke) or default.yaml (--config default), and edit it (docs/config.md)"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{p}: expected a mapping of settings at the top level, got {type(raw).__name__}"
@@ -94,6 +102,7 @@ def load_config(
         overrides=overrides,
         lines=key_lines(p.read_text(encoding="utf-8")),
         store=store,
+        max_configurations=max_configurations,
     )
     given = set(raw) | {text.split("=", 1)[0].split(".")[0].strip() for text in overrides}
     if note := defaults_note(given, cfg):
@@ -107,10 +116,11 @@ def from_dict(
     overrides: Iterable[str] = (),
     lines: Mapping[str, int] | None = None,
     store: str | os.PathLike | StoreNames | None = None,
+    max_configurations: int = MAX_CONFIGURATIONS,
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
-    (see :func:`key_lines`) lets errors name the line of the key in ``source``; ``store``
-    as in :func:`load_config`."""
+    (see :func:`key_lines`) lets errors name the line of the key in ``source``; ``store`` and
+    ``max_configurations`` as in :func:`load_config`."""
     data = copy.deepcopy(dict(raw))
     origins: dict[str, str] = {}
     for text in overrides:
@@ -118,7 +128,7 @@ def from_dict(
         apply_override(data, keys, value, text)
         origins[".".join(keys)] = f"--set {text}"
     names = store if store is None or isinstance(store, StoreNames) else store_names(store)
-    return validate(data, source, origins, lines, names)
+    return validate(data, source, origins, lines, names, max_configurations)
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -141,7 +151,7 @@ def key_lines(text: str) -> dict[str, int]:
                 walk(item, f"{path}.{i}")
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose_yaml(text)
     except yaml.YAMLError:  # the file's reader reports it, with its line
         return out
     if root is not None:

@@ -61,8 +61,8 @@ class Domain:
             return value is not None or self.none
         if not self.numbers or isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        if not math.isfinite(value) or (self.integer and value != int(value)):
-            return False
+        if not math.isfinite(value) or (self.integer and not isinstance(value, int)):
+            return False  # 300.0 for an integer: the estimators refuse a float when fitted
         low_ok = self.low is None or value > self.low or (value == self.low and not self.above)
         return low_ok and (self.high is None or value <= self.high)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
 from featurestore.storage.store import Store, StoreError
 
+from .options import ConfigWarning
 from .schema import ExperimentConfig
 
 #: the channels featurestore's extractors write (a test checks them against its registry);
@@ -113,6 +115,8 @@ def store_problems(
     stories = {s for v in cfg.splits.values() for s in v}
     sessions = [s for s, story in names.stories.items() if story in stories] or list(names.stories)
     out: list[tuple[str, str]] = []
+    if "splits" not in skip:
+        out += _split_problems(cfg, names)
     if "target" not in skip:
         for target in cfg.all_targets():
             problem = _target_problem(target, sessions, names)
@@ -123,6 +127,34 @@ def store_problems(
             problem = _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names)
             if problem:
                 out.append((f"feature_sets.{fs}", problem))
+    return out
+
+
+def _split_problems(cfg: ExperimentConfig, names: StoreNames) -> list[tuple[str, str]]:
+    """(``splits.<name>``, message) for each split none of whose stories a session of the store
+    has (a sweep would train, choose or score on nothing); a split only some of whose stories
+    the store lacks is a :class:`~.options.ConfigWarning` naming them (they are left out)."""
+    have = sorted(set(names.stories.values()))
+    out = []
+    for split, stories in cfg.splits.items():
+        missing = [s for s in stories if s not in have]
+        listed = f"stor{'ies' if len(missing) > 1 else 'y'} {', '.join(map(str, missing))}"
+        if missing and len(missing) == len(stories):
+            out.append(
+                (
+                    f"splits.{split}",
+                    f"no session of {names.root} has {listed} (its stories: "
+                    f"{', '.join(map(str, have))}); list stories the store holds, or extract "
+                    "those sessions first",
+                )
+            )
+        elif missing:
+            warnings.warn(
+                f"{cfg.source}: splits.{split}: no session of {names.root} has {listed}; "
+                "the split is its other stories",
+                ConfigWarning,
+                stacklevel=2,
+            )
     return out
 
 

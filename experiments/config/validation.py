@@ -26,6 +26,7 @@ from .checker import Checker, suggest
 from .fusion import fusion_config
 from .gold_standard import METHODS as GOLD_STANDARD_METHODS
 from .gold_standard import GoldStandard
+from .grid import MAX_CONFIGURATIONS, grid_size
 from .metrics import metric_specs
 from .models import model_specs
 from .options import (
@@ -55,6 +56,7 @@ from .schema import (
     SearchConfig,
     TrackingConfig,
     WindowConfig,
+    is_number,
 )
 from .search_space import SearchSpaceError, search_space
 from .store_check import StoreNames, store_problems
@@ -66,6 +68,7 @@ def validate(
     origins: Mapping[str, str] | None = None,
     lines: Mapping[str, int] | None = None,
     store: StoreNames | None = None,
+    max_configurations: int = MAX_CONFIGURATIONS,
 ) -> ExperimentConfig:
     """Check a config mapping (as read from YAML, overrides applied) and fill in the defaults.
 
@@ -76,17 +79,24 @@ def validate(
         lines: dotted key (list items by index: ``models.0.alpha``) -> line of the file it is on.
         store: the names a feature store holds (:func:`~experiments.config.store_check.store_names`):
             the target and the swept feature sets' channels are checked against them.
+        max_configurations: the most configurations a grid (or trials an Optuna search) may
+            have, counted before anything is expanded (:func:`~.grid.grid_size`).
 
     Raises:
         ConfigError: every problem found, each with the file (and line) or ``--set`` option,
             the key path and, for a misspelt key or value, the nearest valid one (one error
             whose ``problems`` lists them when there are several).
     """
-    return _Validator(source, origins or {}, lines or {}).config(raw, store)
+    checker = _Validator(source, origins or {}, lines or {})
+    checker.max_configurations = max_configurations
+    return checker.config(raw, store)
 
 
 class _Validator(Checker):
     """The sections of a config; the value checks and error collection are :class:`Checker`'s."""
+
+    #: the most configurations (or Optuna trials) the config may have
+    max_configurations = MAX_CONFIGURATIONS
 
     def config(self, raw: dict, store: StoreNames | None = None) -> ExperimentConfig:
         """Every section checked, each problem recorded (a failed section keeps its default so
@@ -200,6 +210,38 @@ class _Validator(Checker):
                 search_space(cfg)
             except SearchSpaceError as e:
                 self.errors.append(self.fail(e.key, str(e)))
+        if not self.errors:
+            self._size(cfg)
+
+    def _size(self, cfg: ExperimentConfig) -> None:
+        """A grid of more than :attr:`max_configurations` configurations (an Optuna search of
+        more trials) is refused, naming its axes and their sizes, before it is expanded."""
+        limit = self.max_configurations
+        raise_it = f"or raise the limit with --max-configurations N (now {limit:,})"
+        if cfg.search.method == "optuna":
+            if cfg.search.n_trials > limit:
+                self.errors.append(
+                    self.fail(
+                        "search.n_trials",
+                        f"{cfg.search.n_trials:,} trials, more than the limit; ask for fewer, "
+                        + raise_it,
+                    )
+                )
+            return
+        total, sizes = grid_size(cfg)
+        if total <= limit:
+            return
+        axes = {k: n for k, n in sizes.items() if n > 1}
+        largest = max(axes, key=lambda k: axes[k]) if axes else "models"
+        self.errors.append(
+            self.fail(
+                largest,
+                f"the grid has {total:,} configurations, more than the limit: "
+                + ", ".join(f"{k} {n:,}" for k, n in axes.items())
+                + " values; shorten those lists (or narrow a model's `only`), sample them with "
+                "an Optuna search (search.method: optuna, search.n_trials: N), " + raise_it,
+            )
+        )
 
     def target(self, target: Any) -> list[str]:
         """One target name, or a list of different names (several targets)."""
@@ -400,7 +442,7 @@ class _Validator(Checker):
         if not isinstance(align, bool):
             raise self.fail("gold_standard.align_lags", f"expected true or false, got {align!r}")
         lag = get("max_lag_s", d.max_lag_s)
-        if isinstance(lag, bool) or not isinstance(lag, int | float) or not lag >= 0:
+        if not is_number(lag) or not lag >= 0:
             raise self.fail("gold_standard.max_lag_s", f"expected seconds >= 0, got {lag!r}")
         return GoldStandard(method, align, float(lag))
 
@@ -447,6 +489,11 @@ class _Validator(Checker):
                 continue
             if isinstance(values, dict):
                 grid.params[hp] = r = self.range(f"{key}.{hp}", values)
+                if spec.params[hp].domain.integer and not r.int:
+                    self.note(
+                        f"{key}.{hp}", "an integer hyperparameter: add `int: true` to its range"
+                    )
+                    continue
                 values = [r.low, r.high]
             else:
                 grid.params[hp] = values = self.as_list(f"{key}.{hp}", values)

@@ -24,6 +24,7 @@ from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
 from ..overrides import ConfigError
 from ..sources.label_checks import parse_min_coverage, parse_targets
 from ..sources.manifest import SPLITS, STORY_SPEAKER
+from ..yaml_loader import YAMLRefused, load_yaml
 
 CONFIG_NAME = "featurestore.yaml"
 
@@ -86,17 +87,20 @@ class FeatureConfig:
 
 
 def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
-    """Parse a YAML file; failures raise ``error`` naming the file (and line for syntax errors)."""
+    """Parse a YAML file with :func:`~featurestore.yaml_loader.load_yaml` (a key given twice and
+    alias bombs refused); failures raise ``error`` naming the file (and the line)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise error(f"{path}: cannot be read ({e}){read_hint}") from e
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e)
+        if isinstance(e, YAMLRefused):
+            raise error(f"{where}: {problem}") from e
         raise error(f"{where}: malformed YAML ({problem}); fix the syntax on that line") from e
 
 

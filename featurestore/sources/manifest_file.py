@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ..yaml_loader import StrictLoader
 from .import_errors import DataImportError
 from .label_checks import parse_min_coverage, parse_targets
 
@@ -185,8 +186,9 @@ def _read_csv(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A YAML loader that records each mapping's line under ``__line__``."""
+class _LineLoader(StrictLoader):
+    """A YAML loader that records each mapping's line under ``__line__`` (and refuses what
+    :class:`~featurestore.yaml_loader.StrictLoader` refuses: repeated keys, alias bombs)."""
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:

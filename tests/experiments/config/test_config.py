@@ -90,8 +90,7 @@ def test_defaults_fill_a_minimal_config(tmp_path):
     assert cfg.window.lengths_s == [[4.0], [2.0, 8.0]] and cfg.window.align == ["centred"]
     assert cfg.postprocess.smooth_method == ["moving_average"]
     assert cfg.jobs is None and cfg.seed == 0
-    empty = load_config(write(tmp_path, "", "empty.yaml"))
-    assert empty.to_dict() == ExperimentConfig().to_dict()
+    assert from_dict({}).to_dict() == ExperimentConfig().to_dict()  # an empty file is refused
 
 
 def test_overrides(tmp_path):
@@ -522,3 +521,14 @@ def test_gold_standard_key(tmp_path):
         load_config(write(tmp_path, "gold_standard: {method: median}\n", "c.yaml"))
     with pytest.raises(ConfigError, match=r"gold_standard\.max_lag_s.*seconds >= 0"):
         load_config(write(tmp_path, "gold_standard: {method: mean, max_lag_s: -1}\n", "d.yaml"))
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n"])
+def test_an_empty_config_is_refused_pointing_to_a_packaged_one(tmp_path, text):
+    """An empty file once swept the 720 configurations of the built-in defaults."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: the config is empty (no settings)")
+    assert str(CONFIG_DIR / "smoke.yaml") in msg and "--config smoke" in msg

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from experiments.config.loading import expand, from_dict
+from experiments.config.loading import expand, from_dict, load_config
 from experiments.config.models import (
     Domain,
     Hyper,
@@ -65,6 +65,45 @@ def test_domains_say_what_they_take():
         make_model("xgboost", {"subsample": 1.5})
     with pytest.raises(ValueError, match="unknown model input 'rowz'"):
         ModelSpec("bad", "", _knn, inputs="rowz")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{name: ridge, alpha: -10}", "models[0].alpha: expected a number >= 0, got -10"),
+        ('{name: ridge, alpha: "ten"}', "models[0].alpha: expected a number >= 0, got 'ten'"),
+        ("{name: ridge, alpha: [1, .nan]}", "models[0].alpha: expected a number >= 0, got nan"),
+        ("{name: svr, C: .inf}", "models[0].C: expected a number > 0, got inf"),
+        # a float where an integer is due passed, and the estimator refused it when fitted
+        (
+            "{name: random_forest, n_estimators: 300.0}",
+            "models[0].n_estimators: expected an integer >= 1, got 300.0",
+        ),
+    ],
+)
+def test_hyperparameters_outside_their_domain_are_refused_at_load(tmp_path, entry, expected):
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"feature_sets: {{f: [listener/face_geom]}}\nmodels:\n  - {entry}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}:3: {expected}"
+
+
+def test_a_search_range_of_an_integer_hyperparameter_needs_int_and_other_numbers_are_finite():
+    with pytest.raises(
+        ConfigError, match=r"n_estimators: an integer hyperparameter: add `int: true`"
+    ):
+        load_config("search", ["models=[{name: xgboost, n_estimators: {low: 10, high: 100}}]"])
+    rng = "models=[{name: xgboost, n_estimators: {low: 10, high: 100, int: true}}]"
+    assert load_config("search", [rng]).models[0].params["n_estimators"].int
+    gold = "gold_standard={method: mean, align_lags: true, max_lag_s: .inf}"
+    with pytest.raises(
+        ConfigError, match=r"gold_standard.max_lag_s: expected seconds >= 0, got inf"
+    ):
+        load_config("smoke", [gold])
+    fusion = "fusion={method: late, members: [speaker, listener], alpha: .inf}"
+    with pytest.raises(ConfigError, match=r"fusion.alpha: expected a number >= 0 .*, got inf"):
+        load_config("ablation", [fusion])
 
 
 def test_a_config_is_checked_against_the_registered_models(knn):

@@ -244,9 +244,32 @@ def test_a_misspelt_channel_is_named_in_the_corpus_words(tmp_path):
 
 def test_a_whole_session_rating_as_a_sweep_target_points_to_experiments_sessions(tmp_path):
     store = build_session_rating_store(tmp_path / "store")
-    path = write(tmp_path, "target: empathy\nsplits: shard\n" + SETS)
+    path = write(tmp_path, "target: empathy\n" + SETS)
     with pytest.raises(ConfigError) as err:
         load_config(path, store=store_names(store.root))
     message = str(err.value)
     assert "'empathy' is a whole-session rating" in message
     assert "experiments sessions CONFIG" in message
+
+
+def test_a_split_of_stories_no_session_has_is_refused_before_anything_runs(tmp_path, capsys):
+    """`splits.val: [99]` once swept to "best child None" and exit 0."""
+    store = build_store(tmp_path / "store")  # stories 1-4
+    path = write(tmp_path, SETS.replace("val: [1]", "val: [99]"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path, store=store_names(store.root))
+    assert str(err.value) == (
+        f"{path}:4: splits.val: no session of {store.root} has story 99 (its stories: 1, 2, 3, "
+        "4); list stories the store holds, or extract those sessions first"
+    )
+    # from the command line: exit 2 before any run is logged
+    mlruns = tmp_path / "mlruns"
+    code = main(
+        ["sweep", "--config", path, "--store", str(store.root), "--tracking-uri", str(mlruns)]
+    )
+    assert code == 2 and "splits.val: no session" in capsys.readouterr().err
+    assert not mlruns.exists()
+    # a split some of whose stories the store lacks runs on the others, with a note
+    partial = write(tmp_path, SETS.replace("test: [3]", "test: [3, 7]"), "partial.yaml")
+    with pytest.warns(UserWarning, match=r"splits.test: no session of .* has story 7"):
+        assert load_config(partial, store=store_names(store.root)).splits["test"] == [3, 7]
