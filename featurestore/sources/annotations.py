@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,19 @@ def _scale_fix(value_range: tuple[float, float]) -> str:
     )
 
 
+_NAME = r"[A-Za-z_][\w@. -]{0,30}"
+_HEADER_LIKE = re.compile(rf"{_NAME}(,{_NAME}){{0,3}}")
+
+
+def _shown(header: list[str]) -> str:
+    """``header 'a,b'`` when it reads as a rating file's column names, else only its field count
+    (a file of another kind is never quoted)."""
+    text = ",".join(header)
+    if _HEADER_LIKE.fullmatch(text):
+        return f"header {text!r}"
+    return f"its header ({len(header)} fields)"
+
+
 def read_annotation(path: str | Path, value_range: tuple[float, float] | None = None) -> np.ndarray:
     """Per-frame values of an annotation CSV in the official format, as float32.
 
@@ -74,8 +88,7 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
     header = [c.strip() for c in rows[0]]
     if len(header) != 1 or not header[0]:
         raise AnnotationError(
-            f"{path}: the header has {len(header)} fields; it should be one column name such as "
-            f"'valence'; {FORMATS}"
+            f"{path}: {_shown(header)} is not one column name such as 'valence'; {FORMATS}"
         )
     try:
         float(header[0])
@@ -160,9 +173,7 @@ def read_label_file(
     if header[0].lower() != "time" or len(header) != 2 or not header[1]:
         near = difflib.get_close_matches(header[0].lower(), ["time"], n=1, cutoff=0.5)
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
-        raise AnnotationError(
-            f"{path}: its header ({len(header)} fields) is of neither format: {FORMATS}{hint}"
-        )
+        raise AnnotationError(f"{path}: {_shown(header)} is of neither format: {FORMATS}{hint}")
     return _read_timed(path, header, value_range)
 
 

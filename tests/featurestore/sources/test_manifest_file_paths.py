@@ -49,8 +49,10 @@ def test_a_symbolic_link_out_of_the_folder_is_outside_too(corpus):
 @pytest.mark.parametrize("allow", [False, True])
 def test_scan_refuses_outside_paths_unless_allowed(corpus, tmp_path, capsys, allow):
     args = ["scan", "--manifest", str(corpus / "manifest.csv"), "--store", str(tmp_path / "st")]
-    if allow:
-        assert main([*args, "--allow-outside-paths"]) == 0
+    if allow:  # read, then refused as a rating file at scan time, without quoting it
+        assert main([*args, "--allow-outside-paths"]) == 1
+        err = capsys.readouterr().err
+        assert "passwd: s1: line 2 is not a number" in err and "secret" not in err
         return
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -64,7 +66,8 @@ def test_a_config_manifest_outside_the_config_folder_is_refused(corpus, tmp_path
     args = ["scan", "--config", str(config), "--store", str(tmp_path / "st")]
     assert main(args) == 2
     assert "outside the config's folder" in capsys.readouterr().err
-    assert main([*args, "--allow-outside-paths"]) == 0
+    assert main([*args, "--allow-outside-paths"]) == 1  # read: its rating file is no rating file
+    assert "passwd: s1: line 2 is not a number" in capsys.readouterr().err
 
 
 def test_errors_about_a_file_of_another_kind_do_not_quote_it(tmp_path):
