@@ -152,15 +152,20 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         store = args.store = DEFAULT_STORE
     path = args.config or args.config_default
     names = None
+    overrides = list(args.overrides)
     if store is not None:
         from .config.store_check import store_names  # startup: see the imports above
 
         try:
             names = store_names(store, require_channels=args.verb != "agreement")
         except ConfigError:  # no store to check against: the config's own problems first
-            load_config(path, overrides=args.overrides)
+            load_config(path, overrides=overrides)
             raise
-    return load_config(path, overrides=args.overrides, store=names)
+        if args.verb == "agreement" and args.config is None:
+            from .studies.corpus_config import corpus_overrides
+
+            overrides = corpus_overrides(names) + overrides  # the store's target, roles, channels
+    return load_config(path, overrides=overrides, store=names)
 
 
 def _check_store(store: str | None) -> str:
@@ -376,7 +381,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except DatasetError as e:  # the cross-target feature set needs channels the store lacks
         raise UsageError(str(e)) from e
-    print(res.files[1].read_text())
+    print(next(f for f in res.files if f.name == "agreement.md").read_text())
     print(f"written: {', '.join(str(f) for f in res.files)}; MLflow run {res.run_id}")
     return EXIT_OK
 

@@ -59,21 +59,28 @@ def corpus_key(key: str, names: Mapping[str, str]) -> str:
     return f"{names.get(role, role)}{sep}{channel}"
 
 
-def roles_note(layout: str) -> str:
-    """A report's Markdown note of the corpus's words for the roles (empty for the OMG layout).
+def roles_note(layout: str, monadic: bool = False) -> str:
+    """A report's Markdown note of the corpus's words for the roles (empty for the OMG layout);
+    ``monadic``: no session has a partner.
 
     >>> roles_note("omg")
     ''
     >>> roles_note("manifest").startswith("Corpus layout `manifest`: the rated person is the `person`")
     True
+    >>> "no partner" in roles_note("manifest", monadic=True)
+    True
     """
     names = role_names(layout)
     if names == ROLE_NAMES["omg"]:
         return ""
+    other = (
+        f"one person per session (no {names['speaker']})"
+        if monadic
+        else f"the other person the `{names['speaker']}` (stored as `speaker`)"
+    )
     return (
         f"Corpus layout `{layout}`: the rated person is the `{names['listener']}` (stored as "
-        f"`listener`), the other person the `{names['speaker']}` (stored as `speaker`); "
-        "per-session ids are the manifest's.\n\n"
+        f"`listener`), {other}; per-session ids are the manifest's.\n\n"
     )
 
 
