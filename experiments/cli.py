@@ -162,7 +162,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             load_config(path, overrides=overrides)
             raise
         if args.verb == "agreement" and args.config is None:
-            from .studies.corpus_config import corpus_overrides
+            from .studies.corpus_config import corpus_overrides  # startup: see the imports above
 
             overrides = corpus_overrides(names) + overrides  # the store's target, roles, channels
     return load_config(path, overrides=overrides, store=names)
@@ -246,7 +246,9 @@ def _print_sweep(res: SweepResult) -> int:
         f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
     _print_best(res)
-    print(_choices(res), end="")
+    from featurestore.storage.roles import in_corpus_words  # startup: see the imports above
+
+    print(in_corpus_words(_choices(res), res.layout, res.keep), end="")
     if study := getattr(res, "study_name", ""):
         print(f"optuna study {study} in {res.storage}: {len(res.trials)} trials")  # type: ignore[attr-defined]
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"

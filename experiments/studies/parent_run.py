@@ -45,6 +45,7 @@ from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
+from .corpus_config import corpus_note
 from .unseen import nested_unseen
 
 
@@ -71,6 +72,9 @@ class SweepResult:
     nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
     best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
     metric: str = "ccc"
+    #: the store's corpus layout and the names (feature sets) its words leave alone
+    layout: str = "omg"
+    keep: list[str] = field(default_factory=list)
 
     @property
     def n_failed(self) -> int:
@@ -133,6 +137,7 @@ class ParentRun:
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
         self.layout, self.role_names = corpus_roles(store)
+        self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.code = code_version()
         self.finished = (
             self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
@@ -363,6 +368,7 @@ class ParentRun:
                 layout=self.layout,
                 keep=list(self.cfg.feature_sets),
                 metric=self.cfg.metric,
+                note=self.corpus_note,
             )
         nested = {
             t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
@@ -379,6 +385,9 @@ class ParentRun:
             self.unseen_selection,
             nested,
             self.cfg.metric,
+            layout=self.layout,
+            keep=list(self.cfg.feature_sets),
+            note=self.corpus_note,
         )
         return self.best_ids_by_target.get(targets[0], {})
 
@@ -425,5 +434,7 @@ class ParentRun:
             nested_unseen=self.nested_unseen(table),
             best_run_ids_by_target=self.best_ids_by_target,
             metric=self.cfg.metric,
+            layout=self.layout,
+            keep=list(self.cfg.feature_sets),
             **extra,
         )

@@ -16,7 +16,6 @@ from typing import Any
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
 from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
 
-
 #: run tags that mark a run as this package's: a configuration's hash (a sweep's or a
 #: whole-session study's child run), the code fingerprint every run of ``experiments`` logs
 #: (sweeps' parents, ``agreement``, ``sessions``)

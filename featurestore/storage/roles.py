@@ -99,10 +99,13 @@ def in_corpus_words(text: str, layout: str, keep: Collection[str] = ()) -> str:
     'per story'
     >>> in_corpus_words("ridge speaker w2s, per speaker", "manifest", keep={"speaker"})
     'ridge speaker w2s, per speaker'
+    >>> in_corpus_words("models that do not know who is listening", "manifest")
+    'models that do not know who the person is'
     """
     if layout not in ROLE_NAMES or layout == "omg":
         return text
     names = {**role_names(layout), "group": GROUP_NAMES[layout]}
+    text = text.replace("who is listening", f"who the {names['listener']} is")
 
     def repl(m: re.Match) -> str:
         if m.group(0) in keep:
