@@ -153,7 +153,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    return print_extract_summary(pre_failed + results, started)
+    layouts = {s.session: s.layout for s in todo}  # the computed channels in the corpus's words
+    return print_extract_summary(pre_failed + results, started, layouts)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

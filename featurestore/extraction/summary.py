@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -126,22 +126,28 @@ def some(names: list[str], shown: int = 4) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def print_extract_summary(results: Sequence[Any], started: float) -> int:
+def print_extract_summary(
+    results: Sequence[Any], started: float, layouts: Mapping[str, str] | None = None
+) -> int:
     """Counts, computed channels and notes of an extraction (``started``: its
-    ``time.perf_counter()``), failures on stderr; returns the exit code."""
+    ``time.perf_counter()``), failures on stderr; returns the exit code. ``layouts``: session ->
+    its corpus layout, whose words name the computed channels (``person/egemaps``)."""
+    layouts = layouts or {}
     counts = Counter(r.status for r in results)
     print(
         f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
         f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
     )
     computed = [r for r in results if r.computed]
+    words = {r.session: role_names(layouts.get(r.session, "omg")) for r in computed}
+    shown = {r.session: [corpus_key(k, words[r.session]) for k in r.computed] for r in computed}
     if len(computed) <= SUMMARY_LINES:
         for r in computed:
-            print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
+            print(f"  {r.session}: computed {', '.join(shown[r.session])} in {r.seconds:.1f} s")
     else:  # many sessions: one line per set of computed channels
         groups: dict[tuple[str, ...], list[str]] = {}
         for r in computed:
-            groups.setdefault(tuple(r.computed), []).append(r.session)
+            groups.setdefault(tuple(shown[r.session]), []).append(r.session)
         for chans, names in groups.items():
             print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names)})")
     notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]

@@ -107,3 +107,18 @@ def test_scan_table_of_a_monadic_manifest_names_its_media_and_counts_persons(tmp
     assert lines[0].split()[:5] == ["session", "person", "group", "partner", "split"]
     assert lines[1].split()[3] == "p09" and lines[2].split()[3] == "-"
     assert "no partner" not in lines[-1]
+
+
+def test_the_extraction_summary_names_computed_channels_in_the_corpus_words(capsys):
+    from featurestore.extraction.extract import SessionResult
+    from featurestore.extraction.summary import print_extract_summary
+
+    results = [
+        SessionResult("p01_plan", computed=["listener/egemaps", "labels/valence"]),
+        SessionResult("Subject_1_Story_1", computed=["listener/egemaps", "speaker/egemaps"]),
+    ]
+    layouts = {"p01_plan": "manifest", "Subject_1_Story_1": "omg"}
+    assert print_extract_summary(results, 0.0, layouts) == 0
+    out = capsys.readouterr().out
+    assert "  p01_plan: computed person/egemaps, labels/valence in" in out
+    assert "  Subject_1_Story_1: computed listener/egemaps, speaker/egemaps in" in out
