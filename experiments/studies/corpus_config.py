@@ -66,3 +66,14 @@ def corpus_note(store: Store | str | os.PathLike) -> tuple[str, str]:
     layouts = set(table.layout)
     layout = layouts.pop() if len(layouts) == 1 else "omg"
     return layout, roles_note(layout, monadic=bool((table.speaker == 0).all()))
+
+
+def person_ids(store: Store | str | os.PathLike) -> dict[int, str]:
+    """Listener number -> the person id the manifest gives, for the sessions of a manifest
+    corpus in ``store`` (empty for the OMG layout, whose ids are the numbers)."""
+    st = store if isinstance(store, Store) else Store(store)
+    table = st.sessions() if st.root.is_dir() else None
+    if table is None or table.empty:
+        return {}
+    rows = table[(table.layout == "manifest") & (table.person != "")]
+    return {int(n): str(p) for n, p in zip(rows.listener, rows.person, strict=True)}

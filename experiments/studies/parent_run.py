@@ -45,7 +45,7 @@ from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
-from .corpus_config import corpus_note
+from .corpus_config import corpus_note, person_ids
 from .unseen import nested_unseen
 
 
@@ -138,6 +138,7 @@ class ParentRun:
         self.fingerprint, self.backend = store_fingerprint(store)
         self.layout, self.role_names = corpus_roles(store)
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
+        self.persons = person_ids(store)  # and its person ids
         self.code = code_version()
         self.finished = (
             self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
@@ -369,6 +370,7 @@ class ParentRun:
                 keep=list(self.cfg.feature_sets),
                 metric=self.cfg.metric,
                 note=self.corpus_note,
+                persons=self.persons,
             )
         nested = {
             t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
@@ -388,6 +390,7 @@ class ParentRun:
             layout=self.layout,
             keep=list(self.cfg.feature_sets),
             note=self.corpus_note,
+            persons=self.persons,
         )
         return self.best_ids_by_target.get(targets[0], {})
 

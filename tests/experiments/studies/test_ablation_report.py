@@ -10,7 +10,7 @@ import pandas as pd
 from experiments.config.loading import from_dict
 from experiments.studies.ablation import ablation_table, write_report
 from experiments.studies.ablation_report import ablation_markdown
-from experiments.tracking.summary import SUMMARY_NOTE, summary_markdown
+from experiments.tracking.summary import SUMMARY_NOTE, nested_markdown, summary_markdown
 from featurestore.storage.shard import SessionMeta
 from featurestore.storage.store import Store
 from tests.experiments.helpers import config_dict
@@ -60,3 +60,19 @@ def test_ablation_of_a_monadic_corpus_is_titled_by_its_feature_sets(tmp_path):
     assert "Partner" not in md and "partner" not in md.split("\n", 1)[1]
     assert "## Reference" not in md
     assert (out / "ablation.png").stat().st_size > 0
+
+
+def test_the_nested_unseen_table_names_the_manifests_persons():
+    nested = pd.DataFrame(
+        [
+            {"listener": n, "label": "ridge", "selection_metric": "val.ccc_generalized"}
+            | {"selection_ccc": 0.3, "ccc_test_unseen": 0.2, "run_id": "r"}
+            for n in (2, 1)
+        ]
+    )
+    md = nested_markdown(nested, {1: "p01", 2: "p02"})
+    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| p0")] == [
+        "| p01",
+        "| p02",
+    ]
+    assert "| 1 | ridge" in nested_markdown(nested)  # the OMG layout: the numbers

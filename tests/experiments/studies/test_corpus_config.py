@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.cli import main
+from experiments.studies.corpus_config import person_ids
 from experiments.studies.session_config import load_session_config
 from experiments.studies.session_level import run_sessions
 from featurestore.storage.shard import Channel, SessionMeta
@@ -43,6 +44,10 @@ def monadic(tmp_path_factory):
             }
             store.write_session(meta, channels={"listener/face_geom": channel}, labels=labels)
     return root
+
+
+def test_person_ids_are_the_manifests(monadic):
+    assert person_ids(monadic) == {1: "p01", 2: "p02", 3: "p03", 4: "p04"}
 
 
 def _agreement(store, tracking_dir, out, *extra: str) -> int:
