@@ -164,15 +164,20 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     if args.max_configurations < 1:
         raise UsageError(f"--max-configurations must be at least 1, got {args.max_configurations}")
     names = None
+    overrides = list(args.overrides)
     if store is not None:
         from .config.store_check import store_names  # startup: see the imports above
 
         try:
             names = store_names(store, require_channels=args.verb != "agreement")
         except ConfigError:  # no store to check against: the config's own problems first
-            load_config(path, args.overrides, max_configurations=args.max_configurations)
+            load_config(path, overrides, max_configurations=args.max_configurations)
             raise
-    return load_config(path, args.overrides, names, args.max_configurations)
+        if args.verb == "agreement" and args.config is None:
+            from .studies.corpus_config import corpus_overrides  # startup: see the imports above
+
+            overrides = corpus_overrides(names) + overrides  # the store's target, roles, channels
+    return load_config(path, overrides, names, args.max_configurations)
 
 
 def _check_store(store: str | None) -> str:
@@ -254,7 +259,9 @@ def _print_sweep(res: SweepResult) -> int:
         f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
     _print_best(res)
-    print(_choices(res), end="")
+    from featurestore.storage.roles import in_corpus_words  # startup: see the imports above
+
+    print(in_corpus_words(_choices(res), res.layout, res.keep), end="")
     if study := getattr(res, "study_name", ""):
         print(f"optuna study {study} in {mask_uri(res.storage)}: {len(res.trials)} trials")  # type: ignore[attr-defined]
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"
@@ -389,7 +396,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except DatasetError as e:  # the cross-target feature set needs channels the store lacks
         raise UsageError(str(e)) from e
-    print(res.files[1].read_text())
+    print(next(f for f in res.files if f.name == "agreement.md").read_text())
     print(f"written: {', '.join(str(f) for f in res.files)}; MLflow run {res.run_id}")
     return EXIT_OK
 

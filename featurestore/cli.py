@@ -25,7 +25,13 @@ from .extraction.derived import RULE_VERSIONS
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.pool import EXECUTORS, extract_many
-from .extraction.summary import print_extract_summary, print_import, print_session, print_table
+from .extraction.summary import (
+    print_extract_summary,
+    print_import,
+    print_session,
+    scan_table,
+    store_table,
+)
 from .extractors import ExtractorUnavailable, registry
 from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
@@ -100,19 +106,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     report = _scan(args, cfg)
     check_labels(report)
     where = args.manifest or cfg.manifest or args.data_dir
-    columns = ["session", "listener", "story", "speaker", "split", "video", "labels", "transcript"]
-    rows = [
-        {
-            **{c: getattr(s, c) for c in columns[:5]},
-            "video": s.video.name if s.video else "-",
-            "labels": ",".join(sorted(s.annotations)) or "-",
-            "transcript": "yes" if s.transcript else "-",
-        }
-        for s in report.sessions
-    ]
-    print_table(rows, columns)
-    with_video = sum(1 for s in report.sessions if s.video)
-    print(f"\n{len(report.sessions)} sessions, {with_video} with a shared video in {where}")
+    scan_table(report.sessions, str(where))
     for issue in report.issues:
         print(f"  {issue}", file=sys.stderr)
     print(f"manifest written to {write_manifest(report, Path(args.store) / MANIFEST)}")
@@ -216,7 +210,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return interrupt_exit_code(e)
-    return print_extract_summary(pre_failed + results, started)
+    layouts = {s.session: s.layout for s in todo}  # the computed channels in the corpus's words
+    return print_extract_summary(pre_failed + results, started, layouts)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -297,13 +292,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    rows = df.assign(channels=df.channels.map(",".join), targets=df.targets.map(",".join)).to_dict(
-        "records"
-    )
-    print_table(
-        rows,
-        ["session", "listener", "story", "speaker", "split", "n_frames", "channels", "targets"],
-    )
+    store_table(df)
     return EXIT_OK
 
 

@@ -19,13 +19,12 @@ import numpy as np
 import pandas as pd
 
 from featurestore import Store
-from featurestore.storage.roles import in_corpus_words, roles_note
+from featurestore.storage.roles import in_corpus_words
 
 from ..config.fusion import FUSED_SET
 from ..config.metrics import MetricSpec, get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
-from ..config.store_check import corpus_roles
 from ..evaluation import markdown
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.plots import plot_ablation
@@ -33,6 +32,7 @@ from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track, log_files
 from ..tracking.tracker import Tracker
 from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, importance_section
+from .corpus_config import corpus_note
 from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
 from .parent_run import SweepResult
@@ -316,19 +316,25 @@ def write_report(
     pairs: pd.DataFrame,
     explained: list[Explanation],
 ) -> None:
-    """``ablation.md`` (in the store's corpus words) and ``ablation.png`` into ``out``."""
+    """``ablation.md`` (in the store's corpus words: another corpus's report is titled by the
+    feature sets it compares, without the OMG-Empathy paper's numbers) and ``ablation.png``
+    into ``out``."""
+    layout, note = corpus_note(store)  # a manifest corpus's report in its words (person, group)
+    omg = layout == "omg"
+    compared = "Speaker / listener / both" if omg else " / ".join(dict.fromkeys(df.feature_set))
     md = ablation_markdown(
         df,
-        title=f"Speaker / listener / both ({cfg.target}, protocol {cfg.protocol})",
+        title=f"{compared} ({cfg.target}, protocol {cfg.protocol})",
         pairs=pairs,
         unseen_selection=cfg.unseen_selection,
         importance=importance_section(explained),
         metric=cfg.metric,
+        averaging=cfg.ccc_averaging,
+        reference=omg,
     )
-    layout, _ = corpus_roles(store)  # a manifest corpus's report in its words (person, group)
-    md = roles_note(layout) + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
+    md = note + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
     (out / "ablation.md").write_text(md)
-    plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC)
+    plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC if omg else None)
 
 
 def _metric_name(text: str) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from featurestore import Store
+from featurestore.storage.roles import in_corpus_words
 
 from ..config.grid import Trial, expand
 from ..config.models import model_spec
@@ -32,6 +33,7 @@ from ..tracking.provenance import code_version
 from ..tracking.redact import mask_all
 from ..tracking.summary import log_files
 from ..tracking.tracker import Tracker
+from .corpus_config import corpus_note
 from .inter_rater import (
     as_store,
     inter_rater_markdown,
@@ -99,6 +101,11 @@ def target_pairs(store: StoreLike, targets: Sequence[str] | None = None) -> list
             "contains 'observer' next to the videos and re-run `featurestore extract`)"
         )
     return [(SELF_TARGET, t) for t in others]
+
+
+def targets_of(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The targets of ``pairs``, each once, in order."""
+    return list(dict.fromkeys(t for ab in pairs for t in ab))
 
 
 def agreement_table(
@@ -169,7 +176,8 @@ def _sessions_with(
     st = as_store(store)
     out = []
     for s, have in store_targets(st).items():
-        if all(t in have for t in targets) and st.meta(s).story in stories:
+        # ``splits: shard`` (empty): every session, in the split its shard records
+        if all(t in have for t in targets) and (not splits or st.meta(s).story in stories):
             out.append(s)
     return out
 
@@ -291,7 +299,9 @@ def agreement_markdown(
         for r in summary.itertuples()
     )
     head = ["target A", "target B", "sessions", "split", "CCC pers.", "CCC gen.", "min", "max"]
-    lines = ["# Self vs. observer agreement", "", *AGREEMENT_INTRO, ""]
+    self_pairs = SELF_TARGET in set(summary.target_a) | set(summary.target_b)
+    title = "Self vs. observer agreement" if self_pairs else "Agreement between label targets"
+    lines = [f"# {title}", "", *AGREEMENT_INTRO, ""]
     lines += markdown.table(head, rows)
     lines += ["", "## Per session", ""]
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
@@ -401,10 +411,13 @@ def agreement(
     md = agreement_markdown(
         table, summary, cross_df, trial, "" if cross else "Not computed (--no-cross)."
     )
+    layout, note = corpus_note(st)  # a manifest corpus's report in its words (person, group)
+    keep = [*targets_of(pairs), *(cfg.feature_sets if trial is not None else ())]
+    md = note + in_corpus_words(md, layout, keep)
     files[1].write_text(md + "\n" + inter_rater_markdown(raters, lags))
     files += write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]
-    targets_shown = dict.fromkeys([p for ab in pairs for p in ab])
+    targets_shown = targets_of(pairs)
     series = {
         t: st.labels(example, t).to_numpy() for t in targets_shown if t in st.label_targets(example)
     }

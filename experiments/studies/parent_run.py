@@ -48,6 +48,7 @@ from ..tracking.claims import Claims
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
+from .corpus_config import corpus_note, person_ids
 from .unseen import nested_unseen
 
 #: how often (seconds) a sweep looks whether the configurations another sweep claimed are done
@@ -77,6 +78,9 @@ class SweepResult:
     nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
     best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
     metric: str = "ccc"
+    #: the store's corpus layout and the names (feature sets) its words leave alone
+    layout: str = "omg"
+    keep: list[str] = field(default_factory=list)
 
     @property
     def n_failed(self) -> int:
@@ -143,6 +147,8 @@ class ParentRun:
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
         self.layout, self.role_names = corpus_roles(store)
+        self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
+        self.persons = person_ids(store)  # and its person ids
         self.code = code_version()
         self.finished = (
             self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
@@ -419,6 +425,8 @@ class ParentRun:
                 layout=self.layout,
                 keep=list(self.cfg.feature_sets),
                 metric=self.cfg.metric,
+                note=self.corpus_note,
+                persons=self.persons,
             )
         nested = {
             t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
@@ -435,6 +443,10 @@ class ParentRun:
             self.unseen_selection,
             nested,
             self.cfg.metric,
+            layout=self.layout,
+            keep=list(self.cfg.feature_sets),
+            note=self.corpus_note,
+            persons=self.persons,
         )
         return self.best_ids_by_target.get(targets[0], {})
 
@@ -481,5 +493,7 @@ class ParentRun:
             nested_unseen=self.nested_unseen(table),
             best_run_ids_by_target=self.best_ids_by_target,
             metric=self.cfg.metric,
+            layout=self.layout,
+            keep=list(self.cfg.feature_sets),
             **extra,
         )

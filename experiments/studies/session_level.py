@@ -24,10 +24,12 @@ from tqdm.auto import tqdm
 
 from featurestore import Store
 from featurestore.overrides import ConfigError
+from featurestore.storage.roles import corpus_key, store_key
 
 from ..config.metrics import get_metric
 from ..config.models import resolve_model_params
 from ..config.schema import config_hash
+from ..config.store_check import corpus_roles
 from ..data.folds import cv_folds
 from ..evaluation import markdown
 from ..evaluation.uncertainty import LEVEL, mean_interval
@@ -84,7 +86,8 @@ def session_table(
     progress: bool = False,
 ) -> pd.DataFrame:
     """One row per session (index: session) of the summaries of ``channels`` (``all``: those
-    every session has), columns ``<role>/<channel>/<column>:<stat>``.
+    every session has; a role in the store's or the corpus's words, ``person/egemaps`` as
+    ``listener/egemaps``), columns ``<role>/<channel>/<column>:<stat>`` (the store's words).
 
     Raises:
         ConfigError: a session lacks a channel asked for, or the sessions share none.
@@ -95,6 +98,8 @@ def session_table(
             raise ConfigError(
                 f"the rated sessions of {store.root} share no channel; extract channels first"
             )
+    else:
+        channels = [store_key(c) for c in channels]
     rows: list[np.ndarray] = []
     names: list[str] = []
     for s in tqdm(sessions, desc="session summaries", unit="session", disable=not progress):
@@ -414,6 +419,7 @@ def run_sessions(
     """
     st = as_store(store)
     data = _data(cfg, st, progress)
+    _, names = corpus_roles(st)
     grid, runs = model_grid(cfg.models), _Runs(cfg, st, tracking_uri, resume)
     runs.start(data, len(grid))
     rows, predictions, children = [], {}, {}
@@ -430,7 +436,7 @@ def run_sessions(
         files = [Path(out_dir) / "summary_sessions.csv", Path(out_dir) / "summary_sessions.md"]
         files[0].parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(files[0], index=False)
-        files[1].write_text(sessions_markdown(cfg, table, data, nested, choices))
+        files[1].write_text(sessions_markdown(cfg, table, data, nested, choices, names))
         runs.finish(table, files[1].read_text())
     except BaseException:
         runs.tracker.finish(runs.parent, "FAILED")
@@ -447,14 +453,17 @@ def sessions_markdown(
     data: _Data,
     nested: Mapping[str, float],
     choices: Sequence[str],
+    names: Mapping[str, str] | None = None,
 ) -> str:
-    """The study's report: its data, then one line per configuration, best first."""
+    """The study's report: its data (the channels in the corpus's words, ``names``: store role
+    -> word), then one line per configuration, best first."""
+    shown = [corpus_key(c, names or {}) for c in data.channels]
     lines = [
         f"# Whole-session rating `{cfg.target}`",
         "",
         f"{len(data.y)} sessions of {len(set(data.persons))} persons; protocol `{cfg.protocol}` "
         f"({len(data.folds)} folds, a person's sessions all in one fold); summaries "
-        f"{', '.join(cfg.stats)} of the channels' valid rows. Scores are over the out-of-fold "
+        f"{', '.join(cfg.stats)} of the valid rows of {', '.join(shown)}. Scores are over the out-of-fold "
         "predictions of every session, with 95 % intervals: r by Fisher's z over sessions "
         "(too narrow when a person's sessions are alike), MAE by a skewness-corrected t over persons. The best row "
         "is chosen on the folds it is scored on: an optimistic estimate, to read against the "

@@ -184,12 +184,27 @@ SUMMARY_NOTE = (
 )
 
 
+#: :data:`SUMMARY_NOTE` of a sweep whose CCC is one value over each split's sessions joined
+CONCATENATED_NOTE = (
+    "Each track is chosen on validation (or LOSO) and reported once on test by one CCC over each",
+    "split's sessions concatenated (`ccc_averaging: concatenated`, as AVEC), the same averaging for",
+    "both tracks: they differ by their models. The personalized track chooses among every",
+    "configuration, the generalized track among those that do not know who is listening. No",
+    "interval or chance level (those are over listeners' per-session CCCs). `test_unseen`:",
+    "listeners left out of training (generalized track only), with the selection named above.",
+)
+
+
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance)."""
+    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance),
+    closed by how the tracks average (:data:`SUMMARY_NOTE`, or :data:`CONCATENATED_NOTE` when
+    every track's CCC was computed on the sessions concatenated)."""
     lines = ["# Best configuration of each track", ""]
     for row in summary.to_dict("records"):
         lines += _track_section(row)
-    return "\n".join([*lines, *SUMMARY_NOTE]) + "\n"
+    averagings = set(summary.get("ccc_averaging", pd.Series(dtype=str)))
+    note = CONCATENATED_NOTE if averagings == {"concatenated"} else SUMMARY_NOTE
+    return "\n".join([*lines, *note]) + "\n"
 
 
 def _track_section(row: Row) -> list[str]:
@@ -243,13 +258,19 @@ def _split_cells(row: Row, split: str, m: MetricSpec) -> list[str]:
     return [split, f"{row[name]:.3f}{mark}", ci, markdown.number(row.get(name + ".chance_q95"))]
 
 
-def nested_markdown(nested: pd.DataFrame | None) -> str:
+def nested_markdown(nested: pd.DataFrame | None, persons: Mapping[int, str] | None = None) -> str:
     """The nested unseen-listener choices as Markdown, one line per left-out listener (empty
-    without them)."""
+    without them); ``persons``: listener number -> the id the manifest gives (default: the
+    number)."""
     if nested is None or nested.empty:
         return ""
+    ids = {str(n): p for n, p in (persons or {}).items()}
     cells = [
-        [str(r.listener), str(r.label), f"`{r.selection_metric}` {r.selection_ccc:.3f}"]
+        [
+            ids.get(str(r.listener), str(r.listener)),
+            str(r.label),
+            f"`{r.selection_metric}` {r.selection_ccc:.3f}",
+        ]
         + [f"{r.ccc_test_unseen:.3f}", f"`{r.run_id}`"]
         for r in nested.sort_values("listener").itertuples()
     ]
@@ -313,10 +334,15 @@ def summarise(
     layout: str = "omg",
     keep: Sequence[str] = (),
     metric: str = "ccc",
+    note: str | None = None,
+    persons: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
     """Tag the parent with each track's best child by ``metric`` and attach the summary tables
     (docs/design.md#mlflow-runs); returns track -> best run id. ``layout``: the store's corpus
-    layout, in whose words summary.md names the roles (``keep``: the feature sets' names)."""
+    layout, in whose words summary.md names the roles (``keep``: the feature sets' names);
+    ``note``: the report's opening note on those words (None: the layout's
+    :func:`~featurestore.storage.roles.roles_note`); ``persons``: listener number -> the
+    manifest's person id, for the nested unseen-listener table."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested, metric)
@@ -325,11 +351,17 @@ def summarise(
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
         listing = selection_listing(table, protocol, metric)
-        md = summary_markdown(summary) + nested_markdown(nested)
-        md = roles_note(layout) + in_corpus_words(md, layout, keep) + "\n"
+        md = summary_markdown(summary) + nested_markdown(nested, persons)
+        md = _in_corpus_words(md, layout, keep, note) + "\n"
         md += _listing_markdown(listing, protocol, metric)
         _log_summary(tracker, parent, md, listing, summary)
     return best_ids
+
+
+def _in_corpus_words(md: str, layout: str, keep: Sequence[str], note: str | None) -> str:
+    """``md`` in the corpus's words (:func:`~featurestore.storage.roles.in_corpus_words`),
+    after ``note`` (None: the layout's :func:`~featurestore.storage.roles.roles_note`)."""
+    return (roles_note(layout) if note is None else note) + in_corpus_words(md, layout, keep)
 
 
 def _listing_markdown(listing: pd.DataFrame, protocol: str, metric: str, by: str = "") -> str:
@@ -447,11 +479,16 @@ def summarise_targets(
     unseen_selection: str = "nested",
     nested: dict[str, pd.DataFrame] | None = None,
     metric: str = "ccc",
+    layout: str = "omg",
+    keep: Sequence[str] = (),
+    note: str | None = None,
+    persons: Mapping[int, str] | None = None,
 ) -> dict[str, dict[str, str]]:
     """:func:`summarise` for several ``targets`` (``table`` has a ``target`` column): each
     target's tracks as :func:`track_summary` chooses them, and the combined score
     (:func:`combined_summary`); what the parent gets: docs/outputs.md, "Several targets".
-    Returns target -> track -> best run id."""
+    ``layout``, ``keep``, ``note``, ``persons``: the corpus's words, as for :func:`summarise`. Returns
+    target -> track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
     nested = nested or {}
@@ -483,7 +520,9 @@ def summarise_targets(
         if "target" in listing:  # each target's configurations together, best first
             order = {t: i for i, t in enumerate(targets)}
             listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
-        md = _targets_markdown(targets, summaries, combined, nested)
+        md = _in_corpus_words(
+            _targets_markdown(targets, summaries, combined, nested, persons), layout, keep, note
+        )
         md += _listing_markdown(listing, protocol, metric, " by target")
         tracks = pd.concat(
             [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
@@ -500,11 +539,12 @@ def _targets_markdown(
     summaries: dict[str, pd.DataFrame],
     combined: pd.DataFrame,
     nested: dict[str, pd.DataFrame],
+    persons: Mapping[int, str] | None = None,
 ) -> str:
     """summary.md's sections of several targets (each heading a level down), then the combined score."""
     sections = []
     for t in targets:
-        text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t))
+        text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t), persons)
         demoted = "\n".join("#" + s if s.startswith("#") else s for s in text.split("\n"))
         sections.append(f"# Target `{t}`\n\n" + demoted)
     return "\n".join(sections) + "\n" + combined_markdown(targets, combined) + "\n"

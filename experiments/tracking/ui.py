@@ -17,23 +17,31 @@ from .redact import mask_uri
 from .tracker import CONFIG_HASH_TAG, resolve_tracking_uri, with_retry
 from .ui_view import DEFAULT_UI_URL, experiment_tags, runs_url, ui_base_url
 
+#: run tags that mark a run as this package's: a configuration's hash (a sweep's or a
+#: whole-session study's child run), the code fingerprint every run of ``experiments`` logs
+#: (sweeps' parents, ``agreement``, ``sessions``)
+PACKAGE_RUN_TAGS = (CONFIG_HASH_TAG, "code_fingerprint")
 
-def prepare_experiments(client: Any, only_with_sweeps: bool = True) -> list[tuple[str, str]]:
-    """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id) of each.
 
-    With ``only_with_sweeps`` an experiment counts when one of its runs carries a
-    ``config_hash`` tag (a sweep's child run); others are left alone and not listed.
+def is_package_experiment(client: Any, experiment_id: str) -> bool:
+    """Whether one of the experiment's runs carries a tag of :data:`PACKAGE_RUN_TAGS`."""
+    return any(
+        with_retry(partial(client.search_runs, [experiment_id], f"tags.{tag} != ''", max_results=1))
+        for tag in PACKAGE_RUN_TAGS
+    )
+
+
+def prepare_experiments(client: Any, only_ours: bool = True) -> list[tuple[str, str]]:
+    """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id)
+    of each, every experiment in the tracking store with a run of this package's
+    (:func:`is_package_experiment`: a sweep, an ablation, ``agreement``, ``sessions``).
+
+    With ``only_ours`` the other experiments (no run, or runs logged by something else) are
+    left alone and not listed.
     """
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
-        if only_with_sweeps and not with_retry(
-            partial(
-                client.search_runs,
-                [exp.experiment_id],
-                f"tags.{CONFIG_HASH_TAG} != ''",
-                max_results=1,
-            )
-        ):
+        if only_ours and not is_package_experiment(client, exp.experiment_id):
             continue
         for key, value in experiment_tags(exp.tags).items():
             with_retry(partial(client.set_experiment_tag, exp.experiment_id, key, value))
@@ -65,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = args.url or ui_base_url(uri)
     found = prepare_experiments(MlflowClient(tracking_uri=uri))
     if not found:
-        print(f"no sweeps in {mask_uri(uri)} yet: run `make sweep` first")
+        print(f"no runs of this package in {mask_uri(uri)} yet: run `make sweep` first")
     for name, eid in found:
         print(f"{name}: {runs_url(eid, base)}")
     if found:

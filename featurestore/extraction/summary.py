@@ -10,12 +10,13 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..extractors import known_lookahead_s
+from ..storage.roles import GROUP_NAMES, corpus_key, role_names
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -30,6 +31,91 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
 
 
+#: columns of the OMG layout's session tables (its own words)
+OMG_COLUMNS = ["session", "listener", "story", "speaker", "split"]
+
+
+def _id_columns(layouts: set[str], partners: bool) -> list[str]:
+    """The id columns of a session table: the OMG layout's, else the manifest's words (the
+    partner only when some session has one)."""
+    if layouts <= {"omg"}:
+        return OMG_COLUMNS
+    names = role_names("manifest")
+    return (
+        ["session", names["listener"], GROUP_NAMES["manifest"]]
+        + ([names["speaker"]] if partners else [])
+        + ["split"]
+    )
+
+
+def _ids(row: dict, layout: str) -> dict:
+    """A session's ids as its layout writes them (an OMG session's numbers in a manifest's
+    columns where a store mixes layouts)."""
+    if layout != "manifest":
+        row = row | {"person": row["listener"], "group": row["story"]}
+        return row | {"partner": row["speaker"] or "-"}
+    return row | {"partner": row.get("partner") or "-"}
+
+
+def scan_table(sessions: Sequence[Any], where: str) -> None:
+    """``featurestore scan``'s table of ``sessions`` (:class:`~..sources.manifest.SessionFiles`)
+    and its count line, in the corpus's words: a manifest's person, group and partner ids as
+    written, its media columns; the OMG layout's listener, story, speaker and shared video."""
+    layouts = {s.layout for s in sessions}
+    ids = _id_columns(layouts, any(s.partner or s.speaker for s in sessions))
+    omg = ids is OMG_COLUMNS
+    media = ["video"] if omg else ["media"]
+    extra = ["transcript"] if omg or any(s.transcript for s in sessions) else []
+    extra += ["ratings"] if any(s.ratings for s in sessions) else []
+    rows = []
+    for s in sessions:
+        files = (["video"] if s.video else []) + sorted(s.media)
+        row = _ids(
+            {c: getattr(s, c) for c in [*OMG_COLUMNS, "person", "group", "partner"]}, s.layout
+        )
+        rows.append(
+            row
+            | {
+                "video": s.video.name if s.video else "-",
+                "media": ",".join(files) or "-",
+                "labels": ",".join(sorted(s.annotations)) or "-",
+                "transcript": "yes" if s.transcript else "-",
+                "ratings": ",".join(sorted(s.ratings)) or "-",
+            }
+        )
+    print_table(rows, [*ids, *media, "labels", *extra])
+    if omg:
+        with_video = sum(1 for s in sessions if s.video)
+        print(f"\n{len(sessions)} sessions, {with_video} with a shared video in {where}")
+        return
+    with_video = sum(1 for s in sessions if s.video or any(k.startswith("video") for k in s.media))
+    persons = len({r["person"] for r in rows})
+    groups = len({r["group"] for r in rows})
+    alone = "" if "partner" in ids else ", no partner"
+    print(
+        f"\n{len(sessions)} sessions of {persons} person(s) in {groups} group(s){alone}, "
+        f"{with_video} with a video, in {where}"
+    )
+
+
+def store_table(df: Any) -> None:
+    """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions` (a DataFrame) in
+    the corpus's words: ids as the manifest writes them, channels under its role words."""
+    layouts = set(df.layout)
+    ids = _id_columns(layouts, any(p for p in df.partner) or any(df.speaker != 0))
+    rows = []
+    for r in df.to_dict("records"):
+        names = role_names(r["layout"])
+        rows.append(
+            _ids(r, r["layout"])
+            | {
+                "channels": ",".join(corpus_key(k, names) for k in r["channels"]),
+                "targets": ",".join(r["targets"]),
+            }
+        )
+    print_table(rows, [*ids, "n_frames", "channels", "targets"])
+
+
 #: per-session lines of the extraction summary before it groups them (one screen in all)
 SUMMARY_LINES = 12
 
@@ -40,22 +126,28 @@ def some(names: list[str], shown: int = 4) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def print_extract_summary(results: Sequence[Any], started: float) -> int:
+def print_extract_summary(
+    results: Sequence[Any], started: float, layouts: Mapping[str, str] | None = None
+) -> int:
     """Counts, computed channels and notes of an extraction (``started``: its
-    ``time.perf_counter()``), failures on stderr; returns the exit code."""
+    ``time.perf_counter()``), failures on stderr; returns the exit code. ``layouts``: session ->
+    its corpus layout, whose words name the computed channels (``person/egemaps``)."""
+    layouts = layouts or {}
     counts = Counter(r.status for r in results)
     print(
         f"\nextraction summary ({time.perf_counter() - started:.1f} s): "
         f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
     )
     computed = [r for r in results if r.computed]
+    words = {r.session: role_names(layouts.get(r.session, "omg")) for r in computed}
+    shown = {r.session: [corpus_key(k, words[r.session]) for k in r.computed] for r in computed}
     if len(computed) <= SUMMARY_LINES:
         for r in computed:
-            print(f"  {r.session}: computed {', '.join(r.computed)} in {r.seconds:.1f} s")
+            print(f"  {r.session}: computed {', '.join(shown[r.session])} in {r.seconds:.1f} s")
     else:  # many sessions: one line per set of computed channels
         groups: dict[tuple[str, ...], list[str]] = {}
         for r in computed:
-            groups.setdefault(tuple(r.computed), []).append(r.session)
+            groups.setdefault(tuple(shown[r.session]), []).append(r.session)
         for chans, names in groups.items():
             print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names)})")
     notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
@@ -115,8 +207,13 @@ def print_session(
 ) -> None:
     """``featurestore inspect``: a session's frames, labels, whole-session ratings and each
     channel's shape, rate, validity and provenance (``columns``: also its column names)."""
+    names = role_names(meta.layout)
+    people = meta.people()
+    if meta.layout == "manifest":  # the ids as written; a monadic corpus has no partner
+        partner = f", partner {meta.partner}" if meta.partner else ", no partner"
+        people = f"person {meta.person}, group {meta.group}{partner}"
     print(
-        f"{meta.session}: {meta.people()}, split {meta.split}, "
+        f"{meta.session}: {people}, split {meta.split}, "
         f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
     )
     for t in store.label_targets(session):
@@ -137,7 +234,7 @@ def print_session(
             else float("nan")
         )
         print(
-            f"  {key}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
+            f"  {corpus_key(key, names)}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
             f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
             f"      extractor {ch.extractor} {ch.extractor_version}, cache key {ch.cache_key}, "
             f"created {ch.created_utc}, reads {_lookahead_text(ch)} past each row",

@@ -59,21 +59,28 @@ def corpus_key(key: str, names: Mapping[str, str]) -> str:
     return f"{names.get(role, role)}{sep}{channel}"
 
 
-def roles_note(layout: str) -> str:
-    """A report's Markdown note of the corpus's words for the roles (empty for the OMG layout).
+def roles_note(layout: str, monadic: bool = False) -> str:
+    """A report's Markdown note of the corpus's words for the roles (empty for the OMG layout);
+    ``monadic``: no session has a partner.
 
     >>> roles_note("omg")
     ''
     >>> roles_note("manifest").startswith("Corpus layout `manifest`: the rated person is the `person`")
     True
+    >>> "no partner" in roles_note("manifest", monadic=True)
+    True
     """
     names = role_names(layout)
     if names == ROLE_NAMES["omg"]:
         return ""
+    other = (
+        f"one person per session (no {names['speaker']})"
+        if monadic
+        else f"the other person the `{names['speaker']}` (stored as `speaker`)"
+    )
     return (
         f"Corpus layout `{layout}`: the rated person is the `{names['listener']}` (stored as "
-        f"`listener`), the other person the `{names['speaker']}` (stored as `speaker`); "
-        "per-session ids are the manifest's.\n\n"
+        f"`listener`), {other}; per-session ids are the manifest's.\n\n"
     )
 
 
@@ -92,10 +99,13 @@ def in_corpus_words(text: str, layout: str, keep: Collection[str] = ()) -> str:
     'per story'
     >>> in_corpus_words("ridge speaker w2s, per speaker", "manifest", keep={"speaker"})
     'ridge speaker w2s, per speaker'
+    >>> in_corpus_words("models that do not know who is listening", "manifest")
+    'models that do not know who the person is'
     """
     if layout not in ROLE_NAMES or layout == "omg":
         return text
     names = {**role_names(layout), "group": GROUP_NAMES[layout]}
+    text = text.replace("who is listening", f"who the {names['listener']} is")
 
     def repl(m: re.Match) -> str:
         if m.group(0) in keep:

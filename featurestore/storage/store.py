@@ -327,14 +327,17 @@ class Store:
 
     def sessions(self) -> pd.DataFrame:
         """One row per shard: session, listener, story, speaker, split, n_frames, channels,
-        targets, layout (``omg`` or ``manifest``; :func:`featurestore.storage.roles.role_names`)."""
+        targets, layout (``omg`` or ``manifest``; :func:`featurestore.storage.roles.role_names`) and
+        the manifest's ids as written: person, group, partner (empty in the OMG layout)."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:
                 m = shard.meta
                 row = [s, m.listener, m.story, m.speaker, m.split, m.n_frames]
-                rows.append([*row, shard.channel_keys(), shard.label_targets(), m.layout])
+                ids = [m.person, m.group, m.partner]
+                rows.append([*row, shard.channel_keys(), shard.label_targets(), m.layout, *ids])
         columns = [*SESSION_COLUMNS, "n_frames", "channels", "targets", "layout"]
+        columns += ["person", "group", "partner"]
         return pd.DataFrame(rows, columns=columns)
 
     # ------------------------------------------------------- whole-session ratings

@@ -105,3 +105,19 @@ def test_make_ui_helper_tags_sweeps_and_prints_their_links(tmp_path, tracking_di
     assert "ui-helper-someone-else" not in out
     assert client.get_experiment(sweep_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     assert EXPERIMENT_KIND_TAG not in client.get_experiment(other_id).tags  # not ours: left alone
+
+
+def test_make_ui_helper_prints_a_link_for_every_experiment_of_the_package(tracking_dir, capsys):
+    """A sweep in one experiment, `experiments agreement` (no configuration hash, the code
+    fingerprint every run of the package logs) in a second: a link for each."""
+    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
+    sweep_id = Tracker(tracking_dir, "ui-every-sweep").experiment_id
+    client.create_run(sweep_id, tags={CONFIG_HASH_TAG: "abc", "code_fingerprint": "f"})
+    agreement_id = Tracker(tracking_dir, "ui-every-agreement").experiment_id
+    client.create_run(agreement_id, tags={"agreement": "true", "code_fingerprint": "f"})
+    empty_id = Tracker(tracking_dir, "ui-every-empty").experiment_id  # no run: nothing to open
+    assert main(["--tracking-uri", tracking_dir, "--url", "http://127.0.0.1:5056"]) == 0
+    out = capsys.readouterr().out
+    for name, eid in (("ui-every-sweep", sweep_id), ("ui-every-agreement", agreement_id)):
+        assert f"{name}: {runs_url(eid, 'http://127.0.0.1:5056')}" in out
+    assert "ui-every-empty" not in out and empty_id not in out.split("experiments/")

@@ -71,9 +71,7 @@ def test_extract_from_a_scanned_csv_manifest_with_a_shared_video(demo, tmp_path,
     assert main(["verify", "--store", str(store)]) == 0
     capsys.readouterr()
     assert main(["inspect", "dyad-07", "--store", str(store)]) == 0
-    assert "dyad-07: person anna, group picnic, partner bo (manifest), split test" in (
-        capsys.readouterr().out
-    )
+    assert "dyad-07: person anna, group picnic, partner bo, split test" in (capsys.readouterr().out)
 
 
 def test_extract_media_per_role_from_a_yaml_manifest(tmp_path):

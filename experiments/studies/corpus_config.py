@@ -1,0 +1,79 @@
+"""The packaged OMG-Empathy configs fitted to a store of another corpus: the ``--set``
+overrides (:func:`corpus_overrides`) that ``experiments agreement`` applies when no ``--config``
+is given, so that it runs on any store (docs/results.md, "Observer ratings and self-observer
+agreement").
+
+>>> from experiments.config.store_check import StoreNames
+>>> names = StoreNames("st", {"a": 1, "b": 2}, {"a": frozenset({"listener/egemaps"}),
+...     "b": frozenset({"listener/egemaps", "listener/face_geom"})},
+...     {"a": frozenset({"valence"}), "b": frozenset({"valence", "arousal"})},
+...     layouts={"a": "manifest", "b": "manifest"}, speakers={"a": 0, "b": 0})
+>>> corpus_overrides(names)[:3]
+['target=valence', 'splits=shard', 'feature_sets={person: [person/egemaps, person/face_geom]}']
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from featurestore import Store
+from featurestore.storage.roles import corpus_key, roles_note
+
+from ..config.store_check import StoreNames
+
+
+def corpus_overrides(names: StoreNames) -> list[str]:
+    """``--set KEY=VALUE`` strings that put the store's own target, splits, roles and channels
+    into a packaged (OMG-Empathy) config: the target most sessions hold, each session's split
+    as its shard records it, a feature set per role the store has (in the corpus's words, e.g.
+    ``person``; ``both`` when there is a partner), no late fusion and no importance. Empty for
+    a store of the OMG layout, which the packaged configs already fit."""
+    if set(names.layouts.values()) <= {"omg"}:
+        return []
+    held = Counter(t for targets in names.targets.values() for t in targets)
+    target = min(held, key=lambda t: (-held[t], t)) if held else "valence"
+    words = names.role_names()
+    keys = sorted({k for keys in names.channels.values() for k in keys})
+    sets: dict[str, list[str]] = {}
+    for role in ("listener", "speaker"):
+        chosen = [corpus_key(k, words) for k in keys if k.startswith(f"{role}/")]
+        if chosen:
+            sets[words[role]] = chosen
+    if len(sets) == 2:
+        sets["both"] = [k for v in list(sets.values()) for k in v]
+    if not sets:  # a store of labels only: the set is never complete, so never trained
+        sets[words["listener"]] = [f"{words['listener']}/egemaps"]
+    text = ", ".join(f"{name}: [{', '.join(v)}]" for name, v in sets.items())
+    return [
+        f"target={target}",
+        "splits=shard",
+        f"feature_sets={{{text}}}",
+        f"feature_set=[{', '.join(sets)}]",
+        "fusion=null",
+        "importance=null",
+    ]
+
+
+def corpus_note(store: Store | str | os.PathLike) -> tuple[str, str]:
+    """(layout, the Markdown note a report opens with) of ``store``: the corpus's words for the
+    roles, and whether it is monadic (no session has a partner); (``omg``, ``""``) for the OMG
+    layout or an empty store."""
+    st = store if isinstance(store, Store) else Store(store)
+    table = st.sessions() if st.root.is_dir() else None
+    if table is None or table.empty:
+        return "omg", ""
+    layouts = set(table.layout)
+    layout = layouts.pop() if len(layouts) == 1 else "omg"
+    return layout, roles_note(layout, monadic=bool((table.speaker == 0).all()))
+
+
+def person_ids(store: Store | str | os.PathLike) -> dict[int, str]:
+    """Listener number -> the person id the manifest gives, for the sessions of a manifest
+    corpus in ``store`` (empty for the OMG layout, whose ids are the numbers)."""
+    st = store if isinstance(store, Store) else Store(store)
+    table = st.sessions() if st.root.is_dir() else None
+    if table is None or table.empty:
+        return {}
+    rows = table[(table.layout == "manifest") & (table.person != "")]
+    return {int(n): str(p) for n, p in zip(rows.listener, rows.person, strict=True)}
