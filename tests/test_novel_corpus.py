@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 from scipy.io import wavfile
 from scipy.signal import resample_poly
 
 from experiments.cli import main as experiments_main
+from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.cli import main as featurestore_main
 from featurestore.storage.store import Store
 from tests.featurestore.extraction.helpers import write_openface
@@ -170,8 +172,15 @@ def test_agreement_finds_the_raters_lags_without_an_omg_config(store, tmp_path):
     args = ["agreement", "--store", str(store), "--no-cross", "--out", str(out)]
     args += ["--tracking-uri", str(tmp_path / "mlruns")]
     assert experiments_main(args) == 0
-    text = (out / "agreement.md").read_text()
-    assert "subj" in text or "rec-" in text or "valence" in text
+    # the demo's raters react 1 s and 2.5 s late: r2's lag relative to r1 is found, per target
+    lags = pd.read_csv(out / "inter_rater_lags.csv").set_index(["target", "rater"])["lag_s"]
+    for target in ("valence", "arousal"):
+        assert lags[(target, "r1")] == 0.0 and 1.2 <= lags[(target, "r2")] <= 1.8
+    icc = pd.read_csv(out / "inter_rater.csv")
+    pooled = icc[icc["session"] == "pooled"].set_index(["target", "aligned"])["ICC(2,1)"]
+    for target in ("valence", "arousal"):
+        assert pooled[(target, True)] > pooled[(target, False)]  # aligning the lag helps
+    assert set(icc["session"]) >= {"rec-001", "rec-012"}  # the recordings' own ids
 
 
 def test_a_two_target_sweep_and_the_whole_recording_study(store, tmp_path):
@@ -196,4 +205,13 @@ def test_a_two_target_sweep_and_the_whole_recording_study(store, tmp_path):
     )
     args = ["sessions", str(cfg), "--store", str(store), "--out", str(tmp_path / "reports")]
     assert experiments_main(args) == 0
-    assert (tmp_path / "reports" / "summary_sessions.md").exists()
+    text = (tmp_path / "reports" / "summary_sessions.md").read_text()
+    assert "12 sessions of 3 persons" in text and "person/egemaps" in text
+    client = MlflowClient(resolve_tracking_uri(uri))
+    runs = client.search_runs([client.get_experiment_by_name("lab").experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    metrics = parent.data.metrics
+    for part in ("valence", "arousal", "combined"):  # each target scored, and the combined score
+        for track in ("personalized", "generalized"):
+            assert np.isfinite(metrics[f"{part}.test.ccc_{track}"]), (part, track)
+    assert parent.data.tags["layout"] == "manifest"
