@@ -181,6 +181,8 @@ def test_agreement_finds_the_raters_lags_without_an_omg_config(store, tmp_path):
     for target in ("valence", "arousal"):
         assert pooled[(target, True)] > pooled[(target, False)]  # aligning the lag helps
     assert set(icc["session"]) >= {"rec-001", "rec-012"}  # the recordings' own ids
+    client = MlflowClient(resolve_tracking_uri(str(tmp_path / "mlruns")))
+    assert client.get_experiment_by_name("agreement-store") is not None  # not the OMG config's
 
 
 def test_a_two_target_sweep_and_the_whole_recording_study(store, tmp_path):

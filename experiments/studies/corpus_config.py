@@ -28,7 +28,8 @@ def corpus_overrides(names: StoreNames) -> list[str]:
     into a packaged (OMG-Empathy) config: the target most sessions hold, each session's split
     as its shard records it, a feature set per role the store has (in the corpus's words, e.g.
     ``person``; ``both`` when there is a partner), no late fusion and no importance. Empty for
-    a store of the OMG layout, which the packaged configs already fit."""
+    a store of the OMG layout, which the packaged configs already fit. Its runs go to the MLflow
+    experiment ``agreement-<store folder>``."""
     if set(names.layouts.values()) <= {"omg"}:
         return []
     held = Counter(t for targets in names.targets.values() for t in targets)
@@ -52,7 +53,15 @@ def corpus_overrides(names: StoreNames) -> list[str]:
         f"feature_set=[{', '.join(sets)}]",
         "fusion=null",
         "importance=null",
+        f"tracking.experiment={_experiment_name(names)}",
     ]
+
+
+def _experiment_name(names: StoreNames) -> str:
+    """``agreement-<store folder>``: the MLflow experiment of a corpus's agreement runs (never
+    the packaged config's OMG name)."""
+    folder = os.path.basename(os.path.normpath(str(names.root))) or "store"
+    return f"agreement-{folder}"
 
 
 def corpus_note(store: Store | str | os.PathLike) -> tuple[str, str]:
