@@ -39,6 +39,19 @@ def interrupt_exit_code(e: KeyboardInterrupt) -> int:
     return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
 
 
+#: the SIGTERMs received (see :func:`raise_if_terminated`)
+_RECEIVED: list[int] = []
+
+
+def raise_if_terminated() -> None:
+    """Raise :class:`Terminated` again when a SIGTERM arrived whose exception was swallowed: the
+    handler runs wherever the main thread is, and an exception raised inside a C library's
+    callback (openSMILE's, through ctypes) is printed and ignored. Long loops call this between
+    their steps (each session of an extraction)."""
+    if _RECEIVED:
+        raise Terminated(f"signal {_RECEIVED[-1]}")
+
+
 def terminate_as_interrupt() -> None:
     """Install a SIGTERM handler that raises :class:`Terminated` (a KeyboardInterrupt; main
     thread only, else a no-op).
@@ -49,6 +62,7 @@ def terminate_as_interrupt() -> None:
     """
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        _RECEIVED.append(signum)
         raise Terminated(f"signal {signum}")
 
     try:

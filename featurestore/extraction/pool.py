@@ -17,6 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..processes import raise_if_terminated
 from ..sources.manifest import SessionFiles
 from ..storage.store import Store
 from .config import FeatureConfig
@@ -50,7 +51,9 @@ def _run_local(
     """Every session in this process (``jobs`` <= 1) or ``jobs`` spawned processes."""
     if jobs <= 1:
         for sf in sessions:
+            raise_if_terminated()  # a SIGTERM swallowed inside a C library's callback
             done(extract_session(sf, store_root, channels, cfg, force, position=1))
+        raise_if_terminated()
         return
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:

@@ -70,3 +70,56 @@ def test_sigterm_while_reading_a_long_config_exits_143_with_a_message(
     assert code == EXIT_TERMINATED, err[-2000:]
     assert f"{message}terminated (SIGTERM)" in err and "re-run" in err
     assert "Traceback" not in err
+
+
+@pytest.fixture
+def sigterm_handler():
+    """The command lines' SIGTERM handler installed in this process, removed afterwards."""
+    from featurestore import processes
+
+    previous = signal.getsignal(signal.SIGTERM)
+    processes.terminate_as_interrupt()
+    yield processes
+    signal.signal(signal.SIGTERM, previous)
+    processes._RECEIVED.clear()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_swallowed_by_a_c_callback_still_stops_the_next_step(sigterm_handler):
+    """openSMILE calls back into Python through ctypes; a SIGTERM handled there raises inside
+    the callback, which ctypes prints and ignores (extract then ran to its end, exit 0). The
+    signal is remembered, and the next step raises it again."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    compare = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)
+    )
+    calls: list[int] = []
+    sent: list[int] = []
+
+    def cmp(a, b):  # the signal arrives while C code runs this callback
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here: Terminated raised inside the callback
+        calls.append(1)
+        return a[0] - b[0]
+
+    values = (ctypes.c_int * 5)(5, 1, 4, 2, 3)
+    libc.qsort(values, len(values), ctypes.sizeof(ctypes.c_int), compare(cmp))
+    assert calls  # the C call went on calling back: the exception was swallowed
+    with pytest.raises(sigterm_handler.Terminated):
+        sigterm_handler.raise_if_terminated()
+
+
+def test_extraction_in_one_process_stops_before_the_next_session(sigterm_handler, tmp_path):
+    from featurestore.extraction.config import FeatureConfig
+    from featurestore.extraction.pool import extract_many
+    from featurestore.sources.manifest import SessionFiles
+
+    sigterm_handler._RECEIVED.append(signal.SIGTERM)  # as if swallowed during the session before
+    session = SessionFiles("Subject_1_Story_1", listener=1, story=1, speaker=0, split="train")
+    with pytest.raises(sigterm_handler.Terminated):
+        extract_many([session], tmp_path / "store", ["egemaps"], FeatureConfig(), jobs=1)
+    assert not (tmp_path / "store").exists() or not list((tmp_path / "store").glob("*.h5"))
