@@ -25,6 +25,7 @@ from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.cli import main as featurestore_main
 from featurestore.storage.store import Store
 from tests.featurestore.extraction.helpers import write_openface
+from tests.featurestore.helpers import mux_audio
 
 pytestmark = pytest.mark.slow
 
@@ -49,15 +50,7 @@ def _mux(video: Path, wav: Path, out: Path) -> None:
                 dst.mux(p)
         for p in v.encode():
             dst.mux(p)
-        for start in range(0, len(mono), 1024):
-            fr = av.AudioFrame.from_ndarray(
-                mono[None, start : start + 1024], format="flt", layout="mono"
-            )
-            fr.sample_rate = sr
-            for p in a.encode(fr):
-                dst.mux(p)
-        for p in a.encode():
-            dst.mux(p)
+        mux_audio(dst, a, mono, sr)
 
 
 def _resample_wav(wav: Path, out: Path, rate: int = 44100) -> None:

@@ -48,13 +48,22 @@ def make_video(
             sig = 0.3 * np.sin(2 * np.pi * 220 * t)
             if tremolo_hz > 0:
                 sig *= 1 + np.sin(2 * np.pi * tremolo_hz * t)
-            sig = sig.astype(np.float32)
-            for start in range(0, len(sig), 1024):
-                chunk = sig[start : start + 1024][None, :]
-                fr = av.AudioFrame.from_ndarray(chunk, format="flt", layout="mono")
-                fr.sample_rate = sr
-                for p in a.encode(fr):
-                    c.mux(p)
-            for p in a.encode():
-                c.mux(p)
+            mux_audio(c, a, sig.astype(np.float32), sr)
     return path
+
+
+def mux_audio(container, stream, signal: np.ndarray, sr: int) -> None:
+    """Encode the mono ``signal`` (float32 ``flt`` or int16 ``s16`` samples at ``sr`` Hz) on the
+    audio ``stream`` of the PyAV output ``container``, in chunks of 1024 samples, and flush it."""
+    import av
+
+    fmt = "s16" if signal.dtype == np.int16 else "flt"
+    for start in range(0, len(signal), 1024):
+        fr = av.AudioFrame.from_ndarray(
+            signal[None, start : start + 1024], format=fmt, layout="mono"
+        )
+        fr.sample_rate = sr
+        for p in stream.encode(fr):
+            container.mux(p)
+    for p in stream.encode():
+        container.mux(p)

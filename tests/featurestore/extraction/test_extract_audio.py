@@ -8,7 +8,7 @@ import pytest
 
 from featurestore.cli import main
 from featurestore.storage.store import Store
-from tests.featurestore.helpers import make_video
+from tests.featurestore.helpers import make_video, mux_audio
 from tests.featurestore.sources.helpers import write_valence
 
 pytestmark = pytest.mark.slow
@@ -73,16 +73,7 @@ def _mkv_with_pcm(path, seconds=3.0, fps=25, sr=48000):
         for p in v.encode():
             c.mux(p)
         t = np.arange(int(seconds * sr)) / sr
-        sig = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16)
-        for start in range(0, len(sig), 1024):
-            fr = av.AudioFrame.from_ndarray(
-                sig[None, start : start + 1024], format="s16", layout="mono"
-            )
-            fr.sample_rate = sr
-            for p in a.encode(fr):
-                c.mux(p)
-        for p in a.encode():
-            c.mux(p)
+        mux_audio(c, a, (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16), sr)
     return path
 
 
