@@ -80,18 +80,16 @@ def cluster(mlflow_server):
         yield c.scheduler_address
 
 
+def dask_sweep(cfg, store, cluster, **kw):
+    """``run_sweep`` of ``cfg`` on ``store`` by the Dask executor on ``cluster``, no progress bar."""
+    return run_sweep(cfg, store=store, executor="dask", scheduler=cluster, progress=False, **kw)
+
+
 def test_dask_sweep_same_metrics_as_local_via_sqlite(
     planted_store, tracking_dir, cluster, local_reference
 ):
     cfg = from_dict(config_dict(tracking_dir, "dask-sqlite"))
-    res = run_sweep(
-        cfg,
-        store=planted_store,
-        executor="dask",
-        scheduler=cluster,
-        progress=False,
-        log_artifacts=False,
-    )
+    res = dask_sweep(cfg, planted_store, cluster, log_artifacts=False)
     assert res.n_failed == 0 and (res.table.status == "done").all()
     assert_same_metrics(res.table, local_reference)
     # the table is in configuration order, baseline first, like the local executor's
@@ -115,14 +113,7 @@ def test_store_problems_stop_the_sweep_as_locally(planted_store, tracking_dir, c
     d = config_dict(tracking_dir, "dask-missing")
     d["feature_sets"] = {"au": ["listener/face_au"]}
     with pytest.raises(DatasetError, match="face_au"):
-        run_sweep(
-            from_dict(d),
-            store=planted_store,
-            executor="dask",
-            scheduler=cluster,
-            progress=False,
-            log_artifacts=False,
-        )
+        dask_sweep(from_dict(d), planted_store, cluster, log_artifacts=False)
     with pytest.raises(ValueError, match="single writer"):
         run_sweep(
             from_dict(config_dict(tracking_dir, "x")),
@@ -139,14 +130,7 @@ def test_workers_log_through_an_mlflow_server_once_each(
     d = config_dict(uri, "dask-server")
     d["feature_set"] = ["listener"]
     cfg = from_dict(d)
-    res = run_sweep(
-        cfg,
-        store=planted_store,
-        executor="dask",
-        tracking_uri=uri,
-        scheduler=cluster,
-        progress=False,
-    )
+    res = dask_sweep(cfg, planted_store, cluster, tracking_uri=uri)
     n = len(expand(cfg))
     assert n >= 3 and res.n_failed == 0 and len(res.table) == n
     assert_same_metrics(res.table, local_reference.loc[res.table[CONFIG_HASH_TAG]])
@@ -172,14 +156,7 @@ def test_workers_log_through_an_mlflow_server_once_each(
     assert {"config.yaml", "ccc_matrix.csv", "predictions", "plots"} <= names
     assert list((folder / "artifacts").rglob("ccc_matrix.csv"))
 
-    again = run_sweep(
-        cfg,
-        store=planted_store,
-        executor="dask",
-        tracking_uri=uri,
-        scheduler=cluster,
-        progress=False,
-    )
+    again = dask_sweep(cfg, planted_store, cluster, tracking_uri=uri)
     assert (again.table.status == "reused").all() and again.skipped == n
     kids = client.search_runs([res.experiment_id], "tags.mlflow.parentRunId != ''", max_results=100)
     assert len(kids) == n
@@ -201,16 +178,7 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     client = MlflowClient(tracking_uri=uri)
     outcome: dict = {}
     sweep = threading.Thread(
-        target=lambda: outcome.update(
-            res=run_sweep(
-                cfg,
-                store=planted_store,
-                executor="dask",
-                tracking_uri=uri,
-                scheduler=cluster,
-                progress=False,
-            )
-        )
+        target=lambda: outcome.update(res=dask_sweep(cfg, planted_store, cluster, tracking_uri=uri))
     )
     sweep.start()
     killed: dict[str, int] = {}  # run id -> pid of the worker killed while logging it
@@ -257,15 +225,7 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
         [res.experiment_id], f"tags.mlflow.parentRunId = '{res.parent_run_id}'", max_results=100
     )
     assert not [k for k in kids if k.info.status == "RUNNING"]
-    again = run_sweep(
-        cfg,
-        store=planted_store,
-        executor="dask",
-        tracking_uri=uri,
-        scheduler=cluster,
-        progress=False,
-        log_artifacts=False,
-    )
+    again = dask_sweep(cfg, planted_store, cluster, tracking_uri=uri, log_artifacts=False)
     assert (again.table.status == "reused").all()
 
 
