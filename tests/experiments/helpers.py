@@ -338,6 +338,17 @@ def dask_cluster(n_workers: int = 2, allowed_failures: int | None = None):
         c.close()
 
 
+def running_children(client, experiment: str) -> list:
+    """The child runs of ``experiment`` that are RUNNING on ``client``'s server (none yet when
+    the experiment does not exist)."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    return client.search_runs(
+        [exp.experiment_id], "attributes.status = 'RUNNING' and tags.mlflow.parentRunId != ''"
+    )
+
+
 def assert_same_metrics(table, reference) -> None:
     """Every val./test. metric of ``reference`` (indexed by config hash) equals ``table``'s, per configuration."""
     import numpy as np

@@ -28,6 +28,7 @@ from tests.experiments.helpers import (
     dask_cluster,
     free_port,
     process_group,
+    running_children,
     wait_healthy,
 )
 
@@ -185,15 +186,7 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     while (
         sweep.is_alive() and len(killed) < 2
     ):  # two at most: Dask gives up on a task after 3 lost workers
-        exp = client.get_experiment_by_name(cfg.tracking.experiment)
-        running = (
-            client.search_runs(
-                [exp.experiment_id],
-                "attributes.status = 'RUNNING' and tags.mlflow.parentRunId != ''",
-            )
-            if exp
-            else []
-        )
+        running = running_children(client, cfg.tracking.experiment)
         for r in running:
             pid = int(r.data.tags["pid"])
             if r.info.run_id not in killed and pid not in killed.values() and pid != os.getpid():

@@ -49,6 +49,7 @@ from tests.experiments.helpers import (
     dask_cluster,
     free_port,
     process_group,
+    running_children,
     wait_healthy,
 )
 
@@ -235,15 +236,7 @@ def kill_a_worker_while_it_logs(
     pids = worker_pids(cluster)
     tried: set[str] = set()
     while sweep.poll() is None and len(tried) < attempts:
-        exp = client.get_experiment_by_name(EXPERIMENT)
-        running = (
-            client.search_runs(
-                [exp.experiment_id],
-                "attributes.status = 'RUNNING' and tags.mlflow.parentRunId != ''",
-            )
-            if exp
-            else []
-        )
+        running = running_children(client, EXPERIMENT)
         # past the baselines (logged first, alone): the kill lands in the middle of the sweep
         target = next(
             (
