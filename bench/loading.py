@@ -46,7 +46,7 @@ import pandas as pd
 
 from experiments.data.dataset import load_sessions, resample_channel
 from experiments.data.frames_cache import FOLDER_NAME
-from featurestore.storage.store import LABEL_FPS, ROLES, Store
+from featurestore.storage.store import LABEL_FPS, STORE_ROLES, Store
 
 from . import frames_format, inputs
 from .harness import best_time, record
@@ -86,7 +86,7 @@ def export_tables(store_dir: Path, out: Path, fmt: str) -> Path:
         tables: dict[str, dict] = {}  # file -> {column: array}
         with h5py.File(store.shard_path(s), "r") as f:
             files_by_rows: dict = {}
-            for role in ROLES:
+            for role in STORE_ROLES:
                 for name in f.get(role, {}):
                     g = f[role][name]
                     key = f"{role}/{name}"
@@ -170,7 +170,7 @@ def compression_records(store_dir: Path, n_sessions: int = 8) -> list[dict]:
     for s in store.list_sessions()[:n_sessions]:
         with h5py.File(store.shard_path(s), "r") as f:
             seen = set()
-            for role in ROLES:
+            for role in STORE_ROLES:
                 for name in f.get(role, {}):
                     ds = f[role][name]["data"]
                     if ds.id not in seen:  # linked rows once, as stored

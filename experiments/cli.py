@@ -259,9 +259,7 @@ def _print_sweep(res: SweepResult) -> int:
         f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
     _print_best(res)
-    from featurestore.storage.roles import in_corpus_words  # startup: see the imports above
-
-    print(in_corpus_words(_choices(res), res.layout, res.keep), end="")
+    print(res.layout.in_words(_choices(res), res.keep), end="")
     if study := getattr(res, "study_name", ""):
         print(f"optuna study {study} in {mask_uri(res.storage)}: {len(res.trials)} trials")  # type: ignore[attr-defined]
     per_track = ", ".join(f"{k} {v}" for k, v in res.best_run_ids.items()) or "none"

@@ -32,7 +32,7 @@ from .extraction.summary import (
     scan_table,
     store_table,
 )
-from .extractors import ExtractorUnavailable, registry
+from .extractors import ExtractorUnavailable, channels_of_kind, registry
 from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
@@ -44,7 +44,6 @@ from .sources.manifest import (
     write_manifest,
 )
 from .sources.manifest_file import ManifestError
-from .storage.shard import TRANSCRIPT_CHANNELS
 from .storage.store import Store, StoreError, parse_session, session_name
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -262,7 +261,7 @@ def cmd_ratings(args: argparse.Namespace) -> int:
 
 
 def cmd_transcripts(args: argparse.Namespace) -> int:
-    check_overrides_apply(args.set, TRANSCRIPT_CHANNELS, "transcripts", top_level=False)
+    check_overrides_apply(args.set, channels_of_kind("transcript"), "transcripts", top_level=False)
     report = import_transcripts(
         args.transcript_dir, args.store, force=args.force, progress=True, cfg=_load_cfg(args)
     )

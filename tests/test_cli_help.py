@@ -12,7 +12,7 @@ from experiments.cli import build_parser as experiments_parser
 from experiments.cli import main as experiments_main
 from featurestore.cli import build_parser as featurestore_parser
 from featurestore.extraction.config import check_overrides_apply, load_feature_config
-from featurestore.storage.shard import TRANSCRIPT_CHANNELS
+from featurestore.extractors import channels_of_kind
 
 
 def verbs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -76,7 +76,7 @@ def test_featurestore_help_examples_are_valid_settings_for_the_verb(verb: str) -
     sub = verbs(PARSERS["featurestore"])[verb]
     examples = set_examples(sub)
     assert examples
-    applies = TRANSCRIPT_CHANNELS if verb == "transcripts" else None
+    applies = channels_of_kind("transcript") if verb == "transcripts" else None
     for example in examples:
         load_feature_config(overrides=[example])
         if applies is not None:

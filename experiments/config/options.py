@@ -3,9 +3,6 @@ Options and their tracks). Importing it loads no scikit-learn: a config is valid
 
 from __future__ import annotations
 
-#: feature roles of the store (``ROLE/CHANNEL`` in a feature set): the store's schema defines them
-from featurestore.storage.store import ROLES  # noqa: F401 - re-exported
-
 #: selection protocols: ``val``, or a cross-validation over train + val (leave one story, one
 #: person out; ``folds`` folds of persons or groups), which predicts test by a model on all of it
 PROTOCOLS = ("val", "loso", "lopo", "kfold_person", "kfold_group")

@@ -13,17 +13,14 @@ import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from featurestore.extractors import channels_of_kind, registry
 from featurestore.overrides import ConfigError
-from featurestore.storage.roles import corpus_key, role_names
-from featurestore.storage.shard import TRANSCRIPT_CHANNELS
+from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout, common_layout
+from featurestore.storage.roles import corpus_key
 from featurestore.storage.store import Store, StoreError
 
 from .options import ConfigWarning
 from .schema import ExperimentConfig
-
-#: the channels featurestore's extractors write (a test checks them against its registry);
-#: a name close to one of them that the store lacks is taken as misspelt
-EXTRACTOR_CHANNELS = ("face_geom", "face_au", "egemaps", *TRANSCRIPT_CHANNELS)
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class StoreNames:
     #: whether every swept feature set's channels must be in every session (``experiments
     #: agreement`` takes the largest set the sessions have: there only a misspelt name is an error)
     require_channels: bool = True
-    #: session -> its layout (``omg``, ``manifest``): the words of its roles
+    #: session -> its layout's name (:mod:`featurestore.storage.layouts`): the words of its roles
     layouts: dict[str, str] = field(default_factory=dict)
     #: session -> its partner's number (0: none, a monadic session)
     speakers: dict[str, int] = field(default_factory=dict)
@@ -49,8 +46,8 @@ class StoreNames:
     def role_names(self, sessions: Collection[str] | None = None) -> dict[str, str]:
         """Store role -> the corpus's word, from the layout of ``sessions`` (default all); the
         store's own words when they mix layouts."""
-        layouts = {self.layouts.get(s, "omg") for s in (sessions or self.layouts or [""])}
-        return role_names(layouts.pop() if len(layouts) == 1 else "omg")
+        found = (self.layouts.get(s, DEFAULT_LAYOUT.name) for s in (sessions or self.layouts))
+        return common_layout(found).role_names
 
     def monadic(self, sessions: Collection[str]) -> bool:
         """Whether none of ``sessions`` has a partner (one person per session)."""
@@ -86,13 +83,12 @@ def store_names(store: str | os.PathLike, require_channels: bool = True) -> Stor
     )
 
 
-def corpus_roles(store: Store | str | os.PathLike) -> tuple[str, dict[str, str]]:
-    """(layout, store role -> word) of ``store``'s first shard, as reports name the roles;
-    (``omg``, identity) for an empty store."""
+def corpus_layout(store: Store | str | os.PathLike) -> CorpusLayout:
+    """The corpus layout of ``store``'s first shard, in whose words reports name the roles;
+    the default layout (the store's words) for an empty store."""
     st = store if isinstance(store, Store) else Store(store)
     sessions = st.list_sessions() if st.root.is_dir() else []
-    layout = st.meta(sessions[0]).layout if sessions else "omg"
-    return layout, role_names(layout)
+    return st.meta(sessions[0]).corpus_layout if sessions else DEFAULT_LAYOUT
 
 
 def _nearest(word: str, valid: Collection[str]) -> str | None:
@@ -220,8 +216,8 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
         # a misspelt channel: close to a channel of the store or of featurestore's, but neither
         stored = {k.split("/", 1)[1] for k in have if k.startswith(f"{role}/")}
         near = None
-        if channel not in stored and channel not in EXTRACTOR_CHANNELS:
-            near = _nearest(channel, stored | set(EXTRACTOR_CHANNELS))
+        if channel not in stored and channel not in registry():
+            near = _nearest(channel, stored | set(registry()))
         if near:  # an error whatever the verb
             problems.append(
                 f"{corpus_key(key, words)!r} is in no session of {names.root}; did you mean "
@@ -232,7 +228,7 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
             continue
         add = (
             f"`featurestore transcripts TRANSCRIPT_DIR --store {names.root}`"
-            if channel in TRANSCRIPT_CHANNELS
+            if channel in channels_of_kind("transcript")
             else f"`featurestore extract DATA_DIR --store {names.root}` (with {channel} in its channels)"
         )
         where = (

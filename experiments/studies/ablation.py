@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from featurestore import Store
-from featurestore.storage.roles import in_corpus_words
 
 from ..config.fusion import FUSED_SET
 from ..config.metrics import MetricSpec, get_metric
@@ -320,7 +319,7 @@ def write_report(
     feature sets it compares, without the OMG-Empathy paper's numbers) and ``ablation.png``
     into ``out``."""
     layout, note = corpus_note(store)  # a manifest corpus's report in its words (person, group)
-    omg = layout == "omg"
+    omg = layout.native  # the OMG-Empathy paper's numbers apply
     compared = "Speaker / listener / both" if omg else " / ".join(dict.fromkeys(df.feature_set))
     md = ablation_markdown(
         df,
@@ -332,7 +331,7 @@ def write_report(
         averaging=cfg.ccc_averaging,
         reference=omg,
     )
-    md = note + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
+    md = note + layout.in_words(md, keep=list(cfg.feature_sets))
     (out / "ablation.md").write_text(md)
     plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC if omg else None)
 

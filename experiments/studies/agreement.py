@@ -18,7 +18,6 @@ import pandas as pd
 import yaml
 
 from featurestore import Store
-from featurestore.storage.roles import in_corpus_words
 
 from ..config.grid import Trial, expand
 from ..config.models import model_spec
@@ -413,7 +412,7 @@ def agreement(
     )
     layout, note = corpus_note(st)  # a manifest corpus's report in its words (person, group)
     keep = [*targets_of(pairs), *(cfg.feature_sets if trial is not None else ())]
-    md = note + in_corpus_words(md, layout, keep)
+    md = note + layout.in_words(md, keep)
     files[1].write_text(md + "\n" + inter_rater_markdown(raters, lags))
     files += write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]

@@ -18,7 +18,8 @@ import os
 from collections import Counter
 
 from featurestore import Store
-from featurestore.storage.roles import corpus_key, roles_note
+from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout, common_layout, layout_of
+from featurestore.storage.roles import corpus_key
 
 from ..config.store_check import StoreNames
 
@@ -28,9 +29,9 @@ def corpus_overrides(names: StoreNames) -> list[str]:
     into a packaged (OMG-Empathy) config: the target most sessions hold, each session's split
     as its shard records it, a feature set per role the store has (in the corpus's words, e.g.
     ``person``; ``both`` when there is a partner), no late fusion and no importance. Empty for
-    a store of the OMG layout, which the packaged configs already fit. Its runs go to the MLflow
+    a store of the native layout (OMG-Empathy's), which the packaged configs already fit. Its runs go to the MLflow
     experiment ``agreement-<store folder>``."""
-    if set(names.layouts.values()) <= {"omg"}:
+    if all(layout_of(name).native for name in names.layouts.values()):
         return []
     held = Counter(t for targets in names.targets.values() for t in targets)
     target = min(held, key=lambda t: (-held[t], t)) if held else "valence"
@@ -64,25 +65,25 @@ def _experiment_name(names: StoreNames) -> str:
     return f"agreement-{folder}"
 
 
-def corpus_note(store: Store | str | os.PathLike) -> tuple[str, str]:
+def corpus_note(store: Store | str | os.PathLike) -> tuple[CorpusLayout, str]:
     """(layout, the Markdown note a report opens with) of ``store``: the corpus's words for the
-    roles, and whether it is monadic (no session has a partner); (``omg``, ``""``) for the OMG
-    layout or an empty store."""
+    roles, and whether it is monadic (no session has a partner); (the default layout, ``""``)
+    for the OMG layout, a store of mixed layouts or an empty store."""
     st = store if isinstance(store, Store) else Store(store)
     table = st.sessions() if st.root.is_dir() else None
     if table is None or table.empty:
-        return "omg", ""
-    layouts = set(table.layout)
-    layout = layouts.pop() if len(layouts) == 1 else "omg"
-    return layout, roles_note(layout, monadic=bool((table.speaker == 0).all()))
+        return DEFAULT_LAYOUT, ""
+    layout = common_layout(table.layout)
+    return layout, layout.note(monadic=bool((table.speaker == 0).all()))
 
 
 def person_ids(store: Store | str | os.PathLike) -> dict[int, str]:
-    """Listener number -> the person id the manifest gives, for the sessions of a manifest
-    corpus in ``store`` (empty for the OMG layout, whose ids are the numbers)."""
+    """Listener number -> the person id the manifest gives, for the sessions of a listed
+    layout (a manifest's) in ``store`` (empty for the OMG layout, whose ids are the numbers)."""
     st = store if isinstance(store, Store) else Store(store)
     table = st.sessions() if st.root.is_dir() else None
     if table is None or table.empty:
         return {}
-    rows = table[(table.layout == "manifest") & (table.person != "")]
+    listed = table.layout.map(lambda name: layout_of(name).listed)
+    rows = table[listed & (table.person != "")]
     return {int(n): str(p) for n, p in zip(rows.listener, rows.person, strict=True)}

@@ -29,12 +29,13 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from featurestore import Store
+from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout
 
 from ..config.grid import Trial
 from ..config.metrics import get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
-from ..config.store_check import corpus_roles
+from ..config.store_check import corpus_layout
 from ..config.tracks import candidates, selection_metric
 from ..data.lookahead import (
     ChannelLookahead,
@@ -79,7 +80,7 @@ class SweepResult:
     best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
     metric: str = "ccc"
     #: the store's corpus layout and the names (feature sets) its words leave alone
-    layout: str = "omg"
+    layout: CorpusLayout = DEFAULT_LAYOUT
     keep: list[str] = field(default_factory=list)
 
     @property
@@ -146,7 +147,7 @@ class ParentRun:
         )
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.backend = store_fingerprint(store)
-        self.layout, self.role_names = corpus_roles(store)
+        self.layout = corpus_layout(store)
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.persons = person_ids(store)  # and its person ids
         self.code = code_version()
@@ -245,8 +246,8 @@ class ParentRun:
             "resume": str(bool(self.options.resume)).lower(),
             "sweep": "parent",
             "executor": self.executor.name,
-            "layout": self.layout,
-            "role_names": json.dumps(self.role_names, sort_keys=True),
+            "layout": self.layout.name,
+            "role_names": self.layout.role_names_json(),
             **({"unseen_selection": self.unseen_selection} if self.unseen_selection else {}),
         }
 

@@ -29,7 +29,7 @@ from featurestore.storage.roles import corpus_key, store_key
 from ..config.metrics import get_metric
 from ..config.models import resolve_model_params
 from ..config.schema import config_hash
-from ..config.store_check import corpus_roles
+from ..config.store_check import corpus_layout
 from ..data.folds import cv_folds
 from ..evaluation import markdown
 from ..evaluation.uncertainty import LEVEL, mean_interval
@@ -419,7 +419,7 @@ def run_sessions(
     """
     st = as_store(store)
     data = _data(cfg, st, progress)
-    _, names = corpus_roles(st)
+    names = corpus_layout(st).role_names
     grid, runs = model_grid(cfg.models), _Runs(cfg, st, tracking_uri, resume)
     runs.start(data, len(grid))
     rows, predictions, children = [], {}, {}

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from featurestore.storage.roles import in_corpus_words, roles_note
+from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout
 
 from ..config.grid import Trial
 from ..config.metrics import MetricSpec, get_metric
@@ -331,7 +331,7 @@ def summarise(
     n_new: int,
     unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
-    layout: str = "omg",
+    layout: CorpusLayout = DEFAULT_LAYOUT,
     keep: Sequence[str] = (),
     metric: str = "ccc",
     note: str | None = None,
@@ -341,7 +341,7 @@ def summarise(
     (docs/design.md#mlflow-runs); returns track -> best run id. ``layout``: the store's corpus
     layout, in whose words summary.md names the roles (``keep``: the feature sets' names);
     ``note``: the report's opening note on those words (None: the layout's
-    :func:`~featurestore.storage.roles.roles_note`); ``persons``: listener number -> the
+    :meth:`~featurestore.storage.layouts.CorpusLayout.note`); ``persons``: listener number -> the
     manifest's person id, for the nested unseen-listener table."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
@@ -358,10 +358,10 @@ def summarise(
     return best_ids
 
 
-def _in_corpus_words(md: str, layout: str, keep: Sequence[str], note: str | None) -> str:
-    """``md`` in the corpus's words (:func:`~featurestore.storage.roles.in_corpus_words`),
-    after ``note`` (None: the layout's :func:`~featurestore.storage.roles.roles_note`)."""
-    return (roles_note(layout) if note is None else note) + in_corpus_words(md, layout, keep)
+def _in_corpus_words(md: str, layout: CorpusLayout, keep: Sequence[str], note: str | None) -> str:
+    """``md`` in the corpus's words (:meth:`~featurestore.storage.layouts.CorpusLayout.in_words`),
+    after ``note`` (None: the layout's :meth:`~featurestore.storage.layouts.CorpusLayout.note`)."""
+    return (layout.note() if note is None else note) + layout.in_words(md, keep)
 
 
 def _listing_markdown(listing: pd.DataFrame, protocol: str, metric: str, by: str = "") -> str:
@@ -479,7 +479,7 @@ def summarise_targets(
     unseen_selection: str = "nested",
     nested: dict[str, pd.DataFrame] | None = None,
     metric: str = "ccc",
-    layout: str = "omg",
+    layout: CorpusLayout = DEFAULT_LAYOUT,
     keep: Sequence[str] = (),
     note: str | None = None,
     persons: Mapping[int, str] | None = None,

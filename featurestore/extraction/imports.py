@@ -21,10 +21,10 @@ from ..sources.annotations import read_annotation
 from ..sources.import_errors import DataImportError
 from ..sources.label_checks import label_scale
 from ..sources.manifest import OMG_SCALES, STORY_SPEAKER, story_split
-from ..sources.manifest_file import STORE_ROLE
 from ..sources.transcripts import TRANSCRIPT_EXTS, TranscriptError, describe, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
-from ..storage.shard import LABEL_FPS, ROLES
+from ..storage.roles import STORE_ROLES, store_role
+from ..storage.shard import LABEL_FPS
 from ..storage.store import Channel, SessionMeta, Store, StoreError, parse_session
 from .config import FeatureConfig
 from .derived import (
@@ -268,9 +268,9 @@ def import_tables(
     docs/store.md, tables and labels computed elsewhere). Errors of one session are reported
     in the :class:`ImportReport`, its shard untouched; ``progress`` shows a bar.
     """
-    role = STORE_ROLE.get(role, role)  # a manifest's words: person, partner
-    if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {ROLES} (or person, partner)")
+    role = store_role(role) or role  # a layout's words: person, partner
+    if role not in STORE_ROLES:
+        raise ValueError(f"role {role!r} is not one of {STORE_ROLES} (or person, partner)")
     if not channel or "/" in channel or channel.strip() != channel:
         raise ValueError(f"channel name {channel!r} must be one non-empty word without '/'")
     if lookahead_s is not None and not float(lookahead_s) >= 0:

@@ -1,7 +1,7 @@
 """Which recording a file given to an importer belongs to: a recording id of the store (a
 shard, or a row of the ``manifest.json`` that ``scan`` wrote) equal to its name, else its
-``Subject_<L>_Story_<S>`` name; an OMG-Empathy name in a store of a manifest's recordings that
-has none such is refused (:class:`Recordings`), never a stray shard."""
+``Subject_<L>_Story_<S>`` name; an OMG-Empathy name in a store of a listed layout's recordings
+(a manifest's) that has none such is refused (:class:`Recordings`), never a stray shard."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..sources.import_errors import DataImportError
 from ..sources.manifest import SessionFiles, read_scan_json
+from ..storage.layouts import layout_of
 from ..storage.store import SessionMeta, Store, StoreError, parse_session, session_name
 
 #: why a file an importer found was skipped: its name is no session
@@ -21,30 +22,31 @@ OMG_ONLY = "name has no Subject_<L>_Story_<S>"
 @dataclass(frozen=True)
 class Recordings:
     """The recordings a store knows (its shards' and its ``manifest.json``'s, by id) and how a
-    file's name maps to one (:meth:`session_of`). ``manifest``: the store holds a manifest's
-    recordings, so an OMG-Empathy name that is none of them is refused, never a new shard."""
+    file's name maps to one (:meth:`session_of`). ``listed``: the store holds the recordings of
+    a listed layout (:attr:`~..storage.layouts.CorpusLayout.listed`, a manifest's), so an
+    OMG-Empathy name that is none of them is refused, never a new shard."""
 
     known: dict[str, SessionMeta]
-    manifest: bool
+    listed: bool
 
     @classmethod
     def of(cls, store: Store) -> Recordings:
         """The recordings of ``store``'s shards and of the ``manifest.json`` ``scan`` wrote there."""
         known: dict[str, SessionMeta] = {}
-        manifest = False
+        listed = False
         for session in store.list_sessions():
             try:
                 meta = store.meta(session)
             except StoreError:  # an unreadable shard: `verify` names it
                 continue
             known[session] = meta
-            manifest = manifest or meta.layout == "manifest"
+            listed = listed or meta.corpus_layout.listed
         scanned = store.root / "manifest.json"
         if scanned.is_file():
             for sf in read_scan_json(scanned)[0]:
                 known.setdefault(sf.session, _scanned_meta(sf))
-                manifest = manifest or sf.layout == "manifest"
-        return cls(known, manifest)
+                listed = listed or layout_of(sf.layout).listed
+        return cls(known, listed)
 
     def session_of(self, path: Path) -> str | None:
         """The recording ``path`` is named for: a known recording id equal to its stem, else
@@ -60,7 +62,7 @@ class Recordings:
         if ls is None:
             return None
         session = session_name(*ls)
-        if self.manifest and session not in self.known:
+        if self.listed and session not in self.known:
             raise DataImportError(
                 f"{path} is named for {session} but this store holds a manifest's recordings "
                 f"({some(sorted(self.known))}) and no {session}; name the file after a recording "
@@ -154,7 +156,7 @@ def one_file(path: Path, session: str, recordings: Recordings, exts: tuple[str, 
         raise FileNotFoundError(
             f"{path}: no such file; with --session ID give one file ({', '.join(exts)})"
         )
-    if recordings.manifest and session not in recordings.known:
+    if recordings.listed and session not in recordings.known:
         why = (
             f"{path}: --session {session} is no recording of this store (its recordings: "
             f"{some(sorted(recordings.known))}); give a recording id of the manifest"

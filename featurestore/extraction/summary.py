@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..extractors import known_lookahead_s
-from ..storage.roles import GROUP_NAMES, corpus_key, role_names
+from ..storage.layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of, table_layout
+from ..storage.roles import corpus_key
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -31,48 +32,33 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
 
 
-#: columns of the OMG layout's session tables (its own words)
-OMG_COLUMNS = ["session", "listener", "story", "speaker", "split"]
+#: the columns of a session (scanned or stored) that its layout's ids are read from
+_ID_FIELDS = ["session", "listener", "story", "speaker", "split", "person", "group", "partner"]
 
 
-def _id_columns(layouts: set[str], partners: bool) -> list[str]:
-    """The id columns of a session table: the OMG layout's, else the manifest's words (the
-    partner only when some session has one)."""
-    if layouts <= {"omg"}:
-        return OMG_COLUMNS
-    names = role_names("manifest")
-    return (
-        ["session", names["listener"], GROUP_NAMES["manifest"]]
-        + ([names["speaker"]] if partners else [])
-        + ["split"]
-    )
-
-
-def _ids(row: dict, layout: str) -> dict:
-    """A session's ids as its layout writes them (an OMG session's numbers in a manifest's
-    columns where a store mixes layouts)."""
-    if layout != "manifest":
-        row = row | {"person": row["listener"], "group": row["story"]}
-        return row | {"partner": row["speaker"] or "-"}
-    return row | {"partner": row.get("partner") or "-"}
+def _with_ids(row: dict, table: CorpusLayout, columns: Mapping[str, str]) -> dict:
+    """``row`` (its ``layout`` the session's) with the session's ids under the ``columns`` of
+    the ``table``'s layout (an OMG session's numbers in a manifest's columns where a store
+    mixes layouts)."""
+    row = row | layout_of(row["layout"]).ids(row)
+    return row | {header: row[key] for header, key in columns.items()}
 
 
 def scan_table(sessions: Sequence[Any], where: str) -> None:
     """``featurestore scan``'s table of ``sessions`` (:class:`~..sources.manifest.SessionFiles`)
-    and its count line, in the corpus's words: a manifest's person, group and partner ids as
-    written, its media columns; the OMG layout's listener, story, speaker and shared video."""
-    layouts = {s.layout for s in sessions}
-    ids = _id_columns(layouts, any(s.partner or s.speaker for s in sessions))
-    omg = ids is OMG_COLUMNS
-    media = ["video"] if omg else ["media"]
-    extra = ["transcript"] if omg or any(s.transcript for s in sessions) else []
+    and its count line, in the corpus's words: a listed layout's (a manifest's) person, group
+    and partner ids as written, its media columns; the OMG layout's listener, story, speaker
+    and shared video."""
+    table = table_layout(s.layout for s in sessions)
+    ids = table.id_columns(any(s.partner or s.speaker for s in sessions))
+    shared = not table.listed  # one shared video per session, found by name
+    media = ["video"] if shared else ["media"]
+    extra = ["transcript"] if shared or any(s.transcript for s in sessions) else []
     extra += ["ratings"] if any(s.ratings for s in sessions) else []
     rows = []
     for s in sessions:
         files = (["video"] if s.video else []) + sorted(s.media)
-        row = _ids(
-            {c: getattr(s, c) for c in [*OMG_COLUMNS, "person", "group", "partner"]}, s.layout
-        )
+        row = _with_ids({c: getattr(s, c) for c in [*_ID_FIELDS, "layout"]}, table, ids)
         rows.append(
             row
             | {
@@ -83,15 +69,15 @@ def scan_table(sessions: Sequence[Any], where: str) -> None:
                 "ratings": ",".join(sorted(s.ratings)) or "-",
             }
         )
-    print_table(rows, [*ids, *media, "labels", *extra])
-    if omg:
+    print_table(rows, ["session", *ids, "split", *media, "labels", *extra])
+    if shared:
         with_video = sum(1 for s in sessions if s.video)
         print(f"\n{len(sessions)} sessions, {with_video} with a shared video in {where}")
         return
     with_video = sum(1 for s in sessions if s.video or any(k.startswith("video") for k in s.media))
     persons = len({r["person"] for r in rows})
     groups = len({r["group"] for r in rows})
-    alone = "" if "partner" in ids else ", no partner"
+    alone = "" if "partner" in ids.values() else f", no {table.words.speaker}"
     print(
         f"\n{len(sessions)} sessions of {persons} person(s) in {groups} group(s){alone}, "
         f"{with_video} with a video, in {where}"
@@ -101,19 +87,19 @@ def scan_table(sessions: Sequence[Any], where: str) -> None:
 def store_table(df: Any) -> None:
     """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions` (a DataFrame) in
     the corpus's words: ids as the manifest writes them, channels under its role words."""
-    layouts = set(df.layout)
-    ids = _id_columns(layouts, any(p for p in df.partner) or any(df.speaker != 0))
+    table = table_layout(df.layout)
+    ids = table.id_columns(any(p for p in df.partner) or any(df.speaker != 0))
     rows = []
     for r in df.to_dict("records"):
-        names = role_names(r["layout"])
+        names = layout_of(r["layout"]).role_names
         rows.append(
-            _ids(r, r["layout"])
+            _with_ids(r, table, ids)
             | {
                 "channels": ",".join(corpus_key(k, names) for k in r["channels"]),
                 "targets": ",".join(r["targets"]),
             }
         )
-    print_table(rows, [*ids, "n_frames", "channels", "targets"])
+    print_table(rows, ["session", *ids, "split", "n_frames", "channels", "targets"])
 
 
 #: per-session lines of the extraction summary before it groups them (one screen in all)
@@ -139,7 +125,10 @@ def print_extract_summary(
         f"{counts.get('ok', 0)} extracted, {counts.get('skipped', 0)} already current, {counts.get('failed', 0)} failed"
     )
     computed = [r for r in results if r.computed]
-    words = {r.session: role_names(layouts.get(r.session, "omg")) for r in computed}
+    words = {
+        r.session: layout_of(layouts.get(r.session, DEFAULT_LAYOUT.name)).role_names
+        for r in computed
+    }
     shown = {r.session: [corpus_key(k, words[r.session]) for k in r.computed] for r in computed}
     if len(computed) <= SUMMARY_LINES:
         for r in computed:
@@ -207,11 +196,9 @@ def print_session(
 ) -> None:
     """``featurestore inspect``: a session's frames, labels, whole-session ratings and each
     channel's shape, rate, validity and provenance (``columns``: also its column names)."""
-    names = role_names(meta.layout)
-    people = meta.people()
-    if meta.layout == "manifest":  # the ids as written; a monadic corpus has no partner
-        partner = f", partner {meta.partner}" if meta.partner else ", no partner"
-        people = f"person {meta.person}, group {meta.group}{partner}"
+    layout = meta.corpus_layout
+    names = layout.role_names
+    people = layout.people(meta)  # a listed layout's ids as written; a monadic one, no partner
     print(
         f"{meta.session}: {people}, split {meta.split}, "
         f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from ..features import Features
+from ..storage.shard import CHANNEL_HINTS
 
 
 class ExtractorUnavailable(RuntimeError):
@@ -42,6 +43,9 @@ class Extractor(ABC, Generic[C]):
     version: ClassVar[str]
     #: the config dataclass (``C``); its defaults are used when no config is given
     config_class: type[C]
+    #: the command that adds a missing channel of this extractor, for an extractor with its own
+    #: way in (None: ``featurestore extract``); the store's errors name it
+    how_to_add: ClassVar[str | None] = None
 
     def __init__(self, config: C | None = None) -> None:
         self.config: C = config if config is not None else self.config_class()
@@ -125,6 +129,10 @@ class TranscriptExtractor(Extractor[C]):
     kind: ClassVar[str] = "transcript"
     #: roles this extractor writes a channel for
     roles: ClassVar[tuple[str, ...]] = ("speaker", "listener")
+    how_to_add: ClassVar[str | None] = (
+        "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it "
+        "beside the video and re-run `featurestore extract`)"
+    )
 
     @abstractmethod
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
@@ -144,8 +152,11 @@ E = TypeVar("E", bound=type[Extractor[Any]])
 
 
 def register(cls: E) -> E:
-    """Class decorator: make an extractor available by its ``name``."""
+    """Class decorator: make an extractor available by its ``name`` (and tell the store how
+    to add its channel, when it has its own way in)."""
     _REGISTRY[cls.name] = cls
+    if cls.how_to_add:
+        CHANNEL_HINTS[cls.name] = cls.how_to_add
     return cls
 
 
@@ -160,6 +171,16 @@ def get_extractor(name: str) -> type[Extractor[Any]]:
 def registry() -> dict[str, type[Extractor[Any]]]:
     """Name -> extractor class of every registered extractor."""
     return dict(_REGISTRY)
+
+
+def channels_of_kind(kind: str) -> tuple[str, ...]:
+    """The channels of the registered extractors of ``kind`` (``video``, ``audio``,
+    ``transcript``), in registration order.
+
+    >>> channels_of_kind("transcript")
+    ('speech', 'lexicon')
+    """
+    return tuple(name for name, cls in _REGISTRY.items() if cls.kind == kind)
 
 
 def known_lookahead_s(

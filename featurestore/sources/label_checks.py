@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..storage.layouts import layout_of
 from ..storage.shard import LABEL_FPS
 from .annotations import AnnotationError, TimedRating, read_label_file, split_label_key
 from .media import MediaError, probe
@@ -173,25 +174,14 @@ def apply_declarations(
 ) -> None:
     """Add the config's declarations (``targets`` as in featurestore.yaml, ``min_coverage``) to
     scanned sessions, in place: they replace the OMG layout's own, and must agree with a
-    manifest's (a target declared twice differently is an error).
+    manifest's (a target declared twice differently is an error: the session's layout checks).
 
     Raises:
         ValueError: a declaration of the config (``where``) that contradicts the manifest's.
     """
     scales = {t: [float(v) for v in spec["scale"]] for t, spec in targets.items()}
     for sf in sessions:
-        if sf.layout == "manifest":
-            for t, scale in scales.items():
-                if sf.scales.get(t, scale) != scale:
-                    raise ValueError(
-                        f"{where}: targets.{t}.scale {scale} contradicts the manifest's "
-                        f"{sf.scales[t]}; declare it in one place"
-                    )
-            if None not in (min_coverage, sf.min_coverage) and min_coverage != sf.min_coverage:
-                raise ValueError(
-                    f"{where}: min_coverage {min_coverage} contradicts the manifest's "
-                    f"{sf.min_coverage}; declare it in one place"
-                )
+        layout_of(sf.layout).check_declarations(sf, scales, min_coverage, where)
         sf.scales = {**sf.scales, **scales}
         if min_coverage is not None:
             sf.min_coverage = min_coverage

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..storage.layouts import DEFAULT_LAYOUT, MANIFEST
 from ..storage.store import parse_session, session_name
 from .label_checks import check_session_labels
 from .manifest_file import id_numbers, read_manifest, read_manifest_declarations
@@ -61,8 +62,9 @@ class SessionFiles:
     video: Path | None = None
     annotations: dict[str, Path] = field(default_factory=dict)  # target -> csv
     transcript: Path | None = None
-    #: ``omg`` (found by name) or ``manifest`` (a row of a manifest)
-    layout: str = "omg"
+    #: the name of its corpus layout (:mod:`featurestore.storage.layouts`): OMG-Empathy's
+    #: (found by name) or a manifest's (a row of one)
+    layout: str = DEFAULT_LAYOUT.name
     #: the manifest's ids as written (empty in the OMG layout, whose ids are the integers)
     person: str = ""
     group: str = ""
@@ -107,7 +109,7 @@ class SessionFiles:
             video=Path(r["video"]) if r.get("video") else None,
             annotations={k: Path(v) for k, v in r.get("annotations", {}).items()},
             transcript=Path(r["transcript"]) if r.get("transcript") else None,
-            layout=r.get("layout", "omg"),
+            layout=r.get("layout", DEFAULT_LAYOUT.name),
             person=str(r.get("person", "")),
             group=str(r.get("group", "")),
             partner=str(r.get("partner", "")),
@@ -345,7 +347,7 @@ def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
             video=r.media.get("video"),
             annotations=dict(r.labels),
             transcript=r.transcript,
-            layout="manifest",
+            layout=MANIFEST.name,
             person=r.person,
             group=r.group,
             partner=r.partner,

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ..storage.roles import store_key
 from ..yaml_loader import StrictLoader
 from .import_errors import DataImportError
 from .label_checks import parse_min_coverage, parse_targets
@@ -38,8 +39,6 @@ IMPORT_PREFIX = "import_"
 #: ``import_<role>_<channel>``: a per-frame table computed elsewhere (OpenFace, py-feat, a CSV
 #: with a time column), stored as that role's channel (person, partner or scene)
 IMPORT_COLUMN = re.compile(r"^import_(person|partner|scene)_([A-Za-z0-9][A-Za-z0-9_.-]*)$")
-#: manifest role -> the store's role (the experiments' names until roles are renamed)
-STORE_ROLE = {"person": "listener", "partner": "speaker"}
 #: errors shown in one :class:`ManifestError` before "and N more"
 MAX_SHOWN = 20
 
@@ -410,7 +409,7 @@ class _Checker:
             if m and value and m.group(1) == "partner" and not values.get("partner"):
                 self.fail(row, line, "partner", f"empty but {col} is given; name the partner")
             elif m and value and (p := self.file(row, line, col, value)) is not None:
-                out.imports[f"{STORE_ROLE.get(m.group(1), m.group(1))}/{m.group(2)}"] = p
+                out.imports[store_key(f"{m.group(1)}/{m.group(2)}")] = p
 
     def _ratings(self, out: ManifestRow, values: Mapping[str, str]) -> None:
         """The row's whole-session ratings, each a finite number (an empty cell: no rating)."""

@@ -23,19 +23,22 @@ from ..features import Features
 from . import checksums
 from .checksums import read_rows
 from .errors import MissingChannelError, StoreError
+from .layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of
 from .provenance import utc_now
-from .roles import role_names, role_names_json
+from .roles import STORE_ROLES
 
 #: 2: every dataset carries its SHA-256 (:mod:`featurestore.storage.checksums`); 1: none
 SCHEMA_VERSION = 2
 #: shard schema versions this tool reads (it writes :data:`SCHEMA_VERSION` only)
 READABLE_SCHEMAS = range(1, SCHEMA_VERSION + 1)
 LABEL_FPS = 25.0
-ROLES = ("speaker", "listener", "scene")
 #: HDF5 storage of ``data`` datasets: uncompressed and contiguous (docs/store.md, no compression)
 DATA_STORAGE: dict = {}
-#: channels computed from a session's transcript (a missing one gets the transcript hint)
-TRANSCRIPT_CHANNELS = ("speech", "lexicon")
+#: what adds a missing channel, unless :data:`CHANNEL_HINTS` names its own way in
+DEFAULT_HINT = "compute it with `featurestore extract` (or add it with `featurestore import`)"
+#: channel -> the command that adds it, for the channels with their own way in; filled by the
+#: extractor registry (:func:`featurestore.extractors.base.register`), as storage knows no extractor
+CHANNEL_HINTS: dict[str, str] = {}
 
 
 @dataclass
@@ -71,9 +74,9 @@ class Channel(Features):
 
 @dataclass(frozen=True)
 class SessionMeta:
-    """Root attributes of a shard: ``layout`` ``omg`` (found by name) or ``manifest`` (a row of
-    one, whose ids as written are ``person``, ``group``, ``partner``; ``listener``, ``story`` and
-    ``speaker`` are their integers) and its ``fold``."""
+    """Root attributes of a shard: the name of its corpus ``layout`` (:attr:`corpus_layout`;
+    a listed layout's ids as written are ``person``, ``group``, ``partner``, and ``listener``,
+    ``story`` and ``speaker`` are their integers) and its ``fold``."""
 
     session: str
     listener: int
@@ -82,30 +85,25 @@ class SessionMeta:
     split: str
     n_frames: int
     fps: float = LABEL_FPS
-    layout: str = "omg"
+    layout: str = DEFAULT_LAYOUT.name
     person: str = ""
     group: str = ""
     partner: str = ""
     fold: str = ""
 
     @property
-    def role_names(self) -> dict[str, str]:
-        """Store role -> the layout's word for it (:mod:`featurestore.storage.roles`).
+    def corpus_layout(self) -> CorpusLayout:
+        """The shard's corpus layout (:mod:`featurestore.storage.layouts`).
 
-        >>> SessionMeta("s1", 1, 1, 0, "train", 10, layout="manifest").role_names["listener"]
+        >>> SessionMeta("s1", 1, 1, 0, "train", 10, layout="manifest").corpus_layout.words.listener
         'person'
         """
-        return role_names(self.layout)
+        return layout_of(self.layout)
 
-    def people(self) -> str:
-        """The session's people and group, as its layout names them.
-
-        >>> SessionMeta("dyad1", 1, 2, 3, "train", 10, layout="manifest", person="anna", group="picnic").people()
-        'person anna, group picnic, partner - (manifest)'
-        """
-        if self.layout == "manifest":
-            return f"person {self.person}, group {self.group}, partner {self.partner or '-'} (manifest)"
-        return f"listener {self.listener}, story {self.story}, speaker {self.speaker}"
+    @property
+    def role_names(self) -> dict[str, str]:
+        """Store role -> the layout's word for it."""
+        return self.corpus_layout.role_names
 
 
 @dataclass
@@ -136,19 +134,18 @@ class ChannelTiming:
 def split_key(key: str) -> tuple[str, str]:
     """(role, channel) of a ``role/channel`` key; :class:`StoreError` when it is not one."""
     parts = key.strip("/").split("/")
-    if len(parts) != 2 or parts[0] not in ROLES or not parts[1]:
-        raise StoreError(f"channel {key!r} is not of the form ROLE/CHANNEL with ROLE in {ROLES}")
+    if len(parts) != 2 or parts[0] not in STORE_ROLES or not parts[1]:
+        raise StoreError(
+            f"channel {key!r} is not of the form ROLE/CHANNEL with ROLE in {STORE_ROLES}"
+        )
     return parts[0], parts[1]
 
 
 def how_to_add(keys: Sequence[str]) -> str:
-    """The command that adds the channels ``keys`` to a store (transcript channels need a transcript)."""
-    if any(k.split("/")[-1] in TRANSCRIPT_CHANNELS for k in keys):
-        return (
-            "add the session's transcript with `featurestore transcripts TRANSCRIPT_DIR` (or put it beside the "
-            "video and re-run `featurestore extract`)"
-        )
-    return "compute it with `featurestore extract` (or add it with `featurestore import`)"
+    """The command that adds the channels ``keys`` to a store: the first with its own way in
+    (:data:`CHANNEL_HINTS`, e.g. a transcript's), else :data:`DEFAULT_HINT`."""
+    names = (k.split("/")[-1] for k in keys)
+    return next((CHANNEL_HINTS[c] for c in names if c in CHANNEL_HINTS), DEFAULT_HINT)
 
 
 def _schema_name(version: Any) -> str:
@@ -188,7 +185,7 @@ class ShardReader:
                 split=str(a.get("split", "")),
                 n_frames=int(a["n_frames"]),
                 fps=float(a.get("fps", LABEL_FPS)),
-                layout=str(a.get("layout", "omg")),
+                layout=str(a.get("layout", DEFAULT_LAYOUT.name)),
                 person=str(a.get("person_id", "")),
                 group=str(a.get("group_id", "")),
                 partner=str(a.get("partner_id", "")),
@@ -216,10 +213,14 @@ class ShardReader:
 
     # ---------------------------------------------------------------- channels
     def channel_keys(self) -> list[str]:
-        """``role/channel`` keys stored, role by role in :data:`ROLES` order."""
+        """``role/channel`` keys stored, role by role in :data:`~.roles.STORE_ROLES` order."""
         f = self.file
         return [
-            f"{r}/{c}" for r in ROLES if r in f for c in f[r] if isinstance(f[r][c], h5py.Group)
+            f"{r}/{c}"
+            for r in STORE_ROLES
+            if r in f
+            for c in f[r]
+            if isinstance(f[r][c], h5py.Group)
         ]
 
     def cache_keys(self) -> dict[str, str]:
@@ -227,7 +228,7 @@ class ShardReader:
         f = self.file
         return {
             f"{r}/{c}": str(f[r][c].attrs.get("cache_key", ""))
-            for r in ROLES
+            for r in STORE_ROLES
             if r in f
             for c in f[r]
         }
@@ -417,7 +418,7 @@ def write_meta(f: h5py.File, meta: SessionMeta) -> None:
     f.attrs["n_frames"] = int(meta.n_frames)
     upgrade(f)
     f.attrs["layout"] = str(meta.layout)
-    f.attrs["role_names"] = role_names_json(meta.layout)
+    f.attrs["role_names"] = meta.corpus_layout.role_names_json()
     m = meta
     ids = {"person_id": m.person, "group_id": m.group, "partner_id": m.partner, "fold": m.fold}
     for name, value in ids.items():

@@ -29,10 +29,10 @@ from ..processes import pid_alive
 from . import session_labels
 from .lock import shard_lock
 from .provenance import cache_key, file_fingerprint, utc_now
+from .roles import STORE_ROLES
 from .session_labels import Ratings
 from .shard import (
     LABEL_FPS,
-    ROLES,
     SCHEMA_VERSION,
     Channel,
     MissingChannelError,
@@ -57,7 +57,7 @@ T = TypeVar("T")
 # the layout's names and the provenance helpers are part of the store's API (notebooks, bench/, experiments/)
 __all__ = [
     "LABEL_FPS",
-    "ROLES",
+    "STORE_ROLES",
     "SCHEMA_VERSION",
     "Channel",
     "DiskFullError",
@@ -327,8 +327,8 @@ class Store:
 
     def sessions(self) -> pd.DataFrame:
         """One row per shard: session, listener, story, speaker, split, n_frames, channels,
-        targets, layout (``omg`` or ``manifest``; :func:`featurestore.storage.roles.role_names`) and
-        the manifest's ids as written: person, group, partner (empty in the OMG layout)."""
+        targets, layout (its name: :func:`featurestore.storage.layouts.layout_of`) and a listed
+        layout's ids as written: person, group, partner (empty in the OMG layout)."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:

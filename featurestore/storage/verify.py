@@ -18,9 +18,9 @@ import numpy as np
 from . import checksums
 from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
+from .roles import STORE_ROLES
 from .shard import (
     READABLE_SCHEMAS,
-    ROLES,
     SCHEMA_VERSION,
     ShardReader,
     StoreError,
@@ -80,7 +80,7 @@ def verify_shard(
         out.append(Problem(s, what, fix))
     out += _checksum_problems(s, shard)
     duration = meta.n_frames / meta.fps
-    for key in (f"{r}/{c}" for r in ROLES if r in f for c in f[r]):
+    for key in (f"{r}/{c}" for r in STORE_ROLES if r in f for c in f[r]):
         out += _channel_problems(s, key, f[key], duration, versions, check_sources, fp_cache)
     if check_sources:
         for label, src in shard.label_sources().items():
@@ -191,7 +191,7 @@ def _content_problems(s: str, shard: ShardReader) -> list[Problem]:
             "shard is stray (a file named for no recording), delete it"
         )
         out.append(Problem(s, "no labels: no sweep can train or score on it", hint))
-    if not any(len(f[r]) for r in ROLES if r in f):
+    if not any(len(f[r]) for r in STORE_ROLES if r in f):
         hint = "extract its media (`featurestore extract`) or import its features (`featurestore import`)"
         out.append(Problem(s, "no media: the shard holds no feature channel", hint))
     return out

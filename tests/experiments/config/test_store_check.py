@@ -116,14 +116,6 @@ def test_cli_checks_the_store_with_print_config(tmp_path, planted_store, capsys)
     assert "no such folder" in err and "make features" in err
 
 
-def test_extractor_channels_are_featurestores():
-    import featurestore.extractors  # noqa: F401 - registers the built-in extractors
-    from experiments.config.store_check import EXTRACTOR_CHANNELS
-    from featurestore.extractors.base import registry
-
-    assert sorted(EXTRACTOR_CHANNELS) == sorted(registry())
-
-
 def test_an_unextracted_channel_is_no_typo(tmp_path, planted_store):
     cfg = (
         "feature_sets: {text: [speaker/lexicon], au: [listener/face_au], typo: [speaker/egemap]}\n"

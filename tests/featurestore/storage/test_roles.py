@@ -8,25 +8,18 @@ import h5py
 import numpy as np
 import pytest
 
-from featurestore.storage.roles import (
-    ROLE_NAMES,
-    corpus_key,
-    in_corpus_words,
-    role_names,
-    role_words,
-    roles_note,
-    store_key,
-    store_role,
-)
+from featurestore.storage.layouts import layout_of, layouts
+from featurestore.storage.roles import corpus_key, role_words, store_key, store_role
 from featurestore.storage.shard import SessionMeta
 from featurestore.storage.store import Store
 
 
-@pytest.mark.parametrize("layout", sorted(ROLE_NAMES))
+@pytest.mark.parametrize("layout", sorted(la.name for la in layouts()))
 def test_every_layout_word_maps_back_to_its_store_role(layout):
-    for role, word in role_names(layout).items():
+    names = layout_of(layout).role_names
+    for role, word in names.items():
         assert store_role(word) == role
-        assert store_key(corpus_key(f"{role}/egemaps", role_names(layout))) == f"{role}/egemaps"
+        assert store_key(corpus_key(f"{role}/egemaps", names)) == f"{role}/egemaps"
 
 
 def test_manifest_words_and_unknown_roles():
@@ -36,20 +29,22 @@ def test_manifest_words_and_unknown_roles():
     assert store_role("persn") is None
     assert role_words()[:3] == ["speaker", "listener", "scene"]
     assert {"person", "partner"} <= set(role_words())
-    assert role_names("a layout of the future") == role_names("omg")
+    assert layout_of("a layout of the future").role_names == layout_of("omg").role_names
 
 
 def test_reports_keep_omg_words_and_put_a_manifest_corpus_in_its_own():
     text = "- CCC averaging: per session, then the mean per listener and per story; 3 speakers"
-    assert in_corpus_words(text, "omg") == text and roles_note("omg") == ""
-    assert in_corpus_words(text, "manifest") == (
+    omg, manifest = layout_of("omg"), layout_of("manifest")
+    assert omg.in_words(text) == text and omg.note() == ""
+    assert manifest.in_words(text) == (
         "- CCC averaging: per session, then the mean per person and per group; 3 partners"
     )
     # identifiers (config values, metric names) are not prose
-    assert in_corpus_words("per_listener, test_unseen_listener", "manifest") == (
+    assert manifest.in_words("per_listener, test_unseen_listener") == (
         "per_listener, test_unseen_listener"
     )
-    assert "`person` (stored as `listener`)" in roles_note("manifest")
+    assert "`person` (stored as `listener`)" in manifest.note()
+    assert "no partner" in manifest.note(monadic=True)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
+import featurestore.extractors  # noqa: F401 - registers the extractors' how-to-add hints
 from featurestore.features import Features
 from featurestore.storage import checksums
 from featurestore.storage.shard import MissingChannelError
