@@ -26,7 +26,7 @@ KEY_MEANINGS: dict[str, str] = {
     "folds": "the number of folds of `kfold_person` / `kfold_group`",
     "metric": "what every configuration is scored and chosen by (a registered metric, table below; "
     "`ccc` logs `<split>.ccc_<track>`, another `<split>.<metric>_<track>`)",
-    "ccc_averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
+    "averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
     "`concatenated`: one value over a split's sessions joined (AVEC's); default: the metric's own",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
