@@ -19,7 +19,7 @@ import yaml
 from featurestore.overrides import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
-from .metrics import DEFAULT_METRIC
+from .metrics import DEFAULT_METRIC, get_metric
 from .models import model_spec
 from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS
 from .schema import ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
@@ -205,7 +205,9 @@ class Trial:
         )
         p["folds"] = format_value(self.folds)
         p["metric"] = self.metric
-        p["averaging"] = self.averaging
+        # the param of the config's ``averaging`` is named after the metric (``ccc_averaging``):
+        # the hash of every configuration scored by CCC stays what it was before the key's rename
+        p[get_metric(self.metric).column("averaging")] = self.averaging
         p["gold_standard"] = self.gold_standard
         return p
 
@@ -326,7 +328,7 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             unseen_listener=params["unseen_listener"] == "true",
             folds=int(params["folds"]),
             metric=params["metric"],
-            averaging=params["averaging"],
+            averaging=params[get_metric(params["metric"]).column("averaging")],
             gold_standard=params["gold_standard"],
             channel_lookahead_s=None
             if params["features.lookahead_s"] == "None"

@@ -154,7 +154,7 @@ def track_summary(
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol, metric),
-            m.column("averaging"): str(best.get("averaging", m.averaging)),
+            m.column("averaging"): str(best.get(m.column("averaging"), m.averaging)),
         }
         if track == "generalized":
             best = _with_unseen(table, best, row, unseen_selection, nested, m)

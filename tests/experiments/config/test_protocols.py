@@ -27,7 +27,7 @@ def test_the_readme_config_for_your_own_corpus_validates_and_expands():
     )
     trials = expand(cfg)
     assert trials and all(t.personalization == "global" and t.folds == 5 for t in trials)
-    assert {t.params()["averaging"] for t in trials} == {"concatenated"}
+    assert {t.params()["ccc_averaging"] for t in trials} == {"concatenated"}
 
 
 def test_splits_keep_their_checks():

@@ -65,7 +65,7 @@ def test_concatenated_and_session_averaging_differ_and_are_logged_side_by_side()
 def test_a_sweep_configuration_scores_and_reports_its_averaging(tables):
     trial = pick(trials_for(averaging="concatenated", **GLOBAL), "listener")
     plain = pick(trials_for(**GLOBAL), "listener")
-    assert trial.params()["averaging"] == "concatenated" and trial.hash() != plain.hash()
+    assert trial.params()["ccc_averaging"] == "concatenated" and trial.hash() != plain.hash()
     res = evaluate_trial(trial, window_sessions(tables, trial.window_key()))
     val = [s for s in res.scores[res.scores.split == "val"].session]
     assert res.metrics["val.ccc_generalized"] == pytest.approx(
