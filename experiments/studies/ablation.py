@@ -123,7 +123,7 @@ def ablate(
     write_report(out, cfg, store, df, pairs, [e for e in explained if isinstance(e, Explanation)])
     files = {name: (out / name).read_bytes() for name in REPORT_FILES.split()}
     log_files(tracker, sweep.parent_run_id, files, "ablation")
-    metrics = ablation_metrics(df, pairs, seconds, m)
+    metrics = ablation_metrics(df, pairs, seconds, m.name)
     tracker.log(sweep.parent_run_id, metrics=metrics, tags={"ablation": "true"})
     return df, sweep
 
@@ -358,10 +358,10 @@ def _metric_name(text: str) -> str:
 
 
 def ablation_metrics(
-    df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float], m: MetricSpec
+    df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float], metric: str = DEFAULT_METRIC
 ) -> dict[str, float]:
     """The parent run's metrics (docs/design.md#mlflow-runs), NaN left out."""
-    metrics = {}
+    metrics, m = {}, get_metric(metric)
     for r in df.to_dict("records"):
         for name in (*(m.column(t) for t in TRACKS), m.column("unseen_listener")):
             for suffix in ("", "_ci_low", "_ci_high"):
