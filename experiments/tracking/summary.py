@@ -211,8 +211,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         title = m.title
         lacks |= dict.fromkeys(m.lacks())
     note = CONCATENATED_NOTE if averagings == {"concatenated"} else SUMMARY_NOTE
-    note = tuple(line.format(metric=title) for line in note)
-    return "\n".join([*lines, *note, *(f"Note: {t}." for t in lacks)]) + "\n"
+    words = [line.format(metric=title) for line in note]
+    return "\n".join([*lines, *words, *(f"Note: {t}." for t in lacks)]) + "\n"
 
 
 def _track_section(row: Row) -> list[str]:
