@@ -90,8 +90,11 @@ class MetricSpec:
     def lacks(self) -> list[str]:
         """What this metric's reports go without, one sentence each (empty for CCC)."""
         return [
-            f"metric `{self.name}` has no {what} (its spec says they do not apply)"
-            for what, applies in (("95 % intervals", self.intervals), ("chance level", self.chance))
+            f"metric `{self.name}` has no {what} (its spec sets `{flag}=False`: it does not apply)"
+            for what, flag, applies in (
+                ("95 % intervals", "intervals", self.intervals),
+                ("chance level", "chance", self.chance),
+            )
             if not applies
         ]
 

@@ -180,6 +180,7 @@ def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
             models=[{"name": "ridge", "alpha": [10]}],
             personalization=["global", "per_listener"],
             postprocess={"smooth_s": [0], "rescale": ["none"]},
+            importance={"levels": ["channel"], "repeats": 2},
         )
     )
     out = tmp_path / "reports"
@@ -236,6 +237,13 @@ def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
     assert "Pearson's r of each track's best configuration" in report
     assert "The paper reports no `pearson`" in report and "CCC" not in report
     _png(out / "ablation.png")
+    # permutation importance of the chosen listener configuration: the drop in r, with its interval
+    imp = pd.read_csv(out / "importance_listener_generalized.csv")
+    assert {"pearson", "pearson_permuted"} <= set(imp.columns) and "ccc" not in imp.columns
+    top = imp.iloc[0]
+    assert top.importance > 0 and top.ci_low <= top.importance <= top.ci_high
+    assert top.pearson_permuted == pytest.approx(top.pearson - top.importance)
+    _png(out / "pearson_per_session_listener_generalized.png")
 
 
 def test_a_metric_without_intervals_or_chance_logs_none_and_the_reports_say_so(no_ci):
