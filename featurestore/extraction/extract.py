@@ -26,6 +26,7 @@ from ..storage.store import DISK_FULL_ERRNOS, Channel, DiskFullError, Store, Sto
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
+    channel_with_provenance,
     compute_transcript_channels,
     face_voice_key,
     role_voice_from_faces,
@@ -191,16 +192,10 @@ class StepResult:
 
 def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
     """``feats`` as the planned channel, with its provenance."""
-    ex = planned.extractor
-    return Channel.from_features(
-        feats,
-        extractor=ex.name,
-        extractor_version=ex.version,
-        params=planned.params,
-        cache_key=planned.cache_key,
-        source=planned.source,
-        created_utc=created,
-        lookahead_s=ex.lookahead_s(),  # fixed by the extractor's code and config
+    ex, ck = planned.extractor, planned.cache_key  # its lookahead: fixed by its code and config
+    producer, lookahead = (ex.name, ex.version), ex.lookahead_s()
+    return channel_with_provenance(
+        feats, producer, ck, planned.params, planned.source, created, lookahead
     )
 
 
