@@ -1,7 +1,7 @@
 """A session's shard update is one atomic write: its new channels and its manifest's changed
 ratings land together or not at all. A real ``featurestore extract`` subprocess (real h5py
 writes) is SIGKILLed at the rename of the shard, before or right after it lands; only the
-place of the kill is patched in (:data:`KILLER`, around ``os.replace``)."""
+place of the kill is patched in (:data:`KILLER`, around ``os.replace`` and ``os.rename``)."""
 
 from __future__ import annotations
 
@@ -28,19 +28,21 @@ import os, signal, sys
 from pathlib import Path
 
 shard, when = Path(sys.argv[1]).resolve(), sys.argv[2]
-real_replace = os.replace
 
 
-def replace(src, dst, *args, **kwargs):
-    if Path(dst).resolve() != shard:
-        return real_replace(src, dst, *args, **kwargs)
-    if when == "before":
+def killing(real):
+    def rename(src, dst, *args, **kwargs):
+        if Path(dst).resolve() != shard:
+            return real(src, dst, *args, **kwargs)
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
-    real_replace(src, dst, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
+
+    return rename
 
 
-os.replace = replace
+os.replace, os.rename = killing(os.replace), killing(os.rename)
 
 from featurestore.cli import main
 
