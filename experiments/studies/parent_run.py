@@ -32,7 +32,7 @@ from featurestore import Store
 from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout
 
 from ..config.grid import Trial
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_layout
@@ -78,7 +78,7 @@ class SweepResult:
     unseen_selection: str = ""
     nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
     best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
-    metric: str = "ccc"
+    metric: str = DEFAULT_METRIC
     #: the store's corpus layout and the names (feature sets) its words leave alone
     layout: CorpusLayout = DEFAULT_LAYOUT
     keep: list[str] = field(default_factory=list)
