@@ -32,6 +32,8 @@ MAX_LINES = 600
 #: door, which imports lazily or from the storage layer) and ``cli`` sit on top.
 LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
+        "errors": 0,
+        "files": 0,
         "features": 0,
         "processes": 0,
         "lazy": 0,
