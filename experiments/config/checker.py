@@ -15,12 +15,12 @@ featurestore.overrides.ConfigError: 2 problems in exp.yaml:
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from featurestore.errors import nearest
 from featurestore.overrides import ConfigError
 
 from .choices import suggest
@@ -110,8 +110,8 @@ class Checker:
         for k in value:  # every unknown key is reported; the known ones are checked on
             if k not in allowed:
                 self.note(f"{key}.{k}" if key else str(k), f"unknown key{suggest(k, allowed)}")
-                near = difflib.get_close_matches(str(k), [str(a) for a in allowed], 1, 0.5)
-                self.suggested.update(f"{key}.{n}" if key else n for n in near)
+                if (near := nearest(k, allowed)) is not None:
+                    self.suggested.add(f"{key}.{near}" if key else near)
         return {k: v for k, v in value.items() if k in allowed}
 
     def as_list(self, key: str, value: Any) -> list:

@@ -7,12 +7,12 @@ path, message) for the validator to place at the key's line.
 
 from __future__ import annotations
 
-import difflib
 import os
 import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from featurestore.errors import nearest
 from featurestore.overrides import ConfigError
 from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
@@ -95,11 +95,6 @@ def corpus_roles(store: Store | str | os.PathLike) -> tuple[str, dict[str, str]]
     return layout, role_names(layout)
 
 
-def _nearest(word: str, valid: Collection[str]) -> str | None:
-    close = difflib.get_close_matches(word, sorted(valid), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 def _some(names: Sequence[str], n: int = 3) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
@@ -176,7 +171,7 @@ def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
             "/session_labels), not a frame-level label target: model it with `experiments "
             "sessions CONFIG` (docs/config.md, whole-session ratings)"
         )
-    near = _nearest(target, have)
+    near = nearest(target, have)
     hint = f"did you mean {near!r}?" if near else f"to add a rating as this target: {add}"
     return (
         f"{target!r} is not a label target of the store {names.root} "
@@ -221,7 +216,7 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
         stored = {k.split("/", 1)[1] for k in have if k.startswith(f"{role}/")}
         near = None
         if channel not in stored and channel not in EXTRACTOR_CHANNELS:
-            near = _nearest(channel, stored | set(EXTRACTOR_CHANNELS))
+            near = nearest(channel, stored | set(EXTRACTOR_CHANNELS))
         if near:  # an error whatever the verb
             problems.append(
                 f"{corpus_key(key, words)!r} is in no session of {names.root}; did you mean "

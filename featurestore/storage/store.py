@@ -10,7 +10,6 @@ shard or the new one and two writers never lose each other's changes; the layout
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import io
 import os
@@ -24,6 +23,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from ..errors import nearest
 from ..files import TMP_MARK, replaced, temp_writer
 from ..processes import pid_alive
 from . import session_labels
@@ -214,10 +214,10 @@ class Store:
                 )
             sessions = self.list_sessions()
             # a misspelt name gets the nearest one; a well-formed one the store lacks, the list
-            near = [] if parse_session(session) else difflib.get_close_matches(session, sessions, 1)
+            near = None if parse_session(session) else nearest(session, sessions)
             known = ", ".join(sessions[:5]) + (" ..." if len(sessions) > 5 else "") or "none"
             fix = (
-                f"did you mean {near[0]}?"
+                f"did you mean {near}?"
                 if near
                 else "run `featurestore extract` or check the session name"
             )
