@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError, FeaturestoreError, UsageError
 from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
@@ -40,10 +40,6 @@ from .studies.session_cli import CONFIG_ARGUMENT, cmd_sessions
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: the store a verb reads when --store is not given
 DEFAULT_STORE = "features"
-
-
-class UsageError(Exception):
-    """Bad command-line input; :func:`main` prints it and exits with code 2."""
 
 
 def _opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -566,9 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(mask_uri(args.cfg.to_yaml()), end="")
                 return EXIT_OK
         return int(args.func(args))
-    except (ConfigError, UsageError) as e:
+    except FeaturestoreError as e:  # ConfigError and UsageError: exit code 2
         print(f"experiments {args.verb}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         print(

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .errors import FeaturestoreError, UsageError
 from .extraction.config import (
-    ConfigError,
     FeatureConfig,
     check_channels,
     check_overrides_apply,
@@ -45,7 +45,7 @@ from .sources.manifest import (
 )
 from .sources.manifest_file import ManifestError
 from .storage.shard import TRANSCRIPT_CHANNELS
-from .storage.store import Store, StoreError, parse_session, session_name
+from .storage.store import Store, parse_session, session_name
 
 EXIT_OK, EXIT_FAILED = 0, 1
 MANIFEST = "manifest.json"
@@ -71,7 +71,7 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     data_dir, allow = args.data_dir, args.allow_outside_paths
     manifest = args.manifest or cfg.manifest
     if manifest is None and data_dir is None:
-        raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
+        raise UsageError("give a DATA_DIR, or a manifest with --manifest FILE")
     if not args.manifest and cfg.manifest and not allow:
         _check_inside(Path(cfg.manifest), _config_folder(args), "the config's manifest")
     try:
@@ -81,7 +81,7 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
         where = getattr(args, "config", None) or "featurestore.yaml"
         apply_declarations(report.sessions, cfg.targets, cfg.min_coverage, where)
     except (ManifestError, ValueError) as e:
-        raise SystemExit(str(e)) from e
+        raise UsageError(str(e)) from e
     return report
 
 
@@ -95,7 +95,7 @@ def _config_folder(args: argparse.Namespace) -> Path:
 def _check_inside(path: Path, folder: Path, what: str) -> None:
     """Exit with a message when ``path`` (symbolic links and ``..`` resolved) is outside ``folder``."""
     if not path.resolve().is_relative_to(folder.resolve()):
-        raise SystemExit(
+        raise UsageError(
             f"{what} {path} is outside the config's folder {folder}; move it there, or pass "
             "--allow-outside-paths to read files elsewhere"
         )
@@ -127,7 +127,7 @@ def _sessions_for_extract(
     else:
         manifest = Path(args.store) / MANIFEST
         if not manifest.exists():
-            raise SystemExit(
+            raise UsageError(
                 f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
             )
         sessions, dups = read_scan_json(manifest)
@@ -152,7 +152,7 @@ def _split_todo(
     return todo, failed
 
 
-class _DiskFull(Exception):
+class _DiskFull(FeaturestoreError):
     """Raised from a session's result to end an extraction: the disk is full."""
 
     def __init__(self, result: SessionResult) -> None:
@@ -302,12 +302,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     store = Store(args.store)
     if ls := parse_session(args.session):  # any case, as scan matches file names
         args.session = session_name(*ls)
-    try:
-        meta = store.meta(args.session)
-        keys = store.channel_keys(args.session)
-    except StoreError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    meta, keys = store.meta(args.session), store.channel_keys(args.session)
     print_session(store, args.session, meta, keys, columns=args.columns)
     return EXIT_OK
 
@@ -321,8 +316,8 @@ def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
     try:
         sessions, dups = read_scan_json(manifest)
     except (OSError, ValueError, KeyError) as e:
-        raise SystemExit(
-            f"error: {manifest} is not a manifest `featurestore scan` wrote ({e}); re-run "
+        raise UsageError(
+            f"{manifest} is not a manifest `featurestore scan` wrote ({e}); re-run "
             f"`featurestore scan DATA_DIR --store {store}`"
         ) from e
     todo, _ = _split_todo(sessions, dups)
@@ -550,17 +545,12 @@ def main(argv: list[str] | None = None) -> int:
         return args
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, FileNotFoundError) as e:
+    except FeaturestoreError as e:  # e.g. a full disk (1), a bad config or option (2)
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except StoreError as e:  # e.g. a full disk, another writer holding a shard's lock too long
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(f"error: {e.code}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt), in any phase
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         print(f"featurestore {args.verb}: {what}; re-run to resume", file=sys.stderr)

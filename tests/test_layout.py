@@ -48,6 +48,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "cli": 6,
     },
     "experiments": {
+        "errors": 0,
         "config": 1,
         "data": 2,
         "windowing": 3,

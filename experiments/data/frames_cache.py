@@ -29,6 +29,7 @@ from featurestore.files import replaced, temp_writer
 from featurestore.processes import pid_alive
 from featurestore.storage.provenance import code_fingerprint, library_versions
 
+from ..errors import ExperimentsError
 from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def shard_identity(path: Path) -> tuple[int, int, int] | None:
     return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(ExperimentsError, ValueError):
     """A cache file that is not a complete entry for the request (never raised to callers)."""
 
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from featurestore.files import file_lock
 from featurestore.processes import pid_alive
 
+from ..errors import ExperimentsError
 from .redact import mask_uri
 from .ui_view import experiment_tags
 
@@ -86,7 +87,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     raise AssertionError("unreachable")
 
 
-class ArtifactLocationError(ValueError):
+class ArtifactLocationError(ExperimentsError, ValueError):
     """A new experiment on a database with nowhere configured for its artifacts."""
 
 

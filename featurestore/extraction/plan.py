@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import FeaturestoreError
 from ..extractors import AudioExtractor, FrameExtractor, TranscriptExtractor
 from ..extractors.base import Extractor
 from ..sources import media
@@ -32,7 +33,7 @@ from .config import FeatureConfig
 from .derived import transcript_plan
 
 
-class SessionError(RuntimeError):
+class SessionError(FeaturestoreError, RuntimeError):
     """This session cannot be extracted; the message says why and what to do."""
 
 
