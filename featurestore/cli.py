@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .commands import Option, Verb, make_parser, opt
 from .errors import FeaturestoreError, UsageError
 from .extraction.config import (
     FeatureConfig,
@@ -381,22 +381,6 @@ DEMO_DEFAULTS = {"omg": ("demo_data", 24.0), "monadic": ("demo_monadic", 8.0)}
 
 
 # ------------------------------------------------------------------------- the verbs
-@dataclass(frozen=True)
-class Verb:
-    """One verb: its function, ``help`` line, ``description`` and ``options`` (flags, keywords)."""
-
-    name: str
-    func: Callable[[argparse.Namespace], int]
-    help: str
-    options: Sequence[tuple[tuple[str, ...], dict[str, Any]]] = ()
-    description: str | None = None
-
-
-def opt(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """An option of a verb: argparse's ``add_argument(*flags, **kwargs)``."""
-    return flags, kwargs
-
-
 STORE = opt("--store", default="features", help="feature store folder (default: features/)")
 CONFIG = opt("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
 FORCE = opt("--force", action="store_true", help="recompute even current channels")
@@ -418,7 +402,7 @@ ALLOW_OUTSIDE = opt(
 )
 
 
-def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+def set_opt(examples: str) -> Option:
     """``--set KEY=VALUE``, with the verb's ``examples``."""
     return opt(
         "--set",
@@ -431,12 +415,12 @@ def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 
 VERBS = (
-    Verb("scan", cmd_scan, "list the sessions found in a data folder; write the manifest", [
+    Verb(cmd_scan, "list the sessions found in a data folder; write the manifest", [
         opt("data_dir", nargs="?", help="corpus folder (Subject_<L>_Story_<S> files at any depth; "
             "not needed with --manifest)"),
         STORE, MANIFEST_OPT, ALLOW_OUTSIDE, CONFIG,
     ]),
-    Verb("extract", cmd_extract, "compute missing or stale channels for every session", [
+    Verb(cmd_extract, "compute missing or stale channels for every session", [
         opt("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"),
         STORE, MANIFEST_OPT, ALLOW_OUTSIDE,
         opt("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech "
@@ -453,7 +437,7 @@ VERBS = (
         set_opt("an extractor's (--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) "
                 "or a top-level key (--set face_fps=10)"),
     ]),
-    Verb("import", cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
+    Verb(cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
         opt("table_dir", help="folder of tables named by recording id (a manifest's session, "
             "e.g. rec01.csv) or Subject_<L>_Story_<S>.csv/.parquet; with --session, one table"),
         opt("--role", required=True, choices=["speaker", "listener", "scene", "person", "partner"],
@@ -469,14 +453,14 @@ VERBS = (
             "(au emotion pose landmarks; default au emotion pose)"),
         opt("--lookahead-s", type=float, help="seconds read past each row (default: none)"),
     ]),
-    Verb("labels", cmd_labels, "import valence annotation CSVs as a label target", [
+    Verb(cmd_labels, "import valence annotation CSVs as a label target", [
         opt("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings"),
         opt("--target", required=True,
             help="label name, e.g. valence_self, valence_observer_listener"),
         STORE,
         opt("--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"),
     ]),
-    Verb("ratings", cmd_ratings,
+    Verb(cmd_ratings,
          "import whole-session ratings (one number per session) from a CSV table", [
         opt("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]"),
         STORE,
@@ -484,7 +468,7 @@ VERBS = (
        "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
        "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
        "mean over raters. A manifest's rating_<target> columns do the same at extraction."),
-    Verb("transcripts", cmd_transcripts,
+    Verb(cmd_transcripts,
          "transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues", [
         opt("transcript_dir", help="folder of transcribed_subject_<L>_story_<S>.srt or .ass files"),
         STORE, FORCE,
@@ -492,17 +476,17 @@ VERBS = (
             "the defaults)"),
         set_opt("a speech or lexicon setting (--set lexicon.window_s=8)"),
     ]),
-    Verb("ls", cmd_ls, "list the shards of a store", [STORE]),
-    Verb("inspect", cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [
+    Verb(cmd_ls, "list the shards of a store", [STORE]),
+    Verb(cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [
         opt("session", help="session id, e.g. Subject_1_Story_1"),
         STORE,
         opt("--columns", action="store_true", help="also list column names"),
     ]),
-    Verb("verify", cmd_verify, "check every shard; non-zero exit with the reasons", [
+    Verb(cmd_verify, "check every shard; non-zero exit with the reasons", [
         STORE,
         opt("--no-sources", action="store_true", help="skip re-fingerprinting source videos"),
     ]),
-    Verb("demo", cmd_demo, "build an embedded demo corpus", [
+    Verb(cmd_demo, "build an embedded demo corpus", [
         opt("--layout", choices=tuple(DEMO_DEFAULTS), default="omg",
             help="omg: OMG-Empathy's layout (dyads, Subject_<L>_Story_<S> names; the default); "
             "monadic: one person per session, a video and an audio file each, two raters, a "
@@ -524,17 +508,8 @@ VERBS = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``featurestore`` parser: one sub-parser per entry of :data:`VERBS`."""
-    p = argparse.ArgumentParser(
-        prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards"
-    )
-    p.add_argument("--version", action="version", version=f"featurestore {__version__}")
-    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb in VERBS:
-        sp = sub.add_parser(verb.name, help=verb.help, description=verb.description)
-        for flags, kwargs in verb.options:
-            sp.add_argument(*flags, **kwargs)
-        sp.set_defaults(func=verb.func)
-    return p
+    description = "OMG-Empathy videos -> per-frame features in HDF5 shards"
+    return make_parser("featurestore", description, __version__, VERBS)
 
 
 def main(argv: list[str] | None = None) -> int:

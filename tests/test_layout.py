@@ -32,6 +32,7 @@ MAX_LINES = 600
 #: door, which imports lazily or from the storage layer) and ``cli`` sit on top.
 LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
+        "commands": 0,
         "errors": 0,
         "files": 0,
         "features": 0,
