@@ -20,8 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from featurestore.errors import nearest
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError, nearest
 
 from .choices import suggest
 from .grid import format_value

@@ -12,8 +12,7 @@ import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from featurestore.errors import nearest
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError, nearest
 from featurestore.storage.roles import corpus_key, role_names
 from featurestore.storage.shard import TRANSCRIPT_CHANNELS
 from featurestore.storage.store import Store, StoreError

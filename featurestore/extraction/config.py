@@ -19,9 +19,8 @@ from typing import Any
 import yaml
 
 from .. import overrides
-from ..errors import nearest
+from ..errors import ConfigError, nearest
 from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
-from ..overrides import ConfigError
 from ..sources.label_checks import parse_min_coverage, parse_targets
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 from ..yaml_loader import YAMLRefused, load_yaml
