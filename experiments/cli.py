@@ -1,7 +1,8 @@
 """``experiments`` command line.
 
-Each verb is a :class:`Verb` of :data:`VERBS`: its ``cmd_<verb>(args) -> int`` (whose docstring is
-its ``--help`` description), its own arguments and the shared options it takes (:data:`SHARED`).
+Each verb is a :class:`~featurestore.commands.Verb` of :data:`VERBS` (made by :func:`verb`): its
+``cmd_<verb>(args) -> int`` (whose docstring is its ``--help`` description), its own arguments
+and the shared options it takes (:data:`SHARED`).
 A verb with a ``config`` gets ``--config``, ``--set`` and ``--print-config``, and :func:`main`
 loads the config into ``args.cfg`` (checked against ``--store``) before it runs.
 
@@ -12,16 +13,15 @@ Exit codes: 0 all good, 1 some sessions or configurations failed (the message sa
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
-from featurestore.overrides import ConfigError
+from featurestore.commands import Option, Verb, make_parser, opt
+from featurestore.errors import ConfigError, FeaturestoreError, UsageError
 from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
@@ -42,46 +42,38 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_STORE = "features"
 
 
-class UsageError(Exception):
-    """Bad command-line input; :func:`main` prints it and exits with code 2."""
-
-
-def _opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    return flags, kw
-
-
 #: options several verbs take, by name
 SHARED = {
-    "store": _opt(
+    "store": opt(
         "--store",
         default=None,
         metavar="DIR",
         help="feature store folder (default: features/); a config's target and channels are "
         "checked against it before anything runs",
     ),
-    "tracking": _opt(
+    "tracking": opt(
         "--tracking-uri",
         default=None,
         help="MLflow tracking URI (default: the config's tracking.uri, else mlruns/ -> "
         "sqlite:///mlruns/mlflow.db)",
     ),
-    "jobs": _opt(
+    "jobs": opt(
         "--jobs",
         type=int,
         default=None,
         help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
     ),
-    "executor": _opt(
+    "executor": opt(
         "--executor",
         default=None,
         metavar="NAME",
         help="where configurations run: local (this machine) or dask (a cluster); default: the "
         "config's executor",
     ),
-    "scheduler": _opt(
+    "scheduler": opt(
         "--scheduler", default=None, help="address of an existing Dask scheduler (--executor dask)"
     ),
-    "set": _opt(
+    "set": opt(
         "--set",
         dest="overrides",
         action="append",
@@ -90,7 +82,7 @@ SHARED = {
         help="override a config entry; dotted KEY, VALUE parsed as YAML; repeatable "
         "(e.g. --set window.delay_s=[2] --set models.2.alpha=[1,10]: list items by index)",
     ),
-    "no-resume": _opt(
+    "no-resume": opt(
         "--no-resume",
         dest="resume",
         action="store_false",
@@ -102,56 +94,49 @@ SHARED = {
 SWEEPING = ("store", "tracking", "jobs", "executor", "scheduler", "no-resume")
 
 
-@dataclass(frozen=True)
-class Verb:
+def verb(
+    run: Callable[[argparse.Namespace], int],
+    help: str,
+    config: str | None = None,
+    shared: tuple[str, ...] = (),
+    arguments: tuple[Option, ...] = (),
+) -> Verb:
     """A verb: ``run`` (``cmd_<verb>``, named after it), its one-line ``help``, the packaged
     ``config`` it reads without ``--config`` (None: it takes no config), the :data:`SHARED`
-    options it takes and its own ``arguments`` (flags, ``add_argument`` keywords)."""
-
-    run: Callable[[argparse.Namespace], int]
-    help: str
-    config: str | None = None
-    shared: tuple[str, ...] = ()
-    arguments: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = ()
-
-    def __call__(self, sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        """Add the verb's parser to ``sub``."""
-        name = self.run.__name__.removeprefix("cmd_")
-        p = sub.add_parser(name, help=self.help, description=inspect.getdoc(self.run))
-        p.set_defaults(func=self.run)
-        if self.config is not None:
-            add_config_options(p, self.config)
-        for flags, kw in (*(SHARED[s] for s in self.shared), *self.arguments):
-            p.add_argument(*flags, **kw)
-        return p
+    options it takes and its own ``arguments``."""
+    configs = config_options(config) if config is not None else ()
+    options = (*configs, *(SHARED[s] for s in shared), *arguments)
+    defaults = {"takes_config": True, "config_default": config} if config is not None else {}
+    return Verb(run, help, options, defaults=defaults)
 
 
-def add_config_options(p: argparse.ArgumentParser, default: str = "default") -> None:
+def config_options(default: str) -> tuple[Option, ...]:
     """``--config FILE`` (``default``: the packaged config the verb reads without it),
     repeatable ``--set KEY=VALUE``, ``--print-config`` and ``--max-configurations N``."""
-    p.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
-        f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
+    return (
+        opt(
+            "--config",
+            default=None,
+            metavar="FILE",
+            help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
+            f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
+        ),
+        SHARED["set"],
+        opt(
+            "--print-config",
+            action="store_true",
+            help="print the resolved config and exit (with --store: after checking its target and "
+            "channels against the store)",
+        ),
+        opt(
+            "--max-configurations",
+            type=int,
+            default=MAX_CONFIGURATIONS,
+            metavar="N",
+            help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
+            f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
+        ),
     )
-    p.add_argument(*SHARED["set"][0], **SHARED["set"][1])
-    p.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the resolved config and exit (with --store: after checking its target and "
-        "channels against the store)",
-    )
-    p.add_argument(
-        "--max-configurations",
-        type=int,
-        default=MAX_CONFIGURATIONS,
-        metavar="N",
-        help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
-        f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
-    )
-    p.set_defaults(takes_config=True, config_default=default)
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
@@ -399,50 +384,50 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _out(files: str) -> tuple[tuple[str, ...], dict[str, Any]]:
-    return _opt("--out", default="reports", help=f"folder for {files} (default: reports/)")
+def _out(files: str) -> Option:
+    return opt("--out", default="reports", help=f"folder for {files} (default: reports/)")
 
 
 #: the verbs, in ``--help``'s order (a verb is one ``cmd_<verb>`` and one entry here)
-VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
-    Verb(
+VERBS: list[Verb] = [
+    verb(
         cmd_sweep,
         "run the config's grid (or its Optuna search) on a feature store, log every configuration to MLflow",
         config="default",
         shared=SWEEPING,
     ),
-    Verb(
+    verb(
         cmd_ablate,
         "speaker / listener / both table -> reports/ablation.{md,csv,png}",
         config="ablation",
         shared=SWEEPING,
         arguments=(_out("ablation.md, .csv, .png, ablation_comparisons.csv, ablation_unseen.csv"),),
     ),
-    Verb(
+    verb(
         cmd_export,
         "write a run's predictions in challenge format",
         shared=("tracking",),
         arguments=(
-            _opt(
+            opt(
                 "run_id",
                 help="MLflow run id of one configuration (a child run; the UI and the sweep print them)",
             ),
-            _opt(
+            opt(
                 "--split",
                 choices=["val", "test", "loso", "test_unseen"],
                 required=True,
                 help="which predictions (test_unseen: listeners left out of training, generalized track)",
             ),
-            _opt("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files"),
+            opt("--out", required=True, help="folder for Subject_<L>_Story_<S>.csv files"),
         ),
     ),
-    Verb(
+    verb(
         cmd_explain,
         "permutation importance of a run's channels and columns -> reports/importance_<set>_<track>.{csv,png}",
         shared=("store", "tracking"),
         arguments=(
-            _opt("run_id", metavar="RUN_ID", help="a configuration's child run"),
-            _opt(
+            opt("run_id", metavar="RUN_ID", help="a configuration's child run"),
+            opt(
                 "--levels",
                 nargs="+",
                 choices=["channel", "column", "stat"],
@@ -450,42 +435,42 @@ VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
                 help="feature groups to permute: a role/channel, one column, one window statistic "
                 "(default: channel column)",
             ),
-            _opt("--repeats", type=int, default=5, help="random lags per session (default: 5)"),
-            _opt("--split", choices=["test", "val"], default="test", help="scored split"),
-            _opt(
+            opt("--repeats", type=int, default=5, help="random lags per session (default: 5)"),
+            opt("--split", choices=["test", "val"], default="test", help="scored split"),
+            opt(
                 "--track",
                 choices=["personalized", "generalized"],
                 default=None,
                 help="whose averaging (default: the configuration's own track)",
             ),
-            _opt("--seed", type=int, default=0, help="seed of the lags (default: 0)"),
+            opt("--seed", type=int, default=0, help="seed of the lags (default: 0)"),
             _out("the importance files"),
         ),
     ),
-    Verb(
+    verb(
         cmd_score,
         "score challenge-format predictions against ground truth (both protocols)",
         arguments=(
-            _opt(
+            opt(
                 "ground_truth_dir",
                 type=Path,
                 metavar="GROUND_TRUTH_DIR",
                 help="folder of the true Subject_<L>_Story_<S>.csv ratings (may hold every split)",
             ),
-            _opt(
+            opt(
                 "prediction_dir",
                 type=Path,
                 metavar="PREDICTION_DIR",
                 help="folder of predicted Subject_<L>_Story_<S>.csv files (experiments export writes them)",
             ),
-            _opt(
+            opt(
                 "--csv",
                 type=Path,
                 default=None,
                 metavar="FILE",
                 help="also write session, listener, story, ccc to FILE",
             ),
-            _opt(
+            opt(
                 "--split",
                 choices=["train", "val", "test"],
                 default=None,
@@ -494,26 +479,26 @@ VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
             ),
         ),
     ),
-    Verb(
+    verb(
         cmd_agreement,
         "CCC between label targets (self vs. observer ratings) -> reports/agreement.{md,csv,png}",
         config="ablation",
         shared=("store", "tracking"),
         arguments=(
-            _opt(
+            opt(
                 "--targets",
                 nargs=2,
                 metavar=("A", "B"),
                 default=None,
                 help="compare these two label targets (default: valence_self vs every other target)",
             ),
-            _opt(
+            opt(
                 "--feature-set",
                 default=None,
                 help="feature set of the cross-target model (default: the config's largest set the "
                 "sessions have)",
             ),
-            _opt(
+            opt(
                 "--no-cross",
                 action="store_true",
                 help="skip the cross-target table (no model is trained)",
@@ -521,7 +506,7 @@ VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
             _out("agreement.md/.csv/.png"),
         ),
     ),
-    Verb(
+    verb(
         cmd_sessions,
         "whole-session ratings: models over session summaries, CV by person -> MLflow, "
         "reports/summary_sessions.{md,csv}",
@@ -533,16 +518,8 @@ VERBS: list[Callable[[argparse._SubParsersAction], Any]] = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``experiments`` parser: one sub-parser per verb of :data:`VERBS`."""
-    parser = argparse.ArgumentParser(
-        prog="experiments",
-        description="Sweep, score and export empathy-prediction experiments on a feature store.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    sub.required = True
-    for add in VERBS:
-        add(sub)
-    return parser
+    description = "Sweep, score and export empathy-prediction experiments on a feature store."
+    return make_parser("experiments", description, __version__, VERBS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -564,9 +541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(mask_uri(args.cfg.to_yaml()), end="")
                 return EXIT_OK
         return int(args.func(args))
-    except (ConfigError, UsageError) as e:
+    except FeaturestoreError as e:  # ConfigError and UsageError: exit code 2
         print(f"experiments {args.verb}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         print(

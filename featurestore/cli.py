@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .commands import Option, Verb, make_parser, opt
+from .errors import FeaturestoreError, UsageError
 from .extraction.config import (
-    ConfigError,
     FeatureConfig,
     check_channels,
     check_overrides_apply,
@@ -44,7 +44,7 @@ from .sources.manifest import (
     write_manifest,
 )
 from .sources.manifest_file import ManifestError
-from .storage.store import Store, StoreError, parse_session, session_name
+from .storage.store import Store, parse_session, session_name
 
 EXIT_OK, EXIT_FAILED = 0, 1
 MANIFEST = "manifest.json"
@@ -70,7 +70,7 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     data_dir, allow = args.data_dir, args.allow_outside_paths
     manifest = args.manifest or cfg.manifest
     if manifest is None and data_dir is None:
-        raise SystemExit("give a DATA_DIR, or a manifest with --manifest FILE")
+        raise UsageError("give a DATA_DIR, or a manifest with --manifest FILE")
     if not args.manifest and cfg.manifest and not allow:
         _check_inside(Path(cfg.manifest), _config_folder(args), "the config's manifest")
     try:
@@ -80,7 +80,7 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
         where = getattr(args, "config", None) or "featurestore.yaml"
         apply_declarations(report.sessions, cfg.targets, cfg.min_coverage, where)
     except (ManifestError, ValueError) as e:
-        raise SystemExit(str(e)) from e
+        raise UsageError(str(e)) from e
     return report
 
 
@@ -94,7 +94,7 @@ def _config_folder(args: argparse.Namespace) -> Path:
 def _check_inside(path: Path, folder: Path, what: str) -> None:
     """Exit with a message when ``path`` (symbolic links and ``..`` resolved) is outside ``folder``."""
     if not path.resolve().is_relative_to(folder.resolve()):
-        raise SystemExit(
+        raise UsageError(
             f"{what} {path} is outside the config's folder {folder}; move it there, or pass "
             "--allow-outside-paths to read files elsewhere"
         )
@@ -126,7 +126,7 @@ def _sessions_for_extract(
     else:
         manifest = Path(args.store) / MANIFEST
         if not manifest.exists():
-            raise SystemExit(
+            raise UsageError(
                 f"no DATA_DIR given and no {manifest}; run `featurestore scan DATA_DIR --store {args.store}` first"
             )
         sessions, dups = read_scan_json(manifest)
@@ -151,7 +151,7 @@ def _split_todo(
     return todo, failed
 
 
-class _DiskFull(Exception):
+class _DiskFull(FeaturestoreError):
     """Raised from a session's result to end an extraction: the disk is full."""
 
     def __init__(self, result: SessionResult) -> None:
@@ -301,12 +301,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     store = Store(args.store)
     if ls := parse_session(args.session):  # any case, as scan matches file names
         args.session = session_name(*ls)
-    try:
-        meta = store.meta(args.session)
-        keys = store.channel_keys(args.session)
-    except StoreError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    meta, keys = store.meta(args.session), store.channel_keys(args.session)
     print_session(store, args.session, meta, keys, columns=args.columns)
     return EXIT_OK
 
@@ -320,8 +315,8 @@ def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
     try:
         sessions, dups = read_scan_json(manifest)
     except (OSError, ValueError, KeyError) as e:
-        raise SystemExit(
-            f"error: {manifest} is not a manifest `featurestore scan` wrote ({e}); re-run "
+        raise UsageError(
+            f"{manifest} is not a manifest `featurestore scan` wrote ({e}); re-run "
             f"`featurestore scan DATA_DIR --store {store}`"
         ) from e
     todo, _ = _split_todo(sessions, dups)
@@ -385,22 +380,6 @@ DEMO_DEFAULTS = {"omg": ("demo_data", 24.0), "monadic": ("demo_monadic", 8.0)}
 
 
 # ------------------------------------------------------------------------- the verbs
-@dataclass(frozen=True)
-class Verb:
-    """One verb: its function, ``help`` line, ``description`` and ``options`` (flags, keywords)."""
-
-    name: str
-    func: Callable[[argparse.Namespace], int]
-    help: str
-    options: Sequence[tuple[tuple[str, ...], dict[str, Any]]] = ()
-    description: str | None = None
-
-
-def opt(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """An option of a verb: argparse's ``add_argument(*flags, **kwargs)``."""
-    return flags, kwargs
-
-
 STORE = opt("--store", default="features", help="feature store folder (default: features/)")
 CONFIG = opt("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
 FORCE = opt("--force", action="store_true", help="recompute even current channels")
@@ -422,7 +401,7 @@ ALLOW_OUTSIDE = opt(
 )
 
 
-def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+def set_opt(examples: str) -> Option:
     """``--set KEY=VALUE``, with the verb's ``examples``."""
     return opt(
         "--set",
@@ -435,12 +414,12 @@ def set_opt(examples: str) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 
 VERBS = (
-    Verb("scan", cmd_scan, "list the sessions found in a data folder; write the manifest", [
+    Verb(cmd_scan, "list the sessions found in a data folder; write the manifest", [
         opt("data_dir", nargs="?", help="corpus folder (Subject_<L>_Story_<S> files at any depth; "
             "not needed with --manifest)"),
         STORE, MANIFEST_OPT, ALLOW_OUTSIDE, CONFIG,
     ]),
-    Verb("extract", cmd_extract, "compute missing or stale channels for every session", [
+    Verb(cmd_extract, "compute missing or stale channels for every session", [
         opt("data_dir", nargs="?", help="data folder (default: the manifest written by `scan`)"),
         STORE, MANIFEST_OPT, ALLOW_OUTSIDE,
         opt("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech "
@@ -457,7 +436,7 @@ VERBS = (
         set_opt("an extractor's (--set face_au.device=cuda --set face_geom.redetect_every_s=0.5) "
                 "or a top-level key (--set face_fps=10)"),
     ]),
-    Verb("import", cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
+    Verb(cmd_import, "import per-frame tables (CSV/Parquet, OpenFace, py-feat) as a channel", [
         opt("table_dir", help="folder of tables named by recording id (a manifest's session, "
             "e.g. rec01.csv) or Subject_<L>_Story_<S>.csv/.parquet; with --session, one table"),
         opt("--role", required=True, choices=["speaker", "listener", "scene", "person", "partner"],
@@ -473,14 +452,14 @@ VERBS = (
             "(au emotion pose landmarks; default au emotion pose)"),
         opt("--lookahead-s", type=float, help="seconds read past each row (default: none)"),
     ]),
-    Verb("labels", cmd_labels, "import valence annotation CSVs as a label target", [
+    Verb(cmd_labels, "import valence annotation CSVs as a label target", [
         opt("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings"),
         opt("--target", required=True,
             help="label name, e.g. valence_self, valence_observer_listener"),
         STORE,
         opt("--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"),
     ]),
-    Verb("ratings", cmd_ratings,
+    Verb(cmd_ratings,
          "import whole-session ratings (one number per session) from a CSV table", [
         opt("table", metavar="FILE", help="CSV table: session,<target>[,...][,rater]"),
         STORE,
@@ -488,7 +467,7 @@ VERBS = (
        "as /session_labels/<target> of existing shards. FILE is a CSV with the header "
        "session,<target>[,<target>...][,rater]; with a rater column the stored rating is the "
        "mean over raters. A manifest's rating_<target> columns do the same at extraction."),
-    Verb("transcripts", cmd_transcripts,
+    Verb(cmd_transcripts,
          "transcripts (.srt/.ass) -> speech and lexicon channels; per-role voice from the cues", [
         opt("transcript_dir", help="folder of transcribed_subject_<L>_story_<S>.srt or .ass files"),
         STORE, FORCE,
@@ -496,17 +475,17 @@ VERBS = (
             "the defaults)"),
         set_opt("a speech or lexicon setting (--set lexicon.window_s=8)"),
     ]),
-    Verb("ls", cmd_ls, "list the shards of a store", [STORE]),
-    Verb("inspect", cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [
+    Verb(cmd_ls, "list the shards of a store", [STORE]),
+    Verb(cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [
         opt("session", help="session id, e.g. Subject_1_Story_1"),
         STORE,
         opt("--columns", action="store_true", help="also list column names"),
     ]),
-    Verb("verify", cmd_verify, "check every shard; non-zero exit with the reasons", [
+    Verb(cmd_verify, "check every shard; non-zero exit with the reasons", [
         STORE,
         opt("--no-sources", action="store_true", help="skip re-fingerprinting source videos"),
     ]),
-    Verb("demo", cmd_demo, "build an embedded demo corpus", [
+    Verb(cmd_demo, "build an embedded demo corpus", [
         opt("--layout", choices=tuple(DEMO_DEFAULTS), default="omg",
             help="omg: OMG-Empathy's layout (dyads, Subject_<L>_Story_<S> names; the default); "
             "monadic: one person per session, a video and an audio file each, two raters, a "
@@ -528,17 +507,8 @@ VERBS = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``featurestore`` parser: one sub-parser per entry of :data:`VERBS`."""
-    p = argparse.ArgumentParser(
-        prog="featurestore", description="OMG-Empathy videos -> per-frame features in HDF5 shards"
-    )
-    p.add_argument("--version", action="version", version=f"featurestore {__version__}")
-    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb in VERBS:
-        sp = sub.add_parser(verb.name, help=verb.help, description=verb.description)
-        for flags, kwargs in verb.options:
-            sp.add_argument(*flags, **kwargs)
-        sp.set_defaults(func=verb.func)
-    return p
+    description = "OMG-Empathy videos -> per-frame features in HDF5 shards"
+    return make_parser("featurestore", description, __version__, VERBS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -549,17 +519,12 @@ def main(argv: list[str] | None = None) -> int:
         return args
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, FileNotFoundError) as e:
+    except FeaturestoreError as e:  # e.g. a full disk (1), a bad config or option (2)
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except StoreError as e:  # e.g. a full disk, another writer holding a shard's lock too long
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(f"error: {e.code}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt), in any phase
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         print(f"featurestore {args.verb}: {what}; re-run to resume", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Config errors and ``--set KEY=VALUE`` overrides, shared by both packages' configs.
+"""``--set KEY=VALUE`` overrides, shared by both packages' configs.
 
 >>> parse_override("window.delay_s=[2]")
 (['window', 'delay_s'], [2])
@@ -14,18 +14,8 @@ from typing import Any
 
 import yaml
 
+from .errors import ConfigError
 from .yaml_loader import load_yaml
-
-
-class ConfigError(ValueError):
-    """A bad config: the message names the file or ``--set`` option and the key path.
-
-    An error that reports several problems at once lists them in ``problems``; ``line`` is the
-    line of the key in the file (0 for a ``--set`` option, None when unknown)."""
-
-    line: int | None = None
-    key: str = ""  # the dotted key path, when the error is about one key
-    problems: list[ConfigError] = []  # set per instance; never appended to
 
 
 def parse_override(text: str, example: str = "window.delay_s=[2]") -> tuple[list[str], Any]:

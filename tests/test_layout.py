@@ -32,6 +32,9 @@ MAX_LINES = 600
 #: door, which imports lazily or from the storage layer) and ``cli`` sit on top.
 LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
+        "commands": 0,
+        "errors": 0,
+        "files": 0,
         "features": 0,
         "processes": 0,
         "lazy": 0,
@@ -46,6 +49,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "cli": 6,
     },
     "experiments": {
+        "errors": 0,
         "config": 1,
         "data": 2,
         "windowing": 3,

@@ -8,20 +8,19 @@ expected and the nearest valid name; collected, then raised at once in the order
 >>> c.raise_errors()
 Traceback (most recent call last):
 ...
-featurestore.overrides.ConfigError: 2 problems in exp.yaml:
+featurestore.errors.ConfigError: 2 problems in exp.yaml:
   exp.yaml:3: window.algin: unknown key; did you mean 'align'?
   exp.yaml:4: window.lenghts_s: unknown key; did you mean 'lengths_s'?
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError, nearest
 
 from .choices import suggest
 from .grid import format_value
@@ -110,8 +109,8 @@ class Checker:
         for k in value:  # every unknown key is reported; the known ones are checked on
             if k not in allowed:
                 self.note(f"{key}.{k}" if key else str(k), f"unknown key{suggest(k, allowed)}")
-                near = difflib.get_close_matches(str(k), [str(a) for a in allowed], 1, 0.5)
-                self.suggested.update(f"{key}.{n}" if key else n for n in near)
+                if (near := nearest(k, allowed)) is not None:
+                    self.suggested.add(f"{key}.{near}" if key else near)
         return {k: v for k, v in value.items() if k in allowed}
 
     def as_list(self, key: str, value: Any) -> list:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
 from .metrics import DEFAULT_METRIC, get_metric

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from featurestore.errors import ConfigError
 from featurestore.extraction.config import read_yaml_file
-from featurestore.overrides import ConfigError, apply_override, parse_override
+from featurestore.overrides import apply_override, parse_override
 from featurestore.yaml_loader import compose_yaml
 
 from .grid import MAX_CONFIGURATIONS, expand

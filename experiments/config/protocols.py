@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from featurestore.sources.manifest import SPLITS
 
+from ..errors import ExperimentsError
 from .choices import suggest
 from .options import (
     IDENTITY_PERSONALIZATIONS,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .schema import ExperimentConfig
 
 
-class ProtocolProblem(ValueError):
+class ProtocolProblem(ExperimentsError, ValueError):
     """A bad ``protocol``, ``folds`` or ``splits`` value: the dotted ``key`` and the ``message``."""
 
     def __init__(self, key: str, message: str) -> None:

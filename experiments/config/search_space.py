@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ExperimentsError
 from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial
 from .models import BASELINE
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
 from .schema import ExperimentConfig, ModelGrid, Range
 
 
-class SearchSpaceError(ValueError):
+class SearchSpaceError(ExperimentsError, ValueError):
     """A config whose search space is empty or unusable; ``key`` is the config key to fix."""
 
     def __init__(self, key: str, message: str) -> None:

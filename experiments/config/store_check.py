@@ -7,14 +7,13 @@ path, message) for the validator to place at the key's line.
 
 from __future__ import annotations
 
-import difflib
 import os
 import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from featurestore.errors import ConfigError, nearest
 from featurestore.extractors import channels_of_kind, registry
-from featurestore.overrides import ConfigError
 from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout, common_layout
 from featurestore.storage.roles import corpus_key
 from featurestore.storage.store import Store, StoreError
@@ -89,11 +88,6 @@ def corpus_layout(store: Store | str | os.PathLike) -> CorpusLayout:
     st = store if isinstance(store, Store) else Store(store)
     sessions = st.list_sessions() if st.root.is_dir() else []
     return st.meta(sessions[0]).corpus_layout if sessions else DEFAULT_LAYOUT
-
-
-def _nearest(word: str, valid: Collection[str]) -> str | None:
-    close = difflib.get_close_matches(word, sorted(valid), n=1, cutoff=0.6)
-    return close[0] if close else None
 
 
 def _some(names: Sequence[str], n: int = 3) -> str:
@@ -172,7 +166,7 @@ def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
             "/session_labels), not a frame-level label target: model it with `experiments "
             "sessions CONFIG` (docs/config.md, whole-session ratings)"
         )
-    near = _nearest(target, have)
+    near = nearest(target, have)
     hint = f"did you mean {near!r}?" if near else f"to add a rating as this target: {add}"
     return (
         f"{target!r} is not a label target of the store {names.root} "
@@ -217,7 +211,7 @@ def _feature_set_problem(fs: str, keys: list[str], sessions: list[str], names: S
         stored = {k.split("/", 1)[1] for k in have if k.startswith(f"{role}/")}
         near = None
         if channel not in stored and channel not in registry():
-            near = _nearest(channel, stored | set(registry()))
+            near = nearest(channel, stored | set(registry()))
         if near:  # an error whatever the verb
             problems.append(
                 f"{corpus_key(key, words)!r} is in no session of {names.root}; did you mean "

@@ -10,7 +10,7 @@ line nor suggestion: see docs/design.md#experiment-config.
 >>> validate({"window": {"algin": "causal"}}, "exp.yaml", lines={"window": 3, "window.algin": 4})
 Traceback (most recent call last):
 ...
-featurestore.overrides.ConfigError: exp.yaml:4: window.algin: unknown key; did you mean 'align'?
+featurestore.errors.ConfigError: exp.yaml:4: window.algin: unknown key; did you mean 'align'?
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from featurestore.features import Features
 from featurestore.storage.shard import ShardReader, read_channel_group
 from featurestore.storage.store import LABEL_FPS, MissingChannelError, Store, StoreError
 
+from ..errors import ExperimentsError
 from .frames_cache import EntryKey, FramesCache, code_version
 from .gold_standard import GoldStandard, gold_standards
 from .session_table import SessionTable
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 MAX_GAP_S = 0.5
 
 
-class DatasetError(RuntimeError):
+class DatasetError(ExperimentsError, RuntimeError):
     """A session lacks a channel or a label target, or its arrays disagree; names both and the fix."""
 
 

@@ -15,9 +15,7 @@ import io
 import json
 import logging
 import os
-import re
 import threading
-import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +25,11 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.lib import format as npy
 
+from featurestore.files import replaced, temp_writer
 from featurestore.processes import pid_alive
 from featurestore.storage.provenance import code_fingerprint, library_versions
 
+from ..errors import ExperimentsError
 from .session_table import SessionTable
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ CACHE_ENV = "OMG_FRAMES_CACHE"
 FOLDER_NAME = ".frames"
 SUFFIX = ".frames"
 
-_TMP_MARK = ".tmp-"
 #: the arrays of an entry, in file order, and their dtypes
 _DTYPES = {
     "y": np.dtype("<f4"),
@@ -118,7 +117,7 @@ def shard_identity(path: Path) -> tuple[int, int, int] | None:
     return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(ExperimentsError, ValueError):
     """A cache file that is not a complete entry for the request (never raised to callers)."""
 
 
@@ -203,17 +202,11 @@ class FramesCache:
         if self._writable is False:
             return None
         final = self.path(key)
-        tmp = self.folder / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            with replaced(final) as tmp, open(tmp, "wb") as f:
                 _write_entry(f, key, table)
-            os.replace(tmp, final)
         except OSError as e:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             with self._lock:
                 if self._writable is None:
                     log.debug(
@@ -225,9 +218,6 @@ class FramesCache:
                     )
                 self._writable = False
             return None
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         self._writable = True
         self._drop_stale(key)
         return final
@@ -236,7 +226,6 @@ class FramesCache:
         """Delete the session's entries made from another shard file (or older code), and
         temporary files left by writers that are gone."""
         prefix = f"{key.session}."
-        tmp_re = re.compile(rf"^\.{re.escape(key.session)}\..*{re.escape(_TMP_MARK)}(\d+)-")
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -246,7 +235,11 @@ class FramesCache:
                 parts = name[len(prefix) : -len(SUFFIX)].split(".")
                 if len(parts) == 2 and parts[0] != key.shard_tag:
                     _unlink(self.folder / name)
-            elif (m := tmp_re.match(name)) and not pid_alive(int(m.group(1))):
+            elif (
+                name.startswith(f".{prefix}")
+                and (pid := temp_writer(Path(name))) is not None
+                and not pid_alive(pid)
+            ):
                 _unlink(self.folder / name)
 
     def entries(self) -> list[Path]:

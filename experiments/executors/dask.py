@@ -26,6 +26,7 @@ from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE
 from ..data.dataset import DatasetError, load_sessions
 from ..data.session_table import SessionTable
+from ..errors import ExperimentsError
 from ..evaluation.evaluate import TrialResult, Windowed, evaluate_part, group_fit_parts
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
@@ -209,7 +210,7 @@ def worker_library_versions() -> dict[str, str]:
     return dict(code_version().libraries)
 
 
-class WorkerCodeMismatch(RuntimeError):
+class WorkerCodeMismatch(ExperimentsError, RuntimeError):
     """A Dask worker runs other code than the client: its results would not be this code's."""
 
 

@@ -23,6 +23,7 @@ from ..config.grid import Trial, expand
 from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
+from ..errors import ExperimentsError
 from ..evaluation import markdown
 from ..evaluation.evaluate import TrialResult, evaluate_trial, window_sessions
 from ..evaluation.metrics import ccc, protocol_means
@@ -58,7 +59,7 @@ CROSS_COLUMNS = ["trained_on", "scored_against", "feature_set", "split"] + [
 ]
 
 
-class AgreementError(ValueError):
+class AgreementError(ExperimentsError, ValueError):
     """Nothing to compare (a target is missing everywhere); the message says how to add it."""
 
 

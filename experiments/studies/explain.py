@@ -21,6 +21,7 @@ from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
+from ..errors import ExperimentsError
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.importance import (
     ImportanceResult,
@@ -40,7 +41,7 @@ from .sweep import grid_trials
 REPRODUCED_TOLERANCE = 1e-4
 
 
-class ExplainError(ValueError):
+class ExplainError(ExperimentsError, ValueError):
     """The run cannot be explained (no such run, not a configuration's run, a baseline); the
     message says which run and what to do."""
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+
+from featurestore.commands import Option
 
 #: the verb's own argument (the shared options are experiments.cli's)
-CONFIG_ARGUMENT: tuple[tuple[str, ...], dict[str, Any]] = (
+CONFIG_ARGUMENT: Option = (
     ("config",),
     {
         "type": Path,

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from featurestore.errors import ConfigError
 from featurestore.extraction.config import read_yaml_file
-from featurestore.overrides import ConfigError, apply_override, parse_override
+from featurestore.overrides import apply_override, parse_override
 
 from ..config.checker import Checker
 from ..config.metrics import DEFAULT_METRIC, metric_specs

@@ -23,7 +23,7 @@ from scipy import stats as sstats
 from tqdm.auto import tqdm
 
 from featurestore import Store
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError
 from featurestore.storage.roles import corpus_key, store_key
 
 from ..config.metrics import DEFAULT_METRIC, get_metric

@@ -22,9 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from featurestore.files import file_lock
 from featurestore.processes import pid_alive
-
-from .tracker import _file_lock
 
 
 def _advisory_key(experiment_id: str, config_hash: str) -> int:
@@ -69,7 +68,7 @@ class Claims:
         assert self.folder is not None
         me = f"{socket.gethostname()} {os.getpid()}"
         got = set()
-        with _file_lock(self.lock):
+        with file_lock(self.lock):
             self.folder.mkdir(parents=True, exist_ok=True)
             for h in hashes:
                 path = self.folder / h

@@ -12,7 +12,6 @@ the runs (:mod:`.ui_view`). MLflow is imported only where a run is logged or rea
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import shutil
@@ -24,8 +23,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from featurestore.files import file_lock
 from featurestore.processes import pid_alive
 
+from ..errors import ExperimentsError
 from .redact import mask_uri
 from .ui_view import experiment_tags
 
@@ -86,18 +87,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     raise AssertionError("unreachable")
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-class ArtifactLocationError(ValueError):
+class ArtifactLocationError(ExperimentsError, ValueError):
     """A new experiment on a database with nowhere configured for its artifacts."""
 
 
@@ -132,12 +122,12 @@ def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
         engine.dispose()
 
 
-def schema_lock(uri: str) -> contextlib.AbstractContextManager[None]:
+def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
     """The lock that serialises creating the tracking database's tables and an experiment: a file
     lock beside a SQLite database, an advisory lock on PostgreSQL, none for servers (the server
     serialises) and other databases."""
     if uri.startswith("sqlite:///"):
-        return _file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
+        return file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
     if uri.split("://", 1)[0].lower().startswith("postgres"):
         return postgres_advisory_lock(uri, SCHEMA_LOCK_KEY)
     return contextlib.nullcontext()

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..concordance import ccc
+from ..files import write_atomic
 from ..sources.manifest import STORY_SPEAKER
 from ..storage.store import session_name
 from . import model
@@ -28,7 +29,6 @@ from .files import (
     transcript_srt,
     valence_csv,
     video_frames,
-    write_bytes_atomic,
     write_corpus_files,
     write_video,
 )
@@ -221,13 +221,13 @@ def _write_session(
         out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.voices.audio, plan.audio_rate
     )
     srt = out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt"
-    write_bytes_atomic(srt, transcript_srt(plan))
+    write_atomic(srt, transcript_srt(plan))
     for folder, y in (
         ("Annotations", plan.valence),
         ("Observer_Listener", plan.observer_listener),
         ("Observer_Speaker", plan.observer_speaker),
     ):
-        write_bytes_atomic(out / folder / f"{sid}.csv", valence_csv(y).encode())
+        write_atomic(out / folder / f"{sid}.csv", valence_csv(y).encode())
 
 
 def build_demo(

@@ -6,7 +6,6 @@ name and renamed into place.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files import replaced, write_atomic
 from ..sources.media import role_regions
 from .face import FaceRig, TileCache, even
 from .plan import SessionPlan
@@ -78,9 +78,9 @@ def write_corpus_files(
 ) -> DemoInfo:
     """A build's last files (``demo_truth.json``, README, ``featurestore.yaml``) and its
     :class:`DemoInfo` (``started``: its ``time.perf_counter()``; ``n_frames``: per session)."""
-    write_bytes_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
-    write_bytes_atomic(out / "README.md", readme.encode())
-    write_bytes_atomic(out / "featurestore.yaml", template(f"featurestore_{layout}.yaml").encode())
+    write_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
+    write_atomic(out / "README.md", readme.encode())
+    write_atomic(out / "featurestore.yaml", template(f"featurestore_{layout}.yaml").encode())
     keys = ("seed", "duration_s", "width", "height", "fps")
     return DemoInfo(
         out_dir=out,
@@ -90,13 +90,6 @@ def write_corpus_files(
         build_seconds=time.perf_counter() - started,
         layout=layout,
     )
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def valence_csv(valence: np.ndarray) -> str:
@@ -246,49 +239,43 @@ def write_video(
     """H.264 (libx264, single-threaded: deterministic) + AAC mono MP4, written atomically."""
     import av  # lazily: PyAV takes 0.15 s to import, only a build needs it
 
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     rate = Fraction(fps).limit_denominator(1001)
     chunk = 1024
-    try:
-        with av.open(str(tmp), "w", format="mp4") as c:
-            vs = c.add_stream("libx264", rate=rate)
-            vs.width, vs.height, vs.pix_fmt = layout.width, layout.height, "yuv420p"
-            # veryfast with the cheapest motion search and no B-frames: ~1.6x faster than
-            # plain veryfast for ~20% more bytes (the build time is mostly x264)
-            vs.options = {
-                "preset": "veryfast",
-                "crf": "20",
-                "x264-params": "me=dia:subme=1:partitions=none:trellis=0:weightp=0:8x8dct=0:bframes=0",
-            }
-            vs.codec_context.thread_count = 1
-            aus = c.add_stream("aac", rate=sr)
-            aus.layout = "mono"
-            aus.bit_rate = 96000
-            aus.options = {"aac_coder": "fast"}
-            a_pos = 0
-            for i, yuv in enumerate(frames):
-                frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
-                frame.pts = i
-                frame.time_base = 1 / rate
-                for pkt in vs.encode(frame):
+    with replaced(path) as tmp, av.open(str(tmp), "w", format="mp4") as c:
+        vs = c.add_stream("libx264", rate=rate)
+        vs.width, vs.height, vs.pix_fmt = layout.width, layout.height, "yuv420p"
+        # veryfast with the cheapest motion search and no B-frames: ~1.6x faster than
+        # plain veryfast for ~20% more bytes (the build time is mostly x264)
+        vs.options = {
+            "preset": "veryfast",
+            "crf": "20",
+            "x264-params": "me=dia:subme=1:partitions=none:trellis=0:weightp=0:8x8dct=0:bframes=0",
+        }
+        vs.codec_context.thread_count = 1
+        aus = c.add_stream("aac", rate=sr)
+        aus.layout = "mono"
+        aus.bit_rate = 96000
+        aus.options = {"aac_coder": "fast"}
+        a_pos = 0
+        for i, yuv in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+            frame.pts = i
+            frame.time_base = 1 / rate
+            for pkt in vs.encode(frame):
+                c.mux(pkt)
+            a_end = min(len(audio), int(round((i + 1) / fps * sr)))
+            while a_pos + chunk <= a_end or (a_pos < a_end == len(audio)):
+                piece = audio[a_pos : a_pos + chunk][None, :]
+                af = av.AudioFrame.from_ndarray(
+                    np.ascontiguousarray(piece), format="flt", layout="mono"
+                )
+                af.sample_rate = sr
+                af.pts = a_pos
+                af.time_base = Fraction(1, sr)
+                for pkt in aus.encode(af):
                     c.mux(pkt)
-                a_end = min(len(audio), int(round((i + 1) / fps * sr)))
-                while a_pos + chunk <= a_end or (a_pos < a_end == len(audio)):
-                    piece = audio[a_pos : a_pos + chunk][None, :]
-                    af = av.AudioFrame.from_ndarray(
-                        np.ascontiguousarray(piece), format="flt", layout="mono"
-                    )
-                    af.sample_rate = sr
-                    af.pts = a_pos
-                    af.time_base = Fraction(1, sr)
-                    for pkt in aus.encode(af):
-                        c.mux(pkt)
-                    a_pos += piece.shape[1]
-            for pkt in vs.encode():
-                c.mux(pkt)
-            for pkt in aus.encode():
-                c.mux(pkt)
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+                a_pos += piece.shape[1]
+        for pkt in vs.encode():
+            c.mux(pkt)
+        for pkt in aus.encode():
+            c.mux(pkt)

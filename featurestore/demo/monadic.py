@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..concordance import ccc
+from ..files import write_atomic
 from . import model
 from .face import Look, TileCache, face_rig
 from .files import (
@@ -27,7 +28,6 @@ from .files import (
     Layout,
     template,
     video_frames,
-    write_bytes_atomic,
     write_corpus_files,
     write_video,
 )
@@ -326,7 +326,7 @@ def _write_session(
     )
     room = (0.3 * plan.audio).astype(np.float32)  # the camera's room microphone: farther, quieter
     write_video(out / "media" / f"{sid}.mp4", frames, layout, plan.fps, room, model.AUDIO_RATE)
-    write_bytes_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
+    write_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
     row = {
         "session": sid,
         "person": f"p{p}",
@@ -339,7 +339,7 @@ def _write_session(
         for rater, (times, values) in plan.ratings[target].items():
             name = f"ratings/{sid}_{target}_{rater}.csv"
             text = _rating_csv(target, times, values, RATERS[rater]["rate_hz"] is None)
-            write_bytes_atomic(out / name, text.encode())
+            write_atomic(out / name, text.encode())
             row[f"label_{target}@{rater}"] = name
     row[f"rating_{SESSION_RATING}"] = f"{plan.session_rating:.2f}"
     r1 = {tg: plan.ratings[tg]["r1"][1] for tg in TARGETS}
@@ -445,7 +445,7 @@ def build_monadic_demo(
         row, truth_sessions[sid] = _write_session(out, plan, layout, cache)
         rows.append(row)
         n_frames[sid] = plan.n_frames
-    write_bytes_atomic(out / "manifest.csv", _manifest_csv(rows))
+    write_atomic(out / "manifest.csv", _manifest_csv(rows))
     truth = _truth(seed, fps, duration_s, layout, tasks, persons, truth_sessions)
     readme = _readme(truth, len(rows))
     return write_corpus_files(out, truth, readme, "monadic", t_start, n_frames)

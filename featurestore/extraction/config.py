@@ -9,7 +9,6 @@ setting enters that channel's cache key. See docs/config.md (extraction settings
 
 from __future__ import annotations
 
-import difflib
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -20,8 +19,8 @@ from typing import Any
 import yaml
 
 from .. import overrides
+from ..errors import ConfigError, nearest
 from ..extractors import Extractor, ExtractorConfig, get_extractor, registry
-from ..overrides import ConfigError
 from ..sources.label_checks import parse_min_coverage, parse_targets
 from ..sources.manifest import SPLITS, STORY_SPEAKER
 from ..yaml_loader import YAMLRefused, load_yaml
@@ -105,8 +104,8 @@ def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: 
 
 
 def _hint(key: str, known: Sequence[str], what: str) -> str:
-    near = difflib.get_close_matches(str(key), sorted(known), n=1)
-    return f"; did you mean {near[0]!r}?" if near else f"; {what}: {', '.join(sorted(known))}"
+    near = nearest(key, known)
+    return f"; did you mean {near!r}?" if near else f"; {what}: {', '.join(sorted(known))}"
 
 
 def _extractor_classes() -> dict:

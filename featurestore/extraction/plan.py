@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import FeaturestoreError
 from ..extractors import AudioExtractor, FrameExtractor, TranscriptExtractor
 from ..extractors.base import Extractor
 from ..sources import media
@@ -33,7 +34,7 @@ from .derived import transcript_plan
 from .recordings import recording_meta
 
 
-class SessionError(RuntimeError):
+class SessionError(FeaturestoreError, RuntimeError):
     """This session cannot be extracted; the message says why and what to do."""
 
 

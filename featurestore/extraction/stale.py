@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..errors import FeaturestoreError
 from ..sources.annotations import read_label_file
 from ..sources.manifest import SessionFiles
 
@@ -15,7 +16,7 @@ from ..sources.manifest import SessionFiles
 EXTRACTED = "extract"
 
 
-class StaleSourceError(ValueError):
+class StaleSourceError(FeaturestoreError, ValueError):
     """A source the shard's labels were read from can no longer be read; the message names it."""
 
 

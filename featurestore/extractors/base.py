@@ -14,11 +14,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from ..errors import FeaturestoreError
 from ..features import Features
 from ..storage.shard import CHANNEL_HINTS
 
 
-class ExtractorUnavailable(RuntimeError):
+class ExtractorUnavailable(FeaturestoreError, RuntimeError):
     """The extractor cannot run on this machine (missing extra or model weights); says how to fix it."""
 
 

@@ -12,7 +12,6 @@ session's frame count.
 from __future__ import annotations
 
 import csv
-import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import nearest
 from .import_errors import DataImportError
 
 
@@ -171,7 +171,7 @@ def read_label_file(
     if len(header) < 2:
         return read_annotation(path, value_range)
     if header[0].lower() != "time" or len(header) != 2 or not header[1]:
-        near = difflib.get_close_matches(header[0].lower(), ["time"], n=1, cutoff=0.5)
+        near = nearest(header[0].lower(), ["time"])
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
         raise AnnotationError(f"{path}: {_shown(header)} is of neither format: {FORMATS}{hint}")
     return _read_timed(path, header, value_range)

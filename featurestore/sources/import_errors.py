@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import FeaturestoreError
 
-class DataImportError(ValueError):
+
+class DataImportError(FeaturestoreError, ValueError):
     """A file given to an importer cannot be used; the message names it and says what to do."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..files import write_atomic
 from ..storage.layouts import DEFAULT_LAYOUT, MANIFEST
 from ..storage.store import parse_session, session_name
 from .label_checks import check_session_labels
@@ -397,7 +398,5 @@ def write_manifest(report: ScanReport, path: str | Path) -> Path:
             {"path": str(i.path), "kind": i.kind, "reason": i.reason} for i in report.issues
         ],
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(payload, indent=2).encode())
     return path

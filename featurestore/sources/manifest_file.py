@@ -10,7 +10,6 @@ manifest's errors are reported at once (:class:`ManifestError`).
 from __future__ import annotations
 
 import csv
-import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ..errors import nearest
 from ..storage.roles import store_key
 from ..yaml_loader import StrictLoader
 from .import_errors import DataImportError
@@ -347,11 +347,9 @@ class _Checker:
             if col not in known and not (
                 col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX)
             ):
-                near = difflib.get_close_matches(
-                    col, [*known, "label_<target>", "label_<target>@<rater>"], n=1
-                )
+                near = nearest(col, [*known, "label_<target>", "label_<target>@<rater>"])
                 hint = (
-                    f"; did you mean {near[0]!r}?"
+                    f"; did you mean {near!r}?"
                     if near
                     else f"; known: {', '.join(known)}, label_<target>, label_<target>@<rater>"
                 )

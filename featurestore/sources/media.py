@@ -14,12 +14,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..errors import FeaturestoreError
+
 #: Official OMG-Empathy geometry: 2560 px wide, speaker left of x=1080, listener right of it.
 REFERENCE_WIDTH = 2560
 REFERENCE_SPLIT_X = 1080
 
 
-class MediaError(RuntimeError):
+class MediaError(FeaturestoreError, RuntimeError):
     """A media file cannot be used; the message names the file and what to do."""
 
 

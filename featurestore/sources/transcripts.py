@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import FeaturestoreError
+
 ROLES = ("speaker", "listener")
 TRANSCRIPT_EXTS = (".srt", ".ass", ".ssa")
 
@@ -28,7 +30,7 @@ _ASS_DEFAULT_FORMAT = "layer start end style name marginl marginr marginv effect
 _WORD_STRIP = "\"'.,;:!?()[]{}<>«»“”‘’…-"
 
 
-class TranscriptError(ValueError):
+class TranscriptError(FeaturestoreError, ValueError):
     """A transcript cannot be read; the message names the file and line and what to fix."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import FeaturestoreError
 
-class StoreError(RuntimeError):
+
+class StoreError(FeaturestoreError, RuntimeError):
     """A shard is missing, unreadable or inconsistent; the message names the file."""
 
 

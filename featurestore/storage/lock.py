@@ -14,13 +14,12 @@ stale lock behind. See docs/store.md (writers: one at a time per shard, and a fu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..files import file_lock
 from .shard import StoreError
 
 #: the folder of a store that holds its lock files (hidden: never listed as a shard)
@@ -29,8 +28,6 @@ LOCK_DIR = ".locks"
 TIMEOUT_ENV = "FEATURESTORE_LOCK_TIMEOUT_S"
 #: default of :data:`TIMEOUT_ENV`, in seconds (one shard's rewrite takes seconds at most)
 DEFAULT_TIMEOUT_S = 600.0
-#: seconds between two tries of a held lock
-POLL_S = 0.05
 
 _said_waiting = False  # the waiting message is printed once per process
 
@@ -84,39 +81,29 @@ def shard_lock(shard: Path, timeout_s: float | None = None) -> Iterator[Path]:
         LockTimeout: the lock was still held after ``timeout_s`` seconds.
         OSError: the lock file cannot be created (e.g. a read-only store folder).
     """
-    global _said_waiting
     timeout = lock_timeout_s() if timeout_s is None else timeout_s
     path = lock_path(shard)
-    path.parent.mkdir(exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockTimeout(
-                        f"{shard} is being written by another process{_holder(path)} that held its "
-                        f"lock {path} for over {timeout:g} s; wait for that command to finish and "
-                        f"re-run (or raise {TIMEOUT_ENV})"
-                    ) from None
-                if not _said_waiting:
-                    _said_waiting = True
-                    print(
-                        f"waiting for another writer of {shard}{_holder(path)} (lock {path}; "
-                        f"giving up after {timeout:g} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                time.sleep(POLL_S)
-        try:
-            with contextlib.suppress(OSError):  # only for the message of a waiting writer
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-            yield path
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+
+    def waiting() -> None:
+        global _said_waiting
+        if not _said_waiting:
+            _said_waiting = True
+            print(
+                f"waiting for another writer of {shard}{_holder(path)} (lock {path}; "
+                f"giving up after {timeout:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def timed_out() -> LockTimeout:
+        return LockTimeout(
+            f"{shard} is being written by another process{_holder(path)} that held its "
+            f"lock {path} for over {timeout:g} s; wait for that command to finish and "
+            f"re-run (or raise {TIMEOUT_ENV})"
+        )
+
+    with file_lock(path, timeout, waiting, timed_out) as fd:
+        with contextlib.suppress(OSError):  # only for the message of a waiting writer
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield path

@@ -8,7 +8,6 @@ and labels. It never opens, copies or renames a file (the store's job, with the 
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from ..errors import nearest
 from ..features import Features
 from . import checksums
 from .checksums import read_rows
@@ -296,9 +296,9 @@ class ShardReader:
         f = self.file
         if "labels" not in f or target not in f["labels"]:
             targets = self.label_targets()
-            near = difflib.get_close_matches(target, targets, n=1, cutoff=0.6)
+            near = nearest(target, targets)
             fix = (
-                f"did you mean {near[0]!r}?"
+                f"did you mean {near!r}?"
                 if near
                 else f"to add a rating as this target: `featurestore labels ANNOTATION_DIR --target {target}`"
             )

@@ -10,13 +10,11 @@ shard or the new one and two writers never lose each other's changes; the layout
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import io
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +23,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from ..errors import nearest
+from ..files import TMP_MARK, replaced, temp_writer
 from ..processes import pid_alive
 from . import session_labels
 from .lock import shard_lock
@@ -49,7 +49,6 @@ from .shard import (
 from .verify import Problem, missing_shards, verify_shard
 
 SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
-_TMP_MARK = ".tmp-"
 #: the columns every per-session table of the store starts with
 SESSION_COLUMNS = ("session", "listener", "story", "speaker", "split")
 T = TypeVar("T")
@@ -114,20 +113,13 @@ def _free_bytes(folder: Path) -> int:
 
 
 def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
-    """Write a shard's bytes to ``tmp`` and fsync them; :class:`DiskFullError` (before writing
-    anything when the space is known to be short) when the disk is full."""
+    """Write a shard's bytes to ``tmp``; :class:`DiskFullError` (before writing anything when
+    the space is known to be short) when the disk is full."""
     free = _free_bytes(tmp.parent)
     if 0 <= free < len(image):
         raise DiskFullError(final, len(image), free)
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(image)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as e:
-        if e.errno in DISK_FULL_ERRNOS:
-            raise DiskFullError(final, len(image), _free_bytes(tmp.parent)) from e
-        raise
+    with open(tmp, "xb") as fh:
+        fh.write(image)
 
 
 @contextlib.contextmanager
@@ -137,10 +129,11 @@ def _rewritten(final: Path) -> Iterator[h5py.File]:
 
     The copy is made and changed in memory: HDF5 never writes to the disk, so a full disk is one
     :class:`DiskFullError` from Python's write of the finished file, never an HDF5 failure
-    half-way through a flush. That file is written to a hidden temporary name, fsynced and
-    renamed over ``final``: a reader (who opens ``final`` only) sees the old shard or the new one.
+    half-way through a flush. That file is written whole or not at all
+    (:func:`featurestore.files.replaced`): a reader (who opens ``final`` only) sees the old shard
+    or the new one.
     """
-    tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    needed = -1  # bytes, once the new shard is known
     try:
         with shard_lock(final):
             old = final.read_bytes() if final.exists() else b""
@@ -148,22 +141,12 @@ def _rewritten(final: Path) -> Iterator[h5py.File]:
             del old  # the buffer holds its own copy
             with h5py.File(buffer, "a" if buffer.getbuffer().nbytes else "w") as f:
                 yield f
-            with buffer.getbuffer() as image:
+            with buffer.getbuffer() as image, replaced(final) as tmp:
+                needed = len(image)
                 _write_image(tmp, image, final)
-            os.replace(tmp, final)
-            with contextlib.suppress(OSError):  # the rename itself is durable once its folder is
-                fd = os.open(final.parent, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-    except OSError as e:  # e.g. no room for the lock file
-        tmp.unlink(missing_ok=True)
+    except OSError as e:  # e.g. no room for the lock file, the write or its fsync
         if e.errno in DISK_FULL_ERRNOS:
-            raise DiskFullError(final, -1, _free_bytes(final.parent)) from e
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+            raise DiskFullError(final, needed, _free_bytes(final.parent)) from e
         raise
 
 
@@ -207,14 +190,14 @@ class Store:
 
     def temp_files(self) -> list[Path]:
         """Leftover temporary shards (from a killed writer)."""
-        return sorted(self.root.glob(f".*.h5{_TMP_MARK}*")) if self.root.is_dir() else []
+        return sorted(self.root.glob(f".*.h5{TMP_MARK}*")) if self.root.is_dir() else []
 
     def clean_temp_files(self) -> list[Path]:
         """Delete temporary shards whose writing process is gone; returns what was removed."""
         removed = []
         for p in self.temp_files():
-            m = re.search(rf"{re.escape(_TMP_MARK)}(\d+)-", p.name)
-            if m and pid_alive(int(m.group(1))) and int(m.group(1)) != os.getpid():
+            pid = temp_writer(p)
+            if pid is not None and pid_alive(pid) and pid != os.getpid():
                 continue
             p.unlink(missing_ok=True)
             removed.append(p)
@@ -231,10 +214,10 @@ class Store:
                 )
             sessions = self.list_sessions()
             # a misspelt name gets the nearest one; a well-formed one the store lacks, the list
-            near = [] if parse_session(session) else difflib.get_close_matches(session, sessions, 1)
+            near = None if parse_session(session) else nearest(session, sessions)
             known = ", ".join(sessions[:5]) + (" ..." if len(sessions) > 5 else "") or "none"
             fix = (
-                f"did you mean {near[0]}?"
+                f"did you mean {near}?"
                 if near
                 else "run `featurestore extract` or check the session name"
             )

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments import cli
-from experiments.cli import add_config_options, main
+from experiments.cli import main, verb
 
 
 def write_csv(path, values):
@@ -92,12 +92,10 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 def test_config_options_for_verbs_that_take_a_config(monkeypatch, capsys):
     seen = {}
 
-    def add_fake(sub):
-        p = sub.add_parser("fake")
-        add_config_options(p)
-        p.set_defaults(func=lambda args: seen.setdefault("cfg", args.cfg) and 0)
+    def cmd_fake(args):
+        return seen.setdefault("cfg", args.cfg) and 0
 
-    monkeypatch.setattr(cli, "VERBS", [*cli.VERBS, add_fake])
+    monkeypatch.setattr(cli, "VERBS", [*cli.VERBS, verb(cmd_fake, "fake", config="default")])
     assert (
         main(
             [

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from experiments.config.loading import load_config
+from featurestore.errors import ConfigError
 from featurestore.extraction.config import load_feature_config
-from featurestore.overrides import ConfigError, parse_override
+from featurestore.overrides import parse_override
 from featurestore.sources.manifest_file import ManifestError, read_manifest
 from featurestore.yaml_loader import MAX_ALIASED_NODES, YAMLRefused, load_yaml
 

@@ -29,7 +29,7 @@ from experiments.studies.search import run_search
 from experiments.studies.sweep import run_sweep
 from experiments.tracking.summary import summary_markdown
 from experiments.tracking.tracker import resolve_tracking_uri
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError
 from tests.experiments.helpers import config_dict
 
 

@@ -23,7 +23,7 @@ from experiments.evaluation.fitting import closed_form_parts, fit_parts
 from experiments.executors.base import fit_groups, split_into_parts
 from experiments.models.factory import make_model
 from experiments.studies.sweep import run_sweep
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError
 from tests.experiments.helpers import config_dict, trials_for
 
 

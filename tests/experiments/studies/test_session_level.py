@@ -16,7 +16,7 @@ from experiments.studies.session_level import (
     summarise_channel,
 )
 from featurestore import Store
-from featurestore.overrides import ConfigError
+from featurestore.errors import ConfigError
 from tests.experiments.helpers import (
     SESSION_PERSONS,
     SESSIONS_PER_PERSON,

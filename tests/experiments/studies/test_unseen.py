@@ -182,7 +182,7 @@ def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tr
     run again on left-out listeners, whatever validation says; an unknown name fails."""
     from experiments.config.loading import from_dict
     from experiments.studies.sweep import run_sweep
-    from featurestore.overrides import ConfigError
+    from featurestore.errors import ConfigError
     from tests.experiments.helpers import config_dict, pick
 
     named = pick(trials_for(feature_set=["listener"]), "listener", smooth_s=2.0)
