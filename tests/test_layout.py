@@ -34,6 +34,7 @@ LAYERS: dict[str, dict[str, int]] = {
     "featurestore": {
         "features": 0,
         "processes": 0,
+        "parallel": 0,
         "lazy": 0,
         "overrides": 0,
         "yaml_loader": 0,
@@ -52,7 +53,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "models": 4,
         "evaluation": 5,
         "tracking": 6,
-        "executors": 7,
+        "engine": 7,
         "studies": 8,
         "cli": 9,
     },
@@ -309,7 +310,7 @@ def test_every_docstring_example_runs_in_make_test():
         "experiments.data.frames_cache",
         "experiments.config.loading",
         "experiments.config.grid",
-        "experiments.executors.base",
+        "featurestore.parallel.base",
         "experiments.config.validation",
         "featurestore.storage.store",
     } <= with_examples

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.data.dataset import load_sessions
+from experiments.studies.sweep import SweepOptions
 from tests.experiments.helpers import CHANNELS, SPLITS, build_store, config_dict
 
 
@@ -20,7 +21,9 @@ def local_reference(planted_store, tracking_dir):
     from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     assert res.n_failed == 0
     return res.table.set_index(CONFIG_HASH_TAG)
 
@@ -55,7 +58,7 @@ def sweep_once(planted_store, tracking_dir):
 
     # selection chosen, as written (never the default): the tests of its twin runs and marks
     cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener={"selection": "chosen"}))
-    res = run_sweep(cfg, store=planted_store, progress=False)
+    res = run_sweep(cfg, store=planted_store, options=SweepOptions(progress=False))
     return cfg, res, resolve_tracking_uri(tracking_dir)
 
 

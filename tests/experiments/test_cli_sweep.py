@@ -19,7 +19,7 @@ from experiments.cli import _print_sweep, main
 from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import ccc_protocols
 from experiments.studies.parent_run import SweepResult
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
 from experiments.tracking.tracker import _UNSEEN_OF, CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
@@ -260,7 +260,9 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
     assert len(killed_parent) == 1 and killed_parent[0].info.run_id in running_at_kill
     assert 1 <= len(finished_before) < n
 
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
 
     after = runs_of(client, "kill-resume")
     assert not [r for r in after if r.info.status == "RUNNING"]

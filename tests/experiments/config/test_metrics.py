@@ -17,7 +17,7 @@ from experiments.config.metrics import (
 )
 from experiments.config.reference import metric_table
 from experiments.studies.search import run_search
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from featurestore.overrides import ConfigError
 from tests.experiments.helpers import config_dict
 
@@ -73,7 +73,9 @@ def test_a_sweep_scores_and_chooses_by_the_registered_metric(mae, planted_store,
     configuration with the lowest error on the other listeners."""
     d = config_dict(tracking_dir, "registered-metric", metric="mae_test")
     d["unseen_listener"] = {"selection": "nested"}
-    res = run_sweep(from_dict(d), store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        from_dict(d), store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     assert res.n_failed == 0
     assert res.selection_metrics == {
         "personalized": "val.mae_test_personalized",
@@ -104,7 +106,9 @@ def test_a_search_minimises_a_metric_whose_lower_is_better(mae, planted_store, t
         search={"method": "optuna", "n_trials": 4, "startup_trials": 2, "track": "generalized"},
         models=[{"name": "ridge", "alpha": {"low": 0.1, "high": 1000, "log": True}}],
     )
-    res = run_search(from_dict(d), store=planted_store, progress=False, log_artifacts=False)
+    res = run_search(
+        from_dict(d), store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     assert study.direction == optuna.study.StudyDirection.MINIMIZE
     values = [t.value for t in study.trials]

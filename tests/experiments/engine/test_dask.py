@@ -12,14 +12,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from experiments.executors.base import SweepContext, fit_groups, window_groups
+from experiments.executors.dask import DaskExecutor
 from mlflow import MlflowClient
 
 from experiments.config.loading import expand, from_dict
 from experiments.data.dataset import DatasetError, load_sessions
 from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts, window_sessions
-from experiments.executors.base import SweepContext, fit_groups, window_groups
-from experiments.executors.dask import DaskExecutor
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from tests.experiments.helpers import (
     assert_same_metrics,
@@ -119,7 +119,7 @@ def test_store_problems_stop_the_sweep_as_locally(planted_store, tracking_dir, c
         run_sweep(
             from_dict(config_dict(tracking_dir, "x")),
             store=planted_store,
-            executor=DaskExecutor(log_on_workers=True),
+            options=SweepOptions(backend=DaskExecutor(log_on_workers=True)),
         )
 
 
@@ -227,6 +227,7 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     configuration must come back as the run already logged, not as a second child run."""
     from experiments.executors.base import SweepContext
     from experiments.executors.dask import WorkerJob, clear_worker_state, evaluate_on_worker
+
     from experiments.tracking.tracker import Tracker
     from featurestore import Store
 
