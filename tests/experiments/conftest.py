@@ -15,7 +15,7 @@ from tests.experiments.helpers import CHANNELS, SPLITS, build_store, config_dict
 
 @pytest.fixture(scope="session")
 def local_reference(planted_store, tracking_dir):
-    """The local executor's metrics per config hash for :func:`config_dict` on the planted store."""
+    """The processes backend's metrics per config hash for :func:`config_dict` on the planted store."""
     from experiments.config.loading import from_dict
     from experiments.studies.sweep import run_sweep
     from experiments.tracking.tracker import CONFIG_HASH_TAG

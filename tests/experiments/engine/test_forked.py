@@ -155,7 +155,7 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
 
 def _slow_model_groups(planted_store):
     """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
-    into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
+    into parts by the forked schedule) beside ridge groups (evaluated whole), on one key."""
     cfg = from_dict(
         config_dict(
             "mlruns",

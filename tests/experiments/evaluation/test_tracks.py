@@ -180,7 +180,7 @@ def test_a_fit_group_gives_what_each_configuration_gives_alone(tables):
 def test_fit_parts_made_apart_give_what_the_group_gives(
     tables, personalization, fit_on, unseen_listener
 ):
-    """The local executor fits a slow model's parts (main, folds, unseen listeners) in different
+    """The processes backend fits a slow model's parts (main, folds, unseen listeners) in different
     workers and combines them: every prediction, metric and warning must be what one process gives."""
     trials = trials_for(
         personalization=[personalization],

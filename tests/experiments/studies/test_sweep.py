@@ -346,7 +346,7 @@ def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, 
 
 def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_store, tracking_dir):
     """A worker logging through a server (another host) dies with its child run RUNNING: when the
-    sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
+    sweep ends, or its backend raises, the driver marks that run KILLED; resume runs it again."""
     from experiments.tracking.tracker import WORKER_LOST_TAG, Tracker
     from featurestore.parallel.serial import SerialBackend
 
