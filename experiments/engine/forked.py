@@ -68,12 +68,12 @@ def map_forked(
 ) -> Iterator[Result]:
     """The tasks' results in their order: here one after the other with one worker (or one
     task), else from the :class:`Scheduler`'s fork pools (the sweep logs them: ``log`` unused)."""
+    figures = bool(tasks) and tasks[0].figures
+    if figures:
+        load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if backend.workers <= 1 or len(tasks) <= 1:
         yield from SerialBackend().map(run_task, tasks, raises=(DatasetError,))
         return
-    figures = tasks[0].figures
-    if figures:
-        load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     data = tasks[0].data
     outcomes = Scheduler(
         tables(data),
