@@ -3,7 +3,7 @@
 The public API is imported lazily, so ``import experiments`` stays light (no scikit-learn,
 MLflow or h5py until a function that needs them is used)::
 
-    from experiments import load_config, ccc, ccc_protocols, load_sessions, window_stats
+    from experiments import load_config, ccc, protocol_means, load_sessions, window_stats
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ".config.grid": ("expand",),
     ".config.metrics": ("ccc", "get_metric", "register_metric"),
     ".config.models": ("model_spec", "register_model"),
-    ".evaluation.metrics": ("ccc_protocols", "ccc_matrix"),
+    ".evaluation.metrics": ("protocol_means", "score_matrix"),
     ".data.dataset": ("load_sessions",),
     ".data.session_table": ("SessionTable",),
     ".windowing.stats": ("window_stats",),

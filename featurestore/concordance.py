@@ -16,7 +16,7 @@ code divides 0 by 0 (both series constant and equal) it returns 0.0.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -89,3 +89,40 @@ def _ccc(t: np.ndarray, p: np.ndarray) -> float:
     if den == 0:
         return 0.0
     return float(np.clip(2.0 * rho * st * sp / den, -1.0, 1.0))  # |CCC| <= 1 up to rounding
+
+
+def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """CCC of ``truth`` against each of ``preds`` circularly shifted by every lag 0..n-1 (the
+    official formula; element ``k`` against ``np.roll(pred, k)``), the covariances of all lags by
+    one FFT, the transform of ``truth`` computed once.
+
+    >>> t = np.sin(np.linspace(0, 6.28, 50)); round(float(shifted_cccs(t, [t])[0][0]), 6)
+    1.0
+    """
+    t = np.asarray(truth, dtype=np.float64)
+    n = len(t)
+    ps = [np.asarray(p, dtype=np.float64) for p in preds]
+    if n == 0 or any(len(p) != n for p in ps):
+        raise ValueError(
+            "shifted_cccs needs two equally long, non-empty series, got "
+            f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
+        )
+    if t.min() == t.max():
+        return [np.zeros(n) for _ in ps]  # the official scorer's r = 0 for a constant series
+    dt = t - t.mean()
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    ft = None  # the transform of dt, once a prediction needs it
+    out = []
+    for p in ps:
+        if p.min() == p.max():
+            out.append(np.zeros(n))
+            continue
+        if ft is None:
+            ft = np.fft.rfft(dt, size)
+        dp = p - p.mean()
+        # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
+        xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
+        cov = (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n  # circular: k and k - n
+        den = dt.var() + dp.var() + (t.mean() - p.mean()) ** 2
+        out.append(np.clip(2.0 * cov / den, -1.0, 1.0))
+    return out

@@ -19,6 +19,7 @@ import yaml
 from featurestore.overrides import ConfigError
 from featurestore.storage.store import LABEL_FPS
 
+from .metrics import DEFAULT_METRIC, get_metric
 from .models import model_spec
 from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS
 from .schema import ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
@@ -111,9 +112,9 @@ class Trial:
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
     #: the metric scored and chosen by (:mod:`experiments.config.metrics`), and how a split's
-    #: values of it are averaged (``CCC_AVERAGINGS``)
-    metric: str = "ccc"
-    ccc_averaging: str = "sessions"
+    #: values of it are averaged (``AVERAGINGS``)
+    metric: str = DEFAULT_METRIC
+    averaging: str = "sessions"
     #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
     #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
     gold_standard: str = "stored"
@@ -204,7 +205,9 @@ class Trial:
         )
         p["folds"] = format_value(self.folds)
         p["metric"] = self.metric
-        p["ccc_averaging"] = self.ccc_averaging
+        # the param of the config's ``averaging`` is named after the metric (``ccc_averaging``):
+        # the hash of every configuration scored by CCC stays what it was before the key's rename
+        p[get_metric(self.metric).column("averaging")] = self.averaging
         p["gold_standard"] = self.gold_standard
         return p
 
@@ -325,7 +328,7 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             unseen_listener=params["unseen_listener"] == "true",
             folds=int(params["folds"]),
             metric=params["metric"],
-            ccc_averaging=params["ccc_averaging"],
+            averaging=params[get_metric(params["metric"]).column("averaging")],
             gold_standard=params["gold_standard"],
             channel_lookahead_s=None
             if params["features.lookahead_s"] == "None"
@@ -410,7 +413,7 @@ def make_trial(
         fit_on=cfg.postprocess.fit_on,
         folds=cfg.folds if cfg.protocol in KFOLD_PROTOCOLS else 0,
         metric=cfg.metric,
-        ccc_averaging=cfg.ccc_averaging,
+        averaging=cfg.averaging,
         gold_standard=gold_standard_text(cfg.gold_standard),
     )
 

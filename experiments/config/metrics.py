@@ -1,6 +1,9 @@
-"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each (function, NaN rule,
-direction, default averaging), in one registry; ``ccc`` the default, computed by the package's
-one CCC (:func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic).
+"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry,
+holding everything the rest of the package asks about a metric (function, NaN rule, direction,
+averaging, range, whether intervals and chance levels apply, display name); ``ccc``
+(:data:`DEFAULT_METRIC`) the default, computed by the package's one CCC
+(:func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic). Code
+downstream asks the spec, never compares a metric's name with a string.
 
 >>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
 (1.0, 0.0)
@@ -18,10 +21,17 @@ from typing import Literal
 
 import numpy as np
 
-from featurestore.concordance import NAN_RULES, ccc, finite_pairs
+from featurestore.concordance import NAN_RULES, ccc, finite_pairs, shifted_cccs
 
 from .choices import Registry, check_choice
-from .options import CCC_AVERAGINGS
+from .options import AVERAGINGS
+
+#: the metric a config scores by when it names none
+DEFAULT_METRIC = "ccc"
+
+#: a metric of ``truth`` against each prediction at every circular lag (element ``k`` against
+#: ``np.roll(pred, k)``), as one array per prediction
+Shifted = Callable[[np.ndarray, Sequence[np.ndarray]], list[np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,14 @@ class MetricSpec:
     ``fn(labels, predictions)`` scores two finite float64 series of a session (or of a split's
     sessions concatenated); ``nan``: what :meth:`__call__` does with non-finite pairs first;
     ``higher_is_better``: its direction; ``averaging``: how a split's values are averaged when
-    the config says nothing (``ccc_averaging``); ``doc``: its line in docs/config.md.
+    the config says nothing (``averaging``); ``doc``: its line in docs/config.md; ``label``: its
+    name in tables and plots (default: ``name``); ``bounds``: the range a value lies in (a mean's
+    interval is clipped to it, a difference's to its width either side of 0; None: unbounded);
+    ``intervals``: whether a mean over listeners gets a 95 % interval (and a paired comparison
+    one), ``chance``: whether a split gets a chance level (docs/results.md, Intervals and Chance
+    level), each False for a metric where it does not apply, which the reports then say;
+    ``shifted``: the metric at every circular lag at once (:data:`Shifted`) where a fast one
+    exists, else the chance level evaluates ``fn`` at each lag it draws.
     """
 
     name: str
@@ -40,10 +57,50 @@ class MetricSpec:
     higher_is_better: bool = True
     nan: str = "raise"
     averaging: str = "sessions"
+    label: str = ""
+    bounds: tuple[float, float] | None = None
+    intervals: bool = True
+    chance: bool = True
+    shifted: Shifted | None = None
 
     def __post_init__(self) -> None:
         check_choice("NaN rule", self.nan, NAN_RULES, f" of metric {self.name!r}")
-        check_choice("averaging", self.averaging, CCC_AVERAGINGS, f" of metric {self.name!r}")
+        check_choice("averaging", self.averaging, AVERAGINGS, f" of metric {self.name!r}")
+        if self.bounds is not None and not self.bounds[0] < self.bounds[1]:
+            raise ValueError(f"metric {self.name!r}: bounds {self.bounds} are not (low, high)")
+
+    @property
+    def title(self) -> str:
+        """The metric as tables and plots name it (``label``, else ``name``)."""
+        return self.label or self.name
+
+    @property
+    def diff_bounds(self) -> tuple[float, float] | None:
+        """The range a difference of two values lies in (None: unbounded)."""
+        if self.bounds is None:
+            return None
+        width = self.bounds[1] - self.bounds[0]
+        return (-width, width)
+
+    @property
+    def unit(self) -> str:
+        """Its range as a plot's axis says it, ``" (-1 to 1)"``; empty when unbounded."""
+        return "" if self.bounds is None else f" ({self.bounds[0]:g} to {self.bounds[1]:g})"
+
+    def lacks(self) -> list[str]:
+        """What this metric's reports go without, one sentence each (empty for CCC)."""
+        return [
+            f"metric `{self.name}` has no {what} (its spec sets `{flag}=False`: it does not apply)"
+            for what, flag, applies in (
+                ("95 % intervals", "intervals", self.intervals),
+                ("chance level", "chance", self.chance),
+            )
+            if not applies
+        ]
+
+    def column(self, what: str) -> str:
+        """A report's column of this metric for ``what``: ``ccc_personalized``."""
+        return f"{self.name}_{what}"
 
     def __call__(
         self, y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]
@@ -79,7 +136,7 @@ class MetricSpec:
     def key(self, split: str, what: str) -> str:
         """The logged name of the metric of ``split`` for ``what`` (an averaging, a track, a
         listener): ``val.ccc_generalized``, ``test.ccc_listener_3``."""
-        return f"{split}.{self.name}_{what}"
+        return f"{split}.{self.column(what)}"
 
 
 #: the metrics a config may name (:meth:`~.choices.Registry.get` raises with the nearest name)
@@ -90,8 +147,11 @@ get_metric, metric_specs = METRICS.get, METRICS.all
 
 register_metric(
     MetricSpec(
-        "ccc",
+        DEFAULT_METRIC,
         ccc,
         "Lin's concordance correlation coefficient, as the challenge scores it",
+        label="CCC",
+        bounds=(-1.0, 1.0),
+        shifted=shifted_cccs,
     )
 )

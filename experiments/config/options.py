@@ -37,7 +37,7 @@ RESCALES = ("none", "train", "bias", "listener", "listener_bias")
 #: what rescaling and calibration are fitted on: out-of-fold training predictions, or in-sample
 FIT_ON = ("out_of_fold", "in_sample")
 #: a split's per-session values averaged per listener / per story (OMG-Empathy), or concatenated (AVEC)
-CCC_AVERAGINGS = ("sessions", "concatenated")
+AVERAGINGS = ("sessions", "concatenated")
 #: how ``unseen_listener`` chooses: with every listener (not nested), without the left-out one,
 #: or the configuration named in the config
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")

@@ -26,7 +26,7 @@ KEY_MEANINGS: dict[str, str] = {
     "folds": "the number of folds of `kfold_person` / `kfold_group`",
     "metric": "what every configuration is scored and chosen by (a registered metric, table below; "
     "`ccc` logs `<split>.ccc_<track>`, another `<split>.<metric>_<track>`)",
-    "ccc_averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
+    "averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
     "`concatenated`: one value over a split's sessions joined (AVEC's); default: the metric's own",
     "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
     "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
@@ -83,11 +83,20 @@ def markdown_tables() -> str:
 
 
 def metric_table() -> str:
-    """One row per registered metric (:mod:`.metrics`): its direction, NaN rule and averaging."""
-    lines = ["| metric | better | NaN rule | averaging | what |", "|---|---|---|---|---|"]
+    """One row per registered metric (:mod:`.metrics`): its direction, NaN rule, averaging,
+    range, whether intervals and a chance level apply, and its name in tables and plots."""
+    lines = [
+        "| metric | better | NaN rule | averaging | range | intervals | chance level | shown as | what |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    yes = {True: "yes", False: "no"}
     for name, m in metric_specs().items():
         better = "higher" if m.higher_is_better else "lower"
-        lines.append(f"| `{name}` | {better} | `{m.nan}` | `{m.averaging}` | {m.doc} |")
+        span = "unbounded" if m.bounds is None else f"{m.bounds[0]:g} to {m.bounds[1]:g}"
+        lines.append(
+            f"| `{name}` | {better} | `{m.nan}` | `{m.averaging}` | {span} | {yes[m.intervals]} "
+            f"| {yes[m.chance]} | {m.title} | {m.doc} |"
+        )
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ from featurestore.sources.manifest import SPLITS  # the official split: defined 
 
 from .fusion import FusionConfig
 from .gold_standard import GoldStandard
+from .metrics import DEFAULT_METRIC
 from .options import KFOLD_PROTOCOLS
 
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
@@ -53,7 +54,7 @@ TOP_KEYS = (
     "protocol",
     "folds",
     "metric",
-    "ccc_averaging",
+    "averaging",
     "gold_standard",
     "feature_sets",
     "feature_set",
@@ -251,10 +252,10 @@ class ExperimentConfig:
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     #: the metric every configuration is scored and chosen by (:mod:`experiments.config.metrics`)
-    metric: str = "ccc"
+    metric: str = DEFAULT_METRIC
     #: ``sessions`` (OMG-Empathy's means of per-session values) or ``concatenated`` (AVEC);
     #: unless the config says, the metric's own averaging
-    ccc_averaging: str = "sessions"
+    averaging: str = "sessions"
     #: the labels trained and scored on: stored, or the raters' mean / EWE (see
     #: :mod:`experiments.data.gold_standard`)
     gold_standard: GoldStandard = field(default_factory=GoldStandard)
@@ -301,7 +302,7 @@ class ExperimentConfig:
             "protocol": self.protocol,
             **({"folds": self.folds} if self.protocol in KFOLD_PROTOCOLS else {}),
             "metric": self.metric,
-            "ccc_averaging": self.ccc_averaging,
+            "averaging": self.averaging,
             "gold_standard": self.gold_standard.to_dict(),
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),

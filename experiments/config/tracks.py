@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .metrics import get_metric
+from .metrics import DEFAULT_METRIC, get_metric
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS, selection_split
 
 
@@ -59,7 +59,7 @@ def candidates(track: str) -> tuple[str, ...]:
     return tuple(t for t in TRACKS if track in competes_in(t))
 
 
-def selection_metric(track: str, protocol: str = "val", metric: str = "ccc") -> str:
+def selection_metric(track: str, protocol: str = "val", metric: str = DEFAULT_METRIC) -> str:
     """The logged metric a track's configurations are ranked by: ``metric`` (a registered one,
     :mod:`~.metrics`, whose direction says which way is better) under the track's own averaging
     on the split the config's ``protocol`` chooses on (``val``, ``loso`` or ``cv``:

@@ -31,7 +31,7 @@ from .metrics import metric_specs
 from .models import model_specs
 from .options import (
     ALIGNS,
-    CCC_AVERAGINGS,
+    AVERAGINGS,
     FIT_ON,
     IMPORTANCE_LEVELS,
     PERSONALIZATIONS,
@@ -166,11 +166,9 @@ class _Validator(Checker):
         self._read(
             cfg, "metric", lambda v: self.one("metric", v, metrics), get("metric", cfg.metric)
         )
-        own = metrics[cfg.metric].averaging if cfg.metric in metrics else cfg.ccc_averaging
-        averaging = get("ccc_averaging", own)
-        self._read(
-            cfg, "ccc_averaging", lambda v: self.one("ccc_averaging", v, CCC_AVERAGINGS), averaging
-        )
+        own = metrics[cfg.metric].averaging if cfg.metric in metrics else cfg.averaging
+        averaging = get("averaging", own)
+        self._read(cfg, "averaging", lambda v: self.one("averaging", v, AVERAGINGS), averaging)
         self._read(cfg, "gold_standard", self.gold_standard, get("gold_standard"))
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
         self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))

@@ -296,8 +296,10 @@ def load_sessions(
     keys = [str(k) for k in feature_keys]
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
 
+    wanted = _Wanted(keys, target, by_story, max_gap_s)
+
     def load(s: str) -> tuple[SessionTable | None, _Pending | None]:
-        return _load_session(st, s, keys, target, by_story, max_gap_s, frames_cache)
+        return _load_session(st, s, wanted, frames_cache)
 
     out = _load_all(st, names, load, frames_cache, threads)
     if gold_standard is not None and gold_standard.method != "stored":
@@ -410,6 +412,18 @@ def _resampling_code() -> str:
     )
 
 
+@dataclass(frozen=True)
+class _Wanted:
+    """What a load reads of each session: channels ``keys``, labels ``target``, the stories kept
+    (``by_story``: story -> split; None keeps every session with its shard's split) and the
+    longest gap interpolation bridges (``max_gap_s``)."""
+
+    keys: list[str]
+    target: str
+    by_story: dict[int, str] | None
+    max_gap_s: float
+
+
 @dataclass
 class _Pending:
     """Frames resampled from a shard, to be cached once the whole load has succeeded."""
@@ -419,25 +433,19 @@ class _Pending:
 
 
 def _load_session(
-    st: Store,
-    s: str,
-    keys: list[str],
-    target: str,
-    by_story: dict[int, str] | None,
-    max_gap_s: float,
-    frames_cache: FramesCache | None,
+    st: Store, s: str, w: _Wanted, frames_cache: FramesCache | None
 ) -> tuple[SessionTable | None, _Pending | None]:
     """(the session's table, or None when its story is in no split; what to cache, if anything)."""
     entry: EntryKey | None = None
     if frames_cache is not None:
-        entry = frames_cache.key(s, st.shard_path(s), keys, target, max_gap_s)
+        entry = frames_cache.key(s, st.shard_path(s), w.keys, w.target, w.max_gap_s)
         table = frames_cache.read(entry) if entry is not None else None
         if table is not None:
-            return _with_split(table, by_story), None
-    table = _read_shard(st, s, keys, target, by_story, max_gap_s)
+            return _with_split(table, w.by_story), None
+    table = _read_shard(st, s, w)
     if table is None:
         return None, None
-    return _with_split(table, by_story), (_Pending(entry, table) if entry is not None else None)
+    return _with_split(table, w.by_story), (_Pending(entry, table) if entry is not None else None)
 
 
 def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
@@ -457,14 +465,7 @@ def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> Session
     return None if split is None else replace(table, split=split)
 
 
-def _read_shard(
-    st: Store,
-    s: str,
-    keys: list[str],
-    target: str,
-    by_story: dict[int, str] | None,
-    max_gap_s: float,
-) -> SessionTable | None:
+def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
     """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
     # one open per shard through the store's reader, which checks the schema, the channels and
     # the labels, and reads the scene rows that per-role channels hard-link only once
@@ -472,9 +473,9 @@ def _read_shard(
         with st.open_session(s) as shard:
             shard.check_schema()
             meta = shard.meta
-            if by_story is not None and meta.story not in by_story:
+            if w.by_story is not None and meta.story not in w.by_story:
                 return None
-            data = shard.read(keys, target)
+            data = shard.read(w.keys, w.target)
     except MissingChannelError as e:
         raise DatasetError(f"{e}, or drop it from the feature set") from e
     except StoreError as e:
@@ -484,9 +485,9 @@ def _read_shard(
     oks: list[np.ndarray] = []
     columns: list[str] = []
     col_ch: list[int] = []
-    for ci, key in enumerate(keys):
+    for ci, key in enumerate(w.keys):
         ch = data.channels[key]
-        x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, max_gap_s)
+        x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, w.max_gap_s)
         blocks.append(x)
         oks.append(ok)
         columns.extend(f"{key}/{c}" for c in ch.columns)
@@ -502,10 +503,10 @@ def _read_shard(
         split=meta.split,
         fps=fps,
         columns=columns,
-        channels=list(keys),
+        channels=list(w.keys),
         column_channel=np.asarray(col_ch, dtype=np.int64),
         X=X,
         valid=valid,
         y=data.labels,
-        target=target,
+        target=w.target,
     )

@@ -410,7 +410,7 @@ def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
     scores = session_scores(predicted, t.metric)
     truth = {sid: by_session[sid].y for sid in p}
     fps = {sid: by_session[sid].fps for sid in p}
-    metrics = score_metrics(scores, p, truth, t.seed, u, fps, t.ccc_averaging, t.metric)
+    metrics = score_metrics(scores, p, truth, t.seed, u, fps, t.averaging, t.metric)
     protocol = group.trials[0].protocol
     metrics.update(
         nested_selection_metrics(group.nested[i], by_session, group.split_of, protocol, t.metric)

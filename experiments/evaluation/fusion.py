@@ -94,7 +94,7 @@ class FusionResult:
     ``causal``: every member is; ``scores``, ``metrics``, ``predictions``, ``truth``: as a
     :class:`~experiments.evaluation.evaluate.TrialResult`'s (validation and test sessions);
     ``train_predictions``: the blend applied to the out-of-fold training predictions it was
-    fitted on; ``train_ccc``: their mean CCC per session (an in-sample number for the blend);
+    fitted on; ``train_score``: their mean metric per session (an in-sample number for the blend);
     ``seconds``: wall time of the member fits and the blend."""
 
     members: list[Trial]
@@ -106,7 +106,7 @@ class FusionResult:
     predictions: dict[str, np.ndarray]
     truth: dict[str, np.ndarray]
     train_predictions: dict[str, np.ndarray] = field(default_factory=dict)
-    train_ccc: float = float("nan")
+    train_score: float = float("nan")
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -165,7 +165,7 @@ def late_fusion(
     fps = {sid: sessions[sid].fps for sid in out}
     metrics = score_metrics(scores, out, truth, seed=seed, fps=fps, metric=m.name)
     ok = {sid: np.isfinite(sessions[sid].y) for sid in on_train}
-    train_ccc = np.mean([m(sessions[sid].y[ok[sid]], p[ok[sid]]) for sid, p in on_train.items()])
+    train_score = np.mean([m(sessions[sid].y[ok[sid]], p[ok[sid]]) for sid, p in on_train.items()])
     return FusionResult(
         trials,
         fitted,
@@ -176,7 +176,7 @@ def late_fusion(
         out,
         truth,
         on_train,
-        float(train_ccc),
+        float(train_score),
         time.perf_counter() - t0,
         sorted({n for p in preds for n in p.notes}),
     )

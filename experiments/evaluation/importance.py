@@ -1,4 +1,4 @@
-"""Permutation importance: the drop in a configuration's metric (CCC by default) when a
+"""Permutation importance: the drop in a configuration's metric (the default metric's by default) when a
 channel's, a column's or a window statistic's features are moved in time, with a 95 % interval
 over listeners. What it measures and claims: docs/results.md, "What drives a prediction:
 permutation importance".
@@ -17,22 +17,32 @@ import numpy as np
 import pandas as pd
 
 from ..config.grid import Trial
-from ..config.metrics import MetricSpec, get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..config.options import IMPORTANCE_LEVELS
 from ..windowing.windowed import Windowed, WindowedSession
 from .evaluate import postprocessed, split_sessions
 from .fit_cache import FitCache, FitScope
 from .fitting import FitPart, Fitted, fit_group, fit_main
-from .uncertainty import DIFF_RANGE, MIN_LAG_S, contributions, mean_interval
+from .uncertainty import MIN_LAG_S, contributions, mean_interval
 
 #: the kinds of feature groups, see the module docstring
 LEVELS = IMPORTANCE_LEVELS
-#: columns of ``reports/importance_<feature_set>_<track>.csv`` (a contract: docs/design.md#reports;
-#: ``ccc`` and ``ccc_permuted`` hold the configuration's metric)
-COLUMNS = (
-    "feature_set track split level group rank importance ci_low ci_high sd_repeats ccc "
-    "ccc_permuted n_features n_listeners repeats"
-).split()
+
+
+def importance_columns(m: MetricSpec) -> list[str]:
+    """The columns of ``reports/importance_<feature_set>_<track>.csv`` of a configuration scored
+    by ``m`` (a contract: docs/design.md#reports): its value unpermuted (``m.name``, ``ccc``) and
+    permuted (``ccc_permuted``)."""
+    return [
+        *"feature_set track split level group rank importance ci_low ci_high sd_repeats".split(),
+        m.name,
+        m.column("permuted"),
+        *"n_features n_listeners repeats".split(),
+    ]
+
+
+#: :func:`importance_columns` of the default metric
+COLUMNS = importance_columns(get_metric(DEFAULT_METRIC))
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,8 @@ def shifted(F: np.ndarray, indices: Sequence[int], lag: int) -> np.ndarray:
 
 @dataclass
 class ImportanceResult:
-    """``table``: one row per group (:data:`COLUMNS`); ``drops``: the mean drop over repeats per
-    group and session (columns level, group, session, listener, story, ccc_drop); ``scores``: the
+    """``table``: one row per group (:func:`importance_columns`); ``drops``: the mean drop over
+    repeats per group and session (columns level, group, session, listener, story, drop); ``scores``: the
     unpermuted per-session values of the split (session, listener, story, split, <metric>)."""
 
     table: pd.DataFrame
@@ -146,7 +156,8 @@ def permutation_importance(
     ``split`` under ``track``'s averaging (default the trial's own), its windowed features ``w``
     moved by ``repeats`` lags of at least ``min_lag_s`` seconds per session (``seed``); fits
     of ``cache`` reused. The table is sorted by level, then importance, the drop in the trial's
-    metric (a CCC difference, -2 to 2, by default; positive: the group helps); ``rank`` 1 is the
+    metric (a difference within the metric's ``diff_bounds``, -2 to 2 for CCC; positive: the
+    group helps; no interval when the metric's spec says intervals do not apply); ``rank`` 1 is the
     largest drop of its level.
 
     Raises:
@@ -278,7 +289,8 @@ def _result(
     """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session values ``base``
     and its drops (groups, repeats, sessions)."""
     m = get_metric(trial.metric)
-    sign, bounds = (1.0 if m.higher_is_better else -1.0), DIFF_RANGE if m.name == "ccc" else None
+    sign, bounds = (1.0 if m.higher_is_better else -1.0), m.diff_bounds
+    columns = importance_columns(m)
     listeners = np.array([s.listener for s in scored])
     stories = np.array([s.story for s in scored])
     sessions = {"session": [s.session for s in scored], "listener": listeners, "story": stories}
@@ -288,7 +300,7 @@ def _result(
     for g, per_repeat in zip(groups, drops_by_group, strict=True):
         drop = per_repeat.mean(axis=0)
         by_listener = share(drop)
-        low, high = mean_interval(by_listener, bounds=bounds)
+        low, high = mean_interval(by_listener, bounds=bounds) if m.intervals else (np.nan, np.nan)
         importance = float(by_listener.mean())
         sd = np.std([share(d).mean() for d in per_repeat], ddof=1) if repeats > 1 else np.nan
         rows.append(
@@ -302,24 +314,22 @@ def _result(
                 "ci_low": low,
                 "ci_high": high,
                 "sd_repeats": float(sd),
-                "ccc": base_mean,
-                "ccc_permuted": base_mean - sign * importance,
+                m.name: base_mean,
+                m.column("permuted"): base_mean - sign * importance,
                 "n_features": len(g.indices),
                 "n_listeners": len(np.unique(listeners)),
                 "repeats": repeats,
             }
         )
-        drops.append(
-            pd.DataFrame({"level": g.level, "group": g.name, **sessions, "ccc_drop": drop})
-        )
-    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "rank"])
+        drops.append(pd.DataFrame({"level": g.level, "group": g.name, **sessions, "drop": drop}))
+    table = pd.DataFrame(rows, columns=[c for c in columns if c != "rank"])
     order = {lv: i for i, lv in enumerate(LEVELS)}
     table = table.sort_values(
         ["level", "importance"], key=lambda c: c.map(order) if c.name == "level" else -c
     ).reset_index(drop=True)
     table.insert(5, "rank", table.groupby("level").cumcount() + 1)
     scores = pd.DataFrame({**sessions, "split": split, m.name: base})
-    return ImportanceResult(table[COLUMNS], pd.concat(drops, ignore_index=True), scores)
+    return ImportanceResult(table[columns], pd.concat(drops, ignore_index=True), scores)
 
 
 def _share(

@@ -2,12 +2,12 @@
 
 Personalized: the mean over listeners of each listener's mean over their stories; generalized:
 the mean over stories of each story's mean over listeners (the official scorer's averaging).
-The per-session values are a metric's (:mod:`experiments.config.metrics`; column ``ccc`` by
-default, the metric's name otherwise).
+The per-session values are a metric's (:mod:`experiments.config.metrics`; column ``ccc``, the
+default metric's name, by default, the metric's name otherwise).
 
 >>> rows = [{"listener": 1, "story": 1, "ccc": 0.2}, {"listener": 1, "story": 2, "ccc": 0.4},
 ...         {"listener": 2, "story": 1, "ccc": 0.6}]
->>> {k: round(v, 4) for k, v in ccc_protocols(rows).items()}
+>>> {k: round(v, 4) for k, v in protocol_means(rows).items()}
 {'personalized': 0.45, 'generalized': 0.4}
 """
 
@@ -18,15 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..config.metrics import ccc, get_metric
+from ..config.metrics import DEFAULT_METRIC, ccc, get_metric
 
-__all__ = ["ccc", "ccc_matrix", "ccc_per_listener", "ccc_per_story", "ccc_protocols"]
+__all__ = ["ccc", "score_matrix", "listener_means", "story_means", "protocol_means"]
 
 #: a table of per-session scores: a DataFrame, or rows of ``{listener, story, <column>}``
 Scores = pd.DataFrame | Iterable[Mapping]
 
 
-def _protocol_frame(df: Scores, column: str = "ccc") -> pd.DataFrame:
+def _protocol_frame(df: Scores, column: str = DEFAULT_METRIC) -> pd.DataFrame:
     """The ``listener, story, <column>`` columns of ``df``, one row per session, in a fixed order
     (every mean bit-for-bit independent of the input order).
 
@@ -49,17 +49,17 @@ def _protocol_frame(df: Scores, column: str = "ccc") -> pd.DataFrame:
     return frame.sort_values(["listener", "story"], kind="stable").reset_index(drop=True)
 
 
-def ccc_per_listener(df: Scores, column: str = "ccc") -> pd.Series:
+def listener_means(df: Scores, column: str = DEFAULT_METRIC) -> pd.Series:
     """Mean score over each listener's stories (index: listener)."""
     return _protocol_frame(df, column).groupby("listener", sort=True)[column].mean()
 
 
-def ccc_per_story(df: Scores, column: str = "ccc") -> pd.Series:
+def story_means(df: Scores, column: str = DEFAULT_METRIC) -> pd.Series:
     """Mean score over each story's listeners (index: story)."""
     return _protocol_frame(df, column).groupby("story", sort=True)[column].mean()
 
 
-def ccc_protocols(df: Scores, column: str = "ccc") -> dict[str, float]:
+def protocol_means(df: Scores, column: str = DEFAULT_METRIC) -> dict[str, float]:
     """Both challenge protocols from per-session scores (see the module docstring); on a
     complete listener x story table both are the grand mean.
 
@@ -70,8 +70,8 @@ def ccc_protocols(df: Scores, column: str = "ccc") -> dict[str, float]:
     if f.empty:
         raise ValueError("score table is empty; there is nothing to average")
     return {
-        "personalized": float(ccc_per_listener(f, column).mean()),
-        "generalized": float(ccc_per_story(f, column).mean()),
+        "personalized": float(listener_means(f, column).mean()),
+        "generalized": float(story_means(f, column).mean()),
     }
 
 
@@ -79,7 +79,7 @@ def concatenated_score(
     truth: Mapping[str, np.ndarray],
     predictions: Mapping[str, np.ndarray],
     sessions: Sequence[str],
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> float:
     """The metric of ``sessions`` concatenated (AVEC's averaging): one value over every frame
     with a finite label of those sessions, their labels ``truth`` against ``predictions``.
@@ -94,7 +94,7 @@ def concatenated_score(
     return get_metric(metric)(ys[ok], ps[ok])
 
 
-def ccc_matrix(rows: Scores, column: str = "ccc") -> pd.DataFrame:
+def score_matrix(rows: Scores, column: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Per-session scores as a listeners x stories table (NaN where a session is missing)."""
     m = _protocol_frame(rows, column).pivot(index="listener", columns="story", values=column)
     m.index.name, m.columns.name = "listener", "story"

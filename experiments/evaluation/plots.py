@@ -2,7 +2,8 @@
 table, agreement, permutation importance and the score per listener x story. Every ``plot_*``
 saves a PNG to a path or a binary file object: a sweep's workers draw into memory and hand the
 bytes to the process that logs the run (:func:`trial_figures`). The per-session scores are a
-metric's (column ``metric``, ``ccc`` by default).
+metric's (column ``metric``, the default metric's by default): the figures name it, scale and
+label its axes as its spec says (:class:`~experiments.config.metrics.MetricSpec`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 import pandas as pd
 
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..config.options import CHOSEN_UNSEEN_MARK
 
 if TYPE_CHECKING:
@@ -32,11 +33,6 @@ def _wrap(text: str, width_in: float, fontsize: float) -> str:
     """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
     chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 %, ~0.6 em a character
     return "\n".join(textwrap.wrap(text, chars)) if text else text
-
-
-def _name(metric: str) -> str:
-    """A metric as the figures name it: ``CCC``, or its own name."""
-    return "CCC" if metric == "ccc" else metric
 
 
 def _plt() -> Any:
@@ -87,12 +83,12 @@ def plot_predictions(
     fps: float = 25.0,
     max_sessions: int = 4,
     title: str = "",
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
     """Predicted vs. self-rated valence over time (s, ``fps`` the label rate in Hz) for a few
     sessions, the best and the worst by ``metric`` first. Returns where the PNG went."""
-    plt = _plt()
-    df = scores.sort_values(metric, ascending=not get_metric(metric).higher_is_better)
+    plt, m = _plt(), get_metric(metric)
+    df = scores.sort_values(metric, ascending=not m.higher_is_better)
     pick = list(df.session[: max_sessions // 2]) + list(
         df.session[::-1][: max_sessions - max_sessions // 2]
     )
@@ -106,7 +102,7 @@ def plot_predictions(
         row = scores.set_index("session").loc[sid]
         ax.plot(t, y, color="black", lw=1.4, label="self-rated valence")
         ax.plot(t, p, color="tab:orange", lw=1.2, label="prediction")
-        ax.set_title(f"{sid} ({row['split']}): {_name(metric)} {row[metric]:.3f}", fontsize=9)
+        ax.set_title(f"{sid} ({row['split']}): {m.title} {row[metric]:.3f}", fontsize=9)
         ax.set_ylabel("valence (-1 to 1)")
         ax.set_ylim(-1.05, 1.05)
         ax.grid(alpha=0.3)
@@ -118,11 +114,11 @@ def plot_predictions(
     return _save(fig, path)
 
 
-def plot_listener_ccc(
-    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = "ccc"
+def plot_listener_scores(
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = DEFAULT_METRIC
 ) -> Path | BinaryIO:
     """Bar chart of each listener's mean score over their stories, one bar group per split."""
-    plt = _plt()
+    plt, m = _plt(), get_metric(metric)
     table = scores.groupby(["listener", "split"])[metric].mean().unstack("split")
     width_in = max(5.5, 0.7 * len(table) + 2)
     fig, ax = plt.subplots(figsize=(width_in, 3.4))
@@ -134,9 +130,9 @@ def plot_listener_ccc(
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, [f"L{v}" for v in table.index])
     ax.set_xlabel("listener")
-    unit = "\n(-1 to 1)" if metric == "ccc" else ""
-    ax.set_ylabel(f"mean {_name(metric)} over stories{unit}")
-    ax.set_title(_wrap(title or f"{_name(metric)} per listener", width_in, 9), fontsize=9)
+    unit = "\n" + m.unit.lstrip() if m.unit else ""
+    ax.set_ylabel(f"mean {m.title} over stories{unit}")
+    ax.set_title(_wrap(title or f"{m.title} per listener", width_in, 9), fontsize=9)
     ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -147,8 +143,10 @@ def plot_ablation(
     table: pd.DataFrame,
     path: str | Path | BinaryIO,
     reference: Mapping[str, Sequence[float]] | None = None,
+    metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
-    """Left: each feature set's CCC per split and track (bars, 95 % intervals over listeners as error
+    """Left: each feature set's ``metric`` (columns :func:`~experiments.studies.ablation.columns`)
+    per split and track (bars, 95 % intervals over listeners as error
     bars), the unseen-listener score and the chance level; right, separately: published test numbers
     on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
     plt = _plt()
@@ -159,9 +157,10 @@ def plot_ablation(
         squeeze=False,
         gridspec_kw={"width_ratios": [3, 1]} if reference else None,
     )
-    _ablation_panel(axes[0, 0], table)
+    m = get_metric(metric)
+    _ablation_panel(axes[0, 0], table, m)
     if reference:
-        _reference_panel(axes[0, 1], reference)
+        _reference_panel(axes[0, 1], reference, m)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -172,7 +171,7 @@ def _errors(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray
     return np.where(np.isfinite(err), err, 0)
 
 
-def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
+def _ablation_panel(ax: Axes, table: pd.DataFrame, m: MetricSpec) -> None:
     """The ablation's bars: per feature set, each split and track, the unseen listeners and the
     chance level of the last split."""
     sets = list(dict.fromkeys(table.feature_set))
@@ -180,7 +179,8 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
     splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
     combos = [(s, p) for s in splits for p in ("personalized", "generalized")]
     last = splits[-1]
-    with_unseen = "ccc_unseen_listener" in table and table.ccc_unseen_listener.notna().any()
+    unseen = m.column("unseen_listener")
+    with_unseen = unseen in table and table[unseen].notna().any()
     width = 0.8 / (len(combos) + with_unseen)
     x = np.arange(len(sets))
 
@@ -199,13 +199,13 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
     for i, (split, track) in enumerate(combos):
         selection = " (selection)" if split in ("val", "loso", "cv") else ""
         style = {"color": colours[track], "alpha": 0.4 if split != last else 1.0}
-        bars(i, split, f"ccc_{track}", f"{split}{selection}, {track} track", **style)
+        bars(i, split, m.column(track), f"{split}{selection}, {track} track", **style)
     if with_unseen:
         chosen = "unseen_selection" in table and (table.unseen_selection == "chosen").any()
         label = f"{last}, unseen listeners (generalized)" + (
             f" {CHOSEN_UNSEEN_MARK}" if chosen else ""
         )
-        bars(len(combos), last, "ccc_unseen_listener", label, color="tab:gray", hatch="//")
+        bars(len(combos), last, unseen, label, color="tab:gray", hatch="//")
     chances = np.concatenate(
         [column(last, "chance_personalized_q95"), column(last, "chance_generalized_q95")]
     )
@@ -215,7 +215,7 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, sets, rotation=15 if max(len(s) for s in sets) > 10 else 0)
     ax.set_xlabel("feature set")
-    ax.set_ylabel("CCC (-1 to 1)")
+    ax.set_ylabel(m.title + m.unit)
     ax.set_title(
         "Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
         fontsize=9,
@@ -224,7 +224,7 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]]) -> None:
+def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]], m: MetricSpec) -> None:
     """The published test numbers (feature set -> (personalized, generalized)), apart."""
     names = list(reference)
     xr = np.arange(len(names))
@@ -235,7 +235,7 @@ def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]]) -> None
         ax.bar(xr + shift, [reference[n][k] for n in names], 0.4, label=track, color=colour)
     ax.set_xticks(xr, names)
     ax.set_xlabel("feature set")
-    ax.set_ylabel("CCC (-1 to 1)")
+    ax.set_ylabel(m.title + m.unit)
     ax.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
     ax.set_title(
         "Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8
@@ -304,10 +304,14 @@ def plot_agreement(
 
 
 def plot_importance(
-    table: pd.DataFrame, path: str | Path | BinaryIO, top: int = 15, title: str = ""
+    table: pd.DataFrame,
+    path: str | Path | BinaryIO,
+    top: int = 15,
+    title: str = "",
+    metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
     """Permutation importance (:mod:`experiments.evaluation.importance`): one panel per level
-    (channel, column, statistic), the ``top`` groups by drop in CCC as horizontal bars with
+    (channel, column, statistic), the ``top`` groups by drop in ``metric`` as horizontal bars with
     their 95 % interval over listeners; blue where the interval lies above zero, grey where it
     does not."""
     plt = _plt()
@@ -349,26 +353,29 @@ def plot_importance(
         fontsize=7,
         loc="lower right",
     )
-    axes[-1, 0].set_xlabel("drop in CCC when permuted in time (95 % interval over listeners)")
+    axes[-1, 0].set_xlabel(
+        f"drop in {get_metric(metric).title} when permuted in time (95 % interval over listeners)"
+    )
     fig.suptitle(_wrap(title or "Permutation importance", 8, 10), fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_session_ccc(
-    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = "ccc"
+def plot_session_scores(
+    scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = DEFAULT_METRIC
 ) -> Path | BinaryIO:
     """Heat map of the score per listener (rows) x story (columns, with their split), each value
     written in its cell, each listener's mean beside its name: whether one listener or one story
     carries a mean. ``scores``: columns session, listener, story, split, ``metric`` (the
     ``*_unseen`` splits left out)."""
-    plt = _plt()
+    plt, spec = _plt(), get_metric(metric)
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
     m = own.pivot_table(index="listener", columns="story", values=metric, aggfunc="mean")
     split_of = own.drop_duplicates("story").set_index("story").split
     width_in = max(4.5, 0.9 * m.shape[1] + 2.5)
     fig, ax = plt.subplots(figsize=(width_in, 0.45 * m.shape[0] + 2.0))
-    scale = {"vmin": -1, "vmax": 1} if metric == "ccc" else {}
+    bounds = spec.bounds
+    scale = {} if bounds is None else {"vmin": bounds[0], "vmax": bounds[1]}
     image = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu", aspect="auto", **scale)
     for (i, j), v in np.ndenumerate(m.to_numpy(dtype=float)):
         if np.isfinite(v):
@@ -378,15 +385,19 @@ def plot_session_ccc(
     ax.set_yticks(np.arange(m.shape[0]), [f"L{v} ({means[v]:.2f})" for v in m.index], fontsize=8)
     ax.set_xlabel("story (split)")
     ax.set_ylabel("listener (mean over stories)")
-    fig.colorbar(image, ax=ax, label=_name(metric) + (" (-1 to 1)" if metric == "ccc" else ""))
-    fig.suptitle(_wrap(title or f"{_name(metric)} per listener x story", width_in, 9), fontsize=9)
+    fig.colorbar(image, ax=ax, label=spec.title + spec.unit)
+    fig.suptitle(_wrap(title or f"{spec.title} per listener x story", width_in, 9), fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
 
 #: a sweep child run's figures: file name under the run's ``plots/`` artifact folder
 PREDICTIONS_FIGURE = "predicted_vs_true.png"
-LISTENER_CCC_FIGURE = "ccc_per_listener.png"
+
+
+def listener_figure(metric: str = DEFAULT_METRIC) -> str:
+    """The file name of a child run's per-listener figure: ``ccc_per_listener.png``."""
+    return get_metric(metric).column("per_listener") + ".png"
 
 
 def trial_figures(
@@ -395,19 +406,20 @@ def trial_figures(
     scores: pd.DataFrame,
     label: str,
     fps: float = 25.0,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, bytes]:
     """A configuration's two figures as PNG bytes by file name, drawn into memory (a worker
     sends the bytes): ``predictions`` / ``truth`` per-frame valence by session at ``fps`` (Hz),
     ``scores`` its per-session ``metric``, ``label`` in the titles."""
     # the time series are the configuration's own predictions; the bars show the unseen listeners too
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
-    title = f"{_name(metric)} per listener: {label}"
-    out = {PREDICTIONS_FIGURE: io.BytesIO(), LISTENER_CCC_FIGURE: io.BytesIO()}
+    title = f"{get_metric(metric).title} per listener: {label}"
+    listeners = listener_figure(metric)
+    out = {PREDICTIONS_FIGURE: io.BytesIO(), listeners: io.BytesIO()}
     plot_predictions(
         predictions, truth, own, out[PREDICTIONS_FIGURE], fps, title=label, metric=metric
     )
-    plot_listener_ccc(scores, out[LISTENER_CCC_FIGURE], title, metric)
+    plot_listener_scores(scores, out[listeners], title, metric)
     return {name: buf.getvalue() for name, buf in out.items()}
 
 

@@ -15,7 +15,7 @@ from featurestore.sources.annotations import read_annotation
 from featurestore.sources.manifest import SPLITS
 from featurestore.storage.store import parse_session, session_name
 
-from .metrics import ccc, ccc_matrix, ccc_per_listener, ccc_per_story, ccc_protocols
+from .metrics import ccc, listener_means, protocol_means, score_matrix, story_means
 
 
 @dataclass
@@ -129,12 +129,12 @@ def print_scores(scored: ScoredFolders, csv: Path | None = None) -> None:
 
     rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
     table = pd.DataFrame(rows)
-    matrix = ccc_matrix(table)
+    matrix = score_matrix(table)
     shown = matrix.copy()
-    shown["mean"] = ccc_per_listener(table)
-    shown.loc["mean"] = list(ccc_per_story(table).reindex(matrix.columns)) + [float("nan")]
+    shown["mean"] = listener_means(table)
+    shown.loc["mean"] = list(story_means(table).reindex(matrix.columns)) + [float("nan")]
     shown.columns = pd.Index([str(c) for c in shown.columns], name="story")
-    protocols = ccc_protocols(table)
+    protocols = protocol_means(table)
     if skipped:
         gone = sorted({story for _, story in skipped})
         print(

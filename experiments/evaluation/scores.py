@@ -1,5 +1,6 @@
 """A configuration's predictions scored: per-session values of its metric, and the metrics its
-run logs (both protocols per split, intervals, chance levels, per listener and per story).
+run logs (both protocols per split, intervals and chance levels where the metric's spec says
+they apply, per listener and per story).
 
 The logged names are :meth:`~experiments.config.metrics.MetricSpec.key`'s: ``<split>.ccc_<track>``
 for the default metric, ``<split>.<metric>_<track>`` for another (see docs/design.md#mlflow-runs).
@@ -12,15 +13,15 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..config.metrics import MetricSpec, get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..config.options import TRACKS
 from ..windowing.windowed import WindowedSession
-from .metrics import ccc_protocols, concatenated_score
+from .metrics import concatenated_score, protocol_means
 from .uncertainty import chance_level, protocol_intervals
 
 
 def session_scores(
-    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]], metric: str = "ccc"
+    predicted: Iterable[tuple[WindowedSession, str, np.ndarray]], metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
     """Per-session values of ``metric`` (columns ``session, listener, story, split, <metric>``)
     of (session, split name, its per-frame prediction) triples, on the frames with a finite label."""
@@ -41,15 +42,16 @@ def score_metrics(
     unseen_predictions: Mapping[str, np.ndarray] | None = None,
     fps: float | Mapping[str, float] = 25.0,
     averaging: str = "sessions",
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
     """MLflow metrics from per-session values (:func:`session_scores`), per split: for each track
     ``<split>.<metric>_<track>``, its averaging of the sessions' values (``sessions``) or the value of
-    the split concatenated (``concatenated``: ``predictions`` and ``truth`` needed); for CCC its 95 %
-    interval over listeners (``.ci_low``, ``.ci_high``) and, given the predictions, its chance level
-    (``.chance_mean``, ``.chance_q95``; ``fps`` frames per second; docs/results.md, Intervals and
-    Chance level); ``<split>.n_listeners``; ``<split>.<metric>_concatenated``, ``_listener_<L>``,
-    ``_story_<S>``. A ``*_unseen`` split's predictions are ``unseen_predictions``.
+    the split concatenated (``concatenated``: ``predictions`` and ``truth`` needed); where the
+    metric's spec says they apply (``intervals``, ``chance``), its 95 % interval over listeners
+    (``.ci_low``, ``.ci_high``) and, given the predictions, its chance level (``.chance_mean``,
+    ``.chance_q95``; ``fps`` frames per second; docs/results.md, Intervals and Chance level);
+    ``<split>.n_listeners``; ``<split>.<metric>_concatenated``, ``_listener_<L>``, ``_story_<S>``.
+    A ``*_unseen`` split's predictions are ``unseen_predictions``.
 
     Raises:
         ValueError: ``concatenated`` without the predictions, or an unseen split without its own.
@@ -62,7 +64,7 @@ def score_metrics(
         if truth is None or predictions is None:
             source = None
             if averaging == "concatenated":
-                raise ValueError("ccc_averaging concatenated needs the predictions and the labels")
+                raise ValueError("averaging concatenated needs the predictions and the labels")
         elif source is None:
             raise ValueError(
                 f"scores of split {split} need unseen_predictions for its chance level"
@@ -82,27 +84,29 @@ def _split_metrics(
     seed: int,
 ) -> dict[str, float]:
     """One split's metrics (see :func:`score_metrics`); ``source``: its predictions, or None."""
-    means = ccc_protocols(df, m.name)
-    is_ccc = m.name == "ccc"
-    intervals = protocol_intervals(df, split=split) if is_ccc else {}
+    means = protocol_means(df, m.name)
+    joined = averaging == "concatenated"
+    with_ci = m.intervals and not joined
+    intervals = protocol_intervals(df, split=split, metric=m.name) if with_ci else {}
     out = {f"{split}.n_listeners": float(df.listener.nunique())}
     chance = None
     if source is not None and truth is not None:
-        if is_ccc:
+        if m.chance and not joined:
             own = {sid: source[sid] for sid in df.session}
-            chance = chance_level(truth, own, df, fps=fps, seed=seed)
+            chance = chance_level(truth, own, df, fps=fps, seed=seed, metric=m.name)
         concatenated = concatenated_score(truth, source, list(df.session), m.name)
         out[m.key(split, "concatenated")] = concatenated
     for track in TRACKS:
         name = m.key(split, track)
-        if averaging == "concatenated":
+        if joined:
             out[name] = concatenated
-            if is_ccc:
+            if m.intervals:
                 out[f"{name}.ci_low"] = out[f"{name}.ci_high"] = np.nan
+            if m.chance:
                 out[f"{name}.chance_mean"] = out[f"{name}.chance_q95"] = np.nan
             continue
         out[name] = float(means[track])
-        if is_ccc:
+        if intervals:
             out[f"{name}.ci_low"], out[f"{name}.ci_high"] = intervals[track]
         if chance is not None:
             out[f"{name}.chance_mean"], out[f"{name}.chance_q95"] = chance[track]
@@ -117,7 +121,7 @@ def nested_selection_metrics(
     sessions: Mapping[str, WindowedSession],
     split_of: Mapping[str, str],
     split: str = "val",
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
     """``<split>_without_listener_<L>.<metric>_generalized`` for each held-out listener L: the
     generalized mean on the *other* listeners' ``split`` sessions (``val``, or ``loso``: each
@@ -136,5 +140,5 @@ def nested_selection_metrics(
         if rows:
             df = pd.DataFrame(rows, columns=["listener", "story", m.name])
             key = m.key(f"{split}_without_listener_{listener}", "generalized")
-            out[key] = float(ccc_protocols(df, m.name)["generalized"])
+            out[key] = float(protocol_means(df, m.name)["generalized"])
     return out

@@ -1,11 +1,12 @@
-"""How sure a CCC is, listeners the unit and the split's stories held fixed: intervals
-(:func:`protocol_intervals`, :func:`skew_t_bounds`), paired comparisons, Holm's adjustment and
-the chance level. What each claims and how it was measured: docs/results.md, Intervals, Paired
-comparisons and Chance level.
+"""How sure a metric's mean is, listeners the unit and the split's stories held fixed:
+intervals (:func:`protocol_intervals`, :func:`skew_t_bounds`), paired comparisons, Holm's
+adjustment and the chance level, for any registered metric (its spec gives the range intervals
+are clipped to, its direction, and whether intervals and a chance level apply). What each
+claims and how it was measured: docs/results.md, Intervals, Paired comparisons and Chance level.
 
 >>> import pandas as pd
 >>> rows = pd.DataFrame({"listener": [1, 1, 2, 2, 3, 3], "story": [3, 6] * 3,
-...                      "ccc": [0.2, 0.4, 0.1, 0.3, 0.3, 0.5]})
+...                      "ccc": [0.2, 0.4, 0.1, 0.3, 0.3, 0.5]})  # the default metric
 >>> low, high = protocol_intervals(rows)["personalized"]
 >>> bool(low < 0.3 < high)
 True
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from .metrics import _protocol_frame
 
 #: permutation draws (more than 16 listeners) and chance draws used by the sweep and the ablation
@@ -41,12 +42,12 @@ class IntervalWarning(UserWarning):
 
 
 def contributions(m: np.ndarray) -> dict[str, np.ndarray]:
-    """Each listener's share of both protocol means from CCC matrices (..., listeners, stories).
+    """Each listener's share of both protocol means from score matrices (..., listeners, stories).
 
     ``m`` holds NaN where a session is missing (every row and column has a session). Returns
     arrays of shape (..., listeners) whose plain mean over listeners is the protocol mean:
-    personalized, the listener's mean CCC over their stories; generalized (stories fixed),
-    ``n_listeners / n_stories * sum over the listener's stories s of ccc / n_s`` with ``n_s``
+    personalized, the listener's mean value over their stories; generalized (stories fixed),
+    ``n_listeners / n_stories * sum over the listener's stories s of value / n_s`` with ``n_s``
     the listeners story ``s`` has (on a complete table, the listener's mean too).
     """
     m = np.asarray(m, dtype=float)
@@ -58,12 +59,15 @@ def contributions(m: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def listener_contributions(scores: pd.DataFrame | Iterable[Mapping]) -> dict[str, np.ndarray]:
-    """:func:`contributions` of a per-session CCC table (columns ``listener, story, ccc``), listeners in order."""
-    f = _protocol_frame(scores)
+def listener_contributions(
+    scores: pd.DataFrame | Iterable[Mapping], metric: str = DEFAULT_METRIC
+) -> dict[str, np.ndarray]:
+    """:func:`contributions` of a per-session table of ``metric`` (columns ``listener, story,
+    <metric>``), listeners in order."""
+    f = _protocol_frame(scores, metric)
     if f.empty:
-        raise ValueError("no sessions: a CCC table with columns listener, story, ccc is needed")
-    return contributions(f.pivot(index="listener", columns="story", values="ccc").to_numpy())
+        raise ValueError(f"no sessions: a table with columns listener, story, {metric} is needed")
+    return contributions(f.pivot(index="listener", columns="story", values=metric).to_numpy())
 
 
 def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -79,10 +83,6 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
     return mean - half, mean + half
 
 
-#: the range a mean CCC lies in: its intervals are clipped to it
-CCC_RANGE = (-1.0, 1.0)
-#: the range a difference of two CCC lies in
-DIFF_RANGE = (-2.0, 2.0)
 #: the skewness correction moves a bound at most this many t half-widths from the mean
 MAX_STRETCH = 2.0
 
@@ -147,14 +147,24 @@ def mean_interval(
 
 
 def protocol_intervals(
-    scores: pd.DataFrame | Iterable[Mapping], level: float = LEVEL, split: str = ""
+    scores: pd.DataFrame | Iterable[Mapping],
+    level: float = LEVEL,
+    split: str = "",
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, tuple[float, float]]:
     """``{"personalized": (low, high), "generalized": (low, high)}``: intervals (coverage
-    ``level``) of both protocol means of the per-session CCC ``scores`` (columns ``listener,
-    story, ccc``): :func:`skew_t_bounds` over :func:`listener_contributions`, clipped to
-    [-1, 1] (docs/results.md, Intervals). NaN below :data:`MIN_LISTENERS` listeners, with an
-    :class:`IntervalWarning` naming ``split``."""
-    parts = listener_contributions(scores)
+    ``level``) of both protocol means of the per-session ``metric`` ``scores`` (columns
+    ``listener, story, <metric>``): :func:`skew_t_bounds` over :func:`listener_contributions`,
+    clipped to the metric's ``bounds`` ([-1, 1] for CCC; docs/results.md, Intervals). NaN below
+    :data:`MIN_LISTENERS` listeners, with an :class:`IntervalWarning` naming ``split``.
+
+    Raises:
+        ValueError: the metric's spec says intervals do not apply to it.
+    """
+    m = get_metric(metric)
+    if not m.intervals:
+        raise ValueError(f"metric {m.name!r} has no intervals: its spec sets intervals=False")
+    parts = listener_contributions(scores, m.name)
     n = len(parts["personalized"])
     if n < MIN_LISTENERS:
         warnings.warn(
@@ -163,7 +173,7 @@ def protocol_intervals(
             IntervalWarning,
             stacklevel=2,
         )
-    return {protocol: mean_interval(v, level, CCC_RANGE) for protocol, v in parts.items()}
+    return {protocol: mean_interval(v, level, m.bounds) for protocol, v in parts.items()}
 
 
 def smallest_p(n_listeners: int, n_permutations: int = N_PERMUTATIONS) -> float:
@@ -177,13 +187,14 @@ def paired_comparison(
     n_permutations: int = N_PERMUTATIONS,
     level: float = LEVEL,
     seed: int = 0,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
     """``a`` against ``b`` (per-session values of ``metric``, columns ``listener, story,
     <metric>``) on their shared sessions, listeners the unit: ``mean_diff`` (the mean over
     listeners of each one's mean difference, ``a - b``, or ``b - a`` for a metric whose lower is
     better: positive when ``a`` is better), its interval ``ci_low``, ``ci_high``
-    (:func:`mean_interval`), ``p_value`` (a two-sided sign-flip test, exact up to 16 listeners,
+    (:func:`mean_interval`, clipped to the metric's ``diff_bounds``; NaN for a metric without
+    intervals), ``p_value`` (a two-sided sign-flip test, exact up to 16 listeners,
     else ``n_permutations`` draws of ``seed``), ``p_min`` (its floor), ``n_sessions``,
     ``n_listeners`` (docs/results.md, Paired comparisons).
 
@@ -197,12 +208,13 @@ def paired_comparison(
     both = fa.merge(fb, on=["listener", "story"], suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError("the two configurations share no session; nothing to compare")
-    sign = 1.0 if get_metric(metric).higher_is_better else -1.0
+    m = get_metric(metric)
+    sign = 1.0 if m.higher_is_better else -1.0
     diff = sign * (both[f"{metric}_a"] - both[f"{metric}_b"])
     d = diff.groupby(both["listener"]).mean().to_numpy()
     observed = float(d.mean())
     n_listeners = len(d)
-    low, high = mean_interval(d, level, DIFF_RANGE if metric == "ccc" else None)
+    low, high = mean_interval(d, level, m.diff_bounds) if m.intervals else (np.nan, np.nan)
     if n_listeners <= 16:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=n_listeners)))
     else:
@@ -238,46 +250,24 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def shifted_ccc(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """CCC of ``truth`` against ``pred`` circularly shifted by every lag 0..n-1 (official formula;
-    element ``k`` against ``np.roll(pred, k)``), the covariances of all lags by one FFT.
+def shifted_values(
+    m: MetricSpec, truth: np.ndarray, preds: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """The metric ``m`` of ``truth`` against each of ``preds`` circularly shifted by every lag
+    0..n-1 (element ``k`` against ``np.roll(pred, k)``): the spec's ``shifted`` (one FFT for
+    CCC), else ``m.fn`` at each lag.
 
-    >>> t = np.sin(np.linspace(0, 6.28, 50)); round(float(shifted_ccc(t, t)[0]), 6)
+    >>> t = np.sin(np.linspace(0, 6.28, 50))
+    >>> round(float(shifted_values(get_metric("ccc"), t, [t])[0][0]), 6)
     1.0
     """
-    return shifted_cccs(truth, [pred])[0]
-
-
-def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """:func:`shifted_ccc` of ``truth`` against each of ``preds``: the same curves, with the
-    transform of ``truth`` computed once instead of once per prediction."""
+    if m.shifted is not None:
+        return m.shifted(truth, preds)
     t = np.asarray(truth, dtype=np.float64)
-    n = len(t)
-    ps = [np.asarray(p, dtype=np.float64) for p in preds]
-    if n == 0 or any(len(p) != n for p in ps):
-        raise ValueError(
-            "shifted_ccc needs two equally long, non-empty series, got "
-            f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
-        )
-    if t.min() == t.max():
-        return [np.zeros(n) for _ in ps]  # the official scorer's r = 0 for a constant series
-    dt = t - t.mean()
-    size = 1 << int(np.ceil(np.log2(2 * n)))
-    ft = None  # the transform of dt, once a prediction needs it
-    out = []
-    for p in ps:
-        if p.min() == p.max():
-            out.append(np.zeros(n))
-            continue
-        if ft is None:
-            ft = np.fft.rfft(dt, size)
-        dp = p - p.mean()
-        # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
-        xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
-        cov = (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n  # circular: k and k - n
-        den = dt.var() + dp.var() + (t.mean() - p.mean()) ** 2
-        out.append(np.clip(2.0 * cov / den, -1.0, 1.0))
-    return out
+    return [
+        np.array([m.fn(t, np.roll(np.asarray(p, dtype=np.float64), k)) for k in range(len(t))])
+        for p in preds
+    ]
 
 
 #: whole-block mappings a story may borrow its time courses through (donor story x rotation)
@@ -331,9 +321,11 @@ def chance_level(
     min_lag_s: float = MIN_LAG_S,
     n_draws: int = N_CHANCE_DRAWS,
     seed: int = 0,
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, tuple[float, float]]:
     """``{"personalized": (mean, q95), "generalized": (mean, q95)}``: the mean and the 95th
-    percentile of each protocol's mean CCC under the null of ``n_draws`` draws (``seed``), in
+    percentile in the metric's better direction (the 5th for a metric whose lower is better) of
+    each protocol's mean ``metric`` under the null of ``n_draws`` draws (``seed``), in
     which each session's labels meet a prediction at its own level and scale with the time
     course of another story's block (:func:`block_mappings`), the block shifted by one lag of at
     least ``min_lag_s`` seconds (at most a quarter of the session). The rule and why:
@@ -344,20 +336,27 @@ def chance_level(
             frames whose label is not finite are left out).
         sessions: columns ``session, listener, story``: which sessions form the split.
         fps: frames per second (one for all, or per session id).
+
+    Raises:
+        ValueError: no sessions, or the metric's spec says a chance level does not apply.
     """
+    m = get_metric(metric)
+    if not m.chance:
+        raise ValueError(f"metric {m.name!r} has no chance level: its spec sets chance=False")
     rows = sessions.sort_values(["listener", "story"], kind="stable").reset_index(drop=True)
     if rows.empty:
         raise ValueError("no sessions for the chance level")
     series = [_standardised(truth[sid], predictions[sid]) for sid in rows.session]
     rates = [float(fps[sid] if isinstance(fps, Mapping) else fps) for sid in rows.session]
     listeners, stories = rows.listener.to_numpy(), rows.story.to_numpy()
-    draws = _chance_draws(series, rates, listeners, stories, min_lag_s, n_draws, seed)
+    draws = _chance_draws(m, series, rates, listeners, stories, min_lag_s, n_draws, seed)
+    q = 0.95 if m.higher_is_better else 0.05
     out = {}
     for protocol, groups in (("personalized", listeners), ("generalized", stories)):
         weights = (groups[:, None] == np.unique(groups)[None, :]).astype(float)
         weights /= weights.sum(axis=0, keepdims=True)
         null = (draws @ weights).mean(axis=1)
-        out[protocol] = (float(null.mean()), float(np.quantile(null, 0.95)))
+        out[protocol] = (float(null.mean()), float(np.quantile(null, q)))
     return out
 
 
@@ -377,6 +376,7 @@ def _standardised(truth: np.ndarray, prediction: np.ndarray) -> _Series:
 
 
 def _chance_draws(
+    m: MetricSpec,
     series: Sequence[_Series],
     rates: Sequence[float],
     listeners: np.ndarray,
@@ -385,8 +385,9 @@ def _chance_draws(
     n_draws: int,
     seed: int,
 ) -> np.ndarray:
-    """(draws, sessions) CCC of each session against its borrowed, shifted time course: per
-    draw and story one donor mapping and one lag (a share of each session's range)."""
+    """(draws, sessions) ``m`` of each session against its borrowed, shifted time course: per
+    draw and story one donor mapping and one lag (a share of each session's range). Without a
+    spec's ``shifted``, ``m`` is evaluated at the lags drawn only."""
     rng = np.random.default_rng(seed)
     draws = np.empty((n_draws, len(series)))
     for s, donors in block_mappings(listeners, stories).items():
@@ -398,10 +399,14 @@ def _chance_draws(
             n = len(t)
             lag = min(int(round(min_lag_s * rates[i])), n // 4)
             lags = np.minimum(lag + np.floor(share * (n - 2 * lag + 1)).astype(int), n - 1)
-            curves = shifted_cccs(
-                t, [level + scale * np.resize(series[int(idx[b])][3], n) for idx in donors]
-            )
-            for k, curve in enumerate(curves):
-                chosen = pick == k
-                draws[chosen, i] = curve[lags[chosen]]
+            borrowed = [level + scale * np.resize(series[int(idx[b])][3], n) for idx in donors]
+            if m.shifted is not None:
+                for k, curve in enumerate(m.shifted(t, borrowed)):
+                    chosen = pick == k
+                    draws[chosen, i] = curve[lags[chosen]]
+                continue
+            for k, p in enumerate(borrowed):
+                chosen = np.flatnonzero(pick == k)
+                at = {int(lag): m.fn(t, np.roll(p, int(lag))) for lag in np.unique(lags[chosen])}
+                draws[chosen, i] = [at[int(lag)] for lag in lags[chosen]]
     return draws

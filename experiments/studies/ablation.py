@@ -21,7 +21,7 @@ from featurestore import Store
 from featurestore.storage.roles import in_corpus_words
 
 from ..config.fusion import FUSED_SET
-from ..config.metrics import MetricSpec, get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..evaluation import markdown
@@ -30,7 +30,7 @@ from ..evaluation.plots import plot_ablation
 from ..evaluation.uncertainty import holm, paired_comparison
 from ..tracking.summary import best_per_track, log_files
 from ..tracking.tracker import Tracker
-from .ablation_report import PAPER_TEST_CCC, SELECTION_SPLITS, ablation_markdown, importance_section
+from .ablation_report import PAPER_TEST, SELECTION_SPLITS, ablation_markdown, importance_section
 from .corpus_config import corpus_note
 from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
@@ -38,26 +38,34 @@ from .parent_run import SweepOptions, SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
 
-#: the contract columns first (docs/design.md#reports), then intervals, unseen listeners and chance
-COLUMNS = [
-    "feature_set",
-    "split",
-    *(f"ccc_{t}" for t in TRACKS),
-    *(f"run_id_{t}" for t in TRACKS),
-    *(f"ccc_{t}_ci_{end}" for t in TRACKS for end in ("low", "high")),
-    "ccc_unseen_listener",
-    "ccc_unseen_listener_ci_low",
-    "ccc_unseen_listener_ci_high",
-    # how the unseen-listener score's configuration was chosen (nested, fixed, chosen)
-    "unseen_selection",
-    *(f"chance_{t}_q95" for t in TRACKS),
-    "split_role",
-    "n_listeners",
-    *(f"config_track_{t}" for t in TRACKS),
-    *(
-        f"causal_{t}" for t in TRACKS
-    ),  # true/false: the choice reads no frame after the one it predicts
-]
+
+def columns(m: MetricSpec) -> list[str]:
+    """The columns of ``ablation.csv`` for metric ``m``: the contract columns first
+    (docs/design.md#reports; ``ccc_personalized`` for CCC, ``<metric>_personalized`` for
+    another), then intervals, unseen listeners and chance."""
+    unseen = m.column("unseen_listener")
+    return [
+        "feature_set",
+        "split",
+        *(m.column(t) for t in TRACKS),
+        *(f"run_id_{t}" for t in TRACKS),
+        *(m.column(f"{t}_ci_{end}") for t in TRACKS for end in ("low", "high")),
+        unseen,
+        f"{unseen}_ci_low",
+        f"{unseen}_ci_high",
+        # how the unseen-listener score's configuration was chosen (nested, fixed, chosen)
+        "unseen_selection",
+        *(f"chance_{t}_q95" for t in TRACKS),
+        "split_role",
+        "n_listeners",
+        *(f"config_track_{t}" for t in TRACKS),
+        # true/false: the choice reads no frame after the one it predicts
+        *(f"causal_{t}" for t in TRACKS),
+    ]
+
+
+#: :func:`columns` of the default metric
+COLUMNS = columns(get_metric(DEFAULT_METRIC))
 #: the columns of ``ablation_comparisons.csv`` (test split only)
 COMPARISON_COLUMNS = (
     "comparison track split mean_diff ci_low ci_high p_value p_holm p_min n_sessions n_listeners "
@@ -88,13 +96,14 @@ def ablate(
     cfg = replace(cfg, feature_set=sets)
     uri = options.tracking_uri or cfg.tracking.uri
     sweep = sweep_feature_sets(cfg, store, options)
+    m = get_metric(cfg.metric)
     df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
     cache = FitCache()  # the late fusion members' fits, kept for the importance of the same choices
     df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
     tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     scores_of = run_scores(sweep, tracker)
     pairs = comparisons(df, scores_of, cfg.seed, extra, cfg.metric)
-    out = write_tables(Path(out_dir), df, pairs, nested)
+    out = write_tables(Path(out_dir), df, pairs, nested, m)
     t0 = time.perf_counter()
     explained = explain_choices(cfg, df, scores_of, store, tracker, out, cache)
     cache.clear()
@@ -102,7 +111,7 @@ def ablate(
     write_report(out, cfg, store, df, pairs, [e for e in explained if isinstance(e, Explanation)])
     files = {name: (out / name).read_bytes() for name in REPORT_FILES.split()}
     log_files(tracker, sweep.parent_run_id, files, "ablation")
-    metrics = ablation_metrics(df, pairs, seconds)
+    metrics = ablation_metrics(df, pairs, seconds, m.name)
     tracker.log(sweep.parent_run_id, metrics=metrics, tags={"ablation": "true"})
     return df, sweep
 
@@ -131,7 +140,7 @@ def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
         part = table[table["features.set"] == fs] if has_sets else table.iloc[0:0]
         best = best_per_track(part, protocol, m.name)
         rows += [_table_row(fs, split, best, m) for split in (protocol, "test")]
-    return pd.DataFrame(rows, columns=[*COLUMNS, "label_personalized", "label_generalized"])
+    return pd.DataFrame(rows, columns=[*columns(m), "label_personalized", "label_generalized"])
 
 
 def _table_row(fs: str, split: str, best: dict[str, pd.Series], m: MetricSpec) -> dict[str, object]:
@@ -143,20 +152,19 @@ def _table_row(fs: str, split: str, best: dict[str, pd.Series], m: MetricSpec) -
     row["n_listeners"] = _get(pers if pers is not None else gen, f"{split}.n_listeners")
     for track, chosen in (("personalized", pers), ("generalized", gen)):
         name = m.key(split, track)
-        row[f"ccc_{track}"] = _get(chosen, name)
+        row[m.column(track)] = _get(chosen, name)
         row[f"run_id_{track}"] = "" if chosen is None else str(chosen.run_id)
         for end in ("ci_low", "ci_high"):
-            row[f"ccc_{track}_{end}"] = float("nan") if selection else _get(chosen, f"{name}.{end}")
+            ci = float("nan") if selection else _get(chosen, f"{name}.{end}")
+            row[m.column(f"{track}_{end}")] = ci
         row[f"chance_{track}_q95"] = _get(chosen, f"{name}.chance_q95")
         row[f"config_track_{track}"] = "" if chosen is None else str(chosen.get("track", track))
         row[f"causal_{track}"] = "" if chosen is None else str(chosen.get("causal", ""))
         row[f"label_{track}"] = "" if chosen is None else str(chosen.label)
-    unseen = m.key(f"{split}_unseen", "generalized")
-    row["ccc_unseen_listener"] = _get(gen, unseen)
+    unseen, column = m.key(f"{split}_unseen", "generalized"), m.column("unseen_listener")
+    row[column] = _get(gen, unseen)
     for end in ("ci_low", "ci_high"):
-        row[f"ccc_unseen_listener_{end}"] = (
-            float("nan") if selection else _get(gen, f"{unseen}.{end}")
-        )
+        row[f"{column}_{end}"] = float("nan") if selection else _get(gen, f"{unseen}.{end}")
     return row
 
 
@@ -168,15 +176,16 @@ def unseen_listeners(
     and the nested choices (``ablation_unseen.csv``, empty unless nested)."""
     is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
     nested = nested_unseen(table if is_nested else table.iloc[0:0], cfg.protocol, metric=cfg.metric)
+    column = get_metric(cfg.metric).column("unseen_listener")
     if is_nested:
-        means = nested_unseen_mean(nested)
+        means = nested_unseen_mean(nested, cfg.metric)
         test = (df.split == "test") & df.feature_set.isin(list(means))
         # as floats: mapping no row gives an empty column of the feature sets' (string) dtype
-        df.loc[test, "ccc_unseen_listener"] = df.loc[test, "feature_set"].map(means).astype(float)
-        df.loc[df.split != "test", "ccc_unseen_listener"] = np.nan
-        df.loc[:, ["ccc_unseen_listener_ci_low", "ccc_unseen_listener_ci_high"]] = np.nan
+        df.loc[test, column] = df.loc[test, "feature_set"].map(means).astype(float)
+        df.loc[df.split != "test", column] = np.nan
+        df.loc[:, [f"{column}_ci_low", f"{column}_ci_high"]] = np.nan
     df["unseen_selection"] = np.where(
-        df["ccc_unseen_listener"].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
+        df[column].notna() & cfg.unseen_listener, cfg.unseen_selection, ""
     )
     return df, nested
 
@@ -212,14 +221,16 @@ def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, 
 
 
 def run_scores(sweep: SweepResult, tracker: Tracker) -> Callable[[str], pd.DataFrame | None]:
-    """run id -> its per-session scores: from ``sweep``, else its ``ccc_matrix.csv`` (None for no
-    run, or a run without artifacts); each run read once."""
+    """run id -> its per-session scores: from ``sweep``, else its logged score matrix (None for
+    no run, or a run without artifacts); each run read once."""
 
     @functools.cache
     def scores(run_id: str) -> pd.DataFrame | None:
         if not run_id:
             return None
-        return sweep.scores[run_id] if run_id in sweep.scores else logged_scores(tracker, run_id)
+        if run_id in sweep.scores:
+            return sweep.scores[run_id]
+        return logged_scores(tracker, run_id, sweep.metric)
 
     return scores
 
@@ -229,7 +240,7 @@ def comparisons(
     scores_of: Callable[[str], pd.DataFrame | None],
     seed: int = 0,
     extra: tuple[tuple[str, str, str], ...] = (),
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """Paired comparisons of the chosen configurations' per-session ``metric`` (``scores_of``)
     off the selection split, with Holm's adjustment over the whole table; a pair of one
@@ -287,10 +298,13 @@ def _paired(
         return None
 
 
-def write_tables(out: Path, df: pd.DataFrame, pairs: pd.DataFrame, nested: pd.DataFrame) -> Path:
-    """``ablation.csv``, ``ablation_comparisons.csv`` and ``ablation_unseen.csv`` into ``out``."""
+def write_tables(
+    out: Path, df: pd.DataFrame, pairs: pd.DataFrame, nested: pd.DataFrame, m: MetricSpec
+) -> Path:
+    """``ablation.csv`` (:func:`columns` of ``m``), ``ablation_comparisons.csv`` and
+    ``ablation_unseen.csv`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    df[COLUMNS].to_csv(out / "ablation.csv", index=False)
+    df[columns(m)].to_csv(out / "ablation.csv", index=False)
     pairs.to_csv(out / "ablation_comparisons.csv", index=False)
     nested.to_csv(out / "ablation_unseen.csv", index=False)
     return out
@@ -315,14 +329,15 @@ def write_report(
         title=f"{compared} ({cfg.target}, protocol {cfg.protocol})",
         pairs=pairs,
         unseen_selection=cfg.unseen_selection,
-        importance=importance_section(explained),
+        importance=importance_section(explained, metric=cfg.metric),
         metric=cfg.metric,
-        averaging=cfg.ccc_averaging,
+        averaging=cfg.averaging,
         reference=omg,
     )
     md = note + in_corpus_words(md, layout, keep=list(cfg.feature_sets))
     (out / "ablation.md").write_text(md)
-    plot_ablation(df, out / "ablation.png", reference=PAPER_TEST_CCC if omg else None)
+    reference = PAPER_TEST.get(cfg.metric) if omg else None
+    plot_ablation(df, out / "ablation.png", reference=reference, metric=cfg.metric)
 
 
 def _metric_name(text: str) -> str:
@@ -331,12 +346,12 @@ def _metric_name(text: str) -> str:
 
 
 def ablation_metrics(
-    df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float]
+    df: pd.DataFrame, pairs: pd.DataFrame, seconds: dict[str, float], metric: str = DEFAULT_METRIC
 ) -> dict[str, float]:
     """The parent run's metrics (docs/design.md#mlflow-runs), NaN left out."""
-    metrics = {}
+    metrics, m = {}, get_metric(metric)
     for r in df.to_dict("records"):
-        for name in ("ccc_personalized", "ccc_generalized", "ccc_unseen_listener"):
+        for name in (*(m.column(t) for t in TRACKS), m.column("unseen_listener")):
             for suffix in ("", "_ci_low", "_ci_high"):
                 fs = _metric_name(r["feature_set"])
                 metrics[f"ablation.{fs}.{r['split']}.{name}{suffix}"] = float(r[name + suffix])
@@ -348,26 +363,37 @@ def ablation_metrics(
     return {k: v for k, v in metrics.items() if np.isfinite(v)}
 
 
-#: the columns of ``ablation.csv`` for several targets (:func:`ablate_targets`)
-TARGET_COLUMNS = (
-    "target feature_set split split_role ccc_personalized ccc_generalized run_id_personalized "
-    "run_id_generalized"
-).split()
+def target_columns(m: MetricSpec) -> list[str]:
+    """The columns of ``ablation.csv`` for several targets (:func:`ablate_targets`), metric ``m``."""
+    return [
+        "target",
+        "feature_set",
+        "split",
+        "split_role",
+        *(m.column(t) for t in TRACKS),
+        *(f"run_id_{t}" for t in TRACKS),
+    ]
 
 
-def combined_ablation(per_target: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
+#: :func:`target_columns` of the default metric
+TARGET_COLUMNS = target_columns(get_metric(DEFAULT_METRIC))
+
+
+def combined_ablation(
+    per_target: pd.DataFrame, targets: list[str], metric: str = DEFAULT_METRIC
+) -> pd.DataFrame:
     """Rows ``target`` ``combined``: per feature set and split, the mean over ``targets`` of each
     target's choices' values per track (NaN unless every target has one)."""
-    rows = []
+    rows, m = [], get_metric(metric)
     for (fs, split), part in per_target.groupby(["feature_set", "split"], sort=False):
         row = {"target": "combined", "feature_set": fs, "split": split}
         row["split_role"] = str(part["split_role"].iloc[0])
-        for name in ("ccc_personalized", "ccc_generalized"):
+        for name in (m.column(t) for t in TRACKS):
             values = part.set_index("target")[name].reindex(targets)
             row[name] = float(values.mean()) if values.notna().all() else float("nan")
         row["run_id_personalized"] = row["run_id_generalized"] = ""
         rows.append(row)
-    return pd.DataFrame(rows, columns=TARGET_COLUMNS)
+    return pd.DataFrame(rows, columns=target_columns(m))
 
 
 def ablate_targets(
@@ -387,15 +413,17 @@ def ablate_targets(
         df, sweep = ablate(cfg.for_target(target), store, out / target, options)
         parts.append(df.assign(target=target))
         sweeps.append(sweep)
-    per_target = pd.concat(parts, ignore_index=True)[TARGET_COLUMNS]
-    table = pd.concat([per_target, combined_ablation(per_target, targets)], ignore_index=True)
+    m = get_metric(cfg.metric)
+    per_target = pd.concat(parts, ignore_index=True)[target_columns(m)]
+    combined = combined_ablation(per_target, targets, m.name)
+    table = pd.concat([per_target, combined], ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "ablation.csv", index=False)
-    (out / "ablation.md").write_text(targets_markdown(table, targets, cfg.protocol))
+    (out / "ablation.md").write_text(targets_markdown(table, targets, cfg.protocol, m.name))
     metrics = {
         f"ablation.combined.{_metric_name(r['feature_set'])}.{r['split']}.{name}": float(r[name])
         for r in table[table["target"] == "combined"].to_dict("records")
-        for name in ("ccc_personalized", "ccc_generalized")
+        for name in (m.column(t) for t in TRACKS)
         if pd.notna(r[name])
     }
     tracker = Tracker(
@@ -410,21 +438,26 @@ def ablate_targets(
     return table, sweeps[0]
 
 
-def targets_markdown(table: pd.DataFrame, targets: list[str], protocol: str) -> str:
+def targets_markdown(
+    table: pd.DataFrame, targets: list[str], protocol: str, metric: str = DEFAULT_METRIC
+) -> str:
     """``ablation.md`` of several targets: every target's rows, then the combined ones."""
+    m = get_metric(metric)
     rows = (
-        [r.target, r.feature_set, r.split, markdown.interval(r.ccc_personalized)]
-        + [markdown.interval(r.ccc_generalized)]
-        for r in table.itertuples()
+        [r["target"], r["feature_set"], r["split"]]
+        + [markdown.interval(r[m.column(t)]) for t in TRACKS]
+        for r in table.to_dict("records")
     )
     lines = [
         f"# Speaker / listener / both, several targets (protocol {protocol})",
         "",
         f"Targets: {', '.join(f'`{t}`' for t in targets)}; each target's full report is in its own "
         "folder (`<target>/ablation.md`). Each track's configuration is chosen per target and feature "
-        "set on that target's selection split; `combined`: the mean over targets of those choices' CCC.",
+        f"set on that target's selection split; `combined`: the mean over targets of those choices' {m.title}.",
         "",
-        *markdown.table(["target", "feature set", "split", "CCC pers.", "CCC gen."], rows),
+        *markdown.table(
+            ["target", "feature set", "split", f"{m.title} pers.", f"{m.title} gen."], rows
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -10,15 +10,18 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..config.fusion import FUSED_SET
-from ..config.metrics import get_metric
-from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
+from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, TRACKS
 from ..evaluation import markdown
 
 if TYPE_CHECKING:
     from .explain import Explanation
 
-#: Barros et al. (2019), Table IV, test set: (personalized, generalized) CCC of the baseline
-PAPER_TEST_CCC = {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
+#: Barros et al. (2019), Table IV, test set: per metric the paper reports (CCC only), the
+#: (personalized, generalized) values of the baseline per feature set
+PAPER_TEST = {
+    DEFAULT_METRIC: {"speaker": (0.11, 0.13), "listener": (0.19, 0.23), "both": (0.17, 0.19)}
+}
 
 SELECTION_SPLITS = ("val", "loso", "cv")
 
@@ -34,7 +37,7 @@ UNSEEN_BULLETS = {
 }
 
 INTRO = (
-    "CCC of each track's best configuration (chosen on validation); on test, [95 % skewness-corrected t interval",
+    "{metric} of each track's best configuration (chosen on validation); on test, [95 % skewness-corrected t interval",
     "over listeners, the test stories held fixed]. Its coverage, simulated: 0.93-0.95 with 4-10 listeners who",
     "differ by degree; 0.88-0.92 (0.90 with 6 listeners, 0.92 with 10) when 15 % of them react against the",
     "story, which a split without such a listener cannot show (docs/results.md, Intervals). The selection",
@@ -44,7 +47,7 @@ INTRO = (
 TRACK_BULLETS = (
     "- **personalized**: the best of every configuration, including those that use who is listening",
     "  (per-listener models, calibration or rescaling, identity as a feature); a model that does not know",
-    "  who is listening may be submitted to this track too. CCC per session, mean over each listener's",
+    "  who is listening may be submitted to this track too. {metric} per session, mean over each listener's",
     "  stories, then over listeners.",
     "- **generalized**: the best configuration that does not know who is listening; mean over each story's",
     "  listeners, then over stories. On a complete listener x story table both averages are the same number:",
@@ -54,8 +57,8 @@ CHANCE_BULLET = (
     "- **chance**: 95th percentile of the protocol mean when each session's labels are scored against a",
     "  prediction at that session's own prediction level and scale but the time course of another story's",
     "  block of predictions, the block shifted as a whole by one lag of at least 10 s (1,000 draws): what",
-    "  the predictions share across a story's listeners stays in the null. A CCC below it cannot be told",
-    "  from chance. A constant (dummy) prediction has CCC 0 by construction: a baseline, not the chance level.",
+    "  the predictions share across a story's listeners stays in the null. A {metric} below it cannot be told",
+    "  from chance. A constant (dummy) prediction has {metric} 0 by construction: a baseline, not the chance level.",
 )
 FUSION_BULLET = (
     "- **late fusion**: each member feature set's configuration chosen for the track, blended by weights",
@@ -64,12 +67,12 @@ FUSION_BULLET = (
     "  members: personalized if one of them uses who is listening. No unseen-listener score (not refitted",
     "  without each listener).",
 )
-#: :data:`INTRO` and :data:`TRACK_BULLETS` of an ablation whose CCC is one value over each
-#: split's sessions concatenated (``ccc_averaging: concatenated``): no interval, no chance level
+#: :data:`INTRO` and :data:`TRACK_BULLETS` of an ablation whose metric is one value over each
+#: split's sessions concatenated (``averaging: concatenated``): no interval, no chance level
 CONCATENATED_INTRO = (
-    "CCC of each track's best configuration (chosen on validation), one CCC over each split's sessions",
-    "concatenated (`ccc_averaging: concatenated`, as AVEC): no interval and no chance level (those are",
-    "over listeners' per-session CCCs). The selection split's numbers are the maximum over the grid that",
+    "{metric} of each track's best configuration (chosen on validation), one {metric} over each split's sessions",
+    "concatenated (`averaging: concatenated`, as AVEC): no interval and no chance level (those are",
+    "over listeners' per-session {metric}s). The selection split's numbers are the maximum over the grid that",
     "chose them: they overstate what a new split would give.",
 )
 CONCATENATED_BULLETS = (
@@ -79,7 +82,7 @@ CONCATENATED_BULLETS = (
     "  the split's sessions concatenated: they differ by their models.",
 )
 COMPARISONS_INTRO = (
-    "On test only. Mean over listeners of each listener's mean CCC difference (first minus second),",
+    "On test only. Mean over listeners of each listener's mean {metric} difference (first minus second),",
     "[95 % skewness-corrected t interval over listeners], a two-sided sign-flip permutation p-value",
     "that flips each listener's difference, Holm's adjustment over the whole table (the family), and",
     "the smallest p the test can give with that many listeners (2 / 2^listeners): a p at that floor",
@@ -88,7 +91,7 @@ COMPARISONS_INTRO = (
 COMPARISONS_HEAD = ["comparison", "track", "split", "mean difference [95 % interval]", "p"]
 COMPARISONS_HEAD += ["Holm p", "smallest p", "sessions", "listeners"]
 IMPORTANCE_INTRO = (
-    "Drop in test CCC (the track's averaging) when a group's features are moved in time (each",
+    "Drop in test {metric} (the track's averaging) when a group's features are moved in time (each",
     "session's block circularly shifted by at least 10 s), mean over repeats, [95 % interval over",
     "listeners]; the fitted model is the chosen one's. An interval per group, not adjusted for the",
     "number of groups; correlated groups share their credit. Tables: `importance_<set>_<track>.csv`.",
@@ -106,7 +109,7 @@ def ablation_markdown(
     pairs: pd.DataFrame | None = None,
     unseen_selection: str = "nested",
     importance: Sequence[str] = (),
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
     averaging: str = "sessions",
     reference: bool = True,
 ) -> str:
@@ -114,32 +117,36 @@ def ablation_markdown(
     the chosen configurations, ``importance`` (the lines of :func:`importance_section`), and
     (``reference``: an OMG-Empathy store) the paper's published numbers apart.
     ``unseen_selection``: how the unseen-listener column was chosen (:data:`UNSEEN_BULLETS`);
-    ``metric``: what chose and compared (its values under the CCC headings when it is another);
-    ``averaging``: the config's ``ccc_averaging`` (``concatenated``: :data:`CONCATENATED_INTRO`)."""
+    ``metric``: what chose and compared (the tables' headings and prose name it; a metric whose
+    lower is better says so; what its spec says does not apply is stated);
+    ``averaging``: the config's ``averaging`` (``concatenated``: :data:`CONCATENATED_INTRO`)."""
+    m = get_metric(metric)
     joined = averaging == "concatenated"
     intro = CONCATENATED_INTRO if joined else INTRO
-    lines = [f"# {title or 'Speaker / listener / both ablation'}", "", *intro, ""]
-    if metric != "ccc":
-        better = "higher" if get_metric(metric).higher_is_better else "lower"
-        lines += [
-            f"Chosen and compared by `{metric}` ({better} is better): every number is its.",
-            "",
-        ]
-    lines += results_table(df, unseen_selection)
-    lines += ["", *(CONCATENATED_BULLETS if joined else TRACK_BULLETS)]
+    lines = [f"# {title or 'Speaker / listener / both ablation'}", "", *_words(intro, m), ""]
+    if not m.higher_is_better:
+        lines += [f"Chosen and compared by `{m.name}` (lower is better): every number is its.", ""]
+    lines += [*(f"Note: {t}." for t in m.lacks()), *([""] if m.lacks() else [])]
+    lines += results_table(df, unseen_selection, m)
+    lines += ["", *_words(CONCATENATED_BULLETS if joined else TRACK_BULLETS, m)]
     lines += [
         f"- **unseen listeners ({unseen_selection})**: how well the generalized track predicts a person it has",
         f"  never seen: {UNSEEN_BULLETS.get(unseen_selection, '')}.",
-        *(() if joined else CHANCE_BULLET),
+        *(() if joined or not m.chance else _words(CHANCE_BULLET, m)),
         *(FUSION_BULLET if FUSED_SET in set(df.feature_set) else ()),
     ]
-    lines += comparisons_section(pairs)
+    lines += comparisons_section(pairs, m)
     lines += chosen_section(df)
-    lines += [*importance, *(reference_section() if reference else ())]
+    lines += [*importance, *(reference_section(m) if reference else ())]
     return "\n".join(lines) + "\n"
 
 
-def results_table(df: pd.DataFrame, unseen_selection: str) -> list[str]:
+def _words(text: Sequence[str], m: MetricSpec) -> list[str]:
+    """Report prose naming the metric ``{metric}`` as ``m`` is titled."""
+    return [line.format(metric=m.title) for line in text]
+
+
+def results_table(df: pd.DataFrame, unseen_selection: str, m: MetricSpec) -> list[str]:
     """The ablation table: one row per feature set, each split's two tracks, the last split's
     unseen-listener score and chance levels; the note on a ``chosen`` unseen score when marked."""
     splits = list(dict.fromkeys(df.split))
@@ -152,33 +159,33 @@ def results_table(df: pd.DataFrame, unseen_selection: str) -> list[str]:
         f"chance {splits[-1]} (pers. / gen.)",
     ]
     rows = [
-        _table_row(df[df.feature_set == fs].set_index("split"), splits, unseen_selection)
+        _table_row(df[df.feature_set == fs].set_index("split"), splits, unseen_selection, m)
         for fs in dict.fromkeys(df.feature_set)
     ]
     marked = any(CHOSEN_UNSEEN_MARK in r[-2] for r in rows)
     return markdown.table(head, rows) + (["", CHOSEN_UNSEEN_NOTE + "."] if marked else [])
 
 
-def _table_row(part: pd.DataFrame, splits: list[str], unseen_selection: str) -> list[str]:
+def _table_row(
+    part: pd.DataFrame, splits: list[str], unseen_selection: str, m: MetricSpec
+) -> list[str]:
     """One feature set's cells of :func:`results_table` (``part``: its rows by split)."""
     cells = [str(part.feature_set.iloc[0])]
     for s in splits:
         r = part.loc[s]
-        for track in ("personalized", "generalized"):
-            name = f"ccc_{track}"
+        for track in TRACKS:
+            name = m.column(track)
             cells.append(markdown.interval(r[name], r[f"{name}_ci_low"], r[f"{name}_ci_high"]))
-    last = part.loc[splits[-1]]
-    unseen = markdown.interval(
-        last.ccc_unseen_listener, last.ccc_unseen_listener_ci_low, last.ccc_unseen_listener_ci_high
-    )
-    flattered = unseen_selection == "chosen" and pd.notna(last.ccc_unseen_listener)
+    last, column = part.loc[splits[-1]], m.column("unseen_listener")
+    unseen = markdown.interval(last[column], last[f"{column}_ci_low"], last[f"{column}_ci_high"])
+    flattered = unseen_selection == "chosen" and pd.notna(last[column])
     cells.append(f"{unseen} {CHOSEN_UNSEEN_MARK}" if flattered else unseen)
     pers, gen = last.chance_personalized_q95, last.chance_generalized_q95
     cells.append(f"{pers:.3f} / {gen:.3f}" if pd.notna(pers) or pd.notna(gen) else "n/a")
     return cells
 
 
-def comparisons_section(pairs: pd.DataFrame | None) -> list[str]:
+def comparisons_section(pairs: pd.DataFrame | None, m: MetricSpec) -> list[str]:
     """``## Paired comparisons``: the rows of ``ablation_comparisons.csv`` (none without any)."""
     if pairs is None or pairs.empty:
         return []
@@ -196,7 +203,7 @@ def comparisons_section(pairs: pd.DataFrame | None) -> list[str]:
         ]
         for r in pairs.itertuples()
     )
-    return ["", "## Paired comparisons", "", *COMPARISONS_INTRO, ""] + markdown.table(
+    return ["", "## Paired comparisons", "", *_words(COMPARISONS_INTRO, m), ""] + markdown.table(
         COMPARISONS_HEAD, rows
     )
 
@@ -223,11 +230,14 @@ def chosen_section(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def importance_section(explained: Sequence[Explanation], top: int = 3) -> list[str]:
+def importance_section(
+    explained: Sequence[Explanation], top: int = 3, metric: str = DEFAULT_METRIC
+) -> list[str]:
     """The section on the chosen configurations' importance: per choice, the ``top`` groups of
-    each level with their drop in CCC and 95 % interval (no lines without any)."""
+    each level with their drop in ``metric`` and 95 % interval (no lines without any)."""
     if not explained:
         return []
+    m = get_metric(metric)
     rows = []
     for e in explained:
         t = e.table
@@ -240,12 +250,15 @@ def importance_section(explained: Sequence[Explanation], top: int = 3) -> list[s
             rows.append([e.trial.feature_set, e.track, level, cells])
     head = ["features", "track", "level", f"top {top}: drop [95 % interval]"]
     section = "## What the chosen configurations use (permutation importance)"
-    return ["", section, "", *IMPORTANCE_INTRO, ""] + markdown.table(head, rows)
+    return ["", section, "", *_words(IMPORTANCE_INTRO, m), ""] + markdown.table(head, rows)
 
 
-def reference_section() -> list[str]:
-    """The paper's published test numbers, apart: measured on the real corpus."""
-    rows = ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST_CCC.items())
+def reference_section(m: MetricSpec) -> list[str]:
+    """The paper's published test numbers of ``m``, apart: measured on the real corpus (a line
+    saying there are none for a metric the paper does not report)."""
+    if m.name not in PAPER_TEST:
+        return ["", f"The paper reports no `{m.name}`: no published numbers to read these against."]
+    rows = ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST[m.name].items())
     return [
         "",
         "## Reference: published results (real OMG-Empathy test set)",

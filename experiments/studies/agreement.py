@@ -26,7 +26,7 @@ from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..evaluation import markdown
 from ..evaluation.evaluate import TrialResult, evaluate_trial, window_sessions
-from ..evaluation.metrics import ccc, ccc_protocols
+from ..evaluation.metrics import ccc, protocol_means
 from ..evaluation.plots import plot_agreement
 from ..tracking.child_runs import resolved_params
 from ..tracking.provenance import code_version
@@ -152,7 +152,7 @@ def agreement_summary(table: pd.DataFrame) -> pd.DataFrame:
     for (a, b), part in table.groupby(["target_a", "target_b"], sort=False):
         groups = [("all", part)] + [(str(k), g) for k, g in part.groupby("split", sort=True)]
         for split, g in groups:
-            prot = ccc_protocols(g)
+            prot = protocol_means(g)
             rows.append(
                 {
                     "target_a": a,
@@ -254,7 +254,7 @@ def cross_target_table(
                         for s in scored.session
                     ]
                 for split, g in scored.groupby("split", sort=False):
-                    prot = ccc_protocols(g)
+                    prot = protocol_means(g)
                     rows.append(
                         {
                             "trained_on": train_on,

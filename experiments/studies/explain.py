@@ -18,7 +18,7 @@ from featurestore import Store
 from featurestore.parallel.memory import release_free_memory
 
 from ..config.grid import Trial, trial_from_params
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
@@ -28,14 +28,15 @@ from ..evaluation.importance import (
     permutation_importance,
     permutation_importances,
 )
-from ..evaluation.plots import plot_importance, plot_session_ccc
+from ..evaluation.plots import plot_importance, plot_session_scores
+from ..tracking.child_runs import matrix_file
 from ..tracking.redact import mask_uri
 from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 from ..windowing.windowed import WindowKey, window_sessions
 from .sweep import grid_trials
 
-#: the logged and the refitted unpermuted CCC may differ by rounding only (float32 features)
+#: the logged and the refitted unpermuted metric may differ by rounding only (float32 features)
 REPRODUCED_TOLERANCE = 1e-4
 
 
@@ -47,25 +48,25 @@ class ExplainError(ValueError):
 @dataclass
 class Explanation:
     """What :func:`explain_trial` computed and wrote: the importance, the files, the run's
-    logged CCC beside the refitted one (``ccc_logged``; NaN when the run has no such metric)."""
+    logged metric beside the refitted one (``logged``; NaN when the run has no such metric)."""
 
     run_id: str
     trial: Trial
     track: str
     result: ImportanceResult
     files: list[Path] = field(default_factory=list)
-    ccc_logged: float = float("nan")
+    logged: float = float("nan")
 
     @property
     def table(self) -> pd.DataFrame:
         return self.result.table
 
     def summary(self, rows: int = 10) -> str:
-        """The refitted and logged CCC, then the first ``rows`` groups of each level, then the files."""
-        t = self.table
+        """The refitted and logged metric, then the first ``rows`` groups of each level, then the files."""
+        t, m = self.table, get_metric(self.trial.metric)
         head = (
-            f"{self.trial.label()}: {t.split.iloc[0]} CCC ({self.track} averaging) "
-            f"{t.ccc.iloc[0]:.3f} (logged {self.ccc_logged:.3f}), "
+            f"{self.trial.label()}: {t.split.iloc[0]} {m.title} ({self.track} averaging) "
+            f"{t[m.name].iloc[0]:.3f} (logged {self.logged:.3f}), "
             f"{int(t.n_listeners.iloc[0])} listeners, {int(t.repeats.iloc[0])} repeats"
         )
         cols = ["level", "rank", "group", "importance", "ci_low", "ci_high", "n_features"]
@@ -95,11 +96,15 @@ def file_stem(feature_set: str, track: str) -> str:
     return f"{feature_set}_{track}".replace(" ", "_")
 
 
-def logged_scores(tracker: Tracker, run_id: str) -> pd.DataFrame | None:
-    """The run's per-session CCC (its ``ccc_matrix.csv`` artifact), None if it logged none."""
+def logged_scores(
+    tracker: Tracker, run_id: str, metric: str = DEFAULT_METRIC
+) -> pd.DataFrame | None:
+    """The run's per-session ``metric`` (its ``<metric>_matrix.csv`` artifact,
+    :func:`~experiments.tracking.child_runs.matrix_file`), None if it logged none."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            return pd.read_csv(tracker.client.download_artifacts(run_id, "ccc_matrix.csv", tmp))
+            name = matrix_file(metric)
+            return pd.read_csv(tracker.client.download_artifacts(run_id, name, tmp))
         except Exception:  # noqa: BLE001 - a run logged without artifacts has no matrix
             return None
 
@@ -112,15 +117,15 @@ def session_map(
     label: str,
     tracker: Tracker,
     run_id: str,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> Path:
-    """``out_dir/ccc_per_session_<feature_set>_<track>.png``: the run's ``metric`` per listener x
-    story (every split it scored), also logged to the run under ``importance/``."""
-    path = Path(out_dir) / f"ccc_per_session_{file_stem(feature_set, track)}.png"
+    """``out_dir/<metric>_per_session_<feature_set>_<track>.png``: the run's ``metric`` per
+    listener x story (every split it scored), also logged to the run under ``importance/``."""
+    m = get_metric(metric)
+    path = Path(out_dir) / f"{m.column('per_session')}_{file_stem(feature_set, track)}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    name = "CCC" if metric == "ccc" else metric
-    title = f"{name} per listener x story ({feature_set}, {track} track): {label}"
-    plot_session_ccc(scores, path, title, metric)
+    title = f"{m.title} per listener x story ({feature_set}, {track} track): {label}"
+    plot_session_scores(scores, path, title, metric)
     log_files(tracker, run_id, {path.name: path.read_bytes()}, "importance")
     return path
 
@@ -136,20 +141,20 @@ def explain_trial(
 ) -> Explanation:
     """Write the importance ``result`` of ``trial`` under ``track``'s averaging to ``out_dir``
     and log it to the run ``run_id`` (docs/results.md, "What drives a prediction"), with the
-    heat map of ``scores`` (the run's per-session CCC; default its ``ccc_matrix.csv``, else the
-    refit's); warns when the refit's CCC is not the run's logged one."""
-    split = str(result.scores.split.iloc[0])
-    key = get_metric(trial.metric).key(split, track)
+    heat map of ``scores`` (the run's per-session metric; default its logged score matrix, else
+    the refit's); warns when the refit's value is not the run's logged one."""
+    split, m = str(result.scores.split.iloc[0]), get_metric(trial.metric)
+    key = m.key(split, track)
     logged = tracker.client.get_run(run_id).data.metrics.get(key, float("nan"))
-    refit = float(result.table.ccc.iloc[0]) if len(result.table) else float("nan")
+    refit = float(result.table[m.name].iloc[0]) if len(result.table) else float("nan")
     if abs(logged - refit) > REPRODUCED_TOLERANCE:
         warnings.warn(
-            f"run {run_id}: the refitted {split} CCC ({refit:.4f}) is not the logged one "
+            f"run {run_id}: the refitted {split} {m.title} ({refit:.4f}) is not the logged one "
             f"({logged:.4f}); the store or the code changed since the run",
             stacklevel=2,
         )
     if scores is None:
-        scores = logged_scores(tracker, run_id)
+        scores = logged_scores(tracker, run_id, trial.metric)
     if scores is None or scores.empty:
         scores = result.scores
     out = Path(out_dir)
@@ -158,7 +163,8 @@ def explain_trial(
     csv, png = out / f"importance_{stem}.csv", out / f"importance_{stem}.png"
     result.table.to_csv(csv, index=False)
     what = f"{trial.feature_set}, {track} track, {split}"
-    plot_importance(result.table, png, title=f"Permutation importance ({what}): {trial.label()}")
+    title = f"Permutation importance ({what}): {trial.label()}"
+    plot_importance(result.table, png, title=title, metric=trial.metric)
     log_files(tracker, run_id, {f.name: f.read_bytes() for f in (csv, png)}, "importance")
     heat = session_map(
         scores, out, trial.feature_set, track, trial.label(), tracker, run_id, trial.metric
@@ -279,8 +285,8 @@ def explain_choices(
     cache: FitCache | None = None,
 ) -> list[Explanation | Path]:
     """The importance step of the ablation: for each feature set and track of ``table`` (the
-    ablation table), the CCC heat map of the chosen run (``scores_of(run_id)``: its per-session
-    CCC) and, with ``cfg.importance``, its permutation importance (a baseline has none). Returns
+    ablation table), the heat map of the chosen run's metric (``scores_of(run_id)``: its
+    per-session values) and, with ``cfg.importance``, its permutation importance (a baseline has none). Returns
     each :class:`Explanation` and the path of each heat map drawn alone.
 
     A feature set's sessions are loaded once, and its two choices computed together when they

@@ -26,7 +26,7 @@ from ..data.dataset import load_sessions
 from ..data.lookahead import channel_lookaheads, with_channel_lookahead
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
-from ..tracking.child_runs import warnings_tags, write_prediction_csv
+from ..tracking.child_runs import matrix_file, warnings_tags, write_prediction_csv
 from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from ..windowing.windowed import Windowed, WindowKey, window_sessions
@@ -169,11 +169,12 @@ def _row(
     row["split_role"] = "selection" if split == "val" else "held-out"
     for track in TRACKS:
         r = results[run_of[track]]
-        name = get_metric(cfg.metric).key(split, track)
-        row[f"ccc_{track}"] = r.metrics.get(name, np.nan)
+        m = get_metric(cfg.metric)
+        name = m.key(split, track)
+        row[m.column(track)] = r.metrics.get(name, np.nan)
         row[f"run_id_{track}"] = run_of[track]
         for end in ("ci_low", "ci_high"):
-            row[f"ccc_{track}_{end}"] = (
+            row[m.column(f"{track}_{end}")] = (
                 np.nan if split == "val" else r.metrics.get(f"{name}.{end}", np.nan)
             )
         row[f"chance_{track}_q95"] = r.metrics.get(f"{name}.chance_q95", np.nan)
@@ -224,7 +225,11 @@ def _log(
         params["fusion.alpha"] = format_value(cfg.fusion.alpha)
     weights = {fs: float(w) for fs, w in zip(names, result.blend.weights_, strict=True)}
     metrics = dict(result.metrics) | {f"fusion.weight.{fs}": w for fs, w in weights.items()}
-    metrics |= {"fusion.intercept": result.blend.intercept_, "train_oof.ccc_mean": result.train_ccc}
+    m = get_metric(cfg.metric)
+    metrics |= {
+        "fusion.intercept": result.blend.intercept_,
+        f"train_oof.{m.column('mean')}": result.train_score,
+    }
     metrics["fit_seconds"] = result.seconds
     tracker.log(run_id, params=params, metrics=metrics, tags=warnings_tags(result.notes))
     summary = {
@@ -237,21 +242,24 @@ def _log(
         "weights": weights,
         "intercept": result.blend.intercept_,
         "blend_rows": result.blend.n_rows_,
-        "train_out_of_fold_ccc_mean": result.train_ccc,
+        f"train_out_of_fold_{m.column('mean')}": result.train_score,
         "code": code,
     }
     with tempfile.TemporaryDirectory() as tmp:
-        _write_run_files(Path(tmp), result, summary)
+        _write_run_files(Path(tmp), result, summary, m.name)
         tracker.log_artifacts(run_id, tmp)
     tracker.finish(run_id, "FINISHED")
     return run_id
 
 
-def _write_run_files(folder: Path, result: FusionResult, summary: dict[str, object]) -> None:
-    """A configuration's artifacts (``ccc_matrix.csv``, ``predictions/<split>/``: ``experiments
-    export`` and ``score`` work on the fusion) and ``fusion.yaml`` (``summary``) into ``folder``."""
+def _write_run_files(
+    folder: Path, result: FusionResult, summary: dict[str, object], metric: str
+) -> None:
+    """A configuration's artifacts (its score matrix, :func:`matrix_file`; ``predictions/<split>/``:
+    ``experiments export`` and ``score`` work on the fusion) and ``fusion.yaml`` (``summary``)
+    into ``folder``."""
     result.scores.sort_values(["split", "listener", "story"]).to_csv(
-        folder / "ccc_matrix.csv", index=False
+        folder / matrix_file(metric), index=False
     )
     split_of = dict(zip(result.scores.session, result.scores.split, strict=True))
     for sid, pred in result.predictions.items():

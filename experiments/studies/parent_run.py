@@ -34,7 +34,7 @@ from featurestore.overrides import ConfigError
 from featurestore.parallel import Backend, BackendError, make_backend
 
 from ..config.grid import Trial
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_roles
@@ -80,7 +80,7 @@ class SweepResult:
     unseen_selection: str = ""
     nested_unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
     best_run_ids_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
-    metric: str = "ccc"
+    metric: str = DEFAULT_METRIC
     #: the store's corpus layout and the names (feature sets) its words leave alone
     layout: str = "omg"
     keep: list[str] = field(default_factory=list)

@@ -17,7 +17,7 @@ from featurestore.extraction.config import read_yaml_file
 from featurestore.overrides import ConfigError, apply_override, parse_override
 
 from ..config.checker import Checker
-from ..config.metrics import metric_specs
+from ..config.metrics import DEFAULT_METRIC, metric_specs
 from ..config.models import model_specs
 
 #: summary statistic -> function of (rows, columns) float array, ignoring NaN, per column
@@ -50,7 +50,7 @@ class SessionLevelConfig:
     protocol: str = "lopo"
     folds: int = 5
     models: list[dict[str, Any]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_MODELS))
-    metric: str = "ccc"
+    metric: str = DEFAULT_METRIC
     experiment: str = "session_level"
     tracking_uri: str = "mlruns"
     seed: int = 0

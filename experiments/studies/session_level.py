@@ -26,7 +26,7 @@ from featurestore import Store
 from featurestore.overrides import ConfigError
 from featurestore.storage.roles import corpus_key, store_key
 
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.models import resolve_model_params
 from ..config.schema import config_hash
 from ..config.store_check import corpus_roles
@@ -185,7 +185,7 @@ def nested_out_of_fold(
     n_folds: int,
     seed: int = 0,
     progress: bool = False,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> tuple[np.ndarray, list[str]]:
     """Each session's prediction by the configuration an inner cross-validation by person over
     the other folds' sessions chose (best ``metric``, the first of the grid on a tie), refitted
@@ -203,11 +203,15 @@ def nested_out_of_fold(
 
 
 def score(
-    y: np.ndarray, pred: np.ndarray, persons: Sequence[int] | np.ndarray, metric: str = "ccc"
+    y: np.ndarray,
+    pred: np.ndarray,
+    persons: Sequence[int] | np.ndarray,
+    metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
-    """Pearson r, CCC and MAE across sessions (and ``metric`` when it is another), with 95 %
-    intervals for r (Fisher's z) and MAE (skewness-corrected t over persons' mean errors), and
-    the numbers of sessions and persons.
+    """Pearson r, the default metric (CCC) and MAE across sessions (and ``metric`` when it is
+    none of them: its value over every session, without an interval), with 95 % intervals for r
+    (Fisher's z) and MAE (skewness-corrected t over persons' mean errors), and the numbers of
+    sessions and persons.
 
     >>> s = score(np.array([1.0, 2, 3, 4]), np.array([1.0, 2, 3, 4]), [1, 1, 2, 2])
     >>> round(s["r"], 3), round(s["ccc"], 3), s["mae"], s["n_sessions"], s["n_persons"]
@@ -224,20 +228,23 @@ def score(
     mae_low, mae_high = (
         mean_interval(err, LEVEL, (0.0, np.inf)) if len(err) >= 3 else (math.nan,) * 2
     )
-    out = {"r": r, "r_ci_low": r_low, "r_ci_high": r_high, "ccc": get_metric("ccc")(y, pred)}
+    default = get_metric(DEFAULT_METRIC)
+    out = {"r": r, "r_ci_low": r_low, "r_ci_high": r_high, default.name: default(y, pred)}
     out |= {"mae": float(np.mean(np.abs(y - pred))), "mae_ci_low": mae_low, "mae_ci_high": mae_high}
     out[metric] = out[metric] if metric in out else get_metric(metric)(y, pred)
     return out | {"n_sessions": n, "n_persons": len(err)}
 
 
-def score_names(metric: str = "ccc") -> list[str]:
-    """The keys of :func:`score`, in its order (the columns of ``summary_sessions.csv``)."""
-    extra = [] if metric in ("r", "ccc", "mae") else [metric]
+def score_names(metric: str = DEFAULT_METRIC) -> list[str]:
+    """The keys of :func:`score`, in its order (the columns of ``summary_sessions.csv``): the
+    fixed ones, then ``metric`` unless it is one of them."""
+    fixed = ["r", "r_ci_low", "r_ci_high", DEFAULT_METRIC, "mae", "mae_ci_low", "mae_ci_high"]
+    extra = [] if metric in fixed else [metric]
     return [
         "r",
         "r_ci_low",
         "r_ci_high",
-        "ccc",
+        DEFAULT_METRIC,
         "mae",
         "mae_ci_low",
         "mae_ci_high",
@@ -388,7 +395,7 @@ class _Runs:
 
     def finish(self, table: pd.DataFrame, md: str) -> None:
         """The parent's summary files, best configuration and metrics; the parent closed."""
-        best, names = table.iloc[0], dict.fromkeys(("r", "ccc", "mae", self.cfg.metric))
+        best, names = table.iloc[0], dict.fromkeys(("r", DEFAULT_METRIC, "mae", self.cfg.metric))
         log_files(
             self.tracker, self.parent, {"summary.csv": table.to_csv(index=False), "summary.md": md}
         )
@@ -471,19 +478,23 @@ def sessions_markdown(
         "",
     ]
     extra = score_names(cfg.metric)[7:-2]  # another metric's column
+    default = get_metric(DEFAULT_METRIC)
     rows = (
-        [r["config"], _interval(r, "r"), f"{r['ccc']:.3f}", _interval(r, "mae")]
+        [r["config"], _interval(r, "r"), f"{r[default.name]:.3f}", _interval(r, "mae")]
         + [markdown.number(r[k]) for k in extra]
         for r in table.to_dict("records")
     )
-    lines += markdown.table(["configuration", "Pearson r", "CCC", "MAE", *extra], rows)
+    head = ["configuration", "Pearson r", default.title, "MAE"]
+    lines += markdown.table([*head, *(get_metric(k).title for k in extra)], rows)
+    lines += [f"\n`{k}`: one value over every session, no interval." for k in extra]
     if nested:
         counts = pd.Series(list(choices)).value_counts()
         lines += [
             "",
             f"**Nested selection** (each fold's configuration chosen by an inner cross-validation "
             f"over its training persons, then scored on the held-out ones): Pearson r "
-            f"{_interval(nested, 'r')}, CCC {nested['ccc']:.3f}, MAE {_interval(nested, 'mae')}; chosen: "
+            f"{_interval(nested, 'r')}, {default.title} {nested[default.name]:.3f}, "
+            f"MAE {_interval(nested, 'mae')}; chosen: "
             + ", ".join(f"{label} ({n} of {len(choices)} folds)" for label, n in counts.items()),
         ]
     return "\n".join(lines) + "\n"

@@ -13,38 +13,54 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..config.metrics import get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
-#: the columns of ``reports/ablation_unseen.csv`` (a contract: docs/design.md#reports)
-UNSEEN_COLUMNS = [
-    "feature_set",
-    "listener",
-    "selection_metric",
-    "selection_ccc",
-    "ccc_test_unseen",
-    "run_id",
-    "config_hash",
-    "label",
-    "n_candidates",
-]
+
+def selection_column(m: MetricSpec) -> str:
+    """The column of a held-out listener's chosen configuration's selection score:
+    ``selection_ccc``."""
+    return f"selection_{m.name}"
+
+
+def unseen_columns(m: MetricSpec) -> list[str]:
+    """The columns of ``reports/ablation_unseen.csv`` for metric ``m`` (a contract:
+    docs/design.md#reports)."""
+    return [
+        "feature_set",
+        "listener",
+        "selection_metric",
+        selection_column(m),
+        m.column("test_unseen"),
+        "run_id",
+        "config_hash",
+        "label",
+        "n_candidates",
+    ]
+
+
+#: :func:`unseen_columns` of the default metric (``selection_ccc``, ``ccc_test_unseen``)
+UNSEEN_COLUMNS = unseen_columns(get_metric(DEFAULT_METRIC))
 #: the feature set column of :func:`nested_unseen`'s rows when the sets compete together
 ALL_SETS = "all"
 
 
 def nested_unseen(
-    table: pd.DataFrame, protocol: str = "val", per_feature_set: bool = True, metric: str = "ccc"
+    table: pd.DataFrame,
+    protocol: str = "val",
+    per_feature_set: bool = True,
+    metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """One row per feature set and held-out listener of the sweep's ``table``: the generalized
     configuration chosen by ``metric`` (its values and direction) on the other listeners'
     selection split (``protocol``), its score there and its test score on the listener
-    (``ccc_test_unseen``); rows without the nested metrics do not compete. ``per_feature_set``
+    (``<metric>_test_unseen``); rows without the nested metrics do not compete. ``per_feature_set``
     False: every feature set's configurations compete together (the sweep summary's choice).
     """
     rows = []
-    if table.empty or "features.set" not in table:
-        return pd.DataFrame(columns=UNSEEN_COLUMNS)
     spec = get_metric(metric)
+    if table.empty or "features.set" not in table:
+        return pd.DataFrame(columns=unseen_columns(spec))
     selection = re.compile(
         rf"^{re.escape(protocol)}_without_listener_(.+)\.{re.escape(spec.name)}_generalized$"
     )
@@ -67,8 +83,8 @@ def nested_unseen(
                     "feature_set": str(best["features.set"]),
                     "listener": int(float(listener)),
                     "selection_metric": column,
-                    "selection_ccc": float(best[column]),
-                    "ccc_test_unseen": float(best[test])
+                    selection_column(spec): float(best[column]),
+                    spec.column("test_unseen"): float(best[test])
                     if test in best and pd.notna(best[test])
                     else np.nan,
                     "run_id": str(best.get("run_id", "")),
@@ -77,11 +93,13 @@ def nested_unseen(
                     "n_candidates": len(candidates),
                 }
             )
-    out = pd.DataFrame(rows, columns=UNSEEN_COLUMNS)
+    out = pd.DataFrame(rows, columns=unseen_columns(spec))
     return out.sort_values(["feature_set", "listener"], kind="stable").reset_index(drop=True)
 
 
-def nested_unseen_mean(rows: pd.DataFrame) -> dict[str, float]:
-    """Feature set -> mean over held-out listeners of their chosen configuration's test CCC
-    (each listener's own mean over their test stories, then the mean over listeners)."""
-    return {str(fs): float(g["ccc_test_unseen"].mean()) for fs, g in rows.groupby("feature_set")}
+def nested_unseen_mean(rows: pd.DataFrame, metric: str = DEFAULT_METRIC) -> dict[str, float]:
+    """Feature set -> mean over held-out listeners of their chosen configuration's test score
+    of ``metric`` (each listener's own mean over their test stories, then the mean over
+    listeners)."""
+    column = get_metric(metric).column("test_unseen")
+    return {str(fs): float(g[column].mean()) for fs, g in rows.groupby("feature_set")}

@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 
 from ..config.grid import Trial, format_value
+from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..evaluation.evaluate import CALIBRATION_SHRINKAGE, TrialResult
 from ..evaluation.plots import with_figures
 from ..models.factory import make_model
@@ -189,8 +190,13 @@ def write_prediction_csv(path: Path, prediction: np.ndarray) -> None:
     path.write_text("valence\n" + "".join(map("%.9f\n".__mod__, values)))
 
 
+def matrix_file(metric: str = DEFAULT_METRIC) -> str:
+    """The child run's artifact of its per-session scores of ``metric``: ``ccc_matrix.csv``."""
+    return get_metric(metric).column("matrix") + ".csv"
+
+
 def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
-    """Write a child run's artifacts: config, CCC matrix, predictions, plots (the figures the
+    """Write a child run's artifacts: config, score matrix (:func:`matrix_file`), predictions, plots (the figures the
     worker drew, ``result.figures``; drawn here if it drew none)."""
     trial = result.trial
     resolved = {
@@ -202,7 +208,7 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
     # passwords in URIs (tracking.uri, search.storage) as ***: an artifact is read by everyone
     (folder / "config.yaml").write_text(yaml.safe_dump(mask_all(resolved), sort_keys=False))
     result.scores.sort_values(["split", "listener", "story"]).to_csv(
-        folder / "ccc_matrix.csv", index=False
+        folder / matrix_file(trial.metric), index=False
     )
     own = result.scores[~result.scores.split.str.endswith("_unseen")]
     split_of = dict(zip(own.session, own.split, strict=False))
@@ -210,7 +216,7 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
         for sid, pred in predictions.items():
             d = folder / "predictions" / (split_of[sid] + suffix)
             d.mkdir(parents=True, exist_ok=True)
-            # 9 decimals: `experiments export` + `score` then reproduce the logged CCC to ~1e-9
+            # 9 decimals: `experiments export` + `score` then reproduce the logged score to ~1e-9
             write_prediction_csv(d / f"{sid}.csv", pred)
     plots = folder / "plots"
     plots.mkdir()

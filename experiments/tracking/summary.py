@@ -23,7 +23,7 @@ import pandas as pd
 from featurestore.storage.roles import in_corpus_words, roles_note
 
 from ..config.grid import Trial
-from ..config.metrics import MetricSpec, get_metric
+from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, TRACKS
 from ..config.tracks import candidates, selection_metric
 from ..evaluation import markdown
@@ -33,7 +33,9 @@ from .tracker import CONFIG_HASH_TAG, Tracker
 Row = Mapping[Hashable, Any]
 
 
-def best_per_track(table: pd.DataFrame, protocol: str, metric: str = "ccc") -> dict[str, pd.Series]:
+def best_per_track(
+    table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
+) -> dict[str, pd.Series]:
     """Each track's best finished grid configuration of ``table`` by the track's selection metric
     (``metric`` under its averaging and direction; the first best wins), as its unseen-listener
     twin (the row whose ``unseen_of`` is its config hash) for the generalized track when there
@@ -57,7 +59,7 @@ def best_per_track(table: pd.DataFrame, protocol: str, metric: str = "ccc") -> d
 
 
 def unseen_listener_trials(
-    table: pd.DataFrame, trials: Sequence[Trial], protocol: str, metric: str = "ccc"
+    table: pd.DataFrame, trials: Sequence[Trial], protocol: str, metric: str = DEFAULT_METRIC
 ) -> list[Trial]:
     """Each feature set's (and target's) generalized choice with the unseen-listener protocol on;
     none for a set whose choice already has its unseen-listener run in ``table``."""
@@ -85,7 +87,7 @@ _SELECTION_SPLITS = ("val", "loso", "cv")
 UNSEEN_NOTES = {
     "nested": "each left-out listener's configuration chosen on the other listeners' {split} "
     "scores with models fitted without them (nested); mean over listeners of each one's mean "
-    "test CCC",
+    "test {metric}",
     "chosen": "the generalized choice, made with every listener (the left-out one included: "
     "not nested), refitted without each listener",
     "fixed": "the configuration named in the config before any data ({label}), refitted "
@@ -124,7 +126,7 @@ def _with_unseen(
             [best, source[[c for c in source.index if str(c).startswith("test_unseen.")]]]
         )
     if unseen_selection == "nested" and nested is not None and len(nested):
-        scores = nested["ccc_test_unseen"].dropna()
+        scores = nested[m.column("test_unseen")].dropna()
         best[m.key("test_unseen", "generalized")] = float(scores.mean())
         best["test_unseen.n_listeners"] = float(len(scores))
     row["unseen_selection"] = unseen_selection
@@ -137,7 +139,7 @@ def track_summary(
     protocol: str,
     unseen_selection: str = "nested",
     nested: pd.DataFrame | None = None,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best
     configuration with each split's ``metric`` under the track's averaging, the chance level and,
@@ -152,7 +154,7 @@ def track_summary(
             "label": best.label,
             "config_track": str(best.get("track", track)),
             "chosen_on": selection_metric(track, protocol, metric),
-            "ccc_averaging": str(best.get("ccc_averaging", "sessions")),
+            m.column("averaging"): str(best.get(m.column("averaging"), m.averaging)),
         }
         if track == "generalized":
             best = _with_unseen(table, best, row, unseen_selection, nested, m)
@@ -163,34 +165,35 @@ def track_summary(
             # the selection split's number is the maximum over the grid: no interval
             ends = (".ci_low", ".ci_high") if split not in _SELECTION_SPLITS else ()
             keys = (name, *(name + e for e in (*ends, ".chance_q95")), f"{split}.n_listeners")
+            # a metric without intervals or chance level logs none: the summary says why
             row |= {k: float(best[k]) for k in keys if pd.notna(best.get(k, np.nan))}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-#: how the reports name each CCC averaging (``ccc_averaging`` in the config)
+#: how the reports name each averaging (``averaging`` in the config); ``{metric}``: its title
 AVERAGING_TEXT = {
     "sessions": "per session, then the mean per listener (personalized) and per story (generalized), "
     "as OMG-Empathy",
-    "concatenated": "one CCC over each split's sessions concatenated, as AVEC",
+    "concatenated": "one {metric} over each split's sessions concatenated, as AVEC",
 }
 SUMMARY_NOTE = (
     "Each track is chosen on validation (or LOSO) under its own averaging and reported once on test:",
-    "personalized = mean over listeners of each listener's mean CCC; generalized = mean over stories of",
-    "each story's mean CCC. The personalized track chooses among every configuration, the generalized",
+    "personalized = mean over listeners of each listener's mean {metric}; generalized = mean over stories of",
+    "each story's mean {metric}. The personalized track chooses among every configuration, the generalized",
     "track among those that do not know who is listening. Intervals: t over listeners, the split's",
     "stories held fixed. `test_unseen`: listeners left out of training (generalized track only),",
     "with the selection named above.",
 )
 
 
-#: :data:`SUMMARY_NOTE` of a sweep whose CCC is one value over each split's sessions joined
+#: :data:`SUMMARY_NOTE` of a sweep whose metric is one value over each split's sessions joined
 CONCATENATED_NOTE = (
-    "Each track is chosen on validation (or LOSO) and reported once on test by one CCC over each",
-    "split's sessions concatenated (`ccc_averaging: concatenated`, as AVEC), the same averaging for",
+    "Each track is chosen on validation (or LOSO) and reported once on test by one {metric} over each",
+    "split's sessions concatenated (`averaging: concatenated`, as AVEC), the same averaging for",
     "both tracks: they differ by their models. The personalized track chooses among every",
     "configuration, the generalized track among those that do not know who is listening. No",
-    "interval or chance level (those are over listeners' per-session CCCs). `test_unseen`:",
+    "interval or chance level (those are over listeners' per-session {metric}s). `test_unseen`:",
     "listeners left out of training (generalized track only), with the selection named above.",
 )
 
@@ -199,12 +202,17 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance),
     closed by how the tracks average (:data:`SUMMARY_NOTE`, or :data:`CONCATENATED_NOTE` when
     every track's CCC was computed on the sessions concatenated)."""
-    lines = ["# Best configuration of each track", ""]
+    lines, averagings, title = ["# Best configuration of each track", ""], set(), ""
+    lacks: dict[str, None] = {}
     for row in summary.to_dict("records"):
         lines += _track_section(row)
-    averagings = set(summary.get("ccc_averaging", pd.Series(dtype=str)))
+        m = _metric_of(row)
+        averagings.add(str(row[m.column("averaging")]))
+        title = m.title
+        lacks |= dict.fromkeys(m.lacks())
     note = CONCATENATED_NOTE if averagings == {"concatenated"} else SUMMARY_NOTE
-    return "\n".join([*lines, *note]) + "\n"
+    words = [line.format(metric=title) for line in note]
+    return "\n".join([*lines, *words, *(f"Note: {t}." for t in lacks)]) + "\n"
 
 
 def _track_section(row: Row) -> list[str]:
@@ -218,23 +226,20 @@ def _track_section(row: Row) -> list[str]:
         f"- configuration: {row['label']}{own}",
         f"- run: `{row['run_id']}`",
         f"- chosen on: `{row['chosen_on']}`",
-        f"- CCC averaging: {AVERAGING_TEXT[str(row['ccc_averaging'])]}",
+        f"- {m.title} averaging: "
+        + AVERAGING_TEXT[str(row[m.column("averaging")])].format(metric=m.title),
     ]
     selection = row.get("unseen_selection")
     if isinstance(selection, str) and selection in UNSEEN_NOTES:
         split = str(row["chosen_on"]).split(".")[0]
-        how = UNSEEN_NOTES[selection].format(split=split, label=row.get("unseen_label", ""))
+        label = row.get("unseen_label", "")
+        how = UNSEEN_NOTES[selection].format(split=split, label=label, metric=m.title)
         lines.append(f"- unseen listeners (`test_unseen`), selection `{selection}`: {how}")
     cells = [c for split in _REPORTED_SPLITS[track] if (c := _split_cells(row, split, m))]
-    head = ["split", _title(m), "95 % interval (listeners)", "chance (95th pct.)"]
+    head = ["split", m.title, "95 % interval (listeners)", "chance (95th pct.)"]
     marked = any(CHOSEN_UNSEEN_MARK in c[1] for c in cells)
     note = [CHOSEN_UNSEEN_NOTE + ".", ""] if marked else []
     return [*lines, "", *markdown.table(head, cells), "", *note]
-
-
-def _title(m: MetricSpec) -> str:
-    """The metric as a column heading: ``CCC``, or its name."""
-    return "CCC" if m.name == "ccc" else m.name
 
 
 def _split_cells(row: Row, split: str, m: MetricSpec) -> list[str]:
@@ -258,23 +263,36 @@ def _split_cells(row: Row, split: str, m: MetricSpec) -> list[str]:
     return [split, f"{row[name]:.3f}{mark}", ci, markdown.number(row.get(name + ".chance_q95"))]
 
 
-def nested_markdown(nested: pd.DataFrame | None, persons: Mapping[int, str] | None = None) -> str:
-    """The nested unseen-listener choices as Markdown, one line per left-out listener (empty
-    without them); ``persons``: listener number -> the id the manifest gives (default: the
-    number)."""
+def nested_markdown(
+    nested: pd.DataFrame | None,
+    persons: Mapping[int, str] | None = None,
+    metric: str = DEFAULT_METRIC,
+) -> str:
+    """The nested unseen-listener choices (columns of
+    :func:`experiments.studies.unseen.unseen_columns`) as Markdown, one line per left-out
+    listener (empty without them); ``persons``: listener number -> the id the manifest gives
+    (default: the number)."""
     if nested is None or nested.empty:
         return ""
+    m = get_metric(metric)
     ids = {str(n): p for n, p in (persons or {}).items()}
     cells = [
         [
-            ids.get(str(r.listener), str(r.listener)),
-            str(r.label),
-            f"`{r.selection_metric}` {r.selection_ccc:.3f}",
+            ids.get(str(r["listener"]), str(r["listener"])),
+            str(r["label"]),
+            f"`{r['selection_metric']}` {r[f'selection_{m.name}']:.3f}",
+            f"{r[m.column('test_unseen')]:.3f}",
+            f"`{r['run_id']}`",
         ]
-        + [f"{r.ccc_test_unseen:.3f}", f"`{r.run_id}`"]
-        for r in nested.sort_values("listener").itertuples()
+        for r in nested.sort_values("listener").to_dict("records")
     ]
-    head = ["listener", "configuration", "chosen on (without the listener)", "test CCC", "run"]
+    head = [
+        "listener",
+        "configuration",
+        "chosen on (without the listener)",
+        f"test {m.title}",
+        "run",
+    ]
     lines = [
         "",
         "# Unseen listeners, nested: each left-out listener's configuration",
@@ -333,7 +351,7 @@ def summarise(
     nested: pd.DataFrame | None = None,
     layout: str = "omg",
     keep: Sequence[str] = (),
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
@@ -351,7 +369,7 @@ def summarise(
     tracker.log(parent, metrics=metrics, tags=tags or None)
     if not table.empty:
         listing = selection_listing(table, protocol, metric)
-        md = summary_markdown(summary) + nested_markdown(nested, persons)
+        md = summary_markdown(summary) + nested_markdown(nested, persons, metric)
         md = _in_corpus_words(md, layout, keep, note) + "\n"
         md += _listing_markdown(listing, protocol, metric)
         _log_summary(tracker, parent, md, listing, summary)
@@ -404,7 +422,9 @@ def log_files(
         tracker.log_artifacts(run_id, tmp, artifact_path)
 
 
-def selection_listing(table: pd.DataFrame, protocol: str, metric: str = "ccc") -> pd.DataFrame:
+def selection_listing(
+    table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
+) -> pd.DataFrame:
     """Every configuration of ``table`` with its selection-split numbers only (no ``test.*``,
     ``test_unseen.*`` or interval columns), best personalized value first."""
     keep = [
@@ -430,8 +450,9 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
         if not summaries or len(chosen) < len(summaries):
             continue
         row: dict[str, Any] = {"target": "combined", "track": track, "n_targets": len(chosen)}
-        row |= {k: str(chosen[0][k]) for k in ("chosen_on", "ccc_averaging")}
+        row["chosen_on"] = str(chosen[0]["chosen_on"])
         m = _metric_of(row)
+        row[m.column("averaging")] = str(chosen[0][m.column("averaging")])
         for split in _REPORTED_SPLITS[track]:
             values = [float(c.get(m.key(split, track), np.nan)) for c in chosen]
             if all(np.isfinite(values)):
@@ -444,10 +465,10 @@ def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
     """The combined score as Markdown: per track and split, the mean over targets."""
-    cells, title = [], "CCC"
+    cells, title = [], get_metric(DEFAULT_METRIC).title
     for row in combined.to_dict("records"):
         m = _metric_of(row)
-        title = _title(m)
+        title = m.title
         for split in _REPORTED_SPLITS[row["track"]]:
             name = m.key(split, row["track"])
             if name in row and pd.notna(row[name]):
@@ -458,7 +479,7 @@ def combined_markdown(targets: Sequence[str], combined: pd.DataFrame) -> str:
         "# Combined over targets",
         "",
         f"Targets: {', '.join(f'`{t}`' for t in targets)}. For each track and split, the mean over",
-        "targets of each target's chosen configuration's CCC (each chosen on its own validation or LOSO",
+        f"targets of each target's chosen configuration's {title} (each chosen on its own validation or LOSO",
         "scores); a track or split is left out unless every target has it.",
         "",
         *markdown.table(["track", "split", f"mean {title} over targets"], cells),
@@ -478,7 +499,7 @@ def summarise_targets(
     n_new: int,
     unseen_selection: str = "nested",
     nested: dict[str, pd.DataFrame] | None = None,
-    metric: str = "ccc",
+    metric: str = DEFAULT_METRIC,
     layout: str = "omg",
     keep: Sequence[str] = (),
     note: str | None = None,
@@ -521,7 +542,10 @@ def summarise_targets(
             order = {t: i for i, t in enumerate(targets)}
             listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
         md = _in_corpus_words(
-            _targets_markdown(targets, summaries, combined, nested, persons), layout, keep, note
+            _targets_markdown(targets, summaries, combined, nested, persons, metric),
+            layout,
+            keep,
+            note,
         )
         md += _listing_markdown(listing, protocol, metric, " by target")
         tracks = pd.concat(
@@ -540,11 +564,12 @@ def _targets_markdown(
     combined: pd.DataFrame,
     nested: dict[str, pd.DataFrame],
     persons: Mapping[int, str] | None = None,
+    metric: str = DEFAULT_METRIC,
 ) -> str:
     """summary.md's sections of several targets (each heading a level down), then the combined score."""
     sections = []
     for t in targets:
-        text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t), persons)
+        text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t), persons, metric)
         demoted = "\n".join("#" + s if s.startswith("#") else s for s in text.split("\n"))
         sections.append(f"# Target `{t}`\n\n" + demoted)
     return "\n".join(sections) + "\n" + combined_markdown(targets, combined) + "\n"

@@ -10,21 +10,26 @@ import re
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from ..config.metrics import DEFAULT_METRIC
+
 #: experiment tag MLflow 3's UI reads for the experiment's kind
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 #: the kind whose experiments open on the runs table ("Machine learning" in the UI)
 EXPERIMENT_KIND = "custom_model_development"
 #: prefix of the experiment tags that hold shared runs-table views (the UI's "Share" button)
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-#: key of this package's view: ``...?viewStateShareKey=ccc``
-VIEW_KEY = "ccc"
+#: key of this package's view: ``...?viewStateShareKey=ccc`` (it shows the default metric)
+VIEW_KEY = DEFAULT_METRIC
 VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
-#: prefix of the metric that holds, per split, the CCC of the run's own track under that
-#: track's averaging (``track_ccc.val``, ``track_ccc.test``; see :func:`track_metrics`)
-TRACK_CCC = "track_ccc"
-#: prefix of the metric that holds, per split, the CCC under the other track's averaging; logged
-#: only where it differs from ``track_ccc`` (on a complete listener x story table it does not)
-OTHER_CCC = "other_avg_ccc"
+#: prefix (before the metric's name) of the metric that holds, per split, the metric of the
+#: run's own track under that track's averaging (``track_ccc.val``, ``track_ccc.test``; see
+#: :func:`track_metrics`)
+TRACK_PREFIX = "track_"
+#: prefix of the metric that holds, per split, the metric under the other track's averaging;
+#: logged only where it differs from ``track_<metric>`` (on a complete listener x story table
+#: it does not)
+OTHER_PREFIX = "other_avg_"
+TRACK_CCC, OTHER_CCC = TRACK_PREFIX + DEFAULT_METRIC, OTHER_PREFIX + DEFAULT_METRIC
 #: the splits the view shows, in its column order
 VIEW_SPLITS = ("val", "test")
 #: metric columns of the view; the first sorts it (best first)
@@ -74,7 +79,7 @@ def ccc_view() -> dict:
 
 
 def track_metrics(
-    metrics: Mapping[str, float], track: str, metric: str = "ccc"
+    metrics: Mapping[str, float], track: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, float]:
     """The runs table's metrics of a run scored on ``track``: for each split with
     ``<split>.<metric>_<track>``, ``track_<metric>.<split>``, and ``other_avg_<metric>.<split>``
@@ -87,7 +92,7 @@ def track_metrics(
     out: dict[str, float] = {}
     other: dict[str, float] = {}
     pattern = re.compile(rf"^([a-z]+)\.{re.escape(metric)}_(personalized|generalized)$")
-    mine_prefix = TRACK_CCC.replace("ccc", metric)
+    mine_prefix = TRACK_PREFIX + metric
     for name, value in metrics.items():
         m = pattern.match(name)
         if m is None:
@@ -103,7 +108,7 @@ def track_metrics(
         if theirs is None:
             continue
         if math.isnan(mine) != math.isnan(theirs) or abs(mine - theirs) > SAME_CCC_TOL:
-            out[f"{OTHER_CCC.replace('ccc', metric)}.{split}"] = theirs
+            out[f"{OTHER_PREFIX}{metric}.{split}"] = theirs
     return out
 
 

@@ -102,14 +102,14 @@ def _truth_session(p: SessionPlan) -> dict[str, Any]:
         "story": p.story,
         "speaker": p.speaker,
         "n_frames": p.n_frames,
-        "speech_phrases_s": [list(x) for x in p.phrases],
-        "backchannels_s": [list(x) for x in p.backchannels],
+        "speech_phrases_s": [list(x) for x in p.voices.phrases],
+        "backchannels_s": [list(x) for x in p.voices.backchannels],
         "smile_events": p.smile_events,
         "blink_onsets_s": p.blinks,
         "valence_mean": round(float(p.valence.mean()), 4),
         "valence_sd": round(float(p.valence.std()), 4),
-        "phrase_affect": p.phrase_affect,
-        "backchannel_words": p.backchannel_words,
+        "phrase_affect": p.words.phrase_affect,
+        "backchannel_words": p.words.backchannel_words,
         "ccc_self_vs_observer_listener": round(ccc(p.valence, p.observer_listener), 4),
         "ccc_self_vs_observer_speaker": round(ccc(p.valence, p.observer_speaker), 4),
     }
@@ -217,7 +217,9 @@ def _write_session(
     """One session's video, self-rating, transcript and observer ratings."""
     sid, L, S = session_name(plan.listener, plan.story), plan.listener, plan.story
     frames = video_frames(plan.n_frames, plan.states, plan.offsets, layout, caches)
-    write_video(out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.audio, plan.audio_rate)
+    write_video(
+        out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.voices.audio, plan.audio_rate
+    )
     srt = out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt"
     write_bytes_atomic(srt, transcript_srt(plan))
     for folder, y in (
@@ -271,7 +273,7 @@ def build_demo(
         listener_cache = TileCache(rig, Look(False, listeners[L].tint), size)
         caches = {"speaker": speaker_caches[plan.speaker], "listener": listener_cache}
         _write_session(out, plan, layout, caches, fps)
-        plan.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
+        plan.voices.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
     truth = _truth(seed, listeners, speakers, plans, layout, fps, duration_s)
     line = (

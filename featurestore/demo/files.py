@@ -112,23 +112,21 @@ def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
     tags (as subtitle editors merge a quick exchange), and the longest other phrase is split
     into two ``[S]`` cues that overlap by 0.4 s.
     """
+    phrases, said = plan.voices.phrases, plan.words.phrase_words
+    backchannels, replies = plan.voices.backchannels, plan.words.backchannel_words
     cues: list[tuple[float, float, list[str]]] = []
     merged_phrase = merged_bc = -1
-    if plan.backchannels:
-        b0 = plan.backchannels[0][0]
-        before = [i for i, (_, p1) in enumerate(plan.phrases) if p1 <= b0 + 1e-6]
+    if backchannels:
+        b0 = backchannels[0][0]
+        before = [i for i, (_, p1) in enumerate(phrases) if p1 <= b0 + 1e-6]
         if before:
             merged_phrase, merged_bc = before[-1], 0
-    others = [
-        i
-        for i in range(len(plan.phrases))
-        if i != merged_phrase and len(plan.phrase_words[i].split()) >= 4
-    ]
-    split = max(others, key=lambda i: plan.phrases[i][1] - plan.phrases[i][0]) if others else -1
-    for i, ((p0, p1), text) in enumerate(zip(plan.phrases, plan.phrase_words, strict=True)):
+    others = [i for i in range(len(phrases)) if i != merged_phrase and len(said[i].split()) >= 4]
+    split = max(others, key=lambda i: phrases[i][1] - phrases[i][0]) if others else -1
+    for i, ((p0, p1), text) in enumerate(zip(phrases, said, strict=True)):
         if i == merged_phrase:
-            b0, b1 = plan.backchannels[merged_bc]
-            cues.append((p0, b1, [f"[S] {text}", f"[L] {plan.backchannel_words[merged_bc]}"]))
+            b0, b1 = backchannels[merged_bc]
+            cues.append((p0, b1, [f"[S] {text}", f"[L] {replies[merged_bc]}"]))
         elif i == split:
             words = text.split()
             half, mid = len(words) // 2, (p0 + p1) / 2
@@ -136,9 +134,7 @@ def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
             cues.append((mid - 0.2, p1, ["[S] " + " ".join(words[half:])]))
         else:
             cues.append((p0, p1, [f"[S] {text}"]))
-    for j, ((b0, b1), word) in enumerate(
-        zip(plan.backchannels, plan.backchannel_words, strict=True)
-    ):
+    for j, ((b0, b1), word) in enumerate(zip(backchannels, replies, strict=True)):
         if j != merged_bc:
             cues.append((b0, b1, [f"[L] {word}"]))
     return sorted(cues, key=lambda c: c[0])

@@ -48,25 +48,18 @@ class SessionPlan:
     speaker: int
     fps: float
     n_frames: int
-    phrases: Phrases  # speaker speech
-    syllables: Syllables  # t0, t1 (s), vowel, accent
-    backchannels: Phrases  # listener "mm-hm"
+    voices: Voices  # speaker speech, listener "mm-hm"s, the audio
     smile_events: list[dict[str, float]]  # onset_s, amplitude, rise_s, hold_s, decay_s
     blinks: dict[str, list[float]]  # role -> blink onsets
     smile: np.ndarray  # latent listener smile at frame times, 0..1
     smile_delayed: np.ndarray  # smile(t - model.LABEL_DELAY_S)
-    speech_envelope: np.ndarray  # speaker loudness per frame, 0..1
     speaker_term: np.ndarray  # the valence's speaker-voice term per frame
     valence: np.ndarray  # the label per frame, [-1, 1]
     states: dict[str, dict[str, np.ndarray]]  # role -> smile/mouth/blink/brow -> int per frame
     offsets: dict[str, np.ndarray]  # role -> (n_frames, 2) int head translation, pixels
-    audio: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.float32))
+    words: Words  # what the speaker and the listener say, the phrases' affect
     audio_rate: int = model.AUDIO_RATE
-    phrase_affect: list[float] = field(default_factory=list)  # affect of each phrase, -1..1
-    phrase_words: list[str] = field(default_factory=list)  # what the speaker says per phrase
-    backchannel_words: list[str] = field(default_factory=list)  # the listener's, per backchannel
-    # per frame: the latest phrase's affect (held), the valence's text term, the observers'
-    affect: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    # per frame: the valence's text term, the observers'
     text_term: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     observer_listener: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     observer_speaker: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
@@ -237,19 +230,19 @@ def accent_brows(syllables: Syllables, t: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class _Voices:
+class Voices:
     """The session's talk: speech and backchannel times, the mixed audio, the speech envelope."""
 
-    phrases: Phrases
-    syllables: Syllables
-    backchannels: Phrases
-    audio: np.ndarray
-    envelope: np.ndarray
+    phrases: Phrases  # speaker speech
+    syllables: Syllables  # t0, t1 (s), vowel, accent
+    backchannels: Phrases  # listener "mm-hm"
+    audio: np.ndarray = field(repr=False)  # at model.AUDIO_RATE
+    envelope: np.ndarray = field(repr=False)  # speaker loudness per frame, 0..1
 
 
 def _voices(
     rng: np.random.Generator, lp: ListenerParams, sp: SpeakerParams, n: int, fps: float
-) -> _Voices:
+) -> Voices:
     sr = model.AUDIO_RATE
     n_samples = int(round(n / fps * sr))
     phrases, syllables, backchannels = speech_schedule(rng, n / fps)
@@ -260,7 +253,7 @@ def _voices(
     room = 0.0015 * rng.standard_normal(n_samples)
     audio = np.clip(speech + bc_audio + room, -1, 1).astype(np.float32)
     envelope = speech_envelope(speech, n, fps, sr)
-    return _Voices(phrases, syllables, backchannels, audio, envelope)
+    return Voices(phrases, syllables, backchannels, audio, envelope)
 
 
 def _latent_smile(
@@ -295,17 +288,17 @@ def _speaker_term(envelope: np.ndarray, fps: float) -> np.ndarray:
 
 
 @dataclass
-class _Words:
+class Words:
     """What the speaker says (per phrase: affect, sentence), the listener's backchannel words,
     and the affect of the latest phrase per frame."""
 
-    phrase_affect: list[float]
-    phrase_words: list[str]
-    backchannel_words: list[str]
-    affect: np.ndarray
+    phrase_affect: list[float]  # affect of each phrase, -1..1
+    phrase_words: list[str]  # what the speaker says per phrase
+    backchannel_words: list[str]  # the listener's, per backchannel
+    affect: np.ndarray = field(repr=False)  # per frame: the latest phrase's affect (held)
 
 
-def _words(seed: int, listener: int, story: int, voices: _Voices, t: np.ndarray) -> _Words:
+def _words(seed: int, listener: int, story: int, voices: Voices, t: np.ndarray) -> Words:
     # their own random stream, so adding the words left every other signal as it was
     text_rng = seeded_rng(seed, 4, listener, story)
     starts = np.array([p0 for p0, _ in voices.phrases])
@@ -313,7 +306,7 @@ def _words(seed: int, listener: int, story: int, voices: _Voices, t: np.ndarray)
         text_rng, voices.phrases, voices.syllables, story_curve(story, starts, seed)
     )
     backchannel = _backchannel_words(voices.phrases, affect, voices.backchannels)
-    return _Words(affect, words, backchannel, _held_affect(t, voices.phrases, affect))
+    return Words(affect, words, backchannel, _held_affect(t, voices.phrases, affect))
 
 
 def _noisy(
@@ -351,7 +344,7 @@ def _face_states(
     blinks: dict[str, list[float]],
     smile: np.ndarray,
     curve: np.ndarray,
-    voices: _Voices,
+    voices: Voices,
     t: np.ndarray,
     fps: float,
 ) -> dict[str, dict[str, np.ndarray]]:
@@ -382,7 +375,7 @@ def _face_states(
 
 def _head_offsets(
     rng: np.random.Generator,
-    voices: _Voices,
+    voices: Voices,
     t: np.ndarray,
     fps: float,
     motion_limit: tuple[int, int],
@@ -452,23 +445,16 @@ def plan_session(
         speaker=speaker,
         fps=float(fps),
         n_frames=n,
-        phrases=voices.phrases,
-        syllables=voices.syllables,
-        backchannels=voices.backchannels,
+        voices=voices,
         smile_events=events,
         blinks=blinks,
         smile=smile,
         smile_delayed=smile_delayed,
-        speech_envelope=voices.envelope,
         speaker_term=speaker_term,
         valence=valence,
         states=states,
         offsets=_head_offsets(rng, voices, t, fps, motion_limit),
-        audio=voices.audio,
-        phrase_affect=words.phrase_affect,
-        phrase_words=words.phrase_words,
-        backchannel_words=words.backchannel_words,
-        affect=words.affect,
+        words=words,
         text_term=text_term,
         observer_listener=observer_listener,
         observer_speaker=observer_speaker,

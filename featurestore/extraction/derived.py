@@ -81,17 +81,45 @@ def compute_transcript_channels(
         if ex.name not in done:
             done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
         role = key.split("/")[0]
-        out[key] = Channel.from_features(
+        lookahead = ex.cues_lookahead_s(cues, role)
+        out[key] = channel_with_provenance(
             done[ex.name][role],
-            extractor=ex.name,
-            extractor_version=ex.version,
-            params=params,
-            cache_key=ck,
-            source=transcript_source,
-            created_utc=created,
-            lookahead_s=ex.cues_lookahead_s(cues, role),
+            (ex.name, ex.version),
+            ck,
+            params,
+            transcript_source,
+            created,
+            lookahead,
         )
     return out
+
+
+def channel_with_provenance(
+    feats: Features,
+    producer: tuple[str, str],
+    ck: str,
+    params: dict[str, Any],
+    source: dict[str, Any],
+    created: str,
+    lookahead_s: float | None,
+    shared_with: str | None = None,
+) -> Channel:
+    """``feats`` as a channel with its provenance: the ``producer`` (the extractor's or rule's
+    name and version), cache key ``ck``, ``params``, the ``source`` file's fingerprint, the time
+    ``created``, how far ahead its rows look (``lookahead_s``) and the channel whose rows it
+    shares (``shared_with``: the shard stores them once, as hard links)."""
+    name, version = producer
+    return Channel.from_features(
+        feats,
+        extractor=name,
+        extractor_version=version,
+        params=params,
+        cache_key=ck,
+        source=source,
+        created_utc=created,
+        lookahead_s=lookahead_s,
+        shared_with=shared_with,
+    )
 
 
 def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, str, dict]:
@@ -151,18 +179,10 @@ def _role_voice(
     lookahead_s: float | None,
 ) -> dict[str, Channel]:
     _, ck, params = key
+    # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
     return {
-        f"{role}/egemaps": Channel.from_features(
-            feats,
-            extractor=rule,
-            extractor_version=version,
-            params=params,
-            cache_key=ck,
-            source=source,
-            created_utc=created,
-            # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
-            shared_with="scene/egemaps",
-            lookahead_s=lookahead_s,
+        f"{role}/egemaps": channel_with_provenance(
+            feats, (rule, version), ck, params, source, created, lookahead_s, "scene/egemaps"
         )
         for role, feats in role_channels(scene, speaking).items()
     }

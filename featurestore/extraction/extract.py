@@ -21,10 +21,12 @@ from ..features import Features
 from ..sources import media
 from ..sources.manifest import SessionFiles
 from ..storage.provenance import file_fingerprint
+from ..storage.session_labels import Ratings
 from ..storage.store import DISK_FULL_ERRNOS, Channel, DiskFullError, Store, StoreError
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
+    channel_with_provenance,
     compute_transcript_channels,
     face_voice_key,
     role_voice_from_faces,
@@ -152,7 +154,6 @@ def extract_session(
         new = {**decoded.channels, **derived.channels, **imported.channels}
         failed = bool(decoded.errors or derived.errors or imported.errors)
         res.add(write(plan, store=store, channels=new, failed=failed))
-        res.add(write_ratings(sf, store=store))
         res.add(missing_channels(plan))
         if not res.failed and not res.computed and not plan.drop:  # a removal is a change
             res.status = "skipped"
@@ -191,16 +192,10 @@ class StepResult:
 
 def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
     """``feats`` as the planned channel, with its provenance."""
-    ex = planned.extractor
-    return Channel.from_features(
-        feats,
-        extractor=ex.name,
-        extractor_version=ex.version,
-        params=planned.params,
-        cache_key=planned.cache_key,
-        source=planned.source,
-        created_utc=created,
-        lookahead_s=ex.lookahead_s(),  # fixed by the extractor's code and config
+    ex, ck = planned.extractor, planned.cache_key  # its lookahead: fixed by its code and config
+    producer, lookahead = (ex.name, ex.version), ex.lookahead_s()
+    return channel_with_provenance(
+        feats, producer, ck, planned.params, planned.source, created, lookahead
     )
 
 
@@ -423,19 +418,23 @@ class _RoleVoice:
 def write(
     plan: SessionPlan, *, store: Store, channels: dict[str, Channel], failed: bool
 ) -> StepResult:
-    """One atomic shard update with ``channels`` and the labels when they changed (or
-    ``force``); nothing when nothing is new, but a first shard when no channel ``failed``.
+    """One atomic shard update with ``channels``, the labels when they changed (or ``force``)
+    and the manifest's whole-session ratings that differ from the stored ones: all land
+    together or none does. Nothing when nothing is new, but a first shard when no channel
+    ``failed``; ratings alone are never a first shard.
 
     Raises:
         DiskFullError: no room for the shard (the previous one is left unchanged).
         SessionError: the shard cannot be written otherwise (the previous one is left unchanged).
     """
     sf, labels = plan.files, plan.labels
+    exists = store.shard_path(sf.session).exists()
     write_labels = bool(labels) and (
         plan.force or not _label_sources_current(store, sf.session, sf.annotations)
     )
-    new_shard = not failed and not store.shard_path(sf.session).exists()
-    if not (channels or write_labels or plan.drop or new_shard):
+    ratings = changed_ratings(sf, store.session_ratings(sf.session) if exists else {})
+    new_shard = not failed and not exists
+    if not (channels or write_labels or plan.drop or new_shard or (ratings and exists)):
         return StepResult()
     try:
         store.write_session(
@@ -444,23 +443,18 @@ def write(
             labels=labels if write_labels else None,
             label_sources=plan.label_sources,
             drop=[k for k in plan.drop if k not in channels],
+            ratings=ratings,
+            ratings_source={"kind": "manifest", "file": sf.ratings_source},
         )
     except OSError as e:  # a read-only folder (a full disk is a DiskFullError)
         raise SessionError(
             f"{sf.session}: cannot write {store.shard_path(sf.session)} ({e}); the previous shard, if any, is "
             f"unchanged and no temporary file is left: make {store.root} writable, then re-run"
         ) from e
-    return StepResult(computed=[f"labels/{t}" for t in labels] if write_labels else [])
+    computed = [f"labels/{t}" for t in labels] if write_labels else []
+    return StepResult(computed=computed + [f"session_labels/{t}" for t in ratings])
 
 
-def write_ratings(sf: SessionFiles, *, store: Store) -> StepResult:
-    """Store a manifest's whole-session ratings in the session's shard when they differ from
-    the stored ones; nothing without ratings or a shard."""
-    if not sf.ratings or not store.shard_path(sf.session).exists():
-        return StepResult()
-    stored = store.session_ratings(sf.session)
-    changed = {t: r for t, r in sf.ratings.items() if stored.get(t) != r}
-    if not changed:
-        return StepResult()
-    store.write_session_labels(sf.session, changed, {"kind": "manifest", "file": sf.ratings_source})
-    return StepResult(computed=[f"session_labels/{t}" for t in changed])
+def changed_ratings(sf: SessionFiles, stored: Ratings) -> Ratings:
+    """The manifest's whole-session ratings of ``sf`` that differ from the ``stored`` ones."""
+    return {t: r for t, r in sf.ratings.items() if stored.get(t) != r}

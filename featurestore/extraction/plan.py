@@ -30,6 +30,7 @@ from ..storage.store import SessionMeta, Store
 from . import stale
 from .config import FeatureConfig
 from .derived import transcript_plan
+from .recordings import recording_meta
 
 
 class SessionError(RuntimeError):
@@ -196,19 +197,7 @@ def plan_session(
     videos, regions = _role_videos(sf, info, cfg)
     plan = SessionPlan(
         files=sf,
-        meta=SessionMeta(
-            sf.session,
-            sf.listener,
-            sf.story,
-            sf.speaker,
-            sf.split,
-            n_frames,
-            layout=sf.layout,
-            person=sf.person,
-            group=sf.group,
-            partner=sf.partner,
-            fold=sf.fold,
-        ),
+        meta=recording_meta(sf, n_frames),
         info=info,
         regions=regions,
         labels=labels,

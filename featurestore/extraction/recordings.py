@@ -42,7 +42,7 @@ class Recordings:
         scanned = store.root / "manifest.json"
         if scanned.is_file():
             for sf in read_scan_json(scanned)[0]:
-                known.setdefault(sf.session, _scanned_meta(sf))
+                known.setdefault(sf.session, recording_meta(sf))
                 manifest = manifest or sf.layout == "manifest"
         return cls(known, manifest)
 
@@ -69,15 +69,16 @@ class Recordings:
         return session
 
 
-def _scanned_meta(sf: SessionFiles) -> SessionMeta:
-    """A scanned recording's metadata, its frame count unknown (0) until a file gives it."""
+def recording_meta(sf: SessionFiles, n_frames: int = 0) -> SessionMeta:
+    """A scanned recording's metadata, with ``n_frames`` label frames (0: unknown until a file
+    gives it)."""
     return SessionMeta(
         sf.session,
         sf.listener,
         sf.story,
         sf.speaker,
         sf.split,
-        0,
+        n_frames,
         layout=sf.layout,
         person=sf.person,
         group=sf.group,

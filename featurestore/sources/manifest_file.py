@@ -38,6 +38,18 @@ IMPORT_PREFIX = "import_"
 #: ``import_<role>_<channel>``: a per-frame table computed elsewhere (OpenFace, py-feat, a CSV
 #: with a time column), stored as that role's channel (person, partner or scene)
 IMPORT_COLUMN = re.compile(r"^import_(person|partner|scene)_([A-Za-z0-9][A-Za-z0-9_.-]*)$")
+#: the column families a prefix names: prefix -> (the pattern a column must match, the error)
+PATTERNED_COLUMNS = {
+    IMPORT_PREFIX: (
+        IMPORT_COLUMN,
+        "expected import_<role>_<channel>: role person, partner or scene, a channel name of "
+        "letters, digits, '_', '.', '-'",
+    ),
+    RATING_PREFIX: (
+        RATING_COLUMN,
+        "expected rating_<target> or rating_<target>@<rater>, names of letters, digits, '_', '.', '-'",
+    ),
+}
 #: manifest role -> the store's role (the experiments' names until roles are renamed)
 STORE_ROLE = {"person": "listener", "partner": "speaker"}
 #: errors shown in one :class:`ManifestError` before "and N more"
@@ -327,25 +339,11 @@ class _Checker:
         """Unknown columns, each with the nearest known name."""
         known = [*REQUIRED, *OPTIONAL]
         for col in values:
-            if col.startswith(IMPORT_PREFIX):
-                if not IMPORT_COLUMN.match(col):
-                    self.fail(
-                        row,
-                        line,
-                        col,
-                        "expected import_<role>_<channel>: role person, partner or scene, a "
-                        "channel name of letters, digits, '_', '.', '-'",
-                    )
-                continue
-            if col.startswith(RATING_PREFIX):
-                if not RATING_COLUMN.match(col):
-                    self.fail(
-                        row,
-                        line,
-                        col,
-                        "expected rating_<target> or rating_<target>@<rater>, "
-                        "names of letters, digits, '_', '.', '-'",
-                    )
+            family = next((p for p in PATTERNED_COLUMNS if col.startswith(p)), None)
+            if family is not None:
+                pattern, expected = PATTERNED_COLUMNS[family]
+                if not pattern.match(col):
+                    self.fail(row, line, col, expected)
                 continue
             if col not in known and not (
                 col.startswith(LABEL_PREFIX) and len(col) > len(LABEL_PREFIX)

@@ -418,14 +418,23 @@ class Store:
         labels: Mapping[str, np.ndarray] | None = None,
         label_sources: Mapping[str, dict] | None = None,
         drop: Iterable[str] = (),
+        ratings: Ratings | None = None,
+        ratings_source: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Add or replace channels and labels of one session, atomically (a changed copy renamed
-        over the shard; on any error the shard is untouched). A channel with
-        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links."""
+        """Add or replace channels, labels and whole-session ``ratings`` (``target -> rater ->
+        value``, from ``ratings_source``) of one session in one atomic write (a changed copy
+        renamed over the shard; on any error the shard is untouched). A channel with
+        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links.
+
+        Raises:
+            ValueError: a bad rating (:func:`~featurestore.storage.session_labels.check_ratings`).
+        """
         self._check_writable()
         channels = dict(channels or {})
         for k in channels:
             split_key(k)
+        if ratings:
+            session_labels.check_ratings(ratings)
         final = self.shard_path(meta.session)
         with _rewritten(final) as f:
             if "schema_version" in f.attrs:
@@ -437,6 +446,8 @@ class Store:
                     del f[role][name]
             write_channels(f, meta.session, channels)
             write_labels(f, meta, dict(labels or {}), label_sources or {})
+            if ratings:
+                session_labels.write_session_labels(f, ratings, ratings_source or {})
         return final
 
     # ---------------------------------------------------------------- verify

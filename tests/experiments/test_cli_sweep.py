@@ -23,7 +23,7 @@ from mlflow import MlflowClient
 
 from experiments.cli import _print_sweep, main
 from experiments.config.loading import expand, from_dict
-from experiments.evaluation.metrics import ccc_protocols
+from experiments.evaluation.metrics import protocol_means
 from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
@@ -383,7 +383,7 @@ def test_export_then_score_reproduces_the_logged_metrics(
         f"scored the stories with predictions ({', '.join(map(str, SPLITS[split]))}); skipped {others} sessions"
         in printed
     )
-    protocols = ccc_protocols(pd.read_csv(tmp_path / "ccc.csv"))
+    protocols = protocol_means(pd.read_csv(tmp_path / "ccc.csv"))
     for prot in ("personalized", "generalized"):
         logged = run.data.metrics[f"{split}.ccc_{prot}"]
         assert protocols[prot] == pytest.approx(logged, abs=1e-8)

@@ -1,11 +1,17 @@
-"""The metric registry: ccc's NaN rules, a metric's direction, and a metric registered from this
-module alone (no file of the package touched) that a sweep and a search score and choose by."""
+"""The metric registry: ccc's NaN rules, a metric's direction, and metrics registered from this
+module alone (no file of the package touched): one a sweep and a search score and choose by;
+Pearson's r, which goes everywhere CCC goes (logged with intervals and chance levels,
+summarised, drawn, the ablation's tables, comparisons and report named after it); and one whose
+spec says intervals and chance levels do not apply, which gets none, the reports saying so."""
 
 from __future__ import annotations
 
 import numpy as np
 import optuna
+import pandas as pd
 import pytest
+from mlflow import MlflowClient
+from PIL import Image
 
 from experiments.config.loading import from_dict
 from experiments.config.metrics import (
@@ -16,8 +22,13 @@ from experiments.config.metrics import (
     unregister_metric,
 )
 from experiments.config.reference import metric_table
+from experiments.evaluation.scores import score_metrics
+from experiments.studies.ablation import ablate, columns
+from experiments.studies.ablation_report import ablation_markdown
 from experiments.studies.search import run_search
 from experiments.studies.sweep import SweepOptions, run_sweep
+from experiments.tracking.summary import summary_markdown
+from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.overrides import ConfigError
 from tests.experiments.helpers import config_dict
 
@@ -92,8 +103,8 @@ def test_a_sweep_scores_and_chooses_by_the_registered_metric(mae, planted_store,
     assert len(res.nested_unseen) == 3
     for row in res.nested_unseen.itertuples():
         candidates = t[t[row.selection_metric].notna()]
-        assert row.selection_ccc == candidates[row.selection_metric].min()
-        assert row.selection_ccc < candidates[row.selection_metric].max()
+        assert row.selection_mae_test == candidates[row.selection_metric].min()
+        assert row.selection_mae_test < candidates[row.selection_metric].max()
 
 
 @pytest.mark.integration
@@ -116,3 +127,150 @@ def test_a_search_minimises_a_metric_whose_lower_is_better(mae, planted_store, t
     rows = res.table.set_index("run_id")
     for trial in study.trials:
         assert trial.value == rows.at[trial.user_attrs["mlflow_run_id"], "val.mae_test_generalized"]
+
+
+def _pearson(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Pearson's r, 0 for a constant series (as the official CCC sets its r)."""
+    if y_true.min() == y_true.max() or y_pred.min() == y_pred.max():
+        return 0.0
+    return float(np.clip(np.corrcoef(y_true, y_pred)[0, 1], -1.0, 1.0))
+
+
+PEARSON = MetricSpec(
+    "pearson",
+    _pearson,
+    "Pearson's correlation (a test's own metric)",
+    label="Pearson's r",
+    bounds=(-1.0, 1.0),
+)
+#: a metric whose spec states that intervals and a chance level do not apply to it
+NO_CI = MetricSpec(
+    "mse_no_ci",
+    lambda t, p: float(np.mean((t - p) ** 2)),
+    higher_is_better=False,
+    intervals=False,
+    chance=False,
+)
+
+
+@pytest.fixture
+def pearson():
+    register_metric(PEARSON)
+    yield PEARSON
+    unregister_metric(PEARSON.name)
+
+
+@pytest.fixture
+def no_ci():
+    register_metric(NO_CI)
+    yield NO_CI
+    unregister_metric(NO_CI.name)
+
+
+def _png(path) -> None:
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size[0] > 100 and im.size[1] > 100
+
+
+@pytest.mark.integration
+def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
+    pearson, planted_store, tracking_dir, tmp_path
+):
+    cfg = from_dict(
+        config_dict(
+            tracking_dir,
+            "pearson-everywhere",
+            metric="pearson",
+            models=[{"name": "ridge", "alpha": [10]}],
+            personalization=["global", "per_listener"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},
+            importance={"levels": ["channel"], "repeats": 2},
+        )
+    )
+    out = tmp_path / "reports"
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, options=SweepOptions(progress=False))
+    t = sweep.table
+    assert sweep.selection_metrics == {
+        "personalized": "val.pearson_personalized",
+        "generalized": "val.pearson_generalized",
+    }
+    assert not [c for c in t.columns if "ccc" in c.lower()]  # nothing logged under CCC's name
+    done = t[t["model.name"] == "ridge"]
+    for track in ("personalized", "generalized"):
+        name = f"test.pearson_{track}"
+        low, high = done[f"{name}.ci_low"], done[f"{name}.ci_high"]
+        # intervals over listeners, clipped to the spec's bounds, around the mean
+        assert ((-1 <= low) & (low <= done[name]) & (done[name] <= high) & (high <= 1)).all()
+        chance = done[f"{name}.chance_q95"]
+        assert chance.notna().all() and (chance.abs() < 0.9).all()
+    # the listener's features predict the planted listener ratings: above chance
+    best = t.set_index("run_id").loc[sweep.best_run_ids["generalized"]]
+    assert best["test.pearson_generalized"] > best["test.pearson_generalized.chance_q95"]
+
+    client = MlflowClient(resolve_tracking_uri(tracking_dir))
+    child = sweep.best_run_ids["personalized"]
+    assert {"pearson_matrix.csv", "plots"} <= {a.path for a in client.list_artifacts(child)}
+    plots = {a.path for a in client.list_artifacts(child, "plots")}
+    assert "plots/pearson_per_listener.png" in plots
+    _png(client.download_artifacts(child, "plots/pearson_per_listener.png", str(tmp_path)))
+    tracks = pd.read_csv(
+        client.download_artifacts(sweep.parent_run_id, "tracks.csv", str(tmp_path))
+    )
+    assert {
+        "pearson_averaging",
+        "test.pearson_generalized.ci_low",
+        "test.pearson_generalized.chance_q95",
+    } <= set(tracks.columns)
+    summary = client.download_artifacts(sweep.parent_run_id, "summary.md", str(tmp_path))
+    with open(summary) as f:
+        md = f.read()
+    assert "Pearson's r averaging" in md and "| split | Pearson's r |" in md and "CCC" not in md
+
+    csv = pd.read_csv(out / "ablation.csv")
+    assert list(csv.columns) == columns(PEARSON)
+    assert list(csv.columns[2:4]) == ["pearson_personalized", "pearson_generalized"]
+    test = csv[csv.split == "test"]
+    assert (
+        test.pearson_personalized_ci_low.notna().all()
+        and test.chance_personalized_q95.notna().all()
+    )
+    pairs = pd.read_csv(out / "ablation_comparisons.csv")
+    assert len(pairs) and pairs.p_holm.notna().all() and pairs.ci_low.notna().all()
+    assert ((pairs.ci_low >= -2) & (pairs.ci_high <= 2)).all()  # a difference of two r
+    report = (out / "ablation.md").read_text()
+    assert "Pearson's r of each track's best configuration" in report
+    assert "The paper reports no `pearson`" in report and "CCC" not in report
+    _png(out / "ablation.png")
+    # permutation importance of the chosen listener configuration: the drop in r, with its interval
+    imp = pd.read_csv(out / "importance_listener_generalized.csv")
+    assert {"pearson", "pearson_permuted"} <= set(imp.columns) and "ccc" not in imp.columns
+    top = imp.iloc[0]
+    assert top.importance > 0 and top.ci_low <= top.importance <= top.ci_high
+    assert top.pearson_permuted == pytest.approx(top.pearson - top.importance)
+    _png(out / "pearson_per_session_listener_generalized.png")
+
+
+def test_a_metric_without_intervals_or_chance_logs_none_and_the_reports_say_so(no_ci):
+    rng = np.random.default_rng(0)
+    rows = [(f"s{L}_{s}", L, s, "test") for L in (1, 2, 3, 4) for s in (1, 2)]
+    scores = pd.DataFrame(rows, columns=["session", "listener", "story", "split"])
+    truth = {sid: rng.normal(size=400).cumsum() for sid in scores.session}
+    preds = {sid: y + rng.normal(size=400) for sid, y in truth.items()}
+    scores[NO_CI.name] = [NO_CI(truth[s], preds[s]) for s in scores.session]
+    logged = score_metrics(scores, preds, truth, metric=NO_CI.name)
+    assert "test.mse_no_ci_generalized" in logged
+    assert not [k for k in logged if ".ci_" in k or ".chance" in k]
+    row = {
+        "track": "generalized",
+        "run_id": "r",
+        "label": "x",
+        "chosen_on": "test.mse_no_ci_generalized",
+        "mse_no_ci_averaging": "sessions",
+        "test.mse_no_ci_generalized": 0.3,
+    }
+    md = summary_markdown(pd.DataFrame([row]))
+    assert "metric `mse_no_ci` has no 95 % intervals" in md and "has no chance level" in md
+    cells = {c: np.nan for c in columns(NO_CI)} | {"feature_set": "x", "split": "test"}
+    table = pd.DataFrame([cells | {"run_id_personalized": "", "run_id_generalized": ""}])
+    report = ablation_markdown(table, metric=NO_CI.name, reference=False)
+    assert "metric `mse_no_ci` has no 95 % intervals" in report and "**chance**" not in report

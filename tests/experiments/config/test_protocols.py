@@ -18,7 +18,7 @@ def test_the_readme_config_for_your_own_corpus_validates_and_expands():
     section = README.read_text(encoding="utf-8").split("## Your own corpus", 1)[1].split("\n## ")[0]
     raw = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
     cfg = from_dict(raw)
-    assert (cfg.target, cfg.splits, cfg.protocol, cfg.folds, cfg.ccc_averaging) == (
+    assert (cfg.target, cfg.splits, cfg.protocol, cfg.folds, cfg.averaging) == (
         "valence",
         {},
         "kfold_person",

@@ -195,7 +195,7 @@ def test_the_two_tracks_fusions_fit_a_shared_member_once_with_the_same_numbers(
         a, b = apart[r], together[r]
         np.testing.assert_array_equal(a.blend.weights_, b.blend.weights_)
         assert a.blend.intercept_ == b.blend.intercept_
-        assert a.metrics == b.metrics and a.train_ccc == b.train_ccc
+        assert a.metrics == b.metrics and a.train_score == b.train_score
         for sid, p in a.predictions.items():
             np.testing.assert_array_equal(b.predictions[sid], p)
     assert apart["train"].metrics != apart["listener"].metrics  # two rescalings, two fusions

@@ -81,7 +81,7 @@ def test_the_signal_column_ranks_first_and_noise_covers_zero(planted):
     assert t.n_listeners.eq(5).all() and t.repeats.eq(4).all()
     # importance is the track's mean drop, from the per-session drops
     c0 = res.drops[res.drops.group == "listener/face_geom/c0"]
-    assert c0.ccc_drop.mean() == pytest.approx(cols.loc["listener/face_geom/c0", "importance"])
+    assert c0["drop"].mean() == pytest.approx(cols.loc["listener/face_geom/c0", "importance"])
 
 
 def test_personalized_track_averages_per_listener(planted):
@@ -91,7 +91,7 @@ def test_personalized_track_averages_per_listener(planted):
     assert set(res.table.track) == {"personalized"}
     top = res.table.iloc[0]
     assert top.group == "listener/face_geom" and top.ci_low > 0.3
-    by_listener = res.drops[res.drops.group == top.group].groupby("listener").ccc_drop.mean()
+    by_listener = res.drops[res.drops.group == top.group].groupby("listener")["drop"].mean()
     assert top.importance == pytest.approx(by_listener.mean())
     assert top.ccc_permuted == pytest.approx(top.ccc - top.importance)
     # another seed, other lags, the same picture; the same seed, the same numbers

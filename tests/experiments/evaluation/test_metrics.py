@@ -6,10 +6,10 @@ from hypothesis import strategies as st
 
 from experiments.evaluation.metrics import (
     ccc,
-    ccc_matrix,
-    ccc_per_listener,
-    ccc_per_story,
-    ccc_protocols,
+    listener_means,
+    protocol_means,
+    score_matrix,
+    story_means,
 )
 from tests.experiments.evaluation.helpers import official_ccc
 
@@ -69,25 +69,25 @@ def rows_from(matrix):
 
 def test_protocols_complete_and_ragged():
     full = rows_from({1: {1: 0.1, 2: 0.3}, 2: {1: 0.5, 2: 0.7}})
-    p = ccc_protocols(full)
+    p = protocol_means(full)
     assert p["personalized"] == pytest.approx(0.4) and p["generalized"] == pytest.approx(0.4)
     ragged = rows_from({1: {1: 0.2, 2: 0.4, 3: 0.9}, 2: {1: 0.6}})
-    p = ccc_protocols(pd.DataFrame(ragged))
+    p = protocol_means(pd.DataFrame(ragged))
     # listeners: 1 -> 0.5, 2 -> 0.6; stories: 1 -> 0.4, 2 -> 0.4, 3 -> 0.9
     assert p["personalized"] == pytest.approx(0.55)
     assert p["generalized"] == pytest.approx((0.4 + 0.4 + 0.9) / 3)
-    assert ccc_per_listener(ragged).to_dict() == pytest.approx({1: 0.5, 2: 0.6})
-    assert ccc_per_story(ragged).to_dict() == pytest.approx({1: 0.4, 2: 0.4, 3: 0.9})
+    assert listener_means(ragged).to_dict() == pytest.approx({1: 0.5, 2: 0.6})
+    assert story_means(ragged).to_dict() == pytest.approx({1: 0.4, 2: 0.4, 3: 0.9})
 
 
 def test_matrix_and_errors():
-    m = ccc_matrix(rows_from({2: {3: 0.1}, 1: {3: 0.2, 1: -0.3}}))
+    m = score_matrix(rows_from({2: {3: 0.1}, 1: {3: 0.2, 1: -0.3}}))
     assert list(m.index) == [1, 2] and list(m.columns) == [1, 3]
     assert m.loc[1, 1] == -0.3 and np.isnan(m.loc[2, 1])
     with pytest.raises(ValueError, match=r"more than one row for \(listener, story\) \[\(1, 1\)\]"):
-        ccc_protocols(rows_from({1: {1: 0.1}}) * 2)
+        protocol_means(rows_from({1: {1: 0.1}}) * 2)
     with pytest.raises(ValueError, match="lacks columns"):
-        ccc_protocols(pd.DataFrame({"listener": [1], "ccc": [0.1]}))
+        protocol_means(pd.DataFrame({"listener": [1], "ccc": [0.1]}))
 
 
 @settings(max_examples=30, deadline=None)
@@ -103,8 +103,8 @@ def test_matrix_and_errors():
 def test_protocols_invariant_to_row_order(cells, seed):
     df = pd.DataFrame([{"listener": L, "story": S, "ccc": v} for (L, S), v in cells.items()])
     shuffled = df.sample(frac=1.0, random_state=seed)
-    assert ccc_protocols(df) == ccc_protocols(shuffled)
-    p = ccc_protocols(df)
+    assert protocol_means(df) == protocol_means(shuffled)
+    p = protocol_means(df)
     by_l = df.groupby("listener")["ccc"].mean().mean()
     by_s = df.groupby("story")["ccc"].mean().mean()
     assert p["personalized"] == pytest.approx(by_l) and p["generalized"] == pytest.approx(by_s)

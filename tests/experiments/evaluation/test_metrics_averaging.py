@@ -63,7 +63,7 @@ def test_concatenated_and_session_averaging_differ_and_are_logged_side_by_side()
 
 
 def test_a_sweep_configuration_scores_and_reports_its_averaging(tables):
-    trial = pick(trials_for(ccc_averaging="concatenated", **GLOBAL), "listener")
+    trial = pick(trials_for(averaging="concatenated", **GLOBAL), "listener")
     plain = pick(trials_for(**GLOBAL), "listener")
     assert trial.params()["ccc_averaging"] == "concatenated" and trial.hash() != plain.hash()
     res = evaluate_trial(trial, window_sessions(tables, trial.window_key()))
@@ -89,6 +89,6 @@ def test_a_sweep_configuration_scores_and_reports_its_averaging(tables):
 
 
 def test_an_unknown_averaging_is_refused_with_the_key():
-    with pytest.raises(ConfigError, match="ccc_averaging"):
-        from_dict(config_dict("unused", ccc_averaging="avec"))
-    assert from_dict(config_dict("unused")).ccc_averaging == "sessions"
+    with pytest.raises(ConfigError, match="averaging"):
+        from_dict(config_dict("unused", averaging="avec"))
+    assert from_dict(config_dict("unused")).averaging == "sessions"

@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 from experiments.evaluation.plots import (
     plot_ablation,
     plot_importance,
-    plot_listener_ccc,
+    plot_listener_scores,
     plot_predictions,
-    plot_session_ccc,
+    plot_session_scores,
 )
 
 LONG = (
@@ -99,7 +99,7 @@ def test_predictions_figure(saved, tmp_path):
 @pytest.mark.parametrize("n_listeners", [1, 4, 10])
 def test_listener_ccc_figure(saved, tmp_path, n_listeners):
     scores, _, _ = scores_and_series(tuple(range(1, n_listeners + 1)))
-    plot_listener_ccc(scores, tmp_path / "l.png", title=f"CCC per listener: {LONG}")
+    plot_listener_scores(scores, tmp_path / "l.png", title=f"CCC per listener: {LONG}")
     check_readable(saved[-1], "listener", "CCC")
 
 
@@ -145,7 +145,7 @@ def test_importance_figure(saved, tmp_path):
 def test_session_heat_map(saved, tmp_path):
     scores, _, _ = scores_and_series()
     scores = pd.concat([scores, scores.assign(split="test_unseen", ccc=-1.0)])
-    plot_session_ccc(scores, tmp_path / "h.png", title=f"CCC per session: {LONG}")
+    plot_session_scores(scores, tmp_path / "h.png", title=f"CCC per session: {LONG}")
     fig = saved[-1]
     check_readable(fig, "story", "listener", legend=False)
     image = fig.axes[0].images[0].get_array()
@@ -157,13 +157,13 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
     """A worker draws into BytesIO and the parent writes the bytes: the same PNG as drawing to a path."""
     import io
 
-    from experiments.evaluation.plots import LISTENER_CCC_FIGURE, PREDICTIONS_FIGURE, trial_figures
+    from experiments.evaluation.plots import PREDICTIONS_FIGURE, listener_figure, trial_figures
 
     scores, truth, preds = scores_and_series((1, 2, 3))
     figures = trial_figures(preds, truth, scores, LONG)
     assert (
         set(figures)
-        == {PREDICTIONS_FIGURE, LISTENER_CCC_FIGURE}
+        == {PREDICTIONS_FIGURE, listener_figure()}
         == {"predicted_vs_true.png", "ccc_per_listener.png"}
     )
     on_disk = plot_predictions(preds, truth, scores, tmp_path / PREDICTIONS_FIGURE, title=LONG)
@@ -171,8 +171,8 @@ def test_figures_in_memory_are_the_files_a_path_gets(tmp_path):
         on_disk == tmp_path / PREDICTIONS_FIGURE
         and figures[PREDICTIONS_FIGURE] == on_disk.read_bytes()
     )
-    plot_listener_ccc(scores, tmp_path / LISTENER_CCC_FIGURE, title=f"CCC per listener: {LONG}")
-    assert figures[LISTENER_CCC_FIGURE] == (tmp_path / LISTENER_CCC_FIGURE).read_bytes()
+    plot_listener_scores(scores, tmp_path / listener_figure(), title=f"CCC per listener: {LONG}")
+    assert figures[listener_figure()] == (tmp_path / listener_figure()).read_bytes()
     buf = io.BytesIO()
     assert (
         plot_ablation(
@@ -232,8 +232,8 @@ def test_saving_skips_the_draw_without_output_and_gives_the_same_bytes(monkeypat
     def every_figure(folder):
         folder.mkdir()
         plot_predictions(preds, truth, scores, folder / "p.png", title=LONG)
-        plot_listener_ccc(scores, folder / "l.png", title=LONG)
-        plot_session_ccc(scores, folder / "s.png", title=LONG)
+        plot_listener_scores(scores, folder / "l.png", title=LONG)
+        plot_session_scores(scores, folder / "s.png", title=LONG)
         return {p.name: p.read_bytes() for p in folder.iterdir()}
 
     once = every_figure(tmp_path / "once")

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from bench.coverage import CASES, PROTOCOLS, listener_pool, percentile_bounds, splits
-from experiments.evaluation.metrics import ccc, ccc_protocols
+from experiments.config.metrics import MetricSpec, get_metric
+from experiments.evaluation.metrics import ccc, protocol_means
 from experiments.evaluation.uncertainty import (
     IntervalWarning,
     block_mappings,
@@ -21,11 +22,11 @@ from experiments.evaluation.uncertainty import (
     listener_contributions,
     paired_comparison,
     protocol_intervals,
-    shifted_ccc,
-    shifted_cccs,
+    shifted_values,
     skew_t_bounds,
     t_bounds,
 )
+from featurestore.concordance import shifted_cccs
 
 
 def table(values_by_listener: dict[int, list[float]], stories=None) -> pd.DataFrame:
@@ -87,7 +88,7 @@ def test_the_skewness_correction_moves_the_interval_to_the_long_tail_and_is_capp
 def test_interval_holds_the_estimate_and_needs_three_listeners():
     rng = np.random.default_rng(1)
     scores = table({L: list(rng.uniform(-0.2, 0.6, 3)) for L in range(1, 11)}, stories=[3, 6, 7])
-    point = ccc_protocols(scores)
+    point = protocol_means(scores)
     for protocol, (low, high) in protocol_intervals(scores).items():
         assert low < point[protocol] < high
     for n in (1, 2):  # too few listeners: NaN, and a warning that says why
@@ -99,7 +100,7 @@ def test_interval_holds_the_estimate_and_needs_three_listeners():
 def test_generalized_contributions_average_to_the_generalized_mean_on_an_incomplete_table():
     scores = table({1: [0.1, 0.3], 2: [0.5], 3: [0.2, 0.0], 4: [0.4, 0.6]}, stories=[1, 2])
     parts = listener_contributions(scores)
-    point = ccc_protocols(scores)
+    point = protocol_means(scores)
     for protocol in ("personalized", "generalized"):
         assert parts[protocol].mean() == pytest.approx(point[protocol])
     low, high = protocol_intervals(scores)["generalized"]
@@ -223,17 +224,28 @@ def test_paired_comparison_of_a_noise_difference_is_not_significant():
 def test_shifted_ccc_is_the_official_ccc_at_every_lag():
     rng = np.random.default_rng(3)
     t, p = rng.normal(size=157).cumsum(), 0.5 * rng.normal(size=157).cumsum() + 0.2
-    curve = shifted_ccc(t, p)
+    curve = shifted_cccs(t, [p])[0]
     assert np.abs(curve - [ccc(t, np.roll(p, k)) for k in range(157)]).max() < 1e-12
-    assert np.array_equal(shifted_ccc(t, np.full(157, 0.3)), np.zeros(157))
+    assert np.array_equal(shifted_cccs(t, [np.full(157, 0.3)])[0], np.zeros(157))
     # several predictions against one truth (its transform shared): each one's curve, exactly
     q = rng.normal(size=157)
     many = shifted_cccs(t, [p, np.full(157, 0.3), q])
     assert [c.tolist() for c in many] == [
-        c.tolist() for c in (curve, np.zeros(157), shifted_ccc(t, q))
+        c.tolist() for c in (curve, np.zeros(157), shifted_cccs(t, [q])[0])
     ]
     with pytest.raises(ValueError, match="got 157 and 157, 157, 3"):
         shifted_cccs(t, [p, q, q[:3]])
+
+
+def test_a_metric_without_a_fast_shift_is_evaluated_at_each_lag():
+    """shifted_values: the spec's own all-lags function where it has one (CCC's FFT), else the
+    metric at each lag; both give the same curve for the same metric."""
+    rng = np.random.default_rng(4)
+    t, p = rng.normal(size=97).cumsum(), rng.normal(size=97).cumsum()
+    slow = MetricSpec("ccc_lag_by_lag", lambda a, b: ccc(a, b))
+    fast = shifted_values(get_metric("ccc"), t, [p])[0]
+    assert np.abs(shifted_values(slow, t, [p])[0] - fast).max() < 1e-12
+    assert fast[5] == pytest.approx(ccc(t, np.roll(p, 5)), abs=1e-12)
 
 
 def test_chance_level_of_slow_signals_is_far_from_zero_and_below_a_real_fit():
@@ -259,10 +271,10 @@ def test_chance_level_of_slow_signals_is_far_from_zero_and_below_a_real_fit():
         assert abs(mean) < 0.05 and 0.05 < q95 < 0.5, (protocol, mean, q95)
     white = {s: rng.normal(size=700) for s in truth}
     assert chance_level(truth, white, meta)["personalized"][1] < chance["personalized"][1] / 2
-    observed = ccc_protocols(meta.assign(ccc=[ccc(truth[s], good[s]) for s in meta.session]))
+    observed = protocol_means(meta.assign(ccc=[ccc(truth[s], good[s]) for s in meta.session]))
     assert observed["personalized"] > chance["personalized"][1] + 0.4
     # unrelated slow predictions are within chance
-    unrelated = ccc_protocols(meta.assign(ccc=[ccc(truth[s], drift[s]) for s in meta.session]))
+    unrelated = protocol_means(meta.assign(ccc=[ccc(truth[s], drift[s]) for s in meta.session]))
     assert (
         unrelated["personalized"]
         < chance_level(truth, drift, meta, seed=1)["personalized"][1] + 0.05

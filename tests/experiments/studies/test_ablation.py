@@ -15,7 +15,7 @@ from experiments.cli import main
 from experiments.config.loading import from_dict
 from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
-from experiments.evaluation.plots import plot_ablation, plot_listener_ccc, plot_predictions
+from experiments.evaluation.plots import plot_ablation, plot_listener_scores, plot_predictions
 from experiments.evaluation.uncertainty import holm
 from experiments.studies.ablation import (
     COLUMNS,
@@ -326,7 +326,7 @@ def test_plot_functions_on_their_own(tmp_path):
         ]
     )
     assert_real_png(plot_predictions(preds, truth, scores, tmp_path / "p.png", title="t"))
-    assert_real_png(plot_listener_ccc(scores, tmp_path / "l.png"))
+    assert_real_png(plot_listener_scores(scores, tmp_path / "l.png"))
     table = pd.DataFrame(
         [
             {

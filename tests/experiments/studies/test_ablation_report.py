@@ -1,5 +1,5 @@
 """Reports say what the run did on the corpus it ran on: the averaging actually used
-(``ccc_averaging: concatenated``), a monadic manifest corpus's words, its own feature sets in
+(``averaging: concatenated``), a monadic manifest corpus's words, its own feature sets in
 the ablation's title, and the OMG-Empathy paper's numbers only for an OMG-Empathy store."""
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ def test_summary_states_the_averaging_the_run_used():
     joined = summary_markdown(_summary("concatenated"))
     assert "one CCC over each" in joined and "split's sessions concatenated" in joined
     assert "mean over listeners of each listener's mean CCC" not in joined
-    assert "\n".join(SUMMARY_NOTE) not in joined
-    assert "\n".join(SUMMARY_NOTE) in summary_markdown(_summary("sessions"))
+    assert "\n".join(SUMMARY_NOTE).format(metric="CCC") not in joined
+    assert "\n".join(SUMMARY_NOTE).format(metric="CCC") in summary_markdown(_summary("sessions"))
 
 
 def test_ablation_report_of_a_concatenated_run_has_no_per_session_averaging():
     df = ablation_table(_sweep(_runs()), ["listener", "speaker"])
     joined = ablation_markdown(df, averaging="concatenated", reference=False)
-    assert "concatenated (`ccc_averaging: concatenated`, as AVEC): no interval" in joined
+    assert "concatenated (`averaging: concatenated`, as AVEC): no interval" in joined
     assert "CCC per session, mean over each listener's" not in joined
     assert "**chance**" not in joined and "## Reference" not in joined
     plain = ablation_markdown(df)  # the OMG-Empathy defaults: as before

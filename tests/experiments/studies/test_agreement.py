@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from experiments.cli import main
-from experiments.evaluation.metrics import ccc, ccc_protocols
+from experiments.evaluation.metrics import ccc, protocol_means
 from experiments.studies.agreement import COLUMNS, agreement_summary, agreement_table, target_pairs
 from featurestore.storage.store import Store
 from tests.experiments.helpers import SPLITS, build_store, config_dict
@@ -63,7 +63,7 @@ def test_pairs_table_and_protocols(store):
     summary = agreement_summary(table)
     overall = summary[(summary.target_b == OBS_L) & (summary.split == "all")].iloc[0]
     assert overall.ccc_personalized == pytest.approx(
-        ccc_protocols(table[table.target_b == OBS_L])["personalized"]
+        protocol_means(table[table.target_b == OBS_L])["personalized"]
     )
     assert overall.n_sessions == 12
     assert overall.ccc_personalized > 0.6  # planted: the observer follows the self-rating
@@ -128,7 +128,7 @@ def test_agreement_verb_writes_reports_and_logs_to_mlflow(
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     m = runs[0].data.metrics
     assert m[f"agreement.valence_self.vs.{OBS_L}.all.ccc_personalized"] == pytest.approx(
-        ccc_protocols(df[df.target_b == OBS_L])["personalized"], abs=1e-9
+        protocol_means(df[df.target_b == OBS_L])["personalized"], abs=1e-9
     )
     assert m[f"cross.valence_self.on.{OBS_L}.test.ccc_personalized"] > 0.3
     assert abs(m[f"cross.valence_self.on.{OBS_S}.test.ccc_personalized"]) < 0.25

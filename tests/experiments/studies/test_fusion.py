@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 
 from experiments.cli import main
 from experiments.config.fusion import FUSED_SET
-from experiments.evaluation.metrics import ccc, ccc_protocols
+from experiments.evaluation.metrics import ccc, protocol_means
 from experiments.evaluation.uncertainty import holm
 from experiments.studies.ablation import COLUMNS
 from experiments.tracking.tracker import resolve_tracking_uri
@@ -108,6 +108,6 @@ def test_late_fusion_is_a_run_that_exports(fused_ablation):
             y = np.asarray(store.labels(sid, "valence_self"), dtype=float).ravel()
             p = pd.read_csv(exported / f"{sid}.csv")["valence"].to_numpy()
             rows.append({"listener": listener, "story": story, "ccc": ccc(y, p)})
-    assert ccc_protocols(pd.DataFrame(rows))["generalized"] == pytest.approx(
+    assert protocol_means(pd.DataFrame(rows))["generalized"] == pytest.approx(
         row.ccc_generalized, abs=1e-6
     )

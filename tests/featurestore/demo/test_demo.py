@@ -70,8 +70,14 @@ def test_layout(built):
         np.testing.assert_allclose(
             read_valence(out / "Annotations" / f"{n}.csv"), plan.valence, atol=6e-7
         )
-        assert truth["sessions"][n]["speech_phrases_s"] == [list(p) for p in plan.phrases] != []
-        assert truth["sessions"][n]["backchannels_s"] == [list(b) for b in plan.backchannels] != []
+        assert (
+            truth["sessions"][n]["speech_phrases_s"] == [list(p) for p in plan.voices.phrases] != []
+        )
+        assert (
+            truth["sessions"][n]["backchannels_s"]
+            == [list(b) for b in plan.voices.backchannels]
+            != []
+        )
     assert not [p for p in out.rglob(".*")], "temporary files left behind"
     assert truth["seed"] == 0 and truth["label"]["delay_s"] == 1.5 and truth["split_x"] == 540
     assert sorted(truth["sessions"]) == sorted(names)
@@ -243,13 +249,17 @@ def test_planted_relations():
     # the speaker's mouth moves with the voice: open mostly inside phrases
     t = plan.times
     in_phrase = np.zeros(plan.n_frames, bool)
-    for a, b in plan.phrases:
+    for a, b in plan.voices.phrases:
         in_phrase |= (t >= a) & (t < b + 0.05)
     mouth_open = plan.states["speaker"]["mouth"] > 0
     assert mouth_open[in_phrase].mean() > 0.6 and mouth_open[~in_phrase].mean() < 0.05
     # the listener's mouth opens for every backchannel and nowhere else
     lis_open = plan.states["listener"]["mouth"] > 0
-    assert lis_open.sum() == sum(int(((t >= a) & (t < b)).sum()) for a, b in plan.backchannels) > 0
+    assert (
+        lis_open.sum()
+        == sum(int(((t >= a) & (t < b)).sum()) for a, b in plan.voices.backchannels)
+        > 0
+    )
 
 
 def test_planted_story_curve_and_listener_differences():

@@ -70,17 +70,19 @@ def test_transcript_cues_match_the_plan_with_both_tags_and_an_overlap(built):
     both = [
         (a, b) for a in speaker for b in listener if (a.start_s, a.end_s) == (b.start_s, b.end_s)
     ]
-    assert len(both) == 1 and both[0][1].text == plan.backchannel_words[0]
-    assert both[0][0].end_s == pytest.approx(plan.backchannels[0][1], abs=1e-3)
+    assert len(both) == 1 and both[0][1].text == plan.words.backchannel_words[0]
+    assert both[0][0].end_s == pytest.approx(plan.voices.backchannels[0][1], abs=1e-3)
     # one overlapping pair of speaker cues, inside one phrase
     overlaps = [(a, b) for a, b in zip(speaker, speaker[1:], strict=False) if b.start_s < a.end_s]
     assert len(overlaps) == 1
     a, b = overlaps[0]
-    assert any(abs(a.start_s - p0) < 1e-3 and abs(b.end_s - p1) < 1e-3 for p0, p1 in plan.phrases)
+    assert any(
+        abs(a.start_s - p0) < 1e-3 and abs(b.end_s - p1) < 1e-3 for p0, p1 in plan.voices.phrases
+    )
     # the speaker's words are the plan's
     words = " ".join(c.text for c in speaker).split()
-    assert words == " ".join(plan.phrase_words).split()
-    assert [c.text for c in listener] == plan.backchannel_words
+    assert words == " ".join(plan.words.phrase_words).split()
+    assert [c.text for c in listener] == plan.words.backchannel_words
 
 
 def test_planted_text_and_observer_relations():
@@ -91,7 +93,7 @@ def test_planted_text_and_observer_relations():
     sign = demo.listener_params(2).story_sign
     assert sign == -1
     assert r(plan.valence, plan.text_term) > 0.2
-    assert r(plan.valence, sign * plan.affect) > 0.2
+    assert r(plan.valence, sign * plan.words.affect) > 0.2
     cues = demo.transcript_cues(plan)
     parsed = parse_srt(demo.transcript_srt(plan).decode("utf-8-sig"))
     assert len(parsed) == sum(
@@ -104,4 +106,4 @@ def test_planted_text_and_observer_relations():
     self_vs_listener_obs = ccc(plan.valence, plan.observer_listener)
     self_vs_speaker_obs = ccc(plan.valence, plan.observer_speaker)
     assert 0.4 < self_vs_listener_obs < 0.95 and self_vs_speaker_obs < self_vs_listener_obs - 0.2
-    assert r(plan.observer_speaker, plan.affect) > 0.6
+    assert r(plan.observer_speaker, plan.words.affect) > 0.6

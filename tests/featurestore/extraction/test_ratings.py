@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from featurestore.cli import main
-from featurestore.extraction.extract import write_ratings
+from featurestore.extraction.extract import changed_ratings
 from featurestore.extraction.ratings import RatingsTableError, import_ratings, read_ratings_table
 from featurestore.sources.manifest import SessionFiles
 from featurestore.storage.store import SessionMeta, Store
@@ -69,23 +69,19 @@ def test_table_errors_name_file_line_and_column_and_write_nothing(store, tmp_pat
 
 
 def test_manifest_ratings_are_written_once_at_extraction(store):
+    sid = "Subject_1_Story_1"
     sf = SessionFiles(
-        "Subject_1_Story_1",
-        1,
-        1,
-        1,
-        "val",
-        ratings={"empathy": {"o1": 2.0, "o2": 4.0}},
-        ratings_source="m.csv",
+        sid, 1, 1, 1, "val", ratings={"empathy": {"o1": 2.0, "o2": 4.0}}, ratings_source="m.csv"
     )
-    assert write_ratings(sf, store=store).computed == ["session_labels/empathy"]
-    assert store.session_label("Subject_1_Story_1", "empathy") == 3.0
-    assert write_ratings(sf, store=store).computed == []  # current: nothing rewritten
+    assert changed_ratings(sf, store.session_ratings(sid)) == sf.ratings
+    store.write_session(store.meta(sid), ratings=sf.ratings, ratings_source={"kind": "manifest"})
+    assert store.session_label(sid, "empathy") == 3.0
+    assert changed_ratings(sf, store.session_ratings(sid)) == {}  # current: nothing rewritten
     sf.ratings = {"empathy": {"o1": 2.0}}
-    assert write_ratings(sf, store=store).computed == ["session_labels/empathy"]
-    assert store.session_raters("Subject_1_Story_1", "empathy") == {"o1": 2.0}
-    absent = SessionFiles("Subject_7_Story_1", 7, 1, 1, "val", ratings={"empathy": {"": 1.0}})
-    assert write_ratings(absent, store=store).computed == []  # no shard: nothing to add it to
+    assert changed_ratings(sf, store.session_ratings(sid)) == {"empathy": {"o1": 2.0}}
+    with pytest.raises(ValueError, match="not a finite number"):
+        store.write_session(store.meta(sid), ratings={"empathy": {"o1": float("nan")}})
+    assert store.session_raters(sid, "empathy") == {"o1": 2.0, "o2": 4.0}  # unchanged
 
 
 @pytest.mark.slow
