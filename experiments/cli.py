@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from featurestore import Store, __version__
 from featurestore.commands import Option, Verb, make_parser, opt
 from featurestore.errors import ConfigError, FeaturestoreError, UsageError
+from featurestore.parallel import backends_help
 from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
@@ -34,7 +35,7 @@ from .config.schema import ExperimentConfig
 from .tracking.redact import mask_uri
 
 if TYPE_CHECKING:
-    from .studies.parent_run import SweepResult
+    from .studies.parent_run import SweepOptions, SweepResult
 from .studies.session_cli import CONFIG_ARGUMENT, cmd_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -63,15 +64,17 @@ SHARED = {
         default=None,
         help="configurations evaluated in parallel processes (default: the config's jobs, else 1)",
     ),
-    "executor": opt(
-        "--executor",
+    "backend": opt(
+        "--backend",
         default=None,
         metavar="NAME",
-        help="where configurations run: local (this machine) or dask (a cluster); default: the "
-        "config's executor",
+        help=f"where configurations run: {backends_help()}, or a backend registered by a module "
+        "you import; default: the config's backend",
     ),
     "scheduler": opt(
-        "--scheduler", default=None, help="address of an existing Dask scheduler (--executor dask)"
+        "--scheduler",
+        default=None,
+        help="address of an existing cluster's scheduler, for a backend that joins one (dask)",
     ),
     "set": opt(
         "--set",
@@ -91,7 +94,7 @@ SHARED = {
     ),
 }
 #: the shared options of the verbs that sweep
-SWEEPING = ("store", "tracking", "jobs", "executor", "scheduler", "no-resume")
+SWEEPING = ("store", "tracking", "jobs", "backend", "scheduler", "no-resume")
 
 
 def verb(
@@ -182,7 +185,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
     scheduler answers, Dask workers run other code than this process, no artifact location."""
     from .data.dataset import DatasetError  # startup: see the imports above
-    from .executors.dask import WorkerCodeMismatch
+    from .engine.dask import WorkerCodeMismatch
     from .tracking.tracker import ArtifactLocationError
 
     return (DatasetError, ConnectionError, WorkerCodeMismatch, ArtifactLocationError)
@@ -215,19 +218,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Run the config's grid, or its Optuna search (search.method: optuna), on a feature store and
     log every configuration to MLflow as a child run of one parent run; print each track's best
     configurations on the selection split and its choice. Exit 1 when a configuration failed."""
-    from .studies.sweep import run_sweep  # startup: see the imports above
+    from .studies.search import run_search  # startup: see the imports above
+    from .studies.sweep import run_sweep
 
     store = _check_store(args.store)
+    run = run_search if args.cfg.search.method == "optuna" else run_sweep
     try:
-        res = run_sweep(args.cfg, store=store, **_sweep_options(args))
+        res = run(args.cfg, store, _sweep_options(args))
     except user_errors() as e:
         raise UsageError(str(e)) from e
     return _print_sweep(res)
 
 
-def _sweep_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`~experiments.studies.sweep.run_sweep` the options give."""
-    return _kw(args, "executor", "scheduler", "tracking_uri", "jobs", "resume")
+def _sweep_options(args: argparse.Namespace) -> SweepOptions:
+    """The sweep's options the command line gives."""
+    from .studies.parent_run import SweepOptions  # startup: see the imports above
+
+    return SweepOptions(**_kw(args, "backend", "scheduler", "tracking_uri", "jobs", "resume"))
 
 
 def _kw(args: argparse.Namespace, *names: str) -> dict[str, Any]:
@@ -311,7 +318,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     store = _check_store(args.store)
     try:
-        _, res = ablate(args.cfg, store=store, out_dir=args.out, **_sweep_options(args))
+        _, res = ablate(args.cfg, store, args.out, _sweep_options(args))
     except user_errors() as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)

@@ -24,7 +24,7 @@ from .extraction.config import (
 from .extraction.derived import RULE_VERSIONS
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
-from .extraction.pool import EXECUTORS, extract_many
+from .extraction.many import extract_many
 from .extraction.summary import (
     print_extract_summary,
     print_import,
@@ -33,6 +33,7 @@ from .extraction.summary import (
     store_table,
 )
 from .extractors import ExtractorUnavailable, channels_of_kind, registry
+from .parallel import BackendError, backends_help
 from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
@@ -188,7 +189,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
             channels,
             cfg,
             args.force,
-            executor=args.executor,
+            backend=args.backend,
             jobs=args.jobs,
             scheduler=args.scheduler,
             on_result=_stop_when_disk_full,
@@ -200,6 +201,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    except BackendError as e:  # --backend names none, or --scheduler one that joins no cluster
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -425,9 +429,10 @@ VERBS = (
         opt("--channels", nargs="+", help="extractors to run (default: face_geom egemaps speech "
             "lexicon; speech and lexicon only where a session has a transcript)"),
         opt("--jobs", type=int, default=1, help="sessions in parallel processes"),
-        opt("--executor", choices=EXECUTORS, default="local", help="where sessions run: local "
-            "processes (default) or a Dask cluster (--scheduler)"),
-        opt("--scheduler", help="address of an existing Dask scheduler (with --executor dask)"),
+        opt("--backend", default="processes", metavar="NAME",
+            help=f"where sessions run: {backends_help()} (default: processes)"),
+        opt("--scheduler", help="address of an existing cluster's scheduler, for a backend that "
+            "joins one (dask)"),
         FORCE,
         opt("--face-fps", type=float, help="face sampling rate in frames/s (default 5; 25 = every frame)"),
         opt("--split-x", type=int, help="x where the listener crop starts (default 1080/2560 of the width)"),

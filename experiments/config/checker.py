@@ -134,9 +134,9 @@ class Checker:
         return value
 
     def name(self, key: str, value: Any) -> str:
-        """A name, checked where it is used (an executor: a layer above the config's)."""
+        """A name, checked where it is used (a backend: registered by modules the config does not know)."""
         if not isinstance(value, str) or not value.isidentifier():
-            raise self.fail(key, f"expected a name such as local or dask, got {value!r}")
+            raise self.fail(key, f"expected a name such as processes or dask, got {value!r}")
         return value
 
     def one(self, key: str, value: Any, valid: Iterable[str]) -> str:

@@ -1,5 +1,5 @@
 """Checking a name against its valid choices, with the nearest valid one suggested, and the
-registries of named specs (models, metrics, executors) built on it.
+registries of named specs (models, metrics) built on it.
 
 >>> check_choice("rescale mode", "trian", ("none", "train", "bias"))
 Traceback (most recent call last):

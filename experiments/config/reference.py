@@ -54,8 +54,9 @@ KEY_MEANINGS: dict[str, str] = {
     "report; `false`: none (an Optuna search without the key: none)",
     "jobs": "configurations evaluated in parallel processes (`--jobs` overrides it; null: 1, or "
     "a local Dask cluster's 2 workers)",
-    "executor": "where configurations run (`--executor` overrides it): `local` (this machine's "
-    "processes) or `dask` (a cluster, docs/scaling.md), or a registered executor",
+    "backend": "where configurations run (`--backend` overrides it): `serial` (this process), "
+    "`processes` (this machine's worker processes), `dask` (a cluster, docs/scaling.md), or a "
+    "backend registered with `featurestore.parallel.register_backend`",
     "search": "`method: grid` (every combination) or `optuna` (a sampled search; its keys are "
     "`n_trials`, `sampler`, `seed`, `track`, `startup_trials`, `storage`)",
     "fusion": "`experiments ablate`: `{method: late, members: [SET, SET], blend: nnls|ridge}` adds a "

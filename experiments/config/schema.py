@@ -66,7 +66,7 @@ TOP_KEYS = (
     "seed",
     "unseen_listener",
     "jobs",
-    "executor",
+    "backend",
     "search",
     "fusion",
     "importance",
@@ -270,8 +270,8 @@ class ExperimentConfig:
     unseen_configuration: str = ""
     #: parallel configurations; None lets the sweep decide
     jobs: int | None = None
-    #: where configurations run: a registered executor (:mod:`experiments.executors`)
-    executor: str = "local"
+    #: where configurations run: a registered backend (:mod:`featurestore.parallel`)
+    backend: str = "processes"
     #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
     #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
@@ -337,7 +337,7 @@ class ExperimentConfig:
             if self.unseen_listener
             else False,
             "jobs": self.jobs,
-            "executor": self.executor,
+            "backend": self.backend,
             "search": self.search.to_dict(),
             "fusion": self.fusion.to_dict(),
             "importance": None if self.importance is None else self.importance.to_dict(),

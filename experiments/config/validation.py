@@ -172,9 +172,7 @@ class _Validator(Checker):
         self._read(cfg, "gold_standard", self.gold_standard, get("gold_standard"))
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
         self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))
-        self._read(
-            cfg, "executor", lambda v: self.name("executor", v), get("executor", cfg.executor)
-        )
+        self._read(cfg, "backend", lambda v: self.name("backend", v), get("backend", cfg.backend))
         self._read(cfg, "importance", self.importance, get("importance"))
         fusion = partial(
             fusion_config,

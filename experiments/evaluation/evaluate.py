@@ -15,17 +15,24 @@ their fits (:func:`evaluate_trials`). See docs/config.md for the protocols.
 
 from __future__ import annotations
 
+import threading
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
-from ..config.grid import Trial
+from featurestore.parallel.base import TaskError
+from featurestore.parallel.memory import release_free_memory
+
+from ..config.grid import Trial, WindowKey
 from ..config.options import CV_PROTOCOLS, selection_split
+from ..data.dataset import DatasetError, load_sessions
 from ..data.folds import cv_folds
+from ..data.gold_standard import GoldStandard
+from ..data.session_table import SessionTable
 from ..models.personalization import apply_listener_calibration
 from ..models.postprocess import Rescaler, fit_smoothed_calibration, rescaler_for, smooth
 from ..windowing.windowed import Windowed, WindowedSession, window_sessions
@@ -35,27 +42,36 @@ from .fitting import (
     FitPart,
     Fitted,
     PartResult,
+    as_text,
     fit_group,
     fit_part,
     fit_parts,
+    recording,
 )
+from .plots import with_figures
 from .scores import nested_selection_metrics, score_metrics, session_scores
 
 #: the sweep, the studies and the tests take these from here too
 __all__ = [
     "CALIBRATION_SHRINKAGE",
+    "Task",
+    "TaskData",
     "TrialResult",
     "Windowed",
     "WindowedSession",
     "evaluate_part",
     "evaluate_trial",
     "evaluate_trials",
+    "fit_groups",
+    "plan_tasks",
     "group_fit_parts",
     "member_predictions",
     "postprocessed",
+    "run_task",
     "score_metrics",
     "session_scores",
     "split_sessions",
+    "window_groups",
     "window_sessions",
 ]
 
@@ -239,31 +255,38 @@ def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
 
 
 def evaluate_trials(
-    trials: Sequence[Trial], w: Windowed, done: dict[FitPart, PartResult] | None = None
+    trials: Sequence[Trial], w: Windowed, done: Mapping[FitPart, PartResult] | None = None
 ) -> list[TrialResult]:
     """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`,
-    fitting once: each result is :func:`evaluate_trial`'s, ``fit_seconds`` the group's share.
-    ``done``: parts fitted elsewhere (:func:`evaluate_part`; protocol ``val`` only).
+    fitting once on each of their protocol's training sets, post-processing and scoring: each
+    result is :func:`evaluate_trial`'s, ``fit_seconds`` the group's share, the warnings raised
+    in ``warnings``. ``done``: parts fitted elsewhere (:func:`evaluate_part`; protocol ``val`` only).
 
     Raises:
         ValueError: different fit keys, nothing to fit or score, or ``done`` under a cross-validation.
     """
-    trials = list(trials)
+    trials, done = list(trials), dict(done or {})
     if not trials:
         return []
     _check_group(trials)
-    results, caught = _recordings(lambda: _evaluate_group(trials, w, dict(done or {})))
+    t0 = time.perf_counter()
+    first, n = trials[0], len(trials)
+    with recording() as caught:
+        parts, need_post_fit, need_unseen = _group_sets(trials, w)
+        if done:
+            _refuse_cv(first)
+        group = _Group(
+            trials, [{} for _ in range(n)], [{} for _ in range(n)], [{} for _ in range(n)]
+        )
+        for train, evaluate, split, unseen in _training_sets(trials, parts):
+            fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and unseen, done)
+            group.add(fitted, train, evaluate, split)
+        # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
+        seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / n
+        results = [_result(group, i, w, seconds) for i in range(n)]
     for r in results:
-        r.warnings = sorted({*caught, *r.warnings})
+        r.warnings = sorted({*as_text(caught), *r.warnings})
     return results
-
-
-def _recordings(make: Callable[[], list[TrialResult]]) -> tuple[list[TrialResult], set[str]]:
-    """``make()`` and the warnings it raised, as text."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results = make()
-    return results, {f"{type(c.message).__name__}: {c.message}" for c in caught}
 
 
 def _check_group(trials: Sequence[Trial]) -> None:
@@ -349,54 +372,30 @@ class _Group:
         self.split_of.update(split)
 
 
-def _evaluate_group(
-    trials: list[Trial], w: Windowed, done: dict[FitPart, PartResult]
-) -> list[TrialResult]:
-    """Fit the group on each of its protocol's training sets, post-process, score."""
-    t0 = time.perf_counter()
+def _training_sets(
+    trials: Sequence[Trial], parts: dict[str, list[WindowedSession]]
+) -> list[tuple[list[WindowedSession], list[WindowedSession], dict[str, str], bool]]:
+    """A fit group's training sets under its protocol: (fitted on, evaluated, evaluated session ->
+    split, whether its unseen-listener fits are made)."""
     first = trials[0]
-    parts, need_post_fit, need_unseen = _group_sets(trials, w)
-    if done:
-        _refuse_cv(first)
-    n = len(trials)
-    group = _Group(trials, [{} for _ in range(n)], [{} for _ in range(n)], [{} for _ in range(n)])
-
-    def run(
-        train: list[WindowedSession],
-        evaluate: list[WindowedSession],
-        split: dict[str, str],
-        unseen: bool,
-    ) -> None:
-        fitted = fit_group(first, train, evaluate, need_post_fit, need_unseen and unseen, done)
-        group.add(fitted, train, evaluate, split)
-
-    if first.protocol in CV_PROTOCOLS:
-        pool, scored_as = parts["train"] + parts["val"], selection_split(first.protocol)
-        # nested (LOSO): each fold fitted without each listener too, to score the others' story
-        nested = any(
-            t.protocol == "loso"
-            and t.track == "generalized"
-            and t.unseen_listener
-            and t.unseen_nested
-            for t in trials
-        )
-        for held in cv_folds(pool, first.protocol, first.folds):
-            out = {s.session for s in held}
-            if rest := [s for s in pool if s.session not in out]:
-                run(rest, held, {s.session: scored_as for s in held}, nested)
-        if parts["test"]:
-            run(pool, parts["test"], {s.session: "test" for s in parts["test"]}, True)
-    else:
+    if first.protocol not in CV_PROTOCOLS:
         evaluate = parts["val"] + parts["test"]
-        run(
-            parts["train"],
-            evaluate,
-            {s.session: k for k in ("val", "test") for s in parts[k]},
-            True,
-        )
-    # the parts fitted elsewhere count too: the group's fitting time wherever it was spent
-    seconds = (time.perf_counter() - t0 + sum(r.seconds for r in done.values())) / n
-    return [_result(group, i, w, seconds) for i in range(n)]
+        split = {s.session: k for k in ("val", "test") for s in parts[k]}
+        return [(parts["train"], evaluate, split, True)]
+    pool, scored_as = parts["train"] + parts["val"], selection_split(first.protocol)
+    # nested (LOSO): each fold fitted without each listener too, to score the others' story
+    nested = any(
+        t.protocol == "loso" and t.track == "generalized" and t.unseen_listener and t.unseen_nested
+        for t in trials
+    )
+    sets = []
+    for held in cv_folds(pool, first.protocol, first.folds):
+        out = {s.session for s in held}
+        if rest := [s for s in pool if s.session not in out]:
+            sets.append((rest, held, {s.session: scored_as for s in held}, nested))
+    if parts["test"]:
+        sets.append((pool, parts["test"], {s.session: "test" for s in parts["test"]}, True))
+    return sets
 
 
 def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
@@ -419,3 +418,141 @@ def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
     return TrialResult(
         t, metrics, scores, p, truth, u, seconds, group.n_rows, sorted(set(group.notes))
     )
+
+
+# --------------------------------------------------------------------------- a sweep's tasks
+@dataclass(frozen=True)
+class TaskData:
+    """What a sweep's tasks read: the ``store`` folder (absolute for a remote backend), the
+    ``channels``, ``target``, ``splits`` and ``gold_standard`` the frame tables are loaded with,
+    the ``sessions`` (None: every one of the store) and the store's ``fingerprint``."""
+
+    store: str
+    channels: tuple[str, ...]
+    target: str
+    splits: tuple[tuple[str, tuple[int, ...]], ...]
+    gold_standard: GoldStandard
+    sessions: tuple[str, ...] | None = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a sweep: a fit group (``trials``, one fit key) on the ``data`` it reads, its
+    figures drawn where it runs when ``figures``; ``done``: its parts fitted by other tasks."""
+
+    trials: tuple[Trial, ...]
+    data: TaskData | None
+    figures: bool = False
+    done: tuple[tuple[FitPart, PartResult], ...] = ()
+
+    @property
+    def key(self) -> WindowKey:
+        """The window key of its features."""
+        return self.trials[0].window_key()
+
+
+def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:
+    """``trials`` by window key (first appearance order): each key's windowed features are computed once."""
+    groups: dict[WindowKey, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(t.window_key(), []).append(t)
+    return groups
+
+
+def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
+    """``trials`` grouped by :meth:`Trial.fit_key` (first appearance order): each group is
+    evaluated in one task, its fits shared (:func:`evaluate_trials`)."""
+    groups: dict[Trial, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(t.fit_key(), []).append(t)
+    return [tuple(g) for g in groups.values()]
+
+
+def plan_tasks(trials: Sequence[Trial], data: TaskData, figures: bool) -> list[Task]:
+    """A task per fit group of ``trials`` reading ``data``, by window key (first appearance order)."""
+    return [
+        Task(group, data, figures)
+        for key_trials in window_groups(trials).values()
+        for group in fit_groups(key_trials)
+    ]
+
+
+#: windowed feature sets a process keeps (least recently used dropped first)
+WINDOW_CACHE_SIZE = 2
+# per process: the frame tables of one sweep's data, and the last window keys' features
+_LOCK = threading.Lock()
+_TABLES: dict[TaskData | None, list[SessionTable]] = {}
+_WINDOWED: OrderedDict[tuple[TaskData | None, WindowKey], Windowed] = OrderedDict()
+
+
+def tables(data: TaskData | None) -> list[SessionTable]:
+    """``data``'s frame tables in this process, loaded on first use.
+
+    Raises:
+        DatasetError: the store lacks what ``data`` names, or this process does not see it.
+    """
+    with _LOCK:
+        if data not in _TABLES:
+            if data is None:
+                raise DatasetError("a task without data found no windowed features shared with it")
+            _TABLES.clear()
+            _TABLES[data] = load_sessions(
+                data.store,
+                list(data.channels),
+                target=data.target,
+                splits={k: list(v) for k, v in data.splits},
+                sessions=None if data.sessions is None else list(data.sessions),
+                gold_standard=data.gold_standard,
+            )
+        return _TABLES[data]
+
+
+def share(data: TaskData | None, key: WindowKey, w: Windowed) -> None:
+    """Hold ``w`` as ``data``'s features for ``key`` in this process (forked workers inherit it)."""
+    with _LOCK:
+        _WINDOWED[data, key] = w
+        while len(_WINDOWED) > WINDOW_CACHE_SIZE:
+            _WINDOWED.popitem(last=False)
+
+
+def forget(tables: bool = True) -> int:
+    """Drop the windowed features (and with ``tables`` the frame tables) this process holds;
+    returns how many entries were dropped."""
+    with _LOCK:
+        n = len(_WINDOWED) + len(_TABLES) * tables
+        _WINDOWED.clear()
+        if tables:
+            _TABLES.clear()
+    return n
+
+
+def windowed(task: Task) -> Windowed:
+    """The task's windowed features: shared with this process, else windowed here (kept)."""
+    held = _WINDOWED.get((task.data, task.key))
+    if held is None:
+        held = window_sessions(tables(task.data), task.key)
+        share(task.data, task.key, held)
+    _WINDOWED.move_to_end((task.data, task.key))
+    return held
+
+
+def run_task(task: Task) -> list[TrialResult]:
+    """Load, window, fit and score one task wherever it runs: its fit group's results, with their
+    figures when ``task.figures``.
+
+    Raises:
+        DatasetError: a problem of the store (it stops the sweep).
+        TaskError: the windowing failed (it fails the task's configurations only).
+    """
+    try:
+        w = windowed(task)
+    except DatasetError:
+        raise
+    except Exception as e:
+        raise TaskError(f"windowing failed: {type(e).__name__}: {e}") from e
+    try:
+        results = evaluate_trials(task.trials, w, dict(task.done))
+        return [with_figures(r) for r in results] if task.figures else results
+    finally:
+        release_free_memory()  # an idle worker does not keep the fit's memory

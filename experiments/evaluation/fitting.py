@@ -13,11 +13,12 @@ reuse exact fits through :class:`~experiments.evaluation.fit_cache.FitCache`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -80,8 +81,17 @@ def design(
     return X, y[keep]
 
 
-def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Sessions) -> tuple:
-    """``trial``'s model with ``personalization`` fitted on ``train``: (model, label mean, rows).
+class FitResult(NamedTuple):
+    """A model fitted by :func:`_fit`, its training labels' mean (what a NaN prediction is
+    filled with) and its training rows."""
+
+    model: Any
+    y_mean: float
+    n_rows: int
+
+
+def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Sessions) -> FitResult:
+    """``trial``'s model with ``personalization`` fitted on ``train``.
     A per-listener model fits its global fallback only when a listener of ``predicted`` has too
     few rows for a model of their own (else that costly fit would never be used)."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
@@ -96,10 +106,10 @@ def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Session
         lacking = any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted)
         model.set_params(fallback=lacking)
     model.fit(X, y)
-    return model, float(np.mean(y)), len(y)
+    return FitResult(model, float(np.mean(y)), len(y))
 
 
-def _predict_filled(trial: Trial, fitted: tuple, s: WindowedSession) -> np.ndarray:
+def _predict_filled(trial: Trial, fitted: FitResult, s: WindowedSession) -> np.ndarray:
     """A session's predictions by a fitted model (:func:`_fit`), NaN as the training label mean."""
     model, y_mean, _ = fitted
     position, column_major = _layout(trial)
@@ -135,6 +145,23 @@ def _ids(sessions: Sessions) -> tuple[str, ...]:
     return tuple(s.session for s in sessions)
 
 
+@contextlib.contextmanager
+def recording(on: bool = True) -> Iterator[list[warnings.WarningMessage]]:
+    """The warnings raised in the body, recorded (not shown) in the list it yields; with ``on``
+    False they are raised as usual and the list stays empty."""
+    if not on:
+        yield []
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def as_text(caught: Sequence[warnings.WarningMessage]) -> set[str]:
+    """Recorded warnings as ``"Category: message"``."""
+    return {f"{type(c.message).__name__}: {c.message}" for c in caught}
+
+
 def _recorded(make: Callable[[], Any]) -> tuple[Any, list[warnings.WarningMessage]]:
     """``make()`` and the warnings it raised (recorded, not shown)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -156,7 +183,7 @@ class _Model:
     again at each use)."""
 
     trial: Trial
-    fitted: tuple
+    fitted: FitResult
     memo: dict[str, tuple[np.ndarray, list[warnings.WarningMessage]]] | None = None
 
     def raw(self, s: WindowedSession) -> np.ndarray:
@@ -260,22 +287,25 @@ def _pipeline_part(
     trial: Trial,
     sets: tuple[Sessions, str, Sessions, Sessions],
     cache: FitScope | None,
+    record: bool = True,
 ) -> tuple[_Model, PartResult]:
     """The pipeline of ``sets`` (:func:`_part_sets`; or the cache's, made on the same inputs)
-    and what it predicted."""
+    and what it predicted; with ``record``, the warnings raised are the result's, as text."""
     t0 = time.perf_counter()
     fit_on, personalization, predicted, in_sample = sets
     shown = [*predicted, *in_sample]
-    model = (
-        _Model(trial, _fit(trial, fit_on, personalization, shown))
-        if cache is None
-        else cache.model(trial, fit_on, personalization, shown)
-    )
-    result = PartResult(
-        {s.session: model.predict(s) for s in predicted},
-        {s.session: model.predict(s) for s in in_sample},
-        n_rows=model.fitted[2],
-    )
+    with recording(record) as caught:
+        model = (
+            _Model(trial, _fit(trial, fit_on, personalization, shown))
+            if cache is None
+            else cache.model(trial, fit_on, personalization, shown)
+        )
+        result = PartResult(
+            {s.session: model.predict(s) for s in predicted},
+            {s.session: model.predict(s) for s in in_sample},
+            n_rows=model.fitted.n_rows,
+        )
+    result.warnings = sorted(as_text(caught))
     result.seconds = time.perf_counter() - t0
     return model, result
 
@@ -298,10 +328,7 @@ def fit_part(
     )
     if part in closed:
         return closed[part]
-    sets = _part_sets(trial, part, train, evaluate, need_post_fit)
-    (_, result), caught = _recorded(lambda: _pipeline_part(trial, sets, cache))
-    result.warnings = sorted({f"{type(c.message).__name__}: {c.message}" for c in caught})
-    return result
+    return _pipeline_part(trial, _part_sets(trial, part, train, evaluate, need_post_fit), cache)[1]
 
 
 def fit_main(
@@ -316,7 +343,7 @@ def fit_main(
     predictions on changed features (:mod:`experiments.evaluation.importance`) by the very model
     the run's came from; with ``cache``, configurations sharing the model get equal functions."""
     sets = _part_sets(trial, FitPart("main"), train, evaluate, need_post_fit)
-    model, result = _pipeline_part(trial, sets, cache)
+    model, result = _pipeline_part(trial, sets, cache, record=False)
     return model.raw, result
 
 
@@ -505,7 +532,8 @@ def fit_group(
         if cache is None
         else cache.closed_form(trial, todo, train, evaluate, need_post_fit)
     )
-    for part in todo:
+    for part in todo:  # those without a closed form: the model's pipeline
         if part not in done:
-            done[part] = fit_part(trial, part, train, evaluate, need_post_fit, cache)
+            sets = _part_sets(trial, part, train, evaluate, need_post_fit)
+            done[part] = _pipeline_part(trial, sets, cache)[1]
     return combine_parts(trial, done, train, evaluate, need_post_fit, need_unseen)

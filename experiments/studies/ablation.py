@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -34,7 +33,7 @@ from .ablation_report import PAPER_TEST, SELECTION_SPLITS, ablation_markdown, im
 from .corpus_config import corpus_note
 from .explain import Explanation, explain_choices, logged_scores
 from .fusion import fusion_rows
-from .parent_run import SweepResult
+from .parent_run import SweepOptions, SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
 
@@ -80,32 +79,21 @@ SET_COMPARISONS = (
 REPORT_FILES = "ablation.csv ablation_comparisons.csv ablation.md ablation.png ablation_unseen.csv"
 
 
-class SweepOptions(TypedDict, total=False):
-    """How the ablation's sweep runs: the keyword arguments of
-    :func:`experiments.studies.sweep.run_sweep` it passes on."""
-
-    tracking_uri: str | None
-    jobs: int | None
-    progress: bool
-    executor: str | None
-    scheduler: str | None
-    resume: bool
-
-
 def ablate(
     cfg: ExperimentConfig,
     store: Store | str | os.PathLike = "features",
     out_dir: str | Path = "reports",
-    **options: Unpack[SweepOptions],
+    options: SweepOptions | None = None,
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """Sweep every feature set of ``cfg`` and write and log the ablation's reports into
+    """Sweep every feature set of ``cfg`` (with ``options``) and write and log the ablation's reports into
     ``out_dir`` (docs/outputs.md); with several targets, :func:`ablate_targets`. Returns the
     table and the sweep."""
+    options = options or SweepOptions()
     if len(cfg.all_targets()) > 1:
-        return ablate_targets(cfg, store, out_dir, **options)
+        return ablate_targets(cfg, store, out_dir, options)
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
-    uri = options.get("tracking_uri") or cfg.tracking.uri
+    uri = options.tracking_uri or cfg.tracking.uri
     sweep = sweep_feature_sets(cfg, store, options)
     m = get_metric(cfg.metric)
     df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
@@ -131,7 +119,7 @@ def sweep_feature_sets(
     cfg: ExperimentConfig, store: Store | str | os.PathLike, options: SweepOptions
 ) -> SweepResult:
     """The grid: one sweep (parent run ``ablation``) over every feature set of ``cfg``."""
-    return run_sweep(cfg, store, run_name="ablation", **options)
+    return run_sweep(cfg, store, replace(options, run_name="ablation"))
 
 
 def _get(row: pd.Series | None, name: str) -> float:
@@ -411,7 +399,7 @@ def ablate_targets(
     cfg: ExperimentConfig,
     store: Store | str | os.PathLike = "features",
     out_dir: str | Path = "reports",
-    **options: Unpack[SweepOptions],
+    options: SweepOptions | None = None,
 ) -> tuple[pd.DataFrame, SweepResult]:
     """:func:`ablate` for several targets: each target's ablation on its own (reports in
     ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}`` with every target's rows and the
@@ -421,7 +409,7 @@ def ablate_targets(
     out = Path(out_dir)
     parts, sweeps = [], []
     for target in targets:
-        df, sweep = ablate(cfg.for_target(target), store, out / target, **options)
+        df, sweep = ablate(cfg.for_target(target), store, out / target, options)
         parts.append(df.assign(target=target))
         sweeps.append(sweep)
     m = get_metric(cfg.metric)
@@ -438,7 +426,7 @@ def ablate_targets(
         if pd.notna(r[name])
     }
     tracker = Tracker(
-        options.get("tracking_uri") or cfg.tracking.uri,
+        (options.tracking_uri if options else None) or cfg.tracking.uri,
         cfg.tracking.experiment,
         cfg.tracking.artifacts,
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from featurestore import Store
+from featurestore.parallel.memory import release_free_memory
 
 from ..config.grid import Trial, trial_from_params
 from ..config.metrics import DEFAULT_METRIC, get_metric
@@ -29,7 +30,6 @@ from ..evaluation.importance import (
     permutation_importances,
 )
 from ..evaluation.plots import plot_importance, plot_session_scores
-from ..executors.memory import release_free_memory
 from ..tracking.child_runs import matrix_file
 from ..tracking.redact import mask_uri
 from ..tracking.summary import log_files

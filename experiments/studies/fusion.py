@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from featurestore import Store
+from featurestore.parallel.memory import release_free_memory
 
 from ..config.fusion import FUSED_SET
 from ..config.grid import Trial, format_value
@@ -25,7 +26,6 @@ from ..data.dataset import load_sessions
 from ..data.lookahead import channel_lookaheads, with_channel_lookahead
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
-from ..executors.memory import release_free_memory
 from ..tracking.child_runs import matrix_file, warnings_tags, write_prediction_csv
 from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker

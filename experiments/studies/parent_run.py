@@ -4,9 +4,9 @@
 (an Optuna study) differ in which configurations they evaluate, not in what happens around them:
 :class:`ParentRun` opens the tracking store (runs a killed sweep left RUNNING marked KILLED),
 fingerprints the store and the code and looks up the FINISHED runs a resume reuses (same config
-hash, store and code: :meth:`ParentRun.reused`); :meth:`ParentRun.opened` opens the executor and
-the parent run, whose configurations :meth:`ParentRun.evaluate` hands to the executor and
-:meth:`ParentRun.record` logs as child runs; however it ends, the children still RUNNING are
+hash, store and code: :meth:`ParentRun.reused`); :meth:`ParentRun.opened` opens the backend and
+the parent run, whose configurations the sweep (:func:`experiments.studies.sweep.evaluate`)
+maps on the backend and :meth:`ParentRun.record` logs as child runs; however it ends, the children still RUNNING are
 marked KILLED, the summary attached and the parent closed (:meth:`ParentRun.finish`). Sweeps of one
 experiment running at once claim each configuration before evaluating it
 (:mod:`experiments.tracking.claims`): one claimed by another sweep is waited for and its run
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from featurestore import Store
+from featurestore.errors import ConfigError
+from featurestore.parallel import Backend, BackendError, make_backend
 from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout
 
 from ..config.grid import Trial
@@ -43,9 +46,9 @@ from ..data.lookahead import (
     unknown_note,
     with_channel_lookahead,
 )
-from ..executors.base import Executor, Outcome, SweepContext, make_executor
-from ..tracking.child_runs import RunRow, log_child, run_row, sweep_table
+from ..tracking.child_runs import Outcome, RunRow, log_child, run_row, sweep_table
 from ..tracking.claims import Claims
+from ..tracking.context import SweepContext
 from ..tracking.provenance import code_version
 from ..tracking.summary import summarise, summarise_targets, unseen_listener_trials
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
@@ -89,14 +92,14 @@ class SweepResult:
         return len(self.failed)
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """How a sweep or a search runs and logs (the keyword arguments of ``run_sweep``/``run_search``):
-    ``tracking_uri`` (default: the config's), ``jobs`` at a time (default: the config's, else 1; a
-    local Dask cluster's workers, 2), a ``progress`` bar, the parent's ``run_name``, whether to
-    ``log_artifacts``, ``on_result`` (called with each new child's table row), the ``executor``
-    (a registered name or an :class:`~experiments.executors.base.Executor`; default the config's)
-    and the cluster it joins (``scheduler``), and ``resume``.
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions:
+    """How a sweep or a search runs and logs, from the command line to the backend:
+    ``tracking_uri`` (default: the config's), ``jobs`` at a time (default: the config's, else 1;
+    a local Dask cluster's workers, 2), a ``progress`` bar, the parent's ``run_name``, whether to
+    ``log_artifacts``, ``on_result`` (called with each new child's table row), the ``backend``
+    (a registered name or a :class:`~featurestore.parallel.Backend`; default the config's), the
+    cluster it joins (``scheduler``), and ``resume``.
     """
 
     tracking_uri: str | None = None
@@ -105,15 +108,32 @@ class RunOptions:
     run_name: str | None = None
     log_artifacts: bool = True
     on_result: Callable[[dict], None] | None = None
-    executor: str | Executor | None = None
+    backend: str | Backend | None = None
     scheduler: str | None = None
     resume: bool = True
 
 
-def store_fingerprint(store: Store | str | Any) -> tuple[str, str]:
+def as_store(store: Store | str | os.PathLike) -> Store:
+    """``store`` itself, or the store in that folder (the one coercion at a sweep's entry)."""
+    return store if isinstance(store, Store) else Store(store)
+
+
+def sweep_backend(cfg: ExperimentConfig, options: SweepOptions) -> Backend:
+    """The options' backend, else the config's, built with the options' scheduler.
+
+    Raises:
+        ConfigError: no backend of that name, or a scheduler for one that joins no cluster.
+    """
+    try:
+        return make_backend(options.backend or cfg.backend, options.scheduler)
+    except BackendError as e:
+        raise ConfigError(f"{e} (config key backend, or --backend)") from None
+
+
+def store_fingerprint(store: Store | str | os.PathLike) -> tuple[str, str]:
     """(hash of every shard's channel cache keys and labels, face backend name); labels are hashed
     by content, so re-imported or corrected ratings are not reused."""
-    st = store if isinstance(store, Store) else Store(store)
+    st = as_store(store)
     h = hashlib.sha256()
     backend = "none"
     for s in st.list_sessions():
@@ -132,12 +152,12 @@ class ParentRun:
     and ``scores`` collect what the configurations gave, in the order they were recorded.
 
     Raises:
-        ConfigError: the executor named is not registered.
+        ConfigError: the backend named is not registered.
     """
 
-    def __init__(self, cfg: ExperimentConfig, store: Any, options: RunOptions) -> None:
+    def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         self.cfg, self.store, self.options = cfg, store, options
-        self.executor = make_executor(options.executor or cfg.executor, options.scheduler)
+        self.backend = sweep_backend(cfg, options)
         self.jobs = 1
         self.t_start = time.perf_counter()
         self.tracker = Tracker(
@@ -146,7 +166,7 @@ class ParentRun:
             cfg.tracking.artifacts,
         )
         self.reaped = self.tracker.reap_stale()
-        self.fingerprint, self.backend = store_fingerprint(store)
+        self.fingerprint, self.face_backend = store_fingerprint(store)
         self.layout = corpus_layout(store)
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.persons = person_ids(store)  # and its person ids
@@ -180,14 +200,14 @@ class ParentRun:
         child_tags: dict[str, str] | None = None,
         progress: dict[str, Any] | None = None,
     ) -> Iterator[ParentRun]:
-        """The executor opened and the parent run started (:meth:`start`) for the body; then the
+        """The backend opened and the parent run started (:meth:`start`) for the body; then the
         parent finished however the body ended: FINISHED, KILLED on Ctrl-C, FAILED on an error
         (both re-raised), ``best_ids`` holding each track's best child."""
         o = self.options
         requested = o.jobs if o.jobs is not None else self.cfg.jobs
         with (
             contextlib.closing(self.claims) as _,
-            self.executor.opened(requested, self.tracker.uri, o.log_artifacts) as self.jobs,
+            self.backend.opened(requested) as self.jobs,
         ):
             self.start(kind, params, tags or {}, child_tags or {}, progress or {})
             status = "FAILED"
@@ -215,22 +235,18 @@ class ParentRun:
         name = o.run_name or f"{kind} {time.strftime('%Y-%m-%d %H:%M:%S')}"
         self.id = self.tracker.start_run(name, tags={**self._tags(), **tags})
         common = {"target": ",".join(cfg.all_targets()), "protocol": cfg.protocol}
-        rest = {"feature_sets": ",".join(cfg.feature_set), "store": str(self.store)}
+        rest = {"feature_sets": ",".join(cfg.feature_set), "store": str(self.store.root)}
         self.tracker.log(self.id, params={**common, **params, **rest, "jobs": self.jobs})
         if self.reaped:
             self.tracker.log(self.id, tags={"reaped_runs": ",".join(self.reaped)})
         provenance = {"store_fingerprint": self.fingerprint, **self.code.tags()}
         self.ctx = SweepContext(
             cfg=cfg,
-            store=self.store,
-            channels=(),
-            store_fingerprint=self.fingerprint,
-            jobs=self.jobs,
             tracking_uri=self.tracker.uri,
             experiment=cfg.tracking.experiment,
             parent_run_id=self.id,
             log_artifacts=o.log_artifacts,
-            child_tags={**provenance, "face_backend": self.backend, **child_tags},
+            child_tags={**provenance, "face_backend": self.face_backend, **child_tags},
         )
         self.bar = tqdm(**progress, disable=not o.progress)
         return self.id
@@ -242,10 +258,10 @@ class ParentRun:
             CONFIG_HASH_TAG + "_sweep": self.cfg.hash(),
             "store_fingerprint": self.fingerprint,
             **self.code.tags(),
-            "face_backend": self.backend,
+            "face_backend": self.face_backend,
             "resume": str(bool(self.options.resume)).lower(),
             "sweep": "parent",
-            "executor": self.executor.name,
+            "backend": self.backend.name,
             "layout": self.layout.name,
             "role_names": self.layout.role_names_json(),
             **({"unseen_selection": self.unseen_selection} if self.unseen_selection else {}),
@@ -280,36 +296,6 @@ class ParentRun:
         if self.ctx is None:
             raise RuntimeError("the parent run is not open: use `with run.opened(...)` first")
         return self.ctx
-
-    def evaluate(self, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
-        """Evaluate ``todo`` with the executor, one target's labels at a time, handing each
-        :class:`Outcome` to ``on_outcome`` as it comes; the executor's work stops however this ends.
-        A configuration another sweep has claimed is waited for, then reused once it finished
-        (or evaluated here when that sweep ended without it)."""
-        targets = list(dict.fromkeys(t.target for t in todo))
-        for target in targets:
-            waiting = self.counted([t for t in todo if t.target == target])
-            ctx = replace(
-                self.context,
-                cfg=self.cfg.for_target(target) if len(targets) > 1 else self.cfg,
-                channels=tuple(sorted({c for t in waiting for c in t.channels})),
-            )
-            first = True
-            while waiting:
-                part, done, waiting = self.claim(waiting)
-                for t, row in done:  # finished by another sweep: its run, as this sweep's row
-                    on_outcome(Outcome(t, row=row))
-                if part:
-                    with contextlib.closing(self.executor.run(part, ctx)) as outcomes:
-                        for outcome in outcomes:
-                            on_outcome(outcome)
-                if waiting:
-                    if first and self.bar is not None:
-                        self.bar.set_description(
-                            f"waiting for {len(waiting)} claimed by another sweep"
-                        )
-                    first = False
-                    time.sleep(CLAIM_POLL_S)
 
     def claim(
         self, trials: Sequence[Trial]

@@ -3,8 +3,9 @@ configurations, child runs and summary as a grid's, sampled (docs/config.md, Opt
 
 The objective is the configured metric of ``search.track`` on the selection split, in the
 metric's direction; the trials are sampled in this process and evaluated ``jobs`` at a time by
-the local executor (batch ask-and-tell; TPE's ``constant_liar`` keeps the trials in flight
-apart), each told once it is logged. Optuna's own MLflow callback is not used: its runs would
+the sweep's machinery on this machine (:func:`experiments.studies.sweep.evaluate`; batch
+ask-and-tell; TPE's ``constant_liar`` keeps the trials in flight apart), each told once it is
+logged. Optuna's own MLflow callback is not used: its runs would
 be neither these child runs nor resumable by config hash; each trial carries its child run's id
 (user attribute ``mlflow_run_id``) instead. The study lives in an RDB storage (default
 ``optuna.db`` beside a SQLite tracking database), named after the config, the store and the
@@ -25,7 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from featurestore.overrides import ConfigError
+from featurestore import Store
+from featurestore.errors import ConfigError
 from featurestore.processes import pid_alive
 
 from ..config.grid import Trial
@@ -33,10 +35,10 @@ from ..config.metrics import get_metric
 from ..config.schema import ExperimentConfig, config_hash
 from ..config.search_space import SearchSpace, baseline_trial, sample_trial, search_space
 from ..config.tracks import selection_metric
-from ..executors.base import Outcome
-from ..tracking.child_runs import RunRow
+from ..tracking.child_runs import Outcome, RunRow
 from ..tracking.redact import mask_uri
-from .parent_run import ParentRun, RunOptions, SweepResult
+from .parent_run import ParentRun, SweepOptions, SweepResult, as_store
+from .sweep import evaluate
 
 #: tags of a search's child runs and parent run
 STUDY_TAG = "optuna_study"
@@ -78,7 +80,7 @@ def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: 
     fingerprints, so the same search on the same data by the same code continues one study."""
     d = cfg.to_dict()
     d.pop("jobs", None)
-    d.pop("executor", None)
+    d.pop("backend", None)
     d["search"] = {k: v for k, v in d["search"].items() if k not in ("n_trials", "storage")}
     key = {"config": d, "store": store_fingerprint, "code": code_fingerprint}
     return f"{cfg.tracking.experiment}.{config_hash(key)}"
@@ -159,12 +161,13 @@ class _Search(ParentRun):
     """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`) and
     its trials table in the summary."""
 
-    def __init__(self, cfg: ExperimentConfig, store: Any, options: RunOptions) -> None:
+    def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         super().__init__(cfg, store, options)
-        if self.executor.name != "local":
+        if self.backend.remote:
             raise ConfigError(
-                f"{cfg.source}: an Optuna search (search.method: optuna) runs its trials with the "
-                f"local executor, not {self.executor.name}: use --executor local --jobs N"
+                f"{cfg.source}: an Optuna search (search.method: optuna) runs its trials on this "
+                f"machine, and backend {self.backend.name} runs them elsewhere: use --backend "
+                "processes --jobs N"
             )
         self.space = search_space(cfg)
         self.objective = selection_metric(cfg.search.track, cfg.protocol, cfg.metric)
@@ -224,7 +227,7 @@ class _Search(ParentRun):
             self.bar.update(len(waiting))
             self.notify(row)
 
-        self.evaluate(list(todo.values()), record)
+        evaluate(self, list(todo.values()), record)
 
     def ask(self, stale: list[Any]) -> tuple[Any, Trial]:
         """The next trial (a stale one, asked but never told by a killed search, first: its
@@ -306,18 +309,22 @@ def _check_search(cfg: ExperimentConfig) -> None:
         )
 
 
-def run_search(cfg: ExperimentConfig, store: Any = "features", **options: Any) -> SearchResult:
+def run_search(
+    cfg: ExperimentConfig,
+    store: Store | str | os.PathLike = "features",
+    options: SweepOptions | None = None,
+) -> SearchResult:
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow, as
-    :func:`experiments.studies.sweep.run_sweep` (which calls it for such a config) logs a grid,
-    with the same keyword arguments (:class:`experiments.studies.parent_run.RunOptions`); the
-    parent is tagged ``search=optuna`` and ``optuna_study``.
+    :func:`experiments.studies.sweep.run_sweep` logs a grid, with the same options
+    (:class:`~experiments.studies.parent_run.SweepOptions`); the parent is tagged
+    ``search=optuna`` and ``optuna_study``.
 
     Raises:
-        ConfigError: not an Optuna search, an executor other than ``local``, or
+        ConfigError: not an Optuna search, a remote backend, or
             ``unseen_listener`` on with a selection other than ``chosen``.
     """
     _check_search(cfg)
-    run = _Search(cfg, store, RunOptions(**options))
+    run = _Search(cfg, as_store(store), options or SweepOptions())
     s = cfg.search
     params = {"n_trials": run.n_trials, "search.sampler": s.sampler, "search.seed": s.seed}
     tags = {"search": "optuna", STUDY_TAG: run.name, "optuna_storage": _public_url(run.storage)}

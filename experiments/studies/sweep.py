@@ -1,10 +1,15 @@
-"""Sweep a config's grid over a feature store and log every configuration to MLflow.
+"""Sweep a config's grid over a feature store and log every configuration to MLflow: a plan of
+tasks mapped by a backend.
 
 One experiment per config (``tracking.experiment``), a parent run per sweep, one child run per
-configuration, the baseline first; the configurations ordered so that the windowed features are
-computed once per window key and the fits once per fit group. :func:`run_sweep` is the one entry
-point of every executor (:mod:`experiments.executors`) and of the Optuna search; resume and the
-parent run: :mod:`experiments.studies.parent_run`.
+configuration, the baseline first. :func:`plan` turns the configurations into tasks (a fit group
+each, with the data it reads and its window key, ordered so that the windowed features are
+computed once per window key); :func:`evaluate` claims them, maps
+:func:`~experiments.evaluation.evaluate.run_task` over them on the backend
+(:mod:`featurestore.parallel`; the processes and Dask backends schedule a sweep their own way:
+:mod:`experiments.engine`) and hands each outcome back to be logged. The Optuna search
+(:mod:`experiments.studies.search`) evaluates its trials with :func:`evaluate` too; resume and
+the parent run: :mod:`experiments.studies.parent_run`.
 
 >>> from experiments.config import load_config
 >>> [t.model for t in _order(_ensure_baseline(expand(load_config("smoke"))))][:2]
@@ -13,28 +18,52 @@ parent run: :mod:`experiments.studies.parent_run`.
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from featurestore.overrides import ConfigError
+from featurestore import Store
+from featurestore.errors import ConfigError
+from featurestore.parallel import Backend, Result
+from featurestore.parallel.dask import DaskBackend
+from featurestore.parallel.processes import ProcessesBackend
 
 from ..config.grid import Trial, WindowKey, expand
 from ..config.models import BASELINE
 from ..config.schema import ExperimentConfig
 from ..config.tracks import selection_metric as track_selection_metric
-from ..executors.base import Executor, Outcome
-from ..tracking.child_runs import UNSEEN_OF_TAG
+from ..data.dataset import DatasetError
+from ..engine.dask import map_on_dask
+from ..engine.forked import map_forked
+from ..evaluation.evaluate import Task, TaskData, forget, plan_tasks, run_task
+from ..tracking.child_runs import UNSEEN_OF_TAG, Outcome, RunRow
+from ..tracking.context import SweepContext
 from ..tracking.redact import mask_all
-from .parent_run import ParentRun, RunOptions, SweepResult
-from .search import run_search
+from . import parent_run
+from .parent_run import ParentRun, SweepOptions, SweepResult, as_store
 
 #: names outside code imports from here (defined in the modules above)
-__all__ = ["UNSEEN_OF_TAG", "SweepResult", "grid_trials", "run_sweep", "selection_metric"]
+__all__ = [
+    "UNSEEN_OF_TAG",
+    "SweepOptions",
+    "SweepResult",
+    "evaluate",
+    "grid_trials",
+    "plan",
+    "run_sweep",
+    "selection_metric",
+]
+
+#: backends that schedule a sweep their own way (by class; any other maps :func:`run_task`)
+SCHEDULES: dict[type[Backend], Callable[..., Iterator[Result]]] = {
+    ProcessesBackend: map_forked,
+    DaskBackend: map_on_dask,
+}
 
 
 def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
@@ -122,46 +151,86 @@ def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
     return trials
 
 
+def plan(
+    cfg: ExperimentConfig, store: Store, trials: Sequence[Trial], backend: Backend, figures: bool
+) -> list[Task]:
+    """The tasks that evaluate ``trials`` (of one target, ``cfg``'s) on ``store``: a fit group
+    each, reading the channels they all need (on a remote backend from the store's absolute
+    folder, its sessions listed here), figures drawn where they run when artifacts are logged."""
+    root = store.root.resolve() if backend.remote else store.root
+    data = TaskData(
+        store=str(root),
+        channels=tuple(sorted({c for t in trials for c in t.channels})),
+        target=cfg.target,
+        splits=tuple((k, tuple(v)) for k, v in sorted(cfg.splits.items())),
+        gold_standard=cfg.gold_standard,
+        sessions=tuple(store.list_sessions()) if backend.remote else None,
+    )
+    return plan_tasks(trials, data, figures)
+
+
+def _mapped(backend: Backend, tasks: Sequence[Task], log: SweepContext) -> Iterator[Result]:
+    """The tasks' results on ``backend``: its own schedule of a sweep, else :func:`run_task` mapped."""
+    schedule = next((SCHEDULES[c] for c in type(backend).__mro__ if c in SCHEDULES), None)
+    if schedule is not None:
+        return schedule(backend, tasks, log)
+    return backend.map(run_task, tasks, raises=(DatasetError,))
+
+
+def evaluate(run: ParentRun, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
+    """Evaluate ``todo`` on the run's backend, one target's labels at a time, handing each
+    :class:`Outcome` to ``on_outcome`` as it comes; the backend's work stops however this ends.
+    A configuration another sweep has claimed is waited for, then reused once it finished
+    (or evaluated here when that sweep ended without it)."""
+    targets = list(dict.fromkeys(t.target for t in todo))
+    for target in targets:
+        cfg = run.cfg.for_target(target) if len(targets) > 1 else run.cfg
+        waiting, log = (
+            run.counted([t for t in todo if t.target == target]),
+            replace(run.context, cfg=cfg),
+        )
+        first = True
+        while waiting:
+            part, done, waiting = run.claim(waiting)
+            for t, row in done:  # finished by another sweep: its run, as this sweep's row
+                on_outcome(Outcome(t, row=row))
+            tasks = plan(cfg, run.store, part, run.backend, run.options.log_artifacts)
+            try:
+                for task, result in zip(tasks, _mapped(run.backend, tasks, log), strict=True):
+                    values = result.value or [None] * len(task.trials)
+                    for t, v in zip(task.trials, values, strict=True):
+                        worker_row = v if isinstance(v, RunRow) else None
+                        on_outcome(Outcome(t, None if worker_row else v, worker_row, result.error))
+            finally:
+                forget()
+            if waiting:
+                if first and run.bar is not None:
+                    run.bar.set_description(f"waiting for {len(waiting)} claimed by another sweep")
+                first = False
+                time.sleep(parent_run.CLAIM_POLL_S)
+
+
 def run_sweep(
     cfg: ExperimentConfig,
-    store: Any = "features",
-    *,
-    executor: str | Executor | None = None,
-    scheduler: str | None = None,
-    tracking_uri: str | None = None,
-    jobs: int | None = None,
-    progress: bool = True,
-    run_name: str | None = None,
-    log_artifacts: bool = True,
-    on_result: Callable[[dict], None] | None = None,
-    resume: bool = True,
+    store: Store | str | os.PathLike = "features",
+    options: SweepOptions | None = None,
 ) -> SweepResult:
-    """Run every configuration of ``cfg`` (its grid, or its Optuna search: :func:`run_search`) and log
-    them to MLflow; ``executor``: a registered executor's name or an
-    :class:`~experiments.executors.base.Executor` (default: the config's), joining the cluster at
-    ``scheduler``; a configuration with a FINISHED run of its hash on the same store by the same
-    code is reused unless ``resume`` is False; the rest: :class:`~.parent_run.RunOptions`. Returns
-    a :class:`SweepResult` (``table``: a row per configuration with its run id, status, params and
-    metrics).
+    """Run every configuration of ``cfg``'s grid and log them to MLflow; a configuration with a
+    FINISHED run of its hash on the same store by the same code is reused unless
+    ``options.resume`` is False (the rest: :class:`SweepOptions`). Returns a :class:`SweepResult`
+    (``table``: a row per configuration with its run id, status, params and metrics).
 
     Raises:
-        ConfigError: an unknown executor, or an unusable unseen-listener selection.
+        ConfigError: an Optuna search (:func:`experiments.studies.search.run_search` runs it), an
+            unknown backend, or an unusable unseen-listener selection.
     """
-    options = RunOptions(
-        tracking_uri,
-        jobs,
-        progress,
-        run_name,
-        log_artifacts,
-        on_result,
-        executor,
-        scheduler,
-        resume,
-    )
     if cfg.search.method == "optuna":
-        return run_search(cfg, store, **vars(options))
+        raise ConfigError(
+            f"{cfg.source}: search.method optuna is a search, not a grid: run it with "
+            "experiments.studies.search.run_search (`experiments sweep` does)"
+        )
     trials = grid_trials(cfg)
-    run = ParentRun(cfg, store, options)
+    run = ParentRun(cfg, as_store(store), options or SweepOptions())
     todo = [t for t in trials if run.finished.get(t.hash()) is None]
     progress_bar = {"total": len(todo), "desc": "configurations", "unit": "cfg"}
     with run.opened("sweep", {"n_configurations": len(trials)}, progress=progress_bar):
@@ -174,7 +243,7 @@ def run_sweep(
             run.bar.update(1)
             run.notify(row)
 
-        run.evaluate(todo, record)
+        evaluate(run, todo, record)
         if cfg.unseen_listener and cfg.unseen_selection != "nested":
             extra = (
                 _fixed_unseen(cfg, trials, run)
@@ -184,7 +253,7 @@ def run_sweep(
             if extra:
                 run.bar.total += len(extra)
                 run.bar.set_description("unseen listeners")
-                run.evaluate(extra, record)
+                evaluate(run, extra, record)
                 todo += extra
     return run.result(skipped=len(trials) - len(todo))
 

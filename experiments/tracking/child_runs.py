@@ -33,6 +33,22 @@ from .ui_view import track_metrics
 UNSEEN_OF_TAG = "unseen_of"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A configuration's end: its ``result`` (for the sweep to log), or the ``row`` of the child
+    run a worker logged itself, or neither and the ``error`` that failed it."""
+
+    trial: Trial
+    result: TrialResult | None = None
+    row: RunRow | None = None
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Nothing was evaluated (``error`` says why); a worker-logged row carries its own status."""
+        return self.result is None and self.row is None
+
+
 def identity_tags(trial: Trial) -> dict[str, str]:
     """A configuration's identifying tags: its config hash and, for a chosen configuration's
     unseen-listener run, the hash of the grid configuration it evaluates again."""

@@ -9,18 +9,21 @@ import numpy as np
 import pytest
 
 from experiments.data.dataset import load_sessions
+from experiments.studies.sweep import SweepOptions
 from tests.experiments.helpers import CHANNELS, SPLITS, build_store, config_dict
 
 
 @pytest.fixture(scope="session")
 def local_reference(planted_store, tracking_dir):
-    """The local executor's metrics per config hash for :func:`config_dict` on the planted store."""
+    """The processes backend's metrics per config hash for :func:`config_dict` on the planted store."""
     from experiments.config.loading import from_dict
     from experiments.studies.sweep import run_sweep
     from experiments.tracking.tracker import CONFIG_HASH_TAG
 
     cfg = from_dict(config_dict(tracking_dir, "dask-reference"))
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     assert res.n_failed == 0
     return res.table.set_index(CONFIG_HASH_TAG)
 
@@ -55,7 +58,7 @@ def sweep_once(planted_store, tracking_dir):
 
     # selection chosen, as written (never the default): the tests of its twin runs and marks
     cfg = from_dict(config_dict(tracking_dir, "shared", unseen_listener={"selection": "chosen"}))
-    res = run_sweep(cfg, store=planted_store, progress=False)
+    res = run_sweep(cfg, store=planted_store, options=SweepOptions(progress=False))
     return cfg, res, resolve_tracking_uri(tracking_dir)
 
 

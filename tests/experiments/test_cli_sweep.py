@@ -3,15 +3,21 @@ sweeps, export -> score."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import sklearn
+import xgboost
 import yaml
 from mlflow import MlflowClient
 
@@ -19,7 +25,7 @@ from experiments.cli import _print_sweep, main
 from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import protocol_means
 from experiments.studies.parent_run import SweepResult
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
 from experiments.tracking.tracker import _UNSEEN_OF, CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
@@ -32,6 +38,8 @@ from tests.experiments.helpers import (
     cli_env,
     config_dict,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_config(path, raw) -> str:
@@ -260,7 +268,9 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
     assert len(killed_parent) == 1 and killed_parent[0].info.run_id in running_at_kill
     assert 1 <= len(finished_before) < n
 
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
 
     after = runs_of(client, "kill-resume")
     assert not [r for r in after if r.info.status == "RUNNING"]
@@ -448,3 +458,44 @@ def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(
     assert code == 2
     err = capsys.readouterr().err
     assert "listener/face_au" in err and "featurestore extract" in err and "Traceback" not in err
+
+
+def _stack_at_first_fit(run: Callable[[], object]) -> list[traceback.FrameSummary]:
+    """The stack (outermost first) at the first call of a scikit-learn or XGBoost ``fit`` while
+    ``run()`` runs in this process."""
+    libraries = [str(Path(m.__file__).parent) for m in (sklearn, xgboost)]
+    seen: list[list[traceback.FrameSummary]] = []
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if (
+            not seen
+            and event == "call"
+            and code.co_name == "fit"
+            and code.co_filename.startswith(tuple(libraries))
+        ):
+            seen.append(traceback.extract_stack(frame))
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    assert seen, "no estimator was fitted"
+    return seen[0]
+
+
+@pytest.mark.integration
+def test_the_walk_from_the_sweep_command_to_a_fit_is_short(planted_store, tmp_path):
+    """At the first estimator fit of a one-process smoke sweep (serial backend), the package's
+    own frames from the sweep command on are at most 10 calls in at most 6 files."""
+    packages = tuple(str(ROOT / p) + os.sep for p in ("experiments", "featurestore"))
+    args = ["sweep", "--config", "smoke", "--store", str(planted_store), "--backend", "serial"]
+    args += ["--jobs", "1", "--tracking-uri", str(tmp_path / "mlruns")]
+    args += ["--set", f"splits={json.dumps(SPLITS)}"]
+    stack = _stack_at_first_fit(lambda: main(args))
+    names = [f.name for f in stack]
+    ours = [f for f in stack[names.index("cmd_sweep") :] if f.filename.startswith(packages)]
+    walk = " -> ".join(f"{Path(f.filename).name}:{f.name}" for f in ours)
+    assert len(ours) <= 10, walk
+    assert len({f.filename for f in ours}) <= 6, walk

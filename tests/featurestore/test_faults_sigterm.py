@@ -115,7 +115,7 @@ def test_a_sigterm_swallowed_by_a_c_callback_still_stops_the_next_step(sigterm_h
 
 def test_extraction_in_one_process_stops_before_the_next_session(sigterm_handler, tmp_path):
     from featurestore.extraction.config import FeatureConfig
-    from featurestore.extraction.pool import extract_many
+    from featurestore.extraction.many import extract_many
     from featurestore.sources.manifest import SessionFiles
 
     sigterm_handler._RECEIVED.append(signal.SIGTERM)  # as if swallowed during the session before

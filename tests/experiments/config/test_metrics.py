@@ -26,7 +26,7 @@ from experiments.evaluation.scores import score_metrics
 from experiments.studies.ablation import ablate, columns
 from experiments.studies.ablation_report import ablation_markdown
 from experiments.studies.search import run_search
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.summary import summary_markdown
 from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.errors import ConfigError
@@ -84,7 +84,9 @@ def test_a_sweep_scores_and_chooses_by_the_registered_metric(mae, planted_store,
     configuration with the lowest error on the other listeners."""
     d = config_dict(tracking_dir, "registered-metric", metric="mae_test")
     d["unseen_listener"] = {"selection": "nested"}
-    res = run_sweep(from_dict(d), store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        from_dict(d), store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     assert res.n_failed == 0
     assert res.selection_metrics == {
         "personalized": "val.mae_test_personalized",
@@ -115,7 +117,9 @@ def test_a_search_minimises_a_metric_whose_lower_is_better(mae, planted_store, t
         search={"method": "optuna", "n_trials": 4, "startup_trials": 2, "track": "generalized"},
         models=[{"name": "ridge", "alpha": {"low": 0.1, "high": 1000, "log": True}}],
     )
-    res = run_search(from_dict(d), store=planted_store, progress=False, log_artifacts=False)
+    res = run_search(
+        from_dict(d), store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     assert study.direction == optuna.study.StudyDirection.MINIMIZE
     values = [t.value for t in study.trials]
@@ -184,7 +188,7 @@ def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
         )
     )
     out = tmp_path / "reports"
-    df, sweep = ablate(cfg, store=planted_store, out_dir=out, progress=False)
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, options=SweepOptions(progress=False))
     t = sweep.table
     assert sweep.selection_metrics == {
         "personalized": "val.pearson_personalized",

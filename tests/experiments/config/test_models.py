@@ -18,11 +18,11 @@ from experiments.config.models import (
     unregister_model,
 )
 from experiments.config.reference import model_table
-from experiments.evaluation.evaluate import evaluate_trials, window_sessions
+from experiments.engine.forked import split_into_parts
+from experiments.evaluation.evaluate import evaluate_trials, fit_groups, window_sessions
 from experiments.evaluation.fitting import closed_form_parts, fit_parts
-from experiments.executors.base import fit_groups, split_into_parts
 from experiments.models.factory import make_model
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from featurestore.errors import ConfigError
 from tests.experiments.helpers import config_dict, trials_for
 
@@ -166,7 +166,9 @@ def test_a_registered_model_is_swept_end_to_end(knn, planted_store, tracking_dir
     d["models"] = [{"name": "knn_test", "n_neighbors": [7], "weights": ["distance"]}]
     cfg = from_dict(d)
     assert all(split_into_parts(g) for g in fit_groups(expand(cfg)) if g[0].model == "knn_test")
-    res = run_sweep(cfg, store=planted_store, jobs=2, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(jobs=2, progress=False, log_artifacts=False)
+    )
     assert res.n_failed == 0
     knn_rows = res.table[res.table["model.name"] == "knn_test"]
     assert len(knn_rows) == 8 and (knn_rows.status == "done").all()
@@ -175,5 +177,7 @@ def test_a_registered_model_is_swept_end_to_end(knn, planted_store, tracking_dir
         and knn_rows["val.ccc_generalized"].notna().all()
     )
     assert (res.table["model.name"] == "dummy").sum() == 1  # the baseline every sweep carries
-    again = run_sweep(cfg, store=planted_store, jobs=2, progress=False, log_artifacts=False)
+    again = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(jobs=2, progress=False, log_artifacts=False)
+    )
     assert (again.table.status == "reused").all()

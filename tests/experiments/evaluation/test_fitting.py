@@ -10,9 +10,8 @@ import pytest
 
 from experiments.config.models import model_spec
 from experiments.evaluation import fitting
-from experiments.evaluation.evaluate import evaluate_trials, window_sessions
+from experiments.evaluation.evaluate import evaluate_trials, fit_groups, window_sessions
 from experiments.evaluation.fitting import FitPart, closed_form_parts, fit_parts
-from experiments.executors.base import fit_groups
 from tests.experiments.helpers import trials_for
 
 #: the largest difference allowed between a metric of the closed form and the pipeline's

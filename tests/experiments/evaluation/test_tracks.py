@@ -24,13 +24,13 @@ from experiments.evaluation.evaluate import (
     evaluate_part,
     evaluate_trial,
     evaluate_trials,
+    fit_groups,
     group_fit_parts,
     split_sessions,
     window_sessions,
 )
 from experiments.evaluation.fitting import FitPart, fit_group
-from experiments.executors.base import fit_groups
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.summary import best_per_track, summary_markdown, track_summary
 from tests.experiments.helpers import SPLITS, config_dict, pick, trials_for
 
@@ -180,7 +180,7 @@ def test_a_fit_group_gives_what_each_configuration_gives_alone(tables):
 def test_fit_parts_made_apart_give_what_the_group_gives(
     tables, personalization, fit_on, unseen_listener
 ):
-    """The local executor fits a slow model's parts (main, folds, unseen listeners) in different
+    """The processes backend fits a slow model's parts (main, folds, unseen listeners) in different
     workers and combines them: every prediction, metric and warning must be what one process gives."""
     trials = trials_for(
         personalization=[personalization],
@@ -330,7 +330,7 @@ def test_sweep_chooses_the_same_configurations_whatever_the_test_labels(
                 postprocess={"smooth_s": [0, 2], "rescale": ["none", "listener"]},
             )
         )
-        res = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
+        res = run_sweep(cfg, store=root, options=SweepOptions(progress=False, log_artifacts=False))
         table = res.table.set_index("run_id")
         chosen.append({track: table.loc[rid, "label"] for track, rid in res.best_run_ids.items()})
         test_scores.append(

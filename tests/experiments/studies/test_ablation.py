@@ -28,6 +28,7 @@ from experiments.studies.ablation import (
     unseen_listeners,
 )
 from experiments.studies.parent_run import SweepResult
+from experiments.studies.sweep import SweepOptions
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
 from experiments.tracking.tracker import CONFIG_HASH_TAG
 from tests.experiments.helpers import config_dict
@@ -365,7 +366,9 @@ def test_ablate_under_loso_reports_loso_and_test(planted_store, tracking_dir, tm
             unseen_listener={"selection": "chosen"},
         )
     )
-    df, sweep = ablate(cfg, store=planted_store, out_dir=tmp_path / "reports", progress=False)
+    df, sweep = ablate(
+        cfg, store=planted_store, out_dir=tmp_path / "reports", options=SweepOptions(progress=False)
+    )
     assert sweep.selection_metrics == {
         "personalized": "loso.ccc_personalized",
         "generalized": "loso.ccc_generalized",
@@ -499,10 +502,10 @@ def _runs() -> pd.DataFrame:
     )
 
 
-def test_the_grid_step_refuses_an_unknown_executor():
+def test_the_grid_step_refuses_an_unknown_backend():
     cfg = from_dict(config_dict("unused"))
-    with pytest.raises(ValueError, match="unknown executor 'slurm'; valid: .*dask, local"):
-        sweep_feature_sets(cfg, "unused", {"executor": "slurm"})
+    with pytest.raises(ValueError, match="unknown backend 'slurm'; valid: serial, processes, dask"):
+        sweep_feature_sets(cfg, "unused", SweepOptions(backend="slurm"))
 
 
 def test_the_selection_step_takes_each_tracks_best_run_of_each_set():

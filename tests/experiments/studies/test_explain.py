@@ -12,7 +12,7 @@ from experiments.cli import main
 from experiments.config.loading import from_dict
 from experiments.data.dataset import load_sessions
 from experiments.studies.explain import sweep_channels, trials_by_hash
-from experiments.studies.sweep import grid_trials, run_sweep
+from experiments.studies.sweep import SweepOptions, grid_trials, run_sweep
 from experiments.tracking.tracker import resolve_tracking_uri
 from experiments.windowing.windowed import window_sessions
 from tests.experiments.helpers import build_planted_column_store, config_dict
@@ -34,7 +34,7 @@ def swept(tmp_path_factory, tracking_dir):
             postprocess={"smooth_s": [2], "rescale": ["train"]},
         )
     )
-    res = run_sweep(cfg, store=root, progress=False)
+    res = run_sweep(cfg, store=root, options=SweepOptions(progress=False))
     assert res.n_failed == 0
     return root, res, resolve_tracking_uri(tracking_dir)
 

@@ -13,7 +13,7 @@ from experiments.config.loading import ConfigError, Range, expand, from_dict, lo
 from experiments.config.search_space import sample_trial, search_space
 from experiments.config.tracks import candidates
 from experiments.studies.search import run_search, study_name, trial_sequence
-from experiments.studies.sweep import run_sweep
+from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from tests.experiments.helpers import SPLITS, assert_same_metrics, build_store, config_dict
 
@@ -195,7 +195,9 @@ def test_objective_is_the_validation_ccc_of_the_track_never_test(
                 },
             )
         )
-        res = run_search(cfg, store=store, progress=False, log_artifacts=False)
+        res = run_search(
+            cfg, store=store, options=SweepOptions(progress=False, log_artifacts=False)
+        )
         study = optuna.load_study(study_name=res.study_name, storage=res.storage)
         rows = res.table.set_index("run_id")
         for t in study.trials:  # each trial's value is its child run's val.ccc_generalized
@@ -225,10 +227,9 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(
         run_search(
             cfg,
             store=planted_store,
-            progress=False,
-            log_artifacts=False,
-            jobs=2,
-            on_result=kill_after_first_trial,
+            options=SweepOptions(
+                progress=False, log_artifacts=False, jobs=2, on_result=kill_after_first_trial
+            ),
         )
     storage = uri.replace("mlflow.db", "optuna.db")
     name = study_name(cfg, *_fingerprints(planted_store))
@@ -236,7 +237,9 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(
     assert states == ["COMPLETE", "RUNNING"]
     asked = trial_sequence(optuna.load_study(study_name=name, storage=storage))
 
-    res = run_search(cfg, store=planted_store, progress=False, log_artifacts=False, jobs=2)
+    res = run_search(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False, jobs=2)
+    )
     assert res.study_name == name
     study = optuna.load_study(study_name=name, storage=storage)
     assert [t.state.name for t in study.trials] == [
@@ -245,7 +248,9 @@ def test_a_killed_search_resumes_its_study_and_logs_each_configuration_once(
     assert trial_sequence(study)[:2] == asked  # with the parameters it was given before the kill
     # a larger n_trials continues the same study
     more = from_dict(search_dict(tracking_dir, "search-resume", search={**SEARCH, "n_trials": 5}))
-    res = run_search(more, store=planted_store, progress=False, log_artifacts=False, jobs=2)
+    res = run_search(
+        more, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False, jobs=2)
+    )
     assert res.study_name == name and len(res.trials) == 5 and res.n_failed == 0
     kids = children(uri, res.experiment_id)
     assert all(k.info.status in ("FINISHED", "KILLED") for k in kids)
@@ -310,8 +315,7 @@ def test_a_grid_as_a_categorical_search_equals_the_grid(planted_store, tracking_
     swept = run_sweep(
         from_dict(config_dict(tracking_dir, "grid-as-grid", **grid)),
         store=planted_store,
-        progress=False,
-        log_artifacts=False,
+        options=SweepOptions(progress=False, log_artifacts=False),
     )
     n = len(expand(from_dict(config_dict("unused", **grid))))
     assert n == 8
@@ -325,8 +329,7 @@ def test_a_grid_as_a_categorical_search_equals_the_grid(planted_store, tracking_
     found = run_search(
         from_dict(config_dict(tracking_dir, "grid-as-search", search=search, **grid)),
         store=planted_store,
-        progress=False,
-        log_artifacts=False,
+        options=SweepOptions(progress=False, log_artifacts=False),
     )
     assert len(found.trials) == n and (found.table.status == "done").all()
     assert_same_metrics(
@@ -336,7 +339,6 @@ def test_a_grid_as_a_categorical_search_equals_the_grid(planted_store, tracking_
     again = run_search(
         from_dict(config_dict(tracking_dir, "grid-as-grid", search=search, **grid)),
         store=planted_store,
-        progress=False,
-        log_artifacts=False,
+        options=SweepOptions(progress=False, log_artifacts=False),
     )
     assert (again.table.status == "reused").all() and len(again.table) == n + 1

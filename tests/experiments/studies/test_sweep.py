@@ -1,5 +1,5 @@
 """run_sweep against a real MLflow SQLite store: nesting, params, metrics, tags, artifacts, resume, jobs
-(the local executor's scheduler is tested in executors/test_local.py)."""
+(the forked schedule of the processes backend is tested in engine/test_forked.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,18 @@ from experiments.config.loading import expand, from_dict
 from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
 from experiments.studies.parent_run import store_fingerprint
-from experiments.studies.sweep import run_sweep
-from experiments.tracking.tracker import CONFIG_HASH_TAG
-from tests.experiments.helpers import LISTENERS, N_FRAMES, SPLITS, build_store, config_dict
+from experiments.studies.sweep import SweepOptions, run_sweep
+from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
+from featurestore.parallel import Backend, register_backend
+from featurestore.parallel.base import call
+from tests.experiments.helpers import (
+    LISTENERS,
+    N_FRAMES,
+    SPLITS,
+    assert_same_metrics,
+    build_store,
+    config_dict,
+)
 
 
 def children(client, experiment_id, parent_id=None):
@@ -221,7 +230,7 @@ def test_parent_best_run_and_summary(shared, tmp_path):
 def test_rerun_of_same_config_reuses_every_run(shared, planted_store):
     cfg, res, uri, client = shared
     before = len(children(client, res.experiment_id))
-    again = run_sweep(cfg, store=planted_store, progress=False)
+    again = run_sweep(cfg, store=planted_store, options=SweepOptions(progress=False))
     assert set(again.table.status) == {"reused"} and len(again.table) == len(swept(cfg, res))
     assert len(children(client, res.experiment_id)) == before
     assert children(client, res.experiment_id, again.parent_run_id) == []
@@ -240,7 +249,9 @@ def test_changed_config_runs_only_new_configurations(shared, planted_store):
     new = {t.hash() for t in expand(changed)} - old
     assert len(new) == 2  # ridge x (global, per_listener) with 4 s smoothing
     before = len(children(client, res.experiment_id))
-    out = run_sweep(changed, store=planted_store, progress=False, log_artifacts=False)
+    out = run_sweep(
+        changed, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     done = out.table[out.table.status == "done"]
     assert set(done[CONFIG_HASH_TAG]) == new
     assert set(out.table[out.table.status == "reused"][CONFIG_HASH_TAG]) <= old
@@ -265,7 +276,7 @@ def test_changed_store_runs_everything_again(shared, planted_store, tmp_path):
         )
     )
     assert {t.hash() for t in expand(one)} <= set(res.table[CONFIG_HASH_TAG])
-    out = run_sweep(one, store=other, progress=False, log_artifacts=False)
+    out = run_sweep(one, store=other, options=SweepOptions(progress=False, log_artifacts=False))
     assert list(out.table.status) == ["done"]
     run = client.get_run(out.table.run_id.iloc[0])
     assert run.data.tags["store_fingerprint"] == store_fingerprint(other)[0]
@@ -276,7 +287,9 @@ def test_parallel_jobs_match_serial_metrics(shared, planted_store):
     par_cfg = from_dict(
         config_dict(cfg.tracking.uri, "jobs2", jobs=2)
     )  # the config's jobs, no argument
-    out = run_sweep(par_cfg, store=planted_store, progress=False, log_artifacts=False)
+    out = run_sweep(
+        par_cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     assert set(out.table.status) == {"done"} and out.n_failed == 0
     assert client.get_run(out.parent_run_id).data.params["jobs"] == "2"
     kids = children(client, out.experiment_id, out.parent_run_id)
@@ -304,7 +317,7 @@ def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, 
     par = from_dict(
         config_dict(cfg.tracking.uri, "jobs2-artifacts", jobs=2, feature_set=["listener"])
     )
-    out = run_sweep(par, store=planted_store, progress=False)
+    out = run_sweep(par, store=planted_store, options=SweepOptions(progress=False))
     assert out.n_failed == 0 and set(out.table.status) == {"done"}
     serial = dict(zip(res.table[CONFIG_HASH_TAG], res.table.run_id, strict=True))
     for h, rid in zip(out.table[CONFIG_HASH_TAG], out.table.run_id, strict=True):
@@ -333,13 +346,17 @@ def test_parallel_sweep_logs_the_serial_sweeps_artifacts(shared, planted_store, 
 
 def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_store, tracking_dir):
     """A worker logging through a server (another host) dies with its child run RUNNING: when the
-    sweep ends, or its executor raises, the driver marks that run KILLED; resume runs it again."""
-    from experiments.executors.local import LocalExecutor
+    sweep ends, or its backend raises, the driver marks that run KILLED; resume runs it again."""
     from experiments.tracking.tracker import WORKER_LOST_TAG, Tracker
+    from featurestore.parallel.serial import SerialBackend
 
     cfg = from_dict(
         config_dict(
-            tracking_dir, "lost-writer", feature_set=["listener"], personalization=["global"]
+            tracking_dir,
+            "lost-writer",
+            feature_set=["listener"],
+            personalization=["global"],
+            postprocess={"smooth_s": [0], "rescale": ["none"]},  # a fit group per configuration
         )
     )
     trials = expand(cfg)
@@ -347,24 +364,28 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
     remote = {"host": "worker-host-that-died", "pid": "999999"}
     orphans: list[str] = []
 
-    class LosingAWorker(LocalExecutor):
-        """The local executor, plus what a remote worker killed mid-upload leaves: a RUNNING child
-        of the last configuration; then the executor raises, as when the cluster goes away."""
+    class LosingAWorker(SerialBackend):
+        """The serial backend, plus what a remote worker killed mid-upload leaves: a RUNNING child
+        of the last configuration; then the backend raises, as when the cluster goes away."""
 
-        def run(self, todo, ctx):
-            yield from super().run(todo[:-1], ctx)
+        def map(self, fn, tasks, raises=()):
+            yield from super().map(fn, tasks[:-1], raises)
+            [last] = tasks[-1].trials
+            [parent] = tracker.search("tags.sweep = 'parent' and attributes.status = 'RUNNING'")
             orphans.append(
                 tracker.start_run(
-                    todo[-1].label(),
-                    parent_id=ctx.parent_run_id,
-                    tags={CONFIG_HASH_TAG: todo[-1].hash(), **ctx.child_tags, **remote},
+                    last.label(),
+                    parent_id=parent.info.run_id,
+                    tags={CONFIG_HASH_TAG: last.hash(), **remote},
                 )
             )
             raise OSError("connection to the scheduler lost")
 
     with pytest.raises(OSError, match="scheduler lost"):
         run_sweep(
-            cfg, store=planted_store, progress=False, log_artifacts=False, executor=LosingAWorker()
+            cfg,
+            store=planted_store,
+            options=SweepOptions(progress=False, log_artifacts=False, backend=LosingAWorker()),
         )
     client = tracker.client
     (orphan,) = orphans
@@ -392,7 +413,9 @@ def test_children_left_running_by_a_lost_writer_are_killed_and_resumed(planted_s
         seen.append(row)
 
     again = run_sweep(
-        cfg, store=planted_store, progress=False, log_artifacts=False, on_result=leave_orphan
+        cfg,
+        store=planted_store,
+        options=SweepOptions(progress=False, log_artifacts=False, on_result=leave_orphan),
     )
     assert list(again.table.status).count("done") == 1 and len(again.table) == len(trials)
     redone = again.table[again.table.status == "done"].iloc[0]
@@ -418,7 +441,7 @@ def two_targets(tmp_path_factory, tracking_dir):
     root = tmp_path_factory.mktemp("two_targets") / "store"
     build_store(root, second_target="arousal_self")
     cfg = from_dict(config_dict(tracking_dir, "two-targets", target=TARGETS), store=root)
-    res = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
+    res = run_sweep(cfg, store=root, options=SweepOptions(progress=False, log_artifacts=False))
     return cfg, res, MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir)), root
 
 
@@ -484,11 +507,13 @@ def test_two_targets_parent_metrics_per_target_and_combined(two_targets, tmp_pat
 
 def test_two_targets_resume_is_keyed_by_target(two_targets, tracking_dir):
     cfg, res, client, root = two_targets
-    again = run_sweep(cfg, store=root, progress=False, log_artifacts=False)
+    again = run_sweep(cfg, store=root, options=SweepOptions(progress=False, log_artifacts=False))
     assert set(again.table.status) == {"reused"}
     # a one-target sweep of the second target reuses exactly that target's runs
     alone = run_sweep(
-        cfg.for_target("arousal_self"), store=root, progress=False, log_artifacts=False
+        cfg.for_target("arousal_self"),
+        store=root,
+        options=SweepOptions(progress=False, log_artifacts=False),
     )
     assert set(alone.table.status) == {"reused"}
     mine = set(res.table[res.table.target == "arousal_self"].run_id)
@@ -497,3 +522,27 @@ def test_two_targets_resume_is_keyed_by_target(two_targets, tracking_dir):
     parent = client.get_run(alone.parent_run_id).data
     assert "best_personalized.test.ccc_personalized" in parent.metrics
     assert not any(k.startswith("arousal_self.") for k in parent.metrics)
+
+
+@register_backend
+class Backwards(Backend):
+    """A backend registered from this module alone: every task here, the last first, and the
+    results put back in order (another way to run, the same numbers)."""
+
+    name = "backwards"
+
+    def map(self, fn, tasks, raises=()):
+        done = {i: call(fn, tasks[i], raises) for i in reversed(range(len(tasks)))}
+        yield from (done[i] for i in range(len(tasks)))
+
+
+@pytest.mark.integration
+def test_a_backend_registered_here_runs_the_sweep_its_config_names(
+    planted_store, tracking_dir, local_reference
+):
+    cfg = from_dict({**config_dict(tracking_dir, "backend-by-name"), "backend": Backwards.name})
+    res = run_sweep(cfg, planted_store, SweepOptions(progress=False, log_artifacts=False))
+    assert res.n_failed == 0 and sorted(res.table[CONFIG_HASH_TAG]) == sorted(local_reference.index)
+    assert_same_metrics(res.table, local_reference)
+    parent = MlflowClient(resolve_tracking_uri(tracking_dir)).get_run(res.parent_run_id)
+    assert parent.data.tags["backend"] == Backwards.name

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.evaluation.evaluate import evaluate_trials, window_sessions
-from experiments.executors.base import fit_groups
+from experiments.evaluation.evaluate import evaluate_trials, fit_groups, window_sessions
+from experiments.studies.sweep import SweepOptions
 from experiments.studies.unseen import UNSEEN_COLUMNS, nested_unseen
 from tests.experiments.helpers import LISTENERS, SPLITS, counted_fits, trials_for
 
@@ -136,7 +136,7 @@ def test_the_ablation_reports_each_left_out_listeners_choice(planted_store, trac
     )
     assert cfg.unseen_selection == "nested"
     out = tmp_path / "reports"
-    df, sweep = ablate(cfg, store=planted_store, out_dir=out, progress=False)
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, options=SweepOptions(progress=False))
     rows = pd.read_csv(out / "ablation_unseen.csv")
     assert list(rows.columns) == UNSEEN_COLUMNS
     assert sorted(zip(rows.feature_set, rows.listener, strict=True)) == sorted(
@@ -194,7 +194,9 @@ def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tr
             unseen_listener={"selection": "fixed", "configuration": named.hash()},
         )
     )
-    res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+    res = run_sweep(
+        cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+    )
     extra = res.table[res.table["unseen_of"].notna()]
     assert extra["unseen_of"].tolist() == [named.hash()]
     assert extra["test_unseen.ccc_generalized"].notna().all()
@@ -221,7 +223,9 @@ def test_a_fixed_configuration_is_scored_on_left_out_listeners(planted_store, tr
         )
     )
     with pytest.raises(ConfigError, match="'nope' is no generalized configuration"):
-        run_sweep(bad, store=planted_store, progress=False, log_artifacts=False)
+        run_sweep(
+            bad, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+        )
 
 
 def test_nested_under_loso_chooses_on_the_others_out_of_fold_scores(tables):
@@ -303,7 +307,7 @@ def test_the_ablation_nests_under_loso(planted_store, tracking_dir, tmp_path):
         )
     )
     out = tmp_path / "reports"
-    df, sweep = ablate(cfg, store=planted_store, out_dir=out, progress=False)
+    df, sweep = ablate(cfg, store=planted_store, out_dir=out, options=SweepOptions(progress=False))
     rows = pd.read_csv(out / "ablation_unseen.csv")
     assert sorted(zip(rows.feature_set, rows.listener, strict=True)) == sorted(
         (fs, L) for fs in ("speaker", "listener") for L in LISTENERS

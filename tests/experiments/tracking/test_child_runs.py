@@ -1,5 +1,5 @@
 """A child run's row of the sweep table (:class:`experiments.tracking.child_runs.RunRow`) and the
-table made of them; what executors yield (:class:`experiments.executors.base.Outcome`)."""
+table made of them; what a sweep hands back (:class:`experiments.tracking.child_runs.Outcome`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config.loading import expand, from_dict
-from experiments.executors.base import Outcome
-from experiments.tracking.child_runs import RunRow, identity_tags, sweep_table
+from experiments.tracking.child_runs import Outcome, RunRow, identity_tags, sweep_table
 from experiments.tracking.tracker import CONFIG_HASH_TAG
 from tests.experiments.helpers import config_dict
 

@@ -5,7 +5,7 @@ throw-away PostgreSQL cluster (Debian's ``postgresql`` package: ``initdb`` + ``p
 free local port, as a non-root user because PostgreSQL refuses root; password authentication,
 the password given to the server as ``PGPASSWORD``, never in the URI), ``make mlflow-server
 TRACKING=postgresql://...`` on it, a local Dask cluster of 2 workers, and the ``experiments
-sweep --executor dask --tracking-uri http://...`` command, run twice: one worker is killed
+sweep --backend dask --tracking-uri http://...`` command, run twice: one worker is killed
 while it logs a child run, the re-run completes the sweep.
 
 Dask's retries are off here (``allowed-failures`` 0), so the killed worker's configuration
@@ -287,7 +287,7 @@ def test_lab_sweep_on_postgres_survives_a_killed_worker(planted_store, local_ref
                 str(config),
                 "--store",
                 str(planted_store),
-                "--executor",
+                "--backend",
                 "dask",
                 "--scheduler",
                 cluster.scheduler_address,
@@ -351,7 +351,7 @@ def test_lab_sweep_on_postgres_survives_a_killed_worker(planted_store, local_ref
             )
             assert redone.data.tags["mlflow.parentRunId"] == rerun.info.run_id
             assert not {int(r.data.tags["pid"]) for r in finished} & {first.pid, os.getpid()}
-            # the same metrics per configuration as the local executor
+            # the same metrics per configuration as the processes backend
             table = pd.DataFrame(
                 [
                     {

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from experiments.studies.sweep import SweepOptions
 from experiments.tracking import provenance
 from experiments.tracking.provenance import (
     LIBRARIES,
@@ -151,7 +152,9 @@ def test_other_library_versions_are_recomputed_not_reused(planted_store, trackin
     )
 
     def statuses() -> list[str]:
-        res = run_sweep(cfg, store=planted_store, progress=False, log_artifacts=False)
+        res = run_sweep(
+            cfg, store=planted_store, options=SweepOptions(progress=False, log_artifacts=False)
+        )
         return sorted(res.table["status"])
 
     real = dict(provenance.library_versions())
@@ -211,7 +214,7 @@ def test_dask_workers_with_other_code_are_refused(tmp_path):
     pytest.importorskip("distributed")
     from distributed import Client, LocalCluster
 
-    from experiments.executors.dask import WorkerCodeMismatch, check_worker_code
+    from experiments.engine.dask import WorkerCodeMismatch, check_worker_code
 
     root = copy_packages(tmp_path)
     change_default(root)
@@ -261,7 +264,7 @@ def test_dask_workers_with_other_library_versions_are_refused(tmp_path):
     pytest.importorskip("distributed")
     from distributed import Client, LocalCluster
 
-    from experiments.executors.dask import WorkerCodeMismatch, check_worker_code
+    from experiments.engine.dask import WorkerCodeMismatch, check_worker_code
 
     patch = tmp_path / "patch"
     patch.mkdir()

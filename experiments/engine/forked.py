@@ -1,46 +1,45 @@
-"""The local executor (``executor: local``): configurations evaluated on this machine, in forked
-worker processes sharing each window key's features (:class:`Scheduler`; how it schedules:
-docs/scaling.md, How the local executor schedules).
-
->>> LocalExecutor().name
-'local'
+"""The sweep on the processes backend: each window key's features windowed once in this
+process and shared with a pool of forked workers, the next key windowed meanwhile within the
+memory budget, a slow model's fit group split into its fits (:class:`Scheduler`; how it
+schedules: docs/scaling.md, How the processes backend schedules). With one task at a time
+the tasks run here, one after the other (:func:`map_forked`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import gc
-import multiprocessing as mp
 import os
-import signal
-import threading
-import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from threadpoolctl import threadpool_limits
+from featurestore.parallel.base import Result
+from featurestore.parallel.memory import available_memory, release_free_memory
+from featurestore.parallel.processes import ProcessesBackend, worker_pool
+from featurestore.parallel.serial import SerialBackend
 
 from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE, model_spec
-from ..data.dataset import load_sessions
-from ..evaluation.evaluate import TrialResult, Windowed, evaluate_part, group_fit_parts
+from ..data.dataset import DatasetError
+from ..evaluation.evaluate import (
+    Task,
+    TaskData,
+    Windowed,
+    evaluate_part,
+    fit_groups,
+    forget,
+    group_fit_parts,
+    run_task,
+    share,
+    tables,
+    window_groups,
+    window_sessions,
+    windowed,
+)
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
-from ..windowing.windowed import window_sessions
-from .base import (
-    Executor,
-    Outcome,
-    SweepContext,
-    evaluated,
-    fit_groups,
-    register_executor,
-    split_into_parts,
-    window_groups,
-)
-from .memory import available_memory, release_free_memory, windowed_nbytes
-
-_SHARED: dict[WindowKey, Windowed] = {}  # windowed features visible to forked workers
+from ..tracking.child_runs import Outcome
+from .memory import windowed_nbytes
 
 
 def _drop_table(tables: list, j: int) -> None:
@@ -49,107 +48,49 @@ def _drop_table(tables: list, j: int) -> None:
     release_free_memory()  # the heap keeps what the table held (ms)
 
 
-def _evaluate_shared(
-    trials: Sequence[Trial], figures: bool = False, done: dict[FitPart, PartResult] | None = None
-) -> list[TrialResult]:
-    """Evaluate one fit group on the shared windowed features (``done``: its parts fitted in other
-    tasks); with ``figures``, draw their plots here too (in a forked worker: the parent then
-    only writes the bytes)."""
+def _evaluate_part_shared(task: Task, part: FitPart) -> PartResult:
+    """One fit part of a task's fit group on the features shared with this worker."""
     try:
-        return evaluated(trials, _SHARED[trials[0].window_key()], done or {}, figures)
-    finally:
-        release_free_memory()  # an idle worker does not keep the fit's memory
-
-
-def _evaluate_part_shared(trials: Sequence[Trial], part: FitPart) -> PartResult:
-    """One fit part of a fit group on the shared windowed features (see :class:`Scheduler`)."""
-    try:
-        return evaluate_part(trials, _SHARED[trials[0].window_key()], part)
+        return evaluate_part(task.trials, windowed(task), part)
     finally:
         release_free_memory()
 
 
-def _worker_init(threads: int | None = None, release: list | None = None) -> None:
-    """Set up a forked worker: ``threads`` BLAS / OpenMP threads; ``release`` is emptied here,
-    so the worker stops mapping what its items hold (the parent's frame tables)."""
-    # inherited objects kept out of the collector, whose traversals would copy every page
-    gc.freeze()
-    if release:
-        # this process's copy: once the parent drops the tables, no pool keeps them alive
-        release.clear()
-        release_free_memory()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
-    if threads is not None:
-        # oversubscribed (a thread per core in every worker), OpenMP spins: fits take far longer
-        threadpool_limits(limits=threads)
-    # a killed sweep cannot stop its pool: a worker leaves on its own once orphaned
-    parent = os.getppid()
-
-    def leave_when_orphaned() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=leave_when_orphaned, name="orphan-watch", daemon=True).start()
+def split_into_parts(group: Sequence[Trial]) -> bool:
+    """Whether a fit group's fits run as separate tasks when there is more than one worker: a
+    slow model's (:attr:`~experiments.config.models.ModelSpec.slow`; a fast model's parts would
+    cost more to hand around than they save)."""
+    return model_spec(group[0].model).slow
 
 
-@register_executor
-class LocalExecutor(Executor):
-    """Evaluates configurations here or, with ``ctx.jobs`` > 1, in forked worker processes."""
-
-    name = "local"
-
-    def run(self, todo: Sequence[Trial], ctx: SweepContext) -> Generator[Outcome, None, None]:
-        """Windowed features once per window key in this process, each fit group evaluated here or,
-        with ``ctx.jobs`` > 1, in forked worker processes; outcomes in the order of ``todo``."""
-        try:
-            yield from _local_trials(todo, ctx)
-        finally:
-            _SHARED.clear()
-
-
-def _local_trials(todo: Sequence[Trial], ctx: SweepContext) -> Iterator[Outcome]:
-    if not todo:
-        return
-    jobs = ctx.jobs
-    tables = load_sessions(
-        ctx.store,
-        list(ctx.channels),
-        target=ctx.cfg.target,
-        splits=ctx.cfg.splits,
-        gold_standard=ctx.cfg.gold_standard,
-    )
-    groups = window_groups(todo)
-    figures = ctx.log_artifacts
+def map_forked(
+    backend: ProcessesBackend, tasks: Sequence[Task], log: object = None
+) -> Iterator[Result]:
+    """The tasks' results in their order: here one after the other with one worker (or one
+    task), else from the :class:`Scheduler`'s fork pools (the sweep logs them: ``log`` unused)."""
+    figures = bool(tasks) and tasks[0].figures
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
-    if jobs > 1 and sum(len(fit_groups(g)) for g in groups.values()) > 1:
-        yield from Scheduler(tables, groups, jobs, figures).outcomes()
+    if backend.workers <= 1 or len(tasks) <= 1:
+        yield from SerialBackend().map(run_task, tasks, raises=(DatasetError,))
         return
-    drop = functools.partial(_drop_table, tables)
-    for n, (key, group) in enumerate(groups.items(), 1):
-        _SHARED.clear()
-        release_free_memory()  # the previous key's features
-        last = n == len(groups)  # the tables' last use: each dropped once windowed
-        try:
-            _SHARED[key] = window_sessions(tables, key, windowed=drop if last else None)
-        except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
-            for t in group:
-                yield Outcome(t, error=f"windowing failed: {type(e).__name__}: {e}")
-            continue
-        finally:
-            if last:
-                tables.clear()  # every key is windowed: the frame tables are not needed any more
-        for fit_group in fit_groups(group):
-            try:
-                results = _evaluate_shared(fit_group, figures)
-            except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
-                for t in fit_group:
-                    yield Outcome(t, error=f"{type(e).__name__}: {e}")
-            else:
-                yield from (Outcome(t, r) for t, r in zip(fit_group, results, strict=True))
-    _SHARED.clear()
+    data = tasks[0].data
+    outcomes = Scheduler(
+        tables(data),
+        window_groups([t for task in tasks for t in task.trials]),
+        backend.workers,
+        figures,
+        data,
+    )
+    it = outcomes.outcomes()
+    try:
+        for task in tasks:
+            got = [next(it) for _ in task.trials]
+            error = next((o.error for o in got if o.error), "")
+            yield Result(error=error) if error else Result([o.result for o in got])
+    finally:
+        it.close()
+        forget()
 
 
 def _expected_cost(group: Sequence[Trial]) -> int:
@@ -174,8 +115,8 @@ PREFETCH_MEMORY_FRACTION = 0.25
 
 
 @dataclass
-class Task:
-    """A task of a key's queue: ``fit_group`` evaluated whole, one ``part`` of it fitted, or it scored
+class Job:
+    """A job of a key's queue: ``fit_group`` evaluated whole, one ``part`` of it fitted, or it scored
     from its ``parts_done`` once they are all fitted.
     """
 
@@ -195,7 +136,7 @@ class WindowKeyState:
 
     error: str = ""
     pool: cf.ProcessPoolExecutor | None = None
-    queue: list[Task] = field(default_factory=list)
+    queue: list[Job] = field(default_factory=list)
     futures: dict[Trial, cf.Future] = field(default_factory=dict)
     slots: dict[Trial, int] = field(default_factory=dict)
     parts: dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]] = field(default_factory=dict)
@@ -217,7 +158,7 @@ class WindowKeyState:
 
 class Scheduler:
     """Configurations of every window key in forked worker pools, one pool per key sharing its
-    features, the next key windowed meanwhile (docs/scaling.md, How the local executor schedules).
+    features, the next key windowed meanwhile (docs/scaling.md, How the processes backend schedules).
 
     ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``: the
     configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time;
@@ -225,9 +166,15 @@ class Scheduler:
     """
 
     def __init__(
-        self, tables: list, groups: dict[WindowKey, list[Trial]], jobs: int, figures: bool = False
+        self,
+        tables: list,
+        groups: dict[WindowKey, list[Trial]],
+        jobs: int,
+        figures: bool = False,
+        data: TaskData | None = None,
     ) -> None:
         self.tables = tables
+        self.data = data
         self.groups = groups
         self.keys = list(groups)
         self.jobs = jobs
@@ -298,9 +245,9 @@ class Scheduler:
                 split = []
             if len(split) > 1:
                 state.parts[fit_group] = dict.fromkeys(split)
-                state.queue += [Task(fit_group, part=part) for part in split]
+                state.queue += [Job(fit_group, part=part) for part in split]
             else:
-                state.queue.append(Task(fit_group))
+                state.queue.append(Job(fit_group))
         return state
 
     def launch(self, i: int) -> None:
@@ -315,18 +262,15 @@ class Scheduler:
             if i == len(self.keys) - 1:
                 self.tables.clear()  # keys are windowed in order: the last use of the tables
         state = self.states[i] = self.plan(self.groups[self.keys[i]], w)
-        _SHARED.clear()
-        _SHARED[self.keys[i]] = w
+        forget(tables=False)
+        share(self.data, self.keys[i], w)
         release_free_memory()  # what the windowing freed: the workers would map it for nothing
         state.workers = min(self.jobs, len(state.queue))
-        state.pool = cf.ProcessPoolExecutor(
-            max_workers=state.workers,
-            mp_context=mp.get_context("fork"),
-            initializer=_worker_init,
-            initargs=(self.threads, self.tables),
+        state.pool = worker_pool(
+            state.workers, fork=True, threads=self.threads, release=self.tables
         )
         state.pool.submit(_ready).result()  # with fork, every worker starts now, with the features
-        _SHARED.clear()
+        forget(tables=False)
         del w
         # the features live in the workers only: their pages return when the workers exit
         release_free_memory()
@@ -346,7 +290,7 @@ class Scheduler:
             )
             if failed is None:
                 results = {part: f.result() for part, f in futures.items()}
-                state.queue.insert(0, Task(fit_group, parts_done=results))
+                state.queue.insert(0, Job(fit_group, parts_done=results))
                 continue
             lost: cf.Future = cf.Future()  # what the group's task would have raised
             lost.set_exception(failed)
@@ -359,15 +303,16 @@ class Scheduler:
             if state.pool is not None and state.all_done():
                 state.close_pool()
 
-    def submit(self, state: WindowKeyState, task: Task) -> None:
+    def submit(self, state: WindowKeyState, task: Job) -> None:
         """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
         fut: cf.Future
+        job = Task(task.fit_group, self.data, self.figures, tuple((task.parts_done or {}).items()))
         if task.part is not None:
-            fut = state.pool.submit(_evaluate_part_shared, task.fit_group, task.part)
+            fut = state.pool.submit(_evaluate_part_shared, job, task.part)
             state.parts[task.fit_group][task.part] = fut
         else:
-            fut = state.pool.submit(_evaluate_shared, task.fit_group, self.figures, task.parts_done)
+            fut = state.pool.submit(run_task, job)
             for k, t in enumerate(task.fit_group):
                 state.futures[t] = fut
                 state.slots[t] = k
@@ -462,7 +407,7 @@ class Scheduler:
             yield self.outcome(state, t)
             release_free_memory()  # what the caller's logging (result, artifacts) left in the heap
 
-    def outcomes(self) -> Iterator[Outcome]:
+    def outcomes(self) -> Generator[Outcome, None, None]:
         """Every configuration's outcome, in the order of the groups and their configurations;
         closing the iterator early stops the pools and the windowing."""
         try:
@@ -490,4 +435,4 @@ class Scheduler:
         for state in self.states.values():
             state.close_pool(cancel=True)
         self._windowing.shutdown(wait=True, cancel_futures=True)
-        _SHARED.clear()
+        forget(tables=False)

@@ -1,5 +1,5 @@
-"""Memory of a sweep on this machine: what a window key's features will take, what the system
-can give, and the C heap's free pages handed back (the local executor's budget).
+"""This machine's memory as a parallel run sees it: what the system can give, and the C heap's
+free pages handed back (so forked workers do not map them for nothing).
 
 >>> available_memory() is None or available_memory() > 0
 True
@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
-
-from ..config.grid import WindowKey
 
 
 @functools.cache
@@ -36,26 +31,10 @@ def release_free_memory() -> None:
         trim(0)
 
 
-def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
-    """Estimated size (bytes) of ``window_sessions(tables, key)``: frames x output columns x 4
-    (float32); one column per statistic, window length and input column, and per channel
-    and window length for ``valid_frac``."""
-    if not tables:
-        return 0
-    first = tables[0]
-    idx = [first.channels.index(c) for c in key.channels if c in first.channels]
-    n_columns = int(np.isin(first.column_channel, idx).sum())
-    stats = [s for s in key.stats if s != "valid_frac"]
-    per_frame = len(key.lengths_s) * (
-        n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats)
-    )
-    return sum(t.n_frames for t in tables) * per_frame * 4
-
-
 def available_memory() -> int | None:
     """Memory (bytes) the system can give without swapping (psutil's ``available``), or None
     when unknown."""
-    import psutil  # imported here: a few milliseconds that only a parallel sweep needs
+    import psutil  # imported here: a few milliseconds that only a parallel run needs
 
     try:
         return int(psutil.virtual_memory().available)

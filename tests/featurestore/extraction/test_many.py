@@ -1,4 +1,4 @@
-"""Extraction on a local Dask cluster: the same shards as the local executor, resume, CLI dispatch."""
+"""Extraction on a backend: on a local Dask cluster the same shards as on processes, resume, CLI dispatch."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from featurestore.cli import main
 from featurestore.demo import build_demo
 from featurestore.extraction.config import FeatureConfig
-from featurestore.extraction.distributed import dask_client
-from featurestore.extraction.pool import extract_many
+from featurestore.extraction.many import extract_many
+from featurestore.parallel.dask import dask_client
 from featurestore.sources.manifest import scan
 from featurestore.storage.store import Store
 
@@ -54,7 +54,7 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
         tmp_path / "dask",
         CHANNELS,
         cfg,
-        executor="dask",
+        backend="dask",
         jobs=2,
         on_result=seen.append,
         progress=False,
@@ -83,7 +83,7 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
             else:
                 assert va == cb[k], f"{s}:{k}"
 
-    # the CLI dispatches --executor dask; everything is current, so every session is skipped
+    # the CLI dispatches --backend dask; everything is current, so every session is skipped
     capsys.readouterr()
     args = [
         "extract",
@@ -92,7 +92,7 @@ def test_dask_extraction_matches_local_and_resumes(corpus, tmp_path, capsys):
         str(tmp_path / "dask"),
         "--channels",
         *CHANNELS,
-        "--executor",
+        "--backend",
         "dask",
         "--jobs",
         "1",

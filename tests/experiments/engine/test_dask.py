@@ -1,6 +1,6 @@
-"""The Dask executor on local clusters: sweeps with the same metrics as the local executor, through
-SQLite and an MLflow server; a slow model's fit group split into its fits, as the local executor
-does, with the results of the group fitted whole."""
+"""The sweep on the Dask backend, on local clusters: the same metrics as the processes backend,
+through SQLite and an MLflow server; a slow model's fit group split into its fits, as the
+processes backend does, with the results of the group fitted whole."""
 
 from __future__ import annotations
 
@@ -16,11 +16,21 @@ from mlflow import MlflowClient
 
 from experiments.config.loading import expand, from_dict
 from experiments.data.dataset import DatasetError, load_sessions
-from experiments.evaluation.evaluate import evaluate_trials, group_fit_parts, window_sessions
-from experiments.executors.base import SweepContext, fit_groups, window_groups
-from experiments.executors.dask import DaskExecutor
-from experiments.studies.sweep import run_sweep
+from experiments.engine.dask import DaskSweep, clear_worker_state, evaluate_on_worker, map_on_dask
+from experiments.evaluation.evaluate import (
+    TaskData,
+    evaluate_trials,
+    fit_groups,
+    group_fit_parts,
+    plan_tasks,
+    window_groups,
+    window_sessions,
+)
+from experiments.studies.sweep import SweepOptions, run_sweep
+from experiments.tracking.context import SweepContext
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
+from featurestore import Store
+from featurestore.parallel.dask import DaskBackend
 from tests.experiments.helpers import (
     assert_same_metrics,
     config_dict,
@@ -82,8 +92,9 @@ def cluster(mlflow_server):
 
 
 def dask_sweep(cfg, store, cluster, **kw):
-    """``run_sweep`` of ``cfg`` on ``store`` by the Dask executor on ``cluster``, no progress bar."""
-    return run_sweep(cfg, store=store, executor="dask", scheduler=cluster, progress=False, **kw)
+    """``run_sweep`` of ``cfg`` on ``store`` by the Dask backend on ``cluster``, no progress bar."""
+    options = SweepOptions(backend="dask", scheduler=cluster, progress=False, **kw)
+    return run_sweep(cfg, store, options)
 
 
 def test_dask_sweep_same_metrics_as_local_via_sqlite(
@@ -93,11 +104,11 @@ def test_dask_sweep_same_metrics_as_local_via_sqlite(
     res = dask_sweep(cfg, planted_store, cluster, log_artifacts=False)
     assert res.n_failed == 0 and (res.table.status == "done").all()
     assert_same_metrics(res.table, local_reference)
-    # the table is in configuration order, baseline first, like the local executor's
+    # the table is in configuration order, baseline first, like the processes backend's
     assert list(res.table[CONFIG_HASH_TAG]) == list(local_reference.index)
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
     parent = client.get_run(res.parent_run_id)
-    assert parent.data.tags["executor"] == "dask" and parent.data.params["jobs"] == "2"
+    assert parent.data.tags["backend"] == "dask" and parent.data.params["jobs"] == "2"
     assert parent.data.tags["best_run_id"] == res.best_run_id
     kids = client.search_runs(
         [res.experiment_id], f"tags.mlflow.parentRunId = '{res.parent_run_id}'", max_results=100
@@ -119,7 +130,7 @@ def test_store_problems_stop_the_sweep_as_locally(planted_store, tracking_dir, c
         run_sweep(
             from_dict(config_dict(tracking_dir, "x")),
             store=planted_store,
-            executor=DaskExecutor(log_on_workers=True),
+            options=SweepOptions(backend=DaskBackend(workers_write=True)),
         )
 
 
@@ -222,13 +233,21 @@ def test_a_worker_killed_while_logging_leaves_no_running_run(planted_store, clus
     assert (again.table.status == "reused").all()
 
 
+def _data(store, cfg, trials):
+    return TaskData(
+        store=str(store),
+        channels=tuple(sorted({c for t in trials for c in t.channels})),
+        target=cfg.target,
+        splits=tuple((k, tuple(v)) for k, v in sorted(cfg.splits.items())),
+        gold_standard=cfg.gold_standard,
+        sessions=tuple(Store(store).list_sessions()),
+    )
+
+
 def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     """Dask computes a task again when the worker holding its result dies: a worker-logged
     configuration must come back as the run already logged, not as a second child run."""
-    from experiments.executors.base import SweepContext
-    from experiments.executors.dask import WorkerJob, clear_worker_state, evaluate_on_worker
     from experiments.tracking.tracker import Tracker
-    from featurestore import Store
 
     proc, uri, folder = mlflow_server
     wait_healthy(uri, proc, log=folder / "server.log")
@@ -236,26 +255,20 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
     trial = expand(cfg)[-1]
     tracker = Tracker(uri, cfg.tracking.experiment)
     parent = tracker.start_run("parent")
-    ctx = SweepContext(
+    log = SweepContext(
         cfg=cfg,
-        store=str(planted_store),
-        channels=tuple(sorted(trial.channels)),
-        store_fingerprint="f",
-        jobs=1,
         tracking_uri=uri,
         experiment=cfg.tracking.experiment,
         parent_run_id=parent,
         child_tags={"store_fingerprint": "f"},
         log_artifacts=False,
     )
-    job = WorkerJob(ctx, tuple(Store(planted_store).list_sessions()), log_runs=True)
+    [task] = plan_tasks([trial], _data(planted_store, cfg, [trial]), figures=False)
     try:
-        [logged] = evaluate_on_worker((trial,), job)
-        [rerun] = evaluate_on_worker((trial,), job)
+        [first] = evaluate_on_worker(task, log).value
+        [again] = evaluate_on_worker(task, log).value
     finally:
         clear_worker_state()
-    first, again = logged.row, rerun.row
-    assert logged.result is None and rerun.result is None  # the rows stand for them
     assert first.status == again.status == "done" and again.run_id == first.run_id
     assert again.metrics["val.ccc_personalized"] == first.metrics["val.ccc_personalized"]
     kids = tracker.search(f"tags.mlflow.parentRunId = '{parent}'")
@@ -275,8 +288,8 @@ def test_a_slow_groups_fits_run_as_separate_dask_tasks_with_the_local_results(pl
         )
     )
     trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
-    channels = tuple(sorted({c for t in trials for c in t.channels}))
-    tables = load_sessions(planted_store, list(channels), splits=cfg.splits)
+    data = _data(planted_store, cfg, trials)
+    tables = load_sessions(planted_store, list(data.channels), splits=cfg.splits)
     (key,) = window_groups(trials)
     w = window_sessions(tables, key)
     local = {
@@ -285,33 +298,27 @@ def test_a_slow_groups_fits_run_as_separate_dask_tasks_with_the_local_results(pl
     slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
     n_parts = len(group_fit_parts(slow, w))
     assert n_parts > 10  # main, folds, and per listener: unseen and its folds
-    ctx = SweepContext(
-        cfg=cfg,
-        store=planted_store,
-        channels=channels,
-        store_fingerprint="planted",
-        jobs=2,
-        tracking_uri="",
-        experiment="",
-        parent_run_id="",
-        child_tags={},
-        log_artifacts=False,
-    )
+    tasks = plan_tasks(trials, data, figures=False)
     with dask_cluster(2) as cluster, Client(cluster) as client:
-        executor = DaskExecutor(client)
-        got = list(executor.run(trials, ctx))
-        assert executor.split_groups == {slow[0].label(): n_parts}  # the ridge groups whole
-        whole = DaskExecutor(client, split_slow=False)
-        unsplit = list(whole.run(trials, ctx))
+        split = DaskSweep(DaskBackend(client=client), tasks, None)
+        got = list(split.results())
+        assert split.split_groups == {slow[0].label(): n_parts}  # the ridge groups whole
+        whole = DaskSweep(DaskBackend(client=client, split=False), tasks, None)
+        unsplit = list(whole.results())
         assert whole.split_groups == {}
-    for outcomes in (got, unsplit):
-        assert [o.trial for o in outcomes] == trials and all(o.error == "" for o in outcomes)
-        for o in outcomes:
-            ref, result = local[o.trial], o.result
-            assert result is not None
-            assert result.metrics == ref.metrics and result.warnings == ref.warnings, (
-                o.trial.label()
-            )
+        log = SweepContext(cfg, "sqlite:///unused.db", "", "", {}, False)
+        via_map = list(map_on_dask(DaskBackend(client=client), tasks, log))
+    for results in (got, unsplit, via_map):
+        assert all(r.error == "" for r in results)
+        outcomes = [
+            (t, v)
+            for task, r in zip(tasks, results, strict=True)
+            for t, v in zip(task.trials, r.value, strict=True)
+        ]
+        assert [t for t, _ in outcomes] == [t for task in tasks for t in task.trials]
+        for t, result in outcomes:
+            ref = local[t]
+            assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
             for sid in ref.predictions:
                 np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
             for sid in ref.unseen_predictions:

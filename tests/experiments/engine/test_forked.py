@@ -1,4 +1,4 @@
-"""The local executor's scheduler (:class:`experiments.executors.local.Scheduler`): outcomes in
+"""The processes backend's sweep scheduler (:class:`experiments.engine.forked.Scheduler`): outcomes in
 order, forked pools over shared windowed features, slow models split into their fits, memory
 budget, failures kept to their configurations, interruption."""
 
@@ -12,10 +12,14 @@ import pytest
 
 from experiments.config.loading import expand, from_dict
 from experiments.data.dataset import load_sessions
-from experiments.evaluation.evaluate import evaluate_trial, window_sessions
-from experiments.executors import local
-from experiments.executors.base import fit_groups, window_groups
-from experiments.executors.local import Scheduler
+from experiments.engine import forked as local
+from experiments.engine.forked import Scheduler
+from experiments.evaluation.evaluate import (
+    evaluate_trial,
+    fit_groups,
+    window_groups,
+    window_sessions,
+)
 from tests.experiments.helpers import config_dict
 
 
@@ -108,7 +112,7 @@ def test_release_free_memory_finds_glibc_malloc_trim():
     silently skipped; elsewhere releasing is a no-op."""
     import platform
 
-    from experiments.executors.memory import _malloc_trim, release_free_memory
+    from featurestore.parallel.memory import _malloc_trim, release_free_memory
 
     if platform.libc_ver()[0] == "glibc":
         assert _malloc_trim() is not None
@@ -151,7 +155,7 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
 
 def _slow_model_groups(planted_store):
     """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
-    into parts by the local executor) beside ridge groups (evaluated whole), on one key."""
+    into parts by the forked schedule) beside ridge groups (evaluated whole), on one key."""
     cfg = from_dict(
         config_dict(
             "mlruns",

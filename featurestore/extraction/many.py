@@ -1,0 +1,170 @@
+"""Extraction of many sessions, a task per session, on a backend (:mod:`featurestore.parallel`:
+``serial``, ``processes``, ``dask``, or one registered elsewhere).
+
+Each session runs :func:`featurestore.extraction.extract.extract_session` and writes its own
+shard (one atomic update); a failure in one session is reported in its
+:class:`~featurestore.extraction.extract.SessionResult` and the others go on. On a remote
+backend (a Dask cluster) the store and the videos must be on a shared file system (NFS, CephFS,
+Lustre) at the same absolute path on the client and every worker (relative paths are made
+absolute here); over NFS, set ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..extractors import ExtractorUnavailable
+from ..parallel import Backend, Result, make_backend
+from ..sources.manifest import SessionFiles
+from ..storage.store import Store
+from .config import FeatureConfig
+from .extract import SessionResult, extract_session
+
+
+@dataclass(frozen=True)
+class SessionTask:
+    """One session's extraction: its files, the store folder, the channels and settings, and
+    where its own progress bar goes (``position``; None: no bar, on a remote worker)."""
+
+    files: SessionFiles
+    root: str
+    channels: tuple[str, ...]
+    cfg: FeatureConfig
+    force: bool
+    position: int | None
+
+
+def extract_task(task: SessionTask) -> SessionResult:
+    """Run one :class:`SessionTask` (see :func:`~featurestore.extraction.extract.extract_session`)."""
+    t = task
+    bar = t.position is not None
+    return extract_session(t.files, t.root, t.channels, t.cfg, t.force, t.position, bar)
+
+
+def _absolute(sf: SessionFiles) -> SessionFiles:
+    return replace(
+        sf,
+        video=Path(sf.video).resolve() if sf.video else None,
+        transcript=Path(sf.transcript).resolve() if sf.transcript else None,
+        annotations={k: Path(p).resolve() for k, p in sf.annotations.items()},
+        media={k: Path(p).resolve() for k, p in sf.media.items()},
+    )
+
+
+def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
+    """Where tasks run: the reason an extractor (with its settings in ``cfg``) cannot run there, or ''."""
+    for name in channels:
+        try:
+            cfg.extractor(name).check_available()
+        except ExtractorUnavailable as e:
+            return str(e)
+    return ""
+
+
+def _check_workers(backend: Backend, channels: list[str], cfg: FeatureConfig) -> None:
+    problems = {
+        k: msg for k, msg in backend.everywhere(_unavailable_here, channels, cfg).items() if msg
+    }
+    if problems:
+        place, msg = next(iter(sorted(problems.items())))
+        raise ExtractorUnavailable(
+            f"on {backend.name} worker {place} (and {len(problems) - 1} more): {msg}; install the "
+            "same environment on every worker"
+        )
+
+
+def _tasks(
+    sessions: Sequence[SessionFiles],
+    root: Path,
+    channels: list[str],
+    cfg: FeatureConfig,
+    force: bool,
+    backend: Backend,
+) -> list[SessionTask]:
+    """A task per session: on a remote backend with absolute paths (a worker's working folder
+    may be anywhere) and no bar of its own; else each session's bar on a line of its worker's."""
+    if backend.remote:
+        root, sessions = root.resolve(), [_absolute(sf) for sf in sessions]
+    jobs = backend.workers
+    return [
+        SessionTask(
+            sf, str(root), tuple(channels), cfg, force, None if backend.remote else 1 + i % jobs
+        )
+        for i, sf in enumerate(sessions)
+    ]
+
+
+def _failed(sf: SessionFiles, result: Result[SessionResult]) -> SessionResult:
+    """A session's result; a failed one when its task itself failed (its worker was lost)."""
+    if result.value is not None:
+        return result.value
+    return SessionResult(
+        sf.session,
+        status="failed",
+        error=f"could not run this session ({result.error}); re-run to resume",
+    )
+
+
+def extract_many(
+    sessions: Sequence[SessionFiles],
+    store_root: str | os.PathLike[str],
+    channels: Sequence[str],
+    cfg: FeatureConfig,
+    force: bool = False,
+    *,
+    backend: str | Backend = "processes",
+    jobs: int = 1,
+    scheduler: str | None = None,
+    on_result: Callable[[SessionResult], None] | None = None,
+    progress: bool = True,
+) -> list[SessionResult]:
+    """Extract many sessions, a task per session, with an overall progress bar.
+
+    Leftover temporary shards of killed runs are removed first and every extractor is checked
+    once (and, on a remote backend, on every worker); results come back in the order of
+    ``sessions``, each also handed to ``on_result``.
+
+    Args:
+        sessions: sessions to extract (from :func:`featurestore.sources.manifest.scan`).
+        store_root: the store folder (on a cluster: see the module docstring).
+        channels: extractor names (``face_geom``, ``face_au``, ``egemaps``, ...).
+        cfg: extraction settings (face rate in frames per second, crop, extractor settings).
+        force: recompute channels whose cache key is current.
+        backend: where sessions run, ``jobs`` at a time (``processes``: spawned processes, 1 in
+            this process; ``dask``: ``scheduler``'s cluster, or a local one of ``jobs`` workers).
+        scheduler: address of a running cluster's scheduler (``tcp://host:8786``), with ``dask``.
+        on_result: called with each session's result as it comes.
+        progress: show the overall bar (local sessions also show their own bars).
+
+    Raises:
+        BackendError: an unknown backend, or a scheduler for one that joins no cluster.
+    """
+    runner = make_backend(backend, scheduler)
+    Store(store_root, mode="a").clean_temp_files()
+    channels = list(channels)
+    for name in channels:  # fail fast, once, for an extractor that cannot run here
+        cfg.extractor(name).check_available()
+    results: list[SessionResult] = []
+    overall = tqdm(
+        total=len(sessions), desc="sessions", unit="session", position=0, disable=not progress
+    )
+    try:
+        with runner.opened(jobs) as workers:
+            if runner.remote:
+                _check_workers(runner, channels, cfg)
+                overall.set_description(f"sessions ({runner.name}, {workers} workers)")
+            tasks = _tasks(sessions, Path(store_root), channels, cfg, force, runner)
+            for sf, got in zip(sessions, runner.map(extract_task, tasks), strict=True):
+                results.append(r := _failed(sf, got))
+                overall.update(1)
+                overall.set_postfix_str(f"failed={sum(x.failed for x in results)}")
+                if on_result:
+                    on_result(r)
+    finally:
+        overall.close()
+    return results

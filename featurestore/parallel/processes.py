@@ -1,0 +1,114 @@
+"""The processes backend (``backend: processes``): tasks in worker processes on this machine.
+
+:meth:`ProcessesBackend.map` runs each task in one of ``jobs`` spawned workers (one task
+here, in this process, when ``jobs`` is 1). :func:`worker_pool` is its pool: spawned, or forked
+over read-only state this process holds (a sweep's windowed features), which the workers then
+share without a copy. Every worker leaves on its own once its parent is gone (a killed run
+cannot stop its pool); a forked one leaves Ctrl-C to its parent, which stops the pool, and a
+spawned one takes SIGTERM as Ctrl-C, so its clean-up runs (temporary shards removed).
+
+>>> backend = ProcessesBackend()
+>>> with backend.opened(1):
+...     [r.value for r in backend.map(abs, [-3])]
+[3]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import gc
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .base import Backend, R, Result, T, failure, register_backend
+from .serial import SerialBackend
+
+
+def _raise_interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _leave_when_orphaned(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _worker_init(forked: bool, threads: int | None, release: list | None) -> None:
+    """Set up a worker: ``threads`` BLAS / OpenMP threads; a forked one keeps the inherited
+    objects out of the collector (whose traversals would copy every page), empties ``release``
+    (so it stops mapping what the parent is about to drop) and ignores Ctrl-C."""
+    if forked:
+        gc.freeze()
+        if release:
+            release.clear()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles it and stops the pool
+    else:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    if threads is not None:
+        # oversubscribed (a thread per core in every worker), OpenMP spins: fits take far longer
+        from threadpoolctl import threadpool_limits  # only a worker with a thread budget needs it
+
+        threadpool_limits(limits=threads)
+    watch = threading.Thread(
+        target=_leave_when_orphaned, args=(os.getppid(),), name="orphan-watch", daemon=True
+    )
+    watch.start()
+
+
+def worker_pool(
+    workers: int, fork: bool = False, threads: int | None = None, release: list | None = None
+) -> cf.ProcessPoolExecutor:
+    """A pool of ``workers`` processes, forked (sharing what this process holds now) or spawned;
+    ``threads``: each worker's BLAS / OpenMP threads; ``release``: emptied in each forked worker."""
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=mp.get_context("fork" if fork else "spawn"),
+        initializer=_worker_init,
+        initargs=(fork, threads, release),
+    )
+
+
+def in_order(
+    futures: Sequence[cf.Future], raises: tuple[type[BaseException], ...]
+) -> Iterator[Result]:
+    """The futures' results in their order (a task's error as a value, ``raises`` propagating);
+    the ones not started are cancelled however it ends."""
+    try:
+        for fut in futures:
+            try:
+                yield Result(fut.result())
+            except raises:
+                raise
+            except Exception as e:  # noqa: BLE001 - a failed task does not stop the others
+                yield failure(e)
+    finally:
+        for fut in futures:
+            fut.cancel()
+
+
+@register_backend
+class ProcessesBackend(Backend):
+    """Tasks in ``jobs`` worker processes of this machine (see the module docstring)."""
+
+    name = "processes"
+    summary = "worker processes on this machine, --jobs at a time"
+
+    def map(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        raises: tuple[type[BaseException], ...] = (),
+    ) -> Iterator[Result[R]]:
+        """``fn`` over ``tasks`` in spawned workers (here when one at a time; see :meth:`Backend.map`)."""
+        if self.workers <= 1 or len(tasks) <= 1:
+            yield from SerialBackend().map(fn, tasks, raises)
+            return
+        with worker_pool(min(self.workers, len(tasks))) as pool:
+            yield from in_order([pool.submit(fn, t) for t in tasks], raises)
