@@ -22,6 +22,8 @@ from ..errors import FeaturestoreError, UsageError, nearest
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: exception types a task raises through the map instead of returning as its error
+Raises = tuple[type[BaseException], ...]
 
 
 class BackendError(UsageError, ValueError):
@@ -45,20 +47,25 @@ class Result(Generic[R]):
         return bool(self.error)
 
 
+#: what a map yields: one result per task, in the tasks' order
+Results = Iterator[Result[R]]
+
+
 def failure(e: BaseException, prefix: str = "") -> Result[Any]:
     """A failed task's result from the exception it raised."""
     text = str(e) if isinstance(e, TaskError) else f"{type(e).__name__}: {e}"
     return Result(error=prefix + text)
 
 
-def call(fn: Callable[[T], R], task: T, raises: tuple[type[BaseException], ...]) -> Result[R]:
-    """``fn(task)`` as a :class:`Result`; exceptions of the types ``raises`` propagate."""
+def call(fn: Callable[[T], R], task: T, raises: Raises, prefix: str = "") -> Result[R]:
+    """``fn(task)`` as a :class:`Result` (an error's text after ``prefix``); exceptions of the
+    types ``raises`` propagate."""
     try:
         return Result(fn(task))
     except raises:
         raise
     except Exception as e:  # noqa: BLE001 - a failed task does not stop the others
-        return failure(e)
+        return failure(e, prefix)
 
 
 class Backend(abc.ABC):
@@ -94,12 +101,7 @@ class Backend(abc.ABC):
         yield self.workers
 
     @abc.abstractmethod
-    def map(
-        self,
-        fn: Callable[[T], R],
-        tasks: Sequence[T],
-        raises: tuple[type[BaseException], ...] = (),
-    ) -> Iterator[Result[R]]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], raises: Raises = ()) -> Results[R]:
         """``fn`` over ``tasks``: one result per task, in their order, each as soon as it and those
         before it are done. A task's exception is its result's ``error``, except one of the types
         ``raises``, which propagates; closing the iterator early stops the work still running."""

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .base import Backend, R, Result, T, failure, register_backend
+from .base import Backend, R, Raises, Results, T, call, register_backend
 
 #: worker processes of the local cluster when no number is given
 DEFAULT_LOCAL_WORKERS = 2
@@ -145,12 +145,7 @@ class DaskBackend(Backend):
             finally:
                 self.client = None if own else c
 
-    def map(
-        self,
-        fn: Callable[[T], R],
-        tasks: Sequence[T],
-        raises: tuple[type[BaseException], ...] = (),
-    ) -> Iterator[Result[R]]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], raises: Raises = ()) -> Results[R]:
         """``fn`` over ``tasks``, a Dask task each (see :meth:`Backend.map`); a task whose worker
         was lost fails with ``on Dask: ...``."""
         run = uuid.uuid4().hex[:8]
@@ -160,12 +155,9 @@ class DaskBackend(Backend):
         ]
         try:
             for fut in futures:
-                try:
-                    yield Result(fut.result())
-                except raises:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a lost worker fails its task only
-                    yield failure(e, "on Dask: ")
+                yield call(
+                    lambda f: f.result(), fut, raises, "on Dask: "
+                )  # a lost worker: its task fails
                 fut.release()
         finally:
             self.client.cancel([f for f in futures if not f.done()])

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .base import Backend, R, Result, T, failure, register_backend
+from .base import Backend, R, Raises, Result, Results, T, call, register_backend
 from .serial import SerialBackend
 
 
@@ -75,19 +75,12 @@ def worker_pool(
     )
 
 
-def in_order(
-    futures: Sequence[cf.Future], raises: tuple[type[BaseException], ...]
-) -> Iterator[Result]:
+def in_order(futures: Sequence[cf.Future], raises: Raises) -> Iterator[Result]:
     """The futures' results in their order (a task's error as a value, ``raises`` propagating);
     the ones not started are cancelled however it ends."""
     try:
         for fut in futures:
-            try:
-                yield Result(fut.result())
-            except raises:
-                raise
-            except Exception as e:  # noqa: BLE001 - a failed task does not stop the others
-                yield failure(e)
+            yield call(cf.Future.result, fut, raises)
     finally:
         for fut in futures:
             fut.cancel()
@@ -100,12 +93,7 @@ class ProcessesBackend(Backend):
     name = "processes"
     summary = "worker processes on this machine, --jobs at a time"
 
-    def map(
-        self,
-        fn: Callable[[T], R],
-        tasks: Sequence[T],
-        raises: tuple[type[BaseException], ...] = (),
-    ) -> Iterator[Result[R]]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], raises: Raises = ()) -> Results[R]:
         """``fn`` over ``tasks`` in spawned workers (here when one at a time; see :meth:`Backend.map`)."""
         if self.workers <= 1 or len(tasks) <= 1:
             yield from SerialBackend().map(fn, tasks, raises)

@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from ..processes import raise_if_terminated
-from .base import Backend, R, Result, T, failure, register_backend
+from .base import Backend, R, Raises, Result, Results, T, failure, register_backend
 
 
 @register_backend
@@ -19,12 +19,7 @@ class SerialBackend(Backend):
     name = "serial"
     summary = "this process, one task at a time"
 
-    def map(
-        self,
-        fn: Callable[[T], R],
-        tasks: Sequence[T],
-        raises: tuple[type[BaseException], ...] = (),
-    ) -> Iterator[Result[R]]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], raises: Raises = ()) -> Results[R]:
         """``fn`` over ``tasks`` here (see :meth:`Backend.map`)."""
         for task in tasks:
             raise_if_terminated()
