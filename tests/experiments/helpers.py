@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -231,6 +232,22 @@ def config_dict(uri: str, experiment: str = "test", **changes) -> dict:
     }
     d.update(changes)
     return d
+
+
+def slow_group_trials() -> tuple:
+    """(config, configurations) of a gradient-boosting fit group with out-of-fold rescaling and
+    unseen-listener fits (split into parts by the forked and the Dask schedules) beside ridge
+    groups (evaluated whole), on one window key."""
+    cfg = from_dict(
+        config_dict(
+            "mlruns",
+            feature_set=["listener"],
+            personalization=["global"],
+            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
+            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
+        )
+    )
+    return cfg, [replace(t, unseen_listener=True) for t in expand(cfg)]
 
 
 def cli_env() -> dict:

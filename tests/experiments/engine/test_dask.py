@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -39,6 +38,7 @@ from tests.experiments.helpers import (
     free_port,
     process_group,
     running_children,
+    slow_group_trials,
     wait_healthy,
 )
 
@@ -278,16 +278,7 @@ def test_a_task_run_again_returns_its_logged_run(planted_store, mlflow_server):
 def test_a_slow_groups_fits_run_as_separate_dask_tasks_with_the_local_results(planted_store):
     from distributed import Client
 
-    cfg = from_dict(
-        config_dict(
-            "mlruns",
-            feature_set=["listener"],
-            personalization=["global"],
-            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
-            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
-        )
-    )
-    trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
+    cfg, trials = slow_group_trials()
     data = _data(planted_store, cfg, trials)
     tables = load_sessions(planted_store, list(data.channels), splits=cfg.splits)
     (key,) = window_groups(trials)

@@ -20,7 +20,7 @@ from experiments.evaluation.evaluate import (
     window_groups,
     window_sessions,
 )
-from tests.experiments.helpers import config_dict
+from tests.experiments.helpers import config_dict, slow_group_trials
 
 
 def _tables(store, cfg):
@@ -156,16 +156,7 @@ def test_workers_draw_the_figures_the_parent_would(planted_store):
 def _slow_model_groups(planted_store):
     """A gradient-boosting fit group with out-of-fold rescaling and unseen-listener fits (split
     into parts by the forked schedule) beside ridge groups (evaluated whole), on one key."""
-    cfg = from_dict(
-        config_dict(
-            "mlruns",
-            feature_set=["listener"],
-            personalization=["global"],
-            models=[{"name": "hist_gb", "max_iter": [15]}, {"name": "ridge"}],
-            postprocess={"smooth_s": [2], "rescale": ["none", "train"]},
-        )
-    )
-    trials = [replace(t, unseen_listener=True) for t in expand(cfg)]
+    cfg, trials = slow_group_trials()
     groups = window_groups(trials)
     tables = load_sessions(
         planted_store, sorted({c for t in trials for c in t.channels}), splits=cfg.splits
