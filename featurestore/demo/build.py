@@ -1,8 +1,5 @@
-"""The OMG-shaped demo corpus: every session's files, ``demo_truth.json``, README and settings.
-
-:func:`build_demo` writes the folder docs/demo.md describes (``featurestore demo``, ``make
-demo-data``); the README is ``templates/README_omg.md`` filled in with this build's numbers.
-"""
+"""The OMG-shaped demo corpus (docs/demo.md): every session's files, ``demo_truth.json``, README
+(``templates/README_omg.md`` filled in with this build's numbers) and settings."""
 
 from __future__ import annotations
 
@@ -25,8 +22,8 @@ from .files import (
     DemoInfo,
     Layout,
     frame_layout,
-    template,
     transcript_srt,
+    truth_head,
     valence_csv,
     video_frames,
     write_corpus_files,
@@ -37,63 +34,6 @@ from .plan import SessionPlan, plan_session
 
 #: the folders of a build (the OMG-Empathy layout)
 FOLDERS = ("Videos", "Annotations", "Transcripts", "Observer_Listener", "Observer_Speaker")
-
-
-def _truth_face(layout: Layout) -> dict[str, Any]:
-    return {
-        "photo": "skimage.data.astronaut() (public domain, NASA)",
-        "photo_rows": list(PHOTO_ROWS),
-        "photo_cols": list(PHOTO_COLS),
-        "scale": PHOTO_SCALE,
-        "tile_size": [layout.tile_w, layout.tile_h],
-        "tile_origin": {r: list(v) for r, v in layout.origin.items()},
-        "smile_levels": list(model.SMILE_LEVELS),
-        "mouth_levels": list(model.MOUTH_LEVELS),
-        "blink_levels": list(model.BLINK_LEVELS),
-        "brow_levels": list(model.BROW_LEVELS),
-        "listener_smile_state": "round(smile * 6)",
-        "speaker_smile_state": model.SPEAKER_SMILE_STATE,
-        "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
-        "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
-    }
-
-
-def _truth_label() -> dict[str, Any]:
-    return {
-        "target": "valence_self",
-        "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
-        "+ text_term(t) + noise(t), -1, 1)",
-        "delay_s": model.LABEL_DELAY_S,
-        "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS "
-        f"envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
-        "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
-        "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
-        "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
-        "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
-        "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
-        "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
-        "affect": "affect of the latest phrase the speaker has started, held until the next one "
-        "(0 before the first)",
-    }
-
-
-def _truth_words() -> dict[str, Any]:
-    return {
-        "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
-        "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
-        "(a_p > 0) or negative lexicon words",
-        "positive_words": list(model.POSITIVE_WORDS),
-        "negative_words": list(model.NEGATIVE_WORDS),
-        "neutral_words": list(model.NEUTRAL_WORDS),
-        "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
-    }
-
-
-def _observer(formula: str, smooth_s: float, delay_s: float, noise: tuple[float, float]) -> str:
-    return (
-        f"clip({formula}{smooth_s:g} s)(t - {delay_s:g} s) + noise (slow sd {noise[0]}, "
-        f"white sd {noise[1]}), -1, 1)"
-    )
 
 
 def _truth_session(p: SessionPlan) -> dict[str, Any]:
@@ -116,41 +56,71 @@ def _truth_session(p: SessionPlan) -> dict[str, Any]:
 
 
 def _truth(
-    seed: int,
+    head: dict[str, Any],
     listeners: dict[int, ListenerParams],
     speakers: dict[int, SpeakerParams],
     plans: list[SessionPlan],
     layout: Layout,
-    fps: float,
-    duration_s: float,
 ) -> dict[str, Any]:
-    """``demo_truth.json``: the seed and every latent signal's parameters."""
-    m = model
+    """``demo_truth.json``: ``head`` (:func:`truth_head`) and every latent signal's parameters."""
+    observer = "clip({}{:g} s)(t - {:g} s) + noise (slow sd {}, white sd {}), -1, 1)"
     return {
-        "generator": "featurestore.demo",
-        "generator_version": m.GENERATOR_VERSION,
-        "seed": int(seed),
-        "fps": float(fps),
-        "duration_s": float(duration_s),
-        "width": layout.width,
-        "height": layout.height,
+        **head,
         "split_x": layout.regions["speaker"][1],
-        "audio_rate_hz": m.AUDIO_RATE,
-        "face": _truth_face(layout),
-        "label": _truth_label(),
-        "words": _truth_words(),
+        "audio_rate_hz": model.AUDIO_RATE,
+        "face": {
+            "photo": "skimage.data.astronaut() (public domain, NASA)",
+            "photo_rows": list(PHOTO_ROWS),
+            "photo_cols": list(PHOTO_COLS),
+            "scale": PHOTO_SCALE,
+            "tile_size": [layout.tile_w, layout.tile_h],
+            "tile_origin": {r: list(v) for r, v in layout.origin.items()},
+            "smile_levels": list(model.SMILE_LEVELS),
+            "mouth_levels": list(model.MOUTH_LEVELS),
+            "blink_levels": list(model.BLINK_LEVELS),
+            "brow_levels": list(model.BROW_LEVELS),
+            "listener_smile_state": "round(smile * 6)",
+            "speaker_smile_state": model.SPEAKER_SMILE_STATE,
+            "speaker_mouth_state": "digitize(speech_envelope, [0.08, 0.35, 0.65])",
+            "backchannel_mouth_state": model.BACKCHANNEL_MOUTH_STATE,
+        },
+        "label": {
+            "target": "valence_self",
+            "formula": "clip(valence_offset + valence_gain * smile(t - delay_s) + speaker_term(t) "
+            "+ text_term(t) + noise(t), -1, 1)",
+            "delay_s": model.LABEL_DELAY_S,
+            "speaker_term": f"{model.SPEAKER_TERM_WEIGHT} * zscore(mean of the speaker's frame RMS "
+            f"envelope over the last {model.SPEAKER_TERM_WINDOW_S:g} s)",
+            "speaker_term_weight": model.SPEAKER_TERM_WEIGHT,
+            "speaker_term_window_s": model.SPEAKER_TERM_WINDOW_S,
+            "slow_noise_sd": model.LABEL_SLOW_NOISE_SD,
+            "white_noise_sd": model.LABEL_WHITE_NOISE_SD,
+            "smile": "clip(smile_baseline + sum of smile_events + 0.04 * slow noise, 0, 1)",
+            "text_term": f"{model.TEXT_TERM_WEIGHT} * causal_smooth(affect(t), tau {model.TEXT_TERM_TAU_S:g} s)",
+            "affect": "affect of the latest phrase the speaker has started, held until the next one "
+            "(0 before the first)",
+        },
+        "words": {
+            "phrase_affect": "a_p = clip(0.6 * arc_(p-1) + N(0, 0.5), -1, 1) per phrase (a drifting story arc)",
+            "phrase_words": "about one word per 1.5 syllables; round(3 * |a_p|) of them positive "
+            "(a_p > 0) or negative lexicon words",
+            "positive_words": list(model.POSITIVE_WORDS),
+            "negative_words": list(model.NEGATIVE_WORDS),
+            "neutral_words": list(model.NEUTRAL_WORDS),
+            "backchannel_words": {**model.BACKCHANNEL_WORDS, "threshold": model.BACKCHANNEL_AFFECT},
+        },
         "observers": {
-            "valence_observer_listener": _observer(
+            "valence_observer_listener": observer.format(
                 "observer_offset + observer_scale * moving_average(valence_self, ",
-                m.OBSERVER_LISTENER_SMOOTH_S,
-                m.OBSERVER_LISTENER_DELAY_S,
-                m.OBSERVER_LISTENER_NOISE_SD,
+                model.OBSERVER_LISTENER_SMOOTH_S,
+                model.OBSERVER_LISTENER_DELAY_S,
+                *model.OBSERVER_LISTENER_NOISE_SD,
             ),
-            "valence_observer_speaker": _observer(
-                f"0.05 + {m.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau ",
-                m.OBSERVER_SPEAKER_TAU_S,
-                m.OBSERVER_SPEAKER_DELAY_S,
-                m.OBSERVER_SPEAKER_NOISE_SD,
+            "valence_observer_speaker": observer.format(
+                f"0.05 + {model.OBSERVER_SPEAKER_GAIN} * causal_smooth(affect, tau ",
+                model.OBSERVER_SPEAKER_TAU_S,
+                model.OBSERVER_SPEAKER_DELAY_S,
+                *model.OBSERVER_SPEAKER_NOISE_SD,
             ),
         },
         "listeners": {str(k): vars(v) for k, v in listeners.items()},
@@ -159,8 +129,8 @@ def _truth(
     }
 
 
-def _readme(truth: dict[str, Any], info_line: str) -> str:
-    """``templates/README_omg.md`` filled in: the files, what is planted, this build's numbers."""
+def _readme(truth: dict[str, Any], info_line: str) -> dict[str, Any]:
+    """The fields of ``templates/README_omg.md``: the files, what is planted, this build's numbers."""
     sessions, words = truth["sessions"].values(), truth["words"]
     agree = [
         (v["ccc_self_vs_observer_listener"], v["ccc_self_vs_observer_speaker"]) for v in sessions
@@ -170,28 +140,29 @@ def _readme(truth: dict[str, Any], info_line: str) -> str:
         f"{v['smile_event_rate_hz']:.3f} | {v['smile_event_size']:.3f} | {v['backchannel_f0_hz']:.0f} |"
         for k, v in truth["listeners"].items()
     ]
-    return template("README_omg.md").format(
+    speakers = [
+        f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
+        for k, v in truth["speakers"].items()
+    ]
+    agree_rows = [
+        f"| {k} | {a:.3f} | {b:.3f} |" for k, (a, b) in zip(truth["sessions"], agree, strict=True)
+    ]
+    return {
         **truth,
         **truth["label"],
         **truth["observers"],
         **words["backchannel_words"],
-        info_line=info_line,
-        phrase_affect=words["phrase_affect"],
-        phrase_words=words["phrase_words"],
-        positive_words=", ".join(words["positive_words"]),
-        negative_words=", ".join(words["negative_words"]),
-        agree="\n".join(
-            f"| {k} | {a:.3f} | {b:.3f} |"
-            for k, (a, b) in zip(truth["sessions"], agree, strict=True)
-        ),
-        agree_l=float(np.mean([a for a, _ in agree])),
-        agree_s=float(np.mean([b for _, b in agree])),
-        listener_rows="\n".join(listeners),
-        speaker_rows="\n".join(
-            f"| {k} | {v['f0_hz']:.0f} | {v['formant_scale']:.3f} |"
-            for k, v in truth["speakers"].items()
-        ),
-    )
+        "info_line": info_line,
+        "phrase_affect": words["phrase_affect"],
+        "phrase_words": words["phrase_words"],
+        "positive_words": ", ".join(words["positive_words"]),
+        "negative_words": ", ".join(words["negative_words"]),
+        "agree": "\n".join(agree_rows),
+        "agree_l": float(np.mean([a for a, _ in agree])),
+        "agree_s": float(np.mean([b for _, b in agree])),
+        "listener_rows": "\n".join(listeners),
+        "speaker_rows": "\n".join(speakers),
+    }
 
 
 def _check_args(n_listeners: int, stories: tuple[int, ...], duration_s: float, fps: float) -> None:
@@ -275,7 +246,8 @@ def build_demo(
         _write_session(out, plan, layout, caches, fps)
         plan.voices.audio = np.zeros(0, np.float32)  # free the samples; the rest is small
         plans.append(plan)
-    truth = _truth(seed, listeners, speakers, plans, layout, fps, duration_s)
+    head = truth_head("featurestore.demo", seed, fps, duration_s, layout)
+    truth = _truth(head, listeners, speakers, plans, layout)
     line = (
         f"{len(pairs)} sessions ({len(listeners)} listener{'s' if len(listeners) > 1 else ''} x "
         f"stor{'ies' if len(stories) > 1 else 'y'} {', '.join(map(str, stories))}), {duration_s:g} s each"

@@ -1,12 +1,5 @@
-"""The demo's face: one photo's 68 landmarks, expression states rendered by piecewise-affine warps.
-
-One real face, the public-domain NASA portrait in ``skimage.data.astronaut()``, cropped around
-the head and upscaled 2x. :class:`FaceRig` renders each expression state once (smile, mouth
-opening, blink, brow raise at the levels of :mod:`featurestore.demo.model`) by warping the
-upper and the lower face separately (:func:`piecewise_affine_map`); :class:`TileCache` dresses
-a rendered state for one person (mirroring, tint, feathered into the background) as I420
-planes, once per state.
-"""
+"""The demo's face: the astronaut photo's 68 landmarks, expression states rendered by
+piecewise-affine warps (:class:`FaceRig`) and dressed per person (:class:`TileCache`)."""
 
 from __future__ import annotations
 
@@ -30,11 +23,10 @@ def piecewise_affine_map(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Inverse map of a piecewise-affine warp, for ``cv2.remap``: output pixel -> input (x, y).
 
-    The model of ``skimage.transform.PiecewiseAffineTransform`` (a Delaunay triangulation of
-    ``out_points``, one affine map per triangle onto ``in_points``), evaluated for all pixels of
-    a ``shape`` = (height, width) image in one vectorised pass instead of one pass per
-    triangle (tens of milliseconds per state instead of about half a second); the tests check
-    that both give the same map. Pixels outside the triangulation map to themselves.
+    ``skimage.transform.PiecewiseAffineTransform``'s model (a Delaunay triangulation of
+    ``out_points``, one affine map per triangle onto ``in_points``) for all pixels of a
+    ``shape`` = (height, width) image in one vectorised pass (tens of ms instead of ~0.5 s).
+    Pixels outside the triangulation map to themselves.
     """
     import cv2  # lazily: OpenCV takes 0.1 s to import, only a build needs it
     from scipy.spatial import Delaunay  # lazily: scipy takes 0.3-0.8 s to import
@@ -160,31 +152,11 @@ class FaceRig:
         d[68] += (-0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
         d[69] += (0.03 * smile * self.mouth_width, -0.05 * smile * self.mouth_width)
         jaw = mouth * 0.22 * self.iod
-        drop = {
-            65: 1.0,
-            66: 1.0,
-            67: 1.0,
-            56: 1.0,
-            57: 1.0,
-            58: 1.0,
-            55: 0.6,
-            59: 0.6,
-            48: 0.15,
-            54: 0.15,
-            60: 0.1,
-            64: 0.1,
-            8: 0.55,
-            7: 0.5,
-            9: 0.5,
-            6: 0.35,
-            10: 0.35,
-            5: 0.2,
-            11: 0.2,
-            4: 0.08,
-            12: 0.08,
-        }
-        for i, w in drop.items():
-            d[i, 1] += w * jaw
+        # how far each point drops with the jaw: the lower lip and its corners, the chin and jaw line
+        lips = (((65, 66, 67, 56, 57, 58), 1.0), ((55, 59), 0.6), ((48, 54), 0.15), ((60, 64), 0.1))
+        chin = (((8,), 0.55), ((7, 9), 0.5), ((6, 10), 0.35), ((5, 11), 0.2), ((4, 12), 0.08))
+        for points, w in (*lips, *chin):
+            d[list(points), 1] += w * jaw
         return d
 
     def upper_targets(self, brow: float, blink: float) -> np.ndarray:
@@ -207,15 +179,10 @@ class FaceRig:
         src = self.control - off
         dst = targets - off
         w, h = x1 - x0, y1 - y0
-        margin = 3.0
-        inside = (
-            (src[:, 0] > margin)
-            & (src[:, 0] < w - 1 - margin)
-            & (src[:, 1] > margin)
-            & (src[:, 1] < h - 1 - margin)
-        )
+        margin, far = 3.0, np.array([w - 1 - 3.0, h - 1 - 3.0])
+        inside = ((src > margin) & (src < far)).all(axis=1)
         ring = border_points(w, h)
-        dst_in = np.clip(dst[inside], margin, [w - 1 - margin, h - 1 - margin])
+        dst_in = np.clip(dst[inside], margin, far)
         # the inverse map: output (deformed) coordinates -> input (photo) coordinates
         mx, my = piecewise_affine_map(
             np.vstack([dst_in, ring]), np.vstack([src[inside], ring]), (h, w)
@@ -224,32 +191,31 @@ class FaceRig:
             np.ascontiguousarray(sub), mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
         )
 
+    def _band(self, region: tuple[int, int, int, int], targets: np.ndarray) -> np.ndarray:
+        """The photo's ``region`` warped to ``targets`` (a copy of it if nothing moves)."""
+        x0, y0, x1, y1 = region
+        if np.allclose(targets, self.control):
+            return self.tile[y0:y1, x0:x1].copy()
+        return self._warp(region, targets)
+
     def upper(self, brow: int, blink: int) -> np.ndarray:
         """The upper band for state indices into :data:`BROW_LEVELS` and :data:`BLINK_LEVELS`."""
         key = (int(brow), int(blink))
         if key not in self._upper:
-            x0, y0, x1, y1 = self.upper_region
-            if key == (0, 0):
-                self._upper[key] = self.tile[y0:y1, x0:x1].copy()
-            else:
-                targets = self.upper_targets(BROW_LEVELS[key[0]], BLINK_LEVELS[key[1]])
-                self._upper[key] = self._warp(self.upper_region, targets)
+            targets = self.upper_targets(BROW_LEVELS[key[0]], BLINK_LEVELS[key[1]])
+            self._upper[key] = self._band(self.upper_region, targets)
         return self._upper[key]
 
     def lower(self, smile: int, mouth: int) -> np.ndarray:
         """The lower band for state indices into :data:`SMILE_LEVELS` and :data:`MOUTH_LEVELS`."""
         key = (int(smile), int(mouth))
         if key not in self._lower:
-            x0, y0, x1, y1 = self.lower_region
             targets = self.lower_targets(SMILE_LEVELS[key[0]], MOUTH_LEVELS[key[1]])
-            if np.allclose(targets, self.control):
-                self._lower[key] = self.tile[y0:y1, x0:x1].copy()
-            else:
-                band = self._warp(self.lower_region, targets)
-                if MOUTH_LEVELS[key[1]] > 0:
-                    closed = self.lower_targets(SMILE_LEVELS[key[0]], 0.0)
-                    band = self._paint_mouth_cavity(band, closed, targets, (x0, y0))
-                self._lower[key] = band
+            band = self._band(self.lower_region, targets)
+            if MOUTH_LEVELS[key[1]] > 0:
+                closed = self.lower_targets(SMILE_LEVELS[key[0]], 0.0)
+                band = self._paint_mouth_cavity(band, closed, targets, self.lower_region[:2])
+            self._lower[key] = band
         return self._lower[key]
 
     @staticmethod
@@ -312,11 +278,9 @@ class TileCache:
         self.h, self.w = size
         self.bg = look.background(rig.tile)
         th, tw = rig.tile.shape[:2]
-        ay = np.clip(
-            np.minimum(np.arange(self.h), self.h - 1 - np.arange(self.h)) / _FEATHER_PX, 0, 1
-        )
-        ax = np.clip(
-            np.minimum(np.arange(self.w), self.w - 1 - np.arange(self.w)) / _FEATHER_PX, 0, 1
+        ay, ax = (
+            np.clip(np.minimum(np.arange(n), n - 1 - np.arange(n)) / _FEATHER_PX, 0, 1)
+            for n in size
         )
         a = (ay[:, None] * ax[None, :]) ** 1.5
         self.alpha = (a * a * (3 - 2 * a))[..., None].astype(np.float32)  # smoothstep

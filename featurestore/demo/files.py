@@ -18,9 +18,14 @@ import numpy as np
 from ..files import replaced, write_atomic
 from ..sources.media import role_regions
 from .face import FaceRig, TileCache, even
+from .model import GENERATOR_VERSION
 from .plan import SessionPlan
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _template(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -68,19 +73,35 @@ class DemoInfo:
         )
 
 
-def template(name: str) -> str:
-    """The text of ``templates/<name>`` (a README with ``str.format`` fields, the settings)."""
-    return (TEMPLATES / name).read_text(encoding="utf-8")
+def truth_head(
+    generator: str, seed: int, fps: float, duration_s: float, layout: Layout
+) -> dict[str, Any]:
+    """The first entries of a build's ``demo_truth.json``: what built it and how."""
+    return {
+        "generator": generator,
+        "generator_version": GENERATOR_VERSION,
+        "seed": int(seed),
+        "fps": float(fps),
+        "duration_s": float(duration_s),
+        "width": layout.width,
+        "height": layout.height,
+    }
 
 
 def write_corpus_files(
-    out: Path, truth: dict[str, Any], readme: str, layout: str, started: float, n_frames: dict
+    out: Path,
+    truth: dict[str, Any],
+    readme: dict[str, Any],
+    layout: str,
+    started: float,
+    n_frames: dict,
 ) -> DemoInfo:
-    """A build's last files (``demo_truth.json``, README, ``featurestore.yaml``) and its
-    :class:`DemoInfo` (``started``: its ``time.perf_counter()``; ``n_frames``: per session)."""
+    """A build's last files (``demo_truth.json``; README: ``templates/README_<layout>.md`` filled
+    in with ``readme``; ``featurestore.yaml``) and its :class:`DemoInfo` (``started``: its
+    ``time.perf_counter()``; ``n_frames``: per session)."""
     write_atomic(out / "demo_truth.json", (json.dumps(truth, indent=1) + "\n").encode())
-    write_atomic(out / "README.md", readme.encode())
-    write_atomic(out / "featurestore.yaml", template(f"featurestore_{layout}.yaml").encode())
+    write_atomic(out / "README.md", _template(f"README_{layout}.md").format(**readme).encode())
+    write_atomic(out / "featurestore.yaml", _template(f"featurestore_{layout}.yaml").encode())
     keys = ("seed", "duration_s", "width", "height", "fps")
     return DemoInfo(
         out_dir=out,

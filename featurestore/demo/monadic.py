@@ -1,9 +1,5 @@
-"""The second embedded demo: a monadic corpus laid out by a manifest, built offline in seconds.
-
-One person per session, a camera and a microphone each, arousal and valence from two raters
-with their own reaction lags, and a whole-session rating: docs/demo.md (the monadic demo)
-describes the files and what is planted. :func:`build_monadic_demo` writes it.
-"""
+"""The second embedded demo (docs/demo.md): a monadic corpus laid out by a manifest, one person
+per session with a camera and a microphone, two lagged raters and a whole-session rating."""
 
 from __future__ import annotations
 
@@ -21,30 +17,11 @@ from tqdm import tqdm
 
 from ..concordance import ccc
 from ..files import write_atomic
-from . import model
+from . import model, plan
 from .face import Look, TileCache, face_rig
-from .files import (
-    DemoInfo,
-    Layout,
-    template,
-    video_frames,
-    write_corpus_files,
-    write_video,
-)
+from .files import DemoInfo, Layout, truth_head, video_frames, write_corpus_files, write_video
 from .model import listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
-from .plan import (
-    MOUTH_STEPS,
-    Phrases,
-    accent_brows,
-    blink_onsets,
-    blink_states,
-    head_motion,
-    quantize_even,
-    smile_curve,
-    smile_events,
-    speech_envelope,
-)
-from .voice import speech_schedule, synth_speech
+from .voice import Phrases, Syllables, speech_schedule, synth_speech
 
 #: task number -> its name (the manifest's ``group``) and split
 TASKS: dict[int, tuple[str, str]] = {
@@ -62,11 +39,17 @@ RATERS: dict[str, dict[str, Any]] = {
 #: the rated targets (one file per rater each) and the whole-session rating
 TARGETS = ("valence", "arousal")
 SESSION_RATING = "engagement"
+_SESSION_COLUMNS = ("session", "person", "group", "split", "video_person", "audio_person")
 #: the person's microphone files
 WAV_RATE = 16000
 #: the latent signals live on this grid (s) from ``-GRID_PAD_S``, so a lagged rater sees the past
 GRID_FPS = 10.0
 GRID_PAD_S = 5.0
+
+Curve = Callable[[np.ndarray], np.ndarray]
+Truth = Callable[[str, np.ndarray], np.ndarray]
+#: target -> rater -> (times, values)
+Ratings = dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]
 
 
 def session_id(person: int, task: int) -> str:
@@ -89,7 +72,7 @@ class MonadicPlan:
     smile: np.ndarray
     arousal: np.ndarray
     truth: dict[str, np.ndarray]  # target -> true affect per frame
-    ratings: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # target -> rater -> (t, values)
+    ratings: Ratings
     session_rating: float
     states: dict[str, np.ndarray]  # smile/mouth/blink/brow -> state per frame
     offsets: np.ndarray  # (n_frames, 2) head translation, pixels
@@ -106,87 +89,56 @@ def _person_extra(person: int, seed: int) -> dict[str, float]:
     }
 
 
-@dataclass
-class _Latents:
-    """A session's latent smile and arousal (0..1) and true affect, as functions of time (s)."""
-
-    lp: model.ListenerParams
-    arousal_level: float
-    task: int
-    seed: int
-    events: list[dict[str, float]]
-    grid: np.ndarray
-    smile_slow: np.ndarray
-    arousal_slow: np.ndarray
-
-    def smile(self, x: np.ndarray) -> np.ndarray:
-        """The person's baseline, their smile events and slow noise."""
-        latent = self.lp.smile_baseline + smile_curve(x, self.events)
-        return np.clip(latent + np.interp(x, self.grid, self.smile_slow), 0, 1)
-
-    def arousal(self, x: np.ndarray) -> np.ndarray:
-        """The person's level, the task's common curve and slow noise."""
-        task_curve = story_curve(100 + int(self.task), x, self.seed)
-        latent = self.arousal_level + 0.3 * task_curve
-        return np.clip(latent + np.interp(x, self.grid, self.arousal_slow), 0, 1)
-
-    def truth(self, target: str, x: np.ndarray) -> np.ndarray:
-        """The true ``valence`` or ``arousal`` (-1..1) at times ``x``."""
-        if target == "valence":
-            return np.clip(self.lp.valence_offset + self.lp.valence_gain * self.smile(x), -1, 1)
-        return np.clip(-0.6 + 1.2 * self.arousal(x), -1, 1)
-
-
 def _latents(
     rng: np.random.Generator, person: int, task: int, seed: int, duration_s: float
-) -> _Latents:
+) -> tuple[Curve, Curve, Truth]:
+    """The latent smile and arousal (0..1) and the true ``valence`` or ``arousal`` (-1..1) as
+    functions of time (s): the person's baseline and smile events, their arousal level and the
+    task's common curve, each with slow noise."""
     lp = listener_params(person, seed)
     grid = -GRID_PAD_S + np.arange(int((duration_s + GRID_PAD_S) * GRID_FPS) + 2) / GRID_FPS
-    events = smile_events(rng, lp, -GRID_PAD_S, duration_s, rounded=False)
+    events = plan.smile_events(rng, lp, -GRID_PAD_S, duration_s, rounded=False)
     smile_slow = 0.04 * smooth_noise(rng, len(grid), 1.5 * GRID_FPS)
     arousal_slow = 0.12 * smooth_noise(rng, len(grid), 2.0 * GRID_FPS)
     level = _person_extra(person, seed)["arousal_level"]
-    return _Latents(lp, level, task, seed, events, grid, smile_slow, arousal_slow)
+
+    def smile(x: np.ndarray) -> np.ndarray:
+        latent = lp.smile_baseline + plan.smile_curve(x, events)
+        return np.clip(latent + np.interp(x, grid, smile_slow), 0, 1)
+
+    def arousal(x: np.ndarray) -> np.ndarray:
+        latent = level + 0.3 * story_curve(100 + int(task), x, seed)
+        return np.clip(latent + np.interp(x, grid, arousal_slow), 0, 1)
+
+    def truth(target: str, x: np.ndarray) -> np.ndarray:
+        if target == "valence":
+            return np.clip(lp.valence_offset + lp.valence_gain * smile(x), -1, 1)
+        return np.clip(-0.6 + 1.2 * arousal(x), -1, 1)
+
+    return smile, arousal, truth
 
 
 def _rater_ratings(
-    latents: _Latents,
-    seed: int,
-    person: int,
-    task: int,
-    t: np.ndarray,
-    duration_s: float,
-    fps: float,
-) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Target -> rater -> (times, ratings): each rater sees the truth late, scaled, offset and noisy."""
-    ratings: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    truth: Truth, seed: int, person: int, task: int, t: np.ndarray, duration_s: float, fps: float
+) -> Ratings:
+    """Target -> rater -> (times, ratings): each rater sees the ``truth`` late, scaled, offset and
+    noisy, from a stream of their own."""
+    ratings: Ratings = {}
     for k, target in enumerate(TARGETS):
         ratings[target] = {}
         for j, (rater, p) in enumerate(RATERS.items()):
             rr = seeded_rng(seed, 22, person, task, k, j)
             times = t if p["rate_hz"] is None else np.arange(0, duration_s, 1 / p["rate_hz"])
-            slow_sd, white_sd = p["noise_sd"]
-            values = np.clip(
-                p["offset"]
-                + p["scale"] * latents.truth(target, times - p["lag_s"])
-                + slow_sd * smooth_noise(rr, len(times), 1.0 * fps)
-                + white_sd * rr.standard_normal(len(times)),
-                -1,
-                1,
-            )
-            ratings[target][rater] = (times, values)
+            seen = p["offset"] + p["scale"] * truth(target, times - p["lag_s"])
+            ratings[target][rater] = (times, plan.noisy(rr, seen, p["noise_sd"], fps))
     return ratings
 
 
 def _voice(
-    rng: np.random.Generator,
-    voice: model.SpeakerParams,
-    arousal_at: Callable[[np.ndarray], np.ndarray],
-    n: int,
-    fps: float,
-) -> tuple[Phrases, list[dict[str, Any]], np.ndarray, np.ndarray]:
-    """(phrases, syllables, speech, audio): the OMG demo's speech, each syllable louder with the
-    arousal of its time; the audio adds a faint room noise."""
+    rng: np.random.Generator, voice: model.SpeakerParams, arousal_at: Curve, n: int, fps: float
+) -> tuple[Phrases, Syllables, np.ndarray, np.ndarray]:
+    """(phrases, syllables, speech envelope per frame, audio): the OMG demo's speech, each
+    syllable louder with the arousal of its time; the audio adds a faint room noise."""
     sr = model.AUDIO_RATE
     n_samples = int(round(n / fps * sr))
     phrases, syllables, _ = speech_schedule(rng, n / fps)
@@ -197,7 +149,7 @@ def _voice(
     # is quieter as a whole, not only relative to its own loudest syllable
     speech = synth_speech(syllables, phrases, voice, rng, n_samples, sr) * float(gains.max())
     audio = np.clip(speech + 0.0015 * rng.standard_normal(n_samples), -1, 1).astype(np.float32)
-    return phrases, syllables, speech, audio
+    return phrases, syllables, plan.speech_envelope(speech, n, fps, sr), audio
 
 
 def plan_monadic(
@@ -215,23 +167,22 @@ def plan_monadic(
     rng = seeded_rng(seed, 20, person, task)
     n = int(round(duration_s * fps))
     t = np.arange(n) / fps
-    latents = _latents(rng, person, task, seed, duration_s)
-    smile, arousal = latents.smile(t), latents.arousal(t)
-    ratings = _rater_ratings(latents, seed, person, task, t, duration_s, fps)
+    smile_at, arousal_at, truth_at = _latents(rng, person, task, seed, duration_s)
+    smile, arousal = smile_at(t), arousal_at(t)
+    ratings = _rater_ratings(truth_at, seed, person, task, t, duration_s, fps)
     bias = _person_extra(person, seed)["engagement_bias"]
     score = 1 + 6 * (0.6 * arousal.mean() + 0.4 * smile.mean()) + bias
     session_rating = round(float(np.clip(score + rng.normal(0, 0.25), 1, 7)), 2)
     voice = speaker_params(person, seed)
-    phrases, syllables, speech, audio = _voice(rng, voice, latents.arousal, n, fps)
-    envelope = speech_envelope(speech, n, fps, model.AUDIO_RATE)
+    phrases, syllables, envelope, audio = _voice(rng, voice, arousal_at, n, fps)
     states = {
         "smile": np.rint(smile * (len(model.SMILE_LEVELS) - 1)).astype(np.int64),
-        "mouth": np.digitize(envelope, MOUTH_STEPS).astype(np.int64),
-        "blink": blink_states(blink_onsets(rng, n / fps), n, fps),
-        "brow": accent_brows(syllables, t),
+        "mouth": np.digitize(envelope, plan.MOUTH_STEPS).astype(np.int64),
+        "blink": plan.blink_states(plan.blink_onsets(rng, n / fps), n, fps),
+        "brow": plan.accent_brows(syllables, t),
     }
-    offsets = quantize_even(head_motion(rng, n, fps, (2.0, 1.5)), motion_limit)
-    truth = {target: latents.truth(target, t) for target in TARGETS}
+    offsets = plan.quantize_even(plan.head_motion(rng, n, fps, (2.0, 1.5)), motion_limit)
+    truth = {target: truth_at(target, t) for target in TARGETS}
     return MonadicPlan(
         person=int(person),
         task=int(task),
@@ -287,16 +238,7 @@ def _rating_csv(target: str, times: np.ndarray, values: np.ndarray, per_frame: b
 def manifest_columns() -> list[str]:
     """The columns of the demo's ``manifest.csv``, in order."""
     labels = [f"label_{t}@{r}" for t in TARGETS for r in RATERS]
-    return [
-        "session",
-        "person",
-        "group",
-        "split",
-        "video_person",
-        "audio_person",
-        *labels,
-        f"rating_{SESSION_RATING}",
-    ]
+    return [*_SESSION_COLUMNS, *labels, f"rating_{SESSION_RATING}"]
 
 
 def _check_args(
@@ -317,63 +259,48 @@ def _check_args(
 
 
 def _write_session(
-    out: Path, plan: MonadicPlan, layout: Layout, cache: TileCache
+    out: Path, mp: MonadicPlan, layout: Layout, cache: TileCache
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """One session's camera video, microphone and rating files; its manifest row and truth."""
-    p, k, sid = plan.person, plan.task, session_id(plan.person, plan.task)
+    p, k, sid = mp.person, mp.task, session_id(mp.person, mp.task)
+    person = {"person": cache}
     frames = video_frames(
-        plan.n_frames, {"person": plan.states}, {"person": plan.offsets}, layout, {"person": cache}
+        mp.n_frames, {"person": mp.states}, {"person": mp.offsets}, layout, person
     )
-    room = (0.3 * plan.audio).astype(np.float32)  # the camera's room microphone: farther, quieter
-    write_video(out / "media" / f"{sid}.mp4", frames, layout, plan.fps, room, model.AUDIO_RATE)
-    write_atomic(out / "media" / f"{sid}.wav", _wav_bytes(plan.audio))
-    row = {
-        "session": sid,
-        "person": f"p{p}",
-        "group": TASKS[k][0],
-        "split": TASKS[k][1],
-        "video_person": f"media/{sid}.mp4",
-        "audio_person": f"media/{sid}.wav",
-    }
+    room = (0.3 * mp.audio).astype(np.float32)  # the camera's room microphone: farther, quieter
+    write_video(out / "media" / f"{sid}.mp4", frames, layout, mp.fps, room, model.AUDIO_RATE)
+    write_atomic(out / "media" / f"{sid}.wav", _wav_bytes(mp.audio))
+    media = (f"media/{sid}.mp4", f"media/{sid}.wav")
+    row = dict(zip(_SESSION_COLUMNS, (sid, f"p{p}", *TASKS[k], *media), strict=True))
     for target in TARGETS:
-        for rater, (times, values) in plan.ratings[target].items():
+        for rater, (times, values) in mp.ratings[target].items():
             name = f"ratings/{sid}_{target}_{rater}.csv"
             text = _rating_csv(target, times, values, RATERS[rater]["rate_hz"] is None)
             write_atomic(out / name, text.encode())
             row[f"label_{target}@{rater}"] = name
-    row[f"rating_{SESSION_RATING}"] = f"{plan.session_rating:.2f}"
-    r1 = {tg: plan.ratings[tg]["r1"][1] for tg in TARGETS}
+    row[f"rating_{SESSION_RATING}"] = f"{mp.session_rating:.2f}"
+    r1 = {tg: mp.ratings[tg]["r1"][1] for tg in TARGETS}
     truth = {
         "person": p,
         "task": k,
-        "n_frames": plan.n_frames,
-        "smile_mean": round(float(plan.smile.mean()), 4),
-        "arousal_mean": round(float(plan.arousal.mean()), 4),
-        f"rating_{SESSION_RATING}": plan.session_rating,
-        "ccc_truth_vs_r1": {tg: round(ccc(plan.truth[tg], r1[tg]), 4) for tg in TARGETS},
+        "n_frames": mp.n_frames,
+        "smile_mean": round(float(mp.smile.mean()), 4),
+        "arousal_mean": round(float(mp.arousal.mean()), 4),
+        f"rating_{SESSION_RATING}": mp.session_rating,
+        "ccc_truth_vs_r1": {tg: round(ccc(mp.truth[tg], r1[tg]), 4) for tg in TARGETS},
     }
     return row, truth
 
 
 def _truth(
-    seed: int,
-    fps: float,
-    duration_s: float,
-    layout: Layout,
-    tasks: tuple[int, ...],
-    persons: range,
-    sessions: dict[str, Any],
+    head: dict[str, Any], tasks: tuple[int, ...], persons: range, sessions: dict[str, Any]
 ) -> dict[str, Any]:
-    """``demo_truth.json``: the seed, the raters, the formulas and every person's parameters."""
+    """``demo_truth.json``: ``head`` (:func:`truth_head`), the raters, the formulas and every
+    person's parameters."""
     keep = ("valence_offset", "valence_gain", "smile_baseline")
+    seed = head["seed"]
     return {
-        "generator": "featurestore.demo.monadic",
-        "generator_version": model.GENERATOR_VERSION,
-        "seed": int(seed),
-        "fps": float(fps),
-        "duration_s": float(duration_s),
-        "width": layout.width,
-        "height": layout.height,
+        **head,
         "wav_rate_hz": WAV_RATE,
         "tasks": {str(k): {"name": n, "split": s} for k, (n, s) in TASKS.items() if k in tasks},
         "raters": {r: {**p, "noise_sd": list(p["noise_sd"])} for r, p in RATERS.items()},
@@ -395,14 +322,6 @@ def _truth(
         },
         "sessions": sessions,
     }
-
-
-def _manifest_csv(rows: list[dict[str, str]]) -> bytes:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=manifest_columns(), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue().encode()
 
 
 def build_monadic_demo(
@@ -436,23 +355,27 @@ def build_monadic_demo(
     rows, truth_sessions, n_frames = [], {}, {}
     pairs = [(p, k) for p in persons for k in tasks]
     for p, k in tqdm(pairs, desc="monadic demo", unit="session", disable=not progress):
-        plan = plan_monadic(
+        mp = plan_monadic(
             p, k, duration_s=duration_s, fps=fps, seed=seed, motion_limit=layout.motion_limit
         )
         look = Look(p % 2 == 0, listener_params(p, seed).tint)
         cache = TileCache(rig, look, size=(layout.tile_h, layout.tile_w))
         sid = session_id(p, k)
-        row, truth_sessions[sid] = _write_session(out, plan, layout, cache)
+        row, truth_sessions[sid] = _write_session(out, mp, layout, cache)
         rows.append(row)
-        n_frames[sid] = plan.n_frames
-    write_atomic(out / "manifest.csv", _manifest_csv(rows))
-    truth = _truth(seed, fps, duration_s, layout, tasks, persons, truth_sessions)
-    readme = _readme(truth, len(rows))
-    return write_corpus_files(out, truth, readme, "monadic", t_start, n_frames)
+        n_frames[sid] = mp.n_frames
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=manifest_columns(), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(out / "manifest.csv", buf.getvalue().encode())
+    head = truth_head("featurestore.demo.monadic", seed, fps, duration_s, layout)
+    truth = _truth(head, tasks, persons, truth_sessions)
+    return write_corpus_files(out, truth, _readme(truth, len(rows)), "monadic", t_start, n_frames)
 
 
-def _readme(truth: dict[str, Any], n_sessions: int) -> str:
-    """``templates/README_monadic.md`` filled in: the files, what is planted, the parameters."""
+def _readme(truth: dict[str, Any], n_sessions: int) -> dict[str, Any]:
+    """The fields of ``templates/README_monadic.md``: the files, what is planted, the parameters."""
     persons = [
         f"| {k} | {v['valence_offset']:+.3f} | {v['valence_gain']:.3f} | {v['arousal_level']:.3f} "
         f"| {v['engagement_bias']:+.3f} | {v['f0_hz']:.0f} |"
@@ -460,16 +383,14 @@ def _readme(truth: dict[str, Any], n_sessions: int) -> str:
     ]
     raters = [
         f"| {r} | {p['lag_s']:g} | {p['scale']:g} | {p['offset']:+g} | {p['noise_sd'][0]:g}, "
-        f"{p['noise_sd'][1]:g} | "
-        + ("one per frame" if p["rate_hz"] is None else f"{p['rate_hz']:g} Hz")
-        + " |"
+        f"{p['noise_sd'][1]:g} | {'one per frame' if p['rate_hz'] is None else format(p['rate_hz'], 'g') + ' Hz'} |"
         for r, p in truth["raters"].items()
     ]
-    return template("README_monadic.md").format(
+    return {
         **{k: v for k, v in truth.items() if k not in ("raters", "persons")},
         **truth["targets"],
-        n_sessions=n_sessions,
-        raters="\n".join(raters),
-        persons="\n".join(persons),
-        splits=", ".join(f"{v['name']} {v['split']}" for v in truth["tasks"].values()),
-    )
+        "n_sessions": n_sessions,
+        "raters": "\n".join(raters),
+        "persons": "\n".join(persons),
+        "splits": ", ".join(f"{v['name']} {v['split']}" for v in truth["tasks"].values()),
+    }

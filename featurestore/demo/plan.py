@@ -1,15 +1,10 @@
-"""One demo session's plan: every latent signal per video frame, the labels and the words.
-
-:func:`plan_session` regenerates, from the seed, what a session shows and says and the label
-model's outputs (``valence_self`` and the two observer ratings), as docs/demo.md describes;
-the helpers it shares with the monadic demo (:mod:`featurestore.demo.monadic`) are public.
-"""
+"""One demo session's plan (docs/demo.md): every latent signal per video frame, the labels and
+the words; the helpers it shares with :mod:`featurestore.demo.monadic` are public."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -24,24 +19,18 @@ from .model import (
     speaker_params,
     story_curve,
 )
-from .voice import speech_schedule, synth_backchannel, synth_speech
+from .voice import Phrases, Syllables, speech_schedule, synth_backchannel, synth_speech
 
 #: blink states of the frames of one blink
 BLINK_SEQUENCE = (1, 2, 2, 1)
 #: speech envelope levels (0..1) at which the mouth state steps up
 MOUTH_STEPS = (0.08, 0.35, 0.65)
 
-Phrases = list[tuple[float, float]]
-Syllables = list[dict[str, Any]]
-
 
 @dataclass
 class SessionPlan:
-    """Every latent signal of one session, per video frame (and the audio per sample).
-
-    States are indices into :data:`model.SMILE_LEVELS`, :data:`MOUTH_LEVELS`, :data:`BLINK_LEVELS`
-    and :data:`BROW_LEVELS`; offsets are head translations in pixels (x, y); times in seconds.
-    """
+    """Every latent signal of one session, per video frame (and the audio per sample); states
+    index the ``*_LEVELS`` of :mod:`~.model`, offsets are head translations (pixels), times s."""
 
     listener: int
     story: int
@@ -129,50 +118,6 @@ def _delayed(x: np.ndarray, delay_s: float, fps: float) -> np.ndarray:
     if not d:
         return x.copy()
     return np.concatenate([np.full(min(d, len(x)), x[0] if len(x) else 0.0), x[: len(x) - d]])
-
-
-def _phrase_words(
-    rng: np.random.Generator, phrases: Phrases, syllables: Syllables, curve_at_start: np.ndarray
-) -> tuple[list[float], list[str]]:
-    """Per phrase an affect in [-1, 1] (the story curve at the phrase's start plus the telling's own
-    variation) and a sentence: about one word per 1.5 syllables, of which round(3 * |affect|) are
-    positive (affect > 0) or negative lexicon words."""
-    affects, texts = [], []
-    for (p0, p1), c in zip(phrases, curve_at_start, strict=True):
-        a = float(
-            np.clip(
-                model.STORY_AFFECT_WEIGHT * c + rng.normal(0.0, model.PHRASE_AFFECT_SD), -1.0, 1.0
-            )
-        )
-        n_syl = sum(1 for syl in syllables if p0 <= syl["t0"] < p1)
-        n = max(2, int(round(n_syl / 1.5)))
-        sentence = [str(w) for w in rng.choice(model.NEUTRAL_WORDS, n)]
-        pool = model.POSITIVE_WORDS if a > 0 else model.NEGATIVE_WORDS
-        for _ in range(min(n - 1, int(round(3 * abs(a))))):
-            sentence[int(rng.integers(1, n))] = str(rng.choice(pool))
-        sentence[0] = sentence[0].capitalize()
-        affects.append(round(a, 4))
-        texts.append(" ".join(sentence) + ".")
-    return affects, texts
-
-
-def _backchannel_words(phrases: Phrases, affects: list[float], backchannels: Phrases) -> list[str]:
-    """The listener's word for each backchannel, from the affect of the phrase just before it."""
-    out = []
-    for b0, _ in backchannels:
-        before = [a for (p0, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
-        a = before[-1] if before else 0.0
-        kind = "positive" if a > model.BACKCHANNEL_AFFECT else "neutral"
-        out.append(model.BACKCHANNEL_WORDS["negative" if a < -model.BACKCHANNEL_AFFECT else kind])
-    return out
-
-
-def _held_affect(t: np.ndarray, phrases: Phrases, affects: list[float]) -> np.ndarray:
-    """Per frame, the affect of the latest phrase that has started (0 before the first)."""
-    starts = np.array([p0 for p0, _ in phrases], dtype=np.float64)
-    idx = np.searchsorted(starts, t, side="right") - 1
-    values = np.append(np.asarray(affects, dtype=np.float64), 0.0)
-    return np.where(idx >= 0, values[idx], 0.0)
 
 
 def smile_events(
@@ -299,17 +244,41 @@ class Words:
 
 
 def _words(seed: int, listener: int, story: int, voices: Voices, t: np.ndarray) -> Words:
+    """Per phrase an affect (the story curve at its start plus the telling's own variation) and a
+    sentence of about one word per 1.5 syllables, round(3 * |affect|) of them lexicon words of the
+    affect's sign; per backchannel a word for the affect of the phrase before it."""
     # their own random stream, so adding the words left every other signal as it was
-    text_rng = seeded_rng(seed, 4, listener, story)
-    starts = np.array([p0 for p0, _ in voices.phrases])
-    affect, words = _phrase_words(
-        text_rng, voices.phrases, voices.syllables, story_curve(story, starts, seed)
-    )
-    backchannel = _backchannel_words(voices.phrases, affect, voices.backchannels)
-    return Words(affect, words, backchannel, _held_affect(t, voices.phrases, affect))
+    rng = seeded_rng(seed, 4, listener, story)
+    phrases = voices.phrases
+    starts = np.array([p0 for p0, _ in phrases], dtype=np.float64)
+    affects, texts = [], []
+    for (p0, p1), c in zip(phrases, story_curve(story, starts, seed), strict=True):
+        noise = rng.normal(0.0, model.PHRASE_AFFECT_SD)
+        a = float(np.clip(model.STORY_AFFECT_WEIGHT * c + noise, -1.0, 1.0))
+        n_syl = sum(1 for syl in voices.syllables if p0 <= syl["t0"] < p1)
+        n = max(2, int(round(n_syl / 1.5)))
+        sentence = [str(w) for w in rng.choice(model.NEUTRAL_WORDS, n)]
+        pool = model.POSITIVE_WORDS if a > 0 else model.NEGATIVE_WORDS
+        for _ in range(min(n - 1, int(round(3 * abs(a))))):
+            sentence[int(rng.integers(1, n))] = str(rng.choice(pool))
+        sentence[0] = sentence[0].capitalize()
+        affects.append(round(a, 4))
+        texts.append(" ".join(sentence) + ".")
+    replies = []
+    for b0, _ in voices.backchannels:
+        before = [a for (_, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
+        a = before[-1] if before else 0.0
+        kind = "positive" if a > model.BACKCHANNEL_AFFECT else "neutral"
+        replies.append(
+            model.BACKCHANNEL_WORDS["negative" if a < -model.BACKCHANNEL_AFFECT else kind]
+        )
+    # per frame, the affect of the latest phrase that has started (0 before the first)
+    idx = np.searchsorted(starts, t, side="right") - 1
+    held = np.where(idx >= 0, np.append(np.asarray(affects, dtype=np.float64), 0.0)[idx], 0.0)
+    return Words(affects, texts, replies, held)
 
 
-def _noisy(
+def noisy(
     rng: np.random.Generator, x: np.ndarray, sd: tuple[float, float], fps: float
 ) -> np.ndarray:
     """``x`` plus slow (1 s) and white noise of the two ``sd``, clipped to [-1, 1]."""
@@ -330,34 +299,37 @@ def _observers(
     smoothed = np.convolve(padded, np.ones(win) / win, mode="valid")
     seen = _delayed(smoothed, model.OBSERVER_LISTENER_DELAY_S, fps)
     rated = lp.observer_offset + lp.observer_scale * seen
-    observer_listener = _noisy(obs_rng, rated, model.OBSERVER_LISTENER_NOISE_SD, fps)
+    observer_listener = noisy(obs_rng, rated, model.OBSERVER_LISTENER_NOISE_SD, fps)
     told = _delayed(
         _causal_smooth(affect, model.OBSERVER_SPEAKER_TAU_S, fps),
         model.OBSERVER_SPEAKER_DELAY_S,
         fps,
     )
     told_rating = 0.05 + model.OBSERVER_SPEAKER_GAIN * told
-    return observer_listener, _noisy(obs_rng, told_rating, model.OBSERVER_SPEAKER_NOISE_SD, fps)
+    return observer_listener, noisy(obs_rng, told_rating, model.OBSERVER_SPEAKER_NOISE_SD, fps)
 
 
-def _face_states(
-    blinks: dict[str, list[float]],
+def _faces(
+    rng: np.random.Generator,
     smile: np.ndarray,
     curve: np.ndarray,
     voices: Voices,
     t: np.ndarray,
     fps: float,
-) -> dict[str, dict[str, np.ndarray]]:
-    """Role -> smile/mouth/blink/brow state per frame: the listener smiles with the latent
-    smile and opens the mouth to backchannel; the speaker's face tells the story's curve
-    (smile states around the neutral one), the mouth follows the speech, the brows the accents."""
+    motion_limit: tuple[int, int],
+) -> tuple[dict[str, list[float]], dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Role -> blink onsets, role -> smile/mouth/blink/brow state per frame, role -> (n, 2) head
+    translation. The listener smiles with the latent smile, opens the mouth and nods to
+    backchannel; the speaker's smile tells the story's ``curve``, the mouth follows the speech,
+    the brows the accents, the head moves more while talking."""
     n = len(t)
+    blinks = {"speaker": blink_onsets(rng, n / fps), "listener": blink_onsets(rng, n / fps)}
     n_smile = len(model.SMILE_LEVELS) - 1
     lmouth = np.zeros(n, np.int64)
     for b0, b1 in voices.backchannels:
         lmouth[(t >= b0) & (t < b1)] = model.BACKCHANNEL_MOUTH_STATE
     speaker_smile = np.rint(model.SPEAKER_SMILE_STATE + model.SPEAKER_STORY_SMILE_STATES * curve)
-    return {
+    states = {
         "speaker": {
             "blink": blink_states(blinks["speaker"], n, fps),
             "smile": np.clip(speaker_smile, 0, n_smile).astype(np.int64),
@@ -371,18 +343,6 @@ def _face_states(
             "brow": np.zeros(n, np.int64),
         },
     }
-
-
-def _head_offsets(
-    rng: np.random.Generator,
-    voices: Voices,
-    t: np.ndarray,
-    fps: float,
-    motion_limit: tuple[int, int],
-) -> dict[str, np.ndarray]:
-    """Role -> (n, 2) head translation: the speaker moves more while talking, the listener nods
-    during backchannels."""
-    n = len(t)
     speaking = np.convolve(voices.envelope > MOUTH_STEPS[0], np.ones(int(fps)) / fps, mode="same")
     spk_xy = head_motion(rng, n, fps, (2.5, 1.5))
     spk_xy[:, 0] += 2.0 * speaking * smooth_noise(rng, n, 0.25 * fps)
@@ -390,10 +350,8 @@ def _head_offsets(
     for b0, b1 in voices.backchannels:  # a nod
         u = (t - b0 + 0.1) / (b1 - b0 + 0.2)
         lis_xy[:, 1] += np.where((u > 0) & (u < 1), 4.0 * np.sin(np.pi * np.clip(u, 0, 1)), 0.0)
-    return {
-        "speaker": quantize_even(spk_xy, motion_limit),
-        "listener": quantize_even(lis_xy, motion_limit),
-    }
+    offsets = {"speaker": spk_xy, "listener": lis_xy}
+    return blinks, states, {r: quantize_even(xy, motion_limit) for r, xy in offsets.items()}
 
 
 def plan_session(
@@ -405,11 +363,10 @@ def plan_session(
     seed: int = 0,
     motion_limit: tuple[int, int] = (8, 8),
 ) -> SessionPlan:
-    """All latent signals of session (``listener``, ``story``), regenerated from ``seed``.
+    """All latent signals of session (``listener``, ``story``) of ``duration_s`` seconds,
+    regenerated from ``seed``; ``motion_limit`` bounds the head translation (pixels, x and y).
 
-    ``duration_s`` is the session length in seconds (``round(duration_s * fps)`` frames);
-    ``motion_limit`` bounds the head translation in pixels (x, y). The steps draw from one
-    random stream in a fixed order (voices, smile, label noise, blinks, head motion); the
+    One random stream in a fixed order (voices, smile, label noise, blinks, head motion); the
     words and the observers have streams of their own.
     """
     if int(story) not in STORY_SPEAKER:
@@ -426,19 +383,13 @@ def plan_session(
     noise = model.LABEL_SLOW_NOISE_SD * smooth_noise(rng, n, 1.0 * fps)
     noise = noise + model.LABEL_WHITE_NOISE_SD * rng.standard_normal(n)
     words = _words(seed, listener, story, voices, t)
-    text_term = (
-        lp.story_sign
-        * model.TEXT_TERM_WEIGHT
-        * _causal_smooth(words.affect, model.TEXT_TERM_TAU_S, fps)
-    )
-    valence = np.clip(
-        lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise,
-        -1.0,
-        1.0,
-    )
+    smoothed_affect = _causal_smooth(words.affect, model.TEXT_TERM_TAU_S, fps)
+    text_term = lp.story_sign * model.TEXT_TERM_WEIGHT * smoothed_affect
+    label = lp.valence_offset + lp.valence_gain * smile_delayed + speaker_term + text_term + noise
+    valence = np.clip(label, -1.0, 1.0)
     observer_listener, observer_speaker = _observers(seed, lp, story, valence, words.affect, fps)
-    blinks = {"speaker": blink_onsets(rng, n / fps), "listener": blink_onsets(rng, n / fps)}
-    states = _face_states(blinks, smile, story_curve(story, t, seed), voices, t, fps)
+    curve = story_curve(story, t, seed)
+    blinks, states, offsets = _faces(rng, smile, curve, voices, t, fps, motion_limit)
     return SessionPlan(
         listener=int(listener),
         story=int(story),
@@ -453,7 +404,7 @@ def plan_session(
         speaker_term=speaker_term,
         valence=valence,
         states=states,
-        offsets=_head_offsets(rng, voices, t, fps, motion_limit),
+        offsets=offsets,
         words=words,
         text_term=text_term,
         observer_listener=observer_listener,

@@ -1,11 +1,5 @@
-"""The demo's voices: the speaker's synthetic speech and the listener's backchannels.
-
-The speaker talks in phrases (:func:`speech_schedule`) of voiced syllables: a band-limited
-glottal source following an F0 contour (declination, pitch accents, some final rises)
-through a cascade of three formant resonators (one of five vowels per syllable), with short
-fricative noise bursts. The listener's "mm-hm" is two nasal voiced bursts
-(:func:`synth_backchannel`). Samples are float64 at the rate given (44.1 kHz in a build).
-"""
+"""The demo's voices (docs/demo.md): the speaker's synthetic speech, formant-filtered syllables
+of a glottal source, and the listener's "mm-hm"s. Samples are float64 at the rate given."""
 
 from __future__ import annotations
 
@@ -16,6 +10,9 @@ from typing import Any
 import numpy as np
 
 from .model import ListenerParams, SpeakerParams, smooth_noise
+
+Phrases = list[tuple[float, float]]
+Syllables = list[dict[str, Any]]
 
 # (F1, F2, F3) in Hz of five vowels (a, e, i, o, u), adult male values
 _VOWELS = np.array(
@@ -41,7 +38,9 @@ def _voiced_source(f0: np.ndarray, sr: int) -> np.ndarray:
     return np.interp(phase * len(table), np.arange(len(table) + 1), np.append(table, table[0]))
 
 
-def _resonators(x: np.ndarray, freqs: Sequence[float], bws: Sequence[float], sr: int) -> np.ndarray:
+def _resonators(
+    x: np.ndarray, freqs: Sequence[float] | np.ndarray, bws: Sequence[float], sr: int
+) -> np.ndarray:
     """Cascade of Klatt second-order resonators (unity gain at 0 Hz)."""
     from scipy.signal import lfilter  # lazily: slow to import (0.8 s)
 
@@ -65,11 +64,11 @@ def _ramp_envelope(n: int, attack: int, release: int) -> np.ndarray:
 
 def speech_schedule(
     rng: np.random.Generator, duration_s: float
-) -> tuple[list[tuple[float, float]], list[dict[str, Any]], list[tuple[float, float]]]:
+) -> tuple[Phrases, Syllables, Phrases]:
     """Phrases, syllables and backchannel slots (seconds) of a session of ``duration_s`` s."""
-    phrases: list[tuple[float, float]] = []
-    syllables: list[dict[str, Any]] = []
-    backchannels: list[tuple[float, float]] = []
+    phrases: Phrases = []
+    syllables: Syllables = []
+    backchannels: Phrases = []
     t = float(rng.uniform(0.3, 0.8))
     while True:
         dur = min(float(rng.uniform(1.2, 3.5)), duration_s - 0.3 - t)
@@ -77,8 +76,7 @@ def speech_schedule(
             break
         end = t + dur
         phrases.append((round(t, 4), round(end, 4)))
-        s = t
-        first = True
+        s, first = t, True
         while s < end - 0.1:
             d = min(float(rng.uniform(0.13, 0.26)), end - s)
             syllables.append(
@@ -103,8 +101,8 @@ def speech_schedule(
 
 
 def synth_speech(
-    plan_syllables: Sequence[dict[str, Any]],
-    phrases: Sequence[tuple[float, float]],
+    plan_syllables: Syllables,
+    phrases: Phrases,
     sp: SpeakerParams,
     rng: np.random.Generator,
     n_samples: int,
@@ -134,24 +132,17 @@ def synth_speech(
             s0, s1 = int(syl["t0"] * sr), min(b, int(syl["t1"] * sr))
             if s1 - s0 < 16:
                 continue
-            env = (
-                _ramp_envelope(s1 - s0, int(0.025 * sr), int(0.04 * sr))
-                * syl["amp"]
-                * (1.3 if syl["accent"] else 1.0)
-            )
+            env = _ramp_envelope(s1 - s0, int(0.025 * sr), int(0.04 * sr)) * syl["amp"]
+            env = env * (1.3 if syl["accent"] else 1.0)
             seg = np.concatenate([src[s0 - a : s1 - a] * env, np.zeros(int(0.03 * sr))])
             voiced = _resonators(seg, _VOWELS[syl["vowel"]] * sp.formant_scale, _FORMANT_BW, sr)
-            end = min(n_samples, s0 + len(voiced))
-            out[s0:end] += voiced[: end - s0]
+            _add_at(out, s0, voiced)
             if syl["fricative"]:  # a short /s/-like noise before the vowel
                 n = int(0.05 * sr)
                 h0 = max(0, s0 - n)
-                noise = lfilter(hiss_b, hiss_a, rng.standard_normal(s0 - h0)) * _ramp_envelope(
-                    s0 - h0, n // 3, n // 3
-                )
-                out[h0:s0] += 0.08 * noise
-    peak = np.abs(out).max()
-    return out * (sp.speech_level / peak) if peak > 0 else out
+                noise = lfilter(hiss_b, hiss_a, rng.standard_normal(s0 - h0))
+                out[h0:s0] += 0.08 * (noise * _ramp_envelope(s0 - h0, n // 3, n // 3))
+    return _to_peak(out, sp.speech_level)
 
 
 def synth_backchannel(b0: float, lp: ListenerParams, n_samples: int, sr: int) -> np.ndarray:
@@ -167,10 +158,17 @@ def synth_backchannel(b0: float, lp: ListenerParams, n_samples: int, sr: int) ->
             continue
         f0 = lp.backchannel_f0_hz * np.linspace(f_from, f_to, n)
         src = _voiced_source(f0, sr) * _ramp_envelope(n, int(0.03 * sr), int(0.04 * sr))
-        seg = _resonators(
-            np.concatenate([src, np.zeros(int(0.03 * sr))]), (250, 1100, 2300), (60, 150, 200), sr
-        )
-        end = min(n_samples, a + len(seg))
-        out[a:end] += amp * seg[: end - a]
+        seg = np.concatenate([src, np.zeros(int(0.03 * sr))])
+        _add_at(out, a, amp * _resonators(seg, (250, 1100, 2300), (60, 150, 200), sr))
+    return _to_peak(out, lp.backchannel_level)
+
+
+def _add_at(out: np.ndarray, start: int, seg: np.ndarray) -> None:
+    """Add ``seg`` into ``out`` from sample ``start`` on, cut at the end of ``out``."""
+    out[start : start + len(seg)] += seg[: len(out) - start]
+
+
+def _to_peak(out: np.ndarray, level: float) -> np.ndarray:
+    """``out`` scaled to a peak amplitude of ``level`` (silence stays silent)."""
     peak = np.abs(out).max()
-    return out * (lp.backchannel_level / peak) if peak > 0 else out
+    return out * (level / peak) if peak > 0 else out
