@@ -1,12 +1,5 @@
-"""The embedded demo corpora, built offline in seconds: an OMG-Empathy-shaped one
-(:func:`build_demo`) and a monadic one laid out by a manifest (:func:`build_monadic_demo`).
-
-OMG-Empathy is licence-gated, so every part of the tool also runs on them; what each holds and
-plants, and its cost, are in docs/demo.md. The modules: :mod:`~.model` (the planted constants,
-per-person parameters, story curves), :mod:`~.face` (face rig and warping), :mod:`~.voice`
-(voice synthesis), :mod:`~.plan` (one session's latent signals and labels), :mod:`~.files`
-(CSV, transcript and video writers), :mod:`~.build` and :mod:`~.monadic` (the corpora).
-"""
+"""The embedded demo corpora, built offline in seconds (docs/demo.md): an OMG-Empathy-shaped one
+(:func:`build_demo`) and a monadic one laid out by a manifest (:func:`build_monadic_demo`)."""
 
 from .build import build_demo
 from .face import face_rig, piecewise_affine_map

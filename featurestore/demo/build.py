@@ -213,11 +213,9 @@ def build_demo(
     seed: int = 0,
     progress: bool = True,
 ) -> DemoInfo:
-    """Write the demo corpus (``n_listeners`` x ``stories`` sessions of ``duration_s`` seconds).
-
-    Frames are ``width`` x ``height`` pixels at ``fps`` frames per second; audio is 44.1 kHz
-    mono. Same ``seed``, same files (docs/demo.md). ``progress`` shows a tqdm bar over
-    sessions. Existing files of the same sessions are overwritten.
+    """Write the demo corpus (``n_listeners`` x ``stories`` sessions of ``duration_s`` seconds,
+    ``width`` x ``height`` pixels at ``fps``); same ``seed``, same files. ``progress`` shows a
+    tqdm bar over sessions; existing files of the same sessions are overwritten.
 
     >>> info = build_demo(tmp, n_listeners=2, stories=(1, 2), duration_s=6)  # doctest: +SKIP
     """

@@ -70,14 +70,8 @@ def border_points(width: int, height: int, spacing: float = 20.0) -> np.ndarray:
     ny = max(2, int(np.ceil((height - 1) / spacing)) + 1)
     xs = np.linspace(0, width - 1, nx)
     ys = np.linspace(0, height - 1, ny)[1:-1]
-    return np.concatenate(
-        [
-            np.c_[xs, np.zeros(nx)],
-            np.c_[xs, np.full(nx, height - 1.0)],
-            np.c_[np.zeros(len(ys)), ys],
-            np.c_[np.full(len(ys), width - 1.0), ys],
-        ]
-    )
+    rows = [np.c_[xs, np.full(nx, y)] for y in (0.0, height - 1.0)]
+    return np.concatenate([*rows, *(np.c_[np.full(len(ys), x), ys] for x in (0.0, width - 1.0))])
 
 
 def even(v: float) -> int:
@@ -86,13 +80,10 @@ def even(v: float) -> int:
 
 
 class FaceRig:
-    """Expression states of one face photo, each rendered once by a piecewise-affine warp.
-
-    ``landmarks`` are the 68 dlib points of ``tile`` (x, y in pixels). The upper band
-    (brows, eyes; above the nose tip) and the lower band (nose tip down: mouth, jaw,
-    cheeks) are warped separately, each with a ring of fixed points on its border, so the
-    two bands always join seamlessly and :meth:`render` combines any upper and lower state.
-    """
+    """Expression states of one face photo (``landmarks``: its 68 dlib points, x and y), each
+    rendered once by a piecewise-affine warp. The upper band (brows, eyes) and the lower band
+    (nose tip down) are warped separately, each with a ring of fixed points on its border, so
+    :meth:`render` joins any upper and lower state seamlessly."""
 
     def __init__(self, tile: np.ndarray, landmarks: np.ndarray) -> None:
         self.tile = np.ascontiguousarray(tile, dtype=np.uint8)
@@ -226,13 +217,10 @@ class FaceRig:
         import cv2  # lazily, as above
 
         inner_lower = [60, 67, 66, 65, 64]
-        poly = np.vstack([opened[inner_lower], closed[inner_lower[::-1]]]) - np.asarray(
-            origin, float
-        )
+        poly = np.vstack([opened[inner_lower], closed[inner_lower[::-1]]]) - np.asarray(origin)
         mask = np.zeros(band.shape[:2], np.float32)
-        cv2.fillPoly(
-            mask, [np.round(poly * 4).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=2
-        )
+        points = [np.round(poly * 4).astype(np.int32)]
+        cv2.fillPoly(mask, points, 1.0, lineType=cv2.LINE_AA, shift=2)
         soft = cv2.GaussianBlur(mask, (5, 5), 1.0)[..., None]
         cavity = np.array([62, 24, 28], np.float32)  # dark red-brown of an open mouth
         return np.clip(band * (1 - 0.9 * soft) + cavity * 0.9 * soft + 0.5, 0, 255).astype(np.uint8)
@@ -264,9 +252,7 @@ class Look:
 
     def background(self, tile: np.ndarray) -> np.ndarray:
         """Background colour (RGB uint8): the photo's wall colour, tinted like the face."""
-        border = np.concatenate(
-            [tile[:8].reshape(-1, 3), tile[:, :8].reshape(-1, 3), tile[:, -8:].reshape(-1, 3)]
-        )
+        border = np.concatenate([b.reshape(-1, 3) for b in (tile[:8], tile[:, :8], tile[:, -8:])])
         return np.clip(np.median(border, axis=0) * np.array(self.gain), 0, 255).astype(np.uint8)
 
 

@@ -1,7 +1,5 @@
-"""The demo's file writers: annotation CSVs, SubRip transcripts, the H.264 + AAC videos, the
-templates, and what a build reports (:class:`DemoInfo`). Every file is written to a temporary
-name and renamed into place.
-"""
+"""The demo's file writers (annotation CSVs, SubRip transcripts, H.264 + AAC videos, templates;
+each written atomically) and what a build reports (:class:`DemoInfo`)."""
 
 from __future__ import annotations
 
@@ -119,13 +117,10 @@ def valence_csv(valence: np.ndarray) -> str:
 
 
 def transcript_cues(plan: SessionPlan) -> list[tuple[float, float, list[str]]]:
-    """The session's transcript: (start_s, end_s, lines) per cue, sorted by start.
-
-    One ``[S]`` cue per phrase and one ``[L]`` cue per backchannel at their synthesised
-    times, except: the first backchannel and the phrase before it form one cue carrying both
-    tags (as subtitle editors merge a quick exchange), and the longest other phrase is split
-    into two ``[S]`` cues that overlap by 0.4 s.
-    """
+    """The session's transcript: (start_s, end_s, lines) per cue, sorted by start. One ``[S]``
+    cue per phrase and one ``[L]`` per backchannel, except: the first backchannel and the phrase
+    before it share one cue with both tags, and the longest other phrase is split into two
+    ``[S]`` cues that overlap by 0.4 s."""
     phrases, said = plan.voices.phrases, plan.words.phrase_words
     backchannels, replies = plan.voices.backchannels, plan.words.backchannel_words
     cues: list[tuple[float, float, list[str]]] = []
@@ -199,9 +194,8 @@ def frame_layout(width: int, height: int, rig: FaceRig) -> Layout:
             f"demo: a {width}x{height} frame leaves a {tile_w}x{tile_h} px face tile, too small for "
             "face detection; use at least 640x180 (the default is 1280x360)"
         )
-    origin = {}
-    for role, (x0, x1) in regions.items():
-        origin[role] = (even(x0 + (x1 - x0 - tile_w) / 2), even((height - tile_h) / 2))
+    y0 = even((height - tile_h) / 2)
+    origin = {r: (even(x0 + (x1 - x0 - tile_w) / 2), y0) for r, (x0, x1) in regions.items()}
     mx = min(8, (split - tile_w) // 2 - 2, (width - split - tile_w) // 2 - 2)
     my = min(8, (height - tile_h) // 2)
     limit = (max(0, mx - mx % 2), max(0, my - my % 2))

@@ -1,10 +1,8 @@
-"""The demo's planted model: every constant of the labels, words, observers and expressions,
-the per-listener and per-speaker parameters, and each story's common affect curve.
+"""The demo's planted model (docs/demo.md): the constants of the labels, words, observers and
+expressions, the per-listener and per-speaker parameters, and each story's common affect curve.
 
-Everything random is drawn from :func:`seeded_rng` keyed by the seed and what it belongs to
-(listener, speaker, story, session), so one session's files do not depend on which others
-are built. :data:`GENERATOR_VERSION` is bumped whenever the same seed would produce
-different files.
+Everything random is drawn from :func:`seeded_rng` keyed by the seed and what it belongs to, so
+one session's files do not depend on which others are built.
 """
 
 from __future__ import annotations

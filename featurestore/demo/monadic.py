@@ -336,10 +336,8 @@ def build_monadic_demo(
     seed: int = 0,
     progress: bool = True,
 ) -> DemoInfo:
-    """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s).
-
-    Same ``seed``, same files (the MP4 bytes as far as the encoder build allows, as for the
-    OMG demo). Existing files of the same sessions are overwritten.
+    """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s);
+    same ``seed``, same files. Existing files of the same sessions are overwritten.
 
     >>> info = build_monadic_demo(tmp, n_persons=2, tasks=(1, 3), duration_s=6)  # doctest: +SKIP
     """

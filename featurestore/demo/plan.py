@@ -10,15 +10,7 @@ import numpy as np
 
 from ..sources.manifest import STORY_SPEAKER
 from . import model
-from .model import (
-    ListenerParams,
-    SpeakerParams,
-    listener_params,
-    seeded_rng,
-    smooth_noise,
-    speaker_params,
-    story_curve,
-)
+from .model import ListenerParams, SpeakerParams, seeded_rng, smooth_noise, story_curve
 from .voice import Phrases, Syllables, speech_schedule, synth_backchannel, synth_speech
 
 #: blink states of the frames of one blink
@@ -55,7 +47,7 @@ class SessionPlan:
 
     @property
     def times(self) -> np.ndarray:
-        """Frame times in seconds (frame index / fps)."""
+        """Frame times in seconds."""
         return np.arange(self.n_frames) / self.fps
 
 
@@ -66,11 +58,8 @@ def smile_curve(t: np.ndarray, events: list[dict[str, float]]) -> np.ndarray:
         u = t - e["onset_s"]
         rise, hold, decay = e["rise_s"], e["hold_s"], e["decay_s"]
         shape = np.where(u < rise, 0.5 - 0.5 * np.cos(np.pi * np.clip(u / rise, 0, 1)), 1.0)
-        shape = np.where(
-            u > rise + hold,
-            0.5 + 0.5 * np.cos(np.pi * np.clip((u - rise - hold) / decay, 0, 1)),
-            shape,
-        )
+        fall = 0.5 + 0.5 * np.cos(np.pi * np.clip((u - rise - hold) / decay, 0, 1))
+        shape = np.where(u > rise + hold, fall, shape)
         shape = np.where((u < 0) | (u > rise + hold + decay), 0.0, shape)
         y += e["amplitude"] * shape
     return y
@@ -95,10 +84,7 @@ def head_motion(
 
 def quantize_even(xy: np.ndarray, limit: tuple[int, int]) -> np.ndarray:
     """Translations rounded to even pixels (the chroma planes stay aligned), within ``limit``."""
-    out = 2 * np.round(xy / 2)
-    out[:, 0] = np.clip(out[:, 0], -limit[0], limit[0])
-    out[:, 1] = np.clip(out[:, 1], -limit[1], limit[1])
-    return out.astype(np.int64)
+    return np.clip(2 * np.round(xy / 2), np.negative(limit), limit).astype(np.int64)
 
 
 def _causal_smooth(x: np.ndarray, tau_s: float, fps: float) -> np.ndarray:
@@ -234,8 +220,7 @@ def _speaker_term(envelope: np.ndarray, fps: float) -> np.ndarray:
 
 @dataclass
 class Words:
-    """What the speaker says (per phrase: affect, sentence), the listener's backchannel words,
-    and the affect of the latest phrase per frame."""
+    """What the speaker and the listener say, and the affect of the latest phrase per frame."""
 
     phrase_affect: list[float]  # affect of each phrase, -1..1
     phrase_words: list[str]  # what the speaker says per phrase
@@ -269,9 +254,8 @@ def _words(seed: int, listener: int, story: int, voices: Voices, t: np.ndarray) 
         before = [a for (_, p1), a in zip(phrases, affects, strict=True) if p1 <= b0 + 1e-6]
         a = before[-1] if before else 0.0
         kind = "positive" if a > model.BACKCHANNEL_AFFECT else "neutral"
-        replies.append(
-            model.BACKCHANNEL_WORDS["negative" if a < -model.BACKCHANNEL_AFFECT else kind]
-        )
+        kind = "negative" if a < -model.BACKCHANNEL_AFFECT else kind
+        replies.append(model.BACKCHANNEL_WORDS[kind])
     # per frame, the affect of the latest phrase that has started (0 before the first)
     idx = np.searchsorted(starts, t, side="right") - 1
     held = np.where(idx >= 0, np.append(np.asarray(affects, dtype=np.float64), 0.0)[idx], 0.0)
@@ -289,22 +273,17 @@ def noisy(
 def _observers(
     seed: int, lp: ListenerParams, story: int, valence: np.ndarray, affect: np.ndarray, fps: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A third person rating the listener (the self-rating smoothed and late) and another
-    rating the speaker (the words' affect smoothed and late)."""
+    """The observer of the listener (the self-rating smoothed and late) and of the speaker (the
+    words' affect smoothed and late)."""
     obs_rng = seeded_rng(seed, 5, lp.listener, story)
     win = max(1, int(round(model.OBSERVER_LISTENER_SMOOTH_S * fps)))
-    padded = np.concatenate(
-        [np.full(win // 2, valence[0]), valence, np.full(win - 1 - win // 2, valence[-1])]
-    )
+    padded = np.pad(valence, (win // 2, win - 1 - win // 2), mode="edge")
     smoothed = np.convolve(padded, np.ones(win) / win, mode="valid")
     seen = _delayed(smoothed, model.OBSERVER_LISTENER_DELAY_S, fps)
     rated = lp.observer_offset + lp.observer_scale * seen
     observer_listener = noisy(obs_rng, rated, model.OBSERVER_LISTENER_NOISE_SD, fps)
-    told = _delayed(
-        _causal_smooth(affect, model.OBSERVER_SPEAKER_TAU_S, fps),
-        model.OBSERVER_SPEAKER_DELAY_S,
-        fps,
-    )
+    told = _causal_smooth(affect, model.OBSERVER_SPEAKER_TAU_S, fps)
+    told = _delayed(told, model.OBSERVER_SPEAKER_DELAY_S, fps)
     told_rating = 0.05 + model.OBSERVER_SPEAKER_GAIN * told
     return observer_listener, noisy(obs_rng, told_rating, model.OBSERVER_SPEAKER_NOISE_SD, fps)
 
@@ -372,7 +351,7 @@ def plan_session(
     if int(story) not in STORY_SPEAKER:
         raise ValueError(f"demo: story {story} has no speaker; use stories {sorted(STORY_SPEAKER)}")
     speaker = STORY_SPEAKER[int(story)]
-    lp, sp = listener_params(listener, seed), speaker_params(speaker, seed)
+    lp, sp = model.listener_params(listener, seed), model.speaker_params(speaker, seed)
     rng = seeded_rng(seed, 3, listener, story)
     n = int(round(duration_s * fps))
     t = np.arange(n) / fps
