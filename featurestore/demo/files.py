@@ -276,8 +276,7 @@ def write_video(
             frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
             frame.pts = i
             frame.time_base = 1 / rate
-            for pkt in vs.encode(frame):
-                c.mux(pkt)
+            c.mux(vs.encode(frame))
             a_end = min(len(audio), int(round((i + 1) / fps * sr)))
             while a_pos + chunk <= a_end or (a_pos < a_end == len(audio)):
                 piece = audio[a_pos : a_pos + chunk][None, :]
@@ -287,10 +286,7 @@ def write_video(
                 af.sample_rate = sr
                 af.pts = a_pos
                 af.time_base = Fraction(1, sr)
-                for pkt in aus.encode(af):
-                    c.mux(pkt)
+                c.mux(aus.encode(af))
                 a_pos += piece.shape[1]
-        for pkt in vs.encode():
-            c.mux(pkt)
-        for pkt in aus.encode():
-            c.mux(pkt)
+        c.mux(vs.encode())  # flush both encoders
+        c.mux(aus.encode())
