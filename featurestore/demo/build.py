@@ -188,9 +188,8 @@ def _write_session(
     """One session's video, self-rating, transcript and observer ratings."""
     sid, L, S = session_name(plan.listener, plan.story), plan.listener, plan.story
     frames = video_frames(plan.n_frames, plan.states, plan.offsets, layout, caches)
-    write_video(
-        out / "Videos" / f"{sid}.mp4", frames, layout, fps, plan.voices.audio, plan.audio_rate
-    )
+    video = out / "Videos" / f"{sid}.mp4"
+    write_video(video, frames, layout, fps, plan.voices.audio, plan.audio_rate)
     srt = out / "Transcripts" / f"transcribed_subject_{L}_story_{S}.srt"
     write_atomic(srt, transcript_srt(plan))
     for folder, y in (

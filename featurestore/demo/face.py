@@ -129,8 +129,6 @@ class FaceRig:
             )
         return cls(tile, points)
 
-    # --- deformations (targets of the control points) ---
-
     def lower_targets(self, smile: float, mouth: float) -> np.ndarray:
         """Control points moved for a smile (0 = the photo, > 0 broader, < 0 weaker) and a mouth opening (0..1)."""
         d = self.control.copy()
@@ -167,8 +165,7 @@ class FaceRig:
         x0, y0, x1, y1 = region
         sub = self.tile[y0:y1, x0:x1]
         off = np.array([x0, y0], dtype=np.float64)
-        src = self.control - off
-        dst = targets - off
+        src, dst = self.control - off, targets - off
         w, h = x1 - x0, y1 - y0
         margin, far = 3.0, np.array([w - 1 - 3.0, h - 1 - 3.0])
         inside = ((src > margin) & (src < far)).all(axis=1)
@@ -289,9 +286,7 @@ class TileCache:
             dressed = np.ascontiguousarray(np.clip(dressed + 0.5, 0, 255).astype(np.uint8))
             i420 = cv2.cvtColor(dressed, cv2.COLOR_RGB2YUV_I420)
             h, w = self.h, self.w
-            y = i420[:h]
-            u = i420[h : h + h // 4].reshape(h // 2, w // 2)
-            v = i420[h + h // 4 :].reshape(h // 2, w // 2)
-            planes = (y.copy(), u.copy(), v.copy())
+            y, u, v = i420[:h], i420[h : h + h // 4], i420[h + h // 4 :]
+            planes = (y.copy(), u.reshape(h // 2, w // 2).copy(), v.reshape(h // 2, w // 2).copy())
             self._tiles[state] = planes
         return planes

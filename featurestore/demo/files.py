@@ -55,13 +55,11 @@ class DemoInfo:
     @property
     def observer_annotations(self) -> dict[str, list[Path]]:
         """Target -> the observer rating files, per session (the OMG layout)."""
-        folders = {
-            "valence_observer_listener": "Observer_Listener",
-            "valence_observer_speaker": "Observer_Speaker",
-        }
-        return {
-            t: [self.out_dir / f / f"{s}.csv" for s in self.sessions] for t, f in folders.items()
-        }
+        out: dict[str, list[Path]] = {}
+        for role in ("listener", "speaker"):
+            folder = self.out_dir / f"Observer_{role.title()}"
+            out[f"valence_observer_{role}"] = [folder / f"{s}.csv" for s in self.sessions]
+        return out
 
     def __str__(self) -> str:
         n, kind = len(self.sessions), "monadic " if self.layout == "monadic" else ""
