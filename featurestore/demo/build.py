@@ -21,6 +21,7 @@ from .face import PHOTO_COLS, PHOTO_ROWS, PHOTO_SCALE, Look, TileCache, face_rig
 from .files import (
     DemoInfo,
     Layout,
+    check_args,
     frame_layout,
     transcript_srt,
     truth_head,
@@ -62,7 +63,7 @@ def _truth(
     plans: list[SessionPlan],
     layout: Layout,
 ) -> dict[str, Any]:
-    """``demo_truth.json``: ``head`` (:func:`truth_head`) and every latent signal's parameters."""
+    """``demo_truth.json``: ``head`` (:func:`~.files.truth_head`) and every latent signal's parameters."""
     observer = "clip({}{:g} s)(t - {:g} s) + noise (slow sd {}, white sd {}), -1, 1)"
     return {
         **head,
@@ -165,23 +166,6 @@ def _readme(truth: dict[str, Any], info_line: str) -> dict[str, Any]:
     }
 
 
-def _check_args(n_listeners: int, stories: tuple[int, ...], duration_s: float, fps: float) -> None:
-    """ValueError naming the argument that no demo can be built with."""
-    if int(n_listeners) < 1:
-        raise ValueError(f"demo: n_listeners must be >= 1, got {n_listeners}")
-    if not stories:
-        raise ValueError("demo: give at least one story")
-    bad = [s for s in stories if s not in STORY_SPEAKER]
-    if bad:
-        raise ValueError(
-            f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}"
-        )
-    if not duration_s >= 2.0:
-        raise ValueError(f"demo: duration_s must be at least 2 seconds, got {duration_s}")
-    if not fps > 0:
-        raise ValueError(f"demo: fps must be positive, got {fps}")
-
-
 def _write_session(
     out: Path, plan: SessionPlan, layout: Layout, caches: dict[str, TileCache], fps: float
 ) -> None:
@@ -220,7 +204,12 @@ def build_demo(
     """
     t_start = time.perf_counter()
     stories = tuple(int(s) for s in stories)
-    _check_args(n_listeners, stories, duration_s, fps)
+    bad = [s for s in stories if s not in STORY_SPEAKER]
+    no_speaker = (
+        f"demo: stories {bad} have no speaker; OMG-Empathy stories are {sorted(STORY_SPEAKER)}"
+    )
+    groups = "demo: give at least one story" if not stories else no_speaker if bad else ""
+    check_args("n_listeners", n_listeners, groups, duration_s, 2.0, fps)
     rig = face_rig()
     layout = frame_layout(int(width), int(height), rig)
     out = Path(out_dir)

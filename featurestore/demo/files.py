@@ -69,6 +69,21 @@ class DemoInfo:
         )
 
 
+def check_args(
+    count: str, n: int, groups: str, duration_s: float, min_s: float, fps: float
+) -> None:
+    """ValueError naming the argument no demo can be built with: the ``count`` ``n``, the stories
+    or tasks (``groups``: what is wrong with them, empty if nothing), ``duration_s`` or ``fps``."""
+    if int(n) < 1:
+        raise ValueError(f"demo: {count} must be >= 1, got {n}")
+    if groups:
+        raise ValueError(groups)
+    if not duration_s >= min_s:
+        raise ValueError(f"demo: duration_s must be at least {min_s:g} seconds, got {duration_s}")
+    if not fps > 0:
+        raise ValueError(f"demo: fps must be positive, got {fps}")
+
+
 def truth_head(
     generator: str, seed: int, fps: float, duration_s: float, layout: Layout
 ) -> dict[str, Any]:

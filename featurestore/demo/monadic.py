@@ -17,9 +17,8 @@ from tqdm import tqdm
 
 from ..concordance import ccc
 from ..files import write_atomic
-from . import model, plan
+from . import files, model, plan
 from .face import Look, TileCache, face_rig
-from .files import DemoInfo, Layout, truth_head, video_frames, write_corpus_files, write_video
 from .model import listener_params, seeded_rng, smooth_noise, speaker_params, story_curve
 from .voice import Phrases, Syllables, speech_schedule, synth_speech
 
@@ -200,7 +199,7 @@ def plan_monadic(
     )
 
 
-def _layout(width: int, height: int, tile: tuple[int, int]) -> Layout:
+def _layout(width: int, height: int, tile: tuple[int, int]) -> files.Layout:
     """One face centred in the whole frame (role ``person``)."""
     th0, tw0 = tile
     scale = min(1.0, (height - 20) / th0, (width - 40) / tw0)
@@ -212,7 +211,7 @@ def _layout(width: int, height: int, tile: tuple[int, int]) -> Layout:
         )
     origin = (2 * ((width - tw) // 4), 2 * ((height - th) // 4))
     limit = (min(8, (width - tw) // 2 // 2 * 2), min(8, (height - th) // 2 // 2 * 2))
-    return Layout(width, height, {"person": (0, width)}, th, tw, {"person": origin}, limit)
+    return files.Layout(width, height, {"person": (0, width)}, th, tw, {"person": origin}, limit)
 
 
 def _wav_bytes(audio: np.ndarray) -> bytes:
@@ -241,34 +240,15 @@ def manifest_columns() -> list[str]:
     return [*_SESSION_COLUMNS, *labels, f"rating_{SESSION_RATING}"]
 
 
-def _check_args(
-    n_persons: int, tasks: tuple[int, ...], duration_s: float, fps: float, width: int, height: int
-) -> None:
-    """ValueError naming the argument that no monadic demo can be built with."""
-    if int(n_persons) < 1:
-        raise ValueError(f"demo: n_persons must be >= 1, got {n_persons}")
-    bad = [k for k in tasks if k not in TASKS]
-    if not tasks or bad:
-        raise ValueError(f"demo: tasks must be some of {sorted(TASKS)}, got {list(tasks)}")
-    if not duration_s >= 4.0:
-        raise ValueError(f"demo: duration_s must be at least 4 seconds, got {duration_s}")
-    if not fps > 0:
-        raise ValueError(f"demo: fps must be positive, got {fps}")
-    if width % 2 or height % 2:
-        raise ValueError(f"demo: width and height must be even, got {width}x{height}")
-
-
 def _write_session(
-    out: Path, mp: MonadicPlan, layout: Layout, cache: TileCache
+    out: Path, mp: MonadicPlan, layout: files.Layout, cache: TileCache
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """One session's camera video, microphone and rating files; its manifest row and truth."""
     p, k, sid = mp.person, mp.task, session_id(mp.person, mp.task)
-    person = {"person": cache}
-    frames = video_frames(
-        mp.n_frames, {"person": mp.states}, {"person": mp.offsets}, layout, person
-    )
+    states, offsets = {"person": mp.states}, {"person": mp.offsets}
+    frames = files.video_frames(mp.n_frames, states, offsets, layout, {"person": cache})
     room = (0.3 * mp.audio).astype(np.float32)  # the camera's room microphone: farther, quieter
-    write_video(out / "media" / f"{sid}.mp4", frames, layout, mp.fps, room, model.AUDIO_RATE)
+    files.write_video(out / "media" / f"{sid}.mp4", frames, layout, mp.fps, room, model.AUDIO_RATE)
     write_atomic(out / "media" / f"{sid}.wav", _wav_bytes(mp.audio))
     media = (f"media/{sid}.mp4", f"media/{sid}.wav")
     row = dict(zip(_SESSION_COLUMNS, (sid, f"p{p}", *TASKS[k], *media), strict=True))
@@ -295,7 +275,7 @@ def _write_session(
 def _truth(
     head: dict[str, Any], tasks: tuple[int, ...], persons: range, sessions: dict[str, Any]
 ) -> dict[str, Any]:
-    """``demo_truth.json``: ``head`` (:func:`truth_head`), the raters, the formulas and every
+    """``demo_truth.json``: ``head`` (:func:`~.files.truth_head`), the raters, the formulas and every
     person's parameters."""
     keep = ("valence_offset", "valence_gain", "smile_baseline")
     seed = head["seed"]
@@ -335,7 +315,7 @@ def build_monadic_demo(
     fps: float = 25,
     seed: int = 0,
     progress: bool = True,
-) -> DemoInfo:
+) -> files.DemoInfo:
     """Write the monadic demo corpus (``n_persons`` x ``tasks`` sessions of ``duration_s`` s);
     same ``seed``, same files. Existing files of the same sessions are overwritten.
 
@@ -343,7 +323,11 @@ def build_monadic_demo(
     """
     t_start = time.perf_counter()
     tasks = tuple(int(k) for k in tasks)
-    _check_args(n_persons, tasks, duration_s, fps, width, height)
+    bad = not tasks or [k for k in tasks if k not in TASKS]
+    groups = f"demo: tasks must be some of {sorted(TASKS)}, got {list(tasks)}" if bad else ""
+    files.check_args("n_persons", n_persons, groups, duration_s, 4.0, fps)
+    if width % 2 or height % 2:
+        raise ValueError(f"demo: width and height must be even, got {width}x{height}")
     rig = face_rig()
     layout = _layout(int(width), int(height), rig.tile.shape[:2])
     out = Path(out_dir)
@@ -367,9 +351,10 @@ def build_monadic_demo(
     writer.writeheader()
     writer.writerows(rows)
     write_atomic(out / "manifest.csv", buf.getvalue().encode())
-    head = truth_head("featurestore.demo.monadic", seed, fps, duration_s, layout)
+    head = files.truth_head("featurestore.demo.monadic", seed, fps, duration_s, layout)
     truth = _truth(head, tasks, persons, truth_sessions)
-    return write_corpus_files(out, truth, _readme(truth, len(rows)), "monadic", t_start, n_frames)
+    readme = _readme(truth, len(rows))
+    return files.write_corpus_files(out, truth, readme, "monadic", t_start, n_frames)
 
 
 def _readme(truth: dict[str, Any], n_sessions: int) -> dict[str, Any]:
