@@ -266,29 +266,14 @@ def _window_rows(
     sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
     extremes = first[_MIN] >= 0 or first[_MAX] >= 0
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
-    cnt, sx, sxx, su, suu, sux = _initial_sums(z, centre, bounds, sums)
+    S = _initial_sums(z, centre, bounds, sums)
     glo, ghi, hlo, hhi, hpos = _extremes_state(z, bounds, extremes)
     for t in range(n):
         for li in range(nl):
             a, w = t + bounds[li, 0], bounds[li, 1]
             row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
             if sums:
-                _window_sums(
-                    z,
-                    centre,
-                    a,
-                    w,
-                    fps,
-                    first,
-                    cnt[li],
-                    sx[li],
-                    sxx[li],
-                    su[li],
-                    suu[li],
-                    sux[li],
-                    row,
-                    scratch,
-                )
+                _window_sums(z, centre, a, w, fps, first, S[:, li], row, scratch)
             if extremes:
                 h0, h1 = hpos[li], hpos[li + 1]
                 _window_extremes(
@@ -300,20 +285,17 @@ def _window_rows(
 @numba.njit(inline="always", **_JIT)
 def _initial_sums(
     z: np.ndarray, centre: np.ndarray, bounds: np.ndarray, sums: bool
-) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
-    """Running sums per window length and column (count, centred value, its square; frame index
-    u within the window, its square, u times centred value), as of frame -1's window."""
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Running sums (sum, length, column) as of frame -1's window; the sums: count, centred
+    value, its square; frame index u within the window, its square, u times centred value."""
     n, d, nl = z.shape[0] - 1, z.shape[1], bounds.shape[0]
-    cnt, sx, sxx = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
-    su, suu, sux = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
+    S = np.zeros((6, nl, d))
     if sums:  # the state of frame -1: its window, u counted from its first frame
         for li in range(nl):
             a = bounds[li, 0] - 1
             for i in range(max(a, 0), min(a + bounds[li, 1], n)):
-                _add_frame(
-                    z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li]
-                )
-    return cnt, sx, sxx, su, suu, sux
+                _add_frame(z[i], centre, float(i - a), S[:, li])
+    return S
 
 
 @numba.njit(inline="always", **_JIT)
@@ -341,18 +323,14 @@ def _window_sums(
     w: int,
     fps: float,
     first: np.ndarray,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    S: np.ndarray,
     row: np.ndarray,
     scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """Slide one window length's sums to the window ``a .. a + w - 1`` and write its slope,
-    mean, std and valid fraction into ``row`` (those asked for)."""
+    """Slide one window length's sums ``S`` (:func:`_initial_sums`) to the window
+    ``a .. a + w - 1`` and write its slope, mean, std and valid fraction into ``row`` (those asked for)."""
     n, d = z.shape[0] - 1, z.shape[1]
+    cnt, sx, sxx, su, suu, sux = S[0], S[1], S[2], S[3], S[4], S[5]
     leave = z[a - 1 if 0 <= a - 1 < n else n]
     enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
     k = first[_SLOPE]
@@ -440,17 +418,10 @@ def _copy_repeated(
 
 @numba.njit(inline="always", **_JIT)
 def _add_frame(
-    zr: np.ndarray,
-    centre: np.ndarray,
-    u: float,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    zr: np.ndarray, centre: np.ndarray, u: float, S: np.ndarray
 ) -> None:  # pragma: no cover - compiled
-    """Add one frame ``zr`` at index ``u`` within the window to the running sums."""
+    """Add one frame ``zr`` at index ``u`` within the window to the running sums ``S``."""
+    cnt, sx, sxx, su, suu, sux = S[0], S[1], S[2], S[3], S[4], S[5]
     for c in range(zr.shape[0]):
         v = zr[c]
         x = v - centre[c] if v == v else 0.0
