@@ -18,15 +18,10 @@ fraction per channel instead of per column, call it on the channel mask:
 ``window_stats(np.where(valid, 1.0, np.nan), stats=["valid_frac"], ...)`` (``mean`` of the 0/1
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
-Implementation: two Numba kernels, compiled on first use and cached on disk, single-threaded
-and releasing the GIL (a caller may window sessions in threads; forked workers are safe). The
-first copies the values with the missing ones as NaN and takes each column's mean; the second
-walks the frames once, every window length at once, row-major, keeping running float64 sums
-(count, values centred on the column mean and their squares; for ``slope`` the integer frame
-index sums and index times value): the frame entering a window is added, the one leaving it
-subtracted. ``min`` and ``max`` are van Herk / Gil-Werman (three comparisons per value
-whatever the window, exact). About 20x faster than pandas on the full-size store
-(``bench/windowing.py``).
+Implementation: Numba kernels (cached on disk, releasing the GIL) walk the frames once, every
+window length at once, keeping running float64 sums centred on the column means (the frame
+entering a window added, the one leaving it subtracted); ``min`` and ``max`` are van Herk /
+Gil-Werman (exact). About 20x faster than pandas (``bench/windowing.py``).
 
 >>> import numpy as np
 >>> F, names = window_stats(np.arange(5.0)[:, None], fps=1.0, lengths_s=[3], stats=["mean", "slope"],
@@ -98,27 +93,14 @@ def window_stats(
     *,
     out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[str]]:
-    """Window statistics of every column for every frame.
+    """Window statistics of every column of ``X`` (n_frames, d; NaN or inf missing, any memory
+    layout; float32 windowed as float32, sums in float64) for every frame.
 
-    Args:
-        X: (n_frames, d) values at ``fps``; NaN (or inf) = missing. Any memory layout
-            (strided views such as ``X[:, ::2]`` are read in place); float32 is windowed as
-            float32 (sums in float64), other types as float64.
-        valid: optional (n_frames, d), (n_frames, 1) or (n_frames,) bool; False also marks a
-            value missing.
-        fps: frame rate of ``X`` (frames per second).
-        lengths_s: window lengths in seconds (one multi-scale set).
-        delay_s: label delay in seconds (>= 0 looks into the past): frame ``t`` gets the
-            window positioned at ``t - delay``.
-        align: ``centred`` or ``causal`` (see the module docstring).
-        stats: any of ``mean, std, min, max, slope, valid_frac``.
-        columns: d column names (default ``c0, c1, ...``).
-        out: optional float32 array of the result's shape to write into, e.g. a column slice
-            of a larger feature matrix (saves a copy); returned as ``F``.
-
-    Returns:
-        (F, names): F is (n_frames, d * len(stats) * len(lengths_s)) float32, ordered by window
-        length, then statistic, then column; names are ``column:stat@<L>s``.
+    ``valid``: optional (n_frames, d), (n_frames, 1) or (n_frames,) bool, False marks a value
+    missing; ``delay_s`` >= 0 looks into the past; ``columns``: d names (default ``c0, c1, ...``);
+    ``out``: a float32 array of the result's shape to write into (e.g. a column slice of a
+    larger matrix). Returns (F, names): F (n_frames, d * len(stats) * len(lengths_s)) float32,
+    ordered by window length, statistic, column; names ``column:stat@<L>s``.
     """
     X = _as_matrix(X)
     n, d = X.shape
@@ -151,7 +133,6 @@ def window_stats(
 
 
 def _as_matrix(X: np.ndarray) -> np.ndarray:
-    """``X`` as an (n_frames, d) float32 or float64 matrix (a 1-D ``X`` is one column)."""
     X = np.asarray(X)
     if X.ndim == 1:
         X = X[:, None]
@@ -163,7 +144,6 @@ def _as_matrix(X: np.ndarray) -> np.ndarray:
 def _check_args(
     d: int, cols: list[str], stats: Sequence[str], align: str, fps: float, lengths: list[float]
 ) -> None:
-    """ValueError naming the argument of :func:`window_stats` that cannot be used."""
     if len(cols) != d:
         raise ValueError(f"{d} columns in X but {len(cols)} names")
     bad = [s for s in stats if s not in STATS]

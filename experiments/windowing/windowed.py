@@ -1,9 +1,4 @@
-"""The windowed features of one window key: a float32 matrix and the labels per session.
-
-:func:`window_sessions` turns the frame tables of :mod:`experiments.data.dataset` into the
-window statistics of :mod:`experiments.windowing` for every session; :mod:`experiments.evaluation.fitting`
-fits on them and :mod:`experiments.evaluation.evaluate` scores them.
-"""
+"""The windowed features of one window key: a float32 matrix and the labels per session."""
 
 from __future__ import annotations
 
@@ -54,15 +49,9 @@ def window_sessions(
     threads: int = 1,
     windowed: Callable[[int], None] | None = None,
 ) -> Windowed:
-    """Windowed features of the channels in ``key`` for every session.
-
-    ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
-    the other statistics per column. Both are written into one float32 matrix per session.
-    ``threads`` > 1 windows that many sessions at a time (the kernels release the GIL): for a
-    caller whose other cores are idle meanwhile; the same result. ``windowed(i)`` is called
-    once ``tables[i]`` is windowed (from the thread that windowed it), e.g. to drop a table
-    this is the last use of while the others are windowed.
-    """
+    """Windowed features of ``key``'s channels for every session (``valid_frac`` per channel, the
+    other statistics per column). ``threads`` > 1 windows that many sessions at a time (the same
+    result); ``windowed(i)`` is called once ``tables[i]`` is windowed, e.g. to drop it."""
 
     def one(i: int) -> tuple[WindowedSession, list[str]]:
         out = _window_session(tables[i], key)
@@ -80,7 +69,6 @@ def window_sessions(
 
 
 def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, list[str]]:
-    """One session's windowed features for ``key``, and their column names."""
     stats = [s for s in key.stats if s != "valid_frac"]
     missing = [c for c in key.channels if c not in t.channels]
     if missing:
