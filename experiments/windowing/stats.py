@@ -247,7 +247,7 @@ def _window_rows(
     extremes = first[_MIN] >= 0 or first[_MAX] >= 0
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
     S = _initial_sums(z, centre, bounds, sums)
-    glo, ghi, hlo, hhi, hpos = _extremes_state(z, bounds, extremes)
+    G, H, hpos = _extremes_state(z, bounds, extremes)
     for t in range(n):
         for li in range(nl):
             a, w = t + bounds[li, 0], bounds[li, 1]
@@ -256,9 +256,7 @@ def _window_rows(
                 _window_sums(z, centre, a, w, fps, first, S[:, li], row, scratch)
             if extremes:
                 h0, h1 = hpos[li], hpos[li + 1]
-                _window_extremes(
-                    z, t, a, w, li, first, glo, ghi, hlo[h0:h1], hhi[h0:h1], row, scratch
-                )
+                _window_extremes(z, t, a, w, li, first, G, H[:, h0:h1], row, scratch)
             _copy_repeated(row, codes, first, d)
 
 
@@ -282,17 +280,17 @@ def _initial_sums(
 def _extremes_state(
     z: np.ndarray, bounds: np.ndarray, extremes: bool
 ) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
-    """Van Herk / Gil-Werman state per length: prefix extremes g of the block of the window's
-    last frame (two rows used in turn: rewriting a row in place compiles to slow masked stores)
-    and suffix extremes h (rows ``hpos[l] .. hpos[l + 1]``) of the block of its first frame."""
+    """Van Herk / Gil-Werman state per length, (min, max) first: prefix extremes G of the block
+    of the window's last frame (two rows used in turn: rewriting a row in place compiles to slow
+    masked stores) and suffix extremes H (rows ``hpos[l] .. hpos[l + 1]``) of the block of its
+    first frame."""
     d, nl = z.shape[1], bounds.shape[0]
-    inf = z.dtype.type(np.inf)
-    glo, ghi = np.full((2 * nl, d), inf, dtype=z.dtype), np.full((2 * nl, d), -inf, dtype=z.dtype)
+    G = np.empty((2, 2 * nl, d), dtype=z.dtype)
+    G[0], G[1] = np.inf, -np.inf
     hpos = np.zeros(nl + 1, dtype=np.int64)
     for li in range(nl):
         hpos[li + 1] = hpos[li] + (bounds[li, 1] if extremes else 0)
-    hlo, hhi = np.empty((hpos[nl], d), dtype=z.dtype), np.empty((hpos[nl], d), dtype=z.dtype)
-    return glo, ghi, hlo, hhi, hpos
+    return G, np.empty((2, hpos[nl], d), dtype=z.dtype), hpos
 
 
 @numba.njit(inline="always", **_JIT)
@@ -310,29 +308,20 @@ def _window_sums(
     """Slide one window length's sums ``S`` (:func:`_initial_sums`) to the window
     ``a .. a + w - 1`` and write its slope, mean, std and valid fraction into ``row`` (those asked for)."""
     n, d = z.shape[0] - 1, z.shape[1]
-    cnt, sx, sxx, su, suu, sux = S[0], S[1], S[2], S[3], S[4], S[5]
     leave = z[a - 1 if 0 <= a - 1 < n else n]
     enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
     k = first[_SLOPE]
     if k >= 0:  # before the sums it reads move on
-        _slope_step(
-            leave, enter, centre, float(w - 1), fps, cnt, sx, su, suu, sux, row[k * d : (k + 1) * d]
-        )
+        _slope_step(leave, enter, centre, float(w - 1), fps, S, row[k * d : (k + 1) * d])
     k, k2 = first[_MEAN], first[_STD]
+    mean_row = row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN]
     _sums_step(
-        leave,
-        enter,
-        centre,
-        cnt,
-        sx,
-        sxx,
-        row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
-        row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD],
+        leave, enter, centre, S, mean_row, row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD]
     )
     k = first[_VALID_FRAC]
     if k >= 0:
         inside = min(a + w, n) - min(max(a, 0), n)
-        vf = row[k * d : (k + 1) * d]
+        vf, cnt = row[k * d : (k + 1) * d], S[0]
         for c in range(d):
             vf[c] = cnt[c] / inside if inside > 0 else 0.0
 
@@ -345,10 +334,8 @@ def _window_extremes(
     w: int,
     li: int,
     first: np.ndarray,
-    glo: np.ndarray,
-    ghi: np.ndarray,
-    hlo: np.ndarray,
-    hhi: np.ndarray,
+    G: np.ndarray,
+    H: np.ndarray,
     row: np.ndarray,
     scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
@@ -356,19 +343,16 @@ def _window_extremes(
     n, d = z.shape[0] - 1, z.shape[1]
     p = t % w  # the window's first frame is the p-th of its block
     if p == 0:
-        _block_suffix(z, a, w, hlo, hhi)
+        _block_suffix(z, a, w, H[0], H[1])
     b = a + w - 1
     g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
     k, k2 = first[_MIN], first[_MAX]
     _extremes_step(
         z[b if 0 <= b < n else n],
         p == 1 or w == 1,
-        glo[g0],
-        ghi[g0],
-        glo[g],
-        ghi[g],
-        hlo[p],
-        hhi[p],
+        G[:, g0],
+        G[:, g],
+        H[:, p],
         row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
         row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
     )
@@ -424,14 +408,13 @@ def _sums_step(
     leave: np.ndarray,
     enter: np.ndarray,
     centre: np.ndarray,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
+    S: np.ndarray,
     mean_row: np.ndarray,
     std_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Slide the count, sum and sum of squares by one frame (``leave`` out, ``enter`` in) and
     write each column's mean and std, NaN for an empty window."""
+    cnt, sx, sxx = S[0], S[1], S[2]
     for c in range(cnt.shape[0]):
         vo, vi = leave[c], enter[c]
         xo = vo - centre[c] if vo == vo else 0.0
@@ -459,11 +442,7 @@ def _slope_step(
     centre: np.ndarray,
     u_enter: float,
     fps: float,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    S: np.ndarray,
     slope_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Slide the index sums by one frame (``leave`` at u = 0, the rest u -> u - 1, ``enter`` at
@@ -472,6 +451,7 @@ def _slope_step(
     ``cnt`` and ``sx`` are read before :func:`_sums_step` moves them. The index sums are
     integers, so exact, and the denominator is at least 1 with two values or more.
     """
+    cnt, sx, su, suu, sux = S[0], S[1], S[3], S[4], S[5]
     for c in range(cnt.shape[0]):
         vo, vi = leave[c], enter[c]
         xo = vo - centre[c] if vo == vo else 0.0
@@ -519,12 +499,9 @@ def _block_suffix(
 def _extremes_step(
     zb: np.ndarray,
     restart: bool,
-    glo0: np.ndarray,
-    ghi0: np.ndarray,
-    glo: np.ndarray,
-    ghi: np.ndarray,
-    hlo: np.ndarray,
-    hhi: np.ndarray,
+    G0: np.ndarray,
+    G: np.ndarray,
+    H: np.ndarray,
     min_row: np.ndarray,
     max_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
@@ -536,6 +513,7 @@ def _extremes_step(
     of one block and the start of the next (or exactly one block: then ``h`` alone suffices).
     """
     inf = zb.dtype.type(np.inf)
+    glo0, ghi0, glo, ghi, hlo, hhi = G0[0], G0[1], G[0], G[1], H[0], H[1]
     for c in range(zb.shape[0]):
         v = zb[c]
         gl = inf if restart else glo0[c]
