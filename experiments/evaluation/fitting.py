@@ -331,9 +331,7 @@ def _group_stats(trial: Trial, train: Sessions, shown: Sessions) -> SufficientSt
         keep = np.isfinite(y)
         # a view of the features when every label is finite: no copy of the training rows
         rows[s.session] = (s.F[::hop], y) if keep.all() else (s.F[::hop][keep], y[keep])
-    extra_nan = np.zeros(train[0].F.shape[1], bool)
-    for s in shown:
-        extra_nan |= np.isnan(s.F).any(axis=0)
+    extra_nan = np.logical_or.reduce([np.isnan(s.F).any(axis=0) for s in shown])
     try:
         return SufficientStats(rows, extra_nan)
     except ValueError:

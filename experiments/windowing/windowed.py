@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from functools import partial
 
 import numpy as np
 
@@ -32,15 +32,6 @@ class Windowed:
     key: WindowKey
     sessions: list[WindowedSession]
     names: list[str]
-
-
-class _Window(TypedDict):
-    """The window arguments of :func:`~experiments.windowing.stats.window_stats` for one key."""
-
-    fps: float
-    lengths_s: Sequence[float]
-    delay_s: float
-    align: str
 
 
 def window_sessions(
@@ -81,31 +72,26 @@ def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, l
     n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
     F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
     names: list[str] = []
-    window: _Window = {
-        "fps": t.fps,
-        "lengths_s": key.lengths_s,
-        "delay_s": key.delay_s,
-        "align": key.align,
-    }
+    windowed = partial(
+        window_stats, fps=t.fps, lengths_s=key.lengths_s, delay_s=key.delay_s, align=key.align
+    )
     if stats:
         X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
-        _, nm = window_stats(
+        _, nm = windowed(
             X,
             t.valid[:, t.column_channel[cols]],
             stats=stats,
             columns=[t.columns[i] for i in cols],
             out=F[:, :n_stats],
-            **window,
         )
         names += nm
     if n_frac:
-        _, nm = window_stats(
+        _, nm = windowed(
             np.where(t.valid[:, ch_idx], 1.0, np.nan),
             None,
             stats=["valid_frac"],
             columns=list(key.channels),
             out=F[:, n_stats:],
-            **window,
         )
         names += nm
     session = WindowedSession(
