@@ -1,16 +1,8 @@
-"""One configuration, start to finish: windowed features -> fit -> predict -> post-process -> scores.
-
-Under protocol ``val`` the models are fitted on the training stories and predict validation and
-test; under a cross-validation (``loso``, ``lopo``, ``kfold_person``, ``kfold_group``:
-:func:`experiments.data.folds.cv_folds`) each fold of train + val is predicted by a model fitted
-on the others (split ``loso`` or ``cv``) and test by one fitted on all of them. A generalized
-configuration with ``unseen_listener`` is also scored on each listener by models fitted
-without them (split ``test_unseen``), whose predictions of the other listeners choose that
-listener's configuration (:func:`~experiments.evaluation.scores.nested_selection_metrics`).
-Rescaling and calibration are fitted on out-of-fold predictions of the training stories
-(``postprocess.fit_on: in_sample`` for the in-sample ones), smoothed as they will be; test
-stories never reach a fit or a choice. Configurations that differ only in post-processing share
-their fits (:func:`evaluate_trials`). See docs/config.md for the protocols.
+"""One configuration, start to finish: windowed features -> fit -> predict -> post-process -> scores,
+under its protocol (docs/config.md, Protocols and folds; unseen listeners: docs/results.md).
+Post-processing is fitted on the training stories' out-of-fold predictions, smoothed as they
+will be; test stories never reach a fit or a choice. Configurations that differ only in
+post-processing share their fits (:func:`evaluate_trials`).
 """
 
 from __future__ import annotations
@@ -18,8 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,11 +74,9 @@ Predictions = dict[str, np.ndarray]
 
 @dataclass
 class TrialResult:
-    """One configuration's evaluation: its metrics, per-session scores (``session, listener,
-    story, split, <metric>``; a test session twice, as ``test`` and ``test_unseen``), per-frame
-    predictions and labels by session, the unseen-listener predictions of its test sessions,
-    fitting time (s) and rows, warnings, and the figures a worker drew (PNG bytes by file name
-    under the run's ``plots/``: :func:`experiments.evaluation.plots.with_figures`)."""
+    """One configuration's evaluation: metrics, per-session scores (a test session also as
+    ``test_unseen``), per-frame predictions, labels and unseen-listener predictions by session,
+    fitting time (s) and rows, warnings, and figures (PNG bytes by file name under ``plots/``)."""
 
     trial: Trial
     metrics: dict[str, float]
@@ -102,9 +93,8 @@ class TrialResult:
 def _calibrate(
     trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
 ) -> tuple[Predictions, Predictions]:
-    """``global_calibrated``: each listener's map fitted on the training stories' out-of-fold
-    predictions smoothed as ``trial`` smooths, applied to the evaluated and the training
-    predictions (unsmoothed; smoothing commutes with the map): (evaluated, fit_on)."""
+    """``global_calibrated``'s per-listener maps (fitted on smoothed out-of-fold predictions)
+    applied to the unsmoothed evaluated and training predictions: (evaluated, fit_on)."""
     maps = fit_smoothed_calibration(
         np.concatenate([s.y for s in train]),
         np.concatenate([fitted.fit_on[s.session] for s in train]),
@@ -127,44 +117,38 @@ def _calibrate(
     return apply(evaluate, fitted.evaluated), apply(train, fitted.fit_on)
 
 
-class _Post:
-    """``trial``'s smoothing and rescaling of its group's predictions."""
+def _smooth(t: Trial, s: WindowedSession, p: np.ndarray) -> np.ndarray:
+    return smooth(p, s.fps, t.smooth_s, t.smooth_method) if t.smooth_s else p
 
-    def __init__(self, trial: Trial) -> None:
-        self.trial = trial
 
-    def smooth(self, s: WindowedSession, p: np.ndarray) -> np.ndarray:
-        t = self.trial
-        return smooth(p, s.fps, t.smooth_s, t.smooth_method) if t.smooth_s else p
-
-    def rescaler(self, sessions: Sessions, predictions: Predictions) -> tuple[Rescaler, bool]:
-        """The trial's rescaler fitted on ``sessions``' labels and smoothed ``predictions``, and
-        whether it is per listener."""
-        rescaler, per_listener = rescaler_for(self.trial.rescale)
-        y = np.concatenate([s.y for s in sessions])
-        p = np.concatenate([self.smooth(s, predictions[s.session]) for s in sessions])
-        ok = np.isfinite(y)
-        groups = np.concatenate([np.full(len(s.y), s.listener) for s in sessions])[ok]
-        return rescaler.fit(y[ok], p[ok], groups=groups if per_listener else None), per_listener
+def _rescaler(t: Trial, sessions: Sessions, predictions: Predictions) -> tuple[Rescaler, bool]:
+    """(rescaler fitted on ``sessions``' labels and smoothed ``predictions``, per listener)."""
+    rescaler, per_listener = rescaler_for(t.rescale)
+    y = np.concatenate([s.y for s in sessions])
+    p = np.concatenate([_smooth(t, s, predictions[s.session]) for s in sessions])
+    ok = np.isfinite(y)
+    groups = np.concatenate([np.full(len(s.y), s.listener) for s in sessions])[ok]
+    return rescaler.fit(y[ok], p[ok], groups=groups if per_listener else None), per_listener
 
 
 def _postprocess(
     trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
 ) -> tuple[Predictions, Predictions, dict[int, Predictions]]:
-    """``trial``'s calibration, smoothing and rescaling of the group's predictions: (evaluated,
-    each one's by the models without its listener, per held-out listener every evaluated one's)."""
-    post = _Post(trial)
+    """(evaluated, held out: by the models without its listener, per held-out listener every
+    evaluated session's), calibrated, smoothed and rescaled as ``trial`` says."""
     evaluated, fit_on = fitted.evaluated, fitted.fit_on
     if trial.personalization == "global_calibrated":
         evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
-    preds = {s.session: post.smooth(s, evaluated[s.session]) for s in evaluate}
+    preds = {s.session: _smooth(trial, s, evaluated[s.session]) for s in evaluate}
     with_unseen = trial.track == "generalized" and trial.unseen_listener
     nested = {
-        listener: {s.session: post.smooth(s, raw[s.session]) for s in evaluate if s.session in raw}
+        listener: {
+            s.session: _smooth(trial, s, raw[s.session]) for s in evaluate if s.session in raw
+        }
         for listener, raw in (fitted.unseen_all.items() if with_unseen else ())
     }
     if trial.rescale != "none":
-        rescaler, per_listener = post.rescaler(train, fit_on)
+        rescaler, per_listener = _rescaler(trial, train, fit_on)
         preds = {
             s.session: rescaler.transform(
                 preds[s.session], group=s.listener if per_listener else None
@@ -174,7 +158,7 @@ def _postprocess(
         # a held-out listener's rescaling: fitted on the others, predicted by models without them
         for listener, raw in nested.items():
             others = [t for t in train if t.listener != listener]
-            held = post.rescaler(others, fitted.unseen_fit_on[listener])[0]
+            held = _rescaler(trial, others, fitted.unseen_fit_on[listener])[0]
             nested[listener] = {sid: held.transform(p) for sid, p in raw.items()}
     held_out = {
         s.session: nested[s.listener][s.session]
@@ -185,18 +169,15 @@ def _postprocess(
 
 
 def postprocessed(trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions) -> Predictions:
-    """``trial``'s post-processing of ``fitted.evaluated`` (the sessions ``evaluate``), fitted on
-    ``fitted.fit_on`` (``train``): the predictions the run scores, whatever ``fitted.evaluated``
-    holds (permuted features' predictions are post-processed as the run's were)."""
+    """``trial``'s post-processing of ``fitted.evaluated``, fitted on ``fitted.fit_on``: the
+    predictions the run scores (permuted features' predictions are post-processed alike)."""
     return _postprocess(trial, fitted, train, evaluate)[0]
 
 
 @dataclass
 class MemberPredictions:
-    """One configuration's post-processed predictions for a late fusion
-    (:mod:`experiments.evaluation.fusion`): ``evaluated``, the validation and test sessions' (as
-    its run scores them); ``train``, the training sessions' out of fold (post-processed as the
-    configuration does, fitted on the training labels only); ``split_of``: session -> split."""
+    """One late fusion member's post-processed predictions: ``evaluated`` (validation, test, as
+    scored), ``train`` (out of fold, post-processing fitted on training labels), ``split_of``."""
 
     evaluated: Predictions
     train: Predictions
@@ -207,9 +188,8 @@ class MemberPredictions:
 def member_predictions(
     trial: Trial, w: Windowed, cache: FitCache | None = None
 ) -> MemberPredictions:
-    """``trial``'s predictions of every session of ``w`` (protocol ``val``): the evaluated ones its
-    run logged, the training ones out of fold even when it fits its post-processing in sample;
-    ``cache``: fits made before on the same inputs are reused, the same numbers.
+    """``trial``'s predictions of every session of ``w`` (protocol ``val``; training ones out of
+    fold even with in-sample post-processing), fits of ``cache`` reused.
 
     Raises:
         ValueError: another protocol, no training or evaluated sessions, one training story.
@@ -249,18 +229,15 @@ def split_sessions(
 
 
 def evaluate_trial(trial: Trial, w: Windowed) -> TrialResult:
-    """Fit, predict, post-process and score one configuration under its protocol (the warnings
-    raised while fitting collected in ``TrialResult.warnings``)."""
+    """Fit, predict, post-process and score one configuration (warnings in ``.warnings``)."""
     return evaluate_trials([trial], w)[0]
 
 
 def evaluate_trials(
     trials: Sequence[Trial], w: Windowed, done: Mapping[FitPart, PartResult] | None = None
 ) -> list[TrialResult]:
-    """Evaluate configurations that share one :meth:`~experiments.config.grid.Trial.fit_key`,
-    fitting once on each of their protocol's training sets, post-processing and scoring: each
-    result is :func:`evaluate_trial`'s, ``fit_seconds`` the group's share, the warnings raised
-    in ``warnings``. ``done``: parts fitted elsewhere (:func:`evaluate_part`; protocol ``val`` only).
+    """:func:`evaluate_trial` of configurations sharing one fit key, fitted once per training
+    set (``fit_seconds``: the group's share); ``done``: parts fitted elsewhere (protocol ``val``).
 
     Raises:
         ValueError: different fit keys, nothing to fit or score, or ``done`` under a cross-validation.
@@ -322,8 +299,7 @@ def _group_sets(
 
 
 def group_fit_parts(trials: Sequence[Trial], w: Windowed) -> list[FitPart]:
-    """The fits of a fit group under protocol ``val``, which :func:`evaluate_part` makes apart (in
-    other processes) for :func:`evaluate_trials`; ``[]`` under a cross-validation (fitted whole)."""
+    """The fits :func:`evaluate_part` makes apart under protocol ``val`` (``[]`` otherwise)."""
     trials = list(trials)
     _check_group(trials)
     if trials[0].protocol in CV_PROTOCOLS:
@@ -358,9 +334,8 @@ class _Group:
     def add(
         self, fitted: Fitted, train: Sessions, evaluate: Sessions, split: dict[str, str]
     ) -> None:
-        """Post-process ``fitted`` for each configuration; a listener's held-out predictions are
-        kept on test only (no ``val_unseen``: that listener's validation labels choose every
-        other listener's configuration)."""
+        """Post-process ``fitted`` per configuration; held-out predictions kept on test only
+        (a listener's validation labels choose the others' configurations)."""
         self.notes.extend([*fitted.notes, *fitted.warnings])
         self.n_rows = max(self.n_rows, fitted.n_rows)
         for i, t in enumerate(self.trials):
@@ -375,8 +350,7 @@ class _Group:
 def _training_sets(
     trials: Sequence[Trial], parts: dict[str, list[WindowedSession]]
 ) -> list[tuple[list[WindowedSession], list[WindowedSession], dict[str, str], bool]]:
-    """A fit group's training sets under its protocol: (fitted on, evaluated, evaluated session ->
-    split, whether its unseen-listener fits are made)."""
+    """(fitted on, evaluated, session -> split, with unseen-listener fits) per training set."""
     first = trials[0]
     if first.protocol not in CV_PROTOCOLS:
         evaluate = parts["val"] + parts["test"]
@@ -399,7 +373,6 @@ def _training_sets(
 
 
 def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
-    """Configuration ``i``'s :class:`TrialResult`: its scores and metrics."""
     t, p, u = group.trials[i], group.preds[i], group.unseen[i]
     by_session = {s.session: s for s in w.sessions}
     predicted = (
@@ -423,9 +396,8 @@ def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
 # --------------------------------------------------------------------------- a sweep's tasks
 @dataclass(frozen=True)
 class TaskData:
-    """What a sweep's tasks read: the ``store`` folder (absolute for a remote backend), the
-    ``channels``, ``target``, ``splits`` and ``gold_standard`` the frame tables are loaded with,
-    the ``sessions`` (None: every one of the store) and the store's ``fingerprint``."""
+    """What a sweep's tasks load: the store (absolute for a remote backend), what its frame
+    tables are loaded with, the ``sessions`` (None: all) and the store's ``fingerprint``."""
 
     store: str
     channels: tuple[str, ...]
@@ -438,8 +410,7 @@ class TaskData:
 
 @dataclass(frozen=True)
 class Task:
-    """One task of a sweep: a fit group (``trials``, one fit key) on the ``data`` it reads, its
-    figures drawn where it runs when ``figures``; ``done``: its parts fitted by other tasks."""
+    """A sweep's task: a fit group on ``data``, figures drawn where it runs; ``done``: parts fitted by others."""
 
     trials: tuple[Trial, ...]
     data: TaskData | None
@@ -448,29 +419,28 @@ class Task:
 
     @property
     def key(self) -> WindowKey:
-        """The window key of its features."""
         return self.trials[0].window_key()
 
 
 def window_groups(trials: Sequence[Trial]) -> dict[WindowKey, list[Trial]]:
-    """``trials`` by window key (first appearance order): each key's windowed features are computed once."""
-    groups: dict[WindowKey, list[Trial]] = {}
-    for t in trials:
-        groups.setdefault(t.window_key(), []).append(t)
-    return groups
+    """``trials`` by window key (first appearance order)."""
+    return _grouped(trials, Trial.window_key)
 
 
 def fit_groups(trials: Sequence[Trial]) -> list[tuple[Trial, ...]]:
-    """``trials`` grouped by :meth:`Trial.fit_key` (first appearance order): each group is
-    evaluated in one task, its fits shared (:func:`evaluate_trials`)."""
-    groups: dict[Trial, list[Trial]] = {}
+    """``trials`` by :meth:`Trial.fit_key` (first appearance order), each group one task."""
+    return [tuple(g) for g in _grouped(trials, Trial.fit_key).values()]
+
+
+def _grouped(trials: Sequence[Trial], key: Callable[[Trial], Any]) -> dict[Any, list[Trial]]:
+    groups: dict[Any, list[Trial]] = {}
     for t in trials:
-        groups.setdefault(t.fit_key(), []).append(t)
-    return [tuple(g) for g in groups.values()]
+        groups.setdefault(key(t), []).append(t)
+    return groups
 
 
 def plan_tasks(trials: Sequence[Trial], data: TaskData, figures: bool) -> list[Task]:
-    """A task per fit group of ``trials`` reading ``data``, by window key (first appearance order)."""
+    """A task per fit group of ``trials``, by window key."""
     return [
         Task(group, data, figures)
         for key_trials in window_groups(trials).values()
@@ -487,11 +457,7 @@ _WINDOWED: OrderedDict[tuple[TaskData | None, WindowKey], Windowed] = OrderedDic
 
 
 def tables(data: TaskData | None) -> list[SessionTable]:
-    """``data``'s frame tables in this process, loaded on first use.
-
-    Raises:
-        DatasetError: the store lacks what ``data`` names, or this process does not see it.
-    """
+    """``data``'s frame tables in this process, loaded on first use (DatasetError if not there)."""
     with _LOCK:
         if data not in _TABLES:
             if data is None:
@@ -517,8 +483,7 @@ def share(data: TaskData | None, key: WindowKey, w: Windowed) -> None:
 
 
 def forget(tables: bool = True) -> int:
-    """Drop the windowed features (and with ``tables`` the frame tables) this process holds;
-    returns how many entries were dropped."""
+    """Drop the windowed features (and frame tables) this process holds; how many were dropped."""
     with _LOCK:
         n = len(_WINDOWED) + len(_TABLES) * tables
         _WINDOWED.clear()
@@ -538,8 +503,7 @@ def windowed(task: Task) -> Windowed:
 
 
 def run_task(task: Task) -> list[TrialResult]:
-    """Load, window, fit and score one task wherever it runs: its fit group's results, with their
-    figures when ``task.figures``.
+    """Load, window, fit and score one task wherever it runs (figures when ``task.figures``).
 
     Raises:
         DatasetError: a problem of the store (it stops the sweep).

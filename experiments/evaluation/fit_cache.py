@@ -1,6 +1,5 @@
-"""Fits made once for the steps after a sweep that refit configurations of one fit group (each
-track's choice for permutation importance, late fusion's members): a :class:`FitCache` keyed by
-everything a fit reads hands back what a refit would give, number for number.
+"""Fits made once for the steps after a sweep that refit one fit group (importance, late fusion):
+keyed by everything a fit reads, a :class:`FitCache` hands back what a refit would give.
 """
 
 from __future__ import annotations
@@ -26,12 +25,8 @@ def _copied(result: PartResult) -> PartResult:
 
 
 class FitCache:
-    """Fits made once (see the module docstring): :meth:`on` is the view of one windowed feature set,
-    :meth:`clear` forgets everything. A pipeline model is keyed by the features' names, the
-    configuration's fit key, the personalization, the fitted sessions and (per listener) the
-    predicted listeners; a closed-form part by the part, the sessions and ``need_post_fit``.
-    ``fits``: made; ``reuses``: handed out again (every copy a new array).
-    """
+    """Fits made once, viewed per windowed feature set by :meth:`on`; ``fits``: made, ``reuses``:
+    handed out again (every copy a new array)."""
 
     def __init__(self) -> None:
         self._models: dict[tuple, tuple[_Model, list[warnings.WarningMessage]]] = {}
@@ -40,16 +35,15 @@ class FitCache:
         self.reuses = 0
 
     def on(self, names: Sequence[str]) -> FitScope:
-        """This cache for the windowed features whose columns are ``names``."""
         return FitScope(self, tuple(names))
 
     def clear(self) -> None:
-        """Forget every fit (the counts stay)."""
+        """Forget every fit (not the counts)."""
         self._models.clear()
         self._parts.clear()
 
     def release(self, names: Sequence[str]) -> None:
-        """Forget the fits made on the windowed features whose columns are ``names``."""
+        """Forget the fits made on the features ``names``."""
         names = tuple(names)
         for store in (self._models, self._parts):
             for key in [k for k in store if k[0] == names]:
@@ -70,7 +64,7 @@ class FitScope:
         personalization: str,
         predicted: Sequence[WindowedSession],
     ) -> _Model:
-        """:func:`_fit`'s model, fitted on the first request of its key."""
+        """The model, fitted on the first request of its key."""
         listeners = (
             frozenset(s.listener for s in predicted) if personalization == "per_listener" else None
         )
@@ -98,7 +92,7 @@ class FitScope:
         evaluate: Sequence[WindowedSession],
         need_post_fit: bool,
     ) -> dict[FitPart, PartResult]:
-        """:func:`closed_form_parts` of ``parts``, the ones not made before made together."""
+        """:func:`closed_form_parts` of ``parts``, those not made before made together."""
         c = self.cache
         keys = {
             p: (self.names, trial.fit_key(), p, _ids(train), _ids(evaluate), need_post_fit)

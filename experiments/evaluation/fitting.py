@@ -1,14 +1,11 @@
 """The fits of one fit group, as independent parts that can run apart and be put together.
 
-Configurations that share a :meth:`~experiments.config.grid.Trial.fit_key` need, on one training
-set, the fits :func:`fit_parts` lists: ``main`` (every training session), ``fold`` (each
-training story left out: the out-of-fold predictions post-processing is fitted on), ``unseen``
-(each evaluated listener left out, generalized track) and ``unseen_fold`` (both). Each depends
-only on the windowed features, so :func:`fit_part` runs them in any order and process and
-:func:`combine_parts` puts their predictions together: the same numbers wherever they ran. A
-model whose spec has a closed form (ridge) makes every part of the group from per-session
-sums (:func:`closed_form_parts`, :mod:`experiments.models.ridge_stats`); the steps after a sweep
-reuse exact fits through :class:`~experiments.evaluation.fit_cache.FitCache`.
+On one training set a fit group needs the parts :func:`fit_parts` lists: ``main`` (every
+training session), ``fold`` (each training story left out: out-of-fold predictions for
+post-processing), ``unseen`` (each evaluated listener left out) and ``unseen_fold`` (both).
+:func:`fit_part` runs them in any order and process, :func:`combine_parts` joins them: the same
+numbers wherever they ran. A closed-form model (ridge) makes every part from per-session sums
+(:func:`closed_form_parts`).
 """
 
 from __future__ import annotations
@@ -42,20 +39,18 @@ Sessions = Sequence[WindowedSession]
 
 
 def _layout(trial: Trial) -> tuple[bool, bool]:
-    """(reads each frame's position in its session, reads a column-major float64 matrix), from
-    the spec's ``inputs``; a tree reads one feature per node for every row, sequential in that
-    layout (a full-size hist_gb configuration took 40 % less CPU). The same predictions either way."""
+    """(reads each frame's position, reads a column-major float64 matrix) from the spec's
+    ``inputs``; a tree reads one feature per node for every row, sequential in that layout
+    (a full-size hist_gb configuration took 40 % less CPU), the same predictions."""
     inputs = model_spec(trial.model).inputs
     return inputs == "position", inputs == "columns"
 
 
 def _inputs(s: WindowedSession, position: bool) -> np.ndarray:
-    """A session's model inputs: its windowed features, or (``position``) each frame's position."""
     return session_position(len(s.y))[:, None] if position else s.F
 
 
 def _matrix(rows: int, columns: int, column_major: bool) -> np.ndarray:
-    """An empty design matrix: column-major float64, or row-major float32."""
     if column_major:
         return np.empty((rows, columns), dtype=np.float64, order="F")
     return np.empty((rows, columns), dtype=np.float32)
@@ -64,8 +59,7 @@ def _matrix(rows: int, columns: int, column_major: bool) -> np.ndarray:
 def design(
     sessions: Sessions, hop: int = 1, position: bool = False, column_major: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """[listener id | inputs] rows of every ``hop``-th frame with a finite label, and the labels:
-    one preallocated array, row-major float32 or (``column_major``) column-major float64."""
+    """[listener id | inputs] rows of every ``hop``-th frame with a finite label, and the labels."""
     y = np.concatenate([s.y[::hop] for s in sessions])
     keep = np.isfinite(y)
     p = _inputs(sessions[0], position).shape[1] if sessions else 0
@@ -82,8 +76,7 @@ def design(
 
 
 class FitResult(NamedTuple):
-    """A model fitted by :func:`_fit`, its training labels' mean (what a NaN prediction is
-    filled with) and its training rows."""
+    """A fitted model, its training labels' mean (fills NaN predictions) and training rows."""
 
     model: Any
     y_mean: float
@@ -91,9 +84,8 @@ class FitResult(NamedTuple):
 
 
 def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Sessions) -> FitResult:
-    """``trial``'s model with ``personalization`` fitted on ``train``.
-    A per-listener model fits its global fallback only when a listener of ``predicted`` has too
-    few rows for a model of their own (else that costly fit would never be used)."""
+    """``trial``'s model fitted on ``train``; a per-listener model fits its global fallback only
+    when a listener of ``predicted`` has too few rows for their own (else it is never used)."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
     X, y = design(train, hop, *_layout(trial))
     if len(y) == 0:
@@ -110,7 +102,7 @@ def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Session
 
 
 def _predict_filled(trial: Trial, fitted: FitResult, s: WindowedSession) -> np.ndarray:
-    """A session's predictions by a fitted model (:func:`_fit`), NaN as the training label mean."""
+    """A session's predictions, NaN as the training label mean."""
     model, y_mean, _ = fitted
     position, column_major = _layout(trial)
     F = _inputs(s, position)
@@ -131,8 +123,7 @@ class FitPart:
 
 @dataclass
 class PartResult:
-    """What one part predicted (session -> per-frame predictions; ``in_sample``: training sessions
-    predicted by its own model), its training rows, seconds and warnings (as text)."""
+    """One part's predictions by session (``in_sample``: of its training sessions), rows, seconds, warnings."""
 
     predictions: dict[str, np.ndarray]
     in_sample: dict[str, np.ndarray] = field(default_factory=dict)
@@ -147,8 +138,7 @@ def _ids(sessions: Sessions) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def recording(on: bool = True) -> Iterator[list[warnings.WarningMessage]]:
-    """The warnings raised in the body, recorded (not shown) in the list it yields; with ``on``
-    False they are raised as usual and the list stays empty."""
+    """The body's warnings recorded (not shown) in the list it yields; with ``on`` False, shown."""
     if not on:
         yield []
         return
@@ -164,34 +154,30 @@ def as_text(caught: Sequence[warnings.WarningMessage]) -> set[str]:
 
 def _recorded(make: Callable[[], Any]) -> tuple[Any, list[warnings.WarningMessage]]:
     """``make()`` and the warnings it raised (recorded, not shown)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recording() as caught:
         out = make()
     return out, list(caught)
 
 
 def _replay(caught: Sequence[warnings.WarningMessage]) -> None:
-    """Raise recorded warnings again, as they were raised: a reused fit warns as a refit would."""
+    """Raise recorded warnings again: a reused fit warns as a refit would."""
     for c in caught:
         warnings.warn_explicit(c.message, c.category, c.filename, c.lineno)
 
 
 @dataclass
 class _Model:
-    """A model fitted by :func:`_fit`: ``raw`` predicts any session (features permuted, say);
-    ``predict`` a windowed one, remembered in ``memo`` when a cache made it (its warnings raised
-    again at each use)."""
+    """A fitted model: ``raw`` predicts any session; ``predict`` a windowed one, remembered in
+    ``memo`` when a cache made it (its warnings raised again at each use)."""
 
     trial: Trial
     fitted: FitResult
     memo: dict[str, tuple[np.ndarray, list[warnings.WarningMessage]]] | None = None
 
     def raw(self, s: WindowedSession) -> np.ndarray:
-        """``s``'s predictions, per frame."""
         return _predict_filled(self.trial, self.fitted, s)
 
     def predict(self, s: WindowedSession) -> np.ndarray:
-        """``s``'s predictions, a new array each time."""
         if self.memo is None:
             return self.raw(s)
         if s.session not in self.memo:
@@ -203,14 +189,10 @@ class _Model:
 
 @dataclass
 class Fitted:
-    """Predictions of one fit group on one training set, before post-processing.
-
-    ``evaluated``: the evaluated sessions'; ``fit_on``: the training sessions' (out of fold, or in
-    sample), which the post-processing is fitted on; ``unseen``: each evaluated session's by the
-    models without its listener; ``unseen_fit_on``: per held-out listener, the other listeners'
-    training sessions by models without them either; ``unseen_all``: per held-out listener,
-    every evaluated session's by those models (the others' choose that listener's configuration).
-    """
+    """One fit group's predictions on one training set, before post-processing: ``evaluated``;
+    ``fit_on`` (training sessions', out of fold or in sample); ``unseen`` (by the models without
+    the session's listener); per held-out listener, ``unseen_fit_on`` (the others' training
+    sessions) and ``unseen_all`` (every evaluated session) by the models without them."""
 
     evaluated: dict[str, np.ndarray]
     fit_on: dict[str, np.ndarray]
@@ -223,7 +205,7 @@ class Fitted:
 
 
 def _base(trial: Trial) -> tuple[str, bool]:
-    """(the personalization the models are fitted with, whether calibration follows)."""
+    """(the personalization fitted, whether calibration follows)."""
     calibrated = trial.personalization == "global_calibrated"
     return ("global" if calibrated else trial.personalization), calibrated
 
@@ -263,7 +245,7 @@ def fit_parts(
 def _part_sets(
     trial: Trial, part: FitPart, train: Sessions, evaluate: Sessions, need_post_fit: bool
 ) -> tuple[list[WindowedSession], str, list[WindowedSession], list[WindowedSession]]:
-    """What ``part`` fits and predicts: (fitted on, personalization, predicted, predicted in sample)."""
+    """(fitted on, personalization, predicted, predicted in sample) of ``part``."""
     base, calibrated = _base(trial)
     if part.kind in ("unseen", "unseen_fold"):
         base, train = "global", _others(train, part.listener)
@@ -289,8 +271,7 @@ def _pipeline_part(
     cache: FitScope | None,
     record: bool = True,
 ) -> tuple[_Model, PartResult]:
-    """The pipeline of ``sets`` (:func:`_part_sets`; or the cache's, made on the same inputs)
-    and what it predicted; with ``record``, the warnings raised are the result's, as text."""
+    """The pipeline of ``sets`` (or the cache's) and its result; ``record``: warnings kept as text."""
     t0 = time.perf_counter()
     fit_on, personalization, predicted, in_sample = sets
     shown = [*predicted, *in_sample]
@@ -318,14 +299,9 @@ def fit_part(
     need_post_fit: bool,
     cache: FitScope | None = None,
 ) -> PartResult:
-    """Fit and predict one part: from sufficient statistics where :func:`closed_form_parts` has
-    a closed form, else with the model's pipeline; ``cache``: fits made before on the same
-    inputs are reused (:class:`~experiments.evaluation.fit_cache.FitCache`)."""
-    closed = (
-        closed_form_parts(trial, [part], train, evaluate, need_post_fit)
-        if cache is None
-        else cache.closed_form(trial, [part], train, evaluate, need_post_fit)
-    )
+    """Fit and predict one part, in closed form where there is one; fits of ``cache`` reused."""
+    closed_form = closed_form_parts if cache is None else cache.closed_form
+    closed = closed_form(trial, [part], train, evaluate, need_post_fit)
     if part in closed:
         return closed[part]
     return _pipeline_part(trial, _part_sets(trial, part, train, evaluate, need_post_fit), cache)[1]
@@ -338,20 +314,16 @@ def fit_main(
     need_post_fit: bool,
     cache: FitScope | None = None,
 ) -> tuple[Callable[[WindowedSession], np.ndarray], PartResult]:
-    """The ``main`` part fitted here with its model kept: (a function that predicts a session
-    from its features, NaN filled with the training label mean; the part's result), for
-    predictions on changed features (:mod:`experiments.evaluation.importance`) by the very model
-    the run's came from; with ``cache``, configurations sharing the model get equal functions."""
+    """(the ``main`` part's model as a function of a session, the part's result): predictions of
+    changed features by the run's own model; with ``cache``, a shared model's functions are equal."""
     sets = _part_sets(trial, FitPart("main"), train, evaluate, need_post_fit)
     model, result = _pipeline_part(trial, sets, cache, record=False)
     return model.raw, result
 
 
 def _group_stats(trial: Trial, train: Sessions, shown: Sessions) -> SufficientStats | None:
-    """The sufficient statistics of ``train``'s training rows (every hop-th frame with a finite
-    label), with a fill value for each column holding NaN in ``shown`` (every session a part may
-    predict, so that a part fitted alone gives the same numbers); None if a feature is infinite
-    (the pipeline raises the error)."""
+    """Sufficient statistics of ``train``'s rows, with a fill value for each column holding NaN
+    in ``shown`` (so a part fitted alone gives the same numbers); None if a feature is infinite."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
     rows = {}
     for s in train:
@@ -359,9 +331,7 @@ def _group_stats(trial: Trial, train: Sessions, shown: Sessions) -> SufficientSt
         keep = np.isfinite(y)
         # a view of the features when every label is finite: no copy of the training rows
         rows[s.session] = (s.F[::hop], y) if keep.all() else (s.F[::hop][keep], y[keep])
-    extra_nan = np.zeros(train[0].F.shape[1], bool)
-    for s in shown:
-        extra_nan |= np.isnan(s.F).any(axis=0)
+    extra_nan = np.logical_or.reduce([np.isnan(s.F).any(axis=0) for s in shown])
     try:
         return SufficientStats(rows, extra_nan)
     except ValueError:
@@ -369,8 +339,7 @@ def _group_stats(trial: Trial, train: Sessions, shown: Sessions) -> SufficientSt
 
 
 def _own_models(stats: SufficientStats, fit_on: Sessions) -> dict[int, list[WindowedSession]]:
-    """The listeners of ``fit_on`` with a model of their own under ``per_listener`` (at least
-    ``PerListenerRegressor``'s ``min_samples`` training rows): listener -> sessions."""
+    """listener -> sessions of the listeners of ``fit_on`` with a ``per_listener`` model of their own."""
     min_samples = PerListenerRegressor(estimator=None).min_samples
     own: dict[int, list[WindowedSession]] = {}
     for s in fit_on:
@@ -381,12 +350,10 @@ def _own_models(stats: SufficientStats, fit_on: Sessions) -> dict[int, list[Wind
 def closed_form_parts(
     trial: Trial, parts: Sequence[FitPart], train: Sessions, evaluate: Sessions, need_post_fit: bool
 ) -> dict[FitPart, PartResult]:
-    """The ``parts`` with a closed form, each fit a sum of the training sessions' sufficient
-    statistics and one solve: the pipeline's predictions up to rounding (the tests: CCC within
-    1e-8). Left out (fitted by the pipeline): a model whose spec has no ``closed_form`` (or
-    gives none for its hyperparameters), a personalization other than
-    :data:`CLOSED_FORM_PERSONALIZATIONS`, a part without training rows, an infinite feature.
-    Each part's ``seconds`` is an equal share; a part's numbers do not depend on the others asked."""
+    """The ``parts`` with a closed form, each a sum of sufficient statistics and one solve (the
+    pipeline's predictions up to rounding). Left to the pipeline: no ``closed_form`` in the spec,
+    another personalization than :data:`CLOSED_FORM_PERSONALIZATIONS`, no training rows, an
+    infinite feature. ``seconds``: an equal share."""
     t0 = time.perf_counter()
     spec = model_spec(trial.model)
     alpha = spec.closed_form(spec.resolve(trial.hyperparams)) if spec.closed_form else None
@@ -414,8 +381,7 @@ def closed_form_parts(
 def _closed_form_predictions(
     stats: SufficientStats, alpha: float, sets: Mapping[FitPart, tuple]
 ) -> dict[tuple[FitPart, str, bool], np.ndarray]:
-    """(part, session, in sample) -> its predictions: each distinct union of sessions fitted
-    once, each session predicted by all the fits that predict it in one pass."""
+    """(part, session, in sample) -> predictions; each union of sessions fitted once."""
     fits: dict[frozenset[str], LinearFit] = {}
     uses: dict[str, dict[tuple[FitPart, bool], LinearFit]] = {}
     shown: dict[str, WindowedSession] = {}
@@ -444,18 +410,13 @@ def combine_parts(
     need_post_fit: bool,
     need_unseen: bool,
 ) -> Fitted:
-    """The group's :class:`Fitted` from its parts' results (every part of :func:`fit_parts`).
-
-    Raises:
-        ValueError: a part is missing.
-    """
+    """The group's :class:`Fitted` from every part of :func:`fit_parts` (ValueError if one is missing)."""
     parts = fit_parts(trial, train, evaluate, need_post_fit, need_unseen)
     missing = [p for p in parts if p not in done]
     if missing:
         raise ValueError(f"fit parts missing for {trial.label()}: {missing}")
 
     def predictions(kind: str, listener: int | None = None) -> dict[str, np.ndarray]:
-        """The predictions of every part of ``kind`` (of ``listener``), in the order of ``parts``."""
         return {
             k: v
             for p in parts
@@ -491,8 +452,7 @@ def _combine_unseen(
     evaluate: Sessions,
     need_post_fit: bool,
 ) -> None:
-    """The unseen-listener predictions of :class:`Fitted`, per evaluated listener, from the
-    ``unseen`` and ``unseen_fold`` parts (a listener without another to train on noted)."""
+    """:class:`Fitted`'s unseen-listener predictions from the ``unseen`` and ``unseen_fold`` parts."""
     for listener in sorted({s.listener for s in evaluate}):
         others = _others(train, listener)
         if not others:
@@ -520,18 +480,14 @@ def fit_group(
     done: Mapping[FitPart, PartResult] | None = None,
     cache: FitScope | None = None,
 ) -> Fitted:
-    """Every fit a group of configurations (same :meth:`Trial.fit_key`) needs on one training
-    set: the parts in ``done`` as given (fitted elsewhere), the others fitted here, or taken from
-    ``cache`` when made before on the same inputs."""
+    """Every fit a fit group needs on one training set: ``done`` as given, the others fitted here
+    (or from ``cache``)."""
     done = dict(done or {})
     todo = [
         p for p in fit_parts(trial, train, evaluate, need_post_fit, need_unseen) if p not in done
     ]
-    done.update(
-        closed_form_parts(trial, todo, train, evaluate, need_post_fit)
-        if cache is None
-        else cache.closed_form(trial, todo, train, evaluate, need_post_fit)
-    )
+    closed_form = closed_form_parts if cache is None else cache.closed_form
+    done.update(closed_form(trial, todo, train, evaluate, need_post_fit))
     for part in todo:  # those without a closed form: the model's pipeline
         if part not in done:
             sets = _part_sets(trial, part, train, evaluate, need_post_fit)

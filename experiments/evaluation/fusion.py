@@ -1,7 +1,5 @@
 """Late fusion: one configuration per member feature set, blended by weights fitted on the
-training stories' out-of-fold predictions (:func:`late_fusion`, :class:`Blend`); validation and
-test labels reach neither the members' fits nor the blend. What it is and why: docs/results.md,
-"Late fusion beside early fusion".
+training stories' out-of-fold predictions (docs/results.md, "Late fusion beside early fusion").
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -33,18 +31,9 @@ from .fit_cache import FitCache
 
 
 class Blend:
-    """A linear blend of member predictions: ``y ~ intercept_ + P @ weights_``.
-
-    ``nnls``: least squares with non-negative weights and a free intercept (the members'
-    predictions are centred, :func:`scipy.optimize.nnls` fits the weights, the intercept puts
-    the means back: the exact constrained least-squares solution). ``ridge``: least squares
-    with the penalty ``alpha * n_rows * |w|^2`` on the centred columns (``alpha`` per frame, so
-    its strength does not grow with the number of frames); its weights may be negative.
-
-    Args:
-        method: one of :data:`~experiments.config.options.BLENDS`.
-        alpha: the ridge penalty per row (unitless); ignored by ``nnls``.
-    """
+    """A linear blend of member predictions: ``y ~ intercept_ + P @ weights_``, fitted on centred
+    columns: ``nnls`` (non-negative weights, free intercept) or ``ridge`` (penalty
+    ``alpha * n_rows * |w|^2``: ``alpha`` per row, ignored by ``nnls``)."""
 
     def __init__(self, method: str = "nnls", alpha: float = 0.01):
         check_choice("blend", method, BLENDS)
@@ -54,8 +43,7 @@ class Blend:
         self.alpha = alpha
 
     def fit(self, P: Any, y: Any) -> Blend:
-        """Fit on member predictions ``P`` (n_rows, n_members) and labels ``y`` (n_rows,);
-        rows with a non-finite label or prediction are left out."""
+        """Fit on ``P`` (n_rows, n_members) and ``y``; rows with a non-finite value left out."""
         P = np.asarray(P, dtype=float)
         y = np.asarray(y, dtype=float).ravel()
         if P.ndim != 2 or len(P) != len(y):
@@ -79,7 +67,6 @@ class Blend:
         return self
 
     def predict(self, P: Any) -> np.ndarray:
-        """The blended prediction of each row of ``P`` (n_rows, n_members)."""
         if not hasattr(self, "weights_"):
             raise RuntimeError("Blend.predict called before fit")
         return self.intercept_ + np.asarray(P, dtype=float) @ self.weights_
@@ -87,15 +74,9 @@ class Blend:
 
 @dataclass
 class FusionResult:
-    """A late fusion's outcome, scored like a configuration.
-
-    ``members``: the member configurations (in the blend's column order); ``blend``: the fitted
-    :class:`Blend`; ``track``: :func:`~experiments.config.tracks.fused_track` of the members;
-    ``causal``: every member is; ``scores``, ``metrics``, ``predictions``, ``truth``: as a
-    :class:`~experiments.evaluation.evaluate.TrialResult`'s (validation and test sessions);
-    ``train_predictions``: the blend applied to the out-of-fold training predictions it was
-    fitted on; ``train_score``: their mean metric per session (an in-sample number for the blend);
-    ``seconds``: wall time of the member fits and the blend."""
+    """A late fusion's outcome, scored like a configuration (``members`` in the blend's column
+    order; ``train_predictions``, ``train_score``: the blend on the out-of-fold training
+    predictions it was fitted on, in sample; ``seconds``: member fits and blend)."""
 
     members: list[Trial]
     blend: Blend
@@ -130,12 +111,9 @@ def late_fusion(
     predicted: Sequence[MemberPredictions] | None = None,
     cache: FitCache | None = None,
 ) -> FusionResult:
-    """Fit and score the late fusion of ``members`` (each a configuration and its windowed
-    features, protocol ``val``): their out-of-fold training predictions fit the blend, which is
-    applied to their validation and test predictions and scored like a configuration's
-    (:func:`~experiments.evaluation.evaluate.score_metrics`, ``seed`` seeding the chance
-    level). ``predicted``: the members' :class:`MemberPredictions` when already made (in order);
-    otherwise they are made here, with the fits of ``cache`` when it holds them.
+    """Fit the blend of ``members`` (configuration, windowed features; protocol ``val``) on their
+    out-of-fold training predictions and score it on validation and test (``seed``: chance
+    level). ``predicted``: the members' predictions if made; else made here (fits of ``cache``).
 
     Raises:
         ValueError: fewer than two members, members on different sessions or labels, protocol
@@ -183,6 +161,5 @@ def late_fusion(
 
 
 def _columns(preds: Sequence[MemberPredictions], which: str, sid: str) -> np.ndarray:
-    """(frames, members): each member's ``which`` (``train`` or ``evaluated``) prediction of
-    the session ``sid``."""
+    """(frames, members): each member's ``which`` (``train``, ``evaluated``) prediction of ``sid``."""
     return np.column_stack([getattr(p, which)[sid] for p in preds])

@@ -1,7 +1,6 @@
-"""Permutation importance: the drop in a configuration's metric (the default metric's by default) when a
-channel's, a column's or a window statistic's features are moved in time, with a 95 % interval
-over listeners. What it measures and claims: docs/results.md, "What drives a prediction:
-permutation importance".
+"""Permutation importance: the drop in a configuration's metric when a channel's, a column's or a
+window statistic's features are moved in time, with a 95 % interval over listeners
+(docs/results.md, "What drives a prediction: permutation importance").
 
 >>> [g.name for g in feature_groups(["listener/face/AU12:mean@4s", "listener/face:valid_frac@4s"],
 ...                                   ["listener/face"], ["channel", "column", "stat"])]
@@ -30,9 +29,8 @@ LEVELS = IMPORTANCE_LEVELS
 
 
 def importance_columns(m: MetricSpec) -> list[str]:
-    """The columns of ``reports/importance_<feature_set>_<track>.csv`` of a configuration scored
-    by ``m`` (a contract: docs/design.md#reports): its value unpermuted (``m.name``, ``ccc``) and
-    permuted (``ccc_permuted``)."""
+    """The columns of ``reports/importance_<feature_set>_<track>.csv`` for metric ``m``
+    (docs/design.md#reports)."""
     return [
         *"feature_set track split level group rank importance ci_low ci_high sd_repeats".split(),
         m.name,
@@ -47,8 +45,7 @@ COLUMNS = importance_columns(get_metric(DEFAULT_METRIC))
 
 @dataclass(frozen=True)
 class FeatureGroup:
-    """Features permuted together: ``level`` (one of :data:`LEVELS`), ``name``, and their
-    ``indices`` among the windowed features' columns."""
+    """Features permuted together: ``level``, ``name``, their column ``indices``."""
 
     level: str
     name: str
@@ -56,8 +53,7 @@ class FeatureGroup:
 
 
 def _parse(name: str, channels: Sequence[str]) -> tuple[str, str | None, str]:
-    """(channel, column or None for a channel's own statistic, statistic) of a windowed
-    feature name ``<role/channel/column or role/channel>:<stat>@<L>s``."""
+    """(channel, column or None for a channel's own statistic, statistic) of a feature name."""
     base, _, rest = name.rpartition(":")
     stat = rest.split("@", 1)[0]
     for ch in sorted(channels, key=len, reverse=True):
@@ -74,12 +70,8 @@ def _parse(name: str, channels: Sequence[str]) -> tuple[str, str | None, str]:
 def feature_groups(
     names: Sequence[str], channels: Sequence[str], levels: Sequence[str] = ("channel", "column")
 ) -> list[FeatureGroup]:
-    """The groups of ``levels`` over windowed features ``names`` (of ``channels``), in the order
-    of ``levels`` and then of first appearance.
-
-    Raises:
-        ValueError: an unknown level, or a name of no channel.
-    """
+    """The groups of ``levels`` over windowed features ``names``, by level then first appearance
+    (ValueError: an unknown level, or a name of no channel)."""
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise ValueError(f"unknown importance levels {bad}; valid: {', '.join(LEVELS)}")
@@ -98,8 +90,7 @@ def feature_groups(
 def draw_lags(
     sessions: Sequence[WindowedSession], repeats: int, min_lag_s: float = MIN_LAG_S, seed: int = 0
 ) -> np.ndarray:
-    """(repeats, sessions) circular lags in frames, each uniform in ``lo .. n - lo`` with ``lo``
-    = ``min_lag_s`` seconds (at most a quarter of the session's ``n`` frames)."""
+    """(repeats, sessions) circular lags, uniform in ``lo .. n - lo`` (``lo``: ``min_lag_s``, at most n / 4)."""
     rng = np.random.default_rng(seed)
     lags = np.zeros((repeats, len(sessions)), dtype=np.int64)
     for j, s in enumerate(sessions):
@@ -110,8 +101,7 @@ def draw_lags(
 
 
 def shifted(F: np.ndarray, indices: Sequence[int], lag: int) -> np.ndarray:
-    """A copy of ``F`` (frames x features) whose columns ``indices`` are circularly shifted by
-    ``lag`` frames as one block (row t gets row t - lag).
+    """A copy of ``F`` with columns ``indices`` rolled by ``lag`` frames (row t gets row t - lag).
 
     >>> shifted(np.arange(6.0).reshape(3, 2), [1], 1).tolist()
     [[0.0, 5.0], [2.0, 1.0], [4.0, 3.0]]
@@ -124,9 +114,8 @@ def shifted(F: np.ndarray, indices: Sequence[int], lag: int) -> np.ndarray:
 
 @dataclass
 class ImportanceResult:
-    """``table``: one row per group (:func:`importance_columns`); ``drops``: the mean drop over
-    repeats per group and session (columns level, group, session, listener, story, drop); ``scores``: the
-    unpermuted per-session values of the split (session, listener, story, split, <metric>)."""
+    """``table``: one row per group; ``drops``: mean drop over repeats per group and session;
+    ``scores``: the unpermuted per-session values of the split."""
 
     table: pd.DataFrame
     drops: pd.DataFrame
@@ -136,7 +125,6 @@ class ImportanceResult:
 def _session_values(
     sessions: Sequence[WindowedSession], preds: dict[str, np.ndarray], m: MetricSpec
 ) -> np.ndarray:
-    """``m`` of each session's prediction, over its frames with a finite label."""
     ok = [np.isfinite(s.y) for s in sessions]
     return np.array([m(s.y[k], preds[s.session][k]) for s, k in zip(sessions, ok, strict=True)])
 
@@ -152,13 +140,10 @@ def permutation_importance(
     min_lag_s: float = MIN_LAG_S,
     cache: FitCache | None = None,
 ) -> ImportanceResult:
-    """Permutation importance of ``trial``'s feature groups of ``levels`` (:data:`LEVELS`) on
-    ``split`` under ``track``'s averaging (default the trial's own), its windowed features ``w``
-    moved by ``repeats`` lags of at least ``min_lag_s`` seconds per session (``seed``); fits
-    of ``cache`` reused. The table is sorted by level, then importance, the drop in the trial's
-    metric (a difference within the metric's ``diff_bounds``, -2 to 2 for CCC; positive: the
-    group helps; no interval when the metric's spec says intervals do not apply); ``rank`` 1 is the
-    largest drop of its level.
+    """Permutation importance of ``trial``'s feature groups of ``levels`` on ``split`` under
+    ``track``'s averaging (default the trial's), ``w`` moved by ``repeats`` lags of at least
+    ``min_lag_s`` s per session; fits of ``cache`` reused. The table is sorted by level, then
+    importance (the drop in the metric; positive: the group helps); ``rank`` 1: largest drop.
 
     Raises:
         ValueError: no sessions of ``split``, no training sessions, ``repeats`` < 1, or ``val``
@@ -179,10 +164,8 @@ def permutation_importances(
     min_lag_s: float = MIN_LAG_S,
     cache: FitCache | None = None,
 ) -> list[ImportanceResult]:
-    """:func:`permutation_importance` of each (configuration, track) of ``choices``, which
-    share one fit group (:meth:`~experiments.config.grid.Trial.fit_key`: they differ in
-    post-processing only), for what one of them costs: the fits and each permuted prediction
-    made once, then post-processed and scored per configuration; the same numbers as apart.
+    """:func:`permutation_importance` of each (configuration, track) of one fit group, for the
+    cost of one: fits and permuted predictions made once, post-processed and scored per choice.
 
     Raises:
         ValueError: as :func:`permutation_importance`, or ``choices`` of several fit groups.
@@ -222,7 +205,7 @@ def permutation_importances(
 
 
 def _check_choices(choices: Sequence[tuple[Trial, str | None]], repeats: int) -> list[str]:
-    """Each choice's track (default its configuration's), the choices checked."""
+    """Each choice's track (default its configuration's), checked."""
     keys = {t.fit_key() for t, _ in choices}
     if len(keys) > 1:
         raise ValueError(
@@ -241,8 +224,7 @@ def _check_choices(choices: Sequence[tuple[Trial, str | None]], repeats: int) ->
 def _train_and_scored(
     trial: Trial, w: Windowed, split: str
 ) -> tuple[list[WindowedSession], list[WindowedSession]]:
-    """The sessions the model is fitted on (training stories; with ``loso`` validation too)
-    and those of ``split`` it is scored on."""
+    """(fitted on: training stories, with ``loso`` validation too; scored: ``split``'s)."""
     parts = split_sessions(w, dict(trial.splits))
     if trial.protocol == "loso":
         if split != "test":
@@ -266,8 +248,7 @@ def _fitted(
     scope: FitScope,
     m: MetricSpec,
 ) -> tuple[Callable[[WindowedSession], np.ndarray], Fitted, np.ndarray]:
-    """``trial``'s predict function and fits as the run made them (the main fit, and the
-    out-of-fold fits its post-processing is fitted on), and its unpermuted per-session ``m``."""
+    """``trial``'s predict function and fits as the run made them, and its unpermuted per-session ``m``."""
     need_post_fit = trial.rescale != "none"
     predict, main = fit_main(trial, train, scored, need_post_fit, scope)
     fits = fit_group(
@@ -286,8 +267,7 @@ def _result(
     base: np.ndarray,
     drops_by_group: np.ndarray,
 ) -> ImportanceResult:
-    """The :class:`ImportanceResult` of ``trial`` from its unpermuted per-session values ``base``
-    and its drops (groups, repeats, sessions)."""
+    """``trial``'s result from its unpermuted values ``base`` and drops (groups, repeats, sessions)."""
     m = get_metric(trial.metric)
     sign, bounds = (1.0 if m.higher_is_better else -1.0), m.diff_bounds
     columns = importance_columns(m)
@@ -335,8 +315,7 @@ def _result(
 def _share(
     listeners: np.ndarray, stories: np.ndarray, track: str
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """A function of per-session values: each listener's contribution to ``track``'s mean of
-    them (:func:`~experiments.evaluation.uncertainty.contributions`, the stories fixed)."""
+    """Per-session values -> each listener's contribution to ``track``'s mean of them."""
     rows_l, cols_s = np.unique(listeners), np.unique(stories)
     li, si = np.searchsorted(rows_l, listeners), np.searchsorted(cols_s, stories)
 

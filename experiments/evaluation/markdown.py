@@ -21,14 +21,12 @@ import pandas as pd
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """The lines of a Markdown table: the header, the separator, then one line per row (cells as
-    text, a ``|`` in a cell escaped so that it does not split the cell)."""
+    """The lines of a Markdown table (a ``|`` in a cell escaped)."""
     return [_line(head), "|" + "---|" * len(head), *(_line(r) for r in rows)]
 
 
 def frame(df: pd.DataFrame) -> list[str]:
-    """:func:`table` of a DataFrame: its columns as the header, text cells as they are, numbers
-    (floats) with 3 decimals and NaN as an empty cell."""
+    """:func:`table` of a DataFrame: floats with 3 decimals, NaN as an empty cell."""
     return table(
         [str(c) for c in df.columns],
         ([_cell(v) for v in row] for row in df.itertuples(index=False)),
@@ -36,13 +34,12 @@ def frame(df: pd.DataFrame) -> list[str]:
 
 
 def number(value: Any, digits: int = 3) -> str:
-    """A number (or NaN, None read off a table) with ``digits`` decimals, ``n/a`` when missing."""
+    """A number with ``digits`` decimals, ``n/a`` when missing."""
     return "n/a" if pd.isna(value) else f"{value:.{digits}f}"
 
 
 def interval(value: Any, low: Any = float("nan"), high: Any = float("nan")) -> str:
-    """``value [low, high]`` (3 and 2 decimals), the value alone without both ends, ``n/a``
-    without the value."""
+    """``value [low, high]`` (3 and 2 decimals), the value alone without both ends."""
     if pd.isna(value):
         return "n/a"
     if pd.notna(low) and pd.notna(high):

@@ -1,9 +1,6 @@
-"""A split's per-session scores averaged as OMG-Empathy's two protocols, or concatenated (AVEC).
-
-Personalized: the mean over listeners of each listener's mean over their stories; generalized:
-the mean over stories of each story's mean over listeners (the official scorer's averaging).
-The per-session values are a metric's (:mod:`experiments.config.metrics`; column ``ccc``, the
-default metric's name, by default, the metric's name otherwise).
+"""A split's per-session scores averaged as OMG-Empathy's two protocols (personalized: over
+listeners of each one's mean over stories; generalized: over stories of each one's mean over
+listeners), or concatenated (AVEC). The value column is the metric's name (default ``ccc``).
 
 >>> rows = [{"listener": 1, "story": 1, "ccc": 0.2}, {"listener": 1, "story": 2, "ccc": 0.4},
 ...         {"listener": 2, "story": 1, "ccc": 0.6}]
@@ -27,12 +24,8 @@ Scores = pd.DataFrame | Iterable[Mapping]
 
 
 def _protocol_frame(df: Scores, column: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """The ``listener, story, <column>`` columns of ``df``, one row per session, in a fixed order
-    (every mean bit-for-bit independent of the input order).
-
-    Raises:
-        ValueError: a column is missing, or a session has two rows.
-    """
+    """``df``'s ``listener, story, <column>``, one row per session, sorted (means independent of
+    order); ValueError if a column is missing or a session has two rows."""
     frame = df if isinstance(df, pd.DataFrame) else pd.DataFrame(list(df))
     missing = [c for c in ("listener", "story", column) if c not in frame.columns]
     if missing:
@@ -60,8 +53,7 @@ def story_means(df: Scores, column: str = DEFAULT_METRIC) -> pd.Series:
 
 
 def protocol_means(df: Scores, column: str = DEFAULT_METRIC) -> dict[str, float]:
-    """Both challenge protocols from per-session scores (see the module docstring); on a
-    complete listener x story table both are the grand mean.
+    """Both challenge protocols from per-session scores (see the module docstring).
 
     Raises:
         ValueError: an empty table (or as :func:`_protocol_frame`).
@@ -81,8 +73,7 @@ def concatenated_score(
     sessions: Sequence[str],
     metric: str = DEFAULT_METRIC,
 ) -> float:
-    """The metric of ``sessions`` concatenated (AVEC's averaging): one value over every frame
-    with a finite label of those sessions, their labels ``truth`` against ``predictions``.
+    """The metric of ``sessions`` concatenated (AVEC), over every frame with a finite label.
 
     >>> y = {"a": np.array([0.0, 1.0]), "b": np.array([2.0, 3.0])}
     >>> round(concatenated_score(y, y, ["a", "b"]), 6)

@@ -1,9 +1,6 @@
-"""Figures logged with runs: predicted vs. true valence, the per-listener score, the ablation
-table, agreement, permutation importance and the score per listener x story. Every ``plot_*``
-saves a PNG to a path or a binary file object: a sweep's workers draw into memory and hand the
-bytes to the process that logs the run (:func:`trial_figures`). The per-session scores are a
-metric's (column ``metric``, the default metric's by default): the figures name it, scale and
-label its axes as its spec says (:class:`~experiments.config.metrics.MetricSpec`).
+"""Figures logged with runs. Every ``plot_*`` saves a PNG to a path or a binary file object (a
+sweep's workers draw into memory: :func:`trial_figures`); scores are column ``metric``, named,
+scaled and labelled as its :class:`~experiments.config.metrics.MetricSpec` says.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ if TYPE_CHECKING:
 
 
 def _wrap(text: str, width_in: float, fontsize: float) -> str:
-    """``text`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points."""
     chars = max(20, int(0.8 * width_in * 72 / (0.62 * fontsize)))  # axes ~80 %, ~0.6 em a character
     return "\n".join(textwrap.wrap(text, chars)) if text else text
 
@@ -49,9 +45,8 @@ def _plt() -> Any:
 
 
 def load_backend() -> None:
-    """Import matplotlib (Agg backend) and pyplot and load its fonts now, by drawing a tiny
-    figure: worker processes forked afterwards inherit them instead of each spending most of a
-    second on that before their first figure."""
+    """Load matplotlib and its fonts now (a tiny figure): workers forked afterwards inherit them
+    instead of each spending most of a second on it."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(1, 1))
     ax.set_title("warm-up", fontsize=9)
@@ -61,9 +56,8 @@ def load_backend() -> None:
 
 
 def _save(fig: Figure, path: str | Path | BinaryIO) -> Path | BinaryIO:
-    """Write ``fig`` as a 90 dpi PNG to ``path`` (a file name or a binary file object) and close
-    it, without the draw without output that ``tight_layout``'s placeholder engine costs (the
-    same bytes; 15-20 % of a configuration's figures)."""
+    """Write ``fig`` as a 90 dpi PNG and close it, skipping the blank draw of ``tight_layout``'s
+    placeholder engine (the same bytes; 15-20 % of a configuration's figures)."""
     from matplotlib.layout_engine import PlaceHolderLayoutEngine  # (heavy, as in _plt)
 
     plt = _plt()
@@ -85,8 +79,7 @@ def plot_predictions(
     title: str = "",
     metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
-    """Predicted vs. self-rated valence over time (s, ``fps`` the label rate in Hz) for a few
-    sessions, the best and the worst by ``metric`` first. Returns where the PNG went."""
+    """Predicted vs. self-rated valence over time for the best and the worst sessions by ``metric``."""
     plt, m = _plt(), get_metric(metric)
     df = scores.sort_values(metric, ascending=not m.higher_is_better)
     pick = list(df.session[: max_sessions // 2]) + list(
@@ -103,8 +96,7 @@ def plot_predictions(
         ax.plot(t, y, color="black", lw=1.4, label="self-rated valence")
         ax.plot(t, p, color="tab:orange", lw=1.2, label="prediction")
         ax.set_title(f"{sid} ({row['split']}): {m.title} {row[metric]:.3f}", fontsize=9)
-        ax.set_ylabel("valence (-1 to 1)")
-        ax.set_ylim(-1.05, 1.05)
+        ax.set(ylabel="valence (-1 to 1)", ylim=(-1.05, 1.05))
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time (s)")
     axes[0, 0].legend(loc="upper right", fontsize=8)
@@ -129,9 +121,8 @@ def plot_listener_scores(
         ax.bar(x + i * width - 0.4 + width / 2, table[split].to_numpy(), width, label=split)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, [f"L{v}" for v in table.index])
-    ax.set_xlabel("listener")
     unit = "\n" + m.unit.lstrip() if m.unit else ""
-    ax.set_ylabel(f"mean {m.title} over stories{unit}")
+    ax.set(xlabel="listener", ylabel=f"mean {m.title} over stories{unit}")
     ax.set_title(_wrap(title or f"{m.title} per listener", width_in, 9), fontsize=9)
     ax.legend(title="split", fontsize=8, title_fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
@@ -145,10 +136,8 @@ def plot_ablation(
     reference: Mapping[str, Sequence[float]] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
-    """Left: each feature set's ``metric`` (columns :func:`~experiments.studies.ablation.columns`)
-    per split and track (bars, 95 % intervals over listeners as error
-    bars), the unseen-listener score and the chance level; right, separately: published test numbers
-    on the real corpus (``reference``: feature set -> (personalized, generalized)), not comparable."""
+    """Each feature set's ``metric`` per split and track with intervals, unseen listeners and
+    chance; beside it the published numbers ``reference`` (set -> (personalized, generalized))."""
     plt = _plt()
     fig, axes = plt.subplots(
         1,
@@ -166,14 +155,11 @@ def plot_ablation(
 
 
 def _errors(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Error bar lengths (2, n) from an interval's ends, 0 where there is none."""
     err = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
     return np.where(np.isfinite(err), err, 0)
 
 
 def _ablation_panel(ax: Axes, table: pd.DataFrame, m: MetricSpec) -> None:
-    """The ablation's bars: per feature set, each split and track, the unseen listeners and the
-    chance level of the last split."""
     sets = list(dict.fromkeys(table.feature_set))
     order = {"val": 0, "loso": 1, "cv": 1, "test": 2}
     splits = sorted(table.split.unique(), key=lambda v: order.get(v, 3))
@@ -214,8 +200,7 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame, m: MetricSpec) -> None:
         ax.axhline(chance, color="tab:red", ls=":", lw=1.2, label=f"chance, {last} (95th pct.)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, sets, rotation=15 if max(len(s) for s in sets) > 10 else 0)
-    ax.set_xlabel("feature set")
-    ax.set_ylabel(m.title + m.unit)
+    ax.set(xlabel="feature set", ylabel=m.title + m.unit)
     ax.set_title(
         "Best configuration per set and track, chosen on validation\n(error bars: 95 % interval over listeners)",
         fontsize=9,
@@ -225,7 +210,6 @@ def _ablation_panel(ax: Axes, table: pd.DataFrame, m: MetricSpec) -> None:
 
 
 def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]], m: MetricSpec) -> None:
-    """The published test numbers (feature set -> (personalized, generalized)), apart."""
     names = list(reference)
     xr = np.arange(len(names))
     for shift, k, track, colour in (
@@ -234,9 +218,8 @@ def _reference_panel(ax: Axes, reference: Mapping[str, Sequence[float]], m: Metr
     ):
         ax.bar(xr + shift, [reference[n][k] for n in names], 0.4, label=track, color=colour)
     ax.set_xticks(xr, names)
-    ax.set_xlabel("feature set")
-    ax.set_ylabel(m.title + m.unit)
-    ax.set_ylim(0, max(0.3, max(max(v) for v in reference.values()) * 1.2))
+    top = max(0.3, max(max(v) for v in reference.values()) * 1.2)
+    ax.set(xlabel="feature set", ylabel=m.title + m.unit, ylim=(0, top))
     ax.set_title(
         "Published, real corpus (test)\nBarros et al. 2019, Table IV:\nreference only", fontsize=8
     )
@@ -251,8 +234,7 @@ def plot_agreement(
     example: tuple[str, Mapping[str, np.ndarray]] | None = None,
     fps: float = 25.0,
 ) -> Path | BinaryIO:
-    """Self vs. observer agreement: CCC per session for each pair of targets (bars, with the
-    personalized mean as a dashed line), and beside it the ratings of one example session."""
+    """Self vs. observer CCC per session and pair of targets, and one example session's ratings."""
     plt = _plt()
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
     sessions = table.sort_values(["listener", "story"]).session.drop_duplicates().tolist()
@@ -280,9 +262,8 @@ def plot_agreement(
         rotation=90,
         fontsize=7,
     )
-    ax.set_xlabel("session (listener, story)")
-    ax.set_ylabel("CCC")
-    ax.set_ylim(min(-0.1, float(np.nanmin(table.ccc)) - 0.05), 1.0)
+    low = min(-0.1, float(np.nanmin(table.ccc)) - 0.05)
+    ax.set(xlabel="session (listener, story)", ylabel="CCC", ylim=(low, 1.0))
     ax.set_title("CCC per session (dashed: personalized mean)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="y", alpha=0.3)
@@ -293,8 +274,7 @@ def plot_agreement(
             ax.plot(
                 np.arange(len(y)) / fps, y, lw=1.2 if name == "valence_self" else 1.0, label=name
             )
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("valence [-1, 1]")
+        ax.set(xlabel="time (s)", ylabel="valence [-1, 1]")
         ax.set_title(f"ratings of {session}", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
@@ -310,10 +290,7 @@ def plot_importance(
     title: str = "",
     metric: str = DEFAULT_METRIC,
 ) -> Path | BinaryIO:
-    """Permutation importance (:mod:`experiments.evaluation.importance`): one panel per level
-    (channel, column, statistic), the ``top`` groups by drop in ``metric`` as horizontal bars with
-    their 95 % interval over listeners; blue where the interval lies above zero, grey where it
-    does not."""
+    """Permutation importance: per level, the ``top`` groups' drops with intervals (blue: above 0)."""
     plt = _plt()
     levels = list(dict.fromkeys(table.level))
     shown = [table[table.level == lv].nlargest(top, "importance")[::-1] for lv in levels]
@@ -364,10 +341,7 @@ def plot_importance(
 def plot_session_scores(
     scores: pd.DataFrame, path: str | Path | BinaryIO, title: str = "", metric: str = DEFAULT_METRIC
 ) -> Path | BinaryIO:
-    """Heat map of the score per listener (rows) x story (columns, with their split), each value
-    written in its cell, each listener's mean beside its name: whether one listener or one story
-    carries a mean. ``scores``: columns session, listener, story, split, ``metric`` (the
-    ``*_unseen`` splits left out)."""
+    """Heat map of the score per listener x story (``*_unseen`` splits left out), listener means beside."""
     plt, spec = _plt(), get_metric(metric)
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
     m = own.pivot_table(index="listener", columns="story", values=metric, aggfunc="mean")
@@ -383,8 +357,7 @@ def plot_session_scores(
     ax.set_xticks(np.arange(m.shape[1]), [f"S{s}\n{split_of[s]}" for s in m.columns], fontsize=8)
     means = m.mean(axis=1)
     ax.set_yticks(np.arange(m.shape[0]), [f"L{v} ({means[v]:.2f})" for v in m.index], fontsize=8)
-    ax.set_xlabel("story (split)")
-    ax.set_ylabel("listener (mean over stories)")
+    ax.set(xlabel="story (split)", ylabel="listener (mean over stories)")
     fig.colorbar(image, ax=ax, label=spec.title + spec.unit)
     fig.suptitle(_wrap(title or f"{spec.title} per listener x story", width_in, 9), fontsize=9)
     fig.tight_layout()
@@ -396,7 +369,7 @@ PREDICTIONS_FIGURE = "predicted_vs_true.png"
 
 
 def listener_figure(metric: str = DEFAULT_METRIC) -> str:
-    """The file name of a child run's per-listener figure: ``ccc_per_listener.png``."""
+    """A child run's per-listener figure's file name (``ccc_per_listener.png``)."""
     return get_metric(metric).column("per_listener") + ".png"
 
 
@@ -408,9 +381,7 @@ def trial_figures(
     fps: float = 25.0,
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, bytes]:
-    """A configuration's two figures as PNG bytes by file name, drawn into memory (a worker
-    sends the bytes): ``predictions`` / ``truth`` per-frame valence by session at ``fps`` (Hz),
-    ``scores`` its per-session ``metric``, ``label`` in the titles."""
+    """A configuration's two figures as PNG bytes by file name (``label`` in the titles)."""
     # the time series are the configuration's own predictions; the bars show the unseen listeners too
     own = scores[~scores.split.astype(str).str.endswith("_unseen")]
     title = f"{get_metric(metric).title} per listener: {label}"
@@ -424,7 +395,7 @@ def trial_figures(
 
 
 def with_figures(result: TrialResult) -> TrialResult:
-    """``result`` with its two figures drawn (PNG bytes in ``result.figures``), in this process."""
+    """``result`` with its two figures drawn here (``result.figures``)."""
     t = result.trial
     result.figures = trial_figures(
         result.predictions, result.truth, result.scores, t.label(), metric=t.metric

@@ -1,7 +1,6 @@
-"""Scoring challenge-format folders (``experiments score``): true and predicted
-``Subject_<L>_Story_<S>.csv`` files paired by session, each pair's CCC. The stories scored are
-those with predictions, or an official split's; within them every session needs its prediction
-(an incomplete export is refused, not averaged).
+"""``experiments score``: true and predicted ``Subject_<L>_Story_<S>.csv`` files paired by session,
+each pair's CCC, on the stories with predictions or an official split's (an incomplete export is
+refused, not averaged).
 """
 
 from __future__ import annotations
@@ -61,18 +60,13 @@ def session_csvs(folder: Path) -> tuple[dict[tuple[int, int], Path], list[str]]:
 
 
 def read_valence(path: Path) -> np.ndarray:
-    """Values of one challenge-format CSV (validated by featurestore's annotation reader).
-
-    The reader returns float32, the official scorer float64: CCCs agree to about 1e-8.
-    """
+    """Values of one challenge-format CSV (float32; the official scorer's float64 CCCs agree to 1e-8)."""
     # predictions may leave [-1, 1]; the official scorer does not check the range either
     return read_annotation(path, value_range=(-float("inf"), float("inf")))
 
 
 def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> ScoredFolders:
-    """Pair the files of ``truth_dir`` (may hold every split) and ``pred_dir`` by session and score
-    each pair, on ``split``'s stories (None: those with predictions).
-    """
+    """Score ``pred_dir`` against ``truth_dir`` per session, on ``split``'s stories (None: predicted ones)."""
     out = ScoredFolders()
     truth, out.problems = session_csvs(truth_dir)
     preds, more = session_csvs(pred_dir)
@@ -123,8 +117,7 @@ def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> 
 
 
 def print_scores(scored: ScoredFolders, csv: Path | None = None) -> None:
-    """``experiments score``'s report of ``scored``: the per-session CCC matrix (listeners x
-    stories), the two protocols' means, what was skipped; the per-session table to ``csv``."""
+    """``experiments score``'s report: the CCC matrix, both protocols, what was skipped; the table to ``csv``."""
     import pandas as pd  # only here: the scorer itself needs numpy alone
 
     rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories

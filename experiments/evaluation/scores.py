@@ -1,9 +1,5 @@
-"""A configuration's predictions scored: per-session values of its metric, and the metrics its
-run logs (both protocols per split, intervals and chance levels where the metric's spec says
-they apply, per listener and per story).
-
-The logged names are :meth:`~experiments.config.metrics.MetricSpec.key`'s: ``<split>.ccc_<track>``
-for the default metric, ``<split>.<metric>_<track>`` for another (see docs/design.md#mlflow-runs).
+"""A configuration's predictions scored: per-session values of its metric, and the metrics its run
+logs (names: :meth:`~experiments.config.metrics.MetricSpec.key`, docs/design.md#mlflow-runs).
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from .uncertainty import chance_level, protocol_intervals
 def session_scores(
     predicted: Iterable[tuple[WindowedSession, str, np.ndarray]], metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
-    """Per-session values of ``metric`` (columns ``session, listener, story, split, <metric>``)
-    of (session, split name, its per-frame prediction) triples, on the frames with a finite label."""
+    """Per-session ``metric`` of (session, split, prediction) triples, on frames with a finite label."""
     m = get_metric(metric)
     rows = [
         (s.session, s.listener, s.story, split, m(s.y[ok], pred[ok]))
@@ -44,14 +39,10 @@ def score_metrics(
     averaging: str = "sessions",
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
-    """MLflow metrics from per-session values (:func:`session_scores`), per split: for each track
-    ``<split>.<metric>_<track>``, its averaging of the sessions' values (``sessions``) or the value of
-    the split concatenated (``concatenated``: ``predictions`` and ``truth`` needed); where the
-    metric's spec says they apply (``intervals``, ``chance``), its 95 % interval over listeners
-    (``.ci_low``, ``.ci_high``) and, given the predictions, its chance level (``.chance_mean``,
-    ``.chance_q95``; ``fps`` frames per second; docs/results.md, Intervals and Chance level);
-    ``<split>.n_listeners``; ``<split>.<metric>_concatenated``, ``_listener_<L>``, ``_story_<S>``.
-    A ``*_unseen`` split's predictions are ``unseen_predictions``.
+    """MLflow metrics per split from :func:`session_scores`: each track's mean (``averaging``
+    ``sessions``, or ``concatenated``: needs ``predictions`` and ``truth``), its interval and,
+    given the predictions, chance level where the spec says they apply, ``n_listeners``, the
+    concatenated, per-listener and per-story values. ``*_unseen`` splits: ``unseen_predictions``.
 
     Raises:
         ValueError: ``concatenated`` without the predictions, or an unseen split without its own.
@@ -83,7 +74,7 @@ def _split_metrics(
     fps: float | Mapping[str, float],
     seed: int,
 ) -> dict[str, float]:
-    """One split's metrics (see :func:`score_metrics`); ``source``: its predictions, or None."""
+    """One split's :func:`score_metrics`; ``source``: its predictions, or None."""
     means = protocol_means(df, m.name)
     joined = averaging == "concatenated"
     with_ci = m.intervals and not joined
@@ -123,11 +114,8 @@ def nested_selection_metrics(
     split: str = "val",
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
-    """``<split>_without_listener_<L>.<metric>_generalized`` for each held-out listener L: the
-    generalized mean on the *other* listeners' ``split`` sessions (``val``, or ``loso``: each
-    story predicted by a model fitted without it and without L), predicted by the models and
-    post-processing fitted without L, which choose L's configuration without anything of L
-    (:mod:`experiments.studies.unseen`)."""
+    """``<split>_without_listener_<L>.<metric>_generalized`` per held-out listener L: the other
+    listeners' generalized mean by the models fitted without L, which choose L's configuration."""
     m = get_metric(metric)
     out: dict[str, float] = {}
     for listener, preds in nested.items():

@@ -1,8 +1,7 @@
 """How sure a metric's mean is, listeners the unit and the split's stories held fixed:
-intervals (:func:`protocol_intervals`, :func:`skew_t_bounds`), paired comparisons, Holm's
-adjustment and the chance level, for any registered metric (its spec gives the range intervals
-are clipped to, its direction, and whether intervals and a chance level apply). What each
-claims and how it was measured: docs/results.md, Intervals, Paired comparisons and Chance level.
+intervals, paired comparisons, Holm's adjustment and the chance level, for any registered metric
+(its spec gives the bounds, direction, and whether intervals and a chance level apply). What
+each claims: docs/results.md, Intervals, Paired comparisons and Chance level.
 
 >>> import pandas as pd
 >>> rows = pd.DataFrame({"listener": [1, 1, 2, 2, 3, 3], "story": [3, 6] * 3,
@@ -42,14 +41,9 @@ class IntervalWarning(UserWarning):
 
 
 def contributions(m: np.ndarray) -> dict[str, np.ndarray]:
-    """Each listener's share of both protocol means from score matrices (..., listeners, stories).
-
-    ``m`` holds NaN where a session is missing (every row and column has a session). Returns
-    arrays of shape (..., listeners) whose plain mean over listeners is the protocol mean:
-    personalized, the listener's mean value over their stories; generalized (stories fixed),
-    ``n_listeners / n_stories * sum over the listener's stories s of value / n_s`` with ``n_s``
-    the listeners story ``s`` has (on a complete table, the listener's mean too).
-    """
+    """Each listener's share of both protocol means from score matrices (..., listeners, stories),
+    NaN where a session is missing: arrays (..., listeners) whose plain mean is the protocol mean
+    (generalized: ``n_listeners / n_stories * sum_s value / n_s``, ``n_s`` story s's listeners)."""
     m = np.asarray(m, dtype=float)
     n_listeners, n_stories = m.shape[-2], m.shape[-1]
     n_s = np.isfinite(m).sum(axis=-2, keepdims=True)
@@ -62,8 +56,7 @@ def contributions(m: np.ndarray) -> dict[str, np.ndarray]:
 def listener_contributions(
     scores: pd.DataFrame | Iterable[Mapping], metric: str = DEFAULT_METRIC
 ) -> dict[str, np.ndarray]:
-    """:func:`contributions` of a per-session table of ``metric`` (columns ``listener, story,
-    <metric>``), listeners in order."""
+    """:func:`contributions` of a per-session table of ``metric``, listeners in order."""
     f = _protocol_frame(scores, metric)
     if f.empty:
         raise ValueError(f"no sessions: a table with columns listener, story, {metric} is needed")
@@ -71,8 +64,7 @@ def listener_contributions(
 
 
 def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """Student-t interval of the mean over the last axis of ``values`` (independent units, e.g.
-    listeners); NaN where there are fewer than :data:`MIN_LISTENERS` units."""
+    """Student-t interval of the mean over the last axis (NaN below :data:`MIN_LISTENERS` units)."""
     v = np.asarray(values, dtype=float)
     n = v.shape[-1]
     if n < MIN_LISTENERS:
@@ -94,12 +86,9 @@ def skew_t_bounds(
     max_stretch: float = MAX_STRETCH,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Skewness-corrected t interval (Hall 1992) of the mean over the last axis of ``values``
-    (independent units, e.g. listeners), at coverage ``level``, in the values' units, of shape
-    ``values.shape[:-1]``; NaN below :data:`MIN_LISTENERS` units. Hall's cubic
-    ``g(T) = T + a T^2 + a^2 T^3 / 3 + b`` (``a = g1 / (3 sqrt(n))``, ``b = g1 / (6 sqrt(n))``,
-    ``g1`` the sample skewness) is inverted at Student's quantile, each bound at most
-    ``max_stretch`` t half-widths from the mean (``np.inf``: uncapped), then clipped to
-    ``bounds`` (None: not clipped). Why and what it covers: docs/results.md, Intervals.
+    (NaN below :data:`MIN_LISTENERS` units): Hall's cubic inverted at Student's quantile, each
+    bound at most ``max_stretch`` t half-widths from the mean, clipped to ``bounds`` (None: not).
+    Why: docs/results.md, Intervals.
 
     >>> low, high = skew_t_bounds(np.array([0.5, 0.6, 0.55, 0.62, -0.4, 0.58]))
     >>> t_low, t_high = t_bounds(np.array([0.5, 0.6, 0.55, 0.62, -0.4, 0.58]))
@@ -121,7 +110,7 @@ def skew_t_bounds(
     q = stats.t.ppf(0.5 + level / 2.0, n - 1)
 
     def inverse(y: float) -> np.ndarray:
-        """T with g(T) = y: ((1 + 3 a (y - b))^(1/3) - 1) / a, and y - b where a = 0."""
+        """T with g(T) = T + a T^2 + a^2 T^3 / 3 + b = y; y - b where a = 0."""
         x = 3.0 * a * (y - b)
         # cbrt(1 + x) - 1 without cancellation for small x (where a is near 0)
         small = np.expm1(np.log1p(np.maximum(x, -0.5)) / 3.0)
@@ -139,8 +128,7 @@ def skew_t_bounds(
 def mean_interval(
     values: np.ndarray, level: float = LEVEL, bounds: tuple[float, float] | None = None
 ) -> tuple[float, float]:
-    """:func:`skew_t_bounds` of one 1-D sample (non-finite values left out), as two floats:
-    the interval every reported mean over listeners (or persons) carries."""
+    """:func:`skew_t_bounds` of one 1-D sample (non-finite values left out), as two floats."""
     v = np.asarray(values, dtype=float)
     low, high = skew_t_bounds(v[np.isfinite(v)], level, bounds)
     return float(low), float(high)
@@ -152,11 +140,9 @@ def protocol_intervals(
     split: str = "",
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, tuple[float, float]]:
-    """``{"personalized": (low, high), "generalized": (low, high)}``: intervals (coverage
-    ``level``) of both protocol means of the per-session ``metric`` ``scores`` (columns
-    ``listener, story, <metric>``): :func:`skew_t_bounds` over :func:`listener_contributions`,
-    clipped to the metric's ``bounds`` ([-1, 1] for CCC; docs/results.md, Intervals). NaN below
-    :data:`MIN_LISTENERS` listeners, with an :class:`IntervalWarning` naming ``split``.
+    """Intervals of both protocol means (``{protocol: (low, high)}``) of per-session ``scores``:
+    :func:`skew_t_bounds` over :func:`listener_contributions`, clipped to the metric's bounds;
+    NaN below :data:`MIN_LISTENERS` listeners, with an :class:`IntervalWarning` naming ``split``.
 
     Raises:
         ValueError: the metric's spec says intervals do not apply to it.
@@ -189,14 +175,10 @@ def paired_comparison(
     seed: int = 0,
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
-    """``a`` against ``b`` (per-session values of ``metric``, columns ``listener, story,
-    <metric>``) on their shared sessions, listeners the unit: ``mean_diff`` (the mean over
-    listeners of each one's mean difference, ``a - b``, or ``b - a`` for a metric whose lower is
-    better: positive when ``a`` is better), its interval ``ci_low``, ``ci_high``
-    (:func:`mean_interval`, clipped to the metric's ``diff_bounds``; NaN for a metric without
-    intervals), ``p_value`` (a two-sided sign-flip test, exact up to 16 listeners,
-    else ``n_permutations`` draws of ``seed``), ``p_min`` (its floor), ``n_sessions``,
-    ``n_listeners`` (docs/results.md, Paired comparisons).
+    """``a`` against ``b`` (per-session ``metric``) on their shared sessions, listeners the unit:
+    ``mean_diff`` (positive when ``a`` is better), ``ci_low``, ``ci_high``, ``p_value`` (sign-flip
+    test, exact up to 16 listeners, else ``n_permutations`` draws of ``seed``), ``p_min``,
+    ``n_sessions``, ``n_listeners`` (docs/results.md, Paired comparisons).
 
     >>> a = pd.DataFrame({"listener": [1, 2, 3, 4, 5, 6], "story": 3, "ccc": [0.5] * 6})
     >>> b = a.assign(ccc=0.1)
@@ -234,8 +216,7 @@ def paired_comparison(
 
 
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values of one family (same order; NaN stays NaN): the k-th
-    smallest of m multiplied by ``m - k + 1``, made monotone, capped at 1.
+    """Holm's step-down adjusted p-values of one family (same order; NaN stays NaN).
 
     >>> holm([0.01, 0.04, 0.03]).round(3).tolist()
     [0.03, 0.06, 0.06]
@@ -253,9 +234,8 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
 def shifted_values(
     m: MetricSpec, truth: np.ndarray, preds: Sequence[np.ndarray]
 ) -> list[np.ndarray]:
-    """The metric ``m`` of ``truth`` against each of ``preds`` circularly shifted by every lag
-    0..n-1 (element ``k`` against ``np.roll(pred, k)``): the spec's ``shifted`` (one FFT for
-    CCC), else ``m.fn`` at each lag.
+    """``m`` of ``truth`` against each of ``preds`` rolled by every lag 0..n-1 (the spec's
+    ``shifted``, else ``m.fn`` at each lag).
 
     >>> t = np.sin(np.linspace(0, 6.28, 50))
     >>> round(float(shifted_values(get_metric("ccc"), t, [t])[0][0]), 6)
@@ -277,11 +257,8 @@ CHANCE_MAPPINGS = 8
 def block_mappings(
     listeners: np.ndarray, stories: np.ndarray, n_mappings: int = CHANCE_MAPPINGS
 ) -> dict[object, list[np.ndarray]]:
-    """For each story, up to ``n_mappings`` ways its sessions borrow time courses as a block: per
-    mapping, the row each of its sessions borrows from. Donors are the split's other stories:
-    the same listener's session of the donor (else a spare session of it, else the listener's
-    session of a third story), rotated by one listener at a time; a story alone in its split
-    borrows from itself, rotated by 1, 2, ... listeners (docs/results.md, Chance level).
+    """For each story, up to ``n_mappings`` ways its sessions borrow time courses as a block (per
+    mapping, the row each session borrows from; the rule: docs/results.md, Chance level).
 
     >>> m = block_mappings(np.array([1, 1, 2, 2]), np.array([3, 6, 3, 6]))
     >>> [x.tolist() for x in m[3]], [x.tolist() for x in m[6]]
@@ -323,19 +300,10 @@ def chance_level(
     seed: int = 0,
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, tuple[float, float]]:
-    """``{"personalized": (mean, q95), "generalized": (mean, q95)}``: the mean and the 95th
-    percentile in the metric's better direction (the 5th for a metric whose lower is better) of
-    each protocol's mean ``metric`` under the null of ``n_draws`` draws (``seed``), in
-    which each session's labels meet a prediction at its own level and scale with the time
-    course of another story's block (:func:`block_mappings`), the block shifted by one lag of at
-    least ``min_lag_s`` seconds (at most a quarter of the session). The rule and why:
-    docs/results.md, Chance level.
-
-    Args:
-        truth, predictions: per session id, the labels and the predictions (same length;
-            frames whose label is not finite are left out).
-        sessions: columns ``session, listener, story``: which sessions form the split.
-        fps: frames per second (one for all, or per session id).
+    """``{protocol: (mean, q95)}`` of each protocol's mean ``metric`` under the null of
+    ``n_draws`` draws: each session's labels against its prediction's level and scale with the
+    time course of another story's block, shifted by at least ``min_lag_s`` (docs/results.md,
+    Chance level). ``sessions``: columns session, listener, story; ``fps``: one or per session.
 
     Raises:
         ValueError: no sessions, or the metric's spec says a chance level does not apply.
@@ -385,9 +353,7 @@ def _chance_draws(
     n_draws: int,
     seed: int,
 ) -> np.ndarray:
-    """(draws, sessions) ``m`` of each session against its borrowed, shifted time course: per
-    draw and story one donor mapping and one lag (a share of each session's range). Without a
-    spec's ``shifted``, ``m`` is evaluated at the lags drawn only."""
+    """(draws, sessions) ``m`` of each session against its borrowed, shifted time course."""
     rng = np.random.default_rng(seed)
     draws = np.empty((n_draws, len(series)))
     for s, donors in block_mappings(listeners, stories).items():

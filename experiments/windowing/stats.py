@@ -18,15 +18,10 @@ fraction per channel instead of per column, call it on the channel mask:
 ``window_stats(np.where(valid, 1.0, np.nan), stats=["valid_frac"], ...)`` (``mean`` of the 0/1
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
-Implementation: two Numba kernels, compiled on first use and cached on disk, single-threaded
-and releasing the GIL (a caller may window sessions in threads; forked workers are safe). The
-first copies the values with the missing ones as NaN and takes each column's mean; the second
-walks the frames once, every window length at once, row-major, keeping running float64 sums
-(count, values centred on the column mean and their squares; for ``slope`` the integer frame
-index sums and index times value): the frame entering a window is added, the one leaving it
-subtracted. ``min`` and ``max`` are van Herk / Gil-Werman (three comparisons per value
-whatever the window, exact). About 20x faster than pandas on the full-size store
-(``bench/windowing.py``).
+Implementation: Numba kernels (cached on disk, releasing the GIL) walk the frames once, every
+window length at once, keeping running float64 sums centred on the column means (the frame
+entering a window added, the one leaving it subtracted); ``min`` and ``max`` are van Herk /
+Gil-Werman (exact). About 20x faster than pandas (``bench/windowing.py``).
 
 >>> import numpy as np
 >>> F, names = window_stats(np.arange(5.0)[:, None], fps=1.0, lengths_s=[3], stats=["mean", "slope"],
@@ -98,27 +93,14 @@ def window_stats(
     *,
     out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[str]]:
-    """Window statistics of every column for every frame.
+    """Window statistics of every column of ``X`` (n_frames, d; NaN or inf missing, any memory
+    layout; float32 windowed as float32, sums in float64) for every frame.
 
-    Args:
-        X: (n_frames, d) values at ``fps``; NaN (or inf) = missing. Any memory layout
-            (strided views such as ``X[:, ::2]`` are read in place); float32 is windowed as
-            float32 (sums in float64), other types as float64.
-        valid: optional (n_frames, d), (n_frames, 1) or (n_frames,) bool; False also marks a
-            value missing.
-        fps: frame rate of ``X`` (frames per second).
-        lengths_s: window lengths in seconds (one multi-scale set).
-        delay_s: label delay in seconds (>= 0 looks into the past): frame ``t`` gets the
-            window positioned at ``t - delay``.
-        align: ``centred`` or ``causal`` (see the module docstring).
-        stats: any of ``mean, std, min, max, slope, valid_frac``.
-        columns: d column names (default ``c0, c1, ...``).
-        out: optional float32 array of the result's shape to write into, e.g. a column slice
-            of a larger feature matrix (saves a copy); returned as ``F``.
-
-    Returns:
-        (F, names): F is (n_frames, d * len(stats) * len(lengths_s)) float32, ordered by window
-        length, then statistic, then column; names are ``column:stat@<L>s``.
+    ``valid``: optional (n_frames, d), (n_frames, 1) or (n_frames,) bool, False marks a value
+    missing; ``delay_s`` >= 0 looks into the past; ``columns``: d names (default ``c0, c1, ...``);
+    ``out``: a float32 array of the result's shape to write into (e.g. a column slice of a
+    larger matrix). Returns (F, names): F (n_frames, d * len(stats) * len(lengths_s)) float32,
+    ordered by window length, statistic, column; names ``column:stat@<L>s``.
     """
     X = _as_matrix(X)
     n, d = X.shape
@@ -151,7 +133,6 @@ def window_stats(
 
 
 def _as_matrix(X: np.ndarray) -> np.ndarray:
-    """``X`` as an (n_frames, d) float32 or float64 matrix (a 1-D ``X`` is one column)."""
     X = np.asarray(X)
     if X.ndim == 1:
         X = X[:, None]
@@ -163,7 +144,6 @@ def _as_matrix(X: np.ndarray) -> np.ndarray:
 def _check_args(
     d: int, cols: list[str], stats: Sequence[str], align: str, fps: float, lengths: list[float]
 ) -> None:
-    """ValueError naming the argument of :func:`window_stats` that cannot be used."""
     if len(cols) != d:
         raise ValueError(f"{d} columns in X but {len(cols)} names")
     bad = [s for s in stats if s not in STATS]
@@ -266,71 +246,51 @@ def _window_rows(
     sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
     extremes = first[_MIN] >= 0 or first[_MAX] >= 0
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
-    cnt, sx, sxx, su, suu, sux = _initial_sums(z, centre, bounds, sums)
-    glo, ghi, hlo, hhi, hpos = _extremes_state(z, bounds, extremes)
+    S = _initial_sums(z, centre, bounds, sums)
+    G, H, hpos = _extremes_state(z, bounds, extremes)
     for t in range(n):
         for li in range(nl):
             a, w = t + bounds[li, 0], bounds[li, 1]
             row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
             if sums:
-                _window_sums(
-                    z,
-                    centre,
-                    a,
-                    w,
-                    fps,
-                    first,
-                    cnt[li],
-                    sx[li],
-                    sxx[li],
-                    su[li],
-                    suu[li],
-                    sux[li],
-                    row,
-                    scratch,
-                )
+                _window_sums(z, centre, a, w, fps, first, S[:, li], row, scratch)
             if extremes:
                 h0, h1 = hpos[li], hpos[li + 1]
-                _window_extremes(
-                    z, t, a, w, li, first, glo, ghi, hlo[h0:h1], hhi[h0:h1], row, scratch
-                )
+                _window_extremes(z, t, a, w, li, first, G, H[:, h0:h1], row, scratch)
             _copy_repeated(row, codes, first, d)
 
 
 @numba.njit(inline="always", **_JIT)
 def _initial_sums(
     z: np.ndarray, centre: np.ndarray, bounds: np.ndarray, sums: bool
-) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
-    """Running sums per window length and column (count, centred value, its square; frame index
-    u within the window, its square, u times centred value), as of frame -1's window."""
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Running sums (sum, length, column) as of frame -1's window; the sums: count, centred
+    value, its square; frame index u within the window, its square, u times centred value."""
     n, d, nl = z.shape[0] - 1, z.shape[1], bounds.shape[0]
-    cnt, sx, sxx = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
-    su, suu, sux = np.zeros((nl, d)), np.zeros((nl, d)), np.zeros((nl, d))
+    S = np.zeros((6, nl, d))
     if sums:  # the state of frame -1: its window, u counted from its first frame
         for li in range(nl):
             a = bounds[li, 0] - 1
             for i in range(max(a, 0), min(a + bounds[li, 1], n)):
-                _add_frame(
-                    z[i], centre, float(i - a), cnt[li], sx[li], sxx[li], su[li], suu[li], sux[li]
-                )
-    return cnt, sx, sxx, su, suu, sux
+                _add_frame(z[i], centre, float(i - a), S[:, li])
+    return S
 
 
 @numba.njit(inline="always", **_JIT)
 def _extremes_state(
     z: np.ndarray, bounds: np.ndarray, extremes: bool
 ) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
-    """Van Herk / Gil-Werman state per length: prefix extremes g of the block of the window's
-    last frame (two rows used in turn: rewriting a row in place compiles to slow masked stores)
-    and suffix extremes h (rows ``hpos[l] .. hpos[l + 1]``) of the block of its first frame."""
+    """Van Herk / Gil-Werman state per length, (min, max) first: prefix extremes G of the block
+    of the window's last frame (two rows used in turn: rewriting a row in place compiles to slow
+    masked stores) and suffix extremes H (rows ``hpos[l] .. hpos[l + 1]``) of the block of its
+    first frame."""
     d, nl = z.shape[1], bounds.shape[0]
-    inf = z.dtype.type(np.inf)
-    glo, ghi = np.full((2 * nl, d), inf, dtype=z.dtype), np.full((2 * nl, d), -inf, dtype=z.dtype)
+    G = np.empty((2, 2 * nl, d), dtype=z.dtype)
+    G[0], G[1] = np.inf, -np.inf
     hpos = np.zeros(nl + 1, dtype=np.int64)
     for li in range(nl):
         hpos[li + 1] = hpos[li] + (bounds[li, 1] if extremes else 0)
-    hlo, hhi = np.empty((hpos[nl], d), dtype=z.dtype), np.empty((hpos[nl], d), dtype=z.dtype)
-    return glo, ghi, hlo, hhi, hpos
+    return G, np.empty((2, hpos[nl], d), dtype=z.dtype), hpos
 
 
 @numba.njit(inline="always", **_JIT)
@@ -341,40 +301,27 @@ def _window_sums(
     w: int,
     fps: float,
     first: np.ndarray,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    S: np.ndarray,
     row: np.ndarray,
     scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """Slide one window length's sums to the window ``a .. a + w - 1`` and write its slope,
-    mean, std and valid fraction into ``row`` (those asked for)."""
+    """Slide one window length's sums ``S`` (:func:`_initial_sums`) to the window
+    ``a .. a + w - 1`` and write its slope, mean, std and valid fraction into ``row`` (those asked for)."""
     n, d = z.shape[0] - 1, z.shape[1]
     leave = z[a - 1 if 0 <= a - 1 < n else n]
     enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
     k = first[_SLOPE]
     if k >= 0:  # before the sums it reads move on
-        _slope_step(
-            leave, enter, centre, float(w - 1), fps, cnt, sx, su, suu, sux, row[k * d : (k + 1) * d]
-        )
+        _slope_step(leave, enter, centre, float(w - 1), fps, S, row[k * d : (k + 1) * d])
     k, k2 = first[_MEAN], first[_STD]
+    mean_row = row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN]
     _sums_step(
-        leave,
-        enter,
-        centre,
-        cnt,
-        sx,
-        sxx,
-        row[k * d : (k + 1) * d] if k >= 0 else scratch[_MEAN],
-        row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD],
+        leave, enter, centre, S, mean_row, row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_STD]
     )
     k = first[_VALID_FRAC]
     if k >= 0:
         inside = min(a + w, n) - min(max(a, 0), n)
-        vf = row[k * d : (k + 1) * d]
+        vf, cnt = row[k * d : (k + 1) * d], S[0]
         for c in range(d):
             vf[c] = cnt[c] / inside if inside > 0 else 0.0
 
@@ -387,10 +334,8 @@ def _window_extremes(
     w: int,
     li: int,
     first: np.ndarray,
-    glo: np.ndarray,
-    ghi: np.ndarray,
-    hlo: np.ndarray,
-    hhi: np.ndarray,
+    G: np.ndarray,
+    H: np.ndarray,
     row: np.ndarray,
     scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
@@ -398,19 +343,16 @@ def _window_extremes(
     n, d = z.shape[0] - 1, z.shape[1]
     p = t % w  # the window's first frame is the p-th of its block
     if p == 0:
-        _block_suffix(z, a, w, hlo, hhi)
+        _block_suffix(z, a, w, H[0], H[1])
     b = a + w - 1
     g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
     k, k2 = first[_MIN], first[_MAX]
     _extremes_step(
         z[b if 0 <= b < n else n],
         p == 1 or w == 1,
-        glo[g0],
-        ghi[g0],
-        glo[g],
-        ghi[g],
-        hlo[p],
-        hhi[p],
+        G[:, g0],
+        G[:, g],
+        H[:, p],
         row[k * d : (k + 1) * d] if k >= 0 else scratch[_MIN],
         row[k2 * d : (k2 + 1) * d] if k2 >= 0 else scratch[_MAX],
     )
@@ -440,17 +382,10 @@ def _copy_repeated(
 
 @numba.njit(inline="always", **_JIT)
 def _add_frame(
-    zr: np.ndarray,
-    centre: np.ndarray,
-    u: float,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    zr: np.ndarray, centre: np.ndarray, u: float, S: np.ndarray
 ) -> None:  # pragma: no cover - compiled
-    """Add one frame ``zr`` at index ``u`` within the window to the running sums."""
+    """Add one frame ``zr`` at index ``u`` within the window to the running sums ``S``."""
+    cnt, sx, sxx, su, suu, sux = S[0], S[1], S[2], S[3], S[4], S[5]
     for c in range(zr.shape[0]):
         v = zr[c]
         x = v - centre[c] if v == v else 0.0
@@ -473,14 +408,13 @@ def _sums_step(
     leave: np.ndarray,
     enter: np.ndarray,
     centre: np.ndarray,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    sxx: np.ndarray,
+    S: np.ndarray,
     mean_row: np.ndarray,
     std_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Slide the count, sum and sum of squares by one frame (``leave`` out, ``enter`` in) and
     write each column's mean and std, NaN for an empty window."""
+    cnt, sx, sxx = S[0], S[1], S[2]
     for c in range(cnt.shape[0]):
         vo, vi = leave[c], enter[c]
         xo = vo - centre[c] if vo == vo else 0.0
@@ -508,11 +442,7 @@ def _slope_step(
     centre: np.ndarray,
     u_enter: float,
     fps: float,
-    cnt: np.ndarray,
-    sx: np.ndarray,
-    su: np.ndarray,
-    suu: np.ndarray,
-    sux: np.ndarray,
+    S: np.ndarray,
     slope_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Slide the index sums by one frame (``leave`` at u = 0, the rest u -> u - 1, ``enter`` at
@@ -521,6 +451,7 @@ def _slope_step(
     ``cnt`` and ``sx`` are read before :func:`_sums_step` moves them. The index sums are
     integers, so exact, and the denominator is at least 1 with two values or more.
     """
+    cnt, sx, su, suu, sux = S[0], S[1], S[3], S[4], S[5]
     for c in range(cnt.shape[0]):
         vo, vi = leave[c], enter[c]
         xo = vo - centre[c] if vo == vo else 0.0
@@ -568,12 +499,9 @@ def _block_suffix(
 def _extremes_step(
     zb: np.ndarray,
     restart: bool,
-    glo0: np.ndarray,
-    ghi0: np.ndarray,
-    glo: np.ndarray,
-    ghi: np.ndarray,
-    hlo: np.ndarray,
-    hhi: np.ndarray,
+    G0: np.ndarray,
+    G: np.ndarray,
+    H: np.ndarray,
     min_row: np.ndarray,
     max_row: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
@@ -585,6 +513,7 @@ def _extremes_step(
     of one block and the start of the next (or exactly one block: then ``h`` alone suffices).
     """
     inf = zb.dtype.type(np.inf)
+    glo0, ghi0, glo, ghi, hlo, hhi = G0[0], G0[1], G[0], G[1], H[0], H[1]
     for c in range(zb.shape[0]):
         v = zb[c]
         gl = inf if restart else glo0[c]

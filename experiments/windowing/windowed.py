@@ -1,16 +1,11 @@
-"""The windowed features of one window key: a float32 matrix and the labels per session.
-
-:func:`window_sessions` turns the frame tables of :mod:`experiments.data.dataset` into the
-window statistics of :mod:`experiments.windowing` for every session; :mod:`experiments.evaluation.fitting`
-fits on them and :mod:`experiments.evaluation.evaluate` scores them.
-"""
+"""The windowed features of one window key: a float32 matrix and the labels per session."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from functools import partial
 
 import numpy as np
 
@@ -39,30 +34,15 @@ class Windowed:
     names: list[str]
 
 
-class _Window(TypedDict):
-    """The window arguments of :func:`~experiments.windowing.stats.window_stats` for one key."""
-
-    fps: float
-    lengths_s: Sequence[float]
-    delay_s: float
-    align: str
-
-
 def window_sessions(
     tables: Sequence[SessionTable],
     key: WindowKey,
     threads: int = 1,
     windowed: Callable[[int], None] | None = None,
 ) -> Windowed:
-    """Windowed features of the channels in ``key`` for every session.
-
-    ``valid_frac`` is computed once per channel (the windowed fraction of valid frames),
-    the other statistics per column. Both are written into one float32 matrix per session.
-    ``threads`` > 1 windows that many sessions at a time (the kernels release the GIL): for a
-    caller whose other cores are idle meanwhile; the same result. ``windowed(i)`` is called
-    once ``tables[i]`` is windowed (from the thread that windowed it), e.g. to drop a table
-    this is the last use of while the others are windowed.
-    """
+    """Windowed features of ``key``'s channels for every session (``valid_frac`` per channel, the
+    other statistics per column). ``threads`` > 1 windows that many sessions at a time (the same
+    result); ``windowed(i)`` is called once ``tables[i]`` is windowed, e.g. to drop it."""
 
     def one(i: int) -> tuple[WindowedSession, list[str]]:
         out = _window_session(tables[i], key)
@@ -80,7 +60,6 @@ def window_sessions(
 
 
 def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, list[str]]:
-    """One session's windowed features for ``key``, and their column names."""
     stats = [s for s in key.stats if s != "valid_frac"]
     missing = [c for c in key.channels if c not in t.channels]
     if missing:
@@ -93,31 +72,26 @@ def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, l
     n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
     F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
     names: list[str] = []
-    window: _Window = {
-        "fps": t.fps,
-        "lengths_s": key.lengths_s,
-        "delay_s": key.delay_s,
-        "align": key.align,
-    }
+    windowed = partial(
+        window_stats, fps=t.fps, lengths_s=key.lengths_s, delay_s=key.delay_s, align=key.align
+    )
     if stats:
         X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
-        _, nm = window_stats(
+        _, nm = windowed(
             X,
             t.valid[:, t.column_channel[cols]],
             stats=stats,
             columns=[t.columns[i] for i in cols],
             out=F[:, :n_stats],
-            **window,
         )
         names += nm
     if n_frac:
-        _, nm = window_stats(
+        _, nm = windowed(
             np.where(t.valid[:, ch_idx], 1.0, np.nan),
             None,
             stats=["valid_frac"],
             columns=list(key.channels),
             out=F[:, n_stats:],
-            **window,
         )
         names += nm
     session = WindowedSession(
