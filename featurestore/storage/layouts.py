@@ -34,7 +34,6 @@ class CorpusWords:
     scene: str = "scene"
 
     def roles(self) -> dict[str, str]:
-        """Store role -> this corpus's word for it."""
         return {"listener": self.listener, "speaker": self.speaker, "scene": self.scene}
 
 
@@ -77,6 +76,9 @@ class CorpusLayout:
     #: the integers only number them): a file named ``Subject_<L>_Story_<S>`` that is none of
     #: them is refused, never a new shard
     listed: ClassVar[bool] = True
+    #: a config's declarations (scales, min_coverage) must agree with the session's own; False:
+    #: they replace the layout's own
+    declarations_agree: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return f"<corpus layout {self.name}>"
@@ -160,12 +162,11 @@ class CorpusLayout:
         min_coverage: float | None,
         where: str,
     ) -> None:
-        """Refuse a config's declarations (``scales``: target -> [low, high], ``min_coverage``,
-        from ``where``) that contradict the session's own (a manifest's): one place each.
-
-        Raises:
-            ValueError: naming the key and both values.
-        """
+        """ValueError for a config's declaration (``scales``: target -> [low, high],
+        ``min_coverage``, from ``where``) that contradicts the session's own (a manifest's),
+        unless :attr:`declarations_agree` is False."""
+        if not self.declarations_agree:
+            return
         for t, scale in scales.items():
             if session.scales.get(t, scale) != scale:
                 raise ValueError(
@@ -183,14 +184,14 @@ class CorpusLayout:
 
 
 class OmgLayout(CorpusLayout):
-    """OMG-Empathy's: dyads of a listener (the rated person) and a speaker telling a story,
-    found by their ``Subject_<L>_Story_<S>`` names; its ids are the numbers and its words are
-    the store's own."""
+    """OMG-Empathy's: listener and speaker, found by ``Subject_<L>_Story_<S>`` names; its ids
+    are the numbers and its words are the store's own."""
 
     name = "omg"
     words = CorpusWords(listener="listener", speaker="speaker", group="story")
     native = True
     listed = False
+    declarations_agree = False  # the config's declarations replace the layout's own
 
     def ids(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The numbers (listener, story, speaker), as a listed layout's table shows them."""
@@ -204,21 +205,10 @@ class OmgLayout(CorpusLayout):
         return f"listener {meta.listener}, story {meta.story}, speaker {meta.speaker}"
 
     def note(self, monadic: bool = False) -> str:
-        """Nothing: the reports' words are the OMG layout's."""
-        return ""
+        return ""  # the reports' words are the OMG layout's
 
     def in_words(self, text: str, keep: Collection[str] = ()) -> str:
-        """``text`` as it is: the reports' prose is in the OMG layout's words."""
         return text
-
-    def check_declarations(
-        self,
-        session: Declared,
-        scales: Mapping[str, list[float]],
-        min_coverage: float | None,
-        where: str,
-    ) -> None:
-        """Nothing: the config's declarations replace the layout's own."""
 
 
 class ManifestLayout(CorpusLayout):
@@ -229,11 +219,6 @@ class ManifestLayout(CorpusLayout):
     words = CorpusWords(listener="person", speaker="partner", group="group")
 
 
-OMG = OmgLayout()
-MANIFEST = ManifestLayout()
-#: the layout of a shard that records none, or one this version does not know: the store's words
-DEFAULT_LAYOUT: CorpusLayout = OMG
-
 _LAYOUTS: dict[str, CorpusLayout] = {}
 
 
@@ -243,8 +228,10 @@ def register_layout(layout: CorpusLayout) -> CorpusLayout:
     return layout
 
 
-register_layout(OMG)
-register_layout(MANIFEST)
+OMG = register_layout(OmgLayout())
+MANIFEST = register_layout(ManifestLayout())
+#: the layout of a shard that records none, or one this version does not know: the store's words
+DEFAULT_LAYOUT: CorpusLayout = OMG
 
 
 def layout_of(name: str) -> CorpusLayout:

@@ -148,10 +148,6 @@ def how_to_add(keys: Sequence[str]) -> str:
     return next((CHANNEL_HINTS[c] for c in names if c in CHANNEL_HINTS), DEFAULT_HINT)
 
 
-def _schema_name(version: Any) -> str:
-    return "no schema version" if version is None else f"schema version {int(version)}"
-
-
 class ShardReader:
     """Reads the layout of one open shard ``f`` (at ``path``, named in every error), from
     :meth:`featurestore.storage.store.Store.open_session`, while that block is open."""
@@ -163,7 +159,6 @@ class ShardReader:
 
     @property
     def session(self) -> str:
-        """The session id (the file's name)."""
         return self.path.stem
 
     @property
@@ -198,17 +193,17 @@ class ShardReader:
         also one it cannot upgrade to :data:`SCHEMA_VERSION` when writing, see :func:`upgrade`)."""
         version = self.file.attrs.get("schema_version")
         if version is None or int(version) not in READABLE_SCHEMAS:
+            has = "no schema version" if version is None else f"schema version {int(version)}"
             readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
-            left = "; it was left as it is: move it aside (keep it if you need its channels) and "
+            fix = (
+                "; it was left as it is: move it aside (keep it if you need its channels) and "
+                "re-run `featurestore extract` to rebuild it"
+                if write
+                else ". Move it aside and rebuild it with `featurestore extract` "
+                "(check the store with `featurestore verify`)"
+            )
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}; this tool reads and writes schema version "
-                f"{readable}"
-                + (
-                    f"{left}re-run `featurestore extract` to rebuild it"
-                    if write
-                    else ". Move it aside and rebuild it with `featurestore extract` "
-                    "(check the store with `featurestore verify`)"
-                )
+                f"{self.path} has {has}; this tool reads and writes schema version {readable}{fix}"
             )
 
     # ---------------------------------------------------------------- channels
@@ -282,14 +277,11 @@ class ShardReader:
         """Label target -> the source (annotation file fingerprint) recorded with it; a rater's
         trace under ``target@rater`` (a rated target's own source maps rater -> source)."""
         f = self.file
-        out = {
-            t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()
-        }
-        if "raters" in f:
-            for t in f["raters"]:
-                for r in f["raters"][t]:
-                    out[f"{t}@{r}"] = json.loads(f["raters"][t][r].attrs.get("source", "{}"))
-        return out
+        names = {t: f"labels/{t}" for t in self.label_targets()}
+        names.update(
+            {f"{t}@{r}": f"raters/{t}/{r}" for t in f.get("raters", {}) for r in f["raters"][t]}
+        )
+        return {key: json.loads(f[name].attrs.get("source", "{}")) for key, name in names.items()}
 
     def labels(self, target: str) -> np.ndarray:
         """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
@@ -361,16 +353,8 @@ class ShardReader:
 
         channels: dict[str, Features] = {}
         for key in keys:
-            g = self.file[key]
-            if provenance:
-                channels[key] = read_channel_group(g, self.path, once)
-                continue
-            columns = json.loads(g.attrs["columns"])
-            try:
-                valid = read_rows(g["valid"], self.path)
-                channels[key] = Features(once(g["data"]), once(g["time"]), valid, columns)
-            except ValueError as e:
-                raise StoreError(f"{self.path}: {key}: {e}; run `featurestore verify`") from e
+            ch = read_channel_group(self.file[key], self.path, once)
+            channels[key] = ch if provenance else Features(ch.data, ch.time, ch.valid, ch.columns)
         return SessionData(meta, channels, y, target)
 
 
