@@ -146,12 +146,11 @@ class ScanReport:
         return {s.session: s for s in self.sessions}
 
     def duplicates(self) -> dict[str, list[Path]]:
+        """Session -> its files reported as duplicates."""
         out: dict[str, list[Path]] = defaultdict(list)
         for i in self.issues:
-            if i.kind == "duplicate":
-                ls = parse_session(i.path.name)
-                if ls:
-                    out[session_name(*ls)].append(i.path)
+            if i.kind == "duplicate" and (ls := parse_session(i.path.name)):
+                out[session_name(*ls)].append(i.path)
         return dict(out)
 
 
@@ -255,23 +254,13 @@ class _Found:
         ls = parse_session(path.stem)
         if ls is None:
             if ext in VIDEO_EXTS or ext in TRANSCRIPT_EXTS:
-                self.issues.append(
-                    ScanIssue(
-                        path,
-                        "unparsable",
-                        "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern",
-                    )
-                )
+                why = "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern"
+                self.issues.append(ScanIssue(path, "unparsable", why))
             return None
         listener, story = ls
         if story not in story_speaker:
-            self.issues.append(
-                ScanIssue(
-                    path,
-                    "unparsable",
-                    f"story {story} has no speaker mapping; add it under story_speaker in the config",
-                )
-            )
+            why = f"story {story} has no speaker mapping; add it under story_speaker in the config"
+            self.issues.append(ScanIssue(path, "unparsable", why))
             return None
         sid = session_name(listener, story)
         self.ids[sid] = ls
@@ -281,7 +270,7 @@ class _Found:
         """An annotation CSV (a ``valence`` column) of its target; another CSV is a per-frame
         table, reported only when it looks like an annotation."""
         header = _csv_header(path)
-        if header is None or not header:
+        if not header:
             self.issues.append(ScanIssue(path, "unparsable", "not a readable CSV file"))
             return
         if "valence" not in header:
@@ -297,11 +286,8 @@ class _Found:
     def _first(self, paths: list[Path], what: str, sid: str) -> Path | None:
         """The first of a session's ``paths`` of one kind; the others are duplicates."""
         for extra in paths[1:]:
-            self.issues.append(
-                ScanIssue(
-                    extra, "duplicate", f"second {what} for {sid} (first: {paths[0]}); keep one"
-                )
-            )
+            why = f"second {what} for {sid} (first: {paths[0]}); keep one"
+            self.issues.append(ScanIssue(extra, "duplicate", why))
         return paths[0] if paths else None
 
     def session(
@@ -320,14 +306,8 @@ class _Found:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
                 self.issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
         elif "valence_self" not in sf.annotations:
-            self.issues.append(
-                ScanIssue(
-                    sf.video,
-                    "unmatched",
-                    f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted "
-                    "but not used for training",
-                )
-            )
+            why = f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training"
+            self.issues.append(ScanIssue(sf.video, "unmatched", why))
         return sf
 
 
@@ -379,13 +359,8 @@ def read_scan_json(path: str | Path) -> tuple[list[SessionFiles], dict[str, list
     """The sessions and duplicates (session -> extra files) that ``featurestore scan`` wrote to ``path``."""
     payload = json.loads(Path(path).read_text())
     sessions = [SessionFiles.from_record(r) for r in payload["sessions"]]
-    dups: dict[str, list[Path]] = {}
-    for i in payload["issues"]:
-        if i["kind"] == "duplicate":
-            ls = parse_session(Path(i["path"]).name)
-            if ls:
-                dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
-    return sessions, dups
+    issues = [ScanIssue(Path(i["path"]), i["kind"], i.get("reason", "")) for i in payload["issues"]]
+    return sessions, ScanReport(sessions, issues).duplicates()
 
 
 def write_manifest(report: ScanReport, path: str | Path) -> Path:

@@ -236,42 +236,27 @@ def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise ManifestError(path, [f"{path}: session {i}: expected a mapping of columns"])
         entry = dict(entry)
         line = int(entry.pop("__line__", 0))
-        labels = entry.pop("labels", None)
-        if isinstance(labels, Mapping):
-            for k, v in labels.items():
-                if k == "__line__":
-                    continue
-                if isinstance(v, Mapping):  # target: {rater: file}
-                    entry.update(
-                        {f"{LABEL_PREFIX}{k}@{r}": f for r, f in v.items() if r != "__line__"}
-                    )
-                else:
-                    entry[f"{LABEL_PREFIX}{k}"] = v
-        elif labels is not None:
-            entry["labels"] = labels  # reported as a bad column below
-        _yaml_ratings(entry)
+        _flatten(entry, "labels", LABEL_PREFIX)
+        _flatten(entry, "ratings", RATING_PREFIX)
         out.append((line, {str(k): "" if v is None else str(v).strip() for k, v in entry.items()}))
     return out
 
 
-def _yaml_ratings(entry: dict[str, Any]) -> None:
-    """A YAML session's ``ratings:`` mapping (``target: value`` or ``target: {rater: value}``)
-    as ``rating_<target>`` / ``rating_<target>@<rater>`` keys, in place."""
-    ratings = entry.pop("ratings", None)
-    if ratings is None:
+def _flatten(entry: dict[str, Any], key: str, prefix: str) -> None:
+    """A YAML session's ``labels:`` or ``ratings:`` mapping (``target: value`` or ``target:
+    {rater: value}``) as ``<prefix><target>`` / ``<prefix><target>@<rater>`` keys, in place."""
+    given = entry.pop(key, None)
+    if not isinstance(given, Mapping):
+        if given is not None:
+            entry[key] = given  # reported as a bad column
         return
-    if not isinstance(ratings, Mapping):
-        entry["ratings"] = ratings  # reported as a bad column below
-        return
-    for target, value in ratings.items():
+    for target, value in given.items():
         if target == "__line__":
             continue
         if isinstance(value, Mapping):
-            entry.update(
-                {f"{RATING_PREFIX}{target}@{r}": v for r, v in value.items() if r != "__line__"}
-            )
+            entry.update({f"{prefix}{target}@{r}": v for r, v in value.items() if r != "__line__"})
         else:
-            entry[f"{RATING_PREFIX}{target}"] = value
+            entry[f"{prefix}{target}"] = value
 
 
 class _Checker:
@@ -317,11 +302,12 @@ class _Checker:
                 self.fail(row, line, col, "empty or missing; every session needs it")
         self._check_id(row, line, values.get("session", ""))
         out = ManifestRow(
-            row, line, values.get("session", ""), values.get("person", ""), values.get("group", "")
+            row,
+            line,
+            *(values.get(c, "") for c in (*REQUIRED, "partner")),
+            split=values.get("split", "") or "unassigned",
+            fold=values.get("fold", ""),
         )
-        out.partner = values.get("partner", "")
-        out.split = values.get("split", "") or "unassigned"
-        out.fold = values.get("fold", "")
         if values.get("split_x"):
             try:
                 out.split_x = int(values["split_x"])
@@ -442,10 +428,9 @@ class _Checker:
             )
         if not any(values.get(c) for c in MEDIA):
             self.fail(row, line, "video", f"no media; give one of {', '.join(MEDIA)}")
-        if values.get("video_partner") and not values.get("partner"):
-            self.fail(row, line, "partner", "empty but video_partner is given; name the partner")
-        if values.get("audio_partner") and not values.get("partner"):
-            self.fail(row, line, "partner", "empty but audio_partner is given; name the partner")
+        for col in ("video_partner", "audio_partner"):
+            if values.get(col) and not values.get("partner"):
+                self.fail(row, line, "partner", f"empty but {col} is given; name the partner")
         if values.get("split_x") and not values.get("video"):
             self.fail(row, line, "split_x", "a crop boundary needs a shared `video`")
 

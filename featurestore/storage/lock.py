@@ -37,11 +37,8 @@ class LockTimeout(StoreError):
 
 
 def lock_timeout_s() -> float:
-    """Seconds a writer waits for a shard's lock: ``$FEATURESTORE_LOCK_TIMEOUT_S``, else 600.
-
-    Raises:
-        StoreError: the variable is not a number >= 0.
-    """
+    """Seconds a writer waits for a shard's lock: ``$FEATURESTORE_LOCK_TIMEOUT_S``, else 600
+    (:class:`StoreError` when it is not a number >= 0)."""
     text = os.environ.get(TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_TIMEOUT_S
@@ -73,14 +70,9 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def shard_lock(shard: Path, timeout_s: float | None = None) -> Iterator[Path]:
     """Hold the exclusive write lock of ``shard`` for a ``with`` block; yields the lock file.
-
-    Waits for another writer of the same shard (one line on stderr per process) for at most
-    ``timeout_s`` seconds (default :func:`lock_timeout_s`).
-
-    Raises:
-        LockTimeout: the lock was still held after ``timeout_s`` seconds.
-        OSError: the lock file cannot be created (e.g. a read-only store folder).
-    """
+    Waits for another writer (one line on stderr per process) at most ``timeout_s`` seconds
+    (default :func:`lock_timeout_s`), then :class:`LockTimeout`; OSError when the lock file
+    cannot be created (e.g. a read-only store folder)."""
     timeout = lock_timeout_s() if timeout_s is None else timeout_s
     path = lock_path(shard)
 

@@ -105,7 +105,7 @@ class DiskFullError(StoreError):
 
 
 def _free_bytes(folder: Path) -> int:
-    """Bytes free for this user in ``folder``'s file system (-1 when it cannot be asked)."""
+    """Bytes free for this user in ``folder`` (-1 when it cannot be asked)."""
     try:
         return shutil.disk_usage(folder).free
     except OSError:
@@ -290,7 +290,6 @@ class Store:
     def _trace(
         self, session: str, read: Callable[[ShardReader], np.ndarray], name: str
     ) -> pd.Series:
-        """A per-frame trace of a session, indexed by frame time in seconds."""
         y, fps = self._read(
             session, lambda shard: (read(shard), shard.file.attrs.get("fps", LABEL_FPS))
         )
@@ -329,12 +328,8 @@ class Store:
         return self._read(session, lambda shard: session_labels.session_label_targets(shard.file))
 
     def session_label(self, session: str, target: str) -> float:
-        """The whole-session rating ``target`` of a session (the mean over its raters).
-
-        Raises:
-            StoreError: the shard has no such rating (the message lists those it has and how
-                to add one).
-        """
+        """The whole-session rating ``target`` of a session (the mean over its raters);
+        :class:`StoreError` listing those it has when it has none."""
         with self.open_session(session) as shard:
             value = session_labels.read_session_label(shard.file, target)
             have = session_labels.session_label_targets(shard.file)
@@ -372,12 +367,8 @@ class Store:
         self, session: str, ratings: Ratings, source: Mapping[str, Any]
     ) -> Path:
         """Add or replace whole-session ratings (``target -> rater -> value``) of an existing
-        shard, atomically as :meth:`write_session`.
-
-        Raises:
-            StoreError: no shard for ``session``, or the store is read-only.
-            ValueError: a bad target, rater or value; the shard is unchanged.
-        """
+        shard, atomically as :meth:`write_session` (:class:`StoreError` without a shard or
+        writable store, ValueError for a bad rating)."""
         self._check_writable()
         session_labels.check_ratings(ratings)
         final = self.shard_path(session)
@@ -407,11 +398,7 @@ class Store:
         """Add or replace channels, labels and whole-session ``ratings`` (``target -> rater ->
         value``, from ``ratings_source``) of one session in one atomic write (a changed copy
         renamed over the shard; on any error the shard is untouched). A channel with
-        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links.
-
-        Raises:
-            ValueError: a bad rating (:func:`~featurestore.storage.session_labels.check_ratings`).
-        """
+        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links."""
         self._check_writable()
         channels = dict(channels or {})
         for k in channels:
@@ -446,18 +433,10 @@ class Store:
         the corpus, its sessions), each without a shard is a problem. A writer's leftover
         temporary files are not problems (:meth:`temp_files`)."""
         sessions = self.list_sessions()
-        missing = missing_shards(self.root, sessions, corpus[1], corpus[0]) if corpus else []
-        problems = (
-            missing
-            if sessions
-            else [
-                Problem(
-                    str(self.root),
-                    "no shards found",
-                    "run `featurestore extract` or `make features`",
-                )
-            ]
-        )
+        problems = missing_shards(self.root, sessions, corpus[1], corpus[0]) if corpus else []
+        if not sessions:
+            fix = "run `featurestore extract` or `make features`"
+            problems = [Problem(str(self.root), "no shards found", fix)]
         fp_cache: dict[str, dict] = {}
         for s in sessions:
             path = self.shard_path(s)

@@ -19,13 +19,7 @@ from . import checksums
 from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
 from .roles import STORE_ROLES
-from .shard import (
-    READABLE_SCHEMAS,
-    SCHEMA_VERSION,
-    ShardReader,
-    StoreError,
-    read_channel_group,
-)
+from .shard import READABLE_SCHEMAS, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
 
 REBUILD = "re-run `featurestore extract --force`"
 
@@ -47,14 +41,13 @@ def missing_shards(
 ) -> list[Problem]:
     """A problem per session of ``expected`` (the sessions of the corpus recorded in ``corpus``,
     a file name) that has no shard among ``have``."""
+    fix = (
+        "re-run `featurestore extract` (it resumes; a session that fails says why), or "
+        "`featurestore scan` again if the corpus changed"
+    )
     present = set(have)
     return [
-        Problem(
-            s,
-            f"no shard {root / f'{s}.h5'}, though {corpus} lists the session",
-            "re-run `featurestore extract` (it resumes; a session that fails says why), or "
-            "`featurestore scan` again if the corpus changed",
-        )
+        Problem(s, f"no shard {root / f'{s}.h5'}, though {corpus} lists the session", fix)
         for s in expected
         if s not in present
     ]
@@ -94,13 +87,8 @@ def verify_shard(
     for t in f["session_labels"] if "session_labels" in f else []:
         ds = f["session_labels"][t]
         if ds.shape != () or not np.isfinite(ds[()]):
-            out.append(
-                Problem(
-                    s,
-                    f"session_labels/{t}: not one finite number ({ds[()]!r})",
-                    "re-import it: `featurestore ratings FILE` or the manifest's rating column",
-                )
-            )
+            fix = "re-import it: `featurestore ratings FILE` or the manifest's rating column"
+            out.append(Problem(s, f"session_labels/{t}: not one finite number ({ds[()]!r})", fix))
     return out
 
 
