@@ -1,14 +1,6 @@
-"""Session discovery: the OMG-Empathy layout (the default) or a manifest of any corpus.
-
-**Manifest.** ``scan(manifest=FILE)`` reads one row per session from a CSV or YAML file
-(:mod:`featurestore.sources.manifest_file` describes the columns): any session ids, people,
-groups, a shared video or media per role, rating files per target, split and fold.
-
-**OMG-Empathy layout** (no manifest). Files are matched by the ``Subject_<L>_Story_<S>``
-part of their name, at any depth and in any case. The target of an annotation CSV is read
-from its path: a folder or file name containing ``observer`` marks an observer rating, of
-the speaker when ``speaker`` appears too and of the listener otherwise; everything else is
-the listener's self-rating (``valence_self``).
+"""Session discovery: the OMG-Empathy layout (the default: files matched by their
+``Subject_<L>_Story_<S>`` names, docs/corpus.md) or a manifest of any corpus
+(:mod:`featurestore.sources.manifest_file`).
 """
 
 from __future__ import annotations

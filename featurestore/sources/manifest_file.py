@@ -98,15 +98,8 @@ def read_manifest(path: str | Path, allow_outside: bool = False) -> list[Manifes
     """The sessions of a CSV (``.csv``) or YAML (``.yaml``/``.yml``) manifest, checked; every file
     it names must be inside the manifest's folder (symbolic links and ``..`` resolved) unless
     ``allow_outside`` (``--allow-outside-paths``), so a manifest cannot make the tools read, and
-    quote, files elsewhere on the machine.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ManifestError: unknown or missing columns, empty required values, duplicate session
-            ids, files that do not exist or lie outside the manifest's folder, a session without
-            media; each problem names the
-            file, the row (and its line) and the column.
-    """
+    quote, files elsewhere on the machine. A :class:`ManifestError` lists every problem, each
+    naming the file, the row (and its line) and the column."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"manifest {path} does not exist; check the --manifest path")
@@ -137,11 +130,7 @@ def read_manifest_declarations(
 ) -> tuple[dict[str, tuple[float, float]], float | None]:
     """(target -> declared scale, ``min_coverage`` or None) of a YAML manifest written as a
     mapping (``targets: {valence: {scale: [1, 9]}}``, ``min_coverage: 0.8``, ``sessions: [...]``);
-    nothing for a CSV manifest or a bare list (declare them in featurestore.yaml).
-
-    Raises:
-        ManifestError: an unknown top-level key, or a malformed declaration, named.
-    """
+    nothing for a CSV manifest or a bare list (declare them in featurestore.yaml)."""
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml"):
         return {}, None

@@ -1,15 +1,6 @@
-"""One writer per shard at a time: an OS file lock around every read-modify-rename of a shard.
-
-Each write of a shard (:func:`featurestore.storage.store._rewritten`) reads the shard, changes a
-copy and renames the copy over it. Two writers doing that at once would each start from the
-same old shard and the last rename would drop the other's change, so every write holds an
-exclusive ``fcntl.flock`` on ``<store>/.locks/<shard>.lock`` from before it reads until after
-its rename. A second writer of the same shard waits (saying so once per process on stderr) and
-gives up with :class:`LockTimeout` after :func:`lock_timeout_s` seconds. Readers take no lock:
-they open the shard's final path only, which the rename replaces whole. The operating system
-releases the lock when its process ends, however it ends, so a killed writer never leaves a
-stale lock behind. See docs/store.md (writers: one at a time per shard, and a full disk).
-"""
+"""One writer per shard at a time: an exclusive OS file lock on ``<store>/.locks/<shard>.lock``
+around every read-modify-rename of a shard, so two writers never drop each other's change;
+readers take none (docs/store.md, writers: one at a time per shard)."""
 
 from __future__ import annotations
 

@@ -324,14 +324,8 @@ class ShardReader:
     ) -> SessionData:
         """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first; a
         hard-linked dataset is read once. ``provenance``: :class:`Channel` objects, else plain
-        :class:`Features`.
-
-        Raises:
-            StoreError: naming the shard: a schema version this tool does not read, missing root
-                attributes, missing channels (:class:`MissingChannelError`, with the command that
-                adds them), a missing target, labels not ``n_frames`` long, columns that do not
-                match the data.
-        """
+        :class:`Features`. Every :class:`StoreError` names the shard (a missing channel: a
+        :class:`MissingChannelError` with the command that adds it)."""
         self.check_schema()
         meta = self.meta
         keys = list(keys)

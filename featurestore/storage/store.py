@@ -1,11 +1,5 @@
-"""HDF5 feature store: one shard per session, atomic locked writes, provenance, verify.
-
-The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every write
-holds the shard's lock (:mod:`featurestore.storage.lock`), changes an in-memory copy, writes it
-to a hidden temporary file that is fsynced and renamed over the shard, so a crash leaves the old
-shard or the new one and two writers never lose each other's changes; the layout itself is
-:mod:`featurestore.storage.shard`.
-"""
+"""HDF5 feature store: one shard per session (its layout: :mod:`featurestore.storage.shard`),
+atomic locked writes (docs/store.md, writers), provenance, verify."""
 
 from __future__ import annotations
 
