@@ -266,20 +266,16 @@ class _Checker:
         p = Path(value)
         p = p if p.is_absolute() else self.base / p
         if not self.allow_outside and not p.resolve().is_relative_to(self.base.resolve()):
-            self.fail(
-                row,
-                line,
-                column,
+            why = (
                 f"{value} is outside the manifest's folder {self.base}; keep the corpus's files "
-                "under it, or pass --allow-outside-paths to read files elsewhere",
+                "under it, or pass --allow-outside-paths to read files elsewhere"
             )
-            return None
-        if not p.is_file():
-            self.fail(
-                row, line, column, f"no file {p}; paths are relative to the manifest's folder"
-            )
-            return None
-        return p
+        elif not p.is_file():
+            why = f"no file {p}; paths are relative to the manifest's folder"
+        else:
+            return p
+        self.fail(row, line, column, why)
+        return None
 
     def row(self, row: int, line: int, values: Mapping[str, str]) -> ManifestRow | None:
         """Row ``row`` (at ``line``) as a :class:`ManifestRow`; None, with its problems, when it
@@ -351,27 +347,16 @@ class _Checker:
             if col.startswith(LABEL_PREFIX) and value:
                 key = col[len(LABEL_PREFIX) :]
                 target, sep, rater = key.partition("@")
-                if sep and not (
-                    SESSION_ID.match(target) and SESSION_ID.match(rater) and "@" not in rater
-                ):
-                    self.fail(
-                        row,
-                        line,
-                        col,
-                        "a per-rater column is label_<target>@<rater>, each a name of letters, "
-                        "digits, '_', '.', '-'",
-                    )
-                    continue
-                if sep and values.get(f"{LABEL_PREFIX}{target}"):
-                    self.fail(
-                        row,
-                        line,
-                        col,
+                if sep and not (SESSION_ID.match(target) and SESSION_ID.match(rater)):
+                    why = "a per-rater column is label_<target>@<rater>, each a name of letters, digits, '_', '.', '-'"
+                    self.fail(row, line, col, why)
+                elif sep and values.get(f"{LABEL_PREFIX}{target}"):
+                    why = (
                         f"give label_{target} or per-rater label_{target}@<rater> files, not both "
-                        "(the raters' mean becomes the target's labels)",
                     )
-                    continue
-                if (p := self.file(row, line, col, value)) is not None:
+                    why += "(the raters' mean becomes the target's labels)"
+                    self.fail(row, line, col, why)
+                elif (p := self.file(row, line, col, value)) is not None:
                     out.labels[key] = p
         if values.get("transcript"):
             out.transcript = self.file(row, line, "transcript", values["transcript"])
@@ -394,27 +379,21 @@ class _Checker:
             except ValueError:
                 number = math.nan
             if not math.isfinite(number):
-                self.fail(
-                    row, line, col, f"{value!r} is not a number; a rating is one number per session"
-                )
+                why = f"{value!r} is not a number; a rating is one number per session"
+                self.fail(row, line, col, why)
                 continue
             out.ratings.setdefault(m.group(1), {})[m.group(2) or ""] = number
         for target, by_rater in out.ratings.items():
             if "" in by_rater and len(by_rater) > 1:
-                self.fail(
-                    row,
-                    line,
-                    f"{RATING_PREFIX}{target}",
-                    "given beside per-rater columns rating_" + target + "@<rater>; give one or the "
-                    "other (the stored rating is the mean over raters)",
-                )
+                why = f"given beside per-rater columns rating_{target}@<rater>; give one or the other "
+                why += "(the stored rating is the mean over raters)"
+                self.fail(row, line, f"{RATING_PREFIX}{target}", why)
 
     def _check_media(self, row: int, line: int, values: Mapping[str, str]) -> None:
         per_role = [c for c in ("video_person", "video_partner") if values.get(c)]
         if values.get("video") and per_role:
-            self.fail(
-                row, line, per_role[0], "give one shared `video` or a video per role, not both"
-            )
+            why = "give one shared `video` or a video per role, not both"
+            self.fail(row, line, per_role[0], why)
         if not any(values.get(c) for c in MEDIA):
             self.fail(row, line, "video", f"no media; give one of {', '.join(MEDIA)}")
         for col in ("video_partner", "audio_partner"):
