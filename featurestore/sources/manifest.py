@@ -175,21 +175,12 @@ def scan(
     manifest: str | Path | None = None,
     allow_outside: bool = False,
 ) -> ScanReport:
-    """Find sessions under ``data_dir`` (OMG-Empathy layout), or read them from ``manifest``
-    (whose files must be inside its folder unless ``allow_outside``).
-
-    With ``manifest`` (a CSV or YAML file, see :mod:`featurestore.sources.manifest_file`),
-    ``data_dir`` is not searched and ``story_speaker``/``splits`` do not apply: the manifest's
-    rows are the sessions (:class:`~featurestore.sources.manifest_file.ManifestError`, naming
-    file, row and column, for a row that cannot be used).
-
-    Without one:
-    Returns every session that has a video, annotation or transcript, and an issue for each
-    file that is a duplicate (two videos, or two annotations of one target, for a session),
+    """The sessions of ``manifest`` (:func:`scan_manifest`; ``data_dir``, ``story_speaker`` and
+    ``splits`` do not apply), or else those found under ``data_dir`` in the OMG-Empathy layout:
+    every session with a video, annotation or transcript, and an issue for each duplicate,
     unmatched (an annotation or transcript with no video; a video with no self-rating) or
-    unparsable (a media or annotation file whose name has no ``Subject_<L>_Story_<S>``, a
-    story with no speaker mapping, a CSV without a ``valence`` header).
-    """
+    unparsable file (no ``Subject_<L>_Story_<S>`` name, a story with no speaker mapping, a CSV
+    without a ``valence`` header)."""
     if manifest is not None:
         return scan_manifest(manifest, allow_outside)
     if data_dir is None:
@@ -215,8 +206,7 @@ def scan(
 
 @dataclass
 class _Found:
-    """What :func:`scan` found so far: each session's files by kind, in the order met, and the
-    issues."""
+    """What :func:`scan` found so far: each session's files by kind, in order, and the issues."""
 
     videos: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
     annots: dict[tuple[str, str], list[Path]] = field(default_factory=lambda: defaultdict(list))
@@ -225,8 +215,7 @@ class _Found:
     issues: list[ScanIssue] = field(default_factory=list)
 
     def add(self, path: Path, root: Path, story_speaker: Mapping[int, int]) -> None:
-        """File ``path`` (under ``root``) among its session's videos, transcripts or annotations,
-        or an issue; files of other kinds are ignored."""
+        """File ``path`` among its session's videos, transcripts or annotations, or an issue."""
         ext = path.suffix.lower()
         if ext not in VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS:
             return
@@ -285,8 +274,7 @@ class _Found:
     def session(
         self, sid: str, listener: int, story: int, speaker: int, splits: Mapping[str, list[int]]
     ) -> SessionFiles:
-        """Session ``sid``'s files (the first of each kind), its duplicates and unmatched files
-        reported."""
+        """Session ``sid``'s files (the first of each kind; the others and unmatched ones: issues)."""
         sf = SessionFiles(sid, listener, story, speaker, story_split(story, splits))
         sf.video = self._first(self.videos.get(sid, []), "video", sid)
         for (asid, target), paths in self.annots.items():
@@ -304,8 +292,8 @@ class _Found:
 
 
 def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
-    """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`
-    (``allow_outside``: accept files outside the manifest's folder)."""
+    """The sessions of a manifest file (layout ``manifest``), in its row order (``allow_outside``:
+    accept files outside the manifest's folder)."""
     rows = read_manifest(path, allow_outside)
     scales, min_coverage = read_manifest_declarations(path)
     people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])

@@ -1,12 +1,7 @@
 """A corpus layout is one object: how a corpus names its sessions' people, in which words its
-tables and reports speak, and what it checks. A shard records its layout's name (root attribute
-``layout``, docs/design.md#shard-layout); :func:`layout_of` resolves that name once, and the
-code downstream asks the object (``layout.words``, ``layout.role_names``, ``layout.ids(row)``,
-``layout.people(meta)``, ``layout.check_declarations(...)``), never compares the name.
-
-Two are built in: :data:`OMG` (OMG-Empathy's ``Subject_<L>_Story_<S>`` sessions, found by name)
-and :data:`MANIFEST` (the rows of a manifest, ids as written). A third is one module: subclass
-:class:`CorpusLayout` (or one of these) and pass an instance to :func:`register_layout`.
+tables and reports speak, and what it checks; a shard records its name (root attribute
+``layout``) and :func:`layout_of` resolves it. Built in: :data:`OMG` and :data:`MANIFEST`; a
+third is one registered :class:`CorpusLayout` (docs/development.md, adding a corpus layout).
 
 >>> layout_of("manifest").role_names["listener"], layout_of("omg").words.group
 ('person', 'story')
@@ -38,8 +33,7 @@ class CorpusWords:
 
 
 class SessionIds(Protocol):
-    """What :meth:`CorpusLayout.people` reads of a session (a shard's
-    :class:`~featurestore.storage.shard.SessionMeta`)."""
+    """What :meth:`CorpusLayout.people` reads of a session (a shard's ``SessionMeta``)."""
 
     listener: int
     story: int
@@ -50,8 +44,7 @@ class SessionIds(Protocol):
 
 
 class Declared(Protocol):
-    """What :meth:`CorpusLayout.check_declarations` reads of a scanned session
-    (:class:`~featurestore.sources.manifest.SessionFiles`)."""
+    """What :meth:`CorpusLayout.check_declarations` reads of a scanned ``SessionFiles``."""
 
     scales: dict[str, list[float]]
     min_coverage: float | None

@@ -20,7 +20,7 @@ STORE_ROLES = ("speaker", "listener", "scene")
 
 
 def _words() -> dict[str, str]:
-    """Every word a config may use for a role (any registered layout's) -> the store role."""
+    """Any registered layout's word for a role -> the store role."""
     return {w: r for la in layouts() for r, w in la.role_names.items()}
 
 

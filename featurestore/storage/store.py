@@ -118,15 +118,10 @@ def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
 
 @contextlib.contextmanager
 def _rewritten(final: Path) -> Iterator[h5py.File]:
-    """``final`` changed in a copy and renamed over it once the block completes, under the
-    shard's write lock (:func:`featurestore.storage.lock.shard_lock`).
-
-    The copy is made and changed in memory: HDF5 never writes to the disk, so a full disk is one
-    :class:`DiskFullError` from Python's write of the finished file, never an HDF5 failure
-    half-way through a flush. That file is written whole or not at all
-    (:func:`featurestore.files.replaced`): a reader (who opens ``final`` only) sees the old shard
-    or the new one.
-    """
+    """``final`` changed in a copy and renamed over it (whole or not at all:
+    :func:`featurestore.files.replaced`) once the block completes, under the shard's write lock.
+    The copy is changed in memory so that a full disk is one :class:`DiskFullError` from
+    Python's write of the finished file, never an HDF5 failure half-way through a flush."""
     needed = -1  # bytes, once the new shard is known
     try:
         with shard_lock(final):
