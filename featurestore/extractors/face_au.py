@@ -297,12 +297,11 @@ class _FaceAUTrack(Track):
                 raise RuntimeError(
                     f"py-feat returned AU columns {p.columns} after {cols} within one video"
                 )
-        return Features(
-            data=np.concatenate([p.data for p in self._parts]),
-            time=np.concatenate([p.time for p in self._parts]),
-            valid=np.concatenate([p.valid for p in self._parts]),
-            columns=cols,
+        parts = self._parts
+        data, time, valid = (
+            np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "time", "valid")
         )
+        return Features(data, time, valid, cols)
 
 
 @register

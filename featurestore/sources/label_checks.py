@@ -115,8 +115,7 @@ def coverage_problem(
 
 
 def _recording(sf: Any) -> tuple[float, str] | None:
-    """(duration in seconds, file) of a session's main video; None without a readable one
-    (extraction reports that)."""
+    """(seconds, file) of a session's main video; None without a readable one (extraction says)."""
     video = sf.video or sf.media.get("video_person") or sf.media.get("video_partner")
     if video is None:
         return None

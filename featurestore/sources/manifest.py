@@ -82,11 +82,10 @@ class SessionFiles:
 
     def to_record(self) -> dict:
         d = asdict(self)
-        d["video"] = str(self.video) if self.video else ""
-        d["transcript"] = str(self.transcript) if self.transcript else ""
-        d["annotations"] = {k: str(v) for k, v in self.annotations.items()}
-        d["media"] = {k: str(v) for k, v in self.media.items()}
-        d["imports"] = {k: str(v) for k, v in self.imports.items()}
+        for key in ("video", "transcript"):
+            d[key] = str(d[key] or "")
+        for key in ("annotations", "media", "imports"):
+            d[key] = {k: str(v) for k, v in d[key].items()}
         return d
 
     @classmethod
@@ -230,8 +229,7 @@ class _Found:
             self._add_csv(path, sid, root)
 
     def _session_of(self, path: Path, ext: str, story_speaker: Mapping[int, int]) -> str | None:
-        """The session a file's name says, or None (with an issue for a media file, or a story
-        without a speaker)."""
+        """The session a file's name says, or None (an issue for a media file or an unknown story)."""
         ls = parse_session(path.stem)
         if ls is None:
             if ext in VIDEO_EXTS or ext in TRANSCRIPT_EXTS:

@@ -286,13 +286,10 @@ class _Checker:
             if not values.get(col):
                 self.fail(row, line, col, "empty or missing; every session needs it")
         self._check_id(row, line, values.get("session", ""))
-        out = ManifestRow(
-            row,
-            line,
-            *(values.get(c, "") for c in (*REQUIRED, "partner")),
-            split=values.get("split", "") or "unassigned",
-            fold=values.get("fold", ""),
-        )
+        get = values.get
+        out = ManifestRow(row, line, get("session", ""), get("person", ""), get("group", ""))
+        out.partner, out.fold = get("partner", ""), get("fold", "")
+        out.split = get("split", "") or "unassigned"
         if values.get("split_x"):
             try:
                 out.split_x = int(values["split_x"])
