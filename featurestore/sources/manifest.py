@@ -290,8 +290,7 @@ class _Found:
 
 
 def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
-    """The sessions of a manifest file (layout ``manifest``), in its row order (``allow_outside``:
-    accept files outside the manifest's folder)."""
+    """The sessions of a manifest file (layout ``manifest``), in its row order."""
     rows = read_manifest(path, allow_outside)
     scales, min_coverage = read_manifest_declarations(path)
     people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])
@@ -325,8 +324,7 @@ def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
 
 
 def check_labels(report: ScanReport) -> None:
-    """Read every session's rating files against their declared scales and coverage
-    (:func:`~.label_checks.check_session_labels`), adding an ``invalid`` issue per problem."""
+    """An ``invalid`` issue per problem of :func:`~.label_checks.check_session_labels`."""
     for sf in report.sessions:
         for path, problem in check_session_labels(sf):
             reason = problem.removeprefix(f"{path}: ")

@@ -201,8 +201,7 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line, key -> value) of each session of a YAML manifest: a list of mappings, or a
-    mapping with a ``sessions`` list; a ``labels`` mapping becomes ``label_<target>`` keys."""
+    """(line, key -> value) of each session of a YAML manifest (a list, or a ``sessions:`` one)."""
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
     except (OSError, UnicodeDecodeError) as e:
@@ -278,8 +277,7 @@ class _Checker:
         return None
 
     def row(self, row: int, line: int, values: Mapping[str, str]) -> ManifestRow | None:
-        """Row ``row`` (at ``line``) as a :class:`ManifestRow`; None, with its problems, when it
-        cannot be used."""
+        """Row ``row`` as a :class:`ManifestRow`; None, with its problems, when it cannot be used."""
         self.columns(row, line, values)
         n = len(self.problems)
         for col in REQUIRED:

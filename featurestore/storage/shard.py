@@ -149,8 +149,7 @@ def how_to_add(keys: Sequence[str]) -> str:
 
 
 class ShardReader:
-    """Reads the layout of one open shard ``f`` (at ``path``, named in every error), from
-    :meth:`featurestore.storage.store.Store.open_session`, while that block is open."""
+    """Reads the layout of one open shard ``f`` (at ``path``, named in every error)."""
 
     def __init__(self, f: h5py.File, path: Path) -> None:
         self.file = f

@@ -107,8 +107,7 @@ def _free_bytes(folder: Path) -> int:
 
 
 def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
-    """Write a shard's bytes to ``tmp``; :class:`DiskFullError` (before writing anything when
-    the space is known to be short) when the disk is full."""
+    """Write a shard's bytes to ``tmp``; :class:`DiskFullError` (before writing, when known)."""
     free = _free_bytes(tmp.parent)
     if 0 <= free < len(image):
         raise DiskFullError(final, len(image), free)
@@ -237,8 +236,7 @@ class Store:
     def read_session(
         self, session: str, keys: Sequence[str], target: str | None = None, provenance: bool = False
     ) -> SessionData:
-        """Channels ``keys`` and the labels of ``target`` of one session, in one open
-        (:meth:`featurestore.storage.shard.ShardReader.read`, which lists what it raises)."""
+        """Channels ``keys`` and the labels of ``target`` of one session (:meth:`ShardReader.read`)."""
         return self._read(session, lambda shard: shard.read(keys, target, provenance))
 
     def check_schema(self, session: str, write: bool = False) -> None:
@@ -335,8 +333,7 @@ class Store:
         return self._read(session, lambda sh: session_labels.read_session_raters(sh.file, target))
 
     def session_ratings(self, session: str) -> dict[str, dict[str, float]]:
-        """Every whole-session rating of a session, ``target -> rater -> value`` (rater ``""``
-        without raters); {} without a shard."""
+        """Every whole-session rating of a session, ``target -> rater -> value``; {} without a shard."""
         return self._read(session, lambda shard: session_labels.read_ratings(shard.file), {})
 
     def session_labels(self, target: str) -> pd.DataFrame:

@@ -39,8 +39,7 @@ class Problem:
 def missing_shards(
     root: Path, have: Sequence[str], expected: Sequence[str], corpus: str
 ) -> list[Problem]:
-    """A problem per session of ``expected`` (the sessions of the corpus recorded in ``corpus``,
-    a file name) that has no shard among ``have``."""
+    """A problem per session of ``expected`` (those the file ``corpus`` lists) not in ``have``."""
     fix = (
         "re-run `featurestore extract` (it resumes; a session that fails says why), or "
         "`featurestore scan` again if the corpus changed"
@@ -93,8 +92,7 @@ def verify_shard(
 
 
 def _checksum_problems(s: str, shard: ShardReader) -> list[Problem]:
-    """A problem per dataset whose rows do not match the digest the store wrote with them (or
-    that lacks one in a shard whose schema has them); a hard-linked dataset is checked once."""
+    """A problem per dataset that fails its checksum (:func:`.checksums.problem`)."""
     out: list[Problem] = []
 
     def check(name: str, obj: Any) -> None:
