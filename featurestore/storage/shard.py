@@ -451,9 +451,7 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 f"{session}: channel {key} shares the rows of {ch.shared_with}, which itself "
                 "shares another channel's; name the channel that holds the rows"
             )
-        shared = None
-        if ch.shared_with is not None:
-            shared = _shared_target(f, session, key, ch, ch.shared_with, channels)
+        shared = None if ch.shared_with is None else _shared_target(f, session, key, ch, channels)
         write_channel(f.require_group(role), name, ch, shared)
 
 
@@ -469,14 +467,10 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _shared_target(
-    f: h5py.File,
-    session: str,
-    key: str,
-    ch: Channel,
-    target: str,
-    channels: Mapping[str, Channel],
+    f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]
 ) -> h5py.Group:
-    """The group ``target`` (``ch.shared_with``) whose rows ``key`` links to, checked equal."""
+    """The group ``ch.shared_with`` whose rows ``key`` links to, checked equal."""
+    target = str(ch.shared_with)
     role, name = split_key(target)
     if target == key:
         raise StoreError(
@@ -505,12 +499,9 @@ def _shared_target(
 def write_labels(
     f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]
 ) -> None:
-    """Add or replace label targets, then check every stored one has ``meta.n_frames`` rows.
-
-    A key ``target@rater`` is one rater's trace (``/raters/<target>/<rater>``), and
-    ``/labels/<target>`` becomes the mean of the raters stored (docs/store.md, layout); a plain
-    ``target`` replaces that target's labels and drops its raters.
-    """
+    """Add or replace label targets, then check every stored one has ``meta.n_frames`` rows. A
+    key ``target@rater`` is one rater's trace, and ``/labels/<target>`` becomes the raters' mean
+    (docs/store.md, layout); a plain ``target`` replaces its labels and drops its raters."""
     plain: dict[str, np.ndarray] = {}
     rated: dict[str, dict[str, np.ndarray]] = {}
     for key, y in labels.items():
@@ -546,9 +537,7 @@ def write_labels(
         ds = _write_label(f.require_group("labels"), target, mean, src)
         ds.attrs["raters"] = json.dumps(raters)
         ds.attrs["gold_standard"] = "mean"
-    for name in ("labels", "raters"):
-        if name not in f:
-            continue
+    for name in [n for n in ("labels", "raters") if n in f]:
         for path, ds in _datasets(f[name]):
             if len(ds) != meta.n_frames:
                 raise StoreError(
