@@ -1,9 +1,4 @@
-"""The checks of ``featurestore verify`` on one open shard (docs/store.md, layout): root
-attributes and schema version; per channel, consistent shapes, finite increasing times inside
-the session, finite valid rows, the cache key against its provenance, the extractor version,
-the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session ratings; some
-labels and some channel (a shard without is stray or unfinished).
-"""
+"""The checks of ``featurestore verify`` on one open shard (docs/store.md lists them)."""
 
 from __future__ import annotations
 
