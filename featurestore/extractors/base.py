@@ -153,8 +153,7 @@ E = TypeVar("E", bound=type[Extractor[Any]])
 
 
 def register(cls: E) -> E:
-    """Class decorator: make an extractor available by its ``name`` (and tell the store how
-    to add its channel, when it has its own way in)."""
+    """Class decorator: make an extractor available by its ``name`` (and its ``how_to_add``)."""
     _REGISTRY[cls.name] = cls
     if cls.how_to_add:
         CHANNEL_HINTS[cls.name] = cls.how_to_add
@@ -162,8 +161,7 @@ def register(cls: E) -> E:
 
 
 def get_extractor(name: str) -> type[Extractor[Any]]:
-    """The extractor class registered as ``name`` (the built-in ones register when
-    :mod:`featurestore.extractors` is imported)."""
+    """The extractor class registered as ``name``."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown extractor {name!r}; known: {sorted(_REGISTRY)}")
     return _REGISTRY[name]

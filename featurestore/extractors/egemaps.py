@@ -65,15 +65,14 @@ class EgemapsExtractor(AudioExtractor[EgemapsConfig]):
 
     @property
     def sampling_rate(self) -> int:
-        """Rate in Hz the audio track is decoded at for this extractor (``config.sampling_rate``)."""
+        """``config.sampling_rate`` (Hz)."""
         return int(self.config.sampling_rate)
 
     def lookahead_s(self) -> float:
         """Seconds of audio after a row's time that it reads: analysis plus the resampler."""
         return ANALYSIS_LOOKAHEAD_S + decode_lookahead_s(self.sampling_rate)
 
-    def __getstate__(self) -> dict:
-        """Pickled without the openSMILE object (a worker rebuilds it)."""
+    def __getstate__(self) -> dict:  # pickled without the openSMILE object: a worker rebuilds it
         return {**self.__dict__, "_smile": None}
 
     def check_available(self) -> None:

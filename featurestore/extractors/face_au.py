@@ -68,7 +68,7 @@ class FaceAUConfig(ExtractorConfig):
 
 
 def _detector_kwargs(cfg: FaceAUConfig) -> dict[str, Any]:
-    """Constructor arguments of the configured py-feat detector: only what AUs need."""
+    """The py-feat detector's arguments: only what AUs need."""
     if cfg.detector == "Detectorv2":
         return {"device": cfg.device, "identity_model": None}
     return {
@@ -259,7 +259,6 @@ class _FaceAUTrack(Track):
         self._parts: list[Features] = []
 
     def add(self, time_s: float, image: np.ndarray) -> None:
-        """Queue one RGB crop; a full batch, or one of another size, runs the detector."""
         if self._images and image.shape != self._images[0].shape:
             self._flush()  # a batch is one tensor: crops of one size only
         self._images.append(np.ascontiguousarray(image))
@@ -289,7 +288,6 @@ class _FaceAUTrack(Track):
         self._images, self._times = [], []
 
     def result(self) -> Features:
-        """Every crop's AU activations, in order."""
         self._flush()
         if not self._parts:
             return Features(np.zeros((0, 0), np.float32), np.zeros(0), np.zeros(0, bool), [])
@@ -299,12 +297,11 @@ class _FaceAUTrack(Track):
                 raise RuntimeError(
                     f"py-feat returned AU columns {p.columns} after {cols} within one video"
                 )
-        return Features(
-            data=np.concatenate([p.data for p in self._parts]),
-            time=np.concatenate([p.time for p in self._parts]),
-            valid=np.concatenate([p.valid for p in self._parts]),
-            columns=cols,
+        parts = self._parts
+        data, time, valid = (
+            np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "time", "valid")
         )
+        return Features(data, time, valid, cols)
 
 
 @register
@@ -321,10 +318,9 @@ class FaceAUExtractor(FrameExtractor[FaceAUConfig]):
     config: FaceAUConfig
 
     def check_available(self) -> None:
-        """Raise :class:`ExtractorUnavailable` unless py-feat imports and its weights load offline."""
+        """:class:`ExtractorUnavailable` unless py-feat imports and its weights load offline."""
         _load_detector(self.config)
 
     def new_track(self, role: str) -> Track:
-        """A fresh batching track for one role's crops."""
         self.check_available()
         return _FaceAUTrack(self)

@@ -181,7 +181,6 @@ class FaceGeomTrack(Track):
 
     @property
     def n_frames(self) -> int:
-        """Frames added."""
         return len(self._times)
 
     def add(self, time_s: float, image: np.ndarray) -> None:
@@ -210,14 +209,12 @@ class FaceGeomTrack(Track):
         return np.array(self._landmarks, dtype=np.float64).reshape(-1, 68, 2)
 
     def result(self) -> Features:
-        """One row per frame added; see the module docstring for the columns."""
         lm = self.landmarks()
         data = face_geometry(lm, np.array(self._sizes).reshape(-1, 2), self.config.blink_threshold)
         valid = np.isfinite(lm).all(axis=(1, 2))
         return Features(data=data, time=np.array(self._times), valid=valid, columns=list(COLUMNS))
 
     # -- detection and tracking ------------------------------------------------------------
-
     def _detect(self, gray: np.ndarray, time_s: float) -> np.ndarray | None:
         """Landmarks of a detected face: near the previous one first (faces barely move), else
         over the whole crop."""
@@ -299,7 +296,6 @@ class FaceGeomExtractor(FrameExtractor[FaceGeomConfig]):
             )
 
     def check_available(self) -> None:
-        """Raise :class:`ExtractorUnavailable` when dlib or its landmark model is missing."""
         try:
             import dlib  # noqa: F401 - lazily: only to report a missing package
             import face_recognition_models  # noqa: F401 - likewise
@@ -310,7 +306,6 @@ class FaceGeomExtractor(FrameExtractor[FaceGeomConfig]):
             ) from e
 
     def new_track(self, role: str) -> FaceGeomTrack:
-        """A fresh detect-then-track landmark track for one role's crops."""
         if role not in self.roles:
             raise ValueError(f"face_geom: role {role!r} has no face; use one of {self.roles}")
         return FaceGeomTrack(self.config)

@@ -16,7 +16,7 @@ HOG_CELL_PX = 8
 
 @lru_cache(maxsize=1)
 def _models() -> tuple[Any, Any]:
-    """dlib's face detector and 68-point shape predictor (loaded once)."""
+    """dlib's face detector and 68-point shape predictor."""
     import dlib  # lazily: dlib and its models load only when faces are processed
     import face_recognition_models  # lazily, with dlib
 
@@ -69,12 +69,8 @@ class DlibLandmarker:
         if len(rects) == 0:
             return None
         r = max(rects, key=lambda r: r.width() * r.height())
-        return (
-            x0 + int(r.left() / s),
-            y0 + int(r.top() / s),
-            x0 + int(r.right() / s),
-            y0 + int(r.bottom() / s),
-        )
+        left, top, right, bottom = (int(v / s) for v in (r.left(), r.top(), r.right(), r.bottom()))
+        return (x0 + left, y0 + top, x0 + right, y0 + bottom)
 
     def landmarks_in_box(self, rgb: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
         """(68, 2) landmarks (x, y) in pixels of ``rgb`` in a face box (the model reads the box

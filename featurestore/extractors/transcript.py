@@ -67,7 +67,6 @@ class SpeechExtractor(TranscriptExtractor[SpeechConfig]):
     config_class = SpeechConfig
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
-        """Per role: talking (0/1), words per second and seconds since the role last spoke."""
         cfg: SpeechConfig = self.config
         t = frame_times(n_frames, fps)
         valid = coverage(cues, t, cfg.coverage_tail_s)
@@ -159,12 +158,10 @@ class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
     version = "2"  # 2: its channels record lookahead_s (the longest cue)
     config_class = LexiconConfig
 
-    def params(self) -> dict:
-        """The config's fields and the installed VADER version."""
+    def params(self) -> dict:  # the installed VADER version too
         return {**super().params(), "vader_version": vader_version()}
 
     def check_available(self) -> None:
-        """:class:`ExtractorUnavailable` for another lexicon or without vaderSentiment."""
         if self.config.lexicon != "vader":
             raise ExtractorUnavailable(
                 f"lexicon {self.config.lexicon!r} is not supported; use 'vader'"
@@ -178,7 +175,6 @@ class LexiconExtractor(TranscriptExtractor[LexiconConfig]):
             ) from exc
 
     def process_cues(self, cues: Sequence, n_frames: int, fps: float) -> dict[str, Features]:
-        """Per role: the decayed VADER scores of the words said so far, and their count."""
         self.check_available()
         cfg: LexiconConfig = self.config
         t = frame_times(n_frames, fps)

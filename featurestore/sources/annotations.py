@@ -1,12 +1,5 @@
-"""Official per-frame annotation CSVs (valence), read and checked.
-
-The format of OMG-Empathy's ratings: a single header line (``valence``, or any single column
-name such as the target's) and one value per video frame at 25 fps; or a two-column CSV
-``time,<name>`` (seconds, any rate). Values are on the target's own scale: any finite number,
-or within a declared ``scale`` (:mod:`featurestore.sources.label_checks`; the OMG layout
-declares [-1, 1] for its valence targets). Used by ``featurestore labels``
-(:func:`featurestore.extraction.imports.import_labels`) and by extraction, whose labels define a
-session's frame count.
+"""Rating files (the official per-frame CSV or ``time,<name>``, docs/corpus.md), read and
+checked against a declared scale (:mod:`featurestore.sources.label_checks`).
 """
 
 from __future__ import annotations
@@ -35,20 +28,29 @@ FORMATS = (
 )
 
 
-def _outside(v: float, value_range: tuple[float, float] | None) -> bool:
-    """``v`` lies outside ``value_range`` (None: no declared scale, any finite value is in)."""
+def _scale_problem(v: float, value_range: tuple[float, float] | None) -> str:
+    """Why ``v`` lies outside ``value_range`` ("" inside it, or without a declared scale)."""
     if value_range is None:
-        return False
+        return ""
     lo, hi = value_range
-    return bool(v < lo - 1e-6 or v > hi + 1e-6)
-
-
-def _scale_fix(value_range: tuple[float, float]) -> str:
-    lo, hi = value_range
+    if not (v < lo - 1e-6 or v > hi + 1e-6):
+        return ""
     return (
         f"outside the declared scale [{lo:g}, {hi:g}]; fix the value, or the target's scale "
         "(`targets: {<target>: {scale: [lo, hi]}}` in featurestore.yaml or the manifest)"
     )
+
+
+def _rows(path: Path) -> list[list[str]]:
+    """The CSV rows of ``path`` without trailing blank ones."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as e:
+        raise AnnotationError(f"{path}: cannot be read as a text CSV ({e})") from e
+    while rows and not any(c.strip() for c in rows[-1]):
+        rows.pop()
+    return rows
 
 
 _NAME = r"[A-Za-z_][\w@. -]{0,30}"
@@ -65,22 +67,12 @@ def _shown(header: list[str]) -> str:
 
 
 def read_annotation(path: str | Path, value_range: tuple[float, float] | None = None) -> np.ndarray:
-    """Per-frame values of an annotation CSV in the official format, as float32.
-
-    The first line is a single column name (``valence`` in the corpus; any one name is
-    accepted), then one number per line, one line per video frame (25 fps). Blank lines at the
-    end are ignored. A value that is not a number, NaN, inf, or outside ``value_range`` (the
-    target's declared scale, in its own units; None: any finite value) raises
-    :class:`AnnotationError` with the file and line.
-    """
+    """Per-frame values (float32) of an annotation CSV in the official format (a header, then
+    one number per 25 fps frame); a value that is not a finite number, or is outside
+    ``value_range`` (the target's declared scale; None: any), raises :class:`AnnotationError`
+    with the file and line."""
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError) as e:
-        raise AnnotationError(f"{path}: cannot be read as a text CSV ({e})") from e
-    while rows and not any(c.strip() for c in rows[-1]):
-        rows.pop()
+    rows = _rows(path)
     if not rows:
         raise AnnotationError(
             f"{path}: the file is empty; it needs a header line such as 'valence' and one value per frame"
@@ -122,8 +114,8 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
                 f"{path}: line {line} holds {v}; give a finite number (a missing rating must be "
                 "filled, e.g. with the previous value)"
             )
-        if value_range is not None and _outside(v, value_range):
-            raise AnnotationError(f"{path}: line {line} holds {v:g}, {_scale_fix(value_range)}")
+        if why := _scale_problem(v, value_range):
+            raise AnnotationError(f"{path}: line {line} holds {v:g}, {why}")
         out[i] = v
     return out.astype(np.float32)
 
@@ -152,38 +144,25 @@ class TimedRating:
 def read_label_file(
     path: str | Path, value_range: tuple[float, float] | None = None
 ) -> np.ndarray | TimedRating:
-    """A rating file of either format: the official one (one column, one value per 25 fps frame;
-    :func:`read_annotation`) or a two-column CSV with header ``time,<name>`` (seconds at any rate,
-    increasing; returned as a :class:`TimedRating` to resample onto the session's frames).
-    Values are in the target's own units: any finite number, within ``value_range`` when the
-    target's scale is declared.
-
-    Errors (:class:`AnnotationError`) name the file, the line and the column; a header of
-    neither format quotes both.
-    """
+    """A rating file of either format (:data:`FORMATS`): one column (:func:`read_annotation`)
+    or ``time,<name>`` (a :class:`TimedRating` to resample onto the session's frames); values
+    within ``value_range`` when the target's scale is declared. Errors
+    (:class:`AnnotationError`) name the file, the line and the column."""
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError) as e:
-        raise AnnotationError(f"{path}: cannot be read as a text CSV ({e})") from e
-    header = [c.strip() for c in next(csv.reader([first]), [])]
+    rows = _rows(path)
+    header = [c.strip() for c in rows[0]] if rows else []
     if len(header) < 2:
         return read_annotation(path, value_range)
     if header[0].lower() != "time" or len(header) != 2 or not header[1]:
         near = nearest(header[0].lower(), ["time"])
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
         raise AnnotationError(f"{path}: {_shown(header)} is of neither format: {FORMATS}{hint}")
-    return _read_timed(path, header, value_range)
+    return _read_timed(path, header, rows[1:], value_range)
 
 
 def _read_timed(
-    path: Path, header: list[str], value_range: tuple[float, float] | None
+    path: Path, header: list[str], rows: list[list[str]], value_range: tuple[float, float] | None
 ) -> TimedRating:
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f))[1:]
-    while rows and not any(c.strip() for c in rows[-1]):
-        rows.pop()
     if len(rows) < 2:
         raise AnnotationError(f"{path}: fewer than two rows of values; a rating needs at least two")
     times = np.empty(len(rows))
@@ -209,10 +188,9 @@ def _read_timed(
                     "number (leave out the rows that were not rated)"
                 )
             (times if col == 0 else values)[i] = v
-        if value_range is not None and _outside(values[i], value_range):
+        if why := _scale_problem(values[i], value_range):
             raise AnnotationError(
-                f"{path}: line {line}, column 2 ({header[1]!r}) holds {values[i]:g}, "
-                + _scale_fix(value_range)
+                f"{path}: line {line}, column 2 ({header[1]!r}) holds {values[i]:g}, {why}"
             )
         if i and times[i] <= times[i - 1]:
             raise AnnotationError(

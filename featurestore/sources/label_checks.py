@@ -1,14 +1,5 @@
 """Rating files checked against what they rate: each target's declared scale and the share of
-the recording a file covers.
-
-A target's ratings keep their own scale (1-7, 1-9, 0-100, joystick units): any finite value is
-accepted unless the target's scale is declared, under ``targets:`` in ``featurestore.yaml`` or
-in a YAML manifest (``targets: {valence: {scale: [1, 9]}}``); the OMG-Empathy layout declares
-[-1, 1] for its valence targets (:data:`featurestore.sources.manifest.OMG_SCALES`). A rating
-or label file whose times cover less than ``min_coverage`` of its recording (default
-:data:`DEFAULT_MIN_COVERAGE`) is an error naming the file, its span and the recording's, at
-scan time (:func:`check_session_labels`) and at extraction. See docs/corpus.md (rating scales
-and coverage).
+the recording a file covers (docs/corpus.md, rating scales and coverage).
 
 >>> parse_targets({"valence": {"scale": [1, 9]}}, "featurestore.yaml")
 {'valence': (1.0, 9.0)}
@@ -37,12 +28,8 @@ Scale = tuple[float, float]
 
 
 def parse_targets(raw: Any, where: str) -> dict[str, Scale]:
-    """Target -> (low, high) of a ``targets:`` mapping (``{valence: {scale: [1, 9]}}``), checked.
-
-    Raises:
-        ValueError: naming ``where`` and the key, for anything but a mapping of target names to
-            ``{scale: [low, high]}`` with finite low < high.
-    """
+    """Target -> (low, high) of a ``targets:`` mapping (``{valence: {scale: [1, 9]}}``);
+    ValueError naming ``where`` and the key for anything else, or low >= high."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -75,11 +62,8 @@ def parse_targets(raw: Any, where: str) -> dict[str, Scale]:
 
 
 def parse_min_coverage(raw: Any, where: str) -> float | None:
-    """A declared ``min_coverage`` (a share in [0, 1]; 0 turns the check off), or None.
-
-    Raises:
-        ValueError: naming ``where``, for anything but a number in [0, 1].
-    """
+    """A declared ``min_coverage`` (a share in [0, 1]; 0 turns the check off), or None;
+    ValueError naming ``where`` for anything else."""
     if raw is None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0.0 <= raw <= 1.0:
@@ -131,8 +115,7 @@ def coverage_problem(
 
 
 def _recording(sf: Any) -> tuple[float, str] | None:
-    """(duration in seconds, file) of a session's main video; None without a readable one
-    (extraction reports that)."""
+    """(seconds, file) of a session's main video; None without a readable one (extraction says)."""
     video = sf.video or sf.media.get("video_person") or sf.media.get("video_partner")
     if video is None:
         return None
@@ -174,11 +157,7 @@ def apply_declarations(
 ) -> None:
     """Add the config's declarations (``targets`` as in featurestore.yaml, ``min_coverage``) to
     scanned sessions, in place: they replace the OMG layout's own, and must agree with a
-    manifest's (a target declared twice differently is an error: the session's layout checks).
-
-    Raises:
-        ValueError: a declaration of the config (``where``) that contradicts the manifest's.
-    """
+    manifest's (ValueError naming ``where`` otherwise: the session's layout checks)."""
     scales = {t: [float(v) for v in spec["scale"]] for t, spec in targets.items()}
     for sf in sessions:
         layout_of(sf.layout).check_declarations(sf, scales, min_coverage, where)

@@ -1,14 +1,6 @@
-"""Session discovery: the OMG-Empathy layout (the default) or a manifest of any corpus.
-
-**Manifest.** ``scan(manifest=FILE)`` reads one row per session from a CSV or YAML file
-(:mod:`featurestore.sources.manifest_file` describes the columns): any session ids, people,
-groups, a shared video or media per role, rating files per target, split and fold.
-
-**OMG-Empathy layout** (no manifest). Files are matched by the ``Subject_<L>_Story_<S>``
-part of their name, at any depth and in any case. The target of an annotation CSV is read
-from its path: a folder or file name containing ``observer`` marks an observer rating, of
-the speaker when ``speaker`` appears too and of the listener otherwise; everything else is
-the listener's self-rating (``valence_self``).
+"""Session discovery: the OMG-Empathy layout (the default: files matched by their
+``Subject_<L>_Story_<S>`` names, docs/corpus.md) or a manifest of any corpus
+(:mod:`featurestore.sources.manifest_file`).
 """
 
 from __future__ import annotations
@@ -90,11 +82,10 @@ class SessionFiles:
 
     def to_record(self) -> dict:
         d = asdict(self)
-        d["video"] = str(self.video) if self.video else ""
-        d["transcript"] = str(self.transcript) if self.transcript else ""
-        d["annotations"] = {k: str(v) for k, v in self.annotations.items()}
-        d["media"] = {k: str(v) for k, v in self.media.items()}
-        d["imports"] = {k: str(v) for k, v in self.imports.items()}
+        for key in ("video", "transcript"):
+            d[key] = str(d[key] or "")
+        for key in ("annotations", "media", "imports"):
+            d[key] = {k: str(v) for k, v in d[key].items()}
         return d
 
     @classmethod
@@ -146,12 +137,11 @@ class ScanReport:
         return {s.session: s for s in self.sessions}
 
     def duplicates(self) -> dict[str, list[Path]]:
+        """Session -> its files reported as duplicates."""
         out: dict[str, list[Path]] = defaultdict(list)
         for i in self.issues:
-            if i.kind == "duplicate":
-                ls = parse_session(i.path.name)
-                if ls:
-                    out[session_name(*ls)].append(i.path)
+            if i.kind == "duplicate" and (ls := parse_session(i.path.name)):
+                out[session_name(*ls)].append(i.path)
         return dict(out)
 
 
@@ -184,21 +174,12 @@ def scan(
     manifest: str | Path | None = None,
     allow_outside: bool = False,
 ) -> ScanReport:
-    """Find sessions under ``data_dir`` (OMG-Empathy layout), or read them from ``manifest``
-    (whose files must be inside its folder unless ``allow_outside``).
-
-    With ``manifest`` (a CSV or YAML file, see :mod:`featurestore.sources.manifest_file`),
-    ``data_dir`` is not searched and ``story_speaker``/``splits`` do not apply: the manifest's
-    rows are the sessions (:class:`~featurestore.sources.manifest_file.ManifestError`, naming
-    file, row and column, for a row that cannot be used).
-
-    Without one:
-    Returns every session that has a video, annotation or transcript, and an issue for each
-    file that is a duplicate (two videos, or two annotations of one target, for a session),
+    """The sessions of ``manifest`` (:func:`scan_manifest`; ``data_dir``, ``story_speaker`` and
+    ``splits`` do not apply), or else those found under ``data_dir`` in the OMG-Empathy layout:
+    every session with a video, annotation or transcript, and an issue for each duplicate,
     unmatched (an annotation or transcript with no video; a video with no self-rating) or
-    unparsable (a media or annotation file whose name has no ``Subject_<L>_Story_<S>``, a
-    story with no speaker mapping, a CSV without a ``valence`` header).
-    """
+    unparsable file (no ``Subject_<L>_Story_<S>`` name, a story with no speaker mapping, a CSV
+    without a ``valence`` header)."""
     if manifest is not None:
         return scan_manifest(manifest, allow_outside)
     if data_dir is None:
@@ -224,8 +205,7 @@ def scan(
 
 @dataclass
 class _Found:
-    """What :func:`scan` found so far: each session's files by kind, in the order met, and the
-    issues."""
+    """What :func:`scan` found so far: each session's files by kind, in order, and the issues."""
 
     videos: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
     annots: dict[tuple[str, str], list[Path]] = field(default_factory=lambda: defaultdict(list))
@@ -234,8 +214,7 @@ class _Found:
     issues: list[ScanIssue] = field(default_factory=list)
 
     def add(self, path: Path, root: Path, story_speaker: Mapping[int, int]) -> None:
-        """File ``path`` (under ``root``) among its session's videos, transcripts or annotations,
-        or an issue; files of other kinds are ignored."""
+        """File ``path`` among its session's videos, transcripts or annotations, or an issue."""
         ext = path.suffix.lower()
         if ext not in VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS:
             return
@@ -250,28 +229,17 @@ class _Found:
             self._add_csv(path, sid, root)
 
     def _session_of(self, path: Path, ext: str, story_speaker: Mapping[int, int]) -> str | None:
-        """The session a file's name says, or None (with an issue for a media file, or a story
-        without a speaker)."""
+        """The session a file's name says, or None (an issue for a media file or an unknown story)."""
         ls = parse_session(path.stem)
         if ls is None:
             if ext in VIDEO_EXTS or ext in TRANSCRIPT_EXTS:
-                self.issues.append(
-                    ScanIssue(
-                        path,
-                        "unparsable",
-                        "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern",
-                    )
-                )
+                why = "name has no Subject_<L>_Story_<S>; rename it to the corpus pattern"
+                self.issues.append(ScanIssue(path, "unparsable", why))
             return None
         listener, story = ls
         if story not in story_speaker:
-            self.issues.append(
-                ScanIssue(
-                    path,
-                    "unparsable",
-                    f"story {story} has no speaker mapping; add it under story_speaker in the config",
-                )
-            )
+            why = f"story {story} has no speaker mapping; add it under story_speaker in the config"
+            self.issues.append(ScanIssue(path, "unparsable", why))
             return None
         sid = session_name(listener, story)
         self.ids[sid] = ls
@@ -281,7 +249,7 @@ class _Found:
         """An annotation CSV (a ``valence`` column) of its target; another CSV is a per-frame
         table, reported only when it looks like an annotation."""
         header = _csv_header(path)
-        if header is None or not header:
+        if not header:
             self.issues.append(ScanIssue(path, "unparsable", "not a readable CSV file"))
             return
         if "valence" not in header:
@@ -297,18 +265,14 @@ class _Found:
     def _first(self, paths: list[Path], what: str, sid: str) -> Path | None:
         """The first of a session's ``paths`` of one kind; the others are duplicates."""
         for extra in paths[1:]:
-            self.issues.append(
-                ScanIssue(
-                    extra, "duplicate", f"second {what} for {sid} (first: {paths[0]}); keep one"
-                )
-            )
+            why = f"second {what} for {sid} (first: {paths[0]}); keep one"
+            self.issues.append(ScanIssue(extra, "duplicate", why))
         return paths[0] if paths else None
 
     def session(
         self, sid: str, listener: int, story: int, speaker: int, splits: Mapping[str, list[int]]
     ) -> SessionFiles:
-        """Session ``sid``'s files (the first of each kind), its duplicates and unmatched files
-        reported."""
+        """Session ``sid``'s files (the first of each kind; the others and unmatched ones: issues)."""
         sf = SessionFiles(sid, listener, story, speaker, story_split(story, splits))
         sf.video = self._first(self.videos.get(sid, []), "video", sid)
         for (asid, target), paths in self.annots.items():
@@ -320,20 +284,13 @@ class _Found:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
                 self.issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
         elif "valence_self" not in sf.annotations:
-            self.issues.append(
-                ScanIssue(
-                    sf.video,
-                    "unmatched",
-                    f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted "
-                    "but not used for training",
-                )
-            )
+            why = f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training"
+            self.issues.append(ScanIssue(sf.video, "unmatched", why))
         return sf
 
 
 def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
-    """The sessions of a manifest file (layout ``manifest``), in its row order; see :func:`scan`
-    (``allow_outside``: accept files outside the manifest's folder)."""
+    """The sessions of a manifest file (layout ``manifest``), in its row order."""
     rows = read_manifest(path, allow_outside)
     scales, min_coverage = read_manifest_declarations(path)
     people = id_numbers([r.person for r in rows] + [r.partner for r in rows if r.partner])
@@ -367,8 +324,7 @@ def scan_manifest(path: str | Path, allow_outside: bool = False) -> ScanReport:
 
 
 def check_labels(report: ScanReport) -> None:
-    """Read every session's rating files against their declared scales and coverage
-    (:func:`~.label_checks.check_session_labels`), adding an ``invalid`` issue per problem."""
+    """An ``invalid`` issue per problem of :func:`~.label_checks.check_session_labels`."""
     for sf in report.sessions:
         for path, problem in check_session_labels(sf):
             reason = problem.removeprefix(f"{path}: ")
@@ -379,13 +335,8 @@ def read_scan_json(path: str | Path) -> tuple[list[SessionFiles], dict[str, list
     """The sessions and duplicates (session -> extra files) that ``featurestore scan`` wrote to ``path``."""
     payload = json.loads(Path(path).read_text())
     sessions = [SessionFiles.from_record(r) for r in payload["sessions"]]
-    dups: dict[str, list[Path]] = {}
-    for i in payload["issues"]:
-        if i["kind"] == "duplicate":
-            ls = parse_session(Path(i["path"]).name)
-            if ls:
-                dups.setdefault(session_name(*ls), []).append(Path(i["path"]))
-    return sessions, dups
+    issues = [ScanIssue(Path(i["path"]), i["kind"], i.get("reason", "")) for i in payload["issues"]]
+    return sessions, ScanReport(sessions, issues).duplicates()
 
 
 def write_manifest(report: ScanReport, path: str | Path) -> Path:

@@ -98,15 +98,8 @@ def read_manifest(path: str | Path, allow_outside: bool = False) -> list[Manifes
     """The sessions of a CSV (``.csv``) or YAML (``.yaml``/``.yml``) manifest, checked; every file
     it names must be inside the manifest's folder (symbolic links and ``..`` resolved) unless
     ``allow_outside`` (``--allow-outside-paths``), so a manifest cannot make the tools read, and
-    quote, files elsewhere on the machine.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ManifestError: unknown or missing columns, empty required values, duplicate session
-            ids, files that do not exist or lie outside the manifest's folder, a session without
-            media; each problem names the
-            file, the row (and its line) and the column.
-    """
+    quote, files elsewhere on the machine. A :class:`ManifestError` lists every problem, each
+    naming the file, the row (and its line) and the column."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"manifest {path} does not exist; check the --manifest path")
@@ -137,11 +130,7 @@ def read_manifest_declarations(
 ) -> tuple[dict[str, tuple[float, float]], float | None]:
     """(target -> declared scale, ``min_coverage`` or None) of a YAML manifest written as a
     mapping (``targets: {valence: {scale: [1, 9]}}``, ``min_coverage: 0.8``, ``sessions: [...]``);
-    nothing for a CSV manifest or a bare list (declare them in featurestore.yaml).
-
-    Raises:
-        ManifestError: an unknown top-level key, or a malformed declaration, named.
-    """
+    nothing for a CSV manifest or a bare list (declare them in featurestore.yaml)."""
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml"):
         return {}, None
@@ -212,8 +201,7 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line, key -> value) of each session of a YAML manifest: a list of mappings, or a
-    mapping with a ``sessions`` list; a ``labels`` mapping becomes ``label_<target>`` keys."""
+    """(line, key -> value) of each session of a YAML manifest (a list, or a ``sessions:`` one)."""
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
     except (OSError, UnicodeDecodeError) as e:
@@ -236,42 +224,27 @@ def _read_yaml(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise ManifestError(path, [f"{path}: session {i}: expected a mapping of columns"])
         entry = dict(entry)
         line = int(entry.pop("__line__", 0))
-        labels = entry.pop("labels", None)
-        if isinstance(labels, Mapping):
-            for k, v in labels.items():
-                if k == "__line__":
-                    continue
-                if isinstance(v, Mapping):  # target: {rater: file}
-                    entry.update(
-                        {f"{LABEL_PREFIX}{k}@{r}": f for r, f in v.items() if r != "__line__"}
-                    )
-                else:
-                    entry[f"{LABEL_PREFIX}{k}"] = v
-        elif labels is not None:
-            entry["labels"] = labels  # reported as a bad column below
-        _yaml_ratings(entry)
+        _flatten(entry, "labels", LABEL_PREFIX)
+        _flatten(entry, "ratings", RATING_PREFIX)
         out.append((line, {str(k): "" if v is None else str(v).strip() for k, v in entry.items()}))
     return out
 
 
-def _yaml_ratings(entry: dict[str, Any]) -> None:
-    """A YAML session's ``ratings:`` mapping (``target: value`` or ``target: {rater: value}``)
-    as ``rating_<target>`` / ``rating_<target>@<rater>`` keys, in place."""
-    ratings = entry.pop("ratings", None)
-    if ratings is None:
+def _flatten(entry: dict[str, Any], key: str, prefix: str) -> None:
+    """A YAML session's ``labels:`` or ``ratings:`` mapping (``target: value`` or ``target:
+    {rater: value}``) as ``<prefix><target>`` / ``<prefix><target>@<rater>`` keys, in place."""
+    given = entry.pop(key, None)
+    if not isinstance(given, Mapping):
+        if given is not None:
+            entry[key] = given  # reported as a bad column
         return
-    if not isinstance(ratings, Mapping):
-        entry["ratings"] = ratings  # reported as a bad column below
-        return
-    for target, value in ratings.items():
+    for target, value in given.items():
         if target == "__line__":
             continue
         if isinstance(value, Mapping):
-            entry.update(
-                {f"{RATING_PREFIX}{target}@{r}": v for r, v in value.items() if r != "__line__"}
-            )
+            entry.update({f"{prefix}{target}@{r}": v for r, v in value.items() if r != "__line__"})
         else:
-            entry[f"{RATING_PREFIX}{target}"] = value
+            entry[f"{prefix}{target}"] = value
 
 
 class _Checker:
@@ -292,36 +265,29 @@ class _Checker:
         p = Path(value)
         p = p if p.is_absolute() else self.base / p
         if not self.allow_outside and not p.resolve().is_relative_to(self.base.resolve()):
-            self.fail(
-                row,
-                line,
-                column,
+            why = (
                 f"{value} is outside the manifest's folder {self.base}; keep the corpus's files "
-                "under it, or pass --allow-outside-paths to read files elsewhere",
+                "under it, or pass --allow-outside-paths to read files elsewhere"
             )
-            return None
-        if not p.is_file():
-            self.fail(
-                row, line, column, f"no file {p}; paths are relative to the manifest's folder"
-            )
-            return None
-        return p
+        elif not p.is_file():
+            why = f"no file {p}; paths are relative to the manifest's folder"
+        else:
+            return p
+        self.fail(row, line, column, why)
+        return None
 
     def row(self, row: int, line: int, values: Mapping[str, str]) -> ManifestRow | None:
-        """Row ``row`` (at ``line``) as a :class:`ManifestRow`; None, with its problems, when it
-        cannot be used."""
+        """Row ``row`` as a :class:`ManifestRow`; None, with its problems, when it cannot be used."""
         self.columns(row, line, values)
         n = len(self.problems)
         for col in REQUIRED:
             if not values.get(col):
                 self.fail(row, line, col, "empty or missing; every session needs it")
         self._check_id(row, line, values.get("session", ""))
-        out = ManifestRow(
-            row, line, values.get("session", ""), values.get("person", ""), values.get("group", "")
-        )
-        out.partner = values.get("partner", "")
-        out.split = values.get("split", "") or "unassigned"
-        out.fold = values.get("fold", "")
+        get = values.get
+        out = ManifestRow(row, line, get("session", ""), get("person", ""), get("group", ""))
+        out.partner, out.fold = get("partner", ""), get("fold", "")
+        out.split = get("split", "") or "unassigned"
         if values.get("split_x"):
             try:
                 out.split_x = int(values["split_x"])
@@ -376,27 +342,16 @@ class _Checker:
             if col.startswith(LABEL_PREFIX) and value:
                 key = col[len(LABEL_PREFIX) :]
                 target, sep, rater = key.partition("@")
-                if sep and not (
-                    SESSION_ID.match(target) and SESSION_ID.match(rater) and "@" not in rater
-                ):
-                    self.fail(
-                        row,
-                        line,
-                        col,
-                        "a per-rater column is label_<target>@<rater>, each a name of letters, "
-                        "digits, '_', '.', '-'",
-                    )
-                    continue
-                if sep and values.get(f"{LABEL_PREFIX}{target}"):
-                    self.fail(
-                        row,
-                        line,
-                        col,
+                if sep and not (SESSION_ID.match(target) and SESSION_ID.match(rater)):
+                    why = "a per-rater column is label_<target>@<rater>, each a name of letters, digits, '_', '.', '-'"
+                    self.fail(row, line, col, why)
+                elif sep and values.get(f"{LABEL_PREFIX}{target}"):
+                    why = (
                         f"give label_{target} or per-rater label_{target}@<rater> files, not both "
-                        "(the raters' mean becomes the target's labels)",
                     )
-                    continue
-                if (p := self.file(row, line, col, value)) is not None:
+                    why += "(the raters' mean becomes the target's labels)"
+                    self.fail(row, line, col, why)
+                elif (p := self.file(row, line, col, value)) is not None:
                     out.labels[key] = p
         if values.get("transcript"):
             out.transcript = self.file(row, line, "transcript", values["transcript"])
@@ -419,33 +374,26 @@ class _Checker:
             except ValueError:
                 number = math.nan
             if not math.isfinite(number):
-                self.fail(
-                    row, line, col, f"{value!r} is not a number; a rating is one number per session"
-                )
+                why = f"{value!r} is not a number; a rating is one number per session"
+                self.fail(row, line, col, why)
                 continue
             out.ratings.setdefault(m.group(1), {})[m.group(2) or ""] = number
         for target, by_rater in out.ratings.items():
             if "" in by_rater and len(by_rater) > 1:
-                self.fail(
-                    row,
-                    line,
-                    f"{RATING_PREFIX}{target}",
-                    "given beside per-rater columns rating_" + target + "@<rater>; give one or the "
-                    "other (the stored rating is the mean over raters)",
-                )
+                why = f"given beside per-rater columns rating_{target}@<rater>; give one or the other "
+                why += "(the stored rating is the mean over raters)"
+                self.fail(row, line, f"{RATING_PREFIX}{target}", why)
 
     def _check_media(self, row: int, line: int, values: Mapping[str, str]) -> None:
         per_role = [c for c in ("video_person", "video_partner") if values.get(c)]
         if values.get("video") and per_role:
-            self.fail(
-                row, line, per_role[0], "give one shared `video` or a video per role, not both"
-            )
+            why = "give one shared `video` or a video per role, not both"
+            self.fail(row, line, per_role[0], why)
         if not any(values.get(c) for c in MEDIA):
             self.fail(row, line, "video", f"no media; give one of {', '.join(MEDIA)}")
-        if values.get("video_partner") and not values.get("partner"):
-            self.fail(row, line, "partner", "empty but video_partner is given; name the partner")
-        if values.get("audio_partner") and not values.get("partner"):
-            self.fail(row, line, "partner", "empty but audio_partner is given; name the partner")
+        for col in ("video_partner", "audio_partner"):
+            if values.get(col) and not values.get("partner"):
+                self.fail(row, line, "partner", f"empty but {col} is given; name the partner")
         if values.get("split_x") and not values.get("video"):
             self.fail(row, line, "split_x", "a crop boundary needs a shared `video`")
 

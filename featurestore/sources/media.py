@@ -5,6 +5,7 @@ decoded luma plane itself).
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Generator, Iterator
@@ -44,7 +45,7 @@ class VideoInfo:
 
 
 def _open(path: Path) -> Any:
-    """The PyAV container of ``path``; :class:`MediaError` when it is missing or unreadable."""
+    """The PyAV container of ``path``; :class:`MediaError` when missing or unreadable."""
     import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     if not path.exists():
@@ -165,7 +166,6 @@ def iter_frames(
 def _decode_sampled(
     path: Path, sample_fps: float | None, threads: bool, formats: tuple[str, ...], single: bool
 ) -> Generator[tuple[int, float, Any], None, None]:
-    """``(index, time_s, image or format -> image)`` of the sampled frames (see :func:`iter_frames`)."""
     import av  # lazily: PyAV takes 0.15 s to import and only decoding needs it
 
     c = _open(path)
@@ -185,10 +185,8 @@ def _decode_sampled(
                 if i + 1e-9 < next_sample:
                     continue
                 next_sample += step
-                if single:
-                    yield i, i / fps, _convert(frame, formats[0])
-                else:
-                    yield i, i / fps, {f: _convert(frame, f) for f in formats}
+                images = {f: _convert(frame, f) for f in formats}
+                yield i, i / fps, images[formats[0]] if single else images
         except av.error.FFmpegError as e:
             raise MediaError(
                 f"{path}: decoding failed after {i + 1} frames ({e}); "
@@ -263,11 +261,8 @@ def read_audio(path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
         resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
         chunks: list[np.ndarray] = []
         try:
-            for frame in c.decode(stream):
-                for out in resampler.resample(frame):
-                    chunks.append(out.to_ndarray().reshape(-1))
-            for out in resampler.resample(None):
-                chunks.append(out.to_ndarray().reshape(-1))
+            for frame in itertools.chain(c.decode(stream), [None]):  # None: flush the resampler
+                chunks += [out.to_ndarray().reshape(-1) for out in resampler.resample(frame)]
         except av.error.FFmpegError as e:
             raise MediaError(
                 f"{path}: audio decoding failed ({e}); the file is corrupt or truncated - re-copy or re-encode it"

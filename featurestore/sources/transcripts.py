@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FeaturestoreError
@@ -47,7 +47,6 @@ class Cue:
 
     @property
     def duration_s(self) -> float:
-        """Seconds from start to end."""
         return self.end_s - self.start_s
 
     @property
@@ -169,15 +168,7 @@ def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
             extra = _cues_of(last.start_s, last.end_s, text_lines, last.role, last.line)
             merged = {c.role: c for c in extra}
             same = merged.pop(last.role, None)
-            cues.append(
-                Cue(
-                    last.start_s,
-                    last.end_s,
-                    last.role,
-                    f"{last.text} {same.text}".strip() if same else last.text,
-                    last.line,
-                )
-            )
+            cues.append(replace(last, text=f"{last.text} {same.text}".strip()) if same else last)
             cues.extend(merged.values())
             block.clear()
             return
@@ -275,13 +266,6 @@ def read_transcript(path: str | Path) -> list[Cue]:
     if ext in (".ass", ".ssa"):
         return parse_ass(text, str(path))
     raise TranscriptError(f"{path}: unknown transcript type {ext!r}; use .srt or .ass")
-
-
-def cues_of_role(cues: Iterable[Cue], role: str) -> list[Cue]:
-    """The cues attributed to ``role`` (``"speaker"`` or ``"listener"``)."""
-    if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {ROLES}")
-    return [c for c in cues if c.role == role]
 
 
 def speaking_intervals(cues: Iterable[Cue]) -> list[tuple[float, float, str]]:

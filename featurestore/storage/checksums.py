@@ -3,8 +3,6 @@ carries the SHA-256 of its dtype, shape and bytes in its ``sha256`` attribute; a
 and refuses rows that were changed outside the store (h5py by hand, a flipped byte on disk).
 
 >>> import numpy as np
-
-from .errors import DamagedShardError
 >>> digest(np.zeros(3, dtype=np.float32)) == digest(np.zeros(3, dtype=np.float32))
 True
 >>> digest(np.zeros(3, dtype=np.float32)) == digest(np.zeros(3, dtype=np.float64))
@@ -56,13 +54,8 @@ def create(grp: h5py.Group, name: str, values: Any, **kwargs: Any) -> h5py.Datas
 def stamp_unchecked(f: h5py.File) -> int:
     """Stamp every dataset of ``f`` that has no digest with that of its rows; how many."""
     todo: list[h5py.Dataset] = []
-    f.visititems(
-        lambda _, obj: (
-            todo.append(obj)
-            if isinstance(obj, h5py.Dataset) and DIGEST_ATTR not in obj.attrs
-            else None
-        )
-    )
+    f.visititems(lambda _, obj: todo.append(obj) if isinstance(obj, h5py.Dataset) else None)
+    todo = [ds for ds in todo if DIGEST_ATTR not in ds.attrs]
     for ds in todo:
         stamp(ds, ds[()])
     return len(todo)
@@ -91,13 +84,9 @@ def problem(ds: h5py.Dataset, values: np.ndarray | None = None) -> str:
 
 
 def read_rows(ds: h5py.Dataset, path: str | Path | None = None) -> np.ndarray:
-    """The rows of ``ds``, checked against its digest.
-
-    Raises:
-        DamagedShardError: the rows cannot be read or do not match the digest written with them
-            (or the digest is missing in a shard whose schema has them); the message names the
-            shard ``path`` (default: the open file) and the dataset and says to re-extract.
-    """
+    """The rows of ``ds``, checked against its digest: :class:`DamagedShardError` naming the
+    shard ``path`` (default: the open file) and the dataset when they cannot be read, do not
+    match, or lack the digest their schema promises."""
     where = f"{path or ds.file.filename}: dataset {ds.name.strip('/')}"
     try:
         values = ds[()]

@@ -1,12 +1,7 @@
 """A corpus layout is one object: how a corpus names its sessions' people, in which words its
-tables and reports speak, and what it checks. A shard records its layout's name (root attribute
-``layout``, docs/design.md#shard-layout); :func:`layout_of` resolves that name once, and the
-code downstream asks the object (``layout.words``, ``layout.role_names``, ``layout.ids(row)``,
-``layout.people(meta)``, ``layout.check_declarations(...)``), never compares the name.
-
-Two are built in: :data:`OMG` (OMG-Empathy's ``Subject_<L>_Story_<S>`` sessions, found by name)
-and :data:`MANIFEST` (the rows of a manifest, ids as written). A third is one module: subclass
-:class:`CorpusLayout` (or one of these) and pass an instance to :func:`register_layout`.
+tables and reports speak, and what it checks; a shard records its name (root attribute
+``layout``) and :func:`layout_of` resolves it. Built in: :data:`OMG` and :data:`MANIFEST`; a
+third is one registered :class:`CorpusLayout` (docs/development.md, adding a corpus layout).
 
 >>> layout_of("manifest").role_names["listener"], layout_of("omg").words.group
 ('person', 'story')
@@ -34,13 +29,11 @@ class CorpusWords:
     scene: str = "scene"
 
     def roles(self) -> dict[str, str]:
-        """Store role -> this corpus's word for it."""
         return {"listener": self.listener, "speaker": self.speaker, "scene": self.scene}
 
 
 class SessionIds(Protocol):
-    """What :meth:`CorpusLayout.people` reads of a session (a shard's
-    :class:`~featurestore.storage.shard.SessionMeta`)."""
+    """What :meth:`CorpusLayout.people` reads of a session (a shard's ``SessionMeta``)."""
 
     listener: int
     story: int
@@ -51,8 +44,7 @@ class SessionIds(Protocol):
 
 
 class Declared(Protocol):
-    """What :meth:`CorpusLayout.check_declarations` reads of a scanned session
-    (:class:`~featurestore.sources.manifest.SessionFiles`)."""
+    """What :meth:`CorpusLayout.check_declarations` reads of a scanned ``SessionFiles``."""
 
     scales: dict[str, list[float]]
     min_coverage: float | None
@@ -77,6 +69,9 @@ class CorpusLayout:
     #: the integers only number them): a file named ``Subject_<L>_Story_<S>`` that is none of
     #: them is refused, never a new shard
     listed: ClassVar[bool] = True
+    #: a config's declarations (scales, min_coverage) must agree with the session's own; False:
+    #: they replace the layout's own
+    declarations_agree: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return f"<corpus layout {self.name}>"
@@ -160,12 +155,11 @@ class CorpusLayout:
         min_coverage: float | None,
         where: str,
     ) -> None:
-        """Refuse a config's declarations (``scales``: target -> [low, high], ``min_coverage``,
-        from ``where``) that contradict the session's own (a manifest's): one place each.
-
-        Raises:
-            ValueError: naming the key and both values.
-        """
+        """ValueError for a config's declaration (``scales``: target -> [low, high],
+        ``min_coverage``, from ``where``) that contradicts the session's own (a manifest's),
+        unless :attr:`declarations_agree` is False."""
+        if not self.declarations_agree:
+            return
         for t, scale in scales.items():
             if session.scales.get(t, scale) != scale:
                 raise ValueError(
@@ -183,14 +177,14 @@ class CorpusLayout:
 
 
 class OmgLayout(CorpusLayout):
-    """OMG-Empathy's: dyads of a listener (the rated person) and a speaker telling a story,
-    found by their ``Subject_<L>_Story_<S>`` names; its ids are the numbers and its words are
-    the store's own."""
+    """OMG-Empathy's: listener and speaker, found by ``Subject_<L>_Story_<S>`` names; its ids
+    are the numbers and its words are the store's own."""
 
     name = "omg"
     words = CorpusWords(listener="listener", speaker="speaker", group="story")
     native = True
     listed = False
+    declarations_agree = False  # the config's declarations replace the layout's own
 
     def ids(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The numbers (listener, story, speaker), as a listed layout's table shows them."""
@@ -204,21 +198,10 @@ class OmgLayout(CorpusLayout):
         return f"listener {meta.listener}, story {meta.story}, speaker {meta.speaker}"
 
     def note(self, monadic: bool = False) -> str:
-        """Nothing: the reports' words are the OMG layout's."""
-        return ""
+        return ""  # the reports' words are the OMG layout's
 
     def in_words(self, text: str, keep: Collection[str] = ()) -> str:
-        """``text`` as it is: the reports' prose is in the OMG layout's words."""
         return text
-
-    def check_declarations(
-        self,
-        session: Declared,
-        scales: Mapping[str, list[float]],
-        min_coverage: float | None,
-        where: str,
-    ) -> None:
-        """Nothing: the config's declarations replace the layout's own."""
 
 
 class ManifestLayout(CorpusLayout):
@@ -229,11 +212,6 @@ class ManifestLayout(CorpusLayout):
     words = CorpusWords(listener="person", speaker="partner", group="group")
 
 
-OMG = OmgLayout()
-MANIFEST = ManifestLayout()
-#: the layout of a shard that records none, or one this version does not know: the store's words
-DEFAULT_LAYOUT: CorpusLayout = OMG
-
 _LAYOUTS: dict[str, CorpusLayout] = {}
 
 
@@ -243,8 +221,10 @@ def register_layout(layout: CorpusLayout) -> CorpusLayout:
     return layout
 
 
-register_layout(OMG)
-register_layout(MANIFEST)
+OMG = register_layout(OmgLayout())
+MANIFEST = register_layout(ManifestLayout())
+#: the layout of a shard that records none, or one this version does not know: the store's words
+DEFAULT_LAYOUT: CorpusLayout = OMG
 
 
 def layout_of(name: str) -> CorpusLayout:

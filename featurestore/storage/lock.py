@@ -1,15 +1,6 @@
-"""One writer per shard at a time: an OS file lock around every read-modify-rename of a shard.
-
-Each write of a shard (:func:`featurestore.storage.store._rewritten`) reads the shard, changes a
-copy and renames the copy over it. Two writers doing that at once would each start from the
-same old shard and the last rename would drop the other's change, so every write holds an
-exclusive ``fcntl.flock`` on ``<store>/.locks/<shard>.lock`` from before it reads until after
-its rename. A second writer of the same shard waits (saying so once per process on stderr) and
-gives up with :class:`LockTimeout` after :func:`lock_timeout_s` seconds. Readers take no lock:
-they open the shard's final path only, which the rename replaces whole. The operating system
-releases the lock when its process ends, however it ends, so a killed writer never leaves a
-stale lock behind. See docs/store.md (writers: one at a time per shard, and a full disk).
-"""
+"""One writer per shard at a time: an exclusive OS file lock on ``<store>/.locks/<shard>.lock``
+around every read-modify-rename of a shard, so two writers never drop each other's change;
+readers take none (docs/store.md, writers: one at a time per shard)."""
 
 from __future__ import annotations
 
@@ -37,11 +28,8 @@ class LockTimeout(StoreError):
 
 
 def lock_timeout_s() -> float:
-    """Seconds a writer waits for a shard's lock: ``$FEATURESTORE_LOCK_TIMEOUT_S``, else 600.
-
-    Raises:
-        StoreError: the variable is not a number >= 0.
-    """
+    """Seconds a writer waits for a shard's lock: ``$FEATURESTORE_LOCK_TIMEOUT_S``, else 600
+    (:class:`StoreError` when it is not a number >= 0)."""
     text = os.environ.get(TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_TIMEOUT_S
@@ -73,14 +61,9 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def shard_lock(shard: Path, timeout_s: float | None = None) -> Iterator[Path]:
     """Hold the exclusive write lock of ``shard`` for a ``with`` block; yields the lock file.
-
-    Waits for another writer of the same shard (one line on stderr per process) for at most
-    ``timeout_s`` seconds (default :func:`lock_timeout_s`).
-
-    Raises:
-        LockTimeout: the lock was still held after ``timeout_s`` seconds.
-        OSError: the lock file cannot be created (e.g. a read-only store folder).
-    """
+    Waits for another writer (one line on stderr per process) at most ``timeout_s`` seconds
+    (default :func:`lock_timeout_s`), then :class:`LockTimeout`; OSError when the lock file
+    cannot be created (e.g. a read-only store folder)."""
     timeout = lock_timeout_s() if timeout_s is None else timeout_s
     path = lock_path(shard)
 

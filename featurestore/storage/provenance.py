@@ -52,11 +52,8 @@ def cache_key(
     path does not count, or a string naming upstream inputs), extractor name, version, params."""
     if isinstance(source, Mapping):
         source = f"{source.get('size')}:{source.get('fingerprint')}"
-    blob = json.dumps(
-        {"source": source, "extractor": extractor, "version": version, "params": params},
-        sort_keys=True,
-        default=str,
-    )
+    what = {"source": source, "extractor": extractor, "version": version, "params": params}
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 

@@ -1,7 +1,5 @@
-"""The store's roles ``listener`` (the rated person), ``speaker`` (the partner) and ``scene``,
-and the words a config may use for them: any registered layout's
-(:mod:`featurestore.storage.layouts`), read back as the store's (:func:`store_key`) and shown in
-the corpus's (:func:`corpus_key`); docs/store.md, layout.
+"""The store's roles ``listener``, ``speaker`` and ``scene``, and any registered layout's words
+for them, read back as the store's (:func:`store_key`) or shown in the corpus's (:func:`corpus_key`).
 
 >>> store_key("person/face_geom"), store_key("speaker/egemaps")
 ('listener/face_geom', 'speaker/egemaps')
@@ -20,7 +18,7 @@ STORE_ROLES = ("speaker", "listener", "scene")
 
 
 def _words() -> dict[str, str]:
-    """Every word a config may use for a role (any registered layout's) -> the store role."""
+    """Any registered layout's word for a role -> the store role."""
     return {w: r for la in layouts() for r, w in la.role_names.items()}
 
 

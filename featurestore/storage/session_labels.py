@@ -89,11 +89,8 @@ def check_ratings(ratings: Ratings, where: str | Path = "") -> None:
 
 
 def write_session_labels(f: h5py.File, ratings: Ratings, source: Mapping) -> None:
-    """Replace the ratings of the targets in ``ratings`` in an open shard (other targets stay).
-
-    Raises:
-        ValueError: see :func:`check_ratings`; nothing is written then.
-    """
+    """Replace the ratings of the targets in ``ratings`` in an open shard (other targets stay);
+    nothing is written when :func:`check_ratings` refuses them."""
     check_ratings(ratings)
     labels = f.require_group(GROUP)
     raters_root = f.require_group(RATERS_GROUP)

@@ -148,13 +148,8 @@ def how_to_add(keys: Sequence[str]) -> str:
     return next((CHANNEL_HINTS[c] for c in names if c in CHANNEL_HINTS), DEFAULT_HINT)
 
 
-def _schema_name(version: Any) -> str:
-    return "no schema version" if version is None else f"schema version {int(version)}"
-
-
 class ShardReader:
-    """Reads the layout of one open shard ``f`` (at ``path``, named in every error), from
-    :meth:`featurestore.storage.store.Store.open_session`, while that block is open."""
+    """Reads the layout of one open shard ``f`` (at ``path``, named in every error)."""
 
     def __init__(self, f: h5py.File, path: Path) -> None:
         self.file = f
@@ -163,7 +158,6 @@ class ShardReader:
 
     @property
     def session(self) -> str:
-        """The session id (the file's name)."""
         return self.path.stem
 
     @property
@@ -198,17 +192,17 @@ class ShardReader:
         also one it cannot upgrade to :data:`SCHEMA_VERSION` when writing, see :func:`upgrade`)."""
         version = self.file.attrs.get("schema_version")
         if version is None or int(version) not in READABLE_SCHEMAS:
+            has = "no schema version" if version is None else f"schema version {int(version)}"
             readable = ", ".join(str(v) for v in READABLE_SCHEMAS)
-            left = "; it was left as it is: move it aside (keep it if you need its channels) and "
+            fix = (
+                "; it was left as it is: move it aside (keep it if you need its channels) and "
+                "re-run `featurestore extract` to rebuild it"
+                if write
+                else ". Move it aside and rebuild it with `featurestore extract` "
+                "(check the store with `featurestore verify`)"
+            )
             raise StoreError(
-                f"{self.path} has {_schema_name(version)}; this tool reads and writes schema version "
-                f"{readable}"
-                + (
-                    f"{left}re-run `featurestore extract` to rebuild it"
-                    if write
-                    else ". Move it aside and rebuild it with `featurestore extract` "
-                    "(check the store with `featurestore verify`)"
-                )
+                f"{self.path} has {has}; this tool reads and writes schema version {readable}{fix}"
             )
 
     # ---------------------------------------------------------------- channels
@@ -282,14 +276,11 @@ class ShardReader:
         """Label target -> the source (annotation file fingerprint) recorded with it; a rater's
         trace under ``target@rater`` (a rated target's own source maps rater -> source)."""
         f = self.file
-        out = {
-            t: json.loads(f["labels"][t].attrs.get("source", "{}")) for t in self.label_targets()
-        }
-        if "raters" in f:
-            for t in f["raters"]:
-                for r in f["raters"][t]:
-                    out[f"{t}@{r}"] = json.loads(f["raters"][t][r].attrs.get("source", "{}"))
-        return out
+        names = {t: f"labels/{t}" for t in self.label_targets()}
+        names.update(
+            {f"{t}@{r}": f"raters/{t}/{r}" for t in f.get("raters", {}) for r in f["raters"][t]}
+        )
+        return {key: json.loads(f[name].attrs.get("source", "{}")) for key, name in names.items()}
 
     def labels(self, target: str) -> np.ndarray:
         """(n_frames,) float32 labels of ``target``; :class:`StoreError` when absent."""
@@ -332,14 +323,8 @@ class ShardReader:
     ) -> SessionData:
         """Channels ``keys`` and the labels of ``target`` (None: no labels), checked first; a
         hard-linked dataset is read once. ``provenance``: :class:`Channel` objects, else plain
-        :class:`Features`.
-
-        Raises:
-            StoreError: naming the shard: a schema version this tool does not read, missing root
-                attributes, missing channels (:class:`MissingChannelError`, with the command that
-                adds them), a missing target, labels not ``n_frames`` long, columns that do not
-                match the data.
-        """
+        :class:`Features`. Every :class:`StoreError` names the shard (a missing channel: a
+        :class:`MissingChannelError` with the command that adds it)."""
         self.check_schema()
         meta = self.meta
         keys = list(keys)
@@ -361,16 +346,8 @@ class ShardReader:
 
         channels: dict[str, Features] = {}
         for key in keys:
-            g = self.file[key]
-            if provenance:
-                channels[key] = read_channel_group(g, self.path, once)
-                continue
-            columns = json.loads(g.attrs["columns"])
-            try:
-                valid = read_rows(g["valid"], self.path)
-                channels[key] = Features(once(g["data"]), once(g["time"]), valid, columns)
-            except ValueError as e:
-                raise StoreError(f"{self.path}: {key}: {e}; run `featurestore verify`") from e
+            ch = read_channel_group(self.file[key], self.path, once)
+            channels[key] = ch if provenance else Features(ch.data, ch.time, ch.valid, ch.columns)
         return SessionData(meta, channels, y, target)
 
 
@@ -474,9 +451,7 @@ def write_channels(f: h5py.File, session: str, channels: Mapping[str, Channel]) 
                 f"{session}: channel {key} shares the rows of {ch.shared_with}, which itself "
                 "shares another channel's; name the channel that holds the rows"
             )
-        shared = None
-        if ch.shared_with is not None:
-            shared = _shared_target(f, session, key, ch, ch.shared_with, channels)
+        shared = None if ch.shared_with is None else _shared_target(f, session, key, ch, channels)
         write_channel(f.require_group(role), name, ch, shared)
 
 
@@ -492,14 +467,10 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _shared_target(
-    f: h5py.File,
-    session: str,
-    key: str,
-    ch: Channel,
-    target: str,
-    channels: Mapping[str, Channel],
+    f: h5py.File, session: str, key: str, ch: Channel, channels: Mapping[str, Channel]
 ) -> h5py.Group:
-    """The group ``target`` (``ch.shared_with``) whose rows ``key`` links to, checked equal."""
+    """The group ``ch.shared_with`` whose rows ``key`` links to, checked equal."""
+    target = str(ch.shared_with)
     role, name = split_key(target)
     if target == key:
         raise StoreError(
@@ -528,12 +499,9 @@ def _shared_target(
 def write_labels(
     f: h5py.File, meta: SessionMeta, labels: Mapping[str, np.ndarray], sources: Mapping[str, dict]
 ) -> None:
-    """Add or replace label targets, then check every stored one has ``meta.n_frames`` rows.
-
-    A key ``target@rater`` is one rater's trace (``/raters/<target>/<rater>``), and
-    ``/labels/<target>`` becomes the mean of the raters stored (docs/store.md, layout); a plain
-    ``target`` replaces that target's labels and drops its raters.
-    """
+    """Add or replace label targets, then check every stored one has ``meta.n_frames`` rows. A
+    key ``target@rater`` is one rater's trace, and ``/labels/<target>`` becomes the raters' mean
+    (docs/store.md, layout); a plain ``target`` replaces its labels and drops its raters."""
     plain: dict[str, np.ndarray] = {}
     rated: dict[str, dict[str, np.ndarray]] = {}
     for key, y in labels.items():
@@ -569,9 +537,7 @@ def write_labels(
         ds = _write_label(f.require_group("labels"), target, mean, src)
         ds.attrs["raters"] = json.dumps(raters)
         ds.attrs["gold_standard"] = "mean"
-    for name in ("labels", "raters"):
-        if name not in f:
-            continue
+    for name in [n for n in ("labels", "raters") if n in f]:
         for path, ds in _datasets(f[name]):
             if len(ds) != meta.n_frames:
                 raise StoreError(

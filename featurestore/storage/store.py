@@ -1,11 +1,5 @@
-"""HDF5 feature store: one shard per session, atomic locked writes, provenance, verify.
-
-The shard layout is a contract (docs/design.md#shard-layout; docs/store.md, layout). Every write
-holds the shard's lock (:mod:`featurestore.storage.lock`), changes an in-memory copy, writes it
-to a hidden temporary file that is fsynced and renamed over the shard, so a crash leaves the old
-shard or the new one and two writers never lose each other's changes; the layout itself is
-:mod:`featurestore.storage.shard`.
-"""
+"""HDF5 feature store: one shard per session (its layout: :mod:`featurestore.storage.shard`),
+atomic locked writes (docs/store.md, writers), provenance, verify."""
 
 from __future__ import annotations
 
@@ -105,7 +99,7 @@ class DiskFullError(StoreError):
 
 
 def _free_bytes(folder: Path) -> int:
-    """Bytes free for this user in ``folder``'s file system (-1 when it cannot be asked)."""
+    """Bytes free for this user in ``folder`` (-1 when it cannot be asked)."""
     try:
         return shutil.disk_usage(folder).free
     except OSError:
@@ -113,8 +107,7 @@ def _free_bytes(folder: Path) -> int:
 
 
 def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
-    """Write a shard's bytes to ``tmp``; :class:`DiskFullError` (before writing anything when
-    the space is known to be short) when the disk is full."""
+    """Write a shard's bytes to ``tmp``; :class:`DiskFullError` (before writing, when known)."""
     free = _free_bytes(tmp.parent)
     if 0 <= free < len(image):
         raise DiskFullError(final, len(image), free)
@@ -124,15 +117,10 @@ def _write_image(tmp: Path, image: memoryview, final: Path) -> None:
 
 @contextlib.contextmanager
 def _rewritten(final: Path) -> Iterator[h5py.File]:
-    """``final`` changed in a copy and renamed over it once the block completes, under the
-    shard's write lock (:func:`featurestore.storage.lock.shard_lock`).
-
-    The copy is made and changed in memory: HDF5 never writes to the disk, so a full disk is one
-    :class:`DiskFullError` from Python's write of the finished file, never an HDF5 failure
-    half-way through a flush. That file is written whole or not at all
-    (:func:`featurestore.files.replaced`): a reader (who opens ``final`` only) sees the old shard
-    or the new one.
-    """
+    """``final`` changed in a copy and renamed over it (whole or not at all:
+    :func:`featurestore.files.replaced`) once the block completes, under the shard's write lock.
+    The copy is changed in memory so that a full disk is one :class:`DiskFullError` from
+    Python's write of the finished file, never an HDF5 failure half-way through a flush."""
     needed = -1  # bytes, once the new shard is known
     try:
         with shard_lock(final):
@@ -248,8 +236,7 @@ class Store:
     def read_session(
         self, session: str, keys: Sequence[str], target: str | None = None, provenance: bool = False
     ) -> SessionData:
-        """Channels ``keys`` and the labels of ``target`` of one session, in one open
-        (:meth:`featurestore.storage.shard.ShardReader.read`, which lists what it raises)."""
+        """Channels ``keys`` and the labels of ``target`` of one session (:meth:`ShardReader.read`)."""
         return self._read(session, lambda shard: shard.read(keys, target, provenance))
 
     def check_schema(self, session: str, write: bool = False) -> None:
@@ -290,7 +277,6 @@ class Store:
     def _trace(
         self, session: str, read: Callable[[ShardReader], np.ndarray], name: str
     ) -> pd.Series:
-        """A per-frame trace of a session, indexed by frame time in seconds."""
         y, fps = self._read(
             session, lambda shard: (read(shard), shard.file.attrs.get("fps", LABEL_FPS))
         )
@@ -329,12 +315,8 @@ class Store:
         return self._read(session, lambda shard: session_labels.session_label_targets(shard.file))
 
     def session_label(self, session: str, target: str) -> float:
-        """The whole-session rating ``target`` of a session (the mean over its raters).
-
-        Raises:
-            StoreError: the shard has no such rating (the message lists those it has and how
-                to add one).
-        """
+        """The whole-session rating ``target`` of a session (the mean over its raters);
+        :class:`StoreError` listing those it has when it has none."""
         with self.open_session(session) as shard:
             value = session_labels.read_session_label(shard.file, target)
             have = session_labels.session_label_targets(shard.file)
@@ -351,8 +333,7 @@ class Store:
         return self._read(session, lambda sh: session_labels.read_session_raters(sh.file, target))
 
     def session_ratings(self, session: str) -> dict[str, dict[str, float]]:
-        """Every whole-session rating of a session, ``target -> rater -> value`` (rater ``""``
-        without raters); {} without a shard."""
+        """Every whole-session rating of a session, ``target -> rater -> value``; {} without a shard."""
         return self._read(session, lambda shard: session_labels.read_ratings(shard.file), {})
 
     def session_labels(self, target: str) -> pd.DataFrame:
@@ -372,12 +353,8 @@ class Store:
         self, session: str, ratings: Ratings, source: Mapping[str, Any]
     ) -> Path:
         """Add or replace whole-session ratings (``target -> rater -> value``) of an existing
-        shard, atomically as :meth:`write_session`.
-
-        Raises:
-            StoreError: no shard for ``session``, or the store is read-only.
-            ValueError: a bad target, rater or value; the shard is unchanged.
-        """
+        shard, atomically as :meth:`write_session` (:class:`StoreError` without a shard or
+        writable store, ValueError for a bad rating)."""
         self._check_writable()
         session_labels.check_ratings(ratings)
         final = self.shard_path(session)
@@ -407,11 +384,7 @@ class Store:
         """Add or replace channels, labels and whole-session ``ratings`` (``target -> rater ->
         value``, from ``ratings_source``) of one session in one atomic write (a changed copy
         renamed over the shard; on any error the shard is untouched). A channel with
-        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links.
-
-        Raises:
-            ValueError: a bad rating (:func:`~featurestore.storage.session_labels.check_ratings`).
-        """
+        :attr:`Channel.shared_with` is written last, its ``data`` and ``time`` as hard links."""
         self._check_writable()
         channels = dict(channels or {})
         for k in channels:
@@ -446,18 +419,10 @@ class Store:
         the corpus, its sessions), each without a shard is a problem. A writer's leftover
         temporary files are not problems (:meth:`temp_files`)."""
         sessions = self.list_sessions()
-        missing = missing_shards(self.root, sessions, corpus[1], corpus[0]) if corpus else []
-        problems = (
-            missing
-            if sessions
-            else [
-                Problem(
-                    str(self.root),
-                    "no shards found",
-                    "run `featurestore extract` or `make features`",
-                )
-            ]
-        )
+        problems = missing_shards(self.root, sessions, corpus[1], corpus[0]) if corpus else []
+        if not sessions:
+            fix = "run `featurestore extract` or `make features`"
+            problems = [Problem(str(self.root), "no shards found", fix)]
         fp_cache: dict[str, dict] = {}
         for s in sessions:
             path = self.shard_path(s)

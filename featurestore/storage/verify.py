@@ -1,9 +1,4 @@
-"""The checks of ``featurestore verify`` on one open shard (docs/store.md, layout): root
-attributes and schema version; per channel, consistent shapes, finite increasing times inside
-the session, finite valid rows, the cache key against its provenance, the extractor version,
-the source file's fingerprint; labels of ``n_frames`` rows; finite whole-session ratings; some
-labels and some channel (a shard without is stray or unfinished).
-"""
+"""The checks of ``featurestore verify`` on one open shard (docs/store.md lists them)."""
 
 from __future__ import annotations
 
@@ -19,13 +14,7 @@ from . import checksums
 from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
 from .roles import STORE_ROLES
-from .shard import (
-    READABLE_SCHEMAS,
-    SCHEMA_VERSION,
-    ShardReader,
-    StoreError,
-    read_channel_group,
-)
+from .shard import READABLE_SCHEMAS, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
 
 REBUILD = "re-run `featurestore extract --force`"
 
@@ -45,16 +34,14 @@ class Problem:
 def missing_shards(
     root: Path, have: Sequence[str], expected: Sequence[str], corpus: str
 ) -> list[Problem]:
-    """A problem per session of ``expected`` (the sessions of the corpus recorded in ``corpus``,
-    a file name) that has no shard among ``have``."""
+    """A problem per session of ``expected`` (those the file ``corpus`` lists) not in ``have``."""
+    fix = (
+        "re-run `featurestore extract` (it resumes; a session that fails says why), or "
+        "`featurestore scan` again if the corpus changed"
+    )
     present = set(have)
     return [
-        Problem(
-            s,
-            f"no shard {root / f'{s}.h5'}, though {corpus} lists the session",
-            "re-run `featurestore extract` (it resumes; a session that fails says why), or "
-            "`featurestore scan` again if the corpus changed",
-        )
+        Problem(s, f"no shard {root / f'{s}.h5'}, though {corpus} lists the session", fix)
         for s in expected
         if s not in present
     ]
@@ -94,19 +81,13 @@ def verify_shard(
     for t in f["session_labels"] if "session_labels" in f else []:
         ds = f["session_labels"][t]
         if ds.shape != () or not np.isfinite(ds[()]):
-            out.append(
-                Problem(
-                    s,
-                    f"session_labels/{t}: not one finite number ({ds[()]!r})",
-                    "re-import it: `featurestore ratings FILE` or the manifest's rating column",
-                )
-            )
+            fix = "re-import it: `featurestore ratings FILE` or the manifest's rating column"
+            out.append(Problem(s, f"session_labels/{t}: not one finite number ({ds[()]!r})", fix))
     return out
 
 
 def _checksum_problems(s: str, shard: ShardReader) -> list[Problem]:
-    """A problem per dataset whose rows do not match the digest the store wrote with them (or
-    that lacks one in a shard whose schema has them); a hard-linked dataset is checked once."""
+    """A problem per dataset that fails its checksum (:func:`.checksums.problem`)."""
     out: list[Problem] = []
 
     def check(name: str, obj: Any) -> None:
