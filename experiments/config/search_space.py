@@ -1,6 +1,5 @@
-"""The search space of an Optuna search (every list a set of choices, an axis or hyperparameter
-possibly a :class:`~.schema.Range`), limited to the configurations its track chooses among, and
-the configuration each Optuna trial samples from it (docs/config.md, Optuna search).
+"""The search space of an Optuna search (lists of choices, or ranges) on its
+track, and the configuration each Optuna trial samples from it (docs/config.md, Optuna search).
 
 >>> import optuna
 >>> from experiments.config import from_dict
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ExperimentsError
-from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial
+from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial, narrowed
 from .models import BASELINE
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
 from .schema import ExperimentConfig, ModelGrid, Range
@@ -35,18 +34,12 @@ class SearchSpaceError(ExperimentsError, ValueError):
         self.key = key
 
 
-# --------------------------------------------------------------------------- the space
 #: a search axis or hyperparameter: its list of choices, or a range (numeric ones only)
 Choices = list[Any] | Range
 
 
 def listed(choices: Choices, key: str) -> list[Any]:
-    """The choices of ``key`` where they must be a list: the categorical axes (the validator
-    allows ranges on numeric axes and hyperparameters only), or an axis checked to be a list.
-
-    Raises:
-        SearchSpaceError: ``choices`` is a range.
-    """
+    """The choices of ``key`` where they must be a list (SearchSpaceError for a range)."""
     if isinstance(choices, Range):
         raise SearchSpaceError(key, f"{key} is a range here, but it takes a list of values")
     return choices
@@ -54,18 +47,15 @@ def listed(choices: Choices, key: str) -> list[Any]:
 
 @dataclass
 class ModelSpace:
-    """One ``models`` entry in a search: its choices per axis (lists or ranges), after its
-    ``only`` and the track restriction of ``personalization``."""
+    """One ``models`` entry in a search: its choices per axis, after its ``only`` and the track."""
 
-    label: (
-        str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
-    )
+    #: the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
+    label: str
     index: int  # its place in ``models``
     spec: ModelGrid
     axes: dict[str, Choices]
 
     def choices(self, axis: str) -> list[Any]:
-        """The list of choices of a categorical ``axis`` (see :func:`listed`)."""
         return listed(self.axes[axis], axis)
 
 
@@ -79,7 +69,7 @@ class SearchSpace:
 
     def grid(self) -> dict[str, list[Any]]:
         """Every Optuna parameter a trial may suggest -> its (encoded) choices, for Optuna's
-        ``GridSampler``; raises :class:`SearchSpaceError` when a parameter is a range."""
+        ``GridSampler`` (SearchSpaceError for a range)."""
         out: dict[str, list[Any]] = {}
 
         def add(name: str, choices: Any, key: str) -> None:
@@ -119,9 +109,7 @@ class SearchSpace:
         return f"{axis}[{'|'.join(format_value(c) for c in choices)}]"
 
     def rescales(self, m: ModelSpace, personalization: str) -> list[str]:
-        """The rescaling choices a configuration with ``personalization`` may take on the track:
-        every one on the personalized track, those without the listener's identity on the
-        generalized track."""
+        """The rescaling choices a configuration with ``personalization`` may take on the track."""
         rescales = m.choices("postprocess.rescale")
         if self.track == "generalized":
             return [r for r in rescales if r not in IDENTITY_RESCALES]
@@ -129,13 +117,9 @@ class SearchSpace:
 
 
 def search_space(cfg: ExperimentConfig) -> SearchSpace:
-    """The search space of ``cfg`` for its ``search.track``: each model's axes narrowed by its ``only``
-    (inside a range too), then to the options the track may use (a generalized search none that
-    uses who is listening); a model left without a choice drops out.
-
-    Raises:
-        SearchSpaceError: no model has a configuration on the track.
-    """
+    """The search space of ``cfg`` for its ``search.track``: each model's axes narrowed by its
+    ``only``, then to the options the track may use; a model left without a choice drops out
+    (SearchSpaceError when none is left)."""
     track = cfg.search.track
     full = config_axes(cfg)
     labels = [m.name for m in cfg.models]
@@ -143,23 +127,11 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
     dropped: list[str] = []
     for i, spec in enumerate(cfg.models):
         label = spec.name if labels.count(spec.name) == 1 else f"{spec.name}#{i}"
-        axes = dict(full)
-        for axis, wanted in spec.only.items():
-            wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
-            current = axes[axis]
-            if isinstance(current, Range):
-                kept = [float(v) for v in wanted if current.contains(v)]
-            else:
-                kept = [v for v in current if v in wanted]
-            if kept:
-                axes[axis] = kept
-        m = ModelSpace(label, i, spec, axes)
-        personalizations = m.choices("personalization")
+        m = ModelSpace(label, i, spec, narrowed(full, spec))
+        pers = m.choices("personalization")
         if track == "generalized":
-            pers = [p for p in personalizations if p not in IDENTITY_PERSONALIZATIONS]
-        else:
-            pers = list(personalizations)
-        axes["personalization"] = pers
+            pers = [p for p in pers if p not in IDENTITY_PERSONALIZATIONS]
+        m.axes["personalization"] = pers = list(pers)
         if not pers or not any(SearchSpace(track, [], full).rescales(m, p) for p in pers):
             dropped.append(label)
             continue
@@ -185,21 +157,15 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
 
 
 def _encode(v: Any) -> Any:
-    """A choice as an Optuna categorical value (None, bool, int, float or str)."""
     return v if v is None or isinstance(v, bool | int | float | str) else format_value(v)
 
 
 def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
-    """Suggest one value of ``choices`` (a list, or a range) from the Optuna trial ``ot``."""
+    """One value of ``choices`` suggested by the Optuna trial ``ot``."""
     if isinstance(choices, Range):
         if choices.int:
-            v = ot.suggest_int(
-                name,
-                int(choices.low),
-                int(choices.high),
-                step=int(choices.step or 1),
-                log=choices.log,
-            )
+            low, high, step = int(choices.low), int(choices.high), int(choices.step or 1)
+            v = ot.suggest_int(name, low, high, step=step, log=choices.log)
         else:
             v = ot.suggest_float(
                 name, choices.low, choices.high, log=choices.log, step=choices.step
@@ -212,9 +178,8 @@ def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
 
 
 def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
-    """The configuration an Optuna trial ``ot`` (``optuna.trial.Trial`` or ``FixedTrial``)
-    samples from ``space``: the model entry, then every axis and hyperparameter of it, always in
-    the same order (the sampler's)."""
+    """The configuration an Optuna trial ``ot`` (or ``FixedTrial``) samples from ``space``: the
+    model entry, then every axis and hyperparameter of it, always in the same order."""
     labels = [x.label for x in space.models]
     m = space.models[
         0 if len(labels) == 1 else labels.index(ot.suggest_categorical("model", labels))
@@ -243,9 +208,8 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
 
 
 def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
-    """The baseline (:data:`~experiments.config.models.BASELINE`) logged before the first trial
-    (not a trial of the study): the first value of every window list (the low end of a range),
-    global, no smoothing, no rescaling, as the grid's baseline."""
+    """The baseline logged before the first trial (not a trial of the study): the first value of
+    every window list (the low end of a range), global, no smoothing, no rescaling."""
 
     def first(axis: str) -> Any:
         v = space.full[axis]
