@@ -126,6 +126,11 @@ class Checker:
             )
         return value
 
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
+
     def name(self, key: str, value: Any) -> str:
         """A name, checked where it is used (a backend registered by modules the config does not know)."""
         if not isinstance(value, str) or not value.isidentifier():
@@ -182,29 +187,26 @@ class Checker:
         high = self.number(f"{key}.high", value["high"], minimum, strict)
         if not low < high:
             raise self.fail(key, f"low {value['low']!r} must be below high {value['high']!r}")
-        flags = {}
-        for k in ("log", "int"):
-            flags[k] = value.get(k, False)
-            if not isinstance(flags[k], bool):
-                raise self.fail(f"{key}.{k}", f"expected true or false, got {flags[k]!r}")
+        log = self.boolean(f"{key}.log", value.get("log", False))
+        integer = self.boolean(f"{key}.int", value.get("int", False))
         step = value.get("step")
         if step is not None:
             step = self.number(f"{key}.step", step, 0.0, strict=True)
-            if flags["log"]:
-                raise self.fail(
-                    key,
-                    "a range takes log or step, not both (Optuna samples a log range continuously)",
+            if log:
+                msg = (
+                    "a range takes log or step, not both (Optuna samples a log range continuously)"
                 )
-        if flags["log"] and low <= 0:
+                raise self.fail(key, msg)
+        if log and low <= 0:
             raise self.fail(f"{key}.low", f"a log range needs low > 0, got {value['low']!r}")
-        if not flags["int"]:
-            return Range(low, high, log=flags["log"], step=step)
+        if not integer:
+            return Range(low, high, log=log, step=step)
         for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
             if v is not None and float(v) != int(v):
                 msg = f"an integer range (int: true) needs integers, got {v!r}"
                 raise self.fail(f"{key}.{k}", msg)
         step = None if step is None else int(step)
-        return Range(int(low), int(high), log=flags["log"], int=True, step=step)
+        return Range(int(low), int(high), log=log, int=True, step=step)
 
     def number_axis(
         self, key: str, value: Any, minimum: float, strict: bool = False

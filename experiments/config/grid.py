@@ -99,15 +99,13 @@ class Trial:
     #: also score this configuration on listeners left out of training (generalized track only)
     unseen_listener: bool = False
     #: a grid configuration fitted without each listener for nested selection
-    #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
     unseen_nested: bool = False
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
     #: the metric scored and chosen by, and how a split's values of it are averaged
     metric: str = DEFAULT_METRIC
     averaging: str = "sessions"
-    #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
-    #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
+    #: the labels trained and scored on (:func:`gold_standard_text`)
     gold_standard: str = "stored"
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False

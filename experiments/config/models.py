@@ -18,12 +18,10 @@ from typing import Any
 from .choices import Registry, check_choice
 
 #: the inputs a model reads: ``rows`` (the windowed features, row-major float32), ``columns``
-#: (the same, column-major float64: a tree reads one feature per node for every row, sequential
-#: in that layout) or ``position`` (each frame's position in its session, ``i / (n - 1)``: the
-#: session's length is read, so such a model is never causal)
+#: (column-major float64, for trees) or ``position`` (each frame's position in its session,
+#: which reads the session's length: never causal)
 INPUTS = ("rows", "columns", "position")
-#: the preprocessing a model's pipeline starts with (:data:`experiments.models.factory.PREPROCESSING`):
-#: median imputation and standardisation, the columns empty at fit set to 0, or none
+#: the preprocessing a model's pipeline starts with (:data:`experiments.models.factory.PREPROCESSING`)
 PREPROCESSINGS = ("impute_scale", "fill_empty", "none")
 #: the baseline every sweep carries, added when its grid has none
 BASELINE = "dummy"
@@ -127,7 +125,6 @@ def resolve_model_params(name: str, params: Mapping[str, Any] | None = None) -> 
     return model_spec(name).resolve(params)
 
 
-# ------------------------------------------------------------------------ the built-in models
 POSITIVE = Domain(low=0, above=True)
 COUNT = Domain(low=1, integer=True)
 UNIT = Domain(low=0, high=1, above=True)

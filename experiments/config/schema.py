@@ -181,18 +181,17 @@ class TrackingConfig:
 class ExperimentConfig:
     """A resolved, validated experiment config (its keys are a contract: docs/design.md#experiment-config)."""
 
-    #: the label target predicted; with several (config ``target: [a, b]``) the first of ``targets``
+    #: the label target predicted; with several the first of ``targets``
     target: str = "valence_self"
-    #: every target swept, in the config's order (empty: just ``target``; see :meth:`all_targets`)
+    #: every target swept (empty: just ``target``)
     targets: list[str] = field(default_factory=list)
     splits: dict[str, list[int]] = field(
         default_factory=lambda: {name: list(stories) for name, stories in SPLITS.items()}
     )
     protocol: str = "val"
-    #: folds of ``protocol: kfold_person`` / ``kfold_group``
     folds: int = 5
     feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)
-    #: names of the feature sets to sweep (default: all of ``feature_sets``)
+    #: names of the feature sets to sweep (default: all)
     feature_set: list[str] = field(default_factory=list)
     window: WindowConfig = field(default_factory=WindowConfig)
     models: list[ModelGrid] = field(default_factory=_default_models)
@@ -201,32 +200,19 @@ class ExperimentConfig:
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    #: the metric every configuration is scored and chosen by (:mod:`experiments.config.metrics`)
     metric: str = DEFAULT_METRIC
-    #: ``sessions`` (OMG-Empathy's means of per-session values) or ``concatenated`` (AVEC);
-    #: unless the config says, the metric's own averaging
-    averaging: str = "sessions"
-    #: the labels trained and scored on: stored, or the raters' mean / EWE (see
-    #: :mod:`experiments.data.gold_standard`)
+    averaging: str = "sessions"  # unless the config says, the metric's own
     gold_standard: GoldStandard = field(default_factory=GoldStandard)
     seed: int = 0
-    #: score the generalized track on listeners left out of training too (see
-    #: :func:`experiments.studies.sweep.run_sweep` and ``unseen_selection``)
+    #: score the generalized track on listeners left out of training too
     unseen_listener: bool = True
-    #: how the unseen-listener configuration is chosen (``UNSEEN_SELECTIONS``; config
-    #: ``unseen_listener: {selection: ...}``), and for ``fixed`` which one (a label or hash).
-    #: ``nested`` unless the config writes another: ``chosen`` reads the held-out listener
+    #: how the unseen-listener configuration is chosen, and for ``fixed`` which one
     unseen_selection: str = "nested"
     unseen_configuration: str = ""
-    #: parallel configurations; None lets the sweep decide
-    jobs: int | None = None
-    #: where configurations run: a registered backend (:mod:`featurestore.parallel`)
+    jobs: int | None = None  # None lets the sweep decide
     backend: str = "processes"
-    #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
-    #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
     fusion: FusionConfig = field(default_factory=FusionConfig)
-    #: permutation importance in the ablation (see :class:`ImportanceConfig`); None: none
     importance: ImportanceConfig | None = None
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
     source: str = field(default="<defaults>", compare=False)

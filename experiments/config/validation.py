@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from functools import partial
 from typing import Any, TypeVar
 
@@ -151,13 +152,8 @@ class _Validator(Checker):
         self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))
         self._read(cfg, "backend", lambda v: self.name("backend", v), get("backend", cfg.backend))
         self._read(cfg, "importance", self.importance, get("importance"))
-        fusion = partial(
-            fusion_config,
-            swept=cfg.feature_set,
-            protocol=cfg.protocol,
-            fail=self.fail,
-            defined=list(cfg.feature_sets),
-        )
+        sets = {"swept": cfg.feature_set, "defined": list(cfg.feature_sets)}
+        fusion = partial(fusion_config, protocol=cfg.protocol, fail=self.fail, **sets)
         self._read(cfg, "fusion", fusion, get("fusion"))
 
     def _across_keys(self, cfg: ExperimentConfig) -> None:
@@ -335,10 +331,7 @@ class _Validator(Checker):
 
     def window(self, value: Any) -> WindowConfig:
         w = WindowConfig()
-        value = self.mapping(
-            "window", value, ["lengths_s", "delay_s", "align", "stats", "train_hop_s"]
-        )
-        get = value.get
+        get = self.mapping("window", value, list(asdict(w))).get
         lengths = get("lengths_s", w.lengths_s)
         if isinstance(lengths, dict):
             w.lengths_s = self.range("window.lengths_s", lengths, 0.0, strict=True)
@@ -353,10 +346,7 @@ class _Validator(Checker):
 
     def postprocess(self, value: Any) -> PostprocessConfig:
         d = PostprocessConfig()
-        value = self.mapping(
-            "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
-        )
-        get = value.get
+        get = self.mapping("postprocess", value, list(asdict(d))).get
         methods = get("smooth_method", d.smooth_method)
         return PostprocessConfig(
             fit_on=self.one("postprocess.fit_on", get("fit_on", d.fit_on), FIT_ON),
@@ -381,11 +371,9 @@ class _Validator(Checker):
             return GoldStandard()
         d = GoldStandard()
         value = {"method": value} if isinstance(value, str) else value
-        get = self.mapping("gold_standard", value, ["method", "align_lags", "max_lag_s"]).get
+        get = self.mapping("gold_standard", value, list(asdict(d))).get
         method = self.one("gold_standard.method", get("method", d.method), GOLD_STANDARD_METHODS)
-        align = get("align_lags", d.align_lags)
-        if not isinstance(align, bool):
-            raise self.fail("gold_standard.align_lags", f"expected true or false, got {align!r}")
+        align = self.boolean("gold_standard.align_lags", get("align_lags", d.align_lags))
         lag = get("max_lag_s", d.max_lag_s)
         if not is_number(lag) or not lag >= 0:
             raise self.fail("gold_standard.max_lag_s", f"expected seconds >= 0, got {lag!r}")
@@ -405,10 +393,8 @@ class _Validator(Checker):
         if not isinstance(value, list) or not value:
             msg = "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
             raise self.fail("models", msg)
-        out = [
-            self.attempt("models", partial(self.model, i, e, cfg), None)
-            for i, e in enumerate(value)
-        ]
+        checks = (partial(self.model, i, e, cfg) for i, e in enumerate(value))
+        out = [self.attempt("models", check, None) for check in checks]
         return [m for m in out if m is not None]
 
     def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelGrid:
