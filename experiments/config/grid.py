@@ -192,9 +192,7 @@ class Trial:
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
-        return WindowKey(
-            self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats
-        )
+        return WindowKey(*(getattr(self, f) for f in WindowKey._fields))
 
     def fit_key(self) -> Trial:
         """The part of the trial that determines its fitted models (all but the post-processing
@@ -251,12 +249,7 @@ def _param_value(text: str) -> Any:
 
 def trial_from_params(params: Mapping[str, str]) -> Trial:
     """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params);
-    raises KeyError naming a missing param.
-
-    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))[5]
-    >>> trial_from_params(t.params()).hash() == t.hash()
-    True
-    """
+    raises KeyError naming a missing param."""
     try:
 
         def floats(key: str) -> tuple[float, ...]:
@@ -405,10 +398,8 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
         for values in itertools.product(*grids.values()):
             for point in itertools.product(*axes.values()):
                 at = dict(zip(axes, point, strict=True))
-                if (
-                    at["postprocess.smooth_s"] == 0
-                    and at["postprocess.smooth_method"] != first_method
-                ):
+                smooth_s, method = at["postprocess.smooth_s"], at["postprocess.smooth_method"]
+                if smooth_s == 0 and method != first_method:
                     continue  # nothing to smooth: the first method only
                 trial = make_trial(cfg, at, spec.name, dict(zip(grids, values, strict=True)))
                 out.setdefault(trial.hash(), trial)
@@ -431,19 +422,14 @@ MAX_CONFIGURATIONS = 10_000
 
 def grid_size(cfg: ExperimentConfig) -> tuple[int, dict[str, int]]:
     """(configurations, axis -> its number of values) of ``cfg``'s grid, counted without
-    expanding it: :func:`expand`'s length unless two model entries repeat a configuration.
-
-    >>> grid_size(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0, 10.0]})]))[0]
-    96
-    """
+    expanding it: :func:`expand`'s length unless two model entries repeat a configuration."""
     total, sizes = 0, {k: len(listed(cfg, k, v)) for k, v in config_axes(cfg).items()}
     for i, spec in enumerate(cfg.models):
         axes = model_axes(cfg, spec)
         n = math.prod(len(v) for k, v in axes.items() if not k.startswith("postprocess.smooth"))
-        zero = sum(1 for s in axes["postprocess.smooth_s"] if s == 0)
-        n *= zero + (len(axes["postprocess.smooth_s"]) - zero) * len(
-            axes["postprocess.smooth_method"]
-        )
+        smooth_s = axes["postprocess.smooth_s"]
+        zero = smooth_s.count(0)
+        n *= zero + (len(smooth_s) - zero) * len(axes["postprocess.smooth_method"])
         for name, values in spec.params.items():
             sizes[f"models[{i}].{name}"] = len(listed(cfg, f"models[{i}].{name}", values))
             n *= sizes[f"models[{i}].{name}"]

@@ -1,13 +1,6 @@
 """The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry
 (docs/config.md, Adding a metric); code downstream asks the spec, never compares a metric's name.
 ``ccc`` is :func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic.
-
->>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
-(1.0, 0.0)
->>> ccc([0.1, float("nan"), 0.3, 0.2], [0.1, 0.5, 0.3, 0.2], nan="drop")
-1.0
->>> get_metric("ccc").best_index([0.2, float("nan"), 0.5])
-2
 """
 
 from __future__ import annotations

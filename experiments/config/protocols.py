@@ -76,8 +76,7 @@ def check_splits(value: Any, protocol: str) -> dict[str, list[int]]:
     records it), returned as ``{}``."""
     if value == "shard":
         return {}
-    if value is None:
-        value = {}
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise ProtocolProblem(
             "splits", f"expected a mapping of split -> stories, or shard; got {value!r}"

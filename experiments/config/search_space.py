@@ -1,18 +1,5 @@
 """The search space of an Optuna search (lists of choices, or ranges) on its
-track, and the configuration each Optuna trial samples from it (docs/config.md, Optuna search).
-
->>> import optuna
->>> from experiments.config import from_dict
->>> cfg = from_dict({"search": {"method": "optuna", "track": "generalized"}, "feature_set": ["listener"],
-...                  "models": [{"name": "ridge", "alpha": {"low": 0.1, "high": 10, "log": True}}]})
->>> space = search_space(cfg)
->>> [m.label for m in space.models], space.models[0].axes["personalization"]
-(['ridge'], ['global'])
->>> trial = sample_trial(space, cfg, optuna.trial.FixedTrial({"ridge.alpha": 2.0, "window.lengths_s": "2,8",
-...     "window.delay_s": 0.0, "postprocess.smooth_s": 0.0, "postprocess.rescale": "train"}))
->>> trial.model, trial.hyperparams, trial.lengths_s, trial.track
-('ridge', {'alpha': 2.0}, (2.0, 8.0), 'generalized')
-"""
+track, and the configuration each Optuna trial samples from it (docs/config.md, Optuna search)."""
 
 from __future__ import annotations
 
@@ -72,7 +59,7 @@ class SearchSpace:
         ``GridSampler`` (SearchSpaceError for a range)."""
         out: dict[str, list[Any]] = {}
 
-        def add(name: str, choices: Any, key: str) -> None:
+        def add(key: str, choices: Any, name: str | None = None) -> None:
             if isinstance(choices, Range):
                 raise SearchSpaceError(
                     "search.sampler",
@@ -80,24 +67,19 @@ class SearchSpace:
                     "(use sampler tpe or random, or list its values)",
                 )
             if len(choices) > 1:
-                out[name] = [_encode(c) for c in choices]
+                out[name or self.name(key, choices)] = [_encode(c) for c in choices]
 
-        add("model", [m.label for m in self.models], "models")
+        add("models", [m.label for m in self.models], "model")
         for m in self.models:
             for axis in (*WINDOW_AXES, "personalization", "postprocess.smooth_s"):
-                add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
+                add(axis, m.axes[axis])
             for hp, values in m.spec.params.items():
-                add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
+                add(f"models[{m.index}].{hp}", values, f"{m.label}.{hp}")
             for pers in m.choices("personalization"):
-                rescales = self.rescales(m, pers)
-                add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
+                add("postprocess.rescale", self.rescales(m, pers))
             # a list: add() refused a range above
             if any(s != 0 for s in m.choices("postprocess.smooth_s")):
-                add(
-                    self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
-                    m.axes["postprocess.smooth_method"],
-                    "postprocess.smooth_method",
-                )
+                add("postprocess.smooth_method", m.axes["postprocess.smooth_method"])
         return out
 
     def name(self, axis: str, choices: Choices) -> str:

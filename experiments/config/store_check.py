@@ -111,14 +111,12 @@ def _split_problems(cfg: ExperimentConfig, names: StoreNames) -> list[tuple[str,
         missing = [s for s in stories if s not in have]
         listed = f"stor{'ies' if len(missing) > 1 else 'y'} {', '.join(map(str, missing))}"
         if missing and len(missing) == len(stories):
-            out.append(
-                (
-                    f"splits.{split}",
-                    f"no session of {names.root} has {listed} (its stories: "
-                    f"{', '.join(map(str, have))}); list stories the store holds, or extract "
-                    "those sessions first",
-                )
+            msg = (
+                f"no session of {names.root} has {listed} (its stories: "
+                f"{', '.join(map(str, have))}); list stories the store holds, or extract "
+                "those sessions first"
             )
+            out.append((f"splits.{split}", msg))
         elif missing:
             warnings.warn(
                 f"{cfg.source}: splits.{split}: no session of {names.root} has {listed}; "

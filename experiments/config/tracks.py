@@ -1,15 +1,5 @@
 """The OMG-Empathy challenge's two tracks: which configuration competes in which, and the metric
-each is chosen by (docs/results.md, Two averages, two tracks).
-
->>> track_of("global", "train"), track_of("global", "listener")
-('generalized', 'personalized')
->>> competes_in("generalized")
-('personalized', 'generalized')
->>> selection_metric("generalized", "val")
-'val.ccc_generalized'
->>> fused_track(["generalized", "personalized"]), fused_track(["generalized", "generalized"])
-('personalized', 'generalized')
-"""
+each is chosen by (docs/results.md, Two averages, two tracks)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Validation of an experiment config: every key and value checked, each error naming the file
 and line (or ``--set`` option), the key path and the nearest valid name (docs/design.md#experiment-config).
 
->>> validate({"window": {"align": "causal"}}).window.align
-['causal']
 >>> validate({"window": {"algin": "causal"}}, "exp.yaml", lines={"window": 3, "window.algin": 4})
 Traceback (most recent call last):
 ...
@@ -269,11 +267,8 @@ class _Validator(Checker):
         out = SearchConfig()
         value = self.mapping("search", value, list(out.to_dict()))
         get = value.get
-        for k, valid in (
-            ("method", SEARCH_METHODS),
-            ("sampler", SEARCH_SAMPLERS),
-            ("track", TRACKS),
-        ):
+        choices = {"method": SEARCH_METHODS, "sampler": SEARCH_SAMPLERS, "track": TRACKS}
+        for k, valid in choices.items():
             setattr(out, k, self.one(f"search.{k}", get(k, getattr(out, k)), valid))
         for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
             setattr(out, k, self.integer(f"search.{k}", get(k, getattr(out, k)), minimum))
