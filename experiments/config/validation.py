@@ -57,6 +57,7 @@ from .search_space import SearchSpaceError, search_space
 from .store_check import StoreNames, store_problems
 
 T = TypeVar("T")
+_CURRENT = object()  # a config key's default: the value the config holds
 
 
 def validate(
@@ -88,9 +89,10 @@ class _Validator(Checker):
         """Every section checked (a failed one keeps its default), then the rules across keys
         and the names the store must hold."""
         self.mapping("", raw, TOP_KEYS)
+        self.raw = raw
         cfg = ExperimentConfig(source=self.source)
         self._splits_and_sets(raw, cfg)
-        self._grid(raw, cfg)
+        self._grid(cfg)
         self._scoring(raw, cfg)
         self._across_keys(cfg)
         if store is not None:
@@ -100,59 +102,54 @@ class _Validator(Checker):
         return cfg
 
     def _read(
-        self, cfg: ExperimentConfig, key: str, check: Callable[[Any], Any], value: Any
+        self, cfg: ExperimentConfig, key: str, check: Callable[[Any], Any], default: Any = _CURRENT
     ) -> None:
-        setattr(cfg, key, self.attempt(key, partial(check, value), getattr(cfg, key)))
+        """``cfg.<key> = check(raw[key])``, of ``default`` (or the current value) when absent;
+        the current value stays when the check fails."""
+        current = getattr(cfg, key)
+        value = self.raw.get(key, current if default is _CURRENT else default)
+        setattr(cfg, key, self.attempt(key, partial(check, value), current))
 
     def _splits_and_sets(self, raw: dict, cfg: ExperimentConfig) -> None:
         """``search`` first (ranges depend on it), then target, protocol, folds, splits, sets."""
-        get = raw.get
-        self._read(cfg, "search", self.search, get("search"))
+        self._read(cfg, "search", self.search, None)
         self.search_method = cfg.search.method
-        target = partial(self.target, get("target", cfg.target))
+        target = partial(self.target, raw.get("target", cfg.target))
         targets = self.attempt("target", target, [cfg.target])
         cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
-        protocol = get("protocol", cfg.protocol)
-        self._read(cfg, "protocol", lambda v: self.one("protocol", v, PROTOCOLS), protocol)
+        self._read(cfg, "protocol", partial(self.one, "protocol", valid=PROTOCOLS))
         folds = partial(
             self.protocol_check, check_folds, protocol=cfg.protocol, given="folds" in raw
         )
-        self._read(cfg, "folds", folds, get("folds", cfg.folds))
-        splits = partial(self.protocol_check, check_splits, protocol=cfg.protocol)
-        self._read(cfg, "splits", splits, get("splits", cfg.splits))
-        self._read(cfg, "feature_sets", self.feature_sets, get("feature_sets", cfg.feature_sets))
+        self._read(cfg, "folds", folds)
+        self._read(cfg, "splits", partial(self.protocol_check, check_splits, protocol=cfg.protocol))
+        self._read(cfg, "feature_sets", self.feature_sets)
         cfg.feature_set = list(cfg.feature_sets)
         if "feature_sets" not in self.failed:  # the names are checked against the sets
-            chosen = partial(self.feature_set, sets=cfg.feature_sets)
-            self._read(cfg, "feature_set", chosen, get("feature_set", "all"))
+            self._read(cfg, "feature_set", partial(self.feature_set, sets=cfg.feature_sets), "all")
 
-    def _grid(self, raw: dict, cfg: ExperimentConfig) -> None:
-        get = raw.get
-        self._read(cfg, "window", self.window, get("window", {}))
+    def _grid(self, cfg: ExperimentConfig) -> None:
+        self._read(cfg, "window", self.window, {})
         pers = partial(self.enum_list, "personalization", valid=PERSONALIZATIONS)
-        self._read(cfg, "personalization", pers, get("personalization", cfg.personalization))
-        self._read(cfg, "postprocess", self.postprocess, get("postprocess", {}))
-        models = get("models", [m.to_dict() for m in cfg.models])
-        self._read(cfg, "models", partial(self.models, cfg=cfg), models)
+        self._read(cfg, "personalization", pers)
+        self._read(cfg, "postprocess", self.postprocess, {})
+        self._read(cfg, "models", partial(self.models, cfg=cfg), [m.to_dict() for m in cfg.models])
 
     def _scoring(self, raw: dict, cfg: ExperimentConfig) -> None:
-        get = raw.get
-        self._read(cfg, "tracking", self.tracking, get("tracking", {}))
-        self._read(cfg, "seed", lambda v: self.integer("seed", v), get("seed", cfg.seed))
+        self._read(cfg, "tracking", self.tracking, {})
+        self._read(cfg, "seed", partial(self.integer, "seed"))
         metrics = metric_specs()
-        metric = partial(self.one, "metric", valid=metrics)
-        self._read(cfg, "metric", metric, get("metric", cfg.metric))
+        self._read(cfg, "metric", partial(self.one, "metric", valid=metrics))
         own = metrics[cfg.metric].averaging if cfg.metric in metrics else cfg.averaging
-        averaging = get("averaging", own)
-        self._read(cfg, "averaging", lambda v: self.one("averaging", v, AVERAGINGS), averaging)
-        self._read(cfg, "gold_standard", self.gold_standard, get("gold_standard"))
+        self._read(cfg, "averaging", partial(self.one, "averaging", valid=AVERAGINGS), own)
+        self._read(cfg, "gold_standard", self.gold_standard, None)
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
-        self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))
-        self._read(cfg, "backend", lambda v: self.name("backend", v), get("backend", cfg.backend))
-        self._read(cfg, "importance", self.importance, get("importance"))
+        self._read(cfg, "jobs", partial(self.integer, "jobs", minimum=1, none=True), None)
+        self._read(cfg, "backend", partial(self.name, "backend"))
+        self._read(cfg, "importance", self.importance, None)
         sets = {"swept": cfg.feature_set, "defined": list(cfg.feature_sets)}
         fusion = partial(fusion_config, protocol=cfg.protocol, fail=self.fail, **sets)
-        self._read(cfg, "fusion", fusion, get("fusion"))
+        self._read(cfg, "fusion", fusion, None)
 
     def _across_keys(self, cfg: ExperimentConfig) -> None:
         """The rules that span keys, once every section is valid (a search or fusion takes one
