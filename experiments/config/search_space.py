@@ -163,9 +163,8 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
     """The configuration an Optuna trial ``ot`` (or ``FixedTrial``) samples from ``space``: the
     model entry, then every axis and hyperparameter of it, always in the same order."""
     labels = [x.label for x in space.models]
-    m = space.models[
-        0 if len(labels) == 1 else labels.index(ot.suggest_categorical("model", labels))
-    ]
+    label = labels[0] if len(labels) == 1 else ot.suggest_categorical("model", labels)
+    m = space.models[labels.index(label)]
 
     def pick(axis: str, choices: Choices | None = None, as_float: bool = False) -> Any:
         choices = m.axes[axis] if choices is None else choices
@@ -178,9 +177,8 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
     at["window.align"] = pick("window.align")
     hp = {n: _pick(ot, f"{m.label}.{n}", values) for n, values in m.spec.params.items()}
     at["personalization"] = pick("personalization")
-    at["postprocess.rescale"] = pick(
-        "postprocess.rescale", space.rescales(m, at["personalization"])
-    )
+    rescales = space.rescales(m, at["personalization"])
+    at["postprocess.rescale"] = pick("postprocess.rescale", rescales)
     at["postprocess.smooth_s"] = smooth = pick("postprocess.smooth_s", as_float=True)
     methods = m.choices("postprocess.smooth_method")
     at["postprocess.smooth_method"] = (
@@ -200,9 +198,9 @@ def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
     axes = {axis: first(axis) for axis in space.full}
     lengths = axes["window.lengths_s"]
     axes["window.lengths_s"] = lengths if isinstance(lengths, tuple) else (lengths,)
-    baseline = {
+    axes |= {
         "personalization": "global",
         "postprocess.smooth_s": 0.0,
         "postprocess.rescale": "none",
     }
-    return make_trial(cfg, {**axes, **baseline}, BASELINE, {})
+    return make_trial(cfg, axes, BASELINE, {})
