@@ -1,6 +1,5 @@
-"""The value checks of the config validator, and its error list: each problem a
-:class:`ConfigError` naming the file and line (or ``--set`` option), the key path, what was
-expected and the nearest valid name; collected, then raised at once in the order of their lines.
+"""The value checks of the config validator, and its problems: collected, then raised at once in
+the order of their lines.
 
 >>> c = Checker("exp.yaml", {}, {"window": 2, "window.algin": 3, "window.lenghts_s": 4})
 >>> c.mapping("window", {"algin": "causal", "lenghts_s": [[4]], "delay_s": [0]}, ["align", "lengths_s", "delay_s"])
@@ -37,7 +36,6 @@ class Checker:
         self.origins = dict(origins)
         self.lines = dict(lines)
         self.search_method = "grid"  # set before any axis is read
-        #: problems found so far, each naming its place
         self.errors: list[ConfigError] = []
         #: sections (top-level keys) that had a problem: checks that read them are skipped
         self.failed: set[str] = set()
@@ -55,27 +53,24 @@ class Checker:
                 err.line, err.key = 0, dotted  # the options come before the file's lines
                 return err
         parts = dotted.split(".") if dotted else []
-        line = next(
-            (
-                self.lines[p]
-                for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
-                if p in self.lines
-            ),
-            None,
-        )
+        prefixes = (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+        line = next((self.lines[p] for p in prefixes if p in self.lines), None)
         where = self.source if line is None else f"{self.source}:{line}"
         err = ConfigError(f"{where}: {key}: {msg}")
         err.line, err.key = line, dotted
         return err
 
-    def note(self, key: str, msg: str) -> None:
+    def add(self, key: str, msg: str) -> None:
         """Record a problem and go on."""
         self.errors.append(self.fail(key, msg))
+
+    def note(self, key: str, msg: str) -> None:
+        """Record a problem and go on, its section marked as failed."""
+        self.add(key, msg)
         self.failed.add(re.split(r"[.\[]", key, maxsplit=1)[0])
 
     def attempt(self, section: str, check: Callable[[], T], default: T) -> T:
-        """``check()``, or ``default`` when it raises a :class:`ConfigError` (recorded, and
-        ``section`` marked as failed so that the checks that depend on it are skipped)."""
+        """``check()``, or ``default`` when it raises (recorded; ``section`` marked as failed)."""
         try:
             return check()
         except ConfigError as e:
@@ -85,8 +80,7 @@ class Checker:
             return default
 
     def raise_errors(self) -> None:
-        """Raise every recorded problem in one :class:`ConfigError` (its ``problems`` lists
-        them), in the order of their lines; one problem is raised as it is."""
+        """Raise the recorded problems, in the order of their lines, in one error (``problems``)."""
         if not self.errors:
             return
         if len(self.errors) == 1:
@@ -123,7 +117,6 @@ class Checker:
         return [value]
 
     def integer(self, key: str, value: Any, minimum: int | None = None, none: bool = False) -> Any:
-        """An integer (``>= minimum``; or None when ``none``)."""
         if value is None and none:
             return None
         if not isinstance(value, int) or isinstance(value, bool) or value < (minimum or -math.inf):
@@ -133,27 +126,29 @@ class Checker:
             )
         return value
 
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
+
     def name(self, key: str, value: Any) -> str:
-        """A name, checked where it is used (a backend: registered by modules the config does not know)."""
+        """A name, checked where it is used (a backend registered by modules the config does not know)."""
         if not isinstance(value, str) or not value.isidentifier():
             raise self.fail(key, f"expected a name such as processes or dask, got {value!r}")
         return value
 
     def one(self, key: str, value: Any, valid: Iterable[str]) -> str:
-        """One of ``valid`` (a list is refused)."""
         valid = list(valid)
         if isinstance(value, list):
             raise self.fail(key, f"expected one of {', '.join(valid)}, not a list {value!r}")
         return self.enum_list(key, value, valid)[0]
 
     def enum_list(self, key: str, value: Any, valid: Sequence[str]) -> list[str]:
-        out = []
-        for v in self.as_list(key, value):
+        values = self.as_list(key, value)
+        for v in values:
             if v not in valid:
                 raise self.fail(key, f"{v!r} is not one of {', '.join(valid)}{suggest(v, valid)}")
-            if v not in out:
-                out.append(v)
-        return out
+        return list(dict.fromkeys(values))
 
     def number(self, key: str, v: Any, minimum: float | None = None, strict: bool = False) -> float:
         if not is_number(v):
@@ -165,12 +160,8 @@ class Checker:
     def number_list(
         self, key: str, value: Any, minimum: float, strict: bool = False
     ) -> list[float]:
-        out: list[float] = []
-        for v in self.as_list(key, value):
-            x = self.number(key, v, minimum, strict)
-            if x not in out:
-                out.append(x)
-        return out
+        values = [self.number(key, v, minimum, strict) for v in self.as_list(key, value)]
+        return list(dict.fromkeys(values))
 
     def range(
         self, key: str, value: dict, minimum: float | None = None, strict: bool = False
@@ -196,40 +187,30 @@ class Checker:
         high = self.number(f"{key}.high", value["high"], minimum, strict)
         if not low < high:
             raise self.fail(key, f"low {value['low']!r} must be below high {value['high']!r}")
-        flags = {}
-        for k in ("log", "int"):
-            flags[k] = value.get(k, False)
-            if not isinstance(flags[k], bool):
-                raise self.fail(f"{key}.{k}", f"expected true or false, got {flags[k]!r}")
+        log = self.boolean(f"{key}.log", value.get("log", False))
+        integer = self.boolean(f"{key}.int", value.get("int", False))
         step = value.get("step")
         if step is not None:
             step = self.number(f"{key}.step", step, 0.0, strict=True)
-            if flags["log"]:
-                raise self.fail(
-                    key,
-                    "a range takes log or step, not both (Optuna samples a log range continuously)",
+            if log:
+                msg = (
+                    "a range takes log or step, not both (Optuna samples a log range continuously)"
                 )
-        if flags["log"] and low <= 0:
+                raise self.fail(key, msg)
+        if log and low <= 0:
             raise self.fail(f"{key}.low", f"a log range needs low > 0, got {value['low']!r}")
-        if flags["int"]:
-            for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
-                if v is not None and float(v) != int(v):
-                    raise self.fail(
-                        f"{key}.{k}", f"an integer range (int: true) needs integers, got {v!r}"
-                    )
-            return Range(
-                int(low),
-                int(high),
-                log=flags["log"],
-                int=True,
-                step=None if step is None else int(step),
-            )
-        return Range(low, high, log=flags["log"], step=step)
+        if not integer:
+            return Range(low, high, log=log, step=step)
+        for k, v in (("low", value["low"]), ("high", value["high"]), ("step", step)):
+            if v is not None and float(v) != int(v):
+                msg = f"an integer range (int: true) needs integers, got {v!r}"
+                raise self.fail(f"{key}.{k}", msg)
+        step = None if step is None else int(step)
+        return Range(int(low), int(high), log=log, int=True, step=step)
 
     def number_axis(
         self, key: str, value: Any, minimum: float, strict: bool = False
     ) -> list[float] | Range:
-        """A numeric grid axis (list of numbers), or a range in an Optuna search."""
         if isinstance(value, dict):
             return self.range(key, value, minimum, strict)
         return self.number_list(key, value, minimum, strict)
@@ -245,8 +226,7 @@ class Checker:
             )
         out: list[list[float]] = []
         for i, entry in enumerate(items):
-            ls = self.number_list(f"{key}[{i}]", entry, 0.0, strict=True)
-            ls = sorted(ls)
+            ls = sorted(self.number_list(f"{key}[{i}]", entry, 0.0, strict=True))
             if ls not in out:
                 out.append(ls)
         return out

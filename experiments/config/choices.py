@@ -1,5 +1,5 @@
-"""Checking a name against its valid choices, with the nearest valid one suggested, and the
-registries of named specs (models, metrics) built on it.
+"""Checking a name against its valid choices (the nearest suggested), and the registries of
+named specs (models, metrics).
 
 >>> check_choice("rescale mode", "trian", ("none", "train", "bias"))
 Traceback (most recent call last):
@@ -23,8 +23,8 @@ def suggest(word: Any, valid: Iterable[Any]) -> str:
 
 
 def check_choice(kind: str, value: str, valid: Sequence[str], context: str = "") -> None:
-    """Raise ``ValueError`` naming ``kind``, ``value`` (then ``context``, e.g. `` for model 'svr'``),
-    the nearest valid choice and all of them, unless ``value`` is one of ``valid``."""
+    """Raise ``ValueError`` naming ``kind``, ``value``, ``context``, the nearest valid choice and
+    all of them, unless ``value`` is one of ``valid``."""
     if value in valid:
         return
     close = nearest(value, valid)
@@ -52,7 +52,7 @@ class Registry(Generic[S]):
         self._specs: dict[str, S] = {}
 
     def register(self, spec: S) -> S:
-        """Make ``spec`` available by its name (replacing one of that name); returns it."""
+        """Make ``spec`` available by its name (replacing one of that name)."""
         self._specs[spec.name] = spec
         return spec
 
@@ -61,14 +61,10 @@ class Registry(Generic[S]):
         self._specs.pop(name, None)
 
     def get(self, name: str) -> S:
-        """The spec registered as ``name``.
-
-        Raises:
-            ValueError: none (the message suggests the nearest name and lists them all).
-        """
+        """The spec registered as ``name`` (ValueError with the nearest name if none)."""
         check_choice(self.kind, name, sorted(self._specs))
         return self._specs[name]
 
     def all(self) -> dict[str, S]:
-        """Name -> spec of every one registered, in order."""
+        """Name -> spec, in order."""
         return dict(self._specs)

@@ -1,7 +1,5 @@
-"""The config's ``fusion`` section: late fusion (a blend of each member feature set's chosen
-configuration, fitted on the training stories' out-of-fold predictions:
-:mod:`experiments.evaluation.fusion`) beside early fusion (a set listing several roles'
-channels); ``experiments ablate`` reports it as the row :data:`FUSED_SET`.
+"""The config's ``fusion`` section: late fusion (a blend of the member feature sets' chosen
+configurations, :mod:`experiments.evaluation.fusion`; docs/config.md, Late fusion).
 
 >>> fusion_config({"method": "late", "members": ["speaker", "listener"]}, ["speaker", "listener"], "val", ValueError)
 FusionConfig(method='late', members=['speaker', 'listener'], blend='nnls', alpha=0.01)
@@ -12,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .choices import suggest
@@ -24,10 +22,8 @@ FUSED_SET = "late fusion"
 
 @dataclass
 class FusionConfig:
-    """Late fusion (see the module docstring): ``method`` ``none`` (off) or one of
-    :data:`~experiments.config.options.FUSION_METHODS`; ``members``: the feature sets whose chosen
-    configurations are blended; ``blend``: one of :data:`~experiments.config.options.BLENDS`;
-    ``alpha``: the ridge blend's penalty per training frame (unitless; ignored by ``nnls``)."""
+    """Late fusion: ``method`` ``none`` (off) or ``late``, the ``members`` blended, the ``blend``
+    and ``alpha``, the ridge blend's penalty per training frame."""
 
     method: str = "none"
     members: list[str] = field(default_factory=list)
@@ -39,12 +35,7 @@ class FusionConfig:
         return self.method != "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "members": list(self.members),
-            "blend": self.blend,
-            "alpha": self.alpha,
-        }
+        return asdict(self)
 
 
 def fusion_config(
@@ -54,15 +45,9 @@ def fusion_config(
     fail: Callable[[str, str], Exception],
     defined: Sequence[str] | None = None,
 ) -> FusionConfig:
-    """The ``fusion`` mapping checked against the swept feature sets ``swept``, those ``defined``
+    """The ``fusion`` mapping checked against the feature sets ``swept`` and ``defined``
     (default: ``swept``) and the ``protocol``; ``fail(key, message)`` makes the error. A member
-    defined but not swept, or a protocol other than ``val``, turns fusion off with a
-    :class:`ConfigWarning` that says why.
-
-    Raises:
-        ``fail``'s error: an unknown key, method or blend; fewer than two members, one that is no
-        feature set, one twice; ``alpha`` not a number >= 0; a feature set named like the fused row.
-    """
+    not swept, or a protocol other than ``val``, turns fusion off with a :class:`ConfigWarning`."""
     if value is None or value is False:  # off, as `importance: false` is
         return FusionConfig()
     if not isinstance(value, dict):
@@ -106,8 +91,7 @@ def fusion_config(
 def _members(
     members: Any, swept: Sequence[str], known: list[str], fail: Callable[[str, str], Exception]
 ) -> list[str]:
-    """``fusion.members``: two or more feature sets the config defines, each once; and no swept
-    set named like the fused row."""
+    """``fusion.members``: two or more feature sets the config defines, each once."""
     if not isinstance(members, list) or len(members) < 2:
         example = "expected at least two feature sets to blend, e.g. [speaker, listener]"
         raise fail("fusion.members", f"{example}; got {members!r}")
@@ -124,8 +108,7 @@ def _members(
 
 
 def _off(members: list[str], swept: Sequence[str], protocol: str) -> str:
-    """Why late fusion is off for this sweep (a member not swept; a protocol other than ``val``,
-    the blend being fitted on out-of-fold training predictions), or ""."""
+    """Why late fusion is off for this sweep, or ""."""
     if off := [m for m in members if m not in swept]:
         return f"member {', '.join(map(repr, off))} is not swept (feature_set: {', '.join(swept)})"
     if protocol != "val":

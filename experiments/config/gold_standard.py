@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 METHODS = ("stored", "mean", "ewe")
 
@@ -25,4 +25,4 @@ class GoldStandard:
             raise ValueError(f"gold_standard.max_lag_s {self.max_lag_s} must be >= 0 seconds")
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "align_lags": self.align_lags, "max_lag_s": self.max_lag_s}
+        return asdict(self)

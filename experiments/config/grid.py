@@ -22,7 +22,7 @@ from featurestore.storage.store import LABEL_FPS
 from .metrics import DEFAULT_METRIC, get_metric
 from .models import model_spec
 from .options import CAUSAL_SMOOTH_METHODS, KFOLD_PROTOCOLS
-from .schema import ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
+from .schema import ONLY_AXES, ExperimentConfig, ModelGrid, Range, config_hash, has_ranges
 from .tracks import track_of
 
 #: params derived from the others and from the store (:meth:`Trial.params`), left out of
@@ -38,13 +38,8 @@ def lookahead_frames(
     smooth_method: str = "",
     fps: float = LABEL_FPS,
 ) -> float:
-    """How many label frames after frame t the prediction at t reads through its windows (a window of
-    ``L`` s at ``t - delay`` ends ``w // 2`` frames later when ``centred``, at it when ``causal``)
-    and its smoothing (a centred one of ``s`` s reads ``round(s * fps) // 2`` predictions ahead; the
-    zero-phase Butterworth the whole session: ``inf``; ``trailing`` and ``causal_butterworth``
-    none); negative when the delay is longer (known that many frames early). The channels' own
-    reads are :attr:`Trial.channel_lookahead_s`; docs/config.md, Future frames.
-    """
+    """How many label frames after frame t the prediction at t reads through its windows and its
+    smoothing, less the delay (``inf`` for the zero-phase Butterworth; docs/config.md, Future frames)."""
     d = int(round(float(delay_s) * fps))
     ahead = max(
         (max(1, int(round(float(L) * fps))) // 2 if align == "centred" else 0) for L in lengths_s
@@ -57,8 +52,7 @@ def lookahead_frames(
 
 
 class WindowKey(NamedTuple):
-    """What determines the windowed features of a trial (compute once, share across models):
-    the first six fields of a :class:`Trial`."""
+    """What determines the windowed features of a trial: the first six fields of a :class:`Trial`."""
 
     feature_set: str  # a name of the config's feature_sets
     channels: tuple[str, ...]  # its role/channel keys
@@ -81,10 +75,8 @@ def format_value(v: Any) -> str:
 
 @dataclass(frozen=True)
 class Trial:
-    """One configuration of the grid: everything needed to train, post-process and score once.
-
-    Its window fields (``feature_set`` to ``stats``) are described in :class:`WindowKey`;
-    ``hop_s`` is the training rows' hop and ``smooth_s`` the smoothing window (seconds)."""
+    """One configuration of the grid: everything needed to train, post-process and score once
+    (the window fields are :class:`WindowKey`'s; ``hop_s``: the training rows' hop)."""
 
     feature_set: str
     channels: tuple[str, ...]
@@ -107,35 +99,28 @@ class Trial:
     #: also score this configuration on listeners left out of training (generalized track only)
     unseen_listener: bool = False
     #: a grid configuration fitted without each listener for nested selection
-    #: (``unseen_listener: {selection: nested}``), not a chosen one's extra run
     unseen_nested: bool = False
     #: folds of the k-fold protocols (0 for the others)
     folds: int = 0
-    #: the metric scored and chosen by (:mod:`experiments.config.metrics`), and how a split's
-    #: values of it are averaged (``AVERAGINGS``)
+    #: the metric scored and chosen by, and how a split's values of it are averaged
     metric: str = DEFAULT_METRIC
     averaging: str = "sessions"
-    #: the labels trained and scored on (``gold_standard``), e.g. ``stored`` or
-    #: ``ewe,align_lags,max_lag_s=5`` (:func:`gold_standard_text`)
+    #: the labels trained and scored on (:func:`gold_standard_text`)
     gold_standard: str = "stored"
     #: name the target in :meth:`label` (a sweep of several targets); not a param, not hashed
     named_target: bool = False
-    #: seconds after a label frame that its channels read of the source (extraction plus
-    #: resampling, the largest over the channels and the store's sessions: set by
-    #: :func:`experiments.data.lookahead.with_channel_lookahead` once the store is known; None:
-    #: not counted, so :attr:`lookahead_s` is ``inf``); param ``features.lookahead_s``, not hashed
+    #: seconds after a label frame that its channels read of the source (set by
+    #: :func:`experiments.data.lookahead.with_channel_lookahead`; None: not counted), not hashed
     channel_lookahead_s: float | None = None
 
     @property
     def track(self) -> str:
-        """``personalized`` when anything in this configuration uses who is listening, else ``generalized``."""
+        """``personalized`` when anything in it uses who is listening, else ``generalized``."""
         return track_of(self.personalization, self.rescale)
 
     @property
     def window_lookahead_s(self) -> float:
-        """Seconds after frame t of the label frames the prediction at t reads (windows and
-        smoothing, less the delay: :func:`lookahead_frames`); ``inf`` for the zero-phase
-        Butterworth filter and the models that read the session's length."""
+        """Seconds of label frames after t the prediction at t reads (:func:`lookahead_frames`)."""
         if model_spec(self.model).inputs == "position":  # it reads the session's length
             return math.inf
         return (
@@ -147,29 +132,26 @@ class Trial:
 
     @property
     def lookahead_s(self) -> float:
-        """Seconds after frame t of the source that the prediction at t reads: the label
-        frames' (:attr:`window_lookahead_s`) plus what each of those frames reads beyond it
-        (:attr:`channel_lookahead_s`: extraction and resampling); ``inf`` while that is not
-        counted. Rounded to the microsecond."""
+        """Seconds of the source after t the prediction at t reads (windows, smoothing and the
+        channels' own reads); ``inf`` while the channels' are not counted."""
         if self.channel_lookahead_s is None:
             return math.inf
         return round(self.window_lookahead_s + self.channel_lookahead_s, 6)
 
     @property
     def causal(self) -> bool:
-        """True when the prediction at frame t reads nothing of the source after t (windows,
-        smoothing, the channels' extraction and resampling, less the delay: ``lookahead_s <=
-        0``): what a system that runs live can do."""
+        """Whether the prediction at t reads nothing of the source after t (it could run live)."""
         return self.lookahead_s <= 0
 
     @property
     def hyperparams(self) -> dict[str, Any]:
-        """Model hyperparameters of this trial (lists restored from tuples)."""
+        """Model hyperparameters (lists restored from tuples)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_params}
 
     def params(self) -> dict[str, str]:
         """Flat dotted params for MLflow (all values as text, see :func:`format_value`)."""
-        p = {
+        unseen = self.unseen_listener and self.track == "generalized"
+        return {
             "features.set": self.feature_set,
             "features.channels": ",".join(self.channels),
             "window.lengths_s": format_value(self.lengths_s),
@@ -178,38 +160,31 @@ class Trial:
             "window.stats": ",".join(self.stats),
             "window.train_hop_s": format_value(self.hop_s),
             "model.name": self.model,
+            **{f"model.{k}": format_value(v) for k, v in self.model_params},
+            "personalization": self.personalization,
+            "postprocess.smooth_s": format_value(self.smooth_s),
+            "postprocess.smooth_method": self.smooth_method,
+            "postprocess.rescale": self.rescale,
+            "postprocess.fit_on": self.fit_on,
+            "track": self.track,
+            "causal": format_value(self.causal),
+            "lookahead_s": format_value(self.lookahead_s),
+            "features.lookahead_s": format_value(self.channel_lookahead_s),
+            # "nested": fitted without each listener for nested selection (under loso, more
+            # fits than a chosen configuration's unseen-listener run: a run of one is not
+            # reused for the other)
+            "unseen_listener": "nested" if unseen and self.unseen_nested else format_value(unseen),
+            "target": self.target,
+            "protocol": self.protocol,
+            "seed": format_value(self.seed),
+            "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
+            "folds": format_value(self.folds),
+            "metric": self.metric,
+            # the param of the config's ``averaging`` is named after the metric (``ccc_averaging``):
+            # the hash of every configuration scored by CCC stays what it was before the key's rename
+            get_metric(self.metric).column("averaging"): self.averaging,
+            "gold_standard": self.gold_standard,
         }
-        p.update({f"model.{k}": format_value(v) for k, v in self.model_params})
-        p.update(
-            {
-                "personalization": self.personalization,
-                "postprocess.smooth_s": format_value(self.smooth_s),
-                "postprocess.smooth_method": self.smooth_method,
-                "postprocess.rescale": self.rescale,
-                "postprocess.fit_on": self.fit_on,
-                "track": self.track,
-                "causal": format_value(self.causal),
-                "lookahead_s": format_value(self.lookahead_s),
-                "features.lookahead_s": format_value(self.channel_lookahead_s),
-                # "nested": fitted without each listener for nested selection (under loso, more
-                # fits than a chosen configuration's unseen-listener run: a run of one is not
-                # reused for the other)
-                "unseen_listener": "nested"
-                if self.unseen_listener and self.unseen_nested and self.track == "generalized"
-                else format_value(self.unseen_listener and self.track == "generalized"),
-                "target": self.target,
-                "protocol": self.protocol,
-                "seed": format_value(self.seed),
-                "splits": ";".join(f"{k}={format_value(v)}" for k, v in self.splits) or "shard",
-            }
-        )
-        p["folds"] = format_value(self.folds)
-        p["metric"] = self.metric
-        # the param of the config's ``averaging`` is named after the metric (``ccc_averaging``):
-        # the hash of every configuration scored by CCC stays what it was before the key's rename
-        p[get_metric(self.metric).column("averaging")] = self.averaging
-        p["gold_standard"] = self.gold_standard
-        return p
 
     def hash(self) -> str:
         """Stable short hash of :meth:`params` (identifies a finished configuration on resume)."""
@@ -217,15 +192,11 @@ class Trial:
 
     def window_key(self) -> WindowKey:
         """The part of the trial that determines its windowed features."""
-        return WindowKey(
-            self.feature_set, self.channels, self.lengths_s, self.delay_s, self.align, self.stats
-        )
+        return WindowKey(*(getattr(self, f) for f in WindowKey._fields))
 
     def fit_key(self) -> Trial:
-        """The part of the trial that determines its fitted models: every field but the post-processing
-        and the unseen-listener marks, so configurations that differ only there share one set of fits
-        (the models without each listener fitted besides, when one of them needs them).
-        """
+        """The part of the trial that determines its fitted models (all but the post-processing
+        and the unseen-listener marks): configurations that differ only there share their fits."""
         return replace(
             self,
             smooth_s=0.0,
@@ -236,11 +207,7 @@ class Trial:
         )
 
     def label(self) -> str:
-        """Short human-readable name, e.g. for a run name: what tells configurations apart first
-        (feature set, personalization, model), then window, smoothing, rescaling and
-        hyperparameters, e.g. ``both per_listener ridge w2s d0s sm2s (alpha=10)`` (window 2 s,
-        delay 0 s, smoothing 2 s); a rescaling of ``none`` and an empty hyperparameter list are
-        left out."""
+        """Short human-readable name, e.g. ``both per_listener ridge w2s d0s sm2s (alpha=10)``."""
         hp = ",".join(f"{k}={format_value(v)}" for k, v in self.model_params)
         return " ".join(
             part
@@ -273,8 +240,7 @@ def gold_standard_text(gs: Any) -> str:
 
 
 def _param_value(text: str) -> Any:
-    """A hyperparameter's MLflow text back as a value: ``"10"`` -> 10, ``"0.05"`` -> 0.05,
-    ``"true"`` -> True, ``"None"`` -> None, other text as it is."""
+    """A hyperparameter's MLflow text back as a value (a number, bool or None; else the text)."""
     if text == "None":
         return None
     value = yaml.safe_load(text)
@@ -282,17 +248,8 @@ def _param_value(text: str) -> Any:
 
 
 def trial_from_params(params: Mapping[str, str]) -> Trial:
-    """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params),
-    hyperparameters back as numbers where their text is one; its :meth:`Trial.hash` equals the
-    run's ``config_hash`` tag when it is the configuration that ran.
-
-    Raises:
-        KeyError: a param of :meth:`Trial.params` is missing (the message names it).
-
-    >>> t = expand(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0]})]))[5]
-    >>> trial_from_params(t.params()).hash() == t.hash()
-    True
-    """
+    """The :class:`Trial` whose :meth:`Trial.params` are ``params`` (a child run's MLflow params);
+    raises KeyError naming a missing param."""
     try:
 
         def floats(key: str) -> tuple[float, ...]:
@@ -347,11 +304,7 @@ WINDOW_AXES = ("feature_set", "window.lengths_s", "window.delay_s", "window.alig
 
 
 def listed(cfg: ExperimentConfig, key: str, axis: list[T] | Range) -> list[T]:
-    """The values of a grid axis ``key``: a list; a range is refused (:func:`expand` says why).
-
-    Raises:
-        ConfigError: ``axis`` is a :class:`~experiments.config.schema.Range`.
-    """
+    """The values of a grid axis ``key``; a range is refused (ConfigError)."""
     if isinstance(axis, Range):
         raise ConfigError(
             f"{cfg.source}: {key} is a range ({{low, high}}), which an Optuna search samples; "
@@ -364,21 +317,10 @@ def config_axes(cfg: ExperimentConfig) -> dict[str, list[Any] | Range]:
     """Each axis a configuration takes one value of (besides its model): the config's list
     (window lengths as tuples), or a search's :class:`~.schema.Range`."""
     w, p = cfg.window, cfg.postprocess
-
-    def values(v: Any) -> list[Any] | Range:
-        return v if isinstance(v, Range) else list(v)
-
     lengths = w.lengths_s if isinstance(w.lengths_s, Range) else [tuple(x) for x in w.lengths_s]
-    return {
-        "feature_set": list(cfg.feature_set),
-        "window.lengths_s": lengths,
-        "window.delay_s": values(w.delay_s),
-        "window.align": list(w.align),
-        "personalization": list(cfg.personalization),
-        "postprocess.smooth_s": values(p.smooth_s),
-        "postprocess.smooth_method": list(p.smooth_method),
-        "postprocess.rescale": list(p.rescale),
-    }
+    axes = [cfg.feature_set, lengths, w.delay_s, w.align, cfg.personalization, p.smooth_s]
+    axes += [p.smooth_method, p.rescale]
+    return {k: v if isinstance(v, Range) else list(v) for k, v in zip(ONLY_AXES, axes, strict=True)}
 
 
 def _axis_values(cfg: ExperimentConfig) -> GridAxes:
@@ -388,8 +330,7 @@ def _axis_values(cfg: ExperimentConfig) -> GridAxes:
 def make_trial(
     cfg: ExperimentConfig, axes: dict[str, Any], model: str, hyperparams: dict[str, Any]
 ) -> Trial:
-    """The configuration of ``cfg`` with one value of each axis of :func:`config_axes`
-    (``axes``), ``model`` and its ``hyperparams``."""
+    """The configuration of ``cfg`` with one value of each axis (``axes``), ``model`` and its ``hyperparams``."""
     return Trial(
         feature_set=axes["feature_set"],
         channels=tuple(cfg.feature_sets[axes["feature_set"]]),
@@ -419,29 +360,31 @@ def make_trial(
 
 
 def model_axes(cfg: ExperimentConfig, spec: ModelGrid) -> GridAxes:
-    """The grid axes for one model: the global values, narrowed by the model's ``only``.
+    """The grid axes for one model: the global values, narrowed by the model's ``only``."""
+    return narrowed(_axis_values(cfg), spec)
 
-    ``only`` keeps the grid values it lists; when it lists none of them (e.g. after
-    ``--set window.delay_s=[3]`` on a config whose model says ``only: {window.delay_s: [2]}``)
-    the model follows the whole grid on that axis instead of dropping out of the sweep.
-    """
-    axes = _axis_values(cfg)
+
+def narrowed(axes: dict[str, Any], spec: ModelGrid) -> dict[str, Any]:
+    """``axes`` narrowed to the values the model's ``only`` lists (inside a range too); where it
+    lists none of them (e.g. after ``--set window.delay_s=[3]`` on ``only: {window.delay_s: [2]}``)
+    the model follows the whole axis instead of dropping out."""
+    axes = dict(axes)
     for axis, wanted in spec.only.items():
         wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
-        kept = [v for v in axes[axis] if v in wanted]
+        current = axes[axis]
+        if isinstance(current, Range):
+            kept = [float(v) for v in wanted if current.contains(v)]
+        else:
+            kept = [v for v in current if v in wanted]
         if kept:
             axes[axis] = kept
     return axes
 
 
 def expand(cfg: ExperimentConfig) -> list[Trial]:
-    """Every configuration of the grid, grouped by window key (features computed once per key), each
-    model's axes narrowed by its ``only`` (:func:`model_axes`); with ``smooth_s`` 0 only the first
-    smoothing method; duplicates dropped; with several targets the grid once per target.
-
-    Raises:
-        ConfigError: ``cfg`` has ranges (an Optuna search space: :mod:`experiments.studies.search`).
-    """
+    """Every configuration of the grid, grouped by window key (features computed once per key);
+    with ``smooth_s`` 0 only the first smoothing method; duplicates dropped; with several targets
+    the grid once per target. A config with ranges (a search space) is refused (ConfigError)."""
     if has_ranges(cfg):
         raise ConfigError(
             f"{cfg.source}: the config has ranges ({{low, high}}), which an Optuna search samples; "
@@ -455,10 +398,8 @@ def expand(cfg: ExperimentConfig) -> list[Trial]:
         for values in itertools.product(*grids.values()):
             for point in itertools.product(*axes.values()):
                 at = dict(zip(axes, point, strict=True))
-                if (
-                    at["postprocess.smooth_s"] == 0
-                    and at["postprocess.smooth_method"] != first_method
-                ):
+                smooth_s, method = at["postprocess.smooth_s"], at["postprocess.smooth_method"]
+                if smooth_s == 0 and method != first_method:
                     continue  # nothing to smooth: the first method only
                 trial = make_trial(cfg, at, spec.name, dict(zip(grids, values, strict=True)))
                 out.setdefault(trial.hash(), trial)
@@ -480,24 +421,15 @@ MAX_CONFIGURATIONS = 10_000
 
 
 def grid_size(cfg: ExperimentConfig) -> tuple[int, dict[str, int]]:
-    """(configurations, axis -> its number of values) of ``cfg``'s grid, counted from the config
-    without expanding it: per model the product of its axes (:func:`model_axes`, smoothing
-    methods only where ``smooth_s`` > 0) and of its hyperparameters' lists, summed over the
-    models, times the targets. As :func:`expand`'s length, unless two model entries repeat a
-    configuration (then it counts it twice). Axes: ``feature_set``, ``window.delay_s``, ...,
-    ``models[i].alpha``, ``target``; ``models`` (their number).
-
-    >>> grid_size(ExperimentConfig(feature_set=["listener"], models=[ModelGrid("ridge", {"alpha": [1.0, 10.0]})]))[0]
-    96
-    """
+    """(configurations, axis -> its number of values) of ``cfg``'s grid, counted without
+    expanding it: :func:`expand`'s length unless two model entries repeat a configuration."""
     total, sizes = 0, {k: len(listed(cfg, k, v)) for k, v in config_axes(cfg).items()}
     for i, spec in enumerate(cfg.models):
         axes = model_axes(cfg, spec)
         n = math.prod(len(v) for k, v in axes.items() if not k.startswith("postprocess.smooth"))
-        zero = sum(1 for s in axes["postprocess.smooth_s"] if s == 0)
-        n *= zero + (len(axes["postprocess.smooth_s"]) - zero) * len(
-            axes["postprocess.smooth_method"]
-        )
+        smooth_s = axes["postprocess.smooth_s"]
+        zero = smooth_s.count(0)
+        n *= zero + (len(smooth_s) - zero) * len(axes["postprocess.smooth_method"])
         for name, values in spec.params.items():
             sizes[f"models[{i}].{name}"] = len(listed(cfg, f"models[{i}].{name}", values))
             n *= sizes[f"models[{i}].{name}"]

@@ -1,7 +1,5 @@
 """Reading an experiment config: a YAML file (or a packaged name) plus ``--set`` overrides
-(dotted keys, YAML values, list items by index: ``models.0.alpha=[1, 10]``), validated into the
-typed config (:mod:`.validation`, :mod:`.schema`); every error names the file and line (or the
-``--set`` option) and the key path, and suggests the nearest valid key or value::
+(``models.0.alpha=[1, 10]``), validated into the typed config::
 
     from experiments.config import load_config, expand
     trials = expand(load_config("default", overrides=["window.delay_s=[2]"]))
@@ -29,7 +27,6 @@ from .schema import ExperimentConfig, Range, config_hash
 from .store_check import StoreNames, store_names
 from .validation import validate
 
-#: the names outside code imports from here (defined in the modules above)
 __all__ = [
     "CONFIG_DIR",
     "DEFAULT_CONFIG",
@@ -72,17 +69,11 @@ def load_config(
 ) -> ExperimentConfig:
     """Read, override and validate an experiment config: ``path`` a YAML file, a packaged config's
     name, or None (``default``); ``overrides`` ``KEY=VALUE`` strings applied in order; ``store`` a
-    feature store (or its :func:`~.store_check.store_names`) whose sessions must hold the target and
-    the swept channels and the splits' stories (None: not checked); ``max_configurations`` the
-    largest grid (or Optuna search) accepted, counted before it is expanded.
+    feature store (or its names) whose sessions must hold the target, the swept channels and the
+    splits' stories; ``max_configurations`` the largest grid (or Optuna search) accepted.
 
-    Warns:
-        ConfigWarning: the file leaves ``models`` or ``feature_set`` to the defaults.
-
-    Raises:
-        ConfigError: every problem of the file at once (unreadable, malformed, empty, a key
-            given twice, unknown keys, bad values, names or stories the store lacks, a grid
-            beyond ``max_configurations``).
+    Raises ConfigError with every problem of the file at once; warns (ConfigWarning) when the
+    file leaves ``models`` or ``feature_set`` to the defaults.
     """
     p = resolve_config_path(path)
     raw = read_yaml_file(p, ConfigError)
@@ -120,8 +111,7 @@ def from_dict(
     max_configurations: int = MAX_CONFIGURATIONS,
 ) -> ExperimentConfig:
     """Validate a config mapping (as read from YAML), after applying ``overrides``; ``lines``
-    (see :func:`key_lines`) lets errors name the line of the key in ``source``; ``store`` and
-    ``max_configurations`` as in :func:`load_config`."""
+    (:func:`key_lines`) lets errors name the line of each key; the rest as :func:`load_config`."""
     data = copy.deepcopy(dict(raw))
     origins: dict[str, str] = {}
     for text in overrides:

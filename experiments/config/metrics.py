@@ -1,16 +1,6 @@
-"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry,
-holding everything the rest of the package asks about a metric (function, NaN rule, direction,
-averaging, range, whether intervals and chance levels apply, display name); ``ccc``
-(:data:`DEFAULT_METRIC`) the default, computed by the package's one CCC
-(:func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic). Code
-downstream asks the spec, never compares a metric's name with a string.
-
->>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
-(1.0, 0.0)
->>> ccc([0.1, float("nan"), 0.3, 0.2], [0.1, 0.5, 0.3, 0.2], nan="drop")
-1.0
->>> get_metric("ccc").best_index([0.2, float("nan"), 0.5])
-2
+"""The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry
+(docs/config.md, Adding a metric); code downstream asks the spec, never compares a metric's name.
+``ccc`` is :func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic.
 """
 
 from __future__ import annotations
@@ -36,20 +26,8 @@ Shifted = Callable[[np.ndarray, Sequence[np.ndarray]], list[np.ndarray]]
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A metric a config may name (see the module docstring).
-
-    ``fn(labels, predictions)`` scores two finite float64 series of a session (or of a split's
-    sessions concatenated); ``nan``: what :meth:`__call__` does with non-finite pairs first;
-    ``higher_is_better``: its direction; ``averaging``: how a split's values are averaged when
-    the config says nothing (``averaging``); ``doc``: its line in docs/config.md; ``label``: its
-    name in tables and plots (default: ``name``); ``bounds``: the range a value lies in (a mean's
-    interval is clipped to it, a difference's to its width either side of 0; None: unbounded);
-    ``intervals``: whether a mean over listeners gets a 95 % interval (and a paired comparison
-    one), ``chance``: whether a split gets a chance level (docs/results.md, Intervals and Chance
-    level), each False for a metric where it does not apply, which the reports then say;
-    ``shifted``: the metric at every circular lag at once (:data:`Shifted`) where a fast one
-    exists, else the chance level evaluates ``fn`` at each lag it draws.
-    """
+    """A metric a config may name (its fields: docs/config.md, Adding a metric): ``fn(labels,
+    predictions)`` scores two finite float64 series; ``doc`` is its line in docs/config.md."""
 
     name: str
     fn: Callable[[np.ndarray, np.ndarray], float]
@@ -71,7 +49,7 @@ class MetricSpec:
 
     @property
     def title(self) -> str:
-        """The metric as tables and plots name it (``label``, else ``name``)."""
+        """The metric as tables and plots name it."""
         return self.label or self.name
 
     @property
@@ -105,8 +83,7 @@ class MetricSpec:
     def __call__(
         self, y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]
     ) -> float:
-        """The metric of two series, its NaN rule applied first (NaN if fewer than two pairs
-        are left by ``drop``)."""
+        """The metric of two series, its NaN rule applied first."""
         t, p = finite_pairs(y_true, y_pred, self.nan, self.name)
         return float(self.fn(t, p)) if t.size >= 2 or self.nan == "raise" else float("nan")
 
@@ -116,26 +93,20 @@ class MetricSpec:
         return "maximize" if self.higher_is_better else "minimize"
 
     def better(self, a: float, b: float) -> bool:
-        """Whether value ``a`` is strictly better than ``b`` (NaN is never better; anything
-        finite is better than NaN)."""
+        """Whether value ``a`` is strictly better than ``b`` (NaN is never better)."""
         if np.isnan(a):
             return False
         return bool(np.isnan(b) or (a > b if self.higher_is_better else a < b))
 
     def best_index(self, values: Sequence[float] | np.ndarray) -> int:
-        """The position of the first best of ``values`` (NaN skipped).
-
-        Raises:
-            ValueError: every value is NaN (or there is none).
-        """
+        """The position of the first best of ``values`` (NaN skipped; ValueError if all are)."""
         v = np.asarray(values, dtype=float)
         if not np.isfinite(v).any() and not np.isinf(v).any():
             raise ValueError(f"no {self.name} value to choose by: all {len(v)} are NaN")
         return int(np.nanargmax(v) if self.higher_is_better else np.nanargmin(v))
 
     def key(self, split: str, what: str) -> str:
-        """The logged name of the metric of ``split`` for ``what`` (an averaging, a track, a
-        listener): ``val.ccc_generalized``, ``test.ccc_listener_3``."""
+        """The logged name of the metric of ``split`` for ``what``: ``val.ccc_generalized``."""
         return f"{split}.{self.column(what)}"
 
 

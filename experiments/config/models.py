@@ -1,7 +1,5 @@
-"""The models a config may name: one :class:`ModelSpec` each (hyperparameters with defaults and the
-values a config may give, checked at load; builder and preprocessing; input; slow; baseline;
-closed form; docs line), in one registry; the built-in ones are registered at the end, another
-is one :func:`register_model` call. Builders import their estimators when called.
+"""The models a config may name: one :class:`ModelSpec` each, in one registry (another model is
+one :func:`register_model` call: docs/config.md). Builders import their estimators when called.
 
 >>> model_spec("ridge").resolve({"alpha": 10})
 {'alpha': 10}
@@ -11,6 +9,7 @@ is one :func:`register_model` call. Builders import their estimators when called
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,12 +18,10 @@ from typing import Any
 from .choices import Registry, check_choice
 
 #: the inputs a model reads: ``rows`` (the windowed features, row-major float32), ``columns``
-#: (the same, column-major float64: a tree reads one feature per node for every row, sequential
-#: in that layout) or ``position`` (each frame's position in its session, ``i / (n - 1)``: the
-#: session's length is read, so such a model is never causal)
+#: (column-major float64, for trees) or ``position`` (each frame's position in its session,
+#: which reads the session's length: never causal)
 INPUTS = ("rows", "columns", "position")
-#: the preprocessing a model's pipeline starts with (:data:`experiments.models.factory.PREPROCESSING`):
-#: median imputation and standardisation, the columns empty at fit set to 0, or none
+#: the preprocessing a model's pipeline starts with (:data:`experiments.models.factory.PREPROCESSING`)
 PREPROCESSINGS = ("impute_scale", "fill_empty", "none")
 #: the baseline every sweep carries, added when its grid has none
 BASELINE = "dummy"
@@ -33,8 +30,7 @@ BASELINE = "dummy"
 @dataclass(frozen=True)
 class Domain:
     """The values a hyperparameter takes: a number in [``low``, ``high``] (``above``: ``low``
-    excluded; ``integer``: whole numbers; ``numbers`` False: none), one of ``names``, or None
-    (``none``)."""
+    excluded), one of ``names``, or None (``none``)."""
 
     low: float | None = None
     high: float | None = None
@@ -56,7 +52,6 @@ class Domain:
         return ", ".join(parts[:-1]) + (" or " if len(parts) > 1 else "") + parts[-1]
 
     def admits(self, value: Any) -> bool:
-        """Whether ``value`` is in the domain."""
         if value is None or value in self.names:
             return value is not None or self.none
         if not self.numbers or isinstance(value, bool) or not isinstance(value, int | float):
@@ -83,12 +78,9 @@ Builder = Callable[[dict[str, Any], int], Any]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model a config may name: ``build`` a :data:`Builder` or ``"module:function"`` naming one
-    (for an estimator of :mod:`experiments.models`, a layer above); ``closed_form``:
-    hyperparameters -> the ridge penalty (> 0) with which its pipeline is the one
-    :class:`experiments.models.ridge_stats.SufficientStats` fits from per-session sums (None: fit
-    the pipeline).
-    """
+    """A model a config may name: ``build`` a :data:`Builder` or ``"module:function"`` naming one;
+    ``closed_form``: hyperparameters -> the ridge penalty (> 0) with which
+    :class:`experiments.models.ridge_stats.SufficientStats` fits its pipeline (None: fit it)."""
 
     name: str
     doc: str
@@ -106,16 +98,11 @@ class ModelSpec:
 
     @property
     def defaults(self) -> dict[str, Any]:
-        """Hyperparameter -> its default."""
         return {k: h.default for k, h in self.params.items()}
 
     def resolve(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The defaults updated with ``params`` (a ``name`` key, as in a config entry, must be
-        this model's).
-
-        Raises:
-            ValueError: an unknown hyperparameter, or a value outside its domain.
-        """
+        """The defaults updated with ``params`` (a ``name`` key must be this model's); ValueError
+        for an unknown hyperparameter or a value outside its domain."""
         given = dict(params or {})
         if given.pop("name", self.name) != self.name:
             raise ValueError(f"model name {self.name!r} disagrees with params['name']")
@@ -138,17 +125,21 @@ def resolve_model_params(name: str, params: Mapping[str, Any] | None = None) -> 
     return model_spec(name).resolve(params)
 
 
-# ------------------------------------------------------------------------ the built-in models
 POSITIVE = Domain(low=0, above=True)
 COUNT = Domain(low=1, integer=True)
 UNIT = Domain(low=0, high=1, above=True)
 
 
-def _ridge(p: dict[str, Any], seed: int) -> Any:
-    from sklearn.linear_model import Ridge  # scikit-learn: loaded when a model is built
+def _estimator(path: str, seeded: bool = True, **fixed: Any) -> Builder:
+    """A builder of the estimator class ``module:Class`` with ``fixed`` arguments, imported when
+    built (scikit-learn; loading libxgboost costs ~0.3 s)."""
 
-    # copy_X=False: Ridge centres the scaler's output (the pipeline's own copy) in place
-    return Ridge(alpha=p["alpha"], copy_X=False)
+    def build(p: dict[str, Any], seed: int) -> Any:
+        module, _, name = path.partition(":")
+        seeds = {"random_state": seed} if seeded else {}
+        return getattr(importlib.import_module(module), name)(**p, **fixed, **seeds)
+
+    return build
 
 
 def _svr(p: dict[str, Any], seed: int) -> Any:
@@ -164,37 +155,6 @@ def _svr(p: dict[str, Any], seed: int) -> Any:
     kernel = Nystroem(kernel="rbf", gamma=gamma, n_components=n, random_state=seed)
     svr = LinearSVR(C=p["C"], epsilon=p["epsilon"], dual="auto", max_iter=5000, random_state=seed)
     return [("kernel", kernel), ("model", svr)]
-
-
-def _linear_svr(p: dict[str, Any], seed: int) -> Any:
-    from sklearn.svm import LinearSVR  # scikit-learn: loaded when a model is built
-
-    return LinearSVR(**p, dual="auto", random_state=seed)
-
-
-def _xgboost(p: dict[str, Any], seed: int) -> Any:
-    from xgboost import XGBRegressor  # loading libxgboost costs ~0.3 s: only when built
-
-    return XGBRegressor(**p, tree_method="hist", random_state=seed)
-
-
-def _hist_gb(p: dict[str, Any], seed: int) -> Any:
-    from sklearn.ensemble import HistGradientBoostingRegressor  # scikit-learn: when built
-
-    # early_stopping=False: max_iter means what it says, whatever the number of rows
-    return HistGradientBoostingRegressor(**p, early_stopping=False, random_state=seed)
-
-
-def _random_forest(p: dict[str, Any], seed: int) -> Any:
-    from sklearn.ensemble import RandomForestRegressor  # scikit-learn: loaded when built
-
-    return RandomForestRegressor(**p, n_jobs=1, random_state=seed)
-
-
-def _dummy(p: dict[str, Any], seed: int) -> Any:
-    from sklearn.dummy import DummyRegressor  # scikit-learn: loaded when a model is built
-
-    return DummyRegressor(strategy="mean")
 
 
 _SCALED = "after median imputation and scaling"
@@ -220,7 +180,7 @@ for _spec in (
     ModelSpec(
         "linear_svr",
         f"scikit-learn `LinearSVR` {_SCALED}",
-        _linear_svr,
+        _estimator("sklearn.svm:LinearSVR", dual="auto"),
         {
             "C": Hyper(1.0, POSITIVE),
             "epsilon": Hyper(0.0, Domain(low=0)),
@@ -236,7 +196,7 @@ for _spec in (
     ModelSpec(
         "xgboost",
         "XGBoost `XGBRegressor` (missing values handled natively)",
-        _xgboost,
+        _estimator("xgboost:XGBRegressor", tree_method="hist"),
         {
             "n_estimators": Hyper(300, COUNT),
             "max_depth": Hyper(3, Domain(low=0, integer=True)),
@@ -254,7 +214,8 @@ for _spec in (
     ModelSpec(
         "hist_gb",
         "scikit-learn `HistGradientBoostingRegressor` (missing values handled natively)",
-        _hist_gb,
+        # early_stopping=False: max_iter means what it says, whatever the number of rows
+        _estimator("sklearn.ensemble:HistGradientBoostingRegressor", early_stopping=False),
         {
             "max_iter": Hyper(200, COUNT),
             "learning_rate": Hyper(0.1, POSITIVE),
@@ -267,7 +228,7 @@ for _spec in (
     ModelSpec(
         "random_forest",
         f"scikit-learn `RandomForestRegressor` {_SCALED} (the whole-session study's tree model)",
-        _random_forest,
+        _estimator("sklearn.ensemble:RandomForestRegressor", n_jobs=1),
         {
             "n_estimators": Hyper(200, COUNT),
             "max_depth": Hyper(None, Domain(low=1, integer=True, none=True), "null: unlimited"),
@@ -278,7 +239,8 @@ for _spec in (
     ModelSpec(
         "ridge",
         f"scikit-learn `Ridge` {_SCALED}",
-        _ridge,
+        # copy_X=False: Ridge centres the scaler's output (the pipeline's own copy) in place
+        _estimator("sklearn.linear_model:Ridge", seeded=False, copy_X=False),
         {"alpha": Hyper(1.0, Domain(low=0))},
         preprocess="impute_scale",
         closed_form=lambda p: float(p["alpha"]) if p["alpha"] > 0 else None,
@@ -286,7 +248,7 @@ for _spec in (
     ModelSpec(
         BASELINE,
         "the training mean (per listener when personalized): the baseline",
-        _dummy,
+        _estimator("sklearn.dummy:DummyRegressor", seeded=False, strategy="mean"),
         baseline=True,
     ),
     ModelSpec(

@@ -13,8 +13,7 @@ KFOLD_PROTOCOLS = ("kfold_person", "kfold_group")
 
 
 def selection_split(protocol: str) -> str:
-    """The split a protocol's configurations are chosen on: ``val``, ``loso`` or ``cv`` (the other
-    cross-validations).
+    """The split a protocol's configurations are chosen on.
 
     >>> [selection_split(p) for p in PROTOCOLS]
     ['val', 'loso', 'cv', 'cv', 'cv']
@@ -59,5 +58,4 @@ IDENTITY_RESCALES = ("listener", "listener_bias")
 
 
 class ConfigWarning(UserWarning):
-    """A config that is valid but probably not what was meant (left to the defaults; late fusion
-    turned off)."""
+    """A config that is valid but probably not what was meant."""

@@ -1,5 +1,4 @@
-"""The checks of a config's selection protocol, its folds and its splits (used by
-:mod:`experiments.config.validation`, which adds the file and line to each problem).
+"""The checks of a config's folds and splits (:mod:`.validation` places each problem).
 
 >>> check_splits("shard", "val")
 {}
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class ProtocolProblem(ExperimentsError, ValueError):
-    """A bad ``protocol``, ``folds`` or ``splits`` value: the dotted ``key`` and the ``message``."""
+    """A bad ``folds`` or ``splits`` value: the dotted ``key`` and the ``message``."""
 
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
@@ -53,7 +52,7 @@ def check_folds(value: Any, protocol: str, given: bool) -> int:
 
 def person_held_out_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
     """(key, message) when a protocol that holds persons out meets an option that uses who is
-    listening (a held-out person has no training rows to fit it on); None when all is well."""
+    listening (a held-out person has no training rows to fit it on), else None."""
     if cfg.protocol not in PERSON_HELD_OUT:
         return None
     for key, values, identity in (
@@ -73,12 +72,11 @@ def person_held_out_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
 
 
 def check_splits(value: Any, protocol: str) -> dict[str, list[int]]:
-    """``splits``: stories (groups) per split, or ``shard``: each session's split as its shard
-    records it (a manifest's ``split`` column), returned as ``{}``."""
+    """``splits``: stories (groups) per split, or ``shard`` (each session's split as its shard
+    records it), returned as ``{}``."""
     if value == "shard":
         return {}
-    if value is None:
-        value = {}
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise ProtocolProblem(
             "splits", f"expected a mapping of split -> stories, or shard; got {value!r}"

@@ -67,14 +67,12 @@ KEY_MEANINGS: dict[str, str] = {
 
 
 def _flow(value: Any) -> str:
-    """A value as one line of YAML flow style (``[0.0, 2.0]``, ``null``)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
 def markdown_tables() -> str:
-    """The tables of ``docs/config.md``: top-level keys, the registered models (:mod:`.models`)
-    and metrics (:mod:`.metrics`)."""
+    """The tables of ``docs/config.md``: top-level keys, the registered models and metrics."""
     cfg = ExperimentConfig()
     defaults = {"folds": cfg.folds, **cfg.to_dict()}  # folds: written under k-fold protocols only
     lines = ["| key | default | meaning |", "|---|---|---|"]
@@ -83,8 +81,7 @@ def markdown_tables() -> str:
 
 
 def metric_table() -> str:
-    """One row per registered metric (:mod:`.metrics`): its direction, NaN rule, averaging,
-    range, whether intervals and a chance level apply, and its name in tables and plots."""
+    """One row per registered metric."""
     lines = [
         "| metric | better | NaN rule | averaging | range | intervals | chance level | shown as | what |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -101,8 +98,7 @@ def metric_table() -> str:
 
 
 def model_table() -> str:
-    """One row per hyperparameter of each registered model: its default and values; the model's
-    estimator, input and kind on its first row."""
+    """One row per hyperparameter of each registered model (the model's own on its first row)."""
     lines = [
         "| model | estimator | hyperparameter | default | values |",
         "|---|---|---|---|---|",
@@ -125,9 +121,8 @@ def model_table() -> str:
 
 def defaults_note(given: Collection[str], cfg: ExperimentConfig) -> str:
     """A warning for a config file that leaves ``models`` or a choice among several
-    ``feature_sets`` to the defaults: how many configurations that makes, and why; "" otherwise
-    (and for an Optuna search, whose size is ``n_trials``). ``given``: the top-level keys the
-    file and its ``--set`` options set."""
+    ``feature_sets`` to the defaults (not for a search), else ""; ``given``: the top-level keys
+    the file and its ``--set`` options set."""
     why = []
     if "models" not in given:
         names = ", ".join(m.name for m in cfg.models)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -27,15 +27,9 @@ from .metrics import DEFAULT_METRIC
 from .options import KFOLD_PROTOCOLS
 
 #: trial axes a model entry may narrow with ``only`` (dotted key -> attribute of the config)
-ONLY_AXES = (
-    "feature_set",
-    "window.lengths_s",
-    "window.delay_s",
-    "window.align",
-    "personalization",
-    "postprocess.smooth_s",
-    "postprocess.smooth_method",
-    "postprocess.rescale",
+ONLY_AXES = tuple(
+    "feature_set window.lengths_s window.delay_s window.align personalization "
+    "postprocess.smooth_s postprocess.smooth_method postprocess.rescale".split()
 )
 
 
@@ -48,28 +42,10 @@ def _default_feature_sets() -> dict[str, list[str]]:
 
 
 #: the top-level keys of a config file, in the order ``--print-config`` writes them
-TOP_KEYS = (
-    "target",
-    "splits",
-    "protocol",
-    "folds",
-    "metric",
-    "averaging",
-    "gold_standard",
-    "feature_sets",
-    "feature_set",
-    "window",
-    "models",
-    "personalization",
-    "postprocess",
-    "tracking",
-    "seed",
-    "unseen_listener",
-    "jobs",
-    "backend",
-    "search",
-    "fusion",
-    "importance",
+TOP_KEYS = tuple(
+    "target splits protocol folds metric averaging gold_standard feature_sets feature_set window "
+    "models personalization postprocess tracking seed unseen_listener jobs backend search fusion "
+    "importance".split()
 )
 #: keys of a range mapping (:class:`Range`)
 RANGE_KEYS = ("low", "high", "log", "int", "step")
@@ -81,9 +57,8 @@ SEARCH_SAMPLERS = ("tpe", "random", "grid")
 
 @dataclass(frozen=True)
 class Range:
-    """A range an Optuna search samples from (see :mod:`experiments.studies.search`), in the axis' units
-    (seconds for window and smoothing axes). ``int``: integers; ``log``: sampled uniformly in
-    log space; ``step``: a grid of ``low + k * step``."""
+    """A range an Optuna search samples from, in the axis' units (``int``: integers; ``log``:
+    uniform in log space; ``step``: a grid of ``low + k * step``)."""
 
     low: float
     high: float
@@ -92,27 +67,19 @@ class Range:
     step: float | None = None
 
     def to_dict(self) -> dict:
-        d: dict[str, Any] = {"low": self.low, "high": self.high}
-        if self.log:
-            d["log"] = True
-        if self.int:
-            d["int"] = True
-        if self.step is not None:
-            d["step"] = self.step
-        return d
+        """``low`` and ``high``, and ``log``, ``int`` and ``step`` when set."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if k in ("low", "high") or v not in (False, None)}
 
     def contains(self, x: Any) -> bool:
-        """Whether the number ``x`` lies in [low, high]."""
         return is_number(x) and self.low <= x <= self.high
 
 
 def is_number(x: Any) -> bool:
-    """A finite int or float (not a bool)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _values(v: Any) -> Any:
-    """An axis as YAML: a list of values, or a range's mapping."""
     return v.to_dict() if isinstance(v, Range) else list(v)
 
 
@@ -125,11 +92,8 @@ def has_ranges(cfg: ExperimentConfig) -> bool:
 
 @dataclass
 class SearchConfig:
-    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search of
-    ``n_trials`` in all, sampled by ``sampler`` (``seed``; ``startup_trials`` random ones first) for
-    ``track``'s selection metric, its study in ``storage`` (default: ``optuna.db`` beside a SQLite
-    tracking database).
-    """
+    """How the configurations are chosen: ``grid`` (all of them) or an ``optuna`` search
+    (docs/config.md, Optuna search)."""
 
     method: str = "grid"
     n_trials: int = 20
@@ -140,23 +104,13 @@ class SearchConfig:
     storage: str | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "method": self.method,
-            "n_trials": self.n_trials,
-            "sampler": self.sampler,
-            "seed": self.seed,
-            "track": self.track,
-            "startup_trials": self.startup_trials,
-            "storage": self.storage,
-        }
+        return asdict(self)
 
 
 @dataclass
 class WindowConfig:
-    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s).
-
-    In an Optuna search ``lengths_s`` and ``delay_s`` may be a :class:`Range` (seconds); a
-    ``lengths_s`` range samples one window length (a single-scale set)."""
+    """Windowing grid: each ``lengths_s`` entry is one multi-scale set of window lengths (s); in
+    an Optuna search ``lengths_s`` (one length) and ``delay_s`` may be a :class:`Range`."""
 
     lengths_s: list[list[float]] | Range = field(default_factory=lambda: [[4.0], [2.0, 8.0]])
     delay_s: list[float] | Range = field(default_factory=lambda: [0.0, 2.0])
@@ -192,8 +146,7 @@ def _default_models() -> list[ModelGrid]:
 
 @dataclass
 class PostprocessConfig:
-    """Prediction smoothing (window in seconds, 0 = none; a :class:`Range` in an Optuna search)
-    and rescaling to training statistics."""
+    """Prediction smoothing (seconds, 0 = none; or a :class:`Range`) and rescaling."""
 
     smooth_s: list[float] | Range = field(default_factory=lambda: [0.0, 4.0])
     smooth_method: list[str] = field(default_factory=lambda: ["moving_average"])
@@ -204,23 +157,20 @@ class PostprocessConfig:
 
 @dataclass
 class ImportanceConfig:
-    """Permutation importance of each track's chosen configuration in ``experiments ablate``
-    (config ``importance: {repeats: 5, levels: [channel, column], split: test}``; ``false``
-    or absent: none): ``repeats`` random lags per session, the feature groups of ``levels``
-    (``IMPORTANCE_LEVELS``), scored on ``split``."""
+    """Permutation importance of each track's chosen configuration in ``experiments ablate``:
+    ``repeats`` random lags per session of the feature groups of ``levels``, scored on ``split``."""
 
     repeats: int = 5
     levels: list[str] = field(default_factory=lambda: ["channel", "column"])
     split: str = "test"
 
     def to_dict(self) -> dict:
-        return {"repeats": self.repeats, "levels": list(self.levels), "split": self.split}
+        return asdict(self)
 
 
 @dataclass
 class TrackingConfig:
-    """MLflow tracking: ``uri`` ``mlruns`` means the SQLite store inside ``mlruns/``; ``artifacts``:
-    where a new experiment's artifacts go (a folder or URI; needed with a database ``uri``)."""
+    """MLflow tracking: ``uri``, ``experiment`` and ``artifacts`` (docs/config.md)."""
 
     uri: str = "mlruns"
     experiment: str = "omg-default"
@@ -231,18 +181,17 @@ class TrackingConfig:
 class ExperimentConfig:
     """A resolved, validated experiment config (its keys are a contract: docs/design.md#experiment-config)."""
 
-    #: the label target predicted; with several (config ``target: [a, b]``) the first of ``targets``
+    #: the label target predicted; with several the first of ``targets``
     target: str = "valence_self"
-    #: every target swept, in the config's order (empty: just ``target``; see :meth:`all_targets`)
+    #: every target swept (empty: just ``target``)
     targets: list[str] = field(default_factory=list)
     splits: dict[str, list[int]] = field(
         default_factory=lambda: {name: list(stories) for name, stories in SPLITS.items()}
     )
     protocol: str = "val"
-    #: folds of ``protocol: kfold_person`` / ``kfold_group``
     folds: int = 5
     feature_sets: dict[str, list[str]] = field(default_factory=_default_feature_sets)
-    #: names of the feature sets to sweep (default: all of ``feature_sets``)
+    #: names of the feature sets to sweep (default: all)
     feature_set: list[str] = field(default_factory=list)
     window: WindowConfig = field(default_factory=WindowConfig)
     models: list[ModelGrid] = field(default_factory=_default_models)
@@ -251,32 +200,19 @@ class ExperimentConfig:
     )
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    #: the metric every configuration is scored and chosen by (:mod:`experiments.config.metrics`)
     metric: str = DEFAULT_METRIC
-    #: ``sessions`` (OMG-Empathy's means of per-session values) or ``concatenated`` (AVEC);
-    #: unless the config says, the metric's own averaging
-    averaging: str = "sessions"
-    #: the labels trained and scored on: stored, or the raters' mean / EWE (see
-    #: :mod:`experiments.data.gold_standard`)
+    averaging: str = "sessions"  # unless the config says, the metric's own
     gold_standard: GoldStandard = field(default_factory=GoldStandard)
     seed: int = 0
-    #: score the generalized track on listeners left out of training too (see
-    #: :func:`experiments.studies.sweep.run_sweep` and ``unseen_selection``)
+    #: score the generalized track on listeners left out of training too
     unseen_listener: bool = True
-    #: how the unseen-listener configuration is chosen (``UNSEEN_SELECTIONS``; config
-    #: ``unseen_listener: {selection: ...}``), and for ``fixed`` which one (a label or hash).
-    #: ``nested`` unless the config writes another: ``chosen`` reads the held-out listener
+    #: how the unseen-listener configuration is chosen, and for ``fixed`` which one
     unseen_selection: str = "nested"
     unseen_configuration: str = ""
-    #: parallel configurations; None lets the sweep decide
-    jobs: int | None = None
-    #: where configurations run: a registered backend (:mod:`featurestore.parallel`)
+    jobs: int | None = None  # None lets the sweep decide
     backend: str = "processes"
-    #: grid (default) or an Optuna search over the same axes (see :class:`SearchConfig`)
     search: SearchConfig = field(default_factory=SearchConfig)
-    #: late fusion of feature sets in ``experiments ablate`` (off by default; see :mod:`experiments.config.fusion`)
     fusion: FusionConfig = field(default_factory=FusionConfig)
-    #: permutation importance in the ablation (see :class:`ImportanceConfig`); None: none
     importance: ImportanceConfig | None = None
     #: where the config came from (file path or ``<dict>``); not part of ``to_dict``
     source: str = field(default="<defaults>", compare=False)
@@ -286,7 +222,7 @@ class ExperimentConfig:
             self.feature_set = list(self.feature_sets)
 
     def all_targets(self) -> list[str]:
-        """The label targets swept: ``targets``, or ``[target]`` for a one-target config."""
+        """The label targets swept."""
         return list(self.targets) or [self.target]
 
     def for_target(self, target: str) -> ExperimentConfig:
@@ -307,27 +243,19 @@ class ExperimentConfig:
             "feature_sets": {k: list(v) for k, v in self.feature_sets.items()},
             "feature_set": list(self.feature_set),
             "window": {
-                "lengths_s": _values(self.window.lengths_s)
-                if isinstance(self.window.lengths_s, Range)
-                else [list(x) for x in self.window.lengths_s],
+                **asdict(self.window),
+                "lengths_s": _values(lengths)
+                if isinstance(lengths := self.window.lengths_s, Range)
+                else [list(x) for x in lengths],
                 "delay_s": _values(self.window.delay_s),
-                "align": list(self.window.align),
-                "stats": list(self.window.stats),
-                "train_hop_s": self.window.train_hop_s,
             },
             "models": [m.to_dict() for m in self.models],
             "personalization": list(self.personalization),
             "postprocess": {
+                **asdict(self.postprocess),
                 "smooth_s": _values(self.postprocess.smooth_s),
-                "smooth_method": list(self.postprocess.smooth_method),
-                "rescale": list(self.postprocess.rescale),
-                "fit_on": self.postprocess.fit_on,
             },
-            "tracking": {
-                "uri": self.tracking.uri,
-                "experiment": self.tracking.experiment,
-                **({"artifacts": self.tracking.artifacts} if self.tracking.artifacts else {}),
-            },
+            "tracking": {k: v for k, v in asdict(self.tracking).items() if k != "artifacts" or v},
             "seed": self.seed,
             # the selection spelt out whenever the protocol is on: `true` alone would not say it
             "unseen_listener": {

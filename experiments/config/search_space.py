@@ -1,19 +1,5 @@
-"""The search space of an Optuna search (every list a set of choices, an axis or hyperparameter
-possibly a :class:`~.schema.Range`), limited to the configurations its track chooses among, and
-the configuration each Optuna trial samples from it (docs/config.md, Optuna search).
-
->>> import optuna
->>> from experiments.config import from_dict
->>> cfg = from_dict({"search": {"method": "optuna", "track": "generalized"}, "feature_set": ["listener"],
-...                  "models": [{"name": "ridge", "alpha": {"low": 0.1, "high": 10, "log": True}}]})
->>> space = search_space(cfg)
->>> [m.label for m in space.models], space.models[0].axes["personalization"]
-(['ridge'], ['global'])
->>> trial = sample_trial(space, cfg, optuna.trial.FixedTrial({"ridge.alpha": 2.0, "window.lengths_s": "2,8",
-...     "window.delay_s": 0.0, "postprocess.smooth_s": 0.0, "postprocess.rescale": "train"}))
->>> trial.model, trial.hyperparams, trial.lengths_s, trial.track
-('ridge', {'alpha': 2.0}, (2.0, 8.0), 'generalized')
-"""
+"""The search space of an Optuna search (lists of choices, or ranges) on its
+track, and the configuration each Optuna trial samples from it (docs/config.md, Optuna search)."""
 
 from __future__ import annotations
 
@@ -21,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ExperimentsError
-from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial
+from .grid import WINDOW_AXES, Trial, config_axes, format_value, make_trial, narrowed
 from .models import BASELINE
 from .options import IDENTITY_PERSONALIZATIONS, IDENTITY_RESCALES, TRACKS
 from .schema import ExperimentConfig, ModelGrid, Range
@@ -35,18 +21,12 @@ class SearchSpaceError(ExperimentsError, ValueError):
         self.key = key
 
 
-# --------------------------------------------------------------------------- the space
 #: a search axis or hyperparameter: its list of choices, or a range (numeric ones only)
 Choices = list[Any] | Range
 
 
 def listed(choices: Choices, key: str) -> list[Any]:
-    """The choices of ``key`` where they must be a list: the categorical axes (the validator
-    allows ranges on numeric axes and hyperparameters only), or an axis checked to be a list.
-
-    Raises:
-        SearchSpaceError: ``choices`` is a range.
-    """
+    """The choices of ``key`` where they must be a list (SearchSpaceError for a range)."""
     if isinstance(choices, Range):
         raise SearchSpaceError(key, f"{key} is a range here, but it takes a list of values")
     return choices
@@ -54,18 +34,15 @@ def listed(choices: Choices, key: str) -> list[Any]:
 
 @dataclass
 class ModelSpace:
-    """One ``models`` entry in a search: its choices per axis (lists or ranges), after its
-    ``only`` and the track restriction of ``personalization``."""
+    """One ``models`` entry in a search: its choices per axis, after its ``only`` and the track."""
 
-    label: (
-        str  # the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
-    )
+    #: the model's choice in the ``model`` parameter: its name, or ``name#i`` when repeated
+    label: str
     index: int  # its place in ``models``
     spec: ModelGrid
     axes: dict[str, Choices]
 
     def choices(self, axis: str) -> list[Any]:
-        """The list of choices of a categorical ``axis`` (see :func:`listed`)."""
         return listed(self.axes[axis], axis)
 
 
@@ -79,10 +56,10 @@ class SearchSpace:
 
     def grid(self) -> dict[str, list[Any]]:
         """Every Optuna parameter a trial may suggest -> its (encoded) choices, for Optuna's
-        ``GridSampler``; raises :class:`SearchSpaceError` when a parameter is a range."""
+        ``GridSampler`` (SearchSpaceError for a range)."""
         out: dict[str, list[Any]] = {}
 
-        def add(name: str, choices: Any, key: str) -> None:
+        def add(key: str, choices: Any, name: str | None = None) -> None:
             if isinstance(choices, Range):
                 raise SearchSpaceError(
                     "search.sampler",
@@ -90,24 +67,19 @@ class SearchSpace:
                     "(use sampler tpe or random, or list its values)",
                 )
             if len(choices) > 1:
-                out[name] = [_encode(c) for c in choices]
+                out[name or self.name(key, choices)] = [_encode(c) for c in choices]
 
-        add("model", [m.label for m in self.models], "models")
+        add("models", [m.label for m in self.models], "model")
         for m in self.models:
             for axis in (*WINDOW_AXES, "personalization", "postprocess.smooth_s"):
-                add(self.name(axis, m.axes[axis]), m.axes[axis], axis)
+                add(axis, m.axes[axis])
             for hp, values in m.spec.params.items():
-                add(f"{m.label}.{hp}", values, f"models[{m.index}].{hp}")
+                add(f"models[{m.index}].{hp}", values, f"{m.label}.{hp}")
             for pers in m.choices("personalization"):
-                rescales = self.rescales(m, pers)
-                add(self.name("postprocess.rescale", rescales), rescales, "postprocess.rescale")
+                add("postprocess.rescale", self.rescales(m, pers))
             # a list: add() refused a range above
             if any(s != 0 for s in m.choices("postprocess.smooth_s")):
-                add(
-                    self.name("postprocess.smooth_method", m.axes["postprocess.smooth_method"]),
-                    m.axes["postprocess.smooth_method"],
-                    "postprocess.smooth_method",
-                )
+                add("postprocess.smooth_method", m.axes["postprocess.smooth_method"])
         return out
 
     def name(self, axis: str, choices: Choices) -> str:
@@ -119,9 +91,7 @@ class SearchSpace:
         return f"{axis}[{'|'.join(format_value(c) for c in choices)}]"
 
     def rescales(self, m: ModelSpace, personalization: str) -> list[str]:
-        """The rescaling choices a configuration with ``personalization`` may take on the track:
-        every one on the personalized track, those without the listener's identity on the
-        generalized track."""
+        """The rescaling choices a configuration with ``personalization`` may take on the track."""
         rescales = m.choices("postprocess.rescale")
         if self.track == "generalized":
             return [r for r in rescales if r not in IDENTITY_RESCALES]
@@ -129,13 +99,9 @@ class SearchSpace:
 
 
 def search_space(cfg: ExperimentConfig) -> SearchSpace:
-    """The search space of ``cfg`` for its ``search.track``: each model's axes narrowed by its ``only``
-    (inside a range too), then to the options the track may use (a generalized search none that
-    uses who is listening); a model left without a choice drops out.
-
-    Raises:
-        SearchSpaceError: no model has a configuration on the track.
-    """
+    """The search space of ``cfg`` for its ``search.track``: each model's axes narrowed by its
+    ``only``, then to the options the track may use; a model left without a choice drops out
+    (SearchSpaceError when none is left)."""
     track = cfg.search.track
     full = config_axes(cfg)
     labels = [m.name for m in cfg.models]
@@ -143,23 +109,11 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
     dropped: list[str] = []
     for i, spec in enumerate(cfg.models):
         label = spec.name if labels.count(spec.name) == 1 else f"{spec.name}#{i}"
-        axes = dict(full)
-        for axis, wanted in spec.only.items():
-            wanted = [tuple(x) if isinstance(x, list) else x for x in wanted]
-            current = axes[axis]
-            if isinstance(current, Range):
-                kept = [float(v) for v in wanted if current.contains(v)]
-            else:
-                kept = [v for v in current if v in wanted]
-            if kept:
-                axes[axis] = kept
-        m = ModelSpace(label, i, spec, axes)
-        personalizations = m.choices("personalization")
+        m = ModelSpace(label, i, spec, narrowed(full, spec))
+        pers = m.choices("personalization")
         if track == "generalized":
-            pers = [p for p in personalizations if p not in IDENTITY_PERSONALIZATIONS]
-        else:
-            pers = list(personalizations)
-        axes["personalization"] = pers
+            pers = [p for p in pers if p not in IDENTITY_PERSONALIZATIONS]
+        m.axes["personalization"] = pers = list(pers)
         if not pers or not any(SearchSpace(track, [], full).rescales(m, p) for p in pers):
             dropped.append(label)
             continue
@@ -185,21 +139,15 @@ def search_space(cfg: ExperimentConfig) -> SearchSpace:
 
 
 def _encode(v: Any) -> Any:
-    """A choice as an Optuna categorical value (None, bool, int, float or str)."""
     return v if v is None or isinstance(v, bool | int | float | str) else format_value(v)
 
 
 def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
-    """Suggest one value of ``choices`` (a list, or a range) from the Optuna trial ``ot``."""
+    """One value of ``choices`` suggested by the Optuna trial ``ot``."""
     if isinstance(choices, Range):
         if choices.int:
-            v = ot.suggest_int(
-                name,
-                int(choices.low),
-                int(choices.high),
-                step=int(choices.step or 1),
-                log=choices.log,
-            )
+            low, high, step = int(choices.low), int(choices.high), int(choices.step or 1)
+            v = ot.suggest_int(name, low, high, step=step, log=choices.log)
         else:
             v = ot.suggest_float(
                 name, choices.low, choices.high, log=choices.log, step=choices.step
@@ -212,13 +160,11 @@ def _pick(ot: Any, name: str, choices: Choices, as_float: bool = False) -> Any:
 
 
 def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
-    """The configuration an Optuna trial ``ot`` (``optuna.trial.Trial`` or ``FixedTrial``)
-    samples from ``space``: the model entry, then every axis and hyperparameter of it, always in
-    the same order (the sampler's)."""
+    """The configuration an Optuna trial ``ot`` (or ``FixedTrial``) samples from ``space``: the
+    model entry, then every axis and hyperparameter of it, always in the same order."""
     labels = [x.label for x in space.models]
-    m = space.models[
-        0 if len(labels) == 1 else labels.index(ot.suggest_categorical("model", labels))
-    ]
+    label = labels[0] if len(labels) == 1 else ot.suggest_categorical("model", labels)
+    m = space.models[labels.index(label)]
 
     def pick(axis: str, choices: Choices | None = None, as_float: bool = False) -> Any:
         choices = m.axes[axis] if choices is None else choices
@@ -231,9 +177,8 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
     at["window.align"] = pick("window.align")
     hp = {n: _pick(ot, f"{m.label}.{n}", values) for n, values in m.spec.params.items()}
     at["personalization"] = pick("personalization")
-    at["postprocess.rescale"] = pick(
-        "postprocess.rescale", space.rescales(m, at["personalization"])
-    )
+    rescales = space.rescales(m, at["personalization"])
+    at["postprocess.rescale"] = pick("postprocess.rescale", rescales)
     at["postprocess.smooth_s"] = smooth = pick("postprocess.smooth_s", as_float=True)
     methods = m.choices("postprocess.smooth_method")
     at["postprocess.smooth_method"] = (
@@ -243,9 +188,8 @@ def sample_trial(space: SearchSpace, cfg: ExperimentConfig, ot: Any) -> Trial:
 
 
 def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
-    """The baseline (:data:`~experiments.config.models.BASELINE`) logged before the first trial
-    (not a trial of the study): the first value of every window list (the low end of a range),
-    global, no smoothing, no rescaling, as the grid's baseline."""
+    """The baseline logged before the first trial (not a trial of the study): the first value of
+    every window list (the low end of a range), global, no smoothing, no rescaling."""
 
     def first(axis: str) -> Any:
         v = space.full[axis]
@@ -254,9 +198,9 @@ def baseline_trial(space: SearchSpace, cfg: ExperimentConfig) -> Trial:
     axes = {axis: first(axis) for axis in space.full}
     lengths = axes["window.lengths_s"]
     axes["window.lengths_s"] = lengths if isinstance(lengths, tuple) else (lengths,)
-    baseline = {
+    axes |= {
         "personalization": "global",
         "postprocess.smooth_s": 0.0,
         "postprocess.rescale": "none",
     }
-    return make_trial(cfg, {**axes, **baseline}, BASELINE, {})
+    return make_trial(cfg, axes, BASELINE, {})

@@ -1,9 +1,6 @@
-"""A config's names checked against a feature store before anything is trained: the target and the
-swept feature sets' channels must be in the store's shards; a misspelt name is refused with the
-nearest one the store holds, a missing one with the command that adds it.
-:func:`store_names` reads the names (one open per shard), :func:`store_problems` lists (key
-path, message) for the validator to place at the key's line.
-"""
+"""A config's names checked against a feature store before anything is trained: a misspelt
+target or channel is refused with the nearest one the store holds, a missing one with the
+command that adds it."""
 
 from __future__ import annotations
 
@@ -26,13 +23,9 @@ from .schema import ExperimentConfig
 class StoreNames:
     """The names one feature store holds, per session."""
 
-    #: the store's folder, as given
     root: str
-    #: session -> its story number
     stories: dict[str, int]
-    #: session -> its ``role/channel`` keys
-    channels: dict[str, frozenset[str]]
-    #: session -> its label targets
+    channels: dict[str, frozenset[str]]  # its role/channel keys
     targets: dict[str, frozenset[str]]
     #: whether every swept feature set's channels must be in every session (``experiments
     #: agreement`` takes the largest set the sessions have: there only a misspelt name is an error)
@@ -43,8 +36,7 @@ class StoreNames:
     speakers: dict[str, int] = field(default_factory=dict)
 
     def role_names(self, sessions: Collection[str] | None = None) -> dict[str, str]:
-        """Store role -> the corpus's word, from the layout of ``sessions`` (default all); the
-        store's own words when they mix layouts."""
+        """Store role -> the corpus's word, from the layout of ``sessions`` (default all)."""
         found = (self.layouts.get(s, DEFAULT_LAYOUT.name) for s in (sessions or self.layouts))
         return common_layout(found).role_names
 
@@ -54,11 +46,8 @@ class StoreNames:
 
 
 def store_names(store: str | os.PathLike, require_channels: bool = True) -> StoreNames:
-    """Read the channel keys and label targets of every shard of ``store`` (one open per shard).
-
-    Raises:
-        ConfigError: the folder does not exist or holds no shards (the message says how to build it).
-    """
+    """Read the names every shard of ``store`` holds (one open per shard); ConfigError when
+    there is none (the message says how to build it)."""
     st = Store(store)
     if not st.root.is_dir():
         raise ConfigError(
@@ -83,8 +72,7 @@ def store_names(store: str | os.PathLike, require_channels: bool = True) -> Stor
 
 
 def corpus_layout(store: Store | str | os.PathLike) -> CorpusLayout:
-    """The corpus layout of ``store``'s first shard, in whose words reports name the roles;
-    the default layout (the store's words) for an empty store."""
+    """The corpus layout of ``store``'s first shard (the default for an empty store)."""
     st = store if isinstance(store, Store) else Store(store)
     sessions = st.list_sessions() if st.root.is_dir() else []
     return st.meta(sessions[0]).corpus_layout if sessions else DEFAULT_LAYOUT
@@ -97,47 +85,38 @@ def _some(names: Sequence[str], n: int = 3) -> str:
 def store_problems(
     cfg: ExperimentConfig, names: StoreNames, skip: Collection[str] = ()
 ) -> list[tuple[str, str]]:
-    """(key path, message) for each name of ``cfg`` the store's sessions lack.
-
-    Only the sessions whose story is in one of the config's splits count. ``skip``: top-level
-    keys whose checks to leave out (their section already had a problem).
-    """
+    """(key path, message) for each name of ``cfg`` the sessions of its splits lack; ``skip``:
+    top-level keys whose checks to leave out."""
     stories = {s for v in cfg.splits.values() for s in v}
     sessions = [s for s, story in names.stories.items() if story in stories] or list(names.stories)
     out: list[tuple[str, str]] = []
     if "splits" not in skip:
         out += _split_problems(cfg, names)
     if "target" not in skip:
-        for target in cfg.all_targets():
-            problem = _target_problem(target, sessions, names)
-            if problem:
-                out.append(("target", problem))
+        problems = (_target_problem(t, sessions, names) for t in cfg.all_targets())
+        out += [("target", problem) for problem in problems if problem]
     if "feature_sets" not in skip and "feature_set" not in skip:
         for fs in cfg.feature_set:
-            problem = _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names)
-            if problem:
+            if problem := _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names):
                 out.append((f"feature_sets.{fs}", problem))
     return out
 
 
 def _split_problems(cfg: ExperimentConfig, names: StoreNames) -> list[tuple[str, str]]:
-    """(``splits.<name>``, message) for each split none of whose stories a session of the store
-    has (a sweep would train, choose or score on nothing); a split only some of whose stories
-    the store lacks is a :class:`~.options.ConfigWarning` naming them (they are left out)."""
+    """(``splits.<name>``, message) for each split none of whose stories the store has; a split
+    only some of whose stories it lacks is a :class:`~.options.ConfigWarning`."""
     have = sorted(set(names.stories.values()))
     out = []
     for split, stories in cfg.splits.items():
         missing = [s for s in stories if s not in have]
         listed = f"stor{'ies' if len(missing) > 1 else 'y'} {', '.join(map(str, missing))}"
         if missing and len(missing) == len(stories):
-            out.append(
-                (
-                    f"splits.{split}",
-                    f"no session of {names.root} has {listed} (its stories: "
-                    f"{', '.join(map(str, have))}); list stories the store holds, or extract "
-                    "those sessions first",
-                )
+            msg = (
+                f"no session of {names.root} has {listed} (its stories: "
+                f"{', '.join(map(str, have))}); list stories the store holds, or extract "
+                "those sessions first"
             )
+            out.append((f"splits.{split}", msg))
         elif missing:
             warnings.warn(
                 f"{cfg.source}: splits.{split}: no session of {names.root} has {listed}; "
@@ -180,12 +159,7 @@ def _is_session_rating(target: str, sessions: list[str], names: StoreNames) -> b
     st = Store(names.root)
     try:
         return any(target in st.session_label_targets(s) for s in sessions[:5])
-    except (
-        StoreError,
-        OSError,
-        KeyError,
-        ValueError,
-    ):  # an unreadable shard: the usual message follows
+    except (StoreError, OSError, KeyError, ValueError):  # unreadable: the usual message follows
         return False
 
 

@@ -1,12 +1,6 @@
-"""Validation of an experiment config: every key and value checked, with errors a user can act on.
+"""Validation of an experiment config: every key and value checked, each error naming the file
+and line (or ``--set`` option), the key path and the nearest valid name (docs/design.md#experiment-config).
 
-Each error names where the value came from (the file and the line of the key, or the ``--set``
-option), the key path as written (``models[0].alpha``), what was expected and, for a misspelt
-key or value, the nearest valid one. Hand-written rather than pydantic, which gives neither file,
-line nor suggestion: see docs/design.md#experiment-config.
-
->>> validate({"window": {"align": "causal"}}).window.align
-['causal']
 >>> validate({"window": {"algin": "causal"}}, "exp.yaml", lines={"window": 3, "window.algin": 4})
 Traceback (most recent call last):
 ...
@@ -17,8 +11,9 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from featurestore.storage.roles import role_words, store_role
 
@@ -61,6 +56,9 @@ from .schema import (
 from .search_space import SearchSpaceError, search_space
 from .store_check import StoreNames, store_problems
 
+T = TypeVar("T")
+_CURRENT = object()  # a config key's default: the value the config holds
+
 
 def validate(
     raw: dict,
@@ -72,20 +70,10 @@ def validate(
 ) -> ExperimentConfig:
     """Check a config mapping (as read from YAML, overrides applied) and fill in the defaults.
 
-    Args:
-        raw: the mapping.
-        source: where it came from (a file path), named in every error.
-        origins: dotted key -> the ``--set KEY=VALUE`` option that set it (errors name it).
-        lines: dotted key (list items by index: ``models.0.alpha``) -> line of the file it is on.
-        store: the names a feature store holds (:func:`~experiments.config.store_check.store_names`):
-            the target and the swept feature sets' channels are checked against them.
-        max_configurations: the most configurations a grid (or trials an Optuna search) may
-            have, counted before anything is expanded (:func:`~.grid.grid_size`).
-
-    Raises:
-        ConfigError: every problem found, each with the file (and line) or ``--set`` option,
-            the key path and, for a misspelt key or value, the nearest valid one (one error
-            whose ``problems`` lists them when there are several).
+    ``source`` is named in every error; ``origins``: dotted key -> the ``--set`` option that set
+    it; ``lines``: dotted key (``models.0.alpha``) -> its line; ``store``: the names a feature
+    store holds, checked against the target and the swept channels; ``max_configurations``: the
+    largest grid (or Optuna search). Raises ConfigError with every problem found (``problems``).
     """
     checker = _Validator(source, origins or {}, lines or {})
     checker.max_configurations = max_configurations
@@ -95,148 +83,117 @@ def validate(
 class _Validator(Checker):
     """The sections of a config; the value checks and error collection are :class:`Checker`'s."""
 
-    #: the most configurations (or Optuna trials) the config may have
     max_configurations = MAX_CONFIGURATIONS
 
     def config(self, raw: dict, store: StoreNames | None = None) -> ExperimentConfig:
-        """Every section checked, each problem recorded (a failed section keeps its default so
-        the others are still checked); then the rules across keys and, with ``store``, the
-        names the store must hold."""
+        """Every section checked (a failed one keeps its default), then the rules across keys
+        and the names the store must hold."""
         self.mapping("", raw, TOP_KEYS)
+        self.raw = raw
         cfg = ExperimentConfig(source=self.source)
         self._splits_and_sets(raw, cfg)
-        self._grid(raw, cfg)
+        self._grid(cfg)
         self._scoring(raw, cfg)
         self._across_keys(cfg)
         if store is not None:
             for key, msg in store_problems(cfg, store, skip=self.failed):
-                self.errors.append(self.fail(key, msg))
+                self.add(key, msg)
         self.raise_errors()
         return cfg
 
     def _read(
-        self, cfg: ExperimentConfig, key: str, check: Callable[[Any], Any], value: Any
+        self, cfg: ExperimentConfig, key: str, check: Callable[[Any], Any], default: Any = _CURRENT
     ) -> None:
-        """``cfg.<key> = check(value)``, or its default when that raises (recorded)."""
-        setattr(cfg, key, self.attempt(key, partial(check, value), getattr(cfg, key)))
+        """``cfg.<key> = check(raw[key])``, of ``default`` (or the current value) when absent;
+        the current value stays when the check fails."""
+        current = getattr(cfg, key)
+        value = self.raw.get(key, current if default is _CURRENT else default)
+        setattr(cfg, key, self.attempt(key, partial(check, value), current))
 
     def _splits_and_sets(self, raw: dict, cfg: ExperimentConfig) -> None:
-        """``search`` (first: ranges depend on it), ``target``, the protocol, its folds and
-        splits, the feature sets and those swept."""
-        get = raw.get
-        self._read(cfg, "search", self.search, get("search"))
+        """``search`` first (ranges depend on it), then target, protocol, folds, splits, sets."""
+        self._read(cfg, "search", self.search, None)
         self.search_method = cfg.search.method
-        targets = self.attempt(
-            "target", partial(self.target, get("target", cfg.target)), [cfg.target]
-        )
+        target = partial(self.target, raw.get("target", cfg.target))
+        targets = self.attempt("target", target, [cfg.target])
         cfg.target, cfg.targets = targets[0], targets if len(targets) > 1 else []
-        protocol = get("protocol", cfg.protocol)
-        self._read(cfg, "protocol", lambda v: self.one("protocol", v, PROTOCOLS), protocol)
-        folds = partial(self.folds, protocol=cfg.protocol, given="folds" in raw)
-        self._read(cfg, "folds", folds, get("folds", cfg.folds))
-        splits = partial(self.splits, protocol=cfg.protocol)
-        self._read(cfg, "splits", splits, get("splits", cfg.splits))
-        self._read(cfg, "feature_sets", self.feature_sets, get("feature_sets", cfg.feature_sets))
+        self._read(cfg, "protocol", partial(self.one, "protocol", valid=PROTOCOLS))
+        folds = partial(
+            self.protocol_check, check_folds, protocol=cfg.protocol, given="folds" in raw
+        )
+        self._read(cfg, "folds", folds)
+        self._read(cfg, "splits", partial(self.protocol_check, check_splits, protocol=cfg.protocol))
+        self._read(cfg, "feature_sets", self.feature_sets)
         cfg.feature_set = list(cfg.feature_sets)
         if "feature_sets" not in self.failed:  # the names are checked against the sets
-            chosen = partial(self.feature_set, sets=cfg.feature_sets)
-            self._read(cfg, "feature_set", chosen, get("feature_set", "all"))
+            self._read(cfg, "feature_set", partial(self.feature_set, sets=cfg.feature_sets), "all")
 
-    def _grid(self, raw: dict, cfg: ExperimentConfig) -> None:
-        """The grid's axes: window, personalization, post-processing, models."""
-        get = raw.get
-        self._read(cfg, "window", self.window, get("window", {}))
-        pers = get("personalization", cfg.personalization)
-        self._read(
-            cfg,
-            "personalization",
-            lambda v: self.enum_list("personalization", v, PERSONALIZATIONS),
-            pers,
-        )
-        self._read(cfg, "postprocess", self.postprocess, get("postprocess", {}))
-        models = get("models", [m.to_dict() for m in cfg.models])
-        self._read(cfg, "models", partial(self.models, cfg=cfg), models)
+    def _grid(self, cfg: ExperimentConfig) -> None:
+        self._read(cfg, "window", self.window, {})
+        pers = partial(self.enum_list, "personalization", valid=PERSONALIZATIONS)
+        self._read(cfg, "personalization", pers)
+        self._read(cfg, "postprocess", self.postprocess, {})
+        self._read(cfg, "models", partial(self.models, cfg=cfg), [m.to_dict() for m in cfg.models])
 
     def _scoring(self, raw: dict, cfg: ExperimentConfig) -> None:
-        """How configurations are scored, chosen, tracked and run, and the ablation's extras."""
-        get = raw.get
-        self._read(cfg, "tracking", self.tracking, get("tracking", {}))
-        self._read(cfg, "seed", lambda v: self.integer("seed", v), get("seed", cfg.seed))
+        self._read(cfg, "tracking", self.tracking, {})
+        self._read(cfg, "seed", partial(self.integer, "seed"))
         metrics = metric_specs()
-        self._read(
-            cfg, "metric", lambda v: self.one("metric", v, metrics), get("metric", cfg.metric)
-        )
+        self._read(cfg, "metric", partial(self.one, "metric", valid=metrics))
         own = metrics[cfg.metric].averaging if cfg.metric in metrics else cfg.averaging
-        averaging = get("averaging", own)
-        self._read(cfg, "averaging", lambda v: self.one("averaging", v, AVERAGINGS), averaging)
-        self._read(cfg, "gold_standard", self.gold_standard, get("gold_standard"))
+        self._read(cfg, "averaging", partial(self.one, "averaging", valid=AVERAGINGS), own)
+        self._read(cfg, "gold_standard", self.gold_standard, None)
         self.attempt("unseen_listener", lambda: self.unseen_listener(raw, cfg), None)
-        self._read(cfg, "jobs", lambda v: self.integer("jobs", v, 1, none=True), get("jobs"))
-        self._read(cfg, "backend", lambda v: self.name("backend", v), get("backend", cfg.backend))
-        self._read(cfg, "importance", self.importance, get("importance"))
-        fusion = partial(
-            fusion_config,
-            swept=cfg.feature_set,
-            protocol=cfg.protocol,
-            fail=self.fail,
-            defined=list(cfg.feature_sets),
-        )
-        self._read(cfg, "fusion", fusion, get("fusion"))
+        self._read(cfg, "jobs", partial(self.integer, "jobs", minimum=1, none=True), None)
+        self._read(cfg, "backend", partial(self.name, "backend"))
+        self._read(cfg, "importance", self.importance, None)
+        sets = {"swept": cfg.feature_set, "defined": list(cfg.feature_sets)}
+        fusion = partial(fusion_config, protocol=cfg.protocol, fail=self.fail, **sets)
+        self._read(cfg, "fusion", fusion, None)
 
     def _across_keys(self, cfg: ExperimentConfig) -> None:
-        """The rules that span keys, once every section is valid: a person held out meets an
-        option that uses who is listening; a search or fusion with several targets (the grid's
-        sweep and ablation report per target; these do not yet); an empty search space."""
+        """The rules that span keys, once every section is valid (a search or fusion takes one
+        target: the grid's sweep and ablation report per target, these do not yet)."""
         if self.errors:
             return
         if problem := person_held_out_problem(cfg):
-            self.errors.append(self.fail(*problem))
+            self.add(*problem)
         targets = cfg.all_targets()
         on = {"search": cfg.search.method == "optuna", "fusion": cfg.fusion.enabled}
         for key in [k for k, v in on.items() if v and len(targets) > 1]:
-            self.errors.append(
-                self.fail(
-                    key,
-                    f"{key} takes one target, the config names {len(targets)} "
-                    f"({', '.join(targets)}); run one config per target (--set target=NAME)",
-                )
+            self.add(
+                key,
+                f"{key} takes one target, the config names {len(targets)} "
+                f"({', '.join(targets)}); run one config per target (--set target=NAME)",
             )
         if cfg.search.method == "optuna" and not self.errors:
             try:
                 search_space(cfg)
             except SearchSpaceError as e:
-                self.errors.append(self.fail(e.key, str(e)))
+                self.add(e.key, str(e))
         if not self.errors:
             self._size(cfg)
 
     def _size(self, cfg: ExperimentConfig) -> None:
-        """A grid of more than :attr:`max_configurations` configurations (an Optuna search of
-        more trials) is refused, naming its axes and their sizes, before it is expanded."""
+        """A grid (or search) beyond :attr:`max_configurations` is refused before it is expanded."""
         limit = self.max_configurations
         raise_it = f"or raise the limit with --max-configurations N (now {limit:,})"
         if cfg.search.method == "optuna":
             if cfg.search.n_trials > limit:
-                self.errors.append(
-                    self.fail(
-                        "search.n_trials",
-                        f"{cfg.search.n_trials:,} trials, more than the limit; ask for fewer, "
-                        + raise_it,
-                    )
-                )
+                trials = f"{cfg.search.n_trials:,} trials, more than the limit; ask for fewer, "
+                self.add("search.n_trials", trials + raise_it)
             return
         total, sizes = grid_size(cfg)
         if total <= limit:
             return
         axes = {k: n for k, n in sizes.items() if n > 1}
         largest = max(axes, key=lambda k: axes[k]) if axes else "models"
-        self.errors.append(
-            self.fail(
-                largest,
-                f"the grid has {total:,} configurations, more than the limit: "
-                + ", ".join(f"{k} {n:,}" for k, n in axes.items())
-                + " values; shorten those lists (or narrow a model's `only`), sample them with "
-                "an Optuna search (search.method: optuna, search.n_trials: N), " + raise_it,
-            )
+        self.add(
+            largest,
+            f"the grid has {total:,} configurations, more than the limit: "
+            + ", ".join(f"{k} {n:,}" for k, n in axes.items())
+            + " values; shorten those lists (or narrow a model's `only`), sample them with "
+            "an Optuna search (search.method: optuna, search.n_trials: N), " + raise_it,
         )
 
     def target(self, target: Any) -> list[str]:
@@ -254,9 +211,8 @@ class _Validator(Checker):
         return names
 
     def unseen_listener(self, raw: dict, cfg: ExperimentConfig) -> None:
-        """``unseen_listener``: false, true (selection ``nested``) or ``{selection, configuration}``.
-        An Optuna search takes only false or ``chosen``: one that does not write the key gets
-        none (a :class:`ConfigWarning` says so)."""
+        """``unseen_listener``: false, true (``nested``) or ``{selection, configuration}``; an
+        Optuna search takes only false or ``chosen`` (without the key: none, with a warning)."""
         unseen = raw.get("unseen_listener", cfg.unseen_listener)
         if isinstance(unseen, dict):
             cfg.unseen_selection, cfg.unseen_configuration = self.unseen(unseen)
@@ -289,7 +245,6 @@ class _Validator(Checker):
         cfg.unseen_listener = False
 
     def unseen(self, value: dict) -> tuple[str, str]:
-        """``unseen_listener: {selection, configuration}`` -> (selection, configuration)."""
         value = self.mapping("unseen_listener", value, ["selection", "configuration"])
         get = value.get
         selection = self.one(
@@ -305,16 +260,12 @@ class _Validator(Checker):
         return selection, str(configuration or "")
 
     def search(self, value: Any) -> SearchConfig:
-        """``search``; with ``method: grid`` its other keys are kept unused (``--set
-        search.method=grid`` runs a search's lists as a grid)."""
+        """``search``; with ``method: grid`` its other keys are kept unused."""
         out = SearchConfig()
         value = self.mapping("search", value, list(out.to_dict()))
         get = value.get
-        for k, valid in (
-            ("method", SEARCH_METHODS),
-            ("sampler", SEARCH_SAMPLERS),
-            ("track", TRACKS),
-        ):
+        choices = {"method": SEARCH_METHODS, "sampler": SEARCH_SAMPLERS, "track": TRACKS}
+        for k, valid in choices.items():
             setattr(out, k, self.one(f"search.{k}", get(k, getattr(out, k)), valid))
         for k, minimum in (("n_trials", 1), ("seed", 0), ("startup_trials", 0)):
             setattr(out, k, self.integer(f"search.{k}", get(k, getattr(out, k)), minimum))
@@ -326,22 +277,14 @@ class _Validator(Checker):
             )
         return out
 
-    def folds(self, value: Any, protocol: str, given: bool) -> int:
-        """``folds`` (:func:`~.protocols.check_folds`)."""
+    def protocol_check(self, check: Callable[..., T], value: Any, **kwargs: Any) -> T:
+        """A check of :mod:`.protocols`, its problem placed at the key's line."""
         try:
-            return check_folds(value, protocol, given)
-        except ProtocolProblem as e:
-            raise self.fail(e.key, e.message) from None
-
-    def splits(self, value: Any, protocol: str) -> dict[str, list[int]]:
-        """``splits`` (:func:`~.protocols.check_splits`)."""
-        try:
-            return check_splits(value, protocol)
+            return check(value, **kwargs)
         except ProtocolProblem as e:
             raise self.fail(e.key, e.message) from None
 
     def feature_sets(self, value: Any) -> dict[str, list[str]]:
-        """``feature_sets``: name -> its members (:meth:`members`), each set checked."""
         value = self.mapping("feature_sets", value)
         if not value:
             msg = "no feature sets; define at least one name -> [role/channel, ...]"
@@ -353,8 +296,7 @@ class _Validator(Checker):
         return {name: chans for name, chans in sets.items() if chans is not None}
 
     def members(self, name: str, keys: Any) -> list[str]:
-        """One feature set's ``role/channel`` keys, each role put in the store's words
-        (``person/face_geom`` -> ``listener/face_geom``, :mod:`featurestore.storage.roles`)."""
+        """One feature set's ``role/channel`` keys, each role in the store's words."""
         key = f"feature_sets.{name}"
         chans: list[str] = []
         for ch in self.as_list(key, keys):
@@ -371,7 +313,6 @@ class _Validator(Checker):
         return chans
 
     def feature_set(self, value: Any, sets: dict[str, list[str]]) -> list[str]:
-        """``feature_set``: the sets swept (``all``, or names of ``feature_sets``)."""
         if value == "all" or value is None:
             return list(sets)
         for v in self.as_list("feature_set", value):
@@ -381,12 +322,8 @@ class _Validator(Checker):
         return list(dict.fromkeys(self.as_list("feature_set", value)))
 
     def window(self, value: Any) -> WindowConfig:
-        """``window``: lengths (seconds; a range in a search), delays, alignments, statistics, hop."""
         w = WindowConfig()
-        value = self.mapping(
-            "window", value, ["lengths_s", "delay_s", "align", "stats", "train_hop_s"]
-        )
-        get = value.get
+        get = self.mapping("window", value, list(asdict(w))).get
         lengths = get("lengths_s", w.lengths_s)
         if isinstance(lengths, dict):
             w.lengths_s = self.range("window.lengths_s", lengths, 0.0, strict=True)
@@ -400,12 +337,8 @@ class _Validator(Checker):
         return w
 
     def postprocess(self, value: Any) -> PostprocessConfig:
-        """``postprocess``: smoothing windows and methods, rescalings, what they are fitted on."""
         d = PostprocessConfig()
-        value = self.mapping(
-            "postprocess", value, ["smooth_s", "smooth_method", "rescale", "fit_on"]
-        )
-        get = value.get
+        get = self.mapping("postprocess", value, list(asdict(d))).get
         methods = get("smooth_method", d.smooth_method)
         return PostprocessConfig(
             fit_on=self.one("postprocess.fit_on", get("fit_on", d.fit_on), FIT_ON),
@@ -415,7 +348,6 @@ class _Validator(Checker):
         )
 
     def importance(self, value: Any) -> ImportanceConfig | None:
-        """``importance``: false/null (none), true (defaults) or ``{repeats, levels, split}``."""
         if value is None or value is False:
             return None
         d = ImportanceConfig()
@@ -427,23 +359,19 @@ class _Validator(Checker):
         )
 
     def gold_standard(self, value: Any) -> GoldStandard:
-        """``{method: stored|mean|ewe, align_lags: bool, max_lag_s: seconds}`` (or just the method)."""
         if value is None:
             return GoldStandard()
         d = GoldStandard()
         value = {"method": value} if isinstance(value, str) else value
-        get = self.mapping("gold_standard", value, ["method", "align_lags", "max_lag_s"]).get
+        get = self.mapping("gold_standard", value, list(asdict(d))).get
         method = self.one("gold_standard.method", get("method", d.method), GOLD_STANDARD_METHODS)
-        align = get("align_lags", d.align_lags)
-        if not isinstance(align, bool):
-            raise self.fail("gold_standard.align_lags", f"expected true or false, got {align!r}")
+        align = self.boolean("gold_standard.align_lags", get("align_lags", d.align_lags))
         lag = get("max_lag_s", d.max_lag_s)
         if not is_number(lag) or not lag >= 0:
             raise self.fail("gold_standard.max_lag_s", f"expected seconds >= 0, got {lag!r}")
         return GoldStandard(method, align, float(lag))
 
     def tracking(self, value: Any) -> TrackingConfig:
-        """``tracking``: the MLflow ``uri``, ``experiment`` and (optional) ``artifacts``, non-empty strings."""
         t = TrackingConfig()
         value = self.mapping("tracking", value, ["uri", "experiment", "artifacts"])
         for k in ("uri", "experiment", *(("artifacts",) if "artifacts" in value else ())):
@@ -454,19 +382,15 @@ class _Validator(Checker):
         return t
 
     def models(self, value: Any, cfg: ExperimentConfig) -> list[ModelGrid]:
-        """``models``: a list of entries (:meth:`model`), each checked."""
         if not isinstance(value, list) or not value:
             msg = "expected a list of {name: MODEL, HYPERPARAMETER: [values]} entries"
             raise self.fail("models", msg)
-        out = [
-            self.attempt("models", partial(self.model, i, e, cfg), None)
-            for i, e in enumerate(value)
-        ]
+        checks = (partial(self.model, i, e, cfg) for i, e in enumerate(value))
+        out = [self.attempt("models", check, None) for check in checks]
         return [m for m in out if m is not None]
 
     def model(self, i: int, entry: Any, cfg: ExperimentConfig) -> ModelGrid:
-        """One ``models`` entry: a registered model, each hyperparameter's values in its domain
-        (every unknown one and every value outside reported), and its ``only``."""
+        """One ``models`` entry (every unknown hyperparameter and value outside reported)."""
         key = f"models[{i}]"
         entry = {"name": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or "name" not in entry:
@@ -500,7 +424,7 @@ class _Validator(Checker):
         return grid
 
     def only(self, key: str, value: Any, cfg: ExperimentConfig) -> dict[str, list[Any]]:
-        """A model's ``only``: grid axes (dotted, or nested mappings) -> the values it keeps."""
+        """A model's ``only``: grid axes (dotted or nested) -> the values it keeps."""
         flat: dict[str, Any] = {}
 
         def walk(prefix: str, node: Any) -> None:
