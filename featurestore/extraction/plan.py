@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..sources.manifest import SessionFiles
 from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS
-from ..storage.store import SessionMeta, Store
+from ..storage.store import Channel, SessionMeta, Store
 from . import stale
 from .config import FeatureConfig
 from .derived import transcript_plan
@@ -41,9 +42,8 @@ class SessionError(FeaturestoreError, RuntimeError):
 def _read_labels(
     sf: SessionFiles, cfg: FeatureConfig
 ) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
-    """Per-frame ratings, timed ratings (resampled once the frame count is known) and every
-    file's fingerprint, by label key (``target`` or ``target@rater``); each checked against its
-    target's scale declared at scan time or in ``cfg``."""
+    """Per-frame ratings, timed ratings (resampled once the frame count is known) and each
+    file's fingerprint, by label key, each checked against its target's declared scale."""
     labels, timed, sources = {}, {}, {}
     scales = {**sf.scales, **{t: spec["scale"] for t, spec in cfg.targets.items()}}
     for key, path in sorted(sf.annotations.items()):
@@ -72,14 +72,33 @@ def _check_coverage(
     cfg: FeatureConfig,
 ) -> None:
     """:class:`SessionError` for a timed rating covering less than the declared share of the
-    session (``min_coverage`` of the scan, else of ``cfg``, else 0.5); per-frame ratings define
-    the frame count, so they cover it."""
+    session (``min_coverage`` of the scan, else of ``cfg``, else 0.5)."""
     share = sf.min_coverage if sf.min_coverage is not None else cfg.min_coverage
     share = DEFAULT_MIN_COVERAGE if share is None else share
     for key, rating in sorted(timed.items()):
-        problem = coverage_problem(rating.path, rating_span(rating), duration_s, share, str(video))
-        if problem:
+        if problem := coverage_problem(
+            rating.path, rating_span(rating), duration_s, share, str(video)
+        ):
             raise SessionError(f"{sf.session}: {key}: {problem}")
+
+
+@dataclass
+class StepResult:
+    """What one extraction step made: ``channels`` to store, the keys ``computed`` and found
+    ``current``, ``notes``, and ``errors`` of channels that failed (the others are stored)."""
+
+    channels: dict[str, Channel] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: StepResult) -> None:
+        self.channels.update(other.channels)
+        self.computed += other.computed
+        self.current += other.current
+        self.notes += other.notes
+        self.errors += other.errors
 
 
 @dataclass(frozen=True)
@@ -96,24 +115,20 @@ class ChannelPlan:
 
     @property
     def role(self) -> str:
-        """The role the channel describes: ``speaker``, ``listener`` or ``scene``."""
         return self.key.split("/")[0]
 
     @property
     def kind(self) -> str:
-        """The extractor's kind: ``video``, ``audio`` or ``transcript``."""
         return self.extractor.kind
 
     @property
     def frame_extractor(self) -> FrameExtractor:
-        """The extractor of a ``video`` channel, typed as such."""
         if not isinstance(self.extractor, FrameExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not a frame extractor")
         return self.extractor
 
     @property
     def audio_extractor(self) -> AudioExtractor:
-        """The extractor of an ``audio`` channel, typed as such."""
         if not isinstance(self.extractor, AudioExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not an audio extractor")
         return self.extractor
@@ -123,9 +138,8 @@ class ChannelPlan:
 class SessionPlan:
     """What one session's extraction will do, decided before any decoding: each channel's
     :class:`ChannelPlan`, the cache keys ``stored``, each role's pixel columns ``regions``,
-    video and audio file, the labels read (they define ``meta.n_frames``), the UTC time
-    ``created``, ``notes`` on the channels skipped and ``missing``: the channels the config
-    needs that the recording cannot give (each naming the channel, the file and the fix)."""
+    video and audio file, the labels read, ``notes`` on the channels skipped, the channels
+    ``missing`` (the config needs them, the recording cannot give them) and those to ``drop``."""
 
     files: SessionFiles
     meta: SessionMeta
@@ -146,7 +160,6 @@ class SessionPlan:
 
     @property
     def video(self) -> Path:
-        """The session's main video (:func:`main_video`)."""
         video = main_video(self.files)
         if video is None:
             raise ValueError(f"{self.session}: no video")
@@ -159,7 +172,6 @@ class SessionPlan:
 
     @property
     def session(self) -> str:
-        """The session's name (``Subject_<L>_Story_<S>``)."""
         return self.files.session
 
     def todo(self, kind: str) -> list[ChannelPlan]:
@@ -167,7 +179,6 @@ class SessionPlan:
         return [c for c in self.channels.values() if c.kind == kind and not c.current]
 
     def current_keys(self) -> list[str]:
-        """The planned channels stored already, sorted."""
         return sorted(k for k, c in self.channels.items() if c.current)
 
 
@@ -175,12 +186,8 @@ def plan_session(
     sf: SessionFiles, *, store: Store, channels: Sequence[str], cfg: FeatureConfig, force: bool
 ) -> SessionPlan:
     """Read the labels, probe the video and plan every channel of ``channels`` (extractor
-    names): its cache key and whether the shard holds it (``force``: never).
-
-    Raises:
-        SessionError: no video, annotations of different lengths, or a video whose length
-            differs from the labels by more than ``cfg.max_length_mismatch_s`` seconds.
-    """
+    names): its cache key and whether the shard holds it (``force``: never). A
+    :class:`SessionError` says why a session cannot be extracted."""
     video = main_video(sf)
     if video is None:
         raise SessionError(
@@ -217,8 +224,7 @@ def plan_session(
 
 
 def _plan_drops(plan: SessionPlan, store: Store, channels: Sequence[str]) -> None:
-    """The stored channels of ``channels`` (extractor names) whose source no longer provides
-    them (:func:`featurestore.extraction.stale.vanished_channels`), with a note each."""
+    """The stored channels of ``channels`` whose source no longer provides them, with a note each."""
     if not store.shard_path(plan.session).exists():
         return
     with store.open_session(plan.session) as shard:
@@ -283,14 +289,10 @@ def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
         return out
     for column, path in sf.media.items():
         role = ROLE_MEDIA.get(column)
-        if column.startswith("video_") and role not in out and _has_audio(path, info):
-            out[ROLE_MEDIA[column]] = path
+        if column.startswith("video_") and role not in out:
+            if info.has_audio if path == info.path else media.probe(path).has_audio:
+                out[ROLE_MEDIA[column]] = path
     return out
-
-
-def _has_audio(path: Path, info: media.VideoInfo) -> bool:
-    """The video at ``path`` has an audio stream (``info``: the main video's, probed already)."""
-    return info.has_audio if path == info.path else media.probe(path).has_audio
 
 
 def _audio_roles(sf: SessionFiles) -> dict[str, Path]:
@@ -302,7 +304,7 @@ def _audio_roles(sf: SessionFiles) -> dict[str, Path]:
 
 
 def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
-    """Add extractor ``ex``'s channels to ``plan`` by its kind (``source``: the video's fingerprint)."""
+    """Add extractor ``ex``'s channels to ``plan`` by its kind (``source``: the video's)."""
     planner = _PLANNERS.get(getattr(ex, "kind", ""))
     if planner is None:
         raise SessionError(
@@ -317,7 +319,7 @@ def _frame_count(
     sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
 ) -> int:
     """The frame count at the label rate: the per-frame labels' (the video within
-    ``cfg.max_length_mismatch_s`` seconds of them), else the video's duration's."""
+    ``cfg.max_length_mismatch_s`` seconds of them), else the video's."""
     if not labels:
         return int(round(info.n_frames / info.fps * LABEL_FPS))
     n_frames = len(next(iter(labels.values())))
@@ -354,8 +356,7 @@ def _plan_frames(
 def _plan_audio(
     plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """An audio extractor's channel per audio file; a role whose media has no audio track is
-    ``missing`` (the config needs it)."""
+    """An audio extractor's channel per audio file; a role without an audio track is ``missing``."""
     words = plan.meta.role_names
     for role, path in _audio_roles(plan.files).items():
         if role not in plan.audios and not (role == "scene" and plan.per_role_audio):
@@ -398,27 +399,21 @@ class TranscriptFile:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._source: dict | None = None
-        self._cues: list | None = None
         self.error = ""
 
-    @property
+    @cached_property
     def source(self) -> dict:
-        """The transcript's fingerprint."""
-        if self._source is None:
-            if self.path is None:
-                raise ValueError("no transcript: it has no fingerprint")
-            self._source = file_fingerprint(self.path)
-        return self._source
+        if self.path is None:
+            raise ValueError("no transcript: it has no fingerprint")
+        return file_fingerprint(self.path)
 
-    @property
+    @cached_property
     def cues(self) -> list | None:
         """The cues, or None when the file cannot be read (``error`` says why)."""
-        if self._cues is None and not self.error and self.path is not None:
-            try:
-                self._cues = read_transcript(self.path)
-            except (TranscriptError, OSError) as e:
-                self.error = (
-                    f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
-                )
-        return self._cues
+        try:
+            return None if self.path is None else read_transcript(self.path)
+        except (TranscriptError, OSError) as e:
+            self.error = (
+                f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+            )
+            return None
