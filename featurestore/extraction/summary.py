@@ -18,6 +18,7 @@ import numpy as np
 from ..extractors import known_lookahead_s
 from ..storage.layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of, table_layout
 from ..storage.roles import corpus_key
+from .recordings import some
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -37,18 +38,14 @@ _ID_FIELDS = ["session", "listener", "story", "speaker", "split", "person", "gro
 
 
 def _with_ids(row: dict, table: CorpusLayout, columns: Mapping[str, str]) -> dict:
-    """``row`` (its ``layout`` the session's) with the session's ids under the ``columns`` of
-    the ``table``'s layout (an OMG session's numbers in a manifest's columns where a store
-    mixes layouts)."""
+    """``row`` with the session's ids under the ``columns`` of the ``table``'s layout."""
     row = row | layout_of(row["layout"]).ids(row)
     return row | {header: row[key] for header, key in columns.items()}
 
 
 def scan_table(sessions: Sequence[Any], where: str) -> None:
-    """``featurestore scan``'s table of ``sessions`` (:class:`~..sources.manifest.SessionFiles`)
-    and its count line, in the corpus's words: a listed layout's (a manifest's) person, group
-    and partner ids as written, its media columns; the OMG layout's listener, story, speaker
-    and shared video."""
+    """``featurestore scan``'s table of ``sessions`` and its count line, in the corpus's words
+    (a manifest's ids as written and its media columns; OMG's listener, story, speaker, video)."""
     table = table_layout(s.layout for s in sessions)
     ids = table.id_columns(any(s.partner or s.speaker for s in sessions))
     shared = not table.listed  # one shared video per session, found by name
@@ -85,8 +82,7 @@ def scan_table(sessions: Sequence[Any], where: str) -> None:
 
 
 def store_table(df: Any) -> None:
-    """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions` (a DataFrame) in
-    the corpus's words: ids as the manifest writes them, channels under its role words."""
+    """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions`, in the corpus's words."""
     table = table_layout(df.layout)
     ids = table.id_columns(any(p for p in df.partner) or any(df.speaker != 0))
     rows = []
@@ -106,18 +102,12 @@ def store_table(df: Any) -> None:
 SUMMARY_LINES = 12
 
 
-def some(names: list[str], shown: int = 4) -> str:
-    """The first ``shown`` names, then how many more."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
 def print_extract_summary(
     results: Sequence[Any], started: float, layouts: Mapping[str, str] | None = None
 ) -> int:
-    """Counts, computed channels and notes of an extraction (``started``: its
-    ``time.perf_counter()``), failures on stderr; returns the exit code. ``layouts``: session ->
-    its corpus layout, whose words name the computed channels (``person/egemaps``)."""
+    """Counts, computed channels and notes of an extraction (``started``: its perf_counter),
+    failures on stderr; the exit code. ``layouts``: session -> its layout, whose words name
+    the channels."""
     layouts = layouts or {}
     counts = Counter(r.status for r in results)
     print(
@@ -138,16 +128,16 @@ def print_extract_summary(
         for r in computed:
             groups.setdefault(tuple(shown[r.session]), []).append(r.session)
         for chans, names in groups.items():
-            print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names)})")
+            print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names, 4)})")
     notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
     for line in notes[:SUMMARY_LINES]:
         print(line)
     if len(notes) > SUMMARY_LINES:
         print(f"  ... and {len(notes) - SUMMARY_LINES} more notes")
     failed = [r for r in results if r.failed]
-    for r in failed:
-        print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
     if failed:
+        for r in failed:
+            print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
         print(
             f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
             "fix the inputs and re-run the same command to do only what is missing",
@@ -163,7 +153,7 @@ def print_import(report: Any, folder: str, expected: str) -> int:
         for r in ok:
             print(r)
     else:  # one screen: the failures matter, the successes are counted
-        print(f"ok     {len(ok)} sessions ({some([r.session for r in ok])})")
+        print(f"ok     {len(ok)} sessions ({some([r.session for r in ok], 4)})")
     for r in report.failed:
         print(r, file=sys.stderr)
     for p in report.skipped:
@@ -183,8 +173,7 @@ def print_import(report: Any, folder: str, expected: str) -> int:
 
 
 def _lookahead_text(ch: Any) -> str:
-    """How far past its rows a channel reads, for ``inspect``: recorded, from its extractor's
-    version, or unknown (docs/channels.md, how far ahead each channel reads)."""
+    """How far past its rows a channel reads, for ``inspect`` (recorded, its extractor's, or unknown)."""
     known = known_lookahead_s(ch.extractor, ch.extractor_version, ch.params, ch.lookahead_s)
     if known is None:
         return "an unknown time"
@@ -194,11 +183,10 @@ def _lookahead_text(ch: Any) -> str:
 def print_session(
     store: Any, session: str, meta: Any, keys: list[str], columns: bool = False
 ) -> None:
-    """``featurestore inspect``: a session's frames, labels, whole-session ratings and each
-    channel's shape, rate, validity and provenance (``columns``: also its column names)."""
-    layout = meta.corpus_layout
-    names = layout.role_names
-    people = layout.people(meta)  # a listed layout's ids as written; a monadic one, no partner
+    """``featurestore inspect``: a session's frames, labels, ratings and each channel's shape,
+    rate, validity and provenance (``columns``: also its column names)."""
+    names = meta.corpus_layout.role_names
+    people = meta.corpus_layout.people(meta)  # a listed layout's ids as written
     print(
         f"{meta.session}: {people}, split {meta.split}, "
         f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"

@@ -79,7 +79,6 @@ class ImportedTable:
 
     @property
     def extractor(self) -> str:
-        """Provenance name: ``import:openface``, ``import:pyfeat`` or ``import:table``."""
         return f"import:{self.kind}"
 
     @property
@@ -130,10 +129,10 @@ def table_kind(columns: Iterable[str]) -> str:
 
 
 def _row_ref(path: Path, i: int) -> str:
-    """Human row reference: data row number (1-based) and, for CSV, the line in the file."""
-    if path.suffix.lower() == ".csv":
-        return f"row {i + 1} (line {i + 2} of the file)"
-    return f"row {i + 1}"
+    """Data row number (1-based) and, for CSV, the line in the file."""
+    return f"row {i + 1}" + (
+        f" (line {i + 2} of the file)" if path.suffix.lower() == ".csv" else ""
+    )
 
 
 def _numeric(
@@ -169,11 +168,20 @@ def _numeric(
 
 
 def _check_finite(
-    values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str
+    values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str, inf: bool = False
 ) -> None:
-    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values``."""
+    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values`` (``inf``: then
+    for an inf in any row)."""
     bad = ~np.isfinite(values) & rows[:, None]
     if not bad.any():
+        if inf and np.isinf(values).any():
+            _check_finite(
+                values,
+                cols,
+                np.ones(len(values), bool),
+                path,
+                "inf is never a missing-value marker",
+            )
         return
     bad_cols = [cols[j] for j in np.flatnonzero(bad.any(axis=0))]
     i = int(np.flatnonzero(bad.any(axis=1))[0])
@@ -208,10 +216,8 @@ def group_columns(
     columns: Sequence[str], kind: str, groups: Sequence[str] | None, path: Path
 ) -> tuple[list[str], list[str]]:
     """(columns kept, groups kept) of a table of ``kind`` (``openface``/``pyfeat``): those of
-    ``groups``, else of :data:`DEFAULT_GROUPS` that the table has.
-
-    Raises:
-        TableError: an unknown group, a named group the table lacks, or no column kept.
+    ``groups``, else of :data:`DEFAULT_GROUPS` that the table has; TableError for an unknown
+    group, a named group the table lacks, or no column kept.
 
     >>> group_columns(["AU01_r", "pose_Rx", "AU01_c", "x_0"], "openface", None, Path("t.csv"))
     (['AU01_r', 'AU01_c', 'pose_Rx'], ['au', 'pose'])
@@ -268,11 +274,7 @@ def _read_openface(
     _check_times(t, path, time_col)
     all_nan = np.all(np.isnan(values), axis=1)
     tracked = (success == 1) & (conf >= min_confidence) & ~all_nan
-    _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully")
-    if np.isinf(values).any():
-        _check_finite(
-            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
-        )
+    _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully", inf=True)
     values[~tracked] = np.nan
     return Features(values, t, tracked, cols), {
         "min_confidence": float(min_confidence),
@@ -301,11 +303,7 @@ def _read_pyfeat(
         }
     )
     has_face = face_present(clean) & ~np.all(np.isnan(values), axis=1)
-    _check_finite(values, cols, has_face, path, "in rows where py-feat found a face")
-    if np.isinf(values).any():
-        _check_finite(
-            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
-        )
+    _check_finite(values, cols, has_face, path, "in rows where py-feat found a face", inf=True)
     frames = np.unique(clean["frame"].to_numpy())
     feats = fex_to_features(clean, times=frames / float(fps), frames=frames, au_columns=cols)
     return feats, {"groups": kept}
@@ -313,19 +311,16 @@ def _read_pyfeat(
 
 def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
     lower = {c.lower(): c for c in df.columns}
-    if "time" in lower:
-        time_col = lower["time"]
-        t = _numeric(df, [time_col], path)[:, 0]
-    elif "frame" in lower:
-        time_col = lower["frame"]
-        t = _numeric(df, [time_col], path)[:, 0] / float(fps)
-    else:
+    time_col = lower.get("time") or lower.get("frame")
+    if time_col is None:
         raise TableError(
             f"{path}: no 'time' column (seconds) or 'frame' column (frame index at --fps) among "
             f"{list(df.columns)[:10]}; add one so rows can be placed in time"
         )
+    t = _numeric(df, [time_col], path)[:, 0] / (1.0 if "time" in lower else float(fps))
     _check_times(t, path, time_col)
     valid_col = lower.get("valid")
+    valid = np.ones(len(df), dtype=bool)
     if valid_col is not None:
         v = _numeric(df, [valid_col], path)[:, 0]
         if not np.all(np.isin(v, (0.0, 1.0))):
@@ -334,8 +329,6 @@ def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, d
                 f"{path}: column {valid_col!r} holds {v[i]} at {_row_ref(path, i)}; use 0/1 or true/false"
             )
         valid = v == 1.0
-    else:
-        valid = np.ones(len(df), dtype=bool)
     skip = {time_col, valid_col, lower.get("frame"), lower.get("time")}
     cols = [c for c in df.columns if c not in skip]
     if not cols:
@@ -356,11 +349,10 @@ def read_table(
 ) -> ImportedTable:
     """Read one per-frame CSV or Parquet table (OpenFace, py-feat or generic, see the module doc).
 
-    ``fps`` (frames per second) converts a ``frame`` column to seconds; ``min_confidence``
-    (0-1) is the OpenFace tracking confidence below which a frame is invalid; ``groups``: the
-    column groups an OpenFace or py-feat table keeps (:data:`COLUMN_GROUPS`; None: those of
-    :data:`DEFAULT_GROUPS` it has; refused for a generic table). Raises :class:`TableError`
-    naming the file, column and first bad row when the table cannot be used.
+    ``fps`` converts a ``frame`` column to seconds; ``min_confidence`` (0-1): the OpenFace
+    tracking confidence below which a frame is invalid; ``groups``: the column groups an
+    OpenFace or py-feat table keeps (None: :data:`DEFAULT_GROUPS`). A table that cannot be used
+    is a :class:`TableError` naming the file, column and first bad row.
     """
     path = Path(path)
     if not fps or fps <= 0 or not math.isfinite(fps):
