@@ -32,8 +32,8 @@ from .extraction.summary import (
     scan_table,
     store_table,
 )
-from .extractors import ExtractorUnavailable, channels_of_kind, registry
-from .parallel import BackendError, backends_help
+from .extractors import channels_of_kind, registry
+from .parallel import backends_help
 from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
@@ -201,10 +201,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    except BackendError as e:  # --backend names none, or --scheduler one that joins no cluster
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
+    except ConnectionError as e:  # no scheduler there (a BackendError: main's usage error)
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
@@ -231,8 +228,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             session=args.session,
         )
     except ValueError as e:  # a bad --channel name or --lookahead-s
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     return print_import(report, args.table_dir, "<recording id>.csv or .parquet")
 
 
@@ -242,21 +238,18 @@ def cmd_labels(args: argparse.Namespace) -> int:
             args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True
         )
     except ValueError as e:  # a bad --target name or --fps
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
 def cmd_ratings(args: argparse.Namespace) -> int:
     from .extraction.ratings import RatingsTableError, import_ratings  # startup: only this verb
 
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     try:
         report = import_ratings(args.table, args.store, progress=True)
     except RatingsTableError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     print(
         f"ratings {', '.join(report.targets)}: {len(report.written)} session(s) written, "
         f"{len(report.current)} already current, in {args.store}"
@@ -273,21 +266,17 @@ def cmd_transcripts(args: argparse.Namespace) -> int:
     return print_import(report, args.transcript_dir, expected)
 
 
-def _missing_store(store: str) -> bool:
-    """Say so (on stderr) when the store folder does not exist."""
-    if Path(store).is_dir():
-        return False
-    print(
-        f"error: feature store {store}: no such folder; build it with `make features` (or "
-        f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store",
-        file=sys.stderr,
-    )
-    return True
+def _check_store(store: str) -> None:
+    """A :class:`FeaturestoreError` (exit code 1) when the store folder does not exist."""
+    if not Path(store).is_dir():
+        raise FeaturestoreError(
+            f"feature store {store}: no such folder; build it with `make features` (or "
+            f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store"
+        )
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     df = Store(args.store).sessions()
     if df.empty:
         print(
@@ -300,8 +289,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     store = Store(args.store)
     if ls := parse_session(args.session):  # any case, as scan matches file names
         args.session = session_name(*ls)
@@ -328,8 +316,7 @@ def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
     corpus = _recorded_corpus(Path(args.store))
@@ -370,11 +357,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         info = build(args.out or out, duration_s=args.duration or duration, seed=args.seed, **sizes)
     except ValueError as e:  # --listeners, --stories or --duration out of range
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     except ImportError as e:  # the demo extra is not installed
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        raise FeaturestoreError(str(e)) from e
     print(f"demo corpus in {info.out_dir} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 
