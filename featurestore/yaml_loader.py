@@ -50,7 +50,6 @@ class StrictLoader(yaml.SafeLoader):
         self._complete: set[int] = set()  # ids of the nodes fully composed
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        """A node; an alias is counted (and refused beyond the bound, or inside what it names)."""
         if self.check_event(AliasEvent):
             event = self.peek_event()
             node = self.anchors.get(event.anchor)
@@ -76,7 +75,6 @@ class StrictLoader(yaml.SafeLoader):
         return node
 
     def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
-        """A mapping node, refused when one of its keys is given twice."""
         node = super().compose_mapping_node(anchor)
         first: dict[tuple[str, str], yaml.Node] = {}
         for key, _ in node.value:
@@ -106,12 +104,8 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` parsed as YAML by :class:`StrictLoader` (safe tags only).
-
-    Raises:
-        yaml.YAMLError: malformed YAML, or a :class:`YAMLRefused` document (its ``problem_mark``
-            gives the line).
-    """
+    """``text`` parsed as YAML by :class:`StrictLoader` (safe tags only); a ``yaml.YAMLError``
+    (or :class:`YAMLRefused`) gives the line in its ``problem_mark``."""
     return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: safe tags only
 
 

@@ -1,11 +1,5 @@
-"""Extraction settings: defaults, ``featurestore.yaml``, and ``--set`` overrides.
-
-``featurestore scan/extract`` read ``DATA_DIR/featurestore.yaml`` when no ``--config`` is
-given: top-level keys are the run's settings (face rate, crop, channels, splits, the corpus
-``manifest``), ``extractors:`` each extractor's (checked against its config dataclass).
-``--set face_au.device=cuda`` (repeatable, YAML values) overrides the file. Every extractor
-setting enters that channel's cache key. See docs/config.md (extraction settings).
-"""
+"""Extraction settings: defaults, ``featurestore.yaml`` (top-level keys and ``extractors:``)
+and ``--set`` overrides; see docs/config.md (extraction settings)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Channels computed from other inputs than the media: a session's transcript, and who is talking.
-
-``featurestore extract`` and ``featurestore transcripts`` make them with the same cache keys:
-the transcript channels (``speech``, ``lexicon``: :func:`transcript_plan`,
-:func:`compute_transcript_channels`) and the per-role voice (``speaker/egemaps``,
-``listener/egemaps``: the scene's rows, hard-linked, with ``valid`` where that role talks, from
-the transcript's cues or the faces' mouth movement; the rule's name and version are the
-channel's extractor and version). Each records its ``lookahead_s`` (docs/channels.md, how far
-ahead each channel reads).
-"""
+"""Channels computed from other inputs than the media, with the same cache keys in ``extract``
+and ``transcripts``: the transcript channels (``speech``, ``lexicon``) and the per-role voice
+(the scene's rows, hard-linked, valid where that role talks, from the transcript's cues or the
+faces' mouth movement). See docs/channels.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""An imported table's timestamps checked against the recording they belong to.
-
-OpenFace's ``timestamp`` (and a generic table's ``time``) are seconds the tool wrote; written in
-another unit or at another frame rate (OpenFace run with the wrong ``-fps``, milliseconds read
-as seconds), a 10 Hz clip's rows step 0.001 s and the table would be stored as 1000 Hz over a
-fiftieth of the recording. :func:`check_table_times` refuses a table whose rows, at their
-step, cover less than :data:`MIN_SHARE` of the recording, naming the step, the span, the
-recording's length and the step its rows would have over it. Tables placed by a ``frame``
-column take their rate from ``--fps`` and are not checked here.
+"""An imported table's timestamps checked against its recording: seconds written in another
+unit or at another frame rate (OpenFace with the wrong ``-fps``) cover too little of it.
 
 >>> import numpy as np
 >>> print(check_table_times("of.csv", np.arange(180) * 0.001, 18.0, "rec01", "timestamp")[:51])
@@ -32,10 +25,8 @@ TIMESTAMP_COLUMNS = ("timestamp", "time")
 def check_table_times(
     path: str | Path, times: np.ndarray, duration_s: float, session: str, column: str
 ) -> str:
-    """The problem of a table whose ``times`` (seconds, from its ``column``) step so that its
-    rows cover less than :data:`MIN_SHARE` of the recording ``session`` lasting ``duration_s``
-    seconds; ``""`` when they agree (or cannot be compared: fewer than two rows, no duration,
-    a ``frame`` column)."""
+    """The problem of a table whose ``times`` (from its ``column``) step so that its rows cover
+    less than :data:`MIN_SHARE` of the recording; ``""`` when they agree or cannot be compared."""
     n = len(times)
     if n < 2 or duration_s <= 0 or column.lower() not in TIMESTAMP_COLUMNS:
         return ""

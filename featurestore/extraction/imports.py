@@ -1,11 +1,7 @@
-"""Bring features and labels computed elsewhere into the store: the three importers.
-
-``featurestore import`` (:func:`import_tables`: per-frame CSV/Parquet tables as a channel),
-``featurestore labels`` (:func:`import_labels`: annotation CSVs as a target) and ``featurestore
-transcripts`` (:func:`import_transcripts`: the ``speech``, ``lexicon`` and per-role voice
-channels, into existing shards). Each writes a session in one atomic shard update, and a bad
-file is reported for its session in the :class:`ImportReport` while the others go on.
-"""
+"""The importers of ``featurestore import`` (:func:`import_tables`), ``labels``
+(:func:`import_labels`) and ``transcripts`` (:func:`import_transcripts`): each writes a session
+in one atomic shard update; a bad file fails its session in the :class:`ImportReport`, the
+others go on."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Extraction of many sessions, a task per session, on a backend (:mod:`featurestore.parallel`:
-``serial``, ``processes``, ``dask``, or one registered elsewhere).
-
-Each session runs :func:`featurestore.extraction.extract.extract_session` and writes its own
-shard (one atomic update); a failure in one session is reported in its
-:class:`~featurestore.extraction.extract.SessionResult` and the others go on. On a remote
-backend (a Dask cluster) the store and the videos must be on a shared file system (NFS, CephFS,
-Lustre) at the same absolute path on the client and every worker (relative paths are made
-absolute here); over NFS, set ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
-"""
+"""Extraction of many sessions, a task per session, on a backend (:mod:`featurestore.parallel`);
+each writes its own shard, a failed one is reported and the others go on. A remote backend
+needs the store and the videos at the same absolute path everywhere (docs/scaling.md)."""
 
 from __future__ import annotations
 

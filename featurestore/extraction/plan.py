@@ -1,8 +1,5 @@
-"""The plan of one session's extraction, decided before any decoding (see
-:mod:`featurestore.extraction.extract`): the labels read (they define the frame count), the
-video probed, and for each requested channel its extractor, cache key, params, source and
-whether the shard holds it already; an extractor's channels are planned by its declared
-``kind`` (``video``, ``audio``, ``transcript``)."""
+"""The plan of one session's extraction, decided before any decoding: the labels read, the
+video probed, and each channel's extractor, cache key, params, source and whether it is current."""
 
 from __future__ import annotations
 

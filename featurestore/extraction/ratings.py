@@ -1,8 +1,5 @@
-"""``featurestore ratings FILE``: whole-session ratings from a table, into existing shards.
-
-A CSV ``session,<target>[,<target>...][,rater]`` (docs/store.md, whole-session ratings). Every
-problem is reported at once, naming the file, line and column, before any shard is touched;
-sessions whose stored ratings equal the table's are skipped, so a re-run resumes.
+"""``featurestore ratings FILE``: whole-session ratings from a CSV into existing shards
+(docs/store.md, whole-session ratings); every problem reported at once, before any write.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.csv"

@@ -1,7 +1,4 @@
-"""Which recording a file given to an importer belongs to: a recording id of the store (a
-shard, or a row of the ``manifest.json`` that ``scan`` wrote) equal to its name, else its
-``Subject_<L>_Story_<S>`` name; an OMG-Empathy name in a store of a listed layout's recordings
-(a manifest's) that has none such is refused (:class:`Recordings`), never a stray shard."""
+"""Which recording a file given to an importer belongs to (:class:`Recordings`)."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ OMG_ONLY = "name has no Subject_<L>_Story_<S>"
 @dataclass(frozen=True)
 class Recordings:
     """The recordings a store knows (its shards' and its ``manifest.json``'s, by id) and how a
-    file's name maps to one (:meth:`session_of`). ``listed``: the store holds the recordings of
-    a listed layout (:attr:`~..storage.layouts.CorpusLayout.listed`, a manifest's), so an
+    file's name maps to one (:meth:`session_of`). ``listed``: they are a manifest's, so an
     OMG-Empathy name that is none of them is refused, never a new shard."""
 
     known: dict[str, SessionMeta]

@@ -1,7 +1,5 @@
-"""What a shard holds that its sources no longer give (docs/store.md, sources tracked by
-content), decided before any decoding: a label whose file became unreadable or vanished
-refuses the session; a channel whose source lost it (a video re-encoded without its audio
-track, a transcript deleted) is removed from the shard rather than kept as current."""
+"""What a shard holds that its sources no longer give, decided before any decoding
+(docs/store.md, sources tracked by content)."""
 
 from __future__ import annotations
 
@@ -21,13 +19,9 @@ class StaleSourceError(FeaturestoreError, ValueError):
 
 
 def check_label_sources(sf: SessionFiles, stored: Mapping[str, dict]) -> None:
-    """Refuse a session whose stored labels (``stored``: label key -> recorded source) came
-    from a file the session no longer provides because it cannot be read (re-saved as UTF-16,
-    emptied) or, for labels ``extract`` read, because it is gone.
-
-    Raises:
-        StaleSourceError: naming the session, the labels, the file and what to do.
-    """
+    """:class:`StaleSourceError` for a session whose stored labels (label key -> recorded
+    source) came from a file it no longer provides because it cannot be read or, for labels
+    ``extract`` read, because it is gone."""
     for key, src in sorted(stored.items()):
         path = src.get("path") if isinstance(src, Mapping) else None
         if key in sf.annotations or not isinstance(path, str):
@@ -58,10 +52,9 @@ def vanished_channels(
     stored: Mapping[str, dict],
     media: Sequence[Path],
 ) -> list[str]:
-    """The stored channels to remove: those of an extractor in ``extractors`` that planned none
-    of its channels now (``planned``: the keys it plans), whose recorded source is one of the
-    session's ``media`` (it lost the track) or is gone, and the channels derived from them
-    (their ``upstream`` names one). A channel imported from a file that still exists is kept."""
+    """The stored channels to remove: those of an extractor in ``extractors`` that plans none
+    now, whose recorded source is one of the session's ``media`` (it lost the track) or is
+    gone, and the channels derived from them."""
     names = {k.split("/")[1] for k in planned}
     own = {Path(m).absolute() for m in media}
     gone = []

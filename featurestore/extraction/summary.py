@@ -1,8 +1,5 @@
-"""What ``featurestore`` prints after a run: tables, the extraction summary, an import's report.
-
-Every summary fits one screen: past :data:`SUMMARY_LINES` sessions, lines are grouped and counted
-(the failures are always listed, on stderr), and each ends with what to do next.
-"""
+"""What ``featurestore`` prints after a run; past :data:`SUMMARY_LINES` sessions, lines are
+grouped and counted (failures always listed, on stderr)."""
 
 from __future__ import annotations
 

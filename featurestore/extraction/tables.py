@@ -1,13 +1,7 @@
-"""Per-frame feature tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet), read as :class:`Features`.
-
-One file per session (``featurestore import``). The kind is recognised from the columns:
-OpenFace 2.x (``import:openface``: time ``timestamp``, valid where ``success`` and the
-confidence pass), py-feat (``import:pyfeat``: time ``frame / fps``, the largest face per
-frame) or generic (``import:table``: a ``time`` or ``frame`` column, an optional ``valid``).
-OpenFace and py-feat tables keep their :data:`COLUMN_GROUPS` (default :data:`DEFAULT_GROUPS`).
-A generic table must be complete; in the others an all-NaN row is a frame the tool could not
-analyse (``valid`` False), a partly NaN row or inf is an error (:class:`TableError`, naming the
-file, column and row). See docs/store.md (tables and labels computed elsewhere).
+"""Per-frame tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet) read as
+:class:`Features`, the kind recognised from the columns; see docs/store.md (tables and labels
+computed elsewhere). A generic table must be complete; in OpenFace and py-feat tables an all-NaN
+row is a frame the tool could not analyse (invalid), a partly NaN row or an inf an error.
 
 >>> table_kind(["frame", "timestamp", "confidence", "success", "AU01_r"]), table_kind(["time", "x"])
 ('openface', 'table')
