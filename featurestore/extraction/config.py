@@ -154,6 +154,10 @@ class _Collected:
         self.top: dict[str, tuple[Any, str]] = {}
         self.extractors: dict[str, dict[str, tuple[Any, str]]] = {}
 
+    def where(self, key: str, default: str = CONFIG_NAME) -> str:
+        """Where top-level ``key`` was set (``default`` when it was not)."""
+        return self.top.get(key, (None, default))[1]
+
     def add(self, raw: Mapping, where: str) -> None:
         top_keys = [f.name for f in fields(FeatureConfig) if f.name != "extractors"]
         names = registry()
@@ -289,19 +293,16 @@ def load_feature_config(
             if not isinstance(cfg.story_speaker, dict) or "story_speaker" in str(e)
             else "splits"
         )
-        where = collected.top.get(bad, (None, str(path)))[1]
+        where = collected.where(bad, str(path))
         raise ConfigError(f"{where}: {bad}: expected a mapping of integers ({e})") from e
     if cfg.manifest and "manifest" in collected.top:
         where = collected.top["manifest"][1]
         if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
             cfg.manifest = str(path.parent / cfg.manifest)
-    where = {
-        k: collected.top.get(k, (None, "featurestore.yaml"))[1] for k in ("targets", "min_coverage")
-    }
     try:
-        scales = parse_targets(cfg.targets, where["targets"])
+        scales = parse_targets(cfg.targets, collected.where("targets"))
         cfg.targets = {t: {"scale": list(s)} for t, s in scales.items()}
-        cfg.min_coverage = parse_min_coverage(cfg.min_coverage, where["min_coverage"])
+        cfg.min_coverage = parse_min_coverage(cfg.min_coverage, collected.where("min_coverage"))
     except ValueError as e:
         raise ConfigError(str(e)) from e
     if "channels" in collected.top:

@@ -283,82 +283,52 @@ def _decode_transcript(plan: SessionPlan) -> StepResult:
 
 def derive(plan: SessionPlan, *, store: Store, decoded: StepResult) -> StepResult:
     """``speaker/egemaps`` and ``listener/egemaps`` from ``scene/egemaps`` and who is talking
-    (the transcript's cues, else the faces' mouth movement), unless current."""
+    (the transcript's cues, else the faces' mouth movement), unless current; each input is the
+    channel just decoded, else the stored one."""
     if "scene/egemaps" not in plan.channels or plan.per_role_audio:
         return StepResult()  # a file per role: each role's voice is its own channel
-    transcript = plan.transcript
+    transcript, new = plan.transcript, decoded.channels
     if transcript.path is not None and transcript.cues is None:
         return StepResult(
             errors=[f"{plan.session}: speaker/listener egemaps not derived: {transcript.error}"]
         )
-    voice = _RoleVoice(plan, store, decoded.channels)
-    return voice.from_transcript() if transcript.path is not None else voice.from_faces()
 
+    def cache_key(key: str) -> str | None:
+        return new[key].cache_key if key in new else plan.stored.get(key)
 
-@dataclass
-class _RoleVoice:
-    """The per-role voice of one session, from the channels just decoded or the stored ones."""
+    def load(key: str) -> Channel:
+        return new[key] if key in new else store.read_channel(plan.session, key)
 
-    plan: SessionPlan
-    store: Store
-    new: dict[str, Channel]
-
-    def cache_key(self, key: str) -> str | None:
-        return self.new[key].cache_key if key in self.new else self.plan.stored.get(key)
-
-    def is_current(self, ck: str) -> bool:
-        stored = self.plan.stored
-        return not self.plan.force and all(
-            stored.get(k) == ck and k not in self.new for k in ROLE_VOICE_KEYS
-        )
-
-    def load(self, key: str) -> Channel:
-        return self.new[key] if key in self.new else self.store.read_channel(self.plan.session, key)
-
-    def from_transcript(self) -> StepResult:
-        """The transcript says who talks: it replaces the face rule."""
-        scene_key = self.cache_key("scene/egemaps")
-        if scene_key is None:
-            return StepResult()
-        transcript = self.plan.transcript
+    scene_key = cache_key("scene/egemaps")
+    if scene_key is None:
+        return StepResult()
+    if transcript.path is not None:  # the transcript says who talks: it replaces the face rule
         _, ck, _ = transcript_voice_key(scene_key, transcript.source)
-        if self.is_current(ck):
-            return StepResult(current=list(ROLE_VOICE_KEYS))
-        channels = role_voice_from_transcript(
-            self.load("scene/egemaps"),
-            scene_key,
-            transcript.cues or [],
-            transcript.source,
-            self.plan.created,
-        )
-        out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
-        if not any(c.role is not None for c in transcript.cues or ()):
-            out.notes.append(
-                f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
-            )
-        return out
-
-    def from_faces(self) -> StepResult:
-        """Who moves their mouth talks (both roles' ``face_geom`` needed)."""
-        scene_key = self.cache_key("scene/egemaps")
-        face_keys = {r: self.cache_key(f"{r}/face_geom") for r in ("speaker", "listener")}
-        if scene_key is None:
-            return StepResult()
-        if None in face_keys.values():
+    else:  # who moves their mouth talks
+        face_keys = {r: cache_key(f"{r}/face_geom") for r in ("speaker", "listener")}
+        known = {r: k for r, k in face_keys.items() if k is not None}
+        if len(known) < len(face_keys):
             return StepResult(
                 notes=[
                     "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
                 ]
             )
-        known = {r: k for r, k in face_keys.items() if k is not None}  # both, as checked
         _, ck, _ = face_voice_key(scene_key, known)
-        if self.is_current(ck):
-            return StepResult(current=list(ROLE_VOICE_KEYS))
-        faces = {r: self.load(f"{r}/face_geom") for r in ("speaker", "listener")}
-        derived = role_voice_from_faces(
-            self.load("scene/egemaps"), scene_key, faces, known, self.plan.created
-        )
+    if not plan.force and all(plan.stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS):
+        return StepResult(current=list(ROLE_VOICE_KEYS))
+    scene = load("scene/egemaps")
+    if transcript.path is None:
+        faces = {r: load(f"{r}/face_geom") for r in known}
+        derived = role_voice_from_faces(scene, scene_key, faces, known, plan.created)
         return StepResult(channels=derived, computed=list(derived))
+    cues = transcript.cues or []
+    channels = role_voice_from_transcript(scene, scene_key, cues, transcript.source, plan.created)
+    out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
+    if not any(c.role is not None for c in cues):
+        out.notes.append(
+            f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
+        )
+    return out
 
 
 def write(
