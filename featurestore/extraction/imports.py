@@ -30,10 +30,15 @@ from .derived import (
     transcript_plan,
     transcript_voice_key,
 )
-from .import_times import check_table_times
 from .plan import StepResult
 from .recordings import OMG_ONLY, Found, Recordings, find_session_files, one_file
-from .tables import DEFAULT_MIN_CONFIDENCE, IMPORT_VERSION, TABLE_EXTS, read_table
+from .tables import (
+    DEFAULT_MIN_CONFIDENCE,
+    IMPORT_VERSION,
+    TABLE_EXTS,
+    check_table_times,
+    read_table,
+)
 
 __all__ = [
     "ImportReport",

@@ -1,9 +1,10 @@
 """The plan of one session's extraction, decided before any decoding: the labels read, the
-video probed, and each channel's extractor, cache key, params, source and whether it is current."""
+video probed, each channel's extractor, cache key, params, source and whether it is current, and
+what the shard holds that its sources no longer give (docs/store.md, sources tracked by content)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,7 +27,6 @@ from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS
 from ..storage.store import Channel, SessionMeta, Store
-from . import stale
 from .config import FeatureConfig
 from .derived import transcript_plan
 from .recordings import recording_meta
@@ -34,6 +34,69 @@ from .recordings import recording_meta
 
 class SessionError(FeaturestoreError, RuntimeError):
     """This session cannot be extracted; the message says why and what to do."""
+
+
+#: the ``by`` of a label source that ``featurestore extract`` read from the corpus
+EXTRACTED = "extract"
+
+
+class StaleSourceError(FeaturestoreError, ValueError):
+    """A source the shard's labels were read from can no longer be read; the message names it."""
+
+
+def check_label_sources(sf: SessionFiles, stored: Mapping[str, dict]) -> None:
+    """:class:`StaleSourceError` for a session whose stored labels (label key -> recorded
+    source) came from a file it no longer provides because it cannot be read or, for labels
+    ``extract`` read, because it is gone."""
+    for key, src in sorted(stored.items()):
+        path = src.get("path") if isinstance(src, Mapping) else None
+        if key in sf.annotations or not isinstance(path, str):
+            continue  # provided now (re-read when it changed), or a mean over raters
+        p = Path(path)
+        rebuild = (
+            "move the shard aside and re-run `featurestore extract` to rebuild it without them"
+        )
+        if not p.exists():
+            if src.get("by") == EXTRACTED:
+                raise StaleSourceError(
+                    f"{sf.session}: labels {key!r} in the shard were read from {p}, which is gone; "
+                    f"restore it, or {rebuild}"
+                )
+            continue  # imported from elsewhere (`featurestore labels`): verify reports it
+        try:
+            read_label_file(p)
+        except (OSError, ValueError) as e:
+            raise StaleSourceError(
+                f"{sf.session}: labels {key!r} in the shard were read from {p}, which can no longer "
+                f"be read ({e}); save it as a UTF-8 CSV again and re-run, or {rebuild}"
+            ) from e
+
+
+def vanished_channels(
+    planned: Sequence[str],
+    extractors: Sequence[str],
+    stored: Mapping[str, dict],
+    media: Sequence[Path],
+) -> list[str]:
+    """The stored channels to remove: those of an extractor in ``extractors`` that plans none
+    now, whose recorded source is one of the session's ``media`` (it lost the track) or is
+    gone, and the channels derived from them."""
+    names = {k.split("/")[1] for k in planned}
+    own = {Path(m).absolute() for m in media}
+    gone = []
+    for key, src in stored.items():
+        name = key.split("/")[1]
+        path = src.get("path")
+        if name not in extractors or name in names or "upstream" in src or not path:
+            continue
+        if Path(path).absolute() in own or not Path(path).exists():
+            gone.append(key)
+    derived = [
+        key
+        for key, src in stored.items()
+        if any(f"{g}=" in str(src.get("upstream", "")) for g in gone)
+    ]
+    return sorted(set(gone + derived))
 
 
 def _read_labels(
@@ -52,7 +115,7 @@ def _read_labels(
             timed[key] = y
         else:
             labels[key] = y
-        sources[key] = {**file_fingerprint(path), "by": stale.EXTRACTED}
+        sources[key] = {**file_fingerprint(path), "by": EXTRACTED}
     lengths = {t: len(y) for t, y in labels.items()}
     if len(set(lengths.values())) > 1:
         raise SessionError(
@@ -193,7 +256,7 @@ def plan_session(
         )
     info = media.probe(video)
     source = file_fingerprint(video)
-    stale.check_label_sources(sf, store.label_sources(sf.session))
+    check_label_sources(sf, store.label_sources(sf.session))
     labels, timed, label_sources = _read_labels(sf, cfg)
     n_frames = _frame_count(sf, info, labels, cfg)
     _check_coverage(sf, timed, n_frames / LABEL_FPS, video, cfg)
@@ -227,7 +290,7 @@ def _plan_drops(plan: SessionPlan, store: Store, channels: Sequence[str]) -> Non
     with store.open_session(plan.session) as shard:
         stored = shard.channel_sources()
     media_files = [*plan.videos.values(), *plan.audios.values(), plan.video]
-    plan.drop = stale.vanished_channels(list(plan.channels), channels, stored, media_files)
+    plan.drop = vanished_channels(list(plan.channels), channels, stored, media_files)
     for key in plan.drop:
         src = stored[key]
         why = (
