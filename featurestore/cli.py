@@ -72,8 +72,14 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     manifest = args.manifest or cfg.manifest
     if manifest is None and data_dir is None:
         raise UsageError("give a DATA_DIR, or a manifest with --manifest FILE")
+    # the config's manifest (symbolic links and `..` resolved) inside the config's folder
+    folder = Path(args.config).parent if getattr(args, "config", None) else Path(data_dir or ".")
     if not args.manifest and cfg.manifest and not allow:
-        _check_inside(Path(cfg.manifest), _config_folder(args), "the config's manifest")
+        if not Path(cfg.manifest).resolve().is_relative_to(folder.resolve()):
+            raise UsageError(
+                f"the config's manifest {Path(cfg.manifest)} is outside the config's folder {folder}; "
+                "move it there, or pass --allow-outside-paths to read files elsewhere"
+            )
     try:
         report = scan(
             Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest, allow
@@ -83,22 +89,6 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     except (ManifestError, ValueError) as e:
         raise UsageError(str(e)) from e
     return report
-
-
-def _config_folder(args: argparse.Namespace) -> Path:
-    """The folder of the featurestore YAML in use (--config, else DATA_DIR's featurestore.yaml)."""
-    if getattr(args, "config", None):
-        return Path(args.config).parent
-    return Path(args.data_dir or ".")
-
-
-def _check_inside(path: Path, folder: Path, what: str) -> None:
-    """Exit with a message when ``path`` (symbolic links and ``..`` resolved) is outside ``folder``."""
-    if not path.resolve().is_relative_to(folder.resolve()):
-        raise UsageError(
-            f"{what} {path} is outside the config's folder {folder}; move it there, or pass "
-            "--allow-outside-paths to read files elsewhere"
-        )
 
 
 def cmd_scan(args: argparse.Namespace) -> int:

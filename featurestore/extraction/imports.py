@@ -88,9 +88,8 @@ class ImportReport:
         return [r for r in self.results if r.ok]
 
     def __str__(self) -> str:
-        lines = [
-            *map(str, self.results),
-            *(f"skipped {p}: {self.skip_reason}" for p in self.skipped),
+        lines = [str(r) for r in self.results] + [
+            f"skipped {p}: {self.skip_reason}" for p in self.skipped
         ]
         ok, failed = len(self.succeeded), len(self.failed)
         return "\n".join([*lines, f"{self.what}: {ok} session(s) written, {failed} failed"])
@@ -101,11 +100,8 @@ def _meta_for_new_session(
 ) -> SessionMeta:
     given = (sessions_meta or {}).get(session)
     if given is not None:
-        return replace(
-            given,
-            n_frames=int(given.n_frames) if given.n_frames > 0 else int(n_frames),
-            fps=float(fps),
-        )
+        n = int(given.n_frames) if given.n_frames > 0 else int(n_frames)
+        return replace(given, n_frames=n, fps=float(fps))
     parsed = parse_session(session)
     if parsed is None:
         raise DataImportError(
@@ -136,14 +132,8 @@ def _import_each(
     report = ImportReport(what=what, skipped=found.skipped, skip_reason=found.skip_reason)
     for path, (session, why) in found.refused.items():
         report.results.append(SessionResult(session, [path], error=why))
-    for session, paths in tqdm(
-        found.files.items(),
-        total=len(found.files),
-        desc=what,
-        unit="session",
-        disable=not progress,
-        leave=False,
-    ):
+    bar = tqdm(found.files.items(), desc=what, unit="session", disable=not progress, leave=False)
+    for session, paths in bar:
         res = SessionResult(session, paths)
         report.results.append(res)
         if len(paths) > 1:

@@ -155,14 +155,12 @@ def print_import(report: Any, folder: str, expected: str) -> int:
         print(r, file=sys.stderr)
     for p in report.skipped:
         print(f"skipped {p}: {report.skip_reason}")
-    print(
-        f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
-        + (
-            " (their shards are unchanged; fix the files named above and re-run)"
-            if report.failed
-            else ""
-        )
+    fix = (
+        " (their shards are unchanged; fix the files named above and re-run)"
+        if report.failed
+        else ""
     )
+    print(f"{report.what}: {len(ok)} session(s) written, {len(report.failed)} failed{fix}")
     if not report.results:
         print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
         return EXIT_FAILED
