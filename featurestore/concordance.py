@@ -54,10 +54,6 @@ def ccc(
     t, p = finite_pairs(y_true, y_pred, nan)
     if t.size < 2 and nan == "drop":
         return float("nan")
-    return _ccc(t, p)
-
-
-def _ccc(t: np.ndarray, p: np.ndarray) -> float:
     mt, mp = t.mean(), p.mean()
     dt, dp = t - mt, p - mp
     vt, vp = float(np.mean(dt * dt)), float(np.mean(dp * dp))

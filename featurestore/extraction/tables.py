@@ -138,16 +138,11 @@ def _numeric(
     bad: list[tuple[int, str, object]] = []
     for j, c in enumerate(cols):
         s = df[c]
-        if pd.api.types.is_bool_dtype(s):
-            out[:, j] = s.to_numpy(dtype=np.float64)
-            continue
-        if pd.api.types.is_numeric_dtype(s):
+        if pd.api.types.is_numeric_dtype(s):  # bool too
             out[:, j] = s.to_numpy(dtype=np.float64, na_value=np.nan)
             continue
         conv = pd.to_numeric(s, errors="coerce")
-        wrong = conv.isna().to_numpy() & s.notna().to_numpy()
-        if check is not None:
-            wrong &= check
+        wrong = conv.isna().to_numpy() & s.notna().to_numpy() & (True if check is None else check)
         if wrong.any():
             i = int(np.flatnonzero(wrong)[0])
             bad.append((i, c, s.iloc[i]))
