@@ -36,6 +36,7 @@ from .tables import (
     DEFAULT_MIN_CONFIDENCE,
     IMPORT_VERSION,
     TABLE_EXTS,
+    ImportedTable,
     check_table_times,
     read_table,
 )
@@ -149,6 +150,22 @@ def _import_each(
     return report
 
 
+def _table_channel(table: ImportedTable, source: dict, lookahead_s: float | None = None) -> Channel:
+    """``table`` as a channel, with its provenance."""
+    # a declared look-ahead is in the params (and so the cache key): declaring another one
+    # changes the store's fingerprint, so no sweep reuses a run counted with the old one
+    params = table.params if lookahead_s is None else {**table.params, "lookahead_s": lookahead_s}
+    return Channel.from_features(
+        table.features,
+        extractor=table.extractor,
+        extractor_version=IMPORT_VERSION,
+        params=params,
+        cache_key=cache_key(source, table.extractor, IMPORT_VERSION, params),
+        source=source,
+        lookahead_s=lookahead_s,
+    )
+
+
 def import_tables(
     table_dir: str | Path,
     store_root: str | Path,
@@ -215,21 +232,7 @@ def import_tables(
             path, f.time, meta.n_frames / meta.fps, session, time_column
         ):
             raise DataImportError(problem)
-        source = file_fingerprint(path)
-        # a declared look-ahead is in the params (and so the cache key): declaring another one
-        # changes the store's fingerprint, so no sweep reuses a run counted with the old one
-        params = table.params
-        if lookahead_s is not None:
-            params = {**params, "lookahead_s": lookahead_s}
-        ch = Channel.from_features(
-            f,
-            extractor=table.extractor,
-            extractor_version=IMPORT_VERSION,
-            params=params,
-            cache_key=cache_key(source, table.extractor, IMPORT_VERSION, params),
-            source=source,
-            lookahead_s=lookahead_s,
-        )
+        ch = _table_channel(table, file_fingerprint(path), lookahead_s)
         store.write_session(meta, channels={f"{role}/{channel}": ch})
         return f"{table.kind}, {len(f.time)} rows x {len(f.columns)} columns, {int(f.valid.sum())} valid"
 
@@ -263,19 +266,12 @@ def imported_channels(
         except (DataImportError, OSError) as e:
             out.errors.append(f"{meta.session}: {key} not stored: {e}")
             continue
-        ck = cache_key(source, table.extractor, IMPORT_VERSION, table.params)
-        if not force and stored.get(key) == ck:
+        ch = _table_channel(table, source)
+        if not force and stored.get(key) == ch.cache_key:
             out.current.append(key)
-            continue
-        out.channels[key] = Channel.from_features(
-            table.features,
-            extractor=table.extractor,
-            extractor_version=IMPORT_VERSION,
-            params=table.params,
-            cache_key=ck,
-            source=source,
-        )
-        out.computed.append(key)
+        else:
+            out.channels[key] = ch
+            out.computed.append(key)
     return out
 
 
