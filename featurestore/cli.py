@@ -129,8 +129,7 @@ def _sessions_for_extract(
 def _split_todo(
     sessions: list[SessionFiles], dups: dict[str, list[Path]]
 ) -> tuple[list[SessionFiles], list[SessionResult]]:
-    """(sessions with a video to extract, failures of sessions with several files); sessions
-    without any video are left out (``scan`` reports them)."""
+    """(sessions with a video to extract, failures of sessions with several files)."""
     todo, failed = [], []
     for s in sessions:
         if s.session in dups:
@@ -289,8 +288,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
-    """(the store's ``manifest.json``, the sessions ``extract`` would extract from it: those with
-    a video and one file each); None when the store records no corpus."""
+    """(the store's ``manifest.json``, the sessions ``extract`` would extract from it), or None."""
     manifest = store / MANIFEST
     if not manifest.exists():
         return None

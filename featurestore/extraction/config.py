@@ -102,8 +102,7 @@ def _hint(key: str, known: Sequence[str], what: str) -> str:
 
 
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """``value`` checked against a config field's type; ints become floats where floats are due
-    (``1`` and ``1.0`` give the same cache key)."""
+    """``value`` checked against a field's type; ints become floats where due (one cache key for 1 and 1.0)."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     args = set(typing.get_args(annotation)) if union else set()
     kinds = args - {type(None)} if union else {annotation}

@@ -70,8 +70,7 @@ def _tasks(
     force: bool,
     backend: Backend,
 ) -> list[SessionTask]:
-    """A task per session: on a remote backend with absolute paths (a worker's working folder
-    may be anywhere) and no bar of its own; else each session's bar on a line of its worker's."""
+    """A task per session: remote ones with absolute paths and no bar; else a bar on its worker's line."""
     if backend.remote:
         root = root.resolve()
         sessions = [

@@ -102,8 +102,7 @@ def vanished_channels(
 def _read_labels(
     sf: SessionFiles, cfg: FeatureConfig
 ) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
-    """Per-frame ratings, timed ratings (resampled once the frame count is known) and each
-    file's fingerprint, by label key, each checked against its target's declared scale."""
+    """Per-frame ratings, timed ratings and each file's fingerprint by label key, checked against their scales."""
     labels, timed, sources = {}, {}, {}
     scales = {**sf.scales, **{t: spec["scale"] for t, spec in cfg.targets.items()}}
     for key, path in sorted(sf.annotations.items()):
@@ -131,8 +130,7 @@ def _check_coverage(
     video: Path,
     cfg: FeatureConfig,
 ) -> None:
-    """:class:`SessionError` for a timed rating covering less than the declared share of the
-    session (``min_coverage`` of the scan, else of ``cfg``, else 0.5)."""
+    """:class:`SessionError` for a timed rating covering less than the declared share of the session."""
     share = sf.min_coverage if sf.min_coverage is not None else cfg.min_coverage
     share = DEFAULT_MIN_COVERAGE if share is None else share
     for key, rating in sorted(timed.items()):
@@ -319,8 +317,7 @@ def main_video(sf: SessionFiles) -> Path | None:
 def _role_videos(
     sf: SessionFiles, info: media.VideoInfo, cfg: FeatureConfig
 ) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
-    """(role -> video, role -> pixel columns ``[x0, x1)``): the shared video cut at ``split_x``,
-    or each role's own video whole."""
+    """(role -> video, role -> pixel columns): the shared video cut at ``split_x``, or each role's own."""
     if sf.video is not None:
         regions = media.role_regions(info.width, sf.split_x or cfg.split_x)
         return {role: sf.video for role in regions}, regions
@@ -356,8 +353,7 @@ def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
 
 
 def _audio_roles(sf: SessionFiles) -> dict[str, Path]:
-    """Role -> the media file its voice should come from: ``scene`` the shared video, else each
-    role's video (a role with its own audio file is never missing)."""
+    """Role -> the media file its voice should come from: ``scene`` the shared video, else each role's video."""
     if sf.video is not None:
         return {"scene": sf.video}
     return {ROLE_MEDIA[c]: p for c, p in sf.media.items() if c.startswith("video_")}
@@ -378,8 +374,7 @@ def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureCo
 def _frame_count(
     sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
 ) -> int:
-    """The frame count at the label rate: the per-frame labels' (the video within
-    ``cfg.max_length_mismatch_s`` seconds of them), else the video's."""
+    """The frame count at the label rate: the per-frame labels' (the video close to them), else the video's."""
     if not labels:
         return int(round(info.n_frames / info.fps * LABEL_FPS))
     n_frames = len(next(iter(labels.values())))

@@ -160,8 +160,7 @@ def _numeric(
 def _check_finite(
     values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str, inf: bool = False
 ) -> None:
-    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values`` (``inf``: then
-    for an inf in any row)."""
+    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values`` (``inf``: in any row)."""
     bad = ~np.isfinite(values) & rows[:, None]
     if not bad.any():
         if inf and np.isinf(values).any():
