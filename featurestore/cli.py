@@ -141,18 +141,14 @@ def _split_todo(
     return todo, failed
 
 
-class _DiskFull(FeaturestoreError):
-    """Raised from a session's result to end an extraction: the disk is full."""
-
-    def __init__(self, result: SessionResult) -> None:
-        super().__init__(result.error)
-        self.result = result
-
-
 def _stop_when_disk_full(result: SessionResult) -> None:
-    """End the extraction at the first session that failed for want of disk space."""
+    """End the extraction at the first session that failed for want of disk space (one message:
+    every later session would fail the same way)."""
     if result.disk_full:
-        raise _DiskFull(result)
+        raise FeaturestoreError(
+            f"{result.session}: {result.error}; extraction stopped at this session (the sessions "
+            "stored before it are intact; the re-run does only what is missing)"
+        )
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
@@ -183,13 +179,6 @@ def cmd_extract(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
             on_result=_stop_when_disk_full,
         )
-    except _DiskFull as e:  # one message: every later session would fail the same way
-        print(
-            f"error: {e.result.session}: {e.result.error}; extraction stopped at this session "
-            "(the sessions stored before it are intact; the re-run does only what is missing)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
     except ConnectionError as e:  # no scheduler there (a BackendError: main's usage error)
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
