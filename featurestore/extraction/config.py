@@ -235,14 +235,7 @@ def check_overrides_apply(
     overrides: Sequence[str], extractors: Sequence[str], verb: str, top_level: bool = True
 ) -> None:
     """Refuse (:class:`ConfigError`) a ``--set`` that the verb would ignore: a setting of an
-    extractor it does not run, or, with ``top_level`` False, any top-level key.
-
-    >>> try:
-    ...     check_overrides_apply(["face_au.device=cuda"], ["speech", "lexicon"], "transcripts")
-    ... except ConfigError as e:
-    ...     print(str(e).split("; ")[0])
-    --set face_au.device=cuda: face_au does not apply to `featurestore transcripts`, which computes speech, lexicon
-    """
+    extractor it does not run, or, with ``top_level`` False, any top-level key."""
     applies = ", ".join(f"{name}.SETTING" for name in extractors)
     if top_level:
         applies += " or a top-level key (face_fps=10)"

@@ -1,12 +1,5 @@
 """``featurestore ratings FILE``: whole-session ratings from a CSV into existing shards
-(docs/store.md, whole-session ratings); every problem reported at once, before any write.
-
->>> import tempfile, pathlib
->>> p = pathlib.Path(tempfile.mkdtemp()) / "r.csv"
->>> _ = p.write_text("session,empathy,rater\\nS1,3,a\\nS1,5,b\\n")
->>> read_ratings_table(p)
-{'S1': {'empathy': {'a': 3.0, 'b': 5.0}}}
-"""
+(docs/store.md, whole-session ratings); every problem reported at once, before any write."""
 
 from __future__ import annotations
 
