@@ -198,11 +198,8 @@ def print_session(
         print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
     for key in keys:
         ch = store.read_channel(session, key)
-        rate = (
-            (len(ch.time) - 1) / (ch.time[-1] - ch.time[0])
-            if len(ch.time) > 1 and ch.time[-1] > ch.time[0]
-            else float("nan")
-        )
+        span = float(ch.time[-1] - ch.time[0]) if len(ch.time) > 1 else 0.0
+        rate = (len(ch.time) - 1) / span if span > 0 else float("nan")
         print(
             f"  {corpus_key(key, names)}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
             f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",
