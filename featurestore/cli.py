@@ -32,8 +32,8 @@ from .extraction.summary import (
     scan_table,
     store_table,
 )
-from .extractors import ExtractorUnavailable, channels_of_kind, registry
-from .parallel import BackendError, backends_help
+from .extractors import channels_of_kind, registry
+from .parallel import backends_help
 from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
@@ -72,8 +72,14 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     manifest = args.manifest or cfg.manifest
     if manifest is None and data_dir is None:
         raise UsageError("give a DATA_DIR, or a manifest with --manifest FILE")
+    # the config's manifest (symbolic links and `..` resolved) inside the config's folder
+    folder = Path(args.config).parent if getattr(args, "config", None) else Path(data_dir or ".")
     if not args.manifest and cfg.manifest and not allow:
-        _check_inside(Path(cfg.manifest), _config_folder(args), "the config's manifest")
+        if not Path(cfg.manifest).resolve().is_relative_to(folder.resolve()):
+            raise UsageError(
+                f"the config's manifest {Path(cfg.manifest)} is outside the config's folder {folder}; "
+                "move it there, or pass --allow-outside-paths to read files elsewhere"
+            )
     try:
         report = scan(
             Path(data_dir) if data_dir else None, cfg.story_speaker, cfg.splits, manifest, allow
@@ -83,22 +89,6 @@ def _scan(args: argparse.Namespace, cfg: FeatureConfig) -> ScanReport:
     except (ManifestError, ValueError) as e:
         raise UsageError(str(e)) from e
     return report
-
-
-def _config_folder(args: argparse.Namespace) -> Path:
-    """The folder of the featurestore YAML in use (--config, else DATA_DIR's featurestore.yaml)."""
-    if getattr(args, "config", None):
-        return Path(args.config).parent
-    return Path(args.data_dir or ".")
-
-
-def _check_inside(path: Path, folder: Path, what: str) -> None:
-    """Exit with a message when ``path`` (symbolic links and ``..`` resolved) is outside ``folder``."""
-    if not path.resolve().is_relative_to(folder.resolve()):
-        raise UsageError(
-            f"{what} {path} is outside the config's folder {folder}; move it there, or pass "
-            "--allow-outside-paths to read files elsewhere"
-        )
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -139,8 +129,7 @@ def _sessions_for_extract(
 def _split_todo(
     sessions: list[SessionFiles], dups: dict[str, list[Path]]
 ) -> tuple[list[SessionFiles], list[SessionResult]]:
-    """(sessions with a video to extract, failures of sessions with several files); sessions
-    without any video are left out (``scan`` reports them)."""
+    """(sessions with a video to extract, failures of sessions with several files)."""
     todo, failed = [], []
     for s in sessions:
         if s.session in dups:
@@ -152,18 +141,14 @@ def _split_todo(
     return todo, failed
 
 
-class _DiskFull(FeaturestoreError):
-    """Raised from a session's result to end an extraction: the disk is full."""
-
-    def __init__(self, result: SessionResult) -> None:
-        super().__init__(result.error)
-        self.result = result
-
-
 def _stop_when_disk_full(result: SessionResult) -> None:
-    """End the extraction at the first session that failed for want of disk space."""
+    """End the extraction at the first session that failed for want of disk space (one message:
+    every later session would fail the same way)."""
     if result.disk_full:
-        raise _DiskFull(result)
+        raise FeaturestoreError(
+            f"{result.session}: {result.error}; extraction stopped at this session (the sessions "
+            "stored before it are intact; the re-run does only what is missing)"
+        )
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
@@ -194,17 +179,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
             on_result=_stop_when_disk_full,
         )
-    except _DiskFull as e:  # one message: every later session would fail the same way
-        print(
-            f"error: {e.result.session}: {e.result.error}; extraction stopped at this session "
-            "(the sessions stored before it are intact; the re-run does only what is missing)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    except BackendError as e:  # --backend names none, or --scheduler one that joins no cluster
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ExtractorUnavailable, ConnectionError) as e:  # ConnectionError: no scheduler there
+    except ConnectionError as e:  # no scheduler there (a BackendError: main's usage error)
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
@@ -231,8 +206,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             session=args.session,
         )
     except ValueError as e:  # a bad --channel name or --lookahead-s
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     return print_import(report, args.table_dir, "<recording id>.csv or .parquet")
 
 
@@ -242,21 +216,18 @@ def cmd_labels(args: argparse.Namespace) -> int:
             args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True
         )
     except ValueError as e:  # a bad --target name or --fps
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     return print_import(report, args.annotation_dir, "Subject_<L>_Story_<S>.csv")
 
 
 def cmd_ratings(args: argparse.Namespace) -> int:
     from .extraction.ratings import RatingsTableError, import_ratings  # startup: only this verb
 
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     try:
         report = import_ratings(args.table, args.store, progress=True)
     except RatingsTableError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     print(
         f"ratings {', '.join(report.targets)}: {len(report.written)} session(s) written, "
         f"{len(report.current)} already current, in {args.store}"
@@ -273,21 +244,17 @@ def cmd_transcripts(args: argparse.Namespace) -> int:
     return print_import(report, args.transcript_dir, expected)
 
 
-def _missing_store(store: str) -> bool:
-    """Say so (on stderr) when the store folder does not exist."""
-    if Path(store).is_dir():
-        return False
-    print(
-        f"error: feature store {store}: no such folder; build it with `make features` (or "
-        f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store",
-        file=sys.stderr,
-    )
-    return True
+def _check_store(store: str) -> None:
+    """A :class:`FeaturestoreError` (exit code 1) when the store folder does not exist."""
+    if not Path(store).is_dir():
+        raise FeaturestoreError(
+            f"feature store {store}: no such folder; build it with `make features` (or "
+            f"`featurestore extract DATA_DIR --store {store}`), or pass the store's folder with --store"
+        )
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     df = Store(args.store).sessions()
     if df.empty:
         print(
@@ -300,8 +267,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     store = Store(args.store)
     if ls := parse_session(args.session):  # any case, as scan matches file names
         args.session = session_name(*ls)
@@ -311,8 +277,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
-    """(the store's ``manifest.json``, the sessions ``extract`` would extract from it: those with
-    a video and one file each); None when the store records no corpus."""
+    """(the store's ``manifest.json``, the sessions ``extract`` would extract from it), or None."""
     manifest = store / MANIFEST
     if not manifest.exists():
         return None
@@ -328,8 +293,7 @@ def _recorded_corpus(store: Path) -> tuple[str, list[str]] | None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if _missing_store(args.store):
-        return EXIT_FAILED
+    _check_store(args.store)
     versions = {name: cls.version for name, cls in registry().items()} | RULE_VERSIONS
     store = Store(args.store)
     corpus = _recorded_corpus(Path(args.store))
@@ -370,11 +334,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         info = build(args.out or out, duration_s=args.duration or duration, seed=args.seed, **sizes)
     except ValueError as e:  # --listeners, --stories or --duration out of range
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(e)) from e
     except ImportError as e:  # the demo extra is not installed
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        raise FeaturestoreError(str(e)) from e
     print(f"demo corpus in {info.out_dir} ({time.perf_counter() - t0:.1f} s): {info}")
     return EXIT_OK
 

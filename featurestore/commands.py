@@ -35,7 +35,6 @@ class Verb:
         return self.run.__name__.removeprefix("cmd_")
 
     def add(self, sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        """Add the verb's parser to ``sub``."""
         p = sub.add_parser(
             self.name, help=self.help, description=self.description or inspect.getdoc(self.run)
         )

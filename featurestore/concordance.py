@@ -1,12 +1,6 @@
-"""Lin's concordance correlation coefficient (CCC), with the arithmetic of the official
-OMG-Empathy scorer: the one implementation both packages use (the lowest layer, so the demo
-and the experiments' data layer may import it).
-
-The official scorer (``calculateCCC.py`` of knowledgetechnologyuhh/OMGEmpathyChallenge)
-computes ``2 * rho * std(y_true) * std(y_pred) / (var(y_pred) + var(y_true) + (mean_pred -
-mean_true) ** 2)`` with population statistics (ddof 0) and Pearson's ``rho`` set to 0 when it
-is undefined (a constant series). :func:`ccc` reproduces it in float64; where the official
-code divides 0 by 0 (both series constant and equal) it returns 0.0.
+"""Lin's concordance correlation coefficient (CCC) with the arithmetic of the official
+OMG-Empathy scorer (``calculateCCC.py``): population statistics, Pearson's ``rho`` 0 for a
+constant series, and 0.0 where it divides 0 by 0; the one implementation both packages use.
 
 >>> ccc([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ccc([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
 (1.0, 0.0)
@@ -30,12 +24,8 @@ def finite_pairs(
     nan: str = "raise",
     name: str = "ccc",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Two equally long float64 series with their non-finite pairs handled by the rule ``nan``:
-    ``"raise"`` (a ValueError naming the series and the first row) or ``"drop"`` (left out).
-
-    Raises:
-        ValueError: different lengths, empty input, an unknown rule, or (``raise``) NaN/inf.
-    """
+    """Two equally long, non-empty float64 series with their non-finite pairs handled by the
+    rule ``nan``: ``"raise"`` (a ValueError naming the series and the first row) or ``"drop"``."""
     if nan not in NAN_RULES:
         raise ValueError(f"{name}: unknown NaN rule {nan!r}; use one of {', '.join(NAN_RULES)}")
     t = np.asarray(y_true, dtype=np.float64).reshape(-1)
@@ -59,21 +49,11 @@ def finite_pairs(
 def ccc(
     y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float], nan: str = "raise"
 ) -> float:
-    """Lin's concordance correlation coefficient of two equally long series, in [-1, 1].
-
-    ``nan``: ``"raise"`` or ``"drop"`` (:func:`finite_pairs`); NaN when fewer than 2 pairs
-    remain after dropping (nothing to measure).
-
-    Raises:
-        ValueError: as :func:`finite_pairs`.
-    """
+    """Lin's concordance correlation coefficient of two equally long series, in [-1, 1];
+    ``nan``: ``"raise"`` or ``"drop"`` (:func:`finite_pairs`; NaN when fewer than 2 pairs remain)."""
     t, p = finite_pairs(y_true, y_pred, nan)
     if t.size < 2 and nan == "drop":
         return float("nan")
-    return _ccc(t, p)
-
-
-def _ccc(t: np.ndarray, p: np.ndarray) -> float:
     mt, mp = t.mean(), p.mean()
     dt, dp = t - mt, p - mp
     vt, vp = float(np.mean(dt * dt)), float(np.mean(dp * dp))

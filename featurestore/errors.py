@@ -1,9 +1,5 @@
-"""The root of every error ``featurestore`` (and ``experiments``, whose root derives from it)
-shows a user, and the "did you mean" hint their messages give.
-
-A command line catches :class:`FeaturestoreError`, prints its message on one line and exits with
-its :attr:`~FeaturestoreError.exit_code`. Errors that callers also catch as a builtin type
-derive from that type too (``ConfigError`` is a ``ValueError``).
+"""The root of every error both packages show a user (a command line prints it on one line
+and exits with its ``exit_code``), and the "did you mean" hint their messages give.
 
 >>> nearest("valense", ["valence", "arousal"])
 'valence'
@@ -35,10 +31,8 @@ class UsageError(FeaturestoreError):
 
 
 class ConfigError(UsageError, ValueError):
-    """A bad config: the message names the file or ``--set`` option and the key path.
-
-    An error that reports several problems at once lists them in ``problems``; ``line`` is the
-    line of the key in the file (0 for a ``--set`` option, None when unknown)."""
+    """A bad config: the message names the file or ``--set`` option and the key path; ``line``:
+    the key's line in the file (0 for ``--set``, None: unknown), ``problems``: several at once."""
 
     line: int | None = None
     key: str = ""  # the dotted key path, when the error is about one key

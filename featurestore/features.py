@@ -1,8 +1,5 @@
-"""What an extractor or an importer computes for one role: per-sample values, times and validity.
-
-:class:`Features` is the result type of the computing side (extractors, importers, the
-per-role voice rule); the store subclasses it (:class:`featurestore.storage.store.Channel` adds the
-provenance) and writes it, so storage depends on computing and never the reverse.
+"""What an extractor or an importer computes for one role: per-sample values, times and
+validity (the store's :class:`~featurestore.storage.store.Channel` adds the provenance).
 
 >>> f = Features([[1.0], [2.0]], time=[0.0, 0.2], valid=[True, False], columns=["mouth_open"])
 >>> f.data.dtype, f.data.shape, f.valid.tolist()
@@ -19,11 +16,8 @@ import numpy as np
 @dataclass
 class Features:
     """Per-sample values of one role: ``data`` (n, d) float32, ``time`` (n,) float64 in seconds
-    from the session start, ``valid`` (n,) bool, and the d ``columns`` names.
-
-    Inputs are converted to these dtypes (a 1-D ``data`` becomes one column); shapes that
-    disagree raise :class:`ValueError`.
-    """
+    from the session start, ``valid`` (n,) bool, and the d ``columns`` names (inputs converted;
+    a 1-D ``data`` is one column; shapes that disagree raise :class:`ValueError`)."""
 
     data: np.ndarray  # (n, d) float32
     time: np.ndarray  # (n,) float64, seconds

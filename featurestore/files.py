@@ -1,12 +1,6 @@
-"""Files written whole or not at all, and held by one process at a time: the package's one
-atomic write and its one lock.
-
-:func:`replaced` gives a hidden temporary path beside the final file
-(``.<name>.tmp-<pid>-<8 hex>``); once the block completes the temporary file is fsynced and
-renamed over the final one, then the folder is fsynced, so a reader sees the old file or the new
-one and a crash leaves at most a temporary file whose writer (:func:`temp_writer`) is gone.
-:func:`file_lock` holds an exclusive ``fcntl.flock``; the operating system releases it when its
-process ends, however it ends.
+"""The package's one atomic write (:func:`replaced`: a hidden temporary file beside the final
+one, fsynced, renamed over it, its folder fsynced) and its one lock (:func:`file_lock`, an
+``fcntl.flock`` the system releases when its process ends).
 
 >>> import tempfile
 >>> folder = Path(tempfile.mkdtemp())
@@ -83,13 +77,9 @@ def file_lock(
     waiting: Callable[[], None] | None = None,
     timed_out: Callable[[], BaseException] | None = None,
 ) -> Iterator[int]:
-    """Hold an exclusive lock on ``path`` (created, with its folder) for a ``with`` block; yields
-    the lock file's descriptor.
-
-    A held lock is tried every :data:`POLL_S` seconds, ``waiting()`` called before the first
-    wait, for at most ``timeout_s`` seconds; then ``timed_out()`` is raised (default
-    ``TimeoutError``).
-    """
+    """Hold an exclusive lock on ``path`` (created, with its folder) for a ``with`` block, tried
+    every :data:`POLL_S` seconds (``waiting()`` called before the first wait) for at most
+    ``timeout_s`` seconds, then ``timed_out()`` raised (default ``TimeoutError``); yields the fd."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -1,8 +1,5 @@
 """A package's public names imported on first use (PEP 562), so importing the package is light.
 
-Both packages' ``__init__`` use it: ``import featurestore`` loads no pandas or h5py, ``import
-experiments`` no scikit-learn or MLflow, until a public name is used.
-
 >>> import sys, types
 >>> pkg = types.ModuleType("pkg")
 >>> sys.modules["pkg"] = pkg

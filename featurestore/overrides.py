@@ -19,10 +19,8 @@ from .yaml_loader import load_yaml
 
 
 def parse_override(text: str, example: str = "window.delay_s=[2]") -> tuple[list[str], Any]:
-    """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML.
-
-    ``example`` is the KEY=VALUE the error messages show.
-    """
+    """``"window.delay_s=[2]"`` -> (``["window", "delay_s"]``, ``[2]``); the value is YAML;
+    ``example``: the KEY=VALUE the error messages show."""
     if "=" not in text:
         raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted KEY, e.g. {example}")
     key, value = text.split("=", 1)

@@ -15,9 +15,8 @@ EXIT_USAGE = 2
 def parse_args(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None
 ) -> argparse.Namespace | int:
-    """A command line's start: SIGTERM made Ctrl-C (:func:`terminate_as_interrupt`), then ``argv``
-    parsed; the exit code instead when argparse exits (0 after ``--help``/``--version``,
-    :data:`EXIT_USAGE` for a usage error, which argparse has printed)."""
+    """SIGTERM made Ctrl-C (:func:`terminate_as_interrupt`), then ``argv`` parsed; the exit code
+    instead when argparse exits (0 after ``--help``/``--version``, else :data:`EXIT_USAGE`)."""
     terminate_as_interrupt()
     try:
         return parser.parse_args(argv)
@@ -35,7 +34,6 @@ class Terminated(KeyboardInterrupt):
 
 
 def interrupt_exit_code(e: KeyboardInterrupt) -> int:
-    """:data:`EXIT_TERMINATED` for a :class:`Terminated`, else :data:`EXIT_INTERRUPTED`."""
     return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
 
 
@@ -44,22 +42,17 @@ _RECEIVED: list[int] = []
 
 
 def raise_if_terminated() -> None:
-    """Raise :class:`Terminated` again when a SIGTERM arrived whose exception was swallowed: the
-    handler runs wherever the main thread is, and an exception raised inside a C library's
-    callback (openSMILE's, through ctypes) is printed and ignored. Long loops call this between
-    their steps (each session of an extraction)."""
+    """Raise :class:`Terminated` again when a SIGTERM arrived whose exception was swallowed (one
+    raised inside a C library's callback, openSMILE's through ctypes, is printed and ignored);
+    long loops call this between their steps."""
     if _RECEIVED:
         raise Terminated(f"signal {_RECEIVED[-1]}")
 
 
 def terminate_as_interrupt() -> None:
-    """Install a SIGTERM handler that raises :class:`Terminated` (a KeyboardInterrupt; main
-    thread only, else a no-op).
-
-    A scheduler's or ``kill``'s default signal then takes the same clean-up path as Ctrl-C, at
-    the next line of Python the main thread runs (a long call into C code that holds the GIL
-    delays it until the call returns).
-    """
+    """Install a SIGTERM handler that raises :class:`Terminated` (main thread only, else a
+    no-op): ``kill``'s default signal then takes Ctrl-C's clean-up path, at the next line of
+    Python the main thread runs."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         _RECEIVED.append(signum)
@@ -77,6 +70,6 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's
+        pass
     return True

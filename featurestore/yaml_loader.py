@@ -1,23 +1,8 @@
 """The YAML loader of every user file the package reads (configs, manifests, ``--set`` values):
-PyYAML's safe loader that also refuses, while composing and before any Python object is built,
-
-- a key given twice in one mapping (PyYAML keeps the last one in silence); a merge key (``<<``)
-  that an explicit key overrides is not a repetition;
-- aliases that repeat more than :data:`MAX_ALIASED_NODES` nodes in all (a few lines of nested
-  aliases can stand for billions of nodes, which any walk of the document then visits);
-- an alias inside the node it names (a recursive document).
-
-Each refusal is a :class:`YAMLRefused` (a :class:`yaml.MarkedYAMLError`, so the readers' YAML
-error handling names the file and line)::
-
-    >>> load_yaml("a: 1\\nb: 2\\na: 3\\n")
-    Traceback (most recent call last):
-    ...
-    featurestore.yaml_loader.YAMLRefused: key 'a' given twice (first on line 1); keep one
-      in "<unicode string>", line 3, column 1:
-        a: 3
-        ^
-"""
+PyYAML's safe loader that also refuses, while composing, a key given twice in one mapping (a
+merge key that an explicit key overrides is not a repetition), aliases that repeat more than
+:data:`MAX_ALIASED_NODES` nodes in all, and an alias inside the node it names. Each refusal is
+a :class:`YAMLRefused` (a ``yaml.MarkedYAMLError``: the readers name the file and line)."""
 
 from __future__ import annotations
 
@@ -50,7 +35,6 @@ class StrictLoader(yaml.SafeLoader):
         self._complete: set[int] = set()  # ids of the nodes fully composed
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        """A node; an alias is counted (and refused beyond the bound, or inside what it names)."""
         if self.check_event(AliasEvent):
             event = self.peek_event()
             node = self.anchors.get(event.anchor)
@@ -76,7 +60,6 @@ class StrictLoader(yaml.SafeLoader):
         return node
 
     def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
-        """A mapping node, refused when one of its keys is given twice."""
         node = super().compose_mapping_node(anchor)
         first: dict[tuple[str, str], yaml.Node] = {}
         for key, _ in node.value:
@@ -106,12 +89,8 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` parsed as YAML by :class:`StrictLoader` (safe tags only).
-
-    Raises:
-        yaml.YAMLError: malformed YAML, or a :class:`YAMLRefused` document (its ``problem_mark``
-            gives the line).
-    """
+    """``text`` parsed as YAML by :class:`StrictLoader` (safe tags only); a ``yaml.YAMLError``
+    (or :class:`YAMLRefused`) gives the line in its ``problem_mark``."""
     return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: safe tags only
 
 

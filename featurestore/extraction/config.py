@@ -1,11 +1,5 @@
-"""Extraction settings: defaults, ``featurestore.yaml``, and ``--set`` overrides.
-
-``featurestore scan/extract`` read ``DATA_DIR/featurestore.yaml`` when no ``--config`` is
-given: top-level keys are the run's settings (face rate, crop, channels, splits, the corpus
-``manifest``), ``extractors:`` each extractor's (checked against its config dataclass).
-``--set face_au.device=cuda`` (repeatable, YAML values) overrides the file. Every extractor
-setting enters that channel's cache key. See docs/config.md (extraction settings).
-"""
+"""Extraction settings: defaults, ``featurestore.yaml`` (top-level keys and ``extractors:``)
+and ``--set`` overrides; see docs/config.md (extraction settings)."""
 
 from __future__ import annotations
 
@@ -66,9 +60,8 @@ class FeatureConfig:
 
     def extractor_config(self, name: str) -> ExtractorConfig:
         """The settings of extractor ``name``: the configured ones, else its defaults."""
-        cls = get_extractor(name)
         config = self.extractors.get(name)
-        return config if config is not None else cls.config_class()
+        return config if config is not None else get_extractor(name).config_class()
 
     def extractor(self, name: str) -> Extractor[Any]:
         """Extractor ``name`` built with its settings from this config."""
@@ -86,8 +79,8 @@ class FeatureConfig:
 
 
 def read_yaml_file(path: Path, error: type[Exception] = ConfigError, read_hint: str = "") -> Any:
-    """Parse a YAML file with :func:`~featurestore.yaml_loader.load_yaml` (a key given twice and
-    alias bombs refused); failures raise ``error`` naming the file (and the line)."""
+    """Parse a YAML file with :func:`~featurestore.yaml_loader.load_yaml`; failures raise
+    ``error`` naming the file (and the line)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -108,49 +101,34 @@ def _hint(key: str, known: Sequence[str], what: str) -> str:
     return f"; did you mean {near!r}?" if near else f"; {what}: {', '.join(sorted(known))}"
 
 
-def _extractor_classes() -> dict:
-    return registry()
-
-
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """``value`` checked against a config field's type; ints become floats where floats are due
-    (so ``1`` and ``1.0`` give the same cache key)."""
+    """``value`` checked against a field's type; ints become floats where due (one cache key for 1 and 1.0)."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     args = set(typing.get_args(annotation)) if union else set()
     kinds = args - {type(None)} if union else {annotation}
     if value is None and type(None) in args:
         return None
-    if float in kinds and isinstance(value, int | float) and not isinstance(value, bool):
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if float in kinds and number:
         return float(value)
-    if int in kinds and isinstance(value, int) and not isinstance(value, bool):
+    if int in kinds and number and isinstance(value, int):
         return int(value)
-    if bool in kinds and isinstance(value, bool):
-        return value
-    if str in kinds and isinstance(value, str):
+    if (bool in kinds and isinstance(value, bool)) or (str in kinds and isinstance(value, str)):
         return value
     if not kinds & {float, int, bool, str}:
         return value  # a structured setting: the dataclass and the extractor check it
-    names = " or ".join(
-        sorted(
-            {float: "a number", int: "an integer", bool: "true/false", str: "a string"}[k]
-            for k in kinds
-            if k in (float, int, bool, str)
-        )
-    )
+    words = {float: "a number", int: "an integer", bool: "true/false", str: "a string"}
+    names = " or ".join(sorted(words[k] for k in kinds if k in words))
     raise ConfigError(f"{where}: expected {names}, got {value!r}")
 
 
 def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]) -> ExtractorConfig:
-    """The frozen config of extractor ``name`` from ``setting -> (value, where it was set)``.
-
-    Unknown settings, values of the wrong type and values the extractor refuses (its
-    constructor checks them, e.g. ``face_geom``'s ``backend``) raise :class:`ConfigError`
-    naming where the value came from and the key.
-    """
-    cls = _extractor_classes()[name]
-    config_class = cls.config_class
-    hints = typing.get_type_hints(config_class)
-    known = [f.name for f in fields(config_class)]
+    """The frozen config of extractor ``name`` from ``setting -> (value, where it was set)``;
+    an unknown setting, a value of the wrong type or one the extractor's constructor refuses
+    is a :class:`ConfigError` naming where it was set and the key."""
+    cls = registry()[name]
+    hints = typing.get_type_hints(cls.config_class)
+    known = [f.name for f in fields(cls.config_class)]
     values = {}
     for key, (value, where) in settings.items():
         if key not in known:
@@ -159,7 +137,7 @@ def build_extractor_config(name: str, settings: Mapping[str, tuple[Any, str]]) -
                 f"{where}: extractors.{name}.{key}: unknown setting{_hint(key, known, what)}"
             )
         values[key] = _coerce(value, hints[key], f"{where}: extractors.{name}.{key}")
-    config = config_class(**values)
+    config = cls.config_class(**values)
     try:
         cls(config)  # constructors check values beyond their type
     except (ValueError, TypeError) as e:
@@ -175,9 +153,13 @@ class _Collected:
         self.top: dict[str, tuple[Any, str]] = {}
         self.extractors: dict[str, dict[str, tuple[Any, str]]] = {}
 
+    def where(self, key: str, default: str = CONFIG_NAME) -> str:
+        """Where top-level ``key`` was set (``default`` when it was not)."""
+        return self.top.get(key, (None, default))[1]
+
     def add(self, raw: Mapping, where: str) -> None:
         top_keys = [f.name for f in fields(FeatureConfig) if f.name != "extractors"]
-        names = _extractor_classes()
+        names = registry()
         for key, value in raw.items():
             if key == "extractors":
                 if value is None:
@@ -222,11 +204,8 @@ class _Collected:
 
 
 def parse_override(text: str) -> dict:
-    """``--set KEY=VALUE`` as the mapping a YAML file would hold; VALUE is parsed as YAML.
-
-    ``EXTRACTOR.SETTING=VALUE`` (``face_au.device=cuda``) and ``extractors.EXTRACTOR.SETTING=VALUE``
-    set an extractor's setting; a top-level key (``face_fps=10``) sets that key.
-    """
+    """``--set KEY=VALUE`` (VALUE is YAML) as the mapping a YAML file would hold: KEY is
+    ``EXTRACTOR.SETTING`` (or ``extractors.EXTRACTOR.SETTING``), or a top-level key."""
     parts, parsed = overrides.parse_override(text, example="face_au.device=cpu")
     if parts[0] == "extractors":
         parts = parts[1:]
@@ -236,19 +215,17 @@ def parse_override(text: str) -> dict:
             )
     if len(parts) == 1:
         return {parts[0]: parsed}
-    if len(parts) == 2 and parts[0] in _extractor_classes():
+    if len(parts) == 2 and parts[0] in registry():
         return {"extractors": {parts[0]: {parts[1]: parsed}}}
     if parts[0] in {f.name for f in fields(FeatureConfig)}:
         raise ConfigError(f"--set {text}: {parts[0]} is set as a whole: --set {parts[0]}=VALUE")
-    names = list(_extractor_classes())
-    raise ConfigError(
-        f"--set {text}: unknown extractor {parts[0]!r}{_hint(parts[0], names, 'extractors')}"
-    )
+    hint = _hint(parts[0], list(registry()), "extractors")
+    raise ConfigError(f"--set {text}: unknown extractor {parts[0]!r}{hint}")
 
 
 def check_channels(channels: Sequence[str], where: str) -> None:
-    """:class:`ConfigError` naming ``where`` for a name that is no extractor (with the nearest one)."""
-    names = list(_extractor_classes())
+    """:class:`ConfigError` naming ``where`` for a name that is no extractor."""
+    names = list(registry())
     for c in channels:
         if c not in names:
             raise ConfigError(f"{where}: unknown extractor {c!r}{_hint(c, names, 'extractors')}")
@@ -257,16 +234,8 @@ def check_channels(channels: Sequence[str], where: str) -> None:
 def check_overrides_apply(
     overrides: Sequence[str], extractors: Sequence[str], verb: str, top_level: bool = True
 ) -> None:
-    """Refuse a ``--set`` that the verb would ignore: a setting of an extractor it does not run
-    (``featurestore transcripts --set face_au.device=cuda``), or, with ``top_level`` False, any
-    top-level key. :class:`ConfigError` names the option, the verb and the settings that apply.
-
-    >>> try:
-    ...     check_overrides_apply(["face_au.device=cuda"], ["speech", "lexicon"], "transcripts")
-    ... except ConfigError as e:
-    ...     print(str(e).split("; ")[0])
-    --set face_au.device=cuda: face_au does not apply to `featurestore transcripts`, which computes speech, lexicon
-    """
+    """Refuse (:class:`ConfigError`) a ``--set`` that the verb would ignore: a setting of an
+    extractor it does not run, or, with ``top_level`` False, any top-level key."""
     applies = ", ".join(f"{name}.SETTING" for name in extractors)
     if top_level:
         applies += " or a top-level key (face_fps=10)"
@@ -283,30 +252,14 @@ def check_overrides_apply(
                 )
 
 
-def _check_declarations(cfg: FeatureConfig, collected: _Collected) -> None:
-    """``targets`` and ``min_coverage`` checked (:class:`ConfigError` naming where they were set)."""
-    try:
-        for key in ("targets", "min_coverage"):
-            where = collected.top.get(key, (None, "featurestore.yaml"))[1]
-            if key == "targets":
-                scales = parse_targets(cfg.targets, where)
-                cfg.targets = {t: {"scale": list(s)} for t, s in scales.items()}
-            else:
-                cfg.min_coverage = parse_min_coverage(cfg.min_coverage, where)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-
-
 def load_feature_config(
     path: str | Path | None = None,
     data_dir: str | Path | None = None,
     overrides: Sequence[str] = (),
 ) -> FeatureConfig:
     """Config from ``path``, else from ``<data_dir>/featurestore.yaml`` if present, else defaults;
-    then each ``--set`` override (``face_au.device=cuda``, ``face_fps=10``) in order.
-
-    Unknown keys, extractors and settings raise :class:`ConfigError` naming the file (or the
-    ``--set`` option), the key and the nearest valid name.
+    then each ``--set`` override in order. Unknown keys, extractors and settings raise
+    :class:`ConfigError` naming the file (or the ``--set`` option), the key and the nearest name.
     """
     if path is None and data_dir is not None and (Path(data_dir) / CONFIG_NAME).exists():
         path = Path(data_dir) / CONFIG_NAME
@@ -332,13 +285,18 @@ def load_feature_config(
             if not isinstance(cfg.story_speaker, dict) or "story_speaker" in str(e)
             else "splits"
         )
-        where = collected.top.get(bad, (None, str(path)))[1]
+        where = collected.where(bad, str(path))
         raise ConfigError(f"{where}: {bad}: expected a mapping of integers ({e})") from e
     if cfg.manifest and "manifest" in collected.top:
         where = collected.top["manifest"][1]
         if path is not None and where == str(path) and not Path(cfg.manifest).is_absolute():
             cfg.manifest = str(path.parent / cfg.manifest)
-    _check_declarations(cfg, collected)
+    try:
+        scales = parse_targets(cfg.targets, collected.where("targets"))
+        cfg.targets = {t: {"scale": list(s)} for t, s in scales.items()}
+        cfg.min_coverage = parse_min_coverage(cfg.min_coverage, collected.where("min_coverage"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     if "channels" in collected.top:
         value, where = collected.top["channels"]
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):

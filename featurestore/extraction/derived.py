@@ -1,13 +1,7 @@
-"""Channels computed from other inputs than the media: a session's transcript, and who is talking.
-
-``featurestore extract`` and ``featurestore transcripts`` make them with the same cache keys:
-the transcript channels (``speech``, ``lexicon``: :func:`transcript_plan`,
-:func:`compute_transcript_channels`) and the per-role voice (``speaker/egemaps``,
-``listener/egemaps``: the scene's rows, hard-linked, with ``valid`` where that role talks, from
-the transcript's cues or the faces' mouth movement; the rule's name and version are the
-channel's extractor and version). Each records its ``lookahead_s`` (docs/channels.md, how far
-ahead each channel reads).
-"""
+"""Channels computed from other inputs than the media, with the same cache keys in ``extract``
+and ``transcripts``: the transcript channels (``speech``, ``lexicon``) and the per-role voice
+(the scene's rows, hard-linked, valid where that role talks, from the transcript's cues or the
+faces' mouth movement). See docs/channels.md."""
 
 from __future__ import annotations
 
@@ -48,8 +42,8 @@ def transcript_plan(
     names: Sequence[str], n_frames: int, transcript_source: dict, cfg: FeatureConfig | None = None
 ) -> dict[str, tuple]:
     """``role/channel`` -> (extractor, cache key, params) of transcript channels ``names`` for a
-    session of ``n_frames`` label frames; ``transcript_source`` is the transcript's fingerprint;
-    the extractors' settings come from ``cfg`` (default: their defaults)."""
+    session of ``n_frames`` label frames, with the extractors' settings of ``cfg`` (default:
+    their defaults)."""
     cfg = cfg if cfg is not None else FeatureConfig()
     plan = {}
     for name in names:
@@ -57,12 +51,8 @@ def transcript_plan(
         if not isinstance(ex, TranscriptExtractor):
             raise ValueError(f"{name!r} is not a transcript channel (speech, lexicon)")
         params = {**ex.params(), "fps": LABEL_FPS, "n_frames": int(n_frames)}
-        for role in ex.roles:
-            plan[f"{role}/{name}"] = (
-                ex,
-                cache_key(transcript_source, ex.name, ex.version, params),
-                params,
-            )
+        ck = cache_key(transcript_source, ex.name, ex.version, params)
+        plan.update({f"{role}/{name}": (ex, ck, params) for role in ex.roles})
     return plan
 
 
@@ -81,15 +71,9 @@ def compute_transcript_channels(
         if ex.name not in done:
             done[ex.name] = ex.process_cues(cues, params["n_frames"], params["fps"])
         role = key.split("/")[0]
-        lookahead = ex.cues_lookahead_s(cues, role)
+        lookahead, producer = ex.cues_lookahead_s(cues, role), (ex.name, ex.version)
         out[key] = channel_with_provenance(
-            done[ex.name][role],
-            (ex.name, ex.version),
-            ck,
-            params,
-            transcript_source,
-            created,
-            lookahead,
+            done[ex.name][role], producer, ck, params, transcript_source, created, lookahead
         )
     return out
 
@@ -106,8 +90,8 @@ def channel_with_provenance(
 ) -> Channel:
     """``feats`` as a channel with its provenance: the ``producer`` (the extractor's or rule's
     name and version), cache key ``ck``, ``params``, the ``source`` file's fingerprint, the time
-    ``created``, how far ahead its rows look (``lookahead_s``) and the channel whose rows it
-    shares (``shared_with``: the shard stores them once, as hard links)."""
+    ``created``, ``lookahead_s`` and the channel whose rows it shares (``shared_with``: the
+    shard stores them once, as hard links)."""
     name, version = producer
     return Channel.from_features(
         feats,
@@ -122,15 +106,16 @@ def channel_with_provenance(
     )
 
 
+def _voice_key(upstream: str, rule: str, version: str) -> tuple[str, str, dict]:
+    params = {"rule": rule}
+    return upstream, cache_key(upstream, rule, version, params), params
+
+
 def transcript_voice_key(scene_key: str, transcript_source: dict) -> tuple[str, str, dict]:
     """(upstream, cache key, params) of the per-role egemaps channels derived with a transcript."""
-    upstream = f"scene/egemaps={scene_key};transcript={transcript_source['size']}:{transcript_source['fingerprint']}"
-    params = {"rule": TRANSCRIPT_SPEAKING_RULE}
-    return (
-        upstream,
-        cache_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION, params),
-        params,
-    )
+    src = transcript_source
+    upstream = f"scene/egemaps={scene_key};transcript={src['size']}:{src['fingerprint']}"
+    return _voice_key(upstream, TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION)
 
 
 def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, str, dict]:
@@ -140,14 +125,12 @@ def face_voice_key(scene_key: str, face_keys: Mapping[str, str]) -> tuple[str, s
         f"scene/egemaps={scene_key};speaker/face_geom={face_keys['speaker']};"
         f"listener/face_geom={face_keys['listener']}"
     )
-    params = {"rule": SPEAKING_RULE}
-    return upstream, cache_key(upstream, SPEAKING_RULE, SPEAKING_VERSION, params), params
+    return _voice_key(upstream, SPEAKING_RULE, SPEAKING_VERSION)
 
 
 def channel_lookahead_s(feats: Features) -> float | None:
     """Seconds a channel's rows read after their time: a :class:`Channel`'s recorded
-    ``lookahead_s``, else what its extractor declares
-    (:func:`featurestore.extractors.known_lookahead_s`); None when unknown (plain features too)."""
+    ``lookahead_s``, else what its extractor declares; None when unknown (plain features too)."""
     if not isinstance(feats, Channel):
         return None
     return known_lookahead_s(
@@ -159,8 +142,8 @@ def faces_voice_lookahead_s(
     scene: Features, faces: Mapping[str, Features], window_s: float = SpeakingRule.window_s
 ) -> float | None:
     """Seconds the face rule's per-role voice rows read after their time: the larger of the
-    scene's look-ahead and, for each face, its own plus the mouth activity's (both faces: who
-    talks compares them); None when one of them is unknown."""
+    scene's look-ahead and, for each face, its own plus the mouth activity's; None when one of
+    them is unknown."""
     parts = [channel_lookahead_s(scene)]
     for face in faces.values():
         own = channel_lookahead_s(face)
@@ -171,8 +154,7 @@ def faces_voice_lookahead_s(
 def _role_voice(
     scene: Features,
     speaking: Mapping[str, np.ndarray],
-    rule: str,
-    version: str,
+    producer: tuple[str, str],
     key: tuple[str, str, dict],
     source: dict,
     created: str,
@@ -182,7 +164,7 @@ def _role_voice(
     # the scene's rows with a per-role `valid`: the shard stores them once (hard links)
     return {
         f"{role}/egemaps": channel_with_provenance(
-            feats, (rule, version), ck, params, source, created, lookahead_s, "scene/egemaps"
+            feats, producer, ck, params, source, created, lookahead_s, "scene/egemaps"
         )
         for role, feats in role_channels(scene, speaking).items()
     }
@@ -195,24 +177,16 @@ def role_voice_from_transcript(
     transcript_source: dict[str, Any],
     created: str,
 ) -> dict[str, Channel]:
-    """``speaker/egemaps`` and ``listener/egemaps``: the scene rows (stored once, as hard links to
-    ``scene/egemaps``) with ``valid`` where that role's cues are on (see
-    :func:`featurestore.sources.speaking.speaking_from_transcript`)."""
+    """``speaker/egemaps`` and ``listener/egemaps``: the scene rows with ``valid`` where that
+    role's cues are on (:func:`featurestore.sources.speaking.speaking_from_transcript`)."""
     key = transcript_voice_key(scene_key, transcript_source)
     speaking = speaking_from_transcript(speaking_intervals(cues), scene.time)
     # path + fingerprint: `featurestore verify` notices an edited transcript
     source = {"upstream": key[0], "rule": "transcript", **transcript_source}
+    producer = (TRANSCRIPT_SPEAKING_RULE, TRANSCRIPT_SPEAKING_VERSION)
     # a frame is a role's from its cue's start on: the cue's end or words are not read
-    return _role_voice(
-        scene,
-        speaking,
-        TRANSCRIPT_SPEAKING_RULE,
-        TRANSCRIPT_SPEAKING_VERSION,
-        key,
-        source,
-        created,
-        channel_lookahead_s(scene),
-    )
+    lookahead = channel_lookahead_s(scene)
+    return _role_voice(scene, speaking, producer, key, source, created, lookahead)
 
 
 def role_voice_from_faces(
@@ -222,18 +196,12 @@ def role_voice_from_faces(
     face_keys: Mapping[str, str],
     created: str,
 ) -> dict[str, Channel]:
-    """``speaker/egemaps`` and ``listener/egemaps`` from who moves their mouth (see
-    :func:`featurestore.sources.speaking.speaking_from_faces`); ``faces``: role -> its ``face_geom``,
-    ``face_keys``: role -> that channel's cache key."""
+    """``speaker/egemaps`` and ``listener/egemaps`` from who moves their mouth
+    (:func:`featurestore.sources.speaking.speaking_from_faces`); ``faces``: role -> its
+    ``face_geom``, ``face_keys``: role -> that channel's cache key."""
     key = face_voice_key(scene_key, face_keys)
-    speaking = speaking_from_faces(scene, faces)
+    speaking, source = speaking_from_faces(scene, faces), {"upstream": key[0], "rule": "faces"}
+    lookahead = faces_voice_lookahead_s(scene, faces)
     return _role_voice(
-        scene,
-        speaking,
-        SPEAKING_RULE,
-        SPEAKING_VERSION,
-        key,
-        {"upstream": key[0], "rule": "faces"},
-        created,
-        faces_voice_lookahead_s(scene, faces),
+        scene, speaking, (SPEAKING_RULE, SPEAKING_VERSION), key, source, created, lookahead
     )

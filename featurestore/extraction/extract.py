@@ -34,7 +34,7 @@ from .derived import (
     transcript_voice_key,
 )
 from .imports import imported_channels
-from .plan import ChannelPlan, SessionError, SessionPlan, plan_session
+from .plan import ChannelPlan, SessionError, SessionPlan, StepResult, plan_session
 
 
 @dataclass
@@ -54,7 +54,6 @@ class SessionResult:
 
     @property
     def failed(self) -> bool:
-        """The session failed."""
         return self.status == "failed"
 
     def add(self, step: StepResult) -> None:
@@ -87,9 +86,8 @@ def run_frame_jobs(
     sample_fps: float | None,
     on_frame: Callable[[], object] | None = None,
 ) -> None:
-    """Decode ``video`` once (ahead, in a background thread) and feed each job's track its
-    role's crop (``regions``: pixel columns ``[x0, x1)``) of every frame sampled at
-    ``sample_fps`` (Hz), in each pixel format asked for, made once per frame."""
+    """Decode ``video`` once (ahead, in a thread) and feed each job's track its role's crop
+    (``regions``: pixel columns ``[x0, x1)``) of every frame sampled at ``sample_fps`` Hz."""
     jobs = list(jobs)
     formats = tuple(sorted({job.pixel_format for job in jobs}))
     for _, t, images in media.iter_frames(
@@ -134,10 +132,9 @@ def extract_session(
     position: int | None = None,
     progress: bool = True,
 ) -> SessionResult:
-    """Compute the missing or stale ``channels`` (extractor names; ``speech`` and ``lexicon``
-    skipped with a note without a transcript) of one session and store them: :func:`plan_session`,
-    :func:`decode`, :func:`derive`, :func:`write`. Never raises for a bad input: the result
-    carries ``status="failed"`` and the reason."""
+    """Compute and store the missing or stale ``channels`` (extractor names) of one session:
+    :func:`plan_session`, :func:`decode`, :func:`derive`, :func:`write`. Never raises for a bad
+    input: the result carries ``status="failed"`` and the reason."""
     t0 = time.perf_counter()
     res = SessionResult(sf.session)
     try:
@@ -149,12 +146,16 @@ def extract_session(
         res.add(decoded)
         derived = derive(plan, store=store, decoded=decoded)
         res.add(derived)
-        imported = _imported(plan)
+        imported = imported_channels(plan.files.imports, plan.meta, plan.stored, force=plan.force)
         res.add(imported)
         new = {**decoded.channels, **derived.channels, **imported.channels}
         failed = bool(decoded.errors or derived.errors or imported.errors)
         res.add(write(plan, store=store, channels=new, failed=failed))
-        res.add(missing_channels(plan))
+        if plan.missing:  # its other channels are stored, and extract exits non-zero
+            lacks = f"{plan.session} lacks {len(plan.missing)} channel(s) the config needs"
+            res.add(
+                StepResult(errors=[f"{lacks} (the others are stored): " + "; ".join(plan.missing)])
+            )
         if not res.failed and not res.computed and not plan.drop:  # a removal is a change
             res.status = "skipped"
     except SESSION_FAILURES as e:
@@ -170,26 +171,6 @@ def extract_session(
     return res
 
 
-@dataclass
-class StepResult:
-    """What one extraction step made: ``channels`` to store, the keys ``computed`` and found
-    ``current``, ``notes``, and ``errors`` of channels that failed (the others are stored)."""
-
-    channels: dict[str, Channel] = field(default_factory=dict)
-    computed: list[str] = field(default_factory=list)
-    current: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def add(self, other: StepResult) -> None:
-        """Append ``other``'s channels, keys, notes and errors after this one's."""
-        self.channels.update(other.channels)
-        self.computed += other.computed
-        self.current += other.current
-        self.notes += other.notes
-        self.errors += other.errors
-
-
 def _wrap(planned: ChannelPlan, feats: Features, created: str) -> Channel:
     """``feats`` as the planned channel, with its provenance."""
     ex, ck = planned.extractor, planned.cache_key  # its lookahead: fixed by its code and config
@@ -203,8 +184,7 @@ def decode(
     plan: SessionPlan, *, cfg: FeatureConfig, position: int | None = None, progress: bool = True
 ) -> StepResult:
     """The planned channels that need work: the video decoded once for every frame extractor,
-    the audio once per rate, the transcript once; ``position``/``progress``: the face bar's
-    line and whether it shows."""
+    the audio once per rate, the transcript once; ``position``/``progress``: the face bar's."""
     out = StepResult()
     out.add(_decode_video(plan, cfg, position, progress))
     out.add(_decode_audio(plan))
@@ -215,8 +195,7 @@ def decode(
 def _decode_video(
     plan: SessionPlan, cfg: FeatureConfig, position: int | None, progress: bool
 ) -> StepResult:
-    """The frame channels, from one decode of each video at ``cfg.face_fps`` Hz; a channel with
-    no face in any sampled frame is an error, not stored."""
+    """The frame channels, from one decode of each video; one with no face at all is an error."""
     todo = plan.todo("video")
     out = StepResult()
     if not todo:
@@ -285,148 +264,80 @@ def _decode_audio(plan: SessionPlan) -> StepResult:
     return out
 
 
-def _imported(plan: SessionPlan) -> StepResult:
-    """The per-frame tables the manifest names for this recording (``import_<role>_<channel>``
-    columns), read into channels unless current."""
-    if not plan.files.imports:
-        return StepResult()
-    got = imported_channels(plan.files.imports, plan.meta, plan.stored, force=plan.force)
-    return StepResult(
-        channels=got.channels, computed=got.computed, current=got.current, errors=got.errors
-    )
-
-
-def missing_channels(plan: SessionPlan) -> StepResult:
-    """The channels the config needs that the recording cannot give (``plan.missing``), as one
-    error of the session: its other channels are stored, and extract exits non-zero."""
-    if not plan.missing:
-        return StepResult()
-    return StepResult(
-        errors=[
-            f"{plan.session} lacks {len(plan.missing)} channel(s) the config needs (the others "
-            f"are stored): " + "; ".join(plan.missing)
-        ]
-    )
-
-
 def _decode_transcript(plan: SessionPlan) -> StepResult:
     """The transcript channels (an unreadable transcript is an error of those channels)."""
-    out = StepResult()
-    todo = plan.todo("transcript")
-    if not todo:
-        return out
+    todo, transcript = plan.todo("transcript"), plan.transcript
     keys = [c.key for c in todo]
-    transcript = plan.transcript
+    if not todo:
+        return StepResult()
     if transcript.cues is None:
-        out.errors.append(f"{plan.session}: {', '.join(keys)} not stored: {transcript.error}")
-        return out
+        return StepResult(
+            errors=[f"{plan.session}: {', '.join(keys)} not stored: {transcript.error}"]
+        )
     planned = {c.key: (c.extractor, c.cache_key, c.params) for c in todo}
-    out.channels = compute_transcript_channels(
+    channels = compute_transcript_channels(
         planned, keys, transcript.cues, transcript.source, plan.created
     )
-    out.computed += keys
-    return out
+    return StepResult(channels=channels, computed=keys)
 
 
 def derive(plan: SessionPlan, *, store: Store, decoded: StepResult) -> StepResult:
     """``speaker/egemaps`` and ``listener/egemaps`` from ``scene/egemaps`` and who is talking
-    (the transcript's cues, else the faces' mouth movement), unless current; ``decoded``: what
-    :func:`decode` made (the rest is read from ``store``)."""
+    (the transcript's cues, else the faces' mouth movement), unless current; each input is the
+    channel just decoded, else the stored one."""
     if "scene/egemaps" not in plan.channels or plan.per_role_audio:
         return StepResult()  # a file per role: each role's voice is its own channel
-    transcript = plan.transcript
+    transcript, new = plan.transcript, decoded.channels
     if transcript.path is not None and transcript.cues is None:
         return StepResult(
             errors=[f"{plan.session}: speaker/listener egemaps not derived: {transcript.error}"]
         )
-    voice = _RoleVoice(plan, store, decoded.channels)
-    return voice.from_transcript() if transcript.path is not None else voice.from_faces()
 
+    def cache_key(key: str) -> str | None:
+        return new[key].cache_key if key in new else plan.stored.get(key)
 
-@dataclass
-class _RoleVoice:
-    """The per-role voice of one session, from the channels just decoded or the stored ones."""
+    def load(key: str) -> Channel:
+        return new[key] if key in new else store.read_channel(plan.session, key)
 
-    plan: SessionPlan
-    store: Store
-    new: dict[str, Channel]
-
-    def cache_key(self, key: str) -> str | None:
-        """Channel ``key``'s cache key as the shard will hold it (None: nowhere)."""
-        return self.new[key].cache_key if key in self.new else self.plan.stored.get(key)
-
-    def is_current(self, ck: str) -> bool:
-        """Both per-role channels are stored with cache key ``ck`` and not forced."""
-        stored = self.plan.stored
-        return not self.plan.force and all(
-            stored.get(k) == ck and k not in self.new for k in ROLE_VOICE_KEYS
-        )
-
-    def load(self, key: str) -> Channel:
-        """Channel ``key``: the one just decoded, else the stored one."""
-        return self.new[key] if key in self.new else self.store.read_channel(self.plan.session, key)
-
-    def from_transcript(self) -> StepResult:
-        """The transcript says who talks: it replaces the face rule."""
-        scene_key = self.cache_key("scene/egemaps")
-        if scene_key is None:
-            return StepResult()
-        transcript = self.plan.transcript
+    scene_key = cache_key("scene/egemaps")
+    if scene_key is None:
+        return StepResult()
+    if transcript.path is not None:  # the transcript says who talks: it replaces the face rule
         _, ck, _ = transcript_voice_key(scene_key, transcript.source)
-        if self.is_current(ck):
-            return StepResult(current=list(ROLE_VOICE_KEYS))
-        channels = role_voice_from_transcript(
-            self.load("scene/egemaps"),
-            scene_key,
-            transcript.cues or [],
-            transcript.source,
-            self.plan.created,
-        )
-        out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
-        if not any(c.role is not None for c in transcript.cues or ()):
-            out.notes.append(
-                f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
-            )
-        return out
-
-    def from_faces(self) -> StepResult:
-        """Who moves their mouth talks (both roles' ``face_geom`` needed)."""
-        scene_key = self.cache_key("scene/egemaps")
-        face_keys = {r: self.cache_key(f"{r}/face_geom") for r in ("speaker", "listener")}
-        if scene_key is None:
-            return StepResult()
-        if None in face_keys.values():
+    else:  # who moves their mouth talks
+        face_keys = {r: cache_key(f"{r}/face_geom") for r in ("speaker", "listener")}
+        known = {r: k for r, k in face_keys.items() if k is not None}
+        if len(known) < len(face_keys):
             return StepResult(
                 notes=[
                     "speaker/listener egemaps need face_geom (mouth movement) or a transcript: not derived"
                 ]
             )
-        known = {r: k for r, k in face_keys.items() if k is not None}  # both, as checked
         _, ck, _ = face_voice_key(scene_key, known)
-        if self.is_current(ck):
-            return StepResult(current=list(ROLE_VOICE_KEYS))
-        faces = {r: self.load(f"{r}/face_geom") for r in ("speaker", "listener")}
-        derived = role_voice_from_faces(
-            self.load("scene/egemaps"), scene_key, faces, known, self.plan.created
-        )
+    if not plan.force and all(plan.stored.get(k) == ck and k not in new for k in ROLE_VOICE_KEYS):
+        return StepResult(current=list(ROLE_VOICE_KEYS))
+    scene = load("scene/egemaps")
+    if transcript.path is None:
+        faces = {r: load(f"{r}/face_geom") for r in known}
+        derived = role_voice_from_faces(scene, scene_key, faces, known, plan.created)
         return StepResult(channels=derived, computed=list(derived))
-
-
-# ---------------------------------------------------------------- write
+    cues = transcript.cues or []
+    channels = role_voice_from_transcript(scene, scene_key, cues, transcript.source, plan.created)
+    out = StepResult(channels=channels, computed=list(ROLE_VOICE_KEYS))
+    if not any(c.role is not None for c in cues):
+        out.notes.append(
+            f"{transcript.path} has no [S]/[L] tagged cues: speaker/listener egemaps are valid nowhere"
+        )
+    return out
 
 
 def write(
     plan: SessionPlan, *, store: Store, channels: dict[str, Channel], failed: bool
 ) -> StepResult:
     """One atomic shard update with ``channels``, the labels when they changed (or ``force``)
-    and the manifest's whole-session ratings that differ from the stored ones: all land
-    together or none does. Nothing when nothing is new, but a first shard when no channel
-    ``failed``; ratings alone are never a first shard.
-
-    Raises:
-        DiskFullError: no room for the shard (the previous one is left unchanged).
-        SessionError: the shard cannot be written otherwise (the previous one is left unchanged).
-    """
+    and the manifest's changed whole-session ratings. Nothing when nothing is new, but a first
+    shard when no channel ``failed``; ratings alone are never a first shard. A full disk is a
+    :class:`DiskFullError`, another failure a :class:`SessionError` (the old shard unchanged)."""
     sf, labels = plan.files, plan.labels
     exists = store.shard_path(sf.session).exists()
     write_labels = bool(labels) and (

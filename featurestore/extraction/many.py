@@ -1,13 +1,6 @@
-"""Extraction of many sessions, a task per session, on a backend (:mod:`featurestore.parallel`:
-``serial``, ``processes``, ``dask``, or one registered elsewhere).
-
-Each session runs :func:`featurestore.extraction.extract.extract_session` and writes its own
-shard (one atomic update); a failure in one session is reported in its
-:class:`~featurestore.extraction.extract.SessionResult` and the others go on. On a remote
-backend (a Dask cluster) the store and the videos must be on a shared file system (NFS, CephFS,
-Lustre) at the same absolute path on the client and every worker (relative paths are made
-absolute here); over NFS, set ``HDF5_USE_FILE_LOCKING=FALSE`` for the client and the workers.
-"""
+"""Extraction of many sessions, a task per session, on a backend (:mod:`featurestore.parallel`);
+each writes its own shard, a failed one is reported and the others go on. A remote backend
+needs the store and the videos at the same absolute path everywhere (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -42,22 +35,13 @@ class SessionTask:
 def extract_task(task: SessionTask) -> SessionResult:
     """Run one :class:`SessionTask` (see :func:`~featurestore.extraction.extract.extract_session`)."""
     t = task
-    bar = t.position is not None
-    return extract_session(t.files, t.root, t.channels, t.cfg, t.force, t.position, bar)
-
-
-def _absolute(sf: SessionFiles) -> SessionFiles:
-    return replace(
-        sf,
-        video=Path(sf.video).resolve() if sf.video else None,
-        transcript=Path(sf.transcript).resolve() if sf.transcript else None,
-        annotations={k: Path(p).resolve() for k, p in sf.annotations.items()},
-        media={k: Path(p).resolve() for k, p in sf.media.items()},
+    return extract_session(
+        t.files, t.root, t.channels, t.cfg, t.force, t.position, t.position is not None
     )
 
 
 def _unavailable_here(channels: list[str], cfg: FeatureConfig) -> str:
-    """Where tasks run: the reason an extractor (with its settings in ``cfg``) cannot run there, or ''."""
+    """Where tasks run: the reason an extractor of ``channels`` cannot run there, or ''."""
     for name in channels:
         try:
             cfg.extractor(name).check_available()
@@ -86,10 +70,19 @@ def _tasks(
     force: bool,
     backend: Backend,
 ) -> list[SessionTask]:
-    """A task per session: on a remote backend with absolute paths (a worker's working folder
-    may be anywhere) and no bar of its own; else each session's bar on a line of its worker's."""
+    """A task per session: remote ones with absolute paths and no bar; else a bar on its worker's line."""
     if backend.remote:
-        root, sessions = root.resolve(), [_absolute(sf) for sf in sessions]
+        root = root.resolve()
+        sessions = [
+            replace(
+                sf,
+                video=Path(sf.video).resolve() if sf.video else None,
+                transcript=Path(sf.transcript).resolve() if sf.transcript else None,
+                annotations={k: Path(p).resolve() for k, p in sf.annotations.items()},
+                media={k: Path(p).resolve() for k, p in sf.media.items()},
+            )
+            for sf in sessions
+        ]
     jobs = backend.workers
     return [
         SessionTask(
@@ -123,26 +116,14 @@ def extract_many(
     on_result: Callable[[SessionResult], None] | None = None,
     progress: bool = True,
 ) -> list[SessionResult]:
-    """Extract many sessions, a task per session, with an overall progress bar.
+    """Extract ``sessions`` (:func:`featurestore.sources.manifest.scan`'s) into ``store_root``,
+    a task per session on ``backend``, ``jobs`` at a time (``dask``: on ``scheduler``'s cluster
+    or a local one), with an overall bar when ``progress``.
 
-    Leftover temporary shards of killed runs are removed first and every extractor is checked
-    once (and, on a remote backend, on every worker); results come back in the order of
-    ``sessions``, each also handed to ``on_result``.
-
-    Args:
-        sessions: sessions to extract (from :func:`featurestore.sources.manifest.scan`).
-        store_root: the store folder (on a cluster: see the module docstring).
-        channels: extractor names (``face_geom``, ``face_au``, ``egemaps``, ...).
-        cfg: extraction settings (face rate in frames per second, crop, extractor settings).
-        force: recompute channels whose cache key is current.
-        backend: where sessions run, ``jobs`` at a time (``processes``: spawned processes, 1 in
-            this process; ``dask``: ``scheduler``'s cluster, or a local one of ``jobs`` workers).
-        scheduler: address of a running cluster's scheduler (``tcp://host:8786``), with ``dask``.
-        on_result: called with each session's result as it comes.
-        progress: show the overall bar (local sessions also show their own bars).
-
-    Raises:
-        BackendError: an unknown backend, or a scheduler for one that joins no cluster.
+    Leftover temporary shards of killed runs are removed first and every extractor of
+    ``channels`` is checked once (and on every remote worker); results come back in the order
+    of ``sessions``, each also handed to ``on_result``. An unknown backend, or a scheduler for
+    one that joins no cluster, is a :class:`~featurestore.parallel.BackendError`.
     """
     runner = make_backend(backend, scheduler)
     Store(store_root, mode="a").clean_temp_files()

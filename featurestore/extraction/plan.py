@@ -1,13 +1,12 @@
-"""The plan of one session's extraction, decided before any decoding (see
-:mod:`featurestore.extraction.extract`): the labels read (they define the frame count), the
-video probed, and for each requested channel its extractor, cache key, params, source and
-whether the shard holds it already; an extractor's channels are planned by its declared
-``kind`` (``video``, ``audio``, ``transcript``)."""
+"""The plan of one session's extraction, decided before any decoding: the labels read, the
+video probed, each channel's extractor, cache key, params, source and whether it is current, and
+what the shard holds that its sources no longer give (docs/store.md, sources tracked by content)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +26,7 @@ from ..sources.manifest import SessionFiles
 from ..sources.transcripts import TranscriptError, read_transcript
 from ..storage.provenance import cache_key, file_fingerprint, utc_now
 from ..storage.shard import LABEL_FPS
-from ..storage.store import SessionMeta, Store
-from . import stale
+from ..storage.store import Channel, SessionMeta, Store
 from .config import FeatureConfig
 from .derived import transcript_plan
 from .recordings import recording_meta
@@ -38,12 +36,73 @@ class SessionError(FeaturestoreError, RuntimeError):
     """This session cannot be extracted; the message says why and what to do."""
 
 
+#: the ``by`` of a label source that ``featurestore extract`` read from the corpus
+EXTRACTED = "extract"
+
+
+class StaleSourceError(FeaturestoreError, ValueError):
+    """A source the shard's labels were read from can no longer be read; the message names it."""
+
+
+def check_label_sources(sf: SessionFiles, stored: Mapping[str, dict]) -> None:
+    """:class:`StaleSourceError` for a session whose stored labels (label key -> recorded
+    source) came from a file it no longer provides because it cannot be read or, for labels
+    ``extract`` read, because it is gone."""
+    for key, src in sorted(stored.items()):
+        path = src.get("path") if isinstance(src, Mapping) else None
+        if key in sf.annotations or not isinstance(path, str):
+            continue  # provided now (re-read when it changed), or a mean over raters
+        p = Path(path)
+        rebuild = (
+            "move the shard aside and re-run `featurestore extract` to rebuild it without them"
+        )
+        if not p.exists():
+            if src.get("by") == EXTRACTED:
+                raise StaleSourceError(
+                    f"{sf.session}: labels {key!r} in the shard were read from {p}, which is gone; "
+                    f"restore it, or {rebuild}"
+                )
+            continue  # imported from elsewhere (`featurestore labels`): verify reports it
+        try:
+            read_label_file(p)
+        except (OSError, ValueError) as e:
+            raise StaleSourceError(
+                f"{sf.session}: labels {key!r} in the shard were read from {p}, which can no longer "
+                f"be read ({e}); save it as a UTF-8 CSV again and re-run, or {rebuild}"
+            ) from e
+
+
+def vanished_channels(
+    planned: Sequence[str],
+    extractors: Sequence[str],
+    stored: Mapping[str, dict],
+    media: Sequence[Path],
+) -> list[str]:
+    """The stored channels to remove: those of an extractor in ``extractors`` that plans none
+    now, whose recorded source is one of the session's ``media`` (it lost the track) or is
+    gone, and the channels derived from them."""
+    names = {k.split("/")[1] for k in planned}
+    own = {Path(m).absolute() for m in media}
+    gone = []
+    for key, src in stored.items():
+        name = key.split("/")[1]
+        path = src.get("path")
+        if name not in extractors or name in names or "upstream" in src or not path:
+            continue
+        if Path(path).absolute() in own or not Path(path).exists():
+            gone.append(key)
+    derived = [
+        key
+        for key, src in stored.items()
+        if any(f"{g}=" in str(src.get("upstream", "")) for g in gone)
+    ]
+    return sorted(set(gone + derived))
+
+
 def _read_labels(
     sf: SessionFiles, cfg: FeatureConfig
 ) -> tuple[dict[str, np.ndarray], dict[str, TimedRating], dict[str, dict]]:
-    """Per-frame ratings, timed ratings (resampled once the frame count is known) and every
-    file's fingerprint, by label key (``target`` or ``target@rater``); each checked against its
-    target's scale declared at scan time or in ``cfg``."""
+    """Per-frame ratings, timed ratings and each file's fingerprint by label key, checked against their scales."""
     labels, timed, sources = {}, {}, {}
     scales = {**sf.scales, **{t: spec["scale"] for t, spec in cfg.targets.items()}}
     for key, path in sorted(sf.annotations.items()):
@@ -55,7 +114,7 @@ def _read_labels(
             timed[key] = y
         else:
             labels[key] = y
-        sources[key] = {**file_fingerprint(path), "by": stale.EXTRACTED}
+        sources[key] = {**file_fingerprint(path), "by": EXTRACTED}
     lengths = {t: len(y) for t, y in labels.items()}
     if len(set(lengths.values())) > 1:
         raise SessionError(
@@ -71,15 +130,33 @@ def _check_coverage(
     video: Path,
     cfg: FeatureConfig,
 ) -> None:
-    """:class:`SessionError` for a timed rating covering less than the declared share of the
-    session (``min_coverage`` of the scan, else of ``cfg``, else 0.5); per-frame ratings define
-    the frame count, so they cover it."""
+    """:class:`SessionError` for a timed rating covering less than the declared share of the session."""
     share = sf.min_coverage if sf.min_coverage is not None else cfg.min_coverage
     share = DEFAULT_MIN_COVERAGE if share is None else share
     for key, rating in sorted(timed.items()):
-        problem = coverage_problem(rating.path, rating_span(rating), duration_s, share, str(video))
-        if problem:
+        if problem := coverage_problem(
+            rating.path, rating_span(rating), duration_s, share, str(video)
+        ):
             raise SessionError(f"{sf.session}: {key}: {problem}")
+
+
+@dataclass
+class StepResult:
+    """What one extraction step made: ``channels`` to store, the keys ``computed`` and found
+    ``current``, ``notes``, and ``errors`` of channels that failed (the others are stored)."""
+
+    channels: dict[str, Channel] = field(default_factory=dict)
+    computed: list[str] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: StepResult) -> None:
+        self.channels.update(other.channels)
+        self.computed += other.computed
+        self.current += other.current
+        self.notes += other.notes
+        self.errors += other.errors
 
 
 @dataclass(frozen=True)
@@ -96,24 +173,20 @@ class ChannelPlan:
 
     @property
     def role(self) -> str:
-        """The role the channel describes: ``speaker``, ``listener`` or ``scene``."""
         return self.key.split("/")[0]
 
     @property
     def kind(self) -> str:
-        """The extractor's kind: ``video``, ``audio`` or ``transcript``."""
         return self.extractor.kind
 
     @property
     def frame_extractor(self) -> FrameExtractor:
-        """The extractor of a ``video`` channel, typed as such."""
         if not isinstance(self.extractor, FrameExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not a frame extractor")
         return self.extractor
 
     @property
     def audio_extractor(self) -> AudioExtractor:
-        """The extractor of an ``audio`` channel, typed as such."""
         if not isinstance(self.extractor, AudioExtractor):
             raise TypeError(f"{self.key}: {self.extractor.name} is not an audio extractor")
         return self.extractor
@@ -123,9 +196,8 @@ class ChannelPlan:
 class SessionPlan:
     """What one session's extraction will do, decided before any decoding: each channel's
     :class:`ChannelPlan`, the cache keys ``stored``, each role's pixel columns ``regions``,
-    video and audio file, the labels read (they define ``meta.n_frames``), the UTC time
-    ``created``, ``notes`` on the channels skipped and ``missing``: the channels the config
-    needs that the recording cannot give (each naming the channel, the file and the fix)."""
+    video and audio file, the labels read, ``notes`` on the channels skipped, the channels
+    ``missing`` (the config needs them, the recording cannot give them) and those to ``drop``."""
 
     files: SessionFiles
     meta: SessionMeta
@@ -146,7 +218,6 @@ class SessionPlan:
 
     @property
     def video(self) -> Path:
-        """The session's main video (:func:`main_video`)."""
         video = main_video(self.files)
         if video is None:
             raise ValueError(f"{self.session}: no video")
@@ -159,7 +230,6 @@ class SessionPlan:
 
     @property
     def session(self) -> str:
-        """The session's name (``Subject_<L>_Story_<S>``)."""
         return self.files.session
 
     def todo(self, kind: str) -> list[ChannelPlan]:
@@ -167,7 +237,6 @@ class SessionPlan:
         return [c for c in self.channels.values() if c.kind == kind and not c.current]
 
     def current_keys(self) -> list[str]:
-        """The planned channels stored already, sorted."""
         return sorted(k for k, c in self.channels.items() if c.current)
 
 
@@ -175,12 +244,8 @@ def plan_session(
     sf: SessionFiles, *, store: Store, channels: Sequence[str], cfg: FeatureConfig, force: bool
 ) -> SessionPlan:
     """Read the labels, probe the video and plan every channel of ``channels`` (extractor
-    names): its cache key and whether the shard holds it (``force``: never).
-
-    Raises:
-        SessionError: no video, annotations of different lengths, or a video whose length
-            differs from the labels by more than ``cfg.max_length_mismatch_s`` seconds.
-    """
+    names): its cache key and whether the shard holds it (``force``: never). A
+    :class:`SessionError` says why a session cannot be extracted."""
     video = main_video(sf)
     if video is None:
         raise SessionError(
@@ -189,7 +254,7 @@ def plan_session(
         )
     info = media.probe(video)
     source = file_fingerprint(video)
-    stale.check_label_sources(sf, store.label_sources(sf.session))
+    check_label_sources(sf, store.label_sources(sf.session))
     labels, timed, label_sources = _read_labels(sf, cfg)
     n_frames = _frame_count(sf, info, labels, cfg)
     _check_coverage(sf, timed, n_frames / LABEL_FPS, video, cfg)
@@ -217,14 +282,13 @@ def plan_session(
 
 
 def _plan_drops(plan: SessionPlan, store: Store, channels: Sequence[str]) -> None:
-    """The stored channels of ``channels`` (extractor names) whose source no longer provides
-    them (:func:`featurestore.extraction.stale.vanished_channels`), with a note each."""
+    """The stored channels of ``channels`` whose source no longer provides them, with a note each."""
     if not store.shard_path(plan.session).exists():
         return
     with store.open_session(plan.session) as shard:
         stored = shard.channel_sources()
     media_files = [*plan.videos.values(), *plan.audios.values(), plan.video]
-    plan.drop = stale.vanished_channels(list(plan.channels), channels, stored, media_files)
+    plan.drop = vanished_channels(list(plan.channels), channels, stored, media_files)
     for key in plan.drop:
         src = stored[key]
         why = (
@@ -253,8 +317,7 @@ def main_video(sf: SessionFiles) -> Path | None:
 def _role_videos(
     sf: SessionFiles, info: media.VideoInfo, cfg: FeatureConfig
 ) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
-    """(role -> video, role -> pixel columns ``[x0, x1)``): the shared video cut at ``split_x``,
-    or each role's own video whole."""
+    """(role -> video, role -> pixel columns): the shared video cut at ``split_x``, or each role's own."""
     if sf.video is not None:
         regions = media.role_regions(info.width, sf.split_x or cfg.split_x)
         return {role: sf.video for role in regions}, regions
@@ -283,26 +346,21 @@ def _role_audios(sf: SessionFiles, info: media.VideoInfo) -> dict[str, Path]:
         return out
     for column, path in sf.media.items():
         role = ROLE_MEDIA.get(column)
-        if column.startswith("video_") and role not in out and _has_audio(path, info):
-            out[ROLE_MEDIA[column]] = path
+        if column.startswith("video_") and role not in out:
+            if info.has_audio if path == info.path else media.probe(path).has_audio:
+                out[ROLE_MEDIA[column]] = path
     return out
 
 
-def _has_audio(path: Path, info: media.VideoInfo) -> bool:
-    """The video at ``path`` has an audio stream (``info``: the main video's, probed already)."""
-    return info.has_audio if path == info.path else media.probe(path).has_audio
-
-
 def _audio_roles(sf: SessionFiles) -> dict[str, Path]:
-    """Role -> the media file its voice should come from: ``scene`` the shared video, else each
-    role's video (a role with its own audio file is never missing)."""
+    """Role -> the media file its voice should come from: ``scene`` the shared video, else each role's video."""
     if sf.video is not None:
         return {"scene": sf.video}
     return {ROLE_MEDIA[c]: p for c, p in sf.media.items() if c.startswith("video_")}
 
 
 def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureConfig) -> None:
-    """Add extractor ``ex``'s channels to ``plan`` by its kind (``source``: the video's fingerprint)."""
+    """Add extractor ``ex``'s channels to ``plan`` by its kind (``source``: the video's)."""
     planner = _PLANNERS.get(getattr(ex, "kind", ""))
     if planner is None:
         raise SessionError(
@@ -316,8 +374,7 @@ def _plan_channel(plan: SessionPlan, ex: Extractor, source: dict, cfg: FeatureCo
 def _frame_count(
     sf: SessionFiles, info: media.VideoInfo, labels: dict[str, np.ndarray], cfg: FeatureConfig
 ) -> int:
-    """The frame count at the label rate: the per-frame labels' (the video within
-    ``cfg.max_length_mismatch_s`` seconds of them), else the video's duration's."""
+    """The frame count at the label rate: the per-frame labels' (the video close to them), else the video's."""
     if not labels:
         return int(round(info.n_frames / info.fps * LABEL_FPS))
     n_frames = len(next(iter(labels.values())))
@@ -354,8 +411,7 @@ def _plan_frames(
 def _plan_audio(
     plan: SessionPlan, ex: AudioExtractor, source: dict, cfg: FeatureConfig
 ) -> _Planned:
-    """An audio extractor's channel per audio file; a role whose media has no audio track is
-    ``missing`` (the config needs it)."""
+    """An audio extractor's channel per audio file; a role without an audio track is ``missing``."""
     words = plan.meta.role_names
     for role, path in _audio_roles(plan.files).items():
         if role not in plan.audios and not (role == "scene" and plan.per_role_audio):
@@ -398,27 +454,21 @@ class TranscriptFile:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._source: dict | None = None
-        self._cues: list | None = None
         self.error = ""
 
-    @property
+    @cached_property
     def source(self) -> dict:
-        """The transcript's fingerprint."""
-        if self._source is None:
-            if self.path is None:
-                raise ValueError("no transcript: it has no fingerprint")
-            self._source = file_fingerprint(self.path)
-        return self._source
+        if self.path is None:
+            raise ValueError("no transcript: it has no fingerprint")
+        return file_fingerprint(self.path)
 
-    @property
+    @cached_property
     def cues(self) -> list | None:
         """The cues, or None when the file cannot be read (``error`` says why)."""
-        if self._cues is None and not self.error and self.path is not None:
-            try:
-                self._cues = read_transcript(self.path)
-            except (TranscriptError, OSError) as e:
-                self.error = (
-                    f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
-                )
-        return self._cues
+        try:
+            return None if self.path is None else read_transcript(self.path)
+        except (TranscriptError, OSError) as e:
+            self.error = (
+                f"{e}; fix the transcript (or move it away to use the face rule) and re-run"
+            )
+            return None

@@ -1,15 +1,5 @@
-"""``featurestore ratings FILE``: whole-session ratings from a table, into existing shards.
-
-A CSV ``session,<target>[,<target>...][,rater]`` (docs/store.md, whole-session ratings). Every
-problem is reported at once, naming the file, line and column, before any shard is touched;
-sessions whose stored ratings equal the table's are skipped, so a re-run resumes.
-
->>> import tempfile, pathlib
->>> p = pathlib.Path(tempfile.mkdtemp()) / "r.csv"
->>> _ = p.write_text("session,empathy,rater\\nS1,3,a\\nS1,5,b\\n")
->>> read_ratings_table(p)
-{'S1': {'empathy': {'a': 3.0, 'b': 5.0}}}
-"""
+"""``featurestore ratings FILE``: whole-session ratings from a CSV into existing shards
+(docs/store.md, whole-session ratings); every problem reported at once, before any write."""
 
 from __future__ import annotations
 
@@ -66,30 +56,20 @@ def _check_header(header: list[str], fail: Any) -> list[str]:
 def _numbers(line: int, row: dict[str, str], targets: list[str], fail: Any) -> dict[str, float]:
     """Target -> the row's number (empty cells left out); ``fail`` for a cell that is not one."""
     out = {}
-    for t in targets:
-        value = row.get(t, "")
-        if value == "":
-            continue
+    for t in (t for t in targets if row.get(t, "") != ""):
         try:
-            number = float(value)
+            out[t] = float(row[t])
         except ValueError:
-            number = math.nan
-        if math.isfinite(number):
-            out[t] = number
-        else:
-            fail(line, t, f"{value!r} is not a number")
+            out[t] = math.nan
+        if not math.isfinite(out[t]):
+            del out[t]
+            fail(line, t, f"{row[t]!r} is not a number")
     return out
 
 
 def read_ratings_table(path: str | Path) -> dict[str, dict[str, dict[str, float]]]:
     """session -> target -> rater -> rating of a ratings CSV (rater ``""`` without a ``rater``
-    column), checked.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        RatingsTableError: a header without ``session`` or a target column, a bad name, a cell
-            that is not a number, a session (and rater) given twice; each names the line and column.
-    """
+    column); every problem of the table at once in a :class:`RatingsTableError`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ratings table {path} does not exist; check the path")
@@ -143,14 +123,9 @@ def import_ratings(
     path: str | Path, store_root: str | Path, progress: bool = False
 ) -> RatingsReport:
     """Store the ratings of the table at ``path`` (:func:`read_ratings_table`) in the shards of
-    ``store_root``, as ``/session_labels/<target>``.
-
-    Raises:
-        FileNotFoundError, RatingsTableError: see :func:`read_ratings_table`; also a session
-            the store has no shard for (named with its line; nothing is written).
-    """
-    path = Path(path)
-    table = read_ratings_table(path)
+    ``store_root`` as ``/session_labels/<target>``; a session without a shard is a
+    :class:`RatingsTableError` (nothing is written)."""
+    path, table = Path(path), read_ratings_table(path)
     store = Store(store_root, mode="a")
     have = set(store.list_sessions())
     missing = [s for s in table if s not in have]

@@ -1,7 +1,4 @@
-"""Which recording a file given to an importer belongs to: a recording id of the store (a
-shard, or a row of the ``manifest.json`` that ``scan`` wrote) equal to its name, else its
-``Subject_<L>_Story_<S>`` name; an OMG-Empathy name in a store of a listed layout's recordings
-(a manifest's) that has none such is refused (:class:`Recordings`), never a stray shard."""
+"""Which recording a file given to an importer belongs to (:class:`Recordings`)."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ OMG_ONLY = "name has no Subject_<L>_Story_<S>"
 @dataclass(frozen=True)
 class Recordings:
     """The recordings a store knows (its shards' and its ``manifest.json``'s, by id) and how a
-    file's name maps to one (:meth:`session_of`). ``listed``: the store holds the recordings of
-    a listed layout (:attr:`~..storage.layouts.CorpusLayout.listed`, a manifest's), so an
+    file's name maps to one (:meth:`session_of`). ``listed``: they are a manifest's, so an
     OMG-Empathy name that is none of them is refused, never a new shard."""
 
     known: dict[str, SessionMeta]
@@ -31,7 +27,6 @@ class Recordings:
 
     @classmethod
     def of(cls, store: Store) -> Recordings:
-        """The recordings of ``store``'s shards and of the ``manifest.json`` ``scan`` wrote there."""
         known: dict[str, SessionMeta] = {}
         listed = False
         for session in store.list_sessions():
@@ -49,19 +44,14 @@ class Recordings:
         return cls(known, listed)
 
     def session_of(self, path: Path) -> str | None:
-        """The recording ``path`` is named for: a known recording id equal to its stem, else
-        its ``Subject_<L>_Story_<S>`` name; None when it names neither.
-
-        Raises:
-            DataImportError: an OMG-Empathy name in a store of a manifest's recordings that has
-                no such recording.
-        """
+        """The recording ``path`` is named for: a known recording id equal to its stem, else its
+        ``Subject_<L>_Story_<S>`` name (refused where the store holds a manifest's recordings
+        and none such); None when it names neither."""
         if path.stem in self.known:
             return path.stem
-        ls = parse_session(path.stem)
-        if ls is None:
+        session = _omg_session(path)
+        if session is None:
             return None
-        session = session_name(*ls)
         if self.listed and session not in self.known:
             raise DataImportError(
                 f"{path} is named for {session} but this store holds a manifest's recordings "
@@ -72,8 +62,7 @@ class Recordings:
 
 
 def recording_meta(sf: SessionFiles, n_frames: int = 0) -> SessionMeta:
-    """A scanned recording's metadata, with ``n_frames`` label frames (0: unknown until a file
-    gives it)."""
+    """A scanned recording's metadata, with ``n_frames`` label frames (0: unknown)."""
     return SessionMeta(
         sf.session,
         sf.listener,
@@ -90,7 +79,7 @@ def recording_meta(sf: SessionFiles, n_frames: int = 0) -> SessionMeta:
 
 
 def some(names: Sequence[str], n: int = 3) -> str:
-    """The first ``n`` of ``names``, then how many more."""
+    """The first ``n`` of ``names``, then how many more ("none" for none)."""
     head = ", ".join(names[:n])
     return head + (f" and {len(names) - n} more" if len(names) > n else "") if names else "none"
 
@@ -116,8 +105,7 @@ def find_session_files(
     root: Path, exts: tuple[str, ...], recordings: Recordings | None = None
 ) -> Found:
     """The files of extension ``exts`` under ``root`` (any depth, hidden folders left out) by
-    the session they are named for: a recording of ``recordings``
-    (:meth:`Recordings.session_of`), else by their ``Subject_<L>_Story_<S>`` name."""
+    the session they are named for (:meth:`Recordings.session_of`, else their OMG name)."""
     if not root.is_dir():
         raise FileNotFoundError(
             f"folder {root} does not exist; pass the folder holding one file per recording "
@@ -127,9 +115,8 @@ def find_session_files(
     if recordings is not None and recordings.known:
         out.skip_reason = "name is neither a recording id of the store nor Subject_<L>_Story_<S>"
     for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.suffix.lower() not in exts:
-            continue
-        if any(part.startswith(".") for part in p.relative_to(root).parts):
+        hidden = any(part.startswith(".") for part in p.relative_to(root).parts)
+        if not p.is_file() or p.suffix.lower() not in exts or hidden:
             continue
         try:
             session = recordings.session_of(p) if recordings else _omg_session(p)
@@ -151,8 +138,7 @@ def _omg_session(path: Path) -> str | None:
 
 
 def one_file(path: Path, session: str, recordings: Recordings, exts: tuple[str, ...]) -> Found:
-    """File ``path`` as recording ``session``'s (``--session``): refused when the store holds a
-    manifest's recordings and none is ``session``."""
+    """File ``path`` as recording ``session``'s (``--session``), refused as ``session_of`` does."""
     if not path.is_file() or path.suffix.lower() not in exts:
         raise FileNotFoundError(
             f"{path}: no such file; with --session ID give one file ({', '.join(exts)})"

@@ -1,8 +1,5 @@
-"""What ``featurestore`` prints after a run: tables, the extraction summary, an import's report.
-
-Every summary fits one screen: past :data:`SUMMARY_LINES` sessions, lines are grouped and counted
-(the failures are always listed, on stderr), and each ends with what to do next.
-"""
+"""What ``featurestore`` prints after a run; past :data:`SUMMARY_LINES` sessions, lines are
+grouped and counted (failures always listed, on stderr)."""
 
 from __future__ import annotations
 
@@ -18,6 +15,7 @@ import numpy as np
 from ..extractors import known_lookahead_s
 from ..storage.layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of, table_layout
 from ..storage.roles import corpus_key
+from .recordings import some
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -37,18 +35,14 @@ _ID_FIELDS = ["session", "listener", "story", "speaker", "split", "person", "gro
 
 
 def _with_ids(row: dict, table: CorpusLayout, columns: Mapping[str, str]) -> dict:
-    """``row`` (its ``layout`` the session's) with the session's ids under the ``columns`` of
-    the ``table``'s layout (an OMG session's numbers in a manifest's columns where a store
-    mixes layouts)."""
+    """``row`` with the session's ids under the ``columns`` of the ``table``'s layout."""
     row = row | layout_of(row["layout"]).ids(row)
     return row | {header: row[key] for header, key in columns.items()}
 
 
 def scan_table(sessions: Sequence[Any], where: str) -> None:
-    """``featurestore scan``'s table of ``sessions`` (:class:`~..sources.manifest.SessionFiles`)
-    and its count line, in the corpus's words: a listed layout's (a manifest's) person, group
-    and partner ids as written, its media columns; the OMG layout's listener, story, speaker
-    and shared video."""
+    """``featurestore scan``'s table of ``sessions`` and its count line, in the corpus's words
+    (a manifest's ids as written and its media columns; OMG's listener, story, speaker, video)."""
     table = table_layout(s.layout for s in sessions)
     ids = table.id_columns(any(s.partner or s.speaker for s in sessions))
     shared = not table.listed  # one shared video per session, found by name
@@ -85,8 +79,7 @@ def scan_table(sessions: Sequence[Any], where: str) -> None:
 
 
 def store_table(df: Any) -> None:
-    """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions` (a DataFrame) in
-    the corpus's words: ids as the manifest writes them, channels under its role words."""
+    """``featurestore ls``'s table of :meth:`~..storage.store.Store.sessions`, in the corpus's words."""
     table = table_layout(df.layout)
     ids = table.id_columns(any(p for p in df.partner) or any(df.speaker != 0))
     rows = []
@@ -106,18 +99,12 @@ def store_table(df: Any) -> None:
 SUMMARY_LINES = 12
 
 
-def some(names: list[str], shown: int = 4) -> str:
-    """The first ``shown`` names, then how many more."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
 def print_extract_summary(
     results: Sequence[Any], started: float, layouts: Mapping[str, str] | None = None
 ) -> int:
-    """Counts, computed channels and notes of an extraction (``started``: its
-    ``time.perf_counter()``), failures on stderr; returns the exit code. ``layouts``: session ->
-    its corpus layout, whose words name the computed channels (``person/egemaps``)."""
+    """Counts, computed channels and notes of an extraction (``started``: its perf_counter),
+    failures on stderr; the exit code. ``layouts``: session -> its layout, whose words name
+    the channels."""
     layouts = layouts or {}
     counts = Counter(r.status for r in results)
     print(
@@ -138,16 +125,16 @@ def print_extract_summary(
         for r in computed:
             groups.setdefault(tuple(shown[r.session]), []).append(r.session)
         for chans, names in groups.items():
-            print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names)})")
+            print(f"  {len(names)} sessions computed {', '.join(chans)} ({some(names, 4)})")
     notes = [f"  {r.session}: note: {n}" for r in results for n in r.notes]
     for line in notes[:SUMMARY_LINES]:
         print(line)
     if len(notes) > SUMMARY_LINES:
         print(f"  ... and {len(notes) - SUMMARY_LINES} more notes")
     failed = [r for r in results if r.failed]
-    for r in failed:
-        print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
     if failed:
+        for r in failed:
+            print(f"  FAILED {r.session}: {r.error}", file=sys.stderr)
         print(
             f"{len(failed)} session(s) failed (reasons above); finished sessions are stored: "
             "fix the inputs and re-run the same command to do only what is missing",
@@ -163,19 +150,17 @@ def print_import(report: Any, folder: str, expected: str) -> int:
         for r in ok:
             print(r)
     else:  # one screen: the failures matter, the successes are counted
-        print(f"ok     {len(ok)} sessions ({some([r.session for r in ok])})")
+        print(f"ok     {len(ok)} sessions ({some([r.session for r in ok], 4)})")
     for r in report.failed:
         print(r, file=sys.stderr)
     for p in report.skipped:
         print(f"skipped {p}: {report.skip_reason}")
-    print(
-        f"{report.what}: {len(report.succeeded)} session(s) written, {len(report.failed)} failed"
-        + (
-            " (their shards are unchanged; fix the files named above and re-run)"
-            if report.failed
-            else ""
-        )
+    fix = (
+        " (their shards are unchanged; fix the files named above and re-run)"
+        if report.failed
+        else ""
     )
+    print(f"{report.what}: {len(ok)} session(s) written, {len(report.failed)} failed{fix}")
     if not report.results:
         print(f"nothing imported: no {expected} files under {folder}", file=sys.stderr)
         return EXIT_FAILED
@@ -183,8 +168,7 @@ def print_import(report: Any, folder: str, expected: str) -> int:
 
 
 def _lookahead_text(ch: Any) -> str:
-    """How far past its rows a channel reads, for ``inspect``: recorded, from its extractor's
-    version, or unknown (docs/channels.md, how far ahead each channel reads)."""
+    """How far past its rows a channel reads, for ``inspect`` (recorded, its extractor's, or unknown)."""
     known = known_lookahead_s(ch.extractor, ch.extractor_version, ch.params, ch.lookahead_s)
     if known is None:
         return "an unknown time"
@@ -194,11 +178,10 @@ def _lookahead_text(ch: Any) -> str:
 def print_session(
     store: Any, session: str, meta: Any, keys: list[str], columns: bool = False
 ) -> None:
-    """``featurestore inspect``: a session's frames, labels, whole-session ratings and each
-    channel's shape, rate, validity and provenance (``columns``: also its column names)."""
-    layout = meta.corpus_layout
-    names = layout.role_names
-    people = layout.people(meta)  # a listed layout's ids as written; a monadic one, no partner
+    """``featurestore inspect``: a session's frames, labels, ratings and each channel's shape,
+    rate, validity and provenance (``columns``: also its column names)."""
+    names = meta.corpus_layout.role_names
+    people = meta.corpus_layout.people(meta)  # a listed layout's ids as written
     print(
         f"{meta.session}: {people}, split {meta.split}, "
         f"{meta.n_frames} frames at {meta.fps:g} fps ({meta.n_frames / meta.fps:.1f} s)"
@@ -215,11 +198,8 @@ def print_session(
         print(f"  session_labels/{t}: {mean:g}" + (f" (mean of {raters})" if raters else ""))
     for key in keys:
         ch = store.read_channel(session, key)
-        rate = (
-            (len(ch.time) - 1) / (ch.time[-1] - ch.time[0])
-            if len(ch.time) > 1 and ch.time[-1] > ch.time[0]
-            else float("nan")
-        )
+        span = float(ch.time[-1] - ch.time[0]) if len(ch.time) > 1 else 0.0
+        rate = (len(ch.time) - 1) / span if span > 0 else float("nan")
         print(
             f"  {corpus_key(key, names)}: {ch.data.shape[0]} x {ch.data.shape[1]} at {rate:.4g} Hz, "
             f"valid {ch.valid.mean() if len(ch.valid) else 0:.1%}",

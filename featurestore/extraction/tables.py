@@ -1,13 +1,7 @@
-"""Per-frame feature tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet), read as :class:`Features`.
-
-One file per session (``featurestore import``). The kind is recognised from the columns:
-OpenFace 2.x (``import:openface``: time ``timestamp``, valid where ``success`` and the
-confidence pass), py-feat (``import:pyfeat``: time ``frame / fps``, the largest face per
-frame) or generic (``import:table``: a ``time`` or ``frame`` column, an optional ``valid``).
-OpenFace and py-feat tables keep their :data:`COLUMN_GROUPS` (default :data:`DEFAULT_GROUPS`).
-A generic table must be complete; in the others an all-NaN row is a frame the tool could not
-analyse (``valid`` False), a partly NaN row or inf is an error (:class:`TableError`, naming the
-file, column and row). See docs/store.md (tables and labels computed elsewhere).
+"""Per-frame tables computed elsewhere (OpenFace, py-feat, any CSV/Parquet) read as
+:class:`Features`, the kind recognised from the columns; see docs/store.md (tables and labels
+computed elsewhere). A generic table must be complete; in OpenFace and py-feat tables an all-NaN
+row is a frame the tool could not analyse (invalid), a partly NaN row or an inf an error.
 
 >>> table_kind(["frame", "timestamp", "confidence", "success", "AU01_r"]), table_kind(["time", "x"])
 ('openface', 'table')
@@ -27,6 +21,7 @@ import pandas as pd
 from ..extractors.face_au import face_present, fex_to_features
 from ..features import Features
 from ..sources.import_errors import DataImportError
+from ..sources.label_checks import DEFAULT_MIN_COVERAGE
 from ..storage.shard import LABEL_FPS
 
 #: bump when the conversion of an imported table changes (invalidates imported channels)
@@ -79,7 +74,6 @@ class ImportedTable:
 
     @property
     def extractor(self) -> str:
-        """Provenance name: ``import:openface``, ``import:pyfeat`` or ``import:table``."""
         return f"import:{self.kind}"
 
     @property
@@ -130,10 +124,10 @@ def table_kind(columns: Iterable[str]) -> str:
 
 
 def _row_ref(path: Path, i: int) -> str:
-    """Human row reference: data row number (1-based) and, for CSV, the line in the file."""
-    if path.suffix.lower() == ".csv":
-        return f"row {i + 1} (line {i + 2} of the file)"
-    return f"row {i + 1}"
+    """Data row number (1-based) and, for CSV, the line in the file."""
+    return f"row {i + 1}" + (
+        f" (line {i + 2} of the file)" if path.suffix.lower() == ".csv" else ""
+    )
 
 
 def _numeric(
@@ -144,16 +138,11 @@ def _numeric(
     bad: list[tuple[int, str, object]] = []
     for j, c in enumerate(cols):
         s = df[c]
-        if pd.api.types.is_bool_dtype(s):
-            out[:, j] = s.to_numpy(dtype=np.float64)
-            continue
-        if pd.api.types.is_numeric_dtype(s):
+        if pd.api.types.is_numeric_dtype(s):  # bool too
             out[:, j] = s.to_numpy(dtype=np.float64, na_value=np.nan)
             continue
         conv = pd.to_numeric(s, errors="coerce")
-        wrong = conv.isna().to_numpy() & s.notna().to_numpy()
-        if check is not None:
-            wrong &= check
+        wrong = conv.isna().to_numpy() & s.notna().to_numpy() & (True if check is None else check)
         if wrong.any():
             i = int(np.flatnonzero(wrong)[0])
             bad.append((i, c, s.iloc[i]))
@@ -169,11 +158,19 @@ def _numeric(
 
 
 def _check_finite(
-    values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str
+    values: np.ndarray, cols: list[str], rows: np.ndarray, path: Path, what: str, inf: bool = False
 ) -> None:
-    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values``."""
+    """TableError for the first NaN/inf among ``rows`` (bool mask) of ``values`` (``inf``: in any row)."""
     bad = ~np.isfinite(values) & rows[:, None]
     if not bad.any():
+        if inf and np.isinf(values).any():
+            _check_finite(
+                values,
+                cols,
+                np.ones(len(values), bool),
+                path,
+                "inf is never a missing-value marker",
+            )
         return
     bad_cols = [cols[j] for j in np.flatnonzero(bad.any(axis=0))]
     i = int(np.flatnonzero(bad.any(axis=1))[0])
@@ -208,10 +205,8 @@ def group_columns(
     columns: Sequence[str], kind: str, groups: Sequence[str] | None, path: Path
 ) -> tuple[list[str], list[str]]:
     """(columns kept, groups kept) of a table of ``kind`` (``openface``/``pyfeat``): those of
-    ``groups``, else of :data:`DEFAULT_GROUPS` that the table has.
-
-    Raises:
-        TableError: an unknown group, a named group the table lacks, or no column kept.
+    ``groups``, else of :data:`DEFAULT_GROUPS` that the table has; TableError for an unknown
+    group, a named group the table lacks, or no column kept.
 
     >>> group_columns(["AU01_r", "pose_Rx", "AU01_c", "x_0"], "openface", None, Path("t.csv"))
     (['AU01_r', 'AU01_c', 'pose_Rx'], ['au', 'pose'])
@@ -268,11 +263,7 @@ def _read_openface(
     _check_times(t, path, time_col)
     all_nan = np.all(np.isnan(values), axis=1)
     tracked = (success == 1) & (conf >= min_confidence) & ~all_nan
-    _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully")
-    if np.isinf(values).any():
-        _check_finite(
-            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
-        )
+    _check_finite(values, cols, tracked, path, "in frames OpenFace tracked successfully", inf=True)
     values[~tracked] = np.nan
     return Features(values, t, tracked, cols), {
         "min_confidence": float(min_confidence),
@@ -301,11 +292,7 @@ def _read_pyfeat(
         }
     )
     has_face = face_present(clean) & ~np.all(np.isnan(values), axis=1)
-    _check_finite(values, cols, has_face, path, "in rows where py-feat found a face")
-    if np.isinf(values).any():
-        _check_finite(
-            values, cols, np.ones(len(values), bool), path, "inf is never a missing-value marker"
-        )
+    _check_finite(values, cols, has_face, path, "in rows where py-feat found a face", inf=True)
     frames = np.unique(clean["frame"].to_numpy())
     feats = fex_to_features(clean, times=frames / float(fps), frames=frames, au_columns=cols)
     return feats, {"groups": kept}
@@ -313,19 +300,16 @@ def _read_pyfeat(
 
 def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, dict]:
     lower = {c.lower(): c for c in df.columns}
-    if "time" in lower:
-        time_col = lower["time"]
-        t = _numeric(df, [time_col], path)[:, 0]
-    elif "frame" in lower:
-        time_col = lower["frame"]
-        t = _numeric(df, [time_col], path)[:, 0] / float(fps)
-    else:
+    time_col = lower.get("time") or lower.get("frame")
+    if time_col is None:
         raise TableError(
             f"{path}: no 'time' column (seconds) or 'frame' column (frame index at --fps) among "
             f"{list(df.columns)[:10]}; add one so rows can be placed in time"
         )
+    t = _numeric(df, [time_col], path)[:, 0] / (1.0 if "time" in lower else float(fps))
     _check_times(t, path, time_col)
     valid_col = lower.get("valid")
+    valid = np.ones(len(df), dtype=bool)
     if valid_col is not None:
         v = _numeric(df, [valid_col], path)[:, 0]
         if not np.all(np.isin(v, (0.0, 1.0))):
@@ -334,8 +318,6 @@ def _read_generic(df: pd.DataFrame, path: Path, fps: float) -> tuple[Features, d
                 f"{path}: column {valid_col!r} holds {v[i]} at {_row_ref(path, i)}; use 0/1 or true/false"
             )
         valid = v == 1.0
-    else:
-        valid = np.ones(len(df), dtype=bool)
     skip = {time_col, valid_col, lower.get("frame"), lower.get("time")}
     cols = [c for c in df.columns if c not in skip]
     if not cols:
@@ -356,11 +338,10 @@ def read_table(
 ) -> ImportedTable:
     """Read one per-frame CSV or Parquet table (OpenFace, py-feat or generic, see the module doc).
 
-    ``fps`` (frames per second) converts a ``frame`` column to seconds; ``min_confidence``
-    (0-1) is the OpenFace tracking confidence below which a frame is invalid; ``groups``: the
-    column groups an OpenFace or py-feat table keeps (:data:`COLUMN_GROUPS`; None: those of
-    :data:`DEFAULT_GROUPS` it has; refused for a generic table). Raises :class:`TableError`
-    naming the file, column and first bad row when the table cannot be used.
+    ``fps`` converts a ``frame`` column to seconds; ``min_confidence`` (0-1): the OpenFace
+    tracking confidence below which a frame is invalid; ``groups``: the column groups an
+    OpenFace or py-feat table keeps (None: :data:`DEFAULT_GROUPS`). A table that cannot be used
+    is a :class:`TableError` naming the file, column and first bad row.
     """
     path = Path(path)
     if not fps or fps <= 0 or not math.isfinite(fps):
@@ -380,3 +361,41 @@ def read_table(
         feats, extra = _read_generic(df, path, fps)
     params = {"kind": kind, "fps": float(fps), "columns": list(feats.columns), **extra}
     return ImportedTable(path=path, kind=kind, features=feats, params=params)
+
+
+#: the share of its recording an imported table's rows must cover, at their own step
+MIN_SHARE = DEFAULT_MIN_COVERAGE
+#: the time columns holding seconds a tool wrote (checked); ``frame`` columns are not
+TIMESTAMP_COLUMNS = ("timestamp", "time")
+
+
+def check_table_times(
+    path: str | Path, times: np.ndarray, duration_s: float, session: str, column: str
+) -> str:
+    """The problem of a table whose ``times`` (from its ``column``) step so that its rows cover
+    less than :data:`MIN_SHARE` of the recording (its timestamps in another unit or at another
+    frame rate, e.g. OpenFace run with the wrong ``-fps``); ``""`` when they agree or cannot be
+    compared.
+
+    >>> print(check_table_times("of.csv", np.arange(180) * 0.001, 18.0, "rec01", "timestamp")[:51])
+    of.csv: column 'timestamp' steps 0.001 s (1000 Hz):
+    >>> check_table_times("of.csv", np.arange(180) * 0.1, 18.0, "rec01", "timestamp")
+    ''
+    """
+    n = len(times)
+    if n < 2 or duration_s <= 0 or column.lower() not in TIMESTAMP_COLUMNS:
+        return ""
+    step = float(np.median(np.diff(times)))
+    covered = min(n * step, duration_s)
+    if covered >= MIN_SHARE * duration_s:
+        return ""
+    fits = duration_s / n
+    return (
+        f"{path}: column {column!r} steps {step:g} s ({1 / step:g} Hz): its {n} rows span "
+        f"{float(times[0]):.3f}-{float(times[-1]):.3f} s, {covered / duration_s:.0%} of "
+        f"{session} ({duration_s:.2f} s), whose length {n} rows would fill at a step of "
+        f"{fits:.3g} s ({1 / fits:.3g} Hz). The timestamps are in another unit or at another "
+        "frame rate than the recording's: write them in seconds from the recording's start "
+        "(re-run OpenFace with the clip's frame rate, -fps), or check that the table belongs to "
+        "this recording"
+    )
