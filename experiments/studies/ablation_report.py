@@ -188,8 +188,7 @@ def comparisons_section(pairs: pd.DataFrame | None, m: MetricSpec) -> list[str]:
         return []
     rows = (
         [r.comparison, r.track, r.split, markdown.interval(r.mean_diff, r.ci_low, r.ci_high)]
-        + [f"{p:.3f}" for p in (r.p_value, r.p_holm, r.p_min)]
-        + [r.n_sessions, r.n_listeners]
+        + [f"{r.p_value:.3f}", f"{r.p_holm:.3f}", f"{r.p_min:.3f}", r.n_sessions, r.n_listeners]
         for r in pairs.itertuples()
     )
     intro = ["", "## Paired comparisons", "", *_words(COMPARISONS_INTRO, m), ""]
