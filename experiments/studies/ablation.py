@@ -1,23 +1,17 @@
-"""Speaker vs. listener vs. both on both challenge tracks, the OMG-Empathy paper's Table IV for
-this project's features: :func:`ablate`, a short sequence of steps (grid, selection, unseen
-listeners, fusion, comparisons, importance, reports), each chosen and compared by the config's
-``metric``. What each number means: docs/results.md, "The ablation in detail"; the columns of
-its CSVs are a contract: docs/design.md#reports."""
+"""Speaker vs. listener vs. both on both tracks (the OMG-Empathy paper's Table IV): :func:`ablate`.
+What each number means: docs/results.md, "The ablation in detail"; the CSV columns: docs/design.md#reports."""
 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from featurestore import Store
 
 from ..config.fusion import FUSED_SET
 from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
@@ -31,17 +25,16 @@ from ..tracking.summary import best_per_track, log_files
 from ..tracking.tracker import Tracker
 from .ablation_report import PAPER_TEST, SELECTION_SPLITS, ablation_markdown, importance_section
 from .corpus_config import corpus_note
-from .explain import Explanation, explain_choices, logged_scores
+from .explain import Explanation, ScoresOf, explain_choices, logged_scores
 from .fusion import fusion_rows
+from .inter_rater import StoreLike
 from .parent_run import SweepOptions, SweepResult
 from .sweep import run_sweep
 from .unseen import nested_unseen, nested_unseen_mean
 
 
 def columns(m: MetricSpec) -> list[str]:
-    """The columns of ``ablation.csv`` for metric ``m``: the contract columns first
-    (docs/design.md#reports; ``ccc_personalized`` for CCC, ``<metric>_personalized`` for
-    another), then intervals, unseen listeners and chance."""
+    """The columns of ``ablation.csv`` for metric ``m`` (docs/design.md#reports)."""
     unseen = m.column("unseen_listener")
     return [
         "feature_set",
@@ -81,16 +74,16 @@ REPORT_FILES = "ablation.csv ablation_comparisons.csv ablation.md ablation.png a
 
 def ablate(
     cfg: ExperimentConfig,
-    store: Store | str | os.PathLike = "features",
+    store: StoreLike = "features",
     out_dir: str | Path = "reports",
     options: SweepOptions | None = None,
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """Sweep every feature set of ``cfg`` (with ``options``) and write and log the ablation's reports into
-    ``out_dir`` (docs/outputs.md); with several targets, :func:`ablate_targets`. Returns the
-    table and the sweep."""
+    """Sweep every feature set of ``cfg`` and write and log the ablation's reports into
+    ``out_dir`` (docs/outputs.md; several targets: each in ``out_dir/<target>/``, then the
+    ``combined`` rows). Returns the table and the (first target's) sweep."""
     options = options or SweepOptions()
     if len(cfg.all_targets()) > 1:
-        return ablate_targets(cfg, store, out_dir, options)
+        return _ablate_targets(cfg, store, Path(out_dir), options)
     sets = list(cfg.feature_set) if cfg.feature_set else list(cfg.feature_sets)
     cfg = replace(cfg, feature_set=sets)
     uri = options.tracking_uri or cfg.tracking.uri
@@ -98,11 +91,22 @@ def ablate(
     m = get_metric(cfg.metric)
     df, nested = unseen_listeners(ablation_table(sweep, sets), sweep.table, cfg)
     cache = FitCache()  # the late fusion members' fits, kept for the importance of the same choices
-    df, extra, seconds = with_late_fusion(cfg, sweep, df, store, uri, cache)
+    t0 = time.perf_counter()
+    fused, _ = fusion_rows(cfg, sweep, df, store, uri, cache)
+    extra: tuple[tuple[str, str, str], ...] = ()
+    seconds: dict[str, float] = {}
+    if len(fused):
+        seconds["late_fusion"] = time.perf_counter() - t0
+        extra = fusion_comparisons(cfg.fusion.members, list(df.feature_set.unique()))
+        df = pd.concat([df, fused], ignore_index=True)
     tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     scores_of = run_scores(sweep, tracker)
     pairs = comparisons(df, scores_of, cfg.seed, extra, cfg.metric)
-    out = write_tables(Path(out_dir), df, pairs, nested, m)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df[columns(m)].to_csv(out / "ablation.csv", index=False)
+    pairs.to_csv(out / "ablation_comparisons.csv", index=False)
+    nested.to_csv(out / "ablation_unseen.csv", index=False)
     t0 = time.perf_counter()
     explained = explain_choices(cfg, df, scores_of, store, tracker, out, cache)
     cache.clear()
@@ -116,7 +120,7 @@ def ablate(
 
 
 def sweep_feature_sets(
-    cfg: ExperimentConfig, store: Store | str | os.PathLike, options: SweepOptions
+    cfg: ExperimentConfig, store: StoreLike, options: SweepOptions
 ) -> SweepResult:
     """The grid: one sweep (parent run ``ablation``) over every feature set of ``cfg``."""
     return run_sweep(cfg, store, replace(options, run_name="ablation"))
@@ -128,9 +132,7 @@ def _get(row: pd.Series | None, name: str) -> float:
 
 
 def ablation_table(sweep: SweepResult, feature_sets: list[str]) -> pd.DataFrame:
-    """The selection: rows (feature set, split), each track's best configuration of the set by
-    the sweep's metric on the selection split (:func:`~experiments.tracking.summary.best_per_track`),
-    with the unseen-listener score, chance, and intervals off the selection split."""
+    """Rows (feature set, split): each track's best configuration of the set on the selection split."""
     table, m = sweep.table, get_metric(sweep.metric)
     protocol = sweep.selection_metric.split(".", 1)[0]  # the selection split: val, loso or cv
     rows = []
@@ -170,9 +172,8 @@ def _table_row(fs: str, split: str, best: dict[str, pd.Series], m: MetricSpec) -
 def unseen_listeners(
     df: pd.DataFrame, table: pd.DataFrame, cfg: ExperimentConfig
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The unseen-listener column: under nested selection each left-out listener's own choice
-    (the mean over listeners, no interval), and ``unseen_selection``; returns ``df`` so completed
-    and the nested choices (``ablation_unseen.csv``, empty unless nested)."""
+    """``df`` with the unseen-listener column (nested: the mean of each left-out listener's own
+    choice, no interval) and ``unseen_selection``; and the nested choices (``ablation_unseen.csv``)."""
     is_nested = cfg.unseen_listener and cfg.unseen_selection == "nested"
     nested = nested_unseen(table if is_nested else table.iloc[0:0], cfg.protocol, metric=cfg.metric)
     column = get_metric(cfg.metric).column("unseen_listener")
@@ -189,26 +190,6 @@ def unseen_listeners(
     return df, nested
 
 
-def with_late_fusion(
-    cfg: ExperimentConfig,
-    sweep: SweepResult,
-    df: pd.DataFrame,
-    store: Store | str | os.PathLike,
-    tracking_uri: str,
-    cache: FitCache,
-) -> tuple[pd.DataFrame, tuple[tuple[str, str, str], ...], dict[str, float]]:
-    """The fusion step: ``df`` with the late-fusion rows (:func:`~.fusion.fusion_rows`, the
-    members' fits kept in ``cache``), their comparisons and the seconds it took; ``df`` as it is
-    without ``cfg.fusion``."""
-    t0 = time.perf_counter()
-    fused, _ = fusion_rows(cfg, sweep, df, store, tracking_uri, cache)
-    if not len(fused):
-        return df, (), {}
-    seconds = {"late_fusion": time.perf_counter() - t0}
-    extra = fusion_comparisons(cfg.fusion.members, list(df.feature_set.unique()))
-    return pd.concat([df, fused], ignore_index=True), extra, seconds
-
-
 def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, str, str], ...]:
     """The late-fusion row's comparisons: against early fusion (``both``, when swept) and each member.
 
@@ -219,32 +200,27 @@ def fusion_comparisons(members: list[str], sets: list[str]) -> tuple[tuple[str, 
     return tuple(early + [(f"late fusion vs {m}", FUSED_SET, m) for m in members])
 
 
-def run_scores(sweep: SweepResult, tracker: Tracker) -> Callable[[str], pd.DataFrame | None]:
-    """run id -> its per-session scores: from ``sweep``, else its logged score matrix (None for
-    no run, or a run without artifacts); each run read once."""
+def run_scores(sweep: SweepResult, tracker: Tracker) -> ScoresOf:
+    """run id -> its per-session scores (from ``sweep``, else logged; None without), each read once."""
 
     @functools.cache
     def scores(run_id: str) -> pd.DataFrame | None:
-        if not run_id:
-            return None
         if run_id in sweep.scores:
             return sweep.scores[run_id]
-        return logged_scores(tracker, run_id, sweep.metric)
+        return logged_scores(tracker, run_id, sweep.metric) if run_id else None
 
     return scores
 
 
 def comparisons(
     df: pd.DataFrame,
-    scores_of: Callable[[str], pd.DataFrame | None],
+    scores_of: ScoresOf,
     seed: int = 0,
     extra: tuple[tuple[str, str, str], ...] = (),
     metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
-    """Paired comparisons of the chosen configurations' per-session ``metric`` (``scores_of``)
-    off the selection split, with Holm's adjustment over the whole table; a pair of one
-    configuration is left out; ``extra``: more (name, set a, set b) beside
-    :data:`SET_COMPARISONS`. Columns :data:`COMPARISON_COLUMNS`: docs/results.md, Paired comparisons."""
+    """Paired comparisons of the chosen runs' per-session ``metric`` off the selection split, Holm
+    over the whole table (docs/results.md, Paired comparisons); ``extra``: more (name, set a, set b)."""
     out = []
     for split in [s for s in dict.fromkeys(df.split) if s not in SELECTION_SPLITS]:
         for name, track, run_a, run_b in _pairs(df, split, extra):
@@ -274,15 +250,9 @@ def _pairs(
 
 
 def _paired(
-    scores_of: Callable[[str], pd.DataFrame | None],
-    split: str,
-    run_a: str,
-    run_b: str,
-    seed: int,
-    metric: str,
+    scores_of: ScoresOf, split: str, run_a: str, run_b: str, seed: int, metric: str
 ) -> dict[str, float] | None:
-    """:func:`~experiments.evaluation.uncertainty.paired_comparison` of two runs on ``split``;
-    None when there is nothing to test (one configuration, or no shared session)."""
+    """:func:`paired_comparison` of two runs on ``split``; None when there is nothing to test."""
     a, b = (None, None) if run_a == run_b else (scores_of(run_a), scores_of(run_b))
     if a is None or b is None:
         return None
@@ -297,29 +267,16 @@ def _paired(
         return None
 
 
-def write_tables(
-    out: Path, df: pd.DataFrame, pairs: pd.DataFrame, nested: pd.DataFrame, m: MetricSpec
-) -> Path:
-    """``ablation.csv`` (:func:`columns` of ``m``), ``ablation_comparisons.csv`` and
-    ``ablation_unseen.csv`` into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    df[columns(m)].to_csv(out / "ablation.csv", index=False)
-    pairs.to_csv(out / "ablation_comparisons.csv", index=False)
-    nested.to_csv(out / "ablation_unseen.csv", index=False)
-    return out
-
-
 def write_report(
     out: Path,
     cfg: ExperimentConfig,
-    store: Store | str | os.PathLike,
+    store: StoreLike,
     df: pd.DataFrame,
     pairs: pd.DataFrame,
     explained: list[Explanation],
 ) -> None:
-    """``ablation.md`` (in the store's corpus words: another corpus's report is titled by the
-    feature sets it compares, without the OMG-Empathy paper's numbers) and ``ablation.png``
-    into ``out``."""
+    """``ablation.md`` (in the corpus's words; the paper's numbers for OMG-Empathy only) and
+    ``ablation.png`` into ``out``."""
     layout, note = corpus_note(store)  # a manifest corpus's report in its words (person, group)
     omg = layout.native  # the OMG-Empathy paper's numbers apply
     compared = "Speaker / listener / both" if omg else " / ".join(dict.fromkeys(df.feature_set))
@@ -363,15 +320,9 @@ def ablation_metrics(
 
 
 def target_columns(m: MetricSpec) -> list[str]:
-    """The columns of ``ablation.csv`` for several targets (:func:`ablate_targets`), metric ``m``."""
-    return [
-        "target",
-        "feature_set",
-        "split",
-        "split_role",
-        *(m.column(t) for t in TRACKS),
-        *(f"run_id_{t}" for t in TRACKS),
-    ]
+    """The columns of ``ablation.csv`` for several targets, metric ``m``."""
+    tracks = [m.column(t) for t in TRACKS] + [f"run_id_{t}" for t in TRACKS]
+    return ["target", "feature_set", "split", "split_role", *tracks]
 
 
 #: :func:`target_columns` of the default metric
@@ -381,8 +332,7 @@ TARGET_COLUMNS = target_columns(get_metric(DEFAULT_METRIC))
 def combined_ablation(
     per_target: pd.DataFrame, targets: list[str], metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
-    """Rows ``target`` ``combined``: per feature set and split, the mean over ``targets`` of each
-    target's choices' values per track (NaN unless every target has one)."""
+    """Rows ``combined``: per feature set, split and track, the mean over ``targets`` (NaN unless each has one)."""
     rows, m = [], get_metric(metric)
     for (fs, split), part in per_target.groupby(["feature_set", "split"], sort=False):
         row = {"target": "combined", "feature_set": fs, "split": split}
@@ -395,18 +345,12 @@ def combined_ablation(
     return pd.DataFrame(rows, columns=target_columns(m))
 
 
-def ablate_targets(
-    cfg: ExperimentConfig,
-    store: Store | str | os.PathLike = "features",
-    out_dir: str | Path = "reports",
-    options: SweepOptions | None = None,
+def _ablate_targets(
+    cfg: ExperimentConfig, store: StoreLike, out: Path, options: SweepOptions
 ) -> tuple[pd.DataFrame, SweepResult]:
-    """:func:`ablate` for several targets: each target's ablation on its own (reports in
-    ``out_dir/<target>/``), then ``out_dir/ablation.{md,csv}`` with every target's rows and the
-    ``combined`` ones, logged to each target's parent run (docs/outputs.md, "Several targets").
-    Returns that table and the first target's sweep."""
+    """:func:`ablate` of each target, then ``out/ablation.{md,csv}`` of every target's rows and
+    the ``combined`` ones, logged to each parent run (docs/outputs.md, "Several targets")."""
     targets = cfg.all_targets()
-    out = Path(out_dir)
     parts, sweeps = [], []
     for target in targets:
         df, sweep = ablate(cfg.for_target(target), store, out / target, options)
@@ -425,11 +369,8 @@ def ablate_targets(
         for name in (m.column(t) for t in TRACKS)
         if pd.notna(r[name])
     }
-    tracker = Tracker(
-        (options.tracking_uri if options else None) or cfg.tracking.uri,
-        cfg.tracking.experiment,
-        cfg.tracking.artifacts,
-    )
+    uri = options.tracking_uri or cfg.tracking.uri
+    tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     files = {f"targets_{n}": (out / n).read_bytes() for n in ("ablation.csv", "ablation.md")}
     for sweep in sweeps:
         log_files(tracker, sweep.parent_run_id, files, "ablation")

@@ -1,5 +1,4 @@
-"""The ablation's report, ``ablation.md`` (:func:`ablation_markdown`): its table, comparisons,
-choices and importance, beside the published baseline it is read against. What each part means:
+"""The ablation's report, ``ablation.md`` (:func:`ablation_markdown`); what each part means:
 docs/results.md, "The ablation in detail"."""
 
 from __future__ import annotations
@@ -100,6 +99,8 @@ REFERENCE_INTRO = (
     "Barros et al., *The OMG-Empathy Dataset*, ACII 2019, Table IV: VGG16-LSTM + SoundNet baseline, SVM fusion.",
     "Measured on the real corpus; not comparable with numbers from the demo or synthetic corpus.",
 )
+#: ``causal_<track>`` -> the chosen configuration's note
+CAUSAL_NOTES = {"true": ", causal", "false": ", reads future frames"}
 REFERENCE_NOTE = "A challenge entry, Tan et al. 2018 (arXiv:1812.04891), reached 0.14 / 0.14 on the same test set."
 
 
@@ -113,13 +114,9 @@ def ablation_markdown(
     averaging: str = "sessions",
     reference: bool = True,
 ) -> str:
-    """The table in the shape of the paper's Table IV (both tracks), then the paired comparisons,
-    the chosen configurations, ``importance`` (the lines of :func:`importance_section`), and
-    (``reference``: an OMG-Empathy store) the paper's published numbers apart.
-    ``unseen_selection``: how the unseen-listener column was chosen (:data:`UNSEEN_BULLETS`);
-    ``metric``: what chose and compared (the tables' headings and prose name it; a metric whose
-    lower is better says so; what its spec says does not apply is stated);
-    ``averaging``: the config's ``averaging`` (``concatenated``: :data:`CONCATENATED_INTRO`)."""
+    """The table in the shape of the paper's Table IV, the paired comparisons, the chosen
+    configurations, ``importance`` (:func:`importance_section`) and (``reference``) the paper's
+    numbers, in the words of ``metric``; ``unseen_selection``: a key of :data:`UNSEEN_BULLETS`."""
     m = get_metric(metric)
     joined = averaging == "concatenated"
     intro = CONCATENATED_INTRO if joined else INTRO
@@ -190,27 +187,17 @@ def comparisons_section(pairs: pd.DataFrame | None, m: MetricSpec) -> list[str]:
     if pairs is None or pairs.empty:
         return []
     rows = (
-        [
-            r.comparison,
-            r.track,
-            r.split,
-            markdown.interval(r.mean_diff, r.ci_low, r.ci_high),
-            f"{r.p_value:.3f}",
-            f"{r.p_holm:.3f}",
-            f"{r.p_min:.3f}",
-            r.n_sessions,
-            r.n_listeners,
-        ]
+        [r.comparison, r.track, r.split, markdown.interval(r.mean_diff, r.ci_low, r.ci_high)]
+        + [f"{r.p_value:.3f}", f"{r.p_holm:.3f}", f"{r.p_min:.3f}", r.n_sessions, r.n_listeners]
         for r in pairs.itertuples()
     )
-    return ["", "## Paired comparisons", "", *_words(COMPARISONS_INTRO, m), ""] + markdown.table(
-        COMPARISONS_HEAD, rows
-    )
+    intro = ["", "## Paired comparisons", "", *_words(COMPARISONS_INTRO, m), ""]
+    return intro + markdown.table(COMPARISONS_HEAD, rows)
 
 
 def chosen_section(df: pd.DataFrame) -> list[str]:
-    """``## Chosen configurations``: each feature set's run and label per track, with the track
-    of its model where it is the other one, and whether it reads future frames."""
+    """``## Chosen configurations``: each feature set's run and label per track (its model's
+    track where it is the other one, and whether it reads future frames)."""
     lines = ["", "## Chosen configurations", ""]
     for fs, part in df.groupby("feature_set", sort=False):
         first = part.iloc[0]
@@ -221,20 +208,17 @@ def chosen_section(df: pd.DataFrame) -> list[str]:
             own = first.get(f"config_track_{track}", track)
             known = isinstance(own, str) and own in ("personalized", "generalized")
             note = f", a {own} configuration" if known and own != track else ""
-            causal = {"true": ", causal", "false": ", reads future frames"}.get(
-                str(first.get(f"causal_{track}", "")), ""
-            )
-            lines.append(
-                f"- **{fs!s}**, {track}: {first[f'label_{track}']} (run `{run}`{note}{causal})"
-            )
+            causal = CAUSAL_NOTES.get(str(first.get(f"causal_{track}", "")), "")
+            label = str(first[f"label_{track}"])
+            lines.append(f"- **{fs!s}**, {track}: {label} (run `{run}`{note}{causal})")
     return lines
 
 
 def importance_section(
     explained: Sequence[Explanation], top: int = 3, metric: str = DEFAULT_METRIC
 ) -> list[str]:
-    """The section on the chosen configurations' importance: per choice, the ``top`` groups of
-    each level with their drop in ``metric`` and 95 % interval (no lines without any)."""
+    """The importance section: per choice, the ``top`` groups of each level with their drop in
+    ``metric`` and 95 % interval (no lines without any)."""
     if not explained:
         return []
     m = get_metric(metric)
@@ -254,18 +238,10 @@ def importance_section(
 
 
 def reference_section(m: MetricSpec) -> list[str]:
-    """The paper's published test numbers of ``m``, apart: measured on the real corpus (a line
-    saying there are none for a metric the paper does not report)."""
+    """The paper's published test numbers of ``m``, apart (a line saying there are none)."""
     if m.name not in PAPER_TEST:
         return ["", f"The paper reports no `{m.name}`: no published numbers to read these against."]
     rows = ([fs, f"{p:.2f}", f"{g:.2f}"] for fs, (p, g) in PAPER_TEST[m.name].items())
-    return [
-        "",
-        "## Reference: published results (real OMG-Empathy test set)",
-        "",
-        *REFERENCE_INTRO,
-        "",
-        *markdown.table(["features", "personalized", "generalized"], rows),
-        "",
-        REFERENCE_NOTE,
-    ]
+    table = markdown.table(["features", "personalized", "generalized"], rows)
+    head = "## Reference: published results (real OMG-Empathy test set)"
+    return ["", head, "", *REFERENCE_INTRO, "", *table, "", REFERENCE_NOTE]

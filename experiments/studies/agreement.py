@@ -1,17 +1,14 @@
-"""Self versus observer: how well do other people's ratings agree with what the listener reports?
-``experiments agreement`` (:func:`agreement`) compares label targets two by two: per session and
-per protocol (:func:`agreement_table`), a fixed configuration trained on one and scored on the
-other (:func:`cross_target_table`), and the inter-rater agreement of targets stored with raters
-(:mod:`.inter_rater`). What each number means: docs/results.md, "Observer ratings and
-self-observer agreement" and "Inter-rater agreement"; the files: docs/outputs.md."""
+"""Self versus observer: ``experiments agreement`` (:func:`agreement`) compares label targets two
+by two, per session (:func:`agreement_table`) and by a model trained on one and scored on the other
+(:func:`cross_target_table`), beside the inter-rater agreement (:mod:`.inter_rater`). What each
+number means: docs/results.md, "Observer ratings and self-observer agreement"."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +18,7 @@ from featurestore import Store
 
 from ..config.grid import Trial, expand
 from ..config.models import model_spec
+from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..data.dataset import load_sessions
 from ..errors import ExperimentsError
@@ -35,6 +33,7 @@ from ..tracking.summary import log_files
 from ..tracking.tracker import Tracker
 from .corpus_config import corpus_note
 from .inter_rater import (
+    StoreLike,
     as_store,
     inter_rater_markdown,
     inter_rater_table,
@@ -42,9 +41,6 @@ from .inter_rater import (
     write_raters,
 )
 from .parent_run import store_fingerprint
-
-#: a store, or its folder
-StoreLike: TypeAlias = Store | str | os.PathLike
 
 SELF_TARGET = "valence_self"
 #: columns of ``agreement.csv`` (a contract: docs/design.md#reports)
@@ -70,12 +66,8 @@ def store_targets(store: StoreLike) -> dict[str, list[str]]:
 
 
 def target_pairs(store: StoreLike, targets: Sequence[str] | None = None) -> list[tuple[str, str]]:
-    """The pairs to compare: ``targets`` (two names) as given, else ``valence_self`` against
-    every other target found in the store (observer ratings), in name order.
-
-    Raises :class:`AgreementError` when a named target is in no shard, or when the store has
-    no second target.
-    """
+    """``targets`` (two names) as given, else ``valence_self`` against every other target of the
+    store; :class:`AgreementError` when a named target is in no shard, or there is no second."""
     present = sorted({t for ts in store_targets(store).values() for t in ts})
     if targets is not None:
         targets = list(targets)
@@ -111,11 +103,8 @@ def targets_of(pairs: Sequence[tuple[str, str]]) -> list[str]:
 def agreement_table(
     store: StoreLike, pairs: Sequence[tuple[str, str]], splits: dict[str, list[int]] | None = None
 ) -> pd.DataFrame:
-    """One row per session and pair holding both targets: ``COLUMNS`` plus ``split``.
-
-    ``splits`` (split -> stories) names each session's split from its story; None keeps the
-    split stored in the shard.
-    """
+    """One row per session and pair holding both targets: ``COLUMNS`` plus ``split`` (from
+    ``splits``, split -> stories; None: the shard's)."""
     st = as_store(store)
     by_story = {int(s): name for name, stories in (splits or {}).items() for s in stories}
     rows = []
@@ -124,18 +113,8 @@ def agreement_table(
         split = by_story.get(meta.story, meta.split) if splits else meta.split
         for a, b in pairs:
             if a in targets and b in targets:
-                ya, yb = st.labels(s, a).to_numpy(), st.labels(s, b).to_numpy()
-                rows.append(
-                    {
-                        "session": s,
-                        "listener": meta.listener,
-                        "story": meta.story,
-                        "target_a": a,
-                        "target_b": b,
-                        "ccc": ccc(ya, yb),
-                        "split": split,
-                    }
-                )
+                value = ccc(st.labels(s, a).to_numpy(), st.labels(s, b).to_numpy())
+                rows.append([s, meta.listener, meta.story, a, b, value, split])
     table = pd.DataFrame(rows, columns=[*COLUMNS, "split"])
     if table.empty:
         names = ", ".join(f"{a} and {b}" for a, b in pairs)
@@ -153,18 +132,8 @@ def agreement_summary(table: pd.DataFrame) -> pd.DataFrame:
         groups = [("all", part)] + [(str(k), g) for k, g in part.groupby("split", sort=True)]
         for split, g in groups:
             prot = protocol_means(g)
-            rows.append(
-                {
-                    "target_a": a,
-                    "target_b": b,
-                    "split": split,
-                    "n_sessions": len(g),
-                    "ccc_personalized": prot["personalized"],
-                    "ccc_generalized": prot["generalized"],
-                    "ccc_min": float(g.ccc.min()),
-                    "ccc_max": float(g.ccc.max()),
-                }
-            )
+            rows.append([a, b, split, len(g), prot["personalized"], prot["generalized"]])
+            rows[-1] += [float(g.ccc.min()), float(g.ccc.max())]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -172,33 +141,29 @@ def agreement_summary(table: pd.DataFrame) -> pd.DataFrame:
 def _sessions_with(
     store: StoreLike, targets: Sequence[str], splits: dict[str, list[int]]
 ) -> list[str]:
+    """The sessions holding every one of ``targets``, of the stories of ``splits`` (empty: all)."""
     stories = {int(s) for v in splits.values() for s in v}
     st = as_store(store)
-    out = []
-    for s, have in store_targets(st).items():
-        # ``splits: shard`` (empty): every session, in the split its shard records
-        if all(t in have for t in targets) and (not splits or st.meta(s).story in stories):
-            out.append(s)
-    return out
+    return [
+        s
+        for s, have in store_targets(st).items()
+        if all(t in have for t in targets) and (not splits or st.meta(s).story in stories)
+    ]
 
 
 def pick_feature_set(
     cfg: ExperimentConfig, store: StoreLike, sessions: Sequence[str]
 ) -> str | None:
-    """The feature set of ``cfg.feature_set`` with the most channels that every one of
-    ``sessions`` has (first on ties); None when no set is complete."""
+    """The set of ``cfg.feature_set`` with the most channels every one of ``sessions`` has (first
+    on ties); None when no set is complete."""
     st = as_store(store)
     have = [set(st.channel_keys(s)) for s in sessions]
     ranked = sorted(cfg.feature_set, key=lambda n: -len(cfg.feature_sets[n]))
-    for name in ranked:
-        if all(set(cfg.feature_sets[name]) <= h for h in have):
-            return name
-    return None
+    return next((n for n in ranked if all(set(cfg.feature_sets[n]) <= h for h in have)), None)
 
 
 def cross_target_trial(cfg: ExperimentConfig, feature_set: str) -> Trial:
-    """The fixed configuration of the cross-target table: the first non-baseline configuration
-    of ``cfg``'s grid on ``feature_set`` (the baseline itself when the grid has nothing else)."""
+    """The cross-target configuration: the first non-baseline one of ``cfg``'s grid on ``feature_set``."""
     if feature_set not in cfg.feature_sets:
         raise AgreementError(
             f"feature set {feature_set!r} is not defined in the config ({', '.join(cfg.feature_sets)})"
@@ -213,14 +178,10 @@ def cross_target_table(
     pairs: Sequence[tuple[str, str]],
     feature_set: str | None = None,
 ) -> tuple[pd.DataFrame, Trial | None]:
-    """Train :func:`cross_target_trial` on each target of each pair; score on both targets.
-
-    Only sessions holding both targets of a pair take part. Returns the table
-    (``CROSS_COLUMNS``, one row per trained-on x scored-against x split) and the trial used
-    (None, with an empty table, when no feature set is complete in those sessions).
-    """
+    """Train :func:`cross_target_trial` on each target of each pair (the sessions holding both),
+    score on both: the table (``CROSS_COLUMNS``) and the trial (None: no feature set complete)."""
     st = as_store(store)
-    rows: list[dict] = []
+    rows: list[list] = []
     seen: set[tuple[str, str, str]] = set()
     # (trial, sessions) -> its result: the self model is fitted once
     results: dict[tuple[Trial, tuple[str, ...]], TrialResult] = {}
@@ -255,16 +216,8 @@ def cross_target_table(
                     ]
                 for split, g in scored.groupby("split", sort=False):
                     prot = protocol_means(g)
-                    rows.append(
-                        {
-                            "trained_on": train_on,
-                            "scored_against": scored_against,
-                            "feature_set": fs,
-                            "split": split,
-                            "ccc_personalized": prot["personalized"],
-                            "ccc_generalized": prot["generalized"],
-                        }
-                    )
+                    means = [prot["personalized"], prot["generalized"]]
+                    rows.append([train_on, scored_against, fs, split, *means])
     return pd.DataFrame(rows, columns=CROSS_COLUMNS), used
 
 
@@ -290,8 +243,7 @@ def agreement_markdown(
     trial: Trial | None,
     note: str = "",
 ) -> str:
-    """``agreement.md``: the protocol summary, the per-session CCC, and the cross-target table
-    (``note`` in its place when there is none)."""
+    """``agreement.md``: the summary, the per-session CCC and the cross-target table (else ``note``)."""
     n = markdown.number
     rows = (
         [r.target_a, r.target_b, r.n_sessions, r.split]
@@ -305,11 +257,8 @@ def agreement_markdown(
     lines += markdown.table(head, rows)
     lines += ["", "## Per session", ""]
     pairs = list(dict.fromkeys(zip(table.target_a, table.target_b, strict=True)))
-    wide = table.pivot_table(
-        index=["listener", "story", "session", "split"],
-        columns=["target_a", "target_b"],
-        values="ccc",
-    )
+    keys = ["listener", "story", "session", "split"]
+    wide = table.pivot_table(index=keys, columns=["target_a", "target_b"], values="ccc")
     lines += markdown.table(
         ["session", "split"] + [f"{a} vs {b}" for a, b in pairs],
         (
@@ -323,28 +272,20 @@ def agreement_markdown(
 
 
 def _cross_section(cross: pd.DataFrame, trial: Trial | None, note: str) -> list[str]:
-    """The cross-target part of ``agreement.md``: per (trained on, scored against), each
-    split's two protocols."""
+    """The cross-target part of ``agreement.md``: per (trained on, scored against), each split's two protocols."""
     if trial is None or cross.empty:
-        return [
-            note
-            or "Not computed: no feature set of the config is complete in the sessions holding both targets."
-        ]
+        complete = "no feature set of the config is complete in the sessions holding both targets"
+        return [note or f"Not computed: {complete}."]
     splits = list(dict.fromkeys(cross.split))
     rows = []
     for (t, sa), g in cross.groupby(["trained_on", "scored_against"], sort=False):
         g = g.set_index("split")
-        protocols = ("ccc_personalized", "ccc_generalized")
-        rows.append(
-            [t, sa]
-            + [
-                markdown.number(g.loc[s, c]) if s in g.index else "n/a"
-                for s in splits
-                for c in protocols
-            ]
-        )
-    head = ["trained on", "scored against"] + [
-        f"{s} {p}" for s in splits for p in ("pers.", "gen.")
+        cells = (g.loc[s, f"ccc_{p}"] if s in g.index else None for s in splits for p in TRACKS)
+        rows.append([t, sa, *("n/a" if c is None else markdown.number(c) for c in cells)])
+    head = [
+        "trained on",
+        "scored against",
+        *(f"{s} {p}" for s in splits for p in ("pers.", "gen.")),
     ]
     return [
         f"Configuration (fixed, the config's first non-baseline one): {trial.label()}; "
@@ -376,11 +317,9 @@ def agreement(
     feature_set: str | None = None,
     cross: bool = True,
 ) -> AgreementResult:
-    """Compare label targets (see the module docstring), write ``agreement.{csv,md,png}`` (and the
-    inter-rater CSVs) into ``out_dir`` and log them to MLflow (run ``agreement`` in
-    ``cfg.tracking.experiment``). ``targets``: two target names, or None for ``valence_self``
-    against every other target; ``feature_set``: the cross-target model's (default: the config's
-    largest set that every compared session has); ``cross`` False skips the cross-target table."""
+    """Compare label targets; write ``agreement.{csv,md,png}`` (and the inter-rater CSVs) into
+    ``out_dir`` and log them (run ``agreement``). ``targets``: two names, or None (:func:`target_pairs`);
+    ``feature_set``: the cross-target model's (default :func:`pick_feature_set`); ``cross`` False skips it."""
     st = as_store(store)
     raters, lags = inter_rater_table(st, cfg.gold_standard.max_lag_s)
     out = Path(out_dir)
@@ -393,21 +332,17 @@ def agreement(
         # a store with raters but no second target: the inter-rater part alone
         (out / "agreement.md").write_text("# Agreement\n\n" + inter_rater_markdown(raters, lags))
         files = [out / "agreement.md", *write_raters(out, raters, lags)]
-        run_id = _log_run(
-            cfg, st, tracking_uri, {"store": str(st.root)}, rater_metrics(raters), files
-        )
-        table, summary, cross_df = (
-            pd.DataFrame(columns=c) for c in (COLUMNS, SUMMARY_COLUMNS, CROSS_COLUMNS)
-        )
-        return AgreementResult(table, summary, cross_df, None, run_id, files)
+        params = {"store": str(st.root)}
+        run_id = _log_run(cfg, st, tracking_uri, params, rater_metrics(raters), files)
+        empty = [pd.DataFrame(columns=c) for c in (COLUMNS, SUMMARY_COLUMNS, CROSS_COLUMNS)]
+        return AgreementResult(empty[0], empty[1], empty[2], None, run_id, files)
     table = agreement_table(st, pairs, cfg.splits)
     summary = agreement_summary(table)
     none = (pd.DataFrame(columns=CROSS_COLUMNS), None)
     cross_df, trial = cross_target_table(cfg, st, pairs, feature_set) if cross else none
     files = [out / "agreement.csv", out / "agreement.md", out / "agreement.png"]
-    table.sort_values(["target_b", "listener", "story"], kind="stable")[COLUMNS].to_csv(
-        files[0], index=False
-    )
+    ordered = table.sort_values(["target_b", "listener", "story"], kind="stable")
+    ordered[COLUMNS].to_csv(files[0], index=False)
     md = agreement_markdown(
         table, summary, cross_df, trial, "" if cross else "Not computed (--no-cross)."
     )
@@ -417,10 +352,8 @@ def agreement(
     files[1].write_text(md + "\n" + inter_rater_markdown(raters, lags))
     files += write_raters(out, raters, lags)
     example = table.sort_values(["listener", "story"]).session.iloc[0]
-    targets_shown = targets_of(pairs)
-    series = {
-        t: st.labels(example, t).to_numpy() for t in targets_shown if t in st.label_targets(example)
-    }
+    shown = [t for t in targets_of(pairs) if t in st.label_targets(example)]
+    series = {t: st.labels(example, t).to_numpy() for t in shown}
     plot_agreement(table, summary, files[2], example=(example, series))
     params = {"pairs": ";".join(f"{a}~{b}" for a, b in pairs), "store": str(st.root)}
     resolved: dict[str, object] = {"config": mask_all(cfg.to_dict()), "code": code_version().tags()}
@@ -436,7 +369,7 @@ def agreement(
 def _metrics(summary: pd.DataFrame, cross: pd.DataFrame) -> dict[str, float]:
     """The run's metrics: each pair's and each cross-target row's protocol means per split."""
     metrics = {}
-    for p in ("personalized", "generalized"):
+    for p in TRACKS:
         for r in summary.itertuples():
             metrics[f"agreement.{r.target_a}.vs.{r.target_b}.{r.split}.ccc_{p}"] = getattr(
                 r, f"ccc_{p}"
@@ -457,11 +390,9 @@ def _log_run(
     files: Sequence[Path],
     config: str | None = None,
 ) -> str:
-    """The MLflow run ``agreement``: its params, metrics, ``files`` and ``config`` (the resolved
-    config, as ``config.yaml``) under ``agreement/``; returns its id."""
-    tracker = Tracker(
-        tracking_uri or cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifacts
-    )
+    """The MLflow run ``agreement``: params, metrics, ``files`` and ``config`` (``config.yaml``); its id."""
+    uri = tracking_uri or cfg.tracking.uri
+    tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     fingerprint, _ = store_fingerprint(st)
     tags = {"agreement": "true", "store_fingerprint": fingerprint, **code_version().tags()}
     run_id = tracker.start_run("agreement", tags=tags)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import pandas as pd
+
 from featurestore import Store
 from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout, common_layout, layout_of
 from featurestore.storage.roles import corpus_key
@@ -25,12 +27,10 @@ from ..config.store_check import StoreNames
 
 
 def corpus_overrides(names: StoreNames) -> list[str]:
-    """``--set KEY=VALUE`` strings that put the store's own target, splits, roles and channels
-    into a packaged (OMG-Empathy) config: the target most sessions hold, each session's split
-    as its shard records it, a feature set per role the store has (in the corpus's words, e.g.
-    ``person``; ``both`` when there is a partner), no late fusion and no importance. Empty for
-    a store of the native layout (OMG-Empathy's), which the packaged configs already fit. Its runs go to the MLflow
-    experiment ``agreement-<store folder>``."""
+    """``--set KEY=VALUE`` strings that fit a packaged (OMG-Empathy) config to the store: the target
+    most sessions hold, the shards' splits, a feature set per role (in the corpus's words; ``both``
+    with a partner), no fusion or importance, experiment ``agreement-<store folder>``; empty for
+    the native layout."""
     if all(layout_of(name).native for name in names.layouts.values()):
         return []
     held = Counter(t for targets in names.targets.values() for t in targets)
@@ -47,6 +47,7 @@ def corpus_overrides(names: StoreNames) -> list[str]:
     if not sets:  # a store of labels only: the set is never complete, so never trained
         sets[words["listener"]] = [f"{words['listener']}/egemaps"]
     text = ", ".join(f"{name}: [{', '.join(v)}]" for name, v in sets.items())
+    folder = os.path.basename(os.path.normpath(str(names.root))) or "store"
     return [
         f"target={target}",
         "splits=shard",
@@ -54,35 +55,29 @@ def corpus_overrides(names: StoreNames) -> list[str]:
         f"feature_set=[{', '.join(sets)}]",
         "fusion=null",
         "importance=null",
-        f"tracking.experiment={_experiment_name(names)}",
+        f"tracking.experiment=agreement-{folder}",
     ]
 
 
-def _experiment_name(names: StoreNames) -> str:
-    """``agreement-<store folder>``: the MLflow experiment of a corpus's agreement runs (never
-    the packaged config's OMG name)."""
-    folder = os.path.basename(os.path.normpath(str(names.root))) or "store"
-    return f"agreement-{folder}"
+def _sessions(store: Store | str | os.PathLike) -> pd.DataFrame | None:
+    """The store's sessions table; None for no store or an empty one."""
+    st = store if isinstance(store, Store) else Store(store)
+    table = st.sessions() if st.root.is_dir() else None
+    return None if table is None or table.empty else table
 
 
 def corpus_note(store: Store | str | os.PathLike) -> tuple[CorpusLayout, str]:
-    """(layout, the Markdown note a report opens with) of ``store``: the corpus's words for the
-    roles, and whether it is monadic (no session has a partner); (the default layout, ``""``)
-    for the OMG layout, a store of mixed layouts or an empty store."""
-    st = store if isinstance(store, Store) else Store(store)
-    table = st.sessions() if st.root.is_dir() else None
-    if table is None or table.empty:
+    """(layout, the Markdown note a report opens with: the corpus's words for the roles, whether
+    it is monadic); (the default layout, ``""``) for the OMG layout, mixed layouts or no sessions."""
+    if (table := _sessions(store)) is None:
         return DEFAULT_LAYOUT, ""
     layout = common_layout(table.layout)
     return layout, layout.note(monadic=bool((table.speaker == 0).all()))
 
 
 def person_ids(store: Store | str | os.PathLike) -> dict[int, str]:
-    """Listener number -> the person id the manifest gives, for the sessions of a listed
-    layout (a manifest's) in ``store`` (empty for the OMG layout, whose ids are the numbers)."""
-    st = store if isinstance(store, Store) else Store(store)
-    table = st.sessions() if st.root.is_dir() else None
-    if table is None or table.empty:
+    """Listener number -> the person id a manifest gives (empty for the OMG layout: numbers)."""
+    if (table := _sessions(store)) is None:
         return {}
     listed = table.layout.map(lambda name: layout_of(name).listed)
     rows = table[listed & (table.person != "")]

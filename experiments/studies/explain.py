@@ -1,6 +1,5 @@
-"""What drives a run's prediction: ``experiments explain RUN_ID`` (:func:`explain_run`), and the
-ablation's chosen configurations (:func:`explain_choices`). What the importance means:
-docs/results.md, "What drives a prediction: permutation importance"; its files: docs/outputs.md."""
+"""What drives a run's prediction: ``experiments explain RUN_ID`` (:func:`explain_run`) and the
+ablation's choices (:func:`explain_choices`); docs/results.md, "What drives a prediction"."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeAlias
 
 import pandas as pd
 
-from featurestore import Store
 from featurestore.parallel.memory import release_free_memory
 
 from ..config.grid import Trial, trial_from_params
@@ -35,21 +34,22 @@ from ..tracking.redact import mask_uri
 from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 from ..windowing.windowed import WindowKey, window_sessions
+from .inter_rater import StoreLike
 from .sweep import grid_trials
 
 #: the logged and the refitted unpermuted metric may differ by rounding only (float32 features)
 REPRODUCED_TOLERANCE = 1e-4
+#: run id -> its per-session scores (None: no run, or none logged)
+ScoresOf: TypeAlias = Callable[[str], pd.DataFrame | None]
 
 
 class ExplainError(ExperimentsError, ValueError):
-    """The run cannot be explained (no such run, not a configuration's run, a baseline); the
-    message says which run and what to do."""
+    """The run cannot be explained; the message says which run and what to do."""
 
 
 @dataclass
 class Explanation:
-    """What :func:`explain_trial` computed and wrote: the importance, the files, the run's
-    logged metric beside the refitted one (``logged``; NaN when the run has no such metric)."""
+    """What :func:`explain_trial` computed and wrote; ``logged``: the run's logged metric (or NaN)."""
 
     run_id: str
     trial: Trial
@@ -71,41 +71,30 @@ class Explanation:
             f"{int(t.n_listeners.iloc[0])} listeners, {int(t.repeats.iloc[0])} repeats"
         )
         cols = ["level", "rank", "group", "importance", "ci_low", "ci_high", "n_features"]
+        first = t.groupby("level", sort=False).head(rows)[cols]
         with pd.option_context("display.width", 200, "display.max_colwidth", 60):
-            body = (
-                t.groupby("level", sort=False)
-                .head(rows)[cols]
-                .to_string(index=False, float_format=lambda v: f"{v:.3f}")
-            )
+            body = first.to_string(index=False, float_format=lambda v: f"{v:.3f}")
         files = ", ".join(str(f) for f in self.files)
         return f"{head}\n{body}\nwritten: {files}; logged to run {self.run_id}"
 
 
-def _reads_no_feature(trial: Trial) -> bool:
-    """The baselines: the training mean, the position prior."""
-    return model_spec(trial.model).baseline
-
-
 def _explainable(trial: Trial | None) -> Trial | None:
-    """``trial`` when its importance can be computed: a configuration that reads features."""
-    return None if trial is None or _reads_no_feature(trial) else trial
+    """``trial`` unless it is None or a baseline (which reads no feature)."""
+    return None if trial is None or model_spec(trial.model).baseline else trial
 
 
 def file_stem(feature_set: str, track: str) -> str:
-    """``<feature_set>_<track>``: the part of the report names after ``importance_`` (a space,
-    as in ``late fusion``, becomes ``_``: file names without spaces)."""
+    """``<feature_set>_<track>`` of the report names, without spaces (``late fusion``)."""
     return f"{feature_set}_{track}".replace(" ", "_")
 
 
 def logged_scores(
     tracker: Tracker, run_id: str, metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame | None:
-    """The run's per-session ``metric`` (its ``<metric>_matrix.csv`` artifact,
-    :func:`~experiments.tracking.child_runs.matrix_file`), None if it logged none."""
+    """The run's per-session ``metric`` (its :func:`matrix_file` artifact), None if it logged none."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            name = matrix_file(metric)
-            return pd.read_csv(tracker.client.download_artifacts(run_id, name, tmp))
+            return pd.read_csv(tracker.client.download_artifacts(run_id, matrix_file(metric), tmp))
         except Exception:  # noqa: BLE001 - a run logged without artifacts has no matrix
             return None
 
@@ -120,8 +109,7 @@ def session_map(
     run_id: str,
     metric: str = DEFAULT_METRIC,
 ) -> Path:
-    """``out_dir/<metric>_per_session_<feature_set>_<track>.png``: the run's ``metric`` per
-    listener x story (every split it scored), also logged to the run under ``importance/``."""
+    """``out_dir/<metric>_per_session_<feature_set>_<track>.png`` (per listener x story), also logged."""
     m = get_metric(metric)
     path = Path(out_dir) / f"{m.column('per_session')}_{file_stem(feature_set, track)}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,10 +128,8 @@ def explain_trial(
     out_dir: str | os.PathLike = "reports",
     scores: pd.DataFrame | None = None,
 ) -> Explanation:
-    """Write the importance ``result`` of ``trial`` under ``track``'s averaging to ``out_dir``
-    and log it to the run ``run_id`` (docs/results.md, "What drives a prediction"), with the
-    heat map of ``scores`` (the run's per-session metric; default its logged score matrix, else
-    the refit's); warns when the refit's value is not the run's logged one."""
+    """Write the importance ``result`` of ``trial`` to ``out_dir`` and log it to ``run_id``, with the
+    heat map of ``scores`` (default: logged, else the refit's); warns when the refit is not the run."""
     split, m = str(result.scores.split.iloc[0]), get_metric(trial.metric)
     key = m.key(split, track)
     logged = tracker.client.get_run(run_id).data.metrics.get(key, float("nan"))
@@ -172,12 +158,9 @@ def explain_trial(
     )
     tracker.log_table(run_id, result.table, f"importance/importance_{stem}.json")
     above = result.table[result.table.ci_low > 0]
+    rows = zip(above.level, above.group, above.importance, strict=True)
     tracker.log(
-        run_id,
-        metrics={
-            f"importance.{level}.{group}.{track}": float(v)
-            for level, group, v in zip(above.level, above.group, above.importance, strict=True)
-        },
+        run_id, metrics={f"importance.{lv}.{group}.{track}": float(v) for lv, group, v in rows}
     )
     return Explanation(run_id, trial, track, result, [csv, png, heat], float(logged))
 
@@ -193,15 +176,9 @@ def explain_run(
     track: str | None = None,
     seed: int = 0,
 ) -> Explanation:
-    """``experiments explain RUN_ID``: the permutation importance of a configuration's child run
-    (:func:`~experiments.evaluation.importance.permutation_importance` of its refit, written and
-    logged by :func:`explain_trial`).
-
-    Raises:
-        ExplainError: no run ``run_id``, a run that is no configuration's (a parent run), a
-            run whose params do not give its config hash, or the ``dummy`` baseline.
-        DatasetError: the store lacks the configuration's channels or label target.
-    """
+    """``experiments explain RUN_ID``: the permutation importance of a configuration's child run's
+    refit (:func:`explain_trial`). Raises :class:`ExplainError` for no such run, a parent run, a
+    config hash its params do not give, or a baseline; ``DatasetError`` for missing channels."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # heavy: loaded when a run is read
     from mlflow.exceptions import MlflowException
@@ -216,9 +193,8 @@ def explain_run(
         ) from e
     trial = _run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
-    tables = load_sessions(
-        store, sweep_channels(trial), target=trial.target, splits=dict_splits(trial)
-    )
+    splits = {name: list(stories) for name, stories in trial.splits}
+    tables = load_sessions(store, sweep_channels(trial), target=trial.target, splits=splits)
     w = window_sessions(tables, trial.window_key())
     track = track or trial.track
     result = permutation_importance(trial, w, levels, repeats, split, track, seed)
@@ -226,8 +202,7 @@ def explain_run(
 
 
 def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
-    """The configuration of the run ``run_id`` from its ``params``, checked against its
-    ``config_hash`` tag; :class:`ExplainError` when it is none, or the baseline."""
+    """The configuration of ``run_id`` from its ``params``, checked against its ``config_hash`` tag."""
     try:
         trial = trial_from_params(params)
     except KeyError as e:
@@ -237,7 +212,7 @@ def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
             f"run {run_id}: its params give config hash {trial.hash()}, its tag says "
             f"{logged_hash or 'nothing'}; it was logged by other code: run the sweep again"
         )
-    if _reads_no_feature(trial):
+    if _explainable(trial) is None:
         raise ExplainError(
             f"run {run_id} is the {trial.model} baseline, which reads no feature: nothing to permute"
         )
@@ -245,25 +220,14 @@ def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
 
 
 def sweep_channels(trial: Trial) -> list[str]:
-    """``trial``'s channels in the order the sweep loads them (sorted, as
-    :class:`~experiments.tracking.context.SweepContext` lists every channel): the windowed
-    features' columns follow the load order, and a model's fit depends on the column order, so
-    a refit on this load is the run's fit, number for number (late fusion's load, the sorted
-    union of its members' channels, lays them out the same way, so their fits are shared).
-    """
+    """``trial``'s channels sorted, as the sweep loads them: a fit depends on the column order, so
+    a refit on this load is the run's fit, number for number (and late fusion's sorted union too)."""
     return sorted(trial.channels)
 
 
-def dict_splits(trial: Trial) -> dict[str, list[int]]:
-    """``trial``'s splits as the config writes them (split -> stories)."""
-    return {name: list(stories) for name, stories in trial.splits}
-
-
 def trials_by_hash(cfg: ExperimentConfig) -> dict[str, Trial]:
-    """config hash -> the configuration as fitted for predictions (no unseen-listener protocol),
-    for every configuration a sweep of ``cfg`` logs (:func:`~experiments.studies.sweep.grid_trials`)
-    under every hash it may carry: as expanded, with ``unseen_listener`` (selection ``chosen``)
-    and with ``unseen_nested`` too (selection ``nested``), whichever selection the ablation ran."""
+    """config hash -> the configuration as fitted for predictions, for every configuration a sweep
+    of ``cfg`` logs under every hash it may carry (plain, unseen ``chosen``, unseen ``nested``)."""
     by_hash: dict[str, Trial] = {}
     for t in grid_trials(cfg):
         plain = replace(t, unseen_listener=False, unseen_nested=False)
@@ -279,20 +243,15 @@ def trials_by_hash(cfg: ExperimentConfig) -> dict[str, Trial]:
 def explain_choices(
     cfg: ExperimentConfig,
     table: pd.DataFrame,
-    scores_of: Callable[[str], pd.DataFrame | None],
-    store: Store | str | os.PathLike,
+    scores_of: ScoresOf,
+    store: StoreLike,
     tracker: Tracker,
     out_dir: str | os.PathLike = "reports",
     cache: FitCache | None = None,
 ) -> list[Explanation | Path]:
-    """The importance step of the ablation: for each feature set and track of ``table`` (the
-    ablation table), the heat map of the chosen run's metric (``scores_of(run_id)``: its
-    per-session values) and, with ``cfg.importance``, its permutation importance (a baseline has none). Returns
-    each :class:`Explanation` and the path of each heat map drawn alone.
-
-    A feature set's sessions are loaded once, and its two choices computed together when they
-    share a fit group (:func:`_importances`); ``cache``: fits made before (the late fusion's
-    members), each window's released once its importance is computed."""
+    """The ablation's importance step: per feature set and track of ``table``, the chosen run's
+    heat map and (``cfg.importance``, not a baseline) its importance: each :class:`Explanation`
+    and each heat map drawn alone. ``cache``: fits made before (late fusion's members)."""
     by_hash = trials_by_hash(cfg)
     hash_of = functools.cache(
         lambda run: str(tracker.client.get_run(run).data.tags.get(CONFIG_HASH_TAG, ""))
@@ -327,13 +286,12 @@ def explain_choices(
 
 def _importances(
     cfg: ExperimentConfig,
-    store: Store | str | os.PathLike,
+    store: StoreLike,
     choices: Sequence[tuple[Trial, str]],
     cache: FitCache | None = None,
 ) -> dict[tuple[Trial, str], ImportanceResult]:
-    """The importance of each (configuration, track) of one feature set's ``choices``: the
-    sessions loaded once, each window made once (one at a time), the choices of one fit group
-    computed together."""
+    """The importance of each (configuration, track) of one feature set: the sessions loaded once,
+    one window at a time, the choices of one fit group together."""
     out: dict[tuple[Trial, str], ImportanceResult] = {}
     if not choices or cfg.importance is None:
         return out

@@ -1,11 +1,8 @@
-"""The ablation's ``late fusion`` row (:func:`fusion_rows`): each track's member choices refitted
-from the store, blended (:func:`experiments.evaluation.fusion.late_fusion`), scored and logged
-as a child run of the ablation's parent with a configuration's artifacts plus ``fusion.yaml``.
-What it means: docs/results.md, "Late fusion beside early fusion"."""
+"""The ablation's ``late fusion`` row (:func:`fusion_rows`): each track's member choices refitted,
+blended, scored and logged as a child run (docs/results.md, "Late fusion beside early fusion")."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +11,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from featurestore import Store
 from featurestore.parallel.memory import release_free_memory
 
 from ..config.fusion import FUSED_SET
@@ -31,6 +27,7 @@ from ..tracking.provenance import code_version
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from ..windowing.windowed import Windowed, WindowKey, window_sessions
 from .explain import trials_by_hash
+from .inter_rater import StoreLike
 from .parent_run import SweepResult
 
 #: (feature set, run id) of each member of one track's fusion
@@ -39,30 +36,22 @@ Members = list[tuple[str, str]]
 
 def _members(df: pd.DataFrame, members: list[str], track: str) -> Members | None:
     """(feature set, run id) of each member's choice on ``track``; None when one has none."""
-    out = []
-    for fs in members:
-        runs = df.loc[df.feature_set == fs, f"run_id_{track}"]
-        run = str(runs.iloc[0]) if len(runs) else ""
-        if not run:
-            return None
-        out.append((fs, run))
-    return out
+    runs = [(fs, df.loc[df.feature_set == fs, f"run_id_{track}"]) for fs in members]
+    out = [(fs, str(r.iloc[0]) if len(r) else "") for fs, r in runs]
+    return out if all(run for _, run in out) else None
 
 
 def fusion_rows(
     cfg: ExperimentConfig,
     sweep: SweepResult,
     df: pd.DataFrame,
-    store: Store | str | os.PathLike,
+    store: StoreLike,
     tracking_uri: str | None = None,
     cache: FitCache | None = None,
 ) -> tuple[pd.DataFrame, dict[str, FusionResult]]:
-    """The ``late fusion`` rows of the ablation table (the columns of ``df``, one per split) and
-    the fusions by run id; their per-session scores are added to ``sweep.scores`` so the paired
-    comparisons find them. Empty when ``cfg`` has no fusion or a member has no choice.
-    ``cache``: where the members' fits are kept (for the importance of the same choices, which
-    the caller then releases); by default, one of this call.
-    """
+    """The ``late fusion`` rows of the ablation table (one per split) and the fusions by run id,
+    their scores added to ``sweep.scores``; empty without fusion or a member's choice. ``cache``:
+    where the members' fits are kept (the caller releases it; default: one of this call)."""
     if not cfg.fusion.enabled:
         return df.iloc[0:0], {}
     chosen = {t: _members(df, cfg.fusion.members, t) for t in TRACKS}
@@ -70,22 +59,17 @@ def fusion_rows(
         return df.iloc[0:0], {}
     members = {t: runs or [] for t, runs in chosen.items()}
     trials = _member_trials(cfg, sweep, store, [r for runs in members.values() for _, r in runs])
-    tracker = Tracker(
-        tracking_uri or cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifacts
-    )
+    uri = tracking_uri or cfg.tracking.uri
+    tracker = Tracker(uri, cfg.tracking.experiment, cfg.tracking.artifacts)
     results, run_of = _fuse(cfg, sweep, store, members, trials, tracker, cache)
     rows = [_row(df.columns, split, cfg, members, results, run_of) for split in ("val", "test")]
     return pd.DataFrame(rows, columns=df.columns), results
 
 
 def _member_trials(
-    cfg: ExperimentConfig,
-    sweep: SweepResult,
-    store: Store | str | os.PathLike,
-    runs: Sequence[str],
+    cfg: ExperimentConfig, sweep: SweepResult, store: StoreLike, runs: Sequence[str]
 ) -> dict[str, Trial]:
-    """run id -> the member's configuration (from the config's grid, by the run's config hash),
-    with its channels' look-ahead on this store: the fusion is causal when every member is."""
+    """run id -> the member's configuration (by its config hash), with its channels' look-ahead."""
     by_hash = trials_by_hash(cfg)
     table = sweep.table.set_index("run_id") if not sweep.table.empty else sweep.table
     trials: dict[str, Trial] = {}
@@ -105,14 +89,13 @@ def _member_trials(
 def _fuse(
     cfg: ExperimentConfig,
     sweep: SweepResult,
-    store: Store | str | os.PathLike,
+    store: StoreLike,
     members: dict[str, Members],
     trials: dict[str, Trial],
     tracker: Tracker,
     cache: FitCache | None,
 ) -> tuple[dict[str, FusionResult], dict[str, str]]:
-    """Each track's fusion, fitted and logged (one for both tracks when they chose the same
-    members); returns the fusions by run id and each track's run id."""
+    """Each track's fusion fitted and logged (once for the same members): by run id, and each track's run."""
     channels = sorted({c for t in trials.values() for c in t.channels})
     tables = load_sessions(
         store, channels, target=cfg.target, splits=cfg.splits, gold_standard=cfg.gold_standard
@@ -162,14 +145,13 @@ def _row(
     results: dict[str, FusionResult],
     run_of: dict[str, str],
 ) -> dict[str, object]:
-    """The fused row of the ablation table on ``split``: each track's fusion, labelled by its
-    members' runs and the blend's weights."""
+    """The fused row of the ablation table on ``split``, labelled by its members and weights."""
     row: dict[str, object] = {c: np.nan for c in columns}
     row.update(feature_set=FUSED_SET, split=split)
     row["split_role"] = "selection" if split == "val" else "held-out"
+    m = get_metric(cfg.metric)
     for track in TRACKS:
         r = results[run_of[track]]
-        m = get_metric(cfg.metric)
         name = m.key(split, track)
         row[m.column(track)] = r.metrics.get(name, np.nan)
         row[f"run_id_{track}"] = run_of[track]
@@ -199,7 +181,7 @@ def _log(
     member_runs: Members,
     tracks: list[str],
 ) -> str:
-    """Log ``result`` as a child run of the ablation's parent ``parent_id``; returns its run id."""
+    """Log ``result`` as a child run of ``parent_id``; returns its run id."""
     names = [fs for fs, _ in member_runs]
     code = code_version().tags()
     causal = format_value(result.causal)
@@ -246,24 +228,16 @@ def _log(
         "code": code,
     }
     with tempfile.TemporaryDirectory() as tmp:
-        _write_run_files(Path(tmp), result, summary, m.name)
+        # a configuration's artifacts (`experiments export` and `score` work on the fusion)
+        folder = Path(tmp)
+        scores = result.scores.sort_values(["split", "listener", "story"])
+        scores.to_csv(folder / matrix_file(m.name), index=False)
+        split_of = dict(zip(result.scores.session, result.scores.split, strict=True))
+        for sid, pred in result.predictions.items():
+            d = folder / "predictions" / split_of[sid]
+            d.mkdir(parents=True, exist_ok=True)
+            write_prediction_csv(d / f"{sid}.csv", pred)
+        (folder / "fusion.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
         tracker.log_artifacts(run_id, tmp)
     tracker.finish(run_id, "FINISHED")
     return run_id
-
-
-def _write_run_files(
-    folder: Path, result: FusionResult, summary: dict[str, object], metric: str
-) -> None:
-    """A configuration's artifacts (its score matrix, :func:`matrix_file`; ``predictions/<split>/``:
-    ``experiments export`` and ``score`` work on the fusion) and ``fusion.yaml`` (``summary``)
-    into ``folder``."""
-    result.scores.sort_values(["split", "listener", "story"]).to_csv(
-        folder / matrix_file(metric), index=False
-    )
-    split_of = dict(zip(result.scores.session, result.scores.split, strict=True))
-    for sid, pred in result.predictions.items():
-        d = folder / "predictions" / split_of[sid]
-        d.mkdir(parents=True, exist_ok=True)
-        write_prediction_csv(d / f"{sid}.csv", pred)
-    (folder / "fusion.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -16,20 +17,17 @@ from ..data.gold_standard import agreement as rater_agreement
 from ..data.gold_standard import estimate_lags
 from ..evaluation import markdown
 
+#: a store, or its folder
+StoreLike: TypeAlias = Store | str | os.PathLike
+#: columns of ``inter_rater.csv``
+RATER_COLUMNS = (
+    "target session aligned raters n_frames ICC(2,1) ICC(3,1) ICC(2,k) ICC(3,k) mean_pairwise_ccc"
+).split()
 
-def as_store(store: Store | str | os.PathLike) -> Store:
+
+def as_store(store: StoreLike) -> Store:
     """``store`` opened, when it is a folder."""
     return store if isinstance(store, Store) else Store(store)
-
-
-#: columns of ``inter_rater.csv``
-RATER_COLUMNS = ["target", "session", "aligned", "raters", "n_frames"] + [
-    "ICC(2,1)",
-    "ICC(3,1)",
-    "ICC(2,k)",
-    "ICC(3,k)",
-    "mean_pairwise_ccc",
-]
 
 
 class EmptyRaterWarning(UserWarning):
@@ -37,9 +35,7 @@ class EmptyRaterWarning(UserWarning):
 
 
 def warn_empty_raters(by_target: dict[str, dict[str, dict[str, np.ndarray]]]) -> list[str]:
-    """``target@rater in session`` for each rater whose stored trace is all missing, in one
-    :class:`EmptyRaterWarning` naming each (none: no warning). Such a rater contributes no
-    frame, so its session's ICCs are blank: usually its file's times miss the recording."""
+    """``target@rater in session`` of each rater stored all missing, named in one :class:`EmptyRaterWarning`."""
     empty = [
         f"{t}@{r} in {s}"
         for t, sessions in sorted(by_target.items())
@@ -61,12 +57,10 @@ def warn_empty_raters(by_target: dict[str, dict[str, dict[str, np.ndarray]]]) ->
 
 
 def inter_rater_table(
-    store: Store | str | os.PathLike, max_lag_s: float = 5.0
+    store: StoreLike, max_lag_s: float = 5.0
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Inter-rater agreement of every target stored with raters: (rows of :data:`RATER_COLUMNS`,
-    per session then ``pooled``, as rated and lag-aligned; the lags ``target, rater,
-    lag_frames, lag_s``). Both empty when no session has raters. A rater stored empty (every
-    frame missing) for a session is named in an :class:`EmptyRaterWarning`."""
+    """Inter-rater agreement of every target stored with raters (:data:`RATER_COLUMNS`, per session
+    then ``pooled``, as rated and lag-aligned) and the lags; both empty without raters."""
     st = as_store(store)
     by_target: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     fps = 25.0

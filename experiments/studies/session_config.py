@@ -1,6 +1,5 @@
-"""A whole-session study's config: :class:`SessionLevelConfig`, read and checked by
-:func:`load_session_config` with the experiment config's checks and the model and metric
-registries. The keys and their meaning: docs/config.md, "Whole-session ratings"."""
+"""A whole-session study's config (:class:`SessionLevelConfig`, :func:`load_session_config`); its
+keys: docs/config.md, "Whole-session ratings"."""
 
 from __future__ import annotations
 
@@ -73,49 +72,45 @@ class _Checker(Checker):
     """The session config's keys, checked by the experiment config's value checks."""
 
     def study(self, raw: dict) -> SessionLevelConfig:
-        """Every key checked, every problem raised at once (:meth:`Checker.raise_errors`)."""
+        """Every key checked, every problem raised at once."""
         cfg, raw = SessionLevelConfig(), {"target": "", **self.mapping("", raw, KEYS)}
         stats = ", ".join(STATS)
         text = "expected a non-empty string, got {v!r}"
-        checks: dict[str, Callable[[Any], Any]] = {
-            "target": self.expect(
-                "target", "missing; name the whole-session rating, e.g. target: empathy", _text
-            ),
-            "channels": self.expect(
-                "channels",
+        # key -> (the problem, ``{v!r}`` the value; what a good value is)
+        expected: dict[str, tuple[str, Callable[[Any], bool]]] = {
+            "target": ("missing; name the whole-session rating, e.g. target: empathy", _text),
+            "channels": (
                 "expected `all` or a list of role/channel keys, got {v!r}",
                 lambda v: (
                     v == "all" or isinstance(v, list) and all(_text(c) and "/" in c for c in v)
                 ),
             ),
-            "stats": self.expect(
-                "stats",
+            "stats": (
                 f"expected a list of {stats}, got {{v!r}}",
                 lambda v: isinstance(v, list) and bool(v) and all(s in STATS for s in map(str, v)),
             ),
-            "protocol": self.expect(
-                "protocol",
+            "protocol": (
                 f"{{v!r}}: a session-level study holds persons out: {' or '.join(PROTOCOLS)}",
                 lambda v: v in PROTOCOLS,
             ),
-            "folds": lambda v: self.integer("folds", v, 2),
-            "models": self.models,
-            "metric": lambda v: self.one("metric", v, metric_specs()),
-            "experiment": self.expect("experiment", text, _text),
-            "tracking_uri": self.expect("tracking_uri", text, _text),
-            "seed": lambda v: self.integer("seed", v),
-            "nested": self.expect(
-                "nested", "expected true or false, got {v!r}", lambda v: isinstance(v, bool)
-            ),
+            "experiment": (text, _text),
+            "tracking_uri": (text, _text),
+            "nested": ("expected true or false, got {v!r}", lambda v: isinstance(v, bool)),
         }
+        checks: dict[str, Callable[[Any], Any]] = {
+            k: self.expect(k, what, ok) for k, (what, ok) in expected.items()
+        }
+        checks["folds"] = lambda v: self.integer("folds", v, 2)
+        checks["seed"] = lambda v: self.integer("seed", v)
+        checks["models"] = self.models
+        checks["metric"] = lambda v: self.one("metric", v, metric_specs())
         for key, value in raw.items():
             setattr(cfg, key, self.attempt(key, partial(checks[key], value), getattr(cfg, key)))
         self.raise_errors()
         return cfg
 
     def expect(self, key: str, what: str, ok: Callable[[Any], bool]) -> Callable[[Any], Any]:
-        """The check of ``key``: its value when ``ok``, else the problem ``what`` (``{v!r}``:
-        the value)."""
+        """The check of ``key``: its value when ``ok``, else the problem ``what`` (``{v!r}``: the value)."""
 
         def check(value: Any) -> Any:
             if not ok(value):
@@ -124,18 +119,14 @@ class _Checker(Checker):
 
         return check
 
-    @staticmethod
-    def session_models() -> list[str]:
-        """The registered models a session study may name: those that read features."""
-        return [n for n, s in model_specs().items() if s.inputs != "position"]
-
     def models(self, value: Any) -> list[dict[str, Any]]:
         """``models``: ``{name: MODEL, HYPERPARAMETER: [values]}`` entries, each value in its domain."""
         if not isinstance(value, list) or not value:
             raise self.fail(
                 "models", "expected a list of models, e.g. [{name: ridge, alpha: [1, 10]}]"
             )
-        names, specs = self.session_models(), model_specs()
+        specs = model_specs()
+        names = [n for n, s in specs.items() if s.inputs != "position"]  # those that read features
         for i, entry in enumerate(value):
             name = entry.get("name") if isinstance(entry, dict) else None
             if name not in names:
@@ -145,19 +136,14 @@ class _Checker(Checker):
                 )
             params = specs[name].params
             for k, values in [(k, v) for k, v in entry.items() if k != "name"]:
+                where = f"models.{i}.{k}"
                 if k not in params:
                     known = ", ".join(params) or "none"
-                    raise self.fail(
-                        f"models.{i}.{k}", f"not a parameter of {name} (known: {known})"
-                    )
+                    raise self.fail(where, f"not a parameter of {name} (known: {known})")
                 if not isinstance(values, list) or not values:
-                    raise self.fail(
-                        f"models.{i}.{k}", f"expected a list of values (the grid), got {values!r}"
-                    )
+                    raise self.fail(where, f"expected a list of values (the grid), got {values!r}")
                 for v in [v for v in values if not params[k].domain.admits(v)]:
-                    raise self.fail(
-                        f"models.{i}.{k}", f"expected {params[k].domain.text()}, got {v!r}"
-                    )
+                    raise self.fail(where, f"expected {params[k].domain.text()}, got {v!r}")
         return value
 
 
@@ -165,13 +151,7 @@ def load_session_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
 ) -> SessionLevelConfig:
     """A :class:`SessionLevelConfig` from a YAML file (or a mapping) and ``--set KEY=VALUE``
-    ``overrides`` (:mod:`featurestore.overrides`: dotted keys, YAML values).
-
-    Raises:
-        ConfigError: an unreadable file; an unknown key (with the nearest one), a missing
-            ``target``, a value outside its domain: every problem at once, each naming the file
-            (or the ``--set`` option) and the key.
-    """
+    ``overrides``; ConfigError names every problem at once, each with its file (or ``--set``) and key."""
     if isinstance(source, Mapping):
         where, raw = "session config", copy.deepcopy(dict(source))
     else:

@@ -1,9 +1,6 @@
 """Whole-session ratings: one value per session (``/session_labels/<target>``) predicted from
-session-level summaries of the channels (:func:`session_table`) on the sweep's parts: the
-registered models (:mod:`experiments.config.models`), folds of whole persons
-(:func:`experiments.data.folds.cv_folds`), the config's metric choosing (:mod:`experiments.config.metrics`),
-the config validator's checks, and MLflow runs tagged and resumed as the sweep's. The config and
-how to read the scores: docs/config.md, "Whole-session ratings"."""
+session-level summaries of the channels (:func:`session_table`) by the registered models, in folds
+of whole persons, logged and resumed as the sweep's runs: docs/config.md, "Whole-session ratings"."""
 
 from __future__ import annotations
 
@@ -39,18 +36,12 @@ from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker
 from .inter_rater import as_store
 from .parent_run import store_fingerprint
-
-#: summary statistic -> function of (rows, columns) float array, ignoring NaN, per column
 from .session_config import STATS, SessionLevelConfig
 
 
 # ------------------------------------------------------------------------------ data
 def rated_sessions(store: Store, target: str) -> pd.DataFrame:
-    """The sessions with rating ``target`` (:meth:`Store.session_labels`), with ``person``.
-
-    Raises:
-        ConfigError: no session has it (the message lists the ratings the store has).
-    """
+    """The sessions with rating ``target`` (:meth:`Store.session_labels`); ConfigError when none has it."""
     table = store.session_labels(target)
     if table.empty:
         have = sorted({t for s in store.list_sessions() for t in store.session_label_targets(s)})
@@ -63,8 +54,7 @@ def rated_sessions(store: Store, target: str) -> pd.DataFrame:
 
 
 def summarise_channel(data: np.ndarray, valid: np.ndarray, stats: Sequence[str]) -> np.ndarray:
-    """The ``stats`` of each column of ``data`` over its ``valid`` rows, ignoring NaN (NaN for
-    a column without any value), concatenated stat by stat.
+    """The ``stats`` of each column of ``data`` over its ``valid`` rows, ignoring NaN, stat by stat.
 
     >>> d = np.array([[1.0, np.nan], [3.0, 2.0], [100.0, 100.0]])
     >>> summarise_channel(d, np.array([True, True, False]), ["mean", "std"]).tolist()
@@ -85,13 +75,9 @@ def session_table(
     stats: Sequence[str],
     progress: bool = False,
 ) -> pd.DataFrame:
-    """One row per session (index: session) of the summaries of ``channels`` (``all``: those
-    every session has; a role in the store's or the corpus's words, ``person/egemaps`` as
-    ``listener/egemaps``), columns ``<role>/<channel>/<column>:<stat>`` (the store's words).
-
-    Raises:
-        ConfigError: a session lacks a channel asked for, or the sessions share none.
-    """
+    """One row per session of the summaries of ``channels`` (``all``: those every session has; in
+    the store's or the corpus's words), columns ``<role>/<channel>/<column>:<stat>``; ConfigError
+    when a session lacks one, or the sessions share none."""
     if channels == "all":
         channels = sorted(set.intersection(*(set(store.channel_keys(s)) for s in sessions)))
         if not channels:
@@ -109,18 +95,14 @@ def session_table(
                 f"session {s} in {store.root} has no channel(s) {', '.join(missing)} (it has "
                 f"{', '.join(have) or 'none'}); extract them or drop them from channels"
             )
-        data = store.read_session(s, list(channels))
+        read = store.read_session(s, list(channels)).channels
         names = names or [
-            f"{c}/{col}:{st}" for c in channels for st in stats for col in data.channels[c].columns
+            f"{c}/{col}:{st}" for c in channels for st in stats for col in read[c].columns
         ]
-        parts = [
-            summarise_channel(data.channels[c].data, data.channels[c].valid, stats)
-            for c in channels
-        ]
-        rows.append(np.concatenate(parts))
-    return pd.DataFrame(
-        np.vstack(rows), index=pd.Index(list(sessions), name="session"), columns=names
-    )
+        summaries = [summarise_channel(read[c].data, read[c].valid, stats) for c in channels]
+        rows.append(np.concatenate(summaries))
+    index = pd.Index(list(sessions), name="session")
+    return pd.DataFrame(np.vstack(rows), index=index, columns=names)
 
 
 # ------------------------------------------------------------------------------ models
@@ -133,11 +115,11 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        """``ridge alpha=10``: the name, then each hyperparameter given."""
+        """``ridge alpha=10``"""
         return self.name + "".join(f" {k}={v}" for k, v in self.params)
 
     def build(self, seed: int = 0) -> Any:
-        """A fresh pipeline of the model (:func:`~experiments.models.factory.make_model`)."""
+        """A fresh pipeline of the model."""
         return make_model(self.name, dict(self.params), seed)
 
 
@@ -158,8 +140,7 @@ def model_grid(models: Sequence[Mapping[str, Any]]) -> list[Candidate]:
 def person_folds(
     persons: Sequence[int] | np.ndarray, protocol: str, folds: int
 ) -> list[np.ndarray]:
-    """Positions of the held-out sessions of each fold of ``protocol`` (:func:`cv_folds`;
-    sessions given by their person)."""
+    """Positions of the held-out sessions of each fold of ``protocol`` (sessions by their person)."""
     sessions = list(pd.DataFrame({"listener": list(persons), "story": 0}).itertuples())
     return [np.array([s.Index for s in held]) for held in cv_folds(sessions, protocol, folds)]
 
@@ -176,24 +157,15 @@ def out_of_fold(
 
 
 def nested_out_of_fold(
-    grid: Sequence[Candidate],
-    x: np.ndarray,
-    y: np.ndarray,
-    persons: np.ndarray,
-    folds: Sequence[np.ndarray],
-    protocol: str,
-    n_folds: int,
-    seed: int = 0,
-    progress: bool = False,
-    metric: str = DEFAULT_METRIC,
+    grid: Sequence[Candidate], data: _Data, cfg: SessionLevelConfig, progress: bool = False
 ) -> tuple[np.ndarray, list[str]]:
     """Each session's prediction by the configuration an inner cross-validation by person over
-    the other folds' sessions chose (best ``metric``, the first of the grid on a tie), refitted
-    on them; and each fold's choice: the score of the whole procedure, grid search included."""
-    m, pred, chosen = get_metric(metric), np.full(len(y), np.nan), []
-    for held in tqdm(folds, desc="nested selection", unit="fold", disable=not progress):
+    the other folds chose (best metric, the first on a tie), refitted on them; each fold's choice."""
+    x, y, seed = data.x, data.y, cfg.seed
+    m, pred, chosen = get_metric(cfg.metric), np.full(len(y), np.nan), []
+    for held in tqdm(data.folds, desc="nested selection", unit="fold", disable=not progress):
         train = np.setdiff1d(np.arange(len(y)), held)
-        inner = person_folds(persons[train], protocol, n_folds)
+        inner = person_folds(data.persons[train], cfg.protocol, cfg.folds)
         candidates = grid if len(inner) > 1 else grid[:1]
         values = [m(y[train], out_of_fold(c, x[train], y[train], inner, seed)) for c in candidates]
         best = candidates[m.best_index(values)] if np.isfinite(values).any() else grid[0]
@@ -208,10 +180,8 @@ def score(
     persons: Sequence[int] | np.ndarray,
     metric: str = DEFAULT_METRIC,
 ) -> dict[str, float]:
-    """Pearson r, the default metric (CCC) and MAE across sessions (and ``metric`` when it is
-    none of them: its value over every session, without an interval), with 95 % intervals for r
-    (Fisher's z) and MAE (skewness-corrected t over persons' mean errors), and the numbers of
-    sessions and persons.
+    """Pearson r (95 % interval by Fisher's z), CCC, MAE (skewness-corrected t over persons) and
+    ``metric`` across sessions, and the numbers of sessions and persons.
 
     >>> s = score(np.array([1.0, 2, 3, 4]), np.array([1.0, 2, 3, 4]), [1, 1, 2, 2])
     >>> round(s["r"], 3), round(s["ccc"], 3), s["mae"], s["n_sessions"], s["n_persons"]
@@ -236,31 +206,16 @@ def score(
 
 
 def score_names(metric: str = DEFAULT_METRIC) -> list[str]:
-    """The keys of :func:`score`, in its order (the columns of ``summary_sessions.csv``): the
-    fixed ones, then ``metric`` unless it is one of them."""
+    """The keys of :func:`score`, in its order (the columns of ``summary_sessions.csv``)."""
     fixed = ["r", "r_ci_low", "r_ci_high", DEFAULT_METRIC, "mae", "mae_ci_low", "mae_ci_high"]
-    extra = [] if metric in fixed else [metric]
-    return [
-        "r",
-        "r_ci_low",
-        "r_ci_high",
-        DEFAULT_METRIC,
-        "mae",
-        "mae_ci_low",
-        "mae_ci_high",
-        *extra,
-        "n_sessions",
-        "n_persons",
-    ]
+    return [*fixed, *([] if metric in fixed else [metric]), "n_sessions", "n_persons"]
 
 
 # ------------------------------------------------------------------------------ study
 @dataclass
 class SessionLevelResult:
-    """A session-level study: one row per configuration (``table``, best first by the config's
-    metric), the out-of-fold predictions by configuration label, the MLflow runs (a reused
-    configuration's is its earlier run), the files written, and the nested selection's scores
-    and each fold's choice (empty when ``nested`` is off)."""
+    """A session-level study: one row per configuration (best first), the out-of-fold predictions
+    and runs by label, the files, and the nested selection's scores and choices (if ``nested``)."""
 
     table: pd.DataFrame
     predictions: dict[str, pd.DataFrame]
@@ -275,8 +230,7 @@ class SessionLevelResult:
 
 @dataclass
 class _Data:
-    """The rated sessions (session, listener, story), their ``channels``' summaries ``x``,
-    ratings ``y``, persons and the outer folds."""
+    """The rated sessions, their summaries ``x``, ratings ``y``, persons and the outer folds."""
 
     rated: pd.DataFrame
     channels: list[str]
@@ -287,9 +241,8 @@ class _Data:
 
     def frame(self, prediction: np.ndarray) -> pd.DataFrame:
         """``oof.csv``: each session's rating and ``prediction``."""
-        return self.rated[["session", "listener", "story"]].assign(
-            rating=self.y, prediction=prediction
-        )
+        sessions = self.rated[["session", "listener", "story"]]
+        return sessions.assign(rating=self.y, prediction=prediction)
 
 
 def _data(cfg: SessionLevelConfig, st: Store, progress: bool) -> _Data:
@@ -304,15 +257,13 @@ def _data(cfg: SessionLevelConfig, st: Store, progress: bool) -> _Data:
     x = session_table(st, list(rated["session"]), cfg.channels, cfg.stats, progress)
     channels = sorted({"/".join(c.split("/")[:2]) for c in x.columns})  # role/channel/column:stat
     folds = person_folds(persons, cfg.protocol, cfg.folds)
-    return _Data(
-        rated, channels, x.to_numpy(), rated["value"].to_numpy(dtype=float), persons, folds
-    )
+    y = rated["value"].to_numpy(dtype=float)
+    return _Data(rated, channels, x.to_numpy(), y, persons, folds)
 
 
 class _Runs:
-    """The study's MLflow runs, tagged as the sweep's (study, store and code fingerprints:
-    docs/design.md#mlflow-runs): the parent ``sessions-<target>``, a child per configuration;
-    a configuration with a FINISHED run of its hash on this store by this code is reused."""
+    """The study's MLflow runs, tagged as the sweep's: the parent ``sessions-<target>``, a child per
+    configuration (a FINISHED run of its hash on this store by this code is reused)."""
 
     def __init__(self, cfg: SessionLevelConfig, st: Store, tracking_uri: str | None, resume: bool):
         self.cfg = cfg
@@ -373,32 +324,18 @@ class _Runs:
         self, data: _Data, grid: Sequence[Candidate], progress: bool
     ) -> tuple[dict[str, float], list[str]]:
         """The nested selection's scores and choices (:func:`nested_out_of_fold`), logged to the parent."""
-        cfg = self.cfg
-        pred, choices = nested_out_of_fold(
-            grid,
-            data.x,
-            data.y,
-            data.persons,
-            data.folds,
-            cfg.protocol,
-            cfg.folds,
-            cfg.seed,
-            progress,
-            cfg.metric,
-        )
-        nested = score(data.y, pred, data.persons, cfg.metric)
+        pred, choices = nested_out_of_fold(grid, data, self.cfg, progress)
+        nested = score(data.y, pred, data.persons, self.cfg.metric)
         self.tracker.log(self.parent, metrics={f"nested_{k}": v for k, v in nested.items()})
-        log_files(
-            self.tracker, self.parent, {"nested_oof.csv": data.frame(pred).to_csv(index=False)}
-        )
+        oof = data.frame(pred).to_csv(index=False)
+        log_files(self.tracker, self.parent, {"nested_oof.csv": oof})
         return nested, choices
 
     def finish(self, table: pd.DataFrame, md: str) -> None:
         """The parent's summary files, best configuration and metrics; the parent closed."""
         best, names = table.iloc[0], dict.fromkeys(("r", DEFAULT_METRIC, "mae", self.cfg.metric))
-        log_files(
-            self.tracker, self.parent, {"summary.csv": table.to_csv(index=False), "summary.md": md}
-        )
+        files = {"summary.csv": table.to_csv(index=False), "summary.md": md}
+        log_files(self.tracker, self.parent, files)
         self.tracker.log(
             self.parent,
             metrics={f"best_{k}": float(best[k]) for k in names},
@@ -415,15 +352,9 @@ def run_sessions(
     progress: bool = True,
     resume: bool = True,
 ) -> SessionLevelResult:
-    """Cross-validate every configuration of ``cfg.models`` on the whole-session rating
-    ``cfg.target`` (see the module docstring), logged to MLflow and to ``out_dir``
-    (``summary_sessions.{csv,md}``: docs/design.md#reports); a configuration with a finished run
-    of its hash is reused unless ``resume`` is False.
-
-    Raises:
-        ConfigError: no session has the rating, a channel is missing, or the sessions are of
-            one person (no fold can hold one out).
-    """
+    """Cross-validate every configuration of ``cfg.models`` on the rating ``cfg.target``, logged
+    to MLflow and to ``out_dir`` (``summary_sessions.{csv,md}``); finished runs reused if ``resume``.
+    ConfigError: no session has the rating, a channel is missing, or one person only."""
     st = as_store(store)
     data = _data(cfg, st, progress)
     names = corpus_layout(st).role_names
@@ -434,10 +365,8 @@ def run_sessions(
         for c in tqdm(grid, desc=f"sessions {cfg.target}", unit="config", disable=not progress):
             scores, predictions[c.label], children[c.label] = runs.evaluate(data, c)
             rows.append({"config": c.label, "model": c.name, **scores, "run_id": children[c.label]})
-        m = get_metric(cfg.metric)
-        table = pd.DataFrame(rows).sort_values(
-            cfg.metric, ascending=not m.higher_is_better, kind="stable"
-        )
+        ascending = not get_metric(cfg.metric).higher_is_better
+        table = pd.DataFrame(rows).sort_values(cfg.metric, ascending=ascending, kind="stable")
         table = table.reset_index(drop=True)
         nested, choices = runs.nested(data, grid, progress) if cfg.nested else ({}, [])
         files = [Path(out_dir) / "summary_sessions.csv", Path(out_dir) / "summary_sessions.md"]
@@ -462,8 +391,7 @@ def sessions_markdown(
     choices: Sequence[str],
     names: Mapping[str, str] | None = None,
 ) -> str:
-    """The study's report: its data (the channels in the corpus's words, ``names``: store role
-    -> word), then one line per configuration, best first."""
+    """The study's report: its data (channels in the corpus's ``names``), one line per configuration."""
     shown = [corpus_key(c, names or {}) for c in data.channels]
     lines = [
         f"# Whole-session rating `{cfg.target}`",
