@@ -1,9 +1,7 @@
-"""The sweep on the processes backend: each window key's features windowed once in this
-process and shared with a pool of forked workers, the next key windowed meanwhile within the
-memory budget, a slow model's fit group split into its fits (:class:`Scheduler`; how it
-schedules: docs/scaling.md, How the processes backend schedules). With one task at a time
-the tasks run here, one after the other (:func:`map_forked`).
-"""
+"""The sweep on the processes backend (:func:`map_forked`): each window key's features windowed
+once here and shared with a pool of forked workers, the next key windowed meanwhile within the
+memory budget, a slow model's fit group split into its fits (:class:`Scheduler`; docs/scaling.md,
+How the processes backend schedules)."""
 
 from __future__ import annotations
 
@@ -13,10 +11,11 @@ import os
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from featurestore.parallel.base import Result
 from featurestore.parallel.memory import available_memory, release_free_memory
 from featurestore.parallel.processes import ProcessesBackend, worker_pool
-from featurestore.parallel.serial import SerialBackend
 
 from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE, model_spec
@@ -39,7 +38,28 @@ from ..evaluation.evaluate import (
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import Outcome
-from .memory import windowed_nbytes
+
+#: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
+BACKLOG_PER_WORKER = 1
+#: window the next key while the current one runs (see :meth:`Scheduler.prefetch`) ...
+PREFETCH_WINDOWS = True
+#: ... when its estimated features are at most this fraction of the memory available then
+PREFETCH_MEMORY_FRACTION = 0.25
+
+
+def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
+    """Estimated bytes of ``window_sessions(tables, key)`` (float32): frames x (a column per
+    statistic, window length and input column, and per channel and length for ``valid_frac``)."""
+    if not tables:
+        return 0
+    first = tables[0]
+    idx = [first.channels.index(c) for c in key.channels if c in first.channels]
+    n_columns = int(np.isin(first.column_channel, idx).sum())
+    stats = [s for s in key.stats if s != "valid_frac"]
+    per_frame = len(key.lengths_s) * (
+        n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats)
+    )
+    return sum(t.n_frames for t in tables) * per_frame * 4
 
 
 def _drop_table(tables: list, j: int) -> None:
@@ -48,8 +68,8 @@ def _drop_table(tables: list, j: int) -> None:
     release_free_memory()  # the heap keeps what the table held (ms)
 
 
-def _evaluate_part_shared(task: Task, part: FitPart) -> PartResult:
-    """One fit part of a task's fit group on the features shared with this worker."""
+def evaluate_part_of(task: Task, part: FitPart) -> PartResult:
+    """A task of both schedules: one ``part`` of a task's fit group, on this worker's features."""
     try:
         return evaluate_part(task.trials, windowed(task), part)
     finally:
@@ -57,22 +77,21 @@ def _evaluate_part_shared(task: Task, part: FitPart) -> PartResult:
 
 
 def split_into_parts(group: Sequence[Trial]) -> bool:
-    """Whether a fit group's fits run as separate tasks when there is more than one worker: a
-    slow model's (:attr:`~experiments.config.models.ModelSpec.slow`; a fast model's parts would
-    cost more to hand around than they save)."""
+    """Whether a fit group's fits run as separate tasks on several workers: a slow model's (a
+    fast model's parts would cost more to hand around than they save)."""
     return model_spec(group[0].model).slow
 
 
 def map_forked(
     backend: ProcessesBackend, tasks: Sequence[Task], log: object = None
 ) -> Iterator[Result]:
-    """The tasks' results in their order: here one after the other with one worker (or one
-    task), else from the :class:`Scheduler`'s fork pools (the sweep logs them: ``log`` unused)."""
+    """The tasks' results in their order from the :class:`Scheduler`'s fork pools, or here with
+    one worker or task (the sweep logs them: ``log`` unused)."""
     figures = bool(tasks) and tasks[0].figures
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if backend.workers <= 1 or len(tasks) <= 1:
-        yield from SerialBackend().map(run_task, tasks, raises=(DatasetError,))
+        yield from backend.map(run_task, tasks, raises=(DatasetError,))
         return
     data = tasks[0].data
     outcomes = Scheduler(
@@ -106,19 +125,9 @@ def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
 
-#: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
-BACKLOG_PER_WORKER = 1
-#: window the next key while the current one runs (see :meth:`Scheduler.prefetch`) ...
-PREFETCH_WINDOWS = True
-#: ... when its estimated features are at most this fraction of the memory available then
-PREFETCH_MEMORY_FRACTION = 0.25
-
-
 @dataclass
 class Job:
-    """A job of a key's queue: ``fit_group`` evaluated whole, one ``part`` of it fitted, or it scored
-    from its ``parts_done`` once they are all fitted.
-    """
+    """``fit_group`` evaluated whole, one ``part`` of it fitted, or scored from its ``parts_done``."""
 
     fit_group: tuple[Trial, ...]
     part: FitPart | None = None
@@ -127,12 +136,11 @@ class Job:
 
 @dataclass
 class WindowKeyState:
-    """What the scheduler holds for one launched window key: ``error`` (windowing failed; nothing else
-    is set), its fork ``pool`` (None once exited), the tasks not yet submitted (``queue``), each
-    configuration's future (its group's task, the configuration at ``slots[trial]`` of its results),
-    each split group's parts' futures (``parts``; None while queued), the pool's ``workers`` and its
-    tasks not yet seen done (``submitted``).
-    """
+    """One launched window key: ``error`` (windowing failed; nothing else is set), its fork
+    ``pool`` (None once exited), the jobs not yet submitted (``queue``), each configuration's
+    future (its group's, the configuration at ``slots[trial]`` of its results), each split group's
+    parts' futures (``parts``; None while queued), the pool's ``workers`` and its tasks not yet seen
+    done (``submitted``)."""
 
     error: str = ""
     pool: cf.ProcessPoolExecutor | None = None
@@ -140,7 +148,6 @@ class WindowKeyState:
     futures: dict[Trial, cf.Future] = field(default_factory=dict)
     slots: dict[Trial, int] = field(default_factory=dict)
     parts: dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]] = field(default_factory=dict)
-    #: the pool's worker processes, and the futures of its tasks not yet seen done
     workers: int = 0
     submitted: set[cf.Future] = field(default_factory=set)
 
@@ -157,13 +164,10 @@ class WindowKeyState:
 
 
 class Scheduler:
-    """Configurations of every window key in forked worker pools, one pool per key sharing its
-    features, the next key windowed meanwhile (docs/scaling.md, How the processes backend schedules).
-
-    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``: the
-    configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time;
-    ``figures``: the workers draw each configuration's plots.
-    """
+    """Every window key's configurations in a forked pool of its own sharing its features (see the
+    module docstring). ``tables``: the frame tables (emptied once the last key is windowed);
+    ``groups``: the configurations by window key, in the outcomes' order; ``jobs``: tasks at a
+    time; ``figures``: the workers draw each configuration's plots."""
 
     def __init__(
         self,
@@ -173,32 +177,26 @@ class Scheduler:
         figures: bool = False,
         data: TaskData | None = None,
     ) -> None:
-        self.tables = tables
-        self.data = data
-        self.groups = groups
-        self.keys = list(groups)
-        self.jobs = jobs
-        self.figures = figures
+        self.tables, self.data, self.groups, self.keys = tables, data, groups, list(groups)
+        self.jobs, self.figures = jobs, figures
         cores = self.cores = os.cpu_count() or 1
         self.threads = max(1, cores // jobs)
         #: a core the workers leave over: only then is the next key windowed ahead
         self.spare_core = cores > jobs
         #: each key's estimated features (bytes; see :meth:`prefetch`)
         self.nbytes = [windowed_nbytes(tables, key) for key in self.keys]
-        #: window keys (by index) being windowed, not launched yet
+        #: keys (by index) being windowed, not launched yet; launched keys
         self.windows: dict[int, cf.Future] = {}
-        #: launched window keys (by index)
         self.states: dict[int, WindowKeyState] = {}
         #: submitted tasks not yet seen done, over all pools (``jobs`` running, and a backlog)
         self.running: set[cf.Future] = set()
-        # starts its thread on the first submit, and is shut down by :meth:`stop`
         self._windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
 
     # ---- windowing: in a background thread, one key at a time, in order
 
     def start_windowing(self, i: int, threads: int = 1) -> None:
-        """Compute key ``i``'s windowed features in the background (unless under way or
-        launched), ``threads`` sessions at a time."""
+        """Window key ``i`` in the background (unless under way or launched), ``threads``
+        sessions at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
             # the last key is the tables' last use: each dropped once windowed
             drop = functools.partial(_drop_table, self.tables) if i == len(self.keys) - 1 else None
@@ -207,9 +205,9 @@ class Scheduler:
             )
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
-        """:meth:`start_windowing` key ``i`` ahead when a core is free for it (one the workers
-        leave over, or ``idle_worker``: the current key has no task left for a worker) and its
-        features fit the memory budget."""
+        """Window key ``i`` ahead when a core is free for it (one the workers leave over, or
+        ``idle_worker``: the current key has no task left for a worker) and its features fit the
+        memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
         if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
@@ -223,16 +221,15 @@ class Scheduler:
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
 
     def features_held(self) -> int:
-        """Estimated bytes of the features held now: those being windowed or shared with a pool
-        that has not exited."""
+        """Estimated bytes of the features being windowed or shared with a pool not exited."""
         held = [*self.windows, *(i for i, s in self.states.items() if s.pool is not None)]
         return sum(self.nbytes[i] for i in held)
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 
     def plan(self, group: list[Trial], w: Windowed) -> WindowKeyState:
-        """A key's state with its tasks queued: slowest fit groups first, a slow model's split
-        into its parts (a group whose parts cannot be listed runs whole and reports why)."""
+        """A key's state with its jobs queued: slowest fit groups first, a slow model's split into
+        its parts (a group whose parts cannot be listed runs whole and reports why)."""
         state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
             try:
@@ -251,8 +248,8 @@ class Scheduler:
         return state
 
     def launch(self, i: int) -> None:
-        """Key ``i``'s windowed features (waiting for them) shared with a new fork pool; a
-        failed windowing fails the key's configurations."""
+        """Key ``i``'s features (waiting for them) shared with a new fork pool; a failed
+        windowing fails the key's configurations."""
         try:
             w = self.windows.pop(i).result()
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
@@ -278,8 +275,8 @@ class Scheduler:
     # ---- submitting: at most ``jobs`` tasks at a time over all pools
 
     def collect_parts(self, state: WindowKeyState) -> None:
-        """A split fit group whose parts are all done is evaluated from them next (the front of
-        its pool's queue); a failed part fails the group's configurations."""
+        """A split group whose parts are all done is scored from them next (the front of its
+        pool's queue); a failed part fails the group's configurations."""
         for fit_group, done in list(state.parts.items()):
             if not all(f is not None and f.done() for f in done.values()):
                 continue  # a part is still queued or running
@@ -309,7 +306,7 @@ class Scheduler:
         fut: cf.Future
         job = Task(task.fit_group, self.data, self.figures, tuple((task.parts_done or {}).items()))
         if task.part is not None:
-            fut = state.pool.submit(_evaluate_part_shared, job, task.part)
+            fut = state.pool.submit(evaluate_part_of, job, task.part)
             state.parts[task.fit_group][task.part] = fut
         else:
             fut = state.pool.submit(run_task, job)
@@ -320,7 +317,6 @@ class Scheduler:
         state.submitted.add(fut)
 
     def forget_done(self) -> None:
-        """Drop the finished futures from ``running`` (their results are kept where used)."""
         self.running.difference_update([f for f in self.running if f.done()])
 
     def submit_free(self) -> None:
@@ -355,8 +351,7 @@ class Scheduler:
         return len(self.running) < self.jobs and not state.queue
 
     def in_flight(self, state: WindowKeyState) -> int:
-        """``state``'s submitted tasks not yet seen done (running or in its pool's queue); the
-        others are forgotten here (their results are kept where they are used)."""
+        """``state``'s submitted tasks not yet seen done (running or in its pool's queue)."""
         state.submitted.intersection_update(self.running)
         return len(state.submitted)
 
@@ -376,10 +371,9 @@ class Scheduler:
             )
 
     def advance(self, i: int) -> None:
-        """Without waiting: the next key windowed ahead (or launched, its features ready), queued tasks
-        started, pools whose configurations are done let exit; between waits, and before each result
-        is handed over (the caller then logs it for a while, the workers busy meanwhile).
-        """
+        """Without waiting: the next key windowed ahead (or launched, its features ready), queued
+        tasks started, done pools let exit; between waits, and before each result is handed over
+        (the caller then logs it for a while, the workers busy meanwhile)."""
         self.retire_finished()  # an exited pool's features no longer count against windowing
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)
@@ -419,10 +413,8 @@ class Scheduler:
                 self.prefetch(i + 1)
                 self.submit_free()
                 yield from self.key_outcomes(i)
-                state = self.states[i]
-                state.close_pool()
-                # the results were handed over: do not keep them
-                state.futures.clear()
+                self.states[i].close_pool()
+                self.states[i].futures.clear()  # the results were handed over: do not keep them
         finally:
             self.stop()
 

@@ -1,15 +1,10 @@
 """An Optuna search over a config's search space (``search: {method: optuna, ...}``): the same
 configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search).
 
-The objective is the configured metric of ``search.track`` on the selection split, in the
-metric's direction; the trials are sampled in this process and evaluated ``jobs`` at a time by
-the sweep's machinery on this machine (:func:`experiments.studies.sweep.evaluate`; batch
-ask-and-tell; TPE's ``constant_liar`` keeps the trials in flight apart), each told once it is
-logged. Optuna's own MLflow callback is not used: its runs would
-be neither these child runs nor resumable by config hash; each trial carries its child run's id
-(user attribute ``mlflow_run_id``) instead. The study lives in an RDB storage (default
-``optuna.db`` beside a SQLite tracking database), named after the config, the store and the
-code, so a re-run continues it; ``--no-resume`` starts a new one.
+The trials are sampled here by batch ask-and-tell and evaluated ``jobs`` at a time by the sweep
+(:func:`experiments.studies.sweep.evaluate`), each told once logged. Optuna's own MLflow callback
+is not used: its runs would be neither these child runs nor resumable by config hash; each trial
+carries its child run's id (user attribute ``mlflow_run_id``) instead.
 """
 
 from __future__ import annotations
@@ -47,12 +42,8 @@ TRIAL_TAG = "optuna_trial"
 
 # --------------------------------------------------------------------------- the study
 def default_storage(tracking_uri: str) -> str:
-    """The Optuna storage beside a SQLite tracking database: ``sqlite:///<folder>/optuna.db``.
-
-    Raises:
-        ConfigError: the tracking URI is not a SQLite file (a server, PostgreSQL): then the
-            config must name the storage (``search.storage``).
-    """
+    """The Optuna storage beside a SQLite tracking database: ``sqlite:///<folder>/optuna.db``
+    (ConfigError for another tracking URI: the config must then name ``search.storage``)."""
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(tracking_uri[len('sqlite:///') :]).with_name('optuna.db')}"
     raise ConfigError(
@@ -76,7 +67,7 @@ def storage_url(storage: str) -> str:
 
 def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: str) -> str:
     """``<experiment>.<hash>``: the hash covers the resolved config without what does not change
-    the study (``jobs``, ``search.n_trials``, ``search.storage``), the store's and the code's
+    the study (``jobs``, ``backend``, ``search.n_trials``, ``search.storage``), the store's and the code's
     fingerprints, so the same search on the same data by the same code continues one study."""
     d = cfg.to_dict()
     d.pop("jobs", None)
@@ -124,9 +115,8 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
     metric's (higher or lower is better)."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
-    optuna.logging.set_verbosity(
-        optuna.logging.WARNING
-    )  # the sweep's progress bar says what happens
+    # the sweep's progress bar says what happens
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
     rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs)
     return optuna.create_study(
@@ -317,25 +307,16 @@ def run_search(
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow, as
     :func:`experiments.studies.sweep.run_sweep` logs a grid, with the same options
     (:class:`~experiments.studies.parent_run.SweepOptions`); the parent is tagged
-    ``search=optuna`` and ``optuna_study``.
-
-    Raises:
-        ConfigError: not an Optuna search, a remote backend, or
-            ``unseen_listener`` on with a selection other than ``chosen``.
-    """
+    ``search=optuna`` and ``optuna_study``. ConfigError: not an Optuna search, a remote backend,
+    or ``unseen_listener`` on with a selection other than ``chosen``."""
     _check_search(cfg)
     run = _Search(cfg, as_store(store), options or SweepOptions())
     s = cfg.search
     params = {"n_trials": run.n_trials, "search.sampler": s.sampler, "search.seed": s.seed}
+    params |= {"search.track": s.track, "search.objective": run.objective}
     tags = {"search": "optuna", STUDY_TAG: run.name, "optuna_storage": _public_url(run.storage)}
     progress = {"total": run.n_trials, "desc": f"optuna {s.track}", "unit": "trial"}
-    with run.opened(
-        "search",
-        {**params, "search.track": s.track, "search.objective": run.objective},
-        tags,
-        {STUDY_TAG: run.name},
-        progress,
-    ):
+    with run.opened("search", params, tags, {STUDY_TAG: run.name}, progress):
         run.run()
     result = run.result(
         skipped=sum(r.status == "reused" for r in run.rows),
