@@ -74,14 +74,13 @@ def _tracker(ctx: SweepContext) -> Tracker:
 
 
 def logged_row(log: SweepContext, trial: Trial) -> RunRow | None:
-    """The row of ``trial``'s run this sweep logged FINISHED already (a task Dask runs again after
-    the worker holding its result died), else None."""
+    """The row of ``trial``'s FINISHED run in this sweep (a task Dask runs again), else None."""
     run = _tracker(log).finished_child(log.parent_run_id, trial.hash())
     return None if run is None else run_row(trial, run, "done")
 
 
 def parts_on_worker(task: Task) -> list[FitPart]:
-    """A Dask task: the separate fits of a slow fit group (each then a task of its own)."""
+    """A Dask task: the separate fits of a slow fit group."""
     return group_fit_parts(task.trials, windowed(task))
 
 
@@ -92,8 +91,7 @@ def evaluate_on_worker(
     part_results: Sequence[PartResult] = (),
 ) -> Result[Values]:
     """A Dask task: :func:`~experiments.evaluation.evaluate.run_task`, from the ``part_results`` of
-    its ``parts`` if given; with ``log`` the child runs logged here (one an earlier run of this
-    task logged is returned as its row). A store problem raises :class:`DatasetError`."""
+    its ``parts`` if given; with ``log`` the child runs logged here (their rows returned)."""
     done = {t: logged_row(log, t) for t in task.trials} if log else {}
     pending = tuple(t for t in task.trials if done.get(t) is None)
     if not pending:
@@ -133,13 +131,8 @@ class WorkerCodeMismatch(ExperimentsError, RuntimeError):
 
 
 def check_worker_code(client: Any) -> None:
-    """Refuse a cluster whose workers import other code than this process (another checkout,
-    version or uncommitted change) or other versions of the libraries that compute the numbers.
-
-    Raises:
-        WorkerCodeMismatch: naming each differing worker, its fingerprint and, when they differ,
-            its library versions beside this process's.
-    """
+    """Raise :class:`WorkerCodeMismatch` naming each worker that imports other code than this
+    process (another checkout, version or uncommitted change) or other library versions."""
     code = code_version()
     differ = {
         a: fp for a, fp in client.run(worker_code_fingerprint).items() if fp != code.fingerprint
@@ -186,8 +179,7 @@ def clear_worker_state() -> int:
 
 def log_on_workers(backend: DaskBackend, tracking_uri: str) -> bool:
     """Whether the workers log their child runs: the backend's ``workers_write``, else only
-    through an ``http(s)://`` tracking server; ValueError for workers asked to log to SQLite or
-    a file store (one writer only)."""
+    through an ``http(s)://`` tracking server (never to SQLite or a file store: one writer)."""
     if backend.workers_write and tracking_uri.startswith(("sqlite:", "file:")):
         raise ValueError(
             f"workers cannot log to {mask_uri(tracking_uri)}: SQLite and file stores take a single writer; "
@@ -202,8 +194,8 @@ def log_on_workers(backend: DaskBackend, tracking_uri: str) -> bool:
 def map_on_dask(
     backend: DaskBackend, tasks: Sequence[Task], log: SweepContext
 ) -> Iterator[Result[Values]]:
-    """The tasks' results on the cluster, in their order, after refusing workers whose code
-    differs; the workers' state is cleared and unfinished tasks cancelled however it ends."""
+    """The tasks' results on the cluster, in their order; however it ends, the workers' state is
+    cleared and unfinished tasks cancelled."""
     if not tasks:
         return
     from distributed import fire_and_forget  # dask: see the module docstring
@@ -246,8 +238,8 @@ class DaskSweep:
         self.futures[i] = self._submit(evaluate_on_worker, "fit-group", i, self.log, *args, **kw)
 
     def submit(self, indices: list[int]) -> list[Any]:
-        """Each task, or for a slow one (with workers to spread it over) the task listing its
-        parts, ahead of the queue (it needs the windowed features); the group tasks submitted."""
+        """Each task, or for a slow one the task listing its parts, ahead of the queue (it needs the
+        windowed features); returns the group tasks submitted."""
         for i in indices:
             if self.split and split_into_parts(self.tasks[i].trials):
                 self.listing[i] = self._submit(parts_on_worker, "fit-parts", i, priority=2)
@@ -256,8 +248,8 @@ class DaskSweep:
         return [self.futures[i] for i in indices if i in self.futures]
 
     def submit_parts(self, i: int) -> None:
-        """Each fit of group ``i`` a task, then the group scored from their results; a group whose
-        parts cannot be listed runs whole and reports why."""
+        """Each fit of group ``i`` a task, then the group scored from their results (whole when its
+        parts cannot be listed: its task reports why)."""
         listing = self.listing.pop(i)
         try:
             listed = listing.result()
@@ -294,7 +286,6 @@ class DaskSweep:
                 f.release()
 
     def cancel(self) -> None:
-        """Cancel every task not done yet."""
         waiting = [*self.futures.values(), *self.listing.values()]
         waiting += [f for p in self.parts.values() for f in p]
         self.client.cancel([f for f in waiting if not f.done()])

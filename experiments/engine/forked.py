@@ -6,6 +6,7 @@ How the processes backend schedules)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import os
 from collections.abc import Generator, Iterator, Sequence
@@ -48,8 +49,7 @@ PREFETCH_MEMORY_FRACTION = 0.25
 
 
 def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
-    """Estimated bytes of ``window_sessions(tables, key)`` (float32): frames x (a column per
-    statistic, window length and input column, and per channel and length for ``valid_frac``)."""
+    """Estimated bytes of ``window_sessions(tables, key)``: frames x output columns x 4 (float32)."""
     if not tables:
         return 0
     first = tables[0]
@@ -77,16 +77,14 @@ def evaluate_part_of(task: Task, part: FitPart) -> PartResult:
 
 
 def split_into_parts(group: Sequence[Trial]) -> bool:
-    """Whether a fit group's fits run as separate tasks on several workers: a slow model's (a
-    fast model's parts would cost more to hand around than they save)."""
+    """Whether a fit group's fits run as tasks of their own on several workers: a slow model's."""
     return model_spec(group[0].model).slow
 
 
 def map_forked(
     backend: ProcessesBackend, tasks: Sequence[Task], log: object = None
 ) -> Iterator[Result]:
-    """The tasks' results in their order from the :class:`Scheduler`'s fork pools, or here with
-    one worker or task (the sweep logs them: ``log`` unused)."""
+    """The tasks' results in their order (see the module docstring; the sweep logs them)."""
     figures = bool(tasks) and tasks[0].figures
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
@@ -136,11 +134,9 @@ class Job:
 
 @dataclass
 class WindowKeyState:
-    """One launched window key: ``error`` (windowing failed; nothing else is set), its fork
-    ``pool`` (None once exited), the jobs not yet submitted (``queue``), each configuration's
-    future (its group's, the configuration at ``slots[trial]`` of its results), each split group's
-    parts' futures (``parts``; None while queued), the pool's ``workers`` and its tasks not yet seen
-    done (``submitted``)."""
+    """One launched window key: ``error`` (windowing failed), its fork ``pool`` (None once exited),
+    jobs not yet submitted, each configuration's future (of its group: result ``slots[trial]``),
+    each split group's parts' futures (None while queued), tasks submitted not yet seen done."""
 
     error: str = ""
     pool: cf.ProcessPoolExecutor | None = None
@@ -152,11 +148,10 @@ class WindowKeyState:
     submitted: set[cf.Future] = field(default_factory=set)
 
     def all_done(self) -> bool:
-        """Nothing queued, no split group pending and every configuration's future done."""
         return not self.queue and not self.parts and all(f.done() for f in self.futures.values())
 
     def close_pool(self, cancel: bool = False) -> None:
-        """Shut the pool down (waiting for its workers to exit); ``cancel``: drop queued work."""
+        """Shut the pool down, waiting for its workers to exit; ``cancel``: drop queued work."""
         self.queue.clear()
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=cancel)
@@ -195,8 +190,7 @@ class Scheduler:
     # ---- windowing: in a background thread, one key at a time, in order
 
     def start_windowing(self, i: int, threads: int = 1) -> None:
-        """Window key ``i`` in the background (unless under way or launched), ``threads``
-        sessions at a time."""
+        """Window key ``i`` in the background (unless under way or launched), ``threads`` at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
             # the last key is the tables' last use: each dropped once windowed
             drop = functools.partial(_drop_table, self.tables) if i == len(self.keys) - 1 else None
@@ -205,9 +199,8 @@ class Scheduler:
             )
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
-        """Window key ``i`` ahead when a core is free for it (one the workers leave over, or
-        ``idle_worker``: the current key has no task left for a worker) and its features fit the
-        memory budget."""
+        """Window key ``i`` ahead when a core is free for it (one left over, or ``idle_worker``: the
+        current key has no task left for a worker) and its features fit the memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
         if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
@@ -221,25 +214,20 @@ class Scheduler:
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
 
     def features_held(self) -> int:
-        """Estimated bytes of the features being windowed or shared with a pool not exited."""
+        """Estimated bytes of the features being windowed or held by a pool not exited."""
         held = [*self.windows, *(i for i, s in self.states.items() if s.pool is not None)]
         return sum(self.nbytes[i] for i in held)
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 
     def plan(self, group: list[Trial], w: Windowed) -> WindowKeyState:
-        """A key's state with its jobs queued: slowest fit groups first, a slow model's split into
-        its parts (a group whose parts cannot be listed runs whole and reports why)."""
+        """A key's state with its jobs queued: slowest fit groups first, a slow one split in parts."""
         state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
-            try:
-                split = (
-                    group_fit_parts(fit_group, w)
-                    if self.jobs > 1 and split_into_parts(fit_group)
-                    else []
-                )
-            except ValueError:  # e.g. no training sessions: the group's task reports it
-                split = []
+            split: list[FitPart] = []
+            if self.jobs > 1 and split_into_parts(fit_group):
+                with contextlib.suppress(ValueError):  # e.g. no training sessions: its task says so
+                    split = group_fit_parts(fit_group, w)
             if len(split) > 1:
                 state.parts[fit_group] = dict.fromkeys(split)
                 state.queue += [Job(fit_group, part=part) for part in split]
@@ -248,8 +236,7 @@ class Scheduler:
         return state
 
     def launch(self, i: int) -> None:
-        """Key ``i``'s features (waiting for them) shared with a new fork pool; a failed
-        windowing fails the key's configurations."""
+        """Key ``i``'s features (waited for) shared with a new fork pool."""
         try:
             w = self.windows.pop(i).result()
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
@@ -275,33 +262,29 @@ class Scheduler:
     # ---- submitting: at most ``jobs`` tasks at a time over all pools
 
     def collect_parts(self, state: WindowKeyState) -> None:
-        """A split group whose parts are all done is scored from them next (the front of its
-        pool's queue); a failed part fails the group's configurations."""
+        """A split group whose parts are all done is scored from them next; a failed part fails it."""
         for fit_group, done in list(state.parts.items()):
             if not all(f is not None and f.done() for f in done.values()):
                 continue  # a part is still queued or running
             del state.parts[fit_group]
             futures = {part: f for part, f in done.items() if f is not None}  # all, as checked
-            failed = next(
-                (f.exception() for f in futures.values() if f.exception() is not None), None
-            )
-            if failed is None:
+            failed = [e for f in futures.values() if (e := f.exception()) is not None]
+            if not failed:
                 results = {part: f.result() for part, f in futures.items()}
                 state.queue.insert(0, Job(fit_group, parts_done=results))
                 continue
             lost: cf.Future = cf.Future()  # what the group's task would have raised
-            lost.set_exception(failed)
+            lost.set_exception(failed[0])
             state.futures.update(dict.fromkeys(fit_group, lost))
 
     def retire_finished(self) -> None:
-        """A pool whose configurations are all done exits now, not once their results have been
-        handed over (logging them takes seconds): its workers still map a key's features."""
+        """Let a pool whose configurations are done exit now, not once their results are handed
+        over (logging them takes seconds): its workers still map a key's features."""
         for state in self.states.values():
             if state.pool is not None and state.all_done():
                 state.close_pool()
 
     def submit(self, state: WindowKeyState, task: Job) -> None:
-        """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
         fut: cf.Future
         job = Task(task.fit_group, self.data, self.figures, tuple((task.parts_done or {}).items()))
@@ -345,35 +328,31 @@ class Scheduler:
             self.submit(earliest, earliest.queue.pop(0))
 
     def worker_idle(self, state: WindowKeyState) -> bool:
-        """Fewer tasks running than workers, and none of ``state``'s key queued (a split
-        group's evaluation may still come, once its last parts are done)."""
+        """Fewer tasks running than workers, and none of ``state``'s key queued."""
         self.forget_done()
         return len(self.running) < self.jobs and not state.queue
 
     def in_flight(self, state: WindowKeyState) -> int:
-        """``state``'s submitted tasks not yet seen done (running or in its pool's queue)."""
+        """``state``'s submitted tasks not yet seen done (running or queued in its pool)."""
         state.submitted.intersection_update(self.running)
         return len(state.submitted)
 
     # ---- handing over: one key's results in order, each as soon as it is done
 
     def wait_for(self, i: int, trial: Trial) -> None:
-        """Keep the pools busy until ``trial``'s future (of key ``i``) is done; launch the next
-        key as soon as its features are ready, so its workers take the cores this one frees."""
+        """Keep the pools busy (see :meth:`advance`) until ``trial``'s future (of key ``i``) is done."""
         state = self.states[i]
         while trial not in state.futures or not state.futures[trial].done():
             # again: memory may have been freed, or a worker run out of this key's tasks
             self.advance(i)
             nxt = self.windows.get(i + 1)
             cf.wait(
-                [*self.running, *([nxt] if nxt is not None else [])],
-                return_when=cf.FIRST_COMPLETED,
+                [*self.running, *([nxt] if nxt is not None else [])], return_when=cf.FIRST_COMPLETED
             )
 
     def advance(self, i: int) -> None:
-        """Without waiting: the next key windowed ahead (or launched, its features ready), queued
-        tasks started, done pools let exit; between waits, and before each result is handed over
-        (the caller then logs it for a while, the workers busy meanwhile)."""
+        """Without waiting: the next key windowed ahead, or launched once its features are ready (its
+        workers take the cores this one frees), queued tasks started, done pools let exit."""
         self.retire_finished()  # an exited pool's features no longer count against windowing
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)
@@ -382,7 +361,7 @@ class Scheduler:
         self.submit_free()
 
     def outcome(self, state: WindowKeyState, trial: Trial) -> Outcome:
-        """``trial``'s outcome from its done future: its result, or the error its task raised."""
+        """``trial``'s result from its done future, or the error its task raised."""
         try:
             result = state.futures[trial].result()[state.slots[trial]]
         except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
@@ -402,8 +381,7 @@ class Scheduler:
             release_free_memory()  # what the caller's logging (result, artifacts) left in the heap
 
     def outcomes(self) -> Generator[Outcome, None, None]:
-        """Every configuration's outcome, in the order of the groups and their configurations;
-        closing the iterator early stops the pools and the windowing."""
+        """Every configuration's outcome, in the groups' order; closing it early stops the work."""
         try:
             for i in range(len(self.keys)):
                 if i not in self.states:
@@ -420,8 +398,6 @@ class Scheduler:
 
     def stop(self) -> None:
         """Cancel what has not run, shut every pool and the windowing thread down."""
-        for state in self.states.values():
-            state.queue.clear()
         for f in self.running:
             f.cancel()
         for state in self.states.values():

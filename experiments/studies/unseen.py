@@ -17,12 +17,6 @@ from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
 
-def selection_column(m: MetricSpec) -> str:
-    """The column of a held-out listener's chosen configuration's selection score:
-    ``selection_ccc``."""
-    return f"selection_{m.name}"
-
-
 def unseen_columns(m: MetricSpec) -> list[str]:
     """The columns of ``reports/ablation_unseen.csv`` for metric ``m`` (a contract:
     docs/design.md#reports)."""
@@ -30,7 +24,7 @@ def unseen_columns(m: MetricSpec) -> list[str]:
         "feature_set",
         "listener",
         "selection_metric",
-        selection_column(m),
+        f"selection_{m.name}",  # the chosen configuration's selection score
         m.column("test_unseen"),
         "run_id",
         "config_hash",
@@ -52,11 +46,10 @@ def nested_unseen(
     metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """One row per feature set and held-out listener of the sweep's ``table``: the generalized
-    configuration chosen by ``metric`` (its values and direction) on the other listeners'
-    selection split (``protocol``), its score there and its test score on the listener
-    (``<metric>_test_unseen``); rows without the nested metrics do not compete. ``per_feature_set``
-    False: every feature set's configurations compete together (the sweep summary's choice).
-    """
+    configuration chosen by ``metric`` on the other listeners' selection split (``protocol``), its
+    score there and its test score on the listener (``<metric>_test_unseen``); rows without the
+    nested metrics do not compete. ``per_feature_set`` False: every feature set's configurations
+    compete together (the sweep summary's choice)."""
     rows = []
     spec = get_metric(metric)
     if table.empty or "features.set" not in table:
@@ -83,7 +76,7 @@ def nested_unseen(
                     "feature_set": str(best["features.set"]),
                     "listener": int(float(listener)),
                     "selection_metric": column,
-                    selection_column(spec): float(best[column]),
+                    f"selection_{spec.name}": float(best[column]),
                     spec.column("test_unseen"): float(best[test])
                     if test in best and pd.notna(best[test])
                     else np.nan,

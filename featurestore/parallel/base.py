@@ -1,8 +1,6 @@
 """The backend interface and registry: a :class:`Backend` maps a function over tasks somewhere
-(here, in worker processes, on a cluster) and returns one :class:`Result` per task, in the
-order of the tasks, a task's error as a value; :func:`register_backend` names one (a class
-decorator, from any module) and :func:`make_backend` builds one by name. What a task reads and
-computes is the task's business: a backend only decides where it runs.
+and returns one :class:`Result` per task, in their order, a task's error as a value;
+:func:`register_backend` names one and :func:`make_backend` builds one by name.
 
 >>> backend = make_backend("serial")
 >>> with backend.opened(None) as workers:
