@@ -52,11 +52,10 @@ CLAIM_POLL_S = 2.0
 
 @dataclass
 class SweepResult:
-    """What a sweep did: a ``table`` row per configuration, the parent run, and per track its best child
+    """What a sweep did: a ``table`` row per configuration, the parent run, per track its best child
     (``best_run_ids``) and the metric it was chosen by (``selection_metrics``; ``best_run_id`` and
-    ``selection_metric``: the personalized track's, else the generalized's); the config's
-    ``metric``, per-session ``scores`` by run id, the unseen-listener ``unseen_selection`` and its
-    ``nested_unseen`` choices, and with several targets target -> track -> best run id."""
+    ``selection_metric``: the personalized track's, else the generalized's), per-session ``scores``
+    by run id, the unseen-listener choices, and with several targets target -> track -> best run id."""
 
     table: pd.DataFrame
     parent_run_id: str
@@ -125,9 +124,8 @@ def store_fingerprint(store: Store | str | os.PathLike) -> tuple[str, str]:
 
 
 class ParentRun:
-    """The parent run of one sweep or search (see the module docstring); ``rows``, ``failed``
-    and ``scores`` collect what the configurations gave, in the order they were recorded.
-    ConfigError: the backend named is not registered."""
+    """The parent run of one sweep or search; ``rows``, ``failed`` and ``scores`` collect what the
+    configurations gave, in the order they were recorded."""
 
     def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         self.cfg, self.store, self.options = cfg, store, options
@@ -148,11 +146,8 @@ class ParentRun:
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.persons = person_ids(store)  # and its person ids
         self.code = code_version()
-        self.finished = (
-            self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
-            if options.resume
-            else {}
-        )
+        finished = self.tracker.finished_by_hash
+        self.finished = finished(self.fingerprint, self.code.fingerprint) if options.resume else {}
         self.metric = get_metric(cfg.metric)
         self.metrics_by_track = {t: selection_metric(t, cfg.protocol, cfg.metric) for t in TRACKS}
         self.rows: list[RunRow] = []
@@ -215,8 +210,8 @@ class ParentRun:
                 self.best_ids = self.finish(status)
 
     def _tags(self) -> dict[str, str]:
-        """The parent run's common tags (the unseen-listener selection from the start: ``chosen``
-        marks numbers that read the left-out listener)."""
+        """The parent's common tags (the unseen-listener selection from the start: ``chosen`` marks
+        numbers that read the left-out listener)."""
         return {
             CONFIG_HASH_TAG + "_sweep": self.cfg.hash(),
             "store_fingerprint": self.fingerprint,
@@ -232,8 +227,7 @@ class ParentRun:
 
     # ------------------------------------------------------------ configurations
     def counted(self, trials: Sequence[Trial]) -> list[Trial]:
-        """``trials`` with their channels' look-ahead on this store (:mod:`experiments.data.lookahead`;
-        each channel scanned once per sweep); one not recorded is warned about once."""
+        """``trials`` with their channels' look-ahead on this store (each channel scanned once)."""
         new = sorted({c for t in trials for c in t.channels} - set(self.lookaheads))
         if new:
             found = channel_lookaheads(self.store, new)
@@ -243,8 +237,7 @@ class ParentRun:
         return with_channel_lookahead(trials, self.lookaheads)
 
     def reused(self, trial: Trial) -> RunRow | None:
-        """The row of ``trial``'s FINISHED run by the same code on the same store, added to this
-        sweep's rows; None when it has none (or resume is off)."""
+        """The row of ``trial``'s FINISHED run by this code on this store, added to the rows; else None."""
         old = self.finished.get(trial.hash())
         if old is None:
             return None
@@ -263,9 +256,8 @@ class ParentRun:
     def claim(
         self, trials: Sequence[Trial]
     ) -> tuple[list[Trial], list[tuple[Trial, RunRow]], list[Trial]]:
-        """Claim ``trials`` (:mod:`experiments.tracking.claims`): returns (those to evaluate here,
-        the rows of those another sweep finished meanwhile, or an earlier one with resume on, to
-        reuse, those another live sweep holds)."""
+        """Claim ``trials``: returns (those to evaluate here, the rows to reuse of those another
+        sweep finished meanwhile or, with resume on, earlier, those another live sweep holds)."""
         got = self.claims.take(t.hash() for t in trials)
         if not got:
             return [], [], list(trials)
@@ -288,7 +280,7 @@ class ParentRun:
 
     def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
         """Log an outcome as a child run with ``tags`` besides the usual ones (a row its worker
-        logged is taken as it is), add its row and return it (:meth:`notify` then tells the caller)."""
+        logged is taken as it is), add its row and return it."""
         ctx = self.context
         if outcome.trial.named_target:  # a sweep of several targets: each child names its own
             tags = {"target": outcome.trial.target, **(tags or {})}
@@ -304,8 +296,7 @@ class ParentRun:
         return row
 
     def notify(self, row: RunRow) -> None:
-        """Hand a new child run's row to the options' ``on_result`` (which may raise, e.g. to
-        interrupt the sweep), once the sweep's own bookkeeping of it is done."""
+        """Hand a new child's row to the options' ``on_result`` (which may raise to interrupt)."""
         if self.options.on_result:
             self.options.on_result(row.to_dict())
 
@@ -327,9 +318,8 @@ class ParentRun:
         )
 
     def unseen_listener_todo(self, trials: Sequence[Trial]) -> list[Trial]:
-        """Each feature set's chosen generalized configuration with the unseen-listener protocol on
-        (:func:`experiments.tracking.summary.unseen_listener_trials`): those with a finished run
-        are reused here, the others returned to be evaluated."""
+        """Each feature set's chosen generalized configuration with unseen listeners on, to
+        evaluate (those with a finished run are reused here)."""
         table = sweep_table(self.rows)
         chosen = unseen_listener_trials(table, trials, self.cfg.protocol, self.cfg.metric)
         return [t for t in chosen if self.reused(t) is None]
@@ -357,19 +347,19 @@ class ParentRun:
 
     @property
     def unseen_selection(self) -> str:
-        """How the unseen-listener configuration is chosen; empty when the protocol is off."""
+        """How the unseen-listener configuration is chosen; empty when off."""
         return self.cfg.unseen_selection if self.cfg.unseen_listener else ""
 
     def nested_unseen(self, table: pd.DataFrame) -> pd.DataFrame:
         """Under nested selection, each left-out listener's configuration chosen among every
-        feature set's (the sweep's generalized track); else an empty table."""
+        feature set's; else an empty table."""
         if self.unseen_selection != "nested":
             return nested_unseen(table.iloc[0:0])
         return nested_unseen(table, self.cfg.protocol, False, self.cfg.metric)
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
-        """Tag the parent with each track's best child and attach the summary tables; with several
-        targets, per target and combined, returning the first target's best children."""
+        """Tag the parent with each track's best child and attach the summary tables (with several
+        targets, per target and combined); returns the (first target's) best children."""
         targets = self.cfg.all_targets()
         head = (self.tracker, self.id, table, self.cfg.protocol)
         counts = (time.perf_counter() - self.t_start, self.n_new, self.unseen_selection)

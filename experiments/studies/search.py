@@ -41,9 +41,18 @@ TRIAL_TAG = "optuna_trial"
 
 
 # --------------------------------------------------------------------------- the study
-def default_storage(tracking_uri: str) -> str:
-    """The Optuna storage beside a SQLite tracking database: ``sqlite:///<folder>/optuna.db``
-    (ConfigError for another tracking URI: the config must then name ``search.storage``)."""
+def study_storage(storage: str | None, tracking_uri: str) -> str:
+    """``search.storage`` as a SQLAlchemy URL (a plain path is a SQLite file, a folder gets
+    ``optuna.db``, created relative to the working directory), by default ``optuna.db`` beside a
+    SQLite tracking database (ConfigError for another tracking URI: the config must name it)."""
+    if storage and "://" in storage:
+        return storage
+    if storage:
+        path = Path(storage)
+        if path.suffix != ".db":
+            path = path / "optuna.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path.resolve()}"
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(tracking_uri[len('sqlite:///') :]).with_name('optuna.db')}"
     raise ConfigError(
@@ -51,18 +60,6 @@ def default_storage(tracking_uri: str) -> str:
         "search.storage, e.g. --set search.storage=postgresql://USER@DBHOST/optuna "
         "(a database of its own) or sqlite:///mlruns/optuna.db on a local disk"
     )
-
-
-def storage_url(storage: str) -> str:
-    """``search.storage`` as a SQLAlchemy URL: a plain path is a SQLite file (a folder gets
-    ``optuna.db``), created relative to the working directory; URLs are returned unchanged."""
-    if "://" in storage:
-        return storage
-    path = Path(storage)
-    if path.suffix != ".db":
-        path = path / "optuna.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve()}"
 
 
 def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: str) -> str:
@@ -111,8 +108,7 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace) -> Any:
 
 
 def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
-    """Create or load the study ``name`` in the RDB ``storage``, the direction the config's
-    metric's (higher or lower is better)."""
+    """Create or load the study ``name`` in the RDB ``storage``, in the direction of the config's metric."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
     # the sweep's progress bar says what happens
@@ -129,8 +125,7 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
 
 
 def _owned_elsewhere(t: Any) -> bool:
-    """Whether a RUNNING trial belongs to a search still running (another live process on this
-    host, or another host): it is then left alone."""
+    """Whether a RUNNING trial belongs to a search still running (another live process, or host)."""
     host, pid = t.user_attrs.get("host"), int(t.user_attrs.get("pid", 0) or 0)
     if host not in (None, socket.gethostname()):
         return True
@@ -139,8 +134,8 @@ def _owned_elsewhere(t: Any) -> bool:
 
 @dataclass
 class SearchResult(SweepResult):
-    """A :class:`experiments.studies.parent_run.SweepResult` plus the study: its name, its storage (without
-    password) and its trials table (``study.trials_dataframe()``: number, params, value, state)."""
+    """A :class:`~experiments.studies.parent_run.SweepResult` plus the study's name, its storage
+    (without password) and its trials table (``study.trials_dataframe()``)."""
 
     study_name: str = ""
     storage: str = ""
@@ -148,8 +143,7 @@ class SearchResult(SweepResult):
 
 
 class _Search(ParentRun):
-    """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`) and
-    its trials table in the summary."""
+    """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`)."""
 
     def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         super().__init__(cfg, store, options)
@@ -161,8 +155,7 @@ class _Search(ParentRun):
             )
         self.space = search_space(cfg)
         self.objective = selection_metric(cfg.search.track, cfg.protocol, cfg.metric)
-        storage = cfg.search.storage
-        self.storage = storage_url(storage) if storage else default_storage(self.tracker.uri)
+        self.storage = study_storage(cfg.search.storage, self.tracker.uri)
         self.name = study_name(cfg, self.fingerprint, self.code.fingerprint) + (
             "" if options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
         )
@@ -275,8 +268,7 @@ class _Search(ParentRun):
 
 
 def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
-    """The trials a search runs: ``search.n_trials``, and with the ``grid`` sampler at most
-    the size of its grid (GridSampler walks it once)."""
+    """``search.n_trials``, with the ``grid`` sampler at most its grid's size (walked once)."""
     if cfg.search.sampler != "grid":
         return cfg.search.n_trials
     return min(cfg.search.n_trials, int(np.prod([len(v) for v in space.grid().values()])))
@@ -284,7 +276,7 @@ def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
 
 def _check_search(cfg: ExperimentConfig) -> None:
     """Raise a ConfigError unless ``cfg`` is an Optuna search whose ``unseen_listener`` is off
-    or ``chosen`` (a search cannot choose a configuration without a listener)."""
+    or ``chosen``."""
     if cfg.search.method != "optuna":
         raise ConfigError(
             f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "

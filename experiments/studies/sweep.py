@@ -79,7 +79,7 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
 
 def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun) -> list[Trial]:
     """``unseen_listener: {selection: fixed, configuration: X}``: the grid's configuration whose
-    label or config hash is X, scored on left-out listeners (unless already done)."""
+    label or config hash is X, scored on left-out listeners (unless done)."""
     name = cfg.unseen_configuration
     named = [
         t
@@ -123,9 +123,8 @@ def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
 def plan(
     cfg: ExperimentConfig, store: Store, trials: Sequence[Trial], backend: Backend, figures: bool
 ) -> list[Task]:
-    """The tasks that evaluate ``trials`` (of one target, ``cfg``'s) on ``store``: a fit group
-    each, reading the channels they all need (on a remote backend from the store's absolute
-    folder, its sessions listed here), figures drawn where they run when artifacts are logged."""
+    """The tasks that evaluate ``trials`` (of ``cfg``'s target) on ``store``, a fit group each (on a
+    remote backend reading the store's absolute folder, its sessions listed here)."""
     root = store.root.resolve() if backend.remote else store.root
     data = TaskData(
         store=str(root),
@@ -148,10 +147,9 @@ def _mapped(backend: Backend, tasks: Sequence[Task], log: SweepContext) -> Itera
 
 
 def evaluate(run: ParentRun, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
-    """Evaluate ``todo`` on the run's backend, one target's labels at a time, handing each
-    :class:`Outcome` to ``on_outcome`` as it comes; the backend's work stops however this ends.
-    A configuration another sweep has claimed is waited for, then reused once it finished
-    (or evaluated here when that sweep ended without it)."""
+    """Evaluate ``todo`` on the run's backend, one target at a time, handing each :class:`Outcome`
+    to ``on_outcome`` as it comes; one another sweep claimed is waited for, then reused once it
+    finished (or evaluated here when that sweep ended without it)."""
     targets = list(dict.fromkeys(t.target for t in todo))
     for target in targets:
         cfg = run.cfg.for_target(target) if len(targets) > 1 else run.cfg

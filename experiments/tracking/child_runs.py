@@ -50,8 +50,7 @@ class Outcome:
 
 
 def identity_tags(trial: Trial) -> dict[str, str]:
-    """A configuration's identifying tags: its config hash and, for a chosen configuration's
-    unseen-listener run, the hash of the grid configuration it evaluates again."""
+    """A configuration's config hash and, for a chosen one's unseen-listener run, its grid one's."""
     tags = {CONFIG_HASH_TAG: trial.hash()}
     if trial.unseen_listener and not trial.unseen_nested:
         tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
@@ -82,7 +81,6 @@ class RunRow:
 
     @property
     def track(self) -> str | None:
-        """The challenge track the configuration is scored on (``personalized``, ``generalized``)."""
         return self.params.get("track")
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,8 +99,7 @@ class RunRow:
 
 
 def warnings_tags(notes: Sequence[str]) -> dict[str, str] | None:
-    """A run's ``warnings`` tag: the notes joined by `` | ``, cut to MLflow's 5,000-character
-    tag limit; None without notes."""
+    """A run's ``warnings`` tag: the notes joined, cut to MLflow's 5,000 characters; None without."""
     return {"warnings": " | ".join(notes)[:5000]} if notes else None
 
 
@@ -112,8 +109,7 @@ def sweep_table(rows: Sequence[RunRow]) -> pd.DataFrame:
 
 
 def run_row(trial: Trial, run: Any, status: str) -> RunRow:
-    """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``status``: ``reused``
-    for a run of an earlier sweep, ``done`` for one of this sweep)."""
+    """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``reused`` or ``done``)."""
     return RunRow(
         run.info.run_id,
         status,

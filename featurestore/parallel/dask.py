@@ -20,17 +20,6 @@ LOCAL_HOST = "127.0.0.1"
 WAIT_FOR_WORKERS_S = 60.0
 
 
-def import_distributed() -> Any:
-    """The ``distributed`` package (0.5 s to import: only a cluster needs it)."""
-    try:
-        import distributed  # lazily: see the docstring
-    except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
-        raise ImportError(
-            "the Dask backend needs dask.distributed: pip install 'dask[distributed]>=2024.1'"
-        ) from e
-    return distributed
-
-
 @contextlib.contextmanager
 def dask_client(
     scheduler: str | None = None, n_workers: int | None = None, connect_timeout_s: float = 30.0
@@ -39,7 +28,12 @@ def dask_client(
     (``tcp://host:8786``, tried for ``connect_timeout_s``; left running), else of a local cluster
     of ``n_workers`` processes (default 2) of one thread each, listening on 127.0.0.1 only,
     without dashboard, closed at the end of the block."""
-    distributed = import_distributed()
+    try:
+        import distributed  # 0.5 s to import: only a cluster needs it
+    except ImportError as e:  # pragma: no cover - dask[distributed] is a dependency
+        raise ImportError(
+            "the Dask backend needs dask.distributed: pip install 'dask[distributed]>=2024.1'"
+        ) from e
     if scheduler:
         try:
             client = distributed.Client(scheduler, timeout=f"{connect_timeout_s}s")
