@@ -1,11 +1,8 @@
 """An Optuna search over a config's search space (``search: {method: optuna, ...}``): the same
-configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search).
-
-The trials are sampled here by batch ask-and-tell and evaluated ``jobs`` at a time by the sweep
-(:func:`experiments.studies.sweep.evaluate`), each told once logged. Optuna's own MLflow callback
-is not used: its runs would be neither these child runs nor resumable by config hash; each trial
-carries its child run's id (user attribute ``mlflow_run_id``) instead.
-"""
+configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search),
+by batch ask-and-tell, evaluated ``jobs`` at a time by the sweep. Optuna's own MLflow callback is
+not used: its runs would be neither these child runs nor resumable by config hash; each trial
+carries its child run's id (user attribute ``mlflow_run_id``) instead."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Unseen listeners, nested: each held-out listener's configuration chosen without them
-(docs/results.md, Unseen listeners). Under ``unseen_listener: {selection: nested}`` every
-generalized configuration is also fitted without each listener L and scores the other
-listeners' selection split (``<val|loso>_without_listener_<L>.<metric>_generalized``);
-:func:`nested_unseen` chooses each L's configuration by it and reports its ``test_unseen`` score
-on L, which nothing of L reached (``experiments export RUN_ID --split test_unseen``).
-"""
+"""Unseen listeners, nested (docs/results.md, Unseen listeners): :func:`nested_unseen` chooses
+each held-out listener L's configuration by the other listeners' selection scores of the
+configurations fitted without L (``<val|loso>_without_listener_<L>.<metric>_generalized``) and
+reports its ``test_unseen`` score on L, which nothing of L reached."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One configuration's MLflow child run, created, filled and closed in one go (:func:`log_child`:
-identity tags, params, metrics; artifacts: the resolved config with every estimator parameter,
-the per-session scores, the predictions as challenge CSV files, the figures), and its row of
-the sweep table (:class:`RunRow`, :func:`sweep_table`). See docs/design.md#mlflow-runs.
-"""
+"""One configuration's MLflow child run, created, filled and closed in one go (:func:`log_child`;
+what it holds: docs/design.md#mlflow-runs), and its row of the sweep table (:class:`RunRow`)."""
 
 from __future__ import annotations
 
