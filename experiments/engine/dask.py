@@ -1,11 +1,8 @@
-"""The sweep on the Dask backend: a task per fit group on the cluster, a slow model's group split
-into its fits (docs/scaling.md, A cluster). Every worker reads the store at the client's
-absolute path and keeps the frame tables and the last window keys' features
-(:func:`experiments.evaluation.evaluate.windowed`); with an MLflow server each worker logs its
-own child runs, else the client logs them all. A worker whose code differs is refused
-(:func:`check_worker_code`); a task Dask runs again returns the run it logged
-(:func:`logged_row`). ``distributed`` is imported only where a cluster is used.
-"""
+"""The sweep on the Dask backend (docs/scaling.md, A cluster): a task per fit group, a slow
+model's group split into its fits. Workers read the store at the client's absolute path and keep
+the frame tables and the last window keys' features; with an MLflow server each worker logs its
+own child runs, else the client logs them all. ``distributed`` is imported only where a cluster
+is used."""
 
 from __future__ import annotations
 
@@ -21,21 +18,13 @@ from typing import Any
 
 from featurestore import Store
 from featurestore.parallel.base import Result, failure
-from featurestore.parallel.dask import DaskBackend
+from featurestore.parallel.dask import DaskBackend, future_result
 
 from ..config.grid import Trial
 from ..config.models import BASELINE
 from ..data.dataset import DatasetError
 from ..errors import ExperimentsError
-from ..evaluation.evaluate import (
-    Task,
-    TrialResult,
-    evaluate_part,
-    forget,
-    group_fit_parts,
-    run_task,
-    windowed,
-)
+from ..evaluation.evaluate import Task, TrialResult, forget, group_fit_parts, run_task, windowed
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import RunRow, log_child, run_row
@@ -43,7 +32,7 @@ from ..tracking.context import SweepContext
 from ..tracking.provenance import code_version
 from ..tracking.redact import mask_uri
 from ..tracking.tracker import Tracker
-from .forked import split_into_parts
+from .forked import evaluate_part_of, split_into_parts
 
 # per worker process: MLflow clients
 _LOCK = threading.Lock()
@@ -62,11 +51,7 @@ def _worker_name() -> str:
 
 
 def check_store(task: Task) -> None:
-    """Raise unless this worker sees the task's store and every shard of its sessions.
-
-    Raises:
-        DatasetError: the worker does not see the store's folder or shards at the client's path.
-    """
+    """Raise :class:`DatasetError` unless this worker sees the task's store and its sessions' shards."""
     assert task.data is not None
     root = Path(task.data.store)
     lacking = [s for s in task.data.sessions or () if not Store(root).shard_path(s).exists()]
@@ -89,20 +74,14 @@ def _tracker(ctx: SweepContext) -> Tracker:
 
 
 def logged_row(log: SweepContext, trial: Trial) -> RunRow | None:
-    """The sweep-table row of ``trial`` if this sweep logged it FINISHED already (a task Dask
-    runs again after the worker holding its result died), else None."""
+    """The row of ``trial``'s FINISHED run in this sweep (a task Dask runs again), else None."""
     run = _tracker(log).finished_child(log.parent_run_id, trial.hash())
     return None if run is None else run_row(trial, run, "done")
 
 
 def parts_on_worker(task: Task) -> list[FitPart]:
-    """A Dask task: the separate fits of a slow fit group (each then a task of its own)."""
+    """A Dask task: the separate fits of a slow fit group."""
     return group_fit_parts(task.trials, windowed(task))
-
-
-def part_on_worker(task: Task, part: FitPart) -> PartResult:
-    """A Dask task: fit and predict one ``part`` of a fit group (for :func:`evaluate_on_worker`)."""
-    return evaluate_part(task.trials, windowed(task), part)
 
 
 def evaluate_on_worker(
@@ -111,10 +90,8 @@ def evaluate_on_worker(
     parts: Sequence[FitPart] = (),
     part_results: Sequence[PartResult] = (),
 ) -> Result[Values]:
-    """A Dask task: :func:`~experiments.evaluation.evaluate.run_task` from the ``part_results`` of
-    its ``parts`` fitted by other tasks if given, and with ``log`` the child runs logged here
-    (a configuration an earlier run of this task logged is returned as its row). A store
-    problem raises :class:`DatasetError`; any other failure is the result's error."""
+    """A Dask task: :func:`~experiments.evaluation.evaluate.run_task`, from the ``part_results`` of
+    its ``parts`` if given; with ``log`` the child runs logged here (their rows returned)."""
     done = {t: logged_row(log, t) for t in task.trials} if log else {}
     pending = tuple(t for t in task.trials if done.get(t) is None)
     if not pending:
@@ -153,41 +130,33 @@ class WorkerCodeMismatch(ExperimentsError, RuntimeError):
     """A Dask worker runs other code than the client: its results would not be this code's."""
 
 
-def library_differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
-    """``"scikit-learn 1.6.0 (here 1.9.1)"`` for each library whose version differs, by name."""
-    return [
-        f"{name} {theirs.get(name, 'absent')} (here {mine.get(name, 'absent')})"
-        for name in sorted(set(mine) | set(theirs))
-        if theirs.get(name) != mine.get(name)
-    ]
-
-
 def check_worker_code(client: Any) -> None:
-    """Refuse a cluster whose workers import other code than this process (another checkout,
-    version or uncommitted change) or other versions of the libraries that compute the numbers.
-
-    Raises:
-        WorkerCodeMismatch: naming each differing worker, its fingerprint and, when they differ,
-            its library versions beside this process's.
-    """
-    mine = code_version().fingerprint
-    differ = {a: fp for a, fp in client.run(worker_code_fingerprint).items() if fp != mine}
+    """Raise :class:`WorkerCodeMismatch` naming each worker that imports other code than this
+    process (another checkout, version or uncommitted change) or other library versions."""
+    code = code_version()
+    differ = {
+        a: fp for a, fp in client.run(worker_code_fingerprint).items() if fp != code.fingerprint
+    }
     if not differ:
         return
     try:  # a worker whose package predates worker_library_versions cannot say
         libraries = client.run(worker_library_versions, workers=sorted(differ))
     except Exception:  # noqa: BLE001 - whatever it raises, the mismatch is still reported
         libraries = {}
-    here = dict(code_version().libraries)
-    listed = []
+    here, listed = dict(code.libraries), []
     for addr, fp in sorted(differ.items()):
-        diff = ", ".join(library_differences(here, libraries.get(addr, here)))
+        theirs = libraries.get(addr, here)
+        diff = ", ".join(  # e.g. "scikit-learn 1.6.0 (here 1.9.1)"
+            f"{name} {theirs.get(name, 'absent')} (here {here.get(name, 'absent')})"
+            for name in sorted(set(here) | set(theirs))
+            if theirs.get(name) != here.get(name)
+        )
         listed.append(f"{addr} ({fp}; {f'libraries {diff}' if diff else 'the package source'})")
     raise WorkerCodeMismatch(
         f"Dask workers {', '.join(listed)} run other code than this client (code fingerprint "
-        f"{mine}); install the same checkout of omg-empathy-bench and the same library versions on "
-        "every worker (pip install -c constraints.txt -e . from it, uncommitted changes included) "
-        "and restart them, or start the sweep from the workers' version"
+        f"{code.fingerprint}); install the same checkout of omg-empathy-bench and the same library "
+        "versions on every worker (pip install -c constraints.txt -e . from it, uncommitted "
+        "changes included) and restart them, or start the sweep from the workers' version"
     )
 
 
@@ -201,7 +170,7 @@ def warm_up(plots: bool = False) -> None:
 
 
 def clear_worker_state() -> int:
-    """Drop this worker's cached tables, windowed features and MLflow clients; returns entries dropped."""
+    """Drop this worker's tables, windowed features and MLflow clients; returns entries dropped."""
     with _LOCK:
         n = len(_TRACKERS)
         _TRACKERS.clear()
@@ -210,11 +179,7 @@ def clear_worker_state() -> int:
 
 def log_on_workers(backend: DaskBackend, tracking_uri: str) -> bool:
     """Whether the workers log their child runs: the backend's ``workers_write``, else only
-    through an ``http(s)://`` tracking server.
-
-    Raises:
-        ValueError: workers asked to log to a SQLite or file store (one writer only).
-    """
+    through an ``http(s)://`` tracking server (never to SQLite or a file store: one writer)."""
     if backend.workers_write and tracking_uri.startswith(("sqlite:", "file:")):
         raise ValueError(
             f"workers cannot log to {mask_uri(tracking_uri)}: SQLite and file stores take a single writer; "
@@ -229,8 +194,8 @@ def log_on_workers(backend: DaskBackend, tracking_uri: str) -> bool:
 def map_on_dask(
     backend: DaskBackend, tasks: Sequence[Task], log: SweepContext
 ) -> Iterator[Result[Values]]:
-    """The tasks' results on the cluster, in their order (see the module docstring); the
-    workers' state is cleared and unfinished tasks cancelled however it ends."""
+    """The tasks' results on the cluster, in their order; however it ends, the workers' state is
+    cleared and unfinished tasks cancelled."""
     if not tasks:
         return
     from distributed import fire_and_forget  # dask: see the module docstring
@@ -269,19 +234,22 @@ class DaskSweep:
         key = f"{kind}-{i}-{self.tasks[i].trials[0].hash()}-{self.run_key}"
         return self.client.submit(fn, self.tasks[i], *args, key=key, pure=False, **kw)
 
+    def _submit_group(self, i: int, *args: Any, **kw: Any) -> None:
+        self.futures[i] = self._submit(evaluate_on_worker, "fit-group", i, self.log, *args, **kw)
+
     def submit(self, indices: list[int]) -> list[Any]:
-        """Each task, or for a slow one (with workers to spread it over) the task listing its
-        parts, ahead of the queue (it needs the windowed features); the group tasks submitted."""
+        """Each task, or for a slow one the task listing its parts, ahead of the queue (it needs the
+        windowed features); returns the group tasks submitted."""
         for i in indices:
             if self.split and split_into_parts(self.tasks[i].trials):
                 self.listing[i] = self._submit(parts_on_worker, "fit-parts", i, priority=2)
             else:
-                self.futures[i] = self._submit(evaluate_on_worker, "fit-group", i, self.log)
+                self._submit_group(i)
         return [self.futures[i] for i in indices if i in self.futures]
 
     def submit_parts(self, i: int) -> None:
-        """Each fit of group ``i`` a task, then the group scored from their results; a group whose
-        parts cannot be listed runs whole and reports why."""
+        """Each fit of group ``i`` a task, then the group scored from their results (whole when its
+        parts cannot be listed: its task reports why)."""
         listing = self.listing.pop(i)
         try:
             listed = listing.result()
@@ -289,15 +257,13 @@ class DaskSweep:
             listed = []
         listing.release()
         if len(listed) <= 1:
-            self.futures[i] = self._submit(evaluate_on_worker, "fit-group", i, self.log)
+            self._submit_group(i)
             return
         self.parts[i] = [
-            self._submit(part_on_worker, f"fit-part{k}", i, part, priority=1)
+            self._submit(evaluate_part_of, f"fit-part{k}", i, part, priority=1)
             for k, part in enumerate(listed)
         ]
-        self.futures[i] = self._submit(
-            evaluate_on_worker, "fit-group", i, self.log, listed, self.parts[i], priority=1
-        )
+        self._submit_group(i, listed, self.parts[i], priority=1)
         self.split_groups[self.tasks[i].trials[0].label()] = len(listed)
 
     def results(self) -> Iterator[Result[Values]]:
@@ -313,24 +279,13 @@ class DaskSweep:
         for i in sorted(self.listing):
             self.submit_parts(i)
         for i in range(len(self.tasks)):
-            yield _task_result(self.futures[i])
+            # a store problem raises; a lost worker or a failed upload fails this fit group
+            result = future_result(self.futures[i], (DatasetError,))
+            yield result.value if result.value is not None else result
             for f in self.parts.pop(i, []):
                 f.release()
 
     def cancel(self) -> None:
-        """Cancel every task not done yet."""
         waiting = [*self.futures.values(), *self.listing.values()]
         waiting += [f for p in self.parts.values() for f in p]
         self.client.cancel([f for f in waiting if not f.done()])
-
-
-def _task_result(fut: Any) -> Result[Values]:
-    """A task's result from its future (a store problem raises; anything else fails the group)."""
-    try:
-        result: Result[Values] = fut.result()
-    except DatasetError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a lost worker or a failed upload fails this fit group
-        result = failure(e, "on Dask: ")
-    fut.release()
-    return result

@@ -1,22 +1,22 @@
-"""The sweep on the processes backend: each window key's features windowed once in this
-process and shared with a pool of forked workers, the next key windowed meanwhile within the
-memory budget, a slow model's fit group split into its fits (:class:`Scheduler`; how it
-schedules: docs/scaling.md, How the processes backend schedules). With one task at a time
-the tasks run here, one after the other (:func:`map_forked`).
-"""
+"""The sweep on the processes backend (:func:`map_forked`): each window key's features windowed
+once here and shared with a pool of forked workers, the next key windowed meanwhile within the
+memory budget, a slow model's fit group split into its fits (:class:`Scheduler`; docs/scaling.md,
+How the processes backend schedules)."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import os
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from featurestore.parallel.base import Result
 from featurestore.parallel.memory import available_memory, release_free_memory
 from featurestore.parallel.processes import ProcessesBackend, worker_pool
-from featurestore.parallel.serial import SerialBackend
 
 from ..config.grid import Trial, WindowKey
 from ..config.models import BASELINE, model_spec
@@ -39,7 +39,27 @@ from ..evaluation.evaluate import (
 from ..evaluation.fitting import FitPart, PartResult
 from ..evaluation.plots import load_backend
 from ..tracking.child_runs import Outcome
-from .memory import windowed_nbytes
+
+#: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
+BACKLOG_PER_WORKER = 1
+#: window the next key while the current one runs (see :meth:`Scheduler.prefetch`) ...
+PREFETCH_WINDOWS = True
+#: ... when its estimated features are at most this fraction of the memory available then
+PREFETCH_MEMORY_FRACTION = 0.25
+
+
+def windowed_nbytes(tables: Sequence, key: WindowKey) -> int:
+    """Estimated bytes of ``window_sessions(tables, key)``: frames x output columns x 4 (float32)."""
+    if not tables:
+        return 0
+    first = tables[0]
+    idx = [first.channels.index(c) for c in key.channels if c in first.channels]
+    n_columns = int(np.isin(first.column_channel, idx).sum())
+    stats = [s for s in key.stats if s != "valid_frac"]
+    per_frame = len(key.lengths_s) * (
+        n_columns * len(stats) + len(key.channels) * ("valid_frac" in key.stats)
+    )
+    return sum(t.n_frames for t in tables) * per_frame * 4
 
 
 def _drop_table(tables: list, j: int) -> None:
@@ -48,8 +68,8 @@ def _drop_table(tables: list, j: int) -> None:
     release_free_memory()  # the heap keeps what the table held (ms)
 
 
-def _evaluate_part_shared(task: Task, part: FitPart) -> PartResult:
-    """One fit part of a task's fit group on the features shared with this worker."""
+def evaluate_part_of(task: Task, part: FitPart) -> PartResult:
+    """A task of both schedules: one ``part`` of a task's fit group, on this worker's features."""
     try:
         return evaluate_part(task.trials, windowed(task), part)
     finally:
@@ -57,22 +77,19 @@ def _evaluate_part_shared(task: Task, part: FitPart) -> PartResult:
 
 
 def split_into_parts(group: Sequence[Trial]) -> bool:
-    """Whether a fit group's fits run as separate tasks when there is more than one worker: a
-    slow model's (:attr:`~experiments.config.models.ModelSpec.slow`; a fast model's parts would
-    cost more to hand around than they save)."""
+    """Whether a fit group's fits run as tasks of their own on several workers: a slow model's."""
     return model_spec(group[0].model).slow
 
 
 def map_forked(
     backend: ProcessesBackend, tasks: Sequence[Task], log: object = None
 ) -> Iterator[Result]:
-    """The tasks' results in their order: here one after the other with one worker (or one
-    task), else from the :class:`Scheduler`'s fork pools (the sweep logs them: ``log`` unused)."""
+    """The tasks' results in their order (see the module docstring; the sweep logs them)."""
     figures = bool(tasks) and tasks[0].figures
     if figures:
         load_backend()  # once here: forked workers inherit matplotlib instead of importing it each
     if backend.workers <= 1 or len(tasks) <= 1:
-        yield from SerialBackend().map(run_task, tasks, raises=(DatasetError,))
+        yield from backend.map(run_task, tasks, raises=(DatasetError,))
         return
     data = tasks[0].data
     outcomes = Scheduler(
@@ -106,19 +123,9 @@ def _ready() -> None:
     """A no-op task: submitting it makes a fork pool start all its workers now."""
 
 
-#: tasks per worker handed to a pool beyond those it runs (see :meth:`Scheduler.submit_free`)
-BACKLOG_PER_WORKER = 1
-#: window the next key while the current one runs (see :meth:`Scheduler.prefetch`) ...
-PREFETCH_WINDOWS = True
-#: ... when its estimated features are at most this fraction of the memory available then
-PREFETCH_MEMORY_FRACTION = 0.25
-
-
 @dataclass
 class Job:
-    """A job of a key's queue: ``fit_group`` evaluated whole, one ``part`` of it fitted, or it scored
-    from its ``parts_done`` once they are all fitted.
-    """
+    """``fit_group`` evaluated whole, one ``part`` of it fitted, or scored from its ``parts_done``."""
 
     fit_group: tuple[Trial, ...]
     part: FitPart | None = None
@@ -127,12 +134,9 @@ class Job:
 
 @dataclass
 class WindowKeyState:
-    """What the scheduler holds for one launched window key: ``error`` (windowing failed; nothing else
-    is set), its fork ``pool`` (None once exited), the tasks not yet submitted (``queue``), each
-    configuration's future (its group's task, the configuration at ``slots[trial]`` of its results),
-    each split group's parts' futures (``parts``; None while queued), the pool's ``workers`` and its
-    tasks not yet seen done (``submitted``).
-    """
+    """One launched window key: ``error`` (windowing failed), its fork ``pool`` (None once exited),
+    jobs not yet submitted, each configuration's future (of its group: result ``slots[trial]``),
+    each split group's parts' futures (None while queued), tasks submitted not yet seen done."""
 
     error: str = ""
     pool: cf.ProcessPoolExecutor | None = None
@@ -140,16 +144,14 @@ class WindowKeyState:
     futures: dict[Trial, cf.Future] = field(default_factory=dict)
     slots: dict[Trial, int] = field(default_factory=dict)
     parts: dict[tuple[Trial, ...], dict[FitPart, cf.Future | None]] = field(default_factory=dict)
-    #: the pool's worker processes, and the futures of its tasks not yet seen done
     workers: int = 0
     submitted: set[cf.Future] = field(default_factory=set)
 
     def all_done(self) -> bool:
-        """Nothing queued, no split group pending and every configuration's future done."""
         return not self.queue and not self.parts and all(f.done() for f in self.futures.values())
 
     def close_pool(self, cancel: bool = False) -> None:
-        """Shut the pool down (waiting for its workers to exit); ``cancel``: drop queued work."""
+        """Shut the pool down, waiting for its workers to exit; ``cancel``: drop queued work."""
         self.queue.clear()
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=cancel)
@@ -157,13 +159,10 @@ class WindowKeyState:
 
 
 class Scheduler:
-    """Configurations of every window key in forked worker pools, one pool per key sharing its
-    features, the next key windowed meanwhile (docs/scaling.md, How the processes backend schedules).
-
-    ``tables``: the sessions' frame tables (emptied once the last key is windowed); ``groups``: the
-    configurations by window key, in the order of the outcomes; ``jobs``: tasks at a time;
-    ``figures``: the workers draw each configuration's plots.
-    """
+    """Every window key's configurations in a forked pool of its own sharing its features (see the
+    module docstring). ``tables``: the frame tables (emptied once the last key is windowed);
+    ``groups``: the configurations by window key, in the outcomes' order; ``jobs``: tasks at a
+    time; ``figures``: the workers draw each configuration's plots."""
 
     def __init__(
         self,
@@ -173,32 +172,25 @@ class Scheduler:
         figures: bool = False,
         data: TaskData | None = None,
     ) -> None:
-        self.tables = tables
-        self.data = data
-        self.groups = groups
-        self.keys = list(groups)
-        self.jobs = jobs
-        self.figures = figures
+        self.tables, self.data, self.groups, self.keys = tables, data, groups, list(groups)
+        self.jobs, self.figures = jobs, figures
         cores = self.cores = os.cpu_count() or 1
         self.threads = max(1, cores // jobs)
         #: a core the workers leave over: only then is the next key windowed ahead
         self.spare_core = cores > jobs
         #: each key's estimated features (bytes; see :meth:`prefetch`)
         self.nbytes = [windowed_nbytes(tables, key) for key in self.keys]
-        #: window keys (by index) being windowed, not launched yet
+        #: keys (by index) being windowed, not launched yet; launched keys
         self.windows: dict[int, cf.Future] = {}
-        #: launched window keys (by index)
         self.states: dict[int, WindowKeyState] = {}
         #: submitted tasks not yet seen done, over all pools (``jobs`` running, and a backlog)
         self.running: set[cf.Future] = set()
-        # starts its thread on the first submit, and is shut down by :meth:`stop`
         self._windowing = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="windowing")
 
     # ---- windowing: in a background thread, one key at a time, in order
 
     def start_windowing(self, i: int, threads: int = 1) -> None:
-        """Compute key ``i``'s windowed features in the background (unless under way or
-        launched), ``threads`` sessions at a time."""
+        """Window key ``i`` in the background (unless under way or launched), ``threads`` at a time."""
         if i < len(self.keys) and i not in self.windows and i not in self.states:
             # the last key is the tables' last use: each dropped once windowed
             drop = functools.partial(_drop_table, self.tables) if i == len(self.keys) - 1 else None
@@ -207,9 +199,8 @@ class Scheduler:
             )
 
     def prefetch(self, i: int, idle_worker: bool = False) -> None:
-        """:meth:`start_windowing` key ``i`` ahead when a core is free for it (one the workers
-        leave over, or ``idle_worker``: the current key has no task left for a worker) and its
-        features fit the memory budget."""
+        """Window key ``i`` ahead when a core is free for it (one left over, or ``idle_worker``: the
+        current key has no task left for a worker) and its features fit the memory budget."""
         if not PREFETCH_WINDOWS or i >= len(self.keys) or i in self.windows or i in self.states:
             return
         if not (self.spare_core or idle_worker):  # windowing would only take CPU from the fits
@@ -223,26 +214,20 @@ class Scheduler:
             self.start_windowing(i, threads=self.cores if idle_worker else 1)
 
     def features_held(self) -> int:
-        """Estimated bytes of the features held now: those being windowed or shared with a pool
-        that has not exited."""
+        """Estimated bytes of the features being windowed or held by a pool not exited."""
         held = [*self.windows, *(i for i, s in self.states.items() if s.pool is not None)]
         return sum(self.nbytes[i] for i in held)
 
     # ---- launching a key: its tasks planned, its pool forked over its features
 
     def plan(self, group: list[Trial], w: Windowed) -> WindowKeyState:
-        """A key's state with its tasks queued: slowest fit groups first, a slow model's split
-        into its parts (a group whose parts cannot be listed runs whole and reports why)."""
+        """A key's state with its jobs queued: slowest fit groups first, a slow one split in parts."""
         state = WindowKeyState()
         for fit_group in sorted(fit_groups(group), key=_expected_cost, reverse=True):
-            try:
-                split = (
-                    group_fit_parts(fit_group, w)
-                    if self.jobs > 1 and split_into_parts(fit_group)
-                    else []
-                )
-            except ValueError:  # e.g. no training sessions: the group's task reports it
-                split = []
+            split: list[FitPart] = []
+            if self.jobs > 1 and split_into_parts(fit_group):
+                with contextlib.suppress(ValueError):  # e.g. no training sessions: its task says so
+                    split = group_fit_parts(fit_group, w)
             if len(split) > 1:
                 state.parts[fit_group] = dict.fromkeys(split)
                 state.queue += [Job(fit_group, part=part) for part in split]
@@ -251,8 +236,7 @@ class Scheduler:
         return state
 
     def launch(self, i: int) -> None:
-        """Key ``i``'s windowed features (waiting for them) shared with a new fork pool; a
-        failed windowing fails the key's configurations."""
+        """Key ``i``'s features (waited for) shared with a new fork pool."""
         try:
             w = self.windows.pop(i).result()
         except Exception as e:  # noqa: BLE001 - a bad window key fails its configurations only
@@ -278,38 +262,34 @@ class Scheduler:
     # ---- submitting: at most ``jobs`` tasks at a time over all pools
 
     def collect_parts(self, state: WindowKeyState) -> None:
-        """A split fit group whose parts are all done is evaluated from them next (the front of
-        its pool's queue); a failed part fails the group's configurations."""
+        """A split group whose parts are all done is scored from them next; a failed part fails it."""
         for fit_group, done in list(state.parts.items()):
             if not all(f is not None and f.done() for f in done.values()):
                 continue  # a part is still queued or running
             del state.parts[fit_group]
             futures = {part: f for part, f in done.items() if f is not None}  # all, as checked
-            failed = next(
-                (f.exception() for f in futures.values() if f.exception() is not None), None
-            )
-            if failed is None:
+            failed = [e for f in futures.values() if (e := f.exception()) is not None]
+            if not failed:
                 results = {part: f.result() for part, f in futures.items()}
                 state.queue.insert(0, Job(fit_group, parts_done=results))
                 continue
             lost: cf.Future = cf.Future()  # what the group's task would have raised
-            lost.set_exception(failed)
+            lost.set_exception(failed[0])
             state.futures.update(dict.fromkeys(fit_group, lost))
 
     def retire_finished(self) -> None:
-        """A pool whose configurations are all done exits now, not once their results have been
-        handed over (logging them takes seconds): its workers still map a key's features."""
+        """Let a pool whose configurations are done exit now, not once their results are handed
+        over (logging them takes seconds): its workers still map a key's features."""
         for state in self.states.values():
             if state.pool is not None and state.all_done():
                 state.close_pool()
 
     def submit(self, state: WindowKeyState, task: Job) -> None:
-        """Hand ``task`` to its key's pool and remember its future."""
         assert state.pool is not None
         fut: cf.Future
         job = Task(task.fit_group, self.data, self.figures, tuple((task.parts_done or {}).items()))
         if task.part is not None:
-            fut = state.pool.submit(_evaluate_part_shared, job, task.part)
+            fut = state.pool.submit(evaluate_part_of, job, task.part)
             state.parts[task.fit_group][task.part] = fut
         else:
             fut = state.pool.submit(run_task, job)
@@ -320,7 +300,6 @@ class Scheduler:
         state.submitted.add(fut)
 
     def forget_done(self) -> None:
-        """Drop the finished futures from ``running`` (their results are kept where used)."""
         self.running.difference_update([f for f in self.running if f.done()])
 
     def submit_free(self) -> None:
@@ -349,37 +328,31 @@ class Scheduler:
             self.submit(earliest, earliest.queue.pop(0))
 
     def worker_idle(self, state: WindowKeyState) -> bool:
-        """Fewer tasks running than workers, and none of ``state``'s key queued (a split
-        group's evaluation may still come, once its last parts are done)."""
+        """Fewer tasks running than workers, and none of ``state``'s key queued."""
         self.forget_done()
         return len(self.running) < self.jobs and not state.queue
 
     def in_flight(self, state: WindowKeyState) -> int:
-        """``state``'s submitted tasks not yet seen done (running or in its pool's queue); the
-        others are forgotten here (their results are kept where they are used)."""
+        """``state``'s submitted tasks not yet seen done (running or queued in its pool)."""
         state.submitted.intersection_update(self.running)
         return len(state.submitted)
 
     # ---- handing over: one key's results in order, each as soon as it is done
 
     def wait_for(self, i: int, trial: Trial) -> None:
-        """Keep the pools busy until ``trial``'s future (of key ``i``) is done; launch the next
-        key as soon as its features are ready, so its workers take the cores this one frees."""
+        """Keep the pools busy (see :meth:`advance`) until ``trial``'s future (of key ``i``) is done."""
         state = self.states[i]
         while trial not in state.futures or not state.futures[trial].done():
             # again: memory may have been freed, or a worker run out of this key's tasks
             self.advance(i)
             nxt = self.windows.get(i + 1)
             cf.wait(
-                [*self.running, *([nxt] if nxt is not None else [])],
-                return_when=cf.FIRST_COMPLETED,
+                [*self.running, *([nxt] if nxt is not None else [])], return_when=cf.FIRST_COMPLETED
             )
 
     def advance(self, i: int) -> None:
-        """Without waiting: the next key windowed ahead (or launched, its features ready), queued tasks
-        started, pools whose configurations are done let exit; between waits, and before each result
-        is handed over (the caller then logs it for a while, the workers busy meanwhile).
-        """
+        """Without waiting: the next key windowed ahead, or launched once its features are ready (its
+        workers take the cores this one frees), queued tasks started, done pools let exit."""
         self.retire_finished()  # an exited pool's features no longer count against windowing
         self.prefetch(i + 1, idle_worker=self.worker_idle(self.states[i]))
         nxt = self.windows.get(i + 1)
@@ -388,7 +361,7 @@ class Scheduler:
         self.submit_free()
 
     def outcome(self, state: WindowKeyState, trial: Trial) -> Outcome:
-        """``trial``'s outcome from its done future: its result, or the error its task raised."""
+        """``trial``'s result from its done future, or the error its task raised."""
         try:
             result = state.futures[trial].result()[state.slots[trial]]
         except Exception as e:  # noqa: BLE001 - one failed configuration does not stop the sweep
@@ -408,8 +381,7 @@ class Scheduler:
             release_free_memory()  # what the caller's logging (result, artifacts) left in the heap
 
     def outcomes(self) -> Generator[Outcome, None, None]:
-        """Every configuration's outcome, in the order of the groups and their configurations;
-        closing the iterator early stops the pools and the windowing."""
+        """Every configuration's outcome, in the groups' order; closing it early stops the work."""
         try:
             for i in range(len(self.keys)):
                 if i not in self.states:
@@ -419,17 +391,13 @@ class Scheduler:
                 self.prefetch(i + 1)
                 self.submit_free()
                 yield from self.key_outcomes(i)
-                state = self.states[i]
-                state.close_pool()
-                # the results were handed over: do not keep them
-                state.futures.clear()
+                self.states[i].close_pool()
+                self.states[i].futures.clear()  # the results were handed over: do not keep them
         finally:
             self.stop()
 
     def stop(self) -> None:
         """Cancel what has not run, shut every pool and the windowing thread down."""
-        for state in self.states.values():
-            state.queue.clear()
         for f in self.running:
             f.cancel()
         for state in self.states.values():

@@ -1,17 +1,8 @@
-"""A sweep's or a search's MLflow parent run, from resume to summary.
-
-:func:`experiments.studies.sweep.run_sweep` (a grid) and :func:`experiments.studies.search.run_search`
-(an Optuna study) differ in which configurations they evaluate, not in what happens around them:
-:class:`ParentRun` opens the tracking store (runs a killed sweep left RUNNING marked KILLED),
-fingerprints the store and the code and looks up the FINISHED runs a resume reuses (same config
-hash, store and code: :meth:`ParentRun.reused`); :meth:`ParentRun.opened` opens the backend and
-the parent run, whose configurations the sweep (:func:`experiments.studies.sweep.evaluate`)
-maps on the backend and :meth:`ParentRun.record` logs as child runs; however it ends, the children still RUNNING are
-marked KILLED, the summary attached and the parent closed (:meth:`ParentRun.finish`). Sweeps of one
-experiment running at once claim each configuration before evaluating it
-(:mod:`experiments.tracking.claims`): one claimed by another sweep is waited for and its run
-reused, so each configuration is logged once. See docs/design.md#mlflow-runs.
-"""
+"""A sweep's or a search's MLflow parent run, from resume to summary (:class:`ParentRun`): a grid
+(:func:`experiments.studies.sweep.run_sweep`) and an Optuna study
+(:func:`experiments.studies.search.run_search`) differ in which configurations they evaluate, not
+in what happens around them (docs/design.md#mlflow-runs; concurrent sweeps' claims:
+:mod:`experiments.tracking.claims`)."""
 
 from __future__ import annotations
 
@@ -61,12 +52,10 @@ CLAIM_POLL_S = 2.0
 
 @dataclass
 class SweepResult:
-    """What a sweep did: a ``table`` row per configuration, the parent run, and per track its best child
+    """What a sweep did: a ``table`` row per configuration, the parent run, per track its best child
     (``best_run_ids``) and the metric it was chosen by (``selection_metrics``; ``best_run_id`` and
-    ``selection_metric``: the personalized track's, else the generalized's); the config's
-    ``metric``, per-session ``scores`` by run id, the unseen-listener ``unseen_selection`` and its
-    ``nested_unseen`` choices, and with several targets target -> track -> best run id.
-    """
+    ``selection_metric``: the personalized track's, else the generalized's), per-session ``scores``
+    by run id, the unseen-listener choices, and with several targets target -> track -> best run id."""
 
     table: pd.DataFrame
     parent_run_id: str
@@ -99,8 +88,7 @@ class SweepOptions:
     a local Dask cluster's workers, 2), a ``progress`` bar, the parent's ``run_name``, whether to
     ``log_artifacts``, ``on_result`` (called with each new child's table row), the ``backend``
     (a registered name or a :class:`~featurestore.parallel.Backend`; default the config's), the
-    cluster it joins (``scheduler``), and ``resume``.
-    """
+    cluster it joins (``scheduler``), and ``resume``."""
 
     tracking_uri: str | None = None
     jobs: int | None = None
@@ -116,18 +104,6 @@ class SweepOptions:
 def as_store(store: Store | str | os.PathLike) -> Store:
     """``store`` itself, or the store in that folder (the one coercion at a sweep's entry)."""
     return store if isinstance(store, Store) else Store(store)
-
-
-def sweep_backend(cfg: ExperimentConfig, options: SweepOptions) -> Backend:
-    """The options' backend, else the config's, built with the options' scheduler.
-
-    Raises:
-        ConfigError: no backend of that name, or a scheduler for one that joins no cluster.
-    """
-    try:
-        return make_backend(options.backend or cfg.backend, options.scheduler)
-    except BackendError as e:
-        raise ConfigError(f"{e} (config key backend, or --backend)") from None
 
 
 def store_fingerprint(store: Store | str | os.PathLike) -> tuple[str, str]:
@@ -148,16 +124,15 @@ def store_fingerprint(store: Store | str | os.PathLike) -> tuple[str, str]:
 
 
 class ParentRun:
-    """The parent run of one sweep or search (see the module docstring); ``rows``, ``failed``
-    and ``scores`` collect what the configurations gave, in the order they were recorded.
-
-    Raises:
-        ConfigError: the backend named is not registered.
-    """
+    """The parent run of one sweep or search; ``rows``, ``failed`` and ``scores`` collect what the
+    configurations gave, in the order they were recorded."""
 
     def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         self.cfg, self.store, self.options = cfg, store, options
-        self.backend = sweep_backend(cfg, options)
+        try:
+            self.backend = make_backend(options.backend or cfg.backend, options.scheduler)
+        except BackendError as e:
+            raise ConfigError(f"{e} (config key backend, or --backend)") from None
         self.jobs = 1
         self.t_start = time.perf_counter()
         self.tracker = Tracker(
@@ -171,11 +146,8 @@ class ParentRun:
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.persons = person_ids(store)  # and its person ids
         self.code = code_version()
-        self.finished = (
-            self.tracker.finished_by_hash(self.fingerprint, self.code.fingerprint)
-            if options.resume
-            else {}
-        )
+        finished = self.tracker.finished_by_hash
+        self.finished = finished(self.fingerprint, self.code.fingerprint) if options.resume else {}
         self.metric = get_metric(cfg.metric)
         self.metrics_by_track = {t: selection_metric(t, cfg.protocol, cfg.metric) for t in TRACKS}
         self.rows: list[RunRow] = []
@@ -200,16 +172,33 @@ class ParentRun:
         child_tags: dict[str, str] | None = None,
         progress: dict[str, Any] | None = None,
     ) -> Iterator[ParentRun]:
-        """The backend opened and the parent run started (:meth:`start`) for the body; then the
+        """For the body: the backend opened and the parent run ``<kind> <time>`` (or the options'
+        run name) started with the common tags and params plus ``tags`` and ``params``
+        (``child_tags`` go on every child, ``progress`` are the tqdm bar's arguments); then the
         parent finished however the body ended: FINISHED, KILLED on Ctrl-C, FAILED on an error
         (both re-raised), ``best_ids`` holding each track's best child."""
-        o = self.options
-        requested = o.jobs if o.jobs is not None else self.cfg.jobs
+        cfg, o = self.cfg, self.options
         with (
             contextlib.closing(self.claims) as _,
-            self.backend.opened(requested) as self.jobs,
+            self.backend.opened(o.jobs if o.jobs is not None else cfg.jobs) as self.jobs,
         ):
-            self.start(kind, params, tags or {}, child_tags or {}, progress or {})
+            name = o.run_name or f"{kind} {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            self.id = self.tracker.start_run(name, tags={**self._tags(), **(tags or {})})
+            common = {"target": ",".join(cfg.all_targets()), "protocol": cfg.protocol}
+            rest = {"feature_sets": ",".join(cfg.feature_set), "store": str(self.store.root)}
+            self.tracker.log(self.id, params={**common, **params, **rest, "jobs": self.jobs})
+            if self.reaped:
+                self.tracker.log(self.id, tags={"reaped_runs": ",".join(self.reaped)})
+            provenance = {"store_fingerprint": self.fingerprint, **self.code.tags()}
+            self.ctx = SweepContext(
+                cfg=cfg,
+                tracking_uri=self.tracker.uri,
+                experiment=cfg.tracking.experiment,
+                parent_run_id=self.id,
+                log_artifacts=o.log_artifacts,
+                child_tags={**provenance, "face_backend": self.face_backend, **(child_tags or {})},
+            )
+            self.bar = tqdm(**(progress or {}), disable=not o.progress)
             status = "FAILED"
             try:
                 yield self
@@ -220,40 +209,9 @@ class ParentRun:
             finally:
                 self.best_ids = self.finish(status)
 
-    def start(
-        self,
-        kind: str,
-        params: dict[str, Any],
-        tags: dict[str, str],
-        child_tags: dict[str, str],
-        progress: dict[str, Any],
-    ) -> str:
-        """Start the parent run named ``<kind> <time>`` (or the options' run name) with the
-        common tags and params plus ``tags`` and ``params``; ``child_tags`` go on every child,
-        ``progress`` are the tqdm bar's arguments. Returns the parent's run id."""
-        cfg, o = self.cfg, self.options
-        name = o.run_name or f"{kind} {time.strftime('%Y-%m-%d %H:%M:%S')}"
-        self.id = self.tracker.start_run(name, tags={**self._tags(), **tags})
-        common = {"target": ",".join(cfg.all_targets()), "protocol": cfg.protocol}
-        rest = {"feature_sets": ",".join(cfg.feature_set), "store": str(self.store.root)}
-        self.tracker.log(self.id, params={**common, **params, **rest, "jobs": self.jobs})
-        if self.reaped:
-            self.tracker.log(self.id, tags={"reaped_runs": ",".join(self.reaped)})
-        provenance = {"store_fingerprint": self.fingerprint, **self.code.tags()}
-        self.ctx = SweepContext(
-            cfg=cfg,
-            tracking_uri=self.tracker.uri,
-            experiment=cfg.tracking.experiment,
-            parent_run_id=self.id,
-            log_artifacts=o.log_artifacts,
-            child_tags={**provenance, "face_backend": self.face_backend, **child_tags},
-        )
-        self.bar = tqdm(**progress, disable=not o.progress)
-        return self.id
-
     def _tags(self) -> dict[str, str]:
-        """The parent run's common tags (the unseen-listener selection from the start: ``chosen``
-        marks numbers that read the left-out listener)."""
+        """The parent's common tags (the unseen-listener selection from the start: ``chosen`` marks
+        numbers that read the left-out listener)."""
         return {
             CONFIG_HASH_TAG + "_sweep": self.cfg.hash(),
             "store_fingerprint": self.fingerprint,
@@ -269,8 +227,7 @@ class ParentRun:
 
     # ------------------------------------------------------------ configurations
     def counted(self, trials: Sequence[Trial]) -> list[Trial]:
-        """``trials`` with their channels' look-ahead on this store (:mod:`experiments.data.lookahead`;
-        each channel scanned once per sweep); one not recorded is warned about once."""
+        """``trials`` with their channels' look-ahead on this store (each channel scanned once)."""
         new = sorted({c for t in trials for c in t.channels} - set(self.lookaheads))
         if new:
             found = channel_lookaheads(self.store, new)
@@ -280,8 +237,7 @@ class ParentRun:
         return with_channel_lookahead(trials, self.lookaheads)
 
     def reused(self, trial: Trial) -> RunRow | None:
-        """The row of ``trial``'s FINISHED run by the same code on the same store, added to this
-        sweep's rows; None when it has none (or resume is off)."""
+        """The row of ``trial``'s FINISHED run by this code on this store, added to the rows; else None."""
         old = self.finished.get(trial.hash())
         if old is None:
             return None
@@ -300,9 +256,8 @@ class ParentRun:
     def claim(
         self, trials: Sequence[Trial]
     ) -> tuple[list[Trial], list[tuple[Trial, RunRow]], list[Trial]]:
-        """Claim ``trials`` (:mod:`experiments.tracking.claims`): returns (those to evaluate here,
-        the rows of those another sweep finished meanwhile, or an earlier one with resume on, to
-        reuse, those another live sweep holds)."""
+        """Claim ``trials``: returns (those to evaluate here, the rows to reuse of those another
+        sweep finished meanwhile or, with resume on, earlier, those another live sweep holds)."""
         got = self.claims.take(t.hash() for t in trials)
         if not got:
             return [], [], list(trials)
@@ -325,7 +280,7 @@ class ParentRun:
 
     def record(self, outcome: Outcome, tags: dict[str, str] | None = None) -> RunRow:
         """Log an outcome as a child run with ``tags`` besides the usual ones (a row its worker
-        logged is taken as it is), add its row and return it (:meth:`notify` then tells the caller)."""
+        logged is taken as it is), add its row and return it."""
         ctx = self.context
         if outcome.trial.named_target:  # a sweep of several targets: each child names its own
             tags = {"target": outcome.trial.target, **(tags or {})}
@@ -341,8 +296,7 @@ class ParentRun:
         return row
 
     def notify(self, row: RunRow) -> None:
-        """Hand a new child run's row to the options' ``on_result`` (which may raise, e.g. to
-        interrupt the sweep), once the sweep's own bookkeeping of it is done."""
+        """Hand a new child's row to the options' ``on_result`` (which may raise to interrupt)."""
         if self.options.on_result:
             self.options.on_result(row.to_dict())
 
@@ -364,95 +318,61 @@ class ParentRun:
         )
 
     def unseen_listener_todo(self, trials: Sequence[Trial]) -> list[Trial]:
-        """Each feature set's chosen generalized configuration with the unseen-listener protocol on
-        (:func:`experiments.tracking.summary.unseen_listener_trials`): those with a finished run
-        are reused here, the others returned to be evaluated."""
+        """Each feature set's chosen generalized configuration with unseen listeners on, to
+        evaluate (those with a finished run are reused here)."""
         table = sweep_table(self.rows)
         chosen = unseen_listener_trials(table, trials, self.cfg.protocol, self.cfg.metric)
         return [t for t in chosen if self.reused(t) is None]
 
     # ------------------------------------------------------------ the end
     def finish(self, status: str) -> dict[str, str]:
-        """Close the bar, mark lost children, attach the summary (:meth:`summarise`) and close the
-        parent with ``status``; returns track -> best run id."""
+        """Close the bar, mark this sweep's children still RUNNING as KILLED (their writer was lost;
+        listed in the parent's tag ``lost_runs``; best effort, as the sweep may be ending on an
+        error it must not hide), attach the summary and close the parent with ``status``; returns
+        track -> best run id."""
         if self.bar is not None:
             self.bar.close()
-        self._reap_lost_children()
+        finished = {r.config_hash: r.run_id for r in self.rows if r.status == "done"}
+        try:
+            if lost := self.tracker.reap_children(self.id, finished):
+                self.tracker.log(self.id, tags={"lost_runs": ",".join(lost)})
+        except Exception as e:  # noqa: BLE001 - e.g. the tracking server is gone too
+            warnings.warn(
+                f"could not check the child runs of {self.id} for lost workers: {type(e).__name__}: {e}",
+                stacklevel=2,
+            )
         best_ids = self.summarise(sweep_table(self.rows))
         self.tracker.finish(self.id, status)
         return best_ids
 
     @property
     def unseen_selection(self) -> str:
-        """How the unseen-listener configuration is chosen; empty when the protocol is off."""
+        """How the unseen-listener configuration is chosen; empty when off."""
         return self.cfg.unseen_selection if self.cfg.unseen_listener else ""
 
     def nested_unseen(self, table: pd.DataFrame) -> pd.DataFrame:
         """Under nested selection, each left-out listener's configuration chosen among every
-        feature set's (the sweep's generalized track); else an empty table."""
+        feature set's; else an empty table."""
         if self.unseen_selection != "nested":
             return nested_unseen(table.iloc[0:0])
         return nested_unseen(table, self.cfg.protocol, False, self.cfg.metric)
 
     def summarise(self, table: pd.DataFrame) -> dict[str, str]:
-        """Tag the parent with each track's best child and attach the summary tables; with several
-        targets, per target and combined, returning the first target's best children."""
+        """Tag the parent with each track's best child and attach the summary tables (with several
+        targets, per target and combined); returns the (first target's) best children."""
         targets = self.cfg.all_targets()
-        seconds = time.perf_counter() - self.t_start
+        head = (self.tracker, self.id, table, self.cfg.protocol)
+        counts = (time.perf_counter() - self.t_start, self.n_new, self.unseen_selection)
+        words: dict[str, Any] = {"layout": self.layout, "keep": list(self.cfg.feature_sets)}
+        words |= {"metric": self.cfg.metric, "note": self.corpus_note, "persons": self.persons}
         if len(targets) <= 1:
-            return summarise(
-                self.tracker,
-                self.id,
-                table,
-                self.cfg.protocol,
-                seconds,
-                self.n_new,
-                self.unseen_selection,
-                self.nested_unseen(table),
-                layout=self.layout,
-                keep=list(self.cfg.feature_sets),
-                metric=self.cfg.metric,
-                note=self.corpus_note,
-                persons=self.persons,
-            )
+            return summarise(*head, *counts, self.nested_unseen(table), **words)
         nested = {
             t: self.nested_unseen(table[table["target"] == t] if "target" in table else table)
             for t in targets
         }
-        self.best_ids_by_target = summarise_targets(
-            self.tracker,
-            self.id,
-            table,
-            self.cfg.protocol,
-            targets,
-            seconds,
-            self.n_new,
-            self.unseen_selection,
-            nested,
-            self.cfg.metric,
-            layout=self.layout,
-            keep=list(self.cfg.feature_sets),
-            note=self.corpus_note,
-            persons=self.persons,
-        )
+        self.best_ids_by_target = summarise_targets(*head, targets, *counts, nested, **words)
         return self.best_ids_by_target.get(targets[0], {})
-
-    def _reap_lost_children(self) -> list[str]:
-        """Mark this sweep's child runs still RUNNING as KILLED (their writer was lost) and list
-        them on the parent (tag ``lost_runs``); best effort, as the sweep may be ending on an
-        error it must not hide."""
-        finished = {r.config_hash: r.run_id for r in self.rows if r.status == "done"}
-        try:
-            lost = self.tracker.reap_children(self.id, finished)
-            if lost:
-                self.tracker.log(self.id, tags={"lost_runs": ",".join(lost)})
-        except Exception as e:  # noqa: BLE001 - e.g. the tracking server is gone too
-            warnings.warn(
-                f"could not check the child runs of {self.id} for lost workers: {type(e).__name__}: {e}",
-                stacklevel=3,
-            )
-            return []
-        return lost
 
     def result(
         self, skipped: int, cls: type[SweepResult] = SweepResult, **extra: Any

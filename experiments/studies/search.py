@@ -1,16 +1,8 @@
 """An Optuna search over a config's search space (``search: {method: optuna, ...}``): the same
-configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search).
-
-The objective is the configured metric of ``search.track`` on the selection split, in the
-metric's direction; the trials are sampled in this process and evaluated ``jobs`` at a time by
-the sweep's machinery on this machine (:func:`experiments.studies.sweep.evaluate`; batch
-ask-and-tell; TPE's ``constant_liar`` keeps the trials in flight apart), each told once it is
-logged. Optuna's own MLflow callback is not used: its runs would
-be neither these child runs nor resumable by config hash; each trial carries its child run's id
-(user attribute ``mlflow_run_id``) instead. The study lives in an RDB storage (default
-``optuna.db`` beside a SQLite tracking database), named after the config, the store and the
-code, so a re-run continues it; ``--no-resume`` starts a new one.
-"""
+configurations, child runs and summary as a grid's, sampled (docs/config.md, Optuna search),
+by batch ask-and-tell, evaluated ``jobs`` at a time by the sweep. Optuna's own MLflow callback is
+not used: its runs would be neither these child runs nor resumable by config hash; each trial
+carries its child run's id (user attribute ``mlflow_run_id``) instead."""
 
 from __future__ import annotations
 
@@ -46,13 +38,18 @@ TRIAL_TAG = "optuna_trial"
 
 
 # --------------------------------------------------------------------------- the study
-def default_storage(tracking_uri: str) -> str:
-    """The Optuna storage beside a SQLite tracking database: ``sqlite:///<folder>/optuna.db``.
-
-    Raises:
-        ConfigError: the tracking URI is not a SQLite file (a server, PostgreSQL): then the
-            config must name the storage (``search.storage``).
-    """
+def study_storage(storage: str | None, tracking_uri: str) -> str:
+    """``search.storage`` as a SQLAlchemy URL (a plain path is a SQLite file, a folder gets
+    ``optuna.db``, created relative to the working directory), by default ``optuna.db`` beside a
+    SQLite tracking database (ConfigError for another tracking URI: the config must name it)."""
+    if storage and "://" in storage:
+        return storage
+    if storage:
+        path = Path(storage)
+        if path.suffix != ".db":
+            path = path / "optuna.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path.resolve()}"
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(tracking_uri[len('sqlite:///') :]).with_name('optuna.db')}"
     raise ConfigError(
@@ -62,21 +59,9 @@ def default_storage(tracking_uri: str) -> str:
     )
 
 
-def storage_url(storage: str) -> str:
-    """``search.storage`` as a SQLAlchemy URL: a plain path is a SQLite file (a folder gets
-    ``optuna.db``), created relative to the working directory; URLs are returned unchanged."""
-    if "://" in storage:
-        return storage
-    path = Path(storage)
-    if path.suffix != ".db":
-        path = path / "optuna.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve()}"
-
-
 def study_name(cfg: ExperimentConfig, store_fingerprint: str, code_fingerprint: str) -> str:
     """``<experiment>.<hash>``: the hash covers the resolved config without what does not change
-    the study (``jobs``, ``search.n_trials``, ``search.storage``), the store's and the code's
+    the study (``jobs``, ``backend``, ``search.n_trials``, ``search.storage``), the store's and the code's
     fingerprints, so the same search on the same data by the same code continues one study."""
     d = cfg.to_dict()
     d.pop("jobs", None)
@@ -120,13 +105,11 @@ def _sampler(cfg: ExperimentConfig, space: SearchSpace) -> Any:
 
 
 def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
-    """Create or load the study ``name`` in the RDB ``storage``, the direction the config's
-    metric's (higher or lower is better)."""
+    """Create or load the study ``name`` in the RDB ``storage``, in the direction of the config's metric."""
     import optuna  # heavy (SQLAlchemy, alembic): imported when a search runs, not with this module
 
-    optuna.logging.set_verbosity(
-        optuna.logging.WARNING
-    )  # the sweep's progress bar says what happens
+    # the sweep's progress bar says what happens
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
     rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs)
     return optuna.create_study(
@@ -139,8 +122,7 @@ def open_study(cfg: ExperimentConfig, name: str, storage: str) -> Any:
 
 
 def _owned_elsewhere(t: Any) -> bool:
-    """Whether a RUNNING trial belongs to a search still running (another live process on this
-    host, or another host): it is then left alone."""
+    """Whether a RUNNING trial belongs to a search still running (another live process, or host)."""
     host, pid = t.user_attrs.get("host"), int(t.user_attrs.get("pid", 0) or 0)
     if host not in (None, socket.gethostname()):
         return True
@@ -149,8 +131,8 @@ def _owned_elsewhere(t: Any) -> bool:
 
 @dataclass
 class SearchResult(SweepResult):
-    """A :class:`experiments.studies.parent_run.SweepResult` plus the study: its name, its storage (without
-    password) and its trials table (``study.trials_dataframe()``: number, params, value, state)."""
+    """A :class:`~experiments.studies.parent_run.SweepResult` plus the study's name, its storage
+    (without password) and its trials table (``study.trials_dataframe()``)."""
 
     study_name: str = ""
     storage: str = ""
@@ -158,8 +140,7 @@ class SearchResult(SweepResult):
 
 
 class _Search(ParentRun):
-    """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`) and
-    its trials table in the summary."""
+    """A search's parent run: the sweep's, plus the study's ask-and-tell loop (:meth:`run`)."""
 
     def __init__(self, cfg: ExperimentConfig, store: Store, options: SweepOptions) -> None:
         super().__init__(cfg, store, options)
@@ -171,8 +152,7 @@ class _Search(ParentRun):
             )
         self.space = search_space(cfg)
         self.objective = selection_metric(cfg.search.track, cfg.protocol, cfg.metric)
-        storage = cfg.search.storage
-        self.storage = storage_url(storage) if storage else default_storage(self.tracker.uri)
+        self.storage = study_storage(cfg.search.storage, self.tracker.uri)
         self.name = study_name(cfg, self.fingerprint, self.code.fingerprint) + (
             "" if options.resume else time.strftime(".rerun-%Y%m%d-%H%M%S")
         )
@@ -285,8 +265,7 @@ class _Search(ParentRun):
 
 
 def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
-    """The trials a search runs: ``search.n_trials``, and with the ``grid`` sampler at most
-    the size of its grid (GridSampler walks it once)."""
+    """``search.n_trials``, with the ``grid`` sampler at most its grid's size (walked once)."""
     if cfg.search.sampler != "grid":
         return cfg.search.n_trials
     return min(cfg.search.n_trials, int(np.prod([len(v) for v in space.grid().values()])))
@@ -294,7 +273,7 @@ def _n_trials(cfg: ExperimentConfig, space: SearchSpace) -> int:
 
 def _check_search(cfg: ExperimentConfig) -> None:
     """Raise a ConfigError unless ``cfg`` is an Optuna search whose ``unseen_listener`` is off
-    or ``chosen`` (a search cannot choose a configuration without a listener)."""
+    or ``chosen``."""
     if cfg.search.method != "optuna":
         raise ConfigError(
             f"{cfg.source}: search.method is {cfg.search.method!r}; run_search runs an Optuna search "
@@ -317,25 +296,16 @@ def run_search(
     """Run ``cfg``'s Optuna search (``search.method: optuna``) and log every trial to MLflow, as
     :func:`experiments.studies.sweep.run_sweep` logs a grid, with the same options
     (:class:`~experiments.studies.parent_run.SweepOptions`); the parent is tagged
-    ``search=optuna`` and ``optuna_study``.
-
-    Raises:
-        ConfigError: not an Optuna search, a remote backend, or
-            ``unseen_listener`` on with a selection other than ``chosen``.
-    """
+    ``search=optuna`` and ``optuna_study``. ConfigError: not an Optuna search, a remote backend,
+    or ``unseen_listener`` on with a selection other than ``chosen``."""
     _check_search(cfg)
     run = _Search(cfg, as_store(store), options or SweepOptions())
     s = cfg.search
     params = {"n_trials": run.n_trials, "search.sampler": s.sampler, "search.seed": s.seed}
+    params |= {"search.track": s.track, "search.objective": run.objective}
     tags = {"search": "optuna", STUDY_TAG: run.name, "optuna_storage": _public_url(run.storage)}
     progress = {"total": run.n_trials, "desc": f"optuna {s.track}", "unit": "trial"}
-    with run.opened(
-        "search",
-        {**params, "search.track": s.track, "search.objective": run.objective},
-        tags,
-        {STUDY_TAG: run.name},
-        progress,
-    ):
+    with run.opened("search", params, tags, {STUDY_TAG: run.name}, progress):
         run.run()
     result = run.result(
         skipped=sum(r.status == "reused" for r in run.rows),

@@ -1,15 +1,6 @@
 """Sweep a config's grid over a feature store and log every configuration to MLflow: a plan of
-tasks mapped by a backend.
-
-One experiment per config (``tracking.experiment``), a parent run per sweep, one child run per
-configuration, the baseline first. :func:`plan` turns the configurations into tasks (a fit group
-each, with the data it reads and its window key, ordered so that the windowed features are
-computed once per window key); :func:`evaluate` claims them, maps
-:func:`~experiments.evaluation.evaluate.run_task` over them on the backend
-(:mod:`featurestore.parallel`; the processes and Dask backends schedule a sweep their own way:
-:mod:`experiments.engine`) and hands each outcome back to be logged. The Optuna search
-(:mod:`experiments.studies.search`) evaluates its trials with :func:`evaluate` too; resume and
-the parent run: :mod:`experiments.studies.parent_run`.
+tasks (:func:`plan`) mapped by a backend (:func:`evaluate`); docs/design.md, Architecture. The
+processes and Dask backends schedule a sweep their own way (:mod:`experiments.engine`).
 
 >>> from experiments.config import load_config
 >>> [t.model for t in _order(_ensure_baseline(expand(load_config("smoke"))))][:2]
@@ -24,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,7 +28,6 @@ from featurestore.parallel.processes import ProcessesBackend
 from ..config.grid import Trial, WindowKey, expand
 from ..config.models import BASELINE
 from ..config.schema import ExperimentConfig
-from ..config.tracks import selection_metric as track_selection_metric
 from ..data.dataset import DatasetError
 from ..engine.dask import map_on_dask
 from ..engine.forked import map_forked
@@ -56,20 +47,7 @@ __all__ = [
     "grid_trials",
     "plan",
     "run_sweep",
-    "selection_metric",
 ]
-
-#: backends that schedule a sweep their own way (by class; any other maps :func:`run_task`)
-SCHEDULES: dict[type[Backend], Callable[..., Iterator[Result]]] = {
-    ProcessesBackend: map_forked,
-    DaskBackend: map_on_dask,
-}
-
-
-def selection_metric(cfg: ExperimentConfig, track: str = "personalized") -> str:
-    """The metric ``track``'s configurations are ranked by: the config's metric under the track's
-    averaging on validation (or LOSO)."""
-    return track_selection_metric(track, cfg.protocol, cfg.metric)
 
 
 def _order(trials: Sequence[Trial]) -> list[Trial]:
@@ -90,15 +68,9 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
     for t in trials:
         firsts.setdefault(t.target, t)
     have = {t.target for t in trials if t.model == BASELINE}
+    plain: dict[str, Any] = {"model_params": (), "personalization": "global", "smooth_s": 0.0}
     baselines = [
-        replace(
-            t0,
-            model=BASELINE,
-            model_params=(),
-            personalization="global",
-            smooth_s=0.0,
-            rescale="none",
-        )
+        replace(t0, model=BASELINE, rescale="none", **plain)
         for target, t0 in firsts.items()
         if target not in have
     ]
@@ -107,7 +79,7 @@ def _ensure_baseline(trials: list[Trial]) -> list[Trial]:
 
 def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun) -> list[Trial]:
     """``unseen_listener: {selection: fixed, configuration: X}``: the grid's configuration whose
-    label or config hash is X, scored on left-out listeners (unless already done)."""
+    label or config hash is X, scored on left-out listeners (unless done)."""
     name = cfg.unseen_configuration
     named = [
         t
@@ -126,12 +98,9 @@ def _fixed_unseen(cfg: ExperimentConfig, trials: Sequence[Trial], run: ParentRun
 
 def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
     """The configurations a sweep of ``cfg`` runs, in its order: the grid, a ``dummy`` baseline
-    when it has none, and under nested unseen-listener selection every generalized
-    configuration marked to be fitted without each listener in turn.
-
-    Raises:
-        ConfigError: nested unseen-listener selection under a protocol other than ``val`` or ``loso``.
-    """
+    when it has none, and under nested unseen-listener selection every generalized configuration
+    marked to be fitted without each listener in turn (ConfigError under a protocol other than
+    ``val`` or ``loso``)."""
     trials = _order(_ensure_baseline(expand(cfg)))
     if cfg.unseen_listener and cfg.unseen_selection == "nested":
         # every generalized configuration fitted without each listener in turn (under loso, each
@@ -154,9 +123,8 @@ def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
 def plan(
     cfg: ExperimentConfig, store: Store, trials: Sequence[Trial], backend: Backend, figures: bool
 ) -> list[Task]:
-    """The tasks that evaluate ``trials`` (of one target, ``cfg``'s) on ``store``: a fit group
-    each, reading the channels they all need (on a remote backend from the store's absolute
-    folder, its sessions listed here), figures drawn where they run when artifacts are logged."""
+    """The tasks that evaluate ``trials`` (of ``cfg``'s target) on ``store``, a fit group each (on a
+    remote backend reading the store's absolute folder, its sessions listed here)."""
     root = store.root.resolve() if backend.remote else store.root
     data = TaskData(
         store=str(root),
@@ -171,25 +139,22 @@ def plan(
 
 def _mapped(backend: Backend, tasks: Sequence[Task], log: SweepContext) -> Iterator[Result]:
     """The tasks' results on ``backend``: its own schedule of a sweep, else :func:`run_task` mapped."""
-    schedule = next((SCHEDULES[c] for c in type(backend).__mro__ if c in SCHEDULES), None)
-    if schedule is not None:
-        return schedule(backend, tasks, log)
+    if isinstance(backend, ProcessesBackend):
+        return map_forked(backend, tasks, log)
+    if isinstance(backend, DaskBackend):
+        return map_on_dask(backend, tasks, log)
     return backend.map(run_task, tasks, raises=(DatasetError,))
 
 
 def evaluate(run: ParentRun, todo: Sequence[Trial], on_outcome: Callable[[Outcome], None]) -> None:
-    """Evaluate ``todo`` on the run's backend, one target's labels at a time, handing each
-    :class:`Outcome` to ``on_outcome`` as it comes; the backend's work stops however this ends.
-    A configuration another sweep has claimed is waited for, then reused once it finished
-    (or evaluated here when that sweep ended without it)."""
+    """Evaluate ``todo`` on the run's backend, one target at a time, handing each :class:`Outcome`
+    to ``on_outcome`` as it comes; one another sweep claimed is waited for, then reused once it
+    finished (or evaluated here when that sweep ended without it)."""
     targets = list(dict.fromkeys(t.target for t in todo))
     for target in targets:
         cfg = run.cfg.for_target(target) if len(targets) > 1 else run.cfg
-        waiting, log = (
-            run.counted([t for t in todo if t.target == target]),
-            replace(run.context, cfg=cfg),
-        )
-        first = True
+        waiting = run.counted([t for t in todo if t.target == target])
+        log, first = replace(run.context, cfg=cfg), True
         while waiting:
             part, done, waiting = run.claim(waiting)
             for t, row in done:  # finished by another sweep: its run, as this sweep's row
@@ -219,11 +184,8 @@ def run_sweep(
     FINISHED run of its hash on the same store by the same code is reused unless
     ``options.resume`` is False (the rest: :class:`SweepOptions`). Returns a :class:`SweepResult`
     (``table``: a row per configuration with its run id, status, params and metrics).
-
-    Raises:
-        ConfigError: an Optuna search (:func:`experiments.studies.search.run_search` runs it), an
-            unknown backend, or an unusable unseen-listener selection.
-    """
+    ConfigError: an Optuna search (:func:`experiments.studies.search.run_search` runs it), an
+    unknown backend, or an unusable unseen-listener selection."""
     if cfg.search.method == "optuna":
         raise ConfigError(
             f"{cfg.source}: search.method optuna is a search, not a grid: run it with "

@@ -1,10 +1,7 @@
-"""Unseen listeners, nested: each held-out listener's configuration chosen without them
-(docs/results.md, Unseen listeners). Under ``unseen_listener: {selection: nested}`` every
-generalized configuration is also fitted without each listener L and scores the other
-listeners' selection split (``<val|loso>_without_listener_<L>.<metric>_generalized``);
-:func:`nested_unseen` chooses each L's configuration by it and reports its ``test_unseen`` score
-on L, which nothing of L reached (``experiments export RUN_ID --split test_unseen``).
-"""
+"""Unseen listeners, nested (docs/results.md, Unseen listeners): :func:`nested_unseen` chooses
+each held-out listener L's configuration by the other listeners' selection scores of the
+configurations fitted without L (``<val|loso>_without_listener_<L>.<metric>_generalized``) and
+reports its ``test_unseen`` score on L, which nothing of L reached."""
 
 from __future__ import annotations
 
@@ -17,12 +14,6 @@ from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
 from ..tracking.tracker import CONFIG_HASH_TAG
 
 
-def selection_column(m: MetricSpec) -> str:
-    """The column of a held-out listener's chosen configuration's selection score:
-    ``selection_ccc``."""
-    return f"selection_{m.name}"
-
-
 def unseen_columns(m: MetricSpec) -> list[str]:
     """The columns of ``reports/ablation_unseen.csv`` for metric ``m`` (a contract:
     docs/design.md#reports)."""
@@ -30,7 +21,7 @@ def unseen_columns(m: MetricSpec) -> list[str]:
         "feature_set",
         "listener",
         "selection_metric",
-        selection_column(m),
+        f"selection_{m.name}",  # the chosen configuration's selection score
         m.column("test_unseen"),
         "run_id",
         "config_hash",
@@ -52,11 +43,10 @@ def nested_unseen(
     metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """One row per feature set and held-out listener of the sweep's ``table``: the generalized
-    configuration chosen by ``metric`` (its values and direction) on the other listeners'
-    selection split (``protocol``), its score there and its test score on the listener
-    (``<metric>_test_unseen``); rows without the nested metrics do not compete. ``per_feature_set``
-    False: every feature set's configurations compete together (the sweep summary's choice).
-    """
+    configuration chosen by ``metric`` on the other listeners' selection split (``protocol``), its
+    score there and its test score on the listener (``<metric>_test_unseen``); rows without the
+    nested metrics do not compete. ``per_feature_set`` False: every feature set's configurations
+    compete together (the sweep summary's choice)."""
     rows = []
     spec = get_metric(metric)
     if table.empty or "features.set" not in table:
@@ -83,7 +73,7 @@ def nested_unseen(
                     "feature_set": str(best["features.set"]),
                     "listener": int(float(listener)),
                     "selection_metric": column,
-                    selection_column(spec): float(best[column]),
+                    f"selection_{spec.name}": float(best[column]),
                     spec.column("test_unseen"): float(best[test])
                     if test in best and pd.notna(best[test])
                     else np.nan,

@@ -1,8 +1,5 @@
-"""One configuration's MLflow child run, created, filled and closed in one go (:func:`log_child`:
-identity tags, params, metrics; artifacts: the resolved config with every estimator parameter,
-the per-session scores, the predictions as challenge CSV files, the figures), and its row of
-the sweep table (:class:`RunRow`, :func:`sweep_table`). See docs/design.md#mlflow-runs.
-"""
+"""One configuration's MLflow child run, created, filled and closed in one go (:func:`log_child`;
+what it holds: docs/design.md#mlflow-runs), and its row of the sweep table (:class:`RunRow`)."""
 
 from __future__ import annotations
 
@@ -50,8 +47,7 @@ class Outcome:
 
 
 def identity_tags(trial: Trial) -> dict[str, str]:
-    """A configuration's identifying tags: its config hash and, for a chosen configuration's
-    unseen-listener run, the hash of the grid configuration it evaluates again."""
+    """A configuration's config hash and, for a chosen one's unseen-listener run, its grid one's."""
     tags = {CONFIG_HASH_TAG: trial.hash()}
     if trial.unseen_listener and not trial.unseen_nested:
         tags[UNSEEN_OF_TAG] = replace(trial, unseen_listener=False).hash()
@@ -62,8 +58,7 @@ def identity_tags(trial: Trial) -> dict[str, str]:
 class RunRow:
     """One configuration's child run as a row of the sweep table: ``status`` ``done`` (logged by this
     sweep), ``reused`` (an earlier sweep's) or ``failed`` (``error`` says why), its identity
-    ``tags`` (:func:`identity_tags`), ``params`` (:meth:`Trial.params`) and ``metrics``.
-    """
+    ``tags`` (:func:`identity_tags`), ``params`` (:meth:`Trial.params`) and ``metrics``."""
 
     run_id: str
     status: str
@@ -83,12 +78,10 @@ class RunRow:
 
     @property
     def track(self) -> str | None:
-        """The challenge track the configuration is scored on (``personalized``, ``generalized``)."""
         return self.params.get("track")
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as the sweep table has it: run id, status, label, tags, params, metrics, and
-        ``error`` for a failed run."""
+        """The row as the sweep table has it (``error`` only for a failed run)."""
         row = {
             "run_id": self.run_id,
             "status": self.status,
@@ -103,8 +96,7 @@ class RunRow:
 
 
 def warnings_tags(notes: Sequence[str]) -> dict[str, str] | None:
-    """A run's ``warnings`` tag: the notes joined by `` | ``, cut to MLflow's 5,000-character
-    tag limit; None without notes."""
+    """A run's ``warnings`` tag: the notes joined, cut to MLflow's 5,000 characters; None without."""
     return {"warnings": " | ".join(notes)[:5000]} if notes else None
 
 
@@ -114,8 +106,7 @@ def sweep_table(rows: Sequence[RunRow]) -> pd.DataFrame:
 
 
 def run_row(trial: Trial, run: Any, status: str) -> RunRow:
-    """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``status``: ``reused``
-    for a run of an earlier sweep, ``done`` for one of this sweep)."""
+    """The sweep-table row of a finished MLflow ``run`` of ``trial`` (``reused`` or ``done``)."""
     return RunRow(
         run.info.run_id,
         status,
@@ -129,36 +120,19 @@ def run_row(trial: Trial, run: Any, status: str) -> RunRow:
 def log_child(
     tracker: Tracker, ctx: SweepContext, trial: Trial, result: TrialResult | None, error: str = ""
 ) -> RunRow:
-    """Create, fill and close one configuration's child run; returns its row of the sweep table.
-
-    ``result`` None logs a FAILED run carrying ``error`` as a tag.
-    """
+    """Create, fill and close one configuration's child run (``result`` None: a FAILED run carrying
+    ``error`` as a tag); returns its row of the sweep table."""
     ident = identity_tags(trial)
-    run_id = tracker.start_run(
-        trial.label()[:250],
-        tags={
-            **ident,
-            "track": trial.track,
-            "causal": format_value(trial.causal),
-            **ctx.child_tags,
-        },
-        parent_id=ctx.parent_run_id,
-    )
+    tags = {**ident, "track": trial.track, "causal": format_value(trial.causal), **ctx.child_tags}
+    run_id = tracker.start_run(trial.label()[:250], tags=tags, parent_id=ctx.parent_run_id)
     params = trial.params()
     if result is None:
         tracker.log(run_id, params=params, tags={"error": error[:5000]})
         tracker.finish(run_id, "FAILED")
         return RunRow(run_id, "failed", trial.label(), ident, params, error=error)
-    m = dict(result.metrics)
-    m["fit_seconds"] = result.fit_seconds
-    m["n_train_rows"] = result.n_train_rows
+    m = {**result.metrics, "fit_seconds": result.fit_seconds, "n_train_rows": result.n_train_rows}
     m.update(track_metrics(m, trial.track, trial.metric))
-    tracker.log(
-        run_id,
-        params=params,
-        metrics=m,
-        tags=warnings_tags(result.warnings),
-    )
+    tracker.log(run_id, params=params, metrics=m, tags=warnings_tags(result.warnings))
     if ctx.log_artifacts:
         with tempfile.TemporaryDirectory() as tmp:
             write_artifacts(result, ctx.cfg.to_dict(), Path(tmp))
@@ -182,10 +156,9 @@ def resolved_params(trial: Trial) -> dict[str, str]:
 
 
 def write_prediction_csv(path: Path, prediction: np.ndarray) -> None:
-    """One session's per-frame predictions as the challenge's CSV: a ``valence`` header, then
-    one value per line with 9 decimals. The same bytes as ``np.savetxt(path, prediction,
-    fmt="%.9f", header="valence", comments="")``, about 5x faster (one string join instead of
-    a formatted write per line: the CSVs of a full-size sweep took the logging process 11 s)."""
+    """One session's per-frame predictions as the challenge's CSV: a ``valence`` header, then one
+    value per line with 9 decimals; the bytes of ``np.savetxt(path, prediction, fmt="%.9f",
+    header="valence", comments="")``, 5x faster (its CSVs of a full-size sweep took 11 s)."""
     values = np.asarray(prediction, dtype=np.float64).ravel().tolist()
     path.write_text("valence\n" + "".join(map("%.9f\n".__mod__, values)))
 
@@ -196,8 +169,8 @@ def matrix_file(metric: str = DEFAULT_METRIC) -> str:
 
 
 def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
-    """Write a child run's artifacts: config, score matrix (:func:`matrix_file`), predictions, plots (the figures the
-    worker drew, ``result.figures``; drawn here if it drew none)."""
+    """Write a child run's artifacts: config, score matrix (:func:`matrix_file`), predictions, plots
+    (the figures the worker drew; drawn here if it drew none)."""
     trial = result.trial
     resolved = {
         "trial": trial.params(),

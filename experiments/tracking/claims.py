@@ -1,15 +1,8 @@
-"""Claims: concurrent sweeps of one experiment run each configuration once.
-
-Before a sweep evaluates configurations it claims them (:meth:`Claims.take`); one claimed by
-another live sweep is left to it, and the sweep reads its run when it has finished. A claim
-lasts while its sweep runs, and is gone when the sweep ends or its process dies:
-
-- SQLite (``sqlite:///<folder>/mlflow.db``): a file per configuration under
-  ``<folder>/claims/<experiment id>/`` naming the host and pid that hold it, created atomically
-  under the database's lock file; one whose process no longer exists is taken over.
-- PostgreSQL: a session advisory lock per configuration on a connection the sweep keeps open
-  (the server releases it when the connection closes, whatever ends the process).
-- A tracking server or another database: no claims (each sweep runs what it finds unfinished).
+"""Claims: concurrent sweeps of one experiment run each configuration once (docs/scaling.md,
+MLflow with many writers). A claim lasts while its sweep runs: on SQLite a file per configuration
+under ``<folder>/claims/<experiment id>/`` naming its host and pid, created under the database's
+lock file (one whose process is gone is taken over); on PostgreSQL a session advisory lock, which
+the server releases with the connection; through a tracking server or another database, none.
 """
 
 from __future__ import annotations
@@ -27,7 +20,6 @@ from featurestore.processes import pid_alive
 
 
 def _advisory_key(experiment_id: str, config_hash: str) -> int:
-    """A signed 64-bit key for PostgreSQL's advisory locks from an experiment and a config hash."""
     digest = hashlib.sha256(f"claim:{experiment_id}:{config_hash}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -94,19 +86,14 @@ class Claims:
 
         if self._conn is None:
             self._conn = self._engine.connect()
-        got = set()
-        for h in hashes:
-            if h in self.held:
-                got.add(h)
-                continue
-            key = _advisory_key(self.experiment_id, h)
-            row = self._conn.execute(
-                sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}
-            ).scalar()
+        query = sqlalchemy.text("SELECT pg_try_advisory_lock(:k)")
+
+        def lock(h: str) -> bool:
+            locked = self._conn.execute(query, {"k": _advisory_key(self.experiment_id, h)}).scalar()
             self._conn.commit()
-            if row:
-                got.add(h)
-        return got
+            return bool(locked)
+
+        return {h for h in hashes if h in self.held or lock(h)}
 
     def close(self) -> None:
         """Give back every claim this process holds (best effort: a dead process's claims lapse)."""

@@ -1,8 +1,6 @@
-"""Where tasks run, for both packages: a :class:`~.base.Backend` maps a function over tasks
-(``serial``, ``processes``, ``dask``, or one registered with :func:`~.base.register_backend`
-from any module). ``featurestore extract`` maps a session's extraction, ``experiments sweep`` a
-fit group's evaluation. Importing this package registers the built-in backends (the Dask one
-imports ``distributed`` only when a cluster is used)."""
+"""Where tasks run, for both packages (docs/design.md, Architecture): a :class:`~.base.Backend`
+maps a function over tasks (``serial``, ``processes``, ``dask``, or one registered with
+:func:`~.base.register_backend` from any module); importing this package registers the built-in ones."""
 
 # registered in this order, the order --help lists them in
 # isort: off

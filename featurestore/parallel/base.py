@@ -1,8 +1,6 @@
 """The backend interface and registry: a :class:`Backend` maps a function over tasks somewhere
-(here, in worker processes, on a cluster) and returns one :class:`Result` per task, in the
-order of the tasks, a task's error as a value; :func:`register_backend` names one (a class
-decorator, from any module) and :func:`make_backend` builds one by name. What a task reads and
-computes is the task's business: a backend only decides where it runs.
+and returns one :class:`Result` per task, in their order, a task's error as a value;
+:func:`register_backend` names one and :func:`make_backend` builds one by name.
 
 >>> backend = make_backend("serial")
 >>> with backend.opened(None) as workers:
@@ -43,7 +41,6 @@ class Result(Generic[R]):
 
     @property
     def failed(self) -> bool:
-        """The task raised (``error`` says what)."""
         return bool(self.error)
 
 
@@ -58,8 +55,7 @@ def failure(e: BaseException, prefix: str = "") -> Result[Any]:
 
 
 def call(fn: Callable[[T], R], task: T, raises: Raises, prefix: str = "") -> Result[R]:
-    """``fn(task)`` as a :class:`Result` (an error's text after ``prefix``); exceptions of the
-    types ``raises`` propagate."""
+    """``fn(task)`` as a :class:`Result` (an error's text after ``prefix``); ``raises`` propagate."""
     try:
         return Result(fn(task))
     except raises:
@@ -95,8 +91,8 @@ class Backend(abc.ABC):
 
     @contextlib.contextmanager
     def opened(self, jobs: int | None) -> Iterator[int]:
-        """Hold what the backend needs (a cluster, ...) for the body; yields how many tasks run at
-        a time (``jobs``, else 1, unless it knows better), also kept as :attr:`workers`."""
+        """Hold what the backend needs (a cluster, ...) for the body; yields (and keeps as
+        :attr:`workers`) how many tasks run at a time: ``jobs``, else 1, unless it knows better."""
         self.workers = max(1, jobs or 1)
         yield self.workers
 
@@ -137,11 +133,7 @@ def backends_help() -> str:
 
 
 def check_backend(name: str) -> str:
-    """``name`` if a backend of that name is registered.
-
-    Raises:
-        BackendError: none is; the nearest name is suggested.
-    """
+    """``name`` if a backend of that name is registered, else BackendError naming the nearest."""
     if name in _BACKENDS:
         return name
     close = nearest(name, _BACKENDS)
@@ -150,12 +142,8 @@ def check_backend(name: str) -> str:
 
 
 def make_backend(backend: str | Backend, scheduler: str | None = None) -> Backend:
-    """``backend`` itself, or the registered backend of that name built with ``scheduler``.
-
-    Raises:
-        BackendError: no backend of that name (the nearest is suggested), or one that joins no
-            cluster given a ``scheduler``.
-    """
+    """``backend`` itself, or the registered backend of that name built with ``scheduler``
+    (BackendError: no backend of that name, or a ``scheduler`` for one that joins no cluster)."""
     if isinstance(backend, Backend):
         return backend
     return _BACKENDS[check_backend(backend)](scheduler=scheduler)

@@ -21,19 +21,16 @@ def _malloc_trim() -> Any:
 
 
 def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Arrays of a few tens of MB (a session's windowed features, a fit's temporaries) come from
-    the heap, whose freed pages glibc keeps for reuse: hundreds of MB after a window key's
-    features or a fit are dropped, which forked workers would also map."""
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere):
+    glibc keeps those of arrays of tens of MB (windowed features, a fit's temporaries) for reuse,
+    hundreds of MB once dropped, which forked workers would also map."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
 
 
 def available_memory() -> int | None:
-    """Memory (bytes) the system can give without swapping (psutil's ``available``), or None
-    when unknown."""
+    """Memory (bytes) the system can give without swapping (psutil's ``available``), or None."""
     import psutil  # imported here: a few milliseconds that only a parallel run needs
 
     try:

@@ -1,17 +1,9 @@
-"""The processes backend (``backend: processes``): tasks in worker processes on this machine.
-
-:meth:`ProcessesBackend.map` runs each task in one of ``jobs`` spawned workers (one task
-here, in this process, when ``jobs`` is 1). :func:`worker_pool` is its pool: spawned, or forked
-over read-only state this process holds (a sweep's windowed features), which the workers then
-share without a copy. Every worker leaves on its own once its parent is gone (a killed run
-cannot stop its pool); a forked one leaves Ctrl-C to its parent, which stops the pool, and a
-spawned one takes SIGTERM as Ctrl-C, so its clean-up runs (temporary shards removed).
-
->>> backend = ProcessesBackend()
->>> with backend.opened(1):
-...     [r.value for r in backend.map(abs, [-3])]
-[3]
-"""
+"""The processes backend (``backend: processes``): tasks in ``jobs`` spawned worker processes
+of this machine (here, in this process, one at a time). :func:`worker_pool` is its pool: spawned,
+or forked over read-only state this process holds (a sweep's windowed features), which the
+workers then share without a copy. Every worker leaves on its own once its parent is gone (a
+killed run cannot stop its pool); a forked one leaves Ctrl-C to its parent, which stops the pool,
+and a spawned one takes SIGTERM as Ctrl-C, so its clean-up runs (temporary shards removed)."""
 
 from __future__ import annotations
 
@@ -22,10 +14,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import Backend, R, Raises, Result, Results, T, call, register_backend
+from .base import Backend, R, Raises, Results, T, call, register_backend
 from .serial import SerialBackend
 
 
@@ -56,10 +48,9 @@ def _worker_init(forked: bool, threads: int | None, release: list | None) -> Non
         from threadpoolctl import threadpool_limits  # only a worker with a thread budget needs it
 
         threadpool_limits(limits=threads)
-    watch = threading.Thread(
+    threading.Thread(
         target=_leave_when_orphaned, args=(os.getppid(),), name="orphan-watch", daemon=True
-    )
-    watch.start()
+    ).start()
 
 
 def worker_pool(
@@ -75,17 +66,6 @@ def worker_pool(
     )
 
 
-def in_order(futures: Sequence[cf.Future], raises: Raises) -> Iterator[Result]:
-    """The futures' results in their order (a task's error as a value, ``raises`` propagating);
-    the ones not started are cancelled however it ends."""
-    try:
-        for fut in futures:
-            yield call(cf.Future.result, fut, raises)
-    finally:
-        for fut in futures:
-            fut.cancel()
-
-
 @register_backend
 class ProcessesBackend(Backend):
     """Tasks in ``jobs`` worker processes of this machine (see the module docstring)."""
@@ -99,4 +79,10 @@ class ProcessesBackend(Backend):
             yield from SerialBackend().map(fn, tasks, raises)
             return
         with worker_pool(min(self.workers, len(tasks))) as pool:
-            yield from in_order([pool.submit(fn, t) for t in tasks], raises)
+            futures = [pool.submit(fn, t) for t in tasks]
+            try:
+                for fut in futures:
+                    yield call(cf.Future.result, fut, raises)
+            finally:  # the tasks not started yet
+                for fut in futures:
+                    fut.cancel()

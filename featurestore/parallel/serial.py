@@ -1,8 +1,4 @@
-"""The serial backend (``backend: serial``): every task in this process, one after the other.
-
->>> [r.value for r in SerialBackend().map(len, ["ab", "c"])]
-[2, 1]
-"""
+"""The serial backend (``backend: serial``): every task in this process, one after the other."""
 
 from __future__ import annotations
 
