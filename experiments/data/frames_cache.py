@@ -1,11 +1,6 @@
-"""A cache of the 25 fps frame tables that :func:`experiments.data.dataset.load_sessions` builds.
-
-One file per session and request in ``<store>/.frames/`` (``$OMG_FRAMES_CACHE``: another folder,
-or ``off``), keyed by the shard file's identity, the request and the resampling code, trusted
-only when every checksum agrees, written to a temporary file and renamed into place. The
-entry format is a contract (docs/design.md#frames-cache); docs/store.md (the frames cache)
-describes the folder, the entry layout, what makes an entry stale and why this format.
-"""
+"""A cache of the frame tables :func:`experiments.data.dataset.load_sessions` builds: one file per session and
+request in ``<store>/.frames/`` (``$OMG_FRAMES_CACHE``: another folder, or ``off``), trusted only when every checksum
+agrees. The entry format is a contract (docs/design.md#frames-cache); docs/store.md (the frames cache) says more."""
 
 from __future__ import annotations
 
@@ -95,21 +90,13 @@ def _digest(parts: list) -> str:
 
 
 def code_version(functions: Sequence[Callable[..., Any]]) -> str:
-    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's
-    versions (:func:`featurestore.storage.provenance.code_fingerprint`).
-
-    Editing the resampling invalidates every entry without anyone remembering to bump
-    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too. Edits
-    elsewhere in the package leave the cache alone.
-    """
+    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's versions:
+    editing the resampling invalidates every entry without a bump of :data:`FRAMES_VERSION`."""
     return code_fingerprint(functions, library_versions(("numpy", "scipy")))
 
 
 def shard_identity(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size in bytes, modification time in ns) of a shard file, None when it is missing.
-
-    The device number is left out: it differs between machines mounting one shared store.
-    """
+    """(inode, size, mtime in ns) of a shard file, None when missing (no device: it differs between machines)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -140,14 +127,8 @@ class FramesCache:
     def for_store(
         cls, root: str | os.PathLike, location: bool | str | os.PathLike, code: str
     ) -> FramesCache | None:
-        """The cache of the store at ``root``, or None when caching is off.
-
-        Args:
-            root: the store folder.
-            location: True for the default (``$OMG_FRAMES_CACHE`` or ``<root>/.frames``),
-                False for no cache, or a folder holding the caches of any number of stores.
-            code: :func:`code_version` of the resampling code.
-        """
+        """The cache of the store at ``root``, or None when caching is off; ``location``: True the default
+        (``$OMG_FRAMES_CACHE`` or ``<root>/.frames``), False none, or a folder holding the caches of many stores."""
         if location is False or location is None:
             return None
         if location is True:
@@ -164,8 +145,7 @@ class FramesCache:
     def key(
         self, session: str, shard_path: Path, keys: Sequence[str], target: str, max_gap_s: float
     ) -> EntryKey | None:
-        """The entry for this request of the shard as it is now; None when the shard is missing
-        or the session id cannot name a file."""
+        """The entry for this request of the shard as it is now; None when missing or the id names no file."""
         if not session or session.startswith(".") or Path(session).name != session:
             return None
         shard = shard_identity(shard_path)
@@ -176,10 +156,8 @@ class FramesCache:
     def path(self, key: EntryKey) -> Path:
         return self.folder / key.file_name
 
-    # ---------------------------------------------------------------- reading
     def read(self, key: EntryKey) -> SessionTable | None:
-        """The cached table of ``key`` (with the split stored in the shard), or None when
-        absent, unreadable or not a complete entry."""
+        """The cached table of ``key``, or None when absent, unreadable or not a complete entry."""
         path = self.path(key)
         try:
             with open(path, "rb", buffering=0) as f:
@@ -195,10 +173,9 @@ class FramesCache:
             log.debug("frames cache entry %s is unreadable (%s); loading from the shard", path, e)
             return None
 
-    # ---------------------------------------------------------------- writing
     def write(self, key: EntryKey, table: SessionTable) -> Path | None:
-        """Write the entry atomically and drop the session's stale entries; None when the
-        folder cannot be written (then caching stays off for this cache object)."""
+        """Write the entry atomically and drop the session's stale entries; None (and no more caching) when the
+        folder cannot be written."""
         if self._writable is False:
             return None
         final = self.path(key)
@@ -223,8 +200,7 @@ class FramesCache:
         return final
 
     def _drop_stale(self, key: EntryKey) -> None:
-        """Delete the session's entries made from another shard file (or older code), and
-        temporary files left by writers that are gone."""
+        """Delete the session's entries of another shard file or code, and temporary files of dead writers."""
         prefix = f"{key.session}."
         try:
             names = os.listdir(self.folder)
@@ -243,7 +219,6 @@ class FramesCache:
                 _unlink(self.folder / name)
 
     def entries(self) -> list[Path]:
-        """Every entry file in the folder."""
         if not self.folder.is_dir():
             return []
         return sorted(
@@ -253,7 +228,6 @@ class FramesCache:
         )
 
     def size_bytes(self) -> int:
-        """Bytes on disk of all entries."""
         return sum(p.stat().st_size for p in self.entries())
 
 
@@ -264,22 +238,21 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _meta(table: SessionTable) -> dict:
-    return {
-        "n_frames": table.n_frames,
-        "listener": int(table.listener),
-        "story": int(table.story),
-        "speaker": int(table.speaker),
-        "split": str(table.split),
-        "fps": float(table.fps),
-        "columns": list(table.columns),
-        "channels": list(table.channels),
-    }
+#: the table's fields in a header's ``meta`` (after ``n_frames``), each with its JSON type
+_META = {
+    "listener": int,
+    "story": int,
+    "speaker": int,
+    "split": str,
+    "fps": float,
+    "columns": list,
+    "channels": list,
+}
 
 
 @functools.lru_cache(maxsize=4096)
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
-    """The ``.npy`` (version 1.0) header :func:`numpy.lib.format.write_array` writes for such an array."""
+    """The ``.npy`` 1.0 header :func:`numpy.lib.format.write_array` writes for such an array."""
     buf = io.BytesIO()
     npy.write_array_header_1_0(
         buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
@@ -293,14 +266,17 @@ def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
 
 
 def _write_entry(f: BinaryIO, key: EntryKey, table: SessionTable) -> None:
-    """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
+    """The header line, then the arrays in ``.npy`` format."""
     arrays = {
         name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
         for name, dtype in _DTYPES.items()
     }
     header = {
         **key.describe(),
-        "meta": _meta(table),
+        "meta": {
+            "n_frames": table.n_frames,
+            **{k: kind(getattr(table, k)) for k, kind in _META.items()},
+        },
         "checksums": {name: _checksum(a) for name, a in arrays.items()},
     }
     blob = json.dumps(header, separators=(",", ":")).encode()
@@ -344,25 +320,14 @@ def _read_entry(f: io.FileIO, key: EntryKey) -> SessionTable:
                 raise CorruptEntry(f"{name} checksum mismatch")
         if f.tell() != size:
             raise CorruptEntry(f"{size - f.tell()} bytes after the arrays")
-        return SessionTable(
-            session=key.session,
-            listener=int(meta["listener"]),
-            story=int(meta["story"]),
-            speaker=int(meta["speaker"]),
-            split=str(meta["split"]),
-            fps=float(meta["fps"]),
-            columns=list(meta["columns"]),  # the header's CRC-32 vouches for them
-            channels=list(meta["channels"]),
-            target=key.target,
-            **arrays,
-        )
+        fields: dict[str, Any] = {k: kind(meta[k]) for k, kind in _META.items()} | arrays
+        return SessionTable(session=key.session, target=key.target, **fields)
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptEntry(f"header does not describe the arrays ({e})") from None
 
 
 def _read_header(f: io.FileIO) -> dict[str, Any]:
-    """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
-    at the first array."""
+    """The header of the unbuffered file ``f``, its CRC-32 checked; ``f`` left at the first array."""
     head = f.read(_HEADER_CHUNK)
     while b"\n" not in head and len(head) < _MAX_HEADER:
         more = f.read(_HEADER_CHUNK)
@@ -373,9 +338,8 @@ def _read_header(f: io.FileIO) -> dict[str, Any]:
     if end < 0 or not head.startswith(b'{"crc32":"'):
         raise CorruptEntry("no header line")
     f.seek(end + 1)
-    blob = head[
-        29 : head.rindex(b"}", 0, end)
-    ]  # the header object, between '..."header":' and the last '}'
+    # the header object, between '..."header":' and the last '}'
+    blob = head[29 : head.rindex(b"}", 0, end)]
     try:
         if int(head[10:18], 16) != zlib.crc32(blob):
             raise CorruptEntry("header checksum mismatch")
@@ -388,8 +352,8 @@ def _read_header(f: io.FileIO) -> dict[str, Any]:
 
 
 def _read_array(f: io.FileIO, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
-    """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
-    ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
+    """The next ``.npy`` array of ``f``, its header the one written for ``name`` and ``shape`` (nothing is
+    allocated for what a damaged header claims)."""
     dtype = _DTYPES[name]
     want = _npy_header(shape, dtype)
     if f.read(len(want)) != want:
