@@ -1,14 +1,7 @@
-"""A model's pipeline by name: :func:`make_model` builds the :class:`~experiments.config.models.ModelSpec`
-registered under it, after the preprocessing the spec names (:data:`PREPROCESSING`); and the two
-preprocessing steps of this package (:class:`MedianImputer`, :class:`FillEmptyColumns`).
-
-Every pipeline ends in a step called ``model``, so a swept hyperparameter can also be set
-afterwards with ``pipeline.set_params(model__alpha=10)``. Kernel and linear models get median
-imputation then standardisation (a column all NaN in training becomes a constant 0, so the
-column count never changes between fit and predict); trees handle NaN natively, so "no face
-found" stays a signal (``hist_gb`` only needs its empty columns filled: its binning fails on
-them). ``svr`` is the exact RBF-kernel SVR, quadratic in the training rows: beyond about 20,000
-set ``nystroem_components``, an explicit switch so that a configuration always means one model.
+"""A model's pipeline by name (:func:`make_model`: the preprocessing the registered spec names, then a step called
+``model``), and this package's two preprocessing steps. Kernel and linear models get median imputation (a column all
+NaN in training becomes 0) then standardisation; trees handle NaN natively, so "no face found" stays a signal
+(``hist_gb`` only needs its empty columns filled).
 
 >>> import numpy as np
 >>> pipe = make_model("ridge", {"alpha": 10})
@@ -42,11 +35,9 @@ __all__ = [
 
 
 class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Replaces NaN by the column's median at fit (0 for a column all NaN): ``SimpleImputer(strategy=
-    "median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``fit``
-    copies ``block_bytes`` of columns at a time and selects each column's two middle values;
-    ``transform`` fills its copy a block of rows at a time). ``dtype="float64"``: float32 input
-    converted as it is copied. ``statistics_``: each column's fill value.
+    """Replaces NaN by the column's median at fit (``statistics_``; 0 for a column all NaN): ``SimpleImputer(
+    strategy="median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``block_bytes``
+    copied at a time); ``dtype="float64"``: float32 input converted as it is copied.
 
     >>> import numpy as np
     >>> X = np.array([[1.0, np.nan], [np.nan, np.nan], [4.0, np.nan], [5.0, np.nan]])
@@ -66,7 +57,6 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return max(1, int(self.block_bytes) // max(1, line_length * itemsize))
 
     def fit(self, X: Any, y: Any = None) -> MedianImputer:
-        """Learn each column's median over its non-NaN rows (0 for a column without any)."""
         X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         n, d = X.shape
         out = self._out_dtype(X)
@@ -92,8 +82,7 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Copy of ``X`` (float32 kept unless ``dtype``, else float64) with every NaN set to its
-        column's fill value."""
+        """Copy of ``X`` (float32 kept unless ``dtype``) with every NaN set to its column's fill value."""
         check_is_fitted(self)
         dtype = FLOAT_DTYPES if self.dtype is None else np.dtype(self.dtype)
         X = validate_data(
@@ -113,12 +102,10 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
 
 class FillEmptyColumns(TransformerMixin, BaseEstimator):
-    """Sets the columns all NaN at fit (``empty_``) to 0, other NaNs left (``HistGradientBoostingRegressor``
-    fails on an empty column); ``transform`` copies only when there is one to fill.
-    """
+    """Sets the columns all NaN at fit (``empty_``) to 0, other NaNs left (``HistGradientBoostingRegressor`` fails on
+    an empty column); ``transform`` copies only when there is one to fill."""
 
     def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
-        """Record which columns of ``X`` hold no value at all."""
         # float32 read as it is: NaN is NaN in either dtype, and no float64 copy is made here
         X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         self.empty_ = np.isnan(X).all(axis=0)
@@ -162,13 +149,8 @@ def _builder(spec: ModelSpec) -> Builder:
 
 
 def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Pipeline:
-    """An unfitted pipeline of the registered model ``name`` (:func:`~experiments.config.models.model_spec`)
-    with hyperparameters ``params`` (the others at their defaults) and random state ``seed``;
-    its last step is named ``model``.
-
-    Raises:
-        ValueError: unknown model, unknown hyperparameter or a value outside its domain.
-    """
+    """An unfitted pipeline of the registered model ``name`` with hyperparameters ``params`` (the others at their
+    defaults) and random state ``seed``; its last step is named ``model``."""
     spec = model_spec(name)
     built = _builder(spec)(spec.resolve(params), seed)
     steps = built if isinstance(built, list) else [("model", built)]
