@@ -1,14 +1,6 @@
-"""``experiments`` command line.
-
-Each verb is a :class:`~featurestore.commands.Verb` of :data:`VERBS` (made by :func:`verb`): its
-``cmd_<verb>(args) -> int`` (whose docstring is its ``--help`` description), its own arguments
-and the shared options it takes (:data:`SHARED`).
-A verb with a ``config`` gets ``--config``, ``--set`` and ``--print-config``, and :func:`main`
-loads the config into ``args.cfg`` (checked against ``--store``) before it runs.
-
-Exit codes: 0 all good, 1 some sessions or configurations failed (the message says which),
-2 usage error (bad arguments, bad config).
-"""
+"""``experiments`` command line: each verb of :data:`VERBS` is a ``cmd_<verb>(args) -> int`` whose docstring is its
+``--help`` description; a verb with a config gets it loaded into ``args.cfg`` by :func:`main`. Exit codes: 0 all good,
+1 some sessions or configurations failed, 2 usage error."""
 
 from __future__ import annotations
 
@@ -104,9 +96,7 @@ def verb(
     shared: tuple[str, ...] = (),
     arguments: tuple[Option, ...] = (),
 ) -> Verb:
-    """A verb: ``run`` (``cmd_<verb>``, named after it), its one-line ``help``, the packaged
-    ``config`` it reads without ``--config`` (None: it takes no config), the :data:`SHARED`
-    options it takes and its own ``arguments``."""
+    """A verb: ``run``, its ``help``, the packaged ``config`` it reads without ``--config`` (None: no config)."""
     configs = config_options(config) if config is not None else ()
     options = (*configs, *(SHARED[s] for s in shared), *arguments)
     defaults = {"takes_config": True, "config_default": config} if config is not None else {}
@@ -114,8 +104,7 @@ def verb(
 
 
 def config_options(default: str) -> tuple[Option, ...]:
-    """``--config FILE`` (``default``: the packaged config the verb reads without it),
-    repeatable ``--set KEY=VALUE``, ``--print-config`` and ``--max-configurations N``."""
+    """``--config FILE`` (default ``default``), ``--set``, ``--print-config``, ``--max-configurations``."""
     return (
         opt(
             "--config",
@@ -143,8 +132,7 @@ def config_options(default: str) -> tuple[Option, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """The config named by ``--config`` and ``--set``, checked against the store (``--store``,
-    else ``features/``) unless only ``--print-config`` was asked for without ``--store``."""
+    """The config of ``--config`` and ``--set``, checked against the store unless only ``--print-config`` was asked."""
     store = getattr(args, "store", None)  # a verb without --store reads no store
     if store is None and not args.print_config and hasattr(args, "store"):
         store = args.store = DEFAULT_STORE
@@ -182,8 +170,7 @@ def _check_store(store: str | None) -> str:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-    scheduler answers, Dask workers run other code than this process, no artifact location."""
+    """Errors of a sweep that are the user's to fix (store, Dask scheduler or workers, artifact location)."""
     from .data.dataset import DatasetError  # startup: see the imports above
     from .engine.dask import WorkerCodeMismatch
     from .tracking.tracker import ArtifactLocationError
@@ -231,20 +218,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_options(args: argparse.Namespace) -> SweepOptions:
-    """The sweep's options the command line gives."""
     from .studies.parent_run import SweepOptions  # startup: see the imports above
 
     return SweepOptions(**_kw(args, "backend", "scheduler", "tracking_uri", "jobs", "resume"))
 
 
 def _kw(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options ``names`` as keyword arguments."""
     return {name: getattr(args, name) for name in names}
 
 
 def _print_sweep(res: SweepResult) -> int:
-    """Print what a sweep did: counts, each track's best five on the selection split, each
-    track's choice (per target, then combined, with several), the runs; EXIT_FAILED if any failed."""
+    """Print what a sweep did (counts, best five, choices, runs); EXIT_FAILED if any failed."""
     t = res.table
     done, reused = ((t.status == s).sum() if not t.empty else 0 for s in ("done", "reused"))
     print(
@@ -285,7 +269,7 @@ def _print_best(res: SweepResult) -> None:
 
 
 def _choices(res: SweepResult) -> str:
-    """Each track's choice as Markdown: of each target, then combined, with several targets."""
+    """Each track's choice as Markdown (per target, then combined, with several targets)."""
     from .studies.unseen import nested_unseen  # startup: see the imports above
     from .tracking.summary import (
         combined_markdown,
@@ -524,14 +508,12 @@ VERBS: list[Verb] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``experiments`` parser: one sub-parser per verb of :data:`VERBS`."""
     description = "Sweep, score and export empathy-prediction experiments on a feature store."
     return make_parser("experiments", description, __version__, VERBS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error, 130
-    Ctrl-C, 143 SIGTERM)."""
+    """Run ``experiments VERB ...``; returns the exit code (130 Ctrl-C, 143 SIGTERM)."""
     terminate_as_interrupt()
     try:
         args = build_parser().parse_args(argv)

@@ -1,13 +1,6 @@
 """Each track's best configuration by the config's metric (:func:`best_per_track`), and the
 summary a sweep's parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``,
-``tracks.csv``). How the tracks choose: docs/results.md, "Two averages, two tracks".
-
->>> import pandas as pd
->>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
-...                       "val.ccc_generalized": [0.2, 0.4], "run_id": ["a", "b"], "label": ["x", "y"]})
->>> best_per_track(table, "val")["generalized"].run_id
-'b'
-"""
+``tracks.csv``). How the tracks choose: docs/results.md, "Two averages, two tracks"."""
 
 from __future__ import annotations
 
@@ -36,10 +29,8 @@ Row = Mapping[Hashable, Any]
 def best_per_track(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, pd.Series]:
-    """Each track's best finished grid configuration of ``table`` by the track's selection metric
-    (``metric`` under its averaging and direction; the first best wins), as its unseen-listener
-    twin (the row whose ``unseen_of`` is its config hash) for the generalized track when there
-    is one; tracks without a scored row left out. The tracks nest: docs/results.md."""
+    """Each track's best finished grid configuration by its selection metric (the first best wins), for the
+    generalized track as its unseen-listener twin when there is one; tracks without a scored row left out."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
@@ -101,8 +92,7 @@ def _metric_of(row: Mapping[Any, Any]) -> MetricSpec:
 
 
 def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) -> pd.Series | None:
-    """The run whose ``test_unseen.*`` numbers the generalized track reports: the choice's
-    (``chosen``), the named configuration's unseen-listener run (``fixed``), or none (``nested``)."""
+    """The run whose ``test_unseen.*`` numbers the generalized track reports (None for ``nested``)."""
     if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
         named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
         return named.iloc[0] if len(named) else None
@@ -117,8 +107,7 @@ def _with_unseen(
     nested: pd.DataFrame | None,
     m: MetricSpec,
 ) -> pd.Series:
-    """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection``
-    (:data:`UNSEEN_NOTES`; ``nested``: the mean over the left-out listeners' own choices)."""
+    """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection`` (:data:`UNSEEN_NOTES`)."""
     source = _unseen_source(table, best, unseen_selection)
     best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
     if source is not None:
@@ -141,11 +130,8 @@ def track_summary(
     nested: pd.DataFrame | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
-    """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best
-    configuration with each split's ``metric`` under the track's averaging, the chance level and,
-    off the selection split, its 95 % interval over listeners; the generalized track's
-    ``test_unseen.*`` follow ``unseen_selection`` (``nested``: the mean over ``nested``'s rows,
-    :func:`experiments.studies.unseen.nested_unseen`)."""
+    """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best configuration with
+    each split's ``metric``, chance level and interval; ``test_unseen.*`` follow ``unseen_selection``."""
     m, rows = get_metric(metric), []
     for track, best in best_per_track(table, protocol, metric).items():
         row: dict[str, object] = {
@@ -199,9 +185,7 @@ CONCATENATED_NOTE = (
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance),
-    closed by how the tracks average (:data:`SUMMARY_NOTE`, or :data:`CONCATENATED_NOTE` when
-    every track's CCC was computed on the sessions concatenated)."""
+    """:func:`track_summary` as Markdown, closed by :data:`SUMMARY_NOTE` (or :data:`CONCATENATED_NOTE`)."""
     lines, averagings, title = ["# Best configuration of each track", ""], set(), ""
     lacks: dict[str, None] = {}
     for row in summary.to_dict("records"):
@@ -268,10 +252,8 @@ def nested_markdown(
     persons: Mapping[int, str] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> str:
-    """The nested unseen-listener choices (columns of
-    :func:`experiments.studies.unseen.unseen_columns`) as Markdown, one line per left-out
-    listener (empty without them); ``persons``: listener number -> the id the manifest gives
-    (default: the number)."""
+    """The nested unseen-listener choices as Markdown, one line per left-out listener (empty without them);
+    ``persons``: listener number -> the manifest's id."""
     if nested is None or nested.empty:
         return ""
     m = get_metric(metric)
@@ -311,9 +293,8 @@ def _tag_tracks(
     prefix: str = "",
     drop_nan: bool = False,
 ) -> dict[str, str]:
-    """Add each track's best run (tags ``<prefix>best_run_id_<track>``, ``..best_label_..``) and
-    its reported splits' metrics (``<prefix><name>``, else ``best_<track>.<name>``; NaN left out
-    with ``drop_nan``) to ``tags`` and ``metrics``; returns track -> best run id."""
+    """Add each track's best run (tags) and its reported splits' metrics to ``tags`` and ``metrics``; returns
+    track -> best run id."""
     best: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
@@ -355,12 +336,8 @@ def summarise(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
-    """Tag the parent with each track's best child by ``metric`` and attach the summary tables
-    (docs/design.md#mlflow-runs); returns track -> best run id. ``layout``: the store's corpus
-    layout, in whose words summary.md names the roles (``keep``: the feature sets' names);
-    ``note``: the report's opening note on those words (None: the layout's
-    :meth:`~featurestore.storage.layouts.CorpusLayout.note`); ``persons``: listener number -> the
-    manifest's person id, for the nested unseen-listener table."""
+    """Tag the parent with each track's best child and attach the summary tables (docs/design.md#mlflow-runs);
+    summary.md in the words of ``layout`` (``note``: its opening note, None: the layout's). Returns track -> run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested, metric)
@@ -377,8 +354,7 @@ def summarise(
 
 
 def _in_corpus_words(md: str, layout: CorpusLayout, keep: Sequence[str], note: str | None) -> str:
-    """``md`` in the corpus's words (:meth:`~featurestore.storage.layouts.CorpusLayout.in_words`),
-    after ``note`` (None: the layout's :meth:`~featurestore.storage.layouts.CorpusLayout.note`)."""
+    """``md`` in the corpus's words, after ``note`` (None: the layout's)."""
     return (layout.note() if note is None else note) + layout.in_words(md, keep)
 
 
@@ -425,8 +401,7 @@ def log_files(
 def selection_listing(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
-    """Every configuration of ``table`` with its selection-split numbers only (no ``test.*``,
-    ``test_unseen.*`` or interval columns), best personalized value first."""
+    """Every configuration with its selection-split numbers only, best personalized value first."""
     keep = [
         c
         for c in table.columns
@@ -441,8 +416,7 @@ def selection_listing(
 
 # ---------------------------------------------------------------- several targets
 def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per track (``target`` ``combined``): per reported split, the mean over targets of
-    each target's choice's value; a track or split left out unless every target has it."""
+    """One row per track: per reported split, the mean over targets of each one's choice (all targets needed)."""
     rows = []
     for track in TRACKS:
         parts = [s[s["track"] == track] for s in summaries.values() if "track" in s]
@@ -505,23 +479,17 @@ def summarise_targets(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """:func:`summarise` for several ``targets`` (``table`` has a ``target`` column): each
-    target's tracks as :func:`track_summary` chooses them, and the combined score
-    (:func:`combined_summary`); what the parent gets: docs/outputs.md, "Several targets".
-    ``layout``, ``keep``, ``note``, ``persons``: the corpus's words, as for :func:`summarise`. Returns
-    target -> track -> best run id."""
+    """:func:`summarise` for several ``targets``: each target's tracks and the combined score
+    (docs/outputs.md, "Several targets"). Returns target -> track -> best run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
     nested = nested or {}
+    parts = {
+        t: table[table["target"] == t] if "target" in table else table.iloc[0:0] for t in targets
+    }
     summaries = {
-        t: track_summary(
-            table[table["target"] == t] if "target" in table else table.iloc[0:0],
-            protocol,
-            unseen_selection,
-            nested.get(t),
-            metric,
-        )
-        for t in targets
+        t: track_summary(p, protocol, unseen_selection, nested.get(t), metric)
+        for t, p in parts.items()
     }
     # the other track's columns of a row are NaN: not logged
     best_ids = {
@@ -541,12 +509,8 @@ def summarise_targets(
         if "target" in listing:  # each target's configurations together, best first
             order = {t: i for i, t in enumerate(targets)}
             listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
-        md = _in_corpus_words(
-            _targets_markdown(targets, summaries, combined, nested, persons, metric),
-            layout,
-            keep,
-            note,
-        )
+        text = _targets_markdown(targets, summaries, combined, nested, persons, metric)
+        md = _in_corpus_words(text, layout, keep, note)
         md += _listing_markdown(listing, protocol, metric, " by target")
         tracks = pd.concat(
             [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
@@ -566,7 +530,7 @@ def _targets_markdown(
     persons: Mapping[int, str] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> str:
-    """summary.md's sections of several targets (each heading a level down), then the combined score."""
+    """summary.md's sections of several targets (headings a level down), then the combined score."""
     sections = []
     for t in targets:
         text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t), persons, metric)

@@ -1,13 +1,6 @@
-"""MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs,
-resume (docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs).
-
-``mlruns`` (the default) is the SQLite database ``mlruns/mlflow.db``, created under a file lock
-(two writers on a new database crash one), artifacts under ``mlruns/artifacts/<experiment>``.
-A sweep has one writer; a child run is created, filled and closed in one go, and runs a killed
-process left RUNNING (its ``pid`` tag) are marked KILLED at the next start; every client call
-retries on SQLite's ``database is locked``. Experiments carry the tags that open MLflow's UI on
-the runs (:mod:`.ui_view`). MLflow is imported only where a run is logged or read.
-"""
+"""MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs, resume
+(docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs). Every client call retries on SQLite's
+``database is locked``; MLflow is imported only where a run is logged or read."""
 
 from __future__ import annotations
 
@@ -39,9 +32,8 @@ WORKER_LOST_TAG = "worker_lost"
 
 
 def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
-    """The config's ``tracking.uri`` as a URI MLflow accepts: a folder (``mlruns``) ->
-    ``sqlite:///<folder>/mlflow.db`` (folder created, relative to ``base``, default the working
-    directory), a ``.db`` path -> that file, a URI with a scheme unchanged.
+    """The config's ``tracking.uri`` as a URI MLflow accepts: a folder -> ``sqlite:///<folder>/mlflow.db`` (created,
+    relative to ``base``, default the working directory), a ``.db`` path -> that file, a URI unchanged.
 
     >>> resolve_tracking_uri("http://127.0.0.1:5000")
     'http://127.0.0.1:5000'
@@ -77,9 +69,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     for i in range(attempts):
         try:
             return fn()
-        except (
-            Exception
-        ) as e:  # MlflowException or SQLAlchemy OperationalError: re-raised unless a lock
+        except Exception as e:  # MlflowException, SQLAlchemy's OperationalError: unless a lock
             if not _is_locked_error(e) or i == attempts - 1:
                 raise
             time.sleep(wait)
@@ -92,8 +82,7 @@ class ArtifactLocationError(ExperimentsError, ValueError):
 
 
 def is_database_uri(uri: str) -> bool:
-    """Whether ``uri`` names a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite,
-    a folder or a tracking server."""
+    """Whether ``uri`` names a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite or a server."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     return bool(scheme) and not scheme.startswith(("sqlite", "file", "http", "https", "databricks"))
 
@@ -104,8 +93,7 @@ SCHEMA_LOCK_KEY = 0x6F6D67_5343  # "omg" "SC"
 
 @contextlib.contextmanager
 def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
-    """Hold PostgreSQL's session advisory lock ``key`` on the database of ``uri`` for the block (one
-    holder at a time across processes and machines; released when the connection closes)."""
+    """Hold PostgreSQL's session advisory lock ``key`` on the database of ``uri`` for the block."""
     import sqlalchemy  # with mlflow: see the module docstring
 
     engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
@@ -123,9 +111,8 @@ def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
 
 
 def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
-    """The lock that serialises creating the tracking database's tables and an experiment: a file
-    lock beside a SQLite database, an advisory lock on PostgreSQL, none for servers (the server
-    serialises) and other databases."""
+    """The lock that serialises creating the tracking tables and an experiment: a file lock beside a SQLite
+    database, an advisory lock on PostgreSQL, none for servers (the server serialises) and other databases."""
     if uri.startswith("sqlite:///"):
         return file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
     if uri.split("://", 1)[0].lower().startswith("postgres"):
@@ -134,14 +121,9 @@ def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
 
 
 def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -> str | None:
-    """Where a new experiment's artifacts go: ``<artifacts>/<experiment>`` when the config names a
-    folder or URI (``tracking.artifacts``), else beside a SQLite database, else None (a tracking
-    server decides).
-
-    Raises:
-        ArtifactLocationError: ``uri`` is a database (PostgreSQL, ...) and no ``artifacts`` is
-            given: MLflow would put them into ``./mlruns`` of whatever folder the command runs in.
-    """
+    """Where a new experiment's artifacts go: ``<artifacts>/<experiment>``, else beside a SQLite database, else None
+    (a server decides); :class:`ArtifactLocationError` for a database without ``artifacts`` (MLflow would use
+    ``./mlruns`` of whatever folder the command runs in)."""
     if artifacts:
         root = artifacts if "://" in artifacts else Path(artifacts).resolve().as_uri()
         return f"{root.rstrip('/')}/{experiment}"
@@ -158,12 +140,7 @@ def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -
 
 
 class Tracker:
-    """One MLflow experiment on one tracking store, used by a single writer process.
-
-    Raises:
-        ArtifactLocationError: a new experiment on a database with no ``artifacts``
-            (:func:`artifact_location`).
-    """
+    """One MLflow experiment on one tracking store, used by a single writer process."""
 
     def __init__(self, uri: str | None, experiment: str, artifacts: str | None = None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -217,8 +194,7 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Log params (as strings), finite metrics and tags in batches; a password in a URI among the
-        values is masked (:func:`.redact.mask_uri`)."""
+        """Log params (as strings), finite metrics and tags in batches, passwords in URIs masked."""
         from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
 
         now = int(time.time() * 1000)
@@ -243,8 +219,7 @@ class Tracker:
         with_retry(lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
 
     def log_table(self, run_id: str, table: Any, artifact_file: str) -> None:
-        """Log a pandas DataFrame as an MLflow table (``artifact_file`` ending in ``.json``), which
-        the UI shows in its artifact view and ``mlflow.load_table`` reads back."""
+        """Log a pandas DataFrame as an MLflow table (``artifact_file`` ending in ``.json``)."""
         with_retry(lambda: self.client.log_table(run_id, table, artifact_file))
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
@@ -261,9 +236,8 @@ class Tracker:
     def finished_by_hash(
         self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
     ) -> dict[str, Any]:
-        """config hash -> the most recent FINISHED run carrying it (a resume skips it), counting only the
-        runs on the store of ``store_fingerprint`` by the code of ``code_fingerprint`` when given.
-        """
+        """config hash -> the most recent FINISHED run carrying it (a resume skips it), of the store and code of the
+        fingerprints when given."""
         out: dict[str, Any] = {}
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
         if store_fingerprint is not None:
@@ -276,9 +250,7 @@ class Tracker:
         return out
 
     def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
-        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again
-        must not log its configuration twice).
-        """
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again logs once)."""
         runs = self.search(
             f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
             f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'",
@@ -302,11 +274,8 @@ class Tracker:
         return reaped
 
     def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
-        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag: their
-        writer died (e.g. a Dask worker logging through a server, which :meth:`reap_stale` cannot
-        judge). ``finished``: config hash -> the run of it that did finish (the tag names it, else says a
-        resume runs it again). Returns the ids marked.
-        """
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag (their writer died);
+        ``finished``: config hash -> the run of it that did finish, which the tag names. Returns the ids marked."""
         finished = finished or {}
         marked = []
         for r in self.search(
@@ -330,13 +299,8 @@ class Tracker:
 def export_predictions(
     run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
 ) -> list[Path]:
-    """Copy a run's predictions of ``split`` (``val``, ``test``, ``loso``, ``test_unseen``) into
-    ``out_dir`` as challenge files (``Subject_<L>_Story_<S>.csv``, header ``valence``, one row per
-    label frame).
-
-    Raises:
-        FileNotFoundError: no such run, or none for the split (the message says where they are).
-    """
+    """Copy a run's predictions of ``split`` into ``out_dir`` as challenge files (``Subject_<L>_Story_<S>.csv``);
+    FileNotFoundError when there is no such run or none for the split (the message says where they are)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # mlflow: see the module docstring
     from mlflow.exceptions import MlflowException
@@ -364,11 +328,9 @@ def export_predictions(
                 f"run {run_id} has no predictions for split {split!r}"
                 + _unseen_hint(client, run, split)
             )
-        written = []
         for f in files:
             shutil.copyfile(f, out / f.name)
-            written.append(out / f.name)
-    return written
+    return [out / f.name for f in files]
 
 
 #: the tag an unseen-listener run carries with the config hash of the run it evaluates again
@@ -377,9 +339,7 @@ _UNSEEN_OF = "unseen_of"
 
 
 def _unseen_hint(client: Any, run: Any, split: str) -> str:
-    """Where the predictions of ``split`` are when ``run`` has none: an ordinary run's
-    left-out-listener predictions (``*_unseen``) are in its unseen-listener run (which has the
-    ordinary splits' too); "" when there is nothing to point to."""
+    """Where the predictions of ``split`` are when ``run`` has none (``*_unseen``: its unseen-listener run); ""."""
     tags = run.data.tags
     if split.endswith("_unseen") and CONFIG_HASH_TAG in tags:
         found = client.search_runs(

@@ -1,7 +1,6 @@
-"""``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` (``make ui``): tag this
-package's experiments so that MLflow's UI opens them on the runs table with the CCC columns, and
-print a link to each (docs/results.md, Why a link, and what the package sets).
-"""
+"""``python -m experiments.tracking.ui`` (``make ui``): tag this package's experiments so that MLflow's UI opens them
+on the runs table with the CCC columns, and print a link to each (docs/results.md, Why a link, and what the package
+sets)."""
 
 from __future__ import annotations
 
@@ -32,13 +31,7 @@ def is_package_experiment(client: Any, experiment_id: str) -> bool:
 
 
 def prepare_experiments(client: Any, only_ours: bool = True) -> list[tuple[str, str]]:
-    """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id)
-    of each, every experiment in the tracking store with a run of this package's
-    (:func:`is_package_experiment`: a sweep, an ablation, ``agreement``, ``sessions``).
-
-    With ``only_ours`` the other experiments (no run, or runs logged by something else) are
-    left alone and not listed.
-    """
+    """Give this package's experiments (with ``only_ours`` False: every one) their tags; returns (name, id) of each."""
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
         if only_ours and not is_package_experiment(client, exp.experiment_id):
