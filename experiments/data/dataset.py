@@ -3,14 +3,7 @@ label frames. A channel at the label rate or slower is linearly interpolated bet
 gap longer than ``max_gap_s`` (outside such a span a frame takes the nearest valid sample within half a sample
 period, else it is missing); a faster one is averaged over the valid samples within half a frame period of ``t_i``.
 Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data. The tables are cached
-(:mod:`experiments.data.frames_cache`).
-
->>> import numpy as np
->>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
->>> x, ok = resample_channel(np.arange(5.0)[:, None], t, np.ones(5, bool), n_frames=21)
->>> [round(float(v), 2) for v in x[:6, 0]]                   # frames 0..5 at 0, 0.04, ... 0.2 s
-[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-"""
+(:mod:`experiments.data.frames_cache`)."""
 
 from __future__ import annotations
 
@@ -78,15 +71,7 @@ def resampling_lookahead_s(
     max_gap_s: float = MAX_GAP_S,
 ) -> float:
     """The most seconds after a label frame's instant that :func:`resample_channel` reads of a channel's samples
-    (worked out from the same steps, counting only samples of nonzero weight); ``-inf`` when it computes none.
-
-    >>> t = np.arange(5) / 5.0                        # 5 fps: 0, 0.2, ... 0.8 s, all valid
-    >>> round(resampling_lookahead_s(t, np.ones(5, bool), n_frames=21), 3)   # frame 1 reads 0.2 s
-    0.16
-    >>> ok = np.array([True, True, False, True, True])   # 0.4 s without a face: bridged
-    >>> round(resampling_lookahead_s(t, ok, n_frames=21), 3)
-    0.36
-    """
+    (worked out from the same steps, counting only samples of nonzero weight); ``-inf`` when it computes none."""
     _, time, valid, step = _sampling(time, valid, fps)
     tv = time[valid]
     if tv.size == 0 or n_frames == 0:

@@ -1,14 +1,6 @@
 """How far after a label frame each channel of a store reads: its extraction's look-ahead (docs/channels.md) plus
 its resampling's, the largest over the sessions, rounded up to the microsecond. It enters a configuration's logged
-``lookahead_s`` and ``causal``, not its hash.
-
->>> from experiments.config.grid import Trial
->>> t = Trial("listener", ("listener/face_geom",), (4.0,), 1.0, "causal", ("mean",), 0.2,
-...           "ridge", (), "global", 0.0, "trailing", "none")
->>> la = {"listener/face_geom": ChannelLookahead("listener/face_geom", 0.0, 0.36, 0.36, ())}
->>> [round(x.lookahead_s, 3) for x in with_channel_lookahead([t], la)]   # 0.36 s - 1 s delay
-[-0.64]
-"""
+``lookahead_s`` and ``causal``, not its hash."""
 
 from __future__ import annotations
 

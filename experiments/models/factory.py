@@ -1,15 +1,7 @@
 """A model's pipeline by name (:func:`make_model`: the preprocessing the registered spec names, then a step called
 ``model``), and this package's two preprocessing steps. Kernel and linear models get median imputation (a column all
 NaN in training becomes 0) then standardisation; trees handle NaN natively, so "no face found" stays a signal
-(``hist_gb`` only needs its empty columns filled).
-
->>> import numpy as np
->>> pipe = make_model("ridge", {"alpha": 10})
->>> [name for name, _ in pipe.steps]
-['impute', 'scale', 'model']
->>> pipe.fit(np.eye(3), [0.0, 1.0, 2.0]).predict(np.eye(3)).shape
-(3,)
-"""
+(``hist_gb`` only needs its empty columns filled)."""
 
 from __future__ import annotations
 
@@ -37,13 +29,7 @@ __all__ = [
 class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Replaces NaN by the column's median at fit (``statistics_``; 0 for a column all NaN): ``SimpleImputer(
     strategy="median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``block_bytes``
-    copied at a time); ``dtype="float64"``: float32 input converted as it is copied.
-
-    >>> import numpy as np
-    >>> X = np.array([[1.0, np.nan], [np.nan, np.nan], [4.0, np.nan], [5.0, np.nan]])
-    >>> MedianImputer().fit(X).transform([[np.nan, np.nan]]).tolist()
-    [[4.0, 0.0]]
-    """
+    copied at a time); ``dtype="float64"``: float32 input converted as it is copied."""
 
     def __init__(self, block_bytes: int = 32 * 2**20, dtype: str | None = None):
         self.block_bytes = block_bytes

@@ -1,17 +1,7 @@
 """Per-listener meta-estimators (scikit-learn estimators): one model per listener, calibration, listener as a
 feature. Every strategy (``global`` too) takes the listener id in column ``listener_column`` of ``X`` (numeric,
 never NaN) and removes it before the wrapped estimator sees the features, so the sweep switches strategy without
-changing its data.
-
->>> import numpy as np
->>> from sklearn.linear_model import LinearRegression
->>> x = np.linspace(-1, 1, 40)
->>> X = np.column_stack([np.repeat([1, 2], 20), np.tile(x[:20], 2)])
->>> y = np.where(X[:, 0] == 1, X[:, 1], -X[:, 1])
->>> model = make_personalizer("per_listener", LinearRegression(), min_samples=10).fit(X, y)
->>> bool(np.allclose(model.predict(X), y))
-True
-"""
+changing its data."""
 
 from __future__ import annotations
 

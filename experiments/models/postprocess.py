@@ -1,11 +1,5 @@
-"""Post-processing of per-frame predictions: smoothing, session by session, and rescaling to the
-training labels' level and spread (fitted on training predictions smoothed as the ones it
-transforms, since smoothing shrinks their spread).
-
->>> import numpy as np
->>> smooth(np.array([0.0, 0.0, 3.0, 0.0, 0.0]), fps=25, smooth_s=0.12).round(2).tolist()
-[0.0, 1.0, 1.0, 1.0, 0.0]
-"""
+"""Post-processing of per-frame predictions: smoothing, session by session, and rescaling to the training labels'
+level and spread (fitted on training predictions smoothed as the ones it transforms, since smoothing shrinks them)."""
 
 from __future__ import annotations
 
@@ -151,12 +145,7 @@ def _moments(values: np.ndarray) -> tuple[float, float]:
 class Rescaler:
     """Maps predictions onto the training labels' mean and standard deviation (``train``; a shift only when the
     training predictions have no spread), their mean only (``bias``) or not (``none``); given ``groups`` at fit,
-    per group, a group unseen or under ``min_samples`` rows taking the overall statistics.
-
-    >>> r = Rescaler("train").fit(y_train=[0.0, 2.0], pred_train=[0.0, 0.5])
-    >>> r.transform([0.0, 0.25, 0.5]).tolist()
-    [0.0, 1.0, 2.0]
-    """
+    per group, a group unseen or under ``min_samples`` rows taking the overall statistics."""
 
     def __init__(self, mode: str = "train", min_samples: int = 2):
         check_choice("rescale mode", mode, RESCALE_MODES)

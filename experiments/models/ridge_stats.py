@@ -3,16 +3,7 @@ statistics: float64 sums ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the mean-shifted 
 the NaN indicator ``M`` (per distinct pattern) so any fill value ``m`` folds in exactly
 (``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), the ranks of the observed values (medians by binary
 search) and each column's range. A fit standardises and centres as the pipeline does and solves
-``(Z'Z + alpha I) w = Z'y`` once: the pipeline's model in exact arithmetic.
-
->>> import numpy as np
->>> rng = np.random.default_rng(0)
->>> rows = {s: (rng.normal(size=(30, 3)).astype(np.float32), rng.normal(size=30)) for s in "ab"}
->>> stats = SufficientStats(rows)
->>> both = stats.fit(["a", "b"], alpha=1.0)
->>> stats.predict(rows["a"][0], [both]).shape
-(30, 1)
-"""
+``(Z'Z + alpha I) w = Z'y`` once: the pipeline's model in exact arithmetic."""
 
 from __future__ import annotations
 

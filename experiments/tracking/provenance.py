@@ -1,9 +1,5 @@
 """Which code computed a result: the fingerprint of the package's source and :data:`LIBRARIES`' versions every run
-records and resume keys on, plus the git state (docs/results.md, Resume and provenance).
-
->>> v = code_version(); len(v.fingerprint), sorted(v.tags())[:2]
-(16, ['code_fingerprint', 'code_version'])
-"""
+records and resume keys on, plus the git state (docs/results.md, Resume and provenance)."""
 
 from __future__ import annotations
 

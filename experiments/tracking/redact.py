@@ -1,10 +1,4 @@
-"""Passwords out of everything the package shows or stores (MLflow and the database driver still get the URI as given).
-
->>> mask_uri("postgresql://mlflow:secret@db.lab:5432/mlflow")
-'postgresql://mlflow:***@db.lab:5432/mlflow'
->>> mask_uri("no run 1 in sqlite:////data/mlflow.db")
-'no run 1 in sqlite:////data/mlflow.db'
-"""
+"""Passwords out of everything the package shows or stores (MLflow and the database driver get the URI as given)."""
 
 from __future__ import annotations
 

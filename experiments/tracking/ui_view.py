@@ -75,12 +75,7 @@ def track_metrics(
     metrics: Mapping[str, float], track: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, float]:
     """The runs table's metrics of a run scored on ``track``: per split ``track_<metric>.<split>``, and
-    ``other_avg_<metric>.<split>`` where the other track's averaging differs (by more than :data:`SAME_CCC_TOL`).
-
-    >>> track_metrics({"val.ccc_personalized": 0.5, "val.ccc_generalized": 0.5,
-    ...                "test.ccc_personalized": 0.25, "test.ccc_generalized": 0.5}, "personalized")
-    {'track_ccc.val': 0.5, 'track_ccc.test': 0.25, 'other_avg_ccc.test': 0.5}
-    """
+    ``other_avg_<metric>.<split>`` where the other track's averaging differs (by more than :data:`SAME_CCC_TOL`)."""
     mine: dict[str, float] = {}
     other: dict[str, float] = {}
     pattern = re.compile(rf"^([a-z]+)\.{re.escape(metric)}_(personalized|generalized)$")
