@@ -229,14 +229,11 @@ def load_sessions(
         raise DatasetError(
             f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
         )
-    by_story = story_splits(splits) if splits else None
-    keys = [str(k) for k in feature_keys]
+    wanted = _Wanted(
+        [str(k) for k in feature_keys], target, story_splits(splits) if splits else None, max_gap_s
+    )
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
-    wanted = _Wanted(keys, target, by_story, max_gap_s)
-
-    def load(s: str) -> tuple[SessionTable | None, _Pending | None]:
-        return _load_session(st, s, wanted, frames_cache)
-
+    load = partial(_load_session, st, w=wanted, frames_cache=frames_cache)
     out = _load_all(st, names, load, frames_cache, threads)
     if gold_standard is not None and gold_standard.method != "stored":
         out = _with_gold_standard(st, out, target, gold_standard)

@@ -15,15 +15,8 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-from ..config.models import Builder, ModelSpec, model_spec, resolve_model_params
-
-__all__ = [
-    "PREPROCESSING",
-    "FillEmptyColumns",
-    "MedianImputer",
-    "make_model",
-    "resolve_model_params",
-]
+from ..config.models import Builder, ModelSpec, model_spec
+from ..config.models import resolve_model_params as resolve_model_params  # re-exported
 
 
 class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
