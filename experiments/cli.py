@@ -17,9 +17,8 @@ from featurestore.errors import ConfigError, FeaturestoreError, UsageError
 from featurestore.parallel import backends_help
 from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
-# Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
-# about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
-# imports when it looks for cycles. `main` needs the config's errors whatever the verb.
+# Each verb imports what it runs when it runs (scikit-learn, XGBoost, MLflow: about 2 s), so that `experiments
+# --help` starts at once (tests/test_layout.py still counts these imports); `main` needs the config's errors.
 from .config.grid import MAX_CONFIGURATIONS
 from .config.loading import load_config
 from .config.options import ConfigWarning
@@ -96,39 +95,37 @@ def verb(
     shared: tuple[str, ...] = (),
     arguments: tuple[Option, ...] = (),
 ) -> Verb:
-    """A verb: ``run``, its ``help``, the packaged ``config`` it reads without ``--config`` (None: no config)."""
-    configs = config_options(config) if config is not None else ()
+    """A verb: ``run``, its ``help``, the packaged ``config`` it reads without ``--config`` (None: no config;
+    else ``--config``, ``--set``, ``--print-config`` and ``--max-configurations``)."""
+    configs: tuple[Option, ...] = ()
+    if config is not None:
+        configs = (
+            opt(
+                "--config",
+                default=None,
+                metavar="FILE",
+                help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
+                f"causal (default: {config}, i.e. experiments/configs/{config}.yaml)",
+            ),
+            SHARED["set"],
+            opt(
+                "--print-config",
+                action="store_true",
+                help="print the resolved config and exit (with --store: after checking its target and "
+                "channels against the store)",
+            ),
+            opt(
+                "--max-configurations",
+                type=int,
+                default=MAX_CONFIGURATIONS,
+                metavar="N",
+                help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
+                f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
+            ),
+        )
     options = (*configs, *(SHARED[s] for s in shared), *arguments)
     defaults = {"takes_config": True, "config_default": config} if config is not None else {}
     return Verb(run, help, options, defaults=defaults)
-
-
-def config_options(default: str) -> tuple[Option, ...]:
-    """``--config FILE`` (default ``default``), ``--set``, ``--print-config``, ``--max-configurations``."""
-    return (
-        opt(
-            "--config",
-            default=None,
-            metavar="FILE",
-            help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
-            f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
-        ),
-        SHARED["set"],
-        opt(
-            "--print-config",
-            action="store_true",
-            help="print the resolved config and exit (with --store: after checking its target and "
-            "channels against the store)",
-        ),
-        opt(
-            "--max-configurations",
-            type=int,
-            default=MAX_CONFIGURATIONS,
-            metavar="N",
-            help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
-            f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
-        ),
-    )
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
@@ -178,7 +175,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (DatasetError, ConnectionError, WorkerCodeMismatch, ArtifactLocationError)
 
 
-# --------------------------------------------------------------------- the verbs
 def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the

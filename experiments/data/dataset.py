@@ -195,15 +195,6 @@ def _interpolate(
     return out, ok
 
 
-def _as_store(store: Store | str | os.PathLike) -> Store:
-    return store if isinstance(store, Store) else Store(store)
-
-
-def story_splits(splits: Mapping[str, Sequence[int]]) -> dict[int, str]:
-    """Story -> split name from a ``{split: [stories]}`` mapping."""
-    return {int(s): str(name) for name, stories in splits.items() for s in stories}
-
-
 def load_sessions(
     store: Store | str | os.PathLike,
     feature_keys: Sequence[str],
@@ -223,14 +214,15 @@ def load_sessions(
     ``gold_standard``: None or ``stored`` reads ``/labels/<target>``, ``mean``/``ewe`` combine each session's raters.
     Raises :class:`DatasetError` when a session lacks a channel or the target, or the store holds no sessions.
     """
-    st = _as_store(store)
+    st = store if isinstance(store, Store) else Store(store)
     names = list(sessions) if sessions is not None else st.list_sessions()
     if not names:
         raise DatasetError(
             f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
         )
+    by_story = {int(s): str(name) for name, stories in (splits or {}).items() for s in stories}
     wanted = _Wanted(
-        [str(k) for k in feature_keys], target, story_splits(splits) if splits else None, max_gap_s
+        [str(k) for k in feature_keys], target, by_story if splits else None, max_gap_s
     )
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
     load = partial(_load_session, st, w=wanted, frames_cache=frames_cache)
@@ -352,12 +344,8 @@ class _Wanted:
     max_gap_s: float
 
 
-@dataclass
-class _Pending:
-    """Frames resampled from a shard, to be cached once the whole load has succeeded."""
-
-    entry: EntryKey
-    table: SessionTable
+#: frames resampled from a shard, to be cached once the whole load has succeeded
+_Pending = tuple[EntryKey, SessionTable]
 
 
 def _load_session(
@@ -373,15 +361,15 @@ def _load_session(
     table = _read_shard(st, s, w)
     if table is None:
         return None, None
-    return _with_split(table, w.by_story), (_Pending(entry, table) if entry is not None else None)
+    return _with_split(table, w.by_story), ((entry, table) if entry is not None else None)
 
 
-def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
-    """Cache ``p``'s frames; False when the folder is unwritable or the shard was replaced since it was read."""
-    e = p.entry
+def _write_entry(frames_cache: FramesCache, st: Store, pending: _Pending) -> bool:
+    """Cache the frames; False when the folder is unwritable or the shard was replaced since it was read."""
+    e, table = pending
     if frames_cache.key(e.session, st.shard_path(e.session), e.keys, e.target, e.max_gap_s) != e:
         return False
-    return frames_cache.write(e, p.table) is not None
+    return frames_cache.write(e, table) is not None
 
 
 def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> SessionTable | None:
@@ -394,8 +382,7 @@ def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> Session
 
 def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
     """Read and resample one shard; None (before any check) when its story is in no split."""
-    # one open per shard through the store's reader, which checks the schema, the channels and
-    # the labels, and reads the scene rows that per-role channels hard-link only once
+    # one open per shard through the store's reader (it checks the schema, channels and labels)
     try:
         with st.open_session(s) as shard:
             shard.check_schema()

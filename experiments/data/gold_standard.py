@@ -151,7 +151,6 @@ def gold_standards(
     return [y for y, _, _ in out], [w for _, w, _ in out], [lag for _, _, lag in out]
 
 
-# ------------------------------------------------------------------ agreement
 def icc(ratings: np.ndarray) -> dict[str, float]:
     """ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) of an (n frames, k raters) matrix without missing values, from the
     two-way ANOVA mean squares (docs/results.md, Inter-rater agreement)."""

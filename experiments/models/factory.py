@@ -50,12 +50,10 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                 k = len(values)
                 if k == 0:
                     continue  # all NaN: the fill value stays 0
-                # the two middle order statistics by selection (linear time), not a full sort
-                # (n log n): about 2x faster on the full-size training matrix, the same values
+                # the two middle order statistics by selection, not a full sort: 2x faster
                 low, high = (k - 1) // 2, k // 2
                 values.partition([low, high])
-                # as numpy.ma.median: the sum of the two middle values (one value twice for an
-                # odd count), halved, in the input's dtype
+                # as numpy.ma.median: the two middle values summed and halved, in the input's dtype
                 stats[a + j] = (values[low] + values[high]) / half
         self.statistics_ = stats
         return self

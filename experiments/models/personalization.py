@@ -17,9 +17,8 @@ from ..config.options import (
     PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
 )
 
-#: estimators that compute in float32 whatever they are given (XGBoost's ``DMatrix`` stores
-#: its features as float32): handed float32 features (the sweep's design matrix is float32),
-#: they give the same numbers without a float64 copy of the matrix
+#: estimators that compute in float32 whatever they are given (XGBoost's ``DMatrix``): handed the
+#: float32 design matrix, they give the same numbers without a float64 copy
 FLOAT32_ESTIMATORS = ("XGBRegressor",)
 
 
@@ -33,8 +32,7 @@ def feature_dtype(estimator: Any) -> type:
     return np.float32 if type(estimator).__name__ in FLOAT32_ESTIMATORS else np.float64
 
 
-#: first pipeline steps that make a float64 copy of whatever features they are given (see
-#: :func:`copies_features`), with the values a float64 copy made before them would give
+#: first pipeline steps that make a float64 copy of whatever features they are given
 COPYING_FIRST_STEPS = ("MedianImputer", "FillEmptyColumns")
 
 
@@ -139,10 +137,8 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         self.listener_column = listener_column
 
     def _split_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # scikit-learn's own input checks (2-D, numeric, no complex or sparse input, y given and
-        # 1-D, n_features_in_); features may hold NaN for a wrapped estimator that takes it.
-        # dtype "numeric" keeps a float32 matrix as it is: the one float copy is the split's
-        # (a large training matrix must not be copied twice)
+        # scikit-learn's input checks; dtype "numeric" keeps a float32 matrix as it is: the one float
+        # copy is the split's (a large training matrix must not be copied twice)
         X, y = validate_data(
             self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True
         )

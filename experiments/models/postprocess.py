@@ -13,8 +13,7 @@ from ..config.choices import check_choice
 from ..config.options import RESCALES, SMOOTH_METHODS
 from .personalization import fit_listener_calibration
 
-#: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
-#: whether the statistics are per listener (see :func:`rescaler_for`)
+#: what ``Rescaler`` itself does; the config's ``RESCALES`` add whether the statistics are per listener
 RESCALE_MODES = ("none", "train", "bias")
 #: config rescale name -> (Rescaler mode, statistics per listener)
 _RESCALE_PLAN = {

@@ -104,9 +104,8 @@ class SufficientStats:
         self.shift = np.divide(total, count, out=np.zeros(d), where=count > 0)
         #: indices of the columns that hold a NaN (their fill value depends on the fit)
         self.nan_columns = np.flatnonzero(has_nan)
-        # the nan columns' distinct NaN indicators over every session's rows: column
-        # ``nan_columns[j]`` has pattern ``_pattern[j]``; pattern ``g`` is first seen in column
-        # ``nan_columns[_first[g]]``
+        # the nan columns' distinct NaN indicators: column ``nan_columns[j]`` has pattern ``_pattern[j]``;
+        # pattern ``g`` is first seen in column ``nan_columns[_first[g]]``
         self._first = self._pattern = np.arange(len(self.nan_columns))
         if len(self.nan_columns) and packed:
             bits = np.concatenate([b[:, self.nan_columns] for b in packed])

@@ -414,7 +414,6 @@ def selection_listing(
     return out.sort_values(name, ascending=not get_metric(metric).higher_is_better)
 
 
-# ---------------------------------------------------------------- several targets
 def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per track: per reported split, the mean over targets of each one's choice (all targets needed)."""
     rows = []

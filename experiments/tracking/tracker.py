@@ -169,7 +169,6 @@ class Tracker:
                         partial(self.client.set_experiment_tag, self.experiment_id, key, value)
                     )
 
-    # ------------------------------------------------------------------ runs
     def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
         tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
         tags.update({k: mask_uri(str(v)) for k, v in (extra or {}).items()})
@@ -225,7 +224,6 @@ class Tracker:
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         with_retry(lambda: self.client.set_terminated(run_id, status))
 
-    # ---------------------------------------------------------------- resume
     def search(self, filter_string: str = "", max_results: int = 5000) -> Any:
         return with_retry(
             lambda: self.client.search_runs(
@@ -284,11 +282,9 @@ class Tracker:
             tags = r.data.tags
             h = tags.get(CONFIG_HASH_TAG, "")
             writer = f"host {tags.get('host', '?')}, pid {tags.get('pid', '?')}"
-            after = (
-                f"the configuration finished in run {finished[h]}"
-                if h in finished
-                else "a resumed sweep runs this configuration again"
-            )
+            after = "a resumed sweep runs this configuration again"
+            if h in finished:
+                after = f"the configuration finished in run {finished[h]}"
             text = f"the process logging this run ({writer}) was lost before it finished; {after}"
             self.log(r.info.run_id, tags={WORKER_LOST_TAG: text})
             self.finish(r.info.run_id, "KILLED")
