@@ -30,8 +30,7 @@ HELD_OUT_BY = {
 
 
 def cv_folds(sessions: Sequence[S], protocol: str, folds: int = 0) -> list[list[S]]:
-    """The held-out sessions of each fold of ``protocol``, in fold order; ``folds``: of a k-fold protocol (fewer
-    when there are fewer ids, at least 2)."""
+    """The held-out sessions of each fold of ``protocol``; ``folds``: of a k-fold protocol (at least 2)."""
     if protocol not in CV_PROTOCOLS:
         raise ValueError(f"protocol {protocol!r} is not a cross-validation: one of {CV_PROTOCOLS}")
     attr = HELD_OUT_BY[protocol]

@@ -90,8 +90,7 @@ def _digest(parts: list) -> str:
 
 
 def code_version(functions: Sequence[Callable[..., Any]]) -> str:
-    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's versions:
-    editing the resampling invalidates every entry without a bump of :data:`FRAMES_VERSION`."""
+    """Fingerprint of the resampling ``functions``' source and of numpy's and scipy's versions."""
     return code_fingerprint(functions, library_versions(("numpy", "scipy")))
 
 
@@ -174,8 +173,7 @@ class FramesCache:
             return None
 
     def write(self, key: EntryKey, table: SessionTable) -> Path | None:
-        """Write the entry atomically and drop the session's stale entries; None (and no more caching) when the
-        folder cannot be written."""
+        """Write the entry atomically, drop the session's stale entries; None (no more caching) if unwritable."""
         if self._writable is False:
             return None
         final = self.path(key)
@@ -352,8 +350,7 @@ def _read_header(f: io.FileIO) -> dict[str, Any]:
 
 
 def _read_array(f: io.FileIO, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
-    """The next ``.npy`` array of ``f``, its header the one written for ``name`` and ``shape`` (nothing is
-    allocated for what a damaged header claims)."""
+    """The next ``.npy`` array of ``f``, its header the one written for ``name`` and ``shape``."""
     dtype = _DTYPES[name]
     want = _npy_header(shape, dtype)
     if f.read(len(want)) != want:

@@ -114,8 +114,7 @@ def combine(
     weights: Mapping[str, float] | None = None,
     lags: Mapping[str, int] | None = None,
 ) -> np.ndarray:
-    """One session's gold standard (float32): the weighted mean of the raters present at each frame, each moved
-    ``lags[r]`` frames earlier; NaN where none."""
+    """One session's gold standard: the weighted mean of the raters present, each moved ``lags[r]`` frames."""
     lags = lags or {}
     raters = sorted(traces)
     stack = np.stack([shift(traces[r], lags.get(r, 0)) for r in raters])
@@ -152,8 +151,7 @@ def gold_standards(
 
 
 def icc(ratings: np.ndarray) -> dict[str, float]:
-    """ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) of an (n frames, k raters) matrix without missing values, from the
-    two-way ANOVA mean squares (docs/results.md, Inter-rater agreement)."""
+    """ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) of an (n, k) ratings matrix (docs/results.md, Inter-rater agreement)."""
     x = np.asarray(ratings, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2 or not np.isfinite(x).all():
         raise ValueError("icc needs an (n>=2, k>=2) matrix of finite ratings")
@@ -182,8 +180,7 @@ def mean_pairwise_ccc(traces: Mapping[str, np.ndarray]) -> float:
 def agreement(
     sessions: Mapping[str, Mapping[str, np.ndarray]], lags: Mapping[str, int] | None = None
 ) -> list[dict]:
-    """Rows ``session, raters, n_frames, ICC(...), mean_pairwise_ccc`` per session with several raters, then a
-    ``pooled`` row (frames where a rater is missing left out of the ICC)."""
+    """ICC and mean pairwise CCC rows per session with several raters, then a ``pooled`` row."""
     lags = lags or {}
     rows, pooled_x, pooled_pairs = [], [], []
     raters_all = sorted({r for s in sessions.values() for r in s})

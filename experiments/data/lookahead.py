@@ -39,8 +39,7 @@ def channel_lookaheads(
     sessions: Sequence[str] | None = None,
     max_gap_s: float = MAX_GAP_S,
 ) -> dict[str, ChannelLookahead]:
-    """Key -> :class:`ChannelLookahead` of each ``role/channel`` of ``keys`` over ``sessions`` (default: all), read
-    from the channels' time and valid arrays; a key no session has gets ``inf``."""
+    """Key -> :class:`ChannelLookahead` of each of ``keys`` over ``sessions`` (default: all); ``inf`` if none."""
     st = store if isinstance(store, Store) else Store(store)
     names = list(sessions) if sessions is not None else st.list_sessions()
     ext = dict.fromkeys(keys, -math.inf)

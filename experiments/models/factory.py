@@ -126,8 +126,7 @@ def _builder(spec: ModelSpec) -> Builder:
 
 
 def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Pipeline:
-    """An unfitted pipeline of the registered model ``name`` with hyperparameters ``params`` (the others at their
-    defaults) and random state ``seed``; its last step is named ``model``."""
+    """An unfitted pipeline of the registered model ``name`` with ``params`` and random state ``seed``."""
     spec = model_spec(name)
     built = _builder(spec)(spec.resolve(params), seed)
     steps = built if isinstance(built, list) else [("model", built)]

@@ -92,8 +92,7 @@ def _listener_key(value: float) -> int | float:
 def fit_listener_calibration(
     listeners: Any, pred: Any, y: Any, shrinkage: float = 100.0
 ) -> dict[int | float, tuple[float, float]]:
-    """Listener id -> ``(a_L, b_L)``, the least-squares map ``y ~ a_L * pred + b_L`` shrunk towards the identity
-    (:class:`CalibratedPerListener`)."""
+    """Listener id -> ``(a_L, b_L)`` of ``y ~ a_L * pred + b_L``, shrunk towards the identity."""
     listeners = np.asarray(listeners, dtype=float).ravel()
     pred = np.asarray(pred, dtype=float).ravel()
     y = np.asarray(y, dtype=float).ravel()
@@ -265,8 +264,7 @@ class CalibratedPerListener(_ListenerMetaEstimator):
 
 
 class ListenerOneHot(_ListenerMetaEstimator):
-    """Listener identity as features: one-hot columns (``categories_``, the ids seen at fit, ascending) after the
-    features; an unseen listener gets zeros."""
+    """Listener identity as features: one-hot columns (``categories_``) after the features; unseen: zeros."""
 
     def _design(self, listeners: np.ndarray, features: np.ndarray) -> np.ndarray:
         onehot = (listeners[:, None] == self.categories_[None, :]).astype(float)

@@ -27,8 +27,7 @@ assert set(_RESCALE_PLAN) == set(RESCALES), "every configurable rescale mode nee
 
 
 def window_frames(fps: float, smooth_s: float) -> int:
-    """Odd length in frames of a centred window of ``smooth_s`` seconds at ``fps`` Hz (``round(smooth_s * fps)``
-    rounded up to odd); 1 means no smoothing."""
+    """Odd length in frames of a centred window of ``smooth_s`` seconds at ``fps`` Hz (1: no smoothing)."""
     if fps <= 0 or smooth_s < 0:
         raise ValueError(f"need fps > 0 Hz and smooth_s >= 0 s, got fps={fps}, smooth_s={smooth_s}")
     n = int(round(smooth_s * fps))

@@ -21,8 +21,7 @@ PREDICT_ROWS = 1024
 
 @dataclass(frozen=True)
 class LinearFit:
-    """A fitted ridge pipeline as one linear map of the raw features, ``(x_filled - shift) @ coef + offset``, each NaN
-    of column ``nan_columns[k]`` filled with ``fill[k]``; ``n_rows``: its training rows."""
+    """A fitted ridge pipeline as one map ``(x_filled - shift) @ coef + offset``, NaN filled with ``fill``."""
 
     coef: np.ndarray
     offset: float
@@ -180,8 +179,7 @@ class SufficientStats:
             block.keys = np.concatenate(piece) if piece else np.empty(0, key_dtype)
 
     def _medians(self, blocks: Sequence[_Block], count: np.ndarray) -> np.ndarray:
-        """Each nan column's median over the observed values of ``blocks`` (0 if none), as ``MedianImputer`` computes
-        it: the two middle order statistics summed and halved."""
+        """Each nan column's median over the observed values of ``blocks`` (0 if none), as ``MedianImputer``."""
         k = len(self.nan_columns)
         count = np.asarray(count).astype(np.int64)
         # the ranks (0-based, among the fit's values) of the two middle values of each column

@@ -20,8 +20,7 @@ LIBRARIES = ("numpy", "scipy", "pandas", "scikit-learn", "xgboost", "numba", "ll
 
 @dataclass(frozen=True)
 class CodeVersion:
-    """The code this process runs: fingerprint, package version, git commit and whether the package differs from it
-    (None: no git), and each of :data:`LIBRARIES`' version."""
+    """The code this process runs: fingerprint, version, git commit and state (None: no git), library versions."""
 
     fingerprint: str
     version: str

@@ -52,8 +52,7 @@ def best_per_track(
 def unseen_listener_trials(
     table: pd.DataFrame, trials: Sequence[Trial], protocol: str, metric: str = DEFAULT_METRIC
 ) -> list[Trial]:
-    """Each feature set's (and target's) generalized choice with the unseen-listener protocol on;
-    none for a set whose choice already has its unseen-listener run in ``table``."""
+    """Each feature set's generalized choice with the unseen-listener protocol on, unless already run."""
     by_hash = {t.hash(): t for t in trials}
     if table.empty or "features.set" not in table:
         return []
@@ -252,8 +251,7 @@ def nested_markdown(
     persons: Mapping[int, str] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> str:
-    """The nested unseen-listener choices as Markdown, one line per left-out listener (empty without them);
-    ``persons``: listener number -> the manifest's id."""
+    """The nested unseen-listener choices as Markdown (``persons``: listener number -> the manifest's id)."""
     if nested is None or nested.empty:
         return ""
     m = get_metric(metric)
@@ -293,8 +291,7 @@ def _tag_tracks(
     prefix: str = "",
     drop_nan: bool = False,
 ) -> dict[str, str]:
-    """Add each track's best run (tags) and its reported splits' metrics to ``tags`` and ``metrics``; returns
-    track -> best run id."""
+    """Add each track's best run and its splits' metrics to ``tags`` and ``metrics``; track -> run id."""
     best: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
@@ -478,8 +475,7 @@ def summarise_targets(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """:func:`summarise` for several ``targets``: each target's tracks and the combined score
-    (docs/outputs.md, "Several targets"). Returns target -> track -> best run id."""
+    """:func:`summarise` for several ``targets`` (docs/outputs.md, "Several targets"); target -> track -> run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
     nested = nested or {}

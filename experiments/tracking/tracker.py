@@ -111,8 +111,7 @@ def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
 
 
 def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
-    """The lock that serialises creating the tracking tables and an experiment: a file lock beside a SQLite
-    database, an advisory lock on PostgreSQL, none for servers (the server serialises) and other databases."""
+    """The lock around creating tables and an experiment: a file lock (SQLite), an advisory lock (PostgreSQL)."""
     if uri.startswith("sqlite:///"):
         return file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
     if uri.split("://", 1)[0].lower().startswith("postgres"):
@@ -169,20 +168,16 @@ class Tracker:
                         partial(self.client.set_experiment_tag, self.experiment_id, key, value)
                     )
 
-    def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-        tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
-        tags.update({k: mask_uri(str(v)) for k, v in (extra or {}).items()})
-        return tags
-
     def start_run(
         self, name: str, tags: Mapping[str, Any] | None = None, parent_id: str | None = None
     ) -> str:
         """Create a RUNNING run; returns its id."""
-        tags = self._tags(tags)
+        run_tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
+        run_tags |= {k: mask_uri(str(v)) for k, v in (tags or {}).items()}
         if parent_id:
-            tags["mlflow.parentRunId"] = parent_id
+            run_tags["mlflow.parentRunId"] = parent_id
         run = with_retry(
-            lambda: self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+            lambda: self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
         )
         return run.info.run_id
 
@@ -234,8 +229,7 @@ class Tracker:
     def finished_by_hash(
         self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
     ) -> dict[str, Any]:
-        """config hash -> the most recent FINISHED run carrying it (a resume skips it), of the store and code of the
-        fingerprints when given."""
+        """config hash -> its most recent FINISHED run (a resume skips it), of the store and code given."""
         out: dict[str, Any] = {}
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
         if store_fingerprint is not None:
@@ -272,8 +266,7 @@ class Tracker:
         return reaped
 
     def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
-        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag (their writer died);
-        ``finished``: config hash -> the run of it that did finish, which the tag names. Returns the ids marked."""
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag; their ids."""
         finished = finished or {}
         marked = []
         for r in self.search(
@@ -295,8 +288,7 @@ class Tracker:
 def export_predictions(
     run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
 ) -> list[Path]:
-    """Copy a run's predictions of ``split`` into ``out_dir`` as challenge files (``Subject_<L>_Story_<S>.csv``);
-    FileNotFoundError when there is no such run or none for the split (the message says where they are)."""
+    """Copy a run's predictions of ``split`` into ``out_dir`` as challenge files; FileNotFoundError if none."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # mlflow: see the module docstring
     from mlflow.exceptions import MlflowException

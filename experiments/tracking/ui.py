@@ -55,9 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = args.tracking_uri
-    if "://" not in uri:
-        uri = resolve_tracking_uri(uri)
+    uri = resolve_tracking_uri(args.tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
         print(f"no MLflow database at {uri[len('sqlite:///') :]} yet: run `make sweep` first")
         return 0
@@ -67,13 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = prepare_experiments(MlflowClient(tracking_uri=uri))
     if not found:
         print(f"no runs of this package in {mask_uri(uri)} yet: run `make sweep` first")
+        return 0
     for name, eid in found:
         print(f"{name}: {runs_url(eid, base)}")
-    if found:
-        print(
-            "(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
-            "of the sidebar opens every experiment on its runs)"
-        )
+    print(
+        "(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
+        "of the sidebar opens every experiment on its runs)"
+    )
     return 0
 
 

@@ -1,5 +1,4 @@
-"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs (docs/results.md,
-Why a link, and what the package sets)."""
+"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 
 def ccc_view() -> dict:
-    """The runs-table view of :data:`VIEW_TAG` (the UI's own keys): best validation CCC first, the track, the CCCs and
-    the main params as columns."""
+    """The runs-table view of :data:`VIEW_TAG` (the UI's own keys): best validation CCC first."""
     metrics = [f"metrics.`{m}`" for m in CCC_METRICS]
     track, *params = [f"params.`{p}`" for p in VIEW_PARAMS]
     return {
