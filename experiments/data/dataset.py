@@ -1,9 +1,7 @@
-"""Per-session frame tables at the label rate: every channel brought onto the instants ``t_i = i / fps`` of the
-label frames. A channel at the label rate or slower is linearly interpolated between valid samples, never across a
-gap longer than ``max_gap_s`` (outside such a span a frame takes the nearest valid sample within half a sample
-period, else it is missing); a faster one is averaged over the valid samples within half a frame period of ``t_i``.
-Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data. The tables are cached
-(:mod:`experiments.data.frames_cache`)."""
+"""Per-session frame tables at the label rate: every channel onto the label frames' instants ``t_i = i / fps``. A
+channel at that rate or slower is interpolated between valid samples, never across a gap over ``max_gap_s`` (else the
+nearest valid sample within half a sample period); a faster one averaged over the valid samples within half a frame
+period. Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data."""
 
 from __future__ import annotations
 

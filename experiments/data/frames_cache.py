@@ -94,15 +94,6 @@ def code_version(functions: Sequence[Callable[..., Any]]) -> str:
     return code_fingerprint(functions, library_versions(("numpy", "scipy")))
 
 
-def shard_identity(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size, mtime in ns) of a shard file, None when missing (no device: it differs between machines)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
-
-
 class CorruptEntry(ExperimentsError, ValueError):
     """A cache file that is not a complete entry for the request (never raised to callers)."""
 
@@ -147,9 +138,12 @@ class FramesCache:
         """The entry for this request of the shard as it is now; None when missing or the id names no file."""
         if not session or session.startswith(".") or Path(session).name != session:
             return None
-        shard = shard_identity(shard_path)
-        if shard is None:
+        try:
+            st = os.stat(shard_path)
+        except OSError:
             return None
+        # inode, size and mtime; no device number: it differs between machines mounting one store
+        shard = int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
         return EntryKey(session, shard, tuple(keys), str(target), float(max_gap_s), self.code)
 
     def path(self, key: EntryKey) -> Path:

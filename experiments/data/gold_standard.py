@@ -1,6 +1,5 @@
-"""A gold standard from several raters' traces (``mean`` or ``ewe``, Grimm & Kroschel 2005, each rater's reaction
-lag removed first with ``align_lags``; docs/store.md, raters), and how well the raters agree (docs/results.md,
-Inter-rater agreement). Each session's labels come from its own raters alone, never another session's ratings."""
+"""A gold standard from each session's own raters' traces (``mean`` or ``ewe``, lags aligned or not; docs/store.md,
+raters), and how well the raters agree (docs/results.md, Inter-rater agreement)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A model's pipeline by name (:func:`make_model`: the preprocessing the registered spec names, then a step called
-``model``), and this package's two preprocessing steps. Kernel and linear models get median imputation (a column all
-NaN in training becomes 0) then standardisation; trees handle NaN natively, so "no face found" stays a signal
-(``hist_gb`` only needs its empty columns filled)."""
+"""A model's pipeline by name (:func:`make_model`: the preprocessing the registered spec names, then a step
+called ``model``), and this package's two preprocessing steps (trees keep NaN: "no face found" stays a signal)."""
 
 from __future__ import annotations
 

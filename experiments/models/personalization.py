@@ -1,7 +1,5 @@
-"""Per-listener meta-estimators (scikit-learn estimators): one model per listener, calibration, listener as a
-feature. Every strategy (``global`` too) takes the listener id in column ``listener_column`` of ``X`` (numeric,
-never NaN) and removes it before the wrapped estimator sees the features, so the sweep switches strategy without
-changing its data."""
+"""Per-listener meta-estimators: one model per listener, calibration, listener as a feature. Every strategy takes the
+listener id in column ``listener_column`` of ``X`` and removes it, so the sweep switches strategy on the same data."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Ridge fits of one fit group (the ridge pipeline on many unions of the same sessions) from per-session sufficient
-statistics: float64 sums ``X'1``, ``y'1``, ``X'X``, ``X'y`` of the mean-shifted columns with NaN as 0, the same with
-the NaN indicator ``M`` (per distinct pattern) so any fill value ``m`` folds in exactly
-(``(X + M m)'(X + M m) = X'X + X'M m + m M'X + m M'M m``), the ranks of the observed values (medians by binary
-search) and each column's range. A fit standardises and centres as the pipeline does and solves
-``(Z'Z + alpha I) w = Z'y`` once: the pipeline's model in exact arithmetic."""
+"""Ridge fits of one fit group (the ridge pipeline on many unions of the same sessions) from per-session sums
+(``X'X``, ``X'y``, NaN-indicator terms so any fill value folds in exactly, ranks for the medians) in one solve each:
+the pipeline's model in exact arithmetic."""
 
 from __future__ import annotations
 

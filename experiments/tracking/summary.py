@@ -1,6 +1,5 @@
-"""Each track's best configuration by the config's metric (:func:`best_per_track`), and the
-summary a sweep's parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``,
-``tracks.csv``). How the tracks choose: docs/results.md, "Two averages, two tracks"."""
+"""Each track's best configuration (:func:`best_per_track`) and the summary a sweep's parent run carries
+(:func:`summarise`). How the tracks choose: docs/results.md, "Two averages, two tracks"."""
 
 from __future__ import annotations
 
@@ -90,14 +89,6 @@ def _metric_of(row: Mapping[Any, Any]) -> MetricSpec:
     return get_metric(str(row["chosen_on"]).split(".", 1)[1].removesuffix(f"_{row['track']}"))
 
 
-def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) -> pd.Series | None:
-    """The run whose ``test_unseen.*`` numbers the generalized track reports (None for ``nested``)."""
-    if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
-        named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
-        return named.iloc[0] if len(named) else None
-    return best if unseen_selection == "chosen" else None
-
-
 def _with_unseen(
     table: pd.DataFrame,
     best: pd.Series,
@@ -107,7 +98,11 @@ def _with_unseen(
     m: MetricSpec,
 ) -> pd.Series:
     """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection`` (:data:`UNSEEN_NOTES`)."""
-    source = _unseen_source(table, best, unseen_selection)
+    # the run whose test_unseen numbers are reported: the choice's, the named configuration's, none
+    source = best if unseen_selection == "chosen" else None
+    if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
+        named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
+        source = named.iloc[0] if len(named) else None
     best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
     if source is not None:
         best = pd.concat(

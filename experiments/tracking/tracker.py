@@ -81,12 +81,6 @@ class ArtifactLocationError(ExperimentsError, ValueError):
     """A new experiment on a database with nowhere configured for its artifacts."""
 
 
-def is_database_uri(uri: str) -> bool:
-    """Whether ``uri`` names a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite or a server."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return bool(scheme) and not scheme.startswith(("sqlite", "file", "http", "https", "databricks"))
-
-
 #: the PostgreSQL advisory lock key every writer takes while MLflow creates or upgrades its tables
 SCHEMA_LOCK_KEY = 0x6F6D67_5343  # "omg" "SC"
 
@@ -128,7 +122,9 @@ def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -
         return f"{root.rstrip('/')}/{experiment}"
     if beside := artifact_root_for(uri):
         return f"{beside}/{experiment}"
-    if is_database_uri(uri):
+    # a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite, a folder or a server
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme and not scheme.startswith(("sqlite", "file", "http", "https", "databricks")):
         raise ArtifactLocationError(
             f"tracking.uri {mask_uri(uri)} is a database and no tracking.artifacts says where the runs' "
             "artifacts go: set one (a folder every writer reaches, or an s3:// URI), e.g. "

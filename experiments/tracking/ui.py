@@ -1,6 +1,5 @@
 """``python -m experiments.tracking.ui`` (``make ui``): tag this package's experiments so that MLflow's UI opens them
-on the runs table with the CCC columns, and print a link to each (docs/results.md, Why a link, and what the package
-sets)."""
+on the runs table with the CCC columns, and print a link to each (docs/results.md)."""
 
 from __future__ import annotations
 
