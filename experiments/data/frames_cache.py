@@ -211,13 +211,7 @@ class FramesCache:
                 _unlink(self.folder / name)
 
     def entries(self) -> list[Path]:
-        if not self.folder.is_dir():
-            return []
-        return sorted(
-            p
-            for p in self.folder.iterdir()
-            if p.name.endswith(SUFFIX) and not p.name.startswith(".")
-        )
+        return sorted(p for p in self.folder.glob(f"*{SUFFIX}") if not p.name.startswith("."))
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.entries())

@@ -132,12 +132,9 @@ def gold_standard(
     if gs.method == "stored":
         raise ValueError("method 'stored' reads /labels/<target>; nothing to combine")
     lags = estimate_lags([traces], fps, gs.max_lag_s) if gs.align_lags else {}
-    raters = sorted(traces)
-    weights = (
-        ewe_weights([traces], lags)
-        if gs.method == "ewe"
-        else {r: 1.0 / len(raters) for r in raters}
-    )
+    weights = {r: 1.0 / len(traces) for r in sorted(traces)}
+    if gs.method == "ewe":
+        weights = ewe_weights([traces], lags)
     return combine(traces, weights, lags), weights, lags
 
 

@@ -18,8 +18,7 @@ from .dataset import MAX_GAP_S, resampling_lookahead_s
 
 @dataclass(frozen=True)
 class ChannelLookahead:
-    """How far after a label frame one channel reads (seconds, largest over the sessions; ``total_s``: the two
-    added per session), and the ``unknown`` sessions whose extraction look-ahead is not known (``inf``)."""
+    """How far after a label frame one channel reads (seconds, the largest over the sessions; ``inf``: unknown)."""
 
     key: str
     extraction_s: float

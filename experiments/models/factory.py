@@ -13,7 +13,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-from ..config.models import Builder, ModelSpec, model_spec
+from ..config.models import model_spec
 from ..config.models import resolve_model_params as resolve_model_params  # re-exported
 
 
@@ -115,17 +115,13 @@ PREPROCESSING: dict[str, Callable[[], list[tuple[str, Any]]]] = {
 }
 
 
-def _builder(spec: ModelSpec) -> Builder:
-    """``spec.build``, a ``"module:function"`` name resolved to the function."""
-    if callable(spec.build):
-        return spec.build
-    module, _, name = spec.build.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Pipeline:
     """An unfitted pipeline of the registered model ``name`` with ``params`` and random state ``seed``."""
     spec = model_spec(name)
-    built = _builder(spec)(spec.resolve(params), seed)
+    build = spec.build
+    if not callable(build):  # a "module:function" name
+        module, _, attr = build.partition(":")
+        build = getattr(importlib.import_module(module), attr)
+    built = build(spec.resolve(params), seed)
     steps = built if isinstance(built, list) else [("model", built)]
     return Pipeline([*PREPROCESSING[spec.preprocess](), *steps])

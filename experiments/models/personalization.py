@@ -35,8 +35,7 @@ COPYING_FIRST_STEPS = ("MedianImputer", "FillEmptyColumns")
 
 
 def copies_features(estimator: Any) -> bool:
-    """Whether ``estimator`` is a ``Pipeline`` whose first step copies the features into float64 itself: it is then
-    handed the design matrix's feature columns as a view, and that step's copy is the only one."""
+    """Whether ``estimator`` is a ``Pipeline`` whose first step copies the features into float64 itself."""
     steps = getattr(estimator, "steps", None)
     if not steps:
         return False
@@ -179,9 +178,7 @@ class GlobalRegressor(_ListenerMetaEstimator):
 
 
 class PerListenerRegressor(_ListenerMetaEstimator):
-    """One clone of ``estimator`` per listener with at least ``min_samples`` rows (``estimators_``), and a global
-    clone (``global_``) for the others unless ``fallback`` is False (then ``predict`` refuses them);
-    ``fallback_listeners_``: the ids seen at fit with too few rows."""
+    """One clone of ``estimator`` per listener with ``min_samples`` rows, and (``fallback``) a global one for others."""
 
     def __init__(
         self, estimator: Any, listener_column: int = 0, min_samples: int = 50, fallback: bool = True

@@ -113,9 +113,7 @@ def fit_smoothed_calibration(
     method: str = "moving_average",
     shrinkage: float = 100.0,
 ) -> dict[int | float, tuple[float, float]]:
-    """The per-listener maps of ``global_calibrated`` fitted on the (out-of-fold) predictions ``pred`` smoothed per
-    session as the ones they will transform (a map fitted before smoothing takes the fast part for noise); smoothing
-    commutes with an affine map, so the maps apply to raw or smoothed predictions alike. NaN labels left out."""
+    """The per-listener maps of ``global_calibrated`` fitted on predictions smoothed as the ones they transform."""
     p = smooth_per_session(pred, sessions, fps, smooth_s, method) if smooth_s else pred
     y = np.asarray(y, dtype=float).ravel()
     ok = np.isfinite(y)

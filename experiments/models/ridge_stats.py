@@ -65,9 +65,8 @@ def stable_row_order(values: np.ndarray) -> np.ndarray:
 
 
 class SufficientStats:
-    """Per-session sums from which every ridge fit on a union of sessions is one solve; ``rows``: session id ->
-    (raw features, NaN allowed; finite labels); ``extra_nan``: columns that also need a fill value (NaN only where
-    predicted)."""
+    """Per-session sums from which every ridge fit on a union of sessions is one solve (``extra_nan``: columns
+    that also need a fill value)."""
 
     def __init__(
         self,
@@ -137,9 +136,7 @@ class SufficientStats:
         )
 
     def _rank_nan_columns(self, rows: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """Sort each nan column's observed values over every session once (``_sorted``), and give each session the
-        sorted keys ``column * N + rank`` of its own: a fit then finds any order statistic of its union by binary search
-        on the rank, for all columns at once (:meth:`_medians`)."""
+        """Sort each nan column's values over every session once and give each session its sorted rank keys."""
         k = self.nan_columns
         dtype = np.result_type(*[np.asarray(X).dtype for X, _ in rows.values()], np.float32)
         n_all = max(1, sum(b.n for b in self._blocks.values()))

@@ -28,8 +28,7 @@ Row = Mapping[Hashable, Any]
 def best_per_track(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, pd.Series]:
-    """Each track's best finished grid configuration by its selection metric (the first best wins), for the
-    generalized track as its unseen-listener twin when there is one; tracks without a scored row left out."""
+    """Each track's best finished grid configuration by its selection metric (the generalized one's unseen twin)."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
@@ -328,8 +327,7 @@ def summarise(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
-    """Tag the parent with each track's best child and attach the summary tables (docs/design.md#mlflow-runs);
-    summary.md in the words of ``layout`` (``note``: its opening note, None: the layout's). Returns track -> run id."""
+    """Tag the parent with each track's best child, attach the summary tables in ``layout``'s words; track -> run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested, metric)

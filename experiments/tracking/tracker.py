@@ -114,9 +114,7 @@ def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
 
 
 def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -> str | None:
-    """Where a new experiment's artifacts go: ``<artifacts>/<experiment>``, else beside a SQLite database, else None
-    (a server decides); :class:`ArtifactLocationError` for a database without ``artifacts`` (MLflow would use
-    ``./mlruns`` of whatever folder the command runs in)."""
+    """Where a new experiment's artifacts go (None: the server decides); refused for a database without any."""
     if artifacts:
         root = artifacts if "://" in artifacts else Path(artifacts).resolve().as_uri()
         return f"{root.rstrip('/')}/{experiment}"
@@ -226,16 +224,13 @@ class Tracker:
         self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
     ) -> dict[str, Any]:
         """config hash -> its most recent FINISHED run (a resume skips it), of the store and code given."""
-        out: dict[str, Any] = {}
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
         if store_fingerprint is not None:
             query += f" and tags.store_fingerprint = '{store_fingerprint}'"
         if code_fingerprint is not None:
             query += f" and tags.code_fingerprint = '{code_fingerprint}'"
-        runs = self.search(query)
-        for r in sorted(runs, key=lambda r: r.info.start_time):
-            out[r.data.tags[CONFIG_HASH_TAG]] = r
-        return out
+        runs = sorted(self.search(query), key=lambda r: r.info.start_time)
+        return {r.data.tags[CONFIG_HASH_TAG]: r for r in runs}
 
     def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
         """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again logs once)."""
