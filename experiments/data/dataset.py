@@ -253,13 +253,8 @@ def _load_all(
         if frames_cache is not None:
             write = partial(_write_entry, frames_cache, st)
             written = sum(pool.map(write, pending) if pool else map(write, pending))
-            log.debug(
-                "frames cache %s: %d of %d sessions resampled, %d cached",
-                frames_cache.folder,
-                len(pending),
-                len(names),
-                written,
-            )
+            msg = "frames cache %s: %d of %d sessions resampled, %d cached"
+            log.debug(msg, frames_cache.folder, len(pending), len(names), written)
     finally:
         if pool:
             pool.shutdown()
@@ -286,15 +281,9 @@ def _with_gold_standard(
             )
     fps = tables[0].fps if tables else LABEL_FPS
     ys, weights, lags = gold_standards(traces, gs, fps)
+    msg = "gold standard %s of %s, %s: weights %s, lags (frames) %s"
     for t, w, lag in zip(tables, weights, lags, strict=True):
-        log.debug(
-            "gold standard %s of %s, %s: weights %s, lags (frames) %s",
-            gs.method,
-            target,
-            t.session,
-            {r: round(v, 3) for r, v in w.items()},
-            lag,
-        )
+        log.debug(msg, gs.method, target, t.session, {r: round(v, 3) for r, v in w.items()}, lag)
     return [replace(t, y=y) for t, y in zip(tables, ys, strict=True)]
 
 

@@ -61,15 +61,11 @@ def channel_lookaheads(
                 r = resampling_lookahead_s(c.time, c.valid, meta.n_frames, meta.fps, max_gap_s)
                 ext[key], res[key] = max(ext[key], e), max(res[key], r)
                 tot[key] = max(tot[key], e + r)
+    for k in keys:
+        if not seen[k]:  # no session has it: unknown
+            ext[k] = tot[k] = math.inf
     return {
-        k: ChannelLookahead(
-            k,
-            ext[k] if seen[k] else math.inf,
-            res[k],
-            _ceil_us(tot[k]) if seen[k] else math.inf,
-            tuple(unknown[k]),
-        )
-        for k in keys
+        k: ChannelLookahead(k, ext[k], res[k], _ceil_us(tot[k]), tuple(unknown[k])) for k in keys
     }
 
 

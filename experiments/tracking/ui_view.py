@@ -27,10 +27,7 @@ TRACK_CCC, OTHER_CCC = TRACK_PREFIX + DEFAULT_METRIC, OTHER_PREFIX + DEFAULT_MET
 #: the splits the view shows, in its column order
 VIEW_SPLITS = ("val", "test")
 #: metric columns of the view; the first sorts it (best first)
-CCC_METRICS = (
-    *(f"{TRACK_CCC}.{s}" for s in VIEW_SPLITS),
-    *(f"{OTHER_CCC}.{s}" for s in VIEW_SPLITS),
-)
+CCC_METRICS = tuple(f"{prefix}.{s}" for prefix in (TRACK_CCC, OTHER_CCC) for s in VIEW_SPLITS)
 #: parameter columns of the view (``track`` first, right after the run name)
 VIEW_PARAMS = (
     "track",
