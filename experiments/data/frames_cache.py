@@ -157,13 +157,11 @@ class FramesCache:
                 return _read_entry(f, key)
         except FileNotFoundError:
             return None
-        except CorruptEntry as e:
+        except (CorruptEntry, OSError) as e:
+            what = "damaged" if isinstance(e, CorruptEntry) else "unreadable"
             log.debug(
-                "frames cache entry %s is damaged (%s); rebuilding it from the shard", path, e
+                "frames cache entry %s is %s (%s); rebuilding it from the shard", path, what, e
             )
-            return None
-        except OSError as e:
-            log.debug("frames cache entry %s is unreadable (%s); loading from the shard", path, e)
             return None
 
     def write(self, key: EntryKey, table: SessionTable) -> Path | None:
