@@ -4,6 +4,7 @@ agrees. The entry format is a contract (docs/design.md#frames-cache); docs/store
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -196,30 +197,27 @@ class FramesCache:
             names = os.listdir(self.folder)
         except OSError:
             return
+        stale = []
         for name in names:
             if name.startswith(prefix) and name.endswith(SUFFIX):
                 parts = name[len(prefix) : -len(SUFFIX)].split(".")
                 if len(parts) == 2 and parts[0] != key.shard_tag:
-                    _unlink(self.folder / name)
+                    stale.append(name)
             elif (
                 name.startswith(f".{prefix}")
                 and (pid := temp_writer(Path(name))) is not None
                 and not pid_alive(pid)
             ):
-                _unlink(self.folder / name)
+                stale.append(name)
+        for name in stale:
+            with contextlib.suppress(OSError):
+                (self.folder / name).unlink(missing_ok=True)
 
     def entries(self) -> list[Path]:
         return sorted(p for p in self.folder.glob(f"*{SUFFIX}") if not p.name.startswith("."))
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.entries())
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 #: the table's fields in a header's ``meta`` (after ``n_frames``), each with its JSON type

@@ -33,11 +33,7 @@ WORKER_LOST_TAG = "worker_lost"
 
 def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
     """The config's ``tracking.uri`` as a URI MLflow accepts: a folder -> ``sqlite:///<folder>/mlflow.db`` (created,
-    relative to ``base``, default the working directory), a ``.db`` path -> that file, a URI unchanged.
-
-    >>> resolve_tracking_uri("http://127.0.0.1:5000")
-    'http://127.0.0.1:5000'
-    """
+    relative to ``base``, default the working directory), a ``.db`` path -> that file, a URI unchanged."""
     uri = uri or DEFAULT_URI
     if "://" in uri:
         return uri
