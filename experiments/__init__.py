@@ -1,7 +1,5 @@
-"""experiments: feature-store sessions -> windowed features -> models -> CCC -> MLflow.
-
-The public API is imported lazily, so ``import experiments`` stays light (no scikit-learn,
-MLflow or h5py until a function that needs them is used)::
+"""experiments: feature-store sessions -> windowed features -> models -> CCC -> MLflow. The public API is imported
+lazily, so ``import experiments`` stays light (no scikit-learn, MLflow or h5py until needed)::
 
     from experiments import load_config, ccc, protocol_means, load_sessions, window_stats
 """

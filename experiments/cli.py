@@ -1,14 +1,6 @@
-"""``experiments`` command line.
-
-Each verb is a :class:`~featurestore.commands.Verb` of :data:`VERBS` (made by :func:`verb`): its
-``cmd_<verb>(args) -> int`` (whose docstring is its ``--help`` description), its own arguments
-and the shared options it takes (:data:`SHARED`).
-A verb with a ``config`` gets ``--config``, ``--set`` and ``--print-config``, and :func:`main`
-loads the config into ``args.cfg`` (checked against ``--store``) before it runs.
-
-Exit codes: 0 all good, 1 some sessions or configurations failed (the message says which),
-2 usage error (bad arguments, bad config).
-"""
+"""``experiments`` command line: each verb of :data:`VERBS` is a ``cmd_<verb>(args) -> int`` whose docstring is its
+``--help`` description; a verb with a config gets it loaded into ``args.cfg`` by :func:`main`. Exit codes: 0 all good,
+1 some sessions or configurations failed, 2 usage error."""
 
 from __future__ import annotations
 
@@ -25,9 +17,8 @@ from featurestore.errors import ConfigError, FeaturestoreError, UsageError
 from featurestore.parallel import backends_help
 from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
 
-# Each verb imports what it runs when it runs (the training verbs: scikit-learn, XGBoost, MLflow,
-# about 2 s), so that `experiments --help` starts at once; tests/test_layout.py still counts these
-# imports when it looks for cycles. `main` needs the config's errors whatever the verb.
+# Each verb imports what it runs when it runs (scikit-learn, XGBoost, MLflow: about 2 s), so that `experiments
+# --help` starts at once (tests/test_layout.py still counts these imports); `main` needs the config's errors.
 from .config.grid import MAX_CONFIGURATIONS
 from .config.loading import load_config
 from .config.options import ConfigWarning
@@ -104,47 +95,41 @@ def verb(
     shared: tuple[str, ...] = (),
     arguments: tuple[Option, ...] = (),
 ) -> Verb:
-    """A verb: ``run`` (``cmd_<verb>``, named after it), its one-line ``help``, the packaged
-    ``config`` it reads without ``--config`` (None: it takes no config), the :data:`SHARED`
-    options it takes and its own ``arguments``."""
-    configs = config_options(config) if config is not None else ()
+    """A verb: ``run``, its ``help``, the packaged ``config`` it reads without ``--config`` (None: no config;
+    else ``--config``, ``--set``, ``--print-config`` and ``--max-configurations``)."""
+    configs: tuple[Option, ...] = ()
+    if config is not None:
+        configs = (
+            opt(
+                "--config",
+                default=None,
+                metavar="FILE",
+                help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
+                f"causal (default: {config}, i.e. experiments/configs/{config}.yaml)",
+            ),
+            SHARED["set"],
+            opt(
+                "--print-config",
+                action="store_true",
+                help="print the resolved config and exit (with --store: after checking its target and "
+                "channels against the store)",
+            ),
+            opt(
+                "--max-configurations",
+                type=int,
+                default=MAX_CONFIGURATIONS,
+                metavar="N",
+                help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
+                f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
+            ),
+        )
     options = (*configs, *(SHARED[s] for s in shared), *arguments)
     defaults = {"takes_config": True, "config_default": config} if config is not None else {}
     return Verb(run, help, options, defaults=defaults)
 
 
-def config_options(default: str) -> tuple[Option, ...]:
-    """``--config FILE`` (``default``: the packaged config the verb reads without it),
-    repeatable ``--set KEY=VALUE``, ``--print-config`` and ``--max-configurations N``."""
-    return (
-        opt(
-            "--config",
-            default=None,
-            metavar="FILE",
-            help="experiment config (YAML), or a packaged name: default, ablation, smoke, search, "
-            f"causal (default: {default}, i.e. experiments/configs/{default}.yaml)",
-        ),
-        SHARED["set"],
-        opt(
-            "--print-config",
-            action="store_true",
-            help="print the resolved config and exit (with --store: after checking its target and "
-            "channels against the store)",
-        ),
-        opt(
-            "--max-configurations",
-            type=int,
-            default=MAX_CONFIGURATIONS,
-            metavar="N",
-            help=f"refuse a grid of more than N configurations (an Optuna search of more than N "
-            f"trials), counted before anything runs (default: {MAX_CONFIGURATIONS:,})",
-        ),
-    )
-
-
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """The config named by ``--config`` and ``--set``, checked against the store (``--store``,
-    else ``features/``) unless only ``--print-config`` was asked for without ``--store``."""
+    """The config of ``--config`` and ``--set``, checked against the store unless only ``--print-config`` was asked."""
     store = getattr(args, "store", None)  # a verb without --store reads no store
     if store is None and not args.print_config and hasattr(args, "store"):
         store = args.store = DEFAULT_STORE
@@ -182,8 +167,7 @@ def _check_store(store: str | None) -> str:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """Errors of a sweep that are the user's to fix: the store lacks channels or labels, no Dask
-    scheduler answers, Dask workers run other code than this process, no artifact location."""
+    """Errors of a sweep that are the user's to fix (store, Dask scheduler or workers, artifact location)."""
     from .data.dataset import DatasetError  # startup: see the imports above
     from .engine.dask import WorkerCodeMismatch
     from .tracking.tracker import ArtifactLocationError
@@ -191,7 +175,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (DatasetError, ConnectionError, WorkerCodeMismatch, ArtifactLocationError)
 
 
-# --------------------------------------------------------------------- the verbs
 def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the
@@ -231,20 +214,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_options(args: argparse.Namespace) -> SweepOptions:
-    """The sweep's options the command line gives."""
     from .studies.parent_run import SweepOptions  # startup: see the imports above
 
     return SweepOptions(**_kw(args, "backend", "scheduler", "tracking_uri", "jobs", "resume"))
 
 
 def _kw(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options ``names`` as keyword arguments."""
     return {name: getattr(args, name) for name in names}
 
 
 def _print_sweep(res: SweepResult) -> int:
-    """Print what a sweep did: counts, each track's best five on the selection split, each
-    track's choice (per target, then combined, with several), the runs; EXIT_FAILED if any failed."""
+    """Print what a sweep did (counts, best five, choices, runs); EXIT_FAILED if any failed."""
     t = res.table
     done, reused = ((t.status == s).sum() if not t.empty else 0 for s in ("done", "reused"))
     print(
@@ -285,7 +265,7 @@ def _print_best(res: SweepResult) -> None:
 
 
 def _choices(res: SweepResult) -> str:
-    """Each track's choice as Markdown: of each target, then combined, with several targets."""
+    """Each track's choice as Markdown (per target, then combined, with several targets)."""
     from .studies.unseen import nested_unseen  # startup: see the imports above
     from .tracking.summary import (
         combined_markdown,
@@ -524,14 +504,12 @@ VERBS: list[Verb] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``experiments`` parser: one sub-parser per verb of :data:`VERBS`."""
     description = "Sweep, score and export empathy-prediction experiments on a feature store."
     return make_parser("experiments", description, __version__, VERBS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``experiments VERB ...``; returns the exit code (0 ok, 1 failures, 2 usage error, 130
-    Ctrl-C, 143 SIGTERM)."""
+    """Run ``experiments VERB ...``; returns the exit code (130 Ctrl-C, 143 SIGTERM)."""
     terminate_as_interrupt()
     try:
         args = build_parser().parse_args(argv)

@@ -1,6 +1,4 @@
-"""The root of every error ``experiments`` shows a user (:class:`ExperimentsError`, a
-:class:`featurestore.errors.FeaturestoreError`: the command line catches that root, prints one
-line and exits with its ``exit_code``)."""
+"""The root of every error ``experiments`` shows a user (the command line prints one line, exits ``exit_code``)."""
 
 from __future__ import annotations
 

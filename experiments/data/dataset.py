@@ -1,26 +1,7 @@
-"""Per-session frame tables at the label rate (25 fps): features resampled onto label frames.
-
-Label frame ``i`` of a session is the instant ``t_i = i / fps`` (fps = 25). Every channel of
-the feature store is brought onto these instants:
-
-- channels sampled at the label rate or slower (face channels at 5 fps) are linearly
-  interpolated between *valid* samples, but never across a gap longer than ``max_gap_s``
-  (0.5 s); a frame outside such a span takes the nearest valid sample when it lies within
-  half a sample period, else it is missing;
-- channels sampled faster (eGeMAPS LLDs every 10 ms) are averaged over the valid samples
-  whose time is within half a frame period of ``t_i`` (the samples nearest to that frame).
-
-Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data.
-Everything is vectorised (``searchsorted``, a sparse pooling product); no loop runs over frames.
-
-The tables are cached (:mod:`experiments.data.frames_cache`; docs/store.md, the frames cache).
-
->>> import numpy as np
->>> t = np.arange(5) / 5.0                                # a 5 fps channel: 0, 0.2, ... 0.8 s
->>> x, ok = resample_channel(np.arange(5.0)[:, None], t, np.ones(5, bool), n_frames=21)
->>> [round(float(v), 2) for v in x[:6, 0]]                   # frames 0..5 at 0, 0.04, ... 0.2 s
-[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-"""
+"""Per-session frame tables at the label rate: every channel onto the label frames' instants ``t_i = i / fps``. A
+channel at that rate or slower is interpolated between valid samples, never across a gap over ``max_gap_s`` (else the
+nearest valid sample within half a sample period); a faster one averaged over the valid samples within half a frame
+period. Missing values are NaN in ``X``; ``valid`` says per channel whether a frame had source data."""
 
 from __future__ import annotations
 
@@ -63,20 +44,8 @@ def resample_channel(
     fps: float = LABEL_FPS,
     max_gap_s: float = MAX_GAP_S,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Bring one channel onto label frames ``t_i = i / fps`` (seconds), ``i < n_frames``.
-
-    Args:
-        data: (n, d) samples; rows with ``valid`` False are ignored.
-        time: (n,) sample times in seconds, non-decreasing.
-        valid: (n,) bool.
-        n_frames: number of label frames.
-        fps: label rate in frames per second.
-        max_gap_s: longest gap (seconds) between valid samples that interpolation bridges.
-
-    Returns:
-        (X, ok): (n_frames, d) float32 with NaN where there is no source data, and
-        (n_frames,) bool, True where the frame had valid source samples.
-    """
+    """One channel's (n, d) samples at ``time`` (seconds) on the label frames ``i < n_frames``: (X, ok), the
+    (n_frames, d) float32 values (NaN without source data) and whether each frame had valid samples."""
     data = np.asarray(data, dtype=np.float32)
     if data.ndim == 1:
         data = data[:, None]
@@ -99,24 +68,8 @@ def resampling_lookahead_s(
     fps: float = LABEL_FPS,
     max_gap_s: float = MAX_GAP_S,
 ) -> float:
-    """The most seconds after a label frame's instant ``t_i = i / fps`` that
-    :func:`resample_channel` reads of a channel's samples (times ``time``, validity ``valid``)
-    to compute that frame; ``-inf`` when it computes none (no valid sample).
-
-    Worked out from the same steps as the resampling itself, sample by sample: a channel at
-    100 Hz (pooled) reads the samples up to half a label frame after ``t_i`` (0.01-0.02 s); a
-    slower one (interpolated) reads the next valid sample, which a gap in the channel puts up
-    to ``max_gap_s`` (0.5 s) ahead, or, past a longer gap, the nearest one within half a
-    sample period. A frame only weighs a sample it reads with a nonzero weight (a frame at a
-    sample's own instant reads that one).
-
-    >>> t = np.arange(5) / 5.0                        # 5 fps: 0, 0.2, ... 0.8 s, all valid
-    >>> round(resampling_lookahead_s(t, np.ones(5, bool), n_frames=21), 3)   # frame 1 reads 0.2 s
-    0.16
-    >>> ok = np.array([True, True, False, True, True])   # 0.4 s without a face: bridged
-    >>> round(resampling_lookahead_s(t, ok, n_frames=21), 3)
-    0.36
-    """
+    """The most seconds after a label frame's instant that :func:`resample_channel` reads of a channel's samples
+    (worked out from the same steps, counting only samples of nonzero weight); ``-inf`` when it computes none."""
     _, time, valid, step = _sampling(time, valid, fps)
     tv = time[valid]
     if tv.size == 0 or n_frames == 0:
@@ -137,8 +90,7 @@ def resampling_lookahead_s(
 def _sampling(
     time: np.ndarray, valid: np.ndarray, fps: float
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, float]:
-    """(order, time, valid, step): the samples sorted by time (``order`` the permutation, None
-    when they were) and the median step between them (``1 / fps`` for a single sample)."""
+    """(order, time, valid, step): the samples sorted by time (``order`` None when they were), their median step."""
     time = np.asarray(time, dtype=np.float64)
     valid = np.asarray(valid, dtype=bool)
     dt = np.diff(time)
@@ -241,15 +193,6 @@ def _interpolate(
     return out, ok
 
 
-def _as_store(store: Store | str | os.PathLike) -> Store:
-    return store if isinstance(store, Store) else Store(store)
-
-
-def story_splits(splits: Mapping[str, Sequence[int]]) -> dict[int, str]:
-    """Story -> split name from a ``{split: [stories]}`` mapping."""
-    return {int(s): str(name) for name, stories in splits.items() for s in stories}
-
-
 def load_sessions(
     store: Store | str | os.PathLike,
     feature_keys: Sequence[str],
@@ -261,47 +204,26 @@ def load_sessions(
     cache: bool | str | os.PathLike = True,
     gold_standard: GoldStandard | None = None,
 ) -> list[SessionTable]:
-    """Load aligned 25 fps frame tables for every session of the store (or ``sessions``).
+    """One :class:`SessionTable` of the ``role/channel`` ``feature_keys`` and labels ``target`` per session of the
+    store (or ``sessions``), ordered by listener then story.
 
-    Args:
-        store: a :class:`featurestore.Store` or its folder.
-        feature_keys: ``role/channel`` keys, e.g. ``["listener/face_geom", "listener/egemaps"]``.
-        target: label target (``valence_self``, ``valence_observer_listener``, ...).
-        splits: split name -> stories (the config's ``splits``): a session's split comes from
-            its story, sessions of no split are skipped; None or {} (``splits: shard``) keeps
-            every session with the split its shard records.
-        sessions: restrict to these session ids.
-        max_gap_s: longest gap (seconds) interpolation bridges for channels at <= 25 fps.
-        threads: sessions loaded concurrently (the resampling of one overlaps the reading of
-            the next). 1 = sequential.
-        cache: the frames cache (docs/store.md, the frames cache): True the store's, False
-            none, or a folder. Cached tables equal freshly resampled ones, array for array.
-        gold_standard: the labels (:mod:`experiments.data.gold_standard`): None or ``stored``
-            reads ``/labels/<target>``; ``mean``/``ewe`` combine each session's own raters
-            (applied after the cache, which holds the stored labels).
-
-    Returns:
-        One :class:`SessionTable` per session, ordered by listener then story.
-
-    Raises:
-        DatasetError: a session lacks a channel or the target (the message names both and the
-            ``featurestore`` command that adds it), or the store holds no sessions.
+    ``splits``: split name -> stories (sessions of no split skipped; None or {} keeps the shards' splits);
+    ``threads``: sessions loaded at once; ``cache``: the frames cache (True the store's, False none, or a folder);
+    ``gold_standard``: None or ``stored`` reads ``/labels/<target>``, ``mean``/``ewe`` combine each session's raters.
+    Raises :class:`DatasetError` when a session lacks a channel or the target, or the store holds no sessions.
     """
-    st = _as_store(store)
+    st = store if isinstance(store, Store) else Store(store)
     names = list(sessions) if sessions is not None else st.list_sessions()
     if not names:
         raise DatasetError(
             f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
         )
-    by_story = story_splits(splits) if splits else None
-    keys = [str(k) for k in feature_keys]
+    by_story = {int(s): str(name) for name, stories in (splits or {}).items() for s in stories}
+    wanted = _Wanted(
+        [str(k) for k in feature_keys], target, by_story if splits else None, max_gap_s
+    )
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
-
-    wanted = _Wanted(keys, target, by_story, max_gap_s)
-
-    def load(s: str) -> tuple[SessionTable | None, _Pending | None]:
-        return _load_session(st, s, wanted, frames_cache)
-
+    load = partial(_load_session, st, w=wanted, frames_cache=frames_cache)
     out = _load_all(st, names, load, frames_cache, threads)
     if gold_standard is not None and gold_standard.method != "stored":
         out = _with_gold_standard(st, out, target, gold_standard)
@@ -315,8 +237,7 @@ def _load_all(
     frames_cache: FramesCache | None,
     threads: int,
 ) -> list[SessionTable]:
-    """Every session's table (``threads`` at a time), checked for equal columns; then the
-    resampled ones written to the frames cache, only once every load has succeeded."""
+    """Every session's table, checked for equal columns; the resampled ones cached once every load succeeded."""
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 and len(names) > 1 else None
     try:
         loaded = list(pool.map(load, names)) if pool else [load(s) for s in names]
@@ -332,13 +253,8 @@ def _load_all(
         if frames_cache is not None:
             write = partial(_write_entry, frames_cache, st)
             written = sum(pool.map(write, pending) if pool else map(write, pending))
-            log.debug(
-                "frames cache %s: %d of %d sessions resampled, %d cached",
-                frames_cache.folder,
-                len(pending),
-                len(names),
-                written,
-            )
+            msg = "frames cache %s: %d of %d sessions resampled, %d cached"
+            log.debug(msg, frames_cache.folder, len(pending), len(names), written)
     finally:
         if pool:
             pool.shutdown()
@@ -348,8 +264,7 @@ def _load_all(
 def _with_gold_standard(
     st: Store, tables: list[SessionTable], target: str, gs: GoldStandard
 ) -> list[SessionTable]:
-    """``tables`` with ``y`` replaced by the raters' combination under ``gs``, each session's
-    from its own raters alone (:func:`experiments.data.gold_standard.gold_standards`)."""
+    """``tables`` with ``y`` the combination under ``gs`` of each session's own raters."""
     traces = []
     for t in tables:
         try:
@@ -366,15 +281,9 @@ def _with_gold_standard(
             )
     fps = tables[0].fps if tables else LABEL_FPS
     ys, weights, lags = gold_standards(traces, gs, fps)
+    msg = "gold standard %s of %s, %s: weights %s, lags (frames) %s"
     for t, w, lag in zip(tables, weights, lags, strict=True):
-        log.debug(
-            "gold standard %s of %s, %s: weights %s, lags (frames) %s",
-            gs.method,
-            target,
-            t.session,
-            {r: round(v, 3) for r, v in w.items()},
-            lag,
-        )
+        log.debug(msg, gs.method, target, t.session, {r: round(v, 3) for r, v in w.items()}, lag)
     return [replace(t, y=y) for t, y in zip(tables, ys, strict=True)]
 
 
@@ -392,8 +301,7 @@ def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
 
 @cache
 def _resampling_code() -> str:
-    """Hash of the code that turns a shard into frames: any edit invalidates cached entries (the
-    shard reader in featurestore included: it decides which arrays and labels are read)."""
+    """Hash of the code that turns a shard into frames (the shard reader included): an edit invalidates entries."""
     return code_version(
         [
             resample_channel,
@@ -415,9 +323,7 @@ def _resampling_code() -> str:
 
 @dataclass(frozen=True)
 class _Wanted:
-    """What a load reads of each session: channels ``keys``, labels ``target``, the stories kept
-    (``by_story``: story -> split; None keeps every session with its shard's split) and the
-    longest gap interpolation bridges (``max_gap_s``)."""
+    """What a load reads of each session (``by_story``: story -> split; None keeps the shard's split)."""
 
     keys: list[str]
     target: str
@@ -425,18 +331,14 @@ class _Wanted:
     max_gap_s: float
 
 
-@dataclass
-class _Pending:
-    """Frames resampled from a shard, to be cached once the whole load has succeeded."""
-
-    entry: EntryKey
-    table: SessionTable
+#: frames resampled from a shard, to be cached once the whole load has succeeded
+_Pending = tuple[EntryKey, SessionTable]
 
 
 def _load_session(
     st: Store, s: str, w: _Wanted, frames_cache: FramesCache | None
 ) -> tuple[SessionTable | None, _Pending | None]:
-    """(the session's table, or None when its story is in no split; what to cache, if anything)."""
+    """(the session's table, None when its story is in no split; what to cache, if anything)."""
     entry: EntryKey | None = None
     if frames_cache is not None:
         entry = frames_cache.key(s, st.shard_path(s), w.keys, w.target, w.max_gap_s)
@@ -446,16 +348,15 @@ def _load_session(
     table = _read_shard(st, s, w)
     if table is None:
         return None, None
-    return _with_split(table, w.by_story), (_Pending(entry, table) if entry is not None else None)
+    return _with_split(table, w.by_story), ((entry, table) if entry is not None else None)
 
 
-def _write_entry(frames_cache: FramesCache, st: Store, p: _Pending) -> bool:
-    """Cache ``p``'s frames; False when the folder is unwritable or the shard changed meanwhile."""
-    # the shard may have been replaced since it was read: cache only what is still current
-    e = p.entry
+def _write_entry(frames_cache: FramesCache, st: Store, pending: _Pending) -> bool:
+    """Cache the frames; False when the folder is unwritable or the shard was replaced since it was read."""
+    e, table = pending
     if frames_cache.key(e.session, st.shard_path(e.session), e.keys, e.target, e.max_gap_s) != e:
         return False
-    return frames_cache.write(e, p.table) is not None
+    return frames_cache.write(e, table) is not None
 
 
 def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> SessionTable | None:
@@ -467,9 +368,8 @@ def _with_split(table: SessionTable, by_story: dict[int, str] | None) -> Session
 
 
 def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
-    """Read and resample one shard (with the split it stores); None (before any check) when its story is in no split."""
-    # one open per shard through the store's reader, which checks the schema, the channels and
-    # the labels, and reads the scene rows that per-role channels hard-link only once
+    """Read and resample one shard; None (before any check) when its story is in no split."""
+    # one open per shard through the store's reader (it checks the schema, channels and labels)
     try:
         with st.open_session(s) as shard:
             shard.check_schema()
@@ -482,19 +382,10 @@ def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
     except StoreError as e:
         raise DatasetError(str(e)) from e
     n, fps = meta.n_frames, meta.fps
-    blocks: list[np.ndarray] = []
-    oks: list[np.ndarray] = []
-    columns: list[str] = []
-    col_ch: list[int] = []
-    for ci, key in enumerate(w.keys):
-        ch = data.channels[key]
-        x, ok = resample_channel(ch.data, ch.time, ch.valid, n, fps, w.max_gap_s)
-        blocks.append(x)
-        oks.append(ok)
-        columns.extend(f"{key}/{c}" for c in ch.columns)
-        col_ch.extend([ci] * len(ch.columns))
-    X = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
-    valid = np.stack(oks, axis=1) if oks else np.zeros((n, 0), bool)
+    chans = [data.channels[key] for key in w.keys]
+    done = [resample_channel(c.data, c.time, c.valid, n, fps, w.max_gap_s) for c in chans]
+    X = np.concatenate([x for x, _ in done], axis=1) if done else np.zeros((n, 0), np.float32)
+    valid = np.stack([ok for _, ok in done], axis=1) if done else np.zeros((n, 0), bool)
     assert data.labels is not None, "a read with a target returns its labels or raises"
     return SessionTable(
         session=s,
@@ -503,9 +394,9 @@ def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
         speaker=meta.speaker,
         split=meta.split,
         fps=fps,
-        columns=columns,
+        columns=[f"{k}/{c}" for k, ch in zip(w.keys, chans, strict=True) for c in ch.columns],
         channels=list(w.keys),
-        column_channel=np.asarray(col_ch, dtype=np.int64),
+        column_channel=np.asarray([i for i, ch in enumerate(chans) for _ in ch.columns], np.int64),
         X=X,
         valid=valid,
         y=data.labels,

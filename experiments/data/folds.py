@@ -1,10 +1,5 @@
-"""Cross-validation folds over sessions: leave one story (group) out, leave one person out,
-k folds of whole persons or of whole groups.
-
-Sessions are anything with ``listener`` (the rated person) and ``story`` (the group) ids,
-e.g. :class:`~experiments.windowing.windowed.WindowedSession`. Folds hold whole persons or
-whole groups out, never part of one, and are deterministic: the sorted ids are dealt to
-the folds in turn (the first id to fold 1, the second to fold 2, ...).
+"""Cross-validation folds over sessions (anything with ``listener`` and ``story`` ids): whole persons or whole
+stories held out, the sorted ids dealt to the folds in turn.
 
 >>> from types import SimpleNamespace as S
 >>> ss = [S(listener=l, story=s) for l in (1, 2, 3) for s in (1, 2)]
@@ -35,14 +30,7 @@ HELD_OUT_BY = {
 
 
 def cv_folds(sessions: Sequence[S], protocol: str, folds: int = 0) -> list[list[S]]:
-    """The held-out sessions of each fold of ``protocol`` (one of
-    :data:`~experiments.config.options.CV_PROTOCOLS`), in fold order; ``folds``: the number of
-    folds of ``kfold_person`` / ``kfold_group`` (fewer when there are fewer ids). Each session
-    is held out exactly once.
-
-    Raises:
-        ValueError: an unknown protocol, or fewer than 2 folds for a k-fold protocol.
-    """
+    """The held-out sessions of each fold of ``protocol``; ``folds``: of a k-fold protocol (at least 2)."""
     if protocol not in CV_PROTOCOLS:
         raise ValueError(f"protocol {protocol!r} is not a cross-validation: one of {CV_PROTOCOLS}")
     attr = HELD_OUT_BY[protocol]

@@ -1,14 +1,10 @@
-"""A cache of the 25 fps frame tables that :func:`experiments.data.dataset.load_sessions` builds.
-
-One file per session and request in ``<store>/.frames/`` (``$OMG_FRAMES_CACHE``: another folder,
-or ``off``), keyed by the shard file's identity, the request and the resampling code, trusted
-only when every checksum agrees, written to a temporary file and renamed into place. The
-entry format is a contract (docs/design.md#frames-cache); docs/store.md (the frames cache)
-describes the folder, the entry layout, what makes an entry stale and why this format.
-"""
+"""A cache of the frame tables :func:`experiments.data.dataset.load_sessions` builds: one file per session and
+request in ``<store>/.frames/`` (``$OMG_FRAMES_CACHE``: another folder, or ``off``), trusted only when every checksum
+agrees. The entry format is a contract (docs/design.md#frames-cache); docs/store.md (the frames cache) says more."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -95,26 +91,8 @@ def _digest(parts: list) -> str:
 
 
 def code_version(functions: Sequence[Callable[..., Any]]) -> str:
-    """Fingerprint of the source of ``functions`` (the resampling code) and of numpy's and scipy's
-    versions (:func:`featurestore.storage.provenance.code_fingerprint`).
-
-    Editing the resampling invalidates every entry without anyone remembering to bump
-    :data:`FRAMES_VERSION`; a library upgrade could change float sums, so it does too. Edits
-    elsewhere in the package leave the cache alone.
-    """
+    """Fingerprint of the resampling ``functions``' source and of numpy's and scipy's versions."""
     return code_fingerprint(functions, library_versions(("numpy", "scipy")))
-
-
-def shard_identity(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size in bytes, modification time in ns) of a shard file, None when it is missing.
-
-    The device number is left out: it differs between machines mounting one shared store.
-    """
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
 
 
 class CorruptEntry(ExperimentsError, ValueError):
@@ -140,14 +118,8 @@ class FramesCache:
     def for_store(
         cls, root: str | os.PathLike, location: bool | str | os.PathLike, code: str
     ) -> FramesCache | None:
-        """The cache of the store at ``root``, or None when caching is off.
-
-        Args:
-            root: the store folder.
-            location: True for the default (``$OMG_FRAMES_CACHE`` or ``<root>/.frames``),
-                False for no cache, or a folder holding the caches of any number of stores.
-            code: :func:`code_version` of the resampling code.
-        """
+        """The cache of the store at ``root``, or None when caching is off; ``location``: True the default
+        (``$OMG_FRAMES_CACHE`` or ``<root>/.frames``), False none, or a folder holding the caches of many stores."""
         if location is False or location is None:
             return None
         if location is True:
@@ -164,41 +136,37 @@ class FramesCache:
     def key(
         self, session: str, shard_path: Path, keys: Sequence[str], target: str, max_gap_s: float
     ) -> EntryKey | None:
-        """The entry for this request of the shard as it is now; None when the shard is missing
-        or the session id cannot name a file."""
+        """The entry for this request of the shard as it is now; None when missing or the id names no file."""
         if not session or session.startswith(".") or Path(session).name != session:
             return None
-        shard = shard_identity(shard_path)
-        if shard is None:
+        try:
+            st = os.stat(shard_path)
+        except OSError:
             return None
+        # inode, size and mtime; no device number: it differs between machines mounting one store
+        shard = int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
         return EntryKey(session, shard, tuple(keys), str(target), float(max_gap_s), self.code)
 
     def path(self, key: EntryKey) -> Path:
         return self.folder / key.file_name
 
-    # ---------------------------------------------------------------- reading
     def read(self, key: EntryKey) -> SessionTable | None:
-        """The cached table of ``key`` (with the split stored in the shard), or None when
-        absent, unreadable or not a complete entry."""
+        """The cached table of ``key``, or None when absent, unreadable or not a complete entry."""
         path = self.path(key)
         try:
             with open(path, "rb", buffering=0) as f:
                 return _read_entry(f, key)
         except FileNotFoundError:
             return None
-        except CorruptEntry as e:
+        except (CorruptEntry, OSError) as e:
+            what = "damaged" if isinstance(e, CorruptEntry) else "unreadable"
             log.debug(
-                "frames cache entry %s is damaged (%s); rebuilding it from the shard", path, e
+                "frames cache entry %s is %s (%s); rebuilding it from the shard", path, what, e
             )
             return None
-        except OSError as e:
-            log.debug("frames cache entry %s is unreadable (%s); loading from the shard", path, e)
-            return None
 
-    # ---------------------------------------------------------------- writing
     def write(self, key: EntryKey, table: SessionTable) -> Path | None:
-        """Write the entry atomically and drop the session's stale entries; None when the
-        folder cannot be written (then caching stays off for this cache object)."""
+        """Write the entry atomically, drop the session's stale entries; None (no more caching) if unwritable."""
         if self._writable is False:
             return None
         final = self.path(key)
@@ -223,63 +191,50 @@ class FramesCache:
         return final
 
     def _drop_stale(self, key: EntryKey) -> None:
-        """Delete the session's entries made from another shard file (or older code), and
-        temporary files left by writers that are gone."""
+        """Delete the session's entries of another shard file or code, and temporary files of dead writers."""
         prefix = f"{key.session}."
         try:
             names = os.listdir(self.folder)
         except OSError:
             return
+        stale = []
         for name in names:
             if name.startswith(prefix) and name.endswith(SUFFIX):
                 parts = name[len(prefix) : -len(SUFFIX)].split(".")
                 if len(parts) == 2 and parts[0] != key.shard_tag:
-                    _unlink(self.folder / name)
+                    stale.append(name)
             elif (
                 name.startswith(f".{prefix}")
                 and (pid := temp_writer(Path(name))) is not None
                 and not pid_alive(pid)
             ):
-                _unlink(self.folder / name)
+                stale.append(name)
+        for name in stale:
+            with contextlib.suppress(OSError):
+                (self.folder / name).unlink(missing_ok=True)
 
     def entries(self) -> list[Path]:
-        """Every entry file in the folder."""
-        if not self.folder.is_dir():
-            return []
-        return sorted(
-            p
-            for p in self.folder.iterdir()
-            if p.name.endswith(SUFFIX) and not p.name.startswith(".")
-        )
+        return sorted(p for p in self.folder.glob(f"*{SUFFIX}") if not p.name.startswith("."))
 
     def size_bytes(self) -> int:
-        """Bytes on disk of all entries."""
         return sum(p.stat().st_size for p in self.entries())
 
 
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
-
-
-def _meta(table: SessionTable) -> dict:
-    return {
-        "n_frames": table.n_frames,
-        "listener": int(table.listener),
-        "story": int(table.story),
-        "speaker": int(table.speaker),
-        "split": str(table.split),
-        "fps": float(table.fps),
-        "columns": list(table.columns),
-        "channels": list(table.channels),
-    }
+#: the table's fields in a header's ``meta`` (after ``n_frames``), each with its JSON type
+_META = {
+    "listener": int,
+    "story": int,
+    "speaker": int,
+    "split": str,
+    "fps": float,
+    "columns": list,
+    "channels": list,
+}
 
 
 @functools.lru_cache(maxsize=4096)
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
-    """The ``.npy`` (version 1.0) header :func:`numpy.lib.format.write_array` writes for such an array."""
+    """The ``.npy`` 1.0 header :func:`numpy.lib.format.write_array` writes for such an array."""
     buf = io.BytesIO()
     npy.write_array_header_1_0(
         buf, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
@@ -293,14 +248,17 @@ def _shapes(meta: dict) -> dict[str, tuple[int, ...]]:
 
 
 def _write_entry(f: BinaryIO, key: EntryKey, table: SessionTable) -> None:
-    """The header line, then the arrays in ``.npy`` format (see the module docstring)."""
+    """The header line, then the arrays in ``.npy`` format."""
     arrays = {
         name: np.ascontiguousarray(getattr(table, name), dtype=dtype)
         for name, dtype in _DTYPES.items()
     }
     header = {
         **key.describe(),
-        "meta": _meta(table),
+        "meta": {
+            "n_frames": table.n_frames,
+            **{k: kind(getattr(table, k)) for k, kind in _META.items()},
+        },
         "checksums": {name: _checksum(a) for name, a in arrays.items()},
     }
     blob = json.dumps(header, separators=(",", ":")).encode()
@@ -344,25 +302,14 @@ def _read_entry(f: io.FileIO, key: EntryKey) -> SessionTable:
                 raise CorruptEntry(f"{name} checksum mismatch")
         if f.tell() != size:
             raise CorruptEntry(f"{size - f.tell()} bytes after the arrays")
-        return SessionTable(
-            session=key.session,
-            listener=int(meta["listener"]),
-            story=int(meta["story"]),
-            speaker=int(meta["speaker"]),
-            split=str(meta["split"]),
-            fps=float(meta["fps"]),
-            columns=list(meta["columns"]),  # the header's CRC-32 vouches for them
-            channels=list(meta["channels"]),
-            target=key.target,
-            **arrays,
-        )
+        fields: dict[str, Any] = {k: kind(meta[k]) for k, kind in _META.items()} | arrays
+        return SessionTable(session=key.session, target=key.target, **fields)
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptEntry(f"header does not describe the arrays ({e})") from None
 
 
 def _read_header(f: io.FileIO) -> dict[str, Any]:
-    """The header object of the unbuffered file ``f`` after its CRC-32 is checked; ``f`` is left
-    at the first array."""
+    """The header of the unbuffered file ``f``, its CRC-32 checked; ``f`` left at the first array."""
     head = f.read(_HEADER_CHUNK)
     while b"\n" not in head and len(head) < _MAX_HEADER:
         more = f.read(_HEADER_CHUNK)
@@ -373,9 +320,8 @@ def _read_header(f: io.FileIO) -> dict[str, Any]:
     if end < 0 or not head.startswith(b'{"crc32":"'):
         raise CorruptEntry("no header line")
     f.seek(end + 1)
-    blob = head[
-        29 : head.rindex(b"}", 0, end)
-    ]  # the header object, between '..."header":' and the last '}'
+    # the header object, between '..."header":' and the last '}'
+    blob = head[29 : head.rindex(b"}", 0, end)]
     try:
         if int(head[10:18], 16) != zlib.crc32(blob):
             raise CorruptEntry("header checksum mismatch")
@@ -388,8 +334,7 @@ def _read_header(f: io.FileIO) -> dict[str, Any]:
 
 
 def _read_array(f: io.FileIO, name: str, shape: tuple[int, ...], size: int) -> np.ndarray:
-    """The next ``.npy`` array of ``f``: its header must be the one written for ``name``'s dtype and
-    ``shape`` (so nothing is allocated for what a damaged header claims), then its data is read into place."""
+    """The next ``.npy`` array of ``f``, its header the one written for ``name`` and ``shape``."""
     dtype = _DTYPES[name]
     want = _npy_header(shape, dtype)
     if f.read(len(want)) != want:

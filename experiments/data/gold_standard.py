@@ -1,13 +1,5 @@
-"""A gold standard from several raters' traces, and how well the raters agree.
-
-A config's ``gold_standard`` chooses the labels (docs/store.md, raters): ``stored``
-(``/labels/<target>``), ``mean`` (the raters present at each frame) or ``ewe`` (evaluator-
-weighted, Grimm & Kroschel 2005); with ``align_lags`` each rater's reaction lag
-(:func:`estimate_lags`) is removed first. :func:`gold_standards` works on each session's own
-raters alone, so no session's label reads another's ratings (a test session's, a held-out
-listener's or fold's). Agreement (:func:`icc`, :func:`mean_pairwise_ccc`) follows Shrout &
-Fleiss (1979) and McGraw & Wong (1996).
-"""
+"""A gold standard from each session's own raters' traces (``mean`` or ``ewe``, lags aligned or not; docs/store.md,
+raters), and how well the raters agree (docs/results.md, Inter-rater agreement)."""
 
 from __future__ import annotations
 
@@ -66,17 +58,9 @@ def _others(traces: Mapping[str, np.ndarray], r: str, lags: Mapping[str, int]) -
 def estimate_lags(
     sessions: Traces, fps: float, max_lag_s: float = 5.0, iterations: int = 10
 ) -> dict[str, int]:
-    """Each rater's reaction lag in frames, relative to the earliest rater (who gets 0).
-
-    For each rater, the lag ``L`` in ``[-max, max]`` frames maximising the CCC between its trace
-    moved ``L`` frames earlier and the mean of the other raters (moved by their current lags),
-    all its sessions concatenated, rater after rater; the round is repeated (at most
-    ``iterations`` times) until no lag changes, each round made relative to the smallest
-    lag. Sessions with a single rater are ignored. ``max`` is ``max_lag_s`` (seconds) in
-    frames, at most a quarter of the shortest such session's frames: a shift is never judged
-    on less than three quarters of a session (on an 8 s session, 5 s of shift would leave 3 s
-    of overlap, where a chance match outscores the true lag).
-    """
+    """Each rater's reaction lag in frames relative to the earliest rater: the shift within ``max_lag_s`` maximising
+    the CCC with the mean of the others, rater after rater, in rounds until no lag changes. A shift is at most a
+    quarter of the shortest session with several raters (on less overlap a chance match outscores the true lag)."""
     raters = sorted({r for s in sessions for r in s})
     lags = dict.fromkeys(raters, 0)
     multi = [s for s in sessions if len(s) > 1]
@@ -103,8 +87,7 @@ def estimate_lags(
 
 
 def ewe_weights(sessions: Traces, lags: Mapping[str, int] | None = None) -> dict[str, float]:
-    """Evaluator-weighted-estimate weights: each rater's Pearson correlation with the mean of
-    the others (sessions concatenated, traces moved by ``lags``), clipped at 0, normalised."""
+    """EWE weights: each rater's Pearson correlation with the mean of the others, clipped at 0, normalised."""
     lags = lags or {}
     raters = sorted({r for s in sessions for r in s})
     raw = {}
@@ -130,8 +113,7 @@ def combine(
     weights: Mapping[str, float] | None = None,
     lags: Mapping[str, int] | None = None,
 ) -> np.ndarray:
-    """One session's gold standard (float32): the weighted mean (``weights`` None: equal) of
-    the raters present at each frame, each moved ``lags[r]`` frames earlier; NaN where none."""
+    """One session's gold standard: the weighted mean of the raters present, each moved ``lags[r]`` frames."""
     lags = lags or {}
     raters = sorted(traces)
     stack = np.stack([shift(traces[r], lags.get(r, 0)) for r in raters])
@@ -146,47 +128,26 @@ def combine(
 def gold_standard(
     traces: Mapping[str, np.ndarray], gs: GoldStandard, fps: float
 ) -> tuple[np.ndarray, dict[str, float], dict[str, int]]:
-    """One session's gold standard under ``gs`` (method ``mean`` or ``ewe``) from its own raters'
-    ``traces`` alone (``fps``: frames per second), with the weights and lags (frames) used."""
+    """One session's gold standard under ``gs`` from its own raters' ``traces``, with the weights and lags used."""
     if gs.method == "stored":
         raise ValueError("method 'stored' reads /labels/<target>; nothing to combine")
     lags = estimate_lags([traces], fps, gs.max_lag_s) if gs.align_lags else {}
-    raters = sorted(traces)
-    weights = (
-        ewe_weights([traces], lags)
-        if gs.method == "ewe"
-        else {r: 1.0 / len(raters) for r in raters}
-    )
+    weights = {r: 1.0 / len(traces) for r in sorted(traces)}
+    if gs.method == "ewe":
+        weights = ewe_weights([traces], lags)
     return combine(traces, weights, lags), weights, lags
 
 
 def gold_standards(
     sessions: Traces, gs: GoldStandard, fps: float
 ) -> tuple[list[np.ndarray], list[dict[str, float]], list[dict[str, int]]]:
-    """Every session's :func:`gold_standard`, each from that session's raters alone: the labels,
-    and per session the weights and lags (frames) used."""
+    """Every session's :func:`gold_standard`: the labels, the weights and the lags, each a list."""
     out = [gold_standard(s, gs, fps) for s in sessions]
     return [y for y, _, _ in out], [w for _, w, _ in out], [lag for _, _, lag in out]
 
 
-# ------------------------------------------------------------------ agreement
 def icc(ratings: np.ndarray) -> dict[str, float]:
-    """Intraclass correlations of an (n targets, k raters) matrix without missing values.
-
-    Two-way ANOVA mean squares (Shrout & Fleiss 1979; McGraw & Wong 1996): between targets
-    ``BMS = SS_rows/(n-1)``, between raters ``JMS = SS_cols/(k-1)``, residual
-    ``EMS = SS_err/((n-1)(k-1))``. Returned:
-
-    * ``ICC(2,1)`` (two-way random, absolute agreement, single rater):
-      ``(BMS - EMS) / (BMS + (k-1) EMS + k (JMS - EMS) / n)``;
-    * ``ICC(3,1)`` (two-way mixed, consistency, single rater): ``(BMS - EMS) / (BMS + (k-1) EMS)``;
-    * ``ICC(2,k)``: ``(BMS - EMS) / (BMS + (JMS - EMS) / n)``, the reliability of the raters' mean
-      (absolute agreement), the one that qualifies a mean gold standard;
-    * ``ICC(3,k)``: ``(BMS - EMS) / BMS`` (consistency of the mean).
-
-    Frames are the targets: consecutive frames are not independent, so these describe
-    agreement and carry no significance test.
-    """
+    """ICC(2,1), ICC(3,1), ICC(2,k), ICC(3,k) of an (n, k) ratings matrix (docs/results.md, Inter-rater agreement)."""
     x = np.asarray(ratings, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2 or not np.isfinite(x).all():
         raise ValueError("icc needs an (n>=2, k>=2) matrix of finite ratings")
@@ -215,9 +176,7 @@ def mean_pairwise_ccc(traces: Mapping[str, np.ndarray]) -> float:
 def agreement(
     sessions: Mapping[str, Mapping[str, np.ndarray]], lags: Mapping[str, int] | None = None
 ) -> list[dict]:
-    """Rows ``session, raters, n_frames, ICC(...), mean_pairwise_ccc`` per session with several
-    raters, then a ``pooled`` row over all their frames (traces moved by ``lags``; frames where
-    a rater is missing are left out of the ICC)."""
+    """ICC and mean pairwise CCC rows per session with several raters, then a ``pooled`` row."""
     lags = lags or {}
     rows, pooled_x, pooled_pairs = [], [], []
     raters_all = sorted({r for s in sessions.values() for r in s})

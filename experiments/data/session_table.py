@@ -1,7 +1,4 @@
-"""The 25 fps table of one session: what :mod:`experiments.data.dataset` builds and the frames cache keeps.
-
-Its own module so that the dataset (which builds tables and runs the cache) and the frames
-cache (which stores and restores them) both import it, and neither imports the other.
+"""The 25 fps table of one session, which the dataset builds and the frames cache keeps (neither imports the other).
 
 >>> import numpy as np
 >>> t = SessionTable("Subject_1_Story_1", 1, 1, "val", np.zeros((50, 2), np.float32), ["a/b/x", "a/b/y"],
@@ -21,17 +18,9 @@ from featurestore.storage.store import LABEL_FPS
 
 @dataclass
 class SessionTable:
-    """One session's features and labels at the label rate.
-
-    Attributes:
-        X: (n_frames, d) float32 features, NaN where missing.
-        columns: d names ``role/channel/column``.
-        valid: (n_frames, n_channels) bool, one column per entry of ``channels``.
-        channels: the ``role/channel`` keys, in the order of ``valid``'s columns.
-        column_channel: (d,) int, the index into ``channels`` of each column of ``X``.
-        y: (n_frames,) float32 labels of ``target``.
-        fps: label frames per second (25).
-    """
+    """One session's features ``X`` (float32, NaN where missing) with ``columns`` ``role/channel/column``,
+    ``valid`` (one column per entry of ``channels``), ``column_channel`` (each column's index into ``channels``), and
+    float32 labels ``y`` of ``target``."""
 
     session: str
     listener: int

@@ -1,22 +1,5 @@
-"""A model's pipeline by name: :func:`make_model` builds the :class:`~experiments.config.models.ModelSpec`
-registered under it, after the preprocessing the spec names (:data:`PREPROCESSING`); and the two
-preprocessing steps of this package (:class:`MedianImputer`, :class:`FillEmptyColumns`).
-
-Every pipeline ends in a step called ``model``, so a swept hyperparameter can also be set
-afterwards with ``pipeline.set_params(model__alpha=10)``. Kernel and linear models get median
-imputation then standardisation (a column all NaN in training becomes a constant 0, so the
-column count never changes between fit and predict); trees handle NaN natively, so "no face
-found" stays a signal (``hist_gb`` only needs its empty columns filled: its binning fails on
-them). ``svr`` is the exact RBF-kernel SVR, quadratic in the training rows: beyond about 20,000
-set ``nystroem_components``, an explicit switch so that a configuration always means one model.
-
->>> import numpy as np
->>> pipe = make_model("ridge", {"alpha": 10})
->>> [name for name, _ in pipe.steps]
-['impute', 'scale', 'model']
->>> pipe.fit(np.eye(3), [0.0, 1.0, 2.0]).predict(np.eye(3)).shape
-(3,)
-"""
+"""A model's pipeline by name (:func:`make_model`: the preprocessing the registered spec names, then a step
+called ``model``), and this package's two preprocessing steps (trees keep NaN: "no face found" stays a signal)."""
 
 from __future__ import annotations
 
@@ -30,29 +13,14 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-from ..config.models import Builder, ModelSpec, model_spec, resolve_model_params
-
-__all__ = [
-    "PREPROCESSING",
-    "FillEmptyColumns",
-    "MedianImputer",
-    "make_model",
-    "resolve_model_params",
-]
+from ..config.models import model_spec
+from ..config.models import resolve_model_params as resolve_model_params  # re-exported
 
 
 class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Replaces NaN by the column's median at fit (0 for a column all NaN): ``SimpleImputer(strategy=
-    "median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``fit``
-    copies ``block_bytes`` of columns at a time and selects each column's two middle values;
-    ``transform`` fills its copy a block of rows at a time). ``dtype="float64"``: float32 input
-    converted as it is copied. ``statistics_``: each column's fill value.
-
-    >>> import numpy as np
-    >>> X = np.array([[1.0, np.nan], [np.nan, np.nan], [4.0, np.nan], [5.0, np.nan]])
-    >>> MedianImputer().fit(X).transform([[np.nan, np.nan]]).tolist()
-    [[4.0, 0.0]]
-    """
+    """Replaces NaN by the column's median at fit (``statistics_``; 0 for a column all NaN): ``SimpleImputer(
+    strategy="median", keep_empty_features=True)``'s numbers in a fraction of its memory and time (``block_bytes``
+    copied at a time); ``dtype="float64"``: float32 input converted as it is copied."""
 
     def __init__(self, block_bytes: int = 32 * 2**20, dtype: str | None = None):
         self.block_bytes = block_bytes
@@ -66,7 +34,6 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return max(1, int(self.block_bytes) // max(1, line_length * itemsize))
 
     def fit(self, X: Any, y: Any = None) -> MedianImputer:
-        """Learn each column's median over its non-NaN rows (0 for a column without any)."""
         X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         n, d = X.shape
         out = self._out_dtype(X)
@@ -81,19 +48,16 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                 k = len(values)
                 if k == 0:
                     continue  # all NaN: the fill value stays 0
-                # the two middle order statistics by selection (linear time), not a full sort
-                # (n log n): about 2x faster on the full-size training matrix, the same values
+                # the two middle order statistics by selection, not a full sort: 2x faster
                 low, high = (k - 1) // 2, k // 2
                 values.partition([low, high])
-                # as numpy.ma.median: the sum of the two middle values (one value twice for an
-                # odd count), halved, in the input's dtype
+                # as numpy.ma.median: the two middle values summed and halved, in the input's dtype
                 stats[a + j] = (values[low] + values[high]) / half
         self.statistics_ = stats
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Copy of ``X`` (float32 kept unless ``dtype``, else float64) with every NaN set to its
-        column's fill value."""
+        """Copy of ``X`` (float32 kept unless ``dtype``) with every NaN set to its column's fill value."""
         check_is_fitted(self)
         dtype = FLOAT_DTYPES if self.dtype is None else np.dtype(self.dtype)
         X = validate_data(
@@ -113,12 +77,10 @@ class MedianImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
 
 class FillEmptyColumns(TransformerMixin, BaseEstimator):
-    """Sets the columns all NaN at fit (``empty_``) to 0, other NaNs left (``HistGradientBoostingRegressor``
-    fails on an empty column); ``transform`` copies only when there is one to fill.
-    """
+    """Sets the columns all NaN at fit (``empty_``) to 0, other NaNs left (``HistGradientBoostingRegressor`` fails on
+    an empty column); ``transform`` copies only when there is one to fill."""
 
     def fit(self, X: Any, y: Any = None) -> FillEmptyColumns:
-        """Record which columns of ``X`` hold no value at all."""
         # float32 read as it is: NaN is NaN in either dtype, and no float64 copy is made here
         X = validate_data(self, X, dtype=FLOAT_DTYPES, ensure_all_finite="allow-nan", reset=True)
         self.empty_ = np.isnan(X).all(axis=0)
@@ -153,23 +115,13 @@ PREPROCESSING: dict[str, Callable[[], list[tuple[str, Any]]]] = {
 }
 
 
-def _builder(spec: ModelSpec) -> Builder:
-    """``spec.build``, a ``"module:function"`` name resolved to the function."""
-    if callable(spec.build):
-        return spec.build
-    module, _, name = spec.build.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def make_model(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Pipeline:
-    """An unfitted pipeline of the registered model ``name`` (:func:`~experiments.config.models.model_spec`)
-    with hyperparameters ``params`` (the others at their defaults) and random state ``seed``;
-    its last step is named ``model``.
-
-    Raises:
-        ValueError: unknown model, unknown hyperparameter or a value outside its domain.
-    """
+    """An unfitted pipeline of the registered model ``name`` with ``params`` and random state ``seed``."""
     spec = model_spec(name)
-    built = _builder(spec)(spec.resolve(params), seed)
+    build = spec.build
+    if not callable(build):  # a "module:function" name
+        module, _, attr = build.partition(":")
+        build = getattr(importlib.import_module(module), attr)
+    built = build(spec.resolve(params), seed)
     steps = built if isinstance(built, list) else [("model", built)]
     return Pipeline([*PREPROCESSING[spec.preprocess](), *steps])

@@ -1,20 +1,5 @@
-"""Per-listener meta-estimators: one model per listener, calibration, listener as a feature.
-
-Every strategy (``global`` too) takes the listener id in column ``listener_column`` of ``X``
-(0 by default: ``np.column_stack([listener_ids, features])``; numeric, never NaN) and removes
-it before the wrapped estimator sees the features, so the sweep switches strategy without
-changing its data. Each class follows scikit-learn's estimator contract (``clone``,
-``get_params``, ``Pipeline``); keeping validation and test rows out of ``fit`` is the caller's job.
-
->>> import numpy as np
->>> from sklearn.linear_model import LinearRegression
->>> x = np.linspace(-1, 1, 40)
->>> X = np.column_stack([np.repeat([1, 2], 20), np.tile(x[:20], 2)])
->>> y = np.where(X[:, 0] == 1, X[:, 1], -X[:, 1])
->>> model = make_personalizer("per_listener", LinearRegression(), min_samples=10).fit(X, y)
->>> bool(np.allclose(model.predict(X), y))
-True
-"""
+"""Per-listener meta-estimators: one model per listener, calibration, listener as a feature. Every strategy takes the
+listener id in column ``listener_column`` of ``X`` and removes it, so the sweep switches strategy on the same data."""
 
 from __future__ import annotations
 
@@ -30,15 +15,13 @@ from ..config.options import (
     PERSONALIZATIONS as PERSONALIZATION_STRATEGIES,  # the config's ``personalization`` list
 )
 
-#: estimators that compute in float32 whatever they are given (XGBoost's ``DMatrix`` stores
-#: its features as float32): handed float32 features (the sweep's design matrix is float32),
-#: they give the same numbers without a float64 copy of the matrix
+#: estimators that compute in float32 whatever they are given (XGBoost's ``DMatrix``): handed the
+#: float32 design matrix, they give the same numbers without a float64 copy
 FLOAT32_ESTIMATORS = ("XGBRegressor",)
 
 
 def feature_dtype(estimator: Any) -> type:
-    """The dtype the features are handed to ``estimator`` in: ``np.float32`` for a
-    :data:`FLOAT32_ESTIMATORS` model alone (or alone in a ``Pipeline``), else ``np.float64``."""
+    """``np.float32`` for a :data:`FLOAT32_ESTIMATORS` model (alone or alone in a ``Pipeline``), else ``np.float64``."""
     steps = getattr(estimator, "steps", None)
     if steps is not None:
         if len(steps) != 1:
@@ -47,17 +30,12 @@ def feature_dtype(estimator: Any) -> type:
     return np.float32 if type(estimator).__name__ in FLOAT32_ESTIMATORS else np.float64
 
 
-#: first pipeline steps that make a float64 copy of whatever features they are given (see
-#: :func:`copies_features`), with the values a float64 copy made before them would give
+#: first pipeline steps that make a float64 copy of whatever features they are given
 COPYING_FIRST_STEPS = ("MedianImputer", "FillEmptyColumns")
 
 
 def copies_features(estimator: Any) -> bool:
-    """Whether ``estimator`` is a ``Pipeline`` whose first step copies the features into float64
-    itself (:class:`~experiments.models.factory.FillEmptyColumns`, or
-    :class:`~experiments.models.factory.MedianImputer` with ``dtype="float64"``): it is then
-    handed the (float32) design matrix's feature columns as a view, and that step's copy is the
-    only one (no float64 copy to split the listener column off, then the step's own)."""
+    """Whether ``estimator`` is a ``Pipeline`` whose first step copies the features into float64 itself."""
     steps = getattr(estimator, "steps", None)
     if not steps:
         return False
@@ -71,12 +49,8 @@ def copies_features(estimator: Any) -> bool:
 def split_listener_column(
     X: Any, listener_column: int = 0, dtype: Any = np.float64, copy: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(listener ids, float (n,); features (n, d - 1) in ``dtype``): one contiguous copy without the
-    listener column, or (``copy=False``) that slice as it is, for an estimator that copies it itself.
-
-    Raises:
-        ValueError: ``X`` is not 2-D, has no column ``listener_column``, or an id is NaN.
-    """
+    """(float listener ids; features in ``dtype``): one contiguous copy without the listener column, or
+    (``copy=False``) that slice as it is, for an estimator that copies it itself."""
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (rows, [listener id, features...]), got shape {X.shape}")
@@ -104,10 +78,7 @@ def split_listener_column(
         rest = X[:, :-1]
     else:
         rest = np.delete(X, column, axis=1)
-    if not copy:
-        return listeners, rest
-    features = np.array(rest, dtype=dtype, order="C", copy=True)
-    return listeners, features
+    return listeners, np.array(rest, dtype=dtype, order="C", copy=True) if copy else rest
 
 
 def _listener_key(value: float) -> int | float:
@@ -118,10 +89,7 @@ def _listener_key(value: float) -> int | float:
 def fit_listener_calibration(
     listeners: Any, pred: Any, y: Any, shrinkage: float = 100.0
 ) -> dict[int | float, tuple[float, float]]:
-    """Each listener's map ``y ~ a_L * pred + b_L`` (least squares of the labels ``y`` on the
-    predictions ``pred``), shrunk towards the identity by ``w = n / (n + shrinkage)`` for a listener
-    of ``n`` rows (:class:`CalibratedPerListener`): listener id -> ``(a_L, b_L)``.
-    """
+    """Listener id -> ``(a_L, b_L)`` of ``y ~ a_L * pred + b_L``, shrunk towards the identity."""
     listeners = np.asarray(listeners, dtype=float).ravel()
     pred = np.asarray(pred, dtype=float).ravel()
     y = np.asarray(y, dtype=float).ravel()
@@ -160,39 +128,31 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
 
     _required_parameters = ["estimator"]
 
+    def __init__(self, estimator: Any, listener_column: int = 0):
+        self.estimator = estimator
+        self.listener_column = listener_column
+
     def _split_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # scikit-learn's own input checks (2-D, numeric, no complex or sparse input, y given and
-        # 1-D, n_features_in_); features may hold NaN for a wrapped estimator that takes it.
-        # dtype "numeric" keeps a float32 matrix as it is: the one float copy is the split's
-        # (a large training matrix must not be copied twice)
+        # scikit-learn's input checks; dtype "numeric" keeps a float32 matrix as it is: the one float
+        # copy is the split's (a large training matrix must not be copied twice)
         X, y = validate_data(
             self, X, y, dtype="numeric", ensure_all_finite="allow-nan", y_numeric=True, reset=True
         )
-        self._check_width(X)
-        listeners, features = split_listener_column(
-            X,
-            self.listener_column,
-            feature_dtype(self.estimator),
-            copy=not copies_features(self.estimator),
-        )
-        return listeners, features, np.asarray(y, dtype=float)
-
-    def _split_predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype="numeric", ensure_all_finite="allow-nan", reset=False)
-        return split_listener_column(
-            X,
-            self.listener_column,
-            feature_dtype(self.estimator),
-            copy=not copies_features(self.estimator),
-        )
-
-    def _check_width(self, X: np.ndarray) -> None:
         if X.shape[1] < 2:
             raise ValueError(
                 f"X has {X.shape[1]} feature(s): the listener id column only; a personalization strategy needs "
                 "the id plus at least one feature column (np.column_stack([listener_ids, features]))"
             )
+        return *self._split(X), np.asarray(y, dtype=float)
+
+    def _split_predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype="numeric", ensure_all_finite="allow-nan", reset=False)
+        return self._split(X)
+
+    def _split(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dtype, copy = feature_dtype(self.estimator), not copies_features(self.estimator)
+        return split_listener_column(X, self.listener_column, dtype, copy=copy)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -201,13 +161,7 @@ class _ListenerMetaEstimator(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
 
 
 class GlobalRegressor(_ListenerMetaEstimator):
-    """One model for everyone: the listener column dropped, ``estimator`` fitted on every row
-    (``estimator_``).
-    """
-
-    def __init__(self, estimator: Any, listener_column: int = 0):
-        self.estimator = estimator
-        self.listener_column = listener_column
+    """One model for everyone: the listener column dropped, ``estimator`` fitted on every row (``estimator_``)."""
 
     def fit(self, X: Any, y: Any) -> GlobalRegressor:
         """Fit on all rows of ``X`` (listener column removed) against ``y``."""
@@ -224,11 +178,7 @@ class GlobalRegressor(_ListenerMetaEstimator):
 
 
 class PerListenerRegressor(_ListenerMetaEstimator):
-    """One clone of ``estimator`` per listener with at least ``min_samples`` rows (``estimators_``),
-    and a global clone on all rows (``global_``) for the others; ``fallback`` False does not fit it
-    (the caller knows every listener it predicts has a model) and ``predict`` refuses one without.
-    ``fallback_listeners_``: the ids seen at fit with too few rows.
-    """
+    """One clone of ``estimator`` per listener with ``min_samples`` rows, and (``fallback``) a global one for others."""
 
     def __init__(
         self, estimator: Any, listener_column: int = 0, min_samples: int = 50, fallback: bool = True
@@ -239,8 +189,7 @@ class PerListenerRegressor(_ListenerMetaEstimator):
         self.fallback = fallback
 
     def fit(self, X: Any, y: Any) -> PerListenerRegressor:
-        """Fit one model per listener with at least ``min_samples`` rows, and (with
-        ``fallback``) the global model."""
+        """Fit one model per listener with at least ``min_samples`` rows, and (with ``fallback``) the global one."""
         listeners, features, y = self._split_fit(X, y)
         self.global_ = clone(self.estimator).fit(features, y) if self.fallback else None
         self.estimators_ = {}
@@ -275,14 +224,10 @@ class PerListenerRegressor(_ListenerMetaEstimator):
 
 
 class CalibratedPerListener(_ListenerMetaEstimator):
-    """A global model followed by each listener's linear map ``a_L * pred + b_L`` (identity for one not
-    seen at fit), fitted by least squares and shrunk towards the identity by the listener's rows
-    ``n``: ``w = n / (n + shrinkage)``, ``a_L = w * a + (1 - w)``, ``b_L = w * b``; a constant
-    prediction keeps ``a = 1``. Given ``groups`` at fit (each row's story) the maps are fitted on
-    out-of-fold predictions (leave one group out), else on the optimistic in-sample ones. Smoothing
-    comes after, and the sweep fits the maps on predictions smoothed the same way
-    (:func:`experiments.models.postprocess.fit_smoothed_calibration`).
-    """
+    """A global model followed by each listener's linear map ``a_L * pred + b_L`` (identity for one unseen), fitted
+    by least squares and shrunk by the listener's rows ``n``: ``w = n / (n + shrinkage)``, ``a_L = w * a + (1 - w)``,
+    ``b_L = w * b``; a constant prediction keeps ``a = 1``. Given ``groups`` at fit the maps are fitted on
+    out-of-fold predictions (leave one group out), else on the in-sample ones."""
 
     def __init__(self, estimator: Any, listener_column: int = 0, shrinkage: float = 100.0):
         self.estimator = estimator
@@ -290,9 +235,7 @@ class CalibratedPerListener(_ListenerMetaEstimator):
         self.shrinkage = shrinkage
 
     def fit(self, X: Any, y: Any, groups: Any = None) -> CalibratedPerListener:
-        """Fit the global model, then each listener's shrunk map, on out-of-fold predictions when
-        ``groups`` (one per row) has two or more groups.
-        """
+        """Fit the global model, then each listener's map, on out-of-fold predictions with two or more ``groups``."""
         if self.shrinkage < 0:
             raise ValueError(f"shrinkage must be >= 0 rows, got {self.shrinkage}")
         listeners, features, y = self._split_fit(X, y)
@@ -316,13 +259,7 @@ class CalibratedPerListener(_ListenerMetaEstimator):
 
 
 class ListenerOneHot(_ListenerMetaEstimator):
-    """Listener identity as features: one-hot columns (``categories_``, the ids seen at fit, ascending)
-    appended after the features; an unseen listener gets zeros.
-    """
-
-    def __init__(self, estimator: Any, listener_column: int = 0):
-        self.estimator = estimator
-        self.listener_column = listener_column
+    """Listener identity as features: one-hot columns (``categories_``) after the features; unseen: zeros."""
 
     def _design(self, listeners: np.ndarray, features: np.ndarray) -> np.ndarray:
         onehot = (listeners[:, None] == self.categories_[None, :]).astype(float)
@@ -357,12 +294,7 @@ _STRATEGY_CLASSES: dict[str, type[_ListenerMetaEstimator]] = {
 
 
 def make_personalizer(strategy: str, estimator: Any, **params: Any) -> _ListenerMetaEstimator:
-    """``estimator`` wrapped in personalization ``strategy``'s meta-estimator, with its ``params``
-    (``listener_column``, ``min_samples``, ``shrinkage``).
-
-    Raises:
-        ValueError: unknown strategy or option (with a suggestion).
-    """
+    """``estimator`` wrapped in personalization ``strategy``'s meta-estimator, with its ``params``."""
     check_choice("personalization strategy", strategy, PERSONALIZATION_STRATEGIES)
     cls = _STRATEGY_CLASSES[strategy]
     valid = [name for name in cls._get_param_names() if name != "estimator"]

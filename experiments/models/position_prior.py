@@ -1,7 +1,5 @@
-"""The position prior: the mean training-label curve over normalised session time, a baseline that
-shows what the shape common to the stories gives on its own (per listener when personalized).
-Its one input column is each frame's position ``i / (n_frames - 1)``, so it reads the session's
-length: never causal.
+"""The position prior: the mean training-label curve over normalised session time ``i / (n_frames - 1)``, a
+baseline of what the shape common to the stories gives on its own (it reads the session's length: never causal).
 
 >>> import numpy as np
 >>> u = np.linspace(0, 1, 201)[:, None]
@@ -30,10 +28,8 @@ def build(params: dict[str, Any], seed: int) -> PositionPrior:
 
 
 class PositionPrior(RegressorMixin, BaseEstimator):
-    """Mean label per bin of session position (``n_bins`` over [0, 1]: 100 is 3 s of a 5-minute
-    session), interpolated between bin centres (``centres_``, ``curve_``); column 0 of ``X`` is the
-    position (clipped; NaN predicts the training mean ``mean_``), the others are ignored.
-    """
+    """Mean label per bin of session position (``n_bins`` over [0, 1]), interpolated between bin centres
+    (``centres_``, ``curve_``); column 0 of ``X`` is the position (NaN predicts ``mean_``), the others are ignored."""
 
     def __init__(self, n_bins: int = 100):
         self.n_bins = n_bins
@@ -42,7 +38,6 @@ class PositionPrior(RegressorMixin, BaseEstimator):
         return np.clip(np.asarray(X[:, 0], dtype=float), 0.0, 1.0)
 
     def fit(self, X: Any, y: Any) -> PositionPrior:
-        """Average ``y`` per position bin."""
         if int(self.n_bins) < 1:
             raise ValueError(f"position_prior needs n_bins >= 1, got {self.n_bins}")
         X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", y_numeric=True)

@@ -1,11 +1,5 @@
-"""Post-processing of per-frame predictions: smoothing, session by session, and rescaling to the
-training labels' level and spread (fitted on training predictions smoothed as the ones it
-transforms, since smoothing shrinks their spread).
-
->>> import numpy as np
->>> smooth(np.array([0.0, 0.0, 3.0, 0.0, 0.0]), fps=25, smooth_s=0.12).round(2).tolist()
-[0.0, 1.0, 1.0, 1.0, 0.0]
-"""
+"""Post-processing of per-frame predictions: smoothing, session by session, and rescaling to the training labels'
+level and spread (fitted on training predictions smoothed as the ones it transforms, since smoothing shrinks them)."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ from ..config.choices import check_choice
 from ..config.options import RESCALES, SMOOTH_METHODS
 from .personalization import fit_listener_calibration
 
-#: what ``Rescaler`` itself does; the config's ``postprocess.rescale`` (``RESCALES``) adds
-#: whether the statistics are per listener (see :func:`rescaler_for`)
+#: what ``Rescaler`` itself does; the config's ``RESCALES`` add whether the statistics are per listener
 RESCALE_MODES = ("none", "train", "bias")
 #: config rescale name -> (Rescaler mode, statistics per listener)
 _RESCALE_PLAN = {
@@ -34,70 +27,40 @@ assert set(_RESCALE_PLAN) == set(RESCALES), "every configurable rescale mode nee
 
 
 def window_frames(fps: float, smooth_s: float) -> int:
-    """Odd length in frames of a centred window of ``smooth_s`` seconds at ``fps`` Hz.
-
-    ``round(smooth_s * fps)`` rounded up to the next odd number (a centred window has as
-    many frames before as after the current one); 1 means no smoothing.
-    """
+    """Odd length in frames of a centred window of ``smooth_s`` seconds at ``fps`` Hz (1: no smoothing)."""
     if fps <= 0 or smooth_s < 0:
         raise ValueError(f"need fps > 0 Hz and smooth_s >= 0 s, got fps={fps}, smooth_s={smooth_s}")
     n = int(round(smooth_s * fps))
     return 2 * (n // 2) + 1
 
 
-def _moving_average(x: np.ndarray, window: int) -> np.ndarray:
-    """Centred mean over ``window`` frames; near the edges the window shrinks to what exists."""
-    half = window // 2
-    n = len(x)
+def _window_mean(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Each frame's mean of ``x[lo:hi]``, from cumulative sums."""
     csum = np.concatenate([[0.0], np.cumsum(x)])
-    idx = np.arange(n)
-    lo = np.maximum(idx - half, 0)
-    hi = np.minimum(idx + half + 1, n)
     return (csum[hi] - csum[lo]) / (hi - lo)
 
 
-def _butterworth(x: np.ndarray, fps: float, smooth_s: float, window: int) -> np.ndarray:
-    """Zero-phase order-2 low-pass at 1/smooth_s Hz, padded by even reflection."""
+def _butterworth(
+    x: np.ndarray, fps: float, smooth_s: float, window: int, causal: bool
+) -> np.ndarray:
+    """Order-2 low-pass at 1/smooth_s Hz: zero phase, padded by even reflection, or (``causal``) run forwards
+    only from rest on the first value, a phase lag of about ``smooth_s / (2 pi) * sqrt(2)`` s."""
     nyquist = fps / 2.0
     cutoff = 1.0 / smooth_s
     if cutoff >= nyquist or len(x) < 2:
         return x.copy()
     sos = butter(2, cutoff / nyquist, btype="low", output="sos")
+    if causal:
+        return sosfilt(sos, x, zi=sosfilt_zi(sos) * x[0])[0]
     # one window of reflected signal outlasts the filter's transient (time constant
     # smooth_s / (2 pi) s); capped by the length so short sessions work
-    padlen = min(window, len(x) - 1)
-    return sosfiltfilt(sos, x, padtype="even", padlen=padlen)
-
-
-def _trailing_average(x: np.ndarray, window: int) -> np.ndarray:
-    """Mean over the ``window`` frames ending at each frame (fewer at the start): causal."""
-    csum = np.concatenate([[0.0], np.cumsum(x)])
-    hi = np.arange(1, len(x) + 1)
-    lo = np.maximum(hi - window, 0)
-    return (csum[hi] - csum[lo]) / (hi - lo)
-
-
-def _causal_butterworth(x: np.ndarray, fps: float, smooth_s: float) -> np.ndarray:
-    """Order-2 low-pass at 1/smooth_s Hz run forwards only (``lfilter`` in second-order
-    sections), starting at rest on the first value: causal, with a phase lag of about
-    ``smooth_s / (2 pi) * sqrt(2)`` s at low frequencies."""
-    nyquist = fps / 2.0
-    cutoff = 1.0 / smooth_s
-    if cutoff >= nyquist or len(x) < 2:
-        return x.copy()
-    sos = butter(2, cutoff / nyquist, btype="low", output="sos")
-    return sosfilt(sos, x, zi=sosfilt_zi(sos) * x[0])[0]
+    return sosfiltfilt(sos, x, padtype="even", padlen=min(window, len(x) - 1))
 
 
 def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average") -> np.ndarray:
-    """One session's per-frame predictions ``pred`` (at ``fps`` Hz) smoothed over ``smooth_s`` seconds
-    (0: unchanged) by ``method``: ``moving_average`` (centred, the window shrinking at the edges),
-    ``butterworth`` (order-2 low-pass at ``1 / smooth_s`` Hz, zero phase, reflect-padded) and
-    ``median`` read future frames; ``trailing`` (the mean of the frames ending at t) and
-    ``causal_butterworth`` (forwards only, from rest on the first value) do not.
-
-    Raises:
-        ValueError: unknown method, ``pred`` not 1-D, or non-finite values.
+    """One session's per-frame predictions ``pred`` (at ``fps`` Hz) smoothed over ``smooth_s`` seconds (0:
+    unchanged) by ``method``: ``moving_average`` (centred, the window shrinking at the edges), ``butterworth`` and
+    ``median`` read future frames; ``trailing`` (the mean of the frames ending at t) and ``causal_butterworth`` do not.
     """
     check_choice("smoothing method", method, SMOOTH_METHODS)
     x = np.asarray(pred, dtype=float)
@@ -113,23 +76,22 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
             f"predictions hold {int((~np.isfinite(x)).sum())} non-finite values; "
             "smoothing needs finite predictions (check the model's input imputation)"
         )
+    frame = np.arange(len(x))
     if method == "moving_average":
-        return _moving_average(x, window)
-    if method == "butterworth":
-        return _butterworth(x, fps, smooth_s, window)
+        half = window // 2
+        return _window_mean(x, np.maximum(frame - half, 0), np.minimum(frame + half + 1, len(x)))
     if method == "trailing":
-        return _trailing_average(x, max(1, int(round(smooth_s * fps))))
-    if method == "causal_butterworth":
-        return _causal_butterworth(x, fps, smooth_s)
+        lo = np.maximum(frame + 1 - max(1, int(round(smooth_s * fps))), 0)
+        return _window_mean(x, lo, frame + 1)
+    if method in ("butterworth", "causal_butterworth"):
+        return _butterworth(x, fps, smooth_s, window, causal=method == "causal_butterworth")
     return median_filter(x, size=window, mode="nearest")
 
 
 def smooth_per_session(
     pred: Any, sessions: Any, fps: float, smooth_s: float, method: str = "moving_average"
 ) -> np.ndarray:
-    """:func:`smooth` of each session separately (``sessions``: each row's session, its rows in frame
-    order), in the original row order.
-    """
+    """:func:`smooth` of each session separately (``sessions``: each row's, its rows in frame order)."""
     x = np.asarray(pred, dtype=float)
     sessions = np.asarray(sessions)
     if sessions.shape != x.shape:
@@ -151,13 +113,7 @@ def fit_smoothed_calibration(
     method: str = "moving_average",
     shrinkage: float = 100.0,
 ) -> dict[int | float, tuple[float, float]]:
-    """The per-listener maps of ``global_calibrated`` (listener id -> ``(a_L, b_L)``), fitted on the
-    unsmoothed (out-of-fold) predictions ``pred`` smoothed per session as the predictions they will
-    transform: a map fitted before smoothing takes the fast part for noise and shrinks ``a_L``.
-    Smoothing commutes with an affine map, so the maps apply to raw or smoothed predictions alike.
-    NaN labels are left out; ``shrinkage``: rows, as
-    :func:`~experiments.models.personalization.fit_listener_calibration`.
-    """
+    """The per-listener maps of ``global_calibrated`` fitted on predictions smoothed as the ones they transform."""
     p = smooth_per_session(pred, sessions, fps, smooth_s, method) if smooth_s else pred
     y = np.asarray(y, dtype=float).ravel()
     ok = np.isfinite(y)
@@ -167,8 +123,8 @@ def fit_smoothed_calibration(
 
 
 def rescaler_for(rescale: str) -> tuple[Rescaler, bool]:
-    """The unfitted :class:`Rescaler` of the config's ``postprocess.rescale`` value, and whether
-    it takes per-listener statistics (``listener``, ``listener_bias``: the personalized track).
+    """The unfitted :class:`Rescaler` of the config's ``postprocess.rescale`` and whether its statistics are per
+    listener.
 
     >>> r, per_listener = rescaler_for("listener_bias"); (r.mode, per_listener)
     ('bias', True)
@@ -183,15 +139,9 @@ def _moments(values: np.ndarray) -> tuple[float, float]:
 
 
 class Rescaler:
-    """Maps predictions onto the training labels' mean and standard deviation: ``train`` standardises
-    them by the training predictions' and rescales (a shift only when those have no spread),
-    ``bias`` matches the mean only, ``none`` is the identity. Given ``groups`` at fit the statistics
-    are per group, and a group unseen or under ``min_samples`` rows takes the overall ones.
-
-    >>> r = Rescaler("train").fit(y_train=[0.0, 2.0], pred_train=[0.0, 0.5])
-    >>> r.transform([0.0, 0.25, 0.5]).tolist()
-    [0.0, 1.0, 2.0]
-    """
+    """Maps predictions onto the training labels' mean and standard deviation (``train``; a shift only when the
+    training predictions have no spread), their mean only (``bias``) or not (``none``); given ``groups`` at fit,
+    per group, a group unseen or under ``min_samples`` rows taking the overall statistics."""
 
     def __init__(self, mode: str = "train", min_samples: int = 2):
         check_choice("rescale mode", mode, RESCALE_MODES)
@@ -226,9 +176,7 @@ class Rescaler:
         return (p - p_mean) * scale + y_mean
 
     def transform(self, pred: Any, group: Any = None) -> np.ndarray:
-        """``pred`` rescaled by the statistics of ``group``: None (overall), one id for all of ``pred``,
-        or one id per element.
-        """
+        """``pred`` rescaled by the statistics of ``group``: None (overall), one id, or one id per element."""
         p = np.asarray(pred, dtype=float)
         if self.mode == "none":
             return p

@@ -1,11 +1,5 @@
-"""Which code computed a result: the code fingerprint every run records and resume keys on, the
-package's source and the versions of :data:`LIBRARIES` hashed by the one fingerprint
-(:func:`featurestore.storage.provenance.code_fingerprint`), plus the git state (docs/results.md,
-Resume and provenance).
-
->>> v = code_version(); len(v.fingerprint), sorted(v.tags())[:2]
-(16, ['code_fingerprint', 'code_version'])
-"""
+"""Which code computed a result: the fingerprint of the package's source and :data:`LIBRARIES`' versions every run
+records and resume keys on, plus the git state (docs/results.md, Resume and provenance)."""
 
 from __future__ import annotations
 
@@ -26,9 +20,7 @@ LIBRARIES = ("numpy", "scipy", "pandas", "scikit-learn", "xgboost", "numba", "ll
 
 @dataclass(frozen=True)
 class CodeVersion:
-    """The code this process runs: its fingerprint, the package version, the git commit
-    (``unknown`` outside git), whether the package differs from it (None: no git) and the
-    (distribution, version) of each of :data:`LIBRARIES`."""
+    """The code this process runs: fingerprint, version, git commit and state (None: no git), library versions."""
 
     fingerprint: str
     version: str
@@ -37,8 +29,7 @@ class CodeVersion:
     libraries: tuple[tuple[str, str], ...] = ()
 
     def tags(self) -> dict[str, str]:
-        """MLflow tags: ``code_fingerprint``, ``code_version``, ``git_commit``, ``git_dirty``,
-        ``library_versions`` (``name=version`` separated by spaces)."""
+        """The MLflow tags of the code version."""
         return {
             "code_fingerprint": self.fingerprint,
             "code_version": self.version,
@@ -71,8 +62,7 @@ def source_fingerprint(
     version: str | None = None,
     libraries: tuple[tuple[str, str], ...] | None = None,
 ) -> str:
-    """16 hex digits over the package version, the library versions (default: the installed
-    :func:`library_versions`) and each source file of :data:`PACKAGES` under ``root``."""
+    """16 hex digits over the package and library versions and each source file of :data:`PACKAGES` under ``root``."""
     files = {
         p
         for package in PACKAGES
@@ -99,7 +89,7 @@ def _git(*args: str) -> str | None:
 
 @functools.cache
 def code_version() -> CodeVersion:
-    """The :class:`CodeVersion` of this process (computed once: the code does not change under it)."""
+    """The :class:`CodeVersion` of this process (computed once)."""
     commit = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
     status = (
         _git("status", "--porcelain", "--", *PACKAGES, "setup.cfg") if commit != "unknown" else None

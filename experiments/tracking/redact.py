@@ -1,14 +1,4 @@
-"""Passwords out of everything shown or stored: :func:`mask_uri` turns
-``postgresql://user:secret@host/db`` into ``postgresql://user:***@host/db`` in any text (a URI
-alone, an error message, a YAML dump). Every tracking or storage URI the package prints, logs,
-writes into an artifact (the runs' ``config.yaml``), or logs as a param or tag goes through it;
-MLflow and the database driver still get the URI as given.
-
->>> mask_uri("postgresql://mlflow:secret@db.lab:5432/mlflow")
-'postgresql://mlflow:***@db.lab:5432/mlflow'
->>> mask_uri("no run 1 in sqlite:////data/mlflow.db")
-'no run 1 in sqlite:////data/mlflow.db'
-"""
+"""Passwords out of everything the package shows or stores (MLflow and the database driver get the URI as given)."""
 
 from __future__ import annotations
 
@@ -32,8 +22,7 @@ def mask_uri(text: str) -> str:
 
 
 def mask_all(obj: Any) -> Any:
-    """``obj`` (nested dicts, lists, tuples of strings and other values, such as a resolved config)
-    with :func:`mask_uri` applied to every string in it; other values as they are."""
+    """``obj`` (nested dicts, lists, tuples) with :func:`mask_uri` applied to every string in it."""
     if isinstance(obj, str):
         return mask_uri(obj)
     if isinstance(obj, Mapping):

@@ -1,13 +1,5 @@
-"""Each track's best configuration by the config's metric (:func:`best_per_track`), and the
-summary a sweep's parent run carries (:func:`summarise`: tags, ``summary.md``, ``summary.csv``,
-``tracks.csv``). How the tracks choose: docs/results.md, "Two averages, two tracks".
-
->>> import pandas as pd
->>> table = pd.DataFrame({"status": ["done", "done"], "track": ["generalized", "generalized"],
-...                       "val.ccc_generalized": [0.2, 0.4], "run_id": ["a", "b"], "label": ["x", "y"]})
->>> best_per_track(table, "val")["generalized"].run_id
-'b'
-"""
+"""Each track's best configuration (:func:`best_per_track`) and the summary a sweep's parent run carries
+(:func:`summarise`). How the tracks choose: docs/results.md, "Two averages, two tracks"."""
 
 from __future__ import annotations
 
@@ -36,10 +28,7 @@ Row = Mapping[Hashable, Any]
 def best_per_track(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, pd.Series]:
-    """Each track's best finished grid configuration of ``table`` by the track's selection metric
-    (``metric`` under its averaging and direction; the first best wins), as its unseen-listener
-    twin (the row whose ``unseen_of`` is its config hash) for the generalized track when there
-    is one; tracks without a scored row left out. The tracks nest: docs/results.md."""
+    """Each track's best finished grid configuration by its selection metric (the generalized one's unseen twin)."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
@@ -61,8 +50,7 @@ def best_per_track(
 def unseen_listener_trials(
     table: pd.DataFrame, trials: Sequence[Trial], protocol: str, metric: str = DEFAULT_METRIC
 ) -> list[Trial]:
-    """Each feature set's (and target's) generalized choice with the unseen-listener protocol on;
-    none for a set whose choice already has its unseen-listener run in ``table``."""
+    """Each feature set's generalized choice with the unseen-listener protocol on, unless already run."""
     by_hash = {t.hash(): t for t in trials}
     if table.empty or "features.set" not in table:
         return []
@@ -100,15 +88,6 @@ def _metric_of(row: Mapping[Any, Any]) -> MetricSpec:
     return get_metric(str(row["chosen_on"]).split(".", 1)[1].removesuffix(f"_{row['track']}"))
 
 
-def _unseen_source(table: pd.DataFrame, best: pd.Series, unseen_selection: str) -> pd.Series | None:
-    """The run whose ``test_unseen.*`` numbers the generalized track reports: the choice's
-    (``chosen``), the named configuration's unseen-listener run (``fixed``), or none (``nested``)."""
-    if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
-        named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
-        return named.iloc[0] if len(named) else None
-    return best if unseen_selection == "chosen" else None
-
-
 def _with_unseen(
     table: pd.DataFrame,
     best: pd.Series,
@@ -117,9 +96,12 @@ def _with_unseen(
     nested: pd.DataFrame | None,
     m: MetricSpec,
 ) -> pd.Series:
-    """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection``
-    (:data:`UNSEEN_NOTES`; ``nested``: the mean over the left-out listeners' own choices)."""
-    source = _unseen_source(table, best, unseen_selection)
+    """The generalized choice with the ``test_unseen.*`` numbers of ``unseen_selection`` (:data:`UNSEEN_NOTES`)."""
+    # the run whose test_unseen numbers are reported: the choice's, the named configuration's, none
+    source = best if unseen_selection == "chosen" else None
+    if unseen_selection == "fixed" and UNSEEN_OF_TAG in table:
+        named = table[(table["status"] != "failed") & table[UNSEEN_OF_TAG].notna()]
+        source = named.iloc[0] if len(named) else None
     best = best[[c for c in best.index if not str(c).startswith("test_unseen.")]]
     if source is not None:
         best = pd.concat(
@@ -141,11 +123,8 @@ def track_summary(
     nested: pd.DataFrame | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
-    """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best
-    configuration with each split's ``metric`` under the track's averaging, the chance level and,
-    off the selection split, its 95 % interval over listeners; the generalized track's
-    ``test_unseen.*`` follow ``unseen_selection`` (``nested``: the mean over ``nested``'s rows,
-    :func:`experiments.studies.unseen.nested_unseen`)."""
+    """One row per track (the columns of ``tracks.csv``, docs/design.md#reports): its best configuration with
+    each split's ``metric``, chance level and interval; ``test_unseen.*`` follow ``unseen_selection``."""
     m, rows = get_metric(metric), []
     for track, best in best_per_track(table, protocol, metric).items():
         row: dict[str, object] = {
@@ -199,9 +178,7 @@ CONCATENATED_NOTE = (
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
-    """The per-track summary (:func:`track_summary`) as Markdown: value [95 % interval] (chance),
-    closed by how the tracks average (:data:`SUMMARY_NOTE`, or :data:`CONCATENATED_NOTE` when
-    every track's CCC was computed on the sessions concatenated)."""
+    """:func:`track_summary` as Markdown, closed by :data:`SUMMARY_NOTE` (or :data:`CONCATENATED_NOTE`)."""
     lines, averagings, title = ["# Best configuration of each track", ""], set(), ""
     lacks: dict[str, None] = {}
     for row in summary.to_dict("records"):
@@ -268,10 +245,7 @@ def nested_markdown(
     persons: Mapping[int, str] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> str:
-    """The nested unseen-listener choices (columns of
-    :func:`experiments.studies.unseen.unseen_columns`) as Markdown, one line per left-out
-    listener (empty without them); ``persons``: listener number -> the id the manifest gives
-    (default: the number)."""
+    """The nested unseen-listener choices as Markdown (``persons``: listener number -> the manifest's id)."""
     if nested is None or nested.empty:
         return ""
     m = get_metric(metric)
@@ -311,9 +285,7 @@ def _tag_tracks(
     prefix: str = "",
     drop_nan: bool = False,
 ) -> dict[str, str]:
-    """Add each track's best run (tags ``<prefix>best_run_id_<track>``, ``..best_label_..``) and
-    its reported splits' metrics (``<prefix><name>``, else ``best_<track>.<name>``; NaN left out
-    with ``drop_nan``) to ``tags`` and ``metrics``; returns track -> best run id."""
+    """Add each track's best run and its splits' metrics to ``tags`` and ``metrics``; track -> run id."""
     best: dict[str, str] = {}
     for row in summary.to_dict("records"):
         track = row["track"]
@@ -355,12 +327,7 @@ def summarise(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
-    """Tag the parent with each track's best child by ``metric`` and attach the summary tables
-    (docs/design.md#mlflow-runs); returns track -> best run id. ``layout``: the store's corpus
-    layout, in whose words summary.md names the roles (``keep``: the feature sets' names);
-    ``note``: the report's opening note on those words (None: the layout's
-    :meth:`~featurestore.storage.layouts.CorpusLayout.note`); ``persons``: listener number -> the
-    manifest's person id, for the nested unseen-listener table."""
+    """Tag the parent with each track's best child, attach the summary tables in ``layout``'s words; track -> run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {}
     summary = track_summary(table, protocol, unseen_selection, nested, metric)
@@ -377,8 +344,7 @@ def summarise(
 
 
 def _in_corpus_words(md: str, layout: CorpusLayout, keep: Sequence[str], note: str | None) -> str:
-    """``md`` in the corpus's words (:meth:`~featurestore.storage.layouts.CorpusLayout.in_words`),
-    after ``note`` (None: the layout's :meth:`~featurestore.storage.layouts.CorpusLayout.note`)."""
+    """``md`` in the corpus's words, after ``note`` (None: the layout's)."""
     return (layout.note() if note is None else note) + layout.in_words(md, keep)
 
 
@@ -425,8 +391,7 @@ def log_files(
 def selection_listing(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
-    """Every configuration of ``table`` with its selection-split numbers only (no ``test.*``,
-    ``test_unseen.*`` or interval columns), best personalized value first."""
+    """Every configuration with its selection-split numbers only, best personalized value first."""
     keep = [
         c
         for c in table.columns
@@ -439,10 +404,8 @@ def selection_listing(
     return out.sort_values(name, ascending=not get_metric(metric).higher_is_better)
 
 
-# ---------------------------------------------------------------- several targets
 def combined_summary(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per track (``target`` ``combined``): per reported split, the mean over targets of
-    each target's choice's value; a track or split left out unless every target has it."""
+    """One row per track: per reported split, the mean over targets of each one's choice (all targets needed)."""
     rows = []
     for track in TRACKS:
         parts = [s[s["track"] == track] for s in summaries.values() if "track" in s]
@@ -505,23 +468,16 @@ def summarise_targets(
     note: str | None = None,
     persons: Mapping[int, str] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """:func:`summarise` for several ``targets`` (``table`` has a ``target`` column): each
-    target's tracks as :func:`track_summary` chooses them, and the combined score
-    (:func:`combined_summary`); what the parent gets: docs/outputs.md, "Several targets".
-    ``layout``, ``keep``, ``note``, ``persons``: the corpus's words, as for :func:`summarise`. Returns
-    target -> track -> best run id."""
+    """:func:`summarise` for several ``targets`` (docs/outputs.md, "Several targets"); target -> track -> run id."""
     metrics: dict[str, float] = {"sweep_seconds": seconds, "n_new_runs": n_new}
     tags: dict[str, str] = {"targets": ",".join(targets)}
     nested = nested or {}
+    parts = {
+        t: table[table["target"] == t] if "target" in table else table.iloc[0:0] for t in targets
+    }
     summaries = {
-        t: track_summary(
-            table[table["target"] == t] if "target" in table else table.iloc[0:0],
-            protocol,
-            unseen_selection,
-            nested.get(t),
-            metric,
-        )
-        for t in targets
+        t: track_summary(p, protocol, unseen_selection, nested.get(t), metric)
+        for t, p in parts.items()
     }
     # the other track's columns of a row are NaN: not logged
     best_ids = {
@@ -541,12 +497,8 @@ def summarise_targets(
         if "target" in listing:  # each target's configurations together, best first
             order = {t: i for i, t in enumerate(targets)}
             listing = listing.sort_values("target", key=lambda c: c.map(order), kind="stable")
-        md = _in_corpus_words(
-            _targets_markdown(targets, summaries, combined, nested, persons, metric),
-            layout,
-            keep,
-            note,
-        )
+        text = _targets_markdown(targets, summaries, combined, nested, persons, metric)
+        md = _in_corpus_words(text, layout, keep, note)
         md += _listing_markdown(listing, protocol, metric, " by target")
         tracks = pd.concat(
             [s.assign(target=t) for t, s in summaries.items() if len(s)] + [combined],
@@ -566,7 +518,7 @@ def _targets_markdown(
     persons: Mapping[int, str] | None = None,
     metric: str = DEFAULT_METRIC,
 ) -> str:
-    """summary.md's sections of several targets (each heading a level down), then the combined score."""
+    """summary.md's sections of several targets (headings a level down), then the combined score."""
     sections = []
     for t in targets:
         text = summary_markdown(summaries[t]) + nested_markdown(nested.get(t), persons, metric)

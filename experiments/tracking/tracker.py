@@ -1,13 +1,6 @@
-"""MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs,
-resume (docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs).
-
-``mlruns`` (the default) is the SQLite database ``mlruns/mlflow.db``, created under a file lock
-(two writers on a new database crash one), artifacts under ``mlruns/artifacts/<experiment>``.
-A sweep has one writer; a child run is created, filled and closed in one go, and runs a killed
-process left RUNNING (its ``pid`` tag) are marked KILLED at the next start; every client call
-retries on SQLite's ``database is locked``. Experiments carry the tags that open MLflow's UI on
-the runs (:mod:`.ui_view`). MLflow is imported only where a run is logged or read.
-"""
+"""MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs, resume
+(docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs). Every client call retries on SQLite's
+``database is locked``; MLflow is imported only where a run is logged or read."""
 
 from __future__ import annotations
 
@@ -39,13 +32,8 @@ WORKER_LOST_TAG = "worker_lost"
 
 
 def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None = None) -> str:
-    """The config's ``tracking.uri`` as a URI MLflow accepts: a folder (``mlruns``) ->
-    ``sqlite:///<folder>/mlflow.db`` (folder created, relative to ``base``, default the working
-    directory), a ``.db`` path -> that file, a URI with a scheme unchanged.
-
-    >>> resolve_tracking_uri("http://127.0.0.1:5000")
-    'http://127.0.0.1:5000'
-    """
+    """The config's ``tracking.uri`` as a URI MLflow accepts: a folder -> ``sqlite:///<folder>/mlflow.db`` (created,
+    relative to ``base``, default the working directory), a ``.db`` path -> that file, a URI unchanged."""
     uri = uri or DEFAULT_URI
     if "://" in uri:
         return uri
@@ -77,9 +65,7 @@ def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.
     for i in range(attempts):
         try:
             return fn()
-        except (
-            Exception
-        ) as e:  # MlflowException or SQLAlchemy OperationalError: re-raised unless a lock
+        except Exception as e:  # MlflowException, SQLAlchemy's OperationalError: unless a lock
             if not _is_locked_error(e) or i == attempts - 1:
                 raise
             time.sleep(wait)
@@ -91,21 +77,13 @@ class ArtifactLocationError(ExperimentsError, ValueError):
     """A new experiment on a database with nowhere configured for its artifacts."""
 
 
-def is_database_uri(uri: str) -> bool:
-    """Whether ``uri`` names a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite,
-    a folder or a tracking server."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return bool(scheme) and not scheme.startswith(("sqlite", "file", "http", "https", "databricks"))
-
-
 #: the PostgreSQL advisory lock key every writer takes while MLflow creates or upgrades its tables
 SCHEMA_LOCK_KEY = 0x6F6D67_5343  # "omg" "SC"
 
 
 @contextlib.contextmanager
 def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
-    """Hold PostgreSQL's session advisory lock ``key`` on the database of ``uri`` for the block (one
-    holder at a time across processes and machines; released when the connection closes)."""
+    """Hold PostgreSQL's session advisory lock ``key`` on the database of ``uri`` for the block."""
     import sqlalchemy  # with mlflow: see the module docstring
 
     engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
@@ -123,9 +101,7 @@ def postgres_advisory_lock(uri: str, key: int) -> Iterator[None]:
 
 
 def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
-    """The lock that serialises creating the tracking database's tables and an experiment: a file
-    lock beside a SQLite database, an advisory lock on PostgreSQL, none for servers (the server
-    serialises) and other databases."""
+    """The lock around creating tables and an experiment: a file lock (SQLite), an advisory lock (PostgreSQL)."""
     if uri.startswith("sqlite:///"):
         return file_lock(Path(uri[len("sqlite:///") :]).with_suffix(".lock"))
     if uri.split("://", 1)[0].lower().startswith("postgres"):
@@ -134,20 +110,15 @@ def schema_lock(uri: str) -> contextlib.AbstractContextManager[object]:
 
 
 def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -> str | None:
-    """Where a new experiment's artifacts go: ``<artifacts>/<experiment>`` when the config names a
-    folder or URI (``tracking.artifacts``), else beside a SQLite database, else None (a tracking
-    server decides).
-
-    Raises:
-        ArtifactLocationError: ``uri`` is a database (PostgreSQL, ...) and no ``artifacts`` is
-            given: MLflow would put them into ``./mlruns`` of whatever folder the command runs in.
-    """
+    """Where a new experiment's artifacts go (None: the server decides); refused for a database without any."""
     if artifacts:
         root = artifacts if "://" in artifacts else Path(artifacts).resolve().as_uri()
         return f"{root.rstrip('/')}/{experiment}"
     if beside := artifact_root_for(uri):
         return f"{beside}/{experiment}"
-    if is_database_uri(uri):
+    # a database MLflow writes directly (PostgreSQL, MySQL, ...), not SQLite, a folder or a server
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme and not scheme.startswith(("sqlite", "file", "http", "https", "databricks")):
         raise ArtifactLocationError(
             f"tracking.uri {mask_uri(uri)} is a database and no tracking.artifacts says where the runs' "
             "artifacts go: set one (a folder every writer reaches, or an s3:// URI), e.g. "
@@ -158,12 +129,7 @@ def artifact_location(uri: str, experiment: str, artifacts: str | None = None) -
 
 
 class Tracker:
-    """One MLflow experiment on one tracking store, used by a single writer process.
-
-    Raises:
-        ArtifactLocationError: a new experiment on a database with no ``artifacts``
-            (:func:`artifact_location`).
-    """
+    """One MLflow experiment on one tracking store, used by a single writer process."""
 
     def __init__(self, uri: str | None, experiment: str, artifacts: str | None = None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -192,21 +158,16 @@ class Tracker:
                         partial(self.client.set_experiment_tag, self.experiment_id, key, value)
                     )
 
-    # ------------------------------------------------------------------ runs
-    def _tags(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-        tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
-        tags.update({k: mask_uri(str(v)) for k, v in (extra or {}).items()})
-        return tags
-
     def start_run(
         self, name: str, tags: Mapping[str, Any] | None = None, parent_id: str | None = None
     ) -> str:
         """Create a RUNNING run; returns its id."""
-        tags = self._tags(tags)
+        run_tags = {"host": socket.gethostname(), "pid": str(os.getpid())}
+        run_tags |= {k: mask_uri(str(v)) for k, v in (tags or {}).items()}
         if parent_id:
-            tags["mlflow.parentRunId"] = parent_id
+            run_tags["mlflow.parentRunId"] = parent_id
         run = with_retry(
-            lambda: self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+            lambda: self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
         )
         return run.info.run_id
 
@@ -217,8 +178,7 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Log params (as strings), finite metrics and tags in batches; a password in a URI among the
-        values is masked (:func:`.redact.mask_uri`)."""
+        """Log params (as strings), finite metrics and tags in batches, passwords in URIs masked."""
         from mlflow.entities import Metric, Param, RunTag  # mlflow: see the module docstring
 
         now = int(time.time() * 1000)
@@ -243,14 +203,12 @@ class Tracker:
         with_retry(lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
 
     def log_table(self, run_id: str, table: Any, artifact_file: str) -> None:
-        """Log a pandas DataFrame as an MLflow table (``artifact_file`` ending in ``.json``), which
-        the UI shows in its artifact view and ``mlflow.load_table`` reads back."""
+        """Log a pandas DataFrame as an MLflow table (``artifact_file`` ending in ``.json``)."""
         with_retry(lambda: self.client.log_table(run_id, table, artifact_file))
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         with_retry(lambda: self.client.set_terminated(run_id, status))
 
-    # ---------------------------------------------------------------- resume
     def search(self, filter_string: str = "", max_results: int = 5000) -> Any:
         return with_retry(
             lambda: self.client.search_runs(
@@ -261,24 +219,17 @@ class Tracker:
     def finished_by_hash(
         self, store_fingerprint: str | None = None, code_fingerprint: str | None = None
     ) -> dict[str, Any]:
-        """config hash -> the most recent FINISHED run carrying it (a resume skips it), counting only the
-        runs on the store of ``store_fingerprint`` by the code of ``code_fingerprint`` when given.
-        """
-        out: dict[str, Any] = {}
+        """config hash -> its most recent FINISHED run (a resume skips it), of the store and code given."""
         query = f"attributes.status = 'FINISHED' and tags.{CONFIG_HASH_TAG} != ''"
         if store_fingerprint is not None:
             query += f" and tags.store_fingerprint = '{store_fingerprint}'"
         if code_fingerprint is not None:
             query += f" and tags.code_fingerprint = '{code_fingerprint}'"
-        runs = self.search(query)
-        for r in sorted(runs, key=lambda r: r.info.start_time):
-            out[r.data.tags[CONFIG_HASH_TAG]] = r
-        return out
+        runs = sorted(self.search(query), key=lambda r: r.info.start_time)
+        return {r.data.tags[CONFIG_HASH_TAG]: r for r in runs}
 
     def finished_child(self, parent_id: str, config_hash: str) -> Any | None:
-        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again
-        must not log its configuration twice).
-        """
+        """The FINISHED child run of ``parent_id`` with ``config_hash``, or None (a Dask task run again logs once)."""
         runs = self.search(
             f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent_id}' "
             f"and tags.{CONFIG_HASH_TAG} = '{config_hash}'",
@@ -302,11 +253,7 @@ class Tracker:
         return reaped
 
     def reap_children(self, parent_id: str, finished: Mapping[str, str] | None = None) -> list[str]:
-        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag: their
-        writer died (e.g. a Dask worker logging through a server, which :meth:`reap_stale` cannot
-        judge). ``finished``: config hash -> the run of it that did finish (the tag names it, else says a
-        resume runs it again). Returns the ids marked.
-        """
+        """Mark the child runs of ``parent_id`` still RUNNING as KILLED with a ``worker_lost`` tag; their ids."""
         finished = finished or {}
         marked = []
         for r in self.search(
@@ -315,11 +262,9 @@ class Tracker:
             tags = r.data.tags
             h = tags.get(CONFIG_HASH_TAG, "")
             writer = f"host {tags.get('host', '?')}, pid {tags.get('pid', '?')}"
-            after = (
-                f"the configuration finished in run {finished[h]}"
-                if h in finished
-                else "a resumed sweep runs this configuration again"
-            )
+            after = "a resumed sweep runs this configuration again"
+            if h in finished:
+                after = f"the configuration finished in run {finished[h]}"
             text = f"the process logging this run ({writer}) was lost before it finished; {after}"
             self.log(r.info.run_id, tags={WORKER_LOST_TAG: text})
             self.finish(r.info.run_id, "KILLED")
@@ -330,13 +275,7 @@ class Tracker:
 def export_predictions(
     run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
 ) -> list[Path]:
-    """Copy a run's predictions of ``split`` (``val``, ``test``, ``loso``, ``test_unseen``) into
-    ``out_dir`` as challenge files (``Subject_<L>_Story_<S>.csv``, header ``valence``, one row per
-    label frame).
-
-    Raises:
-        FileNotFoundError: no such run, or none for the split (the message says where they are).
-    """
+    """Copy a run's predictions of ``split`` into ``out_dir`` as challenge files; FileNotFoundError if none."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # mlflow: see the module docstring
     from mlflow.exceptions import MlflowException
@@ -364,11 +303,9 @@ def export_predictions(
                 f"run {run_id} has no predictions for split {split!r}"
                 + _unseen_hint(client, run, split)
             )
-        written = []
         for f in files:
             shutil.copyfile(f, out / f.name)
-            written.append(out / f.name)
-    return written
+    return [out / f.name for f in files]
 
 
 #: the tag an unseen-listener run carries with the config hash of the run it evaluates again
@@ -377,9 +314,7 @@ _UNSEEN_OF = "unseen_of"
 
 
 def _unseen_hint(client: Any, run: Any, split: str) -> str:
-    """Where the predictions of ``split`` are when ``run`` has none: an ordinary run's
-    left-out-listener predictions (``*_unseen``) are in its unseen-listener run (which has the
-    ordinary splits' too); "" when there is nothing to point to."""
+    """Where the predictions of ``split`` are when ``run`` has none (``*_unseen``: its unseen-listener run); ""."""
     tags = run.data.tags
     if split.endswith("_unseen") and CONFIG_HASH_TAG in tags:
         found = client.search_runs(

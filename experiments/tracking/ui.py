@@ -1,7 +1,5 @@
-"""``python -m experiments.tracking.ui [--tracking-uri URI] [--url URL]`` (``make ui``): tag this
-package's experiments so that MLflow's UI opens them on the runs table with the CCC columns, and
-print a link to each (docs/results.md, Why a link, and what the package sets).
-"""
+"""``python -m experiments.tracking.ui`` (``make ui``): tag this package's experiments so that MLflow's UI opens them
+on the runs table with the CCC columns, and print a link to each (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -32,13 +30,7 @@ def is_package_experiment(client: Any, experiment_id: str) -> bool:
 
 
 def prepare_experiments(client: Any, only_ours: bool = True) -> list[tuple[str, str]]:
-    """Give this package's experiments their tags (:func:`experiment_tags`); returns (name, id)
-    of each, every experiment in the tracking store with a run of this package's
-    (:func:`is_package_experiment`: a sweep, an ablation, ``agreement``, ``sessions``).
-
-    With ``only_ours`` the other experiments (no run, or runs logged by something else) are
-    left alone and not listed.
-    """
+    """Give this package's experiments (with ``only_ours`` False: every one) their tags; returns (name, id) of each."""
     out = []
     for exp in with_retry(lambda: client.search_experiments(max_results=1000)):
         if only_ours and not is_package_experiment(client, exp.experiment_id):
@@ -62,9 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = args.tracking_uri
-    if "://" not in uri:
-        uri = resolve_tracking_uri(uri)
+    uri = resolve_tracking_uri(args.tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
         print(f"no MLflow database at {uri[len('sqlite:///') :]} yet: run `make sweep` first")
         return 0
@@ -74,13 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = prepare_experiments(MlflowClient(tracking_uri=uri))
     if not found:
         print(f"no runs of this package in {mask_uri(uri)} yet: run `make sweep` first")
+        return 0
     for name, eid in found:
         print(f"{name}: {runs_url(eid, base)}")
-    if found:
-        print(
-            "(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
-            "of the sidebar opens every experiment on its runs)"
-        )
+    print(
+        "(runs best validation CCC first, CCC columns shown; the 'Model training' switch at the top "
+        "of the sidebar opens every experiment on its runs)"
+    )
     return 0
 
 

@@ -1,6 +1,4 @@
-"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs
-(docs/results.md, Why a link, and what the package sets).
-"""
+"""The runs-table view and the experiment tags that make MLflow's UI open on this package's runs (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -21,22 +19,15 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 #: key of this package's view: ``...?viewStateShareKey=ccc`` (it shows the default metric)
 VIEW_KEY = DEFAULT_METRIC
 VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
-#: prefix (before the metric's name) of the metric that holds, per split, the metric of the
-#: run's own track under that track's averaging (``track_ccc.val``, ``track_ccc.test``; see
-#: :func:`track_metrics`)
+#: prefix of the metric that holds, per split, the metric under the run's own track's averaging (``track_ccc.val``)
 TRACK_PREFIX = "track_"
-#: prefix of the metric that holds, per split, the metric under the other track's averaging;
-#: logged only where it differs from ``track_<metric>`` (on a complete listener x story table
-#: it does not)
+#: prefix of the metric under the other track's averaging, logged only where it differs from ``track_<metric>``
 OTHER_PREFIX = "other_avg_"
 TRACK_CCC, OTHER_CCC = TRACK_PREFIX + DEFAULT_METRIC, OTHER_PREFIX + DEFAULT_METRIC
 #: the splits the view shows, in its column order
 VIEW_SPLITS = ("val", "test")
 #: metric columns of the view; the first sorts it (best first)
-CCC_METRICS = (
-    *(f"{TRACK_CCC}.{s}" for s in VIEW_SPLITS),
-    *(f"{OTHER_CCC}.{s}" for s in VIEW_SPLITS),
-)
+CCC_METRICS = tuple(f"{prefix}.{s}" for prefix in (TRACK_CCC, OTHER_CCC) for s in VIEW_SPLITS)
 #: parameter columns of the view (``track`` first, right after the run name)
 VIEW_PARAMS = (
     "track",
@@ -56,10 +47,7 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 
 def ccc_view() -> dict:
-    """The runs-table view of :data:`VIEW_TAG` (the UI's own keys): child runs best validation CCC of
-    their track first; the track, its CCC per split, the other averaging's and the main params as
-    columns (``metrics.`<name>``` and ``params.`<name>```).
-    """
+    """The runs-table view of :data:`VIEW_TAG` (the UI's own keys): best validation CCC first."""
     metrics = [f"metrics.`{m}`" for m in CCC_METRICS]
     track, *params = [f"params.`{p}`" for p in VIEW_PARAMS]
     return {
@@ -81,53 +69,32 @@ def ccc_view() -> dict:
 def track_metrics(
     metrics: Mapping[str, float], track: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, float]:
-    """The runs table's metrics of a run scored on ``track``: for each split with
-    ``<split>.<metric>_<track>``, ``track_<metric>.<split>``, and ``other_avg_<metric>.<split>``
-    where the other track's averaging differs (by more than :data:`SAME_CCC_TOL`, or NaN on one side).
-
-    >>> track_metrics({"val.ccc_personalized": 0.5, "val.ccc_generalized": 0.5,
-    ...                "test.ccc_personalized": 0.25, "test.ccc_generalized": 0.5}, "personalized")
-    {'track_ccc.val': 0.5, 'track_ccc.test': 0.25, 'other_avg_ccc.test': 0.5}
-    """
-    out: dict[str, float] = {}
+    """The runs table's metrics of a run scored on ``track``: per split ``track_<metric>.<split>``, and
+    ``other_avg_<metric>.<split>`` where the other track's averaging differs (by more than :data:`SAME_CCC_TOL`)."""
+    mine: dict[str, float] = {}
     other: dict[str, float] = {}
     pattern = re.compile(rf"^([a-z]+)\.{re.escape(metric)}_(personalized|generalized)$")
-    mine_prefix = TRACK_PREFIX + metric
     for name, value in metrics.items():
-        m = pattern.match(name)
-        if m is None:
-            continue
-        split, averaging = m.groups()
-        if averaging == track:
-            out[f"{mine_prefix}.{split}"] = value
-        else:
-            other[split] = value
-    for key, mine in list(out.items()):
-        split = key.split(".", 1)[1]
+        if m := pattern.match(name):
+            split, averaging = m.groups()
+            (mine if averaging == track else other)[split] = value
+    out = {f"{TRACK_PREFIX}{metric}.{split}": v for split, v in mine.items()}
+    for split, v in mine.items():
         theirs = other.get(split)
-        if theirs is None:
-            continue
-        if math.isnan(mine) != math.isnan(theirs) or abs(mine - theirs) > SAME_CCC_TOL:
+        if theirs is not None and (
+            math.isnan(v) != math.isnan(theirs) or abs(v - theirs) > SAME_CCC_TOL
+        ):
             out[f"{OTHER_PREFIX}{metric}.{split}"] = theirs
     return out
 
 
 def experiment_tags(current: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The experiment tags this package sets that ``current`` (an experiment's tags) lacks or has stale.
-
-    The kind is only added when missing (a kind someone chose in the UI stays); the view is
-    rewritten when it differs from :func:`ccc_view`, so it follows the package.
-    """
+    """The experiment tags this package sets that ``current`` lacks or has stale (a kind chosen in the UI stays)."""
     current = current or {}
-    want = {
-        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
-        VIEW_TAG: json.dumps(ccc_view(), separators=(",", ":")),
-    }
-    out = {}
-    if EXPERIMENT_KIND_TAG not in current:
-        out[EXPERIMENT_KIND_TAG] = want[EXPERIMENT_KIND_TAG]
-    if current.get(VIEW_TAG) != want[VIEW_TAG]:
-        out[VIEW_TAG] = want[VIEW_TAG]
+    view = json.dumps(ccc_view(), separators=(",", ":"))
+    out = {} if EXPERIMENT_KIND_TAG in current else {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+    if current.get(VIEW_TAG) != view:
+        out[VIEW_TAG] = view
     return out
 
 
@@ -139,7 +106,7 @@ def ui_base_url(tracking_uri: str | None, default: str = DEFAULT_UI_URL) -> str:
 
 
 def runs_url(experiment_id: str, base_url: str = DEFAULT_UI_URL) -> str:
-    """Link that opens an experiment's runs table with the CCC view, in any browser.
+    """Link that opens an experiment's runs table with the CCC view.
 
     >>> runs_url("3")
     'http://127.0.0.1:5000/#/experiments/3/runs?viewStateShareKey=ccc&workflowType=machine_learning'
