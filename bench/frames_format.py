@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.data.dataset import MAX_GAP_S, _resampling_code
-from experiments.data.frames_cache import EntryKey, FramesCache, _checksum, _meta
+from experiments.data.frames_cache import _META, EntryKey, FramesCache, _checksum
 from experiments.data.session_table import SessionTable
 from featurestore.storage.store import Store
 
@@ -57,7 +57,13 @@ def write_old(path: Path, key: EntryKey, table: SessionTable) -> None:
             "checksum": _checksum(a),
         }
         offset = _aligned(offset + a.nbytes)
-    header = {**key.describe(), **_meta(table), "arrays": specs}  # the metadata flat, as it was
+    meta = {k: kind(getattr(table, k)) for k, kind in _META.items()}
+    header = {
+        **key.describe(),
+        "n_frames": table.n_frames,
+        **meta,
+        "arrays": specs,
+    }  # flat, as it was
     blob = json.dumps(header, separators=(",", ":")).encode()
     start = _aligned(_PREFIX + len(blob))
     with open(path, "wb") as f:
