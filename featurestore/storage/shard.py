@@ -9,7 +9,6 @@ and labels. It never opens, copies or renames a file (the store's job, with the 
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import pandas as pd
 from ..errors import nearest
 from ..features import Features
 from . import checksums
-from .checksums import read_rows
+from .checksums import OUTSIDE_FIX, outside_parts, read_rows
 from .errors import MissingChannelError, StoreError
 from .layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of
 from .provenance import utc_now
@@ -40,11 +39,6 @@ DEFAULT_HINT = "compute it with `featurestore extract` (or add it with `features
 #: channel -> the command that adds it, for the channels with their own way in; filled by the
 #: extractor registry (:func:`featurestore.extractors.base.register`), as storage knows no extractor
 CHANNEL_HINTS: dict[str, str] = {}
-#: what to do with a shard that would read another file (:func:`outside_parts`)
-OUTSIDE_FIX = (
-    "a shard is read only from itself, so nothing of it was read: move it aside and rebuild it "
-    "with `featurestore extract` (`featurestore verify` lists every such part)"
-)
 
 
 @dataclass
@@ -362,50 +356,6 @@ class ShardReader:
             ch = read_channel_group(self.file[key], self.path, once)
             channels[key] = ch if provenance else Features(ch.data, ch.time, ch.valid, ch.columns)
         return SessionData(meta, channels, y, target)
-
-
-def outside_parts(f: h5py.File) -> list[str]:
-    """What in shard ``f`` a read would take from another file, one phrase each: external and
-    user-defined links, soft links through them, datasets with external storage and virtual
-    datasets (the store writes none of them). Found from the links and the datasets' creation
-    properties, without following a link or reading a row (docs/store.md, self-contained)."""
-    links = f.id.links
-    found: list[str] = []
-    external: list[str] = []
-    soft: list[tuple[str, str]] = []
-
-    def look(name: bytes, info: Any) -> None:
-        path = name.decode(errors="replace")
-        if info.type == h5py.h5l.TYPE_SOFT:
-            target = links.get_val(name).decode(errors="replace")
-            soft.append((path, posixpath.join("/", path.rpartition("/")[0], target)))
-        elif info.type == h5py.h5l.TYPE_EXTERNAL:
-            file, target = (v.decode(errors="replace") for v in links.get_val(name))
-            found.append(f"{path} is an external link to {file!r} ({target!r} there)")
-            external.append(path)
-        elif info.type != h5py.h5l.TYPE_HARD:
-            found.append(f"{path} is a user-defined link (type {info.type})")
-        elif isinstance(obj := h5py.h5o.open(f.id, name), h5py.h5d.DatasetID):
-            dcpl = obj.get_create_plist()
-            if dcpl.get_layout() == h5py.h5d.VIRTUAL:
-                n = dcpl.get_virtual_count()
-                src = {
-                    f"{dcpl.get_virtual_filename(i)}:{dcpl.get_virtual_dsetname(i)}"
-                    for i in range(n)
-                }
-                found.append(f"dataset {path} is virtual, its rows mapped from {sorted(src)}")
-            elif n := dcpl.get_external_count():
-                files = [dcpl.get_external(i)[0].decode(errors="replace") for i in range(n)]
-                found.append(f"dataset {path} keeps its rows in external files {files}")
-
-    links.visit(look, info=True)
-    # a soft link leaves the file only through an external link, listed anyway; those into one first
-    leaving = []
-    for path, target in soft:
-        via = [e for e in external if f"{target.rstrip('/')}/".startswith(f"/{e}/")]
-        if via:
-            leaving.append(f"{path} is a soft link to {target!r}, out of the file through {via[0]}")
-    return leaving + found
 
 
 def read_channel_group(

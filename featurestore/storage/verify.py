@@ -14,15 +14,7 @@ from . import checksums
 from .errors import DamagedShardError
 from .provenance import cache_key, file_fingerprint
 from .roles import STORE_ROLES
-from .shard import (
-    OUTSIDE_FIX,
-    READABLE_SCHEMAS,
-    SCHEMA_VERSION,
-    ShardReader,
-    StoreError,
-    outside_parts,
-    read_channel_group,
-)
+from .shard import READABLE_SCHEMAS, SCHEMA_VERSION, ShardReader, StoreError, read_channel_group
 
 REBUILD = "re-run `featurestore extract --force`"
 
@@ -61,8 +53,8 @@ def verify_shard(
     """Problems of session ``s``'s open shard; ``versions``: extractor name -> current version;
     ``fp_cache``: source path -> fingerprint, shared across shards (a video is hashed once)."""
     f = shard.file
-    if outside := outside_parts(f):  # checked first: every other check reads rows
-        return [Problem(s, f"{shard.path.name}: {what}", OUTSIDE_FIX) for what in outside]
+    if outside := checksums.outside_parts(f):  # checked first: every other check reads rows
+        return [Problem(s, f"{shard.path.name}: {what}", checksums.OUTSIDE_FIX) for what in outside]
     try:
         meta = shard.meta
     except StoreError as e:
