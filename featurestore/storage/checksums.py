@@ -34,7 +34,7 @@ REEXTRACT = (
 #: what to do with a shard that would read another file (:func:`outside_parts`)
 OUTSIDE_FIX = (
     "a shard is read only from itself, so nothing of it was read: move it aside and rebuild it "
-    "with `featurestore extract` (`featurestore verify` lists every such part)"
+    "with `featurestore extract`"
 )
 
 

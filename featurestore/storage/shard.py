@@ -210,7 +210,8 @@ class ShardReader:
         another file (:func:`outside_parts`); call it before reading anything else."""
         if parts := outside_parts(self.file):
             more = f" (and {len(parts) - 1} more)" if len(parts) > 1 else ""
-            raise StoreError(f"{self.path}: {parts[0]}{more}; {OUTSIDE_FIX}")
+            listed = "`featurestore verify` lists every such part"
+            raise StoreError(f"{self.path}: {parts[0]}{more}; {OUTSIDE_FIX} ({listed})")
 
     # ---------------------------------------------------------------- channels
     def channel_keys(self) -> list[str]:
