@@ -1,6 +1,7 @@
 """Checksums of a shard's datasets (docs/store.md, checksums): every dataset the store writes
 carries the SHA-256 of its dtype, shape and bytes in its ``sha256`` attribute; a read checks it
-and refuses rows that were changed outside the store (h5py by hand, a flipped byte on disk).
+and refuses rows that were changed outside the store (h5py by hand, a flipped byte on disk);
+:func:`outside_parts` finds the rows a read would take from another file.
 
 >>> import numpy as np
 >>> digest(np.zeros(3, dtype=np.float32)) == digest(np.zeros(3, dtype=np.float32))
@@ -12,6 +13,7 @@ False
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,11 @@ FIRST_CHECKED_SCHEMA = 2
 REEXTRACT = (
     "re-extract the session with `featurestore extract DATA_DIR --force` (or re-import the "
     "channel); `featurestore verify` lists every damaged dataset"
+)
+#: what to do with a shard that would read another file (:func:`outside_parts`)
+OUTSIDE_FIX = (
+    "a shard is read only from itself, so nothing of it was read: move it aside and rebuild it "
+    "with `featurestore extract`"
 )
 
 
@@ -96,3 +103,47 @@ def read_rows(ds: h5py.Dataset, path: str | Path | None = None) -> np.ndarray:
     if why:
         raise DamagedShardError(f"{where} {why}; {REEXTRACT}")
     return values
+
+
+def outside_parts(f: h5py.File) -> list[str]:
+    """What in shard ``f`` a read would take from another file, one phrase each: external and
+    user-defined links, soft links through them, datasets with external storage and virtual
+    datasets (the store writes none of them). Found from the links and the datasets' creation
+    properties, without following a link or reading a row (docs/store.md, self-contained)."""
+    links = f.id.links
+    found: list[str] = []
+    external: list[str] = []
+    soft: list[tuple[str, str]] = []
+
+    def look(name: bytes, info: Any) -> None:
+        path = name.decode(errors="replace")
+        if info.type == h5py.h5l.TYPE_SOFT:
+            target = links.get_val(name).decode(errors="replace")
+            soft.append((path, posixpath.join("/", path.rpartition("/")[0], target)))
+        elif info.type == h5py.h5l.TYPE_EXTERNAL:
+            file, target = (v.decode(errors="replace") for v in links.get_val(name))
+            found.append(f"{path} is an external link to {file!r} ({target!r} there)")
+            external.append(path)
+        elif info.type != h5py.h5l.TYPE_HARD:
+            found.append(f"{path} is a user-defined link (type {info.type})")
+        elif isinstance(obj := h5py.h5o.open(f.id, name), h5py.h5d.DatasetID):
+            dcpl = obj.get_create_plist()
+            if dcpl.get_layout() == h5py.h5d.VIRTUAL:
+                n = dcpl.get_virtual_count()
+                src = {
+                    f"{dcpl.get_virtual_filename(i)}:{dcpl.get_virtual_dsetname(i)}"
+                    for i in range(n)
+                }
+                found.append(f"dataset {path} is virtual, its rows mapped from {sorted(src)}")
+            elif n := dcpl.get_external_count():
+                files = [dcpl.get_external(i)[0].decode(errors="replace") for i in range(n)]
+                found.append(f"dataset {path} keeps its rows in external files {files}")
+
+    links.visit(look, info=True)
+    # a soft link leaves the file only through an external link, listed anyway; those into one first
+    leaving = []
+    for path, target in soft:
+        via = [e for e in external if f"{target.rstrip('/')}/".startswith(f"/{e}/")]
+        if via:
+            leaving.append(f"{path} is a soft link to {target!r}, out of the file through {via[0]}")
+    return leaving + found

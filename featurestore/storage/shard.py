@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import nearest
 from ..features import Features
 from . import checksums
-from .checksums import read_rows
+from .checksums import OUTSIDE_FIX, outside_parts, read_rows
 from .errors import MissingChannelError, StoreError
 from .layouts import DEFAULT_LAYOUT, CorpusLayout, layout_of
 from .provenance import utc_now
@@ -204,6 +204,14 @@ class ShardReader:
             raise StoreError(
                 f"{self.path} has {has}; this tool reads and writes schema version {readable}{fix}"
             )
+
+    def check_self_contained(self) -> None:
+        """:class:`StoreError` naming the first part of the shard that a read would take from
+        another file (:func:`outside_parts`); call it before reading anything else."""
+        if parts := outside_parts(self.file):
+            more = f" (and {len(parts) - 1} more)" if len(parts) > 1 else ""
+            listed = "`featurestore verify` lists every such part"
+            raise StoreError(f"{self.path}: {parts[0]}{more}; {OUTSIDE_FIX} ({listed})")
 
     # ---------------------------------------------------------------- channels
     def channel_keys(self) -> list[str]:

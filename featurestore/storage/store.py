@@ -128,6 +128,7 @@ def _rewritten(final: Path) -> Iterator[h5py.File]:
             buffer = io.BytesIO(old)
             del old  # the buffer holds its own copy
             with h5py.File(buffer, "a" if buffer.getbuffer().nbytes else "w") as f:
+                ShardReader(f, final).check_self_contained()
                 yield f
             with buffer.getbuffer() as image, replaced(final) as tmp:
                 needed = len(image)
@@ -222,9 +223,12 @@ class Store:
     @contextlib.contextmanager
     def open_session(self, session: str) -> Iterator[ShardReader]:
         """The session's :class:`~featurestore.storage.shard.ShardReader`, open for a ``with``
-        block; :class:`StoreError` when there is no shard or it is not HDF5."""
+        block; :class:`StoreError` when there is no shard, it is not HDF5 or it would read
+        another file (:meth:`ShardReader.check_self_contained`)."""
         with self._open(session) as f:
-            yield ShardReader(f, self.shard_path(session))
+            shard = ShardReader(f, self.shard_path(session))
+            shard.check_self_contained()
+            yield shard
 
     def _read(self, session: str, read: Callable[[ShardReader], T], absent: T | None = None) -> T:
         """``read`` of the session's open shard; ``absent`` (when given) without a shard."""

@@ -53,6 +53,8 @@ def verify_shard(
     """Problems of session ``s``'s open shard; ``versions``: extractor name -> current version;
     ``fp_cache``: source path -> fingerprint, shared across shards (a video is hashed once)."""
     f = shard.file
+    if outside := checksums.outside_parts(f):  # checked first: every other check reads rows
+        return [Problem(s, f"{shard.path.name}: {what}", checksums.OUTSIDE_FIX) for what in outside]
     try:
         meta = shard.meta
     except StoreError as e:
