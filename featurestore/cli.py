@@ -363,7 +363,8 @@ ALLOW_OUTSIDE = opt(
     "--allow-outside-paths",
     action="store_true",
     help="read files a manifest names outside its folder (and a config's manifest outside the "
-    "config's folder); refused by default",
+    "config's folder), or files and folders under DATA_DIR linked from outside it; refused by "
+    "default",
 )
 
 

@@ -57,7 +57,7 @@ _NAME = r"[A-Za-z_][\w@. -]{0,30}"
 _HEADER_LIKE = re.compile(rf"{_NAME}(,{_NAME}){{0,3}}")
 
 
-def _shown(header: list[str]) -> str:
+def shown_header(header: list[str]) -> str:
     """``header 'a,b'`` when it reads as a rating file's column names, else only its field count
     (a file of another kind is never quoted)."""
     text = ",".join(header)
@@ -80,7 +80,7 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
     header = [c.strip() for c in rows[0]]
     if len(header) != 1 or not header[0]:
         raise AnnotationError(
-            f"{path}: {_shown(header)} is not one column name such as 'valence'; {FORMATS}"
+            f"{path}: {shown_header(header)} is not one column name such as 'valence'; {FORMATS}"
         )
     try:
         float(header[0])
@@ -156,7 +156,9 @@ def read_label_file(
     if header[0].lower() != "time" or len(header) != 2 or not header[1]:
         near = nearest(header[0].lower(), ["time"])
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
-        raise AnnotationError(f"{path}: {_shown(header)} is of neither format: {FORMATS}{hint}")
+        raise AnnotationError(
+            f"{path}: {shown_header(header)} is of neither format: {FORMATS}{hint}"
+        )
     return _read_timed(path, header, rows[1:], value_range)
 
 
