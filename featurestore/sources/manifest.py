@@ -194,7 +194,7 @@ def scan(
         )
     story_speaker = {int(k): int(v) for k, v in (story_speaker or STORY_SPEAKER).items()}
     found = _Found()
-    for path in corpus_files(root, allow_outside):
+    for path in corpus_files(root, VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS, allow_outside):
         found.add(path, root, story_speaker)
     sessions = [
         found.session(sid, listener, story, story_speaker[story], splits or SPLITS)
@@ -209,22 +209,23 @@ def scan(
 MAX_OUTSIDE_SHOWN = 3
 
 
-def corpus_files(root: Path, allow_outside: bool) -> list[Path]:
-    """The files under ``root`` outside hidden folders; UsageError naming the files and folders
-    whose real path (symbolic links resolved) leaves ``root``, unless ``allow_outside`` (then
-    a folder linked from outside is searched too)."""
+def corpus_files(root: Path, exts: tuple[str, ...], allow_outside: bool = False) -> list[Path]:
+    """The files of extension ``exts`` (any case) under ``root``, hidden folders left out;
+    UsageError naming those and the folders whose real path (symbolic links resolved) leaves
+    ``root``, unless ``allow_outside`` (then a folder linked from outside is searched too)."""
     real = root.resolve()
     files, outside = [], []
     for path in sorted(root.rglob("*")):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         inside = path.resolve().is_relative_to(real)
-        if path.is_file() and (inside or allow_outside):
-            files.append(path)
-        elif path.is_dir() and not inside and allow_outside:
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
-        elif not inside and (path.is_file() or path.is_dir()):
-            outside.append(path)
+        if path.is_dir() and not inside:
+            if allow_outside:
+                files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+            else:
+                outside.append(path)
+        elif path.is_file() and path.suffix.lower() in exts:
+            (files if inside or allow_outside else outside).append(path)
     if outside:
         more = len(outside) - MAX_OUTSIDE_SHOWN
         shown = ", ".join(map(str, outside[:MAX_OUTSIDE_SHOWN])) + (
@@ -234,7 +235,7 @@ def corpus_files(root: Path, allow_outside: bool) -> list[Path]:
             f"{shown}: outside the scanned folder {root} (a symbolic link leaving it); move the "
             "files into the folder, or pass --allow-outside-paths to read files elsewhere"
         )
-    return files
+    return [p for p in files if p.suffix.lower() in exts]
 
 
 @dataclass
@@ -250,8 +251,6 @@ class _Found:
     def add(self, path: Path, root: Path, story_speaker: Mapping[int, int]) -> None:
         """File ``path`` among its session's videos, transcripts or annotations, or an issue."""
         ext = path.suffix.lower()
-        if ext not in VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS:
-            return
         sid = self._session_of(path, ext, story_speaker)
         if sid is None:
             return

@@ -68,7 +68,8 @@ def test_a_folder_linked_from_outside_is_refused_and_searched_when_allowed(corpu
     assert by["Subject_2_Story_2"].video == corpus / "More" / "Subject_2_Story_2.mp4"
 
 
-def test_links_that_stay_inside_are_read(corpus):
+def test_links_that_stay_inside_are_read_and_other_kinds_of_file_ignored(corpus, tmp_path):
+    (corpus / "notes.txt").symlink_to(tmp_path / "private" / "passwd")  # never opened
     (corpus / "Ratings").mkdir()
     (corpus / "Ratings" / "r.csv").write_text("valence\n0.3\n")
     (corpus / "Annotations" / "Subject_1_Story_3.csv").symlink_to(corpus / "Ratings" / "r.csv")
