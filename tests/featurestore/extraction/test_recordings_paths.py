@@ -9,9 +9,7 @@ from featurestore.storage.store import Store
 SECRET = "root:x:0:0:secret-line:/root:/bin/bash"
 
 
-def test_a_rating_linked_from_outside_the_labels_folder_is_refused_unless_allowed(
-    tmp_path, capsys
-):
+def test_a_rating_linked_from_outside_the_labels_folder_is_refused_unless_allowed(tmp_path, capsys):
     private = tmp_path / "private"
     private.mkdir()
     (private / "passwd").write_text(f"{SECRET}\n")
