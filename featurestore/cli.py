@@ -204,6 +204,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             groups=args.groups,
             lookahead_s=args.lookahead_s,
             session=args.session,
+            allow_outside=args.allow_outside_paths,
         )
     except ValueError as e:  # a bad --channel name or --lookahead-s
         raise UsageError(str(e)) from e
@@ -213,7 +214,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_labels(args: argparse.Namespace) -> int:
     try:
         report = import_labels(
-            args.annotation_dir, args.store, target=args.target, fps=args.fps, progress=True
+            args.annotation_dir,
+            args.store,
+            target=args.target,
+            fps=args.fps,
+            progress=True,
+            allow_outside=args.allow_outside_paths,
         )
     except ValueError as e:  # a bad --target name or --fps
         raise UsageError(str(e)) from e
@@ -238,7 +244,12 @@ def cmd_ratings(args: argparse.Namespace) -> int:
 def cmd_transcripts(args: argparse.Namespace) -> int:
     check_overrides_apply(args.set, channels_of_kind("transcript"), "transcripts", top_level=False)
     report = import_transcripts(
-        args.transcript_dir, args.store, force=args.force, progress=True, cfg=_load_cfg(args)
+        args.transcript_dir,
+        args.store,
+        force=args.force,
+        progress=True,
+        cfg=_load_cfg(args),
+        allow_outside=args.allow_outside_paths,
     )
     expected = "transcribed_subject_<L>_story_<S>.srt or Subject_<L>_Story_<S>.ass"
     return print_import(report, args.transcript_dir, expected)
@@ -363,7 +374,8 @@ ALLOW_OUTSIDE = opt(
     "--allow-outside-paths",
     action="store_true",
     help="read files a manifest names outside its folder (and a config's manifest outside the "
-    "config's folder); refused by default",
+    "config's folder), or files and folders under the scanned folder linked from outside it; "
+    "refused by default",
 )
 
 
@@ -418,6 +430,7 @@ VERBS = (
             "landmarks landmarks_3d eye_landmarks shape; default au pose gaze) or a py-feat table "
             "(au emotion pose landmarks; default au emotion pose)"),
         opt("--lookahead-s", type=float, help="seconds read past each row (default: none)"),
+        ALLOW_OUTSIDE,
     ]),
     Verb(cmd_labels, "import valence annotation CSVs as a label target", [
         opt("annotation_dir", help="folder of Subject_<L>_Story_<S>.csv ratings"),
@@ -425,6 +438,7 @@ VERBS = (
             help="label name, e.g. valence_self, valence_observer_listener"),
         STORE,
         opt("--fps", type=float, default=25.0, help="rows per second of the ratings (default 25)"),
+        ALLOW_OUTSIDE,
     ]),
     Verb(cmd_ratings,
          "import whole-session ratings (one number per session) from a CSV table", [
@@ -441,6 +455,7 @@ VERBS = (
         opt("--config", help="featurestore YAML with the speech/lexicon settings (default: none, "
             "the defaults)"),
         set_opt("a speech or lexicon setting (--set lexicon.window_s=8)"),
+        ALLOW_OUTSIDE,
     ]),
     Verb(cmd_ls, "list the shards of a store", [STORE]),
     Verb(cmd_inspect, "channels, shapes, valid fraction and provenance of a session", [

@@ -179,6 +179,7 @@ def import_tables(
     groups: Sequence[str] | None = None,
     lookahead_s: float | None = None,
     session: str | None = None,
+    allow_outside: bool = False,
 ) -> ImportReport:
     """Import one per-frame table per session into ``/<role>/<channel>`` of the store.
 
@@ -202,7 +203,7 @@ def import_tables(
         )
     recordings = Recordings.of(Store(store_root))  # a missing folder fails before the store is made
     if session is None:
-        found = find_session_files(Path(table_dir), TABLE_EXTS, recordings)
+        found = find_session_files(Path(table_dir), TABLE_EXTS, recordings, allow_outside)
     else:
         found = one_file(Path(table_dir), session, recordings, TABLE_EXTS)
     store = Store(store_root, mode="a")
@@ -283,6 +284,7 @@ def import_labels(
     sessions_meta: Mapping[str, SessionMeta] | None = None,
     max_mismatch_s: float = 1.0,
     progress: bool = False,
+    allow_outside: bool = False,
 ) -> ImportReport:
     """Import one annotation CSV per session as ``/labels/<target>``.
 
@@ -296,7 +298,7 @@ def import_labels(
     if not fps or fps <= 0 or not math.isfinite(fps):
         raise ValueError(f"fps must be a positive number of frames per second, got {fps}")
     recordings = Recordings.of(Store(store_root))
-    found = find_session_files(Path(annotation_dir), (".csv",), recordings)
+    found = find_session_files(Path(annotation_dir), (".csv",), recordings, allow_outside)
     sessions_meta = {**recordings.known, **(sessions_meta or {})}
     store = Store(store_root, mode="a")
 
@@ -332,6 +334,7 @@ def import_transcripts(
     force: bool = False,
     progress: bool = False,
     cfg: FeatureConfig | None = None,
+    allow_outside: bool = False,
 ) -> ImportReport:
     """Compute the ``speech`` and ``lexicon`` channels of every transcript into existing shards.
 
@@ -341,7 +344,7 @@ def import_transcripts(
     transcript rule. Current channels are skipped unless ``force``; the extractors' settings
     come from ``cfg`` (default: their defaults).
     """
-    found = find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS)
+    found = find_session_files(Path(transcript_dir), TRANSCRIPT_EXTS, None, allow_outside)
     store = Store(store_root, mode="a")
 
     def one(session: str, path: Path) -> str:

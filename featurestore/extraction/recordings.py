@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..sources.import_errors import DataImportError
-from ..sources.manifest import SessionFiles, read_scan_json
+from ..sources.manifest import SessionFiles, corpus_files, read_scan_json
 from ..storage.layouts import layout_of
 from ..storage.store import SessionMeta, Store, StoreError, parse_session, session_name
 
@@ -102,9 +102,13 @@ def _order(session: str) -> tuple[int, int, int, str]:
 
 
 def find_session_files(
-    root: Path, exts: tuple[str, ...], recordings: Recordings | None = None
+    root: Path,
+    exts: tuple[str, ...],
+    recordings: Recordings | None = None,
+    allow_outside: bool = False,
 ) -> Found:
-    """The files of extension ``exts`` under ``root`` (any depth, hidden folders left out) by
+    """The files of extension ``exts`` under ``root`` (any depth, hidden folders left out, none
+    leaving it unless ``allow_outside``: :func:`~featurestore.sources.manifest.corpus_files`) by
     the session they are named for (:meth:`Recordings.session_of`, else their OMG name)."""
     if not root.is_dir():
         raise FileNotFoundError(
@@ -114,10 +118,7 @@ def find_session_files(
     out = Found(defaultdict(list))
     if recordings is not None and recordings.known:
         out.skip_reason = "name is neither a recording id of the store nor Subject_<L>_Story_<S>"
-    for p in sorted(root.rglob("*")):
-        hidden = any(part.startswith(".") for part in p.relative_to(root).parts)
-        if not p.is_file() or p.suffix.lower() not in exts or hidden:
-            continue
+    for p in corpus_files(root, exts, allow_outside):
         try:
             session = recordings.session_of(p) if recordings else _omg_session(p)
         except DataImportError as e:

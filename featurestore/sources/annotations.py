@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import math
 import re
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,23 +43,39 @@ def _scale_problem(v: float, value_range: tuple[float, float] | None) -> str:
     )
 
 
-def _rows(path: Path) -> list[list[str]]:
-    """The CSV rows of ``path`` without trailing blank ones."""
+#: the largest rating file read, in MiB (at 25 fps, over 80 hours of one-column values): a
+#: file is read a row at a time, so reading one costs about 8 bytes per value
+MAX_LABEL_MIB = 64
+
+
+def _rows(path: Path) -> Iterator[list[str]]:
+    """The CSV rows of ``path``, one at a time, without trailing blank ones; a file over
+    :data:`MAX_LABEL_MIB` is refused before it is read."""
     try:
+        size = path.stat().st_size
+        if size > MAX_LABEL_MIB * 2**20:
+            raise AnnotationError(
+                f"{path}: {size / 2**20:.1f} MiB, over the {MAX_LABEL_MIB} MiB a rating file may "
+                "hold; resample it to a lower rate (a 'time,<name>' file) or split the recording"
+            )
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError) as e:
+            blank: list[list[str]] = []  # blank rows, kept while a row may follow
+            for row in csv.reader(f):
+                if not any(c.strip() for c in row):
+                    blank.append(row)
+                    continue
+                yield from blank
+                blank.clear()
+                yield row
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise AnnotationError(f"{path}: cannot be read as a text CSV ({e})") from e
-    while rows and not any(c.strip() for c in rows[-1]):
-        rows.pop()
-    return rows
 
 
 _NAME = r"[A-Za-z_][\w@. -]{0,30}"
 _HEADER_LIKE = re.compile(rf"{_NAME}(,{_NAME}){{0,3}}")
 
 
-def _shown(header: list[str]) -> str:
+def shown_header(header: list[str]) -> str:
     """``header 'a,b'`` when it reads as a rating file's column names, else only its field count
     (a file of another kind is never quoted)."""
     text = ",".join(header)
@@ -73,14 +91,23 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
     with the file and line."""
     path = Path(path)
     rows = _rows(path)
-    if not rows:
+    return _read_column(path, next(rows, None), rows, value_range)
+
+
+def _read_column(
+    path: Path,
+    first: list[str] | None,
+    rows: Iterator[list[str]],
+    value_range: tuple[float, float] | None,
+) -> np.ndarray:
+    if first is None:
         raise AnnotationError(
             f"{path}: the file is empty; it needs a header line such as 'valence' and one value per frame"
         )
-    header = [c.strip() for c in rows[0]]
+    header = [c.strip() for c in first]
     if len(header) != 1 or not header[0]:
         raise AnnotationError(
-            f"{path}: {_shown(header)} is not one column name such as 'valence'; {FORMATS}"
+            f"{path}: {shown_header(header)} is not one column name such as 'valence'; {FORMATS}"
         )
     try:
         float(header[0])
@@ -91,13 +118,8 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
             f"{path}: the first line is the number {header[0]}, not a column name; add a header "
             f"line such as 'valence' ({FORMATS})"
         )
-    if len(rows) == 1:
-        raise AnnotationError(
-            f"{path}: only a header, no values; the file needs one value per frame"
-        )
-    out = np.empty(len(rows) - 1, dtype=np.float64)
-    for i, row in enumerate(rows[1:]):
-        line = i + 2
+    out = array("d")
+    for line, row in enumerate(rows, start=2):
         cells = [c.strip() for c in row]
         if len(cells) != 1:
             raise AnnotationError(
@@ -116,8 +138,12 @@ def read_annotation(path: str | Path, value_range: tuple[float, float] | None = 
             )
         if why := _scale_problem(v, value_range):
             raise AnnotationError(f"{path}: line {line} holds {v:g}, {why}")
-        out[i] = v
-    return out.astype(np.float32)
+        out.append(v)
+    if not out:
+        raise AnnotationError(
+            f"{path}: only a header, no values; the file needs one value per frame"
+        )
+    return np.frombuffer(out).astype(np.float32)
 
 
 #: separates a target from its rater in a label key (``valence@r1``), as in manifest columns
@@ -150,54 +176,67 @@ def read_label_file(
     (:class:`AnnotationError`) name the file, the line and the column."""
     path = Path(path)
     rows = _rows(path)
-    header = [c.strip() for c in rows[0]] if rows else []
+    first = next(rows, None)
+    header = [c.strip() for c in first or []]
     if len(header) < 2:
-        return read_annotation(path, value_range)
+        return _read_column(path, first, rows, value_range)
     if header[0].lower() != "time" or len(header) != 2 or not header[1]:
         near = nearest(header[0].lower(), ["time"])
         hint = f"; did you mean 'time,{header[1]}'?" if near and len(header) == 2 else ""
-        raise AnnotationError(f"{path}: {_shown(header)} is of neither format: {FORMATS}{hint}")
-    return _read_timed(path, header, rows[1:], value_range)
+        raise AnnotationError(
+            f"{path}: {shown_header(header)} is of neither format: {FORMATS}{hint}"
+        )
+    return _read_timed(path, header, rows, value_range)
 
 
 def _read_timed(
-    path: Path, header: list[str], rows: list[list[str]], value_range: tuple[float, float] | None
+    path: Path,
+    header: list[str],
+    rows: Iterator[list[str]],
+    value_range: tuple[float, float] | None,
 ) -> TimedRating:
-    if len(rows) < 2:
-        raise AnnotationError(f"{path}: fewer than two rows of values; a rating needs at least two")
-    times = np.empty(len(rows))
-    values = np.empty(len(rows))
-    for i, row in enumerate(rows):
-        line = i + 2
+    times, values = array("d"), array("d")
+    for line, row in enumerate(rows, start=2):
         cells = [c.strip() for c in row]
         if len(cells) != 2:
             raise AnnotationError(
                 f"{path}: line {line} has {len(cells)} fields; each line is 'time,value'"
             )
-        for col, (name, cell) in enumerate(zip(header, cells, strict=True)):
-            try:
-                v = float(cell)
-            except ValueError:
-                raise AnnotationError(
-                    f"{path}: line {line}, column {col + 1} ({name!r}) is not a number; fix or "
-                    "remove that line"
-                ) from None
-            if not math.isfinite(v):
-                raise AnnotationError(
-                    f"{path}: line {line}, column {col + 1} ({name!r}) holds {v}; give a finite "
-                    "number (leave out the rows that were not rated)"
-                )
-            (times if col == 0 else values)[i] = v
-        if why := _scale_problem(values[i], value_range):
+        t, v = (
+            _timed_cell(path, line, col, name, cell)
+            for col, (name, cell) in enumerate(zip(header, cells, strict=True))
+        )
+        if why := _scale_problem(v, value_range):
             raise AnnotationError(
-                f"{path}: line {line}, column 2 ({header[1]!r}) holds {values[i]:g}, {why}"
+                f"{path}: line {line}, column 2 ({header[1]!r}) holds {v:g}, {why}"
             )
-        if i and times[i] <= times[i - 1]:
+        if times and t <= times[-1]:
             raise AnnotationError(
-                f"{path}: line {line}, column 1 ('time') is {times[i]} s, not after the line "
-                f"before ({times[i - 1]} s); times must increase"
+                f"{path}: line {line}, column 1 ('time') is {t} s, not after the line "
+                f"before ({times[-1]} s); times must increase"
             )
-    return TimedRating(path, times, values)
+        times.append(t)
+        values.append(v)
+    if len(times) < 2:
+        raise AnnotationError(f"{path}: fewer than two rows of values; a rating needs at least two")
+    return TimedRating(path, np.frombuffer(times), np.frombuffer(values))
+
+
+def _timed_cell(path: Path, line: int, col: int, name: str, cell: str) -> float:
+    """The number in column ``col`` (0-based, named ``name``) of a ``time,<name>`` file's line."""
+    try:
+        v = float(cell)
+    except ValueError:
+        raise AnnotationError(
+            f"{path}: line {line}, column {col + 1} ({name!r}) is not a number; fix or "
+            "remove that line"
+        ) from None
+    if not math.isfinite(v):
+        raise AnnotationError(
+            f"{path}: line {line}, column {col + 1} ({name!r}) holds {v}; give a finite "
+            "number (leave out the rows that were not rated)"
+        )
+    return v
 
 
 def split_label_key(key: str) -> tuple[str, str | None]:

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import UsageError
 from ..files import write_atomic
 from ..storage.layouts import DEFAULT_LAYOUT, MANIFEST
 from ..storage.store import parse_session, session_name
+from .annotations import shown_header
 from .label_checks import check_session_labels
 from .manifest_file import id_numbers, read_manifest, read_manifest_declarations
 
@@ -162,7 +164,7 @@ def _csv_header(path: Path) -> list[str] | None:
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             row = next(csv.reader(f), None)
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, csv.Error):
         return None
     return [c.strip().lower() for c in row] if row else None
 
@@ -179,7 +181,8 @@ def scan(
     every session with a video, annotation or transcript, and an issue for each duplicate,
     unmatched (an annotation or transcript with no video; a video with no self-rating) or
     unparsable file (no ``Subject_<L>_Story_<S>`` name, a story with no speaker mapping, a CSV
-    without a ``valence`` header)."""
+    without a ``valence`` header). A file or folder whose real path leaves ``data_dir`` is
+    refused unless ``allow_outside`` (:func:`corpus_files`)."""
     if manifest is not None:
         return scan_manifest(manifest, allow_outside)
     if data_dir is None:
@@ -191,9 +194,8 @@ def scan(
         )
     story_speaker = {int(k): int(v) for k, v in (story_speaker or STORY_SPEAKER).items()}
     found = _Found()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if not any(part.startswith(".") for part in path.relative_to(root).parts):
-            found.add(path, root, story_speaker)
+    for path in corpus_files(root, VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS, allow_outside):
+        found.add(path, root, story_speaker)
     sessions = [
         found.session(sid, listener, story, story_speaker[story], splits or SPLITS)
         for sid, (listener, story) in sorted(found.ids.items(), key=lambda kv: kv[1])
@@ -201,6 +203,39 @@ def scan(
     for sf in sessions:
         sf.scales = {t: list(s) for t, s in OMG_SCALES.items()}
     return ScanReport(sessions, found.issues)
+
+
+#: files of an outside folder or file named in :func:`corpus_files`' refusal before "and N more"
+MAX_OUTSIDE_SHOWN = 3
+
+
+def corpus_files(root: Path, exts: tuple[str, ...], allow_outside: bool = False) -> list[Path]:
+    """The files of extension ``exts`` (any case) under ``root``, hidden folders left out;
+    UsageError naming those and the folders whose real path (symbolic links resolved) leaves
+    ``root``, unless ``allow_outside`` (then a folder linked from outside is searched too)."""
+    real = root.resolve()
+    files, outside = [], []
+    for path in sorted(root.rglob("*")):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        inside = path.resolve().is_relative_to(real)
+        if path.is_dir() and not inside:
+            if allow_outside:
+                files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+            else:
+                outside.append(path)
+        elif path.is_file() and path.suffix.lower() in exts:
+            (files if inside or allow_outside else outside).append(path)
+    if outside:
+        more = len(outside) - MAX_OUTSIDE_SHOWN
+        shown = ", ".join(map(str, outside[:MAX_OUTSIDE_SHOWN])) + (
+            f" and {more} more" if more > 0 else ""
+        )
+        raise UsageError(
+            f"{shown}: outside the scanned folder {root} (a symbolic link leaving it); move the "
+            "files into the folder, or pass --allow-outside-paths to read files elsewhere"
+        )
+    return [p for p in files if p.suffix.lower() in exts]
 
 
 @dataclass
@@ -216,8 +251,6 @@ class _Found:
     def add(self, path: Path, root: Path, story_speaker: Mapping[int, int]) -> None:
         """File ``path`` among its session's videos, transcripts or annotations, or an issue."""
         ext = path.suffix.lower()
-        if ext not in VIDEO_EXTS + TRANSCRIPT_EXTS + TABLE_EXTS:
-            return
         sid = self._session_of(path, ext, story_speaker)
         if sid is None:
             return
@@ -257,7 +290,7 @@ class _Found:
             # some layouts; only a CSV that looks like an annotation is reported.
             if len(header) <= 2:
                 self.issues.append(
-                    ScanIssue(path, "unparsable", f"CSV header {header} has no 'valence' column")
+                    ScanIssue(path, "unparsable", f"{shown_header(header)} has no 'valence' column")
                 )
             return
         self.annots[(sid, annotation_target(path, root))].append(path)

@@ -157,9 +157,9 @@ def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
         time_at = next((i for i, (_, ln) in enumerate(block) if "-->" in ln), None)
         if time_at is None:
             if not cues:
-                no, ln = block[0]
+                no = block[0][0]
                 raise TranscriptError(
-                    f"{source}:{no}: text {ln.strip()[:40]!r} before the first cue time; an SRT cue needs a line "
+                    f"{source}:{no}: text before the first cue time; an SRT cue needs a line "
                     "'HH:MM:SS,mmm --> HH:MM:SS,mmm' before its text"
                 )
             # a blank line inside a cue's text: the block continues the previous cue
