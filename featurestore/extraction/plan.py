@@ -402,8 +402,11 @@ def _plan_frames(
     for role in ex.roles:
         if role not in plan.videos:
             continue
-        own = source if plan.videos[role] == plan.video else file_fingerprint(plan.videos[role])
+        video = plan.videos[role]
+        own = source if video == plan.video else file_fingerprint(video)
         params = {**ex.params(), "face_fps": cfg.face_fps, "crop_x": list(plan.regions[role])}
+        if (plan.info if video == plan.info.path else media.probe(video)).variable_rate:
+            params["frame_times"] = "presentation"  # not the i / fps of shards made before
         out[f"{role}/{ex.name}"] = (cache_key(own, ex.name, ex.version, params), params, own)
     return out
 

@@ -6,10 +6,12 @@ decoded luma plane itself).
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +34,8 @@ class NoAudioError(MediaError):
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """A video's geometry (pixels), rate (frames/s), length and whether it has audio."""
+    """A video's geometry (pixels), rate (frames/s), length and whether it has audio;
+    ``variable_rate``: its average rate differs from its base rate (a variable-rate recording)."""
 
     path: Path
     width: int
@@ -42,6 +45,7 @@ class VideoInfo:
     duration_s: float
     has_audio: bool
     audio_sampling_rate: int | None
+    variable_rate: bool = False
 
 
 def _open(path: Path) -> Any:
@@ -84,6 +88,7 @@ def probe(path: str | Path) -> VideoInfo:
             duration_s=duration if duration else n / fps,
             has_audio=a is not None,
             audio_sampling_rate=int(a.sample_rate) if a is not None else None,
+            variable_rate=bool(v.average_rate and v.base_rate and v.average_rate != v.base_rate),
         )
 
 
@@ -148,10 +153,13 @@ def iter_frames(
     pixel_format: str | tuple[str, ...] = "rgb24",
     prefetch: int = 0,
 ) -> Iterator[tuple[int, float, np.ndarray | dict[str, np.ndarray]]]:
-    """``(frame_index, time_s = frame_index / fps, image)`` of the frames sampled at
-    ``sample_fps`` (all when None). ``pixel_format``: ``rgb24`` ((H, W, 3)), ``gray`` ((H, W),
-    :func:`luma`) or a tuple of them (then ``image`` is format -> array); ``prefetch`` > 0
-    decodes that many sampled frames ahead in a thread. A decoding error raises :class:`MediaError`.
+    """``(frame_index, time_s, image)`` of the frames sampled at ``sample_fps`` (all when None):
+    ``time_s`` is the frame's presentation time from the stream's start (``frame_index / fps`` at
+    a constant rate), a sampled frame the first at or after a multiple of ``1 / sample_fps``.
+    ``pixel_format``: ``rgb24`` ((H, W, 3)), ``gray`` ((H, W), :func:`luma`) or a tuple of them
+    (then ``image`` is format -> array); ``prefetch`` > 0 decodes that many sampled frames ahead
+    in a thread. A decoding error, or a frame without a timestamp or out of order, raises
+    :class:`MediaError`.
     """
     formats = (pixel_format,) if isinstance(pixel_format, str) else tuple(pixel_format)
     unknown = [f for f in formats if f not in PIXEL_FORMATS]
@@ -175,18 +183,36 @@ def _decode_sampled(
         stream = c.streams.video[0]
         if threads:
             stream.thread_type = "AUTO"
-        fps = float(stream.average_rate or stream.guessed_rate or 25)
-        step = sample_mask_step(fps, sample_fps)
-        next_sample = 0.0
+        rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
+        fps, tick = float(rate), Fraction(stream.time_base) * rate
+        step = fps / sample_fps if sample_fps else 0.0  # frames at the average rate per sample
+        start, next_sample, last = stream.start_time, 0.0, -math.inf
         i = -1
         try:
             for frame in c.decode(stream):
                 i += 1
-                if i + 1e-9 < next_sample:
-                    continue
-                next_sample += step
+                if frame.pts is None:
+                    raise MediaError(
+                        f"{path}: frame {i} has no presentation timestamp, so its time is unknown if "
+                        "the frame rate is variable; remux it into MP4 at a constant rate "
+                        "(ffmpeg -i VIDEO -fps_mode cfr OUT.mp4)"
+                    )
+                start = frame.pts if start is None else start
+                pos = float((frame.pts - start) * tick)  # the frame's index at a constant rate
+                if pos <= last:
+                    raise MediaError(
+                        f"{path}: frame {i} is stamped {pos / fps:.3f} s, not after the frame before "
+                        f"it ({last / fps:.3f} s); re-encode it (ffmpeg -i VIDEO -fps_mode cfr OUT.mp4)"
+                    )
+                last = pos
+                if step:
+                    if pos + 1e-9 < next_sample:
+                        continue
+                    next_sample += step
+                    if next_sample <= pos + 1e-9:  # after a gap: the next multiple of step
+                        next_sample = (math.floor((pos + 1e-9) / step) + 1) * step
                 images = {f: _convert(frame, f) for f in formats}
-                yield i, i / fps, images[formats[0]] if single else images
+                yield i, pos / fps, images[formats[0]] if single else images
         except av.error.FFmpegError as e:
             raise MediaError(
                 f"{path}: decoding failed after {i + 1} frames ({e}); "

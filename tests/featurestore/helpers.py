@@ -19,12 +19,17 @@ def make_video(
     seed=0,
     image=None,
     tremolo_hz=0.0,
+    keep=None,
 ):
     """Write a small H.264 video with moving noise and, optionally, a tone on the audio track.
 
     ``image``: one (height, width, 3) uint8 frame shown throughout instead of the noise;
-    ``tremolo_hz``: the tone's loudness swells at this rate (Hz) when > 0, else it is steady.
+    ``tremolo_hz``: the tone's loudness swells at this rate (Hz) when > 0, else it is steady;
+    ``keep``: the indices of the frames written, each stamped at its time ``i / fps`` (the
+    others dropped: a variable-rate video).
     """
+    from fractions import Fraction
+
     import av
 
     rng = np.random.default_rng(seed)
@@ -35,11 +40,16 @@ def make_video(
         if audio:
             a = c.add_stream("aac", rate=sr)
             a.layout = "mono"
-        for _ in range(n_frames):
+        for i in range(n_frames):
             img = (
                 rng.integers(0, 255, (height, width, 3), dtype=np.uint8) if image is None else image
             )
-            for p in v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+            if keep is not None and i not in keep:
+                continue
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            if keep is not None:
+                frame.pts, frame.time_base = i, Fraction(1, fps)
+            for p in v.encode(frame):
                 c.mux(p)
         for p in v.encode():
             c.mux(p)

@@ -322,3 +322,35 @@ def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     assert (
         get_extractor("face_geom").pixel_format == "gray"
     )  # extraction hands face_geom the decoder's luma
+
+
+def test_a_variable_rate_video_stores_its_faces_at_their_presentation_times(tmp_path, capsys):
+    cv2 = pytest.importorskip("cv2")
+    pytest.importorskip("dlib")
+    from skimage import data as images
+
+    head = cv2.resize(images.astronaut()[30:270, 110:350], None, fx=1.5, fy=1.5)
+    frame = np.full((360, 960, 3), 90, np.uint8)
+    frame[:, 20:380] = frame[:, 580:940] = head  # a face in each role's crop (x 0-405, 405-960)
+    keep = {*range(20), *range(20, 50, 3)}  # 60 % of 2 s: every frame to 0.8 s, then a third
+    corpus = tmp_path / "data"
+    (corpus / "Videos").mkdir(parents=True)
+    video = corpus / "Videos" / "Subject_1_Story_1.mp4"
+    make_video(video, n_frames=50, width=960, height=360, image=frame, keep=keep, audio=False)
+    (corpus / "Annotations").mkdir()
+    (corpus / "Annotations" / "Subject_1_Story_1.csv").write_text("valence\n" + "0.1\n" * 50)
+    store = tmp_path / "store"
+    cmd = ["extract", str(corpus), "--store", str(store), "--channels", "face_geom"]
+    assert main(cmd) == 0
+    true = np.array(sorted(keep)) / 25
+    slots = np.floor(true * 5 + 1e-9)  # face_fps 5: the first frame at or after each 0.2 s
+    want = [true[slots == s][0] for s in np.unique(slots)]
+    for role in ("speaker", "listener"):
+        ch = Store(store).read_channel("Subject_1_Story_1", f"{role}/face_geom")
+        np.testing.assert_allclose(ch.time, want, atol=1e-9)
+        assert ch.valid.all() and ch.params["frame_times"] == "presentation"
+    stamped = np.arange(len(true)) / (len(true) / 2.0)  # i / average rate, the stamps of before
+    assert np.abs(stamped - true).max() > 0.5  # over two sampled frames off: this clip tells
+    capsys.readouterr()
+    assert main(cmd) == 0 and "0 extracted, 1 already current" in capsys.readouterr().out
+    assert main(["verify", "--store", str(store)]) == 0

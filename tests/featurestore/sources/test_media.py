@@ -118,3 +118,57 @@ def test_prefetch_gives_the_same_frames_and_raises_decoding_errors(tmp_path):
     cut.write_bytes(p.read_bytes()[:3000])
     with pytest.raises(media.MediaError, match="cut.mp4"):
         list(media.iter_frames(cut, prefetch=2))
+
+
+def _first_frame_per_sample(times: np.ndarray, sample_fps: float) -> list[float]:
+    """The first of ``times`` in each 1 / sample_fps slot that holds one."""
+    slots = np.floor(times * sample_fps + 1e-9)
+    return [float(times[slots == s][0]) for s in np.unique(slots)]
+
+
+def test_a_variable_rate_clip_gives_each_frame_its_presentation_time(tmp_path):
+    rng = np.random.default_rng(3)
+    keep = {0, *rng.choice(np.arange(1, 100), 59, replace=False).tolist()}  # 60 % of 4 s at 25 fps
+    true = np.array(sorted(keep)) / 25
+    vfr = make_video(tmp_path / "vfr.mp4", n_frames=100, width=64, height=48, keep=keep)
+    cfr = make_video(tmp_path / "cfr.mp4", n_frames=100, width=64, height=48)  # the same noise
+    info = media.probe(vfr)
+    assert info.variable_rate and info.fps == pytest.approx(60 / 4.0, rel=0.05)
+    assert not media.probe(cfr).variable_rate
+    every = list(media.iter_frames(cfr))
+    frames = list(media.iter_frames(vfr))
+    np.testing.assert_allclose([t for _, t, _ in frames], true, atol=1e-9)
+    for (_, t, image), truth in zip(frames, sorted(keep), strict=True):  # the picture of its time
+        errors = [np.abs(image.astype(int) - other).mean() for _, _, other in every]
+        assert int(np.argmin(errors)) == truth, t
+    sampled = np.array([t for _, t, _ in media.iter_frames(vfr, sample_fps=5)])
+    assert sampled.tolist() == pytest.approx(_first_frame_per_sample(true, 5), abs=1e-9)
+    assert np.all(sampled - np.floor(sampled * 5 + 1e-9) / 5 < 0.2)  # within one sampled frame
+    # at a constant rate the stamps are i / fps exactly, as before
+    assert [t for _, t, _ in every] == [i / 25 for i in range(100)]
+    assert [t for _, t, _ in media.iter_frames(cfr, 5)] == [i / 25 for i in range(0, 100, 5)]
+
+
+def test_frames_without_timestamps_or_out_of_order_are_refused(tmp_path):
+    import av
+
+    def write(path, fmt):
+        with av.open(str(path), "w", format=fmt) as c:
+            v = c.add_stream("libx264", rate=25)  # with B-frames: AVI keeps no presentation order
+            v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
+            for i in range(20):
+                image = np.full((48, 64, 3), i * 10, np.uint8)
+                c.mux(v.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+            c.mux(v.encode())
+        return path
+
+    raw = write(tmp_path / "raw.h264", "h264")  # an elementary stream: no timestamps at all
+    with pytest.raises(
+        media.MediaError, match=r"raw.h264: frame 0 has no presentation timestamp.*variable"
+    ):
+        list(media.iter_frames(raw))
+    avi = write(tmp_path / "b.avi", "avi")
+    with pytest.raises(
+        media.MediaError, match=r"b.avi: frame \d+ is stamped .* not after the frame before"
+    ):
+        list(media.iter_frames(avi, 5))
