@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .processes import raise_if_terminated
+
 #: what marks a temporary file: ``.<final name>`` + this + ``<pid>-<8 hex>``
 TMP_MARK = ".tmp-"
 _WRITER = re.compile(rf"{re.escape(TMP_MARK)}(\d+)-")
@@ -50,10 +52,12 @@ def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
 @contextlib.contextmanager
 def replaced(final: Path) -> Iterator[Path]:
     """A temporary path for the block to write ``final``'s new content to; renamed over
-    ``final`` (fsynced first) when the block completes, removed when it fails."""
+    ``final`` (fsynced first) when the block completes, removed when it fails or once this
+    process got a SIGTERM (:func:`~featurestore.processes.raise_if_terminated`)."""
     tmp = temp_path(final)
     try:
         yield tmp
+        raise_if_terminated()  # even one a C library swallowed: nothing new committed
         _fsync(tmp)
         os.replace(tmp, final)
     except BaseException:

@@ -4,6 +4,7 @@ needs the store and the videos at the same absolute path everywhere (docs/scalin
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -123,7 +124,9 @@ def extract_many(
     Leftover temporary shards of killed runs are removed first and every extractor of
     ``channels`` is checked once (and on every remote worker); results come back in the order
     of ``sessions``, each also handed to ``on_result``. An unknown backend, or a scheduler for
-    one that joins no cluster, is a :class:`~featurestore.parallel.BackendError`.
+    one that joins no cluster, is a :class:`~featurestore.parallel.BackendError`. Stopped early
+    (Ctrl-C, SIGTERM, an ``on_result`` that raises), the sessions still running are stopped
+    and their temporary shards removed; finished shards stay.
     """
     runner = make_backend(backend, scheduler)
     Store(store_root, mode="a").clean_temp_files()
@@ -140,12 +143,16 @@ def extract_many(
                 _check_workers(runner, channels, cfg)
                 overall.set_description(f"sessions ({runner.name}, {workers} workers)")
             tasks = _tasks(sessions, Path(store_root), channels, cfg, force, runner)
-            for sf, got in zip(sessions, runner.map(extract_task, tasks), strict=True):
-                results.append(r := _failed(sf, got))
-                overall.update(1)
-                overall.set_postfix_str(f"failed={sum(x.failed for x in results)}")
-                if on_result:
-                    on_result(r)
+            with contextlib.closing(runner.map(extract_task, tasks)) as mapped:
+                for sf, got in zip(sessions, mapped, strict=True):
+                    results.append(r := _failed(sf, got))
+                    overall.update(1)
+                    overall.set_postfix_str(f"failed={sum(x.failed for x in results)}")
+                    if on_result:
+                        on_result(r)
+    except BaseException:  # Ctrl-C, SIGTERM: the map's closing stopped its workers
+        Store(store_root, mode="a").clean_temp_files()  # those a killed worker left
+        raise
     finally:
         overall.close()
     return results

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -44,8 +44,8 @@ class Result(Generic[R]):
         return bool(self.error)
 
 
-#: what a map yields: one result per task, in the tasks' order
-Results = Iterator[Result[R]]
+#: what a map yields: one result per task, in the tasks' order (closing it stops the work)
+Results = Generator[Result[R], None, None]
 
 
 def failure(e: BaseException, prefix: str = "") -> Result[Any]:

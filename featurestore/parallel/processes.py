@@ -3,7 +3,8 @@ of this machine (here, in this process, one at a time). :func:`worker_pool` is i
 or forked over read-only state this process holds (a sweep's windowed features), which the
 workers then share without a copy. Every worker leaves on its own once its parent is gone (a
 killed run cannot stop its pool); a forked one leaves Ctrl-C to its parent, which stops the pool,
-and a spawned one takes SIGTERM as Ctrl-C, so its clean-up runs (temporary shards removed)."""
+and a spawned one takes SIGTERM as Ctrl-C, so its clean-up runs (temporary shards removed). A map
+stopped early (Ctrl-C, SIGTERM) kills its workers at once (:func:`stop_pool`)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from ..processes import terminate_as_interrupt
 from .base import Backend, R, Raises, Results, T, call, register_backend
 from .serial import SerialBackend
-
-
-def _raise_interrupt(*_: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _leave_when_orphaned(parent: int) -> None:
@@ -42,7 +39,12 @@ def _worker_init(forked: bool, threads: int | None, release: list | None) -> Non
             release.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles it and stops the pool
     else:
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        terminate_as_interrupt()
+        # its own bars' lock (an unshared process lock, tqdm's default) would be a "leaked
+        # semaphore" warning when stop_pool kills it
+        from tqdm import tqdm  # imported here: only a spawned worker's bars need it
+
+        tqdm.set_lock(threading.RLock())
     if threads is not None:
         # oversubscribed (a thread per core in every worker), OpenMP spins: fits take far longer
         from threadpoolctl import threadpool_limits  # only a worker with a thread budget needs it
@@ -83,6 +85,15 @@ class ProcessesBackend(Backend):
             try:
                 for fut in futures:
                     yield call(cf.Future.result, fut, raises)
-            finally:  # the tasks not started yet
-                for fut in futures:
-                    fut.cancel()
+            except BaseException:  # Ctrl-C, SIGTERM, or closed early: no task finishes after it
+                stop_pool(pool)
+                raise
+
+
+def stop_pool(pool: cf.ProcessPoolExecutor) -> None:
+    """Drop ``pool``'s queued tasks and kill its workers now (SIGKILL: a task may be inside C
+    code, openSMILE's or dlib's, which a gentler signal waits for), reaped before it returns
+    (a killed writer's temporary files are then anyone's to remove)."""
+    for proc in list((pool._processes or {}).values()):  # Python 3.14: pool.kill_workers()
+        proc.kill()
+    pool.shutdown(wait=True, cancel_futures=True)

@@ -123,3 +123,64 @@ def test_extraction_in_one_process_stops_before_the_next_session(sigterm_handler
     with pytest.raises(sigterm_handler.Terminated):
         extract_many([session], tmp_path / "store", ["egemaps"], FeatureConfig(), jobs=1)
     assert not (tmp_path / "store").exists() or not list((tmp_path / "store").glob("*.h5"))
+
+
+def test_no_file_is_committed_once_a_sigterm_arrived(sigterm_handler, tmp_path):
+    """A SIGTERM swallowed during a one-process extract's session: its shard is not renamed
+    into place (nor any other atomic write), and its temporary file goes."""
+    from featurestore.files import write_atomic
+
+    sigterm_handler._RECEIVED.append(signal.SIGTERM)
+    with pytest.raises(sigterm_handler.Terminated):
+        write_atomic(tmp_path / "Subject_1_Story_1.h5", b"a shard")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_stops_a_parallel_extract_at_once_keeping_finished_shards(tiny_demo, tmp_path):
+    """extract --jobs 2 took 15-19 s after a SIGTERM and wrote every session already queued to
+    its workers; now the workers are killed at once: exit 143, no shard after the signal."""
+    import psutil
+
+    from featurestore.storage.store import Store
+
+    store = tmp_path / "store"
+    log = tmp_path / "stderr.txt"
+    cmd = [sys.executable, "-m", "featurestore.cli", "extract", str(tiny_demo[0])]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [*cmd, "--store", str(store), "--jobs", "2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while (
+                time.monotonic() < deadline
+                and proc.poll() is None
+                and not Store(store).list_sessions()
+            ):
+                time.sleep(0.02)
+            workers = psutil.Process(proc.pid).children()
+            signalled = time.time()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+            took = time.time() - signalled
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()
+    assert code == EXIT_TERMINATED, text[-2000:]
+    assert took < 5 + 3, (
+        f"{took:.1f} s from SIGTERM to exit"
+    )  # the bound plus a loaded machine's margin
+    shards = Store(store).list_sessions()
+    assert 1 <= len(shards) < 4, "the signal should land between the first and the last shard"
+    late = [s for s in shards if Store(store).shard_path(s).stat().st_mtime > signalled]
+    assert late == [], f"shards written after the signal: {late}"
+    assert Store(store).temp_files() == []
+    assert workers and not psutil.wait_procs(workers, timeout=5)[1]  # every worker gone
+    assert "Traceback" not in text and "leaked" not in text and "re-run to resume" in text
