@@ -338,7 +338,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     try:
-        options = _kw(args, "tracking_uri", "levels", "repeats", "split", "track", "seed")
+        options = _kw(
+            args, "tracking_uri", "levels", "repeats", "split", "track", "seed", "new_run"
+        )
         e = explain_run(args.run_id, store=store, out_dir=args.out, **options)
     except ExplainError as err:
         print(f"experiments explain: {err}", file=sys.stderr)
@@ -431,6 +433,12 @@ VERBS: list[Verb] = [
                 help="whose averaging (default: the configuration's own track)",
             ),
             opt("--seed", type=int, default=0, help="seed of the lags (default: 0)"),
+            opt(
+                "--new-run",
+                action="store_true",
+                help="log into a new run of the experiment, never the original (needed when the "
+                "store differs from the run's)",
+            ),
             _out("the importance files"),
         ),
     ),
