@@ -241,7 +241,34 @@ def _print_sweep(res: SweepResult) -> int:
     )
     for label, err in res.failed:
         print(f"  FAILED {label}: {err}", file=sys.stderr)
-    return EXIT_FAILED if res.n_failed else EXIT_OK
+    if constant := _constant_tracks(res):
+        print(
+            f"experiments sweep: no {' or '.join(constant)} configuration chosen: every one "
+            "predicts a constant (or nothing) in every session of a split, so its score says "
+            "nothing; check window.delay_s and the feature sets against the sessions",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED if res.n_failed or (constant and not res.best_run_ids) else EXIT_OK
+
+
+def _constant_tracks(res: SweepResult) -> list[str]:
+    """The tracks without a choice because every candidate is marked constant_predictions."""
+    from .config.tracks import candidates  # startup: see the imports above
+
+    t, marked = res.table, _constant(res.table)
+    if not marked.any() or "track" not in t:
+        return []
+    ran = t.status != "failed"
+    parts = {k: marked[ran & t.track.isin(candidates(k))] for k in res.selection_metrics}
+    return [k for k, m in parts.items() if k not in res.best_run_ids and len(m) and m.all()]
+
+
+def _constant(table: Any) -> Any:
+    """Per row of a sweep table: whether it is marked ``<split>.constant_predictions``."""
+    from .config.options import CONSTANT_MARK  # startup: see the imports above
+
+    marks = [c for c in table if str(c).endswith(f".{CONSTANT_MARK}")]
+    return (table[marks] == 1).any(axis=1)
 
 
 def _print_best(res: SweepResult) -> None:
@@ -260,6 +287,11 @@ def _print_best(res: SweepResult) -> None:
         if not top.empty:
             print(f"\n{track} track, best 5 on {metric} (the selection split):")
             cols = [c for c in ("label", "track", metric) if c in t]
+            if (marked := _constant(top)).any():  # never chosen: said beside its number
+                top, cols = (
+                    top.assign(note=marked.map({True: "constant", False: ""})),
+                    [*cols, "note"],
+                )
             with pd.option_context("display.width", 200, "display.max_colwidth", 80):
                 print(top[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
@@ -338,7 +370,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     try:
-        options = _kw(args, "tracking_uri", "levels", "repeats", "split", "track", "seed")
+        options = _kw(
+            args, "tracking_uri", "levels", "repeats", "split", "track", "seed", "new_run"
+        )
         e = explain_run(args.run_id, store=store, out_dir=args.out, **options)
     except ExplainError as err:
         print(f"experiments explain: {err}", file=sys.stderr)
@@ -431,6 +465,12 @@ VERBS: list[Verb] = [
                 help="whose averaging (default: the configuration's own track)",
             ),
             opt("--seed", type=int, default=0, help="seed of the lags (default: 0)"),
+            opt(
+                "--new-run",
+                action="store_true",
+                help="log into a new run of the experiment, never the original (needed when the "
+                "store differs from the run's)",
+            ),
             _out("the importance files"),
         ),
     ),

@@ -37,6 +37,9 @@ AVERAGINGS = ("sessions", "concatenated")
 #: how ``unseen_listener`` chooses: with every listener (not nested), without the left-out one,
 #: or the configuration named in the config
 UNSEEN_SELECTIONS = ("chosen", "nested", "fixed")
+#: the metric ``<split>.constant_predictions`` (1) marks a configuration whose predictions are
+#: constant, or not finite, in every session of that split: its score says nothing, it is never chosen
+CONSTANT_MARK = "constant_predictions"
 #: what every report writes beside an unseen-listener score of selection ``chosen``, and why
 CHOSEN_UNSEEN_MARK = "(chosen, not nested)"
 CHOSEN_UNSEEN_NOTE = (

@@ -16,7 +16,7 @@ from featurestore.storage.roles import corpus_key
 from featurestore.storage.store import Store, StoreError
 
 from .options import ConfigWarning
-from .schema import ExperimentConfig
+from .schema import ExperimentConfig, Range
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class StoreNames:
     layouts: dict[str, str] = field(default_factory=dict)
     #: session -> its partner's number (0: none, a monadic session)
     speakers: dict[str, int] = field(default_factory=dict)
+    #: session -> (label frames, their rate)
+    frames: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def role_names(self, sessions: Collection[str] | None = None) -> dict[str, str]:
         """Store role -> the corpus's word, from the layout of ``sessions`` (default all)."""
@@ -68,6 +70,7 @@ def store_names(store: str | os.PathLike, require_channels: bool = True) -> Stor
         require_channels=require_channels,
         layouts=dict(zip(table.session, table.layout, strict=True)),
         speakers=dict(zip(table.session, map(int, table.speaker), strict=True)),
+        frames={s: (int(n), float(f)) for s, n, f in table[["session", "n_frames", "fps"]].values},
     )
 
 
@@ -95,6 +98,8 @@ def store_problems(
     if "target" not in skip:
         problems = (_target_problem(t, sessions, names) for t in cfg.all_targets())
         out += [("target", problem) for problem in problems if problem]
+    if "window" not in skip:
+        out += _window_problems(cfg, sessions, names)
     if "feature_sets" not in skip and "feature_set" not in skip:
         for fs in cfg.feature_set:
             if problem := _feature_set_problem(fs, cfg.feature_sets.get(fs, []), sessions, names):
@@ -124,6 +129,38 @@ def _split_problems(cfg: ExperimentConfig, names: StoreNames) -> list[tuple[str,
                 ConfigWarning,
                 stacklevel=2,
             )
+    return out
+
+
+def _window_problems(
+    cfg: ExperimentConfig, sessions: list[str], names: StoreNames
+) -> list[tuple[str, str]]:
+    """(``window.delay_s``, message) for each delay whose longest window reads no frame of some
+    session of the splits: every row of those sessions would be missing (a Range: its high end)."""
+    w = cfg.window
+    delays = [w.delay_s.high] if isinstance(w.delay_s, Range) else w.delay_s
+    longest = max(
+        [w.lengths_s.high] if isinstance(w.lengths_s, Range) else [max(s) for s in w.lengths_s]
+    )
+    out = []
+    for delay in delays:
+        for align in w.align:
+            empty = []
+            for s in sessions:
+                n, fps = names.frames.get(s, (0, 0.0))
+                # the last frame's window ends d frames back, plus half a centred window
+                half = max(1, round(longest * fps)) // 2 if align == "centred" else 0
+                if n and n - 1 - round(delay * fps) + half < 0:
+                    empty.append(s)
+            if empty:
+                seconds = min(names.frames[s][0] / names.frames[s][1] for s in empty)
+                msg = (
+                    f"a delay of {delay:g} s ({align} windows of at most {longest:g} s) reads "
+                    f"nothing inside {len(empty)} of the {len(sessions)} sessions of the splits "
+                    f"in {names.root} ({_some(empty)}; the shortest lasts {seconds:.2f} s), so "
+                    "they would have no row; take a delay shorter than the sessions"
+                )
+                out.append(("window.delay_s", msg))
     return out
 
 

@@ -42,7 +42,7 @@ from .fitting import (
     recording,
 )
 from .plots import with_figures
-from .scores import nested_selection_metrics, score_metrics, session_scores
+from .scores import constant_marks, nested_selection_metrics, score_metrics, session_scores
 
 #: the sweep, the studies and the tests take these from here too
 __all__ = [
@@ -384,6 +384,7 @@ def _result(group: _Group, i: int, w: Windowed, seconds: float) -> TrialResult:
     truth = {sid: by_session[sid].y for sid in p}
     fps = {sid: by_session[sid].fps for sid in p}
     metrics = score_metrics(scores, p, truth, t.seed, u, fps, t.averaging, t.metric)
+    metrics.update(constant_marks(p, group.split_of))
     protocol = group.trials[0].protocol
     metrics.update(
         nested_selection_metrics(group.nested[i], by_session, group.split_of, protocol, t.metric)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
-from ..config.options import TRACKS
+from ..config.options import CONSTANT_MARK, TRACKS
 from ..windowing.windowed import WindowedSession
 from .metrics import concatenated_score, protocol_means
 from .uncertainty import chance_level, protocol_intervals
@@ -27,6 +27,20 @@ def session_scores(
         for ok in [np.isfinite(s.y)]
     ]
     return pd.DataFrame(rows, columns=["session", "listener", "story", "split", metric])
+
+
+def constant_marks(
+    predictions: Mapping[str, np.ndarray], split_of: Mapping[str, str]
+) -> dict[str, float]:
+    """``<split>.constant_predictions``: 1 for each split in every session of which the
+    predictions are constant (to float rounding) or not finite."""
+    varies: dict[str, bool] = {}
+    for sid, pred in predictions.items():
+        p = np.asarray(pred, dtype=float)
+        p = p[np.isfinite(p)]
+        moves = bool(p.size) and float(np.ptp(p)) > 1e-6 * max(1.0, float(np.abs(p).max()))
+        varies[split_of[sid]] = varies.get(split_of[sid], False) or moves
+    return {f"{split}.{CONSTANT_MARK}": 1.0 for split, v in varies.items() if not v}
 
 
 def score_metrics(

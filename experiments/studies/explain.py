@@ -35,6 +35,7 @@ from ..tracking.summary import log_files
 from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
 from ..windowing.windowed import WindowKey, window_sessions
 from .inter_rater import StoreLike
+from .parent_run import store_fingerprint
 from .sweep import grid_trials
 
 #: the logged and the refitted unpermuted metric may differ by rounding only (float32 features)
@@ -175,10 +176,13 @@ def explain_run(
     split: str = "test",
     track: str | None = None,
     seed: int = 0,
+    new_run: bool = False,
 ) -> Explanation:
     """``experiments explain RUN_ID``: the permutation importance of a configuration's child run's
-    refit (:func:`explain_trial`). Raises :class:`ExplainError` for no such run, a parent run, a
-    config hash its params do not give, or a baseline; ``DatasetError`` for missing channels."""
+    refit (:func:`explain_trial`), logged to that run or, with ``new_run``, to a new run tagged
+    ``explains_run``. Raises :class:`ExplainError` for no such run, a parent run, a config hash
+    its params do not give, a baseline, or a store whose fingerprint is not the run's (without
+    ``new_run``); ``DatasetError`` for missing channels."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow import MlflowClient  # heavy: loaded when a run is read
     from mlflow.exceptions import MlflowException
@@ -193,12 +197,29 @@ def explain_run(
         ) from e
     trial = _run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
+    fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(store)[0]
+    if fitted_on not in (None, fingerprint) and not new_run:
+        raise ExplainError(
+            f"run {run_id} was fitted on another store (fingerprint {fitted_on}) than {store} "
+            f"({fingerprint}: shards changed, added or gone): explain it with the run's store, or "
+            "pass --new-run to log the importance into a new run"
+        )
     splits = {name: list(stories) for name, stories in trial.splits}
     tables = load_sessions(store, sweep_channels(trial), target=trial.target, splits=splits)
     w = window_sessions(tables, trial.window_key())
     track = track or trial.track
     result = permutation_importance(trial, w, levels, repeats, split, track, seed)
-    return explain_trial(trial, track, result, tracker, run_id, out_dir)
+    if not new_run:
+        return explain_trial(trial, track, result, tracker, run_id, out_dir)
+    tags = {"explains_run": run_id, "store_fingerprint": fingerprint, CONFIG_HASH_TAG: trial.hash()}
+    logged_to = tracker.start_run(f"explain {run.info.run_name or run_id}", tags)
+    try:
+        explained = explain_trial(trial, track, result, tracker, logged_to, out_dir)
+    except BaseException:
+        tracker.finish(logged_to, "FAILED")
+        raise
+    tracker.finish(logged_to)
+    return explained
 
 
 def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:

@@ -16,7 +16,7 @@ from featurestore.storage.layouts import DEFAULT_LAYOUT, CorpusLayout
 
 from ..config.grid import Trial
 from ..config.metrics import DEFAULT_METRIC, MetricSpec, get_metric
-from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, TRACKS
+from ..config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE, CONSTANT_MARK, TRACKS
 from ..config.tracks import candidates, selection_metric
 from ..evaluation import markdown
 from .child_runs import UNSEEN_OF_TAG
@@ -28,11 +28,13 @@ Row = Mapping[Hashable, Any]
 def best_per_track(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, pd.Series]:
-    """Each track's best finished grid configuration by its selection metric (the generalized one's unseen twin)."""
+    """Each track's best finished grid configuration by its selection metric (the generalized one's
+    unseen twin); one marked ``<split>.constant_predictions`` is never chosen."""
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
-    ok = table["status"] != "failed"
+    marks = [c for c in table if str(c).endswith(f".{CONSTANT_MARK}")]  # never chosen
+    ok = (table["status"] != "failed") & ~(table[marks] == 1).any(axis=1)
     twins = table[ok & table[UNSEEN_OF_TAG].notna()] if UNSEEN_OF_TAG in table else table.iloc[0:0]
     grid = table[ok & ~table.index.isin(twins.index)]
     for track in TRACKS:

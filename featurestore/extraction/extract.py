@@ -23,6 +23,7 @@ from ..sources.manifest import SessionFiles
 from ..storage.provenance import file_fingerprint
 from ..storage.session_labels import Ratings
 from ..storage.store import DISK_FULL_ERRNOS, Channel, DiskFullError, Store, StoreError
+from ..storage.verify import time_problem
 from .config import FeatureConfig
 from .derived import (
     ROLE_VOICE_KEYS,
@@ -347,6 +348,14 @@ def write(
     new_shard = not failed and not exists
     if not (channels or write_labels or plan.drop or new_shard or (ratings and exists)):
         return StepResult()
+    n, duration = plan.meta.n_frames, plan.meta.n_frames / plan.meta.fps  # verify's rule
+    if outside := [
+        f"{k}: {why}" for k, c in channels.items() if (why := time_problem(c.time, duration))
+    ]:
+        raise SessionError(
+            f"{sf.session}: {'; '.join(outside)}, whose length its {n} frame(s) of labels set; "
+            "nothing written: cut the recording to the labels' length, or label all of it"
+        )
     try:
         store.write_session(
             plan.meta,

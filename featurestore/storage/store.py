@@ -300,17 +300,19 @@ class Store:
 
     def sessions(self) -> pd.DataFrame:
         """One row per shard: session, listener, story, speaker, split, n_frames, channels,
-        targets, layout (its name: :func:`featurestore.storage.layouts.layout_of`) and a listed
-        layout's ids as written: person, group, partner (empty in the OMG layout)."""
+        targets, layout (its name: :func:`featurestore.storage.layouts.layout_of`), a listed
+        layout's ids as written: person, group, partner (empty in the OMG layout), and fps."""
         rows = []
         for s in self.list_sessions():
             with self.open_session(s) as shard:
                 m = shard.meta
                 row = [s, m.listener, m.story, m.speaker, m.split, m.n_frames]
                 ids = [m.person, m.group, m.partner]
-                rows.append([*row, shard.channel_keys(), shard.label_targets(), m.layout, *ids])
+                rows.append(
+                    [*row, shard.channel_keys(), shard.label_targets(), m.layout, *ids, m.fps]
+                )
         columns = [*SESSION_COLUMNS, "n_frames", "channels", "targets", "layout"]
-        columns += ["person", "group", "partner"]
+        columns += ["person", "group", "partner", "fps"]
         return pd.DataFrame(rows, columns=columns)
 
     # ------------------------------------------------------- whole-session ratings

@@ -100,6 +100,20 @@ def _checksum_problems(s: str, shard: ShardReader) -> list[Problem]:
     return out
 
 
+def time_problem(time: np.ndarray, duration: float) -> str:
+    """Why a channel's ``time`` stamps do not fit a session of ``duration`` seconds ('' when they
+    do): extract refuses such a channel before writing, ``verify`` reports one it finds."""
+    if not len(time):
+        return ""
+    if not np.all(np.isfinite(time)):
+        return "non-finite time stamps"
+    if np.any(np.diff(time) < 0):
+        return "time stamps go backwards"
+    if time[0] < -1e-6 or time[-1] > duration + 1.0:
+        return f"times {time[0]:.2f}-{time[-1]:.2f} s outside the session (0-{duration:.2f} s)"
+    return ""
+
+
 def _channel_problems(
     s: str,
     key: str,
@@ -124,13 +138,8 @@ def _channel_problems(
         return [Problem(s, f"{key} unreadable ({e.__cause__ or e})", REBUILD)]
     out: list[Problem] = []
     if len(ch.time):
-        if not np.all(np.isfinite(ch.time)):
-            out.append(Problem(s, f"{key}: non-finite time stamps"))
-        elif np.any(np.diff(ch.time) < 0):
-            out.append(Problem(s, f"{key}: time stamps go backwards"))
-        elif ch.time[0] < -1e-6 or ch.time[-1] > duration + 1.0:
-            span = f"{ch.time[0]:.2f}-{ch.time[-1]:.2f} s outside the session (0-{duration:.2f} s)"
-            out.append(Problem(s, f"{key}: times {span}"))
+        if why := time_problem(ch.time, duration):
+            out.append(Problem(s, f"{key}: {why}"))
         bad = ch.valid & ~np.all(np.isfinite(ch.data), axis=1)
         if bad.any():
             out.append(Problem(s, f"{key}: {int(bad.sum())} rows marked valid hold NaN/inf"))

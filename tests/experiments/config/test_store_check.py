@@ -265,3 +265,32 @@ def test_a_split_of_stories_no_session_has_is_refused_before_anything_runs(tmp_p
     partial = write(tmp_path, SETS.replace("test: [3]", "test: [3, 7]"), "partial.yaml")
     with pytest.warns(UserWarning, match=r"splits.test: no session of .* has story 7"):
         assert load_config(partial, store=store_names(store.root)).splits["test"] == [3, 7]
+
+
+def test_a_delay_that_leaves_a_session_without_rows_is_refused(tmp_path, planted_store, capsys):
+    """`window.delay_s=[40]` on 30 s sessions once swept every configuration to CCC 0.000 and
+    called one of them best."""
+    path = write(tmp_path, SETS)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, overrides=["window.delay_s=[0, 40]"], store=planted_store)
+    problem = str(err.value)
+    assert err.value.key == "window.delay_s" and problem.startswith(
+        f"--set window.delay_s=[0, 40] (on {path}): window.delay_s: "
+    )
+    assert "a delay of 40 s (centred windows of at most 8 s) reads nothing inside 12 of the 12" in (
+        problem
+    )
+    assert "the shortest lasts 30.00 s" in problem
+    # a causal window reaches no later than its delay; a centred one half a window later
+    causal = ["window.delay_s=[30.1]", "window.align=[causal]"]
+    with pytest.raises(ConfigError, match="a delay of 30.1 s .causal"):
+        load_config(path, overrides=causal, store=planted_store)
+    load_config(path, overrides=["window.delay_s=[30.1]"], store=planted_store)  # centred 8 s
+    load_config(
+        path, overrides=["window.delay_s=[29.9]", "window.align=[causal]"], store=planted_store
+    )
+    mlruns = tmp_path / "mlruns"
+    args = ["sweep", "--config", path, "--store", str(planted_store), "--tracking-uri", str(mlruns)]
+    assert main([*args, "--set", "window.delay_s=[40]"]) == 2
+    assert "window.delay_s: a delay of 40 s" in capsys.readouterr().err
+    assert not mlruns.exists()

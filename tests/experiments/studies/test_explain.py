@@ -90,6 +90,39 @@ def test_explain_refuses_a_baseline_and_an_unknown_run(swept, tmp_path, capsys):
     assert "child run" in capsys.readouterr().err
 
 
+def test_explain_against_another_store_stops_or_logs_into_a_new_run(swept, tmp_path, capsys):
+    """It once exited 0 with a warning and logged the other store's importance into the run."""
+    import shutil
+
+    root, res, uri = swept
+    run_id = _run_of(res, "ridge")
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    for s in ("Subject_4_Story_1", "Subject_5_Story_1"):
+        (other / f"{s}.h5").unlink()
+    client = MlflowClient(uri)
+    before = client.get_run(run_id).data.metrics, client.list_artifacts(run_id, "importance")
+    args = ["explain", run_id, "--store", str(other), "--tracking-uri", uri, "--repeats", "1"]
+    args += ["--levels", "channel", "--out", str(tmp_path / "reports")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"run {run_id} was fitted on another store (fingerprint " in err
+    assert f"than {other} (" in err and "pass --new-run" in err
+    assert not (tmp_path / "reports").exists()
+    assert main([*args, "--new-run"]) == 0
+    assert "logged to run" in capsys.readouterr().out
+    after = client.get_run(run_id).data.metrics, client.list_artifacts(run_id, "importance")
+    assert after[0] == before[0] and [f.path for f in after[1]] == [f.path for f in before[1]]
+    experiment = client.get_run(run_id).info.experiment_id
+    (new,) = client.search_runs([experiment], f"tags.explains_run = '{run_id}'")
+    assert new.info.status == "FINISHED" and new.info.run_id != run_id
+    assert any(k.startswith("importance.channel.") for k in new.data.metrics)
+    assert (
+        new.data.tags["store_fingerprint"] != client.get_run(run_id).data.tags["store_fingerprint"]
+    )
+
+
 @pytest.mark.parametrize("unseen", [False, True, {"selection": "chosen"}, {"selection": "nested"}])
 def test_every_configuration_a_sweep_logs_is_found_by_its_hash(unseen):
     # the ablation finds each chosen run's configuration by the hash the sweep logged; under

@@ -324,6 +324,7 @@ def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     )  # extraction hands face_geom the decoder's luma
 
 
+<<<<<<< HEAD
 def test_a_variable_rate_video_stores_its_faces_at_their_presentation_times(tmp_path, capsys):
     cv2 = pytest.importorskip("cv2")
     pytest.importorskip("dlib")
@@ -354,3 +355,43 @@ def test_a_variable_rate_video_stores_its_faces_at_their_presentation_times(tmp_
     capsys.readouterr()
     assert main(cmd) == 0 and "0 extracted, 1 already current" in capsys.readouterr().out
     assert main(["verify", "--store", str(store)]) == 0
+=======
+def test_a_session_whose_channels_fall_outside_it_is_refused_before_writing(tmp_path, capsys):
+    """A 1-frame video with 3 s of sound and a 1-row label was extracted (exit 0) into a shard
+    `verify` then rejected; extract applies verify's rule first."""
+    import av
+
+    from tests.featurestore.helpers import mux_audio
+
+    data = tmp_path / "data"
+    (data / "Videos").mkdir(parents=True)
+    (data / "Annotations").mkdir()
+    with av.open(str(data / "Videos" / "Subject_1_Story_1.mp4"), "w") as c:
+        v = c.add_stream("libx264", rate=25)
+        v.width, v.height, v.pix_fmt = 320, 96, "yuv420p"
+        a = c.add_stream("aac", rate=16000)
+        a.layout = "mono"
+        img = np.random.default_rng(0).integers(0, 255, (96, 320, 3), dtype=np.uint8)
+        for p in [*v.encode(av.VideoFrame.from_ndarray(img, format="rgb24")), *v.encode()]:
+            c.mux(p)
+        tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(3 * 16000) / 16000)
+        mux_audio(c, a, tone.astype(np.float32), 16000)
+    (data / "Annotations" / "Subject_1_Story_1.csv").write_text("valence\n0.5\n")
+    store = tmp_path / "store"
+    assert main(["extract", str(data), "--store", str(store), "--channels", "egemaps"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED Subject_1_Story_1: Subject_1_Story_1: scene/egemaps: times 0.00-3.0" in err
+    assert "s outside the session (0-0.04 s), whose length its 1 frame(s) of labels set" in err
+    assert "nothing written: cut the recording to the labels' length, or label all of it" in err
+    assert Store(store).list_sessions() == []
+    # the rule is verify's: the same channel written by hand is the problem verify reports
+    from featurestore.storage.shard import Channel, SessionMeta
+
+    t = np.arange(0, 3.0, 0.01)
+    channel = Channel(np.zeros((len(t), 1), np.float32), t, np.ones(len(t), bool), ["c0"])
+    meta = SessionMeta("Subject_1_Story_1", 1, 1, 1, "val", 1)
+    Store(store, mode="a").write_session(meta, channels={"scene/egemaps": channel})
+    assert main(["verify", "--store", str(store)]) == 1
+    out = capsys.readouterr()
+    assert "scene/egemaps: times 0.00-2.99 s outside the session (0-0.04 s)" in out.out + out.err
+>>>>>>> rel-degenerate
