@@ -153,7 +153,10 @@ class Store:
         self.root = Path(root)
         self.mode = mode
         if mode == "a":
-            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as e:
+                raise StoreError(f"feature store {root} is a file: pass --store a folder") from e
 
     # ----------------------------------------------------------------- paths
     def shard_path(self, session: str) -> Path:
