@@ -217,6 +217,11 @@ class Store:
             )
         try:
             return h5py.File(path, "r")
+        except FileNotFoundError as e:  # listed a moment ago
+            raise StoreError(
+                f"shard {path} was deleted while the store was read: restore it or re-run "
+                "`featurestore extract`, then run this again"
+            ) from e
         except OSError as e:
             raise StoreError(
                 f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`"

@@ -24,6 +24,7 @@ from experiments.tracking.tracker import (
     resolve_tracking_uri,
     with_retry,
 )
+from tests.experiments.helpers import free_port
 
 
 def test_resolve_mlruns_and_folders(tmp_path, monkeypatch):
@@ -204,13 +205,6 @@ def test_artifacts_go_where_the_tracking_config_says(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ stores refused at start
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def read_only(folder: Path):
     """``folder`` read-only for the block: its mode for a user, a read-only bind mount for root
@@ -286,7 +280,7 @@ def test_a_database_locked_at_start_is_waited_out_saying_so(tmp_path, capfd):
 
 @pytest.mark.parametrize("scheme", ["http", "postgresql"])
 def test_an_unreachable_server_is_refused_at_once_naming_it(scheme):
-    port = closed_port()
+    port = free_port()
     uri = f"{scheme}://user:secret@127.0.0.1:{port}/" + ("db" if scheme != "http" else "")
     with pytest.raises(TrackingError, match=f"cannot reach 127.0.0.1:{port}") as e:
         check_tracking(uri)
@@ -300,4 +294,4 @@ def test_a_database_without_its_driver_says_what_to_install():
     with pytest.raises(
         TrackingError, match="driver MySQLdb is not installed: pip install mysqlclient"
     ):
-        check_tracking(f"mysql://u@127.0.0.1:{closed_port()}/db")
+        check_tracking(f"mysql://u@127.0.0.1:{free_port()}/db")
