@@ -182,14 +182,20 @@ def _is_locked_error(e: BaseException) -> bool:
 
 
 def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.05) -> T:
-    """Call ``fn``, retrying with backoff (up to ~60 s in all) while SQLite reports a lock."""
+    """Call ``fn``, retrying with backoff (up to ~60 s in all) while SQLite reports a lock;
+    :class:`TrackingError` when it is still held."""
     wait = first_wait_s
     for i in range(attempts):
         try:
             return fn()
         except Exception as e:  # MlflowException, SQLAlchemy's OperationalError: unless a lock
-            if not _is_locked_error(e) or i == attempts - 1:
+            if not _is_locked_error(e):
                 raise
+            if i == attempts - 1:
+                raise TrackingError(
+                    "the tracking database stayed locked by another writer for a minute: stop it "
+                    "or wait for it to finish, then re-run (a sweep resumes)"
+                ) from e
             time.sleep(wait)
             wait = min(wait * 1.5, 2.0)
     raise AssertionError("unreachable")

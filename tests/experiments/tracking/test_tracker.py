@@ -178,7 +178,7 @@ def test_with_retry_retries_locks_only():
     with pytest.raises(ValueError):
         with_retry(broken, first_wait_s=0.001)
     assert calls.count(2) == 1
-    with pytest.raises(RuntimeError):
+    with pytest.raises(TrackingError, match="stayed locked by another writer"):
         with_retry(
             lambda: (_ for _ in ()).throw(RuntimeError("database is locked")),
             attempts=2,
