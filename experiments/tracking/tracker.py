@@ -1,6 +1,7 @@
 """MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs, resume
 (docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs). Every client call retries on SQLite's
-``database is locked``; MLflow is imported only where a run is logged or read."""
+``database is locked``; a store that cannot be used is refused at start in one line (:func:`check_tracking`);
+MLflow is imported only where a run is logged or read."""
 
 from __future__ import annotations
 
