@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -12,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
-from featurestore.commands import Option, Verb, make_parser, opt
-from featurestore.errors import ConfigError, FeaturestoreError, UsageError
+from featurestore.commands import Option, Verb, make_parser, opt, run_verb
+from featurestore.errors import ConfigError, UsageError
 from featurestore.parallel import backends_help
-from featurestore.processes import Terminated, interrupt_exit_code, terminate_as_interrupt
+from featurestore.processes import terminate_as_interrupt
 
 # Each verb imports what it runs when it runs (scikit-learn, XGBoost, MLflow: about 2 s), so that `experiments
 # --help` starts at once (tests/test_layout.py still counts these imports); `main` needs the config's errors.
@@ -46,8 +47,8 @@ SHARED = {
     "tracking": opt(
         "--tracking-uri",
         default=None,
-        help="MLflow tracking URI (default: the config's tracking.uri, else mlruns/ -> "
-        "sqlite:///mlruns/mlflow.db)",
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the config's tracking.uri, "
+        "else mlruns/ -> sqlite:///mlruns/mlflow.db)",
     ),
     "jobs": opt(
         "--jobs",
@@ -348,6 +349,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     reads them. Exit 1 when the run has none for the split."""
     from .tracking.tracker import export_predictions  # startup: see the imports above
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a file: give a folder for the prediction files")
     try:
         files = export_predictions(args.run_id, args.split, args.out, args.tracking_uri)
     except FileNotFoundError as e:
@@ -555,7 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help / --version exit 0, usage errors exit 2
         return int(e.code or 0)
-    try:
+
+    def run() -> int:
+        env_tracking_uri(args)
         if getattr(args, "takes_config", False):
             with warnings.catch_warnings(record=True) as notes:
                 warnings.simplefilter("always", ConfigWarning)
@@ -566,17 +571,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(mask_uri(args.cfg.to_yaml()), end="")
                 return EXIT_OK
         return int(args.func(args))
-    except FeaturestoreError as e:  # ConfigError and UsageError: exit code 2
-        print(f"experiments {args.verb}: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt)
-        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+
+    interrupted = f"experiments {args.verb}: {{what}}; the configurations finished are logged, a re-run resumes"
+    return run_verb(run, f"experiments {args.verb}", interrupted)
+
+
+def env_tracking_uri(args: argparse.Namespace) -> None:
+    """``MLFLOW_TRACKING_URI`` as ``--tracking-uri`` when the verb takes one and it is not given
+    (the flag wins over the environment, the environment over the config's ``tracking.uri``)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env and hasattr(args, "tracking_uri") and args.tracking_uri is None:
+        args.tracking_uri = env
         print(
-            f"experiments {args.verb}: {what}; the configurations finished are logged, a re-run "
-            "resumes",
+            f"experiments {args.verb}: note: tracking to MLFLOW_TRACKING_URI={mask_uri(env)} (of the "
+            "environment; --tracking-uri overrides it)",
             file=sys.stderr,
         )
-        return interrupt_exit_code(e)
 
 
 if __name__ == "__main__":

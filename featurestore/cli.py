@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .commands import Option, Verb, make_parser, opt
+from .commands import Option, Verb, make_parser, opt, run_verb
 from .errors import FeaturestoreError, UsageError
 from .extraction.config import (
     FeatureConfig,
@@ -34,7 +34,7 @@ from .extraction.summary import (
 )
 from .extractors import channels_of_kind, registry
 from .parallel import backends_help
-from .processes import EXIT_USAGE, Terminated, interrupt_exit_code, parse_args
+from .processes import EXIT_USAGE, interrupt_exit_code, parse_args
 from .sources.label_checks import apply_declarations
 from .sources.manifest import (
     ScanReport,
@@ -499,18 +499,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):
         return args
-    try:
-        return int(args.func(args) or 0)
-    except FeaturestoreError as e:  # e.g. a full disk (1), a bad config or option (2)
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt), in any phase
-        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-        print(f"featurestore {args.verb}: {what}; re-run to resume", file=sys.stderr)
-        return interrupt_exit_code(e)
+
+    def run() -> int:
+        try:
+            return int(args.func(args) or 0)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run_verb(run, "error", f"featurestore {args.verb}: {{what}}; re-run to resume")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,22 @@
 """The one command-line framework of both packages: a verb is a function, its ``--help`` line
-and its options; :func:`make_parser` makes the parser of a list of verbs."""
+and its options; :func:`make_parser` makes the parser of a list of verbs, :func:`run_verb` runs
+one and turns the package's errors into one line."""
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import FeaturestoreError
+from .processes import Terminated, interrupt_exit_code
+
+#: the exit code of a command whose reader went away (``| head -1``): 128 + SIGPIPE, as other tools
+EXIT_BROKEN_PIPE = 141
 
 #: an option of a verb: argparse's ``add_argument(*flags, **kwargs)``
 Option = tuple[tuple[str, ...], dict[str, Any]]
@@ -54,3 +63,23 @@ def make_parser(
     for verb in verbs:
         verb.add(sub)
     return p
+
+
+def run_verb(run: Callable[[], int], prefix: str, interrupted: str) -> int:
+    """``run()``'s exit code; a package error printed as ``prefix: message`` (its ``exit_code``),
+    Ctrl-C or SIGTERM as ``interrupted`` with ``{what}`` filled in (130, 143), and a reader gone
+    from the pipe (``| head -1``) ends the command quietly (:data:`EXIT_BROKEN_PIPE`)."""
+    try:
+        code = run()
+        sys.stdout.flush()  # a pipe closed early breaks here, not at the interpreter's exit
+        return code
+    except FeaturestoreError as e:
+        print(f"{prefix}: {e}", file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (terminate_as_interrupt), in any phase
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(interrupted.format(what=what), file=sys.stderr)
+        return interrupt_exit_code(e)

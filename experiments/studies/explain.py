@@ -32,7 +32,7 @@ from ..evaluation.plots import plot_importance, plot_session_scores
 from ..tracking.child_runs import matrix_file
 from ..tracking.redact import mask_uri
 from ..tracking.summary import log_files
-from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri
+from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri, tracking_client
 from ..windowing.windowed import WindowKey, window_sessions
 from .inter_rater import StoreLike
 from .parent_run import store_fingerprint
@@ -179,6 +179,7 @@ def explain_run(
     new_run: bool = False,
 ) -> Explanation:
     """``experiments explain RUN_ID``: the permutation importance of a configuration's child run's
+<<<<<<< HEAD
     refit (:func:`explain_trial`), logged to that run or, with ``new_run``, to a new run tagged
     ``explains_run``. Raises :class:`ExplainError` for no such run, a parent run, a config hash
     its params do not give, a baseline, or a store whose fingerprint is not the run's (without
@@ -187,8 +188,14 @@ def explain_run(
     from mlflow import MlflowClient  # heavy: loaded when a run is read
     from mlflow.exceptions import MlflowException
 
+=======
+    refit (:func:`explain_trial`). Raises :class:`ExplainError` for no such run, a parent run, a
+    config hash its params do not give, or a baseline; ``DatasetError`` for missing channels."""
+>>>>>>> rel-faults
     uri = resolve_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri, write=False)
+    from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read
+
     try:
         run = client.get_run(run_id)
     except MlflowException as e:

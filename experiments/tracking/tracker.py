@@ -1,6 +1,7 @@
 """MLflow tracking: an explicit URI, one experiment per config, a parent and nested child runs, resume
 (docs/results.md, The MLflow runs in detail; docs/design.md#mlflow-runs). Every client call retries on SQLite's
-``database is locked``; MLflow is imported only where a run is logged or read."""
+``database is locked``; a store that cannot be used is refused at start in one line (:func:`check_tracking`);
+MLflow is imported only where a run is logged or read."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import math
 import os
 import shutil
 import socket
+import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from featurestore.files import file_lock
 from featurestore.processes import pid_alive
@@ -42,8 +46,127 @@ def resolve_tracking_uri(uri: str | None = None, base: str | os.PathLike | None 
         path = Path(base or Path.cwd()) / path
     if path.suffix != ".db":
         path = path / "mlflow.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TrackingError(
+            f"tracking folder {path.parent}: cannot create it ({e.strerror}); pass --tracking-uri "
+            "a folder you can write"
+        ) from e
     return f"sqlite:///{path.resolve()}"
+
+
+class TrackingError(ExperimentsError):
+    """A tracking store that cannot be used: the message names its URI or file and what to do."""
+
+
+#: seconds a sweep waits at start for another writer's lock on a SQLite database
+LOCK_WAIT_S = 60.0
+#: seconds to reach a tracking server or database before it is called unreachable
+CONNECT_TIMEOUT_S = 5.0
+#: MLflow's HTTP retries and timeout, bounded for this process unless the environment sets them
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+#: the pip package of a database driver, where its module's name is not it
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary"}
+
+
+def _check_sqlite(db: Path, write: bool) -> None:
+    """Refuse a database file that is not SQLite or is read-only; wait (saying so) for another writer's lock."""
+    if not db.exists():
+        if not os.access(db.parent, os.W_OK):
+            raise TrackingError(
+                f"tracking folder {db.parent} is read-only: pass --tracking-uri a folder you can write"
+            )
+        return
+    mode = "rw" if write and os.access(db, os.W_OK) and os.access(db.parent, os.W_OK) else "ro"
+    if write and mode == "ro":
+        raise TrackingError(
+            f"tracking database {db} (or its folder) is read-only: make both writable, or pass "
+            "--tracking-uri another folder"
+        )
+    probe = "BEGIN IMMEDIATE" if write else "SELECT count(*) FROM sqlite_master"
+    for timeout in (0.0, LOCK_WAIT_S):
+        conn = sqlite3.connect(f"{db.as_uri()}?mode={mode}", uri=True, timeout=timeout)
+        try:
+            conn.execute(probe)
+            return
+        except sqlite3.OperationalError as e:
+            if not _is_locked_error(e):
+                raise TrackingError(f"tracking database {db}: {e}; check the file") from e
+            if timeout == 0.0:
+                print(
+                    f"tracking database {db} is locked by another writer; waiting (up to "
+                    f"{LOCK_WAIT_S:.0f} s)",
+                    file=sys.stderr,
+                )
+        except sqlite3.DatabaseError as e:
+            raise TrackingError(
+                f"tracking database {db} is not an SQLite database ({e}): move it away or pass "
+                "--tracking-uri another folder"
+            ) from e
+        finally:
+            conn.close()
+    raise TrackingError(
+        f"tracking database {db} stayed locked by another writer for {LOCK_WAIT_S:.0f} s: stop it "
+        "or wait for it to finish, then re-run (a sweep resumes)"
+    )
+
+
+def _check_server(uri: str) -> None:
+    """Refuse a database URI whose driver is missing, and a server or database that cannot be reached."""
+    from sqlalchemy.engine import make_url  # with mlflow: see the module docstring
+
+    shown = mask_uri(uri)
+    scheme = uri.split("://", 1)[0].lower()
+    host: str | None
+    port: int | None
+    if scheme in ("http", "https"):
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port or (443 if scheme == "https" else 80)
+    elif scheme.startswith(("postgres", "mysql", "mssql")):
+        url = make_url(uri.replace("postgres://", "postgresql://", 1))
+        try:
+            url.get_dialect().import_dbapi()
+        except ModuleNotFoundError as e:
+            package = DRIVER_PACKAGES.get(str(e.name), str(e.name))
+            raise TrackingError(
+                f"tracking.uri {shown}: its driver {e.name} is not installed: pip install {package} "
+                "(or log through an MLflow server and pass its http:// URI)"
+            ) from e
+        default_port = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+        host, port = url.host, url.port or default_port.get(url.get_backend_name())
+    else:
+        return
+    if not host or not port:  # a Unix socket: the driver reports it
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise TrackingError(
+            f"tracking.uri {shown}: cannot reach {host}:{port} ({e.strerror or e}); start that "
+            "server (or check the address), or pass another --tracking-uri"
+        ) from e
+
+
+def check_tracking(uri: str, write: bool = True) -> None:
+    """:class:`TrackingError` unless the resolved ``uri`` can be used: a file that is not a
+    database, one read-only with ``write``, locked past :data:`LOCK_WAIT_S`, a driver missing, a
+    server or database unreachable; MLflow's HTTP retries bounded (:data:`HTTP_LIMITS`)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    if uri.startswith("sqlite:///"):
+        _check_sqlite(Path(uri[len("sqlite:///") :]), write)
+    else:
+        _check_server(uri)
+
+
+def tracking_client(uri: str, write: bool = True) -> Any:
+    """An ``MlflowClient`` of the resolved ``uri``, checked first (:func:`check_tracking`)."""
+    check_tracking(uri, write)
+    from mlflow import MlflowClient  # mlflow: see the module docstring
+
+    return MlflowClient(tracking_uri=uri)
 
 
 def artifact_root_for(uri: str) -> str | None:
@@ -60,14 +183,20 @@ def _is_locked_error(e: BaseException) -> bool:
 
 
 def with_retry(fn: Callable[[], T], attempts: int = 40, first_wait_s: float = 0.05) -> T:
-    """Call ``fn``, retrying with backoff (up to ~60 s in all) while SQLite reports a lock."""
+    """Call ``fn``, retrying with backoff (up to ~60 s in all) while SQLite reports a lock;
+    :class:`TrackingError` when it is still held."""
     wait = first_wait_s
     for i in range(attempts):
         try:
             return fn()
         except Exception as e:  # MlflowException, SQLAlchemy's OperationalError: unless a lock
-            if not _is_locked_error(e) or i == attempts - 1:
+            if not _is_locked_error(e):
                 raise
+            if i == attempts - 1:
+                raise TrackingError(
+                    "the tracking database stayed locked by another writer for a minute: stop it "
+                    "or wait for it to finish, then re-run (a sweep resumes)"
+                ) from e
             time.sleep(wait)
             wait = min(wait * 1.5, 2.0)
     raise AssertionError("unreachable")
@@ -132,11 +261,11 @@ class Tracker:
     """One MLflow experiment on one tracking store, used by a single writer process."""
 
     def __init__(self, uri: str | None, experiment: str, artifacts: str | None = None) -> None:
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        from mlflow import MlflowClient  # mlflow: see the module docstring
-
         self.uri = resolve_tracking_uri(uri)
         self.experiment = experiment
+        check_tracking(self.uri)
+        from mlflow import MlflowClient  # mlflow: see the module docstring
+
         # two writers creating the tables (or the experiment) at once crash one: one at a time
         with schema_lock(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
@@ -276,11 +405,9 @@ def export_predictions(
     run_id: str, split: str, out_dir: str | os.PathLike, tracking_uri: str | None = None
 ) -> list[Path]:
     """Copy a run's predictions of ``split`` into ``out_dir`` as challenge files; FileNotFoundError if none."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from mlflow import MlflowClient  # mlflow: see the module docstring
-    from mlflow.exceptions import MlflowException
+    client = tracking_client(resolve_tracking_uri(tracking_uri), write=False)
+    from mlflow.exceptions import MlflowException  # mlflow: see the module docstring
 
-    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
     try:
         run = client.get_run(run_id)
     except MlflowException as e:

@@ -154,7 +154,10 @@ class Store:
         self.root = Path(root)
         self.mode = mode
         if mode == "a":
-            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as e:
+                raise StoreError(f"feature store {root} is a file: pass --store a folder") from e
 
     # ----------------------------------------------------------------- paths
     def shard_path(self, session: str) -> Path:
@@ -215,6 +218,11 @@ class Store:
             )
         try:
             return h5py.File(path, "r")
+        except FileNotFoundError as e:  # listed a moment ago
+            raise StoreError(
+                f"shard {path} was deleted while the store was read: restore it or re-run "
+                "`featurestore extract`, then run this again"
+            ) from e
         except OSError as e:
             raise StoreError(
                 f"{path} is not a readable HDF5 shard ({e}); delete it and re-run `featurestore extract`"

@@ -1,11 +1,16 @@
-"""Tracking helpers: URI resolution, stale-run reaping, resume lookup, lock retries."""
+"""Tracking helpers: URI resolution, stale-run reaping, resume lookup, lock retries, and the
+stores refused at start with one line (check_tracking)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -13,10 +18,13 @@ from experiments.tracking.tracker import (
     CONFIG_HASH_TAG,
     WORKER_LOST_TAG,
     Tracker,
+    TrackingError,
     artifact_root_for,
+    check_tracking,
     resolve_tracking_uri,
     with_retry,
 )
+from tests.experiments.helpers import free_port
 
 
 def test_resolve_mlruns_and_folders(tmp_path, monkeypatch):
@@ -170,7 +178,7 @@ def test_with_retry_retries_locks_only():
     with pytest.raises(ValueError):
         with_retry(broken, first_wait_s=0.001)
     assert calls.count(2) == 1
-    with pytest.raises(RuntimeError):
+    with pytest.raises(TrackingError, match="stayed locked by another writer"):
         with_retry(
             lambda: (_ for _ in ()).throw(RuntimeError("database is locked")),
             attempts=2,
@@ -194,3 +202,96 @@ def test_artifacts_go_where_the_tracking_config_says(tmp_path, monkeypatch):
     assert artifact_location(sqlite, "exp") == (tmp_path / "runs/artifacts").as_uri() + "/exp"
     assert artifact_location("http://127.0.0.1:5000", "exp") is None  # the server decides
     assert not (tmp_path / "mlruns").exists()
+
+
+# ------------------------------------------------------------------ stores refused at start
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` read-only for the block: its mode for a user, a read-only bind mount for root
+    (whom modes do not stop); skipped where root cannot mount."""
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
+        for p in modes:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+        return
+    bind = ["mount", "--bind", str(folder), str(folder)]
+    if subprocess.run(bind, capture_output=True).returncode != 0:
+        pytest.skip("root ignores file modes and cannot bind-mount a read-only folder here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(folder)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("root ignores file modes and cannot remount a folder read-only here")
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def sqlite_uri(db: Path) -> str:
+    return f"sqlite:///{db}"
+
+
+def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path):
+    db = tmp_path / "mlflow.db"
+    db.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for write in (True, False):
+        with pytest.raises(TrackingError, match=f"{db} is not an SQLite database") as e:
+            check_tracking(sqlite_uri(db), write=write)
+        assert "root:x" not in str(e.value) and "--tracking-uri" in str(e.value)
+
+
+def test_a_read_only_database_and_folder_are_refused_for_writing(tmp_path):
+    folder = tmp_path / "mlruns"
+    folder.mkdir()
+    db = folder / "mlflow.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
+    with read_only(folder):
+        with pytest.raises(TrackingError, match=f"{db} \\(or its folder\\) is read-only"):
+            check_tracking(sqlite_uri(db))
+        check_tracking(sqlite_uri(db), write=False)  # reading it (export) is fine
+        with pytest.raises(TrackingError, match=f"{folder} is read-only"):
+            check_tracking(sqlite_uri(folder / "other.db"))
+        with pytest.raises(TrackingError, match=f"{folder / 'new'}: cannot create it"):
+            resolve_tracking_uri(str(folder / "new"))
+
+
+@pytest.mark.integration
+def test_a_database_locked_at_start_is_waited_out_saying_so(tmp_path, capfd):
+    db = tmp_path / "mlflow.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
+    hold = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+    hold += "c.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(2)"
+    writer = subprocess.Popen([sys.executable, "-c", hold, str(db)], stdout=subprocess.PIPE)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == b"held\n"
+        started = time.monotonic()
+        check_tracking(sqlite_uri(db))
+        waited = time.monotonic() - started
+    finally:
+        writer.wait(timeout=30)
+    err = capfd.readouterr().err
+    assert err.count(f"tracking database {db} is locked by another writer; waiting") == 1
+    assert 0.5 < waited < 30  # waited for the writer, not refused at once
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql"])
+def test_an_unreachable_server_is_refused_at_once_naming_it(scheme):
+    port = free_port()
+    uri = f"{scheme}://user:secret@127.0.0.1:{port}/" + ("db" if scheme != "http" else "")
+    with pytest.raises(TrackingError, match=f"cannot reach 127.0.0.1:{port}") as e:
+        check_tracking(uri)
+    assert "secret" not in str(e.value) and "--tracking-uri" in str(e.value)
+
+
+def test_a_database_without_its_driver_says_what_to_install():
+    pytest.importorskip("sqlalchemy")
+    if __import__("importlib").util.find_spec("MySQLdb"):
+        pytest.skip("mysqlclient is installed here")
+    with pytest.raises(
+        TrackingError, match="driver MySQLdb is not installed: pip install mysqlclient"
+    ):
+        check_tracking(f"mysql://u@127.0.0.1:{free_port()}/db")
