@@ -179,19 +179,11 @@ def explain_run(
     new_run: bool = False,
 ) -> Explanation:
     """``experiments explain RUN_ID``: the permutation importance of a configuration's child run's
-<<<<<<< HEAD
     refit (:func:`explain_trial`), logged to that run or, with ``new_run``, to a new run tagged
     ``explains_run``. Raises :class:`ExplainError` for no such run, a parent run, a config hash
     its params do not give, a baseline, or a store whose fingerprint is not the run's (without
     ``new_run``); ``DatasetError`` for missing channels."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from mlflow import MlflowClient  # heavy: loaded when a run is read
-    from mlflow.exceptions import MlflowException
-
-=======
-    refit (:func:`explain_trial`). Raises :class:`ExplainError` for no such run, a parent run, a
-    config hash its params do not give, or a baseline; ``DatasetError`` for missing channels."""
->>>>>>> rel-faults
     uri = resolve_tracking_uri(tracking_uri)
     client = tracking_client(uri, write=False)
     from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read

@@ -324,7 +324,6 @@ def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     )  # extraction hands face_geom the decoder's luma
 
 
-<<<<<<< HEAD
 def test_a_variable_rate_video_stores_its_faces_at_their_presentation_times(tmp_path, capsys):
     cv2 = pytest.importorskip("cv2")
     pytest.importorskip("dlib")
@@ -355,7 +354,8 @@ def test_a_variable_rate_video_stores_its_faces_at_their_presentation_times(tmp_
     capsys.readouterr()
     assert main(cmd) == 0 and "0 extracted, 1 already current" in capsys.readouterr().out
     assert main(["verify", "--store", str(store)]) == 0
-=======
+
+
 def test_a_session_whose_channels_fall_outside_it_is_refused_before_writing(tmp_path, capsys):
     """A 1-frame video with 3 s of sound and a 1-row label was extracted (exit 0) into a shard
     `verify` then rejected; extract applies verify's rule first."""
@@ -394,4 +394,3 @@ def test_a_session_whose_channels_fall_outside_it_is_refused_before_writing(tmp_
     assert main(["verify", "--store", str(store)]) == 1
     out = capsys.readouterr()
     assert "scene/egemaps: times 0.00-2.99 s outside the session (0-0.04 s)" in out.out + out.err
->>>>>>> rel-degenerate
