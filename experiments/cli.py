@@ -253,13 +253,18 @@ def _print_sweep(res: SweepResult) -> int:
 
 
 def _constant_tracks(res: SweepResult) -> list[str]:
-    """The tracks without a choice because every candidate is marked constant_predictions."""
-    from .config.tracks import candidates  # startup: see the imports above
+    """The tracks without a choice because every candidate but the baselines (constant by
+    design: a grid of them only is no fault) is marked constant_predictions."""
+    from .config.models import MODELS  # startup: see the imports above
+    from .config.tracks import candidates
 
     t, marked = res.table, _constant(res.table)
     if not marked.any() or "track" not in t:
         return []
-    ran = t.status != "failed"
+    names = t.get("model.name", t.status.map(lambda _: ""))
+    specs = MODELS.all()
+    baseline = names.map(lambda n: n in specs and specs[n].baseline)
+    ran = (t.status != "failed") & ~baseline
     parts = {k: marked[ran & t.track.isin(candidates(k))] for k in res.selection_metrics}
     return [k for k, m in parts.items() if k not in res.best_run_ids and len(m) and m.all()]
 

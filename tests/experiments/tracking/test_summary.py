@@ -6,9 +6,20 @@ import pytest
 
 from experiments.cli import main
 from experiments.config.loading import from_dict
+from experiments.config.models import ModelSpec, register_model, unregister_model
 from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.summary import best_per_track
 from tests.experiments.helpers import build_store, config_dict
+
+
+def _flat(params: dict, seed: int):
+    from sklearn.dummy import DummyRegressor
+
+    return DummyRegressor()
+
+
+#: a model that is not a baseline yet predicts a constant (a test's own)
+FLAT = ModelSpec("flat_test", "scikit-learn `DummyRegressor`, not marked a baseline", _flat)
 
 
 @pytest.fixture(scope="module")
@@ -44,22 +55,31 @@ def test_constant_predictions_are_marked_and_never_chosen(turned_store, tracking
     unmarked = res.table.drop(columns=["val.constant_predictions", "test.constant_predictions"])
     assert best_per_track(unmarked, "val")["generalized"].run_id not in chosen  # as it was
 
-    # a grid of constants only: no choice, one line, exit 1
-    args = ["sweep", "--config", "smoke", "--store", str(turned_store)]
-    args += ["--tracking-uri", tracking_dir, "--set", "tracking.experiment=constant-only"]
-    args += [
-        "--set",
-        "feature_sets={both: [listener/face_geom]}",
-        "--set",
-        "models=[{name: dummy}]",
-    ]
+    # a grid of baselines only (constant by design) is no fault: nothing chosen, exit 0
+    args = ["sweep", "--config", "smoke", "--store", str(turned_store), "--tracking-uri"]
+    args += [tracking_dir, "--set", "feature_sets={both: [listener/face_geom]}"]
     args += [
         "--set",
         "postprocess.smooth_s=[0]",
         "--set",
         "splits={train: [2, 4], val: [1], test: [3]}",
     ]
-    assert main(args) == 1
+    assert (
+        main(
+            [*args, "--set", "tracking.experiment=baseline-only", "--set", "models=[{name: dummy}]"]
+        )
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert "best child None" in out and "configuration chosen" not in err
+
+    # a grid of other models that predict a constant: no choice, one line, exit 1
+    register_model(FLAT)
+    try:
+        flat = ["--set", "tracking.experiment=constant-only", "--set", "models=[{name: flat_test}]"]
+        assert main([*args, *flat]) == 1
+    finally:
+        unregister_model(FLAT.name)
     out, err = capsys.readouterr()
     assert "best child None" in out and "constant" in out
     assert (
