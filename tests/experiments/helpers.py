@@ -250,6 +250,20 @@ def slow_group_trials() -> tuple:
     return cfg, [replace(t, unseen_listener=True) for t in expand(cfg)]
 
 
+def assert_same_result(result, ref, label: str) -> None:
+    """One trial's result equals the reference run's: metrics, warnings, every prediction."""
+    assert result.metrics == ref.metrics and result.warnings == ref.warnings, label
+    for sid in ref.predictions:
+        np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
+    for sid in ref.unseen_predictions:
+        np.testing.assert_array_equal(result.unseen_predictions[sid], ref.unseen_predictions[sid])
+
+
+def loopback_server_args(port: int) -> list[str]:
+    """An MLflow server's address options: 127.0.0.1 only, one worker."""
+    return ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+
+
 def cli_env() -> dict:
     """Environment for ``python -m experiments.cli`` subprocesses: the project importable, no telemetry."""
     env = dict(os.environ)

@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 
-import numpy as np
 import pytest
 from mlflow import MlflowClient
 
@@ -32,10 +31,12 @@ from featurestore import Store
 from featurestore.parallel.dask import DaskBackend
 from tests.experiments.helpers import (
     assert_same_metrics,
+    assert_same_result,
     config_dict,
     copy_tracking_db,
     dask_cluster,
     free_port,
+    loopback_server_args,
     process_group,
     running_children,
     slow_group_trials,
@@ -69,12 +70,7 @@ def mlflow_server(tracking_dir, tmp_path_factory):
         backend,
         "--artifacts-destination",
         str(folder / "artifacts"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
+        *loopback_server_args(port),
     ]
     # its own process group: the CLI and the uvicorn worker it started; the database is a throwaway copy
     with process_group(cmd, folder / "server.log", env=env, cwd=folder) as proc:
@@ -308,11 +304,4 @@ def test_a_slow_groups_fits_run_as_separate_dask_tasks_with_the_local_results(pl
         ]
         assert [t for t, _ in outcomes] == [t for task in tasks for t in task.trials]
         for t, result in outcomes:
-            ref = local[t]
-            assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
-            for sid in ref.predictions:
-                np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
-            for sid in ref.unseen_predictions:
-                np.testing.assert_array_equal(
-                    result.unseen_predictions[sid], ref.unseen_predictions[sid]
-                )
+            assert_same_result(result, local[t], t.label())

@@ -20,7 +20,7 @@ from experiments.evaluation.evaluate import (
     window_groups,
     window_sessions,
 )
-from tests.experiments.helpers import config_dict, slow_group_trials
+from tests.experiments.helpers import assert_same_result, config_dict, slow_group_trials
 
 
 def _tables(store, cfg):
@@ -189,16 +189,8 @@ def test_a_slow_models_fits_run_as_separate_tasks_with_the_serial_results(
     got = _outcomes(list(tables), groups, jobs=2)
     assert [o.trial for o in got] == trials and all(o.error == "" for o in got)
     for o in got:
-        t, result = o.trial, o.result
-        ref = serial[t]
-        assert result.metrics == ref.metrics and result.warnings == ref.warnings, t.label()
-        for sid in ref.predictions:
-            np.testing.assert_array_equal(result.predictions[sid], ref.predictions[sid])
-        for sid in ref.unseen_predictions:
-            np.testing.assert_array_equal(
-                result.unseen_predictions[sid], ref.unseen_predictions[sid]
-            )
-        assert result.fit_seconds > 0
+        assert_same_result(o.result, serial[o.trial], o.trial.label())
+        assert o.result.fit_seconds > 0
     slow = next(g for g in fit_groups(trials) if g[0].model == "hist_gb")
     expected = sorted(f"hist_gb {p}" for p in group_fit_parts(slow, w))
     assert len(expected) > 10  # main, folds, and per listener: unseen and its folds

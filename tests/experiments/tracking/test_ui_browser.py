@@ -27,7 +27,7 @@ from experiments.tracking.ui_view import (
     EXPERIMENT_KIND_TAG,
     RUN_NAME_COLUMN,
 )
-from tests.experiments.helpers import cli_env, free_port, wait_healthy
+from tests.experiments.helpers import cli_env, free_port, loopback_server_args, wait_healthy
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,12 +69,7 @@ def ui_command(backend_uri: str, port: int) -> tuple[list[str], dict]:
         backend_uri,
         "--default-artifact-root",
         "./mlruns",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
+        *loopback_server_args(port),
     ]
     env = {
         **os.environ,
