@@ -257,24 +257,15 @@ def _constant_tracks(res: SweepResult) -> list[str]:
     design: a grid of them only is no fault) is marked constant_predictions."""
     from .config.models import MODELS  # startup: see the imports above
     from .config.tracks import candidates
+    from .tracking.summary import constant_marked
 
-    t, marked = res.table, _constant(res.table)
+    t, marked = res.table, constant_marked(res.table)
     if not marked.any() or "track" not in t:
         return []
-    names = t.get("model.name", t.status.map(lambda _: ""))
-    specs = MODELS.all()
-    baseline = names.map(lambda n: n in specs and specs[n].baseline)
-    ran = (t.status != "failed") & ~baseline
+    baselines = [name for name, spec in MODELS.all().items() if spec.baseline]
+    ran = (t.status != "failed") & ~t["model.name"].isin(baselines)
     parts = {k: marked[ran & t.track.isin(candidates(k))] for k in res.selection_metrics}
     return [k for k, m in parts.items() if k not in res.best_run_ids and len(m) and m.all()]
-
-
-def _constant(table: Any) -> Any:
-    """Per row of a sweep table: whether it is marked ``<split>.constant_predictions``."""
-    from .config.options import CONSTANT_MARK  # startup: see the imports above
-
-    marks = [c for c in table if str(c).endswith(f".{CONSTANT_MARK}")]
-    return (table[marks] == 1).any(axis=1)
 
 
 def _print_best(res: SweepResult) -> None:
@@ -283,6 +274,7 @@ def _print_best(res: SweepResult) -> None:
 
     from .config.metrics import get_metric  # startup, as pandas
     from .config.tracks import candidates
+    from .tracking.summary import constant_marked
 
     t, ascending = res.table, not get_metric(res.metric).higher_is_better
     for track, metric in res.selection_metrics.items():
@@ -293,7 +285,7 @@ def _print_best(res: SweepResult) -> None:
         if not top.empty:
             print(f"\n{track} track, best 5 on {metric} (the selection split):")
             cols = [c for c in ("label", "track", metric) if c in t]
-            if (marked := _constant(top)).any():  # never chosen: said beside its number
+            if (marked := constant_marked(top)).any():  # never chosen: said beside its number
                 top, cols = (
                     top.assign(note=marked.map({True: "constant", False: ""})),
                     [*cols, "note"],

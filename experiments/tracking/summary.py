@@ -25,6 +25,12 @@ from .tracker import CONFIG_HASH_TAG, Tracker
 Row = Mapping[Hashable, Any]
 
 
+def constant_marked(table: pd.DataFrame) -> pd.Series:
+    """Per row of a sweep table: whether it is marked ``<split>.constant_predictions``."""
+    marks = [c for c in table if str(c).endswith(f".{CONSTANT_MARK}")]
+    return (table[marks] == 1).any(axis=1)
+
+
 def best_per_track(
     table: pd.DataFrame, protocol: str, metric: str = DEFAULT_METRIC
 ) -> dict[str, pd.Series]:
@@ -33,8 +39,7 @@ def best_per_track(
     out: dict[str, pd.Series] = {}
     if table.empty or "track" not in table:
         return out
-    marks = [c for c in table if str(c).endswith(f".{CONSTANT_MARK}")]  # never chosen
-    ok = (table["status"] != "failed") & ~(table[marks] == 1).any(axis=1)
+    ok = (table["status"] != "failed") & ~constant_marked(table)
     twins = table[ok & table[UNSEEN_OF_TAG].notna()] if UNSEEN_OF_TAG in table else table.iloc[0:0]
     grid = table[ok & ~table.index.isin(twins.index)]
     for track in TRACKS:
