@@ -57,6 +57,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "models": 4,
         "evaluation": 5,
         "tracking": 6,
+        "trained": 7,
         "engine": 7,
         "studies": 8,
         "cli": 9,

@@ -26,3 +26,14 @@ class GoldStandard:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def gold_standard_of(text: str) -> GoldStandard:
+    """The :class:`GoldStandard` of a trial's ``gold_standard`` param (``gold_standard_text``'s inverse).
+
+    >>> gold_standard_of("ewe,align_lags,max_lag_s=3")
+    GoldStandard(method='ewe', align_lags=True, max_lag_s=3.0)
+    """
+    method, *rest = text.split(",")
+    lag = [float(p.partition("=")[2]) for p in rest if p.startswith("max_lag_s=")]
+    return GoldStandard(method, "align_lags" in rest, *lag)

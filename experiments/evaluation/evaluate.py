@@ -90,12 +90,41 @@ class TrialResult:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
-def _calibrate(
-    trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
-) -> tuple[Predictions, Predictions]:
-    """``global_calibrated``'s per-listener maps (fitted on smoothed out-of-fold predictions)
-    applied to the unsmoothed evaluated and training predictions: (evaluated, fit_on)."""
-    maps = fit_smoothed_calibration(
+@dataclass
+class PostProcess:
+    """A configuration's post-processing as fitted on one training set: ``global_calibrated``'s
+    per-listener ``maps``, then smoothing, then the ``rescaler`` (per listener or not)."""
+
+    smooth_s: float
+    smooth_method: str
+    maps: dict[int | float, tuple[float, float]] | None = None
+    rescaler: Rescaler | None = None
+    per_listener: bool = False
+
+    def calibrate(self, raw: np.ndarray, listener: int) -> np.ndarray:
+        """``raw`` through the listener's calibration map (unchanged without maps)."""
+        if self.maps is None:
+            return raw
+        return apply_listener_calibration(self.maps, np.full(len(raw), listener), raw)
+
+    def smooth(self, p: np.ndarray, fps: float) -> np.ndarray:
+        return smooth(p, fps, self.smooth_s, self.smooth_method) if self.smooth_s else p
+
+    def rescale(self, p: np.ndarray, listener: int) -> np.ndarray:
+        if self.rescaler is None:
+            return p
+        return self.rescaler.transform(p, group=listener if self.per_listener else None)
+
+    def apply(self, raw: np.ndarray, listener: int, fps: float) -> np.ndarray:
+        """One session's raw predictions calibrated, smoothed and rescaled."""
+        return self.rescale(self.smooth(self.calibrate(raw, listener), fps), listener)
+
+
+def _calibration_maps(
+    trial: Trial, fitted: Fitted, train: Sessions
+) -> dict[int | float, tuple[float, float]]:
+    """``global_calibrated``'s per-listener maps, fitted on smoothed out-of-fold predictions."""
+    return fit_smoothed_calibration(
         np.concatenate([s.y for s in train]),
         np.concatenate([fitted.fit_on[s.session] for s in train]),
         np.concatenate([np.full(len(s.y), s.listener, float) for s in train]),
@@ -105,16 +134,6 @@ def _calibrate(
         trial.smooth_method or "moving_average",
         CALIBRATION_SHRINKAGE,
     )
-
-    def apply(sessions: Sessions, predictions: Predictions) -> Predictions:
-        return {
-            s.session: apply_listener_calibration(
-                maps, np.full(len(s.y), s.listener), predictions[s.session]
-            )
-            for s in sessions
-        }
-
-    return apply(evaluate, fitted.evaluated), apply(train, fitted.fit_on)
 
 
 def _smooth(t: Trial, s: WindowedSession, p: np.ndarray) -> np.ndarray:
@@ -131,15 +150,28 @@ def _rescaler(t: Trial, sessions: Sessions, predictions: Predictions) -> tuple[R
     return rescaler.fit(y[ok], p[ok], groups=groups if per_listener else None), per_listener
 
 
+def fit_postprocess(trial: Trial, fitted: Fitted, train: Sessions) -> PostProcess:
+    """``trial``'s :class:`PostProcess` fitted on ``fitted.fit_on`` (the training sessions'
+    out-of-fold predictions, or in sample) and the training labels."""
+    post = PostProcess(trial.smooth_s, trial.smooth_method)
+    fit_on = fitted.fit_on
+    if trial.personalization == "global_calibrated":
+        post.maps = _calibration_maps(trial, fitted, train)
+        fit_on = {s.session: post.calibrate(fit_on[s.session], s.listener) for s in train}
+    if trial.rescale != "none":
+        post.rescaler, post.per_listener = _rescaler(trial, train, fit_on)
+    return post
+
+
 def _postprocess(
     trial: Trial, fitted: Fitted, train: Sessions, evaluate: Sessions
 ) -> tuple[Predictions, Predictions, dict[int, Predictions]]:
     """(evaluated, held out: by the models without its listener, per held-out listener every
     evaluated session's), calibrated, smoothed and rescaled as ``trial`` says."""
-    evaluated, fit_on = fitted.evaluated, fitted.fit_on
-    if trial.personalization == "global_calibrated":
-        evaluated, fit_on = _calibrate(trial, fitted, train, evaluate)
-    preds = {s.session: _smooth(trial, s, evaluated[s.session]) for s in evaluate}
+    post = fit_postprocess(trial, fitted, train)
+    preds = {
+        s.session: post.apply(fitted.evaluated[s.session], s.listener, s.fps) for s in evaluate
+    }
     with_unseen = trial.track == "generalized" and trial.unseen_listener
     nested = {
         listener: {
@@ -148,13 +180,6 @@ def _postprocess(
         for listener, raw in (fitted.unseen_all.items() if with_unseen else ())
     }
     if trial.rescale != "none":
-        rescaler, per_listener = _rescaler(trial, train, fit_on)
-        preds = {
-            s.session: rescaler.transform(
-                preds[s.session], group=s.listener if per_listener else None
-            )
-            for s in evaluate
-        }
         # a held-out listener's rescaling: fitted on the others, predicted by models without them
         for listener, raw in nested.items():
             others = [t for t in train if t.listener != listener]

@@ -21,10 +21,10 @@ import numpy as np
 
 from ..config.grid import Trial
 from ..config.models import model_spec
-from ..models.factory import make_model
+from ..models.factory import MedianImputer, make_model
 from ..models.personalization import PerListenerRegressor, make_personalizer
 from ..models.position_prior import session_position
-from ..models.ridge_stats import LinearFit, SufficientStats
+from ..models.ridge_stats import LinearFit, SufficientStats, linear_predict
 from ..windowing.windowed import WindowedSession
 
 if TYPE_CHECKING:  # fit_cache imports this module
@@ -83,9 +83,11 @@ class FitResult(NamedTuple):
     n_rows: int
 
 
-def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Sessions) -> FitResult:
-    """``trial``'s model fitted on ``train``; a per-listener model fits its global fallback only
-    when a listener of ``predicted`` has too few rows for their own (else it is never used)."""
+def _fit(
+    trial: Trial, train: Sessions, personalization: str, predicted: Sessions, fallback: bool = False
+) -> FitResult:
+    """``trial``'s model fitted on ``train``; a per-listener model fits its global fallback when
+    ``fallback`` or a listener of ``predicted`` has too few rows for their own (else it is never used)."""
     hop = max(1, int(round(trial.hop_s * train[0].fps)))
     X, y = design(train, hop, *_layout(trial))
     if len(y) == 0:
@@ -96,7 +98,7 @@ def _fit(trial: Trial, train: Sessions, personalization: str, predicted: Session
         ids, counts = np.unique(X[:, 0], return_counts=True)
         rows = dict(zip(ids.tolist(), counts.tolist(), strict=True))
         lacking = any(rows.get(float(s.listener), 0) < model.min_samples for s in predicted)
-        model.set_params(fallback=lacking)
+        model.set_params(fallback=fallback or lacking)
     model.fit(X, y)
     return FitResult(model, float(np.mean(y)), len(y))
 
@@ -400,6 +402,81 @@ def _closed_form_predictions(
         for (part, flag), column in zip(by_part, columns.T, strict=True):
             out[part, sid, flag] = column
     return out
+
+
+@dataclass
+class LinearModel:
+    """A closed-form ridge model: each listener's ``own`` fit (``per_listener``), the ``overall``
+    one for the others; ``fills``: per fit, every column's training median, for a session with NaN
+    in a column outside ``nan_columns`` (where no session of the fit's sweep had one)."""
+
+    shift: np.ndarray
+    nan_columns: np.ndarray
+    overall: LinearFit
+    own: dict[int, LinearFit] = field(default_factory=dict)
+    fills: dict[int, np.ndarray] = field(default_factory=dict)  # -1: the overall fit's
+
+    def raw(self, s: WindowedSession) -> np.ndarray:
+        """The session's predictions by its listener's fit (the sweep's numbers on its sessions)."""
+        key = s.listener if s.listener in self.own else -1
+        F, outside = s.F, np.ones(s.F.shape[1], bool)
+        outside[self.nan_columns] = False
+        nan = np.isnan(F) & outside
+        if nan.any():
+            F = np.where(nan, self.fills[key].astype(F.dtype), F)
+        return linear_predict(F, self.shift, self.nan_columns, [self.own.get(key, self.overall)])[
+            :, 0
+        ]
+
+
+def _linear_model(
+    trial: Trial, train: Sessions, evaluate: Sessions, personalization: str
+) -> LinearModel | None:
+    """``trial``'s closed-form model on ``train`` as :func:`closed_form_parts` fits its ``main``
+    part (None without a closed form, as there)."""
+    spec = model_spec(trial.model)
+    alpha = spec.closed_form(spec.resolve(trial.hyperparams)) if spec.closed_form else None
+    if alpha is None or personalization not in CLOSED_FORM_PERSONALIZATIONS:
+        return None
+    stats = _group_stats(trial, train, [*train, *evaluate])
+    if stats is None or stats.n_rows(_ids(train)) == 0:
+        return None
+    hop = max(1, int(round(trial.hop_s * train[0].fps)))
+
+    def fit(sessions: Sessions) -> tuple[LinearFit, np.ndarray]:
+        rows = design(sessions, hop)[0][:, 1:]
+        return stats.fit(sorted(_ids(sessions)), alpha), MedianImputer().fit(rows).statistics_
+
+    overall, fill = fit(train)
+    model = LinearModel(stats.shift, stats.nan_columns, overall, fills={-1: fill})
+    if personalization == "per_listener":
+        for listener, sessions in _own_models(stats, train).items():
+            model.own[listener], model.fills[listener] = fit(sessions)
+    return model
+
+
+def final_model(
+    trial: Trial, train: Sessions, evaluate: Sessions, need_post_fit: bool
+) -> tuple[LinearModel | _Model, PartResult]:
+    """``trial``'s ``main`` model on ``train`` as the sweep fits it (closed form where it has
+    one; a per-listener model with its global fallback, for listeners it never saw), and the
+    ``main`` part's result: the sweep's predictions of ``evaluate`` (and in sample)."""
+    fit_on, personalization, predicted, in_sample = _part_sets(
+        trial, FitPart("main"), train, evaluate, need_post_fit
+    )
+    t0 = time.perf_counter()
+    with recording() as caught:
+        model = _linear_model(trial, fit_on, evaluate, personalization) or _Model(
+            trial, _fit(trial, fit_on, personalization, [], fallback=True)
+        )
+        result = PartResult(
+            {s.session: model.raw(s) for s in predicted},
+            {s.session: model.raw(s) for s in in_sample},
+            n_rows=model.overall.n_rows if isinstance(model, LinearModel) else model.fitted.n_rows,
+        )
+    result.warnings = sorted(as_text(caught))
+    result.seconds = time.perf_counter() - t0
+    return model, result
 
 
 def combine_parts(

@@ -259,26 +259,34 @@ class SufficientStats:
         return LinearFit(coef, float(sy / n - mean @ coef), fill, n)
 
     def predict(self, X: np.ndarray, fits: Sequence[LinearFit]) -> np.ndarray:
-        """``(n, len(fits))``: each fit's prediction of each row of ``X``, read ``PREDICT_ROWS`` rows at a time; each
-        fit is its own product, so its numbers never depend on which other fits are asked for."""
-        X = np.asarray(X)
-        k = self.nan_columns
-        unfilled = np.asarray(np.isnan(X).any(axis=0))
-        unfilled[k] = False
-        if unfilled.any():
-            raise ValueError(
-                f"NaN in columns {np.flatnonzero(unfilled).tolist()}, which have no fill value: "
-                "name them in SufficientStats(extra_nan=...)"
-            )
-        filled = [(f.fill - self.shift[k]) * f.coef[k] for f in fits]
-        out = np.empty((len(X), len(fits)))
-        for a in range(0, len(X), PREDICT_ROWS):
-            Xs = X[a : a + PREDICT_ROWS].astype(np.float64) - self.shift
-            nan = np.isnan(Xs)
-            Xs[nan] = 0.0
-            M = nan[:, k].astype(np.float64)
-            for i, f in enumerate(fits):
-                out[a : a + len(Xs), i] = Xs @ f.coef + f.offset
-                if len(k):
-                    out[a : a + len(Xs), i] += M @ filled[i]
-        return out
+        """``(n, len(fits))``: each fit's prediction of each row of ``X`` (:func:`linear_predict`)."""
+        return linear_predict(X, self.shift, self.nan_columns, fits)
+
+
+def linear_predict(
+    X: np.ndarray, shift: np.ndarray, nan_columns: np.ndarray, fits: Sequence[LinearFit]
+) -> np.ndarray:
+    """``(n, len(fits))``: each fit's prediction of each row of ``X`` (NaN only in ``nan_columns``, whose fill
+    values the fits hold), read ``PREDICT_ROWS`` rows at a time; each fit is its own product, so its numbers
+    never depend on which other fits are asked for."""
+    X = np.asarray(X)
+    k = nan_columns
+    unfilled = np.asarray(np.isnan(X).any(axis=0))
+    unfilled[k] = False
+    if unfilled.any():
+        raise ValueError(
+            f"NaN in columns {np.flatnonzero(unfilled).tolist()}, which have no fill value: "
+            "name them in SufficientStats(extra_nan=...)"
+        )
+    filled = [(f.fill - shift[k]) * f.coef[k] for f in fits]
+    out = np.empty((len(X), len(fits)))
+    for a in range(0, len(X), PREDICT_ROWS):
+        Xs = X[a : a + PREDICT_ROWS].astype(np.float64) - shift
+        nan = np.isnan(Xs)
+        Xs[nan] = 0.0
+        M = nan[:, k].astype(np.float64)
+        for i, f in enumerate(fits):
+            out[a : a + len(Xs), i] = Xs @ f.coef + f.offset
+            if len(k):
+                out[a : a + len(Xs), i] += M @ filled[i]
+    return out

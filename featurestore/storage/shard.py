@@ -239,6 +239,16 @@ class ShardReader:
         """``role/channel`` -> the source recorded with it (path, size, content fingerprint)."""
         return {k: json.loads(self.file[k].attrs.get("source", "{}")) for k in self.channel_keys()}
 
+    def extractor(self, key: str) -> dict[str, Any]:
+        """What computed channel ``role/channel``: its ``extractor``, ``version`` and ``params``."""
+        self.require_channels([key])
+        a = self.file[key].attrs
+        return {
+            "extractor": str(a.get("extractor", "")),
+            "version": str(a.get("extractor_version", "")),
+            "params": json.loads(a.get("params", "{}")),
+        }
+
     def has_channel(self, key: str) -> bool:
         """The shard holds channel ``role/channel`` (a group with ``data``)."""
         role, name = split_key(key)
