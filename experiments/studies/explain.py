@@ -194,7 +194,11 @@ def explain_run(
         raise ExplainError(
             f"no run {run_id} in {mask_uri(uri)}; copy a child run's id from the MLflow UI or reports/ablation.csv"
         ) from e
-    trial = _run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
+    trial = run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
+    if _explainable(trial) is None:
+        raise ExplainError(
+            f"run {run_id} is the {trial.model} baseline, which reads no feature: nothing to permute"
+        )
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
     fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(store)[0]
     if fitted_on not in (None, fingerprint) and not new_run:
@@ -221,7 +225,7 @@ def explain_run(
     return explained
 
 
-def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
+def run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
     """The configuration of ``run_id`` from its ``params``, checked against its ``config_hash`` tag."""
     try:
         trial = trial_from_params(params)
@@ -231,10 +235,6 @@ def _run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:
         raise ExplainError(
             f"run {run_id}: its params give config hash {trial.hash()}, its tag says "
             f"{logged_hash or 'nothing'}; it was logged by other code: run the sweep again"
-        )
-    if _explainable(trial) is None:
-        raise ExplainError(
-            f"run {run_id} is the {trial.model} baseline, which reads no feature: nothing to permute"
         )
     return trial
 

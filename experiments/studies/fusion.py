@@ -236,7 +236,7 @@ def _log(
         for sid, pred in result.predictions.items():
             d = folder / "predictions" / split_of[sid]
             d.mkdir(parents=True, exist_ok=True)
-            write_prediction_csv(d / f"{sid}.csv", pred)
+            write_prediction_csv(d / f"{sid}.csv", pred, cfg.target)
         (folder / "fusion.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
         tracker.log_artifacts(run_id, tmp)
     tracker.finish(run_id, "FINISHED")

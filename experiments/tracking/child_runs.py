@@ -155,12 +155,12 @@ def resolved_params(trial: Trial) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def write_prediction_csv(path: Path, prediction: np.ndarray) -> None:
-    """One session's per-frame predictions as the challenge's CSV: a ``valence`` header, then one
-    value per line with 9 decimals; the bytes of ``np.savetxt(path, prediction, fmt="%.9f",
-    header="valence", comments="")``, 5x faster (its CSVs of a full-size sweep took 11 s)."""
+def write_prediction_csv(path: Path, prediction: np.ndarray, header: str) -> None:
+    """One session's per-frame predictions as the challenge's CSV: a header (the target's name),
+    then one value per line with 9 decimals; the bytes of ``np.savetxt(path, prediction,
+    fmt="%.9f", header=header, comments="")``, 5x faster (its CSVs of a full-size sweep took 11 s)."""
     values = np.asarray(prediction, dtype=np.float64).ravel().tolist()
-    path.write_text("valence\n" + "".join(map("%.9f\n".__mod__, values)))
+    path.write_text(header + "\n" + "".join(map("%.9f\n".__mod__, values)))
 
 
 def matrix_file(metric: str = DEFAULT_METRIC) -> str:
@@ -190,7 +190,7 @@ def write_artifacts(result: TrialResult, cfg_dict: dict, folder: Path) -> None:
             d = folder / "predictions" / (split_of[sid] + suffix)
             d.mkdir(parents=True, exist_ok=True)
             # 9 decimals: `experiments export` + `score` then reproduce the logged score to ~1e-9
-            write_prediction_csv(d / f"{sid}.csv", pred)
+            write_prediction_csv(d / f"{sid}.csv", pred, trial.target)
     plots = folder / "plots"
     plots.mkdir()
     for name, png in (result.figures or with_figures(result).figures).items():

@@ -334,9 +334,11 @@ def save_model(model: TrainedModel, folder: str | os.PathLike) -> Path:
     return out
 
 
-def load_model(folder: str | os.PathLike) -> TrainedModel:
-    """The :class:`TrainedModel` of a folder :func:`save_model` wrote; warns when other code wrote it."""
+def load_model(folder: str | os.PathLike, name: str = "") -> TrainedModel:
+    """The :class:`TrainedModel` of a folder :func:`save_model` wrote (``name``: what the messages
+    call it, default the folder); warns when other code wrote it."""
     path = Path(folder) / "model.json"
+    name = name or str(path)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -357,7 +359,7 @@ def load_model(folder: str | os.PathLike) -> TrainedModel:
     code, here = doc["provenance"].get("code", {}), code_version().tags()
     if code.get("code_fingerprint") != here["code_fingerprint"]:
         warnings.warn(
-            f"{path}: the model was saved by experiments {code.get('code_version')} (commit "
+            f"{name}: the model was saved by experiments {code.get('code_version')} (commit "
             f"{code.get('git_commit')}, code {code.get('code_fingerprint')}); this is "
             f"{here['code_version']} (commit {here['git_commit']}, code {here['code_fingerprint']})",
             stacklevel=2,
@@ -378,7 +380,7 @@ def load_model(folder: str | os.PathLike) -> TrainedModel:
 def frame_table(table: SessionTable) -> pd.DataFrame:
     """A session's frame table as the model's input: the listener's id, the feature columns, each
     channel's valid flags (``<channel>:valid``), a row per label frame."""
-    out = pd.DataFrame(table.X, columns=table.columns)
+    out = pd.DataFrame(table.X.astype(np.float64), columns=table.columns)  # JSON's numbers
     out.insert(0, LISTENER_COLUMN, np.full(table.n_frames, table.listener, np.int64))
     flags = pd.DataFrame(table.valid, columns=[valid_column(c) for c in table.channels])
     return pd.concat([out, flags], axis=1)

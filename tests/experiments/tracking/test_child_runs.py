@@ -66,8 +66,8 @@ def test_a_run_name_leads_with_feature_set_personalization_and_model():
 
 
 def test_prediction_csv_has_the_bytes_of_savetxt(tmp_path):
-    """The fast writer writes what ``np.savetxt(fmt="%.9f", header="valence")`` wrote before it,
-    for ordinary values, the special ones and both float widths."""
+    """The fast writer writes what ``np.savetxt(fmt="%.9f", header=<target>)`` writes, for
+    ordinary values, the special ones and both float widths."""
     from experiments.tracking.child_runs import write_prediction_csv
 
     special = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-12, 2.0**-10, -(2.0**-10), 0.1234567895]
@@ -76,6 +76,6 @@ def test_prediction_csv_has_the_bytes_of_savetxt(tmp_path):
         np.random.default_rng(1).uniform(-1, 1, 300).astype(np.float32),
         np.empty(0),
     ):
-        np.savetxt(tmp_path / "old.csv", values, fmt="%.9f", header="valence", comments="")
-        write_prediction_csv(tmp_path / "new.csv", values)
+        np.savetxt(tmp_path / "old.csv", values, fmt="%.9f", header="arousal", comments="")
+        write_prediction_csv(tmp_path / "new.csv", values, "arousal")
         assert (tmp_path / "new.csv").read_bytes() == (tmp_path / "old.csv").read_bytes()

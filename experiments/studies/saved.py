@@ -1,0 +1,167 @@
+"""A run's configuration as a model that leaves it: ``experiments save RUN_ID`` (:func:`save_run`),
+the sweep's choices saved and registered (:func:`save_choices`), ``experiments predict``
+(:func:`predict_store`); docs/using_a_model.md."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from featurestore.storage.store import Store
+
+from ..errors import ExperimentsError
+from ..tracking.child_runs import write_prediction_csv
+from ..tracking.redact import mask_uri
+from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri, tracking_client
+from ..trained.model import (
+    ModelError,
+    TrainedModel,
+    channel_extractors,
+    frame_table,
+    store_tables,
+    train_model,
+)
+from ..trained.pyfunc import fetch_model, log_model, model_name, register
+from .explain import run_trial
+from .parent_run import as_store, store_fingerprint
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A run's model as logged: its run, registered name and version (empty when not
+    registered), the seconds to fit and to log it, and the fitted parts' bytes."""
+
+    run_id: str
+    track: str
+    name: str = ""
+    version: str = ""
+    fit_seconds: float = 0.0
+    log_seconds: float = 0.0
+    size_bytes: int = 0
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}@chosen" if self.name else f"runs:/{self.run_id}/model"
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def save_trained(
+    tracker: Tracker,
+    run_id: str,
+    model: TrainedModel,
+    store: Store,
+    name: str = "",
+    fit_seconds: float = 0.0,
+) -> Saved:
+    """Log ``model`` into ``run_id`` (its input example from its first training session) and,
+    given a ``name``, register it with the ``chosen`` alias."""
+    first = model.provenance["train_sessions"][0]
+    example = frame_table(store_tables(store, model.trial, [first])[0])
+    seconds = log_model(tracker.client, run_id, model, example)
+    version = register(tracker.client, run_id, name) if name else ""
+    size = _size_of_run_model(tracker, run_id)
+    return Saved(run_id, model.trial.track, name, version, fit_seconds, seconds, size)
+
+
+def _size_of_run_model(tracker: Tracker, run_id: str) -> int:
+    files = tracker.client.list_artifacts(run_id, "model/artifacts/trained")
+    return sum(int(f.file_size or 0) for f in files)
+
+
+def save_run(
+    run_id: str,
+    store: str | os.PathLike = "features",
+    tracking_uri: str | None = None,
+    name: str = "",
+    allow_other_store: bool = False,
+) -> Saved:
+    """``experiments save RUN_ID``: the run's configuration refitted on ``store`` as its sweep
+    fitted it, logged into the run as an MLflow model (registered as ``name`` if given).
+    Raises :class:`ModelError` for no such run, a parent run, a configuration other code logged,
+    or (without ``allow_other_store``) a store whose fingerprint is not the run's."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = resolve_tracking_uri(tracking_uri)
+    client = tracking_client(uri)
+    from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as e:
+        raise ModelError(
+            f"no run {run_id} in {mask_uri(uri)}; copy a configuration's child run id from the "
+            "MLflow UI or the sweep's summary"
+        ) from e
+    trial = run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
+    st = as_store(store)
+    fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(st)[0]
+    if fitted_on not in (None, fingerprint) and not allow_other_store:
+        raise ModelError(
+            f"run {run_id} was fitted on another store (fingerprint {fitted_on}) than {st.root} "
+            f"({fingerprint}: shards changed, added or gone): save it with the run's store, or "
+            "pass --allow-mismatch to fit it on this one"
+        )
+    tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
+    t0 = time.perf_counter()
+    model = train_model(trial, st, fingerprint)
+    fit_seconds = time.perf_counter() - t0
+    return save_trained(tracker, run_id, model, st, name, fit_seconds)
+
+
+def save_choices(
+    best_run_ids: Mapping[str, str],
+    store: str | os.PathLike,
+    tracking_uri: str | None,
+    experiment: str,
+) -> list[Saved]:
+    """Each track's chosen run saved (once when both tracks chose it) and registered as
+    ``<experiment>-<track>`` with the alias ``chosen``."""
+    out, saved = [], {}
+    for track, run_id in best_run_ids.items():
+        name = model_name(experiment, track)
+        if run_id in saved:
+            client = tracking_client(resolve_tracking_uri(tracking_uri))
+            version = register(client, run_id, name)
+            out.append(replace(saved[run_id], track=track, name=name, version=version))
+        else:
+            saved[run_id] = save_run(run_id, store, tracking_uri, name)
+            out.append(replace(saved[run_id], track=track))
+    return out
+
+
+def predict_store(
+    model: str,
+    store: str | os.PathLike,
+    out: str | os.PathLike,
+    tracking_uri: str | None = None,
+    sessions: Sequence[str] | None = None,
+    allow_mismatch: bool = False,
+) -> list[Path]:
+    """``experiments predict MODEL --store S --out DIR``: one CSV per session of the store
+    (labelled or not; ``sessions`` only), named as the store names it, the header the target's
+    name. :class:`ModelError` when the store differs from what the model was trained on (missing
+    channels or columns, other extractors, another frame rate) unless ``allow_mismatch``."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    trained = fetch_model(model, resolve_tracking_uri(tracking_uri))
+    st = as_store(store)
+    names = list(sessions) if sessions is not None else st.list_sessions()
+    if not names:
+        raise ModelError(f"no sessions in the feature store {st.root}")
+    try:
+        tables = store_tables(st, trained.trial, names, labelled=True)
+    except ExperimentsError as e:
+        raise ModelError(f"model {model}: {e}") from e
+    trained.check(tables, channel_extractors(st, names[0], trained.channels), allow_mismatch)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for t in tables:
+        path = folder / f"{t.session}.csv"
+        write_prediction_csv(path, trained.predict_table(t), trained.trial.target)
+        files.append(path)
+    return files
