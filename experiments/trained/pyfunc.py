@@ -54,7 +54,8 @@ class TrainedPyfunc:
     def load_context(self, context: Any) -> None:
         self.model = load_model(context.artifacts[BUNDLE])
 
-    def predict(self, context: Any, model_input: Any, params: Any = None) -> pd.DataFrame:
+    # unannotated: MLflow reads an annotation of ``model_input`` as the input's schema
+    def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
         return predict_frames(self.model, pd.DataFrame(model_input))
 
 
@@ -66,6 +67,7 @@ def model_name(experiment: str, track: str) -> str:
 def save_pyfunc(model: TrainedModel, path: str | os.PathLike, example: pd.DataFrame) -> Path:
     """Write the pyfunc model folder at ``path``, its signature and input example from ``example``."""
     from mlflow.models import infer_signature
+    from mlflow.types import ColSpec, DataType
     from mlflow.pyfunc import save_model as save_mlflow_model
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -74,11 +76,14 @@ def save_pyfunc(model: TrainedModel, path: str | os.PathLike, example: pd.DataFr
         warnings.filterwarnings("ignore", category=UserWarning, module="mlflow")
         bundle = save_model(model, Path(tmp) / BUNDLE)
         head = example.head(EXAMPLE_FRAMES)
+        signature = infer_signature(head, predict_frames(model, head))
+        # a request may name each row's session (several sessions at once): an optional column
+        signature.inputs.inputs.append(ColSpec(DataType.string, SESSION_COLUMN, required=False))
         save_mlflow_model(
             path,
             python_model=str(ENTRY),
             artifacts={BUNDLE: str(bundle)},
-            signature=infer_signature(head, predict_frames(model, head)),
+            signature=signature,
             input_example=head,
             # this package runs the model (`--env-manager local`); naming it skips the inference
             pip_requirements=[f"omg-empathy-bench=={package_version()}"],
@@ -124,27 +129,44 @@ def model_uri(model: str) -> str:
     )
 
 
+def _run_artifact(client: Any, uri: str) -> tuple[str, str]:
+    """(run id, artifact path) of ``models:/<name>@<alias>``, ``models:/<name>/<version>`` or
+    ``runs:/<id>/<path>``, read from ``client``'s registry."""
+    if uri.startswith("runs:/"):
+        run_id, _, path = uri[len("runs:/") :].partition("/")
+        return run_id, path or ARTIFACT
+    m = re.fullmatch(r"models:/([^@/]+)(?:@([^/]+)|/(\d+))", uri)
+    if m is None:
+        raise ModelError(f"{uri}: give models:/<name>@<alias> or models:/<name>/<version>")
+    name, alias, version = m.groups()
+    mv = (
+        client.get_model_version_by_alias(name, alias)
+        if alias
+        else client.get_model_version(name, version)
+    )
+    return mv.run_id, ARTIFACT
+
+
 def fetch_model(model: str, tracking_uri: str) -> TrainedModel:
-    """The :class:`TrainedModel` of a model URI or run id (:func:`model_uri`), downloaded."""
-    from mlflow.artifacts import download_artifacts
+    """The :class:`TrainedModel` of a model URI or run id (:func:`model_uri`), downloaded from
+    the tracking store (its model registry too) at ``tracking_uri``."""
+    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     uri = model_uri(model)
+    if os.path.isdir(uri):
+        return load_model(Path(uri) / "artifacts" / BUNDLE, uri)
+    client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            where = (
-                Path(uri)
-                if os.path.isdir(uri)
-                else Path(
-                    download_artifacts(artifact_uri=uri, dst_path=tmp, tracking_uri=tracking_uri)
-                )
-            )
+            run_id, path = _run_artifact(client, uri)
+            where = Path(client.download_artifacts(run_id, f"{path}/artifacts/{BUNDLE}", tmp))
         except (MlflowException, OSError) as e:
             raise ModelError(
                 f"cannot load model {uri} from the tracking store: {e}; save a run's model with "
-                "`experiments save RUN_ID`"
+                "`experiments save RUN_ID` (the sweep registers <experiment>-<track>@chosen)"
             ) from e
-        return load_model(where / "artifacts" / BUNDLE, uri)
+        return load_model(where, uri)
 
 
 __all__ = ["LISTENER_COLUMN", "fetch_model", "log_model", "predict_frames", "register"]
