@@ -56,6 +56,7 @@ LAYERS: dict[str, dict[str, int]] = {
         "windowing": 3,
         "models": 4,
         "evaluation": 5,
+        "trained": 5,
         "tracking": 6,
         "engine": 7,
         "studies": 8,
