@@ -28,6 +28,13 @@ from .tracking.redact import mask_uri
 
 if TYPE_CHECKING:
     from .studies.parent_run import SweepOptions, SweepResult
+from .studies.model_cli import (
+    PREDICT_ARGUMENTS,
+    SAVE_ARGUMENTS,
+    cmd_predict,
+    cmd_save,
+    save_sweep_choices,
+)
 from .studies.session_cli import CONFIG_ARGUMENT, cmd_sessions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -85,13 +92,6 @@ SHARED = {
         "the same store",
     ),
 }
-#: save and predict: go on (with a warning) when the store differs from the model's
-ALLOW_MISMATCH = opt(
-    "--allow-mismatch",
-    action="store_true",
-    help="go on with a warning when the store differs from what the model was trained on "
-    "(other extractor versions, another frame rate, another store's fingerprint)",
-)
 #: the shared options of the verbs that sweep
 SWEEPING = ("store", "tracking", "jobs", "backend", "scheduler", "no-resume")
 
@@ -219,12 +219,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except user_errors() as e:
         raise UsageError(str(e)) from e
     code = _print_sweep(res)
-    if args.save_models and res.best_run_ids:
-        from .studies.saved import save_choices
-
-        uri = args.tracking_uri or args.cfg.tracking.uri
-        for saved in save_choices(res.best_run_ids, store, uri, args.cfg.tracking.experiment):
-            print(_saved_text(saved))
+    if args.save_models:
+        save_sweep_choices(args, res.best_run_ids, store)
     return code
 
 
@@ -371,68 +367,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_save(args: argparse.Namespace) -> int:
-    """Refit a configuration's child run on the store exactly as its sweep fitted it and log it into
-    the run as an MLflow model (pyfunc: a session's frame table -> its per-frame predictions);
-    with --register, also a new version of that registered model with the alias `chosen`."""
-    from .studies.saved import save_run  # startup: see the imports above
-    from .trained.model import ModelError
-
-    try:
-        saved = save_run(
-            args.run_id,
-            args.store or DEFAULT_STORE,
-            args.tracking_uri,
-            args.register or "",
-            args.allow_mismatch,
-        )
-    except ModelError as e:
-        raise UsageError(str(e)) from e
-    print(_saved_text(saved))
-    return EXIT_OK
-
-
-def _saved_text(saved: Any) -> str:
-    where = (
-        f"registered as {saved.name} version {saved.version} ({saved.uri})"
-        if saved.name
-        else saved.uri
-    )
-    return (
-        f"{saved.track} model of run {saved.run_id}: fitted in {saved.fit_seconds:.1f} s, logged in "
-        f"{saved.log_seconds:.1f} s ({saved.size_bytes / 1e6:.2f} MB); {where}"
-    )
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    """Predict every session of a store (labelled or not) with a saved model: one CSV per session
-    (the store's session names, the header the target's name, one row per label frame). With
-    --stream, read one frame table row at a time from standard input (CSV with a header) and write
-    each frame's prediction as soon as it is known (causal models only)."""
-    from .studies.saved import predict_store  # startup: see the imports above
-    from .trained.model import ModelError
-
-    try:
-        if args.stream:
-            from .trained.stream import stream_csv
-
-            return stream_csv(args.model, args.tracking_uri, sys.stdin, sys.stdout)
-        if args.out is None:
-            raise UsageError("experiments predict: give --out DIR for the prediction files")
-        files = predict_store(
-            args.model,
-            args.store or DEFAULT_STORE,
-            args.out,
-            args.tracking_uri,
-            args.sessions,
-            args.allow_mismatch,
-        )
-    except ModelError as e:
-        raise UsageError(str(e)) from e
-    print(f"{len(files)} prediction files written to {args.out}")
-    return EXIT_OK
-
-
 def cmd_explain(args: argparse.Namespace) -> int:
     """Refit the run's configuration on the training stories (deterministically, as the sweep
     did), then move each channel's, column's or window statistic's features in time on the test
@@ -530,38 +464,13 @@ VERBS: list[Verb] = [
         cmd_save,
         "log a run's configuration as an MLflow model (refitted as its sweep fitted it)",
         shared=("store", "tracking"),
-        arguments=(
-            opt("run_id", metavar="RUN_ID", help="a configuration's child run"),
-            opt(
-                "--register",
-                default=None,
-                metavar="NAME",
-                help="also register it as a new version of model NAME, with the alias `chosen`",
-            ),
-            ALLOW_MISMATCH,
-        ),
+        arguments=SAVE_ARGUMENTS,
     ),
     verb(
         cmd_predict,
         "predict a store's sessions (or frames from stdin, --stream) with a saved model",
         shared=("store", "tracking"),
-        arguments=(
-            opt(
-                "model",
-                metavar="MODEL",
-                help="models:/<name>@<alias> (the sweep registers <experiment>-<track>@chosen), "
-                "runs:/<run id>/model, or a run id",
-            ),
-            opt("--out", default=None, metavar="DIR", help="folder for the <session>.csv files"),
-            opt("--sessions", nargs="+", default=None, help="only these sessions of the store"),
-            opt(
-                "--stream",
-                action="store_true",
-                help="read frame table rows (CSV with a header) from stdin, write each frame's "
-                "prediction to stdout as soon as it is known",
-            ),
-            ALLOW_MISMATCH,
-        ),
+        arguments=PREDICT_ARGUMENTS,
     ),
     verb(
         cmd_explain,

@@ -68,6 +68,7 @@ LAZY_PACKAGE_IMPORTS = {
     "featurestore.cli",
     "experiments.cli",
     "experiments.studies.session_cli",  # the `sessions` verb of experiments.cli, in its own file
+    "experiments.studies.model_cli",  # `save` and `predict`, the same way
 }
 
 

@@ -67,8 +67,8 @@ def model_name(experiment: str, track: str) -> str:
 def save_pyfunc(model: TrainedModel, path: str | os.PathLike, example: pd.DataFrame) -> Path:
     """Write the pyfunc model folder at ``path``, its signature and input example from ``example``."""
     from mlflow.models import infer_signature
-    from mlflow.types import ColSpec, DataType
     from mlflow.pyfunc import save_model as save_mlflow_model
+    from mlflow.types import ColSpec, DataType
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
