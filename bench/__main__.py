@@ -36,6 +36,7 @@ BENCHMARKS = {
     "face_backend": "bench.face_backend",
     "loading": "bench.loading",
     "windowing": "bench.windowing",
+    "stream_windows": "bench.stream_windows",
     "ablation": "bench.ablation",
     "unseen": "bench.unseen",
     "anchor": "bench.anchor",
