@@ -98,7 +98,7 @@ class StreamingWindows:
 def _state(ring: int, d: int, bounds: np.ndarray, codes: np.ndarray, dtype: type) -> tuple:
     """The ring of the last ``ring`` frames (and an all-NaN row), its centre (first present
     value per column; NaN: none yet) and the kernel state of :func:`~.stats._frame_step`."""
-    z = np.full((ring + 1, d), np.nan, dtype=dtype)
+    z: np.ndarray = np.full((ring + 1, d), np.nan, dtype=dtype)
     first = _first_places(codes)
     G, H, hpos = _extremes_state(z, bounds, _needs_extremes(first))
     S = np.zeros((6, bounds.shape[0], d))

@@ -77,7 +77,9 @@ def key_layout(
     stats = [s for s in key.stats if s != "valid_frac"]
     ch_idx = [list(channels).index(c) for c in key.channels]
     cols = np.flatnonzero(np.isin(column_channel, ch_idx))
-    names = [feature_name(columns[i], s, L) for L in key.lengths_s for s in stats for i in cols]
+    names = [
+        feature_name(columns[int(i)], s, L) for L in key.lengths_s for s in stats for i in cols
+    ]
     if "valid_frac" in key.stats:
         names += [feature_name(c, "valid_frac", L) for L in key.lengths_s for c in key.channels]
     return stats, ch_idx, cols, names
