@@ -36,6 +36,7 @@ BENCHMARKS = {
     "face_backend": "bench.face_backend",
     "loading": "bench.loading",
     "windowing": "bench.windowing",
+    "stream_windows": "bench.stream_windows",
     "trained": "bench.trained",
     "ablation": "bench.ablation",
     "unseen": "bench.unseen",

@@ -3,6 +3,8 @@ level and spread (fitted on training predictions smoothed as the ones it transfo
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -10,7 +12,7 @@ from scipy.ndimage import median_filter
 from scipy.signal import butter, sosfilt, sosfilt_zi, sosfiltfilt
 
 from ..config.choices import check_choice
-from ..config.options import RESCALES, SMOOTH_METHODS
+from ..config.options import CAUSAL_SMOOTH_METHODS, RESCALES, SMOOTH_METHODS
 from .personalization import fit_listener_calibration
 
 #: what ``Rescaler`` itself does; the config's ``RESCALES`` add whether the statistics are per listener
@@ -40,16 +42,21 @@ def _window_mean(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return (csum[hi] - csum[lo]) / (hi - lo)
 
 
+def _butterworth_sos(fps: float, smooth_s: float) -> np.ndarray | None:
+    """The order-2 low-pass at 1/smooth_s Hz as second-order sections (None: that is above Nyquist)."""
+    nyquist = fps / 2.0
+    cutoff = 1.0 / smooth_s
+    return None if cutoff >= nyquist else butter(2, cutoff / nyquist, btype="low", output="sos")
+
+
 def _butterworth(
     x: np.ndarray, fps: float, smooth_s: float, window: int, causal: bool
 ) -> np.ndarray:
     """Order-2 low-pass at 1/smooth_s Hz: zero phase, padded by even reflection, or (``causal``) run forwards
     only from rest on the first value, a phase lag of about ``smooth_s / (2 pi) * sqrt(2)`` s."""
-    nyquist = fps / 2.0
-    cutoff = 1.0 / smooth_s
-    if cutoff >= nyquist or len(x) < 2:
+    sos = _butterworth_sos(fps, smooth_s)
+    if sos is None or len(x) < 2:
         return x.copy()
-    sos = butter(2, cutoff / nyquist, btype="low", output="sos")
     if causal:
         return sosfilt(sos, x, zi=sosfilt_zi(sos) * x[0])[0]
     # one window of reflected signal outlasts the filter's transient (time constant
@@ -86,6 +93,53 @@ def smooth(pred: Any, fps: float, smooth_s: float, method: str = "moving_average
     if method in ("butterworth", "causal_butterworth"):
         return _butterworth(x, fps, smooth_s, window, causal=method == "causal_butterworth")
     return median_filter(x, size=window, mode="nearest")
+
+
+class StreamingSmoother:
+    """:func:`smooth` by a causal ``method`` frame by frame: :meth:`push` takes one session's next prediction and
+    returns ``smooth(predictions so far, fps, smooth_s, method)`` at that frame, the same as smoothing the whole
+    session (``trailing`` bit for bit: its running sum is ``np.cumsum``'s; ``causal_butterworth``: ``sosfilt``'s
+    recurrence sample by sample, in its order of operations). One smoother per session."""
+
+    def __init__(self, method: str, smooth_s: float, fps: float):
+        check_choice("smoothing method", method, SMOOTH_METHODS)
+        if method not in CAUSAL_SMOOTH_METHODS:
+            raise ValueError(
+                f"smoothing method {method!r} reads future frames, so it cannot run frame by frame; "
+                f"the causal ones: {', '.join(CAUSAL_SMOOTH_METHODS)}"
+            )
+        self.method, self.smooth_s, self.fps = method, float(smooth_s), float(fps)
+        self.passthrough = smooth_s == 0 or window_frames(fps, smooth_s) == 1
+        if method == "trailing":  # the cumulative sums of the window's frames and the one before
+            self._csum: deque[float] = deque([0.0], maxlen=max(1, int(round(smooth_s * fps))) + 1)
+        elif not self.passthrough:
+            self._sos = _butterworth_sos(fps, smooth_s)
+            self.passthrough = self._sos is None
+            self._sections = [] if self._sos is None else self._sos.tolist()
+            self._zi: list[list[float]] = []
+
+    def push(self, p: float) -> float:
+        """The smoothed prediction at the frame of ``p``."""
+        p = float(p)
+        if self.passthrough:
+            return p
+        if not math.isfinite(p):
+            raise ValueError(
+                f"prediction {p} is not finite; smoothing needs finite predictions (check the model's input imputation)"
+            )
+        if self.method == "trailing":
+            c = self._csum
+            c.append(c[-1] + p)
+            return (c[-1] - c[0]) / (len(c) - 1)
+        if not self._zi:  # from rest on the first value
+            self._zi = (sosfilt_zi(self._sos) * p).tolist()
+        # sosfilt's recurrence (transposed direct form II, a0 = 1), without a call's cost
+        for (b0, b1, b2, _, a1, a2), z in zip(self._sections, self._zi, strict=True):
+            y = b0 * p + z[0]
+            z[0] = b1 * p - a1 * y + z[1]
+            z[1] = b2 * p - a2 * y
+            p = y
+        return p
 
 
 def smooth_per_session(

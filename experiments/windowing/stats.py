@@ -19,7 +19,7 @@ fraction per channel instead of per column, call it on the channel mask:
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
 Implementation: Numba kernels (cached on disk, releasing the GIL) walk the frames once, every
-window length at once, keeping running float64 sums centred on the column means (the frame
+window length at once, keeping running float64 sums centred on each column's first present value (the frame
 entering a window added, the one leaving it subtracted); ``min`` and ``max`` are van Herk /
 Gil-Werman (exact). About 20x faster than pandas (``bench/windowing.py``).
 
@@ -198,29 +198,28 @@ def _missing_as_nan(
     X: np.ndarray, V: np.ndarray, mode: int, z: np.ndarray, centre: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     """``z[:n]`` = X with non-finite and invalid values as NaN, ``z[n]`` all NaN (a frame outside
-    the session); ``centre`` = each column's mean of its present values (0 if none)."""
+    the session); ``centre`` = each column's first present value (0 if none), which a stream
+    knows by the time that value enters a window."""
     n, d = X.shape
-    total = np.zeros(d)
-    count = np.zeros(d)
     for t in range(n):
         if mode == 2:  # one loop per mode, no branch inside: the loops vectorise
             for c in range(d):
                 v = X[t, c]
                 ok = (abs(v) < np.inf) & V[t, c]  # abs(NaN) < inf is False
                 z[t, c] = v if ok else np.nan
-                total[c] += v if ok else 0.0
-                count[c] += 1.0 if ok else 0.0
         else:
             row_ok = mode == 0 or V[t, 0]
             for c in range(d):
                 v = X[t, c]
                 ok = (abs(v) < np.inf) & row_ok
                 z[t, c] = v if ok else np.nan
-                total[c] += v if ok else 0.0
-                count[c] += 1.0 if ok else 0.0
     for c in range(d):
         z[n, c] = np.nan
-        centre[c] = total[c] / count[c] if count[c] > 0 else 0.0
+        centre[c] = 0.0
+        for t in range(n):
+            if z[t, c] == z[t, c]:
+                centre[c] = z[t, c]
+                break
 
 
 @numba.njit(**_JIT)
@@ -241,23 +240,82 @@ def _window_rows(
     everywhere) and vectorises.
     """
     n, d = z.shape[0] - 1, z.shape[1]
-    nl, ns = bounds.shape[0], codes.shape[0]
-    first = _first_places(codes)  # statistic -> its first place in ``codes``
-    sums = first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
-    extremes = first[_MIN] >= 0 or first[_MAX] >= 0
+    first = _first_places(codes)
+    S = _initial_sums(z, centre, bounds, _needs_sums(first))
+    G, H, hpos = _extremes_state(z, bounds, _needs_extremes(first))
     scratch = np.empty((len(STATS), d), dtype=np.float32)  # rows of statistics not asked for
-    S = _initial_sums(z, centre, bounds, sums)
-    G, H, hpos = _extremes_state(z, bounds, extremes)
+    p = bounds.shape[0] * codes.shape[0] * d
     for t in range(n):
-        for li in range(nl):
-            a, w = t + bounds[li, 0], bounds[li, 1]
-            row = out[t, col0 + li * ns * d : col0 + (li + 1) * ns * d]  # this length's statistics
-            if sums:
-                _window_sums(z, centre, a, w, fps, first, S[:, li], row, scratch)
-            if extremes:
-                h0, h1 = hpos[li], hpos[li + 1]
-                _window_extremes(z, t, a, w, li, first, G, H[:, h0:h1], row, scratch)
-            _copy_repeated(row, codes, first, d)
+        _frame_step(
+            z,
+            n,
+            t,
+            centre,
+            bounds,
+            codes,
+            first,
+            fps,
+            S,
+            G,
+            H,
+            hpos,
+            out[t, col0 : col0 + p],
+            scratch,
+        )
+
+
+@numba.njit(inline="always", **_JIT)
+def _frame_step(
+    z: np.ndarray,
+    n: int,
+    t: int,
+    centre: np.ndarray,
+    bounds: np.ndarray,
+    codes: np.ndarray,
+    first: np.ndarray,
+    fps: float,
+    S: np.ndarray,
+    G: np.ndarray,
+    H: np.ndarray,
+    hpos: np.ndarray,
+    row: np.ndarray,
+    scratch: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Frame ``t``'s statistics, every window length, into ``row``; moves the state ``S``
+    (:func:`_initial_sums`), ``G`` and ``H`` (:func:`_extremes_state`) on by one frame.
+
+    ``z`` holds frame ``i`` (of ``0 .. n - 1``) in row ``i % m`` and an all-NaN row ``m``
+    (``m = z.shape[0] - 1``): the whole session (``m = n``) or, streaming, a ring of the last
+    ``m`` frames with ``n = t + 1``, which holds every frame a causal window reads.
+    """
+    d, nl, ns = z.shape[1], bounds.shape[0], codes.shape[0]
+    sums, extremes = _needs_sums(first), _needs_extremes(first)
+    for li in range(nl):
+        a, w = t + bounds[li, 0], bounds[li, 1]
+        part = row[li * ns * d : (li + 1) * ns * d]  # this length's statistics
+        if sums:
+            _window_sums(z, n, centre, a, w, fps, first, S[:, li], part, scratch)
+        if extremes:
+            h0, h1 = hpos[li], hpos[li + 1]
+            _window_extremes(z, n, t, a, w, li, first, G, H[:, h0:h1], part, scratch)
+        _copy_repeated(part, codes, first, d)
+
+
+@numba.njit(inline="always", **_JIT)
+def _frame(z: np.ndarray, n: int, i: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Frame ``i`` of ``z`` as :func:`_frame_step` stores it (the all-NaN row outside ``0 .. n - 1``)."""
+    m = z.shape[0] - 1
+    return z[i % m if 0 <= i < n else m]
+
+
+@numba.njit(inline="always", **_JIT)
+def _needs_sums(first: np.ndarray) -> bool:  # pragma: no cover - compiled
+    return first[_MEAN] >= 0 or first[_STD] >= 0 or first[_SLOPE] >= 0 or first[_VALID_FRAC] >= 0
+
+
+@numba.njit(inline="always", **_JIT)
+def _needs_extremes(first: np.ndarray) -> bool:  # pragma: no cover - compiled
+    return first[_MIN] >= 0 or first[_MAX] >= 0
 
 
 @numba.njit(inline="always", **_JIT)
@@ -296,6 +354,7 @@ def _extremes_state(
 @numba.njit(inline="always", **_JIT)
 def _window_sums(
     z: np.ndarray,
+    n: int,
     centre: np.ndarray,
     a: int,
     w: int,
@@ -307,9 +366,8 @@ def _window_sums(
 ) -> None:  # pragma: no cover - compiled
     """Slide one window length's sums ``S`` (:func:`_initial_sums`) to the window
     ``a .. a + w - 1`` and write its slope, mean, std and valid fraction into ``row`` (those asked for)."""
-    n, d = z.shape[0] - 1, z.shape[1]
-    leave = z[a - 1 if 0 <= a - 1 < n else n]
-    enter = z[a + w - 1 if 0 <= a + w - 1 < n else n]
+    d = z.shape[1]
+    leave, enter = _frame(z, n, a - 1), _frame(z, n, a + w - 1)
     k = first[_SLOPE]
     if k >= 0:  # before the sums it reads move on
         _slope_step(leave, enter, centre, float(w - 1), fps, S, row[k * d : (k + 1) * d])
@@ -329,6 +387,7 @@ def _window_sums(
 @numba.njit(inline="always", **_JIT)
 def _window_extremes(
     z: np.ndarray,
+    n: int,
     t: int,
     a: int,
     w: int,
@@ -340,15 +399,15 @@ def _window_extremes(
     scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """One window length's minimum and maximum of the window ``a .. a + w - 1`` into ``row``."""
-    n, d = z.shape[0] - 1, z.shape[1]
+    d = z.shape[1]
     p = t % w  # the window's first frame is the p-th of its block
     if p == 0:
-        _block_suffix(z, a, w, H[0], H[1])
+        _block_suffix(z, n, a, w, H[0], H[1])
     b = a + w - 1
     g, g0 = 2 * li + t % 2, 2 * li + 1 - t % 2
     k, k2 = first[_MIN], first[_MAX]
     _extremes_step(
-        z[b if 0 <= b < n else n],
+        _frame(z, n, b),
         p == 1 or w == 1,
         G[:, g0],
         G[:, g],
@@ -475,13 +534,13 @@ def _slope_step(
 
 @numba.njit(inline="always", **_JIT)
 def _block_suffix(
-    z: np.ndarray, a: int, w: int, hlo: np.ndarray, hhi: np.ndarray
+    z: np.ndarray, n: int, a: int, w: int, hlo: np.ndarray, hhi: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     """Suffix minima and maxima of frames ``a .. a + w - 1`` (row ``k``: frames ``a + k ..``)."""
-    n, d = z.shape[0] - 1, z.shape[1]
+    d = z.shape[1]
     inf = z.dtype.type(np.inf)
     for k in range(w - 1, -1, -1):
-        zr, rlo, rhi = z[a + k if 0 <= a + k < n else n], hlo[k], hhi[k]
+        zr, rlo, rhi = _frame(z, n, a + k), hlo[k], hhi[k]
         if k == w - 1:
             for c in range(d):
                 v = zr[c]

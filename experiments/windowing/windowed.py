@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config.grid import WindowKey
 from ..data.session_table import SessionTable
-from .stats import window_stats
+from .stats import feature_name, window_stats
 
 
 @dataclass
@@ -59,41 +59,49 @@ def window_sessions(
     return Windowed(key, [w for w, _ in done], names)
 
 
-def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, list[str]]:
-    stats = [s for s in key.stats if s != "valid_frac"]
-    missing = [c for c in key.channels if c not in t.channels]
+def key_layout(
+    key: WindowKey,
+    columns: Sequence[str],
+    channels: Sequence[str],
+    column_channel: np.ndarray,
+    where: str = "",
+) -> tuple[list[str], list[int], np.ndarray, list[str]]:
+    """What ``key`` windows of a frame table with these ``columns``, ``channels`` and
+    ``column_channel`` (:class:`SessionTable`'s): (the statistics but ``valid_frac``, the
+    indices of its channels, of their columns, the feature names in their order)."""
+    missing = [c for c in key.channels if c not in channels]
     if missing:
         raise KeyError(
-            f"{t.session}: feature set {key.feature_set!r} needs {missing}, loaded: {t.channels}"
+            f"{where}: feature set {key.feature_set!r} needs {missing}, loaded: {list(channels)}"
         )
-    ch_idx = [t.channels.index(c) for c in key.channels]
-    cols = np.flatnonzero(np.isin(t.column_channel, ch_idx))
+    stats = [s for s in key.stats if s != "valid_frac"]
+    ch_idx = [list(channels).index(c) for c in key.channels]
+    cols = np.flatnonzero(np.isin(column_channel, ch_idx))
+    names = [
+        feature_name(columns[int(i)], s, L) for L in key.lengths_s for s in stats for i in cols
+    ]
+    if "valid_frac" in key.stats:
+        names += [feature_name(c, "valid_frac", L) for L in key.lengths_s for c in key.channels]
+    return stats, ch_idx, cols, names
+
+
+def _window_session(t: SessionTable, key: WindowKey) -> tuple[WindowedSession, list[str]]:
+    stats, ch_idx, cols, names = key_layout(key, t.columns, t.channels, t.column_channel, t.session)
     n_stats = len(cols) * len(stats) * len(key.lengths_s)
-    n_frac = len(ch_idx) * len(key.lengths_s) if "valid_frac" in key.stats else 0
-    F = np.empty((t.n_frames, n_stats + n_frac), dtype=np.float32)
-    names: list[str] = []
+    F = np.empty((t.n_frames, len(names)), dtype=np.float32)
     windowed = partial(
         window_stats, fps=t.fps, lengths_s=key.lengths_s, delay_s=key.delay_s, align=key.align
     )
     if stats:
         X = t.X if len(cols) == t.X.shape[1] else t.X[:, cols]  # all columns: no copy
-        _, nm = windowed(
-            X,
-            t.valid[:, t.column_channel[cols]],
-            stats=stats,
-            columns=[t.columns[i] for i in cols],
-            out=F[:, :n_stats],
-        )
-        names += nm
-    if n_frac:
-        _, nm = windowed(
+        windowed(X, t.valid[:, t.column_channel[cols]], stats=stats, out=F[:, :n_stats])
+    if len(names) > n_stats:
+        windowed(
             np.where(t.valid[:, ch_idx], 1.0, np.nan),
             None,
             stats=["valid_frac"],
-            columns=list(key.channels),
             out=F[:, n_stats:],
         )
-        names += nm
     session = WindowedSession(
         t.session, t.listener, t.story, t.split, F, np.asarray(t.y, np.float32), t.fps
     )

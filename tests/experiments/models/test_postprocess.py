@@ -6,6 +6,7 @@ import pytest
 from experiments.models.postprocess import (
     SMOOTH_METHODS,
     Rescaler,
+    StreamingSmoother,
     smooth,
     smooth_per_session,
     window_frames,
@@ -212,3 +213,32 @@ def test_trailing_average_is_the_mean_of_the_frames_ending_here():
     out = smooth(x, FPS, 0.2, "trailing")  # 5 frames ending at each frame
     assert out[0] == 0.0 and out[2] == pytest.approx(1.0)
     assert out[4] == pytest.approx(2.0) and out[9] == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize("method", ["trailing", "causal_butterworth"])
+@pytest.mark.parametrize("smooth_s", [0.0, 0.04, 0.08, 1.0, 6.0])
+def test_streaming_smoother_equals_smoothing_the_whole_session(method, smooth_s):
+    # 0.04 s (one frame) and, for the filter, 0.08 s (12.5 Hz, Nyquist) pass the values through
+    x = 3.0 + np.cumsum(np.random.default_rng(4).normal(size=1500)) * 0.05
+    s = StreamingSmoother(method, smooth_s, FPS)
+    streamed = np.array([s.push(v) for v in x])
+    whole = smooth(x, FPS, smooth_s, method)
+    if method == "trailing":
+        np.testing.assert_array_equal(streamed, whole)
+    else:
+        assert np.abs(streamed - whole).max() <= 1e-12
+    assert s.passthrough == (smooth_s < (0.1 if method == "causal_butterworth" else 0.05))
+    assert s.passthrough or np.abs(streamed - x).max() > 0.01  # it smoothed
+
+
+def test_streaming_smoother_errors():
+    with pytest.raises(
+        ValueError, match="'median' reads future frames.*trailing, causal_butterworth"
+    ):
+        StreamingSmoother("median", 1.0, FPS)
+    with pytest.raises(ValueError, match="smooth_s >= 0"):
+        StreamingSmoother("trailing", -1.0, FPS)
+    s = StreamingSmoother("causal_butterworth", 1.0, FPS)
+    s.push(0.5)
+    with pytest.raises(ValueError, match="nan is not finite; smoothing needs finite predictions"):
+        s.push(float("nan"))
