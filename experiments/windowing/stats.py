@@ -19,9 +19,10 @@ fraction per channel instead of per column, call it on the channel mask:
 mask gives the same inside the session but NaN, not 0, for windows entirely before it).
 
 Implementation: Numba kernels (cached on disk, releasing the GIL) walk the frames once, every
-window length at once, keeping running float64 sums centred on each column's first present value (the frame
-entering a window added, the one leaving it subtracted); ``min`` and ``max`` are van Herk /
-Gil-Werman (exact). About 20x faster than pandas (``bench/windowing.py``).
+window length at once, keeping running float64 sums centred on each column's first present
+value (the frame entering a window added, the one leaving it subtracted); ``min`` and ``max``
+are van Herk / Gil-Werman (exact). About 20x faster than pandas (``bench/windowing.py``). The
+same per-frame step runs frame by frame in :class:`~.stream.StreamingWindows`.
 
 >>> import numpy as np
 >>> F, names = window_stats(np.arange(5.0)[:, None], fps=1.0, lengths_s=[3], stats=["mean", "slope"],

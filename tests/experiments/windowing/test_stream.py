@@ -45,6 +45,7 @@ def _streamed(t: SessionTable, key: WindowKey) -> tuple[np.ndarray, list[str]]:
         (CHANNELS[::2], (2.0, 8.0), 2.0, "causal", ("slope", "valid_frac", "max", "mean")),
         (CHANNELS[1:], (1.0, 3.0), 2.0, "centred", ("std", "min", "valid_frac")),
         (CHANNELS[:1], (1.5,), 0.0, "causal", ("valid_frac",)),
+        (CHANNELS, (4.0,), 2.0, "centred", ("max", "slope", "mean")),  # reads up to t exactly
     ],
 )
 def test_push_equals_the_batch_windows_bit_for_bit(channels, lengths_s, delay_s, align, stats):
