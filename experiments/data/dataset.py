@@ -232,6 +232,12 @@ def load_sessions(
     return out
 
 
+def with_labels(tables: Sequence[SessionTable]) -> list[SessionTable]:
+    """``tables`` but those whose labels are all NaN (loaded with ``require_labels=False``: a blind
+    test's sessions, which a sweep neither trains nor scores)."""
+    return [t for t in tables if not np.isnan(t.y).all()]
+
+
 def sessions_labelled(
     store: Store | str | os.PathLike, target: str, splits: Mapping[str, Sequence[int]] | None = None
 ) -> dict[str, tuple[str, bool]]:
