@@ -381,8 +381,8 @@ def _load_session(
     if table is None:
         return None, None
     # never an entry without labels: a load that requires them must not find one
-    cached = entry is not None and not np.isnan(table.y).all()
-    return _with_split(table, w.by_story), ((entry, table) if cached else None)
+    pending = None if entry is None or np.isnan(table.y).all() else (entry, table)
+    return _with_split(table, w.by_story), pending
 
 
 def _write_entry(frames_cache: FramesCache, st: Store, pending: _Pending) -> bool:
