@@ -165,11 +165,11 @@ def _window_problems(
 
 
 def _target_problem(target: str, sessions: list[str], names: StoreNames) -> str:
-    add = f"`featurestore labels ANNOTATION_DIR --target {target} --store {names.root}`"
-    have = sorted({t for s in sessions for t in names.targets[s]})
-    # some sessions without it are a blind test's: a sweep leaves them out (ParentRun)
+    # some sessions without it are a blind test's: a sweep leaves them out (parent_run)
     if any(target in names.targets[s] for s in sessions):
         return ""
+    add = f"`featurestore labels ANNOTATION_DIR --target {target} --store {names.root}`"
+    have = sorted({t for s in sessions for t in names.targets[s]})
     if _is_session_rating(target, sessions, names):
         return (
             f"{target!r} is a whole-session rating in {names.root} (one value per session, "
