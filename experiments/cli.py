@@ -241,6 +241,11 @@ def _print_sweep(res: SweepResult) -> int:
     print(
         f"\nsweep summary: {done} configurations run, {reused} reused from earlier runs, {res.n_failed} failed"
     )
+    for target, names in res.without_labels.items():  # a blind test's: neither trained nor scored
+        print(
+            f"left out {len(names)} sessions without labels of {target}: {', '.join(names)} "
+            "(predict only)"
+        )
     _print_best(res)
     print(res.layout.in_words(_choices(res), res.keep), end="")
     if study := getattr(res, "study_name", ""):

@@ -25,6 +25,7 @@ from .extraction.derived import RULE_VERSIONS
 from .extraction.extract import SessionResult
 from .extraction.imports import import_labels, import_tables, import_transcripts
 from .extraction.many import extract_many
+from .extraction.recordings import some
 from .extraction.summary import (
     print_extract_summary,
     print_import,
@@ -321,6 +322,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(
             f"  note: {tmp.name} is a temporary file left by a killed writer (no shard is affected); "
             "the next `featurestore extract` removes it"
+        )
+    faulty = {p.session for p in problems}  # a shard read only if verify found it sound
+    if blind := store.predict_only(s for s in store.list_sessions() if s not in faulty):
+        print(
+            f"  predict only: {len(blind)} shard(s) without labels ({some(blind)}): a sweep "
+            "neither trains nor scores them"
         )
     if problems:
         for p in problems:

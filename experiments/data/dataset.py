@@ -203,14 +203,17 @@ def load_sessions(
     threads: int = 2,
     cache: bool | str | os.PathLike = True,
     gold_standard: GoldStandard | None = None,
+    require_labels: bool = True,
 ) -> list[SessionTable]:
     """One :class:`SessionTable` of the ``role/channel`` ``feature_keys`` and labels ``target`` per session of the
     store (or ``sessions``), ordered by listener then story.
 
     ``splits``: split name -> stories (sessions of no split skipped; None or {} keeps the shards' splits);
     ``threads``: sessions loaded at once; ``cache``: the frames cache (True the store's, False none, or a folder);
-    ``gold_standard``: None or ``stored`` reads ``/labels/<target>``, ``mean``/``ewe`` combine each session's raters.
-    Raises :class:`DatasetError` when a session lacks a channel or the target, or the store holds no sessions.
+    ``gold_standard``: None or ``stored`` reads ``/labels/<target>``, ``mean``/``ewe`` combine each session's raters;
+    ``require_labels`` False: a session without the target (a blind test's) loads with ``y`` all NaN.
+    Raises :class:`DatasetError` when a session lacks a channel or (``require_labels``) the target, or the store holds
+    no sessions.
     """
     st = store if isinstance(store, Store) else Store(store)
     names = list(sessions) if sessions is not None else st.list_sessions()
@@ -219,14 +222,40 @@ def load_sessions(
             f"no sessions in the feature store {st.root}; build it with `featurestore extract` (or `make features`)"
         )
     by_story = {int(s): str(name) for name, stories in (splits or {}).items() for s in stories}
-    wanted = _Wanted(
-        [str(k) for k in feature_keys], target, by_story if splits else None, max_gap_s
-    )
+    by = by_story if splits else None
+    wanted = _Wanted([str(k) for k in feature_keys], target, by, max_gap_s, require_labels)
     frames_cache = FramesCache.for_store(st.root, cache, _resampling_code())
     load = partial(_load_session, st, w=wanted, frames_cache=frames_cache)
     out = _load_all(st, names, load, frames_cache, threads)
     if gold_standard is not None and gold_standard.method != "stored":
         out = _with_gold_standard(st, out, target, gold_standard)
+    return out
+
+
+def with_labels(tables: Sequence[SessionTable]) -> list[SessionTable]:
+    """``tables`` but those whose labels are all NaN (loaded with ``require_labels=False``: a blind
+    test's sessions, which a sweep neither trains nor scores)."""
+    return [t for t in tables if not np.isnan(t.y).all()]
+
+
+def sessions_labelled(
+    store: Store | str | os.PathLike, target: str, splits: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, tuple[str, bool]]:
+    """Session -> (its split, whether it has labels ``target`` that are not all NaN) of each shard in ``splits``
+    (None or {}: the shards' splits; sessions of no split left out), in store order; one open per shard."""
+    st = store if isinstance(store, Store) else Store(store)
+    by_story = {int(s): str(name) for name, stories in (splits or {}).items() for s in stories}
+    out: dict[str, tuple[str, bool]] = {}
+    for s in st.list_sessions():
+        try:
+            with st.open_session(s) as shard:
+                meta = shard.meta
+                split = by_story.get(meta.story) if splits else meta.split
+                has = target in shard.label_targets() and not np.isnan(shard.labels(target)).all()
+        except StoreError as e:
+            raise DatasetError(str(e)) from e
+        if split is not None:
+            out[s] = (split, has)
     return out
 
 
@@ -273,18 +302,20 @@ def _with_gold_standard(
                 traces.append({r: shard.rater_labels(target, r) for r in raters})
         except StoreError as e:
             raise DatasetError(str(e)) from e
-        if not raters:
+        if not raters and not np.isnan(t.y).all():  # a session without labels keeps its NaN
             raise DatasetError(
                 f"session {t.session} has no per-rater labels of {target!r} in "
                 f"{st.shard_path(t.session)}, needed by gold_standard method {gs.method!r}; give "
                 f"its raters' files (manifest columns label_{target}@<rater>) or use method 'stored'"
             )
     fps = tables[0].fps if tables else LABEL_FPS
-    ys, weights, lags = gold_standards(traces, gs, fps)
+    rated = [t for t, tr in zip(tables, traces, strict=True) if tr]
+    ys, weights, lags = gold_standards([tr for tr in traces if tr], gs, fps)
     msg = "gold standard %s of %s, %s: weights %s, lags (frames) %s"
-    for t, w, lag in zip(tables, weights, lags, strict=True):
+    for t, w, lag in zip(rated, weights, lags, strict=True):
         log.debug(msg, gs.method, target, t.session, {r: round(v, 3) for r, v in w.items()}, lag)
-    return [replace(t, y=y) for t, y in zip(tables, ys, strict=True)]
+    combined = {t.session: y for t, y in zip(rated, ys, strict=True)}
+    return [replace(t, y=combined[t.session]) if t.session in combined else t for t in tables]
 
 
 def _raise_column_mismatch(first: SessionTable, other: SessionTable) -> None:
@@ -329,6 +360,7 @@ class _Wanted:
     target: str
     by_story: dict[int, str] | None
     max_gap_s: float
+    require_labels: bool = True
 
 
 #: frames resampled from a shard, to be cached once the whole load has succeeded
@@ -348,7 +380,9 @@ def _load_session(
     table = _read_shard(st, s, w)
     if table is None:
         return None, None
-    return _with_split(table, w.by_story), ((entry, table) if entry is not None else None)
+    # never an entry without labels: a load that requires them must not find one
+    pending = None if entry is None or np.isnan(table.y).all() else (entry, table)
+    return _with_split(table, w.by_story), pending
 
 
 def _write_entry(frames_cache: FramesCache, st: Store, pending: _Pending) -> bool:
@@ -376,7 +410,8 @@ def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
             meta = shard.meta
             if w.by_story is not None and meta.story not in w.by_story:
                 return None
-            data = shard.read(w.keys, w.target)
+            labelled = w.require_labels or w.target in shard.label_targets()
+            data = shard.read(w.keys, w.target if labelled else None)
     except MissingChannelError as e:
         raise DatasetError(f"{e}, or drop it from the feature set") from e
     except StoreError as e:
@@ -386,7 +421,6 @@ def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
     done = [resample_channel(c.data, c.time, c.valid, n, fps, w.max_gap_s) for c in chans]
     X = np.concatenate([x for x, _ in done], axis=1) if done else np.zeros((n, 0), np.float32)
     valid = np.stack([ok for _, ok in done], axis=1) if done else np.zeros((n, 0), bool)
-    assert data.labels is not None, "a read with a target returns its labels or raises"
     return SessionTable(
         session=s,
         listener=meta.listener,
@@ -399,6 +433,6 @@ def _read_shard(st: Store, s: str, w: _Wanted) -> SessionTable | None:
         column_channel=np.asarray([i for i, ch in enumerate(chans) for _ in ch.columns], np.int64),
         X=X,
         valid=valid,
-        y=data.labels,
+        y=data.labels if data.labels is not None else np.full(n, np.nan, np.float32),
         target=w.target,
     )

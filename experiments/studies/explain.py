@@ -20,7 +20,7 @@ from ..config.grid import Trial, trial_from_params
 from ..config.metrics import DEFAULT_METRIC, get_metric
 from ..config.models import model_spec
 from ..config.schema import ExperimentConfig
-from ..data.dataset import load_sessions
+from ..data.dataset import load_sessions, with_labels
 from ..errors import ExperimentsError
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.importance import (
@@ -208,7 +208,8 @@ def explain_run(
             "pass --new-run to log the importance into a new run"
         )
     splits = {name: list(stories) for name, stories in trial.splits}
-    tables = load_sessions(store, sweep_channels(trial), target=trial.target, splits=splits)
+    channels = sweep_channels(trial)
+    tables = with_labels(load_sessions(store, channels, trial.target, splits, require_labels=False))
     w = window_sessions(tables, trial.window_key())
     track = track or trial.track
     result = permutation_importance(trial, w, levels, repeats, split, track, seed)
@@ -321,12 +322,15 @@ def _importances(
         groups = by_window.setdefault(trial.window_key(), {})
         groups.setdefault(trial.fit_key(), []).append((trial, track))
     first = choices[0][0]
-    tables: list | None = load_sessions(
-        store,
-        sweep_channels(first),
-        target=first.target,
-        splits=cfg.splits,
-        gold_standard=cfg.gold_standard,
+    tables: list | None = with_labels(
+        load_sessions(
+            store,
+            sweep_channels(first),
+            target=first.target,
+            splits=cfg.splits,
+            gold_standard=cfg.gold_standard,
+            require_labels=False,
+        )
     )
     cache = cache or FitCache()
     for n, (key, groups) in enumerate(by_window.items()):

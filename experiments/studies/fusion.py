@@ -18,7 +18,7 @@ from ..config.grid import Trial, format_value
 from ..config.metrics import get_metric
 from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
-from ..data.dataset import load_sessions
+from ..data.dataset import load_sessions, with_labels
 from ..data.lookahead import channel_lookaheads, with_channel_lookahead
 from ..evaluation.fit_cache import FitCache
 from ..evaluation.fusion import FusionResult, late_fusion
@@ -97,8 +97,15 @@ def _fuse(
 ) -> tuple[dict[str, FusionResult], dict[str, str]]:
     """Each track's fusion fitted and logged (once for the same members): by run id, and each track's run."""
     channels = sorted({c for t in trials.values() for c in t.channels})
-    tables = load_sessions(
-        store, channels, target=cfg.target, splits=cfg.splits, gold_standard=cfg.gold_standard
+    tables = with_labels(
+        load_sessions(
+            store,
+            channels,
+            target=cfg.target,
+            splits=cfg.splits,
+            gold_standard=cfg.gold_standard,
+            require_labels=False,
+        )
     )
     windows: dict[WindowKey, Windowed] = {}
     done: dict[tuple[str, ...], str] = {}

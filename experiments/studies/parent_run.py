@@ -31,6 +31,7 @@ from ..config.options import TRACKS
 from ..config.schema import ExperimentConfig
 from ..config.store_check import corpus_layout
 from ..config.tracks import candidates, selection_metric
+from ..data.dataset import sessions_labelled
 from ..data.lookahead import (
     ChannelLookahead,
     channel_lookaheads,
@@ -55,7 +56,8 @@ class SweepResult:
     """What a sweep did: a ``table`` row per configuration, the parent run, per track its best child
     (``best_run_ids``) and the metric it was chosen by (``selection_metrics``; ``best_run_id`` and
     ``selection_metric``: the personalized track's, else the generalized's), per-session ``scores``
-    by run id, the unseen-listener choices, and with several targets target -> track -> best run id."""
+    by run id, the unseen-listener choices, with several targets target -> track -> best run id, and
+    target -> the sessions left out without its labels (``without_labels``)."""
 
     table: pd.DataFrame
     parent_run_id: str
@@ -74,6 +76,7 @@ class SweepResult:
     #: the store's corpus layout and the names (feature sets) its words leave alone
     layout: CorpusLayout = DEFAULT_LAYOUT
     keep: list[str] = field(default_factory=list)
+    without_labels: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def n_failed(self) -> int:
@@ -123,6 +126,41 @@ def store_fingerprint(store: Store | str | os.PathLike) -> tuple[str, str]:
     return h.hexdigest()[:16], backend
 
 
+def without_labels(cfg: ExperimentConfig, store: Store) -> dict[str, list[str]]:
+    """Target -> the sessions of ``cfg``'s splits without its labels (or with only NaN ones), a
+    blind test's: a sweep neither trains nor scores them. ConfigError when every session of the
+    training split (under protocol val, of the validation split) is one."""
+    out = {}
+    for target in cfg.all_targets():
+        found = sessions_labelled(store, target, cfg.splits)
+        for split, need in (("train", "train"), ("val", "choose")):
+            if split == "val" and cfg.protocol != "val":
+                continue
+            have = [ok for name, ok in found.values() if name == split]
+            if have and not any(have):
+                raise ConfigError(
+                    f"{cfg.source}: none of the {len(have)} sessions of split {split} in "
+                    f"{store.root} has labels {target!r} (or only NaN ones), so there is nothing "
+                    f"to {need} on; add their ratings (`featurestore labels ANNOTATION_DIR "
+                    f"--target {target}`, or a manifest's label_{target}), or give splits.{split} "
+                    "stories with labels"
+                )
+        if left := [s for s, (_, ok) in found.items() if not ok]:
+            out[target] = left
+    return out
+
+
+def without_labels_tags(left: dict[str, list[str]]) -> dict[str, str]:
+    """The parent's tags ``sessions_without_labels`` (how many sessions were left out) and
+    ``sessions_without_labels_names`` (which; with several targets, per target), none when none."""
+    if not left:
+        return {}
+    one = len(left) == 1
+    names = "; ".join(("" if one else f"{t}: ") + ", ".join(ss) for t, ss in left.items())
+    n = len({s for ss in left.values() for s in ss})
+    return {"sessions_without_labels": str(n), "sessions_without_labels_names": names[:5000]}
+
+
 class ParentRun:
     """The parent run of one sweep or search; ``rows``, ``failed`` and ``scores`` collect what the
     configurations gave, in the order they were recorded."""
@@ -142,6 +180,7 @@ class ParentRun:
         )
         self.reaped = self.tracker.reap_stale()
         self.fingerprint, self.face_backend = store_fingerprint(store)
+        self.without_labels = without_labels(cfg, store)
         self.layout = corpus_layout(store)
         self.corpus_note = corpus_note(store)[1]  # reports' note on the corpus's words
         self.persons = person_ids(store)  # and its person ids
@@ -223,6 +262,7 @@ class ParentRun:
             "layout": self.layout.name,
             "role_names": self.layout.role_names_json(),
             **({"unseen_selection": self.unseen_selection} if self.unseen_selection else {}),
+            **without_labels_tags(self.without_labels),
         }
 
     # ------------------------------------------------------------ configurations
@@ -402,5 +442,6 @@ class ParentRun:
             metric=self.cfg.metric,
             layout=self.layout,
             keep=list(self.cfg.feature_sets),
+            without_labels=self.without_labels,
             **extra,
         )

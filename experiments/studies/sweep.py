@@ -121,18 +121,25 @@ def grid_trials(cfg: ExperimentConfig) -> list[Trial]:
 
 
 def plan(
-    cfg: ExperimentConfig, store: Store, trials: Sequence[Trial], backend: Backend, figures: bool
+    cfg: ExperimentConfig,
+    store: Store,
+    trials: Sequence[Trial],
+    backend: Backend,
+    figures: bool,
+    left_out: Sequence[str] = (),
 ) -> list[Task]:
     """The tasks that evaluate ``trials`` (of ``cfg``'s target) on ``store``, a fit group each (on a
-    remote backend reading the store's absolute folder, its sessions listed here)."""
+    remote backend reading the store's absolute folder, its sessions listed here), the sessions
+    ``left_out`` (without labels) out of them."""
     root = store.root.resolve() if backend.remote else store.root
+    listed = backend.remote or left_out
     data = TaskData(
         store=str(root),
         channels=tuple(sorted({c for t in trials for c in t.channels})),
         target=cfg.target,
         splits=tuple((k, tuple(v)) for k, v in sorted(cfg.splits.items())),
         gold_standard=cfg.gold_standard,
-        sessions=tuple(store.list_sessions()) if backend.remote else None,
+        sessions=tuple(s for s in store.list_sessions() if s not in left_out) if listed else None,
     )
     return plan_tasks(trials, data, figures)
 
@@ -159,7 +166,8 @@ def evaluate(run: ParentRun, todo: Sequence[Trial], on_outcome: Callable[[Outcom
             part, done, waiting = run.claim(waiting)
             for t, row in done:  # finished by another sweep: its run, as this sweep's row
                 on_outcome(Outcome(t, row=row))
-            tasks = plan(cfg, run.store, part, run.backend, run.options.log_artifacts)
+            left_out = run.without_labels.get(target, [])
+            tasks = plan(cfg, run.store, part, run.backend, run.options.log_artifacts, left_out)
             try:
                 for task, result in zip(tasks, _mapped(run.backend, tasks, log), strict=True):
                     values = result.value or [None] * len(task.trials)

@@ -67,15 +67,19 @@ def scan_table(sessions: Sequence[Any], where: str) -> None:
     if shared:
         with_video = sum(1 for s in sessions if s.video)
         print(f"\n{len(sessions)} sessions, {with_video} with a shared video in {where}")
-        return
-    with_video = sum(1 for s in sessions if s.video or any(k.startswith("video") for k in s.media))
-    persons = len({r["person"] for r in rows})
-    groups = len({r["group"] for r in rows})
-    alone = "" if "partner" in ids.values() else f", no {table.words.speaker}"
-    print(
-        f"\n{len(sessions)} sessions of {persons} person(s) in {groups} group(s){alone}, "
-        f"{with_video} with a video, in {where}"
-    )
+    else:
+        with_video = sum(
+            1 for s in sessions if s.video or any(k.startswith("video") for k in s.media)
+        )
+        persons = len({r["person"] for r in rows})
+        groups = len({r["group"] for r in rows})
+        alone = "" if "partner" in ids.values() else f", no {table.words.speaker}"
+        print(
+            f"\n{len(sessions)} sessions of {persons} person(s) in {groups} group(s){alone}, "
+            f"{with_video} with a video, in {where}"
+        )
+    if blind := [s.session for s in sessions if not s.annotations and not s.ratings]:
+        print(f"{len(blind)} session(s) without labels: predict only ({some(blind)})")
 
 
 def store_table(df: Any) -> None:

@@ -179,7 +179,8 @@ def scan(
     """The sessions of ``manifest`` (:func:`scan_manifest`; ``data_dir``, ``story_speaker`` and
     ``splits`` do not apply), or else those found under ``data_dir`` in the OMG-Empathy layout:
     every session with a video, annotation or transcript, and an issue for each duplicate,
-    unmatched (an annotation or transcript with no video; a video with no self-rating) or
+    unmatched (an annotation or transcript with no video; a video with other ratings but no
+    self-rating; one with none is a blind test's, predict only) or
     unparsable file (no ``Subject_<L>_Story_<S>`` name, a story with no speaker mapping, a CSV
     without a ``valence`` header). A file or folder whose real path leaves ``data_dir`` is
     refused unless ``allow_outside`` (:func:`corpus_files`)."""
@@ -316,8 +317,11 @@ class _Found:
         if sf.video is None:
             for p in list(sf.annotations.values()) + ([sf.transcript] if sf.transcript else []):
                 self.issues.append(ScanIssue(p, "unmatched", f"no video for {sid}"))
-        elif "valence_self" not in sf.annotations:
-            why = f"no self-annotation CSV (header 'valence') for {sid}; it can be extracted but not used for training"
+        elif sf.annotations and "valence_self" not in sf.annotations:  # none: a blind test's
+            why = (
+                f"no self-annotation CSV (header 'valence') for {sid}; a sweep of valence_self "
+                "leaves it out (predict only)"
+            )
             self.issues.append(ScanIssue(sf.video, "unmatched", why))
         return sf
 

@@ -40,7 +40,7 @@ from .shard import (
     write_labels,
     write_meta,
 )
-from .verify import Problem, missing_shards, verify_shard
+from .verify import Problem, labelled, missing_shards, verify_shard
 
 SESSION_RE = re.compile(r"subject_(\d+)_story_(\d+)", re.IGNORECASE)
 #: the columns every per-session table of the store starts with
@@ -419,6 +419,12 @@ class Store:
             if ratings:
                 session_labels.write_session_labels(f, ratings, ratings_source or {})
         return final
+
+    def predict_only(self, sessions: Iterable[str] | None = None) -> list[str]:
+        """The sessions (of ``sessions``, default all) whose shard holds no labels, per frame or
+        whole-session (a blind test's: a sweep neither trains nor scores them)."""
+        names = self.list_sessions() if sessions is None else sessions
+        return [s for s in names if not self._read(s, labelled)]
 
     # ---------------------------------------------------------------- verify
     def verify(

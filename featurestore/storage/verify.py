@@ -173,17 +173,22 @@ def _source_problems(s: str, key: str, source: Mapping, fp_cache: dict) -> list[
     return []
 
 
+def labelled(shard: ShardReader) -> bool:
+    """Whether a shard holds labels, per frame or whole-session (one without: a blind test's,
+    predict only)."""
+    return bool(shard.label_targets() or len(shard.file.get("session_labels", {})))
+
+
 def _content_problems(s: str, shard: ShardReader) -> list[Problem]:
-    """A shard no sweep can use: no labels (per frame or whole-session), or no channel."""
+    """A shard without a channel: nothing to train on or predict from (without labels too: a
+    stray file, perhaps)."""
     f = shard.file
-    out: list[Problem] = []
-    if not shard.label_targets() and not len(f.get("session_labels", {})):
-        hint = (
-            "import its ratings (`featurestore labels`, a manifest's label_<target>) or, if the "
-            "shard is stray (a file named for no recording), delete it"
-        )
-        out.append(Problem(s, "no labels: no sweep can train or score on it", hint))
-    if not any(len(f[r]) for r in STORE_ROLES if r in f):
-        hint = "extract its media (`featurestore extract`) or import its features (`featurestore import`)"
-        out.append(Problem(s, "no media: the shard holds no feature channel", hint))
-    return out
+    if any(len(f[r]) for r in STORE_ROLES if r in f):
+        return []
+    hint = (
+        "extract its media (`featurestore extract`) or import its features (`featurestore import`)"
+    )
+    if labelled(shard):
+        return [Problem(s, "no media: the shard holds no feature channel", hint)]
+    hint += "; if the shard is stray (a file named for no recording), delete it"
+    return [Problem(s, "no labels and no media: the shard holds neither", hint)]

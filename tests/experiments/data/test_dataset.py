@@ -1,9 +1,14 @@
 import numpy as np
 import pytest
 
-from experiments.data.dataset import DatasetError, load_sessions, resample_channel
-from featurestore.storage.store import Store
-from tests.experiments.data.helpers import SPLITS, N, face_channel, write_store
+from experiments.data.dataset import (
+    DatasetError,
+    load_sessions,
+    resample_channel,
+    sessions_labelled,
+)
+from featurestore.storage.store import SessionMeta, Store
+from tests.experiments.data.helpers import SPLITS, N, egemaps_channel, face_channel, write_store
 
 
 @pytest.fixture
@@ -113,6 +118,35 @@ def test_missing_channel_or_target_names_session_and_fix(store):
         load_sessions(store, ["listener/face_geom"], "valence_observer_listener", SPLITS)
     with pytest.raises(DatasetError, match="featurestore extract"):
         load_sessions(Store(store.root / "empty"), ["listener/face_geom"])
+
+
+def test_sessions_without_labels_load_with_nan_labels_only_when_asked(store):
+    rng = np.random.default_rng(1)
+    keys = ["listener/face_geom", "listener/egemaps"]
+    channels = {"listener/face_geom": face_channel(rng), "listener/egemaps": egemaps_channel(rng)}
+    blind = SessionMeta("Subject_3_Story_3", 3, 3, 2, "bogus", N)
+    store.write_session(blind, channels=channels)  # a blind test's: no labels
+    nan = SessionMeta("Subject_3_Story_2", 3, 2, 2, "bogus", N)
+    store.write_session(nan, channels=channels, labels={"valence_self": np.full(N, np.nan)})
+    # the frames cache first filled by a load without labels: a load with them still refuses
+    tables = {t.session: t for t in load_sessions(store, keys, splits=SPLITS, require_labels=False)}
+    y = tables["Subject_3_Story_3"].y
+    assert y.dtype == np.float32 and y.shape == (N,) and np.isnan(y).all()
+    np.testing.assert_array_equal(
+        tables["Subject_1_Story_2"].y, store.labels("Subject_1_Story_2").to_numpy()
+    )
+    assert not list((store.root / ".frames").glob("Subject_3_Story_3.*"))
+    with pytest.raises(
+        DatasetError, match=r"Subject_3_Story_3 has no labels 'valence_self'.*featurestore labels"
+    ):
+        load_sessions(store, keys, splits=SPLITS)
+    # the sweep's view: split and whether the labels are usable (all NaN: not)
+    found = sessions_labelled(store, "valence_self", SPLITS)
+    assert {s: ok for s, (_, ok) in found.items() if not ok} == {
+        "Subject_3_Story_2": False,
+        "Subject_3_Story_3": False,
+    }
+    assert found["Subject_3_Story_3"] == ("test", False) and "Subject_1_Story_4" not in found
 
 
 def test_columns_must_agree_across_sessions(store):

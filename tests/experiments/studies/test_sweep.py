@@ -20,6 +20,7 @@ from experiments.studies.sweep import SweepOptions, run_sweep
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.parallel import Backend, register_backend
 from featurestore.parallel.base import call
+from featurestore.storage.store import Store
 from tests.experiments.helpers import (
     LISTENERS,
     N_FRAMES,
@@ -546,3 +547,53 @@ def test_a_backend_registered_here_runs_the_sweep_its_config_names(
     assert_same_metrics(res.table, local_reference)
     parent = MlflowClient(resolve_tracking_uri(tracking_dir)).get_run(res.parent_run_id)
     assert parent.data.tags["backend"] == Backwards.name
+
+
+def test_sessions_without_labels_are_left_out_and_change_no_validation_score(
+    planted_store, tracking_dir, tmp_path, capsys
+):
+    """A blind test (the test story's labels withheld): the smoke sweep leaves those sessions out,
+    says which, and its validation scores are those of the sweep on the full store."""
+    from experiments.cli import main
+
+    src, blind = Store(planted_store), Store(tmp_path / "blind", mode="a")
+    for s in src.list_sessions():
+        meta = src.meta(s)
+        channels = {k: src.read_channel(s, k) for k in src.channel_keys(s)}
+        labels = {} if meta.story in SPLITS["test"] else {"valence_self": src.labels(s).to_numpy()}
+        blind.write_session(meta, channels=channels, labels=labels)
+    left_out = [f"Subject_{listener}_Story_3" for listener in LISTENERS]
+    client, parents = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir)), {}
+    for name, store in (("full", planted_store), ("blind", blind.root)):
+        args = ["sweep", "--config", "smoke", "--store", str(store), "--tracking-uri", tracking_dir]
+        args += ["--set", f"splits={SPLITS}", "--set", f"tracking.experiment=smoke-{name}"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        exp = client.get_experiment_by_name(f"smoke-{name}").experiment_id
+        [parents[name]] = [
+            r for r in client.search_runs([exp]) if "mlflow.parentRunId" not in r.data.tags
+        ]
+        assert ("left out 3 sessions without labels" in out) == (name == "blind")
+    assert (
+        f"left out 3 sessions without labels of valence_self: {', '.join(left_out)} (predict only)"
+        in out
+    )
+    tags = parents["blind"].data.tags
+    assert tags["sessions_without_labels"] == "3"
+    assert tags["sessions_without_labels_names"] == ", ".join(left_out)
+    assert "sessions_without_labels" not in parents["full"].data.tags
+    kids = {
+        name: {
+            k.data.tags[CONFIG_HASH_TAG]: k.data.metrics
+            for k in children(client, p.info.experiment_id, p.info.run_id)
+        }
+        for name, p in parents.items()
+    }
+    assert kids["blind"].keys() == kids["full"].keys() and len(kids["full"]) == 5
+    for h, metrics in kids["full"].items():
+        val = {m: v for m, v in metrics.items() if m.startswith("val.")}
+        assert val and {m: kids["blind"][h][m] for m in val} == val, h
+        assert not any(m.startswith("test.") for m in kids["blind"][h])  # nothing to score
+    for track in ("personalized", "generalized"):  # the same choice
+        best = {n: client.get_run(p.data.tags[f"best_run_id_{track}"]) for n, p in parents.items()}
+        assert len({r.data.tags[CONFIG_HASH_TAG] for r in best.values()}) == 1, track

@@ -292,6 +292,27 @@ def test_verify_names_the_shards_missing_from_the_scanned_corpus(
     assert main(["verify", "--store", str(store)]) == 0
 
 
+def test_a_session_without_its_rating_file_is_extracted_predict_only(
+    corpus, extracted, tmp_path, capsys
+):
+    data = _copy_corpus(corpus, tmp_path / "data")
+    (data / "Annotations" / "Subject_2_Story_2.csv").unlink()  # a blind test's session
+    store = tmp_path / "store"
+    shutil.copytree(extracted, store)
+    (store / "Subject_2_Story_2.h5").unlink()
+    assert main(["scan", str(data), "--store", str(store)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 session(s) without labels: predict only (Subject_2_Story_2)" in out
+    assert "Subject_2_Story_2" not in err  # no issue
+    assert main(["extract", "--store", str(store), "--sessions", "Subject_2_Story_2"]) == 0
+    st = Store(store)
+    assert st.label_targets("Subject_2_Story_2") == []
+    assert st.channel_keys("Subject_2_Story_2") == st.channel_keys("Subject_1_Story_2")
+    capsys.readouterr()
+    assert main(["verify", "--store", str(store)]) == 0
+    assert "predict only: 1 shard(s) without labels (Subject_2_Story_2)" in capsys.readouterr().out
+
+
 def test_frame_jobs_get_their_role_crop_in_their_pixel_format(tmp_path):
     from featurestore.extraction.extract import FrameJob, run_frame_jobs
     from featurestore.extractors import get_extractor

@@ -74,6 +74,29 @@ def test_extract_from_a_scanned_csv_manifest_with_a_shared_video(demo, tmp_path,
     assert "dyad-07: person anna, group picnic, partner bo, split test" in (capsys.readouterr().out)
 
 
+def test_a_row_with_an_empty_label_column_is_extracted_predict_only(demo, tmp_path, capsys):
+    corpus = tmp_path / "lab"
+    (corpus / "rec").mkdir(parents=True)
+    shutil.copy(demo / "Videos" / "Subject_1_Story_1.mp4", corpus / "rec" / "dyad_07.mp4")
+    shutil.copy(demo / "Annotations" / "Subject_1_Story_1.csv", corpus / "rec" / "dyad_07_val.csv")
+    (corpus / "sessions.csv").write_text(
+        "session,person,group,partner,split,video,label_valence\n"
+        "dyad-07,anna,picnic,bo,train,rec/dyad_07.mp4,rec/dyad_07_val.csv\n"
+        "dyad-08,bo,picnic,anna,test,rec/dyad_07.mp4,\n"  # a blind test's row: no rating
+    )
+    store = tmp_path / "store"
+    assert main(["scan", "--manifest", str(corpus / "sessions.csv"), "--store", str(store)]) == 0
+    assert "1 session(s) without labels: predict only (dyad-08)" in capsys.readouterr().out
+    assert main(["extract", "--store", str(store), "--channels", "egemaps"]) == 0
+    st = Store(store)
+    assert st.label_targets("dyad-07") == ["valence"] and st.label_targets("dyad-08") == []
+    assert "scene/egemaps" in st.channel_keys("dyad-08")
+    assert st.meta("dyad-08").n_frames == st.meta("dyad-07").n_frames
+    capsys.readouterr()
+    assert main(["verify", "--store", str(store)]) == 0
+    assert "predict only: 1 shard(s) without labels (dyad-08)" in capsys.readouterr().out
+
+
 def test_extract_media_per_role_from_a_yaml_manifest(tmp_path):
     make_video(tmp_path / "anna.mp4", n_frames=75, audio=False)
     sr = 16000

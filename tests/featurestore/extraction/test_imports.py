@@ -52,11 +52,9 @@ def test_import_tables_into_a_new_store_and_read_back(tmp_path):
     assert ch.extractor == "import:openface" and ch.extractor_version == "2"
     assert ch.cache_key == cache_key(ch.source, ch.extractor, ch.extractor_version, ch.params)
     assert ch.source == file_fingerprint(tables / "Subject_1_Story_2.csv")
-    # consistent, but no sweep can use a shard without labels: verify says so for both
-    assert [(p.session, p.what) for p in store.verify()] == [
-        (s, "no labels: no sweep can train or score on it")
-        for s in ("Subject_1_Story_2", "Subject_3_Story_6")
-    ]
+    # consistent; without labels, both are predict only
+    assert store.verify() == []
+    assert store.predict_only() == ["Subject_1_Story_2", "Subject_3_Story_6"]
 
 
 def test_import_into_existing_shard_keeps_other_content(tmp_path):
@@ -220,10 +218,8 @@ def test_an_imported_channel_records_the_lookahead_declared_on_the_command_line(
     assert framewise.lookahead_s == 0.0 and framewise.params["lookahead_s"] == 0.0
     assert framewise.cache_key != plain.cache_key
     assert read("Subject_1_Story_2", "listener/offline").lookahead_s == float("inf")
-    # the cache keys match their params: only the missing labels are a problem
-    assert {p.what for p in Store(store).verify()} == {
-        "no labels: no sweep can train or score on it"
-    }
+    # the cache keys match their params
+    assert Store(store).verify() == []
     capsys.readouterr()
     assert main(["inspect", "Subject_1_Story_2", "--store", str(store)]) == 0
     shown = capsys.readouterr().out

@@ -133,9 +133,9 @@ def test_verify_finds_problems(tmp_path):
     good = _channel(key=ck)
     good.source = fp
     store.write_session(META, channels={"listener/face_geom": good})
-    assert [p.what for p in store.verify(current_versions={"x": "1"})] == [
-        "no labels: no sweep can train or score on it"  # a shard of this test: a channel alone
-    ]
+    # a channel alone: a blind test's shard, predict only
+    assert store.verify(current_versions={"x": "1"}) == []
+    assert store.predict_only() == [META.session]
     assert any("current is 2" in p.what for p in store.verify(current_versions={"x": "2"}))
     # corrupt the stored key, break a shape, leave a temp file, add a garbage shard
     with h5py.File(store.shard_path(META.session), "a") as f:
@@ -150,6 +150,24 @@ def test_verify_finds_problems(tmp_path):
     assert not any("tmp" in w for w in whats)  # a killed writer's temp file is not a shard problem
     assert len(store.temp_files()) == 1
     assert any("Subject_2_Story_1" in w and "not readable" in w for w in whats)
+
+
+def test_verify_names_a_shard_without_labels_predict_only(tmp_path, capsys):
+    from featurestore.cli import main
+
+    store = Store(tmp_path, mode="a")
+    ch = _channel()
+    ch.cache_key = cache_key(ch.source, ch.extractor, ch.extractor_version, ch.params)
+    store.write_session(META, channels={"listener/face_geom": ch})  # a blind test's
+    assert main(["verify", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "predict only: 1 shard(s) without labels (Subject_1_Story_2)" in out
+    # neither labels nor a channel: still a problem, and not predict only
+    store.write_session(SessionMeta("Subject_2_Story_2", 2, 2, 1, "train", n_frames=100))
+    assert main(["verify", "--store", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "Subject_2_Story_2: no labels and no media" in err
+    assert "predict only: 1 shard(s) without labels (Subject_1_Story_2)" in out
 
 
 def test_older_schema_is_refused(tmp_path):

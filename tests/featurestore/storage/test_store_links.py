@@ -121,7 +121,7 @@ def test_link_to_a_channel_already_in_the_shard_and_replacing_it_later(tmp_path,
     np.testing.assert_array_equal(
         store.read_channel(META.session, "listener/egemaps").data, scene.data
     )
-    assert [p.what for p in store.verify()] == ["no labels: no sweep can train or score on it"]
+    assert store.verify() == [] and store.predict_only() == [META.session]
 
 
 def test_a_false_or_dangling_shared_with_fails_and_leaves_the_shard(tmp_path, rng):
