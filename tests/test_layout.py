@@ -69,6 +69,7 @@ LAZY_PACKAGE_IMPORTS = {
     "experiments.cli",
     "experiments.studies.session_cli",  # the `sessions` verb of experiments.cli, in its own file
     "experiments.studies.model_cli",  # `save` and `predict`, the same way
+    "experiments.studies.sweep_cli",  # what `sweep` prints, the same way
 }
 
 

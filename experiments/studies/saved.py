@@ -121,7 +121,8 @@ def save_choices(
 ) -> list[Saved]:
     """Each track's chosen run saved (once when both tracks chose it) and registered as
     ``<experiment>-<track>`` with the alias ``chosen``."""
-    out, saved = [], {}
+    out: list[Saved] = []
+    saved: dict[str, Saved] = {}
     for track, run_id in best_run_ids.items():
         name = model_name(experiment, track)
         if run_id in saved:
@@ -153,7 +154,7 @@ def predict_store(
     if not names:
         raise ModelError(f"no sessions in the feature store {st.root}")
     try:
-        tables = store_tables(st, trained.trial, names, labelled=True)
+        tables = store_tables(st, trained.trial, names, labelled=False)
     except ExperimentsError as e:
         raise ModelError(f"model {model}: {e}") from e
     trained.check(tables, channel_extractors(st, names[0], trained.channels), allow_mismatch)

@@ -19,7 +19,7 @@ from featurestore.storage.store import Store
 
 from ..config.gold_standard import gold_standard_of
 from ..config.grid import Trial, trial_from_params
-from ..data.dataset import DatasetError, load_sessions
+from ..data.dataset import DatasetError, load_sessions, with_labels
 from ..data.session_table import SessionTable
 from ..errors import ExperimentsError
 from ..evaluation.evaluate import PostProcess, fit_postprocess, split_sessions
@@ -184,7 +184,7 @@ def store_tables(
         splits=splits,
         sessions=sessions,
         gold_standard=gold_standard_of(trial.gold_standard),
-        **({} if labelled else {"require_labels": False}),
+        require_labels=labelled,
     )
 
 
@@ -196,7 +196,7 @@ def train_model(
     run's), a cross-validation on training and validation (its test predictions are the run's)."""
     st = store if isinstance(store, Store) else Store(store)
     trial = replace(trial, unseen_listener=False, unseen_nested=False)
-    tables = store_tables(st, trial)
+    tables = with_labels(store_tables(st, trial, labelled=False))  # as a sweep: none unlabelled
     if not tables:
         raise ModelError(f"no session of the splits {dict(trial.splits)} in {st.root}")
     w = window_sessions(tables, trial.window_key())
@@ -235,9 +235,9 @@ def train_model(
 def _fit_arrays(prefix: str, f: LinearFit) -> dict[str, np.ndarray]:
     return {
         f"{prefix}.coef": f.coef,
-        f"{prefix}.offset": np.float64(f.offset),
+        f"{prefix}.offset": np.asarray(f.offset, np.float64),
         f"{prefix}.fill": f.fill,
-        f"{prefix}.n_rows": np.int64(f.n_rows),
+        f"{prefix}.n_rows": np.asarray(f.n_rows, np.int64),
     }
 
 
@@ -265,7 +265,7 @@ def _save_predictor(predictor: LinearModel | FitResult, folder: Path) -> dict[st
     for listener, f in predictor.own.items():
         arrays |= _fit_arrays(f"own.{listener}", f)
     arrays |= {f"fill.{k}": v for k, v in predictor.fills.items()}
-    np.savez(folder / "linear.npz", **arrays)
+    np.savez(folder / "linear.npz", allow_pickle=False, **arrays)
     return {"kind": "linear", "file": "linear.npz", "own": sorted(predictor.own)}
 
 

@@ -21,11 +21,12 @@ import xgboost
 import yaml
 from mlflow import MlflowClient
 
-from experiments.cli import _print_sweep, main
+from experiments.cli import main
 from experiments.config.loading import expand, from_dict
 from experiments.evaluation.metrics import protocol_means
 from experiments.studies.parent_run import SweepResult
 from experiments.studies.sweep import SweepOptions, run_sweep
+from experiments.studies.sweep_cli import print_sweep
 from experiments.tracking.child_runs import UNSEEN_OF_TAG
 from experiments.tracking.tracker import _UNSEEN_OF, CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.storage.store import Store
@@ -157,7 +158,7 @@ def test_sweep_printout_shows_test_only_for_each_tracks_choice(capsys):
             "generalized": "val.ccc_generalized",
         },
     )
-    assert _print_sweep(res) == 0
+    assert print_sweep(res) == 0
     out = capsys.readouterr().out
     listing, chosen = out.split("# Best configuration of each track")
     # the listing: every configuration's validation CCC, no test number

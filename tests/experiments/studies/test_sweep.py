@@ -17,6 +17,7 @@ from experiments.config.options import CHOSEN_UNSEEN_MARK, CHOSEN_UNSEEN_NOTE
 from experiments.config.tracks import candidates
 from experiments.studies.parent_run import store_fingerprint
 from experiments.studies.sweep import SweepOptions, run_sweep
+from experiments.tracking.child_runs import write_prediction_csv
 from experiments.tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri
 from featurestore.parallel import Backend, register_backend
 from featurestore.parallel.base import call
@@ -597,3 +598,16 @@ def test_sessions_without_labels_are_left_out_and_change_no_validation_score(
     for track in ("personalized", "generalized"):  # the same choice
         best = {n: client.get_run(p.data.tags[f"best_run_id_{track}"]) for n, p in parents.items()}
         assert len({r.data.tags[CONFIG_HASH_TAG] for r in best.values()}) == 1, track
+        # the blind sweep's registered choice predicts the test sessions; scored against the
+        # withheld labels they give the full sweep's test CCC
+        truth, predicted = tmp_path / f"truth_{track}", tmp_path / f"predicted_{track}"
+        truth.mkdir()
+        for sid in left_out:
+            write_prediction_csv(truth / f"{sid}.csv", src.labels(sid).to_numpy(), "valence")
+        model = f"models:/smoke-blind-{track}@chosen"
+        args = ["--store", str(blind.root), "--tracking-uri", tracking_dir, "--sessions", *left_out]
+        assert main(["predict", model, *args, "--out", str(predicted)]) == 0
+        assert main(["score", str(truth), str(predicted), "--csv", str(tmp_path / "s.csv")]) == 0
+        scored = pd.read_csv(tmp_path / "s.csv").ccc.mean()  # one test story: the sessions' mean
+        logged = best["full"].data.metrics[f"test.ccc_{track}"]
+        assert abs(scored - logged) < 1e-9, (track, scored, logged)
