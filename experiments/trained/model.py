@@ -271,9 +271,12 @@ def _save_predictor(predictor: LinearModel | FitResult, folder: Path) -> dict[st
 
 def _load_predictor(spec: dict[str, Any], folder: Path) -> LinearModel | FitResult:
     if spec["kind"] == "pipeline":
-        from .formats import load_estimator  # as in _save_predictor
+        from .formats import SavedEstimatorError, load_estimator  # as in _save_predictor
 
-        model = load_estimator(folder, spec["estimator"])
+        try:
+            model = load_estimator(folder, spec["estimator"])
+        except SavedEstimatorError as e:
+            raise ModelError(str(e)) from e
         return FitResult(model, float(spec["y_mean"]), int(spec["n_rows"]))
     with np.load(folder / spec["file"], allow_pickle=False) as z:
         own = {int(k): _load_fit(z, f"own.{k}") for k in spec["own"]}
