@@ -258,6 +258,7 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
         splits = tuple(
             (name, tuple(int(s) for s in stories.split(",") if s))
             for name, _, stories in (p.partition("=") for p in params["splits"].split(";") if p)
+            if params["splits"] != "shard"  # each shard's own split
         )
         return Trial(
             feature_set=params["features.set"],
@@ -282,7 +283,8 @@ def trial_from_params(params: Mapping[str, str]) -> Trial:
             seed=int(params["seed"]),
             splits=splits,
             fit_on=params["postprocess.fit_on"],
-            unseen_listener=params["unseen_listener"] == "true",
+            unseen_listener=params["unseen_listener"] in ("true", "nested"),
+            unseen_nested=params["unseen_listener"] == "nested",
             folds=int(params["folds"]),
             metric=params["metric"],
             averaging=params[get_metric(params["metric"]).column("averaging")],

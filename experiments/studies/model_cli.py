@@ -52,8 +52,9 @@ def cmd_save(args: argparse.Namespace) -> int:
     """Refit a configuration's child run on the store exactly as its sweep fitted it and log it into
     the run as an MLflow model (pyfunc: a session's frame table -> its per-frame predictions);
     with --register, also a new version of that registered model with the alias `chosen`."""
+    # startup: scikit-learn, MLflow and the models load when the verb runs, not for --help
     from ..trained.model import ModelError
-    from .saved import save_run  # startup: see the imports above
+    from .saved import save_run
 
     try:
         saved = save_run(
@@ -86,13 +87,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     (the store's session names, the header the target's name, one row per label frame). With
     --stream, read one frame table row at a time from standard input (CSV with a header) and write
     each frame's prediction as soon as it is known (causal models only)."""
+    # startup: as cmd_save's
     from ..trained.model import ModelError
-    from .saved import predict_store  # startup: see the imports above
+    from ..trained.stream import stream_csv
+    from .saved import predict_store
 
     try:
         if args.stream:
-            from ..trained.stream import stream_csv
-
             return stream_csv(args.model, args.tracking_uri, sys.stdin, sys.stdout)
         if args.out is None:
             raise UsageError("experiments predict: give --out DIR for the prediction files")
@@ -112,7 +113,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def save_sweep_choices(args: argparse.Namespace, best_run_ids: dict[str, str], store: str) -> None:
     """``experiments sweep``'s last step: each track's choice saved and registered, printed."""
-    from .saved import save_choices
+    from .saved import save_choices  # startup: as cmd_save's
 
     uri = args.tracking_uri or args.cfg.tracking.uri
     for saved in save_choices(best_run_ids, store, uri, args.cfg.tracking.experiment):

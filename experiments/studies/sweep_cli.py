@@ -89,6 +89,7 @@ def _print_best(res: SweepResult) -> None:
 
 def _choices(res: SweepResult) -> str:
     """Each track's choice as Markdown (per target, then combined, with several targets)."""
+    # startup: as print_sweep's own
     from ..tracking.summary import (
         combined_markdown,
         combined_summary,

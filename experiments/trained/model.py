@@ -28,6 +28,7 @@ from ..models.postprocess import Rescaler
 from ..models.ridge_stats import LinearFit
 from ..tracking.provenance import code_version
 from ..windowing.windowed import WindowedSession, window_sessions
+from .formats import SavedEstimatorError, load_estimator, save_estimator
 
 #: the version of the folder's layout (``model.json``'s ``format``)
 FORMAT = 1
@@ -252,8 +253,6 @@ def _load_fit(z: Any, prefix: str) -> LinearFit:
 
 def _save_predictor(predictor: LinearModel | FitResult, folder: Path) -> dict[str, Any]:
     if isinstance(predictor, FitResult):
-        from .formats import save_estimator  # skops and XGBoost: loaded when a pipeline is saved
-
         return {
             "kind": "pipeline",
             "y_mean": predictor.y_mean,
@@ -271,8 +270,6 @@ def _save_predictor(predictor: LinearModel | FitResult, folder: Path) -> dict[st
 
 def _load_predictor(spec: dict[str, Any], folder: Path) -> LinearModel | FitResult:
     if spec["kind"] == "pipeline":
-        from .formats import SavedEstimatorError, load_estimator  # as in _save_predictor
-
         try:
             model = load_estimator(folder, spec["estimator"])
         except SavedEstimatorError as e:

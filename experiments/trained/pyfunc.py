@@ -66,6 +66,7 @@ def model_name(experiment: str, track: str) -> str:
 
 def save_pyfunc(model: TrainedModel, path: str | os.PathLike, example: pd.DataFrame) -> Path:
     """Write the pyfunc model folder at ``path``, its signature and input example from ``example``."""
+    # MLflow (about 2 s) loads when a model is written or read
     from mlflow.models import infer_signature
     from mlflow.pyfunc import save_model as save_mlflow_model
     from mlflow.types import ColSpec, DataType
@@ -105,7 +106,7 @@ def log_model(client: Any, run_id: str, model: TrainedModel, example: pd.DataFra
 def register(client: Any, run_id: str, name: str, alias: str = ALIAS) -> str:
     """Register run ``run_id``'s logged model as a new version of ``name`` with ``alias`` on it;
     the version."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # as in save_pyfunc
 
     try:
         client.create_registered_model(name)
@@ -150,7 +151,7 @@ def _run_artifact(client: Any, uri: str) -> tuple[str, str]:
 def fetch_model(model: str, tracking_uri: str) -> TrainedModel:
     """The :class:`TrainedModel` of a model URI or run id (:func:`model_uri`), downloaded from
     the tracking store (its model registry too) at ``tracking_uri``."""
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # as in save_pyfunc
     from mlflow.exceptions import MlflowException
 
     uri = model_uri(model)

@@ -11,9 +11,11 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..models.postprocess import StreamingSmoother
+from ..tracking.tracker import resolve_tracking_uri
 from ..windowing.stream import StreamingWindows
 from ..windowing.windowed import WindowedSession
 from .model import LISTENER_COLUMN, ModelError, TrainedModel, valid_column
+from .pyfunc import fetch_model
 
 #: what a valid flag reads as True in a streamed CSV row
 TRUE = frozenset({"1", "true", "True", "TRUE"})
@@ -74,9 +76,6 @@ def _number(text: Any) -> float:
 def stream_csv(model: str, tracking_uri: str | None, rows: TextIO, out: TextIO) -> int:
     """Read frame table rows (CSV with a header) from ``rows`` and write each frame's prediction
     (a header naming the target, 9 decimals) to ``out`` as soon as it is known; exit code 0."""
-    from ..tracking.tracker import resolve_tracking_uri
-    from .pyfunc import fetch_model
-
     trained = fetch_model(model, resolve_tracking_uri(tracking_uri))
     reader = csv.DictReader(rows)
     header = reader.fieldnames or []

@@ -373,7 +373,7 @@ def test_export_then_score_reproduces_the_logged_metrics(
     )
     for f in files:
         lines = f.read_text().splitlines()
-        assert lines[0] == "valence" and len(lines) == N_FRAMES + 1
+        assert lines[0] == "valence_self" and len(lines) == N_FRAMES + 1
     gt = tmp_path / "gt"  # the annotation folder holds every story, as the corpus's does
     write_ground_truth(planted_store, gt, STORIES)
     capsys.readouterr()

@@ -269,7 +269,14 @@ def test_a_run_s_params_give_back_its_configuration():
     from experiments.config.grid import trial_from_params
 
     trials = expand(load_config("ablation")) + expand(load_config("default"))
-    for t in [*trials, replace(trials[-1], unseen_listener=True)]:
+    generalized = next(t for t in trials if t.track == "generalized")
+    nested = replace(generalized, unseen_listener=True, unseen_nested=True)
+    for t in [
+        *trials,
+        replace(trials[-1], unseen_listener=True),
+        nested,
+        replace(nested, splits=()),
+    ]:
         back = trial_from_params(t.params())
         assert back.hash() == t.hash() and back.hyperparams == pytest.approx(t.hyperparams)
     with pytest.raises(KeyError, match="run params lack 'model.name'"):

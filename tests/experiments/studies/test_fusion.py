@@ -106,7 +106,7 @@ def test_late_fusion_is_a_run_that_exports(fused_ablation):
         for story in SPLITS["test"]:
             sid = session_name(listener, story)
             y = np.asarray(store.labels(sid, "valence_self"), dtype=float).ravel()
-            p = pd.read_csv(exported / f"{sid}.csv")["valence"].to_numpy()
+            p = pd.read_csv(exported / f"{sid}.csv")["valence_self"].to_numpy()
             rows.append({"listener": listener, "story": story, "ccc": ccc(y, p)})
     assert protocol_means(pd.DataFrame(rows))["generalized"] == pytest.approx(
         row.ccc_generalized, abs=1e-6

@@ -139,7 +139,7 @@ def test_child_artifacts(shared, tmp_path):
             )
             for f in files:
                 lines = f.read_text().splitlines()
-                assert lines[0] == "valence"
+                assert lines[0] == "valence_self"  # the target
                 assert len(lines) == N_FRAMES + 1
                 assert np.all(np.isfinite(np.array(lines[1:], dtype=float)))
         logged = yaml.safe_load((local / "config.yaml").read_text())
