@@ -38,7 +38,7 @@ from experiments.config.loading import load_config
 from experiments.studies.sweep import grid_trials
 from experiments.tracking.tracker import Tracker
 from experiments.trained.model import frame_table, store_tables, train_model
-from experiments.trained.pyfunc import log_model
+from experiments.trained.pyfunc import log_model, logged_bytes
 from experiments.trained.stream import StreamingModel
 
 from . import inputs
@@ -72,8 +72,7 @@ def _saving(store: Path, tracker: Tracker) -> list[dict]:
         run_id = tracker.start_run(f"bench {name}")
         log_s = log_model(tracker.client, run_id, model, frame_table(tables[0]))
         tracker.finish(run_id)
-        files = tracker.client.list_artifacts(run_id, "model/artifacts/trained")
-        size = sum(int(f.file_size or 0) for f in files) / 1e6
+        size = logged_bytes(tracker.client, run_id) / 1e6
         t0 = time.perf_counter()
         model.predict_table(tables[0])
         predict_s = time.perf_counter() - t0

@@ -24,7 +24,15 @@ from ..trained.model import (
     store_tables,
     train_model,
 )
-from ..trained.pyfunc import fetch_model, log_model, model_name, register
+from ..trained.pyfunc import (
+    ALIAS,
+    ARTIFACT,
+    fetch_model,
+    log_model,
+    logged_bytes,
+    model_name,
+    register,
+)
 from .explain import run_trial
 from .parent_run import as_store, store_fingerprint
 
@@ -44,14 +52,10 @@ class Saved:
 
     @property
     def uri(self) -> str:
-        return f"models:/{self.name}@chosen" if self.name else f"runs:/{self.run_id}/model"
+        return f"models:/{self.name}@{ALIAS}" if self.name else f"runs:/{self.run_id}/{ARTIFACT}"
 
 
-def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def save_trained(
+def _save_trained(
     tracker: Tracker,
     run_id: str,
     model: TrainedModel,
@@ -65,13 +69,8 @@ def save_trained(
     example = frame_table(store_tables(store, model.trial, [first])[0])
     seconds = log_model(tracker.client, run_id, model, example)
     version = register(tracker.client, run_id, name) if name else ""
-    size = _size_of_run_model(tracker, run_id)
+    size = logged_bytes(tracker.client, run_id)
     return Saved(run_id, model.trial.track, name, version, fit_seconds, seconds, size)
-
-
-def _size_of_run_model(tracker: Tracker, run_id: str) -> int:
-    files = tracker.client.list_artifacts(run_id, "model/artifacts/trained")
-    return sum(int(f.file_size or 0) for f in files)
 
 
 def save_run(
@@ -110,7 +109,7 @@ def save_run(
     t0 = time.perf_counter()
     model = train_model(trial, st, fingerprint)
     fit_seconds = time.perf_counter() - t0
-    return save_trained(tracker, run_id, model, st, name, fit_seconds)
+    return _save_trained(tracker, run_id, model, st, name, fit_seconds)
 
 
 def save_choices(

@@ -19,7 +19,7 @@ from featurestore.storage.store import Store
 
 from ..config.gold_standard import gold_standard_of
 from ..config.grid import Trial, trial_from_params
-from ..data.dataset import DatasetError, load_sessions, with_labels
+from ..data.dataset import load_sessions, with_labels
 from ..data.session_table import SessionTable
 from ..errors import ExperimentsError
 from ..evaluation.evaluate import PostProcess, fit_postprocess, split_sessions
@@ -384,14 +384,3 @@ def frame_table(table: SessionTable) -> pd.DataFrame:
     out.insert(0, LISTENER_COLUMN, np.full(table.n_frames, table.listener, np.int64))
     flags = pd.DataFrame(table.valid, columns=[valid_column(c) for c in table.channels])
     return pd.concat([out, flags], axis=1)
-
-
-__all__ = [
-    "DatasetError",
-    "ModelError",
-    "TrainedModel",
-    "frame_table",
-    "load_model",
-    "save_model",
-    "train_model",
-]

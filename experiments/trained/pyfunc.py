@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..tracking.provenance import package_version
-from .model import LISTENER_COLUMN, ModelError, TrainedModel, load_model, save_model
+from .model import ModelError, TrainedModel, load_model, save_model
 
 #: the file MLflow runs to build the pyfunc (it calls ``mlflow.models.set_model``)
 ENTRY = Path(__file__).with_name("pyfunc_entry.py")
@@ -103,6 +103,12 @@ def log_model(client: Any, run_id: str, model: TrainedModel, example: pd.DataFra
     return time.perf_counter() - t0
 
 
+def logged_bytes(client: Any, run_id: str) -> int:
+    """The bytes of the fitted parts of the model logged into ``run_id``."""
+    files = client.list_artifacts(run_id, f"{ARTIFACT}/artifacts/{BUNDLE}")
+    return sum(int(f.file_size or 0) for f in files)
+
+
 def register(client: Any, run_id: str, name: str, alias: str = ALIAS) -> str:
     """Register run ``run_id``'s logged model as a new version of ``name`` with ``alias`` on it;
     the version."""
@@ -168,6 +174,3 @@ def fetch_model(model: str, tracking_uri: str) -> TrainedModel:
                 "`experiments save RUN_ID` (the sweep registers <experiment>-<track>@chosen)"
             ) from e
         return load_model(where, uri)
-
-
-__all__ = ["LISTENER_COLUMN", "fetch_model", "log_model", "predict_frames", "register"]
