@@ -221,7 +221,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from e
     code = print_sweep(res)
     if args.save_models:
-        save_sweep_choices(args, res.best_run_ids, store)
+        save_sweep_choices(args, res, store)
     return code
 
 

@@ -210,3 +210,15 @@ def test_a_two_target_sweep_and_the_whole_recording_study(store, tmp_path):
         for track in ("personalized", "generalized"):
             assert np.isfinite(metrics[f"{part}.test.ccc_{track}"]), (part, track)
     assert parent.data.tags["layout"] == "manifest"
+    # each target's and track's choice registered; predicted files named by recording id
+    tracking = resolve_tracking_uri(uri)
+    registry = MlflowClient(tracking, registry_uri=tracking)
+    for target in ("valence", "arousal"):
+        for track in ("personalized", "generalized"):
+            assert registry.get_model_version_by_alias(f"lab-{target}-{track}", "chosen").run_id
+    out = tmp_path / "predicted"
+    predict = ["predict", "models:/lab-arousal-generalized@chosen", "--store", str(store)]
+    assert experiments_main([*predict, "--tracking-uri", uri, "--out", str(out)]) == 0
+    files = sorted(p.stem for p in out.glob("*.csv"))
+    assert files == sorted(Store(store).list_sessions()) and "p1_picture" in files
+    assert (out / "p1_picture.csv").read_text().startswith("arousal\n")

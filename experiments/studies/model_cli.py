@@ -111,10 +111,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def save_sweep_choices(args: argparse.Namespace, best_run_ids: dict[str, str], store: str) -> None:
-    """``experiments sweep``'s last step: each track's choice saved and registered, printed."""
+def save_sweep_choices(args: argparse.Namespace, res: Any, store: str) -> None:
+    """``experiments sweep``'s last step: each target's and track's choice saved and registered
+    (:func:`~experiments.studies.saved.save_choices`), printed."""
     from .saved import save_choices  # startup: as cmd_save's
 
     uri = args.tracking_uri or args.cfg.tracking.uri
-    for saved in save_choices(best_run_ids, store, uri, args.cfg.tracking.experiment):
+    by_target = res.best_run_ids_by_target or {args.cfg.target: res.best_run_ids}
+    for saved in save_choices(by_target, store, uri, args.cfg.tracking.experiment):
         print(saved_text(saved))

@@ -113,24 +113,27 @@ def save_run(
 
 
 def save_choices(
-    best_run_ids: Mapping[str, str],
+    choices: Mapping[str, Mapping[str, str]],
     store: str | os.PathLike,
     tracking_uri: str | None,
     experiment: str,
 ) -> list[Saved]:
-    """Each track's chosen run saved (once when both tracks chose it) and registered as
-    ``<experiment>-<track>`` with the alias ``chosen``."""
+    """Each target's and track's chosen run (``choices``: target -> track -> run id) saved, once
+    when both tracks chose it, and registered as ``<experiment>-<track>`` (several targets:
+    ``<experiment>-<target>-<track>``) with the alias ``chosen``."""
     out: list[Saved] = []
     saved: dict[str, Saved] = {}
-    for track, run_id in best_run_ids.items():
-        name = model_name(experiment, track)
-        if run_id in saved:
-            client = tracking_client(resolve_tracking_uri(tracking_uri))
-            version = register(client, run_id, name)
-            out.append(replace(saved[run_id], track=track, name=name, version=version))
-        else:
-            saved[run_id] = save_run(run_id, store, tracking_uri, name)
-            out.append(replace(saved[run_id], track=track))
+    for target, tracks in choices.items():
+        prefix = experiment if len(choices) == 1 else f"{experiment}-{target}"
+        for track, run_id in tracks.items():
+            name = model_name(prefix, track)
+            if run_id in saved:
+                client = tracking_client(resolve_tracking_uri(tracking_uri))
+                version = register(client, run_id, name)
+                out.append(replace(saved[run_id], track=track, name=name, version=version))
+            else:
+                saved[run_id] = save_run(run_id, store, tracking_uri, name)
+                out.append(replace(saved[run_id], track=track))
     return out
 
 
