@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurestore import Store, __version__
-from featurestore.commands import Option, Verb, make_parser, opt, run_verb
+from featurestore.commands import DEFAULT_STORE, Option, Verb, make_parser, opt, run_verb
 from featurestore.errors import ConfigError, UsageError
 from featurestore.parallel import backends_help
 from featurestore.processes import terminate_as_interrupt
@@ -39,8 +39,6 @@ from .studies.session_cli import CONFIG_ARGUMENT, cmd_sessions
 from .studies.sweep_cli import print_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: the store a verb reads when --store is not given
-DEFAULT_STORE = "features"
 
 
 #: options several verbs take, by name

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .commands import Option, Verb, make_parser, opt, run_verb
+from .commands import DEFAULT_STORE, Option, Verb, make_parser, opt, run_verb
 from .errors import FeaturestoreError, UsageError
 from .extraction.config import (
     FeatureConfig,
@@ -364,7 +364,9 @@ DEMO_DEFAULTS = {"omg": ("demo_data", 24.0), "monadic": ("demo_monadic", 8.0)}
 
 
 # ------------------------------------------------------------------------- the verbs
-STORE = opt("--store", default="features", help="feature store folder (default: features/)")
+STORE = opt(
+    "--store", default=DEFAULT_STORE, help=f"feature store folder (default: {DEFAULT_STORE}/)"
+)
 CONFIG = opt("--config", help="featurestore YAML (default: DATA_DIR/featurestore.yaml if present)")
 FORCE = opt("--force", action="store_true", help="recompute even current channels")
 MANIFEST_OPT = opt(

@@ -18,6 +18,9 @@ from .processes import Terminated, interrupt_exit_code
 #: the exit code of a command whose reader went away (``| head -1``): 128 + SIGPIPE, as other tools
 EXIT_BROKEN_PIPE = 141
 
+#: the feature store folder both packages' verbs read when ``--store`` is not given
+DEFAULT_STORE = "features"
+
 #: an option of a verb: argparse's ``add_argument(*flags, **kwargs)``
 Option = tuple[tuple[str, ...], dict[str, Any]]
 

@@ -10,11 +10,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import pandas as pd
 
 from featurestore.parallel.memory import release_free_memory
+from featurestore.storage.store import Store
 
 from ..config.grid import Trial, trial_from_params
 from ..config.metrics import DEFAULT_METRIC, get_metric
@@ -186,27 +187,27 @@ def explain_run(
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = resolve_tracking_uri(tracking_uri)
     client = tracking_client(uri, write=False)
-    from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read
-
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as e:
-        raise ExplainError(
-            f"no run {run_id} in {mask_uri(uri)}; copy a child run's id from the MLflow UI or reports/ablation.csv"
-        ) from e
+    run = logged_run(
+        client,
+        uri,
+        run_id,
+        ExplainError,
+        "a child run's id from the MLflow UI or reports/ablation.csv",
+    )
     trial = run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
     if _explainable(trial) is None:
         raise ExplainError(
             f"run {run_id} is the {trial.model} baseline, which reads no feature: nothing to permute"
         )
     tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
-    fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(store)[0]
-    if fitted_on not in (None, fingerprint) and not new_run:
-        raise ExplainError(
-            f"run {run_id} was fitted on another store (fingerprint {fitted_on}) than {store} "
-            f"({fingerprint}: shards changed, added or gone): explain it with the run's store, or "
-            "pass --new-run to log the importance into a new run"
-        )
+    fingerprint = fitted_store_fingerprint(
+        run,
+        store,
+        ExplainError,
+        None
+        if new_run
+        else "explain it with the run's store, or pass --new-run to log the importance into a new run",
+    )
     splits = {name: list(stories) for name, stories in trial.splits}
     channels = sweep_channels(trial)
     tables = with_labels(load_sessions(store, channels, trial.target, splits, require_labels=False))
@@ -224,6 +225,33 @@ def explain_run(
         raise
     tracker.finish(logged_to)
     return explained
+
+
+def logged_run(client: Any, uri: str, run_id: str, error: type[Exception], where: str) -> Any:
+    """``run_id``'s MLflow run read through ``client``; ``error`` naming the tracking store and
+    ``where`` a user copies a run id from when there is no such run."""
+    from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as e:
+        raise error(f"no run {run_id} in {mask_uri(uri)}; copy {where}") from e
+
+
+def fitted_store_fingerprint(
+    run: Any, store: Store | str | os.PathLike, error: type[Exception], refuse: str | None
+) -> str:
+    """``store``'s fingerprint, checked against the one ``run`` was fitted on (its
+    ``store_fingerprint`` tag): another store raises ``error`` ending with ``refuse`` (what a user
+    does instead) unless ``refuse`` is None (the caller allows it)."""
+    fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(store)[0]
+    if fitted_on not in (None, fingerprint) and refuse is not None:
+        root = store.root if isinstance(store, Store) else store
+        raise error(
+            f"run {run.info.run_id} was fitted on another store (fingerprint {fitted_on}) than "
+            f"{root} ({fingerprint}: shards changed, added or gone): {refuse}"
+        )
+    return fingerprint
 
 
 def run_trial(run_id: str, params: dict[str, str], logged_hash: str) -> Trial:

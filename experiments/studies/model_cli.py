@@ -7,11 +7,9 @@ import argparse
 import sys
 from typing import Any
 
-from featurestore.commands import opt
+from featurestore.commands import DEFAULT_STORE, opt
 from featurestore.errors import UsageError
 
-#: the store a verb reads when --store is not given (experiments.cli's)
-DEFAULT_STORE = "features"
 #: save and predict: go on (with a warning) when the store differs from the model's
 ALLOW_MISMATCH = opt(
     "--allow-mismatch",

@@ -9,13 +9,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from featurestore.storage.store import Store
 
 from ..errors import ExperimentsError
 from ..tracking.child_runs import write_prediction_csv
-from ..tracking.redact import mask_uri
-from ..tracking.tracker import CONFIG_HASH_TAG, Tracker, resolve_tracking_uri, tracking_client
+from ..tracking.tracker import CONFIG_HASH_TAG, resolve_tracking_uri, tracking_client
 from ..trained.model import (
     ModelError,
     TrainedModel,
@@ -33,8 +33,8 @@ from ..trained.pyfunc import (
     model_name,
     register,
 )
-from .explain import run_trial
-from .parent_run import as_store, store_fingerprint
+from .explain import fitted_store_fingerprint, logged_run, run_trial
+from .parent_run import as_store
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Saved:
 
 
 def _save_trained(
-    tracker: Tracker,
+    client: Any,
     run_id: str,
     model: TrainedModel,
     store: Store,
@@ -67,9 +67,9 @@ def _save_trained(
     given a ``name``, register it with the ``chosen`` alias."""
     first = model.provenance["train_sessions"][0]
     example = frame_table(store_tables(store, model.trial, [first])[0])
-    seconds = log_model(tracker.client, run_id, model, example)
-    version = register(tracker.client, run_id, name) if name else ""
-    size = logged_bytes(tracker.client, run_id)
+    seconds = log_model(client, run_id, model, example)
+    version = register(client, run_id, name) if name else ""
+    size = logged_bytes(client, run_id)
     return Saved(run_id, model.trial.track, name, version, fit_seconds, seconds, size)
 
 
@@ -87,29 +87,27 @@ def save_run(
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = resolve_tracking_uri(tracking_uri)
     client = tracking_client(uri)
-    from mlflow.exceptions import MlflowException  # heavy: loaded when a run is read
-
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as e:
-        raise ModelError(
-            f"no run {run_id} in {mask_uri(uri)}; copy a configuration's child run id from the "
-            "MLflow UI or the sweep's summary"
-        ) from e
+    run = logged_run(
+        client,
+        uri,
+        run_id,
+        ModelError,
+        "a configuration's child run id from the MLflow UI or the sweep's summary",
+    )
     trial = run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
     st = as_store(store)
-    fitted_on, fingerprint = run.data.tags.get("store_fingerprint"), store_fingerprint(st)[0]
-    if fitted_on not in (None, fingerprint) and not allow_other_store:
-        raise ModelError(
-            f"run {run_id} was fitted on another store (fingerprint {fitted_on}) than {st.root} "
-            f"({fingerprint}: shards changed, added or gone): save it with the run's store, or "
-            "pass --allow-mismatch to fit it on this one"
-        )
-    tracker = Tracker(uri, client.get_experiment(run.info.experiment_id).name)
+    fingerprint = fitted_store_fingerprint(
+        run,
+        st,
+        ModelError,
+        None
+        if allow_other_store
+        else "save it with the run's store, or pass --allow-mismatch to fit it on this one",
+    )
     t0 = time.perf_counter()
     model = train_model(trial, st, fingerprint)
     fit_seconds = time.perf_counter() - t0
-    return _save_trained(tracker, run_id, model, st, name, fit_seconds)
+    return _save_trained(client, run_id, model, st, name, fit_seconds)
 
 
 def save_choices(
@@ -123,12 +121,13 @@ def save_choices(
     ``<experiment>-<target>-<track>``) with the alias ``chosen``."""
     out: list[Saved] = []
     saved: dict[str, Saved] = {}
+    client: Any = None
     for target, tracks in choices.items():
         prefix = experiment if len(choices) == 1 else f"{experiment}-{target}"
         for track, run_id in tracks.items():
             name = model_name(prefix, track)
             if run_id in saved:
-                client = tracking_client(resolve_tracking_uri(tracking_uri))
+                client = client or tracking_client(resolve_tracking_uri(tracking_uri))
                 version = register(client, run_id, name)
                 out.append(replace(saved[run_id], track=track, name=name, version=version))
             else:
