@@ -74,10 +74,14 @@ def saved_text(saved: Any) -> str:
         if saved.name
         else saved.uri
     )
-    return (
-        f"{saved.track} model of run {saved.run_id}: fitted in {saved.fit_seconds:.1f} s, logged in "
-        f"{saved.log_seconds:.1f} s ({saved.size_bytes / 1e6:.2f} MB); {where}"
-    )
+    if saved.reused:
+        done = f"logged before ({saved.size_bytes / 1e6:.2f} MB)"
+    else:
+        done = (
+            f"fitted in {saved.fit_seconds:.1f} s, logged in {saved.log_seconds:.1f} s "
+            f"({saved.size_bytes / 1e6:.2f} MB)"
+        )
+    return f"{saved.track} model of run {saved.run_id}: {done}; {where}"
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

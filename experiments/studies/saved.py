@@ -49,6 +49,8 @@ class Saved:
     fit_seconds: float = 0.0
     log_seconds: float = 0.0
     size_bytes: int = 0
+    #: the run held its model already (a resumed sweep): nothing was fitted or logged
+    reused: bool = False
 
     @property
     def uri(self) -> str:
@@ -126,14 +128,34 @@ def save_choices(
         prefix = experiment if len(choices) == 1 else f"{experiment}-{target}"
         for track, run_id in tracks.items():
             name = model_name(prefix, track)
+            client = client or tracking_client(resolve_tracking_uri(tracking_uri))
             if run_id in saved:
-                client = client or tracking_client(resolve_tracking_uri(tracking_uri))
-                version = register(client, run_id, name)
+                version = _registered(client, run_id, name)
                 out.append(replace(saved[run_id], track=track, name=name, version=version))
+            elif client.get_run(run_id).data.tags.get("logged_model") == ARTIFACT:
+                # a resumed sweep that chose the same run: its model is there, fitted on this store
+                version = _registered(client, run_id, name)
+                size = logged_bytes(client, run_id)
+                saved[run_id] = Saved(run_id, track, name, version, size_bytes=size, reused=True)
+                out.append(saved[run_id])
             else:
                 saved[run_id] = save_run(run_id, store, tracking_uri, name)
                 out.append(replace(saved[run_id], track=track))
     return out
+
+
+def _registered(client: Any, run_id: str, name: str) -> str:
+    """The version of ``name`` that the ``chosen`` alias names when it is ``run_id``'s model,
+    else a new version of it registered (:func:`register`)."""
+    from mlflow.exceptions import MlflowException  # as in register
+
+    try:
+        current = client.get_model_version_by_alias(name, ALIAS)
+    except MlflowException:  # no such model or alias yet
+        current = None
+    if current is not None and current.run_id == run_id:
+        return str(current.version)
+    return register(client, run_id, name)
 
 
 def predict_store(

@@ -15,6 +15,8 @@ from tests.experiments.helpers import config_dict, copy_tracking_db
 
 pytestmark = pytest.mark.slow
 
+TRACKS = ("personalized", "generalized")
+
 
 def _csvs(folder) -> dict[str, np.ndarray]:
     return {p.stem: np.loadtxt(p, skiprows=1, ndmin=1) for p in sorted(folder.glob("*.csv"))}
@@ -63,6 +65,19 @@ def test_the_sweep_registers_each_track_and_predict_gives_the_runs_predictions(
             assert code == 0
             for sid, logged in _csvs(exported).items():
                 np.testing.assert_allclose(predicted[sid], logged, rtol=0, atol=1e-9, err_msg=sid)
+
+
+def test_a_resumed_sweep_keeps_the_models_it_logged(swept, planted_store, capsys):
+    tmp, uri, client = swept
+    before = {t: client.get_model_version_by_alias(f"saved-{t}", "chosen") for t in TRACKS}
+    capsys.readouterr()
+    assert main(["sweep", "--config", str(tmp / "config.yaml"), "--store", str(planted_store)]) == 0
+    out = capsys.readouterr().out
+    for track in TRACKS:
+        after = client.get_model_version_by_alias(f"saved-{track}", "chosen")
+        assert (after.run_id, after.version) == (before[track].run_id, before[track].version)
+        assert f"{track} model of run {after.run_id}: logged before" in out
+    assert "fitted in" not in out
 
 
 def test_save_refits_any_run_and_refuses_another_store(swept, planted_store, tmp_path, capsys):
