@@ -63,6 +63,7 @@ def test_print_config_prints_yaml_and_exits_0(tmp_path, capsys):
     code = main(
         [
             "sweep",
+            "--no-models",
             "--config",
             "smoke",
             "--set",
@@ -91,6 +92,7 @@ def test_unknown_config_key_exits_2_with_a_suggestion(tmp_path, capsys, override
     code = main(
         [
             "sweep",
+            "--no-models",
             "--config",
             "smoke",
             "--set",
@@ -113,6 +115,7 @@ def test_empty_store_exits_2_naming_make_features(tmp_path, capsys):
         code = main(
             [
                 "sweep",
+                "--no-models",
                 "--config",
                 "smoke",
                 "--store",
@@ -213,7 +216,9 @@ def test_killed_sweep_is_reaped_and_resumed_without_duplicates(
     path = write_config(tmp_path / "kill.yaml", raw)
     client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_dir))
     proc = subprocess.Popen(
-        cli_cmd("sweep", "--config", path, "--store", str(planted_store), "--jobs", "2"),
+        cli_cmd(
+            "sweep", "--no-models", "--config", path, "--store", str(planted_store), "--jobs", "2"
+        ),
         cwd=tmp_path,
         env=cli_env(),
         stdout=subprocess.DEVNULL,
@@ -306,7 +311,7 @@ def test_two_sweeps_at_once_on_a_new_tracking_store(planted_store, tmp_path):
         path = write_config(tmp_path / f"{fs}.yaml", raw)
         procs.append(
             subprocess.Popen(
-                cli_cmd("sweep", "--config", path, "--store", str(planted_store)),
+                cli_cmd("sweep", "--no-models", "--config", path, "--store", str(planted_store)),
                 cwd=tmp_path,
                 env=cli_env(),
                 stdout=subprocess.PIPE,
@@ -444,6 +449,7 @@ def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(
     code = main(
         [
             "sweep",
+            "--no-models",
             "--config",
             "smoke",
             "--store",
@@ -491,7 +497,16 @@ def test_the_walk_from_the_sweep_command_to_a_fit_is_short(planted_store, tmp_pa
     """At the first estimator fit of a one-process smoke sweep (serial backend), the package's
     own frames from the sweep command on are at most 10 calls in at most 6 files."""
     packages = tuple(str(ROOT / p) + os.sep for p in ("experiments", "featurestore"))
-    args = ["sweep", "--config", "smoke", "--store", str(planted_store), "--backend", "serial"]
+    args = [
+        "sweep",
+        "--no-models",
+        "--config",
+        "smoke",
+        "--store",
+        str(planted_store),
+        "--backend",
+        "serial",
+    ]
     args += ["--jobs", "1", "--tracking-uri", str(tmp_path / "mlruns")]
     args += ["--set", f"splits={json.dumps(SPLITS)}"]
     stack = _stack_at_first_fit(lambda: main(args))

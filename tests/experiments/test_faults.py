@@ -101,6 +101,7 @@ def test_shard_of_an_older_schema_is_a_clear_sweep_error(
     code = main(
         [
             "sweep",
+            "--no-models",
             "--config",
             "smoke",
             "--store",
@@ -176,13 +177,16 @@ def test_exit_codes_of_sweep_ablate_export_and_score(
     opts = ["--store", str(planted_store)]
     # sweep: usage errors (a misspelt key; a ridge alpha outside its domain, refused at load), then
     # a grid where one configuration fails (a negative alpha of a model that does not check it)
-    assert main(["sweep", "--config", "smoke", *opts, "--set", "window.dealy_s=[1]"]) == 2
+    assert (
+        main(["sweep", "--no-models", "--config", "smoke", *opts, "--set", "window.dealy_s=[1]"])
+        == 2
+    )
     refused = write_config(tmp_path / "refused.yaml", small_grid(tracking_dir, [10, -1]))
-    assert main(["sweep", "--config", refused, *opts]) == 2
+    assert main(["sweep", "--no-models", "--config", refused, *opts]) == 2
     assert "models[0].alpha: expected a number >= 0, got -1" in capsys.readouterr().err
     grid = small_grid(tracking_dir, [10, -1], model=unchecked_ridge.name)
     failing = write_config(tmp_path / "failing.yaml", grid)
-    assert main(["sweep", "--config", failing, *opts]) == 1
+    assert main(["sweep", "--no-models", "--config", failing, *opts]) == 1
     captured = capsys.readouterr()
     assert (
         "1 failed" in captured.out
@@ -192,7 +196,7 @@ def test_exit_codes_of_sweep_ablate_export_and_score(
     good = write_config(
         tmp_path / "good.yaml", small_grid(tracking_dir, [10], unchecked_ridge.name)
     )
-    assert main(["sweep", "--config", good, *opts]) == 0
+    assert main(["sweep", "--no-models", "--config", good, *opts]) == 0
     out = capsys.readouterr().out
     assert (
         "0 configurations run, 2 reused from earlier runs, 0 failed" in out
@@ -295,7 +299,15 @@ def test_tracking_faults_end_in_one_line_within_seconds(planted_store, tmp_path,
     not_db.parent.mkdir()
     not_db.write_text("not a database\n")
     server = f"http://127.0.0.1:{free_port()}"
-    sweep = ["sweep", "--config", "smoke", "--store", str(planted_store), "--tracking-uri"]
+    sweep = [
+        "sweep",
+        "--no-models",
+        "--config",
+        "smoke",
+        "--store",
+        str(planted_store),
+        "--tracking-uri",
+    ]
     export = ["export", "f" * 32, "--split", "test", "--out", str(tmp_path / "x"), "--tracking-uri"]
     cases = [
         (sweep + [str(not_db.parent)], [str(not_db), "not an SQLite database"]),

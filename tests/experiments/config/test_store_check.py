@@ -267,7 +267,16 @@ def test_a_split_of_stories_no_session_has_is_refused_before_anything_runs(tmp_p
     # from the command line: exit 2 before any run is logged
     mlruns = tmp_path / "mlruns"
     code = main(
-        ["sweep", "--config", path, "--store", str(store.root), "--tracking-uri", str(mlruns)]
+        [
+            "sweep",
+            "--no-models",
+            "--config",
+            path,
+            "--store",
+            str(store.root),
+            "--tracking-uri",
+            str(mlruns),
+        ]
     )
     assert code == 2 and "splits.val: no session" in capsys.readouterr().err
     assert not mlruns.exists()
@@ -300,7 +309,16 @@ def test_a_delay_that_leaves_a_session_without_rows_is_refused(tmp_path, planted
         path, overrides=["window.delay_s=[29.9]", "window.align=[causal]"], store=planted_store
     )
     mlruns = tmp_path / "mlruns"
-    args = ["sweep", "--config", path, "--store", str(planted_store), "--tracking-uri", str(mlruns)]
+    args = [
+        "sweep",
+        "--no-models",
+        "--config",
+        path,
+        "--store",
+        str(planted_store),
+        "--tracking-uri",
+        str(mlruns),
+    ]
     assert main([*args, "--set", "window.delay_s=[40]"]) == 2
     assert "window.delay_s: a delay of 40 s" in capsys.readouterr().err
     assert not mlruns.exists()

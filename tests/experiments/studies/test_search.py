@@ -287,7 +287,21 @@ def test_experiments_sweep_runs_the_search_with_two_jobs(
     )
     path = tmp_path / "search.yaml"
     path.write_text(yaml.safe_dump(d))
-    assert main(["sweep", "--config", str(path), "--store", str(planted_store), "--jobs", "2"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--no-models",
+                "--config",
+                str(path),
+                "--store",
+                str(planted_store),
+                "--jobs",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "optuna study search-cli." in out and "generalized track" in out
     client = MlflowClient(tracking_uri=uri)

@@ -82,6 +82,7 @@ def sweep(root: Path, config: Path, store: Path, *extra: str) -> str:
             "-m",
             "experiments.cli",
             "sweep",
+            "--no-models",
             "--config",
             str(config),
             "--store",
