@@ -71,6 +71,39 @@ def ccc(
     return float(np.clip(2.0 * rho * st * sp / den, -1.0, 1.0))  # |CCC| <= 1 up to rounding
 
 
+def _circular_covariances(
+    truth: np.ndarray, preds: Sequence[np.ndarray], what: str
+) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """``truth`` as float64 and, for each of ``preds``, its covariance with ``truth`` at every
+    circular lag (element ``k`` against ``np.roll(pred, k)``) by one FFT, the transform of
+    ``truth`` computed once; None for a constant prediction or truth (no covariance to find)."""
+    t = np.asarray(truth, dtype=np.float64)
+    n = len(t)
+    ps = [np.asarray(p, dtype=np.float64) for p in preds]
+    if n == 0 or any(len(p) != n for p in ps):
+        raise ValueError(
+            f"{what} needs two equally long, non-empty series, got "
+            f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
+        )
+    if t.min() == t.max():
+        return t, [None for _ in ps]
+    dt = t - t.mean()
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    ft = None  # the transform of dt, once a prediction needs it
+    out: list[np.ndarray | None] = []
+    for p in ps:
+        if p.min() == p.max():
+            out.append(None)
+            continue
+        if ft is None:
+            ft = np.fft.rfft(dt, size)
+        dp = p - p.mean()
+        # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
+        xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
+        out.append((xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n)  # k and k - n
+    return t, out
+
+
 def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
     """CCC of ``truth`` against each of ``preds`` circularly shifted by every lag 0..n-1 (the
     official formula; element ``k`` against ``np.roll(pred, k)``), the covariances of all lags by
@@ -79,30 +112,76 @@ def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndar
     >>> t = np.sin(np.linspace(0, 6.28, 50)); round(float(shifted_cccs(t, [t])[0][0]), 6)
     1.0
     """
-    t = np.asarray(truth, dtype=np.float64)
-    n = len(t)
-    ps = [np.asarray(p, dtype=np.float64) for p in preds]
-    if n == 0 or any(len(p) != n for p in ps):
-        raise ValueError(
-            "shifted_cccs needs two equally long, non-empty series, got "
-            f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
-        )
-    if t.min() == t.max():
-        return [np.zeros(n) for _ in ps]  # the official scorer's r = 0 for a constant series
-    dt = t - t.mean()
-    size = 1 << int(np.ceil(np.log2(2 * n)))
-    ft = None  # the transform of dt, once a prediction needs it
+    t, covs = _circular_covariances(truth, preds, "shifted_cccs")
     out = []
-    for p in ps:
-        if p.min() == p.max():
-            out.append(np.zeros(n))
+    for p, cov in zip(preds, covs, strict=True):
+        if cov is None:  # the official scorer's r = 0 for a constant series
+            out.append(np.zeros(len(t)))
             continue
-        if ft is None:
-            ft = np.fft.rfft(dt, size)
-        dp = p - p.mean()
-        # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
-        xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
-        cov = (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n  # circular: k and k - n
-        den = dt.var() + dp.var() + (t.mean() - p.mean()) ** 2
+        p = np.asarray(p, dtype=np.float64)
+        den = t.var() + p.var() + (t.mean() - p.mean()) ** 2
         out.append(np.clip(2.0 * cov / den, -1.0, 1.0))
     return out
+
+
+def pearson(y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]) -> float:
+    """Pearson's r of two equally long finite series (population statistics, as :func:`ccc`), in
+    [-1, 1]; 0 for a constant series, as the official CCC scorer sets its r (MuSe's scorer, SciPy's
+    ``pearsonr``, gives NaN there).
+
+    >>> round(pearson([1, 2, 3], [2, 4, 7]), 6), pearson([1, 2, 3], [5, 5, 5])
+    (0.993399, 0.0)
+    """
+    t, p = finite_pairs(y_true, y_pred, "raise", "pearson")
+    if t.min() == t.max() or p.min() == p.max():
+        return 0.0
+    dt, dp = t - t.mean(), p - p.mean()
+    return float(np.clip(np.mean(dt * dp) / np.sqrt(np.mean(dt * dt) * np.mean(dp * dp)), -1, 1))
+
+
+def shifted_pearsons(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """:func:`pearson` of ``truth`` against each of ``preds`` at every circular lag (as
+    :func:`shifted_cccs`: one FFT)."""
+    t, covs = _circular_covariances(truth, preds, "shifted_pearsons")
+    out = []
+    for p, cov in zip(preds, covs, strict=True):
+        if cov is None:
+            out.append(np.zeros(len(t)))
+            continue
+        sd = np.sqrt(t.var() * np.asarray(p, dtype=np.float64).var())
+        out.append(np.clip(cov / sd, -1.0, 1.0))
+    return out
+
+
+def rmse(y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]) -> float:
+    """The root mean squared error of two equally long finite series.
+
+    >>> rmse([0, 0, 0, 0], [1, -1, 1, -1])
+    1.0
+    """
+    t, p = finite_pairs(y_true, y_pred, "raise", "rmse")
+    return float(np.sqrt(np.mean((t - p) ** 2)))
+
+
+def shifted_rmses(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """:func:`rmse` of ``truth`` against each of ``preds`` at every circular lag: the mean squared
+    error is the two variances, the squared difference of the means and twice the covariance at
+    that lag (one FFT, as :func:`shifted_cccs`)."""
+    t, covs = _circular_covariances(truth, preds, "shifted_rmses")
+    out = []
+    for p, cov in zip(preds, covs, strict=True):
+        p = np.asarray(p, dtype=np.float64)
+        base = t.var() + p.var() + (t.mean() - p.mean()) ** 2
+        mse = np.full(len(t), base) if cov is None else base - 2.0 * cov
+        out.append(np.sqrt(np.maximum(mse, 0.0)))  # a rounding residue below 0 is 0
+    return out
+
+
+def mae(y_true: np.ndarray | Iterable[float], y_pred: np.ndarray | Iterable[float]) -> float:
+    """The mean absolute error of two equally long finite series.
+
+    >>> mae([0, 0, 0, 0], [1, -1, 2, 0])
+    1.0
+    """
+    t, p = finite_pairs(y_true, y_pred, "raise", "mae")
+    return float(np.mean(np.abs(t - p)))

@@ -1,6 +1,8 @@
 """The metrics a config may name (``metric:``): one :class:`MetricSpec` each, in one registry
 (docs/config.md, Adding a metric); code downstream asks the spec, never compares a metric's name.
-``ccc`` is :func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic.
+``ccc`` is :func:`featurestore.concordance.ccc`, the official challenge scorer's arithmetic;
+``pearson`` (MuSe's score), ``rmse`` and ``mae`` (reported beside CCC by AVEC and many papers)
+are there too.
 """
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ from typing import Literal
 
 import numpy as np
 
-from featurestore.concordance import NAN_RULES, ccc, finite_pairs, shifted_cccs
+from featurestore.concordance import (
+    NAN_RULES,
+    ccc,
+    finite_pairs,
+    mae,
+    pearson,
+    rmse,
+    shifted_cccs,
+    shifted_pearsons,
+    shifted_rmses,
+)
 
 from .choices import Registry, check_choice
 from .options import AVERAGINGS
@@ -124,5 +136,34 @@ register_metric(
         label="CCC",
         bounds=(-1.0, 1.0),
         shifted=shifted_cccs,
+    )
+)
+register_metric(
+    MetricSpec(
+        "pearson",
+        pearson,
+        "Pearson's correlation (MuSe's score; 0 for a constant series, as CCC's r)",
+        label="Pearson's r",
+        bounds=(-1.0, 1.0),
+        shifted=shifted_pearsons,
+    )
+)
+register_metric(
+    MetricSpec(
+        "rmse",
+        rmse,
+        "root mean squared error, in the target's units",
+        higher_is_better=False,
+        label="RMSE",
+        shifted=shifted_rmses,
+    )
+)
+register_metric(
+    MetricSpec(
+        "mae",
+        mae,
+        "mean absolute error, in the target's units",
+        higher_is_better=False,
+        label="MAE",
     )
 )

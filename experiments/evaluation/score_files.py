@@ -1,6 +1,6 @@
 """``experiments score``: true and predicted ``Subject_<L>_Story_<S>.csv`` files paired by session,
-each pair's CCC, on the stories with predictions or an official split's (an incomplete export is
-refused, not averaged).
+each pair's CCC and every other registered metric (Pearson's r, RMSE, MAE), on the stories with
+predictions or an official split's (an incomplete export is refused, not averaged).
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ from featurestore.sources.annotations import read_annotation
 from featurestore.sources.manifest import SPLITS
 from featurestore.storage.store import parse_session, session_name
 
-from .metrics import ccc, listener_means, protocol_means, score_matrix, story_means
+from ..config.metrics import DEFAULT_METRIC, metric_specs
+from .metrics import listener_means, protocol_means, score_matrix, story_means
 
 
 @dataclass
 class ScoredFolders:
     """The per-session CCC rows of two folders, or the problems that prevent scoring."""
 
-    #: one ``{session, listener, story, ccc}`` per scored session
+    #: one ``{session, listener, story, ccc, <metric>...}`` per scored session (every registered
+    #: metric, CCC first)
     rows: list[dict] = field(default_factory=list)
     #: what stops the score (missing, extra, duplicate, unreadable or mismatched files)
     problems: list[str] = field(default_factory=list)
@@ -110,14 +112,19 @@ def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> 
                 f"{len(y_pred)} ({preds[key]}); write one row per label frame"
             )
             continue
-        out.rows.append(
-            {"session": name, "listener": key[0], "story": key[1], "ccc": ccc(y_true, y_pred)}
-        )
+        row: dict = {"session": name, "listener": key[0], "story": key[1]}
+        out.rows.append(row | {m.name: m(y_true, y_pred) for m in _metrics()})
     return out
 
 
+def _metrics() -> list:
+    """The registered metrics, CCC (the challenge's) first."""
+    return sorted(metric_specs().values(), key=lambda m: m.name != DEFAULT_METRIC)
+
+
 def print_scores(scored: ScoredFolders, csv: Path | None = None) -> None:
-    """``experiments score``'s report: the CCC matrix, both protocols, what was skipped; the table to ``csv``."""
+    """``experiments score``'s report: the CCC matrix, both protocols, then both of every metric,
+    what was skipped; the per-session table (every metric) to ``csv``."""
     import pandas as pd  # only here: the scorer itself needs numpy alone
 
     rows, skipped, how, stories = scored.rows, scored.skipped, scored.how, scored.stories
@@ -143,7 +150,16 @@ def print_scores(scored: ScoredFolders, csv: Path | None = None) -> None:
     print(
         f"generalized   {protocols['generalized']:.4f}   mean over stories of each story's mean over listeners"
     )
+    print()
+    print("every metric: personalized, generalized (the same averagings), which way is better")
+    for m in _metrics():
+        means = protocol_means(table, m.name)
+        better = "higher" if m.higher_is_better else "lower"
+        print(
+            f"  {m.title:<12}{means['personalized']:>9.4f}{means['generalized']:>13.4f}   "
+            f"{better} is better"
+        )
     if csv is not None:
         csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(csv, index=False)
-        print(f"per-session CCC written to {csv}")
+        print(f"per-session scores written to {csv}")

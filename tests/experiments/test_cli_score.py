@@ -50,10 +50,24 @@ def test_score_prints_matrix_and_both_protocols(folders, capsys, tmp_path):
     assert f"generalized   {np.mean(list(per_story.values())):.4f}" in out
     assert f"{expected[(2, 3)]:.4f}" in out
     table = pd.read_csv(out_csv)
-    assert list(table.columns) == ["session", "listener", "story", "ccc"] and len(table) == 4
+    metrics = ["ccc", "pearson", "rmse", "mae"]
+    assert list(table.columns) == ["session", "listener", "story", *metrics] and len(table) == 4
     got = {(r.listener, r.story): r.ccc for r in table.itertuples()}
     # read_annotation returns float32; the official scorer reads float64: equal to ~1e-8
     assert got == pytest.approx(expected, abs=1e-6)
+    for r in table.itertuples():  # the other metrics against their textbook formulas
+        name = f"Subject_{r.listener}_Story_{r.story}.csv"
+        y, p = (np.loadtxt(folder / name, skiprows=1) for folder in (gt, pred))
+        assert r.pearson == pytest.approx(np.corrcoef(y, p)[0, 1], abs=1e-6)
+        assert r.rmse == pytest.approx(np.sqrt(np.mean((y - p) ** 2)), abs=1e-6)
+        assert r.mae == pytest.approx(np.mean(np.abs(y - p)), abs=1e-6)
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    for metric, title in (("rmse", "RMSE"), ("mae", "MAE")):
+        by_listener = table.groupby("listener")[metric].mean().mean()
+        by_story = table.groupby("story")[metric].mean().mean()
+        assert lines[title][1:3] == [f"{by_listener:.4f}", f"{by_story:.4f}"]
+        assert lines[title][3:] == ["lower", "is", "better"]
+    assert lines["CCC"][1] == f"{np.mean(list(per_listener.values())):.4f}"
 
 
 def test_missing_and_extra_files_are_named(folders, capsys):

@@ -1,8 +1,10 @@
-"""The metric registry: ccc's NaN rules, a metric's direction, and metrics registered from this
-module alone (no file of the package touched): one a sweep and a search score and choose by;
-Pearson's r, which goes everywhere CCC goes (logged with intervals and chance levels,
-summarised, drawn, the ablation's tables, comparisons and report named after it); and one whose
-spec says intervals and chance levels do not apply, which gets none, the reports saying so."""
+"""The metric registry: ccc's NaN rules, a metric's direction; the built-in Pearson's r, RMSE and
+MAE against their textbook formulas (SciPy's and scikit-learn's), at every circular lag too;
+Pearson's r going everywhere CCC goes (logged with intervals and chance levels, summarised,
+drawn, the ablation's tables, comparisons and report named after it); and metrics registered
+from this module alone (no file of the package touched): one a sweep and a search score and
+choose by, and one whose spec says intervals and chance levels do not apply, which gets none,
+the reports saying so."""
 
 from __future__ import annotations
 
@@ -47,6 +49,40 @@ def mae():
     register_metric(MAE)
     yield MAE
     unregister_metric(MAE.name)
+
+
+def _series(seed: int, n: int = 257) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.normal(size=n)) * 0.05
+    return t, 0.6 * t + rng.normal(0.1, 0.2, size=n)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pearson_rmse_and_mae_are_the_textbook_formulas(seed):
+    from scipy.stats import pearsonr
+    from sklearn.metrics import mean_absolute_error, mean_squared_error
+
+    t, p = _series(seed)
+    assert get_metric("pearson")(t, p) == pytest.approx(pearsonr(t, p)[0], abs=1e-12)
+    assert get_metric("rmse")(t, p) == pytest.approx(np.sqrt(mean_squared_error(t, p)), abs=1e-12)
+    assert get_metric("mae")(t, p) == pytest.approx(mean_absolute_error(t, p), abs=1e-12)
+    assert get_metric("pearson")(t, np.full_like(t, 0.3)) == 0.0  # as CCC's r, not NaN
+    for name, better in (("pearson", True), ("rmse", False), ("mae", False)):
+        assert get_metric(name).higher_is_better is better
+    assert get_metric("pearson").bounds == (-1.0, 1.0) and get_metric("rmse").bounds is None
+
+
+@pytest.mark.parametrize("name", ["ccc", "pearson", "rmse"])
+def test_a_metric_at_every_lag_by_fft_equals_it_at_each_lag(name):
+    m = get_metric(name)
+    t, p = _series(3, n=101)
+    constant = np.full_like(t, 0.2)
+    got = m.shifted(t, [p, constant])
+    for k in range(len(t)):
+        assert got[0][k] == pytest.approx(m(t, np.roll(p, k)), abs=1e-10), k
+        assert got[1][k] == pytest.approx(m(t, constant), abs=1e-10), k
+    flat = m.shifted(np.full_like(t, 0.5), [p])[0]  # a constant truth
+    assert flat == pytest.approx([m(np.full_like(t, 0.5), np.roll(p, k)) for k in range(len(t))])
 
 
 def test_ccc_says_what_it_does_with_nan():
@@ -129,20 +165,6 @@ def test_a_search_minimises_a_metric_whose_lower_is_better(mae, planted_store, t
         assert trial.value == rows.at[trial.user_attrs["mlflow_run_id"], "val.mae_test_generalized"]
 
 
-def _pearson(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Pearson's r, 0 for a constant series (as the official CCC sets its r)."""
-    if y_true.min() == y_true.max() or y_pred.min() == y_pred.max():
-        return 0.0
-    return float(np.clip(np.corrcoef(y_true, y_pred)[0, 1], -1.0, 1.0))
-
-
-PEARSON = MetricSpec(
-    "pearson",
-    _pearson,
-    "Pearson's correlation (a test's own metric)",
-    label="Pearson's r",
-    bounds=(-1.0, 1.0),
-)
 #: a metric whose spec states that intervals and a chance level do not apply to it
 NO_CI = MetricSpec(
     "mse_no_ci",
@@ -151,13 +173,6 @@ NO_CI = MetricSpec(
     intervals=False,
     chance=False,
 )
-
-
-@pytest.fixture
-def pearson():
-    register_metric(PEARSON)
-    yield PEARSON
-    unregister_metric(PEARSON.name)
 
 
 @pytest.fixture
@@ -173,9 +188,7 @@ def _png(path) -> None:
 
 
 @pytest.mark.integration
-def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
-    pearson, planted_store, tracking_dir, tmp_path
-):
+def test_pearson_goes_everywhere_ccc_goes(planted_store, tracking_dir, tmp_path):
     cfg = from_dict(
         config_dict(
             tracking_dir,
@@ -227,7 +240,7 @@ def test_pearson_registered_from_a_test_goes_everywhere_ccc_goes(
     assert "Pearson's r averaging" in md and "| split | Pearson's r |" in md and "CCC" not in md
 
     csv = pd.read_csv(out / "ablation.csv")
-    assert list(csv.columns) == columns(PEARSON)
+    assert list(csv.columns) == columns(get_metric("pearson"))
     assert list(csv.columns[2:4]) == ["pearson_personalized", "pearson_generalized"]
     test = csv[csv.split == "test"]
     assert (
