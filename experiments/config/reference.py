@@ -28,8 +28,9 @@ KEY_MEANINGS: dict[str, str] = {
     "`ccc` logs `<split>.ccc_<track>`, another `<split>.<metric>_<track>`)",
     "averaging": "`sessions`: the mean of per-session values (OMG-Empathy's two averagings); "
     "`concatenated`: one value over a split's sessions joined (AVEC's); default: the metric's own",
-    "gold_standard": "the labels: `stored` (`/labels/<target>`), or the raters' `mean` or `ewe` "
-    "(evaluator-weighted estimate), with `align_lags` removing each rater's reaction lag (up to "
+    "gold_standard": "the labels: `stored` (`/labels/<target>`), or a registered fusion of the "
+    "raters: `mean`, `ewe` (evaluator-weighted estimate), `mean_z` (each rater z-normalised first) "
+    "or `ccc_centred` (AVEC 2018's), with `align_lags` removing each rater's reaction lag (up to "
     "`max_lag_s`), each session's weights and lags from its own raters alone; see docs/store.md, Raters",
     "feature_sets": "name -> list of `role/channel` a model reads",
     "feature_set": "which of `feature_sets` to sweep (default: all of them)",

@@ -19,8 +19,8 @@ from featurestore.storage.roles import role_words, store_role
 
 from .checker import Checker, suggest
 from .fusion import fusion_config
-from .gold_standard import METHODS as GOLD_STANDARD_METHODS
 from .gold_standard import GoldStandard
+from .gold_standard import methods as gold_standard_methods
 from .grid import MAX_CONFIGURATIONS, grid_size
 from .metrics import metric_specs
 from .models import model_specs
@@ -364,7 +364,7 @@ class _Validator(Checker):
         d = GoldStandard()
         value = {"method": value} if isinstance(value, str) else value
         get = self.mapping("gold_standard", value, list(asdict(d))).get
-        method = self.one("gold_standard.method", get("method", d.method), GOLD_STANDARD_METHODS)
+        method = self.one("gold_standard.method", get("method", d.method), gold_standard_methods())
         align = self.boolean("gold_standard.align_lags", get("align_lags", d.align_lags))
         lag = get("max_lag_s", d.max_lag_s)
         if not is_number(lag) or not lag >= 0:

@@ -1,5 +1,7 @@
-"""A gold standard from each session's own raters' traces (``mean`` or ``ewe``, lags aligned or not; docs/store.md,
-raters), and how well the raters agree (docs/results.md, Inter-rater agreement)."""
+"""A gold standard from each session's own raters' traces (a registered method of
+:data:`~experiments.config.gold_standard.GOLD_STANDARDS`: ``mean``, ``ewe``, ``mean_z``,
+``ccc_centred``; lags aligned or not; docs/store.md, raters), and how well the raters agree
+(docs/results.md, Inter-rater agreement)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ import numpy as np
 
 from featurestore.concordance import ccc
 
-from ..config.gold_standard import METHODS, GoldStandard
+from ..config.gold_standard import GoldStandard
 
-__all__ = ["METHODS", "GoldStandard"]
+__all__ = ["GoldStandard"]
 
 
 def shift(y: np.ndarray, lag: int) -> np.ndarray:
@@ -125,17 +127,80 @@ def combine(
     return out.astype(np.float32)
 
 
+def mean_fusion(traces: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+    """``mean``: the mean of the raters present at each frame."""
+    weights = {r: 1.0 / len(traces) for r in sorted(traces)}
+    return combine(traces, weights), weights
+
+
+def ewe_fusion(traces: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+    """``ewe``: the raters weighted by :func:`ewe_weights`."""
+    weights = ewe_weights([traces])
+    return combine(traces, weights), weights
+
+
+def _level_and_spread(y: np.ndarray) -> tuple[float, float]:
+    finite = y[np.isfinite(y)]
+    return (float(finite.mean()), float(finite.std())) if finite.size else (0.0, 0.0)
+
+
+def mean_z_fusion(traces: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+    """``mean_z``: each rater z-normalised on its frames of the session (a constant rater centred
+    only), the mean of those, then scaled by the raters' mean standard deviation and moved to
+    their mean level, so that the label keeps the target's units.
+
+    >>> y, w = mean_z_fusion({"a": np.array([0.0, 0.2, 0.4]), "b": np.array([0.4, 0.5, 0.6])})
+    >>> [round(float(v), 4) for v in y], w
+    ([0.2, 0.35, 0.5], {'a': 0.5, 'b': 0.5})
+    """
+    stats = {r: _level_and_spread(np.asarray(y, np.float64)) for r, y in traces.items()}
+    z = {
+        r: (np.asarray(y, np.float64) - stats[r][0]) / (stats[r][1] or 1.0)
+        for r, y in traces.items()
+    }
+    spreads = [sd for _, sd in stats.values() if sd > 0]
+    fused, weights = mean_fusion(z)
+    level = float(np.mean([mu for mu, _ in stats.values()]))
+    scale = float(np.mean(spreads)) if spreads else 0.0
+    return (fused.astype(np.float64) * scale + level).astype(np.float32), weights
+
+
+def ccc_centred_fusion(traces: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+    """``ccc_centred`` (AVEC 2018's gold standard, as its paper describes it): each rater centred on
+    its own mean over the session, weighted by the CCC of its centred trace with the mean of the
+    others' (clipped at 0, normalised; equal weights when none agrees or alone), plus the weighted
+    mean of the raters' means.
+
+    >>> a, b, c = [0.0, 0.2, 0.4, 0.6], [0.1, 0.3, 0.4, 0.7], [0.6, 0.2, 0.5, 0.1]  # c disagrees
+    >>> y, w = ccc_centred_fusion({"a": np.array(a), "b": np.array(b), "c": np.array(c)})
+    >>> [round(float(v), 4) for v in y], {r: round(v, 4) for r, v in w.items()}
+    ([0.0442, 0.2442, 0.4, 0.6442], {'a': 0.5579, 'b': 0.4421, 'c': 0.0})
+    """
+    raters = sorted(traces)
+    levels = {r: _level_and_spread(np.asarray(traces[r], np.float64))[0] for r in raters}
+    centred = {r: np.asarray(traces[r], np.float64) - levels[r] for r in raters}
+    raw = {}
+    for r in raters:  # agreement in shape and range: an offset is no disagreement once centred
+        c = ccc(centred[r], _others(centred, r, {}), nan="drop") if len(raters) > 1 else 0.0
+        raw[r] = max(0.0, c) if np.isfinite(c) else 0.0
+    total = sum(raw.values())
+    weights = {r: (raw[r] / total if total > 0 else 1.0 / len(raters)) for r in raters}
+    level = sum(weights[r] * levels[r] for r in raters)
+    return (combine(centred, weights).astype(np.float64) + level).astype(np.float32), weights
+
+
 def gold_standard(
     traces: Mapping[str, np.ndarray], gs: GoldStandard, fps: float
 ) -> tuple[np.ndarray, dict[str, float], dict[str, int]]:
-    """One session's gold standard under ``gs`` from its own raters' ``traces``, with the weights and lags used."""
-    if gs.method == "stored":
-        raise ValueError("method 'stored' reads /labels/<target>; nothing to combine")
+    """One session's gold standard under ``gs`` from its own raters' ``traces`` (each moved by its
+    reaction lag first when ``gs.align_lags``), with the weights and lags used."""
+    spec = gs.spec
+    if spec.fn is None:
+        raise ValueError(f"method {spec.name!r} reads /labels/<target>; nothing to combine")
     lags = estimate_lags([traces], fps, gs.max_lag_s) if gs.align_lags else {}
-    weights = {r: 1.0 / len(traces) for r in sorted(traces)}
-    if gs.method == "ewe":
-        weights = ewe_weights([traces], lags)
-    return combine(traces, weights, lags), weights, lags
+    moved = {r: shift(traces[r], lags.get(r, 0)) for r in sorted(traces)}
+    y, weights = spec.combine(moved)
+    return np.asarray(y, dtype=np.float32), weights, lags
 
 
 def gold_standards(

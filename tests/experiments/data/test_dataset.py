@@ -176,6 +176,18 @@ def test_gold_standard_from_raters(tmp_path):
     traces = [{r: st.rater_labels(t.session, "valence", r).to_numpy() for r in "abc"} for t in ewe]
     for t, tr in zip(ewe, traces, strict=True):  # each session weighted by its own raters
         np.testing.assert_allclose(t.y, combine(tr, ewe_weights([tr])), atol=1e-6)
+    for method in ("mean_z", "ccc_centred"):  # every registered method, each session's own raters
+        fused = load_sessions(
+            st,
+            keys,
+            "valence",
+            cache=tmp_path / "cache",
+            threads=1,
+            gold_standard=GoldStandard(method),
+        )
+        spec = GoldStandard(method).spec
+        for t, tr in zip(fused, traces, strict=True):
+            np.testing.assert_allclose(t.y, spec.combine(tr)[0], atol=1e-6)
     again = load_sessions(st, keys, target="valence", cache=tmp_path / "cache", threads=1)
     for s, a in zip(stored, again, strict=True):  # the cache still holds the stored labels
         np.testing.assert_array_equal(a.y, s.y)

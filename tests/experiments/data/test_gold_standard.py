@@ -83,5 +83,68 @@ def test_agreement_rows_and_lag_removal():
 
 
 def test_bad_method():
-    with pytest.raises(ValueError, match="not one of stored, mean, ewe"):
+    with pytest.raises(ValueError, match="not one of stored, mean, ewe, mean_z, ccc_centred"):
         GoldStandard("median")
+
+
+def _zscored(y: np.ndarray) -> np.ndarray:
+    return (y - np.nanmean(y)) / np.nanstd(y)
+
+
+def test_mean_z_takes_away_a_raters_own_offset_and_range():
+    (traces,), _ = planted({"a": 0, "b": 0, "c": 0}, {"a": 0.1, "b": 0.1, "c": 0.1}, n_sessions=1)
+    odd = dict(traces, c=0.3 + 4.0 * traces["c"])  # c rates on its own scale, far from the others
+    for method, invariant in (("mean_z", True), ("mean", False)):
+        before, _, _ = gold_standards([traces], GoldStandard(method), FPS)
+        after, _, _ = gold_standards([odd], GoldStandard(method), FPS)
+        same = np.allclose(_zscored(after[0]), _zscored(before[0]), atol=1e-5)
+        assert same is invariant, method  # the mean follows c's scale; mean_z does not
+    (fused,), _, _ = gold_standards([odd], GoldStandard("mean_z"), FPS)
+    spreads = [np.nanstd(y) for y in odd.values()]
+    assert np.nanmean(fused) == pytest.approx(
+        np.mean([np.nanmean(y) for y in odd.values()]), abs=1e-5
+    )
+    assert np.nanstd(fused) <= np.mean(spreads) + 1e-6  # in the raters' units, not z
+
+
+def test_ccc_centred_weights_agreement_and_ignores_offsets():
+    sessions, truths = planted({"a": 0, "b": 0, "c": 0}, {"a": 0.05, "b": 0.2, "c": 0.6})
+    ys, weights, _ = gold_standards(sessions, GoldStandard("ccc_centred"), FPS)
+    for w in weights:
+        assert w["a"] > w["b"] > w["c"] >= 0 and sum(w.values()) == pytest.approx(1.0)
+    shifted = [dict(s, b=s["b"] + 0.25) for s in sessions]  # b rates 0.25 higher throughout
+    moved, moved_weights, _ = gold_standards(shifted, GoldStandard("ccc_centred"), FPS)
+    for y, m, w, mw in zip(ys, moved, weights, moved_weights, strict=True):
+        assert mw == pytest.approx(w)  # an offset is no disagreement once each rater is centred
+        np.testing.assert_allclose(m, y + w["b"] * 0.25, atol=1e-5)  # only the level moves
+    mean, _, _ = gold_standards(sessions, GoldStandard("mean"), FPS)
+    score = lambda ys: np.mean([ccc(y, t, nan="drop") for y, t in zip(ys, truths, strict=True)])  # noqa: E731
+    assert score(ys) > score(mean)  # the noisy rater counts less
+
+
+def test_a_method_registered_from_a_test_is_a_config_choice(tmp_path):
+    from experiments.config.gold_standard import (
+        GoldStandardSpec,
+        register_gold_standard,
+        unregister_gold_standard,
+    )
+    from experiments.config.loading import from_dict
+
+    spec = GoldStandardSpec("first_rater", f"{__name__}:first_rater", "a test's own")
+    register_gold_standard(spec)
+    try:
+        assert from_dict({"gold_standard": "first_rater"}).gold_standard.method == "first_rater"
+        (traces,), _ = planted({"a": 0, "b": 0}, {"a": 0.1, "b": 0.1}, n_sessions=1)
+        (y,), (w,), _ = gold_standards([traces], GoldStandard("first_rater"), FPS)
+        np.testing.assert_allclose(y, traces["a"], atol=1e-6)
+        assert w == {"a": 1.0, "b": 0.0}
+    finally:
+        unregister_gold_standard("first_rater")
+    with pytest.raises(ValueError, match="first_rater"):
+        GoldStandard("first_rater")
+
+
+def first_rater(traces):
+    """A test's own gold standard: the alphabetically first rater alone."""
+    first = sorted(traces)[0]
+    return traces[first], {r: float(r == first) for r in traces}
