@@ -185,10 +185,10 @@ def user_errors() -> tuple[type[Exception], ...]:
 def cmd_score(args: argparse.Namespace) -> int:
     """Read Subject_<L>_Story_<S>.csv files (header `valence`, one row per frame) from both folders,
     pair them by session, and print the per-session CCC (listeners x stories) and the
-    personalized and generalized protocol means, as the official challenge scorer does.
-    The ground truth may hold every split: the stories scored are those with predictions (or
-    --split's), and the sessions left out are listed. Exit 1 when the files of the scored
-    stories do not pair up."""
+    personalized and generalized protocol means, as the official challenge scorer does, then
+    both means of every registered metric (Pearson's r, RMSE, MAE). The ground truth may hold
+    every split: the stories scored are those with predictions (or --split's), and the sessions
+    left out are listed. Exit 1 when the files of the scored stories do not pair up."""
     from .evaluation.score_files import print_scores, score_folders  # startup: see above
 
     try:

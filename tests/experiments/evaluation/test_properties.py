@@ -151,6 +151,6 @@ def test_score_is_invariant_to_the_order_of_files(score_files, order, capsys):
             assert main(["score", str(gt), str(pred), "--csv", str(Path(tmp, "ccc.csv"))]) == 0
             out = capsys.readouterr().out
             results.append(
-                (out.split("per-session CCC written")[0], Path(tmp, "ccc.csv").read_text())
+                (out.split("per-session scores written")[0], Path(tmp, "ccc.csv").read_text())
             )
     assert results[0] == results[1]
