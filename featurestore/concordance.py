@@ -73,10 +73,11 @@ def ccc(
 
 def _circular_covariances(
     truth: np.ndarray, preds: Sequence[np.ndarray], what: str
-) -> tuple[np.ndarray, list[np.ndarray | None]]:
-    """``truth`` as float64 and, for each of ``preds``, its covariance with ``truth`` at every
-    circular lag (element ``k`` against ``np.roll(pred, k)``) by one FFT, the transform of
-    ``truth`` computed once; None for a constant prediction or truth (no covariance to find)."""
+) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray | None]]]:
+    """``truth`` as float64 and, for each of ``preds``, it as float64 with its covariance with
+    ``truth`` at every circular lag (element ``k`` against ``np.roll(pred, k)``) by one FFT, the
+    transform of ``truth`` computed once; None for a constant prediction or truth (no covariance
+    to find)."""
     t = np.asarray(truth, dtype=np.float64)
     n = len(t)
     ps = [np.asarray(p, dtype=np.float64) for p in preds]
@@ -86,21 +87,21 @@ def _circular_covariances(
             f"{len(t)} and {', '.join(str(len(p)) for p in ps)}"
         )
     if t.min() == t.max():
-        return t, [None for _ in ps]
+        return t, [(p, None) for p in ps]
     dt = t - t.mean()
     size = 1 << int(np.ceil(np.log2(2 * n)))
     ft = None  # the transform of dt, once a prediction needs it
-    out: list[np.ndarray | None] = []
+    out: list[tuple[np.ndarray, np.ndarray | None]] = []
     for p in ps:
         if p.min() == p.max():
-            out.append(None)
+            out.append((p, None))
             continue
         if ft is None:
             ft = np.fft.rfft(dt, size)
         dp = p - p.mean()
         # sum_i dt[i] * dp[i - k] for every k: the cross-correlation, by FFT
         xc = np.fft.irfft(ft * np.conj(np.fft.rfft(dp, size)), size)
-        out.append((xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n)  # k and k - n
+        out.append((p, (xc[:n] + np.concatenate([[0.0], xc[size - n + 1 :]])) / n))  # k, k - n
     return t, out
 
 
@@ -114,12 +115,12 @@ def shifted_cccs(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.ndar
     """
     t, covs = _circular_covariances(truth, preds, "shifted_cccs")
     out = []
-    for p, cov in zip(preds, covs, strict=True):
+    for p, cov in covs:
         if cov is None:  # the official scorer's r = 0 for a constant series
             out.append(np.zeros(len(t)))
             continue
-        p = np.asarray(p, dtype=np.float64)
-        den = t.var() + p.var() + (t.mean() - p.mean()) ** 2
+        # the variances of the centred series, as before the covariances were shared
+        den = (t - t.mean()).var() + (p - p.mean()).var() + (t.mean() - p.mean()) ** 2
         out.append(np.clip(2.0 * cov / den, -1.0, 1.0))
     return out
 
@@ -144,11 +145,11 @@ def shifted_pearsons(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.
     :func:`shifted_cccs`: one FFT)."""
     t, covs = _circular_covariances(truth, preds, "shifted_pearsons")
     out = []
-    for p, cov in zip(preds, covs, strict=True):
+    for p, cov in covs:
         if cov is None:
             out.append(np.zeros(len(t)))
             continue
-        sd = np.sqrt(t.var() * np.asarray(p, dtype=np.float64).var())
+        sd = np.sqrt(t.var() * p.var())
         out.append(np.clip(cov / sd, -1.0, 1.0))
     return out
 
@@ -169,8 +170,7 @@ def shifted_rmses(truth: np.ndarray, preds: Sequence[np.ndarray]) -> list[np.nda
     that lag (one FFT, as :func:`shifted_cccs`)."""
     t, covs = _circular_covariances(truth, preds, "shifted_rmses")
     out = []
-    for p, cov in zip(preds, covs, strict=True):
-        p = np.asarray(p, dtype=np.float64)
+    for p, cov in covs:
         base = t.var() + p.var() + (t.mean() - p.mean()) ** 2
         mse = np.full(len(t), base) if cov is None else base - 2.0 * cov
         out.append(np.sqrt(np.maximum(mse, 0.0)))  # a rounding residue below 0 is 0
