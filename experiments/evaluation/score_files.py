@@ -99,6 +99,7 @@ def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> 
             f"{len(extra)} predictions in {pred_dir} have no ground truth in {truth_dir}: "
             + ", ".join(preds[k].name for k in extra)
         )
+    metrics = _metrics()
     for key in sorted(set(truth) & set(preds)):
         name = session_name(*key)
         try:
@@ -113,7 +114,7 @@ def score_folders(truth_dir: Path, pred_dir: Path, split: str | None = None) -> 
             )
             continue
         row: dict = {"session": name, "listener": key[0], "story": key[1]}
-        out.rows.append(row | {m.name: m(y_true, y_pred) for m in _metrics()})
+        out.rows.append(row | {m.name: m(y_true, y_pred) for m in metrics})
     return out
 
 
