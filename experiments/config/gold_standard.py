@@ -26,13 +26,16 @@ class GoldStandardSpec:
     fn: str | None
     doc: str = ""
 
-    def combine(self, traces: Mapping[str, Any]) -> tuple[Any, dict[str, float]]:
-        """The gold standard of one session's (lag-aligned) raters' ``traces`` and their weights."""
+    def function(self) -> Combine:
+        """The method's :data:`Combine` (imported now); ValueError for ``stored``."""
         if self.fn is None:
             raise ValueError(f"method {self.name!r} reads /labels/<target>; nothing to combine")
         module, _, name = self.fn.partition(":")
-        fn: Combine = getattr(importlib.import_module(module), name)
-        return fn(traces)
+        return getattr(importlib.import_module(module), name)
+
+    def combine(self, traces: Mapping[str, Any]) -> tuple[Any, dict[str, float]]:
+        """The gold standard of one session's (lag-aligned) raters' ``traces`` and their weights."""
+        return self.function()(traces)
 
 
 #: the gold-standard methods a config may name (:meth:`~.choices.Registry.get` raises with the

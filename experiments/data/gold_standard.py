@@ -194,12 +194,10 @@ def gold_standard(
 ) -> tuple[np.ndarray, dict[str, float], dict[str, int]]:
     """One session's gold standard under ``gs`` from its own raters' ``traces`` (each moved by its
     reaction lag first when ``gs.align_lags``), with the weights and lags used."""
-    spec = gs.spec
-    if spec.fn is None:
-        raise ValueError(f"method {spec.name!r} reads /labels/<target>; nothing to combine")
+    fuse = gs.spec.function()  # before the lags: `stored` has nothing to combine
     lags = estimate_lags([traces], fps, gs.max_lag_s) if gs.align_lags else {}
     moved = {r: shift(traces[r], lags.get(r, 0)) for r in sorted(traces)}
-    y, weights = spec.combine(moved)
+    y, weights = fuse(moved)
     return np.asarray(y, dtype=np.float32), weights, lags
 
 
