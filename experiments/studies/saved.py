@@ -96,8 +96,13 @@ def save_run(
         ModelError,
         "a configuration's child run id from the MLflow UI or the sweep's summary",
     )
+    return _fit_and_save(client, run, as_store(store), name, allow_other_store)
+
+
+def _fit_and_save(client: Any, run: Any, st: Store, name: str, allow_other_store: bool) -> Saved:
+    """:func:`save_run` once the run is read: refit, log into it, register as ``name``."""
+    run_id = run.info.run_id
     trial = run_trial(run_id, run.data.params, run.data.tags.get(CONFIG_HASH_TAG, ""))
-    st = as_store(store)
     fingerprint = fitted_store_fingerprint(
         run,
         st,
@@ -123,23 +128,27 @@ def save_choices(
     ``<experiment>-<target>-<track>``) with the alias ``chosen``."""
     out: list[Saved] = []
     saved: dict[str, Saved] = {}
-    client: Any = None
+    if not any(choices.values()):
+        return out
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    client, st = tracking_client(resolve_tracking_uri(tracking_uri)), as_store(store)
     for target, tracks in choices.items():
         prefix = experiment if len(choices) == 1 else f"{experiment}-{target}"
         for track, run_id in tracks.items():
             name = model_name(prefix, track)
-            client = client or tracking_client(resolve_tracking_uri(tracking_uri))
             if run_id in saved:
                 version = _registered(client, run_id, name)
                 out.append(replace(saved[run_id], track=track, name=name, version=version))
-            elif client.get_run(run_id).data.tags.get("logged_model") == ARTIFACT:
+                continue
+            run = client.get_run(run_id)
+            if run.data.tags.get("logged_model") == ARTIFACT:
                 # a resumed sweep that chose the same run: its model is there, fitted on this store
                 version = _registered(client, run_id, name)
                 size = logged_bytes(client, run_id)
                 saved[run_id] = Saved(run_id, track, name, version, size_bytes=size, reused=True)
                 out.append(saved[run_id])
             else:
-                saved[run_id] = save_run(run_id, store, tracking_uri, name)
+                saved[run_id] = _fit_and_save(client, run, st, name, allow_other_store=False)
                 out.append(replace(saved[run_id], track=track))
     return out
 
