@@ -278,6 +278,11 @@ def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "experiments.cli", *args]
 
 
+def smoke_sweep_args(store, *more: str) -> list[str]:
+    """``experiments sweep``'s arguments for the smoke config on ``store``, no models saved."""
+    return ["sweep", "--no-models", "--config", "smoke", "--store", str(store), *more]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:

@@ -38,6 +38,7 @@ from tests.experiments.helpers import (
     cli_cmd,
     cli_env,
     config_dict,
+    smoke_sweep_args,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -447,20 +448,15 @@ def test_feature_set_missing_from_the_store_exits_2_naming_the_channel(
     planted_store, tracking_dir, capsys
 ):
     code = main(
-        [
-            "sweep",
-            "--no-models",
-            "--config",
-            "smoke",
-            "--store",
-            str(planted_store),
+        smoke_sweep_args(
+            planted_store,
             "--tracking-uri",
             tracking_dir,
             "--set",
             "tracking.experiment=missing-channel",
             "--set",
             "feature_sets.both=[listener/face_au]",
-        ]
+        )
     )
     assert code == 2
     err = capsys.readouterr().err
@@ -497,16 +493,7 @@ def test_the_walk_from_the_sweep_command_to_a_fit_is_short(planted_store, tmp_pa
     """At the first estimator fit of a one-process smoke sweep (serial backend), the package's
     own frames from the sweep command on are at most 10 calls in at most 6 files."""
     packages = tuple(str(ROOT / p) + os.sep for p in ("experiments", "featurestore"))
-    args = [
-        "sweep",
-        "--no-models",
-        "--config",
-        "smoke",
-        "--store",
-        str(planted_store),
-        "--backend",
-        "serial",
-    ]
+    args = smoke_sweep_args(planted_store, "--backend", "serial")
     args += ["--jobs", "1", "--tracking-uri", str(tmp_path / "mlruns")]
     args += ["--set", f"splits={json.dumps(SPLITS)}"]
     stack = _stack_at_first_fit(lambda: main(args))

@@ -29,7 +29,14 @@ from experiments.config.models import Domain, Hyper, ModelSpec, register_model, 
 from experiments.data.dataset import DatasetError, load_sessions
 from experiments.tracking.tracker import resolve_tracking_uri
 from featurestore.storage.store import Store
-from tests.experiments.helpers import CHANNELS, LISTENERS, SPLITS, config_dict, free_port
+from tests.experiments.helpers import (
+    CHANNELS,
+    LISTENERS,
+    SPLITS,
+    config_dict,
+    free_port,
+    smoke_sweep_args,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -299,15 +306,7 @@ def test_tracking_faults_end_in_one_line_within_seconds(planted_store, tmp_path,
     not_db.parent.mkdir()
     not_db.write_text("not a database\n")
     server = f"http://127.0.0.1:{free_port()}"
-    sweep = [
-        "sweep",
-        "--no-models",
-        "--config",
-        "smoke",
-        "--store",
-        str(planted_store),
-        "--tracking-uri",
-    ]
+    sweep = smoke_sweep_args(planted_store, "--tracking-uri")
     export = ["export", "f" * 32, "--split", "test", "--out", str(tmp_path / "x"), "--tracking-uri"]
     cases = [
         (sweep + [str(not_db.parent)], [str(not_db), "not an SQLite database"]),
